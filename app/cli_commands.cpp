@@ -1,0 +1,307 @@
+// Implementation of routelab-cli's sub-commands on top of core/ (trainer, run store, registry, bench).
+#include "app/cli_commands.h"
+
+#include <unistd.h>
+
+#include <csignal>
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <iomanip>
+#include <iostream>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+#include "core/bench/train_step_bench.h"
+#include "core/config/experiment_config.h"
+#include "core/models/registry.h"
+#include "core/train/trainer.h"
+#include "core/util/errors.h"
+#include "core/util/paths.h"
+
+namespace routelab::cli {
+namespace {
+
+std::atomic<bool> g_cancel{false};
+
+extern "C" void on_interrupt(int) { g_cancel.store(true); }
+
+std::string resolve_db(const std::string& db) { return db.empty() ? default_db_path() : db; }
+
+std::string format_duration(double seconds) {
+  if (!std::isfinite(seconds) || seconds < 0) return "--";
+  const auto s = static_cast<long long>(seconds + 0.5);
+  std::ostringstream out;
+  if (s >= 3600) out << s / 3600 << "h";
+  if (s >= 60) out << std::setw(s >= 3600 ? 2 : 1) << std::setfill('0') << (s / 60) % 60 << "m";
+  out << std::setw(s >= 60 ? 2 : 1) << std::setfill('0') << s % 60 << "s";
+  return out.str();
+}
+
+std::string fmt(const std::optional<double>& v, int precision = 4) {
+  if (!v) return "-";
+  std::ostringstream out;
+  out << std::fixed << std::setprecision(precision) << *v;
+  return out.str();
+}
+
+/// Progress on stderr: one rewritten line on a terminal, a line per log interval otherwise.
+class ProgressPrinter : public TrainObserver {
+ public:
+  explicit ProgressPrinter(bool quiet) : quiet_(quiet), tty_(isatty(STDERR_FILENO)) {}
+
+  void on_started(std::int64_t run_id, const std::string& description, std::int64_t total_steps) override {
+    if (!quiet_) std::cerr << "run " << run_id << ": " << description << "\n";
+    log_every_ = std::max<std::int64_t>(1, total_steps / 50);
+  }
+  void on_step(const StepMetrics& m) override {
+    if (quiet_) return;
+    const auto now = std::chrono::steady_clock::now();
+    if (tty_ && now - last_print_ < std::chrono::milliseconds(200) && m.step != m.total_steps) return;
+    if (!tty_ && m.step % log_every_ != 0 && m.step != m.total_steps) return;
+    last_print_ = now;
+    std::ostringstream line;
+    line << "step " << m.step << "/" << m.total_steps << "  loss " << std::fixed << std::setprecision(4) << m.loss
+         << "  " << std::setprecision(0) << m.tokens_per_s << " tok/s  ETA " << format_duration(m.eta_s);
+    if (last_val_) line << "  val " << std::setprecision(4) << *last_val_;
+    if (tty_) {
+      std::cerr << "\r\033[K" << line.str() << std::flush;
+    } else {
+      std::cerr << line.str() << "\n";
+    }
+  }
+  void on_eval(const EvalMetrics& e) override { last_val_ = e.val_loss; }
+  void on_finished(const TrainOutcome&) override {
+    if (!quiet_ && tty_) std::cerr << "\n";
+  }
+
+ private:
+  bool quiet_, tty_;
+  std::int64_t log_every_ = 1;
+  std::optional<double> last_val_;
+  std::chrono::steady_clock::time_point last_print_{};
+};
+
+int report(const TrainOutcome& o) {
+  std::cout << "run " << o.run_id << " " << to_string(o.status) << " at step " << o.last_step;
+  if (o.first_val_loss && o.last_val_loss)
+    std::cout << ": val loss " << fmt(o.first_val_loss) << " -> " << fmt(o.last_val_loss);
+  std::cout << "\nstored in " << o.db_path << "\n";
+  if (o.status == RunStatus::Failed) {
+    std::cerr << "routelab-cli: run failed: " << o.message << "\n";
+    return 1;
+  }
+  return o.status == RunStatus::Stopped ? 130 : 0;
+}
+
+class SignalScope {
+ public:
+  SignalScope() {
+    g_cancel = false;
+    previous_int_ = std::signal(SIGINT, on_interrupt);
+    previous_term_ = std::signal(SIGTERM, on_interrupt);
+  }
+  ~SignalScope() {
+    std::signal(SIGINT, previous_int_);
+    std::signal(SIGTERM, previous_term_);
+  }
+
+ private:
+  void (*previous_int_)(int);
+  void (*previous_term_)(int);
+};
+
+nlohmann::json run_json(const RunRecord& r) {
+  auto opt = [](const std::optional<double>& v) { return v ? nlohmann::json(*v) : nlohmann::json(nullptr); };
+  return {{"id", r.id}, {"name", r.name}, {"arch", r.arch}, {"preset", r.preset}, {"status", to_string(r.status)},
+          {"message", r.message}, {"steps", r.last_step}, {"total_steps", r.total_steps}, {"seed", r.seed},
+          {"device", r.device}, {"config_hash", r.config_hash}, {"created_at", r.created_at}, {"ended_at", r.ended_at},
+          {"last_train_loss", opt(r.last_train_loss)}, {"last_val_loss", opt(r.last_val_loss)},
+          {"best_val_loss", opt(r.best_val_loss)}, {"routelab_version", r.routelab_version},
+          {"torch_version", r.torch_version}, {"qt_version", r.qt_version}, {"tags", r.tags}, {"notes", r.notes},
+          {"archived", r.archived},
+          {"parent_run_id", r.parent_run_id ? nlohmann::json(*r.parent_run_id) : nlohmann::json(nullptr)},
+          {"resumed_from_step", r.resumed_from_step ? nlohmann::json(*r.resumed_from_step) : nlohmann::json(nullptr)}};
+}
+
+RunRecord require_run(const RunStore& store, std::int64_t id) {
+  auto r = store.run(id);
+  if (!r) throw StoreError(store.path() + ": no run with id " + std::to_string(id));
+  return *r;
+}
+
+/// JSON cannot hold NaN/Inf: they are written as the strings "NaN", "Infinity", "-Infinity".
+nlohmann::json number_json(double v) {
+  if (std::isnan(v)) return "NaN";
+  if (std::isinf(v)) return v > 0 ? "Infinity" : "-Infinity";
+  return v;
+}
+
+}  // namespace
+
+int cmd_train(const TrainArgs& a) {
+  std::vector<std::string> sets = a.sets;
+  if (a.steps > 0) sets.push_back("train.steps=" + std::to_string(a.steps));
+  if (a.seed >= 0) sets.push_back("run.seed=" + std::to_string(a.seed));
+  if (a.threads >= 0) sets.push_back("run.threads=" + std::to_string(a.threads));
+  if (!a.device.empty()) sets.push_back("run.device=" + a.device);
+  if (!a.precision.empty()) sets.push_back("train.precision=" + a.precision);
+  // A shortened run keeps its warm-up inside the budget.
+  ExperimentConfig config = a.config_file.empty() ? preset_config(a.preset, sets)
+                                                  : resolve_config(load_json_file(a.config_file), sets, a.config_file);
+  TrainRequest request{config, resolve_db(a.db), a.name, ""};
+  ProgressPrinter progress(a.quiet);
+  SignalScope signals;
+  return report(train(request, &progress, &g_cancel));
+}
+
+int cmd_resume(const std::string& db, std::int64_t run_id, bool quiet) {
+  ProgressPrinter progress(quiet);
+  SignalScope signals;
+  return report(resume(resolve_db(db), run_id, &progress, &g_cancel));
+}
+
+int cmd_presets(bool json) {
+  const auto presets = list_presets();
+  if (json) {
+    nlohmann::json out = nlohmann::json::array();
+    for (const auto& p : presets)
+      out.push_back({{"name", p.name}, {"arch", p.arch}, {"description", p.description}, {"path", p.path}});
+    std::cout << out.dump(2) << "\n";
+    return 0;
+  }
+  std::cout << std::left << std::setw(22) << "PRESET" << std::setw(12) << "ARCH" << "DESCRIPTION\n";
+  for (const auto& p : presets) std::cout << std::setw(22) << p.name << std::setw(12) << p.arch << p.description << "\n";
+  return 0;
+}
+
+int cmd_architectures(bool json) {
+  if (json) {
+    nlohmann::json out = nlohmann::json::array();
+    for (const auto& e : architectures())
+      out.push_back({{"id", e.id}, {"name", e.display_name}, {"source", e.source}, {"description", e.description},
+                     {"options", schema_to_json(e.options)}});
+    std::cout << out.dump(2) << "\n";
+    return 0;
+  }
+  for (const auto& e : architectures()) std::cout << std::left << std::setw(12) << e.id << e.display_name << " — " << e.source << "\n";
+  return 0;
+}
+
+int cmd_runs(const std::string& db, bool json, bool all) {
+  RunStore store(resolve_db(db));
+  const auto runs = store.list_runs(all);
+  if (json) {
+    nlohmann::json out = nlohmann::json::array();
+    for (const auto& r : runs) out.push_back(run_json(r));
+    std::cout << out.dump(2) << "\n";
+    return 0;
+  }
+  std::cout << std::left << std::setw(6) << "ID" << std::setw(28) << "NAME" << std::setw(10) << "ARCH" << std::setw(10)
+            << "STATUS" << std::setw(14) << "STEPS" << std::setw(12) << "TRAIN" << "VAL\n";
+  for (const auto& r : runs)
+    std::cout << std::setw(6) << r.id << std::setw(28) << r.name.substr(0, 27) << std::setw(10) << r.arch
+              << std::setw(10) << to_string(r.status) << std::setw(14)
+              << (std::to_string(r.last_step) + "/" + std::to_string(r.total_steps)) << std::setw(12)
+              << fmt(r.last_train_loss) << fmt(r.last_val_loss) << "\n";
+  return 0;
+}
+
+int cmd_show(const std::string& db, std::int64_t run_id, bool json) {
+  RunStore store(resolve_db(db));
+  const auto r = require_run(store, run_id);
+  auto doc = run_json(r);
+  doc["config"] = nlohmann::json::parse(r.config_json, nullptr, false);
+  doc["metric_keys"] = store.metric_keys(run_id);
+  doc["checkpoints"] = nlohmann::json::array();
+  for (const auto& c : store.checkpoints(run_id))
+    doc["checkpoints"].push_back({{"step", c.step}, {"path", c.path}, {"bytes", c.bytes}});
+  doc["evals"] = nlohmann::json::array();
+  for (const auto& e : store.evals(run_id))
+    doc["evals"].push_back({{"step", e.step}, {"split", e.split}, {"loss", number_json(e.loss)},
+                            {"ppl", number_json(e.ppl)}, {"bpc", number_json(e.bpc)}});
+  if (json) {
+    std::cout << doc.dump(2) << "\n";
+    return 0;
+  }
+  std::cout << "run " << r.id << " '" << r.name << "' (" << r.arch << ", preset " << (r.preset.empty() ? "-" : r.preset)
+            << ")\nstatus   " << to_string(r.status) << (r.message.empty() ? "" : ": " + r.message) << "\nsteps    "
+            << r.last_step << "/" << r.total_steps << "\nloss     train " << fmt(r.last_train_loss) << ", val "
+            << fmt(r.last_val_loss) << " (best " << fmt(r.best_val_loss) << ")\ndevice   " << r.device << ", seed "
+            << r.seed << "\nversions RouteLab " << r.routelab_version << ", " << r.torch_version
+            << (r.qt_version.empty() ? "" : ", Qt " + r.qt_version) << "\nconfig   " << r.config_hash << "\n"
+            << doc["config"].dump(2) << "\n";
+  for (const auto& e : doc["evals"]) std::cout << "eval     step " << e["step"] << " val loss " << e["loss"] << "\n";
+  for (const auto& c : doc["checkpoints"]) std::cout << "ckpt     step " << c["step"] << " " << c["path"].get<std::string>() << "\n";
+  return 0;
+}
+
+int cmd_export(const std::string& db, std::int64_t run_id, const std::string& format, const std::string& out_path) {
+  RunStore store(resolve_db(db));
+  const auto r = require_run(store, run_id);
+  std::ofstream file;
+  if (!out_path.empty()) {
+    file.open(out_path);
+    if (!file) throw Error(out_path + ": cannot write");
+  }
+  std::ostream& out = out_path.empty() ? std::cout : file;
+  out << std::setprecision(10);
+  if (format == "csv") {
+    out << "run,key,step,wall_time,value\n";
+    for (const auto& key : store.metric_keys(run_id))
+      for (const auto& p : store.metric(run_id, key))
+        out << run_id << "," << key << "," << p.step << "," << std::fixed << std::setprecision(3) << p.wall_time
+            << std::defaultfloat << std::setprecision(10) << "," << p.value << "\n";
+  } else {
+    auto doc = run_json(r);
+    doc["config"] = nlohmann::json::parse(r.config_json, nullptr, false);
+    for (const auto& key : store.metric_keys(run_id)) {
+      auto& series = doc["metrics"][key];
+      series = nlohmann::json::array();
+      for (const auto& p : store.metric(run_id, key))
+        series.push_back({{"step", p.step}, {"wall_time", p.wall_time}, {"value", number_json(p.value)}});
+    }
+    doc["routing"] = nlohmann::json::array();
+    for (const auto& row : store.routing(run_id))
+      doc["routing"].push_back({{"step", row.step}, {"layer", row.layer}, {"routed_fraction", row.routed_fraction},
+                                {"gate_mean", row.gate_mean}, {"tokens_attn", row.tokens_attn}, {"tokens_mlp", row.tokens_mlp}});
+    out << doc.dump(1) << "\n";
+  }
+  if (!out_path.empty()) std::cerr << "wrote " << out_path << "\n";
+  return 0;
+}
+
+int cmd_bench_train_step(const BenchArgs& a) {
+  TrainStepBenchOptions o;
+  o.batch = a.batch;
+  o.context = a.context;
+  o.steps = a.steps;
+  o.warmup = a.warmup;
+  o.threads = static_cast<int>(a.threads);
+  const std::string script = a.script.empty() ? default_peer_script() : a.script;
+  std::cout << "train-step benchmark: GPT-2 style d 256, L 6, H 8, d_ff 1024, vocab 65, B " << o.batch << ", T "
+            << o.context << ", " << o.steps << " timed steps after " << o.warmup << " warm-up\n";
+
+  const auto peer = run_peer_bench(a.python, script, o);
+  if (peer.ok) {
+    std::cout << "pytorch peer  (" << script << "): " << std::fixed << std::setprecision(1) << peer.ms_per_step
+              << " ms/step  " << std::setprecision(0) << peer.tokens_per_s << " tokens/s\n";
+  } else {
+    std::cout << "pytorch peer unavailable (" << a.python << " " << script << "): " << peer.output.substr(0, 300) << "\n";
+  }
+  for (const bool bf16 : {false, true}) {
+    if ((bf16 && a.precision == "fp32") || (!bf16 && a.precision == "bf16")) continue;
+    o.bf16 = bf16;
+    const auto r = bench_train_step(o);
+    std::cout << "routelab " << (bf16 ? "bf16" : "fp32") << " (" << r.threads << " threads, " << r.parameters
+              << " params): " << std::fixed << std::setprecision(1) << r.ms_per_step << " ms/step  "
+              << std::setprecision(0) << r.tokens_per_s << " tokens/s  loss " << std::setprecision(3) << r.first_loss
+              << " -> " << r.last_loss;
+    if (peer.ok) std::cout << "  ratio vs peer " << std::setprecision(2) << r.tokens_per_s / peer.tokens_per_s << "x";
+    std::cout << "\n";
+  }
+  return 0;
+}
+
+}  // namespace routelab::cli

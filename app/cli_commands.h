@@ -1,0 +1,30 @@
+// The routelab-cli sub-commands, each a function returning the process exit code.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace routelab::cli {
+
+struct TrainArgs {
+  std::string preset, config_file, db, device, name, precision;
+  std::vector<std::string> sets;
+  std::int64_t steps = 0, seed = -1, threads = -1;
+  bool quiet = false;
+};
+
+struct BenchArgs {
+  std::string script, python = "/usr/bin/python3", precision = "both";
+  std::int64_t steps = 10, warmup = 2, threads = 0, batch = 64, context = 128;
+};
+
+int cmd_train(const TrainArgs& args);
+int cmd_resume(const std::string& db, std::int64_t run_id, bool quiet);
+int cmd_presets(bool json);
+int cmd_architectures(bool json);
+int cmd_runs(const std::string& db, bool json, bool all);
+int cmd_show(const std::string& db, std::int64_t run_id, bool json);
+int cmd_export(const std::string& db, std::int64_t run_id, const std::string& format, const std::string& out);
+int cmd_bench_train_step(const BenchArgs& args);
+
+}  // namespace routelab::cli

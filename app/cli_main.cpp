@@ -1,0 +1,100 @@
+// routelab-cli: headless training, run inspection, export and benchmarks (core only, no Qt).
+#include <iostream>
+
+#include <CLI/CLI.hpp>
+
+#include "app/cli_commands.h"
+#include "core/util/errors.h"
+#include "core/util/logging.h"
+#include "core/util/version.h"
+
+int main(int argc, char** argv) {
+  using namespace routelab::cli;
+  CLI::App app{"RouteLab " ROUTELAB_VERSION ": train and inspect token-routing transformers"};
+  app.require_subcommand(1);
+  app.set_version_flag("--version", ROUTELAB_VERSION);
+  std::string log_level = "warn";
+  app.add_option("--log-level", log_level, "console log level (trace, debug, info, warn, error)")
+      ->check(CLI::IsMember({"trace", "debug", "info", "warn", "error"}));
+
+  TrainArgs train;
+  auto* train_cmd = app.add_subcommand("train", "train a new run from a preset or a config file");
+  auto* preset_opt = train_cmd->add_option("--preset", train.preset, "preset name (see `presets`)");
+  train_cmd->add_option("--config", train.config_file, "JSON config file")->excludes(preset_opt);
+  train_cmd->add_option("--set", train.sets, "override, e.g. --set model.n_layer=4 (repeatable)");
+  train_cmd->add_option("--steps", train.steps, "train.steps override");
+  train_cmd->add_option("--db", train.db, "run store (default: the user data dir)");
+  train_cmd->add_option("--device", train.device, "cpu or cuda");
+  train_cmd->add_option("--seed", train.seed, "run.seed override");
+  train_cmd->add_option("--threads", train.threads, "CPU threads (0: all cores)");
+  train_cmd->add_option("--precision", train.precision, "fp32 or bf16")->check(CLI::IsMember({"fp32", "bf16"}));
+  train_cmd->add_option("--name", train.name, "run name");
+  train_cmd->add_flag("--quiet", train.quiet, "no progress line");
+
+  std::string db;
+  std::int64_t run_id = 0;
+  bool json = false, all = false, quiet = false;
+  auto* resume_cmd = app.add_subcommand("resume", "continue a stopped, failed or crashed run from its last checkpoint");
+  resume_cmd->add_option("RUN", run_id, "run id")->required();
+  resume_cmd->add_option("--db", db, "run store");
+  resume_cmd->add_flag("--quiet", quiet, "no progress line");
+
+  auto* presets_cmd = app.add_subcommand("presets", "list the experiment presets");
+  presets_cmd->add_flag("--json", json, "machine-readable output");
+  auto* arch_cmd = app.add_subcommand("architectures", "list the registered architectures and their options");
+  arch_cmd->add_flag("--json", json, "machine-readable output with option schemas");
+
+  auto* runs_cmd = app.add_subcommand("runs", "list stored runs");
+  runs_cmd->add_option("--db", db, "run store");
+  runs_cmd->add_flag("--json", json, "machine-readable output");
+  runs_cmd->add_flag("--all", all, "include archived runs");
+
+  auto* show_cmd = app.add_subcommand("show", "show one run: config, status, metrics summary, checkpoints");
+  show_cmd->add_option("RUN", run_id, "run id")->required();
+  show_cmd->add_option("--db", db, "run store");
+  show_cmd->add_flag("--json", json, "machine-readable output");
+
+  std::string format = "csv", out;
+  auto* export_cmd = app.add_subcommand("export", "export a run's metrics (tidy CSV: run,key,step,wall_time,value) or JSON");
+  export_cmd->add_option("RUN", run_id, "run id")->required();
+  export_cmd->add_option("--db", db, "run store");
+  export_cmd->add_option("--format", format, "csv or json")->check(CLI::IsMember({"csv", "json"}));
+  export_cmd->add_option("--out", out, "output file (default: standard output)");
+
+  BenchArgs bench;
+  auto* bench_cmd = app.add_subcommand("bench", "benchmarks that print measured numbers");
+  bench_cmd->require_subcommand(1);
+  auto* step_cmd = bench_cmd->add_subcommand(
+      "train-step", "RouteLab's training step vs the PyTorch peer script (GPT-2 style, d 256, L 6, H 8, vocab 65)");
+  step_cmd->add_option("--script", bench.script, "peer script (default: ../shared/tools/pyref_gpt_step.py)");
+  step_cmd->add_option("--python", bench.python, "Python interpreter with torch");
+  step_cmd->add_option("--steps", bench.steps, "timed steps");
+  step_cmd->add_option("--warmup", bench.warmup, "untimed warm-up steps");
+  step_cmd->add_option("--threads", bench.threads, "threads for both sides (0: all cores)");
+  step_cmd->add_option("--batch", bench.batch, "batch size");
+  step_cmd->add_option("--context", bench.context, "sequence length");
+  step_cmd->add_option("--precision", bench.precision, "fp32, bf16 or both")->check(CLI::IsMember({"fp32", "bf16", "both"}));
+
+  CLI11_PARSE(app, argc, argv);
+  routelab::init_logging({.log_dir = "", .console = true, .level = log_level});
+  try {
+    if (*train_cmd) {
+      if (train.preset.empty() && train.config_file.empty()) train.preset = "quickstart";
+      return cmd_train(train);
+    }
+    if (*resume_cmd) return cmd_resume(db, run_id, quiet);
+    if (*presets_cmd) return cmd_presets(json);
+    if (*arch_cmd) return cmd_architectures(json);
+    if (*runs_cmd) return cmd_runs(db, json, all);
+    if (*show_cmd) return cmd_show(db, run_id, json);
+    if (*export_cmd) return cmd_export(db, run_id, format, out);
+    if (*step_cmd) return cmd_bench_train_step(bench);
+  } catch (const routelab::Error& e) {
+    std::cerr << "routelab-cli: " << e.what() << "\n";
+    return 2;
+  } catch (const std::exception& e) {
+    std::cerr << "routelab-cli: unexpected error: " << e.what() << "\n";
+    return 3;
+  }
+  return 0;
+}

@@ -1,0 +1,13 @@
+# Shared compile settings: warnings, and the precompiled Torch header reused by every Torch-using target.
+function(routelab_warnings target)
+  target_compile_options(${target} PRIVATE -Wall -Wextra -Wno-unused-parameter -Wno-sign-compare)
+endfunction()
+
+# Targets that include <torch/torch.h> reuse the PCH built for routelab_data (20 s per TU otherwise).
+function(routelab_use_torch_pch target)
+  if(ROUTELAB_PCH)
+    target_precompile_headers(${target} REUSE_FROM routelab_data)
+  endif()
+endfunction()
+
+option(ROUTELAB_PCH "Precompile the Torch headers" ON)

@@ -1,0 +1,261 @@
+// Resolution of experiment configs: section defaults <- preset/file overrides <- --set assignments, then
+// type, range and cross-field validation with errors that name the key path.
+#include "core/config/experiment_config.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "core/models/registry.h"
+#include "core/util/errors.h"
+#include "core/util/paths.h"
+
+namespace fs = std::filesystem;
+
+namespace routelab {
+namespace {
+
+const char* const kSections[] = {"model", "data", "train", "run"};
+
+OptionSpec int_opt(std::string key, long long def, double lo, double hi, std::string help) {
+  return {std::move(key), OptionType::Int, def, std::move(help), lo, hi, {}};
+}
+OptionSpec float_opt(std::string key, double def, double lo, double hi, std::string help) {
+  return {std::move(key), OptionType::Float, def, std::move(help), lo, hi, {}};
+}
+OptionSpec choice_opt(std::string key, std::string def, std::vector<std::string> choices, std::string help) {
+  return {std::move(key), OptionType::Choice, def, std::move(help), std::nullopt, std::nullopt, std::move(choices)};
+}
+OptionSpec string_opt(std::string key, std::string def, std::string help) {
+  return {std::move(key), OptionType::String, def, std::move(help), std::nullopt, std::nullopt, {}};
+}
+OptionSpec bool_opt(std::string key, bool def, std::string help) {
+  return {std::move(key), OptionType::Bool, def, std::move(help), std::nullopt, std::nullopt, {}};
+}
+
+std::string with_origin(const std::string& origin, const std::string& message) {
+  return origin.empty() ? message : origin + ": " + message;
+}
+
+const OptionSchema& section_schema(const std::string& section, const std::string& arch) {
+  if (section == "data") return data_schema();
+  if (section == "train") return train_schema();
+  if (section == "run") return run_schema();
+  return architecture(arch).options;
+}
+
+void cross_validate(const nlohmann::json& doc) {
+  const auto& t = doc.at("train");
+  if (t.at("min_lr").get<double>() > t.at("lr").get<double>())
+    throw ConfigError("train.min_lr: " + t.at("min_lr").dump() + " is above train.lr " + t.at("lr").dump());
+  if (t.at("warmup_steps").get<long long>() > t.at("steps").get<long long>())
+    throw ConfigError("train.warmup_steps: " + t.at("warmup_steps").dump() + " exceeds train.steps " +
+                      t.at("steps").dump());
+  const auto& d = doc.at("data");
+  if (d.at("source") == "file" && d.at("path").get<std::string>().empty())
+    throw ConfigError("data.path: required when data.source is 'file'");
+  if (d.at("train_fraction").get<double>() + d.at("val_fraction").get<double>() >= 1.0)
+    throw ConfigError("data.val_fraction: train_fraction + val_fraction must stay below 1 (the rest is the test split)");
+  const auto& m = doc.at("model");
+  const auto& entry = architecture(m.at("arch").get<std::string>());
+  if (entry.check) entry.check(m, "model");
+}
+
+std::uint64_t fnv1a(const std::string& s) {
+  std::uint64_t h = 1469598103934665603ULL;
+  for (unsigned char c : s) {
+    h ^= c;
+    h *= 1099511628211ULL;
+  }
+  return h;
+}
+
+}  // namespace
+
+const OptionSchema& data_schema() {
+  static const OptionSchema schema = {
+      choice_opt("source", "kjv", {"kjv", "file", "copy", "sort"},
+                 "kjv: the embedded King James Bible corpus; file: any UTF-8 text file (data.path); "
+                 "copy/sort: the synthetic tasks of seed 003 §3.1"),
+      string_opt("path", "", "UTF-8 text file used when data.source is 'file'"),
+      choice_opt("tokenizer", "char", {"char", "byte"},
+                 "char: Unicode code points seen in the training split (+ unknown id); byte: 256 byte values"),
+      float_opt("train_fraction", 0.8, 0.01, 0.98, "leading fraction of the text used for training"),
+      float_opt("val_fraction", 0.1, 0.01, 0.98, "fraction after the training part used for validation"),
+      int_opt("context", 128, 2, 1 << 20, "tokens per training window (sequence length T)"),
+      int_opt("task_length", 10, 1, 512, "synthetic tasks: source sequence length"),
+      int_opt("task_vocab", 32, 2, 4096, "synthetic tasks: number of symbols"),
+      int_opt("task_train_examples", 10000, 1, 10000000, "synthetic tasks: training examples"),
+      int_opt("task_eval_examples", 1000, 1, 10000000, "synthetic tasks: validation and test examples each"),
+      int_opt("task_seed", 1234, 0, 2147483647, "synthetic tasks: generator seed"),
+      int_opt("probe_chars", 96, 8, 4096, "characters of the fixed validation probe text used for routing views"),
+  };
+  return schema;
+}
+
+const OptionSchema& train_schema() {
+  static const OptionSchema schema = {
+      int_opt("steps", 1000, 1, 1e9, "optimizer steps"),
+      int_opt("batch_size", 32, 1, 1 << 20, "sequences per step"),
+      float_opt("lr", 1e-3, 0, 10, "peak learning rate"),
+      float_opt("min_lr", 1e-4, 0, 10, "learning rate at the end of the cosine decay"),
+      int_opt("warmup_steps", 100, 0, 1e9, "linear warm-up steps from 0 to train.lr"),
+      float_opt("weight_decay", 0.1, 0, 10, "AdamW decoupled weight decay (not applied to norms, biases, embeddings)"),
+      float_opt("beta1", 0.9, 0, 0.999999, "AdamW beta1"),
+      float_opt("beta2", 0.95, 0, 0.999999, "AdamW beta2"),
+      float_opt("eps", 1e-8, 1e-12, 1, "AdamW epsilon"),
+      float_opt("grad_clip", 1.0, 0, 1e6, "global gradient-norm clip (0 disables)"),
+      int_opt("eval_every", 100, 1, 1e9, "steps between evaluations"),
+      int_opt("eval_batches", 8, 1, 100000, "validation batches per evaluation"),
+      int_opt("log_every", 10, 1, 1e9, "steps between stored training metrics"),
+      int_opt("checkpoint_every", 500, 1, 1e9, "steps between checkpoints (a final one is always written)"),
+      choice_opt("precision", "fp32", {"fp32", "bf16"},
+                 "fp32, or bf16 mixed precision (autocast: bf16 matmuls, fp32 master weights and reductions)"),
+  };
+  return schema;
+}
+
+const OptionSchema& run_schema() {
+  static const OptionSchema schema = {
+      string_opt("name", "", "run name (default: <arch>-<preset>)"),
+      int_opt("seed", 1337, 0, 2147483647, "seed of initialisation, batches and dropout"),
+      choice_opt("device", "cpu", {"cpu", "cuda"}, "compute device"),
+      int_opt("threads", 0, 0, 1024, "CPU threads for Torch (0: all cores)"),
+      string_opt("notes", "", "free text stored with the run"),
+  };
+  return schema;
+}
+
+std::string ExperimentConfig::hash() const {
+  char buf[17];
+  std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(fnv1a(doc.dump())));
+  return buf;
+}
+
+ExperimentConfig resolve_config(const nlohmann::json& overrides, const std::vector<std::string>& sets,
+                                const std::string& origin) {
+  if (!overrides.is_object()) throw ConfigError(with_origin(origin, "the config must be a JSON object"));
+  for (const auto& [key, value] : overrides.items()) {
+    bool known = key == "description";
+    for (const char* s : kSections) known = known || key == s;
+    if (!known) throw ConfigError(with_origin(origin, key + ": unknown section (expected model, data, train, run)"));
+  }
+
+  // Split "a.b=v" assignments; the architecture must be known before the model defaults are.
+  std::vector<std::pair<std::string, std::string>> assignments;
+  std::string arch = "dense";
+  if (overrides.contains("model") && overrides["model"].is_object() && overrides["model"].contains("arch")) {
+    if (!overrides["model"]["arch"].is_string())
+      throw ConfigError(with_origin(origin, "model.arch: expected a string"));
+    arch = overrides["model"]["arch"].get<std::string>();
+  }
+  for (const auto& s : sets) {
+    const auto eq = s.find('=');
+    const auto dot = s.find('.');
+    if (eq == std::string::npos || dot == std::string::npos || dot > eq)
+      throw ConfigError("--set " + s + ": expected section.key=value (e.g. model.n_layer=4)");
+    assignments.emplace_back(s.substr(0, eq), s.substr(eq + 1));
+    if (s.substr(0, eq) == "model.arch") arch = s.substr(eq + 1);
+  }
+
+  try {
+    nlohmann::json doc = nlohmann::json::object();
+    for (const char* section : kSections) doc[section] = schema_defaults(section_schema(section, arch));
+    doc["model"]["arch"] = arch;
+
+    for (const char* section : kSections) {
+      if (!overrides.contains(section)) continue;
+      nlohmann::json body = overrides[section];
+      if (!body.is_object()) throw ConfigError(std::string(section) + ": expected an object");
+      if (std::string(section) == "model") body.erase("arch");
+      validate_section(body, section_schema(section, arch), section);
+      doc[section].update(body);
+    }
+    for (const auto& [path, text] : assignments) {
+      const auto dot = path.find('.');
+      const std::string section = path.substr(0, dot), key = path.substr(dot + 1);
+      if (std::find(std::begin(kSections), std::end(kSections), section) == std::end(kSections))
+        throw ConfigError(path + ": unknown section (expected model, data, train, run)");
+      if (path == "model.arch") continue;
+      const OptionSpec* spec = find_option(section_schema(section, arch), key);
+      if (!spec) throw ConfigError(path + ": unknown key");
+      doc[section][key] = parse_value(text, *spec, path);
+    }
+    // Integral values given as 4.0 are stored as integers so the resolved document (and its hash) is canonical.
+    for (const char* section : kSections)
+      for (const auto& spec : section_schema(section, arch))
+        if (spec.type == OptionType::Int && doc[section].contains(spec.key))
+          doc[section][spec.key] = doc[section][spec.key].get<long long>();
+    cross_validate(doc);
+    return ExperimentConfig{std::move(doc), origin};
+  } catch (const ConfigError& e) {
+    throw ConfigError(with_origin(origin, e.what()));
+  }
+}
+
+ExperimentConfig config_from_resolved(const nlohmann::json& doc, const std::string& origin) {
+  return resolve_config(doc, {}, origin);
+}
+
+nlohmann::json load_json_file(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) throw ConfigError(path + ": cannot open the config file");
+  std::stringstream buf;
+  buf << in.rdbuf();
+  try {
+    return nlohmann::json::parse(buf.str(), nullptr, true, /*ignore_comments=*/true);
+  } catch (const nlohmann::json::parse_error& e) {
+    // e.byte is the offset of the error: report line and column.
+    const std::string text = buf.str();
+    std::size_t line = 1, col = 1;
+    for (std::size_t i = 0; i + 1 < e.byte && i < text.size(); ++i) {
+      if (text[i] == '\n') {
+        ++line;
+        col = 1;
+      } else {
+        ++col;
+      }
+    }
+    throw ConfigError(path + ":" + std::to_string(line) + ":" + std::to_string(col) + ": invalid JSON");
+  }
+}
+
+std::vector<PresetInfo> list_presets() {
+  std::vector<PresetInfo> out;
+  const fs::path dir = experiments_dir();
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator(dir, ec)) {
+    if (entry.path().extension() != ".json") continue;
+    PresetInfo info;
+    info.name = entry.path().stem().string();
+    info.path = entry.path().string();
+    try {
+      const auto doc = load_json_file(info.path);
+      info.description = doc.value("description", "");
+      info.arch = doc.contains("model") ? doc["model"].value("arch", "dense") : "dense";
+    } catch (const ConfigError& e) {
+      info.description = std::string("unreadable: ") + e.what();
+    }
+    out.push_back(std::move(info));
+  }
+  std::sort(out.begin(), out.end(), [](const auto& a, const auto& b) { return a.name < b.name; });
+  return out;
+}
+
+nlohmann::json load_preset(const std::string& name) {
+  const fs::path path = fs::path(experiments_dir()) / (name + ".json");
+  if (!fs::exists(path)) {
+    std::string known;
+    for (const auto& p : list_presets()) known += (known.empty() ? "" : ", ") + p.name;
+    throw ConfigError("unknown preset '" + name + "' (known: " + known + ")");
+  }
+  return load_json_file(path.string());
+}
+
+ExperimentConfig preset_config(const std::string& name, const std::vector<std::string>& sets) {
+  return resolve_config(load_preset(name), sets, name);
+}
+
+}  // namespace routelab

@@ -1,0 +1,56 @@
+// Experiment configuration: a JSON document with sections model / data / train / run, resolved from the
+// defaults of each section's schema (the model's from its architecture), a preset or file, and --set overrides.
+#pragma once
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "core/config/options.h"
+
+namespace routelab {
+
+const OptionSchema& data_schema();
+const OptionSchema& train_schema();
+const OptionSchema& run_schema();
+
+struct ExperimentConfig {
+  nlohmann::json doc;      ///< fully resolved and validated: {model:{arch,...}, data:{...}, train:{...}, run:{...}}
+  std::string origin;      ///< preset name or file the overrides came from ("" for pure defaults)
+
+  const nlohmann::json& model() const { return doc.at("model"); }
+  const nlohmann::json& data() const { return doc.at("data"); }
+  const nlohmann::json& train() const { return doc.at("train"); }
+  const nlohmann::json& run() const { return doc.at("run"); }
+  std::string arch() const { return model().at("arch").get<std::string>(); }
+  /// Stable 16-hex-digit FNV-1a hash of the canonical (sorted-key) JSON of the resolved config.
+  std::string hash() const;
+};
+
+/// Resolves `overrides` (a preset or file; keys limited to model/data/train/run/description) plus
+/// `sets` ("train.steps=200", "model.n_layer=4") on top of the defaults, then validates cross-field rules.
+/// Every error is a ConfigError naming `origin` (when given) and the key path.
+ExperimentConfig resolve_config(const nlohmann::json& overrides, const std::vector<std::string>& sets = {},
+                                const std::string& origin = "");
+
+/// Re-validates a stored resolved config (e.g. from a checkpoint or the run store).
+ExperimentConfig config_from_resolved(const nlohmann::json& doc, const std::string& origin);
+
+/// Reads a JSON file; a missing file or a syntax error is a ConfigError naming the file (and line).
+nlohmann::json load_json_file(const std::string& path);
+
+struct PresetInfo {
+  std::string name;
+  std::string description;
+  std::string arch;
+  std::string path;
+};
+
+/// Presets in experiments_dir(), sorted by name.
+std::vector<PresetInfo> list_presets();
+/// The overrides of preset `name`; an unknown name is a ConfigError listing the known ones.
+nlohmann::json load_preset(const std::string& name);
+/// Resolves preset `name` with `sets`.
+ExperimentConfig preset_config(const std::string& name, const std::vector<std::string>& sets = {});
+
+}  // namespace routelab

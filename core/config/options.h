@@ -1,0 +1,46 @@
+// Option schemas: typed, ranged, documented options. One mechanism validates every config section and
+// describes architecture options to the GUI's generated form.
+#pragma once
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+namespace routelab {
+
+enum class OptionType { Int, Float, Bool, String, Choice, IntList };
+
+std::string to_string(OptionType type);
+
+struct OptionSpec {
+  std::string key;
+  OptionType type = OptionType::Float;
+  nlohmann::json default_value;
+  std::string help;
+  std::optional<double> min;          ///< inclusive; for IntList, bounds each element
+  std::optional<double> max;          ///< inclusive
+  std::vector<std::string> choices;   ///< for Choice
+};
+
+using OptionSchema = std::vector<OptionSpec>;
+
+/// {key: default} for every option of the schema.
+nlohmann::json schema_defaults(const OptionSchema& schema);
+
+/// Checks that `section` is an object whose keys are all in the schema and whose values have the right type
+/// and range. Integral floats are accepted for Int. Throws ConfigError naming `path.key`.
+void validate_section(const nlohmann::json& section, const OptionSchema& schema, const std::string& path);
+
+/// Validates one value against one spec; throws ConfigError naming `key_path`.
+void validate_value(const nlohmann::json& value, const OptionSpec& spec, const std::string& key_path);
+
+/// Parses a command-line string ("4", "3e-4", "true", "[1,3]", "llama") into the spec's type.
+nlohmann::json parse_value(const std::string& text, const OptionSpec& spec, const std::string& key_path);
+
+/// Machine-readable schema (for `presets --json`, the GUI form and documentation).
+nlohmann::json schema_to_json(const OptionSchema& schema);
+
+const OptionSpec* find_option(const OptionSchema& schema, const std::string& key);
+
+}  // namespace routelab

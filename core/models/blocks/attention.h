@@ -1,0 +1,65 @@
+// Causal multi-head self-attention with optional grouped-query heads and RoPE, as a module whose pieces
+// (projections, core attention, output projection, the value-only path) routed layers reuse.
+#pragma once
+#include <torch/torch.h>
+
+#include "core/models/blocks/rope.h"
+
+namespace routelab {
+
+struct AttentionOptions {
+  AttentionOptions(std::int64_t n_embd, std::int64_t n_head) : n_embd_(n_embd), n_head_(n_head) {}
+  TORCH_ARG(std::int64_t, n_embd);
+  TORCH_ARG(std::int64_t, n_head);
+  /// key/value heads (grouped-query attention when < n_head); 0 means n_head
+  TORCH_ARG(std::int64_t, n_kv_head) = 0;
+  /// biases on the projections (GPT-2 style); false by default
+  TORCH_ARG(bool, bias) = false;
+  /// rotary positions (Llama style); true by default
+  TORCH_ARG(bool, rope) = true;
+  /// RoPE table size; 2048 by default
+  TORCH_ARG(std::int64_t, max_positions) = 2048;
+  /// RoPE base; 1e4 by default
+  TORCH_ARG(double, rope_theta) = 10000.0;
+  /// attention-probability dropout in training; 0 by default
+  TORCH_ARG(double, dropout) = 0.0;
+};
+
+/// Scaled dot-product attention of q (B, H, Tq, hd) over k, v (B, Hkv, Tk, hd), causal with the queries
+/// aligned to the last Tq keys; Hkv divides H (key/value head h/(H/Hkv) serves query head h). -> (B, H, Tq, hd)
+torch::Tensor causal_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
+                               double dropout = 0.0, bool training = false);
+
+/// Repeats key/value heads for grouped-query attention exactly as Llama's repeat_kv: (B, Hkv, T, hd) -> (B, H, T, hd).
+torch::Tensor repeat_kv(const torch::Tensor& x, std::int64_t n_rep);
+
+class CausalSelfAttentionImpl : public torch::nn::Module {
+ public:
+  explicit CausalSelfAttentionImpl(AttentionOptions options);
+  void reset();
+
+  /// x: (B, T, C), positions: (T) or (B, T) absolute positions -> (B, T, C)
+  torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& positions);
+
+  struct QKV {
+    torch::Tensor q;  // (B, H, T, hd), rotated
+    torch::Tensor k;  // (B, Hkv, T, hd), rotated
+    torch::Tensor v;  // (B, Hkv, T, hd)
+  };
+  QKV project(const torch::Tensor& x, const torch::Tensor& positions);
+  /// (B, H, T, hd) -> (B, T, C) through W_O.
+  torch::Tensor output(const torch::Tensor& heads);
+  /// W_O(repeat_kv(W_V x)): the update a token gets when it attends only to itself (DTRNet's bypass path).
+  torch::Tensor value_only(const torch::Tensor& x);
+
+  std::int64_t head_dim() const { return options.n_embd() / options.n_head(); }
+  std::int64_t kv_heads() const { return options.n_kv_head() > 0 ? options.n_kv_head() : options.n_head(); }
+
+  AttentionOptions options;
+  torch::nn::Linear qkv{nullptr};   // C -> (H + 2 Hkv) hd
+  torch::nn::Linear proj{nullptr};  // C -> C (W_O)
+  Rope rope;
+};
+TORCH_MODULE(CausalSelfAttention);
+
+}  // namespace routelab

@@ -1,0 +1,32 @@
+// Normalisation layers: RMSNorm (Llama, fp32 inside) and LayerNorm (GPT-2) behind one module.
+#pragma once
+#include <torch/torch.h>
+
+namespace routelab {
+
+enum class NormKind { RMS, Layer };
+
+struct NormOptions {
+  NormOptions(std::int64_t dim) : dim_(dim) {}
+  TORCH_ARG(std::int64_t, dim);
+  /// RMS (Llama) by default
+  TORCH_ARG(NormKind, kind) = NormKind::RMS;
+  /// 1e-5 by default
+  TORCH_ARG(double, eps) = 1e-5;
+  /// LayerNorm bias (GPT-2 style); ignored by RMSNorm. true by default
+  TORCH_ARG(bool, bias) = true;
+};
+
+class NormImpl : public torch::nn::Module {
+ public:
+  explicit NormImpl(NormOptions options);
+  void reset();
+  torch::Tensor forward(const torch::Tensor& x);  // (..., C) -> (..., C)
+
+  NormOptions options;
+  torch::Tensor weight;  // (C)
+  torch::Tensor bias;    // (C) or undefined
+};
+TORCH_MODULE(Norm);
+
+}  // namespace routelab

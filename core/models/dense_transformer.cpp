@@ -1,0 +1,174 @@
+// Dense Transformer baseline and the trunk (embeddings, final norm, head, init) routed architectures share.
+#include "core/models/dense_transformer.h"
+
+#include <cmath>
+
+#include "core/util/errors.h"
+
+namespace routelab {
+
+std::int64_t TransformerOptions::ff_dim() const {
+  if (d_ff_ > 0) return d_ff_;
+  if (style_ == ModelStyle::GPT2) return 4 * n_embd_;
+  const std::int64_t raw = (8 * n_embd_ + 2) / 3;
+  return (raw + 63) / 64 * 64;
+}
+
+OptionSchema transformer_option_schema() {
+  using T = OptionType;
+  return {
+      {"style", T::Choice, "llama", "llama: RMSNorm, RoPE, SwiGLU, no biases (seed 000); gpt2: LayerNorm, learned "
+                                    "positions, GELU, biases (seed 003)", std::nullopt, std::nullopt, {"llama", "gpt2"}},
+      {"n_layer", T::Int, 4, "number of Transformer blocks", 1, 256, {}},
+      {"n_embd", T::Int, 128, "model width d", 8, 16384, {}},
+      {"n_head", T::Int, 4, "query heads (must divide n_embd)", 1, 256, {}},
+      {"n_kv_head", T::Int, 0, "key/value heads for grouped-query attention (0: n_head; must divide n_head)", 0, 256, {}},
+      {"d_ff", T::Int, 0, "MLP inner width (0: llama 8/3 d rounded up to 64, gpt2 4 d)", 0, 1 << 20, {}},
+      {"max_seq_len", T::Int, 0, "longest sequence the model accepts (0: data.context)", 0, 1 << 22, {}},
+      {"tie_weights", T::Bool, true, "share the token embedding with the output head", std::nullopt, std::nullopt, {}},
+      {"rope_theta", T::Float, 10000.0, "RoPE base (llama style)", 1, 1e9, {}},
+      {"norm_eps", T::Float, 1e-5, "normalisation epsilon", 1e-12, 1, {}},
+      {"dropout", T::Float, 0.0, "dropout on attention probabilities and residual updates in training", 0, 0.9, {}},
+      {"init", T::Choice, "gpt3", "gpt3: N(0,0.02) with residual projections N(0,0.02/sqrt(2L)) (seed 003 App. A); "
+                                  "normal: N(0,0.02) everywhere", std::nullopt, std::nullopt, {"gpt3", "normal"}},
+  };
+}
+
+void check_transformer_options(const nlohmann::json& m, const std::string& path) {
+  const auto n_embd = m.at("n_embd").get<std::int64_t>(), n_head = m.at("n_head").get<std::int64_t>();
+  const auto n_kv = m.at("n_kv_head").get<std::int64_t>();
+  if (n_embd % n_head != 0)
+    throw ConfigError(path + ".n_head: " + std::to_string(n_head) + " does not divide n_embd " + std::to_string(n_embd));
+  if ((n_embd / n_head) % 2 != 0 && m.at("style") == "llama")
+    throw ConfigError(path + ".n_head: head dim " + std::to_string(n_embd / n_head) + " must be even for RoPE");
+  if (n_kv > 0 && n_head % n_kv != 0)
+    throw ConfigError(path + ".n_kv_head: " + std::to_string(n_kv) + " does not divide n_head " + std::to_string(n_head));
+}
+
+TransformerOptions transformer_options_from_json(const nlohmann::json& m, std::int64_t vocab_size,
+                                                 std::int64_t context) {
+  TransformerOptions o;
+  o.style(m.at("style") == "gpt2" ? ModelStyle::GPT2 : ModelStyle::Llama)
+      .vocab_size(vocab_size)
+      .n_layer(m.at("n_layer").get<std::int64_t>())
+      .n_embd(m.at("n_embd").get<std::int64_t>())
+      .n_head(m.at("n_head").get<std::int64_t>())
+      .n_kv_head(m.at("n_kv_head").get<std::int64_t>())
+      .d_ff(m.at("d_ff").get<std::int64_t>())
+      .tie_weights(m.at("tie_weights").get<bool>())
+      .rope_theta(m.at("rope_theta").get<double>())
+      .norm_eps(m.at("norm_eps").get<double>())
+      .dropout(m.at("dropout").get<double>())
+      .init(m.at("init").get<std::string>());
+  const auto max_len = m.at("max_seq_len").get<std::int64_t>();
+  o.max_seq_len(max_len > 0 ? max_len : context);
+  return o;
+}
+
+namespace {
+
+NormOptions norm_options(const TransformerOptions& o) {
+  return NormOptions(o.n_embd())
+      .kind(o.style() == ModelStyle::GPT2 ? NormKind::Layer : NormKind::RMS)
+      .eps(o.norm_eps())
+      .bias(o.bias());
+}
+
+}  // namespace
+
+DenseBlockImpl::DenseBlockImpl(const TransformerOptions& o, std::int64_t /*layer_index*/) {
+  norm1 = register_module("norm1", Norm(norm_options(o)));
+  norm2 = register_module("norm2", Norm(norm_options(o)));
+  attn = register_module("attn", CausalSelfAttention(AttentionOptions(o.n_embd(), o.n_head())
+                                                          .n_kv_head(o.n_kv_head())
+                                                          .bias(o.bias())
+                                                          .rope(o.style() == ModelStyle::Llama)
+                                                          .max_positions(o.max_seq_len())
+                                                          .rope_theta(o.rope_theta())
+                                                          .dropout(o.dropout())));
+  mlp = register_module("mlp", Mlp(MlpOptions(o.n_embd(), o.ff_dim())
+                                       .kind(o.style() == ModelStyle::GPT2 ? MlpKind::GELU : MlpKind::SwiGLU)
+                                       .bias(o.bias())
+                                       .dropout(o.dropout())));
+}
+
+torch::Tensor DenseBlockImpl::forward(const torch::Tensor& x, const torch::Tensor& positions) {
+  auto h = x + attn(norm1(x), positions);  // (B, T, C)
+  return h + mlp(norm2(h));
+}
+
+TransformerTrunk::TransformerTrunk(TransformerOptions options) : options_(std::move(options)) {
+  tok_emb = register_module("tok_emb", torch::nn::Embedding(options_.vocab_size(), options_.n_embd()));
+  if (options_.style() == ModelStyle::GPT2)
+    pos_emb = register_module("pos_emb", torch::nn::Embedding(options_.max_seq_len(), options_.n_embd()));
+  final_norm = register_module("final_norm", Norm(norm_options(options_)));
+  if (!options_.tie_weights())
+    lm_head = register_module("lm_head", torch::nn::Linear(
+                                             torch::nn::LinearOptions(options_.n_embd(), options_.vocab_size()).bias(false)));
+}
+
+torch::Tensor TransformerTrunk::embed(const torch::Tensor& tokens, torch::Tensor& positions) {
+  const auto T = tokens.size(1);
+  if (T > options_.max_seq_len())
+    throw ConfigError("sequence of " + std::to_string(T) + " tokens exceeds model.max_seq_len " +
+                      std::to_string(options_.max_seq_len()));
+  positions = torch::arange(T, torch::TensorOptions().dtype(torch::kLong).device(tokens.device()));  // (T)
+  auto x = tok_emb(tokens);                                                                         // (B, T, C)
+  if (pos_emb) x = x + pos_emb(positions);
+  if (is_training() && options_.dropout() > 0) x = torch::dropout(x, options_.dropout(), true);
+  return x;
+}
+
+torch::Tensor TransformerTrunk::head(const torch::Tensor& x) {
+  const auto h = final_norm(x);
+  return options_.tie_weights() ? torch::nn::functional::linear(h, tok_emb->weight) : lm_head(h);  // (B, T, V)
+}
+
+void TransformerTrunk::init_weights(const std::vector<std::string>& residual_suffixes) {
+  torch::NoGradGuard no_grad;
+  const double std_base = 0.02;
+  const double std_residual = options_.init() == "gpt3" ? std_base / std::sqrt(2.0 * options_.n_layer()) : std_base;
+  for (auto& item : named_parameters()) {
+    const auto& name = item.key();
+    auto& p = item.value();
+    const bool is_norm = name.find("norm") != std::string::npos;
+    if (is_norm) continue;  // norms keep ones/zeros
+    if (p.dim() < 2) {
+      p.zero_();  // biases
+      continue;
+    }
+    bool residual = false;
+    for (const auto& suffix : residual_suffixes)
+      residual = residual || (name.size() >= suffix.size() && name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0);
+    p.normal_(0.0, residual ? std_residual : std_base);
+  }
+}
+
+DenseTransformer::DenseTransformer(TransformerOptions options) : TransformerTrunk(std::move(options)) {
+  auto list = register_module("blocks", torch::nn::ModuleList());
+  for (std::int64_t i = 0; i < options_.n_layer(); ++i) {
+    blocks.push_back(DenseBlock(options_, i));
+    list->push_back(blocks.back());
+  }
+  init_weights();
+}
+
+ModelOutput DenseTransformer::forward(const torch::Tensor& tokens, bool trace) {
+  torch::Tensor positions;
+  auto x = embed(tokens, positions);  // (B, T, C)
+  ModelOutput out;
+  for (std::size_t i = 0; i < blocks.size(); ++i) {
+    x = blocks[i]->forward(x, positions);
+    if (trace) {
+      LayerTrace t;
+      t.layer = static_cast<int>(i);
+      t.tokens_processed = {{"attn", tokens.numel()}, {"mlp", tokens.numel()}};
+      out.trace.push_back(std::move(t));
+    }
+  }
+  out.logits = head(x);
+  out.aux_loss = torch::zeros({}, out.logits.options().dtype(torch::kFloat));
+  return out;
+}
+
+}  // namespace routelab

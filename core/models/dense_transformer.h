@@ -1,0 +1,92 @@
+// The dense decoder-only Transformer baseline in two styles: Llama/SmolLM (RMSNorm, RoPE, SwiGLU, optional
+// GQA, no biases; seed 000) and GPT-2 (LayerNorm, learned positions, GELU, biases; seed 003).
+#pragma once
+#include <nlohmann/json.hpp>
+
+#include "core/config/options.h"
+#include "core/models/blocks/attention.h"
+#include "core/models/blocks/mlp.h"
+#include "core/models/blocks/norm.h"
+#include "core/models/language_model.h"
+
+namespace routelab {
+
+enum class ModelStyle { Llama, GPT2 };
+
+/// Shape and style options shared by every Transformer-based architecture.
+struct TransformerOptions {
+  TORCH_ARG(ModelStyle, style) = ModelStyle::Llama;
+  TORCH_ARG(std::int64_t, vocab_size) = 256;
+  TORCH_ARG(std::int64_t, max_seq_len) = 128;
+  TORCH_ARG(std::int64_t, n_layer) = 4;
+  TORCH_ARG(std::int64_t, n_embd) = 128;
+  TORCH_ARG(std::int64_t, n_head) = 4;
+  /// 0 = n_head
+  TORCH_ARG(std::int64_t, n_kv_head) = 0;
+  /// 0 = style default (Llama: 8/3 C rounded up to a multiple of 64; GPT-2: 4 C)
+  TORCH_ARG(std::int64_t, d_ff) = 0;
+  TORCH_ARG(bool, tie_weights) = true;
+  TORCH_ARG(double, rope_theta) = 10000.0;
+  TORCH_ARG(double, norm_eps) = 1e-5;
+  TORCH_ARG(double, dropout) = 0.0;
+  /// "gpt3": N(0, 0.02), residual projections N(0, 0.02/sqrt(2L)) (seed 003 App. A); "normal": all N(0, 0.02)
+  TORCH_ARG(std::string, init) = "gpt3";
+
+ public:  // TORCH_ARG leaves the section private
+  std::int64_t ff_dim() const;
+  bool bias() const { return style_ == ModelStyle::GPT2; }
+};
+
+/// Schema of the shared options (used by every Transformer architecture's registry entry).
+OptionSchema transformer_option_schema();
+void check_transformer_options(const nlohmann::json& model, const std::string& path);
+/// Reads the shared options from a resolved model section plus the data-derived context.
+TransformerOptions transformer_options_from_json(const nlohmann::json& model, std::int64_t vocab_size,
+                                                 std::int64_t context);
+
+/// Pre-norm block: x + Attn(Norm(x)), then + MLP(Norm(x)).
+class DenseBlockImpl : public torch::nn::Module {
+ public:
+  DenseBlockImpl(const TransformerOptions& options, std::int64_t layer_index);
+  torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& positions);  // (B, T, C) -> (B, T, C)
+
+  Norm norm1{nullptr}, norm2{nullptr};
+  CausalSelfAttention attn{nullptr};
+  Mlp mlp{nullptr};
+};
+TORCH_MODULE(DenseBlock);
+
+/// Embeddings, final norm and (tied) head shared by the Transformer architectures.
+class TransformerTrunk : public LanguageModel {
+ public:
+  explicit TransformerTrunk(TransformerOptions options);
+  std::int64_t num_layers() const override { return options_.n_layer(); }
+  std::int64_t vocab_size() const override { return options_.vocab_size(); }
+  const TransformerOptions& options() const { return options_; }
+
+ protected:
+  /// tokens (B, T) -> embeddings (B, T, C); positions (T) are returned through `positions`.
+  torch::Tensor embed(const torch::Tensor& tokens, torch::Tensor& positions);
+  /// (B, T, C) -> logits (B, T, V)
+  torch::Tensor head(const torch::Tensor& x);
+  /// Seed 003 App. A init (or plain N(0, 0.02)): call at the end of the subclass constructor. Parameters
+  /// whose name ends with one of `residual_suffixes` get the 0.02/sqrt(2L) scale under "gpt3".
+  void init_weights(const std::vector<std::string>& residual_suffixes = {"attn.proj.weight", "mlp.down.weight"});
+
+  TransformerOptions options_;
+  torch::nn::Embedding tok_emb{nullptr};
+  torch::nn::Embedding pos_emb{nullptr};  // GPT-2 style only
+  Norm final_norm{nullptr};
+  torch::nn::Linear lm_head{nullptr};     // untied only
+};
+
+class DenseTransformer : public TransformerTrunk {
+ public:
+  explicit DenseTransformer(TransformerOptions options);
+  ModelOutput forward(const torch::Tensor& tokens, bool trace = false) override;
+  std::string arch_id() const override { return "dense"; }
+
+  std::vector<DenseBlock> blocks;
+};
+
+}  // namespace routelab

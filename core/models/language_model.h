@@ -1,0 +1,48 @@
+// The one interface the trainer talks to: a language model that returns logits, its auxiliary (routing)
+// loss and a per-layer routing trace. Every architecture (dense or routed) implements it.
+#pragma once
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+#include <torch/torch.h>
+
+namespace routelab {
+
+/// What one layer did with the tokens of a forward pass.
+struct LayerTrace {
+  int layer = 0;
+  std::string kind = "dense";     ///< "dense" or the routed layer's kind ("dtrnet", "mod", ...)
+  bool routed = false;            ///< whether this layer makes routing decisions
+  torch::Tensor gate;             ///< (B, T) float: probability of the routed (expensive) path; undefined if dense
+  torch::Tensor decision;         ///< (B, T) bool: hard decision (true = routed path); undefined if dense
+  double routed_fraction = 1.0;   ///< fraction of tokens that took the routed path
+  double aux_loss = 0.0;          ///< this layer's auxiliary-loss term (before the global coefficient)
+  std::map<std::string, std::int64_t> tokens_processed;  ///< sub-layer -> tokens, e.g. {"attn": 812, "mlp": 4096}
+};
+
+struct ModelOutput {
+  torch::Tensor logits;           ///< (B, T, V)
+  torch::Tensor aux_loss;         ///< scalar, already multiplied by its coefficient(s); 0 for dense
+  std::vector<LayerTrace> trace;  ///< one entry per layer when tracing was asked for
+};
+
+class LanguageModel : public torch::nn::Module {
+ public:
+  /// tokens: (B, T) int64. With `trace` the per-layer routing trace is filled (cheap: no host syncs
+  /// are added beyond what routing itself needs).
+  virtual ModelOutput forward(const torch::Tensor& tokens, bool trace = false) = 0;
+  virtual std::string arch_id() const = 0;
+  virtual std::int64_t num_layers() const = 0;
+  virtual std::int64_t vocab_size() const = 0;
+  /// Whether AdamW weight decay applies to the named parameter (default: matrices of linear layers only;
+  /// never norms, biases or embeddings).
+  virtual bool decays(const std::string& name, const torch::Tensor& parameter) const;
+  /// A short description with the parameter count.
+  virtual std::string describe() const;
+  std::int64_t parameter_count() const;
+};
+
+}  // namespace routelab

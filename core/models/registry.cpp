@@ -1,0 +1,46 @@
+// The hand-written, sorted architecture registry (no static self-registration: the linker would drop it).
+#include "core/models/registry.h"
+
+#include <algorithm>
+
+#include "core/models/dense_transformer.h"
+#include "core/util/errors.h"
+
+namespace routelab {
+namespace {
+
+std::vector<ArchitectureEntry> make_registry() {
+  std::vector<ArchitectureEntry> entries;
+  entries.push_back({
+      "dense",
+      "Dense Transformer",
+      "baseline of seeds 000 (SmolLM/Llama style) and 003 (GPT-2 style)",
+      "Decoder-only pre-norm Transformer: every token runs every attention and MLP sub-layer.",
+      transformer_option_schema(),
+      check_transformer_options,
+      [](const nlohmann::json& m, const ModelContext& ctx) -> std::shared_ptr<LanguageModel> {
+        return std::make_shared<DenseTransformer>(transformer_options_from_json(m, ctx.vocab_size, ctx.context));
+      },
+  });
+  std::sort(entries.begin(), entries.end(), [](const auto& a, const auto& b) { return a.id < b.id; });
+  return entries;
+}
+
+}  // namespace
+
+const std::vector<ArchitectureEntry>& architectures() {
+  static const std::vector<ArchitectureEntry> entries = make_registry();
+  return entries;
+}
+
+const ArchitectureEntry& architecture(const std::string& id) {
+  for (const auto& e : architectures())
+    if (e.id == id) return e;
+  throw ConfigError("unsupported architecture: '" + id + "'");
+}
+
+std::shared_ptr<LanguageModel> create_model(const nlohmann::json& model, const ModelContext& ctx) {
+  return architecture(model.at("arch").get<std::string>()).create(model, ctx);
+}
+
+}  // namespace routelab

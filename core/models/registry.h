@@ -1,0 +1,40 @@
+// The explicit architecture registry: id -> display name, option schema (with defaults), cross-field check
+// and factory. Adding an architecture = one file pair in models/ + one entry in registry.cpp.
+#pragma once
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "core/config/options.h"
+
+namespace routelab {
+
+class LanguageModel;
+
+/// What the data decides about a model: vocabulary and the longest context it must handle.
+struct ModelContext {
+  long long vocab_size = 0;
+  long long context = 0;
+};
+
+struct ArchitectureEntry {
+  std::string id;             ///< e.g. "dense"
+  std::string display_name;   ///< e.g. "Dense Transformer"
+  std::string source;         ///< the seed or paper it follows
+  std::string description;
+  OptionSchema options;       ///< every model.* option except "arch"
+  /// Cross-field checks on the resolved model section; throws ConfigError naming `path.key`.
+  std::function<void(const nlohmann::json& model, const std::string& path)> check;
+  std::function<std::shared_ptr<LanguageModel>(const nlohmann::json& model, const ModelContext& ctx)> create;
+};
+
+/// Every registered architecture, sorted by id.
+const std::vector<ArchitectureEntry>& architectures();
+/// Throws ConfigError("unsupported architecture: 'x'") for an unknown id.
+const ArchitectureEntry& architecture(const std::string& id);
+std::shared_ptr<LanguageModel> create_model(const nlohmann::json& model, const ModelContext& ctx);
+
+}  // namespace routelab

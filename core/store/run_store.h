@@ -1,0 +1,193 @@
+// The run store: every run, its resolved config, metrics, routing statistics, evaluations, probes and
+// checkpoints in one SQLite file (WAL). RunStore is one connection (one per thread); StoreWriter batches the
+// trainer's rows in transactions on its own thread so the trainer never waits on SQLite.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+struct sqlite3;
+
+namespace routelab {
+
+enum class RunStatus { Running, Finished, Failed, Stopped, Crashed };
+std::string to_string(RunStatus status);
+RunStatus parse_run_status(const std::string& text);  ///< throws StoreError on an unknown word
+
+struct NewRun {
+  std::string name;
+  std::string arch;
+  std::string preset;            ///< preset name or config file ("" for defaults)
+  std::string config_json;       ///< full resolved config
+  std::string config_hash;
+  std::int64_t seed = 0;
+  std::string device = "cpu";
+  std::string routelab_version;
+  std::string torch_version;
+  std::string qt_version;        ///< "" when started from the CLI
+  std::int64_t total_steps = 0;
+  std::optional<std::int64_t> parent_run_id;      ///< the run this one was resumed or cloned from
+  std::optional<std::int64_t> resumed_from_step;
+  int rank = 0;                  ///< data-parallel rank of the writer (only rank 0 writes; kept for scale-out)
+  int world_size = 1;
+};
+
+struct RunRecord {
+  std::int64_t id = 0;
+  std::string name, arch, preset, config_json, config_hash;
+  std::int64_t seed = 0;
+  std::string device, routelab_version, torch_version, qt_version;
+  RunStatus status = RunStatus::Running;
+  std::string message;
+  double created_at = 0, ended_at = 0, heartbeat_at = 0;  ///< unix seconds; 0 = unset
+  std::optional<std::int64_t> parent_run_id, resumed_from_step;
+  std::int64_t total_steps = 0, last_step = 0;            ///< last_step = highest step with a train/loss metric
+  int world_size = 1;
+  std::string tags;    ///< comma-separated
+  std::string notes;
+  bool archived = false;
+  std::optional<double> last_train_loss, last_val_loss, best_val_loss;
+};
+
+struct MetricPoint {
+  std::int64_t step = 0;
+  double wall_time = 0;  ///< unix seconds
+  double value = 0;      ///< NaN and +-Inf round-trip
+};
+
+struct MetricRow {
+  std::string key;       ///< e.g. "train/loss", "train/lr", "val/loss"
+  std::int64_t step = 0;
+  double wall_time = 0;
+  double value = 0;
+};
+
+/// Per routed layer, per logged step.
+struct RoutingRow {
+  std::int64_t step = 0;
+  int layer = 0;
+  double routed_fraction = 0;   ///< fraction of tokens taking the routed (expensive) path
+  double gate_mean = 0;         ///< mean gate probability of the routed path
+  double aux_loss = 0;
+  std::int64_t tokens_attn = 0; ///< tokens processed by the attention sub-layer
+  std::int64_t tokens_mlp = 0;  ///< tokens processed by the MLP sub-layer
+};
+
+struct EvalRow {
+  std::int64_t step = 0;
+  std::string split = "val";
+  double loss = 0, ppl = 0, bpc = 0;
+  std::string extra_json = "{}";
+};
+
+struct CheckpointRow {
+  std::int64_t step = 0;
+  std::string path;
+  std::int64_t bytes = 0;
+  double created_at = 0;
+};
+
+/// The token x layer routing of the run's fixed probe text at one evaluation (JSON document).
+struct ProbeRow {
+  std::int64_t step = 0;
+  std::string json;
+};
+
+struct RunPatch {
+  std::optional<std::string> name, tags, notes;
+  std::optional<bool> archived;
+  std::optional<std::int64_t> resumed_from_step;
+};
+
+class RunStore {
+ public:
+  static constexpr int kSchemaVersion = 1;
+  static constexpr double kStaleHeartbeatSeconds = 30.0;
+
+  /// Opens (creating the file and its parent dirs when missing) and migrates. A file that is not a RouteLab
+  /// database, or one of a newer schema, is refused with a StoreError naming the file and left untouched.
+  /// When `mark_crashed` is true, running runs whose heartbeat is older than kStaleHeartbeatSeconds become
+  /// `crashed`.
+  explicit RunStore(const std::string& path, bool mark_crashed = true);
+  ~RunStore();
+  RunStore(const RunStore&) = delete;
+  RunStore& operator=(const RunStore&) = delete;
+
+  const std::string& path() const { return path_; }
+
+  std::int64_t create_run(const NewRun& run);
+  void set_status(std::int64_t run_id, RunStatus status, const std::string& message = "");
+  void heartbeat(std::int64_t run_id);
+  void patch_run(std::int64_t run_id, const RunPatch& patch);
+  /// Deletes the run's rows (metrics, routing, evals, probes, checkpoints rows). Files are the caller's.
+  void delete_run(std::int64_t run_id);
+  int mark_stale_runs_crashed(double stale_after_seconds = kStaleHeartbeatSeconds);
+
+  void insert_metrics(std::int64_t run_id, const std::vector<MetricRow>& rows);
+  void insert_routing(std::int64_t run_id, const std::vector<RoutingRow>& rows);
+  void insert_eval(std::int64_t run_id, const EvalRow& row);
+  void insert_checkpoint(std::int64_t run_id, const CheckpointRow& row);
+  void insert_probe(std::int64_t run_id, const ProbeRow& row);
+  /// Removes metrics, routing, evals, probes and checkpoint rows with step > `step` (used when resuming).
+  void truncate_after(std::int64_t run_id, std::int64_t step);
+
+  std::vector<RunRecord> list_runs(bool include_archived = true) const;
+  std::optional<RunRecord> run(std::int64_t run_id) const;
+  std::vector<std::string> metric_keys(std::int64_t run_id) const;
+  std::vector<MetricPoint> metric(std::int64_t run_id, const std::string& key, std::int64_t after_step = -1) const;
+  std::vector<RoutingRow> routing(std::int64_t run_id, std::int64_t after_step = -1) const;
+  std::vector<EvalRow> evals(std::int64_t run_id) const;
+  std::vector<CheckpointRow> checkpoints(std::int64_t run_id) const;
+  std::optional<CheckpointRow> latest_checkpoint(std::int64_t run_id) const;
+  std::vector<ProbeRow> probes(std::int64_t run_id) const;
+
+  /// Runs `fn` inside BEGIN IMMEDIATE ... COMMIT (ROLLBACK on exception).
+  template <class Fn>
+  void transaction(Fn&& fn) {
+    begin();
+    try {
+      fn();
+    } catch (...) {
+      rollback();
+      throw;
+    }
+    commit();
+  }
+
+ private:
+  void begin();
+  void commit();
+  void rollback();
+  void migrate();
+
+  std::string path_;
+  sqlite3* db_ = nullptr;
+};
+
+/// Batches the rows of one run and writes them from its own thread and connection, at most every
+/// `flush_interval_s`; keeps the run's heartbeat fresh while alive. Only the rank-0 process creates one.
+class StoreWriter {
+ public:
+  StoreWriter(const std::string& db_path, std::int64_t run_id, double flush_interval_s = 0.25);
+  ~StoreWriter();  ///< flushes what is pending
+  StoreWriter(const StoreWriter&) = delete;
+  StoreWriter& operator=(const StoreWriter&) = delete;
+
+  void add_metric(const MetricRow& row);
+  void add_routing(const RoutingRow& row);
+  void add_eval(const EvalRow& row);
+  void add_checkpoint(const CheckpointRow& row);
+  void add_probe(const ProbeRow& row);
+  /// Blocks until everything added so far is committed; rethrows a write error as StoreError.
+  void flush();
+  /// Flushes, then writes the terminal (or running) status synchronously.
+  void set_status(RunStatus status, const std::string& message = "");
+
+ private:
+  struct State;
+  std::unique_ptr<State> state_;
+};
+
+}  // namespace routelab

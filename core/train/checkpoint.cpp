@@ -1,0 +1,118 @@
+// Checkpoint serialisation with torch::serialize archives; every failure becomes a CheckpointError.
+#include "core/train/checkpoint.h"
+
+#include <filesystem>
+
+#include <ATen/CPUGeneratorImpl.h>
+
+#include "core/util/errors.h"
+
+namespace fs = std::filesystem;
+
+namespace routelab {
+namespace {
+
+constexpr std::int64_t kFormatVersion = 1;
+
+torch::Tensor scalar(std::int64_t v) { return torch::tensor(v, torch::kLong); }
+torch::Tensor scalar_d(double v) { return torch::tensor(v, torch::kDouble); }
+
+torch::Tensor read_tensor(torch::serialize::InputArchive& in, const std::string& key, const std::string& path) {
+  torch::Tensor t;
+  if (!in.try_read(key, t)) throw CheckpointError(path + ": missing key '" + key + "'");
+  return t;
+}
+
+std::string read_string(torch::serialize::InputArchive& in, const std::string& key, const std::string& path) {
+  c10::IValue v;
+  if (!in.try_read(key, v) || !v.isString()) throw CheckpointError(path + ": missing key '" + key + "'");
+  return v.toStringRef();
+}
+
+CheckpointMeta read_meta(torch::serialize::InputArchive& in, const std::string& path) {
+  const auto version = read_tensor(in, "format_version", path).item<std::int64_t>();
+  if (version > kFormatVersion)
+    throw CheckpointError(path + ": checkpoint format " + std::to_string(version) + " is newer than this RouteLab");
+  CheckpointMeta meta;
+  meta.step = read_tensor(in, "step", path).item<std::int64_t>();
+  meta.tokens_seen = read_tensor(in, "tokens_seen", path).item<std::int64_t>();
+  meta.elapsed_s = read_tensor(in, "elapsed_s", path).item<double>();
+  meta.config_json = read_string(in, "config", path);
+  meta.tokenizer_json = read_string(in, "tokenizer", path);
+  return meta;
+}
+
+void open_archive(torch::serialize::InputArchive& in, const std::string& path, torch::Device device = torch::kCPU) {
+  if (!fs::exists(path)) throw CheckpointError(path + ": checkpoint file not found");
+  try {
+    in.load_from(path, device);
+  } catch (const c10::Error& e) {
+    throw CheckpointError(path + ": not a readable RouteLab checkpoint (" + e.what_without_backtrace() + ")");
+  }
+}
+
+}  // namespace
+
+std::int64_t save_checkpoint(const std::string& path, LanguageModel& model, torch::optim::Optimizer& optimizer,
+                             const CheckpointMeta& meta) {
+  try {
+    fs::create_directories(fs::path(path).parent_path());
+    torch::serialize::OutputArchive archive;
+    archive.write("format_version", scalar(kFormatVersion));
+    archive.write("step", scalar(meta.step));
+    archive.write("tokens_seen", scalar(meta.tokens_seen));
+    archive.write("elapsed_s", scalar_d(meta.elapsed_s));
+    archive.write("config", c10::IValue(meta.config_json));
+    archive.write("tokenizer", c10::IValue(meta.tokenizer_json));
+    torch::serialize::OutputArchive model_archive, optim_archive;
+    model.save(model_archive);
+    optimizer.save(optim_archive);
+    archive.write("model", model_archive);
+    archive.write("optimizer", optim_archive);
+    {
+      auto gen = at::detail::getDefaultCPUGenerator();
+      std::lock_guard<std::mutex> lock(gen.mutex());
+      archive.write("rng_cpu", gen.get_state());
+    }
+    const std::string tmp = path + ".tmp";
+    archive.save_to(tmp);
+    fs::rename(tmp, path);
+    return static_cast<std::int64_t>(fs::file_size(path));
+  } catch (const c10::Error& e) {
+    throw CheckpointError(path + ": cannot write checkpoint (" + e.what_without_backtrace() + ")");
+  } catch (const fs::filesystem_error& e) {
+    throw CheckpointError(path + ": cannot write checkpoint (" + e.what() + ")");
+  }
+}
+
+CheckpointMeta read_checkpoint_meta(const std::string& path) {
+  torch::serialize::InputArchive in;
+  open_archive(in, path);
+  return read_meta(in, path);
+}
+
+CheckpointMeta load_checkpoint(const std::string& path, LanguageModel& model, torch::optim::Optimizer* optimizer,
+                               torch::Device device) {
+  torch::serialize::InputArchive in;
+  open_archive(in, path, device);
+  const auto meta = read_meta(in, path);
+  try {
+    torch::serialize::InputArchive model_archive;
+    if (!in.try_read("model", model_archive)) throw CheckpointError(path + ": missing key 'model'");
+    model.load(model_archive);
+    if (optimizer) {
+      torch::serialize::InputArchive optim_archive;
+      if (!in.try_read("optimizer", optim_archive)) throw CheckpointError(path + ": missing key 'optimizer'");
+      optimizer->load(optim_archive);
+      auto state = read_tensor(in, "rng_cpu", path).to(torch::kCPU);
+      auto gen = at::detail::getDefaultCPUGenerator();
+      std::lock_guard<std::mutex> lock(gen.mutex());
+      gen.set_state(state);
+    }
+  } catch (const c10::Error& e) {
+    throw CheckpointError(path + ": does not match the model (" + e.what_without_backtrace() + ")");
+  }
+  return meta;
+}
+
+}  // namespace routelab

@@ -1,0 +1,39 @@
+// One optimisation step (forward, loss, backward, clip, AdamW) shared by the trainer and the benchmark, so
+// the benchmark times exactly what training runs.
+#pragma once
+#include <torch/torch.h>
+
+#include "core/data/dataset.h"
+#include "core/models/language_model.h"
+
+namespace routelab {
+
+/// Mean next-token cross-entropy over the positions where `mask` is 1 (all when undefined), in fp32.
+torch::Tensor lm_loss(const torch::Tensor& logits, const torch::Tensor& target, const torch::Tensor& mask);
+
+/// Enables bf16 autocast for the current thread (CPU or CUDA) while alive.
+class AutocastGuard {
+ public:
+  AutocastGuard(bool enabled, const torch::Device& device);
+  ~AutocastGuard();
+  AutocastGuard(const AutocastGuard&) = delete;
+  AutocastGuard& operator=(const AutocastGuard&) = delete;
+
+ private:
+  bool enabled_;
+  bool cuda_;
+  bool previous_;
+  at::ScalarType previous_dtype_;
+};
+
+struct StepResult {
+  torch::Tensor loss;      ///< detached scalar (CE only)
+  torch::Tensor aux_loss;  ///< detached scalar
+  double grad_norm = 0;    ///< before clipping
+  ModelOutput output;      ///< with the routing trace when asked for (logits dropped)
+};
+
+StepResult train_step(LanguageModel& model, torch::optim::Optimizer& optimizer, const Batch& batch, double grad_clip,
+                      bool bf16, bool trace);
+
+}  // namespace routelab

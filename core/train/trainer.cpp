@@ -1,0 +1,392 @@
+// The training loop. Reads top to bottom: build (data, model, optimizer, run row) -> for each step: lr from the
+// step, batch from (seed, step), train_step, record, evaluate, checkpoint -> terminal status on every exit path.
+#include "core/train/trainer.h"
+
+#include <chrono>
+#include <cmath>
+#include <filesystem>
+#include <iomanip>
+#include <sstream>
+
+#include <torch/cuda.h>
+#include <torch/torch.h>
+#include <torch/version.h>
+
+#include "core/data/dataset.h"
+#include "core/models/language_model.h"
+#include "core/models/registry.h"
+#include "core/train/checkpoint.h"
+#include "core/train/optimizer.h"
+#include "core/train/step.h"
+#include "core/util/device.h"
+#include "core/util/errors.h"
+#include "core/util/logging.h"
+#include "core/util/paths.h"
+#include "core/util/version.h"
+
+namespace fs = std::filesystem;
+
+namespace routelab {
+namespace {
+
+double now_s() {
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
+/// SplitMix64 of (seed, stream, index): independent, reproducible batch seeds for every step and eval batch.
+std::uint64_t mix_seed(std::uint64_t seed, std::uint64_t stream, std::uint64_t index) {
+  std::uint64_t z = seed * 0x9E3779B97F4A7C15ULL + stream * 0xBF58476D1CE4E5B9ULL + index + 1;
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
+  return z ^ (z >> 31);
+}
+
+constexpr std::uint64_t kTrainStream = 1, kEvalStream = 2;
+
+Batch to_device(Batch b, const torch::Device& device) {
+  if (device.is_cpu()) return b;
+  b.input = b.input.to(device, /*non_blocking=*/true);
+  b.target = b.target.to(device, true);
+  if (b.loss_mask.defined()) b.loss_mask = b.loss_mask.to(device, true);
+  return b;
+}
+
+/// Everything one run needs while it trains.
+class Session {
+ public:
+  Session(ExperimentConfig config, std::string db_path, TrainObserver* observer, const std::atomic<bool>* cancel)
+      : config_(std::move(config)), db_path_(std::move(db_path)), observer_(observer), cancel_(cancel),
+        log_(logger("train")) {
+    const auto& train = config_.train();
+    total_steps_ = train.at("steps").get<std::int64_t>();
+    batch_size_ = train.at("batch_size").get<std::int64_t>();
+    seed_ = config_.run().at("seed").get<std::int64_t>();
+    bf16_ = train.at("precision") == "bf16";
+    device_ = resolve_device(config_.run().at("device").get<std::string>());
+    threads_ = configure_threads(static_cast<int>(config_.run().at("threads").get<std::int64_t>()));
+    dataset_ = make_dataset(config_.data());
+    torch::manual_seed(static_cast<std::uint64_t>(seed_));
+    model_ = create_model(config_.model(), {dataset_->tokenizer().vocab_size(), dataset_->context()});
+    model_->to(device_);
+    optimizer_ = make_optimizer(*model_, train);
+  }
+
+  std::string description() const {
+    std::ostringstream out;
+    out << model_->describe() << "; " << dataset_->describe() << "; " << device_.str() << " x" << threads_
+        << " threads; " << (bf16_ ? "bf16 autocast" : "fp32");
+    return out.str();
+  }
+
+  std::int64_t create_run(const std::string& name, const std::string& qt_version) {
+    RunStore store(db_path_);
+    NewRun row;
+    row.name = !name.empty() ? name
+               : !config_.run().at("name").get<std::string>().empty()
+                   ? config_.run().at("name").get<std::string>()
+                   : config_.arch() + (config_.origin.empty() ? "" : "-" + fs::path(config_.origin).stem().string());
+    row.arch = config_.arch();
+    row.preset = config_.origin;
+    row.config_json = config_.doc.dump();
+    row.config_hash = config_.hash();
+    row.seed = seed_;
+    row.device = device_.str();
+    row.routelab_version = ROUTELAB_VERSION;
+    row.torch_version = torch_version_string();
+    row.qt_version = qt_version;
+    row.total_steps = total_steps_;
+    run_id_ = store.create_run(row);
+    if (const auto notes = config_.run().at("notes").get<std::string>(); !notes.empty()) {
+      RunPatch patch;
+      patch.notes = notes;
+      store.patch_run(run_id_, patch);
+    }
+    return run_id_;
+  }
+
+  /// Loads the latest checkpoint of `run_id` and rewinds the store to its step.
+  void restore(std::int64_t run_id) {
+    run_id_ = run_id;
+    RunStore store(db_path_, /*mark_crashed=*/false);
+    const auto ckpt = store.latest_checkpoint(run_id);
+    if (!ckpt) throw CheckpointError("run " + std::to_string(run_id) + " has no checkpoint to resume from");
+    const auto meta = load_checkpoint(ckpt->path, *model_, optimizer_.get(), device_);
+    start_step_ = meta.step;
+    tokens_seen_ = meta.tokens_seen;
+    elapsed_before_ = meta.elapsed_s;
+    store.truncate_after(run_id, meta.step);
+    store.set_status(run_id, RunStatus::Running);
+    RunPatch patch;
+    patch.resumed_from_step = meta.step;
+    store.patch_run(run_id, patch);
+    log_->info("run {}: resumed from {} at step {}", run_id, ckpt->path, meta.step);
+  }
+
+  TrainOutcome run() {
+    TrainOutcome outcome;
+    outcome.run_id = run_id_;
+    outcome.db_path = db_path_;
+    outcome.last_step = start_step_;
+    writer_ = std::make_unique<StoreWriter>(db_path_, run_id_);
+    if (observer_) observer_->on_started(run_id_, description(), total_steps_);
+    log_->info("run {}: {}", run_id_, description());
+    try {
+      loop(outcome);
+    } catch (const std::exception& e) {
+      outcome.status = RunStatus::Failed;
+      outcome.message = e.what();
+      log_->error("run {}: failed at step {}: {}", run_id_, outcome.last_step, e.what());
+    }
+    try {
+      writer_->set_status(outcome.status, outcome.message);
+    } catch (const std::exception& e) {
+      log_->error("run {}: could not record status {}: {}", run_id_, to_string(outcome.status), e.what());
+    }
+    writer_.reset();
+    if (observer_) observer_->on_finished(outcome);
+    return outcome;
+  }
+
+ private:
+  void loop(TrainOutcome& outcome) {
+    const auto& train = config_.train();
+    const auto warmup = train.at("warmup_steps").get<std::int64_t>();
+    const double lr = train.at("lr").get<double>(), min_lr = train.at("min_lr").get<double>();
+    const double grad_clip = train.at("grad_clip").get<double>();
+    const auto log_every = train.at("log_every").get<std::int64_t>();
+    const auto eval_every = train.at("eval_every").get<std::int64_t>();
+    const auto ckpt_every = train.at("checkpoint_every").get<std::int64_t>();
+    const auto tokens_per_step = batch_size_ * dataset_->context();
+
+    model_->train();
+    const auto t_start = std::chrono::steady_clock::now();
+    auto t_window = t_start;
+    std::int64_t window_steps = 0;
+    double tokens_per_s = 0;
+
+    for (std::int64_t step = start_step_ + 1; step <= total_steps_; ++step) {
+      if (cancel_ && cancel_->load()) {
+        checkpoint(step - 1, t_start);
+        outcome.status = RunStatus::Stopped;
+        outcome.message = "stopped by the user at step " + std::to_string(step - 1);
+        log_->info("run {}: {}", run_id_, outcome.message);
+        return;
+      }
+      const double lr_now = lr_at(step - 1, total_steps_, warmup, lr, min_lr);
+      set_learning_rate(*optimizer_, lr_now);
+      const auto batch =
+          to_device(dataset_->sample(Split::Train, batch_size_, mix_seed(seed_, kTrainStream, step)), device_);
+      const bool log_step = step % log_every == 0 || step == total_steps_ || step == start_step_ + 1;
+      auto result = train_step(*model_, *optimizer_, batch, grad_clip, bf16_, /*trace=*/log_step);
+      const double loss = result.loss.item<double>();
+      tokens_seen_ += tokens_per_step;
+      ++window_steps;
+      outcome.last_step = step;
+
+      const double wall = now_s();
+      writer_->add_metric({"train/loss", step, wall, loss});
+      writer_->add_metric({"train/lr", step, wall, lr_now});
+      writer_->add_metric({"train/grad_norm", step, wall, result.grad_norm});
+      if (!std::isfinite(loss)) {
+        outcome.status = RunStatus::Failed;
+        outcome.message = "loss became " + std::string(std::isnan(loss) ? "NaN" : "infinite") + " at step " +
+                          std::to_string(step) + " (lr " + std::to_string(lr_now) + ")";
+        log_->error("run {}: {}", run_id_, outcome.message);
+        return;
+      }
+
+      const auto now = std::chrono::steady_clock::now();
+      const double window_s = std::chrono::duration<double>(now - t_window).count();
+      if (window_s >= 0.5 || log_step) {
+        tokens_per_s = window_steps * tokens_per_step / std::max(window_s, 1e-9);
+        t_window = now;
+        window_steps = 0;
+      }
+      StepMetrics m;
+      m.step = step;
+      m.total_steps = total_steps_;
+      m.loss = loss;
+      m.aux_loss = result.aux_loss.item<double>();
+      m.lr = lr_now;
+      m.grad_norm = result.grad_norm;
+      m.tokens_per_s = tokens_per_s;
+      m.elapsed_s = elapsed_before_ + std::chrono::duration<double>(now - t_start).count();
+      const double per_step = std::chrono::duration<double>(now - t_start).count() / double(step - start_step_);
+      m.eta_s = per_step * double(total_steps_ - step);
+      m.tokens_seen = tokens_seen_;
+      if (log_step) {
+        writer_->add_metric({"train/tokens_per_s", step, wall, tokens_per_s});
+        writer_->add_metric({"train/aux_loss", step, wall, m.aux_loss});
+        record_routing(step, result.output, m);
+      }
+      if (observer_) observer_->on_step(m);
+
+      if (step % eval_every == 0 || step == total_steps_) {
+        const auto eval = evaluate(step);
+        if (!outcome.first_val_loss) outcome.first_val_loss = eval.val_loss;
+        outcome.last_val_loss = eval.val_loss;
+        if (observer_) observer_->on_eval(eval);
+      }
+      if (step % ckpt_every == 0 || step == total_steps_) checkpoint(step, t_start);
+    }
+    outcome.status = RunStatus::Finished;
+    outcome.message = "finished " + std::to_string(outcome.last_step) + " steps";
+    log_->info("run {}: {}", run_id_, outcome.message);
+  }
+
+  void record_routing(std::int64_t step, const ModelOutput& output, StepMetrics& m) {
+    for (const auto& layer : output.trace) {
+      m.routed_fraction.push_back(layer.routed_fraction);
+      RoutingRow row;
+      row.step = step;
+      row.layer = layer.layer;
+      row.routed_fraction = layer.routed_fraction;
+      row.gate_mean = layer.gate.defined() ? layer.gate.to(torch::kFloat).mean().item<double>() : 1.0;
+      row.aux_loss = layer.aux_loss;
+      const auto attn = layer.tokens_processed.find("attn");
+      const auto mlp = layer.tokens_processed.find("mlp");
+      row.tokens_attn = attn == layer.tokens_processed.end() ? 0 : attn->second;
+      row.tokens_mlp = mlp == layer.tokens_processed.end() ? 0 : mlp->second;
+      writer_->add_routing(row);
+    }
+  }
+
+  EvalMetrics evaluate(std::int64_t step) {
+    torch::NoGradGuard no_grad;
+    model_->eval();
+    const auto n_batches = config_.train().at("eval_batches").get<std::int64_t>();
+    double total = 0;
+    for (std::int64_t i = 0; i < n_batches; ++i) {
+      // The same validation batches at every evaluation, so successive values are comparable.
+      const auto batch =
+          to_device(dataset_->sample(Split::Val, batch_size_, mix_seed(seed_, kEvalStream, i)), device_);
+      AutocastGuard autocast(bf16_, device_);
+      const auto out = model_->forward(batch.input, false);
+      total += lm_loss(out.logits, batch.target, batch.loss_mask).item<double>();
+    }
+    EvalMetrics e;
+    e.step = step;
+    e.val_loss = total / static_cast<double>(n_batches);
+    e.val_ppl = std::exp(e.val_loss);
+    e.val_bpc = e.val_loss / std::log(2.0) / dataset_->chars_per_token(Split::Val);
+    const double wall = now_s();
+    writer_->add_metric({"val/loss", step, wall, e.val_loss});
+    writer_->add_metric({"val/ppl", step, wall, e.val_ppl});
+    writer_->add_metric({"val/bpc", step, wall, e.val_bpc});
+    writer_->add_eval({step, "val", e.val_loss, e.val_ppl, e.val_bpc, "{}"});
+    writer_->add_probe({step, probe_json()});
+    model_->train();
+    log_->info("run {}: step {} val loss {:.4f} ppl {:.2f} bpc {:.3f}", run_id_, step, e.val_loss, e.val_ppl, e.val_bpc);
+    return e;
+  }
+
+  /// Per-token routing of the fixed probe text and the model's log-probability of each next token.
+  std::string probe_json() {
+    const auto ids = dataset_->probe_tokens();
+    if (ids.size() < 2) return "{}";
+    const auto n = std::min<std::int64_t>(static_cast<std::int64_t>(ids.size()), dataset_->context() + 1);
+    const auto tokens = torch::tensor(std::vector<std::int64_t>(ids.begin(), ids.begin() + n), torch::kLong);
+    const auto input = tokens.narrow(0, 0, n - 1).unsqueeze(0).to(device_);  // (1, n-1)
+    const auto out = model_->forward(input, /*trace=*/true);
+    const auto logp = torch::log_softmax(out.logits.to(torch::kFloat)[0], -1).cpu();  // (n-1, V)
+    nlohmann::json doc;
+    const auto& tok = dataset_->tokenizer();
+    for (std::int64_t i = 0; i < n - 1; ++i) {
+      doc["tokens"].push_back(tok.token_text(ids[i]));
+      doc["next_logprob"].push_back(logp[i][ids[i + 1]].item<double>());
+    }
+    doc["layers"] = nlohmann::json::array();
+    for (const auto& layer : out.trace) {
+      nlohmann::json l = {{"layer", layer.layer}, {"kind", layer.kind}, {"routed", layer.routed}};
+      if (layer.gate.defined()) {
+        const auto g = layer.gate[0].to(torch::kFloat).cpu().contiguous();
+        l["gate"] = std::vector<float>(g.data_ptr<float>(), g.data_ptr<float>() + g.numel());
+      }
+      if (layer.decision.defined()) {
+        const auto d = layer.decision[0].to(torch::kInt).cpu().contiguous();
+        l["decision"] = std::vector<int>(d.data_ptr<int>(), d.data_ptr<int>() + d.numel());
+      }
+      doc["layers"].push_back(std::move(l));
+    }
+    return doc.dump();
+  }
+
+  void checkpoint(std::int64_t step, std::chrono::steady_clock::time_point t_start) {
+    if (step <= 0 || step == last_checkpoint_step_) return;
+    std::ostringstream name;
+    name << "step-" << std::setw(8) << std::setfill('0') << step << ".pt";
+    const auto path = (fs::path(checkpoint_dir(db_path_, run_id_)) / name.str()).string();
+    CheckpointMeta meta;
+    meta.step = step;
+    meta.tokens_seen = tokens_seen_;
+    meta.elapsed_s = elapsed_before_ + std::chrono::duration<double>(std::chrono::steady_clock::now() - t_start).count();
+    meta.config_json = config_.doc.dump();
+    meta.tokenizer_json = dataset_->tokenizer().to_json().dump();
+    const auto bytes = save_checkpoint(path, *model_, *optimizer_, meta);
+    writer_->add_checkpoint({step, path, bytes, now_s()});
+    writer_->flush();  // a checkpoint is only usable for resume once its row is committed
+    last_checkpoint_step_ = step;
+  }
+
+  ExperimentConfig config_;
+  std::string db_path_;
+  TrainObserver* observer_;
+  const std::atomic<bool>* cancel_;
+  std::shared_ptr<spdlog::logger> log_;
+  std::int64_t total_steps_ = 0, batch_size_ = 0, seed_ = 0;
+  bool bf16_ = false;
+  torch::Device device_{torch::kCPU};
+  int threads_ = 1;
+  std::unique_ptr<LmDataset> dataset_;
+  std::shared_ptr<LanguageModel> model_;
+  std::unique_ptr<torch::optim::AdamW> optimizer_;
+  std::unique_ptr<StoreWriter> writer_;
+  std::int64_t run_id_ = 0, start_step_ = 0, tokens_seen_ = 0, last_checkpoint_step_ = -1;
+  double elapsed_before_ = 0;
+};
+
+std::string resolve_db(const std::string& db_path) { return db_path.empty() ? default_db_path() : db_path; }
+
+}  // namespace
+
+std::string torch_version_string() {
+  std::string v = std::string("LibTorch ") + TORCH_VERSION;
+  v += torch::cuda::is_available() ? " (CUDA, " + std::to_string(torch::cuda::device_count()) + " GPU)" : " (CPU)";
+  return v;
+}
+
+TrainOutcome train(const TrainRequest& request, TrainObserver* observer, const std::atomic<bool>* cancel) {
+  init_logging();
+  Session session(request.config, resolve_db(request.db_path), observer, cancel);
+  session.create_run(request.name, request.qt_version);
+  return session.run();
+}
+
+TrainOutcome resume(const std::string& db_path, std::int64_t run_id, TrainObserver* observer,
+                    const std::atomic<bool>* cancel) {
+  init_logging();
+  const auto db = resolve_db(db_path);
+  std::optional<RunRecord> record;
+  {
+    RunStore store(db);
+    record = store.run(run_id);
+  }
+  if (!record) throw StoreError(db + ": no run with id " + std::to_string(run_id));
+  if (record->status == RunStatus::Running)
+    throw StoreError("run " + std::to_string(run_id) + " is still running (heartbeat " +
+                     std::to_string(static_cast<long long>(now_s() - record->heartbeat_at)) + " s ago)");
+  if (record->status == RunStatus::Finished)
+    throw StoreError("run " + std::to_string(run_id) + " already finished all " + std::to_string(record->total_steps) +
+                     " steps");
+  nlohmann::json doc;
+  try {
+    doc = nlohmann::json::parse(record->config_json);
+  } catch (const nlohmann::json::exception& e) {
+    throw StoreError(db + ": run " + std::to_string(run_id) + " has an unreadable config (" + e.what() + ")");
+  }
+  Session session(config_from_resolved(doc, record->preset), db, observer, cancel);
+  session.restore(run_id);
+  return session.run();
+}
+
+}  // namespace routelab

@@ -1,0 +1,78 @@
+// The training loop (no Qt, no Torch in this header): builds data and model from a resolved config, trains
+// with AdamW + cosine schedule, evaluates, checkpoints, resumes exactly, and records everything in the run
+// store. The CLI and the GUI worker call the same train()/resume() and get the same curve for the same seed.
+#pragma once
+#include <atomic>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "core/config/experiment_config.h"
+#include "core/store/run_store.h"
+
+namespace routelab {
+
+struct StepMetrics {
+  std::int64_t step = 0;          ///< 1-based: the number of optimizer steps done
+  std::int64_t total_steps = 0;
+  double loss = 0;                ///< training loss of this step (CE, without the auxiliary loss)
+  double aux_loss = 0;
+  double lr = 0;
+  double grad_norm = 0;           ///< before clipping
+  double tokens_per_s = 0;        ///< over the last log interval
+  double elapsed_s = 0;
+  double eta_s = 0;
+  std::int64_t tokens_seen = 0;
+  std::vector<double> routed_fraction;  ///< per layer (1.0 for dense layers)
+};
+
+struct EvalMetrics {
+  std::int64_t step = 0;
+  double val_loss = 0;
+  double val_ppl = 0;
+  double val_bpc = 0;             ///< bits per character of the validation split
+};
+
+struct TrainOutcome {
+  std::int64_t run_id = 0;
+  RunStatus status = RunStatus::Running;
+  std::string message;
+  std::int64_t last_step = 0;
+  std::optional<double> first_val_loss, last_val_loss;
+  std::string db_path;
+};
+
+/// Receives progress on the training thread. Implementations must be cheap (copy values, return).
+class TrainObserver {
+ public:
+  virtual ~TrainObserver() = default;
+  virtual void on_started(std::int64_t run_id, const std::string& description, std::int64_t total_steps) {}
+  virtual void on_step(const StepMetrics& metrics) {}
+  virtual void on_eval(const EvalMetrics& metrics) {}
+  virtual void on_finished(const TrainOutcome& outcome) {}
+};
+
+struct TrainRequest {
+  ExperimentConfig config;
+  std::string db_path;            ///< "" = default_db_path()
+  std::string name;               ///< "" = "<arch>-<preset>"
+  std::string qt_version;         ///< recorded with the run when started from the GUI
+};
+
+/// Trains a new run. Errors in the config, data or device are reported as a `failed` outcome when the run
+/// row exists, and thrown (ConfigError, DataError, DeviceError, StoreError) when nothing was stored yet.
+/// `cancel` set to true stops after the current step with status `stopped` and a final checkpoint.
+TrainOutcome train(const TrainRequest& request, TrainObserver* observer = nullptr,
+                   const std::atomic<bool>* cancel = nullptr);
+
+/// Continues run `run_id` from its latest checkpoint in the same run row: rows after the checkpoint's step are
+/// dropped, resumed_from_step is recorded, status goes back to running. On CPU the continued loss curve
+/// equals the uninterrupted one.
+TrainOutcome resume(const std::string& db_path, std::int64_t run_id, TrainObserver* observer = nullptr,
+                    const std::atomic<bool>* cancel = nullptr);
+
+/// Versions recorded with every run.
+std::string torch_version_string();
+
+}  // namespace routelab

@@ -1,0 +1,40 @@
+// Device checks happen before a run is created, so a missing GPU is a clear error and not a crash mid-run.
+#include "core/util/device.h"
+
+#include <thread>
+
+#include <torch/cuda.h>
+#include <ATen/Parallel.h>
+
+#include "core/util/errors.h"
+
+namespace routelab {
+
+torch::Device resolve_device(const std::string& name) {
+  if (name == "cpu") return torch::Device(torch::kCPU);
+  if (name.rfind("cuda", 0) == 0) {
+    if (!torch::cuda::is_available())
+      throw DeviceError("run.device: '" + name + "' requested but " +
+                        (torch::cuda::device_count() == 0 ? std::string("no CUDA GPU is available to this LibTorch build")
+                                                          : std::string("CUDA is unavailable")));
+    try {
+      torch::Device device(name);
+      if (device.has_index() && device.index() >= static_cast<int>(torch::cuda::device_count()))
+        throw DeviceError("run.device: '" + name + "' but only " + std::to_string(torch::cuda::device_count()) +
+                          " CUDA device(s) exist");
+      return device;
+    } catch (const c10::Error&) {
+      throw DeviceError("run.device: cannot parse '" + name + "' (expected cpu, cuda or cuda:N)");
+    }
+  }
+  throw DeviceError("run.device: unknown device '" + name + "' (expected cpu, cuda or cuda:N)");
+}
+
+int configure_threads(int requested) {
+  const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  const int n = requested > 0 ? requested : cores;
+  if (at::get_num_threads() != n) at::set_num_threads(n);
+  return n;
+}
+
+}  // namespace routelab

@@ -1,0 +1,16 @@
+// Device selection and CPU threading for Torch.
+#pragma once
+#include <string>
+
+#include <torch/types.h>
+
+namespace routelab {
+
+/// "cpu", "cuda" or "cuda:N". Asking for CUDA where LibTorch has no CUDA or no GPU is a DeviceError.
+torch::Device resolve_device(const std::string& name);
+
+/// Sets Torch's intra-op threads: `requested` > 0, else every core (std::thread::hardware_concurrency).
+/// Returns the count in use.
+int configure_threads(int requested = 0);
+
+}  // namespace routelab
