@@ -1,1 +1,163 @@
-// (in progress)
+// Config resolution: defaults, presets, --set overrides, and errors that name the key path (and the file).
+#include <QTemporaryDir>
+#include <QtTest>
+
+#include <fstream>
+
+#include "core/config/experiment_config.h"
+#include "core/models/registry.h"
+#include "core/util/errors.h"
+
+using namespace routelab;
+
+class TestConfig : public QObject {
+  Q_OBJECT
+
+ private:
+  static QString error_of(const nlohmann::json& overrides, const std::vector<std::string>& sets = {},
+                          const std::string& origin = "") {
+    try {
+      resolve_config(overrides, sets, origin);
+    } catch (const ConfigError& e) {
+      return QString::fromStdString(e.what());
+    }
+    return {};
+  }
+
+ private Q_SLOTS:
+  void defaultsResolve() {
+    const auto c = resolve_config(nlohmann::json::object());
+    QCOMPARE(QString::fromStdString(c.arch()), QString("dense"));
+    QCOMPARE(c.train().at("steps").get<int>(), 1000);
+    QCOMPARE(c.model().at("n_layer").get<int>(), 4);
+    QCOMPARE(QString::fromStdString(c.data().at("source").get<std::string>()), QString("kjv"));
+    QVERIFY(c.run().contains("seed"));
+  }
+
+  void errorsNameTheKey_data() {
+    QTest::addColumn<QString>("overrides");
+    QTest::addColumn<QString>("expected");
+    QTest::newRow("unknown model key") << R"({"model": {"n_haed": 4}})" << "model.n_haed: unknown key";
+    QTest::newRow("unknown train key") << R"({"train": {"stepz": 4}})" << "train.stepz: unknown key";
+    QTest::newRow("unknown section") << R"({"optim": {}})" << "optim: unknown section";
+    QTest::newRow("wrong type") << R"({"train": {"steps": "ten"}})" << "train.steps: expected an integer";
+    QTest::newRow("fractional int") << R"({"model": {"n_layer": 2.5}})" << "model.n_layer: expected an integer";
+    QTest::newRow("out of range") << R"({"train": {"lr": -1}})" << "train.lr: -1 is below the minimum 0";
+    QTest::newRow("bad choice") << R"({"data": {"tokenizer": "bpe"}})" << "data.tokenizer: 'bpe' is not one of char, byte";
+    QTest::newRow("head does not divide") << R"({"model": {"n_embd": 128, "n_head": 3}})"
+                                          << "model.n_head: 3 does not divide n_embd 128";
+    QTest::newRow("kv heads") << R"({"model": {"n_head": 4, "n_kv_head": 3}})" << "model.n_kv_head: 3 does not divide n_head 4";
+    QTest::newRow("min lr above lr") << R"({"train": {"lr": 1e-4, "min_lr": 1e-3}})" << "train.min_lr";
+    QTest::newRow("warmup beyond steps") << R"({"train": {"steps": 10, "warmup_steps": 20}})" << "train.warmup_steps";
+    QTest::newRow("file without path") << R"({"data": {"source": "file"}})" << "data.path: required";
+    QTest::newRow("split fractions") << R"({"data": {"train_fraction": 0.9, "val_fraction": 0.2}})" << "data.val_fraction";
+    QTest::newRow("unknown arch") << R"({"model": {"arch": "nope"}})" << "unsupported architecture: 'nope'";
+    QTest::newRow("section not object") << R"({"train": 3})" << "train: expected an object";
+  }
+  void errorsNameTheKey() {
+    QFETCH(QString, overrides);
+    QFETCH(QString, expected);
+    const auto message = error_of(nlohmann::json::parse(overrides.toStdString()), {}, "my.json");
+    QVERIFY2(message.contains(expected), qPrintable(message));
+    QVERIFY2(message.startsWith("my.json: "), qPrintable(message));
+  }
+
+  void setOverridesKeepType() {
+    const auto c = resolve_config(nlohmann::json::object(),
+                                  {"model.n_layer=6", "train.lr=3e-4", "model.tie_weights=false", "data.source=copy",
+                                   "model.style=gpt2"});
+    QVERIFY(c.model().at("n_layer").is_number_integer());
+    QCOMPARE(c.model().at("n_layer").get<int>(), 6);
+    QCOMPARE(c.train().at("lr").get<double>(), 3e-4);
+    QCOMPARE(c.model().at("tie_weights").get<bool>(), false);
+    QCOMPARE(QString::fromStdString(c.data().at("source").get<std::string>()), QString("copy"));
+  }
+
+  void setErrors_data() {
+    QTest::addColumn<QString>("assignment");
+    QTest::addColumn<QString>("expected");
+    QTest::newRow("unknown key") << "model.n_layerz=3" << "model.n_layerz: unknown key";
+    QTest::newRow("type kept") << "model.n_layer=four" << "model.n_layer: cannot parse 'four'";
+    QTest::newRow("no equals") << "model.n_layer" << "expected section.key=value";
+    QTest::newRow("bad section") << "optim.lr=1" << "optim.lr: unknown section";
+    QTest::newRow("range") << "train.beta1=2" << "train.beta1: 2 is above the maximum";
+  }
+  void setErrors() {
+    QFETCH(QString, assignment);
+    QFETCH(QString, expected);
+    const auto message = error_of(nlohmann::json::object(), {assignment.toStdString()});
+    QVERIFY2(message.contains(expected), qPrintable(message));
+  }
+
+  void hashIsStableAndSensitive() {
+    const auto a = resolve_config(nlohmann::json::object());
+    const auto b = resolve_config(nlohmann::json::object());
+    const auto c = resolve_config(nlohmann::json::object(), {"train.steps=999"});
+    QCOMPARE(a.hash(), b.hash());
+    QVERIFY(a.hash() != c.hash());
+    QCOMPARE(a.hash().size(), std::size_t(16));
+    // 4.0 given for an integer is canonicalised, so the hash does not depend on how the number was written.
+    const auto d = resolve_config(nlohmann::json::parse(R"({"model": {"n_layer": 4.0}})"));
+    QCOMPARE(a.hash(), d.hash());
+  }
+
+  void resolvedConfigRoundTrips() {
+    const auto a = resolve_config(nlohmann::json::object(), {"model.n_layer=3"});
+    const auto b = config_from_resolved(nlohmann::json::parse(a.doc.dump()), "stored");
+    QCOMPARE(a.hash(), b.hash());
+  }
+
+  void badJsonFileNamesFileAndLine() {
+    QTemporaryDir dir;
+    const auto path = dir.filePath("bad.json").toStdString();
+    std::ofstream(path) << "{\n  \"train\": {\n    \"steps\": 10,,\n  }\n}\n";
+    try {
+      load_json_file(path);
+      QFAIL("no error");
+    } catch (const ConfigError& e) {
+      const QString message = e.what();
+      QVERIFY2(message.contains(QString::fromStdString(path) + ":3:"), qPrintable(message));
+    }
+    try {
+      load_json_file(dir.filePath("missing.json").toStdString());
+      QFAIL("no error");
+    } catch (const ConfigError& e) {
+      QVERIFY(QString(e.what()).contains("missing.json: cannot open"));
+    }
+  }
+
+  void unknownPresetListsKnownOnes() {
+    try {
+      load_preset("no-such-preset");
+      QFAIL("no error");
+    } catch (const ConfigError& e) {
+      const QString message = e.what();
+      QVERIFY2(message.contains("unknown preset 'no-such-preset'") && message.contains("quickstart"), qPrintable(message));
+    }
+  }
+
+  void everyPresetResolves() {
+    const auto presets = list_presets();
+    QVERIFY(presets.size() >= 3);
+    for (const auto& p : presets) {
+      const auto c = preset_config(p.name);
+      QVERIFY2(!p.description.empty(), p.name.c_str());
+      QCOMPARE(QString::fromStdString(c.arch()), QString::fromStdString(p.arch));
+      QCOMPARE(QString::fromStdString(c.origin), QString::fromStdString(p.name));
+    }
+  }
+
+  void registryIsSortedAndComplete() {
+    const auto& entries = architectures();
+    QVERIFY(!entries.empty());
+    for (std::size_t i = 1; i < entries.size(); ++i) QVERIFY(entries[i - 1].id < entries[i].id);
+    for (const auto& e : entries) {
+      QVERIFY(e.create && !e.display_name.empty() && !e.options.empty());
+      for (const auto& spec : e.options) QVERIFY2(!spec.help.empty(), spec.key.c_str());
+    }
+    QVERIFY_THROWS_EXCEPTION(ConfigError, architecture("nope"));
+  }
+};
+
+QTEST_GUILESS_MAIN(TestConfig)
+#include "test_config.moc"

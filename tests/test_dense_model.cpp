@@ -1,1 +1,236 @@
-// (in progress)
+// The dense Transformer: shapes, causality, the attention kernel against a naive reference, the value-only
+// path, checkpoint round trip, the schedule and a tiny batch that overfits.
+#include <QTemporaryDir>
+#include <QtTest>
+
+#include <fstream>
+
+#include <torch/torch.h>
+
+#include "core/models/dense_transformer.h"
+#include "core/train/checkpoint.h"
+#include "core/train/optimizer.h"
+#include "core/train/step.h"
+#include "core/util/errors.h"
+
+using namespace routelab;
+
+namespace {
+
+TransformerOptions small(ModelStyle style, std::int64_t kv_heads = 0) {
+  TransformerOptions o;
+  o.style(style).vocab_size(37).max_seq_len(32).n_layer(2).n_embd(32).n_head(4).n_kv_head(kv_heads);
+  return o;
+}
+
+/// Naive causal attention: explicit (T, T) masked softmax per head, key/value heads expanded by index.
+torch::Tensor naive_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v) {
+  const auto H = q.size(1), T = q.size(2), hd = q.size(3), rep = H / k.size(1);
+  std::vector<torch::Tensor> heads;
+  for (std::int64_t h = 0; h < H; ++h) {
+    const auto qh = q.select(1, h), kh = k.select(1, h / rep), vh = v.select(1, h / rep);  // (B, T, hd)
+    auto s = torch::matmul(qh, kh.transpose(1, 2)) / std::sqrt(double(hd));
+    s = s.masked_fill(torch::ones({T, T}, torch::kBool).triu(1), -INFINITY);
+    heads.push_back(torch::matmul(torch::softmax(s, -1), vh));
+  }
+  return torch::stack(heads, 1);
+}
+
+}  // namespace
+
+class TestDenseModel : public QObject {
+  Q_OBJECT
+
+ private Q_SLOTS:
+  void init() { torch::manual_seed(7); }
+
+  void forwardShapes_data() {
+    QTest::addColumn<int>("style");
+    QTest::addColumn<int>("kv");
+    QTest::newRow("llama") << int(ModelStyle::Llama) << 0;
+    QTest::newRow("llama-gqa") << int(ModelStyle::Llama) << 2;
+    QTest::newRow("gpt2") << int(ModelStyle::GPT2) << 0;
+  }
+  void forwardShapes() {
+    QFETCH(int, style);
+    QFETCH(int, kv);
+    DenseTransformer model(small(ModelStyle(style), kv));
+    const auto out = model.forward(torch::randint(0, 37, {3, 11}, torch::kLong), true);
+    QCOMPARE(out.logits.sizes().vec(), (std::vector<std::int64_t>{3, 11, 37}));
+    QCOMPARE(out.aux_loss.item<double>(), 0.0);
+    QCOMPARE(out.trace.size(), std::size_t(2));
+    QCOMPARE(out.trace[0].tokens_processed.at("attn"), std::int64_t(33));
+  }
+
+  void causality_data() { forwardShapes_data(); }
+  void causality() {
+    QFETCH(int, style);
+    QFETCH(int, kv);
+    DenseTransformer model(small(ModelStyle(style), kv));
+    model.eval();
+    torch::NoGradGuard no_grad;
+    const auto a = torch::randint(0, 37, {2, 16}, torch::kLong);
+    for (std::int64_t t : {0, 5, 14}) {
+      auto b = a.clone();
+      b.narrow(1, t + 1, 16 - t - 1).random_(0, 37);
+      const auto la = model.forward(a).logits, lb = model.forward(b).logits;
+      QVERIFY(torch::allclose(la.narrow(1, 0, t + 1), lb.narrow(1, 0, t + 1), 1e-5, 1e-6));
+      QVERIFY(!torch::allclose(la.narrow(1, t + 1, 16 - t - 1), lb.narrow(1, t + 1, 16 - t - 1)));
+    }
+  }
+
+  void attentionMatchesNaive_data() {
+    QTest::addColumn<int>("kv");
+    QTest::newRow("mha") << 4;
+    QTest::newRow("gqa") << 2;
+    QTest::newRow("mqa") << 1;
+  }
+  void attentionMatchesNaive() {
+    QFETCH(int, kv);
+    const auto q = torch::randn({2, 4, 9, 8}, torch::requires_grad());
+    const auto k = torch::randn({2, kv, 9, 8}, torch::requires_grad());
+    const auto v = torch::randn({2, kv, 9, 8}, torch::requires_grad());
+    const auto fast = causal_attention(q, k, v);
+    const auto ref = naive_attention(q, k, v);
+    QVERIFY(torch::allclose(fast, ref, 1e-5, 1e-6));
+    const auto g = torch::randn_like(fast);
+    const auto grads_fast = torch::autograd::grad({fast}, {q, k, v}, {g});
+    const auto grads_ref = torch::autograd::grad({ref}, {q, k, v}, {g});
+    for (int i = 0; i < 3; ++i) QVERIFY(torch::allclose(grads_fast[i], grads_ref[i], 1e-5, 1e-6));
+  }
+
+  void valueOnlyIsSelfAttention() {
+    // A token that attends only to itself gets W_O W_V x: the same as attention over a one-token sequence.
+    CausalSelfAttention attn(AttentionOptions(32, 4).n_kv_head(2).max_positions(8));
+    const auto x = torch::randn({5, 1, 32});
+    const auto via_attention = attn->forward(x, torch::zeros({1}, torch::kLong));
+    QVERIFY(torch::allclose(attn->value_only(x), via_attention, 1e-5, 1e-6));
+  }
+
+  void ropeKeepsRelativePositions() {
+    // Shifting every position by a constant leaves q.k unchanged (RoPE encodes relative distance).
+    Rope rope(8, 64, 10000.0);
+    const auto q = torch::randn({1, 1, 4, 8}), k = torch::randn({1, 1, 4, 8});
+    const auto p0 = torch::arange(4, torch::kLong), p1 = p0 + 17;
+    const auto [q0, k0] = rope.apply(q, k, p0);
+    const auto [q1, k1] = rope.apply(q, k, p1);
+    QVERIFY(torch::allclose(torch::matmul(q0, k0.transpose(-1, -2)), torch::matmul(q1, k1.transpose(-1, -2)), 1e-4, 1e-5));
+  }
+
+  void gpt3InitScalesResidualProjections() {
+    TransformerOptions o = small(ModelStyle::GPT2);
+    o.n_layer(8).n_embd(256).n_head(4);
+    DenseTransformer model(o);
+    const auto params = model.named_parameters();
+    const double std_proj = params["blocks.0.attn.proj.weight"].std().item<double>();
+    const double std_qkv = params["blocks.0.attn.qkv.weight"].std().item<double>();
+    QVERIFY(std::abs(std_qkv - 0.02) < 0.002);
+    QVERIFY(std::abs(std_proj - 0.02 / std::sqrt(16.0)) < 0.001);
+    QCOMPARE(params["blocks.0.attn.qkv.bias"].abs().sum().item<double>(), 0.0);
+    QCOMPARE(params["blocks.0.norm1.weight"].mean().item<double>(), 1.0);
+  }
+
+  void decayGroups() {
+    DenseTransformer model(small(ModelStyle::GPT2));
+    const auto params = model.named_parameters();
+    QVERIFY(model.decays("blocks.0.attn.qkv.weight", params["blocks.0.attn.qkv.weight"]));
+    QVERIFY(!model.decays("blocks.0.attn.qkv.bias", params["blocks.0.attn.qkv.bias"]));
+    QVERIFY(!model.decays("blocks.0.norm1.weight", params["blocks.0.norm1.weight"]));
+    QVERIFY(!model.decays("tok_emb.weight", params["tok_emb.weight"]));
+    QVERIFY(!model.decays("pos_emb.weight", params["pos_emb.weight"]));
+  }
+
+  void peerParameterCount() {
+    // The benchmark model must be the PyTorch peer's: 4,788,480 parameters (printed by pyref_gpt_step.py).
+    TransformerOptions o;
+    o.style(ModelStyle::GPT2).vocab_size(65).max_seq_len(128).n_layer(6).n_embd(256).n_head(8).d_ff(1024);
+    QCOMPARE(DenseTransformer(o).parameter_count(), std::int64_t(4788480));
+  }
+
+  void schedule() {
+    QCOMPARE(lr_at(0, 100, 10, 1.0, 0.1), 0.1);
+    QCOMPARE(lr_at(9, 100, 10, 1.0, 0.1), 1.0);
+    QVERIFY(std::abs(lr_at(10, 100, 10, 1.0, 0.1) - 1.0) < 1e-12);
+    QVERIFY(std::abs(lr_at(55, 100, 10, 1.0, 0.1) - 0.55) < 1e-12);
+    QVERIFY(std::abs(lr_at(100, 100, 10, 1.0, 0.1) - 0.1) < 1e-12);
+  }
+
+  void checkpointRoundTrip() {
+    QTemporaryDir dir;
+    const auto path = dir.filePath("c.pt").toStdString();
+    auto a = std::make_shared<DenseTransformer>(small(ModelStyle::Llama, 2));
+    auto opt_a = make_optimizer(*a, nlohmann::json::parse(
+                                        R"({"lr":1e-3,"beta1":0.9,"beta2":0.95,"eps":1e-8,"weight_decay":0.1})"));
+    const auto tokens = torch::randint(0, 37, {2, 12}, torch::kLong);
+    train_step(*a, *opt_a, {tokens, tokens, {}}, 1.0, false, false);
+    CheckpointMeta meta;
+    meta.step = 1;
+    meta.config_json = "{}";
+    meta.tokenizer_json = "{}";
+    QVERIFY(save_checkpoint(path, *a, *opt_a, meta) > 0);
+    torch::manual_seed(99);
+    auto b = std::make_shared<DenseTransformer>(small(ModelStyle::Llama, 2));
+    auto opt_b = make_optimizer(*b, nlohmann::json::parse(
+                                        R"({"lr":1e-3,"beta1":0.9,"beta2":0.95,"eps":1e-8,"weight_decay":0.1})"));
+    QCOMPARE(load_checkpoint(path, *b, opt_b.get()).step, std::int64_t(1));
+    a->eval();
+    b->eval();
+    QVERIFY(torch::equal(a->forward(tokens).logits, b->forward(tokens).logits));
+    // The next step from the restored optimizer state equals the next step of the original.
+    a->train();
+    b->train();
+    torch::manual_seed(1);
+    const auto la = train_step(*a, *opt_a, {tokens, tokens, {}}, 1.0, false, false).loss;
+    torch::manual_seed(1);
+    const auto lb = train_step(*b, *opt_b, {tokens, tokens, {}}, 1.0, false, false).loss;
+    QVERIFY(torch::equal(la, lb));
+    QVERIFY(torch::equal(a->forward(tokens).logits, b->forward(tokens).logits));
+  }
+
+  void badCheckpointIsClearError() {
+    QTemporaryDir dir;
+    const auto path = dir.filePath("junk.pt").toStdString();
+    { std::ofstream(path) << "not a checkpoint"; }
+    DenseTransformer model(small(ModelStyle::Llama));
+    try {
+      load_checkpoint(path, model, nullptr);
+      QFAIL("no error");
+    } catch (const CheckpointError& e) {
+      QVERIFY2(QString(e.what()).contains(QString::fromStdString(path)), e.what());
+    }
+    // A checkpoint of another shape names the file too.
+    const auto other = dir.filePath("other.pt").toStdString();
+    TransformerOptions wide = small(ModelStyle::Llama);
+    wide.n_embd(64);
+    DenseTransformer big(wide);
+    torch::optim::AdamW opt(big.parameters());
+    save_checkpoint(other, big, opt, {1, 0, 0, "{}", "{}"});
+    QVERIFY_THROWS_EXCEPTION(CheckpointError, load_checkpoint(other, model, nullptr));
+  }
+
+  void tinyBatchOverfits() {
+    DenseTransformer model(small(ModelStyle::Llama));
+    auto opt = make_optimizer(model, nlohmann::json::parse(
+                                         R"({"lr":3e-3,"beta1":0.9,"beta2":0.95,"eps":1e-8,"weight_decay":0.0})"));
+    const auto x = torch::randint(0, 37, {4, 16}, torch::kLong), y = torch::randint(0, 37, {4, 16}, torch::kLong);
+    double first = 0, last = 0;
+    for (int i = 0; i < 150; ++i) {
+      last = train_step(model, *opt, {x, y, {}}, 1.0, false, false).loss.item<double>();
+      if (i == 0) first = last;
+    }
+    QVERIFY2(last < 0.1 * first, qPrintable(QString("%1 -> %2").arg(first).arg(last)));
+  }
+
+  void bf16StepRuns() {
+    DenseTransformer model(small(ModelStyle::Llama));
+    auto opt = make_optimizer(model, nlohmann::json::parse(
+                                         R"({"lr":3e-3,"beta1":0.9,"beta2":0.95,"eps":1e-8,"weight_decay":0.0})"));
+    const auto x = torch::randint(0, 37, {4, 16}, torch::kLong);
+    const auto r = train_step(model, *opt, {x, x, {}}, 1.0, /*bf16=*/true, false);
+    QVERIFY(std::isfinite(r.loss.item<double>()));
+    QCOMPARE(model.parameters()[0].scalar_type(), torch::kFloat);  // master weights stay fp32
+  }
+};
+
+QTEST_GUILESS_MAIN(TestDenseModel)
+#include "test_dense_model.moc"

@@ -99,8 +99,8 @@ const OptionSchema& train_schema() {
   static const OptionSchema schema = {
       int_opt("steps", 1000, 1, 1e9, "optimizer steps"),
       int_opt("batch_size", 32, 1, 1 << 20, "sequences per step"),
-      float_opt("lr", 1e-3, 0, 10, "peak learning rate"),
-      float_opt("min_lr", 1e-4, 0, 10, "learning rate at the end of the cosine decay"),
+      float_opt("lr", 1e-3, 0, 1e6, "peak learning rate"),
+      float_opt("min_lr", 1e-4, 0, 1e6, "learning rate at the end of the cosine decay"),
       int_opt("warmup_steps", 100, 0, 1e9, "linear warm-up steps from 0 to train.lr"),
       float_opt("weight_decay", 0.1, 0, 10, "AdamW decoupled weight decay (not applied to norms, biases, embeddings)"),
       float_opt("beta1", 0.9, 0, 0.999999, "AdamW beta1"),
@@ -161,6 +161,11 @@ ExperimentConfig resolve_config(const nlohmann::json& overrides, const std::vect
   }
 
   try {
+    try {
+      architecture(arch);
+    } catch (const ConfigError& e) {
+      throw ConfigError(std::string("model.arch: ") + e.what());
+    }
     nlohmann::json doc = nlohmann::json::object();
     for (const char* section : kSections) doc[section] = schema_defaults(section_schema(section, arch));
     doc["model"]["arch"] = arch;

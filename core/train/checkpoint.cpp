@@ -42,6 +42,29 @@ CheckpointMeta read_meta(torch::serialize::InputArchive& in, const std::string& 
   return meta;
 }
 
+/// Module::load would silently replace a parameter of another shape: check every tensor, then copy in place.
+void load_module_checked(torch::nn::Module& module, torch::serialize::InputArchive& archive, const std::string& prefix,
+                         const std::string& path) {
+  torch::NoGradGuard no_grad;
+  auto copy_into = [&](const std::string& key, torch::Tensor& target) {
+    torch::Tensor loaded;
+    if (!archive.try_read(key, loaded))
+      throw CheckpointError(path + ": missing tensor '" + prefix + key + "'");
+    if (loaded.sizes() != target.sizes())
+      throw CheckpointError(path + ": tensor '" + prefix + key + "' has shape " + c10::str(loaded.sizes()) +
+                            ", the model expects " + c10::str(target.sizes()) + " (a checkpoint of another config?)");
+    target.copy_(loaded);
+  };
+  for (auto& item : module.named_parameters(/*recurse=*/false)) copy_into(item.key(), item.value());
+  for (auto& item : module.named_buffers(/*recurse=*/false)) copy_into(item.key(), item.value());
+  for (const auto& child : module.named_children()) {
+    torch::serialize::InputArchive child_archive;
+    if (!archive.try_read(child.key(), child_archive))
+      throw CheckpointError(path + ": missing module '" + prefix + child.key() + "'");
+    load_module_checked(*child.value(), child_archive, prefix + child.key() + ".", path);
+  }
+}
+
 void open_archive(torch::serialize::InputArchive& in, const std::string& path, torch::Device device = torch::kCPU) {
   if (!fs::exists(path)) throw CheckpointError(path + ": checkpoint file not found");
   try {
@@ -99,7 +122,7 @@ CheckpointMeta load_checkpoint(const std::string& path, LanguageModel& model, to
   try {
     torch::serialize::InputArchive model_archive;
     if (!in.try_read("model", model_archive)) throw CheckpointError(path + ": missing key 'model'");
-    model.load(model_archive);
+    load_module_checked(model, model_archive, "", path);
     if (optimizer) {
       torch::serialize::InputArchive optim_archive;
       if (!in.try_read("optimizer", optim_archive)) throw CheckpointError(path + ": missing key 'optimizer'");
