@@ -147,9 +147,15 @@ int cmd_train(const TrainArgs& a) {
   if (a.threads >= 0) sets.push_back("run.threads=" + std::to_string(a.threads));
   if (!a.device.empty()) sets.push_back("run.device=" + a.device);
   if (!a.precision.empty()) sets.push_back("train.precision=" + a.precision);
-  // A shortened run keeps its warm-up inside the budget.
-  ExperimentConfig config = a.config_file.empty() ? preset_config(a.preset, sets)
-                                                  : resolve_config(load_json_file(a.config_file), sets, a.config_file);
+  const nlohmann::json overrides = a.config_file.empty() ? load_preset(a.preset) : load_json_file(a.config_file);
+  const std::string origin = a.config_file.empty() ? a.preset : a.config_file;
+  if (a.steps > 0) {
+    // --steps shortens a preset: keep its warm-up inside the new budget (10% of it) unless set explicitly.
+    const auto base = resolve_config(overrides, a.sets, origin);
+    if (base.train().at("warmup_steps").get<std::int64_t>() > a.steps)
+      sets.push_back("train.warmup_steps=" + std::to_string(a.steps / 10));
+  }
+  ExperimentConfig config = resolve_config(overrides, sets, origin);
   TrainRequest request{config, resolve_db(a.db), a.name, ""};
   ProgressPrinter progress(a.quiet);
   SignalScope signals;

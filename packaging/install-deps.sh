@@ -8,7 +8,7 @@ if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
 PACKAGES=(
   build-essential cmake ninja-build pkg-config git
   libtorch-dev libopenblas0-openmp
-  qt6-base-dev qt6-base-dev-tools qt6-svg-dev libqt6svg6 libgl-dev
+  qt6-base-dev qt6-base-dev-tools qt6-qpa-plugins qt6-svg-dev libqt6svg6 libgl-dev fonts-dejavu-core
   libqcustomplot-dev libqcustomplot2.1-qt6
   libspdlog-dev libfmt-dev libsqlite3-dev sqlite3 nlohmann-json3-dev libcli11-dev
   bible-kjv xvfb xauth poppler-utils

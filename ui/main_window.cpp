@@ -1,0 +1,368 @@
+// MainWindow: layout, actions, settings, and the glue between panels, RunController and StoreService.
+#include "ui/main_window.h"
+
+#include <QAction>
+#include <QApplication>
+#include <QCloseEvent>
+#include <QDockWidget>
+#include <QFileInfo>
+#include <QLabel>
+#include <QMenuBar>
+#include <QMessageBox>
+#include <QSettings>
+#include <QSpinBox>
+#include <QStatusBar>
+#include <QStyle>
+#include <QTimer>
+#include <QToolBar>
+
+#include <cmath>
+
+#include "core/util/logging.h"
+#include "core/util/paths.h"
+#include "ui/app_resources.h"
+#include "ui/log_bridge.h"
+#include "ui/presets_panel.h"
+#include "ui/run_controller.h"
+#include "ui/runs_panel.h"
+#include "ui/runs_table_model.h"
+#include "ui/store_service.h"
+#include "widgets/log_view_widget.h"
+#include "widgets/loss_plot_widget.h"
+#include "widgets/progress_status_widget.h"
+
+namespace routelab {
+namespace {
+
+const QString kQuickstartPreset = QStringLiteral("quickstart");
+const char* const kSettingsGeometry = "mainWindow/geometry";
+const char* const kSettingsState = "mainWindow/state";
+const char* const kSettingsPreset = "run/lastPreset";
+const char* const kSettingsSmoothing = "plot/smoothing";
+
+QDockWidget* makeDock(const QString& title, const QString& objectName, QWidget* content, QWidget* parent) {
+  auto* dock = new QDockWidget(title, parent);
+  dock->setObjectName(objectName);  // saveState() keys docks by object name
+  dock->setWidget(content);
+  dock->setFeatures(QDockWidget::DockWidgetMovable | QDockWidget::DockWidgetFloatable |
+                    QDockWidget::DockWidgetClosable);
+  return dock;
+}
+
+}  // namespace
+
+MainWindow::MainWindow(MainWindowOptions options, QWidget* parent)
+    : QMainWindow(parent),
+      dbPath_(options.dbPath.isEmpty() ? QString::fromStdString(default_db_path()) : options.dbPath),
+      options_(std::move(options)),
+      confirmClose_(options_.confirmClose && qEnvironmentVariableIntValue("ROUTELAB_NO_CONFIRM") != 1) {
+  setObjectName(QStringLiteral("mainWindow"));
+  setWindowTitle(tr("RouteLab — %1").arg(QFileInfo(dbPath_).fileName()));
+  setWindowIcon(appIcon());
+  resize(1400, 900);
+
+  logBridge_ = new LogBridge(this);
+  store_ = new StoreService(dbPath_, this);
+  controller_ = new RunController(this);
+
+  plot_ = new LossPlotWidget(this);
+  setCentralWidget(plot_);
+  progress_ = new ProgressStatusWidget(this);
+  statusBar()->addPermanentWidget(progress_);
+
+  buildActions();
+  buildDocks();
+  buildMenus();
+  connectParts();
+
+  if (const QString error = presets_->reload(); !error.isEmpty()) showError(tr("Presets"), error);
+  restoreSettings();
+  selectInitialPreset(options_.preset);
+  updateActions();
+
+  refreshTimer_ = new QTimer(this);
+  refreshTimer_->setInterval(kRunsRefreshMs);
+  connect(refreshTimer_, &QTimer::timeout, this, &MainWindow::refreshRuns);
+  refreshTimer_->start();
+  refreshRuns();
+
+  logger("ui")->info("RouteLab GUI on run store {}", dbPath_.toStdString());
+  if (options_.autostart) QTimer::singleShot(0, this, &MainWindow::startRun);
+}
+
+MainWindow::~MainWindow() = default;
+
+void MainWindow::buildActions() {
+  startAction_ = new QAction(style()->standardIcon(QStyle::SP_MediaPlay), tr("&Start"), this);
+  startAction_->setObjectName(QStringLiteral("startAction"));
+  startAction_->setShortcut(QKeySequence(Qt::CTRL | Qt::Key_R));
+  startAction_->setToolTip(tr("Train the selected preset (Ctrl+R)"));
+  stopAction_ = new QAction(style()->standardIcon(QStyle::SP_MediaStop), tr("S&top"), this);
+  stopAction_->setObjectName(QStringLiteral("stopAction"));
+  stopAction_->setShortcut(QKeySequence(Qt::CTRL | Qt::Key_Period));
+  stopAction_->setToolTip(tr("Stop after the current step; the run is checkpointed and kept (Ctrl+.)"));
+  refreshAction_ = new QAction(style()->standardIcon(QStyle::SP_BrowserReload), tr("&Refresh runs"), this);
+  refreshAction_->setShortcut(QKeySequence::Refresh);
+  quitAction_ = new QAction(tr("&Quit"), this);
+  quitAction_->setShortcut(QKeySequence::Quit);
+  aboutAction_ = new QAction(tr("&About RouteLab"), this);
+
+  steps_ = new QSpinBox(this);
+  steps_->setObjectName(QStringLiteral("stepsSpinBox"));
+  steps_->setRange(0, 10'000'000);
+  steps_->setSingleStep(100);
+  steps_->setSpecialValueText(tr("preset"));
+  steps_->setToolTip(tr("Number of training steps; \"preset\" keeps the preset's train.steps"));
+  steps_->setMinimumWidth(90);
+
+  auto* toolbar = addToolBar(tr("Run"));
+  toolbar->setObjectName(QStringLiteral("runToolBar"));
+  toolbar->setToolButtonStyle(Qt::ToolButtonTextBesideIcon);
+  toolbar->addAction(startAction_);
+  toolbar->addAction(stopAction_);
+  toolbar->addSeparator();
+  toolbar->addWidget(new QLabel(tr(" Steps "), this));
+  toolbar->addWidget(steps_);
+  toolbar->addSeparator();
+  toolbar->addAction(refreshAction_);
+
+  connect(startAction_, &QAction::triggered, this, &MainWindow::startRun);
+  connect(stopAction_, &QAction::triggered, this, &MainWindow::stopRun);
+  connect(refreshAction_, &QAction::triggered, this, &MainWindow::refreshRuns);
+  connect(quitAction_, &QAction::triggered, this, &QWidget::close);
+  connect(aboutAction_, &QAction::triggered, this, &MainWindow::showAbout);
+}
+
+void MainWindow::buildDocks() {
+  presets_ = new PresetsPanel(this);
+  runs_ = new RunsPanel(this);
+  log_ = new LogViewWidget(this);
+  presetsDock_ = makeDock(tr("Presets"), QStringLiteral("presetsDock"), presets_, this);
+  runsDock_ = makeDock(tr("Runs"), QStringLiteral("runsDock"), runs_, this);
+  logDock_ = makeDock(tr("Log"), QStringLiteral("logDock"), log_, this);
+
+  setCorner(Qt::BottomLeftCorner, Qt::LeftDockWidgetArea);
+  addDockWidget(Qt::LeftDockWidgetArea, presetsDock_);
+  splitDockWidget(presetsDock_, runsDock_, Qt::Vertical);
+  addDockWidget(Qt::BottomDockWidgetArea, logDock_);
+}
+
+void MainWindow::buildMenus() {
+  QMenu* file = menuBar()->addMenu(tr("&File"));
+  file->addAction(quitAction_);
+  QMenu* run = menuBar()->addMenu(tr("&Run"));
+  run->addAction(startAction_);
+  run->addAction(stopAction_);
+  run->addSeparator();
+  run->addAction(refreshAction_);
+  QMenu* view = menuBar()->addMenu(tr("&View"));
+  for (QDockWidget* dock : {presetsDock_, runsDock_, logDock_}) view->addAction(dock->toggleViewAction());
+  QMenu* help = menuBar()->addMenu(tr("&Help"));
+  help->addAction(aboutAction_);
+  help->addAction(tr("About &Qt"), qApp, &QApplication::aboutQt);
+}
+
+void MainWindow::connectParts() {
+  connect(logBridge_, &LogBridge::linesLogged, log_, &LogViewWidget::appendLines);
+  connect(store_, &StoreService::runsLoaded, this, &MainWindow::onRunsLoaded);
+  connect(store_, &StoreService::curvesLoaded, this, &MainWindow::onCurvesLoaded);
+  connect(store_, &StoreService::storeFailed, this, [this](const QString& message) {
+    statusBar()->showMessage(tr("Run store: %1").arg(message), 10000);
+    logger("ui")->warn("run store: {}", message.toStdString());
+  });
+  connect(controller_, &RunController::runStarted, this, &MainWindow::onRunStarted);
+  connect(controller_, &RunController::progressReceived, this, &MainWindow::onProgress);
+  connect(controller_, &RunController::runFinished, this, &MainWindow::onRunFinished);
+  connect(controller_, &RunController::runningChanged, this, &MainWindow::updateActions);
+  connect(runs_, &RunsPanel::runSelected, this, &MainWindow::showRun);
+  connect(presets_, &PresetsPanel::presetSelected, this, &MainWindow::updateActions);
+}
+
+void MainWindow::selectInitialPreset(const QString& requested) {
+  if (!requested.isEmpty()) {
+    if (presets_->selectPreset(requested)) return;
+    showError(tr("Unknown preset"), tr("There is no preset named '%1'.").arg(requested));
+  }
+  const QString last = QSettings().value(kSettingsPreset).toString();
+  if (!last.isEmpty() && presets_->selectPreset(last)) return;
+  if (presets_->selectPreset(kQuickstartPreset)) return;
+  if (!presets_->presetNames().isEmpty()) presets_->selectPreset(presets_->presetNames().first());
+}
+
+void MainWindow::restoreSettings() {
+  QSettings settings;
+  if (settings.contains(kSettingsGeometry)) restoreGeometry(settings.value(kSettingsGeometry).toByteArray());
+  if (settings.contains(kSettingsState)) {
+    restoreState(settings.value(kSettingsState).toByteArray());
+  } else {
+    // First start: give the left docks room for every column (QMainWindow sizes docks once it is shown).
+    QTimer::singleShot(0, this, [this] {
+      resizeDocks({presetsDock_}, {width() * 2 / 5}, Qt::Horizontal);
+      resizeDocks({presetsDock_, runsDock_}, {height() / 4, height() * 3 / 4}, Qt::Vertical);
+      resizeDocks({logDock_}, {height() / 5}, Qt::Vertical);
+    });
+  }
+  plot_->setSmoothing(settings.value(kSettingsSmoothing, plot_->smoothing()).toDouble());
+}
+
+void MainWindow::saveSettings() const {
+  QSettings settings;
+  settings.setValue(kSettingsGeometry, saveGeometry());
+  settings.setValue(kSettingsState, saveState());
+  settings.setValue(kSettingsPreset, presets_->currentPreset());
+  settings.setValue(kSettingsSmoothing, plot_->smoothing());
+}
+
+void MainWindow::updateActions() {
+  const bool running = controller_->isRunning();
+  startAction_->setEnabled(!running && !closeAfterRun_ && !presets_->currentPreset().isEmpty());
+  stopAction_->setEnabled(running && !controller_->isStopping());
+  steps_->setEnabled(!running);
+}
+
+void MainWindow::startRun() {
+  const QString preset = presets_->currentPreset();
+  if (preset.isEmpty()) {
+    showError(tr("Start"), tr("Select a preset first."));
+    return;
+  }
+  RunRequest request;
+  request.preset = preset;
+  request.stepsOverride = steps_->value();
+  request.dbPath = dbPath_;
+  if (!controller_->start(request)) return;
+  displayedRunId_ = 0;  // the live run takes the plot as soon as the trainer reports its id
+  plot_->clear();
+  plot_->setAutoFollow(true);
+  plot_->setTitle(tr("starting %1 …").arg(preset));
+  progress_->setState(tr("starting"), RunsTableModel::statusColor(QStringLiteral("running")));
+  progress_->clearProgress();
+  updateActions();
+}
+
+void MainWindow::stopRun() {
+  if (!controller_->isRunning()) return;
+  controller_->stop();
+  progress_->setState(tr("stopping after this step"), RunsTableModel::statusColor(QStringLiteral("stopped")));
+  updateActions();
+}
+
+void MainWindow::refreshRuns() { store_->requestRuns(); }
+
+void MainWindow::showAbout() { showAboutDialog(this); }
+
+void MainWindow::showRun(qint64 runId) {
+  if (runId == displayedRunId_) return;
+  displayedRunId_ = runId;
+  if (runId != 0 && runId == controller_->currentRunId()) {
+    // The current (or last) live run: its curve is already here, complete and fresher than the store.
+    plot_->setCurves(controller_->liveTrainSteps(), controller_->liveTrainLoss(), controller_->liveValSteps(),
+                     controller_->liveValLoss());
+    if (const RunSummary* run = runs_->model()->run(runId)) {
+      plot_->setTitle(tr("run %1 · %2 · %3").arg(runId).arg(run->name, run->arch));
+      plot_->setExpectedSteps(static_cast<double>(run->totalSteps));
+    }
+    return;
+  }
+  plot_->clear();
+  plot_->setTitle(runId ? tr("run %1 (loading…)").arg(runId) : tr("No run"));
+  if (runId) store_->requestCurves(runId);
+}
+
+void MainWindow::onRunsLoaded(const QList<RunSummary>& runs) {
+  runs_->setRuns(runs);
+  if (firstRunsLoad_) {
+    firstRunsLoad_ = false;
+    // A fresh store: point newcomers at the ready quick-start experiment.
+    if (runs.isEmpty() && options_.preset.isEmpty()) presets_->selectPreset(kQuickstartPreset);
+  }
+}
+
+void MainWindow::onCurvesLoaded(const RunCurves& curves) {
+  if (curves.runId != displayedRunId_) return;
+  plot_->setCurves(curves.trainSteps, curves.trainLoss, curves.valSteps, curves.valLoss);
+  plot_->setExpectedSteps(static_cast<double>(curves.totalSteps));
+  plot_->setTitle(curves.title);
+}
+
+void MainWindow::onRunStarted(const RunStartInfo& info) {
+  displayedRunId_ = info.runId;
+  // The description reads "model; data; device": the model part is the title, all of it the tooltip.
+  plot_->setTitle(tr("run %1 · %2").arg(info.runId).arg(info.description.section(QLatin1Char(';'), 0, 0)),
+                  info.description);
+  plot_->setExpectedSteps(static_cast<double>(info.totalSteps));
+  progress_->setState(tr("running run %1").arg(info.runId), RunsTableModel::statusColor(QStringLiteral("running")));
+  runs_->selectRun(info.runId);
+  refreshRuns();
+}
+
+void MainWindow::onProgress(const ProgressBatch& batch) {
+  if (displayedRunId_ != 0 && displayedRunId_ == controller_->currentRunId()) {
+    QVector<double> steps, losses, valSteps, valLosses;
+    steps.reserve(batch.steps.size());
+    losses.reserve(batch.steps.size());
+    for (const StepSample& s : batch.steps) {
+      steps.push_back(static_cast<double>(s.step));
+      losses.push_back(s.loss);
+    }
+    for (const EvalSample& e : batch.evals) {
+      valSteps.push_back(static_cast<double>(e.step));
+      valLosses.push_back(e.valLoss);
+    }
+    plot_->appendTrain(steps, losses);  // both append calls end in one queued replot
+    plot_->appendValidation(valSteps, valLosses);
+  }
+  if (!batch.steps.isEmpty()) {
+    const StepSample& s = batch.steps.back();
+    progress_->setProgress(s.step, s.totalSteps, s.loss, s.tokensPerSecond, s.etaSeconds);
+  }
+}
+
+void MainWindow::onRunFinished(const RunResult& result) {
+  const QString who = result.runId ? tr("run %1").arg(result.runId) : tr("run");
+  progress_->setState(tr("%1 %2").arg(who, result.status), RunsTableModel::statusColor(result.status));
+  if (result.failed()) {
+    statusBar()->showMessage(tr("%1 failed: %2").arg(who, result.message));
+    if (!closeAfterRun_) showError(tr("Run failed"), result.message);
+  } else {
+    QString text = tr("%1 %2 at step %3").arg(who, result.status).arg(result.lastStep);
+    if (!std::isnan(result.lastValLoss)) text += tr(", val loss %1").arg(result.lastValLoss, 0, 'f', 4);
+    statusBar()->showMessage(text, 15000);
+  }
+  refreshRuns();
+  updateActions();
+  if (closeAfterRun_) QTimer::singleShot(0, this, &QWidget::close);
+}
+
+void MainWindow::showError(const QString& title, const QString& message) {
+  statusBar()->showMessage(message, 15000);
+  // Non-blocking: training and tests carry on while the box is open.
+  auto* box = new QMessageBox(QMessageBox::Warning, title, message, QMessageBox::Close, this);
+  box->setAttribute(Qt::WA_DeleteOnClose);
+  box->open();
+}
+
+void MainWindow::closeEvent(QCloseEvent* event) {
+  if (!controller_->isRunning()) {
+    saveSettings();
+    event->accept();
+    return;
+  }
+  event->ignore();
+  if (closeAfterRun_) return;  // already stopping; the window closes when the run has ended
+  if (confirmClose_ &&
+      QMessageBox::question(this, tr("Run in progress"), tr("Stop the run and quit?"),
+                            QMessageBox::Yes | QMessageBox::No, QMessageBox::No) != QMessageBox::Yes)
+    return;
+  if (!controller_->isRunning()) {  // it ended while the question was open
+    QTimer::singleShot(0, this, &QWidget::close);
+    return;
+  }
+  // Do not block here: the trainer finishes its step and checkpoints while the window keeps painting;
+  // onRunFinished closes the window once the worker thread has ended.
+  closeAfterRun_ = true;
+  stopRun();
+  statusBar()->showMessage(tr("Stopping the run, then closing…"));
+}
+
+}  // namespace routelab

@@ -1,0 +1,114 @@
+// MainWindow: a view that composes the panels (presets, runs, loss plot, log, status strip) and wires them
+// to the run controller and the store service. Logic lives in those; this file only connects and shows.
+#pragma once
+#include <QMainWindow>
+#include <QString>
+
+#include "ui/run_progress.h"
+
+class QAction;
+class QCloseEvent;
+class QDockWidget;
+class QSpinBox;
+class QTimer;
+
+namespace routelab {
+
+class LogBridge;
+class LogViewWidget;
+class LossPlotWidget;
+class PresetsPanel;
+class ProgressStatusWidget;
+class RunController;
+class RunsPanel;
+class StoreService;
+
+struct MainWindowOptions {
+  QString dbPath;             ///< "" = routelab::default_db_path()
+  QString preset;             ///< preset to select at start-up ("" = last used, else "quickstart")
+  bool autostart = false;     ///< start the selected preset once the window is shown
+  bool confirmClose = true;   ///< ask before stopping a run on close; ROUTELAB_NO_CONFIRM=1 also turns it off
+};
+
+class MainWindow : public QMainWindow {
+  Q_OBJECT
+
+ public:
+  static constexpr int kRunsRefreshMs = 1500;
+
+  explicit MainWindow(MainWindowOptions options = {}, QWidget* parent = nullptr);
+  ~MainWindow() override;
+
+  QString dbPath() const { return dbPath_; }
+  void setConfirmOnClose(bool confirm) { confirmClose_ = confirm; }
+
+  // Parts, for tests and scripted screenshots.
+  LossPlotWidget* lossPlot() const { return plot_; }
+  RunsPanel* runsPanel() const { return runs_; }
+  PresetsPanel* presetsPanel() const { return presets_; }
+  RunController* runController() const { return controller_; }
+  ProgressStatusWidget* progressStatus() const { return progress_; }
+  LogViewWidget* logView() const { return log_; }
+  QAction* startAction() const { return startAction_; }
+  QAction* stopAction() const { return stopAction_; }
+  QSpinBox* stepsSpinBox() const { return steps_; }
+  /// The run whose curves the plot shows (0 = none).
+  qint64 displayedRunId() const { return displayedRunId_; }
+
+ public Q_SLOTS:
+  void startRun();
+  void stopRun();
+  void refreshRuns();
+  void showAbout();
+
+ protected:
+  void closeEvent(QCloseEvent* event) override;
+
+ private:
+  void buildActions();
+  void buildDocks();
+  void buildMenus();
+  void connectParts();
+  void selectInitialPreset(const QString& requested);
+  void restoreSettings();
+  void saveSettings() const;
+  void updateActions();
+
+  void showRun(qint64 runId);
+  void onRunsLoaded(const QList<RunSummary>& runs);
+  void onCurvesLoaded(const RunCurves& curves);
+  void onRunStarted(const RunStartInfo& info);
+  void onProgress(const ProgressBatch& batch);
+  void onRunFinished(const RunResult& result);
+  void showError(const QString& title, const QString& message);
+
+  QString dbPath_;
+  MainWindowOptions options_;
+  bool confirmClose_ = true;
+  bool closeAfterRun_ = false;
+  bool firstRunsLoad_ = true;
+  qint64 displayedRunId_ = 0;
+
+  StoreService* store_ = nullptr;
+  RunController* controller_ = nullptr;
+  LogBridge* logBridge_ = nullptr;
+  QTimer* refreshTimer_ = nullptr;
+
+  LossPlotWidget* plot_ = nullptr;
+  PresetsPanel* presets_ = nullptr;
+  RunsPanel* runs_ = nullptr;
+  LogViewWidget* log_ = nullptr;
+  ProgressStatusWidget* progress_ = nullptr;
+  QDockWidget* presetsDock_ = nullptr;
+  QDockWidget* runsDock_ = nullptr;
+  QDockWidget* logDock_ = nullptr;
+
+  QAction* startAction_ = nullptr;
+  QAction* stopAction_ = nullptr;
+  QAction* refreshAction_ = nullptr;
+  QAction* quitAction_ = nullptr;
+  QAction* aboutAction_ = nullptr;
+  QSpinBox* steps_ = nullptr;
+};
+
+}  // namespace routelab

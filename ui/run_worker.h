@@ -1,0 +1,61 @@
+// RunWorker: trains one run on its own QThread. The trainer's observer copies small values into a
+// mutex-protected buffer that the GUI drains on a timer; Stop is a std::atomic<bool> the trainer polls.
+#pragma once
+#include <QObject>
+#include <QString>
+#include <QStringList>
+
+#include <atomic>
+#include <memory>
+#include <mutex>
+
+#include "ui/run_progress.h"
+
+class QThread;
+
+namespace routelab {
+
+struct RunRequest {
+  QString preset;
+  qint64 stepsOverride = 0;  ///< 0 = the preset's train.steps
+  QStringList sets;          ///< further "section.key=value" overrides
+  QString dbPath;            ///< "" = the default run store
+  QString name;              ///< "" = the trainer's default name
+};
+
+class RunWorker : public QObject {
+  Q_OBJECT
+
+ public:
+  explicit RunWorker(RunRequest request);
+  ~RunWorker() override;
+
+  /// Thread-safe: asks the trainer to stop after the current step (it checkpoints and records `stopped`).
+  void requestStop();
+  bool stopRequested() const;
+  /// Thread-safe: moves out everything collected since the previous call.
+  ProgressBatch takeProgress();
+  /// Valid once `done` was emitted.
+  RunResult result() const;
+
+ public Q_SLOTS:
+  /// Runs on the worker thread: resolves the preset, trains, catches every error. Before returning it hands
+  /// the object back to the thread that created it, so that thread may delete it after `done`.
+  void run();
+
+ Q_SIGNALS:
+  void done();
+
+ private:
+  class Observer;
+  friend class Observer;
+
+  RunRequest request_;
+  QThread* home_ = nullptr;
+  std::atomic<bool> cancel_{false};
+  mutable std::mutex mutex_;  ///< guards pending_ and result_
+  ProgressBatch pending_;
+  RunResult result_;
+};
+
+}  // namespace routelab

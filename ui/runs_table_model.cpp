@@ -1,0 +1,154 @@
+// RunsTableModel: formatting and colouring of RunSummary rows.
+#include "ui/runs_table_model.h"
+
+#include <QColor>
+#include <QDateTime>
+#include <QFont>
+#include <QHash>
+#include <QIcon>
+#include <QPainter>
+#include <QPixmap>
+
+#include <algorithm>
+#include <cmath>
+
+namespace routelab {
+namespace {
+
+QString formatLoss(double value) {
+  if (std::isnan(value)) return QString();
+  return QString::number(value, 'f', 4);
+}
+
+QString formatTime(double unixSeconds) {
+  if (unixSeconds <= 0) return QString();
+  return QDateTime::fromMSecsSinceEpoch(static_cast<qint64>(unixSeconds * 1000)).toString(Qt::ISODate);
+}
+
+QIcon statusDot(const QColor& colour) {
+  static QHash<QRgb, QIcon> cache;  // models live on the GUI thread
+  if (auto it = cache.constFind(colour.rgba()); it != cache.constEnd()) return *it;
+  QPixmap pixmap(12, 12);
+  pixmap.fill(Qt::transparent);
+  QPainter painter(&pixmap);
+  painter.setRenderHint(QPainter::Antialiasing);
+  painter.setPen(Qt::NoPen);
+  painter.setBrush(colour);
+  painter.drawEllipse(QRectF(1.5, 1.5, 9, 9));
+  painter.end();
+  return cache.insert(colour.rgba(), QIcon(pixmap)).value();
+}
+
+}  // namespace
+
+RunsTableModel::RunsTableModel(QObject* parent) : QAbstractTableModel(parent) {}
+
+int RunsTableModel::rowCount(const QModelIndex& parent) const { return parent.isValid() ? 0 : runs_.size(); }
+
+int RunsTableModel::columnCount(const QModelIndex& parent) const { return parent.isValid() ? 0 : ColumnCount; }
+
+QColor RunsTableModel::statusColor(const QString& status) {
+  if (status == QLatin1String("running")) return QColor(31, 119, 180);
+  if (status == QLatin1String("finished")) return QColor(44, 160, 44);
+  if (status == QLatin1String("stopped")) return QColor(179, 107, 0);
+  if (status == QLatin1String("failed")) return QColor(192, 57, 43);
+  if (status == QLatin1String("crashed")) return QColor(142, 20, 20);
+  return QColor(Qt::gray);
+}
+
+QVariant RunsTableModel::data(const QModelIndex& index, int role) const {
+  if (!index.isValid() || index.row() >= runs_.size()) return {};
+  const RunSummary& run = runs_[index.row()];
+  if (role == RunIdRole) return run.id;
+  if (role == StatusRole) return run.status;
+
+  switch (role) {
+    case Qt::DisplayRole:
+      switch (index.column()) {
+        case IdColumn: return run.id;
+        case NameColumn: return run.name;
+        case ArchColumn: return run.arch;
+        case StatusColumn: return run.status;
+        case StepsColumn:
+          return run.totalSteps > 0 ? QStringLiteral("%1 / %2").arg(run.lastStep).arg(run.totalSteps)
+                                    : QString::number(run.lastStep);
+        case TrainLossColumn: return formatLoss(run.lastTrainLoss);
+        case ValLossColumn: return formatLoss(run.lastValLoss);
+      }
+      break;
+    case Qt::ForegroundRole:
+      if (index.column() == StatusColumn) return statusColor(run.status);
+      break;
+    case Qt::DecorationRole:
+      if (index.column() == StatusColumn) return statusDot(statusColor(run.status));
+      break;
+    case Qt::FontRole:
+      if (index.column() == StatusColumn && (run.status == QLatin1String("crashed") ||
+                                             run.status == QLatin1String("failed"))) {
+        QFont font;
+        font.setBold(true);
+        return font;
+      }
+      break;
+    case Qt::TextAlignmentRole:
+      if (index.column() == IdColumn || index.column() >= StepsColumn)
+        return QVariant::fromValue(Qt::AlignRight | Qt::AlignVCenter);
+      break;
+    case Qt::ToolTipRole: {
+      QStringList lines{QStringLiteral("run %1: %2").arg(run.id).arg(run.name)};
+      if (!run.preset.isEmpty()) lines << tr("preset: %1").arg(run.preset);
+      lines << tr("status: %1").arg(run.status);
+      if (!run.message.isEmpty()) lines << run.message;
+      if (run.createdAt > 0) lines << tr("started: %1").arg(formatTime(run.createdAt));
+      if (run.endedAt > 0) lines << tr("ended: %1").arg(formatTime(run.endedAt));
+      if (!std::isnan(run.bestValLoss)) lines << tr("best val loss: %1").arg(formatLoss(run.bestValLoss));
+      if (run.resumedFromStep) lines << tr("resumed from step %1").arg(*run.resumedFromStep);
+      return lines.join(QLatin1Char('\n'));
+    }
+    default: break;
+  }
+  return {};
+}
+
+QVariant RunsTableModel::headerData(int section, Qt::Orientation orientation, int role) const {
+  if (orientation != Qt::Horizontal || role != Qt::DisplayRole) return QAbstractTableModel::headerData(section, orientation, role);
+  switch (section) {
+    case IdColumn: return tr("ID");
+    case NameColumn: return tr("Name");
+    case ArchColumn: return tr("Architecture");
+    case StatusColumn: return tr("Status");
+    case StepsColumn: return tr("Steps");
+    case TrainLossColumn: return tr("Train loss");
+    case ValLossColumn: return tr("Val loss");
+  }
+  return {};
+}
+
+void RunsTableModel::setRuns(QList<RunSummary> runs) {
+  std::sort(runs.begin(), runs.end(), [](const RunSummary& a, const RunSummary& b) { return a.id > b.id; });
+  const bool sameRows = runs.size() == runs_.size() &&
+                        std::equal(runs.begin(), runs.end(), runs_.begin(),
+                                   [](const RunSummary& a, const RunSummary& b) { return a.id == b.id; });
+  if (sameRows) {
+    // Keep selection and scroll position: a periodic refresh only changes values.
+    runs_ = std::move(runs);
+    if (!runs_.isEmpty()) Q_EMIT dataChanged(index(0, 0), index(runs_.size() - 1, ColumnCount - 1));
+    return;
+  }
+  beginResetModel();
+  runs_ = std::move(runs);
+  endResetModel();
+}
+
+int RunsTableModel::rowOf(qint64 id) const {
+  for (int row = 0; row < runs_.size(); ++row)
+    if (runs_[row].id == id) return row;
+  return -1;
+}
+
+const RunSummary* RunsTableModel::run(qint64 id) const {
+  const int row = rowOf(id);
+  return row < 0 ? nullptr : &runs_[row];
+}
+
+}  // namespace routelab

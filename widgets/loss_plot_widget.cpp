@@ -1,0 +1,332 @@
+// LossPlotWidget: QCustomPlot set-up, incremental appends with a running EMA, and range following.
+#include "widgets/loss_plot_widget.h"
+
+#include <cmath>
+#include <limits>
+
+#include <QCheckBox>
+#include <QHBoxLayout>
+#include <QLabel>
+#include <QScopedValueRollback>
+#include <QSlider>
+#include <QVBoxLayout>
+
+#include "widgets/qcustomplot_include.h"
+
+namespace routelab {
+namespace {
+
+constexpr double kDefaultSmoothing = 0.9;
+const QColor kTrainColor(31, 119, 180);
+const QColor kValidationColor(230, 110, 20);
+
+/// Steps are integers: never place ticks closer than one step apart (no "2.5" on the step axis).
+class StepTicker : public QCPAxisTicker {
+ protected:
+  double getTickStep(const QCPRange& range) override { return std::max(1.0, QCPAxisTicker::getTickStep(range)); }
+};
+
+double lastKey(const QCPGraph* graph) {
+  return graph->data()->isEmpty() ? -1.0 : (graph->data()->constEnd() - 1)->key;
+}
+
+}  // namespace
+
+LossPlotWidget::LossPlotWidget(QWidget* parent)
+    : QWidget(parent),
+      ema_(kDefaultSmoothing),
+      yMin_(std::numeric_limits<double>::infinity()),
+      yMax_(-std::numeric_limits<double>::infinity()) {
+  fullTitle_ = tr("No run");
+  title_ = new QLabel(fullTitle_, this);
+  title_->setObjectName(QStringLiteral("lossPlotTitle"));
+  QFont titleFont = title_->font();
+  titleFont.setBold(true);
+  title_->setFont(titleFont);
+  title_->setTextInteractionFlags(Qt::TextSelectableByMouse);
+  // A long title must not widen the window: it is elided to the space there is (full text in the tooltip).
+  title_->setSizePolicy(QSizePolicy::Ignored, QSizePolicy::Preferred);
+  title_->setMinimumWidth(80);
+
+  smoothingSlider_ = new QSlider(Qt::Horizontal, this);
+  smoothingSlider_->setObjectName(QStringLiteral("smoothingSlider"));
+  smoothingSlider_->setRange(0, 99);
+  smoothingSlider_->setValue(static_cast<int>(std::lround(kDefaultSmoothing * 100)));
+  smoothingSlider_->setFixedWidth(120);
+  smoothingSlider_->setToolTip(tr("EMA weight of the smoothed train line (0 = raw), debiased"));
+  smoothingValue_ = new QLabel(this);
+  smoothingValue_->setMinimumWidth(32);
+  logY_ = new QCheckBox(tr("Log y"), this);
+  logY_->setObjectName(QStringLiteral("logYCheck"));
+  follow_ = new QCheckBox(tr("Follow"), this);
+  follow_->setObjectName(QStringLiteral("followCheck"));
+  follow_->setChecked(true);
+  follow_->setToolTip(tr("Keep the whole run in view; dragging or zooming turns it off, double-click turns it on"));
+
+  auto* controls = new QHBoxLayout;
+  controls->setContentsMargins(6, 4, 6, 0);
+  controls->addWidget(title_, 1);
+  controls->addWidget(new QLabel(tr("Smoothing"), this));
+  controls->addWidget(smoothingSlider_);
+  controls->addWidget(smoothingValue_);
+  controls->addSpacing(8);
+  controls->addWidget(logY_);
+  controls->addWidget(follow_);
+
+  plot_ = new QCustomPlot(this);
+  plot_->setObjectName(QStringLiteral("lossPlot"));
+  plot_->setMinimumSize(320, 220);
+  plot_->setInteractions(QCP::iRangeDrag | QCP::iRangeZoom);
+  plot_->xAxis->setLabel(tr("step"));
+  plot_->xAxis->setTicker(QSharedPointer<QCPAxisTicker>(new StepTicker));
+  plot_->yAxis->setLabel(tr("loss (nats/token)"));
+  plot_->xAxis->grid()->setSubGridVisible(false);
+  plot_->yAxis->grid()->setSubGridVisible(true);
+
+  trainRaw_ = plot_->addGraph();
+  QColor faint = kTrainColor;
+  faint.setAlpha(70);
+  trainRaw_->setPen(QPen(faint, 1));
+  trainSmoothed_ = plot_->addGraph();
+  trainSmoothed_->setPen(QPen(kTrainColor, 2));
+  validation_ = plot_->addGraph();
+  validation_->setPen(QPen(kValidationColor, 2));
+  validation_->setScatterStyle(QCPScatterStyle(QCPScatterStyle::ssCircle, kValidationColor, Qt::white, 6));
+  updateLegendNames();
+
+  plot_->legend->setVisible(true);
+  plot_->legend->setBrush(QColor(255, 255, 255, 220));
+  plot_->axisRect()->insetLayout()->setInsetAlignment(0, Qt::AlignTop | Qt::AlignRight);
+
+  emptyHint_ = new QCPItemText(plot_);
+  emptyHint_->position->setType(QCPItemPosition::ptAxisRectRatio);
+  emptyHint_->position->setCoords(0.5, 0.5);
+  emptyHint_->setText(tr("No data yet: start a run, or select a stored one"));
+  emptyHint_->setColor(Qt::gray);
+  emptyHint_->setClipToAxisRect(true);
+
+  auto* layout = new QVBoxLayout(this);
+  layout->setContentsMargins(0, 0, 0, 0);
+  layout->setSpacing(2);
+  layout->addLayout(controls);
+  layout->addWidget(plot_, 1);
+
+  connect(smoothingSlider_, &QSlider::valueChanged, this, [this](int value) { setSmoothing(value / 100.0); });
+  connect(logY_, &QCheckBox::toggled, this, &LossPlotWidget::setLogScaleY);
+  connect(follow_, &QCheckBox::toggled, this, &LossPlotWidget::setAutoFollow);
+  // A user who drags or zooms wants to look at a part: stop following until a double-click. Ranges this
+  // widget sets itself are applied under applyingRange_, so only the user's changes count.
+  for (QCPAxis* axis : {plot_->xAxis, plot_->yAxis}) {
+    connect(axis, qOverload<const QCPRange&>(&QCPAxis::rangeChanged), this, [this](const QCPRange&) {
+      if (!applyingRange_ && autoFollow()) setAutoFollow(false);
+    });
+  }
+  connect(plot_, &QCustomPlot::mouseDoubleClick, this, [this](QMouseEvent*) { setAutoFollow(true); });
+
+  updateRanges();
+}
+
+LossPlotWidget::~LossPlotWidget() = default;
+
+void LossPlotWidget::setTitle(const QString& title, const QString& toolTip) {
+  fullTitle_ = title;
+  title_->setToolTip(toolTip.isEmpty() ? title : toolTip);
+  elideTitle();
+}
+
+QString LossPlotWidget::title() const { return fullTitle_; }
+
+void LossPlotWidget::resizeEvent(QResizeEvent* event) {
+  QWidget::resizeEvent(event);
+  elideTitle();
+}
+
+void LossPlotWidget::elideTitle() {
+  title_->setText(title_->fontMetrics().elidedText(fullTitle_, Qt::ElideRight, std::max(40, title_->width())));
+}
+
+void LossPlotWidget::setExpectedSteps(double steps) {
+  expectedSteps_ = std::max(0.0, steps);
+  updateRanges();
+  scheduleReplot();
+}
+
+void LossPlotWidget::appendTrain(const QVector<double>& steps, const QVector<double>& losses) {
+  const qsizetype n = std::min(steps.size(), losses.size());
+  double last = lastKey(trainRaw_);
+  QVector<double> keys, raw, smoothed;
+  keys.reserve(n);
+  raw.reserve(n);
+  smoothed.reserve(n);
+  for (qsizetype i = 0; i < n; ++i) {
+    if (steps[i] <= last) continue;
+    last = steps[i];
+    const double value = std::isfinite(losses[i]) ? losses[i] : std::numeric_limits<double>::quiet_NaN();
+    keys.push_back(steps[i]);
+    raw.push_back(value);
+    smoothed.push_back(ema_.add(value));
+    if (std::isfinite(value)) {
+      yMin_ = std::min(yMin_, value);
+      yMax_ = std::max(yMax_, value);
+      if (value > 0 && (yMinPositive_ <= 0 || value < yMinPositive_)) yMinPositive_ = value;
+    }
+  }
+  if (keys.isEmpty()) return;
+  trainRaw_->addData(keys, raw, true);
+  trainSmoothed_->addData(keys, smoothed, true);
+  updateRanges();
+  scheduleReplot();
+}
+
+void LossPlotWidget::appendValidation(const QVector<double>& steps, const QVector<double>& losses) {
+  const qsizetype n = std::min(steps.size(), losses.size());
+  double last = lastKey(validation_);
+  QVector<double> keys, values;
+  for (qsizetype i = 0; i < n; ++i) {
+    if (steps[i] <= last) continue;
+    last = steps[i];
+    const double value = std::isfinite(losses[i]) ? losses[i] : std::numeric_limits<double>::quiet_NaN();
+    keys.push_back(steps[i]);
+    values.push_back(value);
+    if (std::isfinite(value)) {
+      yMin_ = std::min(yMin_, value);
+      yMax_ = std::max(yMax_, value);
+      if (value > 0 && (yMinPositive_ <= 0 || value < yMinPositive_)) yMinPositive_ = value;
+    }
+  }
+  if (keys.isEmpty()) return;
+  validation_->addData(keys, values, true);
+  updateRanges();
+  scheduleReplot();
+}
+
+void LossPlotWidget::setCurves(const QVector<double>& trainSteps, const QVector<double>& trainLosses,
+                               const QVector<double>& valSteps, const QVector<double>& valLosses) {
+  clear();
+  appendTrain(trainSteps, trainLosses);
+  appendValidation(valSteps, valLosses);
+}
+
+void LossPlotWidget::clear() {
+  trainRaw_->data()->clear();
+  trainSmoothed_->data()->clear();
+  validation_->data()->clear();
+  ema_.reset();
+  yMin_ = std::numeric_limits<double>::infinity();
+  yMax_ = -std::numeric_limits<double>::infinity();
+  yMinPositive_ = 0;
+  expectedSteps_ = 0;
+  updateRanges();
+  scheduleReplot();
+}
+
+void LossPlotWidget::setSmoothing(double weight) {
+  if (std::abs(weight - ema_.weight()) < 1e-9) return;
+  ema_.setWeight(weight);
+  const QSignalBlocker blocker(smoothingSlider_);
+  smoothingSlider_->setValue(static_cast<int>(std::lround(ema_.weight() * 100)));
+  rebuildSmoothed();
+  updateLegendNames();
+  scheduleReplot();
+}
+
+double LossPlotWidget::smoothing() const { return ema_.weight(); }
+
+void LossPlotWidget::setAutoFollow(bool follow) {
+  if (follow_->isChecked() != follow) {
+    const QSignalBlocker blocker(follow_);
+    follow_->setChecked(follow);
+  }
+  if (follow) {
+    updateRanges();
+    scheduleReplot();
+  }
+  Q_EMIT autoFollowChanged(follow);
+}
+
+bool LossPlotWidget::autoFollow() const { return follow_->isChecked(); }
+
+void LossPlotWidget::setLogScaleY(bool logScale) {
+  if (logY_->isChecked() != logScale) {
+    const QSignalBlocker blocker(logY_);
+    logY_->setChecked(logScale);
+  }
+  const QScopedValueRollback<bool> applying(applyingRange_, true);
+  if (logScale) {
+    plot_->yAxis->setScaleType(QCPAxis::stLogarithmic);
+    plot_->yAxis->setTicker(QSharedPointer<QCPAxisTickerLog>(new QCPAxisTickerLog));
+  } else {
+    plot_->yAxis->setScaleType(QCPAxis::stLinear);
+    plot_->yAxis->setTicker(QSharedPointer<QCPAxisTicker>(new QCPAxisTicker));
+  }
+  updateRanges();
+  scheduleReplot();
+}
+
+bool LossPlotWidget::logScaleY() const { return logY_->isChecked(); }
+
+int LossPlotWidget::pointCount(Series series) const { return graph(series)->data()->size(); }
+
+double LossPlotWidget::lastStep(Series series) const { return lastKey(graph(series)); }
+
+QCustomPlot* LossPlotWidget::plot() const { return plot_; }
+
+void LossPlotWidget::rebuildSmoothed() {
+  ema_.reset();
+  QVector<double> keys, smoothed;
+  keys.reserve(trainRaw_->data()->size());
+  smoothed.reserve(trainRaw_->data()->size());
+  for (auto it = trainRaw_->data()->constBegin(); it != trainRaw_->data()->constEnd(); ++it) {
+    keys.push_back(it->key);
+    smoothed.push_back(ema_.add(it->value));
+  }
+  trainSmoothed_->setData(keys, smoothed, true);
+}
+
+void LossPlotWidget::updateLegendNames() {
+  trainRaw_->setName(tr("train (raw)"));
+  trainSmoothed_->setName(ema_.weight() > 0 ? tr("train (EMA %1, debiased)").arg(ema_.weight(), 0, 'f', 2)
+                                            : tr("train"));
+  validation_->setName(tr("validation"));
+  smoothingValue_->setText(QString::number(ema_.weight(), 'f', 2));
+}
+
+void LossPlotWidget::updateRanges() {
+  const bool empty = trainRaw_->data()->isEmpty() && validation_->data()->isEmpty();
+  emptyHint_->setVisible(empty);
+  if (!follow_->isChecked()) return;
+  const QScopedValueRollback<bool> applying(applyingRange_, true);
+  // Fit the data (a live curve uses the whole width); the planned length only frames an empty plot.
+  const double lastX = std::max(lastKey(trainRaw_), lastKey(validation_));
+  const double xMax = lastX > 0 ? lastX : std::max(expectedSteps_, 1.0);
+  plot_->xAxis->setRange(0, xMax * 1.03);
+
+  const bool haveY = yMin_ <= yMax_;
+  if (logScaleY()) {
+    const double low = yMinPositive_ > 0 ? yMinPositive_ : 0.1;
+    const double high = haveY && yMax_ > low ? yMax_ : low * 10;
+    plot_->yAxis->setRange(low / 1.15, high * 1.15);
+  } else if (haveY) {
+    const double pad = std::max((yMax_ - yMin_) * 0.06, 1e-3);
+    const double low = yMin_ >= 0 ? std::max(0.0, yMin_ - pad) : yMin_ - pad;
+    plot_->yAxis->setRange(low, yMax_ + pad);
+  } else {
+    plot_->yAxis->setRange(0, 5);
+  }
+}
+
+void LossPlotWidget::scheduleReplot() {
+  // Queued: any number of appends in one event-loop pass cost one replot.
+  plot_->replot(QCustomPlot::rpQueuedReplot);
+}
+
+QCPGraph* LossPlotWidget::graph(Series series) const {
+  switch (series) {
+    case Series::TrainRaw: return trainRaw_;
+    case Series::TrainSmoothed: return trainSmoothed_;
+    case Series::Validation: return validation_;
+  }
+  return trainRaw_;
+}
+
+}  // namespace routelab
