@@ -285,6 +285,7 @@ int cmd_bench_train_step(const BenchArgs& a) {
   o.steps = a.steps;
   o.warmup = a.warmup;
   o.threads = static_cast<int>(a.threads);
+  o.profile_path = a.profile;
   const std::string script = a.script.empty() ? default_peer_script() : a.script;
   std::cout << "train-step benchmark: GPT-2 style d 256, L 6, H 8, d_ff 1024, vocab 65, B " << o.batch << ", T "
             << o.context << ", " << o.steps << " timed steps after " << o.warmup << " warm-up\n";

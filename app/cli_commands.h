@@ -14,7 +14,7 @@ struct TrainArgs {
 };
 
 struct BenchArgs {
-  std::string script, python = "/usr/bin/python3", precision = "both";
+  std::string script, python = "/usr/bin/python3", precision = "both", profile;
   std::int64_t steps = 10, warmup = 2, threads = 0, batch = 64, context = 128;
 };
 

@@ -73,6 +73,7 @@ int main(int argc, char** argv) {
   step_cmd->add_option("--threads", bench.threads, "threads for both sides (0: all cores)");
   step_cmd->add_option("--batch", bench.batch, "batch size");
   step_cmd->add_option("--context", bench.context, "sequence length");
+  step_cmd->add_option("--profile", bench.profile, "write a Chrome trace of RouteLab's timed steps (autograd profiler)");
   step_cmd->add_option("--precision", bench.precision, "fp32, bf16 or both")->check(CLI::IsMember({"fp32", "bf16", "both"}));
 
   CLI11_PARSE(app, argc, argv);

@@ -6,6 +6,8 @@ if(ROUTELAB_BUILD_GUI)
   install(FILES ${PROJECT_SOURCE_DIR}/packaging/routelab.desktop DESTINATION ${CMAKE_INSTALL_DATADIR}/applications)
   install(FILES ${PROJECT_SOURCE_DIR}/packaging/io.routelab.RouteLab.metainfo.xml
           DESTINATION ${CMAKE_INSTALL_DATADIR}/metainfo)
+  install(FILES ${PROJECT_SOURCE_DIR}/resources/icons/routelab.svg
+          DESTINATION ${CMAKE_INSTALL_DATADIR}/icons/hicolor/scalable/apps)
 endif()
 
 set(CPACK_PACKAGE_NAME "routelab")

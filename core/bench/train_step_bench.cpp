@@ -9,6 +9,7 @@
 #include <sstream>
 
 #include <torch/torch.h>
+#include <torch/csrc/autograd/profiler_legacy.h>
 
 #include "core/models/dense_transformer.h"
 #include "core/train/step.h"
@@ -31,6 +32,8 @@ TrainStepBenchResult bench_train_step(const TrainStepBenchOptions& o) {
   Batch batch{torch::randint(0, 65, {o.batch, o.context}, torch::kLong),
               torch::randint(0, 65, {o.batch, o.context}, torch::kLong), torch::Tensor()};
   for (std::int64_t i = 0; i < o.warmup; ++i) train_step(model, optimizer, batch, 1.0, o.bf16, false);
+  std::unique_ptr<torch::autograd::profiler::RecordProfile> profile;
+  if (!o.profile_path.empty()) profile = std::make_unique<torch::autograd::profiler::RecordProfile>(o.profile_path);
   const auto t0 = std::chrono::steady_clock::now();
   for (std::int64_t i = 0; i < o.steps; ++i) {
     const auto res = train_step(model, optimizer, batch, 1.0, o.bf16, false);
@@ -39,6 +42,7 @@ TrainStepBenchResult bench_train_step(const TrainStepBenchOptions& o) {
     r.last_loss = loss;
   }
   const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / double(o.steps);
+  profile.reset();
   r.ms_per_step = dt * 1000.0;
   r.tokens_per_s = double(o.batch * o.context) / dt;
   return r;

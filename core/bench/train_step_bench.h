@@ -10,6 +10,7 @@ struct TrainStepBenchOptions {
   std::int64_t batch = 64, context = 128, steps = 10, warmup = 2;
   int threads = 0;     ///< 0: all cores
   bool bf16 = false;
+  std::string profile_path;  ///< when set, the timed steps are recorded as a Chrome trace (autograd profiler)
 };
 
 struct TrainStepBenchResult {

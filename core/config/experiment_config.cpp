@@ -31,9 +31,6 @@ OptionSpec choice_opt(std::string key, std::string def, std::vector<std::string>
 OptionSpec string_opt(std::string key, std::string def, std::string help) {
   return {std::move(key), OptionType::String, def, std::move(help), std::nullopt, std::nullopt, {}};
 }
-OptionSpec bool_opt(std::string key, bool def, std::string help) {
-  return {std::move(key), OptionType::Bool, def, std::move(help), std::nullopt, std::nullopt, {}};
-}
 
 std::string with_origin(const std::string& origin, const std::string& message) {
   return origin.empty() ? message : origin + ": " + message;

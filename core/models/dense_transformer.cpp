@@ -121,7 +121,7 @@ torch::Tensor TransformerTrunk::embed(const torch::Tensor& tokens, torch::Tensor
 
 torch::Tensor TransformerTrunk::head(const torch::Tensor& x) {
   const auto h = final_norm(x);
-  return options_.tie_weights() ? torch::nn::functional::linear(h, tok_emb->weight) : lm_head(h);  // (B, T, V)
+  return at::linear(h, options_.tie_weights() ? tok_emb->weight : lm_head->weight);  // (B, T, V)
 }
 
 void TransformerTrunk::init_weights(const std::vector<std::string>& residual_suffixes) {

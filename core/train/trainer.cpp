@@ -158,6 +158,12 @@ class Session {
     const auto ckpt_every = train.at("checkpoint_every").get<std::int64_t>();
     const auto tokens_per_step = batch_size_ * dataset_->context();
 
+    if (start_step_ == 0) {
+      // The untrained model's validation loss: every curve starts from a measured point, not from step 1.
+      const auto eval = evaluate(0);
+      outcome.first_val_loss = eval.val_loss;
+      if (observer_) observer_->on_eval(eval);
+    }
     model_->train();
     const auto t_start = std::chrono::steady_clock::now();
     auto t_window = t_start;

@@ -1,5 +1,7 @@
-// Causal attention. On LibTorch 2.x the fused scaled_dot_product_attention kernel is used; on 1.13 the scores
-// are computed with one baddbmm into a cached additive causal mask (no separate scale, mask and copy passes).
+// Causal attention. On CPU a fused autograd function parallelises over (batch, head) itself and runs one
+// single-threaded GEMM per head on strided views (no permute copies, no BLAS fork/join per tiny GEMM, scale and
+// mask folded into one addmm). Elsewhere LibTorch 2.x's scaled_dot_product_attention, or baddbmm into a cached
+// additive mask on 1.13.
 #include "core/models/blocks/attention.h"
 
 #include <cmath>
@@ -7,6 +9,7 @@
 #include <mutex>
 #include <tuple>
 
+#include <ATen/Parallel.h>
 #include <torch/version.h>
 
 namespace routelab {
@@ -26,7 +29,75 @@ torch::Tensor causal_bias(std::int64_t tq, std::int64_t tk, const torch::TensorO
   return mask;
 }
 
+/// Causal attention on CPU for q, k, v of shape (B, H, T, hd) with any strides (inner stride 1). The output is
+/// laid out (B, T, H, hd) so the output projection reads it without a copy; probabilities are saved for backward.
+/// The (rows, cols) matrix of head h of batch b in a 4-D tensor indexed (b, h, row, col) with any strides.
+torch::Tensor head_matrix(const torch::Tensor& t, std::int64_t b, std::int64_t h) {
+  return t.as_strided({t.size(2), t.size(3)}, {t.stride(2), t.stride(3)},
+                      t.storage_offset() + b * t.stride(0) + h * t.stride(1));
+}
+
+class CpuCausalAttention : public torch::autograd::Function<CpuCausalAttention> {
+ public:
+  static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& q, const torch::Tensor& k,
+                               const torch::Tensor& v) {
+    const auto B = q.size(0), H = q.size(1), T = q.size(2), hd = q.size(3);
+    const double scale = 1.0 / std::sqrt(static_cast<double>(hd));
+    const auto mask = causal_bias(T, T, q.options());
+    auto probs = torch::empty({B, H, T, T}, q.options());                // (B, H, T, T)
+    auto out = torch::empty({B, T, H, hd}, q.options()).transpose(1, 2);  // (B, H, T, hd) over a (B, T, H, hd) buffer
+    at::parallel_for(0, B * H, 1, [&](std::int64_t begin, std::int64_t end) {
+      auto scores = torch::empty({T, T}, q.options());
+      for (std::int64_t i = begin; i < end; ++i) {
+        const auto b = i / H, h = i % H;
+        const auto qi = head_matrix(q, b, h), ki = head_matrix(k, b, h), vi = head_matrix(v, b, h);
+        at::addmm_out(scores, mask, qi, ki.t(), /*beta=*/1.0, /*alpha=*/scale);  // mask + scale q k^T
+        auto pi = head_matrix(probs, b, h);
+        at::_softmax_out(pi, scores, -1, false);
+        auto oi = head_matrix(out, b, h);  // (T, hd), row stride H*hd
+        at::mm_out(oi, pi, vi);
+      }
+    });
+    ctx->save_for_backward({q, k, v, probs});
+    return out;
+  }
+
+  static torch::autograd::tensor_list backward(torch::autograd::AutogradContext* ctx,
+                                               torch::autograd::tensor_list grads) {
+    const auto saved = ctx->get_saved_variables();
+    const auto &q = saved[0], &k = saved[1], &v = saved[2], &probs = saved[3];
+    const auto& d_out = grads[0];  // (B, H, T, hd)
+    const auto B = q.size(0), H = q.size(1), T = q.size(2), hd = q.size(3);
+    const double scale = 1.0 / std::sqrt(static_cast<double>(hd));
+    // Gradients in (B, T, H, hd) buffers: the backward of the head split reads them without a transpose copy.
+    auto dq = torch::empty({B, T, H, hd}, q.options()).transpose(1, 2);
+    auto dk = torch::empty({B, T, H, hd}, q.options()).transpose(1, 2);
+    auto dv = torch::empty({B, T, H, hd}, q.options()).transpose(1, 2);
+    at::parallel_for(0, B * H, 1, [&](std::int64_t begin, std::int64_t end) {
+      auto d_probs = torch::empty({T, T}, q.options());
+      auto d_scores = torch::empty({T, T}, q.options());
+      for (std::int64_t i = begin; i < end; ++i) {
+        const auto b = i / H, h = i % H;
+        const auto qi = head_matrix(q, b, h), ki = head_matrix(k, b, h), vi = head_matrix(v, b, h);
+        const auto pi = head_matrix(probs, b, h), gi = head_matrix(d_out, b, h);
+        auto dvi = head_matrix(dv, b, h);
+        at::mm_out(dvi, pi.t(), gi);                         // dV = P^T dO
+        at::mm_out(d_probs, gi, vi.t());                     // dP = dO V^T
+        at::_softmax_backward_data_out(d_scores, d_probs, pi, -1, pi.scalar_type());  // dS = P (dP - rowsum(dP P))
+        auto dqi = head_matrix(dq, b, h), dki = head_matrix(dk, b, h);
+        at::addmm_out(dqi, dqi, d_scores, ki, /*beta=*/0.0, /*alpha=*/scale);        // dQ = scale dS K
+        at::addmm_out(dki, dki, d_scores.t(), qi, /*beta=*/0.0, /*alpha=*/scale);    // dK = scale dS^T Q
+      }
+    });
+    return {dq, dk, dv};
+  }
+};
+
 }  // namespace
+
+torch::Tensor linear(const torch::Tensor& x, const torch::nn::Linear& layer) {
+  return at::linear(x, layer->weight, layer->bias.defined() ? c10::optional<at::Tensor>(layer->bias) : c10::nullopt);
+}
 
 torch::Tensor repeat_kv(const torch::Tensor& x, std::int64_t n_rep) {
   if (n_rep == 1) return x;
@@ -39,6 +110,11 @@ torch::Tensor causal_attention(const torch::Tensor& q, const torch::Tensor& k, c
   const auto B = q.size(0), H = q.size(1), Tq = q.size(2), hd = q.size(3), Tk = k.size(2);
   const auto kf = repeat_kv(k, H / k.size(1));
   const auto vf = repeat_kv(v, H / v.size(1));
+  const bool dropping = training && dropout > 0;
+  // fp32 only: under bf16 autocast oneDNN's batched kernels beat one small bf16 GEMM per head.
+  if (q.device().is_cpu() && Tq == Tk && !dropping && q.stride(3) == 1 && kf.stride(3) == 1 && vf.stride(3) == 1 &&
+      q.scalar_type() == torch::kFloat && kf.scalar_type() == torch::kFloat && vf.scalar_type() == torch::kFloat)
+    return CpuCausalAttention::apply(q, kf, vf);
 #if TORCH_VERSION_MAJOR >= 2
   if (Tq == Tk) return at::scaled_dot_product_attention(q, kf, vf, {}, training ? dropout : 0.0, /*is_causal=*/true);
 #endif
@@ -67,17 +143,18 @@ void CausalSelfAttentionImpl::reset() {
 
 CausalSelfAttentionImpl::QKV CausalSelfAttentionImpl::project(const torch::Tensor& x, const torch::Tensor& positions) {
   const auto B = x.size(0), T = x.size(1), H = options.n_head(), Hkv = kv_heads(), hd = head_dim();
-  const auto fused = qkv(x);                                              // (B, T, (H + 2Hkv) hd)
-  auto q = fused.narrow(-1, 0, H * hd).view({B, T, H, hd}).transpose(1, 2);             // (B, H, T, hd)
-  auto k = fused.narrow(-1, H * hd, Hkv * hd).view({B, T, Hkv, hd}).transpose(1, 2);    // (B, Hkv, T, hd)
-  auto v = fused.narrow(-1, (H + Hkv) * hd, Hkv * hd).view({B, T, Hkv, hd}).transpose(1, 2);
+  // split (not narrow): its backward writes the three gradients into one buffer instead of three zero-filled ones.
+  const auto parts = linear(x, qkv).split_with_sizes({H * hd, Hkv * hd, Hkv * hd}, -1);  // (B, T, (H + 2Hkv) hd)
+  auto q = parts[0].view({B, T, H, hd}).transpose(1, 2);    // (B, H, T, hd)
+  auto k = parts[1].view({B, T, Hkv, hd}).transpose(1, 2);  // (B, Hkv, T, hd)
+  auto v = parts[2].view({B, T, Hkv, hd}).transpose(1, 2);
   if (rope.defined()) std::tie(q, k) = rope.apply(q, k, positions);
   return {q, k, v};
 }
 
 torch::Tensor CausalSelfAttentionImpl::output(const torch::Tensor& heads) {
   const auto B = heads.size(0), T = heads.size(2);
-  return proj(heads.transpose(1, 2).reshape({B, T, options.n_embd()}));  // (B, T, C)
+  return linear(heads.transpose(1, 2).reshape({B, T, options.n_embd()}), proj);  // (B, T, C)
 }
 
 torch::Tensor CausalSelfAttentionImpl::forward(const torch::Tensor& x, const torch::Tensor& positions) {

@@ -30,6 +30,10 @@ struct AttentionOptions {
 torch::Tensor causal_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
                                double dropout = 0.0, bool training = false);
 
+/// y = x W^T + b through at::linear (one addmm for contiguous 2-D/3-D input), not the C++ frontend's
+/// functional linear (matmul followed by a separate bias add in LibTorch 1.13).
+torch::Tensor linear(const torch::Tensor& x, const torch::nn::Linear& layer);
+
 /// Repeats key/value heads for grouped-query attention exactly as Llama's repeat_kv: (B, Hkv, T, hd) -> (B, H, T, hd).
 torch::Tensor repeat_kv(const torch::Tensor& x, std::int64_t n_rep);
 

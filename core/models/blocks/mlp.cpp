@@ -1,6 +1,8 @@
 // SwiGLU fuses the gate and up projections into one matmul; GELU is the exact (erf) form, as GPT-2 in PyTorch.
 #include "core/models/blocks/mlp.h"
 
+#include "core/models/blocks/attention.h"
+
 namespace routelab {
 
 MlpImpl::MlpImpl(MlpOptions options_) : options(std::move(options_)) { reset(); }
@@ -15,12 +17,12 @@ void MlpImpl::reset() {
 torch::Tensor MlpImpl::forward(const torch::Tensor& x) {
   torch::Tensor hidden;
   if (options.kind() == MlpKind::SwiGLU) {
-    const auto gate_up = up(x).chunk(2, -1);        // 2 x (..., F)
+    const auto gate_up = linear(x, up).chunk(2, -1);        // 2 x (..., F)
     hidden = torch::silu(gate_up[0]) * gate_up[1];  // (..., F)
   } else {
-    hidden = torch::gelu(up(x));                    // (..., F)
+    hidden = torch::gelu(linear(x, up));                    // (..., F)
   }
-  auto out = down(hidden);
+  auto out = linear(hidden, down);
   if (is_training() && options.dropout() > 0) out = torch::dropout(out, options.dropout(), true);
   return out;
 }
