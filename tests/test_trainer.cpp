@@ -64,10 +64,10 @@ class TestTrainer : public QObject {
     QCOMPARE(run->last_step, std::int64_t(200));
     QCOMPARE(QString::fromStdString(run->arch), QString("dense"));
     QVERIFY(!run->torch_version.empty());
-    QCOMPARE(store.evals(outcome.run_id).size(), std::size_t(4));
+    QCOMPARE(store.evals(outcome.run_id).size(), std::size_t(5));  // step 0 and every 50
     QVERIFY(!store.routing(outcome.run_id).empty());
     const auto probes = store.probes(outcome.run_id);
-    QCOMPARE(probes.size(), std::size_t(4));
+    QCOMPARE(probes.size(), std::size_t(5));
     const auto probe = nlohmann::json::parse(probes.back().json);
     QCOMPARE(probe["tokens"].size(), probe["next_logprob"].size());
     QCOMPARE(probe["layers"].size(), std::size_t(2));
