@@ -1,5 +1,5 @@
-// Tests of the run store: round trips of every table, NaN/Inf, list aggregates, crash marking, a reader during a
-// write, refusal of foreign or newer files (left untouched), cascades, truncation, and StoreWriter's thread.
+// Tests of the run store: round trips of every table, NaN/Inf, list aggregates, crash marking, refusal of
+// foreign or newer files (left untouched), cascades and truncation. StoreWriter: test_store_writer.cpp.
 #include <QDateTime>
 #include <QDir>
 #include <QRegularExpression>
@@ -21,80 +21,10 @@
 #include "core/store/run_store.h"
 #include "core/util/errors.h"
 #include "core/util/logging.h"
+#include "tests/store_test_support.h"
 
 using namespace routelab;
-
-namespace {
-
-constexpr double kNan = std::numeric_limits<double>::quiet_NaN();
-constexpr double kInf = std::numeric_limits<double>::infinity();
-
-NewRun sample_run(const std::string& name = "run") {
-  NewRun r;
-  r.name = name;
-  r.arch = "mod";
-  r.preset = "tiny-shakespeare";
-  r.config_json = R"({"model":{"n_layer":4},"train":{"lr":0.0003}})";
-  r.config_hash = "9f2c";
-  r.seed = 1337;
-  r.device = "cuda:0";
-  r.routelab_version = "0.1.0";
-  r.torch_version = "2.1.2";
-  r.qt_version = "6.4.2";
-  r.total_steps = 5000;
-  r.rank = 0;
-  r.world_size = 2;
-  return r;
-}
-
-/// Identical doubles: NaN equals NaN; the sign of an infinity counts.
-bool same(double a, double b) { return (std::isnan(a) && std::isnan(b)) || a == b; }
-
-std::string read_bytes(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
-}
-
-/// A connection of the test's own, beside the store's: to build foreign files and to look under the API.
-class RawDb {
- public:
-  explicit RawDb(const std::string& path) {
-    if (sqlite3_open(path.c_str(), &db_) != SQLITE_OK) throw std::runtime_error(sqlite3_errmsg(db_));
-  }
-  ~RawDb() { sqlite3_close(db_); }
-  RawDb(const RawDb&) = delete;
-  RawDb& operator=(const RawDb&) = delete;
-
-  void exec(const std::string& sql) {
-    char* err = nullptr;
-    if (sqlite3_exec(db_, sql.c_str(), nullptr, nullptr, &err) != SQLITE_OK) {
-      const std::string msg = err ? err : "?";
-      sqlite3_free(err);
-      throw std::runtime_error(sql + ": " + msg);
-    }
-  }
-  /// The first column of the first row as text ("" when NULL or no row).
-  std::string text(const std::string& sql) {
-    sqlite3_stmt* stmt = nullptr;
-    if (sqlite3_prepare_v2(db_, sql.c_str(), -1, &stmt, nullptr) != SQLITE_OK)
-      throw std::runtime_error(sql + ": " + sqlite3_errmsg(db_));
-    std::string out;
-    if (sqlite3_step(stmt) == SQLITE_ROW && sqlite3_column_text(stmt, 0))
-      out = reinterpret_cast<const char*>(sqlite3_column_text(stmt, 0));
-    sqlite3_finalize(stmt);
-    return out;
-  }
-  long long integer(const std::string& sql) {
-    const std::string t = text(sql);
-    return t.empty() ? 0 : std::stoll(t);
-  }
-  sqlite3* handle() { return db_; }
-
- private:
-  sqlite3* db_ = nullptr;
-};
-
-}  // namespace
+using namespace routelab::test;
 
 class TestRunStore : public QObject {
   Q_OBJECT
@@ -475,64 +405,6 @@ class TestRunStore : public QObject {
     QCOMPARE(store.mark_stale_runs_crashed(0.0), 0);
   }
 
-  void readerDuringWrite() {
-    const int kRows = 20000;
-    std::int64_t id = 0;
-    {
-      RunStore store(db_path());
-      id = store.create_run(sample_run());
-    }
-    std::atomic<bool> writing_done{false};
-    std::string reader_error;
-    bool monotonic = true, prefix = true;
-    std::size_t final_count = 0;
-    int reads = 0, distinct_counts = 0;
-
-    std::thread reader([&] {
-      try {
-        RunStore store(db_path());
-        std::size_t last = 0;
-        for (;;) {
-          const bool done = writing_done.load();
-          const auto points = store.metric(id, "train/loss");
-          ++reads;
-          if (points.size() < last) monotonic = false;
-          if (points.size() != last) ++distinct_counts;
-          // Transactions commit whole and in order, so a reader always sees steps 0..n-1.
-          if (!points.empty() && points.back().step != static_cast<std::int64_t>(points.size()) - 1) prefix = false;
-          last = points.size();
-          if (done) {
-            final_count = last;
-            break;
-          }
-        }
-      } catch (const std::exception& e) {
-        reader_error = e.what();
-      }
-    });
-
-    {
-      StoreWriter writer(db_path(), id, 0.02);
-      for (int i = 0; i < kRows; ++i) {
-        writer.add_metric({"train/loss", i, 1700000000.0 + i, 10.0 / (i + 1)});
-        if (i % 1000 == 999) std::this_thread::sleep_for(std::chrono::milliseconds(5));
-      }
-      writer.flush();
-      writing_done = true;
-      reader.join();
-    }
-    QVERIFY2(reader_error.empty(), reader_error.c_str());
-    QVERIFY(monotonic);
-    QVERIFY(prefix);
-    QCOMPARE(final_count, std::size_t(kRows));
-    QVERIFY(reads > 1);
-    qInfo("reader: %d reads, %d distinct counts", reads, distinct_counts);
-
-    RunStore store(db_path());
-    QCOMPARE(store.metric(id, "train/loss").size(), std::size_t(kRows));
-    QCOMPARE(store.run(id)->last_step, std::int64_t(kRows - 1));
-  }
-
   void refusesForeignFile_data() {
     QTest::addColumn<QString>("kind");
     QTest::addColumn<QString>("expected");
@@ -543,7 +415,6 @@ class TestRunStore : public QObject {
     QTest::newRow("newer schema") << "newer"
                                   << "schema version 99 is newer than this RouteLab supports (1); upgrade RouteLab";
   }
-
   void refusesForeignFile() {
     QFETCH(QString, kind);
     QFETCH(QString, expected);
@@ -735,98 +606,6 @@ class TestRunStore : public QObject {
     QCOMPARE(store.metric(id, "train/loss").size(), std::size_t(1));
   }
 
-  void writerSetStatusAfterFlush() {
-    RunStore store(db_path());
-    const auto id = store.create_run(sample_run());
-    StoreWriter writer(db_path(), id, 3600.0);  // only flush() and set_status() write
-    for (int i = 0; i < 100; ++i) writer.add_metric({"train/loss", i, 0, 1.0});
-    writer.add_routing({99, 0, 0.5, 0.5, 0.0, 8, 4});
-    writer.add_eval({99, "val", 1.0, 2.7, 1.0, "{}"});
-    writer.add_checkpoint({99, "/c/99.pt", 1, 0.0});
-    writer.add_probe({99, "{}"});
-    writer.flush();
-    QCOMPARE(store.metric(id, "train/loss").size(), std::size_t(100));
-    QCOMPARE(store.routing(id).size(), std::size_t(1));
-    QCOMPARE(store.evals(id).size(), std::size_t(1));
-    QCOMPARE(store.checkpoints(id).size(), std::size_t(1));
-    QCOMPARE(store.probes(id).size(), std::size_t(1));
-    writer.flush();  // nothing pending: returns at once
-
-    writer.add_metric({"train/loss", 100, 0, 0.5});  // not flushed: set_status writes it first
-    writer.set_status(RunStatus::Finished, "done");
-    const auto r = store.run(id);
-    QCOMPARE(r->status, RunStatus::Finished);
-    QCOMPARE(r->message, std::string("done"));
-    QVERIFY(r->ended_at > 0);
-    QCOMPARE(r->last_step, std::int64_t(100));
-    QCOMPARE(r->last_train_loss, std::optional<double>(0.5));
-
-    writer.set_status(RunStatus::Running);
-    QCOMPARE(store.run(id)->status, RunStatus::Running);
-    QCOMPARE(store.run(id)->ended_at, 0.0);
-  }
-
-  void writerDestructorFlushes() {
-    RunStore store(db_path());
-    const auto id = store.create_run(sample_run());
-    {
-      StoreWriter writer(db_path(), id, 3600.0);
-      for (int i = 0; i < 50; ++i) writer.add_metric({"train/loss", i, 0, 1.0});
-      writer.add_routing({49, 0, 0.5, 0.5, 0.0, 8, 4});
-      writer.add_eval({49, "val", 1.0, 2.7, 1.0, "{}"});
-      writer.add_checkpoint({49, "/c/49.pt", 1, 0.0});
-      writer.add_probe({49, "{}"});
-      QVERIFY(store.metric(id, "train/loss").empty());  // still pending: the interval is an hour
-    }
-    QCOMPARE(store.metric(id, "train/loss").size(), std::size_t(50));
-    QCOMPARE(store.routing(id).size(), std::size_t(1));
-    QCOMPARE(store.evals(id).size(), std::size_t(1));
-    QCOMPARE(store.checkpoints(id).size(), std::size_t(1));
-    QCOMPARE(store.probes(id).size(), std::size_t(1));
-  }
-
-  void writerWritesWithoutFlushWhenManyPending() {
-    RunStore store(db_path());
-    const auto id = store.create_run(sample_run());
-    StoreWriter writer(db_path(), id, 3600.0);
-    for (int i = 0; i < 2500; ++i) writer.add_metric({"train/loss", i, 0, 1.0});
-    // Over 2000 pending rows are written at once, whatever the interval.
-    for (int tries = 0; tries < 500 && store.metric(id, "train/loss").empty(); ++tries)
-      std::this_thread::sleep_for(std::chrono::milliseconds(10));
-    QVERIFY(store.metric(id, "train/loss").size() > 2000);
-  }
-
-  void writerKeepsHeartbeatFresh() {
-    RunStore store(db_path());
-    const auto id = store.create_run(sample_run());
-    const double created = store.run(id)->heartbeat_at;
-    StoreWriter writer(db_path(), id, 0.05);
-    QTRY_VERIFY_WITH_TIMEOUT(store.run(id)->heartbeat_at > created, 5000);
-  }
-
-  void writerReportsWriteError() {
-    RunStore store(db_path());
-    bool threw = false;
-    try {
-      StoreWriter writer(db_path(), 42);
-    } catch (const StoreError& e) {
-      threw = std::string(e.what()).find(db_path()) != std::string::npos;
-    }
-    QVERIFY2(threw, "a writer for a missing run");
-
-    const auto id = store.create_run(sample_run());
-    StoreWriter writer(db_path(), id, 0.01);
-    store.delete_run(id);  // e.g. deleted from another window
-    writer.add_metric({"train/loss", 1, 0, 1.0});
-    QString message;
-    try {
-      writer.flush();
-    } catch (const StoreError& e) {
-      message = QString::fromUtf8(e.what());
-    }
-    QVERIFY2(message.contains(QString::fromStdString(db_path())), qPrintable(message));
-    writer.flush();  // the error was reported once
-  }
 };
 
 QTEST_GUILESS_MAIN(TestRunStore)

@@ -1,0 +1,96 @@
+// Helpers shared by the run-store suites: a sample run, raw file bytes, and a raw SQLite connection.
+#pragma once
+
+#include <QDateTime>
+#include <QDir>
+#include <QRegularExpression>
+#include <QTemporaryDir>
+#include <QTest>
+
+#include <sqlite3.h>
+
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <fstream>
+#include <iterator>
+#include <limits>
+#include <stdexcept>
+#include <string>
+#include <thread>
+#include "core/store/run_store.h"
+#include "core/util/errors.h"
+#include "core/util/logging.h"
+
+namespace routelab::test {
+
+constexpr double kNan = std::numeric_limits<double>::quiet_NaN();
+constexpr double kInf = std::numeric_limits<double>::infinity();
+
+inline NewRun sample_run(const std::string& name = "run") {
+  NewRun r;
+  r.name = name;
+  r.arch = "mod";
+  r.preset = "tiny-shakespeare";
+  r.config_json = R"({"model":{"n_layer":4},"train":{"lr":0.0003}})";
+  r.config_hash = "9f2c";
+  r.seed = 1337;
+  r.device = "cuda:0";
+  r.routelab_version = "0.1.0";
+  r.torch_version = "2.1.2";
+  r.qt_version = "6.4.2";
+  r.total_steps = 5000;
+  r.rank = 0;
+  r.world_size = 2;
+  return r;
+}
+
+/// Identical doubles: NaN equals NaN; the sign of an infinity counts.
+inline bool same(double a, double b) { return (std::isnan(a) && std::isnan(b)) || a == b; }
+
+inline std::string read_bytes(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+}
+
+/// A connection of the test's own, beside the store's: to build foreign files and to look under the API.
+class RawDb {
+ public:
+  explicit RawDb(const std::string& path) {
+    if (sqlite3_open(path.c_str(), &db_) != SQLITE_OK) throw std::runtime_error(sqlite3_errmsg(db_));
+  }
+  ~RawDb() { sqlite3_close(db_); }
+  RawDb(const RawDb&) = delete;
+  RawDb& operator=(const RawDb&) = delete;
+
+  void exec(const std::string& sql) {
+    char* err = nullptr;
+    if (sqlite3_exec(db_, sql.c_str(), nullptr, nullptr, &err) != SQLITE_OK) {
+      const std::string msg = err ? err : "?";
+      sqlite3_free(err);
+      throw std::runtime_error(sql + ": " + msg);
+    }
+  }
+  /// The first column of the first row as text ("" when NULL or no row).
+  std::string text(const std::string& sql) {
+    sqlite3_stmt* stmt = nullptr;
+    if (sqlite3_prepare_v2(db_, sql.c_str(), -1, &stmt, nullptr) != SQLITE_OK)
+      throw std::runtime_error(sql + ": " + sqlite3_errmsg(db_));
+    std::string out;
+    if (sqlite3_step(stmt) == SQLITE_ROW && sqlite3_column_text(stmt, 0))
+      out = reinterpret_cast<const char*>(sqlite3_column_text(stmt, 0));
+    sqlite3_finalize(stmt);
+    return out;
+  }
+  long long integer(const std::string& sql) {
+    const std::string t = text(sql);
+    return t.empty() ? 0 : std::stoll(t);
+  }
+  sqlite3* handle() { return db_; }
+
+ private:
+  sqlite3* db_ = nullptr;
+};
+
+
+}  // namespace routelab::test
