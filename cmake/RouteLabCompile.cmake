@@ -7,6 +7,9 @@ endfunction()
 function(routelab_use_torch_pch target)
   if(ROUTELAB_PCH)
     target_precompile_headers(${target} REUSE_FROM routelab_data)
+    # The PCH is built -fPIC (a library); executables default to -fPIE, which would make GCC reject the PCH
+    # and silently parse all of Torch again. The later -fPIC wins and still links into a PIE executable.
+    target_compile_options(${target} PRIVATE -fPIC)
   endif()
 endfunction()
 

@@ -256,8 +256,8 @@ void MainWindow::showRun(qint64 runId) {
   displayedRunId_ = runId;
   if (runId != 0 && runId == controller_->currentRunId()) {
     // The current (or last) live run: its curve is already here, complete and fresher than the store.
-    plot_->setCurves(controller_->liveTrainSteps(), controller_->liveTrainLoss(), controller_->liveValSteps(),
-                     controller_->liveValLoss());
+    const RunCurves& live = controller_->liveCurves();
+    plot_->setCurves(live.trainSteps, live.trainLoss, live.valSteps, live.valLoss);
     if (const RunSummary* run = runs_->model()->run(runId)) {
       plot_->setTitle(tr("run %1 · %2 · %3").arg(runId).arg(run->name, run->arch));
       plot_->setExpectedSteps(static_cast<double>(run->totalSteps));
@@ -298,19 +298,10 @@ void MainWindow::onRunStarted(const RunStartInfo& info) {
 
 void MainWindow::onProgress(const ProgressBatch& batch) {
   if (displayedRunId_ != 0 && displayedRunId_ == controller_->currentRunId()) {
-    QVector<double> steps, losses, valSteps, valLosses;
-    steps.reserve(batch.steps.size());
-    losses.reserve(batch.steps.size());
-    for (const StepSample& s : batch.steps) {
-      steps.push_back(static_cast<double>(s.step));
-      losses.push_back(s.loss);
-    }
-    for (const EvalSample& e : batch.evals) {
-      valSteps.push_back(static_cast<double>(e.step));
-      valLosses.push_back(e.valLoss);
-    }
-    plot_->appendTrain(steps, losses);  // both append calls end in one queued replot
-    plot_->appendValidation(valSteps, valLosses);
+    RunCurves increment;
+    appendCurves(batch, increment);
+    plot_->appendTrain(increment.trainSteps, increment.trainLoss);  // both append calls end in one queued replot
+    plot_->appendValidation(increment.valSteps, increment.valLoss);
   }
   if (!batch.steps.isEmpty()) {
     const StepSample& s = batch.steps.back();

@@ -39,10 +39,7 @@ bool RunController::start(const RunRequest& request) {
   request_ = request;
   runId_ = 0;
   lastStep_.reset();
-  trainSteps_.clear();
-  trainLoss_.clear();
-  valSteps_.clear();
-  valLoss_.clear();
+  live_ = RunCurves{};
 
   thread_ = new QThread;
   thread_->setObjectName(QStringLiteral("routelab-train"));
@@ -73,14 +70,7 @@ void RunController::drain() {
     runId_ = batch.started->runId;
     Q_EMIT runStarted(*batch.started);
   }
-  for (const StepSample& s : batch.steps) {
-    trainSteps_.push_back(static_cast<double>(s.step));
-    trainLoss_.push_back(s.loss);
-  }
-  for (const EvalSample& e : batch.evals) {
-    valSteps_.push_back(static_cast<double>(e.step));
-    valLoss_.push_back(e.valLoss);
-  }
+  appendCurves(batch, live_);
   if (!batch.steps.isEmpty()) lastStep_ = batch.steps.back();
   Q_EMIT progressReceived(batch);
 }

@@ -32,10 +32,8 @@ class RunController : public QObject {
   const std::optional<StepSample>& lastStep() const;
 
   /// Everything the current (or last) run reported, for redrawing it after another run was shown.
-  const QVector<double>& liveTrainSteps() const { return trainSteps_; }
-  const QVector<double>& liveTrainLoss() const { return trainLoss_; }
-  const QVector<double>& liveValSteps() const { return valSteps_; }
-  const QVector<double>& liveValLoss() const { return valLoss_; }
+  /// Everything the current (or last) run has reported so far.
+  const RunCurves& liveCurves() const { return live_; }
 
   /// Returns false (and does nothing) when a run is already in progress.
   bool start(const RunRequest& request);
@@ -58,7 +56,7 @@ class RunController : public QObject {
   RunRequest request_;
   qint64 runId_ = 0;
   std::optional<StepSample> lastStep_;
-  QVector<double> trainSteps_, trainLoss_, valSteps_, valLoss_;
+  RunCurves live_;
 };
 
 }  // namespace routelab

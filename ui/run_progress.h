@@ -75,6 +75,18 @@ struct RunCurves {
   QVector<double> trainSteps, trainLoss, valSteps, valLoss;
 };
 
+/// Appends a batch's training and validation points to `curves` (the one conversion of samples to plot data).
+inline void appendCurves(const ProgressBatch& batch, RunCurves& curves) {
+  for (const StepSample& s : batch.steps) {
+    curves.trainSteps.push_back(static_cast<double>(s.step));
+    curves.trainLoss.push_back(s.loss);
+  }
+  for (const EvalSample& e : batch.evals) {
+    curves.valSteps.push_back(static_cast<double>(e.step));
+    curves.valLoss.push_back(e.valLoss);
+  }
+}
+
 }  // namespace routelab
 
 Q_DECLARE_METATYPE(routelab::RunResult)

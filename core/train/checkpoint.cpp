@@ -108,12 +108,6 @@ std::int64_t save_checkpoint(const std::string& path, LanguageModel& model, torc
   }
 }
 
-CheckpointMeta read_checkpoint_meta(const std::string& path) {
-  torch::serialize::InputArchive in;
-  open_archive(in, path);
-  return read_meta(in, path);
-}
-
 CheckpointMeta load_checkpoint(const std::string& path, LanguageModel& model, torch::optim::Optimizer* optimizer,
                                torch::Device device) {
   torch::serialize::InputArchive in;

@@ -20,9 +20,6 @@ struct CheckpointMeta {
 std::int64_t save_checkpoint(const std::string& path, LanguageModel& model, torch::optim::Optimizer& optimizer,
                              const CheckpointMeta& meta);
 
-/// Reads the metadata only (to rebuild the model before loading weights). CheckpointError names the file.
-CheckpointMeta read_checkpoint_meta(const std::string& path);
-
 /// Loads weights (and optimizer state and the default CPU RNG when `optimizer` is given) into an already
 /// built model of the same config. Shape or key mismatches are CheckpointErrors naming the file.
 CheckpointMeta load_checkpoint(const std::string& path, LanguageModel& model, torch::optim::Optimizer* optimizer,

@@ -128,8 +128,9 @@ class Session {
     outcome.db_path = db_path_;
     outcome.last_step = start_step_;
     writer_ = std::make_unique<StoreWriter>(db_path_, run_id_);
-    if (observer_) observer_->on_started(run_id_, description(), total_steps_);
-    log_->info("run {}: {}", run_id_, description());
+    const std::string desc = description();
+    if (observer_) observer_->on_started(run_id_, desc, total_steps_);
+    log_->info("run {}: {}", run_id_, desc);
     try {
       loop(outcome);
     } catch (const std::exception& e) {

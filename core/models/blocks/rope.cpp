@@ -15,8 +15,12 @@ Rope::Rope(std::int64_t head_dim, std::int64_t max_positions, double theta) {
 
 std::pair<torch::Tensor, torch::Tensor> Rope::tables(const torch::Tensor& positions, const torch::Tensor& like) const {
   // Callers check positions < max_positions() once per forward (no host sync per layer here).
-  auto cos = cos_.to(like.device()).index_select(0, positions.reshape(-1));
-  auto sin = sin_.to(like.device()).index_select(0, positions.reshape(-1));
+  if (cos_.device() != like.device()) {  // moved once, on the first forward on a new device
+    cos_ = cos_.to(like.device());
+    sin_ = sin_.to(like.device());
+  }
+  auto cos = cos_.index_select(0, positions.reshape(-1));
+  auto sin = sin_.index_select(0, positions.reshape(-1));
   const auto hd = cos_.size(1);
   if (positions.dim() == 1) {  // (T, hd) -> broadcast over (B, H)
     cos = cos.view({1, 1, -1, hd});

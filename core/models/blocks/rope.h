@@ -20,7 +20,7 @@ class Rope {
 
  private:
   std::pair<torch::Tensor, torch::Tensor> tables(const torch::Tensor& positions, const torch::Tensor& like) const;
-  torch::Tensor cos_, sin_;  // (max_positions, hd), each half repeated
+  mutable torch::Tensor cos_, sin_;  // (max_positions, hd), each half repeated; follow the input's device
 };
 
 }  // namespace routelab
