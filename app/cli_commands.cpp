@@ -13,6 +13,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/bench/routing_bench.h"
 #include "core/bench/train_step_bench.h"
 #include "core/config/experiment_config.h"
 #include "core/models/registry.h"
@@ -243,6 +244,57 @@ int cmd_show(const std::string& db, std::int64_t run_id, bool json) {
   return 0;
 }
 
+int cmd_compare(const std::string& db, const std::vector<std::int64_t>& run_ids, bool json) {
+  RunStore store(resolve_db(db));
+  nlohmann::json rows = nlohmann::json::array();
+  std::size_t max_layers = 0;
+  for (const auto id : run_ids) {
+    const auto r = require_run(store, id);
+    const auto evals = store.evals(id);
+    if (evals.empty()) throw StoreError("run " + std::to_string(id) + " has no evaluation yet");
+    const auto& e = evals.back();
+    const auto extra = nlohmann::json::parse(e.extra_json, nullptr, false);
+    nlohmann::json row = {{"run", id}, {"name", r.name}, {"arch", r.arch}, {"step", e.step},
+                          {"val_loss", number_json(e.loss)}, {"val_bpc", number_json(e.bpc)}};
+    const auto speed = store.metric(id, "train/tokens_per_s");
+    row["train_tokens_per_s"] = speed.empty() ? nlohmann::json() : number_json(speed.back().value);
+    row["flops_ratio"] = extra.is_object() && extra.contains("flops_ratio") ? extra["flops_ratio"] : nlohmann::json();
+    row["routed_fraction"] = nlohmann::json::array();
+    if (extra.is_object() && extra.contains("layers"))
+      for (const auto& l : extra["layers"])
+        row["routed_fraction"].push_back(l.value("routed", false) ? l["routed_fraction"] : nlohmann::json());
+    max_layers = std::max(max_layers, row["routed_fraction"].size());
+    rows.push_back(std::move(row));
+  }
+  if (json) {
+    std::cout << rows.dump(2) << "\n";
+    return 0;
+  }
+  // Markdown: one row per run, one column per layer (inference-mode routed %, "-" for a dense layer).
+  std::cout << "| run | arch | step | val loss | val bpc | FLOPs ratio | train tok/s |";
+  for (std::size_t l = 0; l < max_layers; ++l) std::cout << " L" << l << " |";
+  std::cout << "\n|---|---|---|---|---|---|---|";
+  for (std::size_t l = 0; l < max_layers; ++l) std::cout << "---|";
+  std::cout << "\n";
+  for (const auto& row : rows) {
+    const auto num = [](const nlohmann::json& v, int precision) {
+      if (!v.is_number()) return std::string("-");
+      std::ostringstream s;
+      s << std::fixed << std::setprecision(precision) << v.get<double>();
+      return s.str();
+    };
+    std::cout << "| " << row["run"] << " " << row["name"].get<std::string>() << " | " << row["arch"].get<std::string>()
+              << " | " << row["step"] << " | " << num(row["val_loss"], 4) << " | " << num(row["val_bpc"], 3) << " | "
+              << num(row["flops_ratio"], 3) << " | " << num(row["train_tokens_per_s"], 0) << " |";
+    for (std::size_t l = 0; l < max_layers; ++l) {
+      const auto& f = l < row["routed_fraction"].size() ? row["routed_fraction"][l] : nlohmann::json();
+      std::cout << " " << (f.is_number() ? num(100.0 * f.get<double>(), 1) + "%" : std::string("-")) << " |";
+    }
+    std::cout << "\n";
+  }
+  return 0;
+}
+
 int cmd_export(const std::string& db, std::int64_t run_id, const std::string& format, const std::string& out_path) {
   RunStore store(resolve_db(db));
   const auto r = require_run(store, run_id);
@@ -307,6 +359,31 @@ int cmd_bench_train_step(const BenchArgs& a) {
               << " -> " << r.last_loss;
     if (peer.ok) std::cout << "  ratio vs peer " << std::setprecision(2) << r.tokens_per_s / peer.tokens_per_s << "x";
     std::cout << "\n";
+  }
+  return 0;
+}
+
+int cmd_bench_routing(const RoutingBenchArgs& a) {
+  RoutingBenchOptions o;
+  o.batch = a.batch;
+  o.n_embd = a.n_embd;
+  o.n_head = a.n_head;
+  o.contexts = a.contexts;
+  o.fractions = a.fractions;
+  o.reps = static_cast<int>(a.reps);
+  o.threads = static_cast<int>(a.threads);
+  o.masked = !a.no_masked;
+  std::cout << "DTRNet layer forward+backward, batch " << o.batch << ", d " << o.n_embd << ", " << o.n_head
+            << " heads, median of " << o.reps << " (ms)\n";
+  std::cout << "| context | routed | compact ms | masked ms | dense layer ms | compact / dense | masked / compact | FLOPs ratio |\n"
+               "|---|---|---|---|---|---|---|---|\n";
+  for (const auto& r : bench_routed_attention(o)) {
+    std::cout << std::fixed << "| " << r.context << " | " << std::setprecision(1) << 100.0 * r.routed_share << "% | "
+              << std::setprecision(1) << r.compact_ms << " | "
+              << (o.masked ? std::to_string(static_cast<long long>(std::lround(r.masked_ms))) : std::string("-"))
+              << " | " << r.dense_ms << " | " << std::setprecision(2) << r.compact_ms / r.dense_ms << " | "
+              << (o.masked ? std::to_string(r.masked_ms / r.compact_ms).substr(0, 4) : std::string("-")) << " | "
+              << std::setprecision(3) << r.flops_ratio << " |\n";
   }
   return 0;
 }

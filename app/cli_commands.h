@@ -24,7 +24,18 @@ int cmd_presets(bool json);
 int cmd_architectures(bool json);
 int cmd_runs(const std::string& db, bool json, bool all);
 int cmd_show(const std::string& db, std::int64_t run_id, bool json);
+/// The last evaluation of each run side by side (markdown table, or JSON): val loss, FLOPs ratio and the
+/// inference-mode routed share of every layer.
+int cmd_compare(const std::string& db, const std::vector<std::int64_t>& run_ids, bool json);
 int cmd_export(const std::string& db, std::int64_t run_id, const std::string& format, const std::string& out);
 int cmd_bench_train_step(const BenchArgs& args);
+
+struct RoutingBenchArgs {
+  std::int64_t batch = 4, n_embd = 256, n_head = 8, reps = 5, threads = 0;
+  std::vector<std::int64_t> contexts{512, 2048};
+  std::vector<double> fractions{0.1, 0.25, 0.5, 1.0};
+  bool no_masked = false;
+};
+int cmd_bench_routing(const RoutingBenchArgs& args);
 
 }  // namespace routelab::cli

@@ -54,6 +54,13 @@ int main(int argc, char** argv) {
   show_cmd->add_option("--db", db, "run store");
   show_cmd->add_flag("--json", json, "machine-readable output");
 
+  std::vector<std::int64_t> run_ids;
+  auto* compare_cmd = app.add_subcommand(
+      "compare", "the last evaluation of several runs side by side: val loss, FLOPs ratio, routed % per layer");
+  compare_cmd->add_option("RUNS", run_ids, "run ids")->required();
+  compare_cmd->add_option("--db", db, "run store");
+  compare_cmd->add_flag("--json", json, "machine-readable output");
+
   std::string format = "csv", out;
   auto* export_cmd = app.add_subcommand("export", "export a run's metrics (tidy CSV: run,key,step,wall_time,value) or JSON");
   export_cmd->add_option("RUN", run_id, "run id")->required();
@@ -76,6 +83,18 @@ int main(int argc, char** argv) {
   step_cmd->add_option("--profile", bench.profile, "write a Chrome trace of RouteLab's timed steps (autograd profiler)");
   step_cmd->add_option("--precision", bench.precision, "fp32, bf16 or both")->check(CLI::IsMember({"fp32", "bf16", "both"}));
 
+  RoutingBenchArgs routing_bench;
+  auto* routing_cmd = bench_cmd->add_subcommand(
+      "routing", "one DTRNet layer: compacted routed attention vs the dense-masked oracle vs a dense layer");
+  routing_cmd->add_option("--batch", routing_bench.batch, "batch size");
+  routing_cmd->add_option("--embd", routing_bench.n_embd, "model width");
+  routing_cmd->add_option("--heads", routing_bench.n_head, "attention heads");
+  routing_cmd->add_option("--contexts", routing_bench.contexts, "sequence lengths")->delimiter(',');
+  routing_cmd->add_option("--fractions", routing_bench.fractions, "routed shares")->delimiter(',');
+  routing_cmd->add_option("--reps", routing_bench.reps, "timed repetitions (median)");
+  routing_cmd->add_option("--threads", routing_bench.threads, "threads (0: all cores)");
+  routing_cmd->add_flag("--no-masked", routing_bench.no_masked, "skip the O(T^2) masked oracle");
+
   CLI11_PARSE(app, argc, argv);
   routelab::init_logging({.log_dir = "", .console = true, .level = log_level});
   try {
@@ -88,8 +107,10 @@ int main(int argc, char** argv) {
     if (*arch_cmd) return cmd_architectures(json);
     if (*runs_cmd) return cmd_runs(db, json, all);
     if (*show_cmd) return cmd_show(db, run_id, json);
+    if (*compare_cmd) return cmd_compare(db, run_ids, json);
     if (*export_cmd) return cmd_export(db, run_id, format, out);
     if (*step_cmd) return cmd_bench_train_step(bench);
+    if (*routing_cmd) return cmd_bench_routing(routing_bench);
   } catch (const routelab::Error& e) {
     std::cerr << "routelab-cli: " << e.what() << "\n";
     return 2;

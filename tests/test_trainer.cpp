@@ -75,6 +75,36 @@ class TestTrainer : public QObject {
       QVERIFY2(!store.metric(outcome.run_id, key).empty(), key);
   }
 
+  void routedRunStoresItsRouting() {
+    const auto db = home_.filePath("routed.sqlite").toStdString();
+    const auto outcome = train({copy_config({"model.arch=dtrnet", "model.n_layer=4", "model.routed_layers=1,2",
+                                             "train.steps=20", "train.eval_every=10"}),
+                                db, "routed", ""});
+    QCOMPARE(outcome.status, RunStatus::Finished);
+    RunStore store(db);
+    const auto rows = store.routing(outcome.run_id);
+    QVERIFY(!rows.empty());
+    for (const auto& r : rows) {
+      const bool routed_layer = r.layer == 1 || r.layer == 2;
+      QVERIFY(r.routed_fraction >= 0 && r.routed_fraction <= 1);
+      if (!routed_layer) QCOMPARE(r.routed_fraction, 1.0);
+      if (routed_layer) QVERIFY(r.tokens_attn < r.tokens_mlp);
+    }
+    const auto ratio = store.metric(outcome.run_id, "val/flops_ratio");
+    QCOMPARE(ratio.size(), std::size_t(3));
+    QVERIFY(ratio.back().value < 1.0 && ratio.back().value > 0.3);
+    QVERIFY(!store.metric(outcome.run_id, "train/flops_ratio").empty());
+    QVERIFY(!store.metric(outcome.run_id, "val/routed_fraction").empty());
+    const auto extra = nlohmann::json::parse(store.evals(outcome.run_id).back().extra_json);
+    QCOMPARE(extra["mode"].get<std::string>(), std::string("inference"));
+    QCOMPARE(extra["layers"].size(), std::size_t(4));
+    QVERIFY(extra["layers"][1]["routed"].get<bool>() && !extra["layers"][0]["routed"].get<bool>());
+    const auto probe = nlohmann::json::parse(store.probes(outcome.run_id).back().json);
+    QCOMPARE(probe["layers"][2]["gate"].size(), probe["tokens"].size());
+    QCOMPARE(probe["layers"][2]["decision"].size(), probe["tokens"].size());
+    QVERIFY(!probe["layers"][0].contains("gate"));
+  }
+
   void resumeReproducesTheCurve() {
     const auto db = home_.filePath("resume.sqlite").toStdString();
     const auto cfg = copy_config({"train.steps=24", "train.eval_every=8", "train.checkpoint_every=8"});

@@ -65,6 +65,23 @@ TransformerOptions transformer_options_from_json(const nlohmann::json& m, std::i
   return o;
 }
 
+LayerShape layer_shape(const TransformerOptions& o) {
+  LayerShape s;
+  s.d = o.n_embd();
+  s.d_kv = (o.n_kv_head() > 0 ? o.n_kv_head() : o.n_head()) * (o.n_embd() / o.n_head());
+  s.d_ff = o.ff_dim();
+  s.gated_mlp = o.style() == ModelStyle::Llama;
+  return s;
+}
+
+LayerTrace dense_layer_trace(int layer, std::int64_t batch, std::int64_t seq, const LayerShape& shape) {
+  LayerTrace t;
+  t.layer = layer;
+  t.tokens_processed = {{"attn", batch * seq}, {"mlp", batch * seq}};
+  t.flops = t.dense_flops = dense_layer_flops(static_cast<double>(batch), static_cast<double>(seq), shape);
+  return t;
+}
+
 namespace {
 
 NormOptions norm_options(const TransformerOptions& o) {
@@ -95,6 +112,12 @@ DenseBlockImpl::DenseBlockImpl(const TransformerOptions& o, std::int64_t /*layer
 torch::Tensor DenseBlockImpl::forward(const torch::Tensor& x, const torch::Tensor& positions) {
   auto h = x + attn(norm1(x), positions);  // (B, T, C)
   return h + mlp(norm2(h));
+}
+
+torch::Tensor DenseBlockImpl::update(const torch::Tensor& x, const torch::Tensor& positions,
+                                     const std::vector<std::int64_t>& lengths) {
+  const auto a = attn(norm1(x), positions, lengths);  // (B, T, C)
+  return a + mlp(norm2(x + a));
 }
 
 TransformerTrunk::TransformerTrunk(TransformerOptions options) : options_(std::move(options)) {
@@ -159,12 +182,7 @@ ModelOutput DenseTransformer::forward(const torch::Tensor& tokens, bool trace) {
   ModelOutput out;
   for (std::size_t i = 0; i < blocks.size(); ++i) {
     x = blocks[i]->forward(x, positions);
-    if (trace) {
-      LayerTrace t;
-      t.layer = static_cast<int>(i);
-      t.tokens_processed = {{"attn", tokens.numel()}, {"mlp", tokens.numel()}};
-      out.trace.push_back(std::move(t));
-    }
+    if (trace) out.trace.push_back(dense_layer_trace(static_cast<int>(i), tokens.size(0), tokens.size(1), layer_shape(options_)));
   }
   out.logits = head(x);
   out.aux_loss = torch::zeros({}, out.logits.options().dtype(torch::kFloat));

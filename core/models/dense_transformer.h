@@ -4,6 +4,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/config/options.h"
+#include "core/cost/flops.h"
 #include "core/models/blocks/attention.h"
 #include "core/models/blocks/mlp.h"
 #include "core/models/blocks/norm.h"
@@ -43,12 +44,20 @@ void check_transformer_options(const nlohmann::json& model, const std::string& p
 /// Reads the shared options from a resolved model section plus the data-derived context.
 TransformerOptions transformer_options_from_json(const nlohmann::json& model, std::int64_t vocab_size,
                                                  std::int64_t context);
+/// The matrix shapes of one layer of this model (for FLOPs).
+LayerShape layer_shape(const TransformerOptions& options);
+/// The trace of a dense layer that ran every token of a (batch, seq) input.
+LayerTrace dense_layer_trace(int layer, std::int64_t batch, std::int64_t seq, const LayerShape& shape);
 
 /// Pre-norm block: x + Attn(Norm(x)), then + MLP(Norm(x)).
 class DenseBlockImpl : public torch::nn::Module {
  public:
   DenseBlockImpl(const TransformerOptions& options, std::int64_t layer_index);
   torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& positions);  // (B, T, C) -> (B, T, C)
+  /// The block's residual update f(x) = a + MLP(Norm(x + a)) with a = Attn(Norm(x)), so forward(x) = x + f(x).
+  /// With `lengths`, x holds compacted sequences (routed subsets; see causal_attention).
+  torch::Tensor update(const torch::Tensor& x, const torch::Tensor& positions,
+                       const std::vector<std::int64_t>& lengths = {});
 
   Norm norm1{nullptr}, norm2{nullptr};
   CausalSelfAttention attn{nullptr};

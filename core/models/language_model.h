@@ -21,6 +21,9 @@ struct LayerTrace {
   double routed_fraction = 1.0;   ///< fraction of tokens that took the routed path
   double aux_loss = 0.0;          ///< this layer's auxiliary-loss term (before the global coefficient)
   std::map<std::string, std::int64_t> tokens_processed;  ///< sub-layer -> tokens, e.g. {"attn": 812, "mlp": 4096}
+  double flops = 0;               ///< forward FLOPs of this layer on this batch, from its real decisions (cost/flops.h)
+  double dense_flops = 0;         ///< forward FLOPs a dense layer of the same shape spends on the same batch
+  std::map<std::string, double> stats;  ///< layer-specific extras, e.g. {"predictor_agreement": 0.97}
 };
 
 struct ModelOutput {
@@ -40,6 +43,9 @@ class LanguageModel : public torch::nn::Module {
   /// Whether AdamW weight decay applies to the named parameter (default: matrices of linear layers only;
   /// never norms, biases or embeddings).
   virtual bool decays(const std::string& name, const torch::Tensor& parameter) const;
+  /// Training progress in [0, 1], set by the trainer before every step (for schedules inside the model,
+  /// e.g. D-LLM's sine-ramped rate-loss weight). Ignored by default.
+  virtual void set_progress(double /*fraction*/) {}
   /// A short description with the parameter count.
   virtual std::string describe() const;
   std::int64_t parameter_count() const;

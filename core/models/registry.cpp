@@ -4,6 +4,9 @@
 #include <algorithm>
 
 #include "core/models/dense_transformer.h"
+#include "core/models/dllm.h"
+#include "core/models/dtrnet.h"
+#include "core/models/mod.h"
 #include "core/util/errors.h"
 
 namespace routelab {
@@ -22,6 +25,9 @@ std::vector<ArchitectureEntry> make_registry() {
         return std::make_shared<DenseTransformer>(transformer_options_from_json(m, ctx.vocab_size, ctx.context));
       },
   });
+  entries.push_back(dllm_architecture());
+  entries.push_back(dtrnet_architecture());
+  entries.push_back(mod_architecture());
   std::sort(entries.begin(), entries.end(), [](const auto& a, const auto& b) { return a.id < b.id; });
   return entries;
 }

@@ -2,10 +2,12 @@
 // step, batch from (seed, step), train_step, record, evaluate, checkpoint -> terminal status on every exit path.
 #include "core/train/trainer.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <filesystem>
 #include <iomanip>
+#include <map>
 #include <sstream>
 
 #include <torch/cuda.h>
@@ -52,6 +54,67 @@ Batch to_device(Batch b, const torch::Device& device) {
 }
 
 /// Everything one run needs while it trains.
+/// Inference-mode routing over the validation batches: per-layer routed shares, stats and the FLOPs ratio.
+class InferenceRouting {
+ public:
+  void add(const std::vector<LayerTrace>& trace) {
+    if (layers_.size() < trace.size()) layers_.resize(trace.size());
+    for (std::size_t i = 0; i < trace.size(); ++i) {
+      auto& l = layers_[i];
+      const auto& t = trace[i];
+      l.kind = t.kind;
+      l.routed = t.routed;
+      l.fraction_sum += t.routed_fraction;
+      l.flops += t.flops;
+      l.dense_flops += t.dense_flops;
+      for (const auto& [key, value] : t.stats) l.stats[key] += value;
+      ++l.batches;
+    }
+  }
+  double flops_ratio() const {
+    double f = 0, d = 0;
+    for (const auto& l : layers_) f += l.flops, d += l.dense_flops;
+    return d > 0 ? f / d : 1.0;
+  }
+  std::vector<double> routed_fractions() const {
+    std::vector<double> out;
+    for (const auto& l : layers_) out.push_back(l.batches ? l.fraction_sum / l.batches : 1.0);
+    return out;
+  }
+  bool any_routed() const {
+    return std::any_of(layers_.begin(), layers_.end(), [](const Layer& l) { return l.routed; });
+  }
+  double mean_routed_fraction() const {
+    double sum = 0;
+    int n = 0;
+    for (const auto& l : layers_)
+      if (l.routed) sum += l.fraction_sum / std::max(1, l.batches), ++n;
+    return n ? sum / n : 1.0;
+  }
+  nlohmann::json to_json() const {
+    nlohmann::json layers = nlohmann::json::array();
+    for (std::size_t i = 0; i < layers_.size(); ++i) {
+      const auto& l = layers_[i];
+      nlohmann::json j = {{"layer", i}, {"kind", l.kind}, {"routed", l.routed},
+                          {"routed_fraction", l.batches ? l.fraction_sum / l.batches : 1.0},
+                          {"flops", l.flops}, {"dense_flops", l.dense_flops}};
+      for (const auto& [key, value] : l.stats) j["stats"][key] = value / std::max(1, l.batches);
+      layers.push_back(std::move(j));
+    }
+    return {{"mode", "inference"}, {"flops_ratio", flops_ratio()}, {"layers", std::move(layers)}};
+  }
+
+ private:
+  struct Layer {
+    std::string kind = "dense";
+    bool routed = false;
+    double fraction_sum = 0, flops = 0, dense_flops = 0;
+    std::map<std::string, double> stats;
+    int batches = 0;
+  };
+  std::vector<Layer> layers_;
+};
+
 class Session {
  public:
   Session(ExperimentConfig config, std::string db_path, TrainObserver* observer, const std::atomic<bool>* cancel)
@@ -183,6 +246,7 @@ class Session {
       set_learning_rate(*optimizer_, lr_now);
       const auto batch =
           to_device(dataset_->sample(Split::Train, batch_size_, mix_seed(seed_, kTrainStream, step)), device_);
+      model_->set_progress(static_cast<double>(step - 1) / static_cast<double>(total_steps_));
       const bool log_step = step % log_every == 0 || step == total_steps_ || step == start_step_ + 1;
       auto result = train_step(*model_, *optimizer_, batch, grad_clip, bf16_, /*trace=*/log_step);
       const double loss = result.loss.item<double>();
@@ -242,7 +306,10 @@ class Session {
   }
 
   void record_routing(std::int64_t step, const ModelOutput& output, StepMetrics& m) {
+    double flops = 0, dense_flops = 0;
     for (const auto& layer : output.trace) {
+      flops += layer.flops;
+      dense_flops += layer.dense_flops;
       m.routed_fraction.push_back(layer.routed_fraction);
       RoutingRow row;
       row.step = step;
@@ -256,6 +323,7 @@ class Session {
       row.tokens_mlp = mlp == layer.tokens_processed.end() ? 0 : mlp->second;
       writer_->add_routing(row);
     }
+    if (dense_flops > 0) writer_->add_metric({"train/flops_ratio", step, now_s(), flops / dense_flops});
   }
 
   EvalMetrics evaluate(std::int64_t step) {
@@ -263,24 +331,30 @@ class Session {
     model_->eval();
     const auto n_batches = config_.train().at("eval_batches").get<std::int64_t>();
     double total = 0;
+    InferenceRouting routing;
     for (std::int64_t i = 0; i < n_batches; ++i) {
       // The same validation batches at every evaluation, so successive values are comparable.
       const auto batch =
           to_device(dataset_->sample(Split::Val, batch_size_, mix_seed(seed_, kEvalStream, i)), device_);
       AutocastGuard autocast(bf16_, device_);
-      const auto out = model_->forward(batch.input, false);
+      const auto out = model_->forward(batch.input, /*trace=*/true);
       total += lm_loss(out.logits, batch.target, batch.loss_mask).item<double>();
+      routing.add(out.trace);
     }
     EvalMetrics e;
     e.step = step;
     e.val_loss = total / static_cast<double>(n_batches);
     e.val_ppl = std::exp(e.val_loss);
     e.val_bpc = e.val_loss / std::log(2.0) / dataset_->chars_per_token(Split::Val);
+    e.flops_ratio = routing.flops_ratio();
+    e.routed_fraction = routing.routed_fractions();
     const double wall = now_s();
     writer_->add_metric({"val/loss", step, wall, e.val_loss});
     writer_->add_metric({"val/ppl", step, wall, e.val_ppl});
     writer_->add_metric({"val/bpc", step, wall, e.val_bpc});
-    writer_->add_eval({step, "val", e.val_loss, e.val_ppl, e.val_bpc, "{}"});
+    writer_->add_metric({"val/flops_ratio", step, wall, e.flops_ratio});
+    if (routing.any_routed()) writer_->add_metric({"val/routed_fraction", step, wall, routing.mean_routed_fraction()});
+    writer_->add_eval({step, "val", e.val_loss, e.val_ppl, e.val_bpc, routing.to_json().dump()});
     writer_->add_probe({step, probe_json()});
     model_->train();
     log_->info("run {}: step {} val loss {:.4f} ppl {:.2f} bpc {:.3f}", run_id_, step, e.val_loss, e.val_ppl, e.val_bpc);

@@ -32,6 +32,8 @@ struct EvalMetrics {
   double val_loss = 0;
   double val_ppl = 0;
   double val_bpc = 0;             ///< bits per character of the validation split
+  double flops_ratio = 1;         ///< layer FLOPs / dense layer FLOPs over the validation batches (inference mode)
+  std::vector<double> routed_fraction;  ///< per layer, inference-mode share of tokens on the routed path
 };
 
 struct TrainOutcome {

@@ -29,36 +29,48 @@ torch::Tensor causal_bias(std::int64_t tq, std::int64_t tk, const torch::TensorO
   return mask;
 }
 
-/// Causal attention on CPU for q, k, v of shape (B, H, T, hd) with any strides (inner stride 1). The output is
-/// laid out (B, T, H, hd) so the output projection reads it without a copy; probabilities are saved for backward.
 /// The (rows, cols) matrix of head h of batch b in a 4-D tensor indexed (b, h, row, col) with any strides.
 torch::Tensor head_matrix(const torch::Tensor& t, std::int64_t b, std::int64_t h) {
   return t.as_strided({t.size(2), t.size(3)}, {t.stride(2), t.stride(3)},
                       t.storage_offset() + b * t.stride(0) + h * t.stride(1));
 }
 
+/// A contiguous (n, n) matrix at the start of `slab` (a buffer of at least n*n elements).
+torch::Tensor square(const torch::Tensor& slab, std::int64_t n) { return slab.view(-1).narrow(0, 0, n * n).view({n, n}); }
+
+/// Causal attention on CPU for q, k, v of shape (B, H, T, hd) with any strides (inner stride 1). Sequence b
+/// uses only its first lengths[b] positions (all T when `lengths` is empty): a (len, len) problem per head, so
+/// compacted routed sequences cost sum_b len_b^2, and rows past len_b are zero. The output is laid out
+/// (B, T, H, hd) so the output projection reads it without a copy; probabilities are saved for backward.
 class CpuCausalAttention : public torch::autograd::Function<CpuCausalAttention> {
  public:
   static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& q, const torch::Tensor& k,
-                               const torch::Tensor& v) {
+                               const torch::Tensor& v, std::vector<std::int64_t> lengths) {
     const auto B = q.size(0), H = q.size(1), T = q.size(2), hd = q.size(3);
     const double scale = 1.0 / std::sqrt(static_cast<double>(hd));
+    const bool varlen = !lengths.empty();
     const auto mask = causal_bias(T, T, q.options());
-    auto probs = torch::empty({B, H, T, T}, q.options());                // (B, H, T, T)
-    auto out = torch::empty({B, T, H, hd}, q.options()).transpose(1, 2);  // (B, H, T, hd) over a (B, T, H, hd) buffer
+    auto probs = torch::empty({B, H, T, T}, q.options());  // (B, H, T, T); sequence b uses a (len, len) prefix
+    auto out = (varlen ? torch::zeros({B, T, H, hd}, q.options()) : torch::empty({B, T, H, hd}, q.options()))
+                   .transpose(1, 2);  // (B, H, T, hd) over a (B, T, H, hd) buffer
     at::parallel_for(0, B * H, 1, [&](std::int64_t begin, std::int64_t end) {
-      auto scores = torch::empty({T, T}, q.options());
+      auto scores_buf = torch::empty({T * T}, q.options());
       for (std::int64_t i = begin; i < end; ++i) {
         const auto b = i / H, h = i % H;
-        const auto qi = head_matrix(q, b, h), ki = head_matrix(k, b, h), vi = head_matrix(v, b, h);
-        at::addmm_out(scores, mask, qi, ki.t(), /*beta=*/1.0, /*alpha=*/scale);  // mask + scale q k^T
-        auto pi = head_matrix(probs, b, h);
+        const auto n = varlen ? lengths[b] : T;
+        if (n == 0) continue;
+        const auto qi = head_matrix(q, b, h).narrow(0, 0, n), ki = head_matrix(k, b, h).narrow(0, 0, n);
+        const auto vi = head_matrix(v, b, h).narrow(0, 0, n);
+        auto scores = square(scores_buf, n);
+        at::addmm_out(scores, mask.narrow(0, 0, n).narrow(1, 0, n), qi, ki.t(), /*beta=*/1.0, /*alpha=*/scale);
+        auto pi = square(probs[b][h], n);
         at::_softmax_out(pi, scores, -1, false);
-        auto oi = head_matrix(out, b, h);  // (T, hd), row stride H*hd
+        auto oi = head_matrix(out, b, h).narrow(0, 0, n);  // (n, hd), row stride H*hd
         at::mm_out(oi, pi, vi);
       }
     });
     ctx->save_for_backward({q, k, v, probs});
+    ctx->saved_data["lengths"] = lengths;
     return out;
   }
 
@@ -66,30 +78,38 @@ class CpuCausalAttention : public torch::autograd::Function<CpuCausalAttention> 
                                                torch::autograd::tensor_list grads) {
     const auto saved = ctx->get_saved_variables();
     const auto &q = saved[0], &k = saved[1], &v = saved[2], &probs = saved[3];
+    const auto lengths = ctx->saved_data["lengths"].toIntVector();
+    const bool varlen = !lengths.empty();
     const auto& d_out = grads[0];  // (B, H, T, hd)
     const auto B = q.size(0), H = q.size(1), T = q.size(2), hd = q.size(3);
     const double scale = 1.0 / std::sqrt(static_cast<double>(hd));
     // Gradients in (B, T, H, hd) buffers: the backward of the head split reads them without a transpose copy.
-    auto dq = torch::empty({B, T, H, hd}, q.options()).transpose(1, 2);
-    auto dk = torch::empty({B, T, H, hd}, q.options()).transpose(1, 2);
-    auto dv = torch::empty({B, T, H, hd}, q.options()).transpose(1, 2);
+    const auto make = [&] {
+      return (varlen ? torch::zeros({B, T, H, hd}, q.options()) : torch::empty({B, T, H, hd}, q.options()))
+          .transpose(1, 2);
+    };
+    auto dq = make(), dk = make(), dv = make();
     at::parallel_for(0, B * H, 1, [&](std::int64_t begin, std::int64_t end) {
-      auto d_probs = torch::empty({T, T}, q.options());
-      auto d_scores = torch::empty({T, T}, q.options());
+      auto d_probs_buf = torch::empty({T * T}, q.options());
+      auto d_scores_buf = torch::empty({T * T}, q.options());
       for (std::int64_t i = begin; i < end; ++i) {
         const auto b = i / H, h = i % H;
-        const auto qi = head_matrix(q, b, h), ki = head_matrix(k, b, h), vi = head_matrix(v, b, h);
-        const auto pi = head_matrix(probs, b, h), gi = head_matrix(d_out, b, h);
-        auto dvi = head_matrix(dv, b, h);
+        const auto n = varlen ? lengths[b] : T;
+        if (n == 0) continue;
+        const auto qi = head_matrix(q, b, h).narrow(0, 0, n), ki = head_matrix(k, b, h).narrow(0, 0, n);
+        const auto vi = head_matrix(v, b, h).narrow(0, 0, n), gi = head_matrix(d_out, b, h).narrow(0, 0, n);
+        const auto pi = square(probs[b][h], n);
+        auto d_probs = square(d_probs_buf, n), d_scores = square(d_scores_buf, n);
+        auto dvi = head_matrix(dv, b, h).narrow(0, 0, n);
         at::mm_out(dvi, pi.t(), gi);                         // dV = P^T dO
         at::mm_out(d_probs, gi, vi.t());                     // dP = dO V^T
         at::_softmax_backward_data_out(d_scores, d_probs, pi, -1, pi.scalar_type());  // dS = P (dP - rowsum(dP P))
-        auto dqi = head_matrix(dq, b, h), dki = head_matrix(dk, b, h);
+        auto dqi = head_matrix(dq, b, h).narrow(0, 0, n), dki = head_matrix(dk, b, h).narrow(0, 0, n);
         at::addmm_out(dqi, dqi, d_scores, ki, /*beta=*/0.0, /*alpha=*/scale);        // dQ = scale dS K
         at::addmm_out(dki, dki, d_scores.t(), qi, /*beta=*/0.0, /*alpha=*/scale);    // dK = scale dS^T Q
       }
     });
-    return {dq, dk, dv};
+    return {dq, dk, dv, torch::Tensor()};
   }
 };
 
@@ -105,8 +125,20 @@ torch::Tensor repeat_kv(const torch::Tensor& x, std::int64_t n_rep) {
   return x.unsqueeze(2).expand({B, Hkv, n_rep, T, hd}).reshape({B, Hkv * n_rep, T, hd});
 }
 
+namespace {
+
+/// Zeroes rows t >= lengths[b] of a (B, H, T, hd) attention output (padding of compacted sequences).
+torch::Tensor zero_padding(const torch::Tensor& out, const std::vector<std::int64_t>& lengths) {
+  const auto B = out.size(0), T = out.size(2);
+  const auto len = torch::tensor(lengths, torch::TensorOptions().dtype(torch::kLong)).to(out.device()).view({B, 1, 1, 1});
+  const auto keep = torch::arange(T, len.options()).view({1, 1, T, 1}) < len;  // (B, 1, T, 1)
+  return out * keep.to(out.scalar_type());
+}
+
+}  // namespace
+
 torch::Tensor causal_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
-                               double dropout, bool training) {
+                               double dropout, bool training, const std::vector<std::int64_t>& lengths) {
   const auto B = q.size(0), H = q.size(1), Tq = q.size(2), hd = q.size(3), Tk = k.size(2);
   const auto kf = repeat_kv(k, H / k.size(1));
   const auto vf = repeat_kv(v, H / v.size(1));
@@ -114,19 +146,26 @@ torch::Tensor causal_attention(const torch::Tensor& q, const torch::Tensor& k, c
   // fp32 only: under bf16 autocast oneDNN's batched kernels beat one small bf16 GEMM per head.
   if (q.device().is_cpu() && Tq == Tk && !dropping && q.stride(3) == 1 && kf.stride(3) == 1 && vf.stride(3) == 1 &&
       q.scalar_type() == torch::kFloat && kf.scalar_type() == torch::kFloat && vf.scalar_type() == torch::kFloat)
-    return CpuCausalAttention::apply(q, kf, vf);
+    return CpuCausalAttention::apply(q, kf, vf, lengths);
+  // Elsewhere compacted sequences run padded to the longest one: padding sits after every real token, so the
+  // causal mask already hides it from real queries, and the padded rows are zeroed.
+  torch::Tensor out;
 #if TORCH_VERSION_MAJOR >= 2
-  if (Tq == Tk) return at::scaled_dot_product_attention(q, kf, vf, {}, training ? dropout : 0.0, /*is_causal=*/true);
+  if (Tq == Tk) out = at::scaled_dot_product_attention(q, kf, vf, {}, dropping ? dropout : 0.0, /*is_causal=*/true);
 #endif
-  const double scale = 1.0 / std::sqrt(static_cast<double>(hd));
-  const auto q3 = q.reshape({B * H, Tq, hd});
-  const auto k3 = kf.reshape({B * H, Tk, hd});
-  const auto v3 = vf.reshape({B * H, Tk, hd});
-  // scores = mask + scale * q k^T in one kernel: (B*H, Tq, Tk)
-  auto scores = torch::baddbmm(causal_bias(Tq, Tk, q.options()), q3, k3.transpose(1, 2), /*beta=*/1.0, /*alpha=*/scale);
-  auto probs = torch::softmax(scores, -1);
-  if (training && dropout > 0) probs = torch::dropout(probs, dropout, true);
-  return torch::bmm(probs, v3).view({B, H, Tq, hd});
+  if (!out.defined()) {
+    const double scale = 1.0 / std::sqrt(static_cast<double>(hd));
+    const auto q3 = q.reshape({B * H, Tq, hd});
+    const auto k3 = kf.reshape({B * H, Tk, hd});
+    const auto v3 = vf.reshape({B * H, Tk, hd});
+    // scores = mask + scale * q k^T in one kernel: (B*H, Tq, Tk)
+    auto scores =
+        torch::baddbmm(causal_bias(Tq, Tk, q.options()), q3, k3.transpose(1, 2), /*beta=*/1.0, /*alpha=*/scale);
+    auto probs = torch::softmax(scores, -1);
+    if (dropping) probs = torch::dropout(probs, dropout, true);
+    out = torch::bmm(probs, v3).view({B, H, Tq, hd});
+  }
+  return lengths.empty() ? out : zero_padding(out, lengths);
 }
 
 CausalSelfAttentionImpl::CausalSelfAttentionImpl(AttentionOptions options_) : options(std::move(options_)) {
@@ -157,9 +196,10 @@ torch::Tensor CausalSelfAttentionImpl::output(const torch::Tensor& heads) {
   return linear(heads.transpose(1, 2).reshape({B, T, options.n_embd()}), proj);  // (B, T, C)
 }
 
-torch::Tensor CausalSelfAttentionImpl::forward(const torch::Tensor& x, const torch::Tensor& positions) {
+torch::Tensor CausalSelfAttentionImpl::forward(const torch::Tensor& x, const torch::Tensor& positions,
+                                              const std::vector<std::int64_t>& lengths) {
   const auto [q, k, v] = project(x, positions);
-  return output(causal_attention(q, k, v, options.dropout(), is_training()));
+  return output(causal_attention(q, k, v, options.dropout(), is_training(), lengths));
 }
 
 torch::Tensor CausalSelfAttentionImpl::value_only(const torch::Tensor& x) {

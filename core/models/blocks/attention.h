@@ -27,8 +27,11 @@ struct AttentionOptions {
 
 /// Scaled dot-product attention of q (B, H, Tq, hd) over k, v (B, Hkv, Tk, hd), causal with the queries
 /// aligned to the last Tq keys; Hkv divides H (key/value head h/(H/Hkv) serves query head h). -> (B, H, Tq, hd)
+/// With `lengths` (one per sequence, Tq == Tk) sequence b holds lengths[b] real tokens followed by padding:
+/// its attention costs lengths[b]^2 on CPU fp32, and the output rows of the padding are zero.
 torch::Tensor causal_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
-                               double dropout = 0.0, bool training = false);
+                               double dropout = 0.0, bool training = false,
+                               const std::vector<std::int64_t>& lengths = {});
 
 /// y = x W^T + b through at::linear (one addmm for contiguous 2-D/3-D input), not the C++ frontend's
 /// functional linear (matmul followed by a separate bias add in LibTorch 1.13).
@@ -42,8 +45,10 @@ class CausalSelfAttentionImpl : public torch::nn::Module {
   explicit CausalSelfAttentionImpl(AttentionOptions options);
   void reset();
 
-  /// x: (B, T, C), positions: (T) or (B, T) absolute positions -> (B, T, C)
-  torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& positions);
+  /// x: (B, T, C), positions: (T) or (B, T) absolute positions -> (B, T, C). With `lengths`, x holds compacted
+  /// sequences (lengths[b] real tokens, then padding; see causal_attention).
+  torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& positions,
+                        const std::vector<std::int64_t>& lengths = {});
 
   struct QKV {
     torch::Tensor q;  // (B, H, T, hd), rotated

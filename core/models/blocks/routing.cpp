@@ -1,0 +1,166 @@
+// Layer patterns, compaction and the predictor shared by the routed architectures.
+#include "core/models/blocks/routing.h"
+
+#include <algorithm>
+#include <cctype>
+#include <limits>
+#include <sstream>
+
+#include "core/models/blocks/attention.h"
+#include "core/util/errors.h"
+
+namespace routelab {
+namespace {
+
+std::string lower(std::string s) {
+  std::transform(s.begin(), s.end(), s.begin(), [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+  return s;
+}
+
+/// Named patterns; first and last layer dense where seed 000 App. A2 says so.
+bool named_pattern(const std::string& name, std::int64_t L, std::vector<bool>& routed) {
+  routed.assign(static_cast<std::size_t>(L), false);
+  const auto ends_dense = [&] {
+    routed.front() = false;
+    routed.back() = false;
+  };
+  if (name == "bilayer") {
+    for (std::int64_t i = 0; i < L; ++i) routed[i] = i % 2 == 1;
+    ends_dense();
+  } else if (name == "trilayer") {
+    for (std::int64_t i = 0; i < L; ++i) routed[i] = i % 3 != 0;
+    ends_dense();
+  } else if (name == "laterhalf") {
+    // The paper's diagram (T-T-...-D-...-D) ends routed, but App. A2 says the last layer of every variant is
+    // dense; we follow the stated rule. Write "T-T-D-D" to get the diagram's form.
+    for (std::int64_t i = L / 2; i < L; ++i) routed[i] = true;
+    ends_dense();
+  } else if (name == "6-transformer") {
+    for (std::int64_t i = 0; i < L; ++i) routed[i] = true;
+    for (const auto i : {std::int64_t{0}, std::int64_t{1}, L / 2 - 1, L / 2, L - 2, L - 1})
+      if (i >= 0 && i < L) routed[i] = false;
+  } else if (name == "alternate") {
+    for (std::int64_t i = 0; i < L; ++i) routed[i] = i % 2 == 1;
+  } else if (name == "after-2") {
+    for (std::int64_t i = 2; i < L; ++i) routed[i] = true;
+  } else if (name == "all") {
+    routed.assign(static_cast<std::size_t>(L), true);
+  } else if (name == "none") {
+  } else if (name == "dtrnet-code") {
+    for (std::int64_t i = 0; i < L; ++i) routed[i] = !(i >= 2 && i % 2 == 0 && i <= L - 2);
+  } else {
+    return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+std::vector<bool> parse_layer_pattern(const std::string& spec_in, std::int64_t L, const std::string& key) {
+  const auto spec = lower(spec_in);
+  std::vector<bool> routed;
+  if (named_pattern(spec, L, routed)) return routed;
+  const auto bad = [&](const std::string& why) {
+    return ConfigError(key + ": '" + spec_in + "' " + why +
+                       " (expected bilayer, trilayer, laterhalf, 6-transformer, alternate, after-2, all, none, "
+                       "dtrnet-code, a letter per layer like T-D-T-D, or routed indices like 1,3,5)");
+  };
+  if (!spec.empty() && std::all_of(spec.begin(), spec.end(), [](char c) { return std::string("tdmr- ").find(c) != std::string::npos; })) {
+    routed.clear();
+    for (const char c : spec)
+      if (c != '-' && c != ' ') routed.push_back(c != 't');
+    if (static_cast<std::int64_t>(routed.size()) != L)
+      throw bad("names " + std::to_string(routed.size()) + " layers but model.n_layer is " + std::to_string(L));
+    return routed;
+  }
+  std::string digits = spec;
+  for (char& c : digits)
+    if (c == '[' || c == ']' || c == ',') c = ' ';
+  if (digits.find_first_not_of("0123456789 ") != std::string::npos || digits.find_first_not_of(' ') == std::string::npos)
+    throw bad("is not a layer pattern");
+  routed.assign(static_cast<std::size_t>(L), false);
+  std::istringstream in(digits);
+  long long index = 0;
+  while (in >> index) {
+    if (index >= L) throw bad("names layer " + std::to_string(index) + " of a " + std::to_string(L) + "-layer model");
+    routed[static_cast<std::size_t>(index)] = true;
+  }
+  return routed;
+}
+
+std::string pattern_string(const std::vector<bool>& routed) {
+  std::string s;
+  for (std::size_t i = 0; i < routed.size(); ++i) {
+    if (i) s += '-';
+    s += routed[i] ? 'D' : 'T';
+  }
+  return s;
+}
+
+Compaction compact(const torch::Tensor& decision) {
+  const auto B = decision.size(0), T = decision.size(1);
+  Compaction c;
+  const auto counts = decision.sum(1).to(torch::kCPU, torch::kLong).contiguous();  // (B)
+  c.lengths.assign(counts.data_ptr<std::int64_t>(), counts.data_ptr<std::int64_t>() + B);
+  for (const auto n : c.lengths) {
+    c.max_len = std::max(c.max_len, n);
+    c.total += n;
+    c.sum_sq += static_cast<double>(n) * static_cast<double>(n);
+  }
+  const auto pos = torch::arange(T, decision.options().dtype(torch::kLong)).expand({B, T});
+  // Routed positions first, in ascending order; unrouted ones after them act as padding.
+  const auto key = torch::where(decision, pos, pos + T);
+  c.index = std::get<0>(key.sort(1)).narrow(1, 0, c.max_len) % T;  // (B, K)
+  c.valid = torch::arange(c.max_len, counts.options().device(decision.device())).unsqueeze(0) <
+            counts.to(decision.device()).unsqueeze(1);  // (B, K)
+  return c;
+}
+
+torch::Tensor gather_rows(const torch::Tensor& x, const Compaction& c) {
+  return x.gather(1, c.index.unsqueeze(-1).expand({c.index.size(0), c.index.size(1), x.size(2)}));  // (B, K, C)
+}
+
+torch::Tensor scatter_rows(const torch::Tensor& base, const Compaction& c, const torch::Tensor& rows) {
+  const auto B = base.size(0), T = base.size(1), C = base.size(2);
+  // Padding rows go to a scratch row T that is cut off again.
+  const auto target = torch::where(c.valid, c.index, torch::full_like(c.index, T));  // (B, K)
+  const auto padded = torch::cat({base, torch::zeros({B, 1, C}, base.options())}, 1);  // (B, T+1, C)
+  return padded.scatter(1, target.unsqueeze(-1).expand({B, c.max_len, C}), rows.to(base.scalar_type()))
+      .narrow(1, 0, T);
+}
+
+torch::Tensor topk_decision(const torch::Tensor& scores, std::int64_t k) {
+  const auto T = scores.size(1);
+  k = std::clamp<std::int64_t>(k, 0, T);
+  auto decision = torch::zeros(scores.sizes(), scores.options().dtype(torch::kBool));
+  if (k == 0) return decision;
+  const auto top = std::get<1>(scores.topk(k, 1));  // (B, k)
+  return decision.scatter(1, top, true);
+}
+
+torch::Tensor masked_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
+                               const torch::Tensor& allowed) {
+  const auto H = q.size(1), hd = q.size(3);
+  const auto kf = repeat_kv(k, H / k.size(1)), vf = repeat_kv(v, H / v.size(1));
+  auto scores = torch::matmul(q, kf.transpose(-2, -1)) / std::sqrt(static_cast<double>(hd));  // (B, H, T, T)
+  scores = scores.masked_fill(allowed.logical_not().unsqueeze(1), -std::numeric_limits<float>::infinity());
+  return torch::matmul(torch::softmax(scores, -1), vf);  // (B, H, T, hd)
+}
+
+CausalPredictorImpl::CausalPredictorImpl(std::int64_t n_embd) {
+  linear = register_module("linear", torch::nn::Linear(torch::nn::LinearOptions(n_embd, 1).bias(true)));
+}
+
+torch::Tensor CausalPredictorImpl::forward(const torch::Tensor& x) {
+  return routelab::linear(x.detach(), linear).squeeze(-1).to(torch::kFloat);  // (B, T)
+}
+
+torch::Tensor CausalPredictorImpl::loss(const torch::Tensor& logits, const torch::Tensor& target) {
+  return torch::binary_cross_entropy_with_logits(logits, target.to(logits.scalar_type()));
+}
+
+double CausalPredictorImpl::agreement(const torch::Tensor& logits, const torch::Tensor& target) {
+  return (logits.gt(0) == target).to(torch::kFloat).mean().item<double>();
+}
+
+}  // namespace routelab

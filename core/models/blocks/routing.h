@@ -1,0 +1,66 @@
+// Machinery shared by routed layers: readable layer patterns, compaction of routed tokens (gather -> compute on
+// compacted sequences -> scatter), expert-choice top-k, the dense-masked attention oracle, and the causal
+// predictor that replaces a non-causal top-k at inference (MoD; DTRNet's expert-choice variant).
+#pragma once
+#include <string>
+#include <vector>
+
+#include <torch/torch.h>
+
+namespace routelab {
+
+/// Which layers route. `spec` is one of
+///  - a name: "bilayer" (T-D-T-D-...-T), "trilayer" (T-D-D-T-D-D-...-T), "laterhalf" (second half routed),
+///    "6-transformer" (first two, middle two and last two dense), all four with the first and last layer dense
+///    (seed 000 App. A2); "alternate" (odd layers, MoD's T-M-T-M); "after-2" (every layer from the third on,
+///    D-LLM); "all"; "none"; "dtrnet-code" (the reference code's list [2, 4, ..., L-2] read as it reads it:
+///    those dense, every other layer routed; architectures.md 1.5);
+///  - one letter per layer, optionally dash-separated: T = dense, any of D/M/R = routed ("T-D-T-D");
+///  - routed layer indices: "1,3,5" or "[1, 3, 5]".
+/// Throws ConfigError naming `key` for anything else, for a wrong length or an index out of range.
+std::vector<bool> parse_layer_pattern(const std::string& spec, std::int64_t n_layer, const std::string& key);
+/// "T-D-T-D" form of a pattern.
+std::string pattern_string(const std::vector<bool>& routed);
+
+/// The routed tokens of a batch, compacted per sequence in their original (causal) order.
+struct Compaction {
+  torch::Tensor index;                ///< (B, K) int64: positions of routed tokens ascending, then padding
+  torch::Tensor valid;                ///< (B, K) bool: false on padding
+  std::vector<std::int64_t> lengths;  ///< routed tokens per sequence (host)
+  std::int64_t max_len = 0;           ///< K = max length
+  std::int64_t total = 0;             ///< sum of lengths
+  double sum_sq = 0;                  ///< sum of lengths^2 (attention cost)
+};
+
+/// decision: (B, T) bool. One host sync (the per-sequence counts).
+Compaction compact(const torch::Tensor& decision);
+/// (B, T, C) -> (B, K, C): the routed rows (padding rows repeat unrouted tokens; callers ignore them).
+torch::Tensor gather_rows(const torch::Tensor& x, const Compaction& c);
+/// base (B, T, C) with its routed rows replaced by rows (B, K, C); padding rows of `rows` are dropped.
+torch::Tensor scatter_rows(const torch::Tensor& base, const Compaction& c, const torch::Tensor& rows);
+
+/// (B, T) bool: the k highest scores of each sequence (expert choice), k clamped to [0, T].
+torch::Tensor topk_decision(const torch::Tensor& scores, std::int64_t k);
+
+/// Reference attention with an explicit mask: q (B, H, T, hd), k, v (B, Hkv, T, hd), allowed (B, T, T) bool
+/// (query, key). Dense T x T cost: the test oracle for the compacted paths.
+torch::Tensor masked_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
+                               const torch::Tensor& allowed);
+
+/// The small classifier that predicts, from the past only, whether a token would be in its sequence's top-k
+/// (Raposo et al. 2024 option b; seed 000 reproduces it "with a linear layer"). It reads the residual stream
+/// with stop-gradient, so its BCE loss does not touch the language model.
+class CausalPredictorImpl : public torch::nn::Module {
+ public:
+  explicit CausalPredictorImpl(std::int64_t n_embd);
+  torch::Tensor forward(const torch::Tensor& x);  // (B, T, C) -> (B, T) logits, on x.detach()
+  /// Mean binary cross-entropy of the logits against the top-k membership `target` (B, T) bool.
+  static torch::Tensor loss(const torch::Tensor& logits, const torch::Tensor& target);
+  /// Fraction of tokens where (logit > 0) equals target.
+  static double agreement(const torch::Tensor& logits, const torch::Tensor& target);
+
+  torch::nn::Linear linear{nullptr};
+};
+TORCH_MODULE(CausalPredictor);
+
+}  // namespace routelab

@@ -1,0 +1,260 @@
+// D-LLM: decision modules, straight-through Gumbel execution with KV eviction in training, compacted skipping at
+// inference, the rate loss, and the registry entry. "official" below means Jyk-122/D-LLM llama/model_train.py.
+#include "core/models/dllm.h"
+
+#include <c10/core/impl/LocalDispatchKeySet.h>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <numbers>
+
+#include "core/util/errors.h"
+
+namespace routelab {
+
+DecisionModuleImpl::DecisionModuleImpl(std::int64_t n_embd, std::int64_t hidden, double eps) {
+  fc1 = register_module("fc1", torch::nn::Linear(torch::nn::LinearOptions(n_embd, hidden).bias(true)));
+  norm = register_module("norm", Norm(NormOptions(hidden).kind(NormKind::RMS).eps(eps)));
+  fc2 = register_module("fc2", torch::nn::Linear(torch::nn::LinearOptions(hidden, 2).bias(true)));
+}
+
+torch::Tensor DecisionModuleImpl::forward(const torch::Tensor& x) {
+  // fp32 even under bf16 autocast, as the official router casts x.float(): a near-tie between skip and execute
+  // must not be decided by bf16 rounding.
+  c10::impl::ExcludeDispatchKeyGuard no_autocast(c10::autocast_dispatch_keyset);
+  const auto h = torch::silu(norm(linear(x.to(torch::kFloat), fc1)));  // (B, T, hidden)
+  return linear(h, fc2);                                                  // (B, T, 2)
+}
+
+DLLM::DLLM(TransformerOptions options, DLLMOptions dllm) : TransformerTrunk(std::move(options)), dllm_(std::move(dllm)) {
+  routed_ = parse_layer_pattern(dllm_.routed_layers(), options_.n_layer(), "model.routed_layers");
+  if (dllm_.reserved_tokens() < 1)
+    throw ConfigError("model.reserved_tokens: " + std::to_string(dllm_.reserved_tokens()) + " must be at least 1");
+  auto block_list = register_module("blocks", torch::nn::ModuleList());
+  auto router_dict = register_module("routers", torch::nn::ModuleDict());
+  for (std::int64_t i = 0; i < options_.n_layer(); ++i) {
+    blocks.push_back(DenseBlock(options_, i));
+    block_list->push_back(blocks.back());
+    routers.push_back(DecisionModule(nullptr));
+    if (!routed_[static_cast<std::size_t>(i)]) continue;
+    routers.back() = DecisionModule(options_.n_embd(), dllm_.router_hidden(), options_.norm_eps());
+    router_dict->update({{std::to_string(i), routers.back().ptr()}});
+  }
+  // The decision modules take the trunk's init (N(0, 0.02) matrices, zero biases) rather than PyTorch's default
+  // Linear init the official code inherits; only the final bias below is the official one.
+  init_weights();
+  // Official init of the last decision layer: bias [0.1, 2.0], softmax ~[0.13, 0.87], so training starts by
+  // executing nearly everything. It must come after init_weights(), which zeroes biases; the DTRNet port sets it
+  // in the constructor and HF post_init() then overwrites it, so there it is most likely lost.
+  torch::NoGradGuard no_grad;
+  for (auto& router : routers)
+    if (router) router->fc2->bias.copy_(torch::tensor({0.1f, 2.0f}));
+}
+
+void DLLM::set_progress(double fraction) { progress_ = std::clamp(fraction, 0.0, 1.0); }
+
+double DLLM::rate_weight() const {
+  // Official: λ = sin_anneal(0, epochs, 0, lambda_active, epoch), a quarter sine over the whole run.
+  if (dllm_.rate_schedule() == RateSchedule::Constant) return dllm_.rate_coeff();
+  return dllm_.rate_coeff() * std::sin(std::numbers::pi / 2.0 * progress_);
+}
+
+torch::Tensor DLLM::sample_execute(const torch::Tensor& logits) const {
+  // F.gumbel_softmax(hard=True) restricted to the execute column. Written as hard + (soft - soft.detach()) rather
+  // than torch's hard - soft.detach() + soft so the forward value is exactly 0 or 1.
+  const auto gumbels = -torch::empty_like(logits).exponential_().log();                 // (B, T, 2)
+  const auto soft = torch::softmax((logits + gumbels) / dllm_.gumbel_tau(), -1);        // (B, T, 2)
+  const auto soft_execute = soft.select(-1, 1);                                         // (B, T)
+  const auto hard_execute = soft_execute.gt(soft.select(-1, 0)).to(soft.scalar_type());  // argmax; a tie skips
+  return hard_execute + (soft_execute - soft_execute.detach());
+}
+
+torch::Tensor DLLM::evicting_layer(std::size_t layer, const torch::Tensor& x, const torch::Tensor& positions,
+                                   const torch::Tensor& w) {
+  auto& block = blocks[layer];
+  const auto [q, k, v] = block->attn->project(block->norm1(x), positions);  // (B, H, T, hd), (B, Hkv, T, hd)
+  const auto B = q.size(0), H = q.size(1), T = q.size(2), hd = q.size(3);
+  const auto keys = repeat_kv(k, H / k.size(1)), values = repeat_kv(v, H / v.size(1));  // (B, H, T, hd)
+  // The scores are materialised (not the fused kernel) because the eviction acts on the probabilities.
+  auto scores = torch::matmul(q, keys.transpose(-2, -1)).to(torch::kFloat) / std::sqrt(static_cast<double>(hd));
+  auto masked = torch::ones({T, T}, q.options().dtype(torch::kBool)).triu(1).view({1, 1, T, T});  // future keys
+  const auto w_key = w.view({B, 1, 1, T});  // the execute flag of each key
+  if (dllm_.eviction() == Eviction::Additive) masked = masked.logical_or(w_key.detach().lt(0.5));  // (B, 1, T, T)
+  scores = scores.masked_fill(masked, -std::numeric_limits<float>::infinity());                   // (B, H, T, T)
+  auto probs = torch::softmax(scores, -1);
+  if (dllm_.eviction() == Eviction::Multiplicative) {
+    // Official: probabilities times the key's flag, renormalised by (row sum + 1e-6). The reserved first tokens
+    // keep every row non-empty.
+    probs = probs * w_key.to(torch::kFloat);
+    probs = probs / (probs.sum(-1, /*keepdim=*/true) + 1e-6);
+  }
+  const double dropout = block->attn->options.dropout();
+  if (is_training() && dropout > 0) probs = torch::dropout(probs, dropout, true);
+  const auto heads = torch::matmul(probs.to(values.scalar_type()), values);  // (B, H, T, hd)
+  const auto a = block->attn->output(heads);                                // (B, T, C)
+  const auto f = a + block->mlp(block->norm2(x + a));                       // (B, T, C)
+  // Official: w Block(x) + (1 - w) x with Block including its residual, i.e. x + w f(x).
+  return x + w.unsqueeze(-1) * f;
+}
+
+torch::Tensor DLLM::skipping_layer(std::size_t layer, const torch::Tensor& x, const torch::Tensor& positions,
+                                   const Compaction& executed) {
+  if (executed.total == 0) return x;
+  const auto rows = gather_rows(x, executed);  // (B, K, C)
+  const auto row_positions = positions.dim() == 1
+                                 ? positions.index_select(0, executed.index.reshape({-1})).view_as(executed.index)
+                                 : positions.gather(1, executed.index);  // (B, K)
+  // Compacted attention sees only executed keys: the eviction, at sum_b k_b^2 cost.
+  const auto f = blocks[layer]->update(rows, row_positions, executed.lengths);  // (B, K, C)
+  return scatter_rows(x, executed, rows + f);
+}
+
+torch::Tensor DLLM::rate_loss(const torch::Tensor& activation, std::int64_t reserved, double target) {
+  const auto T = activation.size(1);
+  if (T <= reserved) return torch::zeros({}, activation.options());
+  return (activation.narrow(1, reserved, T - reserved) - target).abs().mean();
+}
+
+LayerTrace DLLM::routed_layer_trace(int layer, const torch::Tensor& p_exec, const torch::Tensor& executed) const {
+  const auto B = executed.size(0), T = executed.size(1);
+  const auto shape = layer_shape(options_);
+  const auto counts = executed.sum(1).to(torch::kCPU, torch::kLong).contiguous();  // (B)
+  double total = 0, sum_sq = 0;
+  for (std::int64_t b = 0; b < B; ++b) {
+    const auto n = static_cast<double>(counts.data_ptr<std::int64_t>()[b]);
+    total += n;
+    sum_sq += n * n;
+  }
+  const double tokens = static_cast<double>(B * T);
+  LayerTrace t;
+  t.layer = layer;
+  t.kind = "dllm";
+  t.routed = true;
+  t.gate = p_exec.detach().to(torch::kFloat);
+  t.decision = executed;
+  t.routed_fraction = total / tokens;
+  t.tokens_processed = {{"attn", static_cast<std::int64_t>(total)},
+                        {"mlp", static_cast<std::int64_t>(total)},
+                        {"router", B * T}};
+  // Priced as inference runs the decisions (executed tokens only, compacted attention). Training computes the
+  // block for every token, because the straight-through estimator needs f(x) of skipped tokens too.
+  const double hidden = static_cast<double>(dllm_.router_hidden());
+  t.flops = block_flops(total, sum_sq, shape) + linear_flops(tokens, static_cast<double>(shape.d), hidden) +
+            linear_flops(tokens, hidden, 2.0);
+  t.dense_flops = dense_layer_flops(static_cast<double>(B), static_cast<double>(T), shape);
+  t.stats = {{"mean_p_exec", p_exec.mean().item<double>()}};
+  return t;
+}
+
+ModelOutput DLLM::forward(const torch::Tensor& tokens, bool trace) {
+  torch::Tensor positions;
+  auto x = embed(tokens, positions);  // (B, T, C)
+  const bool training = is_training();
+  const auto always = positions.lt(dllm_.reserved_tokens()).unsqueeze(0);  // (1, T): reserved first tokens
+  torch::Tensor executed_sum;  // (B, T): sum over the dynamic layers of the execute flag w (training)
+  ModelOutput out;
+  for (std::size_t i = 0; i < blocks.size(); ++i) {
+    const int layer = static_cast<int>(i);
+    if (!routed_[i]) {
+      x = blocks[i]->forward(x, positions);
+      if (trace) out.trace.push_back(dense_layer_trace(layer, tokens.size(0), tokens.size(1), layer_shape(options_)));
+      continue;
+    }
+    const auto logits = routers[i]->forward(x);  // (B, T, 2) fp32, on the raw residual (before norm1)
+    torch::Tensor p_exec, executed;              // (B, T) float, (B, T) bool
+    if (trace || !training) p_exec = torch::softmax(logits.detach(), -1).select(-1, 1);
+    if (training) {
+      const auto w = sample_execute(logits).masked_fill(always, 1.0);  // (B, T), exactly 0/1
+      x = evicting_layer(i, x, positions, w);
+      executed_sum = executed_sum.defined() ? executed_sum + w : w;
+      if (trace) executed = w.detach().gt(0.5);
+    } else {
+      executed = p_exec.ge(dllm_.threshold()).logical_or(always);
+      x = skipping_layer(i, x, positions, compact(executed));
+    }
+    if (trace) out.trace.push_back(routed_layer_trace(layer, p_exec, executed));
+  }
+  out.logits = head(x);
+  out.aux_loss = torch::zeros({}, out.logits.options().dtype(torch::kFloat));
+  if (training && executed_sum.defined()) {
+    // Official ActiveLoss: per-token mean of w over ALL layers (always-executed ones count 1), minus the reserved
+    // first tokens. The official code also masks padding and drops the last position (its inputs are unshifted
+    // examples); our inputs are already shifted and unpadded, so every other position counts.
+    const auto always_executed = static_cast<double>(std::count(routed_.begin(), routed_.end(), false));
+    const auto activation = (executed_sum + always_executed) / static_cast<double>(blocks.size());  // (B, T)
+    out.aux_loss = rate_weight() * rate_loss(activation, dllm_.reserved_tokens(), dllm_.target());
+  }
+  return out;
+}
+
+namespace {
+
+OptionSchema dllm_option_schema() {
+  using T = OptionType;
+  auto schema = transformer_option_schema();
+  const OptionSchema extra = {
+      {"routed_layers", T::String, "after-2", "layers with a decision module (after-2: all but the first two, as the "
+                                              "official code; or T-D letters, or indices like 2,3)", std::nullopt,
+       std::nullopt, {}},
+      {"router_hidden", T::Int, 512, "decision-module hidden width (official 512)", 1, 1 << 16, {}},
+      {"reserved_tokens", T::Int, 2, "first tokens of every sequence that always execute (official 2)", 1, 1 << 20, {}},
+      {"target", T::Float, 0.5, "target executed fraction over all layers, the acceleration rate Omega "
+                                "(official 0.5; seed 000's matched-FLOPs setting 0.85)", 0, 1, {}},
+      {"rate_coeff", T::Float, 5.0, "maximum weight lambda of the rate loss (official lambda_active 5.0)", 0, 1e4, {}},
+      {"rate_schedule", T::Choice, "sine", "sine: lambda ramps as lambda_max sin(pi/2 progress) (official); "
+                                           "constant: lambda_max throughout", std::nullopt, std::nullopt,
+       {"sine", "constant"}},
+      {"gumbel_tau", T::Float, 1.0, "Gumbel-softmax temperature in training", 1e-3, 100, {}},
+      {"threshold", T::Float, 0.5, "at inference a token executes iff its execute probability reaches this", 0, 1, {}},
+      {"eviction", T::Choice, "multiplicative", "how skipped tokens are hidden as keys in training; multiplicative: "
+                                                "probabilities times the execute flag, renormalised (official, router "
+                                                "gets a gradient); additive: -inf mask (DTRNet port)", std::nullopt,
+       std::nullopt, {"multiplicative", "additive"}},
+  };
+  schema.insert(schema.end(), extra.begin(), extra.end());
+  return schema;
+}
+
+void check_dllm_options(const nlohmann::json& m, const std::string& path) {
+  check_transformer_options(m, path);
+  parse_layer_pattern(m.at("routed_layers").get<std::string>(), m.at("n_layer").get<std::int64_t>(),
+                      path + ".routed_layers");
+  // Without a reserved token a row of the evicting attention can lose every key (NaN under the additive mask).
+  if (m.at("reserved_tokens").get<std::int64_t>() < 1)
+    throw ConfigError(path + ".reserved_tokens: " + m.at("reserved_tokens").dump() + " must be at least 1");
+}
+
+DLLMOptions dllm_options_from_json(const nlohmann::json& m) {
+  DLLMOptions o;
+  o.routed_layers(m.at("routed_layers").get<std::string>())
+      .router_hidden(m.at("router_hidden").get<std::int64_t>())
+      .reserved_tokens(m.at("reserved_tokens").get<std::int64_t>())
+      .target(m.at("target").get<double>())
+      .rate_coeff(m.at("rate_coeff").get<double>())
+      .rate_schedule(m.at("rate_schedule") == "constant" ? RateSchedule::Constant : RateSchedule::Sine)
+      .gumbel_tau(m.at("gumbel_tau").get<double>())
+      .threshold(m.at("threshold").get<double>())
+      .eviction(m.at("eviction") == "additive" ? Eviction::Additive : Eviction::Multiplicative);
+  return o;
+}
+
+}  // namespace
+
+ArchitectureEntry dllm_architecture() {
+  return {
+      "dllm",
+      "D-LLM",
+      "Jiang et al. 2024 (baseline of seed 000)",
+      "Token-choice layer skipping: a decision module before each dynamic layer lets every token execute or skip "
+      "the whole block, skipped tokens are evicted as keys, and a rate loss steers the executed fraction to a target.",
+      dllm_option_schema(),
+      check_dllm_options,
+      [](const nlohmann::json& m, const ModelContext& ctx) -> std::shared_ptr<LanguageModel> {
+        return std::make_shared<DLLM>(transformer_options_from_json(m, ctx.vocab_size, ctx.context),
+                                      dllm_options_from_json(m));
+      },
+  };
+}
+
+}  // namespace routelab

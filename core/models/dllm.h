@@ -1,0 +1,102 @@
+// D-LLM (Jiang et al. 2024; baseline of seed 000): a per-layer decision module lets each token execute or skip
+// the whole block, skipped tokens are evicted as keys, and a rate loss steers the executed fraction to a target.
+// Follows the official code (Jyk-122/D-LLM, llama/model_train.py) where the paper is silent.
+#pragma once
+#include <string>
+#include <vector>
+
+#include "core/models/blocks/routing.h"
+#include "core/models/dense_transformer.h"
+#include "core/models/registry.h"
+
+namespace routelab {
+
+/// How a skipped token is hidden as a key from the queries of its layer during training.
+enum class Eviction {
+  /// official: attention probabilities times the key's execute flag, renormalised (router gets a gradient)
+  Multiplicative,
+  /// DTRNet port: -inf on skipped keys before the softmax (no gradient through the mask)
+  Additive,
+};
+
+/// How the rate-loss weight λ grows over training.
+enum class RateSchedule {
+  /// λ(t) = λ_max sin(π/2 t), official `adjust_lambda_active`
+  Sine,
+  /// λ(t) = λ_max
+  Constant,
+};
+
+struct DLLMOptions {
+  /// which layers have a decision module (parse_layer_pattern); "after-2" (layers 0 and 1 always execute)
+  TORCH_ARG(std::string, routed_layers) = "after-2";
+  /// decision-module hidden width; 512 (official dynamic_router_hdim)
+  TORCH_ARG(std::int64_t, router_hidden) = 512;
+  /// first tokens of every sequence that always execute; 2 (official dynamic_reserve_initials)
+  TORCH_ARG(std::int64_t, reserved_tokens) = 2;
+  /// target executed fraction (the seed's acceleration rate Ω); 0.5 (official dynamic_active_target)
+  TORCH_ARG(double, target) = 0.5;
+  /// λ_max of the rate loss; 5.0 (official lambda_active)
+  TORCH_ARG(double, rate_coeff) = 5.0;
+  /// Sine by default
+  TORCH_ARG(RateSchedule, rate_schedule) = RateSchedule::Sine;
+  /// Gumbel-softmax temperature in training; 1.0
+  TORCH_ARG(double, gumbel_tau) = 1.0;
+  /// at inference a token executes iff softmax p_exec >= threshold; 0.5
+  TORCH_ARG(double, threshold) = 0.5;
+  /// Multiplicative by default
+  TORCH_ARG(Eviction, eviction) = Eviction::Multiplicative;
+};
+
+/// Linear(d -> hidden, bias) -> RMSNorm(eps = the model's norm_eps, as official) -> SiLU -> Linear(hidden -> 2,
+/// bias), in fp32 on the raw residual. Column 0 = skip, column 1 = execute.
+class DecisionModuleImpl : public torch::nn::Module {
+ public:
+  DecisionModuleImpl(std::int64_t n_embd, std::int64_t hidden, double eps);
+  torch::Tensor forward(const torch::Tensor& x);  // (B, T, C) -> (B, T, 2) fp32 logits
+
+  torch::nn::Linear fc1{nullptr}, fc2{nullptr};
+  Norm norm{nullptr};
+};
+TORCH_MODULE(DecisionModule);
+
+class DLLM : public TransformerTrunk {
+ public:
+  DLLM(TransformerOptions options, DLLMOptions dllm = {});
+  ModelOutput forward(const torch::Tensor& tokens, bool trace = false) override;
+  std::string arch_id() const override { return "dllm"; }
+  void set_progress(double fraction) override;
+
+  const DLLMOptions& dllm_options() const { return dllm_; }
+  /// Per layer: whether it has a decision module.
+  const std::vector<bool>& routed() const { return routed_; }
+  /// λ(t) of the rate loss at the current training progress.
+  double rate_weight() const;
+
+  // The pieces of one dynamic layer, public so tests can compare the two execution forms on equal decisions.
+  /// Straight-through hard Gumbel-softmax sample of the execute flag: exactly 0/1 forward, soft gradient. -> (B, T)
+  torch::Tensor sample_execute(const torch::Tensor& logits) const;
+  /// Training form: every token runs the block, skipped keys are evicted by `w` (B, T), x + w f(x). -> (B, T, C)
+  torch::Tensor evicting_layer(std::size_t layer, const torch::Tensor& x, const torch::Tensor& positions,
+                               const torch::Tensor& w);
+  /// Inference form: only the executed tokens of `executed` run the block, on compacted sequences. -> (B, T, C)
+  torch::Tensor skipping_layer(std::size_t layer, const torch::Tensor& x, const torch::Tensor& positions,
+                               const Compaction& executed);
+  /// mean over tokens past the first `reserved` of |activation - target|; activation (B, T) = executed fraction
+  /// of each token over all layers.
+  static torch::Tensor rate_loss(const torch::Tensor& activation, std::int64_t reserved, double target);
+
+  std::vector<DenseBlock> blocks;
+  std::vector<DecisionModule> routers;  ///< per layer; empty holder where the layer always executes
+
+ private:
+  LayerTrace routed_layer_trace(int layer, const torch::Tensor& p_exec, const torch::Tensor& executed) const;
+
+  DLLMOptions dllm_;
+  std::vector<bool> routed_;
+  double progress_ = 0.0;
+};
+
+ArchitectureEntry dllm_architecture();
+
+}  // namespace routelab

@@ -1,0 +1,311 @@
+// DTRNet layer and model (seed 000 "DTRNet Layer Structure", "Training and Regularization", App. A1-A5).
+// Where the paper is silent the reference code (architectures.md 1) decides; each such place says so.
+#include "core/models/dtrnet.h"
+
+#include <algorithm>
+#include <cmath>
+#include <sstream>
+
+#include "core/util/errors.h"
+
+namespace routelab {
+
+DTRNetLayerImpl::DTRNetLayerImpl(const TransformerOptions& o, const DTRNetOptions& options_)
+    : options(options_), shape(layer_shape(o)) {
+  const DenseBlock prototype(o, 0);  // the same sub-modules as a dense layer, so shapes and init match
+  norm1 = register_module("norm1", prototype->norm1);
+  norm2 = register_module("norm2", prototype->norm2);
+  attn = register_module("attn", prototype->attn);
+  mlp = register_module("mlp", prototype->mlp);
+  const auto d = o.n_embd();
+  router_in = register_module("router_in", torch::nn::Linear(torch::nn::LinearOptions(d, d / 2).bias(true)));
+  router_out = register_module("router_out", torch::nn::Linear(torch::nn::LinearOptions(d / 2, 2).bias(true)));
+  if (options.routing() == DtrRouting::Expert) predictor = register_module("predictor", CausalPredictor(d));
+}
+
+torch::Tensor DTRNetLayerImpl::router_logits(const torch::Tensor& x) {
+  // Eq. 1 on the raw residual stream (the router reads x before input_layernorm; architectures.md 1.2).
+  return linear(torch::silu(linear(x, router_in)), router_out).to(torch::kFloat);  // (B, T, 2)
+}
+
+DTRNetLayerImpl::Output DTRNetLayerImpl::forward(const torch::Tensor& x, const torch::Tensor& positions,
+                                                 const torch::Tensor& forced_decision) {
+  const auto B = x.size(0), T = x.size(1);
+  Output out;
+  const auto logits = router_logits(x);            // (B, T, 2)
+  const auto G = torch::softmax(logits, -1);       // (B, T, 2): [g_attn, g_bypass]
+  out.gate_attn = G.select(-1, 0);                 // (B, T)
+  const auto gate_bypass = G.select(-1, 1);
+
+  switch (forced_decision.defined() ? DtrRouting::Skip : options.routing()) {
+    case DtrRouting::Token:  // Eq. 2, the same rule in training and inference
+      out.decision = logits.select(-1, 0) > logits.select(-1, 1);
+      break;
+    case DtrRouting::Expert: {
+      // Top-k over a sequence sees the future, so inference uses a causal predictor trained on the top-k
+      // membership (as MoD does); the paper (App. A1) notes the train/inference mismatch of this variant.
+      out.predictor_logits = predictor(x);  // (B, T)
+      const auto topk = topk_decision(out.gate_attn.detach(), static_cast<std::int64_t>(options.capacity() * T));
+      if (is_training()) {
+        out.decision = topk;
+        out.predictor_loss = CausalPredictorImpl::loss(out.predictor_logits, topk);
+      } else {
+        out.decision = out.predictor_logits > 0;
+      }
+      break;
+    }
+    case DtrRouting::Skip:  // Table 4: routers configured to skip every token
+      out.decision = forced_decision.defined() ? forced_decision : torch::zeros({B, T}, x.options().dtype(torch::kBool));
+      break;
+  }
+
+  const auto n = norm1(x);  // (B, T, C): both paths read the normalised input
+  torch::Tensor update;     // (B, T, C) before the gate
+  if (options.attention() == DtrAttention::Masked) {
+    const auto counts = out.decision.sum(1).to(torch::kCPU, torch::kDouble);
+    out.routed = static_cast<std::int64_t>(counts.sum().item<double>());
+    out.sum_sq = counts.pow(2).sum().item<double>();
+    update = attend_masked(n, positions, out.decision);
+  } else {
+    update = attend_compact(n, out.decision, out);
+  }
+  // Eq. 3 and 5: the path's output is scaled by the router score of the path the token took.
+  const auto gate = torch::where(out.decision, out.gate_attn, gate_bypass).unsqueeze(-1);  // (B, T, 1)
+  const auto h = x + gate.to(x.scalar_type()) * update;
+  out.y = h + mlp(norm2(h));  // the shared MLP for every token
+  return out;
+}
+
+torch::Tensor DTRNetLayerImpl::attend_compact(const torch::Tensor& n, const torch::Tensor& decision_in,
+                                              Output& out) {
+  const auto B = n.size(0), T = n.size(1), C = n.size(2);
+  const auto H = attn->options.n_head(), Hkv = attn->kv_heads(), hd = attn->head_dim();
+  auto decision = decision_in;
+  auto c = compact(decision);
+  if (c.total == 0 && is_training() && options.routing() == DtrRouting::Token && options.fallback_fraction() > 0) {
+    // Reference code (paper silent): a batch that routes nothing trains a random 15% of its tokens through
+    // attention so the attention weights keep receiving gradient. Inference allows an all-bypass layer.
+    const auto picked = std::max<std::int64_t>(1, static_cast<std::int64_t>(options.fallback_fraction() * B * T));
+    const auto chosen = torch::randperm(B * T, decision.options().dtype(torch::kLong)).narrow(0, 0, picked);
+    decision = torch::zeros({B * T}, decision.options()).index_fill(0, chosen, true).view({B, T});
+    c = compact(decision);
+  }
+  out.decision = decision;
+  out.routed = c.total;
+  out.sum_sq = c.sum_sq;
+
+  const auto& w = attn->qkv->weight;  // rows [W_Q; W_K; W_V]
+  const auto& b = attn->qkv->bias;
+  const auto rows = [&](std::int64_t from, std::int64_t count) {
+    return std::make_pair(w.narrow(0, from, count),
+                          b.defined() ? c10::optional<at::Tensor>(b.narrow(0, from, count)) : c10::nullopt);
+  };
+  const auto [w_qk, b_qk] = rows(0, (H + Hkv) * hd);
+  const auto [w_v, b_v] = rows((H + Hkv) * hd, Hkv * hd);
+  const bool vo = options.bypass() == DtrBypass::ValueOutput;
+
+  // Bypass heads: a token attending only to itself receives its own value, each KV head repeated for the query
+  // heads it serves exactly as repeat_kv does (query head h reads KV head h / n_rep).
+  torch::Tensor v_all, heads;  // (B, T, Hkv hd), (B, T, C)
+  if (vo) {
+    v_all = at::linear(n, w_v, b_v);
+    heads = v_all.view({B, T, Hkv, 1, hd}).expand({B, T, Hkv, H / Hkv, hd}).reshape({B, T, C});
+  }
+  torch::Tensor routed_heads;  // (B, K, C)
+  if (c.max_len > 0) {
+    const auto K = c.max_len;
+    const auto n_r = gather_rows(n, c);                    // (B, K, C)
+    const auto qk = at::linear(n_r, w_qk, b_qk);           // (B, K, (H + Hkv) hd)
+    auto q = qk.narrow(-1, 0, H * hd).view({B, K, H, hd}).transpose(1, 2);           // (B, H, K, hd)
+    auto k = qk.narrow(-1, H * hd, Hkv * hd).view({B, K, Hkv, hd}).transpose(1, 2);  // (B, Hkv, K, hd)
+    const auto v_r = vo ? gather_rows(v_all, c) : at::linear(n_r, w_v, b_v);         // (B, K, Hkv hd)
+    const auto v = v_r.view({B, K, Hkv, hd}).transpose(1, 2);                         // (B, Hkv, K, hd)
+    if (attn->rope.defined()) std::tie(q, k) = attn->rope.apply(q, k, c.index);  // phases of original positions
+    routed_heads = causal_attention(q, k, v, attn->options.dropout(), is_training(), c.lengths)
+                       .transpose(1, 2)
+                       .reshape({B, K, C});  // (B, K, C)
+  }
+  if (vo) {
+    if (routed_heads.defined()) heads = scatter_rows(heads, c, routed_heads);
+    return linear(heads, attn->proj);  // (B, T, C): one W_O over every token
+  }
+  // w/o-VO: only routed tokens are projected; bypass tokens get no update.
+  const auto zeros = torch::zeros({B, T, C}, n.options());
+  return routed_heads.defined() ? scatter_rows(zeros, c, linear(routed_heads, attn->proj)) : zeros;
+}
+
+torch::Tensor DTRNetLayerImpl::attend_masked(const torch::Tensor& n, const torch::Tensor& positions,
+                                             const torch::Tensor& decision) {
+  // The sparse-attention equivalence (Eq. 6) as a dense mask: allowed(q, k) = (q == k) or (both routed, k <= q).
+  const auto T = n.size(1);
+  const auto [q, k, v] = attn->project(n, positions);
+  const auto eye = torch::eye(T, decision.options()).unsqueeze(0);                       // (1, T, T)
+  const auto causal = torch::ones({T, T}, decision.options()).tril().unsqueeze(0);       // (1, T, T)
+  const auto both = decision.unsqueeze(2).logical_and(decision.unsqueeze(1));          // (B, T, T)
+  const auto allowed = eye.logical_or(both.logical_and(causal));
+  auto update = attn->output(masked_attention(q, k, v, allowed));  // (B, T, C)
+  if (options.bypass() == DtrBypass::None) update = update * decision.unsqueeze(-1).to(update.scalar_type());
+  return update;
+}
+
+double DTRNetLayerImpl::flops(std::int64_t batch, std::int64_t seq, std::int64_t routed, double sum_sq) const {
+  const double all = static_cast<double>(batch * seq), k = static_cast<double>(routed);
+  const auto& s = shape;
+  double f = linear_flops(all, s.d, s.d / 2) + linear_flops(all, s.d / 2, 2.0) + mlp_flops(all, s);
+  if (options.routing() == DtrRouting::Expert) f += linear_flops(all, s.d, 1);
+  if (options.attention() == DtrAttention::Masked)  // the oracle computes every pair
+    return f + dense_layer_flops(static_cast<double>(batch), static_cast<double>(seq), s) - mlp_flops(all, s);
+  f += q_k_flops(k, s) + attention_core_flops(sum_sq, s);
+  if (options.bypass() == DtrBypass::ValueOutput) return f + v_flops(all, s) + out_proj_flops(all, s);
+  return f + v_flops(k, s) + out_proj_flops(k, s);
+}
+
+DTRNet::DTRNet(TransformerOptions model, DTRNetOptions options) : TransformerTrunk(std::move(model)), dtr_(std::move(options)) {
+  if (dtr_.routed_layers().empty()) dtr_.routed_layers(parse_layer_pattern("bilayer", options_.n_layer(), "model.routed_layers"));
+  if (static_cast<std::int64_t>(dtr_.routed_layers().size()) != options_.n_layer())
+    throw ConfigError("model.routed_layers: names " + std::to_string(dtr_.routed_layers().size()) +
+                      " layers but model.n_layer is " + std::to_string(options_.n_layer()));
+  auto list = register_module("blocks", torch::nn::ModuleList());
+  for (std::int64_t i = 0; i < options_.n_layer(); ++i) {
+    if (dtr_.routed_layers()[i]) {
+      routed.push_back(DTRNetLayer(options_, dtr_));
+      dense.push_back(nullptr);
+      list->push_back(routed.back());
+    } else {
+      routed.push_back(nullptr);
+      dense.push_back(DenseBlock(options_, i));
+      list->push_back(dense.back());
+    }
+  }
+  init_weights();  // routers included: N(0, 0.02), zero bias, as the reference's HF init (architectures.md 1.1)
+}
+
+ModelOutput DTRNet::forward(const torch::Tensor& tokens, bool trace) {
+  torch::Tensor positions;
+  auto x = embed(tokens, positions);  // (B, T, C)
+  const auto B = tokens.size(0), T = tokens.size(1);
+  const auto shape = layer_shape(options_);
+  ModelOutput out;
+  // Eq. 7: lambda * sum_l alpha_l ||G_l[:, 0]||_1, alpha_l = f_l / sum f from hard (detached) counts. As in the
+  // reference code the L1 norm is divided by the token count (a mean), which keeps lambda independent of B*T.
+  auto weighted = torch::zeros({}, x.options().dtype(torch::kFloat));
+  auto predictor_loss = torch::zeros({}, x.options().dtype(torch::kFloat));
+  double load_sum = 0;
+  int predictors = 0;
+  for (std::int64_t i = 0; i < options_.n_layer(); ++i) {
+    if (!routed[i]) {
+      x = dense[i]->forward(x, positions);
+      if (trace) out.trace.push_back(dense_layer_trace(static_cast<int>(i), B, T, shape));
+      continue;
+    }
+    auto r = routed[i]->forward(x, positions);
+    x = r.y;
+    const double load = static_cast<double>(r.routed) / static_cast<double>(B * T);  // f_l (share of tokens)
+    const auto l1 = r.gate_attn.mean();                                                // ||G_l[:,0]||_1 / (B T)
+    weighted = weighted + load * l1;
+    load_sum += load;
+    if (r.predictor_loss.defined()) {
+      predictor_loss = predictor_loss + r.predictor_loss;
+      ++predictors;
+    }
+    if (trace) {
+      LayerTrace t;
+      t.layer = static_cast<int>(i);
+      t.kind = "dtrnet";
+      t.routed = true;
+      t.gate = r.gate_attn.detach();
+      t.decision = r.decision;
+      t.routed_fraction = load;
+      t.aux_loss = l1.item<double>();
+      t.tokens_processed = {{"attn", r.routed},
+                            {"bypass", dtr_.bypass() == DtrBypass::ValueOutput ? B * T - r.routed : 0},
+                            {"mlp", B * T},
+                            {"router", B * T}};
+      t.flops = routed[i]->flops(B, T, r.routed, r.sum_sq);
+      t.dense_flops = dense_layer_flops(static_cast<double>(B), static_cast<double>(T), shape);
+      if (r.predictor_logits.defined()) {
+        const auto topk = topk_decision(r.gate_attn.detach(), static_cast<std::int64_t>(dtr_.capacity() * T));
+        t.stats["predictor_agreement"] = CausalPredictorImpl::agreement(r.predictor_logits.detach(), topk);
+      }
+      out.trace.push_back(std::move(t));
+    }
+  }
+  out.logits = head(x);
+  out.aux_loss = torch::zeros({}, x.options().dtype(torch::kFloat));
+  if (is_training()) {  // the routing loss is a training objective only (reference code)
+    if (load_sum > 0) out.aux_loss = out.aux_loss + dtr_.aux_coeff() * weighted / load_sum;
+    if (predictors > 0) out.aux_loss = out.aux_loss + dtr_.predictor_coeff() * predictor_loss / predictors;
+  }
+  return out;
+}
+
+std::string DTRNet::describe() const {
+  std::ostringstream s;
+  s << TransformerTrunk::describe() << ", layers " << pattern_string(dtr_.routed_layers());
+  return s.str();
+}
+
+namespace {
+
+OptionSchema dtrnet_schema() {
+  using T = OptionType;
+  auto schema = transformer_option_schema();
+  schema.push_back({"routed_layers", T::String, "bilayer",
+                    "routed (D) layers: bilayer, trilayer, laterhalf, 6-transformer, dtrnet-code, a letter per layer "
+                    "(T-D-T-D) or routed indices (1,3,5)", std::nullopt, std::nullopt, {}});
+  schema.push_back({"routing", T::Choice, "token",
+                    "token: attention iff g_attn > g_bypass (paper); expert: top capacity share per sequence "
+                    "(App. A1); skip: every token bypasses attention (App. A3)", std::nullopt, std::nullopt,
+                    {"token", "expert", "skip"}});
+  schema.push_back({"capacity", T::Float, 0.25, "expert routing: share of each sequence sent to attention", 0.0, 1.0, {}});
+  schema.push_back({"bypass", T::Choice, "vo", "vo: bypass tokens get W_O W_V x_norm (paper); none: no update "
+                    "(w/o-VO ablation, App. A5)", std::nullopt, std::nullopt, {"vo", "none"}});
+  schema.push_back({"aux_coeff", T::Float, 8e-4, "lambda of the routing loss (Eq. 7)", 0.0, 10.0, {}});
+  schema.push_back({"fallback_fraction", T::Float, 0.15, "share of tokens routed at random in training when a batch "
+                    "routes none (reference code; 0 disables)", 0.0, 1.0, {}});
+  schema.push_back({"attention", T::Choice, "compact", "compact: gather the routed tokens, attend, scatter (O(k^2)); "
+                    "masked: dense T x T mask (the reference oracle)", std::nullopt, std::nullopt, {"compact", "masked"}});
+  schema.push_back({"predictor_coeff", T::Float, 1.0, "expert routing: weight of the causal predictor's BCE", 0.0, 100.0, {}});
+  return schema;
+}
+
+DTRNetOptions dtrnet_options_from_json(const nlohmann::json& m, std::int64_t n_layer) {
+  DTRNetOptions o;
+  o.routed_layers(parse_layer_pattern(m.at("routed_layers").get<std::string>(), n_layer, "model.routed_layers"));
+  const auto routing = m.at("routing").get<std::string>();
+  o.routing(routing == "expert" ? DtrRouting::Expert : routing == "skip" ? DtrRouting::Skip : DtrRouting::Token)
+      .capacity(m.at("capacity").get<double>())
+      .bypass(m.at("bypass") == "none" ? DtrBypass::None : DtrBypass::ValueOutput)
+      .aux_coeff(m.at("aux_coeff").get<double>())
+      .fallback_fraction(m.at("fallback_fraction").get<double>())
+      .attention(m.at("attention") == "masked" ? DtrAttention::Masked : DtrAttention::Compact)
+      .predictor_coeff(m.at("predictor_coeff").get<double>());
+  return o;
+}
+
+}  // namespace
+
+ArchitectureEntry dtrnet_architecture() {
+  return {
+      "dtrnet",
+      "DTRNet",
+      "seed 000 (Sharma et al., DTRNet)",
+      "Token routing between causal attention over the routed tokens and a token-local W_O W_V bypass; every "
+      "token keeps the MLP.",
+      dtrnet_schema(),
+      [](const nlohmann::json& m, const std::string& path) {
+        check_transformer_options(m, path);
+        const auto n_layer = m.at("n_layer").get<std::int64_t>();
+        const auto routed = parse_layer_pattern(m.at("routed_layers").get<std::string>(), n_layer, path + ".routed_layers");
+        if (std::none_of(routed.begin(), routed.end(), [](bool r) { return r; }))
+          throw ConfigError(path + ".routed_layers: '" + m.at("routed_layers").get<std::string>() + "' routes no layer of a " +
+                            std::to_string(n_layer) + "-layer model (use arch dense)");
+      },
+      [](const nlohmann::json& m, const ModelContext& ctx) -> std::shared_ptr<LanguageModel> {
+        auto model = transformer_options_from_json(m, ctx.vocab_size, ctx.context);
+        return std::make_shared<DTRNet>(model, dtrnet_options_from_json(m, model.n_layer()));
+      },
+  };
+}
+
+}  // namespace routelab

@@ -1,0 +1,92 @@
+// DTRNet (seed 000): per routed layer a 2-way token router sends each token either through causal attention
+// among the routed tokens only (gather -> compacted attention -> scatter, O(k^2)) or through the token-local
+// bypass W_O W_V x_norm; both scaled by the router's score, then every token runs the shared MLP.
+#pragma once
+#include <nlohmann/json.hpp>
+
+#include "core/models/blocks/routing.h"
+#include "core/models/dense_transformer.h"
+#include "core/models/registry.h"
+
+namespace routelab {
+
+enum class DtrRouting { Token, Expert, Skip };
+enum class DtrBypass { ValueOutput, None };
+enum class DtrAttention { Compact, Masked };
+
+struct DTRNetOptions {
+  /// which layers route (parse_layer_pattern); empty means "bilayer"
+  TORCH_ARG(std::vector<bool>, routed_layers);
+  /// Token: attention iff g_attn > g_bypass (the paper); Expert: top `capacity` of each sequence (Table 2);
+  /// Skip: every token bypasses (Table 4). Token by default
+  TORCH_ARG(DtrRouting, routing) = DtrRouting::Token;
+  /// expert-choice share of each sequence routed to attention; 0.25 by default (App. A1)
+  TORCH_ARG(double, capacity) = 0.25;
+  /// ValueOutput: bypass tokens get W_O W_V x_norm; None: they go to the MLP unchanged (w/o-VO, Table 6)
+  TORCH_ARG(DtrBypass, bypass) = DtrBypass::ValueOutput;
+  /// lambda of the routing loss; 8e-4 by default (360M setting)
+  TORCH_ARG(double, aux_coeff) = 8e-4;
+  /// reference-code fallback: when no token of the batch is routed in training, route this random share; 0.15
+  TORCH_ARG(double, fallback_fraction) = 0.15;
+  /// Compact (gather, attention over the routed tokens, scatter) or Masked (dense T x T mask: the oracle)
+  TORCH_ARG(DtrAttention, attention) = DtrAttention::Compact;
+  /// weight of the expert-choice variant's causal-predictor BCE; 1 by default
+  TORCH_ARG(double, predictor_coeff) = 1.0;
+};
+
+/// One routed DTRNet layer.
+class DTRNetLayerImpl : public torch::nn::Module {
+ public:
+  DTRNetLayerImpl(const TransformerOptions& model, const DTRNetOptions& options);
+
+  struct Output {
+    torch::Tensor y;               ///< (B, T, C)
+    torch::Tensor gate_attn;       ///< (B, T) float g_attn, differentiable
+    torch::Tensor decision;        ///< (B, T) bool, true = attention path
+    std::int64_t routed = 0;       ///< tokens on the attention path
+    double sum_sq = 0;             ///< sum over sequences of routed^2
+    torch::Tensor predictor_loss;  ///< expert choice in training: BCE of the causal predictor; else undefined
+    torch::Tensor predictor_logits;  ///< expert choice: (B, T)
+  };
+  /// x (B, T, C), positions (T). A defined `forced_decision` (B, T) bool replaces the routing rule (benchmarks,
+  /// tests); the router still scales the paths.
+  Output forward(const torch::Tensor& x, const torch::Tensor& positions, const torch::Tensor& forced_decision = {});
+
+  /// Router logits (B, T, 2) in fp32: [attention, bypass], from the raw residual stream.
+  torch::Tensor router_logits(const torch::Tensor& x);
+  /// Forward FLOPs of this layer for the given decisions.
+  double flops(std::int64_t batch, std::int64_t seq, std::int64_t routed, double sum_sq) const;
+
+  DTRNetOptions options;
+  LayerShape shape;
+  Norm norm1{nullptr}, norm2{nullptr};
+  CausalSelfAttention attn{nullptr};
+  Mlp mlp{nullptr};
+  torch::nn::Linear router_in{nullptr}, router_out{nullptr};  // d -> d/2 -> SiLU -> 2
+  CausalPredictor predictor{nullptr};                          // expert choice only
+
+ private:
+  torch::Tensor attend_compact(const torch::Tensor& n, const torch::Tensor& decision, Output& out);
+  torch::Tensor attend_masked(const torch::Tensor& n, const torch::Tensor& positions, const torch::Tensor& decision);
+};
+TORCH_MODULE(DTRNetLayer);
+
+class DTRNet : public TransformerTrunk {
+ public:
+  DTRNet(TransformerOptions model, DTRNetOptions options);
+  ModelOutput forward(const torch::Tensor& tokens, bool trace = false) override;
+  std::string arch_id() const override { return "dtrnet"; }
+  std::string describe() const override;
+
+  const DTRNetOptions& dtr_options() const { return dtr_; }
+  /// Per layer: the routed layer, or undefined for a dense one.
+  std::vector<DTRNetLayer> routed;
+  std::vector<DenseBlock> dense;
+
+ private:
+  DTRNetOptions dtr_;
+};
+
+ArchitectureEntry dtrnet_architecture();
+
+}  // namespace routelab

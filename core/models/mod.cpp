@@ -1,0 +1,207 @@
+// Mixture-of-Depths: expert-choice top-k routing of whole blocks on compacted sequences, the causal
+// predictor that decides at inference, and the registry entry.
+#include "core/models/mod.h"
+
+#include <algorithm>
+#include <cmath>
+#include <sstream>
+
+#include "core/models/blocks/attention.h"
+#include "core/util/errors.h"
+
+namespace routelab {
+
+MoDOptions mod_options_from_json(const nlohmann::json& m) {
+  MoDOptions o;
+  o.routed_layers(m.at("routed_layers").get<std::string>())
+      .capacity(m.at("capacity").get<double>())
+      .router_weight(m.at("router_weight") == "logit" ? MoDRouterWeight::Logit : MoDRouterWeight::Sigmoid)
+      .residual(m.at("residual") == "reference" ? MoDResidual::Reference : MoDResidual::Paper)
+      .predictor_coeff(m.at("predictor_coeff").get<double>());
+  return o;
+}
+
+std::int64_t mod_capacity_tokens(double capacity, std::int64_t seq_len) {
+  // The reference code's int(T * topk) truncates 0.29 * 100 = 28.999... to 28; the small slack gives the
+  // floor of the decimal product the user wrote.
+  const auto k = static_cast<std::int64_t>(std::floor(capacity * static_cast<double>(seq_len) + 1e-9));
+  return std::clamp<std::int64_t>(k, 0, seq_len);
+}
+
+MoDLayerImpl::MoDLayerImpl(const TransformerOptions& transformer, const MoDOptions& options_,
+                           std::int64_t layer_index)
+    : options(options_), shape(layer_shape(transformer)) {
+  block = register_module("block", DenseBlock(transformer, layer_index));
+  // Linear(d -> 1) with a bias on the raw residual stream, as the DTRNet repo's TokenRouter (the paper's
+  // r = w^T x has no bias; the bias does not change a top-k, only the scale of the update).
+  router = register_module("router", torch::nn::Linear(torch::nn::LinearOptions(transformer.n_embd(), 1).bias(true)));
+  predictor = register_module("predictor", CausalPredictor(transformer.n_embd()));
+}
+
+torch::Tensor MoDLayerImpl::router_logits(const torch::Tensor& x) {
+  return linear(x, router).squeeze(-1).to(torch::kFloat);  // (B, T)
+}
+
+torch::Tensor MoDLayerImpl::forward(const torch::Tensor& x, const torch::Tensor& positions,
+                                    torch::Tensor& predictor_loss, LayerTrace* trace) {
+  const auto B = x.size(0), T = x.size(1);
+  const auto k = mod_capacity_tokens(options.capacity(), T);
+  const auto logits = router_logits(x);  // (B, T)
+  const auto predicted = predictor(x);   // (B, T), reads x.detach()
+  // Top-k over the whole sequence looks at the future: it decides only in training. Evaluation still
+  // computes it when tracing, to report how well the predictor imitates it.
+  torch::Tensor topk;  // (B, T) bool
+  if (is_training() || trace) topk = topk_decision(logits.detach(), k);
+  const auto decision = is_training() ? topk : predicted.detach().gt(0);  // (B, T) bool: sigmoid > 0.5
+  if (is_training()) predictor_loss = CausalPredictorImpl::loss(predicted, topk);
+
+  const auto c = compact(decision);
+  auto out = x;  // unselected tokens pass unchanged
+  if (c.total > 0) {
+    const auto x_sel = gather_rows(x, c);  // (B, K, C) in causal order
+    // Selected tokens keep their original positions (RoPE rows), as the reference code gathers them.
+    const auto pos_sel = positions.dim() == 1 ? positions.index({c.index}) : positions.gather(1, c.index);  // (B, K)
+    const auto f = block->update(x_sel, pos_sel, c.lengths);  // (B, K, C)
+    auto w = logits.gather(1, c.index);                         // (B, K): the router learns only through w
+    if (options.router_weight() == MoDRouterWeight::Sigmoid) w = torch::sigmoid(w);
+    w = w.unsqueeze(-1);  // (B, K, 1)
+    const auto rows = options.residual() == MoDResidual::Paper ? x_sel + w * f : (1 + w) * x_sel + w * f;
+    out = scatter_rows(x, c, rows);  // (B, T, C)
+  }
+
+  if (trace) {
+    const double tokens = static_cast<double>(B * T);
+    trace->kind = "mod";
+    trace->routed = true;
+    // The gate is the router's probability even when the predictor made the decision (eval).
+    trace->gate = torch::sigmoid(logits.detach()).to(torch::kFloat);
+    trace->decision = decision;
+    trace->routed_fraction = static_cast<double>(c.total) / tokens;
+    trace->aux_loss = predictor_loss.defined() ? predictor_loss.item<double>() : 0.0;
+    trace->tokens_processed = {{"attn", c.total}, {"mlp", c.total}, {"router", B * T}};
+    trace->flops = block_flops(static_cast<double>(c.total), c.sum_sq, shape) +
+                   2.0 * linear_flops(tokens, static_cast<double>(shape.d), 1.0);  // router + predictor
+    trace->dense_flops = dense_layer_flops(static_cast<double>(B), static_cast<double>(T), shape);
+    trace->stats["topk_fraction"] = static_cast<double>(k) / static_cast<double>(T);
+    trace->stats["predictor_agreement"] = CausalPredictorImpl::agreement(predicted, topk);
+    trace->stats["predictor_fraction"] = static_cast<double>(predicted.gt(0).sum().item<std::int64_t>()) / tokens;
+  }
+  return out;
+}
+
+MixtureOfDepths::MixtureOfDepths(TransformerOptions transformer, MoDOptions options)
+    : TransformerTrunk(std::move(transformer)), mod_options_(std::move(options)) {
+  routed_ = parse_layer_pattern(mod_options_.routed_layers(), options_.n_layer(), "model.routed_layers");
+  const double capacity = mod_options_.capacity();
+  if (!(capacity > 0.0 && capacity <= 1.0))
+    throw ConfigError("model.capacity: " + std::to_string(capacity) + " is outside (0, 1]");
+  auto list = register_module("blocks", torch::nn::ModuleList());
+  for (std::int64_t i = 0; i < options_.n_layer(); ++i) {
+    if (routed_[static_cast<std::size_t>(i)]) {
+      dense_blocks.emplace_back(nullptr);
+      mod_layers.push_back(MoDLayer(options_, mod_options_, i));
+      list->push_back(mod_layers.back());
+    } else {
+      dense_blocks.push_back(DenseBlock(options_, i));
+      mod_layers.emplace_back(nullptr);
+      list->push_back(dense_blocks.back());
+    }
+  }
+  // Router and predictor get N(0, 0.02) weights and zero biases, as the reference code initialises them.
+  init_weights();
+}
+
+ModelOutput MixtureOfDepths::forward(const torch::Tensor& tokens, bool trace) {
+  torch::Tensor positions;
+  auto x = embed(tokens, positions);  // (B, T, C)
+  const auto B = tokens.size(0), T = tokens.size(1);
+  ModelOutput out;
+  std::vector<torch::Tensor> predictor_losses;
+  for (std::size_t i = 0; i < routed_.size(); ++i) {
+    if (!routed_[i]) {
+      x = dense_blocks[i]->forward(x, positions);
+      if (trace) out.trace.push_back(dense_layer_trace(static_cast<int>(i), B, T, layer_shape(options_)));
+      continue;
+    }
+    LayerTrace layer_trace;
+    torch::Tensor loss;
+    x = mod_layers[i]->forward(x, positions, loss, trace ? &layer_trace : nullptr);
+    if (loss.defined()) predictor_losses.push_back(loss);
+    if (trace) {
+      layer_trace.layer = static_cast<int>(i);
+      out.trace.push_back(std::move(layer_trace));
+    }
+  }
+  out.logits = head(x);
+  // The reference code adds the mean over MoD layers of the predictor BCE with coefficient 1. The BCE reads
+  // a detached residual stream, so it trains the predictors and nothing else.
+  out.aux_loss = predictor_losses.empty()
+                     ? torch::zeros({}, out.logits.options().dtype(torch::kFloat))
+                     : mod_options_.predictor_coeff() * torch::stack(predictor_losses).mean();
+  return out;
+}
+
+std::string MixtureOfDepths::describe() const {
+  std::ostringstream out;
+  out << LanguageModel::describe() << ", routed " << pattern_string(routed_) << ", capacity "
+      << mod_options_.capacity();
+  return out.str();
+}
+
+namespace {
+
+OptionSchema mod_option_schema() {
+  using T = OptionType;
+  auto schema = transformer_option_schema();
+  schema.push_back({"routed_layers", T::String, "alternate",
+                    "layers that route: alternate (odd layers, T-M-T-M as the paper and seed 000), another named "
+                    "pattern, a letter per layer (T dense, M routed) or routed indices like 1,3",
+                    std::nullopt, std::nullopt, {}});
+  schema.push_back({"capacity", T::Float, 0.125,
+                    "fraction of each sequence a routed layer processes, k = floor(capacity T) in training "
+                    "(paper 0.125; seed 000's matched-FLOPs baseline 0.7); must be above 0",
+                    0.0, 1.0, {}});
+  schema.push_back({"router_weight", T::Choice, "sigmoid",
+                    "what scales a selected token's update: sigmoid of the router logit (DTRNet repo) or the raw "
+                    "logit (Raposo et al.)",
+                    std::nullopt, std::nullopt, {"sigmoid", "logit"}});
+  schema.push_back({"residual", T::Choice, "paper",
+                    "paper: x + w f(x); reference: (1 + w) x + w f(x), as the DTRNet repo computes it",
+                    std::nullopt, std::nullopt, {"paper", "reference"}});
+  schema.push_back({"predictor_coeff", T::Float, 1.0,
+                    "weight of the causal predictor's BCE (mean over routed layers) in the loss; it trains only "
+                    "the predictor",
+                    0.0, 100.0, {}});
+  return schema;
+}
+
+void check_mod_options(const nlohmann::json& m, const std::string& path) {
+  check_transformer_options(m, path);
+  const auto spec = m.at("routed_layers").get<std::string>();
+  const auto routed = parse_layer_pattern(spec, m.at("n_layer").get<std::int64_t>(), path + ".routed_layers");
+  if (std::none_of(routed.begin(), routed.end(), [](bool r) { return r; }))
+    throw ConfigError(path + ".routed_layers: '" + spec + "' routes no layer (Mixture-of-Depths needs at least one)");
+  const auto capacity = m.at("capacity").get<double>();
+  if (!(capacity > 0.0))
+    throw ConfigError(path + ".capacity: " + m.at("capacity").dump() + " must be above 0");
+}
+
+}  // namespace
+
+ArchitectureEntry mod_architecture() {
+  return {
+      "mod",
+      "Mixture-of-Depths",
+      "Raposo et al. 2024 (baseline of seed 000)",
+      "Routed blocks (every other one by default) run only the top-k tokens of each sequence chosen by a router, "
+      "scaled by its weight, while the other tokens skip them; a causal predictor chooses at inference.",
+      mod_option_schema(),
+      check_mod_options,
+      [](const nlohmann::json& m, const ModelContext& ctx) -> std::shared_ptr<LanguageModel> {
+        return std::make_shared<MixtureOfDepths>(transformer_options_from_json(m, ctx.vocab_size, ctx.context),
+                                                 mod_options_from_json(m));
+      },
+  };
+}
+
+}  // namespace routelab

@@ -1,0 +1,440 @@
+// D-LLM: shapes and trace, reserved tokens, the straight-through Gumbel flag, skipping and eviction in both
+// execution forms, the rate loss and its sine ramp, the router bias init, causality, config errors and overfitting.
+#include <QTemporaryDir>
+#include <QtTest>
+
+#include <cmath>
+#include <numbers>
+
+#include <torch/torch.h>
+
+#include "core/config/experiment_config.h"
+#include "core/models/dllm.h"
+#include "core/train/checkpoint.h"
+#include "core/train/optimizer.h"
+#include "core/train/step.h"
+#include "core/util/errors.h"
+
+using namespace routelab;
+
+namespace {
+
+constexpr std::int64_t kVocab = 37;
+
+/// Four layers: the first two always execute, the last two have decision modules (the default "after-2").
+TransformerOptions small(ModelStyle style = ModelStyle::Llama, std::int64_t kv_heads = 0) {
+  TransformerOptions o;
+  o.style(style).vocab_size(kVocab).max_seq_len(32).n_layer(4).n_embd(32).n_head(4).n_kv_head(kv_heads);
+  return o;
+}
+
+DLLMOptions small_dllm() { return DLLMOptions().router_hidden(16); }
+
+/// Sets the final bias of every decision module: column 0 = skip, column 1 = execute.
+void set_bias(DLLM& model, float skip, float execute) {
+  torch::NoGradGuard no_grad;
+  for (auto& r : model.routers)
+    if (r) r->fc2->bias.copy_(torch::tensor({skip, execute}));
+}
+
+/// Large final weights and a neutral bias: execute probabilities spread far to both sides of 0.5.
+void make_decisions_mixed(DLLM& model) {
+  torch::NoGradGuard no_grad;
+  for (auto& r : model.routers) {
+    if (!r) continue;
+    r->fc2->weight.normal_(0.0, 1.0);
+    r->fc2->bias.zero_();
+  }
+}
+
+/// (B, T) bool: random decisions with the reserved first tokens executed.
+torch::Tensor random_decisions(std::int64_t B, std::int64_t T, std::int64_t reserved) {
+  auto d = torch::rand({B, T}).lt(0.5);
+  d.narrow(1, 0, reserved).fill_(true);
+  return d;
+}
+
+}  // namespace
+
+class TestDLLM : public QObject {
+  Q_OBJECT
+
+ private Q_SLOTS:
+  void init() { torch::manual_seed(7); }
+
+  void forwardShapesAndTrace_data() {
+    QTest::addColumn<int>("style");
+    QTest::addColumn<int>("kv");
+    QTest::addColumn<bool>("training");
+    QTest::newRow("llama-train") << int(ModelStyle::Llama) << 0 << true;
+    QTest::newRow("llama-eval") << int(ModelStyle::Llama) << 0 << false;
+    QTest::newRow("gqa-train") << int(ModelStyle::Llama) << 2 << true;
+    QTest::newRow("gqa-eval") << int(ModelStyle::Llama) << 2 << false;
+    QTest::newRow("gpt2-train") << int(ModelStyle::GPT2) << 0 << true;
+    QTest::newRow("gpt2-eval") << int(ModelStyle::GPT2) << 0 << false;
+  }
+  void forwardShapesAndTrace() {
+    QFETCH(int, style);
+    QFETCH(int, kv);
+    QFETCH(bool, training);
+    DLLM model(small(ModelStyle(style), kv), small_dllm());
+    make_decisions_mixed(model);
+    model.train(training);
+    model.set_progress(1.0);
+    const std::int64_t B = 3, T = 11;
+    const auto out = model.forward(torch::randint(0, kVocab, {B, T}, torch::kLong), true);
+    QCOMPARE(out.logits.sizes().vec(), (std::vector<std::int64_t>{B, T, kVocab}));
+    QCOMPARE(out.aux_loss.dim(), std::int64_t(0));
+    if (training)
+      QVERIFY(out.aux_loss.item<double>() > 0);
+    else
+      QCOMPARE(out.aux_loss.item<double>(), 0.0);
+    QCOMPARE(out.trace.size(), std::size_t(4));
+    const auto shape = layer_shape(model.options());
+    for (int i = 0; i < 2; ++i) {
+      QCOMPARE(out.trace[i].kind, std::string("dense"));
+      QVERIFY(!out.trace[i].routed);
+      QCOMPARE(out.trace[i].flops, dense_layer_flops(B, T, shape));
+    }
+    for (int i = 2; i < 4; ++i) {
+      const auto& t = out.trace[i];
+      QCOMPARE(t.layer, i);
+      QCOMPARE(t.kind, std::string("dllm"));
+      QVERIFY(t.routed);
+      QCOMPARE(t.gate.sizes().vec(), (std::vector<std::int64_t>{B, T}));
+      QCOMPARE(t.gate.scalar_type(), torch::kFloat);
+      QCOMPARE(t.decision.scalar_type(), torch::kBool);
+      QVERIFY(t.gate.ge(0).all().item<bool>() && t.gate.le(1).all().item<bool>());
+      const auto counts = t.decision.sum(1);  // (B)
+      const auto executed = counts.sum().item<std::int64_t>();
+      QVERIFY2(executed > 2 * B && executed < B * T, "decisions should be mixed");
+      QCOMPARE(t.tokens_processed.at("attn"), executed);
+      QCOMPARE(t.tokens_processed.at("mlp"), executed);
+      QCOMPARE(t.tokens_processed.at("router"), B * T);
+      QCOMPARE(t.routed_fraction, double(executed) / double(B * T));
+      QCOMPARE(t.aux_loss, 0.0);
+      const double sum_sq = counts.to(torch::kDouble).pow(2).sum().item<double>();
+      const double expected = block_flops(double(executed), sum_sq, shape) + linear_flops(B * T, 32, 16) +
+                              linear_flops(B * T, 16, 2);
+      QVERIFY(std::abs(t.flops - expected) < 1e-6 * expected);
+      QCOMPARE(t.dense_flops, dense_layer_flops(B, T, shape));
+      QVERIFY(t.flops < t.dense_flops);
+      if (!training) QVERIFY(torch::equal(t.decision.narrow(1, 2, T - 2), t.gate.narrow(1, 2, T - 2).ge(0.5)));
+    }
+  }
+
+  void reservedTokensAlwaysExecute_data() {
+    QTest::addColumn<bool>("training");
+    QTest::newRow("train") << true;
+    QTest::newRow("eval") << false;
+  }
+  void reservedTokensAlwaysExecute() {
+    QFETCH(bool, training);
+    DLLM model(small(), small_dllm().reserved_tokens(3));
+    set_bias(model, 10.0f, -10.0f);  // every token wants to skip
+    model.train(training);
+    const std::int64_t B = 4, T = 12;
+    const auto out = model.forward(torch::randint(0, kVocab, {B, T}, torch::kLong), true);
+    for (int i = 2; i < 4; ++i) {
+      const auto& d = out.trace[i].decision;
+      QVERIFY(d.narrow(1, 0, 3).all().item<bool>());
+      QVERIFY(!d.narrow(1, 3, T - 3).any().item<bool>());
+      QCOMPARE(out.trace[i].tokens_processed.at("attn"), 3 * B);
+    }
+  }
+
+  void gumbelFlagIsExactAndPassesGradient() {
+    DLLM model(small(), small_dllm());
+    const auto logits = (2 * torch::randn({64, 64, 2})).requires_grad_(true);
+    const auto w = model.sample_execute(logits);
+    QVERIFY(w.eq(0).logical_or(w.eq(1)).all().item<bool>());  // exactly 0 or 1, not 1 +- ulp
+    const double executed = w.mean().item<double>();
+    QVERIFY(executed > 0.2 && executed < 0.8);
+    // The straight-through gradient is the soft sample's: not zero, and opposite on the two logits (up to the
+    // rounding of 1 - p against p in softmax's backward).
+    w.mul(torch::randn_like(w)).sum().backward();
+    const auto g = logits.grad();
+    QVERIFY(g.abs().sum().item<double>() > 0);
+    QVERIFY(torch::allclose(g.select(-1, 0), -g.select(-1, 1), 1e-4, 1e-6));
+  }
+
+  void routerReceivesGradient_data() {
+    QTest::addColumn<int>("eviction");
+    QTest::newRow("multiplicative") << int(Eviction::Multiplicative);
+    QTest::newRow("additive") << int(Eviction::Additive);
+  }
+  void routerReceivesGradient() {
+    QFETCH(int, eviction);
+    DLLM model(small(), small_dllm().eviction(Eviction(eviction)));
+    model.train();
+    model.set_progress(0.0);  // sine ramp: λ = 0, so the gradient comes from the language-model loss alone
+    const auto tokens = torch::randint(0, kVocab, {2, 10}, torch::kLong);
+    const auto out = model.forward(tokens);
+    QCOMPARE(out.aux_loss.item<double>(), 0.0);
+    lm_loss(out.logits, tokens, {}).backward();
+    for (int i = 2; i < 4; ++i) {
+      for (const auto& p : model.routers[i]->parameters()) {
+        QVERIFY(p.grad().defined());
+        QVERIFY(torch::isfinite(p.grad()).all().item<bool>());
+      }
+      QVERIFY(model.routers[i]->fc2->weight.grad().abs().sum().item<double>() > 0);
+      QVERIFY(model.routers[i]->fc1->weight.grad().abs().sum().item<double>() > 0);
+    }
+  }
+
+  void skippedTokenUnchangedInEval() {
+    DLLM model(small(), small_dllm());
+    model.eval();
+    const std::int64_t B = 3, T = 14;
+    const auto x = torch::randn({B, T, 32});
+    const auto positions = torch::arange(T, torch::kLong);
+    const auto executed = random_decisions(B, T, 2);
+    const auto y = model.skipping_layer(2, x, positions, compact(executed));
+    const auto skipped = executed.logical_not();
+    QVERIFY(torch::equal(y.index({skipped}), x.index({skipped})));
+    QVERIFY((y.index({executed}) - x.index({executed})).abs().amax(-1).gt(1e-4).all().item<bool>());
+
+    // End to end: when every layer routes and every token but the reserved ones skips, a later token's residual
+    // is its embedding throughout, so its logits ignore every other token of the sequence.
+    DLLM skipping(small(), small_dllm().routed_layers("all"));
+    set_bias(skipping, 10.0f, -10.0f);
+    skipping.eval();
+    const auto a = torch::randint(0, kVocab, {B, T}, torch::kLong);
+    auto b = torch::randint(0, kVocab, {B, T}, torch::kLong);
+    b.select(1, 9).copy_(a.select(1, 9));
+    const auto la = skipping.forward(a).logits, lb = skipping.forward(b).logits;
+    QVERIFY(torch::allclose(la.select(1, 9), lb.select(1, 9), 1e-5, 1e-6));
+    QVERIFY(!torch::allclose(la.select(1, 1), lb.select(1, 1)));  // reserved tokens do execute
+  }
+
+  void compactedEqualsEvictingForm_data() {
+    QTest::addColumn<int>("eviction");
+    QTest::addColumn<int>("kv");
+    QTest::addColumn<double>("tolerance");
+    // Multiplicative renormalises by (row sum + 1e-6): not exact, so a looser tolerance.
+    QTest::newRow("additive-mha") << int(Eviction::Additive) << 0 << 2e-5;
+    QTest::newRow("additive-gqa") << int(Eviction::Additive) << 2 << 2e-5;
+    QTest::newRow("multiplicative-mha") << int(Eviction::Multiplicative) << 0 << 1e-4;
+    QTest::newRow("multiplicative-gqa") << int(Eviction::Multiplicative) << 2 << 1e-4;
+  }
+  void compactedEqualsEvictingForm() {
+    QFETCH(int, eviction);
+    QFETCH(int, kv);
+    QFETCH(double, tolerance);
+    DLLM model(small(ModelStyle::Llama, kv), small_dllm().eviction(Eviction(eviction)));
+    model.eval();
+    torch::NoGradGuard no_grad;
+    const std::int64_t B = 4, T = 16;
+    const auto x = torch::randn({B, T, 32});
+    const auto positions = torch::arange(T, torch::kLong);
+    const auto executed = random_decisions(B, T, 2);
+    const auto evicting = model.evicting_layer(3, x, positions, executed.to(torch::kFloat));
+    const auto compacted = model.skipping_layer(3, x, positions, compact(executed));
+    const double diff = (evicting - compacted).abs().max().item<double>();
+    QVERIFY2(diff < tolerance, qPrintable(QString("max difference %1").arg(diff)));
+    // Without eviction (every key visible) the executed tokens would differ: the comparison has teeth.
+    const auto all_keys = model.evicting_layer(3, x, positions, torch::ones({B, T}));
+    const auto visible = x + (all_keys - x) * executed.unsqueeze(-1);
+    QVERIFY((visible - compacted).abs().max().item<double>() > 1e-3);
+  }
+
+  void rateLossByHand() {
+    // Four layers, two always executed. Dynamic flags for one sequence of four tokens:
+    // layer 2: 1 1 0 1, layer 3: 1 1 0 0 -> activation (2 + w2 + w3) / 4 = 1, 1, 0.5, 0.75.
+    // Dropping the two reserved tokens: |0.5 - 0.5| and |0.75 - 0.5| -> mean 0.125.
+    const auto activation = (2 + torch::tensor({{1.f, 1.f, 0.f, 1.f}}) + torch::tensor({{1.f, 1.f, 0.f, 0.f}})) / 4;
+    QVERIFY(std::abs(DLLM::rate_loss(activation, 2, 0.5).item<double>() - 0.125) < 1e-7);
+    QCOMPARE(DLLM::rate_loss(activation, 4, 0.5).item<double>(), 0.0);
+
+    // The model's aux loss is λ times the same computation on the decisions it took.
+    DLLM model(small(), small_dllm().reserved_tokens(3).target(0.3).rate_coeff(2.0));
+    make_decisions_mixed(model);
+    model.train();
+    model.set_progress(1.0);
+    const std::int64_t T = 9;
+    const auto out = model.forward(torch::randint(0, kVocab, {2, T}, torch::kLong), true);
+    auto by_hand = torch::full({2, T}, 2.0);  // layers 0 and 1 count 1
+    for (int i = 2; i < 4; ++i) by_hand += out.trace[i].decision.to(torch::kFloat);
+    by_hand /= 4.0;
+    const double expected = 2.0 * (by_hand.narrow(1, 3, T - 3) - 0.3).abs().mean().item<double>();
+    QVERIFY2(std::abs(out.aux_loss.item<double>() - expected) < 1e-6,
+             qPrintable(QString("%1 vs %2").arg(out.aux_loss.item<double>()).arg(expected)));
+  }
+
+  void rateLossSteersExecution() {
+    // With 2 of 4 layers always executed, a target of 0.75 asks the dynamic layers to execute half the tokens;
+    // they start near 0.87 (bias [0.1, 2.0]). The gradient reaches the routers through the straight-through flag.
+    DLLM model(small(), small_dllm().target(0.75).rate_schedule(RateSchedule::Constant));
+    auto opt = make_optimizer(model, nlohmann::json::parse(
+                                         R"({"lr":3e-3,"beta1":0.9,"beta2":0.95,"eps":1e-8,"weight_decay":0.0})"));
+    const auto x = torch::randint(0, kVocab, {8, 16}, torch::kLong);
+    const auto activation = [&] {
+      const auto out = model.forward(x, true);
+      return (2.0 + out.trace[2].routed_fraction + out.trace[3].routed_fraction) / 4.0;
+    };
+    const double before = activation();
+    for (int i = 0; i < 100; ++i) train_step(model, *opt, {x, x, {}}, 1.0, false, false);
+    const double after = activation();
+    qInfo("executed fraction over all layers %g -> %g (target 0.75)", before, after);
+    QVERIFY(before > 0.85 && after < before - 0.1);
+    QVERIFY2(std::abs(after - 0.75) < 0.08, qPrintable(QString("%1 -> %2").arg(before).arg(after)));
+  }
+
+  void routerRunsInFp32UnderAutocast() {
+    DLLM model(small(), small_dllm());
+    const auto x = torch::randn({2, 8, 32});
+    const auto reference = model.routers[2]->forward(x);
+    torch::Tensor under_autocast;
+    {
+      AutocastGuard autocast(true, torch::kCPU);
+      under_autocast = model.routers[2]->forward(x);
+    }
+    QCOMPARE(under_autocast.scalar_type(), torch::kFloat);
+    QVERIFY(torch::equal(under_autocast, reference));
+    // A bf16 step and a bf16 eval pass run end to end.
+    auto opt = make_optimizer(model, nlohmann::json::parse(
+                                         R"({"lr":3e-3,"beta1":0.9,"beta2":0.95,"eps":1e-8,"weight_decay":0.0})"));
+    const auto tokens = torch::randint(0, kVocab, {4, 16}, torch::kLong);
+    model.set_progress(0.5);
+    const auto r = train_step(model, *opt, {tokens, tokens, {}}, 1.0, /*bf16=*/true, false);
+    QVERIFY(std::isfinite(r.loss.item<double>()) && std::isfinite(r.aux_loss.item<double>()));
+    model.eval();
+    AutocastGuard autocast(true, torch::kCPU);
+    QVERIFY(torch::isfinite(model.forward(tokens).logits).all().item<bool>());
+  }
+
+  void sineRamp() {
+    DLLM model(small(), small_dllm().rate_coeff(5.0));
+    model.set_progress(0.0);
+    QCOMPARE(model.rate_weight(), 0.0);
+    model.set_progress(0.5);
+    QVERIFY(std::abs(model.rate_weight() - 5.0 * std::sin(std::numbers::pi / 4)) < 1e-12);
+    model.set_progress(1.0);
+    QVERIFY(std::abs(model.rate_weight() - 5.0) < 1e-12);
+    model.set_progress(3.0);  // clamped
+    QVERIFY(std::abs(model.rate_weight() - 5.0) < 1e-12);
+    DLLM constant(small(), small_dllm().rate_coeff(5.0).rate_schedule(RateSchedule::Constant));
+    constant.set_progress(0.0);
+    QCOMPARE(constant.rate_weight(), 5.0);
+  }
+
+  void finalBiasInitSurvives() {
+    DLLM model(small(), DLLMOptions());  // official hidden width 512
+    const auto params = model.named_parameters();
+    QVERIFY(!params.contains("routers.0.fc2.bias") && !params.contains("routers.1.fc2.bias"));
+    for (const char* layer : {"2", "3"}) {
+      const auto bias = params[std::string("routers.") + layer + ".fc2.bias"];
+      QVERIFY(torch::equal(bias, torch::tensor({0.1f, 2.0f})));
+      QCOMPARE(params[std::string("routers.") + layer + ".fc1.bias"].abs().sum().item<double>(), 0.0);
+      QCOMPARE(params[std::string("routers.") + layer + ".norm.weight"].mean().item<double>(), 1.0);
+    }
+    // Through the registry's factory as well; the initial model executes nearly every token.
+    auto created = architecture("dllm").create(resolve_config({{"model", {{"arch", "dllm"}, {"n_layer", 4}}}}).model(),
+                                               {kVocab, 16});
+    QCOMPARE(created->arch_id(), std::string("dllm"));
+    QVERIFY(torch::equal(created->named_parameters()["routers.3.fc2.bias"], torch::tensor({0.1f, 2.0f})));
+    created->eval();
+    const auto out = created->forward(torch::randint(0, kVocab, {2, 16}, torch::kLong), true);
+    QVERIFY(out.trace[3].routed_fraction > 0.95);
+  }
+
+  void causality_data() {
+    QTest::addColumn<int>("style");
+    QTest::addColumn<int>("kv");
+    QTest::addColumn<bool>("training");
+    QTest::newRow("llama-eval") << int(ModelStyle::Llama) << 0 << false;
+    QTest::newRow("gqa-eval") << int(ModelStyle::Llama) << 2 << false;
+    QTest::newRow("gpt2-eval") << int(ModelStyle::GPT2) << 0 << false;
+    QTest::newRow("llama-train-same-noise") << int(ModelStyle::Llama) << 0 << true;
+  }
+  void causality() {
+    QFETCH(int, style);
+    QFETCH(int, kv);
+    QFETCH(bool, training);
+    DLLM model(small(ModelStyle(style), kv), small_dllm());
+    make_decisions_mixed(model);
+    model.train(training);
+    torch::NoGradGuard no_grad;
+    const std::int64_t T = 16;
+    const auto a = torch::randint(0, kVocab, {2, T}, torch::kLong);
+    const auto run = [&](const torch::Tensor& tokens) {
+      torch::manual_seed(3);  // the same Gumbel noise in training
+      return model.forward(tokens, true);
+    };
+    const auto reference = run(a);
+    for (int i = 2; i < 4; ++i) {
+      const auto executed = reference.trace[i].decision.narrow(1, 2, T - 2);
+      QVERIFY2(executed.any().item<bool>() && !executed.all().item<bool>(), "decisions should be mixed");
+    }
+    for (std::int64_t t : {0, 5, 14}) {
+      auto b = a.clone();
+      b.narrow(1, t + 1, T - t - 1).random_(0, kVocab);
+      const auto la = reference.logits, lb = run(b).logits;
+      QVERIFY(torch::allclose(la.narrow(1, 0, t + 1), lb.narrow(1, 0, t + 1), 1e-5, 1e-6));
+      QVERIFY(!torch::allclose(la.narrow(1, t + 1, T - t - 1), lb.narrow(1, t + 1, T - t - 1)));
+    }
+  }
+
+  void configErrorsNameTheirKey_data() {
+    QTest::addColumn<QString>("key");
+    QTest::addColumn<QString>("value");
+    QTest::newRow("pattern") << "routed_layers" << R"("T-D")";
+    QTest::newRow("index") << "routed_layers" << R"("2,7")";
+    QTest::newRow("reserved") << "reserved_tokens" << "0";
+    QTest::newRow("eviction") << "eviction" << R"("sideways")";
+    QTest::newRow("target") << "target" << "1.5";
+    QTest::newRow("schedule") << "rate_schedule" << R"("cosine")";
+  }
+  void configErrorsNameTheirKey() {
+    QFETCH(QString, key);
+    QFETCH(QString, value);
+    nlohmann::json overrides = {{"model", {{"arch", "dllm"}, {"n_layer", 4}}}};
+    overrides["model"][key.toStdString()] = nlohmann::json::parse(value.toStdString());
+    try {
+      resolve_config(overrides);
+      QFAIL("no error");
+    } catch (const ConfigError& e) {
+      QVERIFY2(QString(e.what()).contains("model." + key), e.what());
+    }
+    // The constructor rejects the same pattern with the same key.
+    if (key == "routed_layers")
+      QVERIFY_THROWS_EXCEPTION(ConfigError, DLLM(small(), small_dllm().routed_layers("T-D")));
+  }
+
+  void checkpointRoundTrip() {
+    QTemporaryDir dir;
+    const auto path = dir.filePath("d.pt").toStdString();
+    const auto train = nlohmann::json::parse(R"({"lr":1e-3,"beta1":0.9,"beta2":0.95,"eps":1e-8,"weight_decay":0.1})");
+    DLLM a(small(), small_dllm());
+    make_decisions_mixed(a);
+    auto opt_a = make_optimizer(a, train);
+    const auto tokens = torch::randint(0, kVocab, {2, 12}, torch::kLong);
+    train_step(a, *opt_a, {tokens, tokens, {}}, 1.0, false, false);
+    save_checkpoint(path, a, *opt_a, {1, 0, 0, "{}", "{}"});
+    torch::manual_seed(99);
+    DLLM b(small(), small_dllm());
+    load_checkpoint(path, b, nullptr);
+    a.eval();
+    b.eval();
+    QVERIFY(torch::equal(a.forward(tokens).logits, b.forward(tokens).logits));
+  }
+
+  void tinyBatchOverfits() {
+    DLLM model(small(), small_dllm());
+    auto opt = make_optimizer(model, nlohmann::json::parse(
+                                         R"({"lr":3e-3,"beta1":0.9,"beta2":0.95,"eps":1e-8,"weight_decay":0.0})"));
+    const auto x = torch::randint(0, kVocab, {4, 16}, torch::kLong), y = torch::randint(0, kVocab, {4, 16}, torch::kLong);
+    const int steps = 100;
+    double first = 0, last = 0;
+    for (int i = 0; i < steps; ++i) {
+      model.set_progress(double(i) / steps);
+      last = train_step(model, *opt, {x, y, {}}, 1.0, false, false).loss.item<double>();
+      if (i == 0) first = last;
+    }
+    qInfo("cross-entropy %g -> %g", first, last);
+    QVERIFY2(last < 0.1 * first, qPrintable(QString("%1 -> %2").arg(first).arg(last)));
+  }
+};
+
+QTEST_GUILESS_MAIN(TestDLLM)
+#include "test_dllm.moc"

@@ -1,0 +1,317 @@
+// DTRNet (seed 000): the compacted attention against the dense-masked oracle, the two paths, the routing
+// loss, the variants (patterns, expert choice, skip, w/o-VO), router gradients and causality at inference.
+#include <QtTest>
+
+#include <torch/torch.h>
+
+#include "core/config/options.h"
+#include "core/models/dtrnet.h"
+#include "core/train/optimizer.h"
+#include "core/train/step.h"
+#include "core/util/errors.h"
+
+using namespace routelab;
+
+namespace {
+
+TransformerOptions small(ModelStyle style, std::int64_t kv_heads = 0, std::int64_t layers = 4) {
+  TransformerOptions o;
+  o.style(style).vocab_size(29).max_seq_len(32).n_layer(layers).n_embd(32).n_head(4).n_kv_head(kv_heads);
+  return o;
+}
+
+/// Sets the router's output bias so that every token prefers attention (bias > 0) or bypass (bias < 0).
+void bias_router(DTRNetLayerImpl& layer, double attention_minus_bypass) {
+  torch::NoGradGuard no_grad;
+  layer.router_out->weight.zero_();
+  layer.router_out->bias.copy_(torch::tensor({attention_minus_bypass / 2, -attention_minus_bypass / 2}));
+}
+
+std::vector<torch::Tensor> grads_of(torch::nn::Module& m) {
+  std::vector<torch::Tensor> out;
+  for (const auto& p : m.parameters()) out.push_back(p.grad().defined() ? p.grad().clone() : torch::zeros_like(p));
+  return out;
+}
+
+void check_causal(LanguageModel& model, std::int64_t vocab) {
+  model.eval();
+  torch::NoGradGuard no_grad;
+  const std::int64_t T = 24;
+  const auto a = torch::randint(0, vocab, {2, T}, torch::kLong);
+  for (std::int64_t t : {0, 7, 22}) {
+    auto b = a.clone();
+    b.narrow(1, t + 1, T - t - 1).random_(0, vocab);
+    const auto la = model.forward(a).logits, lb = model.forward(b).logits;
+    QVERIFY2(torch::allclose(la.narrow(1, 0, t + 1), lb.narrow(1, 0, t + 1), 1e-5, 1e-5),
+             qPrintable(QString("position %1 changed").arg(t)));
+    QVERIFY(!torch::allclose(la.narrow(1, t + 1, T - t - 1), lb.narrow(1, t + 1, T - t - 1)));
+  }
+}
+
+}  // namespace
+
+class TestDTRNet : public QObject {
+  Q_OBJECT
+
+ private Q_SLOTS:
+  void init() { torch::manual_seed(11); }
+
+  void compactEqualsMaskedOracle_data() {
+    QTest::addColumn<int>("style");
+    QTest::addColumn<int>("kv");
+    QTest::addColumn<bool>("vo");
+    QTest::newRow("llama") << int(ModelStyle::Llama) << 0 << true;
+    QTest::newRow("llama-gqa") << int(ModelStyle::Llama) << 2 << true;
+    QTest::newRow("gpt2") << int(ModelStyle::GPT2) << 0 << true;
+    QTest::newRow("llama-without-vo") << int(ModelStyle::Llama) << 2 << false;
+    QTest::newRow("gpt2-without-vo") << int(ModelStyle::GPT2) << 0 << false;
+  }
+  void compactEqualsMaskedOracle() {
+    QFETCH(int, style);
+    QFETCH(int, kv);
+    QFETCH(bool, vo);
+    DTRNetLayer layer(small(ModelStyle(style), kv), DTRNetOptions().bypass(vo ? DtrBypass::ValueOutput : DtrBypass::None));
+    {
+      torch::NoGradGuard no_grad;  // a router that sends a mix of tokens each way
+      layer->router_out->weight.normal_(0, 1.0);
+    }
+    const auto x = torch::randn({3, 13, 32});
+    const auto positions = torch::arange(13, torch::kLong);
+    const auto grad = torch::randn({3, 13, 32});
+    std::vector<torch::Tensor> outputs, x_grads;
+    std::vector<std::vector<torch::Tensor>> param_grads;
+    for (const auto impl : {DtrAttention::Compact, DtrAttention::Masked}) {
+      layer->options.attention(impl);
+      layer->zero_grad();
+      const auto xi = x.clone().requires_grad_();
+      const auto r = layer->forward(xi, positions);
+      const auto routed = r.decision.sum().item<std::int64_t>();
+      QVERIFY2(routed > 3 && routed < 36, "the random router should route a mix of tokens");
+      (r.y * grad).sum().backward();
+      outputs.push_back(r.y.detach());
+      x_grads.push_back(xi.grad());
+      param_grads.push_back(grads_of(*layer));
+    }
+    QVERIFY(torch::allclose(outputs[0], outputs[1], 1e-5, 1e-5));
+    QVERIFY(torch::allclose(x_grads[0], x_grads[1], 1e-5, 1e-5));
+    for (std::size_t i = 0; i < param_grads[0].size(); ++i)
+      QVERIFY2(torch::allclose(param_grads[0][i], param_grads[1][i], 1e-5, 1e-5), qPrintable(QString::number(i)));
+  }
+
+  void routedTokensNeverReadBypassTokens() {
+    DTRNetLayer layer(small(ModelStyle::Llama, 2), DTRNetOptions());
+    layer->eval();
+    torch::NoGradGuard no_grad;
+    const auto x = torch::randn({2, 16, 32});
+    const auto positions = torch::arange(16, torch::kLong);
+    const auto a = layer->forward(x, positions);
+    // Perturb only bypass tokens, slightly enough that no decision flips.
+    const auto bypass = a.decision.logical_not().unsqueeze(-1);
+    const auto x2 = x + 1e-2 * torch::randn_like(x) * bypass;
+    const auto b = layer->forward(x2, positions);
+    QVERIFY(torch::equal(a.decision, b.decision));
+    const auto routed = a.decision.unsqueeze(-1).expand_as(a.y);
+    QVERIFY(a.y.masked_select(routed).numel() > 0);
+    QVERIFY(torch::allclose(a.y.masked_select(routed), b.y.masked_select(routed), 1e-6, 1e-6));
+    QVERIFY(!torch::allclose(a.y.masked_select(routed.logical_not()), b.y.masked_select(routed.logical_not())));
+  }
+
+  void bypassIsValueThenOutputProjection_data() {
+    QTest::addColumn<int>("kv");
+    QTest::newRow("mha") << 0;
+    QTest::newRow("gqa") << 2;
+  }
+  void bypassIsValueThenOutputProjection() {
+    QFETCH(int, kv);
+    DTRNetLayer layer(small(ModelStyle::Llama, kv), DTRNetOptions());
+    bias_router(*layer, -8.0);  // every token bypasses
+    layer->eval();              // (training would route a random 15% instead: the reference fallback)
+    torch::NoGradGuard no_grad;
+    const auto x = torch::randn({2, 10, 32});
+    const auto r = layer->forward(x, torch::arange(10, torch::kLong));
+    QCOMPARE(r.routed, std::int64_t(0));
+    const auto n = layer->norm1(x);
+    const auto g_bypass = torch::softmax(layer->router_logits(x), -1).select(-1, 1).unsqueeze(-1);
+    const auto h = x + g_bypass * layer->attn->value_only(n);  // W_O(repeat_kv(W_V x_norm))
+    QVERIFY(torch::allclose(r.y, h + layer->mlp(layer->norm2(h)), 1e-5, 1e-5));
+  }
+
+  void allRoutedEqualsDenseLayerScaledByGate() {
+    DTRNetLayer layer(small(ModelStyle::Llama, 2), DTRNetOptions());
+    bias_router(*layer, 3.0);  // every token takes attention, g_attn = sigmoid(3)
+    torch::NoGradGuard no_grad;
+    const auto x = torch::randn({2, 12, 32});
+    const auto positions = torch::arange(12, torch::kLong);
+    const auto r = layer->forward(x, positions);
+    QCOMPARE(r.routed, std::int64_t(24));
+    const double g = 1.0 / (1.0 + std::exp(-3.0));
+    QVERIFY(torch::allclose(r.gate_attn, torch::full_like(r.gate_attn, g), 1e-6, 1e-6));
+    const auto h = x + g * layer->attn->forward(layer->norm1(x), positions);  // the dense attention sub-layer
+    QVERIFY(torch::allclose(r.y, h + layer->mlp(layer->norm2(h)), 1e-5, 1e-5));
+  }
+
+  void gradientsReachEveryRouterParameter_data() {
+    QTest::addColumn<QString>("routing");
+    QTest::newRow("token") << "token";
+    QTest::newRow("expert") << "expert";
+    QTest::newRow("skip") << "skip";
+  }
+  void gradientsReachEveryRouterParameter() {
+    QFETCH(QString, routing);
+    DTRNetOptions o;
+    o.routing(routing == "expert" ? DtrRouting::Expert : routing == "skip" ? DtrRouting::Skip : DtrRouting::Token);
+    DTRNet model(small(ModelStyle::Llama, 2, 6), o);  // T-D-T-D-T-T: two routed layers
+    model.train();
+    const auto tokens = torch::randint(0, 29, {2, 16}, torch::kLong);
+    const auto out = model.forward(tokens);
+    (torch::nn::functional::cross_entropy(out.logits.reshape({-1, 29}), tokens.reshape(-1)) + out.aux_loss).backward();
+    int checked = 0;
+    for (const auto& item : model.named_parameters()) {
+      if (item.key().find("router") == std::string::npos && item.key().find("predictor") == std::string::npos) continue;
+      QVERIFY2(item.value().grad().defined() && item.value().grad().abs().sum().item<double>() > 0,
+               qPrintable(QString::fromStdString(item.key())));
+      ++checked;
+    }
+    QCOMPARE(checked, routing == "expert" ? 4 * 2 + 2 * 2 : 4 * 2);  // two routed layers of the bilayer 4-layer model
+  }
+
+  void routingLossByHand() {
+    // Two routed layers with fixed, known scores: f_l and mean g_attn give lambda * sum f_l g_l / sum f_l.
+    DTRNetOptions o;
+    o.routed_layers({false, true, true, false}).aux_coeff(0.5).fallback_fraction(0.0);
+    DTRNet model(small(ModelStyle::Llama), o);
+    bias_router(*model.routed[1], 2.0);   // all routed, g = sigmoid(2)
+    bias_router(*model.routed[2], -1.0);  // none routed, g = sigmoid(-1): f = 0 contributes nothing
+    model.train();
+    const auto out = model.forward(torch::randint(0, 29, {2, 8}, torch::kLong), true);
+    const double g1 = 1.0 / (1.0 + std::exp(-2.0));
+    QCOMPARE(out.trace[1].routed_fraction, 1.0);
+    QCOMPARE(out.trace[2].routed_fraction, 0.0);
+    QVERIFY(std::abs(out.aux_loss.item<double>() - 0.5 * (1.0 * g1 + 0.0) / 1.0) < 1e-6);
+
+    bias_router(*model.routed[2], 1.0);  // now layer 2 routes all too: weights 1/2 each
+    const auto both = model.forward(torch::randint(0, 29, {2, 8}, torch::kLong));
+    const double g2 = 1.0 / (1.0 + std::exp(-1.0));
+    QVERIFY(std::abs(both.aux_loss.item<double>() - 0.5 * (g1 + g2) / 2.0) < 1e-6);
+
+    model.eval();  // a training objective only
+    QCOMPARE(model.forward(torch::randint(0, 29, {2, 8}, torch::kLong)).aux_loss.item<double>(), 0.0);
+  }
+
+  void expertChoiceRoutesCapacityInTraining() {
+    DTRNet model(small(ModelStyle::Llama), DTRNetOptions().routing(DtrRouting::Expert).capacity(0.25));
+    model.train();
+    const auto out = model.forward(torch::randint(0, 29, {3, 20}, torch::kLong), true);
+    for (const auto& t : out.trace) {
+      if (!t.routed) continue;
+      QVERIFY(t.decision.sum(1).eq(5).all().item<bool>());
+      QCOMPARE(t.tokens_processed.at("attn"), std::int64_t(15));
+      QVERIFY(t.stats.count("predictor_agreement") == 1);
+    }
+  }
+
+  void skipRoutesNothing() {
+    DTRNet model(small(ModelStyle::Llama), DTRNetOptions().routing(DtrRouting::Skip));
+    model.train();
+    const auto out = model.forward(torch::randint(0, 29, {2, 12}, torch::kLong), true);
+    QCOMPARE(out.trace[1].tokens_processed.at("attn"), std::int64_t(0));
+    QCOMPARE(out.trace[1].tokens_processed.at("bypass"), std::int64_t(24));
+    QCOMPARE(out.aux_loss.item<double>(), 0.0);
+    QVERIFY(out.trace[1].flops < out.trace[1].dense_flops);
+  }
+
+  void trainingFallbackRoutesFifteenPercent() {
+    DTRNetOptions o;
+    o.routed_layers({false, true, false, false});
+    DTRNet model(small(ModelStyle::Llama), o);
+    bias_router(*model.routed[1], -8.0);
+    model.train();
+    const auto train = model.forward(torch::randint(0, 29, {4, 25}, torch::kLong), true);
+    QCOMPARE(train.trace[1].tokens_processed.at("attn"), std::int64_t(15));  // floor(0.15 * 100)
+    model.eval();
+    const auto eval = model.forward(torch::randint(0, 29, {4, 25}, torch::kLong), true);
+    QCOMPARE(eval.trace[1].tokens_processed.at("attn"), std::int64_t(0));
+  }
+
+  void flopsFollowTheRouting() {
+    DTRNetOptions o;
+    o.routed_layers({false, true, false, false});
+    DTRNet model(small(ModelStyle::Llama), o);
+    model.eval();
+    torch::NoGradGuard no_grad;
+    const auto out = model.forward(torch::randint(0, 29, {2, 16}, torch::kLong), true);
+    const auto& t = out.trace[1];
+    const auto k = t.decision.sum(1).to(torch::kDouble);
+    const auto shape = layer_shape(model.options());
+    const double expected = linear_flops(32, 32, 16) + linear_flops(32, 16, 2) + q_k_flops(k.sum().item<double>(), shape) +
+                            attention_core_flops(k.pow(2).sum().item<double>(), shape) + v_flops(32, shape) +
+                            out_proj_flops(32, shape) + mlp_flops(32, shape);
+    QCOMPARE(t.flops, expected);
+    QCOMPARE(out.trace[0].flops, out.trace[0].dense_flops);
+  }
+
+  void causalityAtInference_data() {
+    QTest::addColumn<QString>("variant");
+    for (const char* v : {"bilayer", "trilayer", "laterhalf", "6-transformer", "expert", "skip", "without-vo", "gpt2",
+                          "masked"})
+      QTest::newRow(v) << v;
+  }
+  void causalityAtInference() {
+    QFETCH(QString, variant);
+    const std::int64_t L = variant == "6-transformer" ? 8 : 6;
+    auto shape = small(variant == "gpt2" ? ModelStyle::GPT2 : ModelStyle::Llama, 2, L);
+    DTRNetOptions o;
+    const bool named = variant == "bilayer" || variant == "trilayer" || variant == "laterhalf" || variant == "6-transformer";
+    o.routed_layers(parse_layer_pattern(named ? variant.toStdString() : "bilayer", L, "k"));
+    if (variant == "expert") o.routing(DtrRouting::Expert);
+    if (variant == "skip") o.routing(DtrRouting::Skip);
+    if (variant == "without-vo") o.bypass(DtrBypass::None);
+    if (variant == "masked") o.attention(DtrAttention::Masked);
+    DTRNet model(shape, o);
+    if (variant == "expert")  // let the untrained predictor select about half of the tokens
+      for (auto& layer : model.routed)
+        if (layer) {
+          torch::NoGradGuard no_grad;
+          layer->predictor->linear->weight.normal_(0, 1.0);
+        }
+    check_causal(model, 29);
+  }
+
+  void registryEntryChecksItsKeys() {
+    const auto& entry = architecture("dtrnet");
+    auto m = schema_defaults(entry.options);
+    m["n_layer"] = 4;
+    entry.check(m, "model");
+    m["routed_layers"] = "T-D-T";
+    try {
+      entry.check(m, "model");
+      QFAIL("no error");
+    } catch (const ConfigError& e) {
+      QVERIFY2(QString(e.what()).startsWith("model.routed_layers: 'T-D-T' names 3 layers"), e.what());
+    }
+    m["routed_layers"] = "none";
+    QVERIFY_THROWS_EXCEPTION(ConfigError, entry.check(m, "model"));
+    m["routed_layers"] = "1";
+    m["max_seq_len"] = 16;
+    m["arch"] = "dtrnet";
+    const auto model = create_model(m, {29, 16});
+    QCOMPARE(QString::fromStdString(model->arch_id()), QString("dtrnet"));
+    QVERIFY(QString::fromStdString(model->describe()).contains("T-D-T-T"));
+  }
+
+  void tinyBatchOverfits() {
+    DTRNet model(small(ModelStyle::Llama), DTRNetOptions());
+    auto opt = make_optimizer(model, nlohmann::json::parse(
+                                         R"({"lr":3e-3,"beta1":0.9,"beta2":0.95,"eps":1e-8,"weight_decay":0.0})"));
+    const auto x = torch::randint(0, 29, {4, 16}, torch::kLong), y = torch::randint(0, 29, {4, 16}, torch::kLong);
+    double first = 0, last = 0;
+    for (int i = 0; i < 150; ++i) {
+      last = train_step(model, *opt, {x, y, {}}, 1.0, false, false).loss.item<double>();
+      if (i == 0) first = last;
+    }
+    QVERIFY2(last < 0.2 * first, qPrintable(QString("%1 -> %2").arg(first).arg(last)));
+  }
+};
+
+QTEST_GUILESS_MAIN(TestDTRNet)
+#include "test_dtrnet.moc"

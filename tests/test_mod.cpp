@@ -1,0 +1,449 @@
+// Mixture-of-Depths: trace contents, exact floor(cT) capacity, the routed layer against a per-sequence reference,
+// the predictor's BCE and gradient paths, causality with the predictor deciding, config errors, overfitting.
+#include <QTemporaryDir>
+#include <QtTest>
+
+#include <cmath>
+
+#include <torch/torch.h>
+
+#include "core/config/experiment_config.h"
+#include "core/models/mod.h"
+#include "core/models/registry.h"
+#include "core/train/checkpoint.h"
+#include "core/train/optimizer.h"
+#include "core/train/step.h"
+#include "core/util/errors.h"
+
+using namespace routelab;
+
+namespace {
+
+TransformerOptions small(ModelStyle style = ModelStyle::Llama, std::int64_t kv_heads = 0, std::int64_t layers = 4) {
+  TransformerOptions o;
+  o.style(style).vocab_size(37).max_seq_len(128).n_layer(layers).n_embd(32).n_head(4).n_kv_head(kv_heads);
+  return o;
+}
+
+/// Style rows shared by several tests: (style, kv heads).
+void add_style_rows() {
+  QTest::addColumn<int>("style");
+  QTest::addColumn<int>("kv");
+  QTest::newRow("llama") << int(ModelStyle::Llama) << 0;
+  QTest::newRow("llama-gqa") << int(ModelStyle::Llama) << 2;
+  QTest::newRow("gpt2") << int(ModelStyle::GPT2) << 0;
+}
+
+/// Scales the predictors' weights so that, with a zero bias, they select a mix of tokens (about half).
+void spread_predictors(MixtureOfDepths& model, double std) {
+  torch::NoGradGuard no_grad;
+  for (auto& layer : model.mod_layers)
+    if (layer) {
+      layer->predictor->linear->weight.normal_(0.0, std);
+      layer->predictor->linear->bias.zero_();
+    }
+}
+
+double bce(double logit, double target) {
+  const double p = 1.0 / (1.0 + std::exp(-logit));
+  return -(target * std::log(p) + (1.0 - target) * std::log(1.0 - p));
+}
+
+bool all_zero_or_undefined(const torch::Tensor& grad) { return !grad.defined() || grad.abs().sum().item<double>() == 0.0; }
+
+}  // namespace
+
+class TestMoD : public QObject {
+  Q_OBJECT
+
+ private Q_SLOTS:
+  void init() { torch::manual_seed(7); }
+
+  void forwardShapesAndTrace_data() { add_style_rows(); }
+  void forwardShapesAndTrace() {
+    QFETCH(int, style);
+    QFETCH(int, kv);
+    MixtureOfDepths model(small(ModelStyle(style), kv), MoDOptions().capacity(0.25).predictor_coeff(0.5));
+    QCOMPARE(model.arch_id(), std::string("mod"));
+    QCOMPARE(model.routed(), (std::vector<bool>{false, true, false, true}));
+    const std::int64_t B = 3, T = 16, k = 4;
+    const auto out = model.forward(torch::randint(0, 37, {B, T}, torch::kLong), true);
+    QCOMPARE(out.logits.sizes().vec(), (std::vector<std::int64_t>{B, T, 37}));
+    QCOMPARE(out.trace.size(), std::size_t(4));
+    const auto shape = layer_shape(model.options());
+    double aux_sum = 0;
+    for (int i = 0; i < 4; ++i) {
+      const auto& t = out.trace[std::size_t(i)];
+      QCOMPARE(t.layer, i);
+      QCOMPARE(t.dense_flops, dense_layer_flops(B, T, shape));
+      if (i % 2 == 0) {
+        QCOMPARE(t.kind, std::string("dense"));
+        QVERIFY(!t.routed);
+        continue;
+      }
+      QCOMPARE(t.kind, std::string("mod"));
+      QVERIFY(t.routed);
+      QCOMPARE(t.gate.sizes().vec(), (std::vector<std::int64_t>{B, T}));
+      QCOMPARE(t.gate.scalar_type(), torch::kFloat);
+      QVERIFY(!t.gate.requires_grad());
+      QVERIFY(t.gate.min().item<double>() > 0.0 && t.gate.max().item<double>() < 1.0);
+      QCOMPARE(t.decision.sizes().vec(), (std::vector<std::int64_t>{B, T}));
+      QCOMPARE(t.decision.scalar_type(), torch::kBool);
+      QCOMPARE(t.routed_fraction, 0.25);
+      QCOMPARE(t.tokens_processed.at("attn"), B * k);
+      QCOMPARE(t.tokens_processed.at("mlp"), B * k);
+      QCOMPARE(t.tokens_processed.at("router"), B * T);
+      const double expected_flops = block_flops(B * k, B * k * k, shape) + 2 * linear_flops(B * T, shape.d, 1);
+      QVERIFY(std::abs(t.flops - expected_flops) < 1e-9 * expected_flops);
+      QVERIFY(t.flops < 0.5 * t.dense_flops);
+      QVERIFY(t.aux_loss > 0);
+      QCOMPARE(t.stats.at("topk_fraction"), 0.25);
+      QVERIFY(t.stats.count("predictor_agreement") && t.stats.at("predictor_agreement") >= 0.0);
+      QVERIFY(t.stats.count("predictor_fraction"));
+      aux_sum += t.aux_loss;
+    }
+    // aux = coefficient * mean over the routed layers of their BCE.
+    QVERIFY(std::abs(out.aux_loss.item<double>() - 0.5 * aux_sum / 2) < 1e-6);
+    QVERIFY(out.aux_loss.requires_grad());
+
+    // Evaluation: no BCE, but the top-k is still reported next to the predictor's decision.
+    model.eval();
+    torch::NoGradGuard no_grad;
+    const auto eval_out = model.forward(torch::randint(0, 37, {B, T}, torch::kLong), true);
+    QCOMPARE(eval_out.aux_loss.item<double>(), 0.0);
+    QCOMPARE(eval_out.trace[1].aux_loss, 0.0);
+    QCOMPARE(eval_out.trace[1].stats.at("topk_fraction"), 0.25);
+    QCOMPARE(eval_out.trace[1].routed_fraction, eval_out.trace[1].stats.at("predictor_fraction"));
+    // Without tracing nothing is recorded.
+    QVERIFY(model.forward(torch::randint(0, 37, {B, T}, torch::kLong)).trace.empty());
+  }
+
+  void trainingProcessesFloorCT_data() {
+    QTest::addColumn<double>("capacity");
+    QTest::addColumn<int>("seq");
+    QTest::addColumn<int>("k");
+    QTest::newRow("paper 0.125, T=16") << 0.125 << 16 << 2;
+    QTest::newRow("dtrnet 0.7, T=10") << 0.7 << 10 << 7;
+    QTest::newRow("0.5, odd T=7") << 0.5 << 7 << 3;
+    QTest::newRow("0.29, T=100 (float product 28.999...)") << 0.29 << 100 << 29;
+    QTest::newRow("full capacity") << 1.0 << 9 << 9;
+    QTest::newRow("below one token") << 0.05 << 10 << 0;
+  }
+  void trainingProcessesFloorCT() {
+    QFETCH(double, capacity);
+    QFETCH(int, seq);
+    QFETCH(int, k);
+    QCOMPARE(mod_capacity_tokens(capacity, seq), std::int64_t(k));
+    MixtureOfDepths model(small(), MoDOptions().capacity(capacity));
+    const std::int64_t B = 3;
+    const auto out = model.forward(torch::randint(0, 37, {B, seq}, torch::kLong), true);
+    for (const auto& t : out.trace) {
+      if (!t.routed) continue;
+      QVERIFY(torch::equal(t.decision.sum(1), torch::full({B}, k, torch::kLong)));
+      QCOMPARE(t.tokens_processed.at("attn"), B * k);
+      QCOMPARE(t.tokens_processed.at("mlp"), B * k);
+      QCOMPARE(t.routed_fraction, double(k) / seq);
+      QCOMPARE(t.stats.at("topk_fraction"), double(k) / seq);
+    }
+    // With no token selected the routed layer is the identity.
+    if (k == 0) {
+      const auto x = torch::randn({B, seq, 32});
+      torch::Tensor loss;
+      QVERIFY(torch::equal(model.mod_layers[1]->forward(x, torch::arange(seq), loss), x));
+    }
+  }
+
+  void routedLayerMatchesPerSequenceReference_data() {
+    QTest::addColumn<int>("style");
+    QTest::addColumn<int>("kv");
+    QTest::addColumn<int>("weight");
+    QTest::addColumn<int>("residual");
+    QTest::addColumn<bool>("training");
+    QTest::newRow("llama sigmoid paper") << int(ModelStyle::Llama) << 0 << int(MoDRouterWeight::Sigmoid)
+                                         << int(MoDResidual::Paper) << true;
+    QTest::newRow("llama-gqa logit paper") << int(ModelStyle::Llama) << 2 << int(MoDRouterWeight::Logit)
+                                           << int(MoDResidual::Paper) << true;
+    QTest::newRow("gpt2 sigmoid paper") << int(ModelStyle::GPT2) << 0 << int(MoDRouterWeight::Sigmoid)
+                                        << int(MoDResidual::Paper) << true;
+    QTest::newRow("llama sigmoid reference") << int(ModelStyle::Llama) << 0 << int(MoDRouterWeight::Sigmoid)
+                                             << int(MoDResidual::Reference) << true;
+    QTest::newRow("gpt2 logit reference") << int(ModelStyle::GPT2) << 0 << int(MoDRouterWeight::Logit)
+                                          << int(MoDResidual::Reference) << true;
+    // Eval: the predictor decides, so the sequences have different lengths.
+    QTest::newRow("eval llama-gqa sigmoid paper") << int(ModelStyle::Llama) << 2 << int(MoDRouterWeight::Sigmoid)
+                                                  << int(MoDResidual::Paper) << false;
+    QTest::newRow("eval gpt2 sigmoid reference") << int(ModelStyle::GPT2) << 0 << int(MoDRouterWeight::Sigmoid)
+                                                 << int(MoDResidual::Reference) << false;
+  }
+  void routedLayerMatchesPerSequenceReference() {
+    QFETCH(int, style);
+    QFETCH(int, kv);
+    QFETCH(int, weight);
+    QFETCH(int, residual);
+    QFETCH(bool, training);
+    MixtureOfDepths model(small(ModelStyle(style), kv), MoDOptions()
+                                                            .capacity(0.4)
+                                                            .router_weight(MoDRouterWeight(weight))
+                                                            .residual(MoDResidual(residual)));
+    model.train(training);
+    spread_predictors(model, 0.3);
+    auto layer = model.mod_layers[1];
+    {
+      torch::NoGradGuard no_grad;
+      layer->router->weight.normal_(0.0, 0.3);  // router weights of order one make w matter
+      layer->router->bias.fill_(0.1);
+      // Sharp attention, so that wrong positions or a wrong causal order would show.
+      layer->block->attn->qkv->weight.normal_(0.0, 0.3);
+    }
+    const std::int64_t B = 4, T = 12, C = 32;
+    const auto x = torch::randn({B, T, C});
+    const auto positions = torch::arange(T);
+    torch::Tensor loss;
+    LayerTrace trace;
+    const auto out = layer->forward(x, positions, loss, &trace);
+    QCOMPARE(out.sizes().vec(), x.sizes().vec());
+    const auto decision = trace.decision;  // (B, T)
+    if (training) {
+      QVERIFY(torch::equal(decision.sum(1), torch::full({B}, mod_capacity_tokens(0.4, T), torch::kLong)));
+    } else {
+      QVERIFY(torch::equal(decision, layer->predictor->forward(x).gt(0)));
+      const auto counts = decision.sum(1);
+      QVERIFY(counts.min().item<std::int64_t>() != counts.max().item<std::int64_t>());  // ragged lengths
+    }
+
+    torch::NoGradGuard no_grad;
+    for (std::int64_t b = 0; b < B; ++b) {
+      const auto selected = decision[b].nonzero().squeeze(1);                  // (K) original positions
+      const auto skipped = decision[b].logical_not().nonzero().squeeze(1);
+      if (selected.numel() > 0) {
+        const auto xs = x[b].index_select(0, selected).unsqueeze(0);          // (1, K, C)
+        const auto block_out = layer->block->forward(xs, selected);           // xs + f(xs)
+        auto w = torch::matmul(xs, layer->router->weight.t()) + layer->router->bias;  // (1, K, 1)
+        if (MoDRouterWeight(weight) == MoDRouterWeight::Sigmoid) w = torch::sigmoid(w);
+        // The reference code's literal form: w * Block(x_sel) + x_sel.
+        const auto expected = MoDResidual(residual) == MoDResidual::Paper ? xs + w * (block_out - xs)
+                                                                         : xs + w * block_out;
+        const auto actual = out[b].index_select(0, selected).unsqueeze(0);
+        QVERIFY2(torch::allclose(actual, expected, 1e-5, 1e-5),
+                 qPrintable(QString("max diff %1").arg((actual - expected).abs().max().item<double>())));
+        QVERIFY(!torch::allclose(actual, xs, 1e-3, 1e-3));  // the block did something
+      }
+      QVERIFY(torch::equal(out[b].index_select(0, skipped), x[b].index_select(0, skipped)));
+    }
+  }
+
+  void predictorLossMatchesHandBCE() {
+    TransformerOptions o;
+    o.vocab_size(11).max_seq_len(8).n_layer(2).n_embd(8).n_head(2);
+    MixtureOfDepths model(o, MoDOptions().routed_layers("T-M").capacity(0.5));
+    auto layer = model.mod_layers[1];
+    {
+      torch::NoGradGuard no_grad;
+      layer->router->weight.zero_();
+      layer->router->weight[0][0] = 1.0;  // router logit = x[..., 0]
+      layer->router->bias.zero_();
+      layer->predictor->linear->weight.zero_();
+      layer->predictor->linear->weight[0][1] = 2.0;  // predictor logit = 2 x[..., 1] + 0.1
+      layer->predictor->linear->bias.fill_(0.1);
+    }
+    auto x = torch::zeros({1, 4, 8});
+    x.select(2, 0).copy_(torch::tensor({{0.1f, 0.9f, -0.3f, 0.5f}}));  // top-2: positions 1 and 3
+    x.select(2, 1).copy_(torch::tensor({{1.0f, -0.5f, 0.25f, 2.0f}}));
+    const double logits[] = {2.1, -0.9, 0.6, 4.1}, targets[] = {0, 1, 0, 1};
+    double expected = 0;
+    for (int t = 0; t < 4; ++t) expected += bce(logits[t], targets[t]) / 4;
+
+    torch::Tensor loss;
+    LayerTrace trace;
+    layer->forward(x, torch::arange(4), loss, &trace);
+    QVERIFY2(std::abs(loss.item<double>() - expected) < 1e-6,
+             qPrintable(QString("%1 vs %2").arg(loss.item<double>()).arg(expected)));
+    QCOMPARE(trace.aux_loss, loss.item<double>());
+    QVERIFY(torch::equal(trace.decision, torch::tensor({{false, true, false, true}})));
+    QCOMPARE(trace.stats.at("predictor_agreement"), 0.25);  // predicts {1, 0, 1, 1} against {0, 1, 0, 1}
+    QCOMPARE(trace.stats.at("predictor_fraction"), 0.75);
+  }
+
+  void gradientPaths_data() {
+    QTest::addColumn<int>("weight");
+    QTest::newRow("sigmoid") << int(MoDRouterWeight::Sigmoid);
+    QTest::newRow("logit") << int(MoDRouterWeight::Logit);
+  }
+  void gradientPaths() {
+    QFETCH(int, weight);
+    MixtureOfDepths model(small(), MoDOptions().capacity(0.5).router_weight(MoDRouterWeight(weight)));
+    const auto tokens = torch::randint(0, 37, {2, 12}, torch::kLong);
+    const auto routed_params = [&](const std::string& part) {
+      std::vector<torch::Tensor> params;
+      for (const auto& layer : model.mod_layers)
+        if (layer) params.push_back(part == "router" ? layer->router->weight : layer->predictor->linear->weight);
+      return params;
+    };
+
+    // The language-model loss reaches the router only through w, and never the predictor.
+    auto out = model.forward(tokens);
+    lm_loss(out.logits, tokens, {}).backward();
+    for (const auto& p : routed_params("router")) QVERIFY(p.grad().defined() && p.grad().abs().sum().item<double>() > 0);
+    for (const auto& p : routed_params("predictor")) QVERIFY(all_zero_or_undefined(p.grad()));
+
+    // The predictor's BCE trains the predictors and nothing else (stop-gradient on its input).
+    model.zero_grad();
+    out = model.forward(tokens);
+    out.aux_loss.backward();
+    for (const auto& item : model.named_parameters()) {
+      const bool is_predictor = item.key().find(".predictor.") != std::string::npos;
+      if (is_predictor)
+        QVERIFY2(item.value().grad().defined() && item.value().grad().abs().sum().item<double>() > 0, item.key().c_str());
+      else
+        QVERIFY2(all_zero_or_undefined(item.value().grad()), item.key().c_str());
+    }
+  }
+
+  void evalUsesPredictor() {
+    MixtureOfDepths model(small(), MoDOptions().capacity(0.125));
+    model.eval();
+    torch::NoGradGuard no_grad;
+    const auto tokens = torch::randint(0, 37, {2, 16}, torch::kLong);
+    for (const double bias : {50.0, -50.0}) {
+      for (auto& layer : model.mod_layers)
+        if (layer) layer->predictor->linear->bias.fill_(bias);
+      const auto out = model.forward(tokens, true);
+      for (const auto& t : out.trace) {
+        if (!t.routed) continue;
+        // Far from the training capacity 0.125: the predictor, not the top-k, decides.
+        QCOMPARE(t.routed_fraction, bias > 0 ? 1.0 : 0.0);
+        QCOMPARE(t.tokens_processed.at("attn"), std::int64_t(bias > 0 ? 32 : 0));
+        QCOMPARE(t.stats.at("predictor_agreement"), bias > 0 ? 0.125 : 0.875);
+      }
+    }
+    // Nothing selected (bias -50): a routed layer is the identity.
+    const auto x = torch::randn({2, 16, 32});
+    torch::Tensor loss;
+    QVERIFY(torch::equal(model.mod_layers[1]->forward(x, torch::arange(16), loss), x));
+    QVERIFY(!loss.defined());
+  }
+
+  void causalityInEval_data() { add_style_rows(); }
+  void causalityInEval() {
+    QFETCH(int, style);
+    QFETCH(int, kv);
+    MixtureOfDepths model(small(ModelStyle(style), kv), MoDOptions().capacity(0.5));
+    spread_predictors(model, 1.0);
+    model.eval();
+    torch::NoGradGuard no_grad;
+    const std::int64_t T = 16;
+    const auto a = torch::randint(0, 37, {2, T}, torch::kLong);
+    for (const auto& t : model.forward(a, true).trace)
+      if (t.routed)
+        QVERIFY2(t.routed_fraction > 0.15 && t.routed_fraction < 0.85, qPrintable(QString::number(t.routed_fraction)));
+    for (std::int64_t t : {0, 5, 14}) {
+      auto b = a.clone();
+      b.narrow(1, t + 1, T - t - 1).random_(0, 37);
+      const auto la = model.forward(a).logits, lb = model.forward(b).logits;
+      QVERIFY(torch::allclose(la.narrow(1, 0, t + 1), lb.narrow(1, 0, t + 1), 1e-5, 1e-6));
+      QVERIFY(!torch::allclose(la.narrow(1, t + 1, T - t - 1), lb.narrow(1, t + 1, T - t - 1)));
+    }
+  }
+
+  void registryEntry() {
+    const auto& entry = architecture("mod");
+    QCOMPARE(entry.display_name, std::string("Mixture-of-Depths"));
+    auto model_json = schema_defaults(entry.options);
+    model_json["arch"] = "mod";
+    QCOMPARE(model_json.at("capacity").get<double>(), 0.125);
+    QCOMPARE(model_json.at("routed_layers").get<std::string>(), std::string("alternate"));
+    model_json["capacity"] = 0.7;
+    model_json["residual"] = "reference";
+    model_json["router_weight"] = "logit";
+    entry.check(model_json, "model");
+    const auto model = create_model(model_json, {37, 32});
+    auto* mod = dynamic_cast<MixtureOfDepths*>(model.get());
+    QVERIFY(mod);
+    QCOMPARE(mod->mod_options().capacity(), 0.7);
+    QVERIFY(mod->mod_options().residual() == MoDResidual::Reference);
+    QVERIFY(mod->mod_options().router_weight() == MoDRouterWeight::Logit);
+    QCOMPARE(mod->routed(), (std::vector<bool>{false, true, false, true}));
+    // Residual projections of routed blocks get the scaled init too.
+    const auto params = mod->named_parameters();
+    QVERIFY(params.contains("blocks.1.block.attn.proj.weight"));
+    QVERIFY(params["blocks.1.block.attn.proj.weight"].std().item<double>() < 0.013);
+    QVERIFY(params["blocks.1.block.attn.qkv.weight"].std().item<double>() > 0.017);
+    QVERIFY(QString::fromStdString(mod->describe()).contains("T-D-T-D"));
+  }
+
+  void configErrorNamesKey_data() {
+    QTest::addColumn<QString>("overrides");
+    QTest::addColumn<QString>("key");
+    QTest::newRow("bad pattern") << R"({"arch":"mod","routed_layers":"T-X-T-M"})" << "model.routed_layers";
+    QTest::newRow("wrong length") << R"({"arch":"mod","routed_layers":"T-M"})" << "model.routed_layers";
+    QTest::newRow("no routed layer") << R"({"arch":"mod","routed_layers":"none"})" << "model.routed_layers";
+    QTest::newRow("zero capacity") << R"({"arch":"mod","capacity":0})" << "model.capacity";
+    QTest::newRow("capacity above one") << R"({"arch":"mod","capacity":1.5})" << "model.capacity";
+    QTest::newRow("unknown residual") << R"({"arch":"mod","residual":"both"})" << "model.residual";
+  }
+  void configErrorNamesKey() {
+    QFETCH(QString, overrides);
+    QFETCH(QString, key);
+    const auto doc = nlohmann::json{{"model", nlohmann::json::parse(overrides.toStdString())}};
+    try {
+      resolve_config(doc);
+      QFAIL("no error");
+    } catch (const ConfigError& e) {
+      QVERIFY2(QString(e.what()).contains(key), e.what());
+    }
+    // The same model section with the key at its default resolves.
+    auto fixed = doc;
+    fixed["model"].erase(key.mid(int(std::string("model.").size())).toStdString());
+    QCOMPARE(resolve_config(fixed).arch(), std::string("mod"));
+  }
+
+  void checkpointRoundTrip() {
+    QTemporaryDir dir;
+    const auto path = dir.filePath("mod.pt").toStdString();
+    auto a = std::make_shared<MixtureOfDepths>(small(), MoDOptions().capacity(0.5));
+    auto opt_a = make_optimizer(*a, nlohmann::json::parse(
+                                        R"({"lr":1e-3,"beta1":0.9,"beta2":0.95,"eps":1e-8,"weight_decay":0.1})"));
+    const auto tokens = torch::randint(0, 37, {2, 12}, torch::kLong);
+    train_step(*a, *opt_a, {tokens, tokens, {}}, 1.0, false, false);
+    save_checkpoint(path, *a, *opt_a, {1, 0, 0, "{}", "{}"});
+    torch::manual_seed(99);
+    auto b = std::make_shared<MixtureOfDepths>(small(), MoDOptions().capacity(0.5));
+    load_checkpoint(path, *b, nullptr);
+    a->eval();
+    b->eval();
+    QVERIFY(torch::equal(a->forward(tokens).logits, b->forward(tokens).logits));
+  }
+
+  void tinyBatchOverfits() {
+    MixtureOfDepths model(small(), MoDOptions().capacity(0.5));
+    auto opt = make_optimizer(model, nlohmann::json::parse(
+                                         R"({"lr":3e-3,"beta1":0.9,"beta2":0.95,"eps":1e-8,"weight_decay":0.0})"));
+    const auto x = torch::randint(0, 37, {4, 16}, torch::kLong), y = torch::randint(0, 37, {4, 16}, torch::kLong);
+    double first = 0, last = 0, aux_first = 0, aux_last = 0;
+    for (int i = 0; i < 100; ++i) {
+      const auto r = train_step(model, *opt, {x, y, {}}, 1.0, false, false);
+      last = r.loss.item<double>();
+      aux_last = r.aux_loss.item<double>();
+      if (i == 0) {
+        first = last;
+        aux_first = aux_last;
+      }
+    }
+    QVERIFY2(last < 0.1 * first, qPrintable(QString("%1 -> %2").arg(first).arg(last)));
+    // The predictor learns to imitate the top-k it is trained on.
+    QVERIFY2(aux_last < aux_first, qPrintable(QString("aux %1 -> %2").arg(aux_first).arg(aux_last)));
+  }
+
+  void bf16StepRuns() {
+    MixtureOfDepths model(small(), MoDOptions().capacity(0.5));
+    auto opt = make_optimizer(model, nlohmann::json::parse(
+                                         R"({"lr":3e-3,"beta1":0.9,"beta2":0.95,"eps":1e-8,"weight_decay":0.0})"));
+    const auto x = torch::randint(0, 37, {4, 16}, torch::kLong);
+    const auto r = train_step(model, *opt, {x, x, {}}, 1.0, /*bf16=*/true, /*trace=*/true);
+    QVERIFY(std::isfinite(r.loss.item<double>()) && std::isfinite(r.aux_loss.item<double>()));
+    QCOMPARE(r.output.trace[1].tokens_processed.at("attn"), std::int64_t(32));
+  }
+};
+
+QTEST_GUILESS_MAIN(TestMoD)
+#include "test_mod.moc"

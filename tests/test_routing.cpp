@@ -1,0 +1,168 @@
+// Shared routing machinery: layer patterns, compaction (gather/scatter), expert-choice top-k and the
+// variable-length causal attention that makes routed attention cost sum_b k_b^2.
+#include <QtTest>
+
+#include <torch/torch.h>
+
+#include "core/models/blocks/attention.h"
+#include "core/models/blocks/routing.h"
+#include "core/util/errors.h"
+
+using namespace routelab;
+
+namespace {
+
+/// Causal attention of one sequence's first n positions, written out naively: (H, n, hd) each.
+torch::Tensor naive_prefix_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v) {
+  const auto n = q.size(1), hd = q.size(2);
+  auto s = torch::matmul(q, k.transpose(1, 2)) / std::sqrt(double(hd));
+  s = s.masked_fill(torch::ones({n, n}, torch::kBool).triu(1), -INFINITY);
+  return torch::matmul(torch::softmax(s, -1), v);
+}
+
+}  // namespace
+
+class TestRouting : public QObject {
+  Q_OBJECT
+
+ private Q_SLOTS:
+  void init() { torch::manual_seed(3); }
+
+  void namedPatterns_data() {
+    QTest::addColumn<QString>("spec");
+    QTest::addColumn<int>("layers");
+    QTest::addColumn<QString>("expected");
+    QTest::newRow("bilayer-8") << "bilayer" << 8 << "T-D-T-D-T-D-T-T";
+    QTest::newRow("bilayer-7") << "Bilayer" << 7 << "T-D-T-D-T-D-T";
+    QTest::newRow("trilayer-8") << "trilayer" << 8 << "T-D-D-T-D-D-T-T";
+    QTest::newRow("laterhalf-8") << "laterhalf" << 8 << "T-T-T-T-D-D-D-T";
+    QTest::newRow("6-transformer-12") << "6-transformer" << 12 << "T-T-D-D-D-T-T-D-D-D-T-T";
+    QTest::newRow("alternate-6") << "alternate" << 6 << "T-D-T-D-T-D";
+    QTest::newRow("after-2-5") << "after-2" << 5 << "T-T-D-D-D";
+    QTest::newRow("dtrnet-code-8") << "dtrnet-code" << 8 << "D-D-T-D-T-D-T-D";
+    QTest::newRow("letters") << "tddt" << 4 << "T-D-D-T";
+    QTest::newRow("letters-dashed") << "T-M-T-R" << 4 << "T-D-T-D";
+    QTest::newRow("indices") << "[1, 3]" << 5 << "T-D-T-D-T";
+    QTest::newRow("indices-bare") << "0,4" << 5 << "D-T-T-T-D";
+  }
+  void namedPatterns() {
+    QFETCH(QString, spec);
+    QFETCH(int, layers);
+    QFETCH(QString, expected);
+    QCOMPARE(QString::fromStdString(pattern_string(parse_layer_pattern(spec.toStdString(), layers, "model.routed_layers"))),
+             expected);
+  }
+
+  void referenceCodeListIsInverted() {
+    // architectures.md 1.5: the 360M config lists [2, 4, ..., 30] and those become the DENSE layers.
+    const auto routed = parse_layer_pattern("dtrnet-code", 32, "k");
+    QCOMPARE(std::count(routed.begin(), routed.end(), true), 17L);
+    QVERIFY(routed[0] && routed[1] && routed[31] && !routed[2] && !routed[30]);
+  }
+
+  void badPatterns_data() {
+    QTest::addColumn<QString>("spec");
+    QTest::addColumn<QString>("fragment");
+    QTest::newRow("length") << "T-D-T" << "names 3 layers but model.n_layer is 4";
+    QTest::newRow("range") << "1,7" << "names layer 7 of a 4-layer model";
+    QTest::newRow("garbage") << "every-other" << "is not a layer pattern";
+    QTest::newRow("empty") << "" << "is not a layer pattern";
+  }
+  void badPatterns() {
+    QFETCH(QString, spec);
+    QFETCH(QString, fragment);
+    try {
+      parse_layer_pattern(spec.toStdString(), 4, "model.routed_layers");
+      QFAIL("no error");
+    } catch (const ConfigError& e) {
+      const QString message = e.what();
+      QVERIFY2(message.startsWith("model.routed_layers: "), qPrintable(message));
+      QVERIFY2(message.contains(fragment), qPrintable(message));
+    }
+  }
+
+  void compactionKeepsOrder() {
+    const auto decision = torch::tensor({0, 1, 1, 0, 1, 0, 0, 0, 1, 0}, torch::kBool).view({2, 5});
+    const auto c = compact(decision);
+    QCOMPARE(c.lengths, (std::vector<std::int64_t>{3, 1}));
+    QCOMPARE(c.max_len, std::int64_t(3));
+    QCOMPARE(c.total, std::int64_t(4));
+    QCOMPARE(c.sum_sq, 10.0);
+    QVERIFY(torch::equal(c.index[0], torch::tensor({1, 2, 4}, torch::kLong)));
+    QCOMPARE(c.index[1][0].item<std::int64_t>(), std::int64_t(3));
+    QVERIFY(torch::equal(c.valid, torch::tensor({1, 1, 1, 1, 0, 0}, torch::kBool).view({2, 3})));
+
+    const auto x = torch::randn({2, 5, 4});
+    const auto rows = gather_rows(x, c);
+    QVERIFY(torch::equal(rows[0][2], x[0][4]));
+    // Scatter replaces exactly the routed rows; padding rows are dropped.
+    const auto replaced = scatter_rows(x, c, torch::full({2, 3, 4}, 7.0));
+    QCOMPARE(replaced.eq(7.0).all(-1).sum().item<std::int64_t>(), std::int64_t(4));
+    QVERIFY(torch::equal(replaced[0][0], x[0][0]));
+    QVERIFY(torch::equal(replaced[1][4], x[1][4]));
+    QVERIFY(replaced[0][4].eq(7.0).all().item<bool>());
+  }
+
+  void compactionOfNothing() {
+    const auto c = compact(torch::zeros({3, 6}, torch::kBool));
+    QCOMPARE(c.max_len, std::int64_t(0));
+    QCOMPARE(c.total, std::int64_t(0));
+    const auto x = torch::randn({3, 6, 2});
+    QVERIFY(torch::equal(scatter_rows(x, c, gather_rows(x, c)), x));
+  }
+
+  void topkPerSequence() {
+    const auto scores = torch::rand({4, 17});
+    for (std::int64_t k : {0, 1, 5, 17, 30}) {
+      const auto d = topk_decision(scores, k);
+      QVERIFY(d.sum(1).eq(std::min<std::int64_t>(k, 17)).all().item<bool>());
+      if (k > 0 && k < 17) {  // every selected score beats every unselected one
+        const auto lowest_in = scores.masked_fill(d.logical_not(), 2.0).amin(1);
+        const auto highest_out = scores.masked_fill(d, -1.0).amax(1);
+        QVERIFY(lowest_in.gt(highest_out).all().item<bool>());
+      }
+    }
+  }
+
+  void varlenAttentionMatchesPerSequence_data() {
+    QTest::addColumn<bool>("fp64");  // fp32 takes the CPU kernel, fp64 the padded fallback
+    QTest::addColumn<int>("kvHeads");
+    QTest::newRow("fp32") << false << 4;
+    QTest::newRow("fp32-gqa") << false << 2;
+    QTest::newRow("fp64-fallback") << true << 4;
+  }
+  void varlenAttentionMatchesPerSequence() {
+    QFETCH(bool, fp64);
+    QFETCH(int, kvHeads);
+    const auto dtype = fp64 ? torch::kDouble : torch::kFloat;
+    const std::int64_t B = 3, H = 4, T = 9, hd = 8;
+    const std::vector<std::int64_t> lengths{9, 4, 0};
+    const auto q = torch::randn({B, H, T, hd}, dtype).requires_grad_();
+    const auto k = torch::randn({B, kvHeads, T, hd}, dtype).requires_grad_();
+    const auto v = torch::randn({B, kvHeads, T, hd}, dtype).requires_grad_();
+    const auto grad = torch::randn({B, H, T, hd}, dtype);
+    const auto out = causal_attention(q, k, v, 0.0, false, lengths);
+    (out * grad).sum().backward();
+    const auto dq = q.grad().clone(), dk = k.grad().clone(), dv = v.grad().clone();
+    const double tol = fp64 ? 1e-10 : 1e-5;
+    for (std::int64_t b = 0; b < B; ++b) {
+      const auto n = lengths[b];
+      QVERIFY(out[b].narrow(1, n, T - n).abs().sum().item<double>() == 0.0);  // padding rows are zero
+      QVERIFY(dk[b].narrow(1, n, T - n).abs().sum().item<double>() == 0.0);   // padding keys are never read
+      if (n == 0) continue;
+      const auto qb = q[b].detach().narrow(1, 0, n).requires_grad_();
+      const auto kb = k[b].detach().narrow(1, 0, n).requires_grad_();
+      const auto vb = v[b].detach().narrow(1, 0, n).requires_grad_();
+      const auto rep = H / kvHeads;
+      const auto ref = naive_prefix_attention(qb, kb.repeat_interleave(rep, 0), vb.repeat_interleave(rep, 0));
+      (ref * grad[b].narrow(1, 0, n)).sum().backward();
+      QVERIFY(torch::allclose(out[b].narrow(1, 0, n), ref, tol, tol));
+      QVERIFY(torch::allclose(dq[b].narrow(1, 0, n), qb.grad(), tol, tol));
+      QVERIFY(torch::allclose(dk[b].narrow(1, 0, n), kb.grad(), tol, tol));
+      QVERIFY(torch::allclose(dv[b].narrow(1, 0, n), vb.grad(), tol, tol));
+    }
+  }
+};
+
+QTEST_GUILESS_MAIN(TestRouting)
+#include "test_routing.moc"
