@@ -13,7 +13,6 @@
 
 #include <nlohmann/json.hpp>
 
-#include "core/bench/routing_bench.h"
 #include "core/bench/train_step_bench.h"
 #include "core/config/experiment_config.h"
 #include "core/models/registry.h"
@@ -276,13 +275,13 @@ int cmd_compare(const std::string& db, const std::vector<std::int64_t>& run_ids,
   std::cout << "\n|---|---|---|---|---|---|---|";
   for (std::size_t l = 0; l < max_layers; ++l) std::cout << "---|";
   std::cout << "\n";
+  const auto num = [](const nlohmann::json& v, int precision) {
+    if (!v.is_number()) return std::string("-");
+    std::ostringstream s;
+    s << std::fixed << std::setprecision(precision) << v.get<double>();
+    return s.str();
+  };
   for (const auto& row : rows) {
-    const auto num = [](const nlohmann::json& v, int precision) {
-      if (!v.is_number()) return std::string("-");
-      std::ostringstream s;
-      s << std::fixed << std::setprecision(precision) << v.get<double>();
-      return s.str();
-    };
     std::cout << "| " << row["run"] << " " << row["name"].get<std::string>() << " | " << row["arch"].get<std::string>()
               << " | " << row["step"] << " | " << num(row["val_loss"], 4) << " | " << num(row["val_bpc"], 3) << " | "
               << num(row["flops_ratio"], 3) << " | " << num(row["train_tokens_per_s"], 0) << " |";
@@ -363,27 +362,20 @@ int cmd_bench_train_step(const BenchArgs& a) {
   return 0;
 }
 
-int cmd_bench_routing(const RoutingBenchArgs& a) {
-  RoutingBenchOptions o;
-  o.batch = a.batch;
-  o.n_embd = a.n_embd;
-  o.n_head = a.n_head;
-  o.contexts = a.contexts;
-  o.fractions = a.fractions;
-  o.reps = static_cast<int>(a.reps);
-  o.threads = static_cast<int>(a.threads);
-  o.masked = !a.no_masked;
+int cmd_bench_routing(const RoutingBenchOptions& o) {
   std::cout << "DTRNet layer forward+backward, batch " << o.batch << ", d " << o.n_embd << ", " << o.n_head
             << " heads, median of " << o.reps << " (ms)\n";
   std::cout << "| context | routed | compact ms | masked ms | dense layer ms | compact / dense | masked / compact | FLOPs ratio |\n"
                "|---|---|---|---|---|---|---|---|\n";
   for (const auto& r : bench_routed_attention(o)) {
-    std::cout << std::fixed << "| " << r.context << " | " << std::setprecision(1) << 100.0 * r.routed_share << "% | "
-              << std::setprecision(1) << r.compact_ms << " | "
-              << (o.masked ? std::to_string(static_cast<long long>(std::lround(r.masked_ms))) : std::string("-"))
-              << " | " << r.dense_ms << " | " << std::setprecision(2) << r.compact_ms / r.dense_ms << " | "
-              << (o.masked ? std::to_string(r.masked_ms / r.compact_ms).substr(0, 4) : std::string("-")) << " | "
-              << std::setprecision(3) << r.flops_ratio << " |\n";
+    std::cout << std::fixed << std::setprecision(1) << "| " << r.context << " | " << 100.0 * r.routed_share << "% | "
+              << r.compact_ms << " | ";
+    if (o.masked) std::cout << r.masked_ms << " | ";
+    else std::cout << "- | ";
+    std::cout << r.dense_ms << " | " << std::setprecision(2) << r.compact_ms / r.dense_ms << " | ";
+    if (o.masked) std::cout << r.masked_ms / r.compact_ms << " | ";
+    else std::cout << "- | ";
+    std::cout << std::setprecision(3) << r.flops_ratio << " |\n";
   }
   return 0;
 }

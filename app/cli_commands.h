@@ -4,6 +4,8 @@
 #include <string>
 #include <vector>
 
+#include "core/bench/routing_bench.h"
+
 namespace routelab::cli {
 
 struct TrainArgs {
@@ -30,12 +32,6 @@ int cmd_compare(const std::string& db, const std::vector<std::int64_t>& run_ids,
 int cmd_export(const std::string& db, std::int64_t run_id, const std::string& format, const std::string& out);
 int cmd_bench_train_step(const BenchArgs& args);
 
-struct RoutingBenchArgs {
-  std::int64_t batch = 4, n_embd = 256, n_head = 8, reps = 5, threads = 0;
-  std::vector<std::int64_t> contexts{512, 2048};
-  std::vector<double> fractions{0.1, 0.25, 0.5, 1.0};
-  bool no_masked = false;
-};
-int cmd_bench_routing(const RoutingBenchArgs& args);
+int cmd_bench_routing(const routelab::RoutingBenchOptions& options);
 
 }  // namespace routelab::cli

@@ -83,17 +83,19 @@ int main(int argc, char** argv) {
   step_cmd->add_option("--profile", bench.profile, "write a Chrome trace of RouteLab's timed steps (autograd profiler)");
   step_cmd->add_option("--precision", bench.precision, "fp32, bf16 or both")->check(CLI::IsMember({"fp32", "bf16", "both"}));
 
-  RoutingBenchArgs routing_bench;
+  routelab::RoutingBenchOptions routing_bench;
+  bool no_masked = false;
   auto* routing_cmd = bench_cmd->add_subcommand(
       "routing", "one DTRNet layer: compacted routed attention vs the dense-masked oracle vs a dense layer");
   routing_cmd->add_option("--batch", routing_bench.batch, "batch size");
   routing_cmd->add_option("--embd", routing_bench.n_embd, "model width");
+  routing_cmd->add_option("--kv-heads", routing_bench.n_kv_head, "key/value heads (0: all)");
   routing_cmd->add_option("--heads", routing_bench.n_head, "attention heads");
   routing_cmd->add_option("--contexts", routing_bench.contexts, "sequence lengths")->delimiter(',');
   routing_cmd->add_option("--fractions", routing_bench.fractions, "routed shares")->delimiter(',');
   routing_cmd->add_option("--reps", routing_bench.reps, "timed repetitions (median)");
   routing_cmd->add_option("--threads", routing_bench.threads, "threads (0: all cores)");
-  routing_cmd->add_flag("--no-masked", routing_bench.no_masked, "skip the O(T^2) masked oracle");
+  routing_cmd->add_flag("--no-masked", no_masked, "skip the O(T^2) masked oracle");
 
   CLI11_PARSE(app, argc, argv);
   routelab::init_logging({.log_dir = "", .console = true, .level = log_level});
@@ -110,7 +112,10 @@ int main(int argc, char** argv) {
     if (*compare_cmd) return cmd_compare(db, run_ids, json);
     if (*export_cmd) return cmd_export(db, run_id, format, out);
     if (*step_cmd) return cmd_bench_train_step(bench);
-    if (*routing_cmd) return cmd_bench_routing(routing_bench);
+    if (*routing_cmd) {
+      routing_bench.masked = !no_masked;
+      return cmd_bench_routing(routing_bench);
+    }
   } catch (const routelab::Error& e) {
     std::cerr << "routelab-cli: " << e.what() << "\n";
     return 2;

@@ -102,9 +102,7 @@ torch::Tensor DLLM::skipping_layer(std::size_t layer, const torch::Tensor& x, co
                                    const Compaction& executed) {
   if (executed.total == 0) return x;
   const auto rows = gather_rows(x, executed);  // (B, K, C)
-  const auto row_positions = positions.dim() == 1
-                                 ? positions.index_select(0, executed.index.reshape({-1})).view_as(executed.index)
-                                 : positions.gather(1, executed.index);  // (B, K)
+  const auto row_positions = compacted_positions(positions, executed);  // (B, K) original positions
   // Compacted attention sees only executed keys: the eviction, at sum_b k_b^2 cost.
   const auto f = blocks[layer]->update(rows, row_positions, executed.lengths);  // (B, K, C)
   return scatter_rows(x, executed, rows + f);
@@ -116,16 +114,11 @@ torch::Tensor DLLM::rate_loss(const torch::Tensor& activation, std::int64_t rese
   return (activation.narrow(1, reserved, T - reserved) - target).abs().mean();
 }
 
-LayerTrace DLLM::routed_layer_trace(int layer, const torch::Tensor& p_exec, const torch::Tensor& executed) const {
+LayerTrace DLLM::routed_layer_trace(int layer, const torch::Tensor& p_exec, const torch::Tensor& executed,
+                                    const Compaction& counts) const {
   const auto B = executed.size(0), T = executed.size(1);
   const auto shape = layer_shape(options_);
-  const auto counts = executed.sum(1).to(torch::kCPU, torch::kLong).contiguous();  // (B)
-  double total = 0, sum_sq = 0;
-  for (std::int64_t b = 0; b < B; ++b) {
-    const auto n = static_cast<double>(counts.data_ptr<std::int64_t>()[b]);
-    total += n;
-    sum_sq += n * n;
-  }
+  const double total = static_cast<double>(counts.total), sum_sq = counts.sum_sq;
   const double tokens = static_cast<double>(B * T);
   LayerTrace t;
   t.layer = layer;
@@ -163,17 +156,22 @@ ModelOutput DLLM::forward(const torch::Tensor& tokens, bool trace) {
     }
     const auto logits = routers[i]->forward(x);  // (B, T, 2) fp32, on the raw residual (before norm1)
     torch::Tensor p_exec, executed;              // (B, T) float, (B, T) bool
+    Compaction counts;                           // of the executed tokens
     if (trace || !training) p_exec = torch::softmax(logits.detach(), -1).select(-1, 1);
     if (training) {
       const auto w = sample_execute(logits).masked_fill(always, 1.0);  // (B, T), exactly 0/1
       x = evicting_layer(i, x, positions, w);
       executed_sum = executed_sum.defined() ? executed_sum + w : w;
-      if (trace) executed = w.detach().gt(0.5);
+      if (trace) {
+        executed = w.detach().gt(0.5);
+        counts = count_routed(executed);
+      }
     } else {
       executed = p_exec.ge(dllm_.threshold()).logical_or(always);
-      x = skipping_layer(i, x, positions, compact(executed));
+      counts = compact(executed);
+      x = skipping_layer(i, x, positions, counts);
     }
-    if (trace) out.trace.push_back(routed_layer_trace(layer, p_exec, executed));
+    if (trace) out.trace.push_back(routed_layer_trace(layer, p_exec, executed, counts));
   }
   out.logits = head(x);
   out.aux_loss = torch::zeros({}, out.logits.options().dtype(torch::kFloat));

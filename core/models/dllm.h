@@ -90,7 +90,8 @@ class DLLM : public TransformerTrunk {
   std::vector<DecisionModule> routers;  ///< per layer; empty holder where the layer always executes
 
  private:
-  LayerTrace routed_layer_trace(int layer, const torch::Tensor& p_exec, const torch::Tensor& executed) const;
+  LayerTrace routed_layer_trace(int layer, const torch::Tensor& p_exec, const torch::Tensor& executed,
+                                const Compaction& counts) const;
 
   DLLMOptions dllm_;
   std::vector<bool> routed_;

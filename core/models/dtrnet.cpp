@@ -45,10 +45,10 @@ DTRNetLayerImpl::Output DTRNetLayerImpl::forward(const torch::Tensor& x, const t
       // Top-k over a sequence sees the future, so inference uses a causal predictor trained on the top-k
       // membership (as MoD does); the paper (App. A1) notes the train/inference mismatch of this variant.
       out.predictor_logits = predictor(x);  // (B, T)
-      const auto topk = topk_decision(out.gate_attn.detach(), static_cast<std::int64_t>(options.capacity() * T));
+      out.topk = topk_decision(out.gate_attn.detach(), static_cast<std::int64_t>(options.capacity() * T));
       if (is_training()) {
-        out.decision = topk;
-        out.predictor_loss = CausalPredictorImpl::loss(out.predictor_logits, topk);
+        out.decision = out.topk;
+        out.predictor_loss = CausalPredictorImpl::loss(out.predictor_logits, out.topk);
       } else {
         out.decision = out.predictor_logits > 0;
       }
@@ -62,12 +62,12 @@ DTRNetLayerImpl::Output DTRNetLayerImpl::forward(const torch::Tensor& x, const t
   const auto n = norm1(x);  // (B, T, C): both paths read the normalised input
   torch::Tensor update;     // (B, T, C) before the gate
   if (options.attention() == DtrAttention::Masked) {
-    const auto counts = out.decision.sum(1).to(torch::kCPU, torch::kDouble);
-    out.routed = static_cast<std::int64_t>(counts.sum().item<double>());
-    out.sum_sq = counts.pow(2).sum().item<double>();
+    const auto counts = count_routed(out.decision);
+    out.routed = counts.total;
+    out.sum_sq = counts.sum_sq;
     update = attend_masked(n, positions, out.decision);
   } else {
-    update = attend_compact(n, out.decision, out);
+    update = attend_compact(n, positions, out.decision, out);
   }
   // Eq. 3 and 5: the path's output is scaled by the router score of the path the token took.
   const auto gate = torch::where(out.decision, out.gate_attn, gate_bypass).unsqueeze(-1);  // (B, T, 1)
@@ -76,8 +76,8 @@ DTRNetLayerImpl::Output DTRNetLayerImpl::forward(const torch::Tensor& x, const t
   return out;
 }
 
-torch::Tensor DTRNetLayerImpl::attend_compact(const torch::Tensor& n, const torch::Tensor& decision_in,
-                                              Output& out) {
+torch::Tensor DTRNetLayerImpl::attend_compact(const torch::Tensor& n, const torch::Tensor& positions,
+                                              const torch::Tensor& decision_in, Output& out) {
   const auto B = n.size(0), T = n.size(1), C = n.size(2);
   const auto H = attn->options.n_head(), Hkv = attn->kv_heads(), hd = attn->head_dim();
   auto decision = decision_in;
@@ -120,7 +120,7 @@ torch::Tensor DTRNetLayerImpl::attend_compact(const torch::Tensor& n, const torc
     auto k = qk.narrow(-1, H * hd, Hkv * hd).view({B, K, Hkv, hd}).transpose(1, 2);  // (B, Hkv, K, hd)
     const auto v_r = vo ? gather_rows(v_all, c) : at::linear(n_r, w_v, b_v);         // (B, K, Hkv hd)
     const auto v = v_r.view({B, K, Hkv, hd}).transpose(1, 2);                         // (B, Hkv, K, hd)
-    if (attn->rope.defined()) std::tie(q, k) = attn->rope.apply(q, k, c.index);  // phases of original positions
+    if (attn->rope.defined()) std::tie(q, k) = attn->rope.apply(q, k, compacted_positions(positions, c));
     routed_heads = causal_attention(q, k, v, attn->options.dropout(), is_training(), c.lengths)
                        .transpose(1, 2)
                        .reshape({B, K, C});  // (B, K, C)
@@ -223,10 +223,8 @@ ModelOutput DTRNet::forward(const torch::Tensor& tokens, bool trace) {
                             {"router", B * T}};
       t.flops = routed[i]->flops(B, T, r.routed, r.sum_sq);
       t.dense_flops = dense_layer_flops(static_cast<double>(B), static_cast<double>(T), shape);
-      if (r.predictor_logits.defined()) {
-        const auto topk = topk_decision(r.gate_attn.detach(), static_cast<std::int64_t>(dtr_.capacity() * T));
-        t.stats["predictor_agreement"] = CausalPredictorImpl::agreement(r.predictor_logits.detach(), topk);
-      }
+      if (r.predictor_logits.defined())
+        t.stats["predictor_agreement"] = CausalPredictorImpl::agreement(r.predictor_logits.detach(), r.topk);
       out.trace.push_back(std::move(t));
     }
   }

@@ -47,6 +47,7 @@ class DTRNetLayerImpl : public torch::nn::Module {
     double sum_sq = 0;             ///< sum over sequences of routed^2
     torch::Tensor predictor_loss;  ///< expert choice in training: BCE of the causal predictor; else undefined
     torch::Tensor predictor_logits;  ///< expert choice: (B, T)
+    torch::Tensor topk;              ///< expert choice: (B, T) bool top-capacity membership
   };
   /// x (B, T, C), positions (T). A defined `forced_decision` (B, T) bool replaces the routing rule (benchmarks,
   /// tests); the router still scales the paths.
@@ -66,7 +67,8 @@ class DTRNetLayerImpl : public torch::nn::Module {
   CausalPredictor predictor{nullptr};                          // expert choice only
 
  private:
-  torch::Tensor attend_compact(const torch::Tensor& n, const torch::Tensor& decision, Output& out);
+  torch::Tensor attend_compact(const torch::Tensor& n, const torch::Tensor& positions, const torch::Tensor& decision,
+                               Output& out);
   torch::Tensor attend_masked(const torch::Tensor& n, const torch::Tensor& positions, const torch::Tensor& decision);
 };
 TORCH_MODULE(DTRNetLayer);

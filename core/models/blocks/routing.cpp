@@ -97,8 +97,8 @@ std::string pattern_string(const std::vector<bool>& routed) {
   return s;
 }
 
-Compaction compact(const torch::Tensor& decision) {
-  const auto B = decision.size(0), T = decision.size(1);
+Compaction count_routed(const torch::Tensor& decision) {
+  const auto B = decision.size(0);
   Compaction c;
   const auto counts = decision.sum(1).to(torch::kCPU, torch::kLong).contiguous();  // (B)
   c.lengths.assign(counts.data_ptr<std::int64_t>(), counts.data_ptr<std::int64_t>() + B);
@@ -107,6 +107,13 @@ Compaction compact(const torch::Tensor& decision) {
     c.total += n;
     c.sum_sq += static_cast<double>(n) * static_cast<double>(n);
   }
+  return c;
+}
+
+Compaction compact(const torch::Tensor& decision) {
+  const auto B = decision.size(0), T = decision.size(1);
+  auto c = count_routed(decision);
+  const auto counts = torch::tensor(c.lengths, torch::TensorOptions().dtype(torch::kLong));  // (B)
   const auto pos = torch::arange(T, decision.options().dtype(torch::kLong)).expand({B, T});
   // Routed positions first, in ascending order; unrouted ones after them act as padding.
   const auto key = torch::where(decision, pos, pos + T);
@@ -114,6 +121,11 @@ Compaction compact(const torch::Tensor& decision) {
   c.valid = torch::arange(c.max_len, counts.options().device(decision.device())).unsqueeze(0) <
             counts.to(decision.device()).unsqueeze(1);  // (B, K)
   return c;
+}
+
+torch::Tensor compacted_positions(const torch::Tensor& positions, const Compaction& c) {
+  if (positions.dim() == 2) return positions.gather(1, c.index);
+  return positions.index_select(0, c.index.reshape({-1})).view_as(c.index);  // (B, K)
 }
 
 torch::Tensor gather_rows(const torch::Tensor& x, const Compaction& c) {

@@ -34,6 +34,10 @@ struct Compaction {
 
 /// decision: (B, T) bool. One host sync (the per-sequence counts).
 Compaction compact(const torch::Tensor& decision);
+/// Only the counts of a Compaction (lengths, max_len, total, sum_sq): one host sync, no index built.
+Compaction count_routed(const torch::Tensor& decision);
+/// The original positions (B, K) of the compacted tokens, from positions (T) or (B, T).
+torch::Tensor compacted_positions(const torch::Tensor& positions, const Compaction& c);
 /// (B, T, C) -> (B, K, C): the routed rows (padding rows repeat unrouted tokens; callers ignore them).
 torch::Tensor gather_rows(const torch::Tensor& x, const Compaction& c);
 /// base (B, T, C) with its routed rows replaced by rows (B, K, C); padding rows of `rows` are dropped.
