@@ -3,6 +3,7 @@
 
 #include <cmath>
 
+#include "core/models/blocks/residual_probe.h"
 #include "core/util/errors.h"
 
 namespace routelab {
@@ -93,7 +94,7 @@ NormOptions norm_options(const TransformerOptions& o) {
 
 }  // namespace
 
-DenseBlockImpl::DenseBlockImpl(const TransformerOptions& o, std::int64_t /*layer_index*/) {
+DenseBlockImpl::DenseBlockImpl(const TransformerOptions& o, std::int64_t layer) : layer_index(static_cast<int>(layer)) {
   norm1 = register_module("norm1", Norm(norm_options(o)));
   norm2 = register_module("norm2", Norm(norm_options(o)));
   attn = register_module("attn", CausalSelfAttention(AttentionOptions(o.n_embd(), o.n_head())
@@ -110,14 +111,30 @@ DenseBlockImpl::DenseBlockImpl(const TransformerOptions& o, std::int64_t /*layer
 }
 
 torch::Tensor DenseBlockImpl::forward(const torch::Tensor& x, const torch::Tensor& positions) {
-  auto h = x + attn(norm1(x), positions);  // (B, T, C)
-  return h + mlp(norm2(h));
+  const auto a = attn(norm1(x), positions);  // (B, T, C)
+  const auto h = x + a;
+  const auto m = mlp(norm2(h));
+  if (residual_probe_active()) {
+    record_residual(layer_index, "attn", x, a);
+    record_residual(layer_index, "mlp", h, m);
+  }
+  return h + m;
 }
 
-torch::Tensor DenseBlockImpl::update(const torch::Tensor& x, const torch::Tensor& positions,
-                                     const std::vector<std::int64_t>& lengths) {
-  const auto a = attn(norm1(x), positions, lengths);  // (B, T, C)
-  return a + mlp(norm2(x + a));
+torch::Tensor DenseBlockImpl::update(const torch::Tensor& x, const torch::Tensor& positions, const Compaction* rows) {
+  const auto a = rows ? attn(norm1(x), positions, rows->lengths) : attn(norm1(x), positions);  // (B, T, C)
+  const auto h = x + a;
+  const auto m = mlp(norm2(h));
+  if (residual_probe_active()) {
+    if (rows) {
+      record_residual(layer_index, "attn", x, a, *rows);
+      record_residual(layer_index, "mlp", h, m, *rows);
+    } else {
+      record_residual(layer_index, "attn", x, a);
+      record_residual(layer_index, "mlp", h, m);
+    }
+  }
+  return a + m;
 }
 
 TransformerTrunk::TransformerTrunk(TransformerOptions options) : options_(std::move(options)) {

@@ -8,6 +8,7 @@
 #include "core/models/blocks/attention.h"
 #include "core/models/blocks/mlp.h"
 #include "core/models/blocks/norm.h"
+#include "core/models/blocks/routing.h"
 #include "core/models/language_model.h"
 
 namespace routelab {
@@ -55,9 +56,10 @@ class DenseBlockImpl : public torch::nn::Module {
   DenseBlockImpl(const TransformerOptions& options, std::int64_t layer_index);
   torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& positions);  // (B, T, C) -> (B, T, C)
   /// The block's residual update f(x) = a + MLP(Norm(x + a)) with a = Attn(Norm(x)), so forward(x) = x + f(x).
-  /// With `lengths`, x holds compacted sequences (routed subsets; see causal_attention).
-  torch::Tensor update(const torch::Tensor& x, const torch::Tensor& positions,
-                       const std::vector<std::int64_t>& lengths = {});
+  /// With `rows`, x holds the compacted sequences of those routed rows (see causal_attention).
+  torch::Tensor update(const torch::Tensor& x, const torch::Tensor& positions, const Compaction* rows = nullptr);
+
+  int layer_index = 0;  ///< reported to the residual-ratio probe
 
   Norm norm1{nullptr}, norm2{nullptr};
   CausalSelfAttention attn{nullptr};

@@ -104,7 +104,7 @@ torch::Tensor DLLM::skipping_layer(std::size_t layer, const torch::Tensor& x, co
   const auto rows = gather_rows(x, executed);  // (B, K, C)
   const auto row_positions = compacted_positions(positions, executed);  // (B, K) original positions
   // Compacted attention sees only executed keys: the eviction, at sum_b k_b^2 cost.
-  const auto f = blocks[layer]->update(rows, row_positions, executed.lengths);  // (B, K, C)
+  const auto f = blocks[layer]->update(rows, row_positions, &executed);  // (B, K, C)
   return scatter_rows(x, executed, rows + f);
 }
 

@@ -30,6 +30,13 @@ struct ModelOutput {
   torch::Tensor logits;           ///< (B, T, V)
   torch::Tensor aux_loss;         ///< scalar, already multiplied by its coefficient(s); 0 for dense
   std::vector<LayerTrace> trace;  ///< one entry per layer when tracing was asked for
+  /// Further predictions of the same next tokens, (B, T, V) each (early-exit heads): in training the LM loss
+  /// is the mean of the cross-entropies of these and `logits`. Empty for single-head models.
+  std::vector<torch::Tensor> exit_logits;
+  /// Model-level statistics of this forward pass when tracing was asked for (e.g. TSA's {"alpha",
+  /// "tlops_saved"}): the trainer stores them as train/<key> at log steps and val/<key> (mean over the
+  /// evaluation batches) at evaluations.
+  std::map<std::string, double> stats;
 };
 
 class LanguageModel : public torch::nn::Module {

@@ -61,7 +61,7 @@ torch::Tensor MoDLayerImpl::forward(const torch::Tensor& x, const torch::Tensor&
     const auto x_sel = gather_rows(x, c);  // (B, K, C) in causal order
     // Selected tokens keep their original positions (RoPE rows), as the reference code gathers them.
     const auto pos_sel = compacted_positions(positions, c);  // (B, K)
-    const auto f = block->update(x_sel, pos_sel, c.lengths);  // (B, K, C)
+    const auto f = block->update(x_sel, pos_sel, &c);  // (B, K, C)
     auto w = logits.gather(1, c.index);                         // (B, K): the router learns only through w
     if (options.router_weight() == MoDRouterWeight::Sigmoid) w = torch::sigmoid(w);
     w = w.unsqueeze(-1);  // (B, K, 1)

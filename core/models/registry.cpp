@@ -5,8 +5,12 @@
 
 #include "core/models/dense_transformer.h"
 #include "core/models/dllm.h"
+#include "core/models/drr.h"
 #include "core/models/dtrnet.h"
+#include "core/models/early_exit.h"
 #include "core/models/mod.h"
+#include "core/models/radial.h"
+#include "core/models/tsa.h"
 #include "core/util/errors.h"
 
 namespace routelab {
@@ -26,8 +30,12 @@ std::vector<ArchitectureEntry> make_registry() {
       },
   });
   entries.push_back(dllm_architecture());
+  entries.push_back(drr_architecture());
   entries.push_back(dtrnet_architecture());
+  entries.push_back(early_exit_architecture());
   entries.push_back(mod_architecture());
+  entries.push_back(radial_architecture());
+  entries.push_back(tsa_architecture());
   std::sort(entries.begin(), entries.end(), [](const auto& a, const auto& b) { return a.id < b.id; });
   return entries;
 }

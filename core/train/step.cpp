@@ -51,7 +51,13 @@ StepResult train_step(LanguageModel& model, torch::optim::Optimizer& optimizer, 
     AutocastGuard autocast(bf16, batch.input.device());
     result.output = model.forward(batch.input, trace);
     loss = lm_loss(result.output.logits, batch.target, batch.loss_mask);
-    total = loss + result.output.aux_loss.to(torch::kFloat);
+    total = loss;
+    if (!result.output.exit_logits.empty()) {  // uniform mean over every head (early exit)
+      for (const auto& exit : result.output.exit_logits) total = total + lm_loss(exit, batch.target, batch.loss_mask);
+      total = total / static_cast<double>(result.output.exit_logits.size() + 1);
+      result.output.exit_logits.clear();
+    }
+    total = total + result.output.aux_loss.to(torch::kFloat);
   }
   result.output.logits = torch::Tensor();
   optimizer.zero_grad();

@@ -27,7 +27,7 @@ class AutocastGuard {
 };
 
 struct StepResult {
-  torch::Tensor loss;      ///< detached scalar (CE only)
+  torch::Tensor loss;      ///< detached scalar: CE of the final head only (exit heads and aux loss excluded)
   torch::Tensor aux_loss;  ///< detached scalar
   double grad_norm = 0;    ///< before clipping
   ModelOutput output;      ///< with the routing trace when asked for (logits dropped)

@@ -331,6 +331,7 @@ class Session {
       writer_->add_routing(row);
     }
     if (dense_flops > 0) writer_->add_metric({"train/flops_ratio", step, now_s(), flops / dense_flops});
+    for (const auto& [key, value] : output.stats) writer_->add_metric({"train/" + key, step, now_s(), value});
   }
 
   EvalMetrics evaluate(std::int64_t step) {
@@ -339,6 +340,7 @@ class Session {
     const auto n_batches = config_.train().at("eval_batches").get<std::int64_t>();
     double total = 0;
     InferenceRouting routing;
+    std::map<std::string, double> stat_sums;
     for (std::int64_t i = 0; i < n_batches; ++i) {
       // The same validation batches at every evaluation, so successive values are comparable.
       const auto batch =
@@ -347,6 +349,7 @@ class Session {
       const auto out = model_->forward(batch.input, /*trace=*/true);
       total += lm_loss(out.logits, batch.target, batch.loss_mask).item<double>();
       routing.add(out.trace);
+      for (const auto& [key, value] : out.stats) stat_sums[key] += value;
     }
     EvalMetrics e;
     e.step = step;
@@ -361,7 +364,13 @@ class Session {
     writer_->add_metric({"val/bpc", step, wall, e.val_bpc});
     writer_->add_metric({"val/flops_ratio", step, wall, e.flops_ratio});
     if (routing.any_routed()) writer_->add_metric({"val/routed_fraction", step, wall, routing.mean_routed_fraction()});
-    writer_->add_eval({step, "val", e.val_loss, e.val_ppl, e.val_bpc, routing.to_json().dump()});
+    auto extra = routing.to_json();
+    for (const auto& [key, sum] : stat_sums) {
+      e.stats[key] = sum / static_cast<double>(n_batches);
+      writer_->add_metric({"val/" + key, step, wall, e.stats[key]});
+      extra["stats"][key] = e.stats[key];
+    }
+    writer_->add_eval({step, "val", e.val_loss, e.val_ppl, e.val_bpc, extra.dump()});
     writer_->add_probe({step, probe_json()});
     model_->train();
     log_->info("run {}: step {} val loss {:.4f} ppl {:.2f} bpc {:.3f}", run_id_, step, e.val_loss, e.val_ppl, e.val_bpc);

@@ -4,6 +4,7 @@
 #pragma once
 #include <atomic>
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -34,6 +35,7 @@ struct EvalMetrics {
   double val_bpc = 0;             ///< bits per character of the validation split
   double flops_ratio = 1;         ///< layer FLOPs / dense layer FLOPs over the validation batches (inference mode)
   std::vector<double> routed_fraction;  ///< per layer, inference-mode share of tokens on the routed path
+  std::map<std::string, double> stats;  ///< model-level statistics (ModelOutput::stats), mean over the batches
 };
 
 struct TrainOutcome {

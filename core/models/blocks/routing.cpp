@@ -100,6 +100,7 @@ std::string pattern_string(const std::vector<bool>& routed) {
 Compaction count_routed(const torch::Tensor& decision) {
   const auto B = decision.size(0);
   Compaction c;
+  c.seq_len = decision.size(1);
   const auto counts = decision.sum(1).to(torch::kCPU, torch::kLong).contiguous();  // (B)
   c.lengths.assign(counts.data_ptr<std::int64_t>(), counts.data_ptr<std::int64_t>() + B);
   for (const auto n : c.lengths) {

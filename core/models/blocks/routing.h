@@ -30,6 +30,7 @@ struct Compaction {
   std::int64_t max_len = 0;           ///< K = max length
   std::int64_t total = 0;             ///< sum of lengths
   double sum_sq = 0;                  ///< sum of lengths^2 (attention cost)
+  std::int64_t seq_len = 0;           ///< T of the uncompacted sequences
 };
 
 /// decision: (B, T) bool. One host sync (the per-sequence counts).

@@ -1,0 +1,44 @@
+// The residual-ratio probe of Radial Networks (seed 004, §4.1): r = ||R(x)||_2 / ||x||_2 per token for every
+// residual sub-block (attention, FFN), where x is the residual stream entering the sub-block and R(x) the update
+// it adds to the stream. Blocks report their (x, update) pairs; nothing is computed unless a ResidualProbe is
+// collecting on the calling thread, so training and ordinary evaluation pay one thread-local check.
+#pragma once
+#include <string>
+#include <vector>
+
+#include <torch/torch.h>
+
+#include "core/models/blocks/routing.h"
+
+namespace routelab {
+
+/// One sub-block's ratios over a batch.
+struct ResidualSample {
+  int layer = 0;       ///< the layer whose sub-block ran (Radial: the layer the router chose)
+  std::string block;   ///< "attn" or "mlp"
+  int step = -1;       ///< Radial Networks: the routing step; -1 for fixed-depth models
+  torch::Tensor ratio; ///< (B, T) float on the CPU; NaN where the token did not run the sub-block
+};
+
+/// Collects the samples of every forward pass run on this thread while it is alive (one at a time per thread).
+class ResidualProbe {
+ public:
+  ResidualProbe();
+  ~ResidualProbe();
+  ResidualProbe(const ResidualProbe&) = delete;
+  ResidualProbe& operator=(const ResidualProbe&) = delete;
+
+  std::vector<ResidualSample> samples;
+};
+
+/// True while a ResidualProbe collects on this thread; call sites test it before building anything to record.
+bool residual_probe_active();
+
+/// x, update: (B, T, C). `ran` (B, T) bool marks the tokens that ran the sub-block (undefined = all).
+void record_residual(int layer, const std::string& block, const torch::Tensor& x, const torch::Tensor& update,
+                     const torch::Tensor& ran = {}, int step = -1);
+/// The same for a sub-block run on compacted rows: x_rows, update_rows (B, K, C) in the order of `rows`.
+void record_residual(int layer, const std::string& block, const torch::Tensor& x_rows,
+                     const torch::Tensor& update_rows, const Compaction& rows, int step = -1);
+
+}  // namespace routelab
