@@ -37,6 +37,10 @@ struct ModelOutput {
   /// "tlops_saved"}): the trainer stores them as train/<key> at log steps and val/<key> (mean over the
   /// evaluation batches) at evaluations.
   std::map<std::string, double> stats;
+  /// Per-token routing data that does not fit one layer's trace, when tracing was asked for: (B, T, ...) tensors
+  /// by name, e.g. Radial Networks' {"depth": (B, T) int64, "path": (B, T, S) int64 layer per step, -1 after the
+  /// exit}. The trainer's probe records sequence 0 of each.
+  std::map<std::string, torch::Tensor> token_data;
 };
 
 class LanguageModel : public torch::nn::Module {

@@ -53,7 +53,17 @@ Batch to_device(Batch b, const torch::Device& device) {
   return b;
 }
 
-/// Everything one run needs while it trains.
+/// A small tensor as nested JSON arrays (float or integer values).
+nlohmann::json tensor_to_json(const torch::Tensor& t) {
+  if (t.dim() == 0) {
+    if (t.is_floating_point()) return t.item<double>();
+    return t.item<std::int64_t>();
+  }
+  nlohmann::json out = nlohmann::json::array();
+  for (std::int64_t i = 0; i < t.size(0); ++i) out.push_back(tensor_to_json(t[i]));
+  return out;
+}
+
 /// Inference-mode routing over the validation batches: per-layer routed shares, stats and the FLOPs ratio.
 class InferenceRouting {
  public:
@@ -115,6 +125,7 @@ class InferenceRouting {
   std::vector<Layer> layers_;
 };
 
+/// Everything one run needs while it trains.
 class Session {
  public:
   Session(ExperimentConfig config, std::string db_path, TrainObserver* observer, const std::atomic<bool>* cancel)
@@ -405,6 +416,7 @@ class Session {
       }
       doc["layers"].push_back(std::move(l));
     }
+    for (const auto& [key, tensor] : out.token_data) doc["token_data"][key] = tensor_to_json(tensor[0]);
     return doc.dump();
   }
 
