@@ -1,0 +1,2 @@
+// PLACEHOLDER (being written): TSA sparse-inference wall-clock bench.
+#pragma once
