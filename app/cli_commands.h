@@ -20,6 +20,22 @@ struct BenchArgs {
   std::int64_t steps = 10, warmup = 2, threads = 0, batch = 64, context = 128;
 };
 
+struct EvalArgs {
+  std::string db, split = "val", sweep;
+  std::vector<std::string> sets;
+  std::int64_t run_id = 0, step = 0, batches = 0, batch_size = 0;
+  bool json = false;
+};
+
+struct ProfileArgs {
+  std::string db, split = "val", out;
+  std::vector<std::string> sets;
+  std::int64_t run_id = 0, step = 0, batches = 4, batch_size = 0;
+  double tau = 0.1;
+  int bins = 32;
+  bool json = false;
+};
+
 int cmd_train(const TrainArgs& args);
 int cmd_resume(const std::string& db, std::int64_t run_id, bool quiet);
 int cmd_presets(bool json);
@@ -31,6 +47,10 @@ int cmd_show(const std::string& db, std::int64_t run_id, bool json);
 int cmd_compare(const std::string& db, const std::vector<std::int64_t>& run_ids, bool json);
 int cmd_export(const std::string& db, std::int64_t run_id, const std::string& format, const std::string& out);
 int cmd_bench_train_step(const BenchArgs& args);
+/// Re-evaluates a stored run in inference mode, with eval-only overrides or a sweep of one option.
+int cmd_eval(const EvalArgs& args);
+/// Residual-ratio profile (Radial Networks 4.1) of a stored run.
+int cmd_profile(const ProfileArgs& args);
 
 int cmd_bench_routing(const routelab::RoutingBenchOptions& options);
 

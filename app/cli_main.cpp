@@ -4,6 +4,7 @@
 #include <CLI/CLI.hpp>
 
 #include "app/cli_commands.h"
+#include "core/bench/tsa_bench.h"
 #include "core/util/errors.h"
 #include "core/util/logging.h"
 #include "core/util/version.h"
@@ -68,6 +69,34 @@ int main(int argc, char** argv) {
   export_cmd->add_option("--format", format, "csv or json")->check(CLI::IsMember({"csv", "json"}));
   export_cmd->add_option("--out", out, "output file (default: standard output)");
 
+  EvalArgs eval;
+  auto* eval_cmd = app.add_subcommand(
+      "eval", "re-evaluate a stored run in inference mode, optionally with eval-only overrides or a sweep of one");
+  eval_cmd->add_option("RUN", eval.run_id, "run id")->required();
+  eval_cmd->add_option("--db", eval.db, "run store");
+  eval_cmd->add_option("--set", eval.sets, "eval-only override, e.g. --set model.inference=sparse (repeatable)");
+  eval_cmd->add_option("--sweep", eval.sweep, "one option over values, e.g. model.exit_threshold=0.6,0.8,0.95");
+  eval_cmd->add_option("--split", eval.split, "val, test or train")->check(CLI::IsMember({"val", "test", "train"}));
+  eval_cmd->add_option("--batches", eval.batches, "batches (default: the run's train.eval_batches)");
+  eval_cmd->add_option("--batch-size", eval.batch_size, "batch size (default: the run's)");
+  eval_cmd->add_option("--step", eval.step, "checkpoint step (default: the latest)");
+  eval_cmd->add_flag("--json", eval.json, "machine-readable output");
+
+  ProfileArgs profile;
+  auto* profile_cmd = app.add_subcommand(
+      "profile", "residual ratios ||R(x)||/||x|| per layer and sub-block, and the oracle dynamic depth at tau");
+  profile_cmd->add_option("RUN", profile.run_id, "run id")->required();
+  profile_cmd->add_option("--db", profile.db, "run store");
+  profile_cmd->add_option("--set", profile.sets, "eval-only override (repeatable)");
+  profile_cmd->add_option("--tau", profile.tau, "oracle threshold: sub-blocks with r < tau count as skipped");
+  profile_cmd->add_option("--split", profile.split, "val, test or train")->check(CLI::IsMember({"val", "test", "train"}));
+  profile_cmd->add_option("--batches", profile.batches, "evaluation batches");
+  profile_cmd->add_option("--batch-size", profile.batch_size, "batch size (default: the run's)");
+  profile_cmd->add_option("--bins", profile.bins, "histogram bins over log10 r in [-3, 1]");
+  profile_cmd->add_option("--step", profile.step, "checkpoint step (default: the latest)");
+  profile_cmd->add_option("--out", profile.out, "also write the full profile (histograms, probe text) as JSON");
+  profile_cmd->add_flag("--json", profile.json, "print JSON instead of the table");
+
   BenchArgs bench;
   auto* bench_cmd = app.add_subcommand("bench", "benchmarks that print measured numbers");
   bench_cmd->require_subcommand(1);
@@ -97,6 +126,17 @@ int main(int argc, char** argv) {
   routing_cmd->add_option("--threads", routing_bench.threads, "threads (0: all cores)");
   routing_cmd->add_flag("--no-masked", no_masked, "skip the O(T^2) masked oracle");
 
+  routelab::TsaBenchOptions tsa_bench;
+  auto* tsa_cmd = bench_cmd->add_subcommand(
+      "tsa", "TSA inference (seed 003 3.6): dense vs TSA soft vs TSA sparse forward at forced active fractions");
+  tsa_cmd->add_option("--batch", tsa_bench.batch, "batch size (paper: 64)");
+  tsa_cmd->add_option("--seq", tsa_bench.seq, "sequence length (paper: 256)");
+  tsa_cmd->add_option("--fractions", tsa_bench.fractions, "active fractions to force")->delimiter(',');
+  tsa_cmd->add_option("--reps", tsa_bench.reps, "timed forwards per model and fraction (median)");
+  tsa_cmd->add_option("--warmup", tsa_bench.warmup, "untimed forwards per model and fraction");
+  tsa_cmd->add_option("--threads", tsa_bench.threads, "threads (0: all cores)");
+  tsa_cmd->add_option("--checkpoint", tsa_bench.checkpoint, "a TSA run's checkpoint (shape and weights)");
+
   CLI11_PARSE(app, argc, argv);
   routelab::init_logging({.log_dir = "", .console = true, .level = log_level});
   try {
@@ -111,7 +151,13 @@ int main(int argc, char** argv) {
     if (*show_cmd) return cmd_show(db, run_id, json);
     if (*compare_cmd) return cmd_compare(db, run_ids, json);
     if (*export_cmd) return cmd_export(db, run_id, format, out);
+    if (*eval_cmd) return cmd_eval(eval);
+    if (*profile_cmd) return cmd_profile(profile);
     if (*step_cmd) return cmd_bench_train_step(bench);
+    if (*tsa_cmd) {
+      std::cout << routelab::bench_tsa_inference(tsa_bench).to_table();
+      return 0;
+    }
     if (*routing_cmd) {
       routing_bench.masked = !no_masked;
       return cmd_bench_routing(routing_bench);

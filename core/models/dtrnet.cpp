@@ -6,6 +6,7 @@
 #include <cmath>
 #include <sstream>
 
+#include "core/models/blocks/residual_probe.h"
 #include "core/util/errors.h"
 
 namespace routelab {
@@ -71,8 +72,14 @@ DTRNetLayerImpl::Output DTRNetLayerImpl::forward(const torch::Tensor& x, const t
   }
   // Eq. 3 and 5: the path's output is scaled by the router score of the path the token took.
   const auto gate = torch::where(out.decision, out.gate_attn, gate_bypass).unsqueeze(-1);  // (B, T, 1)
-  const auto h = x + gate.to(x.scalar_type()) * update;
-  out.y = h + mlp(norm2(h));  // the shared MLP for every token
+  const auto gated = gate.to(x.scalar_type()) * update;
+  const auto h = x + gated;
+  const auto m = mlp(norm2(h));  // the shared MLP for every token
+  if (residual_probe_active()) {
+    record_residual(layer_index, "attn", x, gated);
+    record_residual(layer_index, "mlp", h, m);
+  }
+  out.y = h + m;
   return out;
 }
 
@@ -169,6 +176,7 @@ DTRNet::DTRNet(TransformerOptions model, DTRNetOptions options) : TransformerTru
   for (std::int64_t i = 0; i < options_.n_layer(); ++i) {
     if (dtr_.routed_layers()[i]) {
       routed.push_back(DTRNetLayer(options_, dtr_));
+      routed.back()->layer_index = static_cast<int>(i);
       dense.push_back(nullptr);
       list->push_back(routed.back());
     } else {

@@ -58,6 +58,8 @@ class DTRNetLayerImpl : public torch::nn::Module {
   /// Forward FLOPs of this layer for the given decisions.
   double flops(std::int64_t batch, std::int64_t seq, std::int64_t routed, double sum_sq) const;
 
+  int layer_index = 0;  ///< reported to the residual-ratio probe
+
   DTRNetOptions options;
   LayerShape shape;
   Norm norm1{nullptr}, norm2{nullptr};

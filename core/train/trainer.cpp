@@ -18,6 +18,7 @@
 #include "core/models/language_model.h"
 #include "core/models/registry.h"
 #include "core/train/checkpoint.h"
+#include "core/train/evaluation.h"
 #include "core/train/optimizer.h"
 #include "core/train/step.h"
 #include "core/util/device.h"
@@ -34,96 +35,6 @@ namespace {
 double now_s() {
   return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
 }
-
-/// SplitMix64 of (seed, stream, index): independent, reproducible batch seeds for every step and eval batch.
-std::uint64_t mix_seed(std::uint64_t seed, std::uint64_t stream, std::uint64_t index) {
-  std::uint64_t z = seed * 0x9E3779B97F4A7C15ULL + stream * 0xBF58476D1CE4E5B9ULL + index + 1;
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
-  return z ^ (z >> 31);
-}
-
-constexpr std::uint64_t kTrainStream = 1, kEvalStream = 2;
-
-Batch to_device(Batch b, const torch::Device& device) {
-  if (device.is_cpu()) return b;
-  b.input = b.input.to(device, /*non_blocking=*/true);
-  b.target = b.target.to(device, true);
-  if (b.loss_mask.defined()) b.loss_mask = b.loss_mask.to(device, true);
-  return b;
-}
-
-/// A small tensor as nested JSON arrays (float or integer values).
-nlohmann::json tensor_to_json(const torch::Tensor& t) {
-  if (t.dim() == 0) {
-    if (t.is_floating_point()) return t.item<double>();
-    return t.item<std::int64_t>();
-  }
-  nlohmann::json out = nlohmann::json::array();
-  for (std::int64_t i = 0; i < t.size(0); ++i) out.push_back(tensor_to_json(t[i]));
-  return out;
-}
-
-/// Inference-mode routing over the validation batches: per-layer routed shares, stats and the FLOPs ratio.
-class InferenceRouting {
- public:
-  void add(const std::vector<LayerTrace>& trace) {
-    if (layers_.size() < trace.size()) layers_.resize(trace.size());
-    for (std::size_t i = 0; i < trace.size(); ++i) {
-      auto& l = layers_[i];
-      const auto& t = trace[i];
-      l.kind = t.kind;
-      l.routed = t.routed;
-      l.fraction_sum += t.routed_fraction;
-      l.flops += t.flops;
-      l.dense_flops += t.dense_flops;
-      for (const auto& [key, value] : t.stats) l.stats[key] += value;
-      ++l.batches;
-    }
-  }
-  double flops_ratio() const {
-    double f = 0, d = 0;
-    for (const auto& l : layers_) f += l.flops, d += l.dense_flops;
-    return d > 0 ? f / d : 1.0;
-  }
-  std::vector<double> routed_fractions() const {
-    std::vector<double> out;
-    for (const auto& l : layers_) out.push_back(l.batches ? l.fraction_sum / l.batches : 1.0);
-    return out;
-  }
-  bool any_routed() const {
-    return std::any_of(layers_.begin(), layers_.end(), [](const Layer& l) { return l.routed; });
-  }
-  double mean_routed_fraction() const {
-    double sum = 0;
-    int n = 0;
-    for (const auto& l : layers_)
-      if (l.routed) sum += l.fraction_sum / std::max(1, l.batches), ++n;
-    return n ? sum / n : 1.0;
-  }
-  nlohmann::json to_json() const {
-    nlohmann::json layers = nlohmann::json::array();
-    for (std::size_t i = 0; i < layers_.size(); ++i) {
-      const auto& l = layers_[i];
-      nlohmann::json j = {{"layer", i}, {"kind", l.kind}, {"routed", l.routed},
-                          {"routed_fraction", l.batches ? l.fraction_sum / l.batches : 1.0},
-                          {"flops", l.flops}, {"dense_flops", l.dense_flops}};
-      for (const auto& [key, value] : l.stats) j["stats"][key] = value / std::max(1, l.batches);
-      layers.push_back(std::move(j));
-    }
-    return {{"mode", "inference"}, {"flops_ratio", flops_ratio()}, {"layers", std::move(layers)}};
-  }
-
- private:
-  struct Layer {
-    std::string kind = "dense";
-    bool routed = false;
-    double fraction_sum = 0, flops = 0, dense_flops = 0;
-    std::map<std::string, double> stats;
-    int batches = 0;
-  };
-  std::vector<Layer> layers_;
-};
 
 /// Everything one run needs while it trains.
 class Session {
@@ -346,25 +257,14 @@ class Session {
   }
 
   EvalMetrics evaluate(std::int64_t step) {
-    torch::NoGradGuard no_grad;
-    model_->eval();
     const auto n_batches = config_.train().at("eval_batches").get<std::int64_t>();
-    double total = 0;
-    InferenceRouting routing;
-    std::map<std::string, double> stat_sums;
-    for (std::int64_t i = 0; i < n_batches; ++i) {
-      // The same validation batches at every evaluation, so successive values are comparable.
-      const auto batch =
-          to_device(dataset_->sample(Split::Val, batch_size_, mix_seed(seed_, kEvalStream, i)), device_);
-      AutocastGuard autocast(bf16_, device_);
-      const auto out = model_->forward(batch.input, /*trace=*/true);
-      total += lm_loss(out.logits, batch.target, batch.loss_mask).item<double>();
-      routing.add(out.trace);
-      for (const auto& [key, value] : out.stats) stat_sums[key] += value;
-    }
+    // The same validation batches at every evaluation, so successive values are comparable.
+    const auto pass = evaluate_split(*model_, *dataset_, Split::Val, n_batches, batch_size_,
+                                     static_cast<std::uint64_t>(seed_), device_, bf16_);
+    const auto& routing = pass.routing;
     EvalMetrics e;
     e.step = step;
-    e.val_loss = total / static_cast<double>(n_batches);
+    e.val_loss = pass.loss;
     e.val_ppl = std::exp(e.val_loss);
     e.val_bpc = e.val_loss / std::log(2.0) / dataset_->chars_per_token(Split::Val);
     e.flops_ratio = routing.flops_ratio();
@@ -376,14 +276,18 @@ class Session {
     writer_->add_metric({"val/flops_ratio", step, wall, e.flops_ratio});
     if (routing.any_routed()) writer_->add_metric({"val/routed_fraction", step, wall, routing.mean_routed_fraction()});
     auto extra = routing.to_json();
-    for (const auto& [key, sum] : stat_sums) {
-      e.stats[key] = sum / static_cast<double>(n_batches);
-      writer_->add_metric({"val/" + key, step, wall, e.stats[key]});
-      extra["stats"][key] = e.stats[key];
+    e.stats = pass.stats;
+    for (const auto& [key, value] : e.stats) {
+      writer_->add_metric({"val/" + key, step, wall, value});
+      extra["stats"][key] = value;
     }
     writer_->add_eval({step, "val", e.val_loss, e.val_ppl, e.val_bpc, extra.dump()});
-    writer_->add_probe({step, probe_json()});
-    model_->train();
+    {
+      torch::NoGradGuard no_grad;
+      model_->eval();  // the probe shows inference-mode routing, as the evaluation
+      writer_->add_probe({step, probe_json()});
+      model_->train();
+    }
     log_->info("run {}: step {} val loss {:.4f} ppl {:.2f} bpc {:.3f}", run_id_, step, e.val_loss, e.val_ppl, e.val_bpc);
     return e;
   }

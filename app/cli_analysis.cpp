@@ -1,0 +1,121 @@
+// routelab-cli eval and profile: re-evaluate a stored run (optionally with eval-only overrides, or sweeping one)
+// and profile its residual ratios.
+#include <fstream>
+#include <iomanip>
+#include <iostream>
+#include <set>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+#include "app/cli_commands.h"
+#include "core/analysis/residual_profile.h"
+#include "core/analysis/run_analysis.h"
+#include "core/util/errors.h"
+
+namespace routelab::cli {
+namespace {
+
+/// "model.exit_threshold=0.5,0.7,0.9" -> ("model.exit_threshold", {"0.5", "0.7", "0.9"}).
+std::pair<std::string, std::vector<std::string>> parse_sweep(const std::string& spec) {
+  const auto eq = spec.find('=');
+  if (eq == std::string::npos || eq == 0 || eq + 1 == spec.size())
+    throw ConfigError("--sweep " + spec + ": expected section.key=v1,v2,... (e.g. model.exit_threshold=0.6,0.8,0.95)");
+  std::vector<std::string> values;
+  std::stringstream rest(spec.substr(eq + 1));
+  for (std::string v; std::getline(rest, v, ',');)
+    if (!v.empty()) values.push_back(v);
+  return {spec.substr(0, eq), values};
+}
+
+std::string fixed(double v, int precision) {
+  std::ostringstream s;
+  s << std::fixed << std::setprecision(precision) << v;
+  return s.str();
+}
+
+void print_reports(const std::vector<RunEvalReport>& reports, const std::string& sweep_key) {
+  std::set<std::string> stat_keys;
+  for (const auto& r : reports)
+    for (const auto& [key, value] : r.stats) stat_keys.insert(key);
+  const auto& first = reports.front();
+  std::cout << "run " << first.run_id << " " << first.name << " (" << first.arch << "), checkpoint step " << first.step
+            << ", " << first.split << " split, " << first.batches << " batches of " << first.batch_size
+            << ", inference mode\n";
+  std::cout << "| " << (sweep_key.empty() ? "overrides" : sweep_key) << " | loss | ppl | bpc | FLOPs ratio | routed |";
+  for (const auto& key : stat_keys) std::cout << " " << key << " |";
+  std::cout << "\n|---|---|---|---|---|---|";
+  for (std::size_t i = 0; i < stat_keys.size(); ++i) std::cout << "---|";
+  std::cout << "\n";
+  for (const auto& r : reports) {
+    std::string label;
+    if (!sweep_key.empty()) {
+      label = r.sets.back().substr(sweep_key.size() + 1);
+    } else {
+      for (const auto& s : r.sets) label += (label.empty() ? "" : " ") + s;
+      if (label.empty()) label = "(as trained)";
+    }
+    std::cout << "| " << label << " | " << fixed(r.loss, 4) << " | " << fixed(r.ppl, 3) << " | " << fixed(r.bpc, 4)
+              << " | " << fixed(r.flops_ratio, 4) << " | " << fixed(100.0 * r.routed_fraction, 1) << "% |";
+    for (const auto& key : stat_keys) {
+      const auto it = r.stats.find(key);
+      std::cout << " " << (it == r.stats.end() ? std::string("-") : fixed(it->second, 4)) << " |";
+    }
+    std::cout << "\n";
+  }
+}
+
+}  // namespace
+
+int cmd_eval(const EvalArgs& args) {
+  RunEvalOptions options;
+  options.split = parse_split(args.split, "--split");
+  options.batches = args.batches;
+  options.batch_size = args.batch_size;
+  std::vector<RunEvalReport> reports;
+  std::string sweep_key;
+  if (args.sweep.empty()) {
+    auto run = load_run(args.db, args.run_id, args.sets, args.step);
+    reports.push_back(evaluate_run(run, options));
+  } else {
+    const auto [key, values] = parse_sweep(args.sweep);
+    sweep_key = key;
+    for (const auto& value : values) {
+      auto sets = args.sets;
+      sets.push_back(key + "=" + value);
+      auto run = load_run(args.db, args.run_id, sets, args.step);
+      reports.push_back(evaluate_run(run, options));
+    }
+  }
+  if (args.json) {
+    nlohmann::json out = nlohmann::json::array();
+    for (const auto& r : reports) out.push_back(r.to_json());
+    std::cout << (args.sweep.empty() ? out[0] : out).dump(2) << "\n";
+    return 0;
+  }
+  print_reports(reports, sweep_key);
+  return 0;
+}
+
+int cmd_profile(const ProfileArgs& args) {
+  auto run = load_run(args.db, args.run_id, args.sets, args.step);
+  ResidualProfileOptions options;
+  options.split = parse_split(args.split, "--split");
+  options.batches = args.batches;
+  options.batch_size = args.batch_size;
+  options.tau = args.tau;
+  options.bins = args.bins;
+  const auto profile = profile_residuals(run, options);
+  if (!args.out.empty()) {
+    std::ofstream file(args.out);
+    if (!file) throw Error(args.out + ": cannot write");
+    file << profile.to_json().dump(2) << "\n";
+  }
+  if (args.json)
+    std::cout << profile.to_json().dump(2) << "\n";
+  else
+    std::cout << profile.to_table();
+  return 0;
+}
+
+}  // namespace routelab::cli

@@ -1,0 +1,66 @@
+// Analysis of a stored run: reopen it (its stored config, optionally with eval-only overrides such as
+// model.inference=sparse or model.exit_threshold=0.9, its dataset and the weights of a checkpoint) and evaluate
+// it on a split with the same fixed batches the trainer uses.
+#pragma once
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+#include <torch/torch.h>
+
+#include "core/config/experiment_config.h"
+#include "core/data/dataset.h"
+#include "core/models/language_model.h"
+
+namespace routelab {
+
+struct LoadedRun {
+  std::int64_t run_id = 0;
+  std::string db_path;
+  std::string name;
+  ExperimentConfig config;              ///< the stored config with the overrides applied
+  std::vector<std::string> sets;        ///< the overrides
+  std::unique_ptr<LmDataset> dataset;
+  std::shared_ptr<LanguageModel> model; ///< in eval mode
+  std::int64_t step = 0;                ///< the checkpoint's step
+  std::string checkpoint;               ///< its path
+  torch::Device device = torch::kCPU;
+  bool bf16 = false;
+};
+
+/// Opens run `run_id` of the store `db_path` ("" = the default store) with the weights of its checkpoint at
+/// `step` (0 = the latest). `sets` ("model.exit_threshold=0.9") are applied to the stored config; an option that
+/// changes parameter shapes fails when the weights load (CheckpointError naming the file). A run without a
+/// checkpoint, an unknown run or a config that no longer resolves are errors naming the store and the run.
+LoadedRun load_run(const std::string& db_path, std::int64_t run_id, const std::vector<std::string>& sets = {},
+                   std::int64_t step = 0);
+
+struct RunEvalOptions {
+  Split split = Split::Val;
+  std::int64_t batches = 0;     ///< 0 = the run's train.eval_batches
+  std::int64_t batch_size = 0;  ///< 0 = the run's train.batch_size
+};
+
+struct RunEvalReport {
+  std::int64_t run_id = 0;
+  std::string name, arch, split;
+  std::int64_t step = 0;
+  std::vector<std::string> sets;
+  std::int64_t batches = 0, batch_size = 0;
+  double loss = 0, ppl = 0, bpc = 0, flops_ratio = 1, routed_fraction = 1;
+  nlohmann::json layers;                  ///< InferenceRouting::to_json()["layers"]
+  std::map<std::string, double> stats;    ///< ModelOutput::stats, mean over the batches
+  nlohmann::json to_json() const;
+};
+
+/// Evaluates in inference mode; with the run's own batch settings on the val split this reproduces the last
+/// evaluation recorded at the checkpoint's step.
+RunEvalReport evaluate_run(LoadedRun& run, const RunEvalOptions& options = {});
+
+/// "val", "test" or "train" -> Split; anything else is a ConfigError naming `key`.
+Split parse_split(const std::string& name, const std::string& key);
+
+}  // namespace routelab

@@ -1,0 +1,109 @@
+// Evaluation passes and their routing accumulator.
+#include "core/train/evaluation.h"
+
+#include <algorithm>
+
+#include "core/train/step.h"
+
+namespace routelab {
+
+std::uint64_t mix_seed(std::uint64_t seed, std::uint64_t stream, std::uint64_t index) {
+  std::uint64_t z = seed * 0x9E3779B97F4A7C15ULL + stream * 0xBF58476D1CE4E5B9ULL + index + 1;
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
+  return z ^ (z >> 31);
+}
+
+Batch to_device(Batch b, const torch::Device& device) {
+  if (device.is_cpu()) return b;
+  b.input = b.input.to(device, /*non_blocking=*/true);
+  b.target = b.target.to(device, true);
+  if (b.loss_mask.defined()) b.loss_mask = b.loss_mask.to(device, true);
+  return b;
+}
+
+nlohmann::json tensor_to_json(const torch::Tensor& t) {
+  if (t.dim() == 0) {
+    if (t.is_floating_point()) return t.item<double>();
+    return t.item<std::int64_t>();
+  }
+  nlohmann::json out = nlohmann::json::array();
+  for (std::int64_t i = 0; i < t.size(0); ++i) out.push_back(tensor_to_json(t[i]));
+  return out;
+}
+
+void InferenceRouting::add(const std::vector<LayerTrace>& trace) {
+  if (layers_.size() < trace.size()) layers_.resize(trace.size());
+  for (std::size_t i = 0; i < trace.size(); ++i) {
+    auto& l = layers_[i];
+    const auto& t = trace[i];
+    l.kind = t.kind;
+    l.routed = t.routed;
+    l.fraction_sum += t.routed_fraction;
+    l.flops += t.flops;
+    l.dense_flops += t.dense_flops;
+    for (const auto& [key, value] : t.stats) l.stats[key] += value;
+    ++l.batches;
+  }
+}
+
+double InferenceRouting::flops_ratio() const {
+  double f = 0, d = 0;
+  for (const auto& l : layers_) f += l.flops, d += l.dense_flops;
+  return d > 0 ? f / d : 1.0;
+}
+
+std::vector<double> InferenceRouting::routed_fractions() const {
+  std::vector<double> out;
+  for (const auto& l : layers_) out.push_back(l.batches ? l.fraction_sum / l.batches : 1.0);
+  return out;
+}
+
+bool InferenceRouting::any_routed() const {
+  return std::any_of(layers_.begin(), layers_.end(), [](const Layer& l) { return l.routed; });
+}
+
+double InferenceRouting::mean_routed_fraction() const {
+  double sum = 0;
+  int n = 0;
+  for (const auto& l : layers_)
+    if (l.routed) sum += l.fraction_sum / std::max(1, l.batches), ++n;
+  return n ? sum / n : 1.0;
+}
+
+nlohmann::json InferenceRouting::to_json() const {
+  nlohmann::json layers = nlohmann::json::array();
+  for (std::size_t i = 0; i < layers_.size(); ++i) {
+    const auto& l = layers_[i];
+    nlohmann::json j = {{"layer", i}, {"kind", l.kind}, {"routed", l.routed},
+                        {"routed_fraction", l.batches ? l.fraction_sum / l.batches : 1.0},
+                        {"flops", l.flops}, {"dense_flops", l.dense_flops}};
+    for (const auto& [key, value] : l.stats) j["stats"][key] = value / std::max(1, l.batches);
+    layers.push_back(std::move(j));
+  }
+  return {{"mode", "inference"}, {"flops_ratio", flops_ratio()}, {"layers", std::move(layers)}};
+}
+
+EvalPass evaluate_split(LanguageModel& model, const LmDataset& data, Split split, std::int64_t batches,
+                        std::int64_t batch_size, std::uint64_t seed, const torch::Device& device, bool bf16) {
+  torch::NoGradGuard no_grad;
+  const bool was_training = model.is_training();
+  model.eval();
+  EvalPass pass;
+  double total = 0;
+  for (std::int64_t i = 0; i < batches; ++i) {
+    const auto batch = to_device(data.sample(split, batch_size, mix_seed(seed, kEvalStream, static_cast<std::uint64_t>(i))), device);
+    AutocastGuard autocast(bf16, device);
+    const auto out = model.forward(batch.input, /*trace=*/true);
+    total += lm_loss(out.logits, batch.target, batch.loss_mask).item<double>();
+    pass.routing.add(out.trace);
+    for (const auto& [key, value] : out.stats) pass.stats[key] += value;
+  }
+  const double n = static_cast<double>(std::max<std::int64_t>(1, batches));
+  pass.loss = total / n;
+  for (auto& [key, value] : pass.stats) value /= n;
+  if (was_training) model.train();
+  return pass;
+}
+
+}  // namespace routelab
