@@ -1,19 +1,530 @@
-// PLACEHOLDER (being written): Depth Routing Residuals.
+// Depth Routing Residuals: the seed's modules (DepthMemoryAttention, SummaryPool, DRRLayer, the model loop), the
+// causal memory form for language modelling, FLOPs and parameter overhead, seed-weight loading and the registry entry.
 #include "core/models/drr.h"
 
+#include <algorithm>
+#include <cmath>
+#include <iomanip>
+#include <limits>
+#include <set>
+#include <sstream>
+
+#include "core/models/blocks/attention.h"
+#include "core/models/blocks/residual_probe.h"
 #include "core/util/errors.h"
 
 namespace routelab {
 
-ArchitectureEntry drr_architecture() {
-  ArchitectureEntry e;
-  e.id = "drr";
-  e.display_name = "Depth Routing Residuals";
-  e.check = [](const nlohmann::json&, const std::string&) {};
-  e.create = [](const nlohmann::json&, const ModelContext&) -> std::shared_ptr<LanguageModel> {
-    throw ConfigError("drr is not built yet");
+DrrOptions drr_options_from_json(const nlohmann::json& m) {
+  DrrOptions o;
+  o.short_window(m.at("short_window").get<std::int64_t>())
+      .summary_tokens(m.at("summary_tokens").get<std::int64_t>())
+      .block_size(m.at("block_size").get<std::int64_t>())
+      .router_hidden_mult(m.at("router_hidden_mult").get<std::int64_t>())
+      .memory(m.at("memory") == "seed" ? DrrMemory::Seed : DrrMemory::Causal);
+  return o;
+}
+
+TransformerOptions drr_transformer_options_from_json(const nlohmann::json& m, std::int64_t vocab_size,
+                                                     std::int64_t context) {
+  TransformerOptions o;
+  o.style(ModelStyle::GPT2)
+      .vocab_size(vocab_size)
+      .n_layer(m.at("n_layer").get<std::int64_t>())
+      .n_embd(m.at("n_embd").get<std::int64_t>())
+      .n_head(m.at("n_head").get<std::int64_t>())
+      .tie_weights(m.at("tie_weights").get<bool>())
+      .norm_eps(m.at("norm_eps").get<double>())
+      .dropout(m.at("dropout").get<double>())
+      .init(m.at("init").get<std::string>());
+  const auto max_len = m.at("max_seq_len").get<std::int64_t>();
+  o.max_seq_len(max_len > 0 ? max_len : context);
+  return o;
+}
+
+std::vector<SummaryChunk> summary_chunks(std::int64_t length, std::int64_t summary_tokens) {
+  std::vector<SummaryChunk> chunks;
+  for (std::int64_t i = 0; i < summary_tokens; ++i)
+    chunks.push_back({i * length / summary_tokens, ((i + 1) * length + summary_tokens - 1) / summary_tokens});
+  return chunks;
+}
+
+namespace {
+
+/// The chunks of the causal form that a sequence of `seq` tokens completes.
+std::vector<SummaryChunk> complete_chunks(const DrrOptions& o, std::int64_t seq, std::int64_t max_seq_len) {
+  auto chunks = summary_chunks(max_seq_len, o.summary_tokens());
+  chunks.erase(std::remove_if(chunks.begin(), chunks.end(), [&](const SummaryChunk& c) { return c.end > seq; }),
+               chunks.end());
+  return chunks;
+}
+
+}  // namespace
+
+std::int64_t drr_summary_tokens(const DrrOptions& o, std::int64_t seq, std::int64_t max_seq_len) {
+  if (o.memory() == DrrMemory::Seed) return o.summary_tokens();
+  return static_cast<std::int64_t>(complete_chunks(o, seq, max_seq_len).size());
+}
+
+namespace {
+
+/// Scaled dot-product attention without a causal mask: q (B, H, T, hd) over k, v (B, H, M, hd) -> (B, H, T, hd).
+/// `visible` (T, M) bool limits the entries a row reads; a row that sees none is computed over every entry (so
+/// nothing is NaN, forward or backward) and then zeroed.
+torch::Tensor attend(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
+                     const torch::Tensor& visible, double dropout, bool training) {
+  const auto B = q.size(0), H = q.size(1), T = q.size(2), hd = q.size(3), M = k.size(2);
+  const double scale = 1.0 / std::sqrt(static_cast<double>(hd));
+  const auto q3 = q.reshape({B * H, T, hd});
+  const auto k3 = k.reshape({B * H, M, hd});
+  const auto v3 = v.reshape({B * H, M, hd});
+  torch::Tensor scores, any_visible;  // scores (B H, T, M)
+  if (visible.defined()) {
+    any_visible = visible.any(-1, /*keepdim=*/true);  // (T, 1)
+    const auto hidden = visible.logical_or(any_visible.logical_not()).logical_not();  // (T, M)
+    const auto bias = torch::zeros({T, M}, q.options()).masked_fill(hidden, -std::numeric_limits<float>::infinity());
+    scores = torch::baddbmm(bias, q3, k3.transpose(1, 2), /*beta=*/1.0, /*alpha=*/scale);  // mask and scale in one pass
+  } else {
+    scores = torch::bmm(q3, k3.transpose(1, 2)).mul_(scale);
+  }
+  auto probs = torch::softmax(scores, -1);
+  if (training && dropout > 0) probs = torch::dropout(probs, dropout, true);
+  auto out = torch::bmm(probs.to(v3.scalar_type()), v3).view({B, H, T, hd});
+  if (any_visible.defined()) out = out * any_visible.to(out.scalar_type());
+  return out;
+}
+
+/// (B, N, C) -> (B, H, N, hd)
+torch::Tensor split_heads(const torch::Tensor& x, std::int64_t heads) {
+  return x.view({x.size(0), x.size(1), heads, x.size(2) / heads}).transpose(1, 2);
+}
+
+/// (B, H, N, hd) -> (B, N, C)
+torch::Tensor merge_heads(const torch::Tensor& x) {
+  return x.transpose(1, 2).reshape({x.size(0), x.size(2), x.size(1) * x.size(3)});
+}
+
+/// Short-term memory of the causal form, `window` layer outputs side by side: (T, window T), entry (w, s) visible
+/// to position t iff s <= t.
+torch::Tensor short_visibility(std::int64_t seq, std::int64_t window, const torch::Device& device) {
+  const auto pos = torch::arange(seq, torch::TensorOptions().dtype(torch::kLong).device(device));
+  return (pos.unsqueeze(0) <= pos.unsqueeze(1)).repeat({1, window});  // (T, window T)
+}
+
+/// Long-term memory of the causal form, `blocks` summaries side by side: (T, blocks S'), summary token i visible to
+/// position t iff its chunk's last position is <= t.
+torch::Tensor long_visibility(std::int64_t seq, const torch::Tensor& summary_last, std::int64_t blocks) {
+  const auto pos = torch::arange(seq, summary_last.options());
+  return (summary_last.unsqueeze(0) <= pos.unsqueeze(1)).repeat({1, blocks});  // (T, blocks S')
+}
+
+NormOptions layer_norm(std::int64_t dim, double eps) { return NormOptions(dim).kind(NormKind::Layer).eps(eps).bias(true); }
+
+TransformerOptions gpt2_style(TransformerOptions o) {
+  o.style(ModelStyle::GPT2);
+  return o;
+}
+
+}  // namespace
+
+DepthMemoryAttentionImpl::DepthMemoryAttentionImpl(std::int64_t dim_, std::int64_t num_heads_, double dropout_)
+    : dim(dim_), num_heads(num_heads_), dropout(dropout_) {
+  reset();
+}
+
+void DepthMemoryAttentionImpl::reset() {
+  if (dim % num_heads != 0)
+    throw ConfigError("model.n_head: " + std::to_string(num_heads) + " does not divide n_embd " + std::to_string(dim));
+  const auto make = [&](const char* name) {
+    return register_module(name, torch::nn::Linear(torch::nn::LinearOptions(dim, dim).bias(false)));
   };
-  return e;
+  q_proj = make("q_proj");
+  k_proj = make("k_proj");
+  v_proj = make("v_proj");
+  out_proj = make("out_proj");
+}
+
+torch::Tensor DepthMemoryAttentionImpl::forward(const torch::Tensor& x, const torch::Tensor& memory,
+                                               const torch::Tensor& visible) {
+  if (!memory.defined() || memory.numel() == 0) return torch::zeros_like(x);
+  const auto q = split_heads(linear(x, q_proj), num_heads);       // (B, H, T, hd)
+  const auto k = split_heads(linear(memory, k_proj), num_heads);  // (B, H, M, hd)
+  const auto v = split_heads(linear(memory, v_proj), num_heads);
+  return linear(merge_heads(attend(q, k, v, visible, dropout, is_training())), out_proj);  // (B, T, C)
+}
+
+SummaryPoolImpl::SummaryPoolImpl(std::int64_t dim, std::int64_t summary_tokens_, double norm_eps)
+    : summary_tokens(summary_tokens_) {
+  norm = register_module("norm", Norm(layer_norm(dim, norm_eps)));
+  proj = register_module("proj", torch::nn::Linear(torch::nn::LinearOptions(dim, dim).bias(true)));
+}
+
+torch::Tensor SummaryPoolImpl::forward(const torch::Tensor& x) {
+  const auto projected = linear(norm(x), proj);                                       // (B, T, C)
+  const auto pooled = torch::adaptive_avg_pool1d(projected.transpose(1, 2), {summary_tokens});  // (B, C, S)
+  return pooled.transpose(1, 2).contiguous();                                          // (B, S, C)
+}
+
+torch::Tensor SummaryPoolImpl::pool_chunks(const torch::Tensor& x, const std::vector<SummaryChunk>& chunks) {
+  const auto T = x.size(1);
+  const auto projected = linear(norm(x), proj);  // (B, T, C)
+  std::vector<std::int64_t> starts, ends;
+  for (const auto& c : chunks) starts.push_back(c.start), ends.push_back(c.end);
+  const auto index_options = torch::TensorOptions().dtype(torch::kLong).device(x.device());
+  const auto start = torch::tensor(starts, torch::kLong).to(x.device()).unsqueeze(1);  // (S', 1)
+  const auto end = torch::tensor(ends, torch::kLong).to(x.device()).unsqueeze(1);
+  const auto pos = torch::arange(T, index_options).unsqueeze(0);                       // (1, T)
+  // Averaging matrix: row i holds 1/len_i over chunk i, so at T = max_seq_len this is adaptive_avg_pool1d.
+  const auto weights = ((pos >= start) & (pos < end)).to(projected.scalar_type()) / (end - start).to(projected.scalar_type());
+  return torch::matmul(weights, projected);  // (B, S', C)
+}
+
+DrrLayerImpl::DrrLayerImpl(const TransformerOptions& t, const DrrOptions& options_, std::int64_t layer)
+    : options(options_), layer_index(static_cast<int>(layer)), dropout(t.dropout()) {
+  const auto C = t.n_embd(), hidden = C * options.router_hidden_mult();
+  router_norm = register_module("router_norm", Norm(layer_norm(C, t.norm_eps())));
+  router_hidden = register_module("router_hidden", torch::nn::Linear(torch::nn::LinearOptions(C, hidden).bias(true)));
+  router_out = register_module("router_out", torch::nn::Linear(torch::nn::LinearOptions(hidden, 3).bias(true)));
+  short_mem_attn = register_module("short_mem_attn", DepthMemoryAttention(C, t.n_head(), t.dropout()));
+  long_mem_attn = register_module("long_mem_attn", DepthMemoryAttention(C, t.n_head(), t.dropout()));
+  norm1 = register_module("norm1", Norm(layer_norm(C, t.norm_eps())));
+  attn = register_module("attn", CausalSelfAttention(AttentionOptions(C, t.n_head())
+                                                          .bias(true)
+                                                          .rope(false)
+                                                          .max_positions(t.max_seq_len())
+                                                          .dropout(t.dropout())));
+  norm2 = register_module("norm2", Norm(layer_norm(C, t.norm_eps())));
+  mlp_up = register_module("mlp_up", torch::nn::Linear(torch::nn::LinearOptions(C, t.ff_dim()).bias(true)));
+  mlp_down = register_module("mlp_down", torch::nn::Linear(torch::nn::LinearOptions(t.ff_dim(), C).bias(true)));
+  reset_router();
+}
+
+void DrrLayerImpl::reset_router() {
+  torch::NoGradGuard no_grad;
+  router_out->weight.zero_();
+  router_out->bias.copy_(torch::tensor({2.0f, 0.0f, -0.5f}));  // identity, short-term, long-term
+}
+
+torch::Tensor DrrLayerImpl::router_logits(const torch::Tensor& x) {
+  return linear(torch::gelu(linear(router_norm(x), router_hidden)), router_out);  // (B, T, 3)
+}
+
+torch::Tensor DrrLayerImpl::forward(const torch::Tensor& x, const torch::Tensor& positions, const DrrMemoryBank& memory,
+                                    torch::Tensor* gates_out) {
+  const auto T = x.size(1);
+  const bool training = is_training();
+
+  // Short-term memory: the last W layer outputs side by side, (B, w T, C).
+  torch::Tensor short_ctx;
+  const auto window = std::min<std::int64_t>(options.short_window(), static_cast<std::int64_t>(memory.short_term.size()));
+  if (window > 0) {
+    const std::vector<torch::Tensor> recent(memory.short_term.end() - window, memory.short_term.end());
+    const auto bank = torch::cat(recent, 1);  // (B, w T, C)
+    short_ctx = short_mem_attn(x, bank, memory.causal ? short_visibility(T, window, x.device()) : torch::Tensor());
+  }
+  // Long-term memory: every block summary so far, (B, Nb S', C).
+  torch::Tensor long_ctx;
+  if (!memory.summaries.empty() && memory.summaries.front().size(1) > 0) {
+    const auto bank = torch::cat(memory.summaries, 1);  // (B, Nb S', C)
+    const auto blocks = static_cast<std::int64_t>(memory.summaries.size());
+    long_ctx = long_mem_attn(x, bank, memory.causal ? long_visibility(T, memory.summary_last, blocks) : torch::Tensor());
+  }
+
+  const auto gates = torch::softmax(router_logits(x), -1);  // (B, T, 3)
+  if (gates_out) *gates_out = gates.detach();
+  // hybrid = g0 x + g1 short + g2 long; an absent memory is the seed's zero context, so its term is left out.
+  auto hybrid = gates.narrow(-1, 0, 1) * x;  // (B, T, C)
+  if (short_ctx.defined()) hybrid = hybrid + gates.narrow(-1, 1, 1) * short_ctx;
+  if (long_ctx.defined()) hybrid = hybrid + gates.narrow(-1, 2, 1) * long_ctx;
+
+  // PreNorm block on the routed input: x = hybrid + Attn(LN(hybrid)); x = x + MLP(LN(x)).
+  const auto h = norm1(hybrid);
+  torch::Tensor attn_out;
+  if (memory.causal) {
+    attn_out = attn(h, positions);
+  } else {  // the seed's nn.MultiheadAttention: bidirectional
+    const auto qkv = attn->project(h, positions);
+    attn_out = attn->output(attend(qkv.q, qkv.k, qkv.v, {}, dropout, training));
+  }
+  const auto mid = hybrid + attn_out;
+  auto up = torch::gelu(linear(norm2(mid), mlp_up));  // (B, T, 4C)
+  if (training && dropout > 0) up = torch::dropout(up, dropout, true);
+  auto mlp_out = linear(up, mlp_down);
+  if (training && dropout > 0) mlp_out = torch::dropout(mlp_out, dropout, true);
+  if (residual_probe_active()) {
+    record_residual(layer_index, "attn", hybrid, attn_out);
+    record_residual(layer_index, "mlp", mid, mlp_out);
+  }
+  return mid + mlp_out;
+}
+
+double depth_memory_attention_flops(double batch, double seq, double entries, std::int64_t dim) {
+  if (entries <= 0) return 0.0;
+  const double d = static_cast<double>(dim), queries = batch * seq;
+  return linear_flops(queries, d, d) + 2.0 * linear_flops(batch * entries, d, d) + 4.0 * queries * entries * d +
+         linear_flops(queries, d, d);
+}
+
+double drr_layer_flops(double batch, double seq, const LayerShape& shape, std::int64_t router_hidden,
+                       double short_entries, double long_entries, bool pools) {
+  const double tokens = batch * seq, d = static_cast<double>(shape.d), h = static_cast<double>(router_hidden);
+  double flops = linear_flops(tokens, d, h) + linear_flops(tokens, h, 3.0);  // router
+  flops += depth_memory_attention_flops(batch, seq, short_entries, shape.d);
+  flops += depth_memory_attention_flops(batch, seq, long_entries, shape.d);
+  flops += dense_layer_flops(batch, seq, shape);  // the PreNorm block
+  if (pools) flops += linear_flops(tokens, d, d);  // summary projection (the average is additions only)
+  return flops;
+}
+
+DrrOverhead drr_overhead(const TransformerOptions& transformer, const DrrOptions& options, std::int64_t seq) {
+  const auto t = gpt2_style(transformer);
+  const auto shape = layer_shape(t);
+  const double d = static_cast<double>(t.n_embd()), F = static_cast<double>(t.ff_dim());
+  const double V = static_cast<double>(t.vocab_size()), N = static_cast<double>(t.max_seq_len());
+  const double L = static_cast<double>(t.n_layer());
+  const double h = d * static_cast<double>(options.router_hidden_mult());
+  DrrOverhead o;
+  o.seq = seq > 0 ? seq : t.max_seq_len();
+
+  // Plain GPT-2 style PreNorm layer: two LayerNorms, packed qkv and output projection, GELU MLP, all with biases.
+  const double base_layer = 2 * (2 * d) + (3 * d * d + 3 * d) + (d * d + d) + (d * F + F) + (F * d + d);
+  // DRR adds per layer the router (LayerNorm, d -> h -> 3) and two bias-free memory attentions, plus one shared pool.
+  const double router = 2 * d + (d * h + h) + (h * 3 + 3);
+  const double memories = 2 * 4 * d * d;
+  const double pool = 2 * d + d * d + d;
+  o.base_stack_params = L * base_layer;
+  o.drr_stack_params = L * (base_layer + router + memories) + pool;
+  const double outside = V * d + N * d + 2 * d + (t.tie_weights() ? 0.0 : V * d);  // embeddings, final norm, head
+  o.base_params = o.base_stack_params + outside;
+  o.drr_params = o.drr_stack_params + outside;
+
+  const double T = static_cast<double>(o.seq);
+  const auto summary = static_cast<double>(drr_summary_tokens(options, o.seq, t.max_seq_len()));
+  for (std::int64_t i = 0; i < t.n_layer(); ++i) {
+    const double window = static_cast<double>(std::min(options.short_window(), i));
+    const double blocks = static_cast<double>(i / options.block_size());
+    const bool pools = (i + 1) % options.block_size() == 0 && summary > 0;
+    o.base_stack_flops += dense_layer_flops(1.0, T, shape);
+    o.drr_stack_flops += drr_layer_flops(1.0, T, shape, static_cast<std::int64_t>(h), window * T, blocks * summary, pools);
+  }
+  const double head = linear_flops(T, d, V);
+  o.base_flops = o.base_stack_flops + head;
+  o.drr_flops = o.drr_stack_flops + head;
+  return o;
+}
+
+DrrTransformer::DrrTransformer(TransformerOptions transformer, DrrOptions options)
+    : TransformerTrunk(gpt2_style(std::move(transformer))), drr_options_(std::move(options)) {
+  const auto& o = drr_options_;
+  if (o.short_window() < 1) throw ConfigError("model.short_window: " + std::to_string(o.short_window()) + " must be at least 1");
+  if (o.summary_tokens() < 1)
+    throw ConfigError("model.summary_tokens: " + std::to_string(o.summary_tokens()) + " must be at least 1");
+  if (o.block_size() < 1) throw ConfigError("model.block_size: " + std::to_string(o.block_size()) + " must be at least 1");
+  if (o.router_hidden_mult() < 1)
+    throw ConfigError("model.router_hidden_mult: " + std::to_string(o.router_hidden_mult()) + " must be at least 1");
+  if (options_.n_kv_head() > 0 && options_.n_kv_head() != options_.n_head())
+    throw ConfigError("model.n_kv_head: DRR's attention (nn.MultiheadAttention) has no grouped-query heads");
+  auto list = register_module("blocks", torch::nn::ModuleList());
+  for (std::int64_t i = 0; i < options_.n_layer(); ++i) {
+    layers.push_back(DrrLayer(options_, drr_options_, i));
+    list->push_back(layers.back());
+  }
+  summary_pool = register_module("summary_pool", SummaryPool(options_.n_embd(), o.summary_tokens(), options_.norm_eps()));
+  // The trunk's init (GPT-3 residual scaling on the block's output projections; memory attentions, router hidden
+  // layer and pool N(0, 0.02); biases zero), then the seed's router init, which the generic init overwrote.
+  init_weights({"attn.proj.weight", "mlp_down.weight"});
+  for (auto& layer : layers) layer->reset_router();
+}
+
+DrrTransformer::States DrrTransformer::states(const torch::Tensor& tokens, bool trace, bool keep_layers) {
+  const auto B = tokens.size(0), T = tokens.size(1);
+  if (T > options_.max_seq_len())
+    throw ConfigError("sequence of " + std::to_string(T) + " tokens exceeds model.max_seq_len " +
+                      std::to_string(options_.max_seq_len()));
+  const auto& o = drr_options_;
+  const auto positions = torch::arange(T, torch::TensorOptions().dtype(torch::kLong).device(tokens.device()));  // (T)
+  auto x = tok_emb(tokens) + pos_emb(positions);  // (B, T, C): no embedding dropout, as the seed
+
+  DrrMemoryBank memory;
+  memory.causal = o.memory() == DrrMemory::Causal;
+  std::vector<SummaryChunk> chunks;
+  if (memory.causal) {
+    // Chunks cut over max_seq_len, not T: a position's output then never depends on how many tokens follow it.
+    chunks = complete_chunks(o, T, options_.max_seq_len());
+    std::vector<std::int64_t> last;
+    for (const auto& c : chunks) last.push_back(c.end - 1);
+    memory.summary_last = torch::tensor(last, torch::kLong).to(tokens.device());  // (S')
+  }
+  const auto summary = static_cast<std::int64_t>(memory.causal ? chunks.size() : o.summary_tokens());
+
+  States out;
+  std::vector<torch::Tensor> layer_gates;
+  const auto shape = layer_shape(options_);
+  for (std::size_t i = 0; i < layers.size(); ++i) {
+    const auto window = static_cast<std::int64_t>(memory.short_term.size());
+    const auto blocks = static_cast<std::int64_t>(memory.summaries.size());
+    torch::Tensor gates;
+    x = layers[i]->forward(x, positions, memory, trace ? &gates : nullptr);  // (B, T, C)
+    memory.short_term.push_back(x);
+    if (static_cast<std::int64_t>(memory.short_term.size()) > o.short_window()) memory.short_term.erase(memory.short_term.begin());
+    const bool pools = (static_cast<std::int64_t>(i) + 1) % o.block_size() == 0 && summary > 0;
+    if (pools) memory.summaries.push_back(memory.causal ? summary_pool->pool_chunks(x, chunks) : summary_pool(x));
+    if (keep_layers) out.layers.push_back(x);
+    if (!trace) continue;
+
+    layer_gates.push_back(gates);
+    const auto means = gates.to(torch::kFloat).mean(std::vector<std::int64_t>{0, 1}).cpu().contiguous();  // (3)
+    const float* m = means.data_ptr<float>();  // one host sync per traced layer
+    LayerTrace t;
+    t.layer = static_cast<int>(i);
+    t.kind = "drr";
+    t.routed = true;
+    // The "expensive path" of a DRR token is its memory share 1 - g_identity; no path is skipped (every token
+    // computes all three), so the decision marks the tokens whose largest gate is a memory path.
+    t.gate = 1.0 - gates.select(-1, 0).to(torch::kFloat);  // (B, T)
+    t.decision = gates.argmax(-1).ne(0);                     // (B, T)
+    t.routed_fraction = 1.0 - static_cast<double>(m[0]);
+    const double short_entries = static_cast<double>(std::min(window, o.short_window()) * T);
+    const double long_entries = static_cast<double>(blocks * summary);
+    t.tokens_processed = {{"attn", B * T},
+                          {"mlp", B * T},
+                          {"router", B * T},
+                          {"short_memory", short_entries > 0 ? B * T : 0},
+                          {"long_memory", long_entries > 0 ? B * T : 0}};
+    t.flops = drr_layer_flops(static_cast<double>(B), static_cast<double>(T), shape,
+                              options_.n_embd() * o.router_hidden_mult(), short_entries, long_entries, pools);
+    t.dense_flops = dense_layer_flops(static_cast<double>(B), static_cast<double>(T), shape);
+    t.stats = {{"gate_identity", double(m[0])}, {"gate_short", double(m[1])}, {"gate_long", double(m[2])},
+               {"short_entries", short_entries}, {"long_entries", long_entries}};
+    out.trace.push_back(std::move(t));
+  }
+  out.final = final_norm(x);
+  if (trace) out.gates = torch::stack(layer_gates, 2);  // (B, T, L, 3)
+  return out;
+}
+
+ModelOutput DrrTransformer::forward(const torch::Tensor& tokens, bool trace) {
+  auto s = states(tokens, trace);
+  ModelOutput out;
+  out.logits = at::linear(s.final, options_.tie_weights() ? tok_emb->weight : lm_head->weight);  // (B, T, V)
+  out.aux_loss = torch::zeros({}, out.logits.options().dtype(torch::kFloat));  // DRR has no auxiliary loss
+  if (trace) {
+    double sums[3] = {0, 0, 0};
+    for (const auto& t : s.trace) {
+      sums[0] += t.stats.at("gate_identity");
+      sums[1] += t.stats.at("gate_short");
+      sums[2] += t.stats.at("gate_long");
+    }
+    const double n = static_cast<double>(std::max<std::size_t>(1, s.trace.size()));
+    out.stats = {{"gate_identity", sums[0] / n}, {"gate_short", sums[1] / n}, {"gate_long", sums[2] / n}};
+    out.token_data["drr_gates"] = s.gates;
+    out.trace = std::move(s.trace);
+  }
+  return out;
+}
+
+std::string DrrTransformer::describe() const {
+  const auto o = overhead();
+  std::ostringstream out;
+  out << LanguageModel::describe() << ", " << (drr_options_.memory() == DrrMemory::Causal ? "causal" : "seed (non-causal)")
+      << " memory, W " << drr_options_.short_window() << ", S " << drr_options_.summary_tokens() << ", block "
+      << drr_options_.block_size() << std::fixed << std::setprecision(1) << "; vs plain PreNorm: +"
+      << 100 * o.param_overhead() << "% parameters (layers +" << 100 * o.stack_param_overhead() << "%), +"
+      << 100 * o.flops_overhead() << "% forward FLOPs at T=" << o.seq << " (layers +" << 100 * o.stack_flops_overhead()
+      << "%)";
+  return out.str();
+}
+
+void load_seed_parameters(DrrTransformer& model, const std::map<std::string, torch::Tensor>& seed_state) {
+  // Seed name -> RouteLab name, for the parts that are not spelled the same.
+  const auto translate = [](const std::string& name) -> std::string {
+    if (name == "embed.weight") return "tok_emb.weight";
+    if (name == "pos_embed.weight") return "pos_emb.weight";
+    if (name.rfind("layers.", 0) != 0) return name;  // summary_pool.*, final_norm.*
+    const auto dot = name.find('.', 7);
+    const auto layer = name.substr(7, dot - 7), rest = name.substr(dot + 1);
+    static const std::vector<std::pair<std::string, std::string>> renames = {
+        {"router.0.", "router_norm."},           {"router.1.", "router_hidden."},
+        {"router.3.", "router_out."},            {"self_attn.in_proj_weight", "attn.qkv.weight"},
+        {"self_attn.in_proj_bias", "attn.qkv.bias"}, {"self_attn.out_proj.", "attn.proj."},
+        {"mlp.0.", "mlp_up."},                   {"mlp.3.", "mlp_down."},
+    };
+    for (const auto& [from, to] : renames)
+      if (rest.rfind(from, 0) == 0) return "blocks." + layer + "." + to + rest.substr(from.size());
+    return "blocks." + layer + "." + rest;
+  };
+  torch::NoGradGuard no_grad;
+  auto params = model.named_parameters();
+  std::set<std::string> loaded;
+  for (const auto& [seed_name, value] : seed_state) {
+    const auto name = translate(seed_name);
+    auto* target = params.find(name);
+    if (!target) throw ConfigError("seed parameter '" + seed_name + "' has no counterpart ('" + name + "') in the DRR model");
+    if (target->sizes() != value.sizes())
+      throw ConfigError("seed parameter '" + seed_name + "': shape " + c10::str(value.sizes()) + " differs from " +
+                        name + " " + c10::str(target->sizes()));
+    target->copy_(value);
+    loaded.insert(name);
+  }
+  for (const auto& item : params)
+    if (!loaded.count(item.key()) && item.key() != "lm_head.weight")
+      throw ConfigError("DRR parameter '" + item.key() + "' is missing from the seed state");
+}
+
+namespace {
+
+OptionSchema drr_option_schema() {
+  using T = OptionType;
+  return {
+      {"n_layer", T::Int, 4, "number of DRR layers", 1, 256, {}},
+      {"n_embd", T::Int, 128, "model width d", 8, 16384, {}},
+      {"n_head", T::Int, 4, "heads of the block's attention and of both memory attentions (must divide n_embd)", 1, 256, {}},
+      {"max_seq_len", T::Int, 0, "longest sequence the model accepts (0: data.context); the causal form cuts the "
+                                 "summary chunks over it", 0, 1 << 22, {}},
+      {"tie_weights", T::Bool, true, "share the token embedding with the output head", std::nullopt, std::nullopt, {}},
+      {"norm_eps", T::Float, 1e-5, "LayerNorm epsilon", 1e-12, 1, {}},
+      {"dropout", T::Float, 0.0, "dropout of the seed: attention and memory-attention probabilities, after the MLP's "
+                                 "GELU and after its output, in training", 0, 0.9, {}},
+      {"init", T::Choice, "gpt3", "gpt3: N(0,0.02) with the block's output projections N(0,0.02/sqrt(2L)); normal: "
+                                  "N(0,0.02) everywhere; the router's last layer always starts at weight 0, bias "
+                                  "[2, 0, -0.5]", std::nullopt, std::nullopt, {"gpt3", "normal"}},
+      {"short_window", T::Int, 4, "W: the short-term memory holds the last W layer outputs", 1, 256, {}},
+      {"summary_tokens", T::Int, 8, "S: summary tokens pooled from each block's output", 1, 1 << 16, {}},
+      {"block_size", T::Int, 4, "layers per block: a summary is pooled after every block_size layers", 1, 256, {}},
+      {"router_hidden_mult", T::Int, 1, "router hidden width = router_hidden_mult * n_embd", 1, 64, {}},
+      {"memory", T::Choice, "causal", "causal: position t reads memory at positions <= t and summaries of complete "
+                                      "chunks only (language modelling); seed: the seed's non-causal code, "
+                                      "refused for a language model", std::nullopt, std::nullopt, {"causal", "seed"}},
+  };
+}
+
+void check_drr_options(const nlohmann::json& m, const std::string& path) {
+  const auto n_embd = m.at("n_embd").get<std::int64_t>(), n_head = m.at("n_head").get<std::int64_t>();
+  if (n_embd % n_head != 0)
+    throw ConfigError(path + ".n_head: " + std::to_string(n_head) + " does not divide n_embd " + std::to_string(n_embd));
+  if (m.at("memory") == "seed")
+    throw ConfigError(path + ".memory: 'seed' lets a position read later positions (the seed's memory attention "
+                             "and pooled summaries see the whole sequence, its block attention is bidirectional); a "
+                             "language model needs 'causal'");
+}
+
+}  // namespace
+
+ArchitectureEntry drr_architecture() {
+  return {
+      "drr",
+      "Depth Routing Residuals",
+      "seed 001 (DRR, its PyTorch code)",
+      "Before each PreNorm block a token-wise router mixes the identity, attention over the last W layer outputs and "
+      "attention over summary tokens pooled every block_size layers; causal memory for language modelling.",
+      drr_option_schema(),
+      check_drr_options,
+      [](const nlohmann::json& m, const ModelContext& ctx) -> std::shared_ptr<LanguageModel> {
+        check_drr_options(m, "model");
+        return std::make_shared<DrrTransformer>(drr_transformer_options_from_json(m, ctx.vocab_size, ctx.context),
+                                                drr_options_from_json(m));
+      },
+  };
 }
 
 }  // namespace routelab

@@ -1,8 +1,186 @@
-// PLACEHOLDER (being written): Depth Routing Residuals.
+// Depth Routing Residuals (seed 001): before each PreNorm block a token-wise router mixes three paths, the identity,
+// attention over the last W layer outputs (short-term memory) and attention over summary tokens pooled every
+// block_size layers (long-term memory). Two memory forms: the seed's exact, non-causal one and a causal one for LMs.
 #pragma once
+#include <map>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "core/models/dense_transformer.h"
 #include "core/models/registry.h"
 
 namespace routelab {
+
+/// Which positions a layer's memory attentions and summaries may read.
+enum class DrrMemory {
+  /// Language modelling: position t reads layer outputs at positions <= t only, and a summary token only once its
+  /// chunk (adaptive_avg_pool1d's boundaries over max_seq_len) has ended at or before t; the block is causal.
+  Causal,
+  /// The seed's exact code: every position reads every memory entry, summaries pool the whole sequence and the
+  /// block's self-attention is bidirectional (for the classification pipeline of issue 5).
+  Seed,
+};
+
+/// Options of the routing on top of the shared TransformerOptions (GPT-2 style: LayerNorm, learned positions,
+/// biased attention and GELU MLP, as the seed's nn.MultiheadAttention block).
+struct DrrOptions {
+  /// 4: the short-term memory holds the last short_window layer outputs (W)
+  TORCH_ARG(std::int64_t, short_window) = 4;
+  /// 8: summary tokens per block summary (S)
+  TORCH_ARG(std::int64_t, summary_tokens) = 8;
+  /// 4: a summary of the residual stream is pooled after every block_size layers
+  TORCH_ARG(std::int64_t, block_size) = 4;
+  /// 1: router hidden width = router_hidden_mult * n_embd
+  TORCH_ARG(std::int64_t, router_hidden_mult) = 1;
+  /// Causal (language modelling); Seed gives the seed's non-causal form
+  TORCH_ARG(DrrMemory, memory) = DrrMemory::Causal;
+};
+
+/// Reads the DRR options from a resolved model section.
+DrrOptions drr_options_from_json(const nlohmann::json& model);
+/// The trunk options of a resolved DRR model section (always GPT-2 style).
+TransformerOptions drr_transformer_options_from_json(const nlohmann::json& model, std::int64_t vocab_size,
+                                                     std::int64_t context);
+
+/// One summary token's span of positions [start, end), as adaptive_avg_pool1d(length -> summary_tokens) cuts it:
+/// start = floor(i L / S), end = ceil((i + 1) L / S).
+struct SummaryChunk {
+  std::int64_t start = 0;
+  std::int64_t end = 0;
+};
+std::vector<SummaryChunk> summary_chunks(std::int64_t length, std::int64_t summary_tokens);
+/// Summary tokens per block a sequence of `seq` tokens reads: all S in the seed form; in the causal form the
+/// chunks (cut over `max_seq_len`) that are complete within the sequence.
+std::int64_t drr_summary_tokens(const DrrOptions& options, std::int64_t seq, std::int64_t max_seq_len);
+
+/// Multi-head attention of the current states over a memory bank (the seed's DepthMemoryAttention): q, k, v and
+/// output projections without bias, scaled dot-product attention without a causal mask.
+class DepthMemoryAttentionImpl : public torch::nn::Module {
+ public:
+  DepthMemoryAttentionImpl(std::int64_t dim, std::int64_t num_heads, double dropout = 0.0);
+  void reset();
+  /// x: (B, T, C), memory: (B, M, C), visible: (T, M) bool, undefined = every entry -> (B, T, C). An empty
+  /// memory, and a row that sees no entry, give a zero context (the seed's zeros_like for an empty memory).
+  torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& memory, const torch::Tensor& visible = {});
+
+  std::int64_t dim, num_heads;
+  double dropout;
+  torch::nn::Linear q_proj{nullptr}, k_proj{nullptr}, v_proj{nullptr}, out_proj{nullptr};
+};
+TORCH_MODULE(DepthMemoryAttention);
+
+/// The seed's SummaryPool: LayerNorm -> Linear -> average pooling over the sequence into S summary tokens.
+class SummaryPoolImpl : public torch::nn::Module {
+ public:
+  SummaryPoolImpl(std::int64_t dim, std::int64_t summary_tokens, double norm_eps = 1e-5);
+  /// The seed's form: (B, T, C) -> (B, S, C) through adaptive_avg_pool1d.
+  torch::Tensor forward(const torch::Tensor& x);
+  /// The causal form: the mean over each of `chunks` (all ending within T) -> (B, chunks.size(), C).
+  torch::Tensor pool_chunks(const torch::Tensor& x, const std::vector<SummaryChunk>& chunks);
+
+  std::int64_t summary_tokens;
+  Norm norm{nullptr};
+  torch::nn::Linear proj{nullptr};
+};
+TORCH_MODULE(SummaryPool);
+
+/// What a DRR layer reads: the seed's two lists, and for the causal form the last position of each summary's chunk.
+struct DrrMemoryBank {
+  bool causal = true;
+  std::vector<torch::Tensor> short_term;  ///< the most recent layer outputs, (B, T, C) each, oldest first
+  std::vector<torch::Tensor> summaries;   ///< one (B, S', C) per completed block, oldest first
+  torch::Tensor summary_last;             ///< causal: (S') int64, last position of each summary token's chunk
+};
+
+/// One DRR layer (the seed's DRRLayer): router, two memory attentions and a PreNorm block on the routed mix.
+class DrrLayerImpl : public torch::nn::Module {
+ public:
+  DrrLayerImpl(const TransformerOptions& transformer, const DrrOptions& options, std::int64_t layer_index);
+  /// x: (B, T, C), positions: (T) -> (B, T, C). `gates` (when not null) receives the softmax gates (B, T, 3):
+  /// identity, short-term, long-term.
+  torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& positions, const DrrMemoryBank& memory,
+                        torch::Tensor* gates = nullptr);
+  /// The router's logits: (B, T, C) -> (B, T, 3).
+  torch::Tensor router_logits(const torch::Tensor& x);
+  /// The seed's router init: final weight zero, bias [2.0, 0.0, -0.5] (toward the identity).
+  void reset_router();
+
+  DrrOptions options;
+  int layer_index = 0;  ///< reported to the residual-ratio probe
+  double dropout = 0.0;
+  Norm router_norm{nullptr};
+  torch::nn::Linear router_hidden{nullptr}, router_out{nullptr};  // C -> h -> 3
+  DepthMemoryAttention short_mem_attn{nullptr}, long_mem_attn{nullptr};
+  Norm norm1{nullptr}, norm2{nullptr};
+  CausalSelfAttention attn{nullptr};  // nn.MultiheadAttention's packed in_proj (q, k, v) and out_proj, with biases
+  torch::nn::Linear mlp_up{nullptr}, mlp_down{nullptr};  // C -> 4C -> C, GELU, dropout after each, as the seed
+};
+TORCH_MODULE(DrrLayer);
+
+/// Parameters and forward FLOPs of DRR against the plain PreNorm (GPT-2 style) stack of the same shape.
+struct DrrOverhead {
+  std::int64_t seq = 0;           ///< sequence length the FLOPs are priced at
+  double base_params = 0;         ///< plain model: embeddings, layers, final norm (and the head when untied)
+  double drr_params = 0;          ///< DRR model: the same plus routers, memory attentions and the summary pool
+  double base_stack_params = 0;   ///< plain layers only
+  double drr_stack_params = 0;    ///< DRR layers and the shared summary pool
+  double base_flops = 0;          ///< forward FLOPs of one sequence, layers and LM head
+  double drr_flops = 0;
+  double base_stack_flops = 0;    ///< layers only
+  double drr_stack_flops = 0;     ///< layers, their memory attentions and routers, and the summary pools
+
+  double param_overhead() const { return drr_params / base_params - 1.0; }
+  double stack_param_overhead() const { return drr_stack_params / base_stack_params - 1.0; }
+  double flops_overhead() const { return drr_flops / base_flops - 1.0; }
+  double stack_flops_overhead() const { return drr_stack_flops / base_stack_flops - 1.0; }
+};
+/// Computed from the shapes (no model is built); `seq` 0 means max_seq_len.
+DrrOverhead drr_overhead(const TransformerOptions& transformer, const DrrOptions& options, std::int64_t seq = 0);
+
+/// Forward FLOPs (2 per multiply-add) of a memory attention of `batch` x `seq` queries over `entries` memory entries
+/// per sequence: q and output projections of the queries, k and v projections of the entries, scores and weighted
+/// sum over the full (seq, entries) rectangle. 0 when there is no entry (the seed skips the attention).
+double depth_memory_attention_flops(double batch, double seq, double entries, std::int64_t dim);
+/// Forward FLOPs of DRR layer work on `batch` x `seq` tokens: router, short-term attention over `short_entries`
+/// and long-term attention over `long_entries` entries per sequence, the PreNorm block, and (`pools`) the summary
+/// pool that runs after it.
+double drr_layer_flops(double batch, double seq, const LayerShape& shape, std::int64_t router_hidden,
+                       double short_entries, double long_entries, bool pools);
+
+class DrrTransformer : public TransformerTrunk {
+ public:
+  /// The trunk is GPT-2 style whatever `transformer.style()` says (the seed's LayerNorm, learned positions, biases).
+  DrrTransformer(TransformerOptions transformer, DrrOptions options = {});
+  ModelOutput forward(const torch::Tensor& tokens, bool trace = false) override;
+  std::string arch_id() const override { return "drr"; }
+  /// Adds the memory form and the overhead against the plain PreNorm stack at T = max_seq_len.
+  std::string describe() const override;
+
+  /// Everything a forward pass computes before the LM head.
+  struct States {
+    std::vector<torch::Tensor> layers;  ///< each layer's output (B, T, C), when asked for
+    torch::Tensor final;                ///< final_norm of the last layer's output (the seed model's return value)
+    torch::Tensor gates;                ///< (B, T, L, 3) detached gates, when traced
+    std::vector<LayerTrace> trace;      ///< when traced
+  };
+  States states(const torch::Tensor& tokens, bool trace = false, bool keep_layers = false);
+
+  const DrrOptions& drr_options() const { return drr_options_; }
+  DrrOverhead overhead(std::int64_t seq = 0) const { return drr_overhead(options_, drr_options_, seq); }
+
+  std::vector<DrrLayer> layers;  ///< registered as "blocks"
+  SummaryPool summary_pool{nullptr};
+
+ private:
+  DrrOptions drr_options_;
+};
+
+/// Copies a state dict of the seed's SmallDRRTransformer (its parameter names: embed, pos_embed, layers.<i>.router.0,
+/// self_attn.in_proj_weight, mlp.3, ...) into `model`. Throws ConfigError naming the tensor when one is missing,
+/// unknown or of another shape. An untied lm_head (the seed has none) is left as it is.
+void load_seed_parameters(DrrTransformer& model, const std::map<std::string, torch::Tensor>& seed_state);
 
 ArchitectureEntry drr_architecture();
 

@@ -1,19 +1,218 @@
-// PLACEHOLDER (being written): Early exit.
+// Early exit: tied exit heads after every block, confidence-based exiting with state copying at inference,
+// its traces (active share, the FLOPs really needed, α and Δ as TSA) and the registry entry.
 #include "core/models/early_exit.h"
 
+#include <sstream>
+
+#include "core/models/blocks/residual_probe.h"
+#include "core/models/tsa.h"
 #include "core/util/errors.h"
 
 namespace routelab {
 
+EarlyExitOptions early_exit_options_from_json(const nlohmann::json& m) {
+  EarlyExitOptions o;
+  o.exit_threshold(m.at("exit_threshold").get<double>()).shared_exit_norm(m.at("shared_exit_norm").get<bool>());
+  return o;
+}
+
+double early_exit_block_flops(std::int64_t seq, const std::vector<std::int64_t>& active, const LayerShape& s) {
+  double n = 0, scores = 0;
+  for (const auto a : active) {
+    n += static_cast<double>(a);
+    scores += static_cast<double>(a) * static_cast<double>(seq);  // active queries over every key
+  }
+  const double all = static_cast<double>(active.size()) * static_cast<double>(seq);
+  return qkv_flops(n, s) + linear_flops(all - n, static_cast<double>(s.d), 2.0 * static_cast<double>(s.d_kv)) +
+         attention_core_flops(scores, s) + out_proj_flops(n, s) + mlp_flops(n, s);
+}
+
+EarlyExitTransformer::EarlyExitTransformer(TransformerOptions transformer, EarlyExitOptions options)
+    : TransformerTrunk(std::move(transformer)), exit_options_(std::move(options)) {
+  if (options_.n_layer() < 2)
+    throw ConfigError("model.n_layer: early exit needs at least 2 layers (an exit before the last block), got " +
+                      std::to_string(options_.n_layer()));
+  auto block_list = register_module("blocks", torch::nn::ModuleList());
+  for (std::int64_t i = 0; i < options_.n_layer(); ++i) {
+    blocks.push_back(DenseBlock(options_, i));
+    block_list->push_back(blocks.back());
+  }
+  // Each earlier exit gets its own final norm by default: the residual stream of a shallow block has other
+  // statistics than the last one's, and the head's projection is the shared (tied) embedding. The paper says
+  // only "tied embedding output heads"; shared_exit_norm gives the variant that reuses final_norm.
+  if (!exit_options_.shared_exit_norm()) {
+    auto norm_list = register_module("exit_norms", torch::nn::ModuleList());
+    for (std::int64_t l = 0; l + 1 < options_.n_layer(); ++l) {
+      exit_norms.push_back(Norm(NormOptions(options_.n_embd())
+                                    .kind(options_.style() == ModelStyle::GPT2 ? NormKind::Layer : NormKind::RMS)
+                                    .eps(options_.norm_eps())
+                                    .bias(options_.bias())));
+      norm_list->push_back(exit_norms.back());
+    }
+  }
+  init_weights();
+}
+
+torch::Tensor EarlyExitTransformer::exit_head(std::size_t l, const torch::Tensor& x) {
+  if (l + 1 == blocks.size()) return head(x);
+  const auto h = exit_options_.shared_exit_norm() ? final_norm(x) : exit_norms[l](x);
+  return at::linear(h, options_.tie_weights() ? tok_emb->weight : lm_head->weight);  // (B, T, V)
+}
+
+ModelOutput EarlyExitTransformer::forward(const torch::Tensor& tokens, bool trace) {
+  torch::Tensor positions;
+  auto x = embed(tokens, positions);  // (B, T, C)
+  const auto B = tokens.size(0), T = tokens.size(1);
+  const auto L = blocks.size();
+  const auto shape = layer_shape(options_);
+  const double all_tokens = static_cast<double>(B * T), d = static_cast<double>(shape.d);
+  const double V = static_cast<double>(options_.vocab_size());
+  const bool exiting = this->exiting();
+  const double tau = exit_options_.exit_threshold();
+  const auto on = torch::TensorOptions().device(tokens.device());
+  ModelOutput out;
+
+  auto active = torch::ones({B, T}, on.dtype(torch::kBool));  // (B, T): not exited yet
+  auto exit_layer = torch::full({B, T}, static_cast<std::int64_t>(L - 1), on.dtype(torch::kLong));
+  torch::Tensor logits;  // (B, T, V) while exiting: the head each token exited at, so far
+  std::vector<double> active_shares;  // blocks 1..L-1
+  for (std::size_t l = 0; l < L; ++l) {
+    auto& block = blocks[l];
+    LayerTrace layer_trace;
+    std::vector<std::int64_t> counts(static_cast<std::size_t>(B), T);  // active tokens per sequence
+    if (trace && exiting) {
+      const auto c = active.sum(1).to(torch::kLong).cpu();
+      counts.assign(c.data_ptr<std::int64_t>(), c.data_ptr<std::int64_t>() + B);
+    }
+    if (l == 0 || !exiting) {
+      x = block->forward(x, positions);  // the stem, or every token (training / exiting disabled)
+    } else {
+      // State copying: the block runs over the whole sequence so that active queries read the exited tokens'
+      // frozen states as keys and values; exited tokens themselves keep their state.
+      const auto a = block->attn(block->norm1(x), positions);  // (B, T, C)
+      const auto h = x + a;
+      const auto m = block->mlp(block->norm2(h));
+      if (residual_probe_active()) {
+        record_residual(block->layer_index, "attn", x, a, active);
+        record_residual(block->layer_index, "mlp", h, m, active);
+      }
+      x = torch::where(active.unsqueeze(-1), h + m, x);
+    }
+    double active_count = 0;
+    for (const auto c : counts) active_count += static_cast<double>(c);
+    if (trace) {
+      if (l == 0) {
+        layer_trace = dense_layer_trace(0, B, T, shape);
+      } else {
+        layer_trace.layer = static_cast<int>(l);
+        layer_trace.kind = "early-exit";
+        layer_trace.routed = true;
+        layer_trace.gate = active.to(torch::kFloat);  // exiting is a hard decision: 1 = still active
+        layer_trace.decision = active;
+        layer_trace.routed_fraction = active_count / all_tokens;
+        layer_trace.tokens_processed = {{"attn", static_cast<std::int64_t>(active_count)},
+                                        {"mlp", static_cast<std::int64_t>(active_count)},
+                                        {"kv", B * T}};
+        layer_trace.flops = early_exit_block_flops(T, counts, shape);
+        layer_trace.dense_flops = dense_layer_flops(static_cast<double>(B), static_cast<double>(T), shape);
+        active_shares.push_back(layer_trace.routed_fraction);
+      }
+    }
+
+    const bool last = l + 1 == L;
+    torch::Tensor head_logits;  // (B, T, V)
+    if (last) {
+      head_logits = head(x);
+      logits = logits.defined() ? torch::where(active.unsqueeze(-1), head_logits, logits) : head_logits;
+    } else if (is_training()) {
+      head_logits = exit_head(l, x);
+      out.exit_logits.push_back(head_logits);
+    } else if (exiting) {
+      head_logits = exit_head(l, x);
+      const auto confidence = torch::softmax(head_logits.detach().to(torch::kFloat), -1).amax(-1);  // (B, T)
+      const auto exits = active.logical_and(confidence.ge(tau));
+      logits = logits.defined() ? torch::where(exits.unsqueeze(-1), head_logits, logits) : head_logits;
+      exit_layer = torch::where(exits, torch::full_like(exit_layer, static_cast<std::int64_t>(l)), exit_layer);
+      if (trace) layer_trace.stats["exit_share"] = exits.sum().item<double>() / all_tokens;
+      active = active.logical_and(exits.logical_not());
+    }
+    if (trace) {
+      if (head_logits.defined()) {
+        // Intermediate heads are real cost (training, or deciding exits); the last head is any model's.
+        const double head_flops = last ? 0.0 : linear_flops(active_count, d, V);
+        layer_trace.flops += head_flops;
+        layer_trace.stats["exit_head_flops"] = head_flops;
+        const auto confidence = torch::softmax(head_logits.detach().to(torch::kFloat), -1).amax(-1);  // (B, T)
+        const auto ran = layer_trace.decision.defined() ? layer_trace.decision : torch::ones_like(active);
+        layer_trace.stats["head_confidence"] =
+            confidence.masked_select(ran).mean().item<double>();  // over the tokens the head was run for
+      }
+      out.trace.push_back(std::move(layer_trace));
+    }
+  }
+  out.logits = logits;
+  out.aux_loss = torch::zeros({}, out.logits.options().dtype(torch::kFloat));
+  if (trace) {
+    const auto tlops = tlops_from_active(active_shares);
+    out.stats["alpha"] = tlops.alpha;  // mean active share of the blocks after the stem
+    out.stats["tlops_saved"] = tlops.saved;
+    out.token_data["exit_layer"] = exit_layer;
+  }
+  return out;
+}
+
+std::string EarlyExitTransformer::describe() const {
+  std::ostringstream out;
+  out << LanguageModel::describe() << ", exit threshold ";
+  if (exit_options_.exit_threshold() >= 1.0)
+    out << "off";
+  else
+    out << exit_options_.exit_threshold();
+  if (exit_options_.shared_exit_norm()) out << ", shared exit norm";
+  return out.str();
+}
+
+namespace {
+
+OptionSchema early_exit_option_schema() {
+  using T = OptionType;
+  auto schema = transformer_option_schema();
+  schema.push_back({"exit_threshold", T::Float, 1.0,
+                    "eval-only confidence threshold tau (no parameters): a token exits after the first block whose "
+                    "head's max softmax probability is >= tau; 1 disables exiting (the full model)",
+                    0.0, 1.0, {}});
+  schema.push_back({"shared_exit_norm", T::Bool, false,
+                    "every exit head reuses the final norm (default: each earlier exit has its own norm; the "
+                    "projection is always the tied embedding)",
+                    std::nullopt, std::nullopt, {}});
+  return schema;
+}
+
+void check_early_exit_options(const nlohmann::json& m, const std::string& path) {
+  check_transformer_options(m, path);
+  const auto n_layer = m.at("n_layer").get<std::int64_t>();
+  if (n_layer < 2)
+    throw ConfigError(path + ".n_layer: early exit needs at least 2 layers (an exit before the last block), got " +
+                      std::to_string(n_layer));
+}
+
+}  // namespace
+
 ArchitectureEntry early_exit_architecture() {
-  ArchitectureEntry e;
-  e.id = "early-exit";
-  e.display_name = "Early exit";
-  e.check = [](const nlohmann::json&, const std::string&) {};
-  e.create = [](const nlohmann::json&, const ModelContext&) -> std::shared_ptr<LanguageModel> {
-    throw ConfigError("early-exit is not built yet");
+  return {
+      "early-exit",
+      "Early exit",
+      "Elbayad et al. 2020 (baseline of seed 003 §3.5)",
+      "A dense trunk with a tied output head after every block, trained on the mean cross-entropy of all heads; "
+      "at inference a token exits after the first block whose head's max softmax probability reaches "
+      "exit_threshold, and deeper blocks read its frozen state as keys and values.",
+      early_exit_option_schema(),
+      check_early_exit_options,
+      [](const nlohmann::json& m, const ModelContext& ctx) -> std::shared_ptr<LanguageModel> {
+        return std::make_shared<EarlyExitTransformer>(transformer_options_from_json(m, ctx.vocab_size, ctx.context),
+                                                      early_exit_options_from_json(m));
+      },
   };
-  return e;
 }
 
 }  // namespace routelab

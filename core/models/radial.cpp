@@ -1,19 +1,488 @@
-// PLACEHOLDER (being written): Radial Networks.
+// Radial Networks: the router, the step-synchronous parallel forward over the unified KV store, straight-through
+// Gumbel routing in training, the expected-depth regulariser, the routing trace, and the registry entry.
 #include "core/models/radial.h"
 
+#include <ATen/Parallel.h>
+#include <c10/core/impl/LocalDispatchKeySet.h>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <sstream>
+
+#include "core/models/blocks/attention.h"
+#include "core/models/blocks/residual_probe.h"
 #include "core/util/errors.h"
 
 namespace routelab {
 
+RadialOptions radial_options_from_json(const nlohmann::json& m) {
+  RadialOptions o;
+  o.max_depth(m.at("max_depth").get<std::int64_t>())
+      .min_depth(m.at("min_depth").get<std::int64_t>())
+      .router_hidden(m.at("router_hidden").get<std::int64_t>())
+      .temperature(m.at("temperature").get<double>())
+      .gumbel_noise(m.at("gumbel_noise").get<bool>())
+      .depth_coeff(m.at("depth_coeff").get<double>())
+      .exit_bias(m.at("exit_bias").get<double>());
+  return o;
+}
+
+void UnifiedKVStore::append(const torch::Tensor& k, const torch::Tensor& v, const torch::Tensor& entry_position,
+                            std::int64_t entry_step, const torch::Tensor& entry_valid) {
+  const auto steps = torch::full_like(entry_position, entry_step);  // (B, n)
+  if (!keys.defined()) {
+    keys = k, values = v, position = entry_position, step = steps, valid = entry_valid;
+    return;
+  }
+  keys = torch::cat({keys, k}, 2);
+  values = torch::cat({values, v}, 2);
+  position = torch::cat({position, entry_position}, 1);
+  step = torch::cat({step, steps}, 1);
+  valid = torch::cat({valid, entry_valid}, 1);
+}
+
+torch::Tensor UnifiedKVStore::visible(const torch::Tensor& q_position, const torch::Tensor& q_step) const {
+  // (B, 1, N) against (B, Tq, 1): a later token's entries (position > t) and later steps' entries stay hidden.
+  return valid.unsqueeze(1)
+      .logical_and(position.unsqueeze(1).le(q_position.unsqueeze(2)))
+      .logical_and(step.unsqueeze(1).le(q_step.unsqueeze(2)));  // (B, Tq, N)
+}
+
+namespace {
+
+/// The (rows, cols) matrix of head h of batch b in a 4-D tensor indexed (b, h, row, col) with any strides.
+torch::Tensor head_matrix(const torch::Tensor& t, std::int64_t b, std::int64_t h) {
+  return t.as_strided({t.size(2), t.size(3)}, {t.stride(2), t.stride(3)},
+                      t.storage_offset() + b * t.stride(0) + h * t.stride(1));
+}
+
+/// softmax(scale q k^T + bias) v on CPU in fp32 for q (B, H, Tq, hd), k, v (B, Hkv, N, hd) and an additive bias
+/// (B, Tq, N) (0 visible, -inf hidden, at least one visible entry per row). Only the first rows[b] queries of
+/// sequence b are computed (the rest are padding and get zeros). Like the causal kernel in blocks/attention.cpp,
+/// it parallelises over (batch, head) with one GEMM per head on strided views and keeps one score buffer per
+/// thread, so the masked (Tq, N) problem costs no more full-size temporaries than the probabilities it saves.
+class CpuStoreAttention : public torch::autograd::Function<CpuStoreAttention> {
+ public:
+  static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& q, const torch::Tensor& k,
+                               const torch::Tensor& v, const torch::Tensor& bias, std::vector<std::int64_t> rows) {
+    const auto B = q.size(0), H = q.size(1), Tq = q.size(2), hd = q.size(3), N = k.size(2);
+    const auto n_rep = H / k.size(1);
+    const double scale = 1.0 / std::sqrt(static_cast<double>(hd));
+    auto probs = torch::empty({B, H, Tq, N}, q.options());
+    auto out = torch::zeros({B, Tq, H, hd}, q.options()).transpose(1, 2);  // (B, H, Tq, hd) over (B, Tq, H, hd)
+    at::parallel_for(0, B * H, 1, [&](std::int64_t begin, std::int64_t end) {
+      auto scores_buf = torch::empty({Tq * N}, q.options());
+      for (std::int64_t i = begin; i < end; ++i) {
+        const auto b = i / H, h = i % H, n = rows[static_cast<std::size_t>(b)];
+        if (n == 0) continue;
+        const auto qi = head_matrix(q, b, h).narrow(0, 0, n);
+        const auto ki = head_matrix(k, b, h / n_rep), vi = head_matrix(v, b, h / n_rep);
+        auto scores = scores_buf.narrow(0, 0, n * N).view({n, N});
+        at::addmm_out(scores, bias[b].narrow(0, 0, n), qi, ki.t(), /*beta=*/1.0, /*alpha=*/scale);
+        auto pi = head_matrix(probs, b, h).narrow(0, 0, n);
+        at::_softmax_out(pi, scores, -1, false);
+        auto oi = head_matrix(out, b, h).narrow(0, 0, n);
+        at::mm_out(oi, pi, vi);
+      }
+    });
+    ctx->save_for_backward({q, k, v, probs});
+    ctx->saved_data["rows"] = rows;
+    return out;
+  }
+
+  static torch::autograd::tensor_list backward(torch::autograd::AutogradContext* ctx,
+                                               torch::autograd::tensor_list grads) {
+    const auto saved = ctx->get_saved_variables();
+    const auto &q = saved[0], &k = saved[1], &v = saved[2], &probs = saved[3];
+    const auto rows = ctx->saved_data["rows"].toIntVector();
+    const auto& d_out = grads[0];  // (B, H, Tq, hd)
+    const auto B = q.size(0), H = q.size(1), Tq = q.size(2), hd = q.size(3), Hkv = k.size(1), N = k.size(2);
+    const auto n_rep = H / Hkv;
+    const double scale = 1.0 / std::sqrt(static_cast<double>(hd));
+    auto dq = torch::zeros({B, Tq, H, hd}, q.options()).transpose(1, 2);
+    // Per query head; the heads sharing a key/value head are summed afterwards (no two threads write one buffer).
+    auto dk = torch::zeros({B, H, N, hd}, q.options()), dv = torch::zeros({B, H, N, hd}, q.options());
+    at::parallel_for(0, B * H, 1, [&](std::int64_t begin, std::int64_t end) {
+      auto d_probs_buf = torch::empty({Tq * N}, q.options());
+      auto d_scores_buf = torch::empty({Tq * N}, q.options());
+      for (std::int64_t i = begin; i < end; ++i) {
+        const auto b = i / H, h = i % H, n = rows[static_cast<std::size_t>(b)];
+        if (n == 0) continue;
+        const auto qi = head_matrix(q, b, h).narrow(0, 0, n), gi = head_matrix(d_out, b, h).narrow(0, 0, n);
+        const auto ki = head_matrix(k, b, h / n_rep), vi = head_matrix(v, b, h / n_rep);
+        const auto pi = head_matrix(probs, b, h).narrow(0, 0, n);
+        auto d_probs = d_probs_buf.narrow(0, 0, n * N).view({n, N});
+        auto d_scores = d_scores_buf.narrow(0, 0, n * N).view({n, N});
+        auto dvi = head_matrix(dv, b, h), dki = head_matrix(dk, b, h), dqi = head_matrix(dq, b, h).narrow(0, 0, n);
+        at::mm_out(dvi, pi.t(), gi);      // dV = P^T dO
+        at::mm_out(d_probs, gi, vi.t());  // dP = dO V^T
+        at::_softmax_backward_data_out(d_scores, d_probs, pi, -1, pi.scalar_type());
+        at::addmm_out(dqi, dqi, d_scores, ki, /*beta=*/0.0, /*alpha=*/scale);      // dQ = scale dS K
+        at::addmm_out(dki, dki, d_scores.t(), qi, /*beta=*/0.0, /*alpha=*/scale);  // dK = scale dS^T Q
+      }
+    });
+    const auto group = [&](const torch::Tensor& g) { return g.view({B, Hkv, n_rep, N, hd}).sum(2); };
+    return {dq, group(dk), group(dv), torch::Tensor(), torch::Tensor()};
+  }
+};
+
+}  // namespace
+
+torch::Tensor unified_attention(const torch::Tensor& q, const UnifiedKVStore& store, const torch::Tensor& visible,
+                                double dropout, bool training, const std::vector<std::int64_t>& rows) {
+  const auto B = q.size(0), H = q.size(1), Tq = q.size(2), hd = q.size(3);
+  // A query that sees nothing (a padding row) would make a NaN softmax: it attends to every entry instead and its
+  // output is zeroed, so it passes neither values nor gradients.
+  const auto any = visible.any(-1, /*keepdim=*/true);                              // (B, Tq, 1)
+  const auto hidden = visible.logical_or(any.logical_not()).logical_not();         // (B, Tq, N)
+  const bool dropping = training && dropout > 0;
+  torch::Tensor out;
+  if (q.device().is_cpu() && !dropping && q.scalar_type() == torch::kFloat &&
+      store.keys.scalar_type() == torch::kFloat && store.values.scalar_type() == torch::kFloat &&
+      q.stride(3) == 1 && store.keys.stride(3) == 1 && store.values.stride(3) == 1) {
+    const auto bias = torch::zeros(hidden.sizes(), q.options())
+                          .masked_fill_(hidden, -std::numeric_limits<float>::infinity());  // (B, Tq, N)
+    out = CpuStoreAttention::apply(q, store.keys, store.values, bias,
+                                   rows.empty() ? std::vector<std::int64_t>(static_cast<std::size_t>(B), Tq) : rows);
+  } else {
+    const auto k = repeat_kv(store.keys, H / store.keys.size(1));  // (B, H, N, hd)
+    const auto v = repeat_kv(store.values, H / store.values.size(1));
+    const auto scaled_q = q * (1.0 / std::sqrt(static_cast<double>(hd)));
+    auto scores = torch::matmul(scaled_q, k.transpose(-2, -1)).to(torch::kFloat);  // (B, H, Tq, N)
+    scores = scores.masked_fill(hidden.unsqueeze(1), -std::numeric_limits<float>::infinity());
+    auto probs = torch::softmax(scores, -1);
+    if (dropping) probs = torch::dropout(probs, dropout, true);
+    out = torch::matmul(probs.to(v.scalar_type()), v);  // (B, H, Tq, hd)
+  }
+  return out * any.unsqueeze(1).to(out.scalar_type());
+}
+
+RadialRouterImpl::RadialRouterImpl(const TransformerOptions& o, std::int64_t hidden) {
+  norm = register_module("norm", Norm(NormOptions(o.n_embd())
+                                          .kind(o.style() == ModelStyle::GPT2 ? NormKind::Layer : NormKind::RMS)
+                                          .eps(o.norm_eps())
+                                          .bias(o.bias())));
+  fc1 = register_module("fc1", torch::nn::Linear(torch::nn::LinearOptions(o.n_embd(), hidden).bias(true)));
+  fc2 = register_module("fc2", torch::nn::Linear(torch::nn::LinearOptions(hidden, o.n_layer() + 1).bias(true)));
+}
+
+torch::Tensor RadialRouterImpl::forward(const torch::Tensor& x) {
+  // fp32 even under bf16 autocast: a near-tie between two layers must not be decided by bf16 rounding.
+  c10::impl::ExcludeDispatchKeyGuard no_autocast(c10::autocast_dispatch_keyset);
+  const auto hidden = torch::silu(linear(norm(x.to(torch::kFloat)), fc1));  // (..., hidden)
+  return linear(hidden, fc2);                                               // (..., L + 1)
+}
+
+RadialNetwork::RadialNetwork(TransformerOptions transformer, RadialOptions options)
+    : TransformerTrunk(std::move(transformer)), radial_(std::move(options)) {
+  if (radial_.max_depth() < 0)
+    throw ConfigError("model.max_depth: " + std::to_string(radial_.max_depth()) + " must be at least 0");
+  steps_ = radial_.steps(options_.n_layer());
+  if (radial_.min_depth() < 0 || radial_.min_depth() > steps_)
+    throw ConfigError("model.min_depth: " + std::to_string(radial_.min_depth()) + " is outside [0, max depth " +
+                      std::to_string(steps_) + "]");
+  if (!(radial_.temperature() > 0))
+    throw ConfigError("model.temperature: " + std::to_string(radial_.temperature()) + " must be above 0");
+  if (radial_.depth_coeff() < 0)
+    throw ConfigError("model.depth_coeff: " + std::to_string(radial_.depth_coeff()) + " must be at least 0");
+  if (radial_.router_hidden() < 0)
+    throw ConfigError("model.router_hidden: " + std::to_string(radial_.router_hidden()) + " must be at least 0");
+  auto list = register_module("layers", torch::nn::ModuleList());
+  for (std::int64_t l = 0; l < options_.n_layer(); ++l) {
+    layers.push_back(DenseBlock(options_, l));
+    list->push_back(layers.back());
+  }
+  const auto hidden = radial_.router_hidden() > 0 ? radial_.router_hidden() : std::max<std::int64_t>(1, options_.n_embd() / 2);
+  router = register_module("router", RadialRouter(options_, hidden));
+  // Layers take the trunk's init (GPT-3 residual scaling by the L distinct layers); the router gets N(0, 0.02)
+  // matrices and zero biases, so it starts close to uniform over the L + 1 choices, apart from the exit bias.
+  init_weights();
+  torch::NoGradGuard no_grad;
+  router->fc2->bias[options_.n_layer()].fill_(radial_.exit_bias());
+}
+
+torch::Tensor RadialNetwork::embed_tokens(const torch::Tensor& tokens) {
+  torch::Tensor positions;
+  return embed(tokens, positions);
+}
+
+ModelOutput RadialNetwork::forward(const torch::Tensor& tokens, bool trace) { return run(tokens, trace, nullptr); }
+
+namespace {
+
+/// Reports one sub-block of the tokens that ran `layer` at `step` to the residual probe: rows x, update (n, C)
+/// belong to the flat (B*T) token indices `tokens`.
+void probe_rows(int layer, const char* block, int step, const torch::Tensor& x, const torch::Tensor& update,
+                const torch::Tensor& tokens, std::int64_t B, std::int64_t T) {
+  const auto C = x.size(1);
+  const auto x_full = torch::zeros({B * T, C}, x.options()).index_copy(0, tokens, x.detach()).view({B, T, C});
+  const auto u_full =
+      torch::zeros({B * T, C}, update.options()).index_copy(0, tokens, update.detach()).view({B, T, C});
+  const auto ran = torch::zeros({B * T}, tokens.options().dtype(torch::kBool)).index_fill(0, tokens, true).view({B, T});
+  record_residual(layer, block, x_full, u_full, ran, step);
+}
+
+}  // namespace
+
+ModelOutput RadialNetwork::run(const torch::Tensor& tokens, bool trace, RadialRecord* record) {
+  torch::Tensor positions;
+  // The first routing step reads the token embedding (the paper's t_0: every token enters at the router).
+  auto h = embed(tokens, positions);  // (B, T, C)
+  const auto B = tokens.size(0), T = tokens.size(1);
+  const auto C = options_.n_embd(), L = options_.n_layer(), S = steps_;
+  const auto H = options_.n_head(), hd = C / H;
+  const auto Hkv = (options_.n_kv_head() > 0 ? options_.n_kv_head() : H);
+  const auto long_options = torch::TensorOptions().dtype(torch::kLong).device(tokens.device());
+  const auto float_options = torch::TensorOptions().dtype(torch::kFloat).device(tokens.device());
+  const bool straight_through = is_training();
+  const auto exit_column = torch::full({1}, L, long_options);
+
+  torch::Tensor forced;  // (B, T, S) int64 in [0, L]
+  if (forced_path_.defined()) {
+    forced = forced_path_.to(long_options);
+    if (forced.dim() == 1 && forced.size(0) == S) forced = forced.view({1, 1, S}).expand({B, T, S});
+    if (forced.sizes() != torch::IntArrayRef({B, T, S}))
+      throw std::invalid_argument("radial forced path: expected (S) or (B, T, S) with S = " + std::to_string(S));
+    forced = forced.masked_fill(forced.lt(0), L);
+  }
+
+  auto alive = torch::ones({B, T}, long_options.dtype(torch::kBool));  // still routing (no exit yet)
+  auto path = torch::full({B, T, S}, -1, long_options);                 // layer run at each step, -1 after the exit
+  auto survive = torch::ones({B, T}, float_options);                    // prod_{j <= s} (1 - q_j)
+  auto expected_depth = torch::zeros({B, T}, float_options);
+  torch::Tensor gate_sum, evaluations, pairs;  // trace only
+  if (trace) {
+    gate_sum = torch::zeros({B, T, L}, float_options);
+    evaluations = torch::zeros({B, T}, float_options);
+    pairs = torch::zeros({L + 1}, float_options.dtype(torch::kDouble));  // (query, entry) pairs attended, per layer
+  }
+  UnifiedKVStore store;
+  const auto flat_offset = torch::arange(B, long_options).unsqueeze(1) * T;  // (B, 1): row b starts at b T
+
+  for (std::int64_t s = 0; s < S; ++s) {
+    auto z = router(h);  // (B, T, L + 1) float
+    if (s < radial_.min_depth()) z = z.index_fill(-1, exit_column, -std::numeric_limits<float>::infinity());
+    const auto p = torch::softmax(z, -1);  // the router's probabilities (what the Gumbel-max sample draws from)
+    torch::Tensor noise;
+    if (straight_through && radial_.gumbel_noise() && !forced.defined())
+      noise = -torch::empty_like(z).exponential_().log();  // Gumbel(0, 1), drawn for every token at every step
+    torch::Tensor choice;  // (B, T) int64
+    if (forced.defined()) {
+      choice = forced.select(2, s);
+    } else {
+      choice = (noise.defined() ? z.detach() + noise : z.detach()).argmax(-1);
+    }
+    choice = choice.masked_fill(alive.logical_not(), L);  // an exited token stays out
+    const auto running = choice.lt(L);                    // (B, T): runs a layer at this step
+
+    // Expected depth along the path taken: E = sum_s [alive at s] prod_{j <= s} (1 - q_j) with q_j the exit
+    // probability at step j; it equals the realised depth when the router is one-hot.
+    const auto alive_f = alive.to(torch::kFloat);
+    survive = torch::where(alive, survive * (1.0 - p.select(-1, L)), survive);
+    expected_depth = expected_depth + alive_f * survive;
+    if (trace) {
+      gate_sum = gate_sum + alive_f.unsqueeze(-1) * p.narrow(-1, 0, L).detach();
+      evaluations = evaluations + alive_f;
+    }
+    // Straight-through Gumbel-softmax: the forward uses the hard choice (weight exactly 1), the backward the
+    // gradient of the chosen option's softmax((z + g) / tau). Only the chosen layer is computed, so the other
+    // options receive gradient only through the softmax normalisation; the exit's update is zero.
+    torch::Tensor weight;  // (B, T)
+    if (straight_through) {
+      const auto soft = torch::softmax((noise.defined() ? z + noise : z) / radial_.temperature(), -1);
+      const auto chosen = soft.gather(-1, choice.unsqueeze(-1)).squeeze(-1);
+      weight = 1.0 + (chosen - chosen.detach());
+    }
+    path.select(2, s).copy_(choice.masked_fill(running.logical_not(), -1));
+    alive = running;
+
+    const auto rows = compact(running);  // the tokens that run at this step, (B, K) in causal order; one host sync
+    if (rows.total == 0) break;
+    const auto K = rows.max_len, N = B * K;
+    const auto x_rows = gather_rows(h, rows).reshape({N, C});          // (N, C)
+    const auto pos_rows = compacted_positions(positions, rows);        // (B, K)
+    const auto pos_flat = pos_rows.reshape({N});
+    const auto choice_flat = choice.gather(1, rows.index).masked_fill(rows.valid.logical_not(), L).reshape({N});
+    // Rows sorted by layer: layer l owns order[offset_l, offset_l + count_l). One host sync for the counts.
+    const auto order = std::get<1>(choice_flat.sort(/*stable=*/true, 0, false));  // (N)
+    const auto counts_cpu = torch::bincount(choice_flat, {}, L + 1).to(torch::kCPU).contiguous();
+    const auto* counts = counts_cpu.data_ptr<std::int64_t>();
+    std::vector<torch::Tensor> index(static_cast<std::size_t>(L)), x_in(static_cast<std::size_t>(L));
+    std::vector<torch::Tensor> q_parts, k_parts, v_parts;
+    std::int64_t offset = 0;
+    for (std::int64_t l = 0; l < L; ++l) {
+      const auto n = counts[l];
+      if (n == 0) continue;
+      const auto lu = static_cast<std::size_t>(l);
+      index[lu] = order.narrow(0, offset, n);
+      offset += n;
+      x_in[lu] = x_rows.index_select(0, index[lu]);  // (n, C)
+      auto& layer = layers[lu];
+      // Positions by token: relative distances are right whatever step an entry was written at.
+      const auto qkv = layer->attn->project(layer->norm1(x_in[lu]).unsqueeze(0),
+                                            pos_flat.index_select(0, index[lu]).unsqueeze(0));
+      q_parts.push_back(qkv.q.squeeze(0).transpose(0, 1).reshape({n, H * hd}));   // (n, H hd)
+      k_parts.push_back(qkv.k.squeeze(0).transpose(0, 1).reshape({n, Hkv * hd}));
+      v_parts.push_back(qkv.v.squeeze(0).transpose(0, 1).reshape({n, Hkv * hd}));
+    }
+    const auto run_index = order.narrow(0, 0, rows.total);  // the rows of the parts, in their order
+    const auto place = [&](const std::vector<torch::Tensor>& parts, std::int64_t heads) {
+      const auto cat = torch::cat(parts, 0);
+      return torch::zeros({N, heads * hd}, cat.options()).index_copy(0, run_index, cat).view({B, K, heads, hd}).transpose(1, 2);
+    };
+    const auto q = place(q_parts, H);  // (B, H, K, hd)
+    store.append(place(k_parts, Hkv), place(v_parts, Hkv), pos_rows, s, rows.valid);
+    const auto visible = store.visible(pos_rows, torch::full({B, K}, s, long_options))
+                             .logical_and(rows.valid.unsqueeze(2));  // (B, K, N_store)
+    const auto heads =
+        unified_attention(q, store, visible, options_.dropout(), is_training(), rows.lengths);  // (B, H, K, hd)
+    const auto heads_rows = heads.transpose(1, 2).reshape({N, C});
+    if (trace) pairs.index_add_(0, choice_flat, visible.sum(-1).reshape({N}).to(torch::kDouble));
+
+    const auto weight_rows = straight_through ? weight.gather(1, rows.index).reshape({N}) : torch::Tensor();
+    const bool probing = residual_probe_active();
+    const auto token_flat = probing ? (flat_offset + rows.index).reshape({N}) : torch::Tensor();
+    std::vector<torch::Tensor> out_parts;
+    for (std::int64_t l = 0; l < L; ++l) {
+      const auto lu = static_cast<std::size_t>(l);
+      if (!index[lu].defined()) continue;
+      auto& layer = layers[lu];
+      const auto& x = x_in[lu];
+      auto a = linear(heads_rows.index_select(0, index[lu]), layer->attn->proj);  // (n, C)
+      const auto w = straight_through ? weight_rows.index_select(0, index[lu]).unsqueeze(-1) : torch::Tensor();
+      if (w.defined()) a = a * w;
+      const auto x1 = x + a;
+      auto m = layer->mlp(layer->norm2(x1));
+      if (w.defined()) m = m * w;
+      out_parts.push_back(x1 + m);
+      if (probing) {
+        const auto token_index = token_flat.index_select(0, index[lu]);
+        probe_rows(static_cast<int>(l), "attn", static_cast<int>(s), x, a, token_index, B, T);
+        probe_rows(static_cast<int>(l), "mlp", static_cast<int>(s), x1, m, token_index, B, T);
+      }
+    }
+    const auto new_rows = x_rows.index_copy(0, run_index, torch::cat(out_parts, 0).to(x_rows.scalar_type()));
+    h = scatter_rows(h, rows, new_rows.view({B, K, C}));  // (B, T, C)
+    if (record) record->steps.push_back({choice, rows.index, rows.valid, q, heads, store.size(), h});
+  }
+  if (record) record->store = store;
+
+  ModelOutput out;
+  out.logits = head(h);
+  out.aux_loss = radial_.depth_coeff() * expected_depth.mean();
+  if (!trace) return out;
+
+  // Everything below reads small tensors once on the host.
+  const auto path_cpu = path.to(torch::kCPU);                                       // (B, T, S)
+  const auto depth = path_cpu.ge(0).sum(-1);                                         // (B, T) int64
+  const auto executions = torch::one_hot(path_cpu + 1, L + 1).narrow(-1, 1, L).sum(2);  // (B, T, L) runs per layer
+  const auto gate = (gate_sum / evaluations.unsqueeze(-1)).to(torch::kCPU);         // (B, T, L)
+  const auto pairs_cpu = pairs.to(torch::kCPU).contiguous();
+  const double tokens_total = static_cast<double>(B * T);
+  const auto shape = layer_shape(options_);
+  // The router runs once per token per step until the exit (the parallel forward evaluates it on every row for
+  // simplicity; only the real evaluations are priced). It is shared, so its FLOPs are split evenly over the L
+  // layer traces.
+  const double router_evaluations = evaluations.sum().item<double>();
+  const double router_flops = linear_flops(router_evaluations, C, router->fc1->options.out_features()) +
+                              linear_flops(router_evaluations, router->fc1->options.out_features(), L + 1);
+  for (std::int64_t l = 0; l < L; ++l) {
+    LayerTrace t;
+    t.layer = static_cast<int>(l);
+    t.kind = "radial";
+    t.routed = true;
+    const auto runs = executions.select(-1, l);  // (B, T)
+    const auto n = runs.sum().item<std::int64_t>();
+    t.decision = runs.gt(0);
+    t.gate = gate.select(-1, l).contiguous();
+    t.routed_fraction = static_cast<double>(n) / tokens_total;
+    t.tokens_processed = {{"attn", n}, {"mlp", n}};
+    const double nd = static_cast<double>(n);
+    t.flops = qkv_flops(nd, shape) + attention_core_flops(pairs_cpu[l].item<double>(), shape) +
+              out_proj_flops(nd, shape) + mlp_flops(nd, shape) + router_flops / static_cast<double>(L);
+    t.dense_flops = dense_layer_flops(static_cast<double>(B), static_cast<double>(T), shape);
+    t.stats["repeat_fraction"] = runs.ge(2).to(torch::kDouble).mean().item<double>();
+    out.trace.push_back(std::move(t));
+  }
+  const auto share = [&](const torch::Tensor& mask) { return mask.to(torch::kDouble).mean().item<double>(); };
+  out.stats["mean_depth"] = depth.to(torch::kDouble).mean().item<double>();
+  out.stats["expected_depth"] = expected_depth.detach().mean().item<double>();
+  out.stats["max_depth_share"] = share(depth.eq(S));
+  out.stats["exit_at_0"] = share(depth.eq(0));
+  out.stats["reuse_share"] = share(std::get<0>(executions.max(-1)).ge(2));
+  out.stats["distinct_layers"] = executions.gt(0).sum(-1).to(torch::kDouble).mean().item<double>();
+  out.token_data["depth"] = depth;
+  out.token_data["path"] = path_cpu;
+  return out;
+}
+
+std::string RadialNetwork::describe() const {
+  std::ostringstream out;
+  out << LanguageModel::describe() << ", " << options_.n_layer() << " routed layers, max depth " << steps_
+      << ", min depth " << radial_.min_depth();
+  return out.str();
+}
+
+namespace {
+
+OptionSchema radial_option_schema() {
+  using T = OptionType;
+  auto schema = transformer_option_schema();
+  schema.push_back({"max_depth", T::Int, 0,
+                    "routing steps S: a token runs at most S layers, then the exit is forced (0: n_layer; above "
+                    "n_layer a token must reuse layers to use every step)",
+                    0, 1024, {}});
+  schema.push_back({"min_depth", T::Int, 0,
+                    "steps during which the exit is not offered, so every token runs at least this many layers "
+                    "(at most the maximum depth)",
+                    0, 1024, {}});
+  schema.push_back({"router_hidden", T::Int, 0, "hidden width of the router MLP (0: n_embd / 2)", 0, 1 << 20, {}});
+  schema.push_back({"temperature", T::Float, 1.0,
+                    "Gumbel-softmax temperature of the straight-through gradient in training (the forward takes "
+                    "the hard argmax)",
+                    1e-3, 100.0, {}});
+  schema.push_back({"gumbel_noise", T::Bool, true,
+                    "sample the route with Gumbel noise in training (false: the noise-free argmax, as at inference)",
+                    std::nullopt, std::nullopt, {}});
+  schema.push_back({"depth_coeff", T::Float, 0.01,
+                    "weight of the mean expected depth (layers per token, from the router's exit probabilities "
+                    "along the path taken) in the loss",
+                    0.0, 100.0, {}});
+  schema.push_back({"exit_bias", T::Float, 0.0, "initial bias of the router's exit logit (layer logits start at 0)",
+                    -100.0, 100.0, {}});
+  return schema;
+}
+
+void check_radial_options(const nlohmann::json& m, const std::string& path) {
+  check_transformer_options(m, path);
+  const auto n_layer = m.at("n_layer").get<std::int64_t>();
+  const auto max_depth = m.at("max_depth").get<std::int64_t>();
+  const auto steps = max_depth > 0 ? max_depth : n_layer;
+  const auto min_depth = m.at("min_depth").get<std::int64_t>();
+  if (min_depth > steps)
+    throw ConfigError(path + ".min_depth: " + std::to_string(min_depth) + " exceeds the maximum depth " +
+                      std::to_string(steps) + " (model.max_depth, 0 = n_layer)");
+}
+
+}  // namespace
+
 ArchitectureEntry radial_architecture() {
-  ArchitectureEntry e;
-  e.id = "radial";
-  e.display_name = "Radial Networks";
-  e.check = [](const nlohmann::json&, const std::string&) {};
-  e.create = [](const nlohmann::json&, const ModelContext&) -> std::shared_ptr<LanguageModel> {
-    throw ConfigError("radial is not built yet");
+  return {
+      "radial",
+      "Radial Networks",
+      "seed 004 (Dotzel et al. 2024) §5",
+      "L distinct pre-norm layers and a router that picks, token by token and step by step, the next layer to run "
+      "(layers may be reused) or the exit, up to a maximum depth; every executed (token, step) writes its keys and "
+      "values to one unified store that later steps and later tokens attend to. Straight-through Gumbel-softmax "
+      "routing in training, argmax at inference, an expected-depth regulariser.",
+      radial_option_schema(),
+      check_radial_options,
+      [](const nlohmann::json& m, const ModelContext& ctx) -> std::shared_ptr<LanguageModel> {
+        return std::make_shared<RadialNetwork>(transformer_options_from_json(m, ctx.vocab_size, ctx.context),
+                                               radial_options_from_json(m));
+      },
   };
-  return e;
 }
 
 }  // namespace routelab

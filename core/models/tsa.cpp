@@ -1,19 +1,256 @@
-// PLACEHOLDER (being written): Token-Selective Attention.
+// Token-Selective Attention: routers, the soft and sparse gated block updates, TLOps (α, Δ), the depth
+// regulariser, traces and the registry entry.
 #include "core/models/tsa.h"
 
+#include <algorithm>
+#include <sstream>
+
+#include "core/models/blocks/attention.h"
+#include "core/models/blocks/residual_probe.h"
 #include "core/util/errors.h"
 
 namespace routelab {
+namespace {
+
+/// FLOPs of one router over `tokens` rows: d -> hidden -> 1.
+double router_flops(double tokens, std::int64_t d) {
+  const auto hidden = static_cast<double>(tsa_router_hidden(d));
+  return linear_flops(tokens, static_cast<double>(d), hidden) + linear_flops(tokens, hidden, 1.0);
+}
+
+}  // namespace
+
+TsaOptions tsa_options_from_json(const nlohmann::json& m) {
+  TsaOptions o;
+  o.depth_coeff(m.at("depth_coeff").get<double>())
+      .inference(m.at("inference") == "sparse" ? TsaInference::Sparse : TsaInference::Soft);
+  return o;
+}
+
+std::int64_t tsa_router_hidden(std::int64_t n_embd) { return std::max<std::int64_t>(n_embd / 4, 16); }
+
+Tlops tlops_from_active(const std::vector<double>& active) {
+  Tlops t;
+  if (active.empty()) return t;
+  double sum = 0;
+  for (const double a : active) sum += a;
+  const double routed = static_cast<double>(active.size());  // L - 1
+  t.alpha = sum / routed;
+  t.saved = 1.0 - (1.0 + routed * t.alpha) / (routed + 1.0);
+  return t;
+}
+
+TsaRouterImpl::TsaRouterImpl(std::int64_t n_embd) {
+  const auto hidden = tsa_router_hidden(n_embd);
+  fc1 = register_module("fc1", torch::nn::Linear(torch::nn::LinearOptions(n_embd, hidden).bias(true)));
+  fc2 = register_module("fc2", torch::nn::Linear(torch::nn::LinearOptions(hidden, 1).bias(true)));
+}
+
+torch::Tensor TsaRouterImpl::logits(const torch::Tensor& h) {
+  return linear(torch::relu(linear(h, fc1)), fc2).squeeze(-1).to(torch::kFloat);  // (B, T)
+}
+
+TokenSelectiveAttention::TokenSelectiveAttention(TransformerOptions transformer, TsaOptions options)
+    : TransformerTrunk(std::move(transformer)), tsa_options_(std::move(options)) {
+  if (options_.n_layer() < 2)
+    throw ConfigError("model.n_layer: TSA needs at least 2 layers (the stem and one routed block), got " +
+                      std::to_string(options_.n_layer()));
+  auto block_list = register_module("blocks", torch::nn::ModuleList());
+  for (std::int64_t i = 0; i < options_.n_layer(); ++i) {
+    blocks.push_back(DenseBlock(options_, i));
+    block_list->push_back(blocks.back());
+  }
+  auto router_list = register_module("routers", torch::nn::ModuleList());
+  for (std::int64_t l = 0; l + 1 < options_.n_layer(); ++l) {
+    routers.push_back(TsaRouter(options_.n_embd()));
+    router_list->push_back(routers.back());
+  }
+  // App. A: GPT-3 init of the trunk. The paper names only the routers' final bias; their weight matrices get
+  // the trunk's N(0, 0.02) (not residual projections, so no 1/sqrt(2L) scale) and fc1's bias zero.
+  init_weights();
+  torch::NoGradGuard no_grad;
+  for (auto& r : routers) r->fc2->bias.fill_(kRouterBiasInit);
+}
+
+torch::Tensor TokenSelectiveAttention::gated_block(std::size_t index, const torch::Tensor& x,
+                                                   const torch::Tensor& positions, const torch::Tensor& p,
+                                                   bool sparse, LayerTrace* trace) {
+  auto& block = blocks[index];
+  const auto B = x.size(0), T = x.size(1), C = x.size(2);
+  const auto active = p.le(kHaltThreshold);  // (B, T) bool: the token runs block `index` in sparse mode
+  // Soft (eqs. 3-4): w = 1 - p. Sparse (§3.6): w = 1[p <= 0.5] (1 - p), so halted tokens get no update and a
+  // binary gate (p in {0, 1}) gives exactly the soft update. The paper only says the attention update is
+  // "gated by the same binary mask"; keeping the (1 - p) factor on the kept tokens is what makes sparse mode
+  // the same function as the trained soft model wherever the router is decided.
+  auto w = 1.0 - p;  // (B, T) float
+  if (sparse) w = w * active.to(w.scalar_type());
+  const auto w3 = w.unsqueeze(-1);  // (B, T, 1)
+
+  // Attention is dense in both modes: every token's keys and values stay exact for the later queries.
+  const auto a = block->attn(block->norm1(x), positions);  // (B, T, C)
+  const auto attn_update = w3 * a;
+  const auto h = x + attn_update;  // (B, T, C)
+
+  torch::Tensor out;
+  std::int64_t ffn_tokens = B * T;
+  if (!sparse) {
+    const auto ffn_update = w3 * block->mlp(block->norm2(h));  // Δffn on the updated h (eq. 4)
+    if (residual_probe_active()) {
+      record_residual(block->layer_index, "attn", x, attn_update);
+      record_residual(block->layer_index, "mlp", h, ffn_update);
+    }
+    out = h + ffn_update;
+  } else {
+    // FFN only on the active rows: gather them flat (the FFN is per token), run, scatter-add the update.
+    const auto index = active.reshape({-1}).nonzero().squeeze(1);  // (N) flat positions, one host sync
+    ffn_tokens = index.size(0);
+    const auto h_flat = h.reshape({B * T, C});
+    torch::Tensor ffn_rows;  // (N, C)
+    if (ffn_tokens > 0) {
+      const auto rows = h_flat.index_select(0, index);  // (N, C)
+      ffn_rows = (w.reshape({-1}).index_select(0, index).unsqueeze(-1) * block->mlp(block->norm2(rows)))
+                     .to(h.scalar_type());
+      out = h_flat.index_add(0, index, ffn_rows).view({B, T, C});
+    } else {
+      out = h;
+    }
+    if (residual_probe_active()) {
+      // Halted tokens skipped both sub-blocks' updates: NaN ratios, as for any skipped sub-block.
+      record_residual(block->layer_index, "attn", x, attn_update, active);
+      auto ffn_update = torch::zeros_like(h_flat);
+      if (ffn_tokens > 0) ffn_update = ffn_update.index_copy(0, index, ffn_rows);
+      record_residual(block->layer_index, "mlp", h, ffn_update.view({B, T, C}), active);
+    }
+  }
+
+  if (trace) {
+    const auto shape = layer_shape(options_);
+    const double tokens = static_cast<double>(B * T);
+    const double active_share = active.sum().item<double>() / tokens;
+    trace->kind = "tsa";
+    trace->routed = true;
+    trace->gate = (1.0 - p).detach().to(torch::kFloat);
+    trace->decision = active;
+    trace->routed_fraction = sparse ? static_cast<double>(ffn_tokens) / tokens : trace->gate.mean().item<double>();
+    trace->tokens_processed = {{"attn", B * T}, {"mlp", ffn_tokens}, {"router", B * T}};
+    // Sparse: dense attention (projections, scores over the full square as dense_layer_flops counts them,
+    // output projection) for every token, the FFN on the active rows; both modes pay the router.
+    trace->flops = qkv_flops(tokens, shape) + attention_core_flops(tokens * static_cast<double>(T), shape) +
+                   out_proj_flops(tokens, shape) + mlp_flops(static_cast<double>(ffn_tokens), shape) +
+                   router_flops(tokens, shape.d);
+    trace->dense_flops = dense_layer_flops(static_cast<double>(B), static_cast<double>(T), shape);
+    trace->stats["active_share"] = active_share;  // 1[p <= 0.5] share, whatever the mode
+  }
+  return out;
+}
+
+ModelOutput TokenSelectiveAttention::run(const torch::Tensor& tokens, bool trace,
+                                         std::vector<torch::Tensor>* logits_out) {
+  torch::Tensor positions;
+  auto x = embed(tokens, positions);  // (B, T, C)
+  const auto B = tokens.size(0), T = tokens.size(1);
+  const bool sparse = !is_training() && tsa_options_.inference() == TsaInference::Sparse;
+  const auto routed = static_cast<double>(routers.size());  // L - 1
+  ModelOutput out;
+
+  x = blocks[0]->forward(x, positions);  // the stem always runs (§2.1)
+  if (trace) out.trace.push_back(dense_layer_trace(0, B, T, layer_shape(options_)));
+  std::vector<torch::Tensor> active_means;  // mean(1 - p_l), scalars
+  for (std::size_t l = 0; l < routers.size(); ++l) {
+    const auto z = routers[l]->logits(x);  // (B, T): p_l = r_l(h) on the stream after block l
+    if (logits_out) logits_out->push_back(z.detach());
+    const auto p = torch::sigmoid(z);
+    active_means.push_back((1.0 - p).mean());
+    LayerTrace layer_trace;
+    x = gated_block(l + 1, x, positions, p, sparse, trace ? &layer_trace : nullptr);
+    if (trace) {
+      layer_trace.layer = static_cast<int>(l + 1);
+      out.trace.push_back(std::move(layer_trace));
+    }
+  }
+  out.logits = head(x);
+  // Eq. 5: λ (1/(L-1)) Σ_l mean(1 - p_l) = λ α, the mean running over batch and positions.
+  const auto alpha = torch::stack(active_means).mean();
+  out.aux_loss = tsa_options_.depth_coeff() * alpha;
+
+  if (trace) {
+    const auto means = torch::stack(active_means).detach().to(torch::kDouble).cpu();  // (L-1)
+    std::vector<double> soft(means.data_ptr<double>(), means.data_ptr<double>() + means.numel());
+    std::vector<double> hard;
+    for (std::size_t l = 0; l < soft.size(); ++l) {
+      // The layer's share of eq. 5 before λ, so that λ Σ_layers aux = aux_loss.
+      out.trace[l + 1].aux_loss = soft[l] / routed;
+      hard.push_back(out.trace[l + 1].stats.at("active_share"));
+    }
+    const auto eq6 = tlops_from_active(soft);
+    const auto thresholded = tlops_from_active(hard);
+    out.stats["alpha"] = eq6.alpha;  // eq. 6 on the soft gates, in every mode
+    out.stats["tlops_saved"] = eq6.saved;
+    out.stats["alpha_hard"] = thresholded.alpha;  // the share of tokens with p <= 0.5 (what sparse mode runs)
+    out.stats["tlops_saved_hard"] = thresholded.saved;
+  }
+  return out;
+}
+
+ModelOutput TokenSelectiveAttention::forward(const torch::Tensor& tokens, bool trace) {
+  return run(tokens, trace, nullptr);
+}
+
+std::vector<torch::Tensor> TokenSelectiveAttention::router_logits(const torch::Tensor& tokens) {
+  std::vector<torch::Tensor> logits;
+  run(tokens, false, &logits);
+  return logits;
+}
+
+std::string TokenSelectiveAttention::describe() const {
+  std::ostringstream out;
+  out << LanguageModel::describe() << ", depth_coeff " << tsa_options_.depth_coeff() << ", inference "
+      << (tsa_options_.inference() == TsaInference::Sparse ? "sparse" : "soft");
+  return out.str();
+}
+
+namespace {
+
+OptionSchema tsa_option_schema() {
+  using T = OptionType;
+  auto schema = transformer_option_schema();
+  schema.push_back({"depth_coeff", T::Float, 0.001,
+                    "lambda of the depth regulariser lambda (1/(L-1)) sum_l mean(1 - p_l) (eq. 5; paper 0.001, "
+                    "swept 0 ... 0.5 in §3.4)",
+                    0.0, 100.0, {}});
+  schema.push_back({"inference", T::Choice, "soft",
+                    "eval-mode execution (no parameters; training is always soft): soft gates updates by (1 - p) as "
+                    "in training; sparse (§3.6) skips the FFN of tokens with p > 0.5 and gates the dense attention "
+                    "update by 1[p <= 0.5] (1 - p)",
+                    std::nullopt, std::nullopt, {"soft", "sparse"}});
+  return schema;
+}
+
+void check_tsa_options(const nlohmann::json& m, const std::string& path) {
+  check_transformer_options(m, path);
+  const auto n_layer = m.at("n_layer").get<std::int64_t>();
+  if (n_layer < 2)
+    throw ConfigError(path + ".n_layer: TSA needs at least 2 layers (the stem and one routed block), got " +
+                      std::to_string(n_layer));
+}
+
+}  // namespace
 
 ArchitectureEntry tsa_architecture() {
-  ArchitectureEntry e;
-  e.id = "tsa";
-  e.display_name = "Token-Selective Attention";
-  e.check = [](const nlohmann::json&, const std::string&) {};
-  e.create = [](const nlohmann::json&, const ModelContext&) -> std::shared_ptr<LanguageModel> {
-    throw ConfigError("tsa is not built yet");
+  return {
+      "tsa",
+      "Token-Selective Attention",
+      "seed 003 (Abdalla Mohammed, arXiv 2605.05222)",
+      "A stem block, then after every block a small router whose halting probability p scales both residual "
+      "updates of the next block by (1 - p); a depth regulariser lambda mean(1 - p). At inference the soft gate or "
+      "sparse execution (tokens with p > 0.5 skip the FFN).",
+      tsa_option_schema(),
+      check_tsa_options,
+      [](const nlohmann::json& m, const ModelContext& ctx) -> std::shared_ptr<LanguageModel> {
+        return std::make_shared<TokenSelectiveAttention>(
+            transformer_options_from_json(m, ctx.vocab_size, ctx.context), tsa_options_from_json(m));
+      },
   };
-  return e;
 }
 
 }  // namespace routelab

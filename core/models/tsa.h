@@ -1,8 +1,91 @@
-// PLACEHOLDER (being written): Token-Selective Attention.
+// Token-Selective Attention (seed 003, §2 and §3.6): a stem block, then a small router after every block whose
+// halting probability p softly gates both residual updates of the next block; at inference either the same soft
+// gate or sparse execution, where halted tokens (p > 0.5) skip the FFN through gather/scatter.
 #pragma once
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "core/models/dense_transformer.h"
 #include "core/models/registry.h"
 
 namespace routelab {
+
+/// How an eval-mode forward uses the halting probabilities (training is always soft).
+enum class TsaInference {
+  Soft,    ///< h += (1 - p) Δ for both sub-blocks, as in training (§2.3)
+  Sparse,  ///< §3.6: h += 1[p <= 0.5] (1 - p) Δ; the FFN runs only on the active rows, attention stays dense
+};
+
+/// Options of the routing on top of the shared TransformerOptions.
+struct TsaOptions {
+  /// 0.001: λ of the depth regulariser λ (1/(L-1)) Σ_l mean(1 - p_l) (eq. 5; the paper's language setting)
+  TORCH_ARG(double, depth_coeff) = 0.001;
+  /// Soft: eval-mode forwards gate softly as in training; Sparse gives §3.6's sparse execution
+  TORCH_ARG(TsaInference, inference) = TsaInference::Soft;
+};
+
+/// Reads the TSA options from a resolved model section.
+TsaOptions tsa_options_from_json(const nlohmann::json& model);
+
+/// Hidden width of a router: max(d/4, 16) (§2.2).
+std::int64_t tsa_router_hidden(std::int64_t n_embd);
+
+/// α = (1/(L-1)) Σ_l active_l over the L-1 routing decisions (eq. 6) and the TLOps saving
+/// Δ = 1 - (1 + (L-1) α) / L (eq. 7), the stem counted as always active. Also used by early exit.
+struct Tlops {
+  double alpha = 1.0;
+  double saved = 0.0;
+};
+/// `active`: the mean active share of each routed block (L-1 values for L layers).
+Tlops tlops_from_active(const std::vector<double>& active);
+
+/// r_l(h) = sigmoid(W2 ReLU(W1 h + b1) + b2) (eq. 2), read from the raw residual stream after block l.
+class TsaRouterImpl : public torch::nn::Module {
+ public:
+  explicit TsaRouterImpl(std::int64_t n_embd);
+  /// (B, T, C) -> (B, T) float logits (before the sigmoid).
+  torch::Tensor logits(const torch::Tensor& h);
+  /// (B, T, C) -> (B, T) float halting probability p.
+  torch::Tensor forward(const torch::Tensor& h) { return torch::sigmoid(logits(h)); }
+
+  torch::nn::Linear fc1{nullptr};  // C -> max(C/4, 16)
+  torch::nn::Linear fc2{nullptr};  // hidden -> 1, bias initialised to -1 (§2.2)
+};
+TORCH_MODULE(TsaRouter);
+
+class TokenSelectiveAttention : public TransformerTrunk {
+ public:
+  /// Final-bias init of every router: sigmoid(-1) ~ 0.27 halting at the start (§2.2, App. A).
+  static constexpr double kRouterBiasInit = -1.0;
+  /// Sparse inference: a token with p > 0.5 skips the block's FFN (§3.6).
+  static constexpr double kHaltThreshold = 0.5;
+
+  TokenSelectiveAttention(TransformerOptions transformer, TsaOptions options = {});
+  ModelOutput forward(const torch::Tensor& tokens, bool trace = false) override;
+  std::string arch_id() const override { return "tsa"; }
+  std::string describe() const override;
+
+  const TsaOptions& tsa_options() const { return tsa_options_; }
+  /// Eval-only switch (no parameters change), e.g. to re-evaluate a trained model in sparse mode.
+  void set_inference(TsaInference mode) { tsa_options_.inference(mode); }
+  /// The router logits (B, T) of every routing decision l = 0..L-2 in the mode the model is in (the bench
+  /// calibrates router biases from them).
+  std::vector<torch::Tensor> router_logits(const torch::Tensor& tokens);
+
+  std::vector<DenseBlock> blocks;  ///< blocks.<i>: block 0 is the stem
+  std::vector<TsaRouter> routers;  ///< routers.<l>: reads the stream after block l, gates block l + 1
+
+ private:
+  /// Runs the whole model; fills `logits_out` with each router's logits when given.
+  ModelOutput run(const torch::Tensor& tokens, bool trace, std::vector<torch::Tensor>* logits_out);
+  /// Block l + 1 gated by p = p_l (B, T). Sparse execution when `sparse`. Fills `trace` when given.
+  torch::Tensor gated_block(std::size_t block, const torch::Tensor& x, const torch::Tensor& positions,
+                            const torch::Tensor& p, bool sparse, LayerTrace* trace);
+
+  TsaOptions tsa_options_;
+};
 
 ArchitectureEntry tsa_architecture();
 
