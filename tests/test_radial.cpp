@@ -643,21 +643,24 @@ class TestRadial : public QObject {
   }
 
   void shortTrainingLowersLoss() {
-    RadialNetwork model(small(), RadialOptions().max_depth(3).depth_coeff(qEnvironmentVariableIntValue("DC") * 0.01).gumbel_noise(!qEnvironmentVariableIsSet("NONOISE")).temperature(qEnvironmentVariableIsSet("TAU") ? qEnvironmentVariableIntValue("TAU") * 0.1 : 1.0).min_depth(qEnvironmentVariableIntValue("MIND")));
+    // min_depth 1: on this memorisation task the router otherwise drifts toward exiting at step 0 within a hundred
+    // steps (with the default depth_coeff), and a token that runs no layer cannot read its context.
+    RadialNetwork model(small(), RadialOptions().max_depth(3).min_depth(1));
     auto opt = make_optimizer(model, nlohmann::json::parse(
                                          R"({"lr":3e-3,"beta1":0.9,"beta2":0.95,"eps":1e-8,"weight_decay":0.0})"));
     const auto x = torch::randint(0, kVocab, {4, 16}, torch::kLong), y = torch::randint(0, kVocab, {4, 16}, torch::kLong);
     double first = 0, last = 0;
     for (int i = 0; i < 100; ++i) {
-      const auto r = train_step(model, *opt, {x, y, {}}, 1.0, false, true);
+      const auto r = train_step(model, *opt, {x, y, {}}, 1.0, false, false);
       last = r.loss.item<double>();
       if (i == 0) first = last;
-      if (i % 10 == 0) qDebug() << i << last << r.output.stats.at("mean_depth") << r.output.stats.at("exit_at_0");
     }
     QVERIFY2(last < 0.2 * first, qPrintable(QString("%1 -> %2").arg(first).arg(last)));
     model.eval();
     torch::NoGradGuard no_grad;
-    QVERIFY(lm_loss(model.forward(x).logits, y, {}).item<double>() < 0.3 * first);
+    const auto out = model.forward(x, true);
+    QVERIFY(lm_loss(out.logits, y, {}).item<double>() < 0.3 * first);
+    QVERIFY(out.stats.at("mean_depth") >= 1.0);
   }
 
   void bf16StepRuns() {
