@@ -506,6 +506,16 @@ class TestRadial : public QObject {
              qPrintable(QString("%1 vs %2").arg(out.stats.at("expected_depth")).arg(expected)));
     QCOMPARE(out.stats.at("mean_depth"), double(exit_step >= 0 ? exit_step : S));
     QVERIFY(std::abs(out.aux_loss.item<double>() - coeff * expected) < 1e-5);
+    // depth_warmup ramps the coefficient with the training progress.
+    QCOMPARE(model.depth_weight(), coeff);
+    RadialNetwork ramped(small(), RadialOptions().depth_coeff(coeff).depth_warmup(0.5));
+    ramped.set_progress(0.0);
+    QCOMPARE(ramped.depth_weight(), 0.0);
+    ramped.set_progress(0.9);
+    QCOMPARE(ramped.depth_weight(), coeff);
+    ramped.set_progress(0.1);
+    const auto ramped_out = ramped.forward(torch::randint(0, kVocab, {1, 4}, torch::kLong), true);
+    QVERIFY(std::abs(ramped_out.aux_loss.item<double>() - 0.2 * coeff * ramped_out.stats.at("expected_depth")) < 1e-6);
     // Its gradient reaches the router's exit bias.
     out.aux_loss.backward();
     const double grad = model.router->fc2->bias.grad()[L].item<double>();
@@ -607,6 +617,7 @@ class TestRadial : public QObject {
     QTest::newRow("negative depth coeff") << R"({"arch":"radial","depth_coeff":-0.1})" << "model.depth_coeff";
     QTest::newRow("noise not a bool") << R"({"arch":"radial","gumbel_noise":"yes"})" << "model.gumbel_noise";
     QTest::newRow("router hidden") << R"({"arch":"radial","router_hidden":-4})" << "model.router_hidden";
+    QTest::newRow("depth warmup above one") << R"({"arch":"radial","depth_warmup":1.5})" << "model.depth_warmup";
   }
   void configErrorNamesKey() {
     QFETCH(QString, overrides);

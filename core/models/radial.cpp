@@ -24,6 +24,7 @@ RadialOptions radial_options_from_json(const nlohmann::json& m) {
       .temperature(m.at("temperature").get<double>())
       .gumbel_noise(m.at("gumbel_noise").get<bool>())
       .depth_coeff(m.at("depth_coeff").get<double>())
+      .depth_warmup(m.at("depth_warmup").get<double>())
       .exit_bias(m.at("exit_bias").get<double>());
   return o;
 }
@@ -186,6 +187,8 @@ RadialNetwork::RadialNetwork(TransformerOptions transformer, RadialOptions optio
     throw ConfigError("model.temperature: " + std::to_string(radial_.temperature()) + " must be above 0");
   if (radial_.depth_coeff() < 0)
     throw ConfigError("model.depth_coeff: " + std::to_string(radial_.depth_coeff()) + " must be at least 0");
+  if (!(radial_.depth_warmup() >= 0 && radial_.depth_warmup() <= 1))
+    throw ConfigError("model.depth_warmup: " + std::to_string(radial_.depth_warmup()) + " is outside [0, 1]");
   if (radial_.router_hidden() < 0)
     throw ConfigError("model.router_hidden: " + std::to_string(radial_.router_hidden()) + " must be at least 0");
   auto list = register_module("layers", torch::nn::ModuleList());
@@ -370,7 +373,7 @@ ModelOutput RadialNetwork::run(const torch::Tensor& tokens, bool trace, RadialRe
 
   ModelOutput out;
   out.logits = head(h);
-  out.aux_loss = radial_.depth_coeff() * expected_depth.mean();
+  out.aux_loss = depth_weight() * expected_depth.mean();
   if (!trace) return out;
 
   // Everything below reads small tensors once on the host.
@@ -417,6 +420,14 @@ ModelOutput RadialNetwork::run(const torch::Tensor& tokens, bool trace, RadialRe
   return out;
 }
 
+double RadialNetwork::depth_weight() const {
+  // The ramp lets the layers learn updates worth routing to before the depth penalty acts: with the full
+  // coefficient from step 0, at the CPU scale the router moved to the earliest allowed exit within ~30 steps.
+  const double warmup = radial_.depth_warmup();
+  const double ramp = warmup > 0 ? std::clamp(progress_ / warmup, 0.0, 1.0) : 1.0;
+  return radial_.depth_coeff() * ramp;
+}
+
 std::string RadialNetwork::describe() const {
   std::ostringstream out;
   out << LanguageModel::describe() << ", " << options_.n_layer() << " routed layers, max depth " << steps_
@@ -449,6 +460,10 @@ OptionSchema radial_option_schema() {
                     "weight of the mean expected depth (layers per token, from the router's exit probabilities "
                     "along the path taken) in the loss",
                     0.0, 100.0, {}});
+  schema.push_back({"depth_warmup", T::Float, 0.0,
+                    "fraction of training over which depth_coeff ramps linearly from 0 (0: the full coefficient "
+                    "from the first step)",
+                    0.0, 1.0, {}});
   schema.push_back({"exit_bias", T::Float, 0.0, "initial bias of the router's exit logit (layer logits start at 0)",
                     -100.0, 100.0, {}});
   return schema;

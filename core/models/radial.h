@@ -26,6 +26,8 @@ struct RadialOptions {
   TORCH_ARG(bool, gumbel_noise) = true;
   /// 0.01: weight of the mean expected depth (in layers per token) in the auxiliary loss
   TORCH_ARG(double, depth_coeff) = 0.01;
+  /// 0.0: fraction of training over which depth_coeff ramps linearly from 0 (0: constant from the first step)
+  TORCH_ARG(double, depth_warmup) = 0.0;
   /// 0.0: initial bias of the router's exit logit (the layer logits start at 0)
   TORCH_ARG(double, exit_bias) = 0.0;
 
@@ -100,6 +102,10 @@ class RadialNetwork : public TransformerTrunk {
   ModelOutput run(const torch::Tensor& tokens, bool trace, RadialRecord* record);
   std::string arch_id() const override { return "radial"; }
   std::string describe() const override;
+  /// Training progress for the depth_coeff ramp (depth_warmup).
+  void set_progress(double fraction) override { progress_ = fraction; }
+  /// depth_coeff times the ramp at the current progress.
+  double depth_weight() const;
 
   const RadialOptions& radial_options() const { return radial_; }
   std::int64_t max_depth() const { return steps_; }
@@ -122,6 +128,7 @@ class RadialNetwork : public TransformerTrunk {
  private:
   RadialOptions radial_;
   std::int64_t steps_ = 0;
+  double progress_ = 1.0;  // a model used outside the trainer gets the full coefficient
   torch::Tensor forced_path_;
 };
 
