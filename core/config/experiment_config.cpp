@@ -47,7 +47,8 @@ void cross_validate(const nlohmann::json& doc) {
   const auto& t = doc.at("train");
   if (t.at("min_lr").get<double>() > t.at("lr").get<double>())
     throw ConfigError("train.min_lr: " + t.at("min_lr").dump() + " is above train.lr " + t.at("lr").dump());
-  if (t.at("warmup_steps").get<long long>() > t.at("steps").get<long long>())
+  // With train.epochs the step count comes from the data (epochs x batches per epoch), unknown here.
+  if (t.at("epochs").get<long long>() == 0 && t.at("warmup_steps").get<long long>() > t.at("steps").get<long long>())
     throw ConfigError("train.warmup_steps: " + t.at("warmup_steps").dump() + " exceeds train.steps " +
                       t.at("steps").dump());
   const auto& d = doc.at("data");
@@ -55,9 +56,37 @@ void cross_validate(const nlohmann::json& doc) {
     throw ConfigError("data.path: required when data.source is 'file'");
   if (d.at("train_fraction").get<double>() + d.at("val_fraction").get<double>() >= 1.0)
     throw ConfigError("data.val_fraction: train_fraction + val_fraction must stay below 1 (the rest is the test split)");
+  {  // sentence-pair sources (issue 5) and their tokenizers
+    const auto source = d.at("source").get<std::string>();
+    const auto tokenizer = d.at("tokenizer").get<std::string>();
+    const bool pair_source = source == "entailment" || source == "pairs";
+    const bool pair_tokenizer = tokenizer == "word" || tokenizer == "wordpiece";
+    if (source == "pairs" && d.at("train_path").get<std::string>().empty())
+      throw ConfigError("data.train_path: required when data.source is 'pairs'");
+    if (source == "pairs" && d.at("val_path").get<std::string>().empty())
+      throw ConfigError("data.val_path: required when data.source is 'pairs'");
+    if (tokenizer == "wordpiece" && d.at("vocab_path").get<std::string>().empty())
+      throw ConfigError("data.vocab_path: required when data.tokenizer is 'wordpiece' (a BERT vocab.txt)");
+    if (pair_source && !pair_tokenizer)
+      throw ConfigError("data.tokenizer: '" + tokenizer + "' is for language-modelling sources; data.source '" +
+                        source + "' needs word or wordpiece");
+    if (!pair_source && pair_tokenizer)
+      throw ConfigError("data.tokenizer: '" + tokenizer + "' is for sentence pairs; data.source '" + source +
+                        "' needs char or byte");
+  }
   const auto& m = doc.at("model");
   const auto& entry = architecture(m.at("arch").get<std::string>());
   if (entry.check) entry.check(m, "model");
+  {  // the architecture's task (registry) must match the data source's
+    const auto source = d.at("source").get<std::string>();
+    const bool classification_source = source == "entailment" || source == "pairs";
+    if (entry.task == "classification" && !classification_source)
+      throw ConfigError("data.source: '" + source + "' is a language-modelling source, but model.arch '" + entry.id +
+                        "' is a classification architecture (use data.source entailment or pairs)");
+    if (entry.task != "classification" && classification_source)
+      throw ConfigError("data.source: '" + source + "' is a sentence-pair classification source, but model.arch '" +
+                        entry.id + "' is a language model (use tagat or vanilla-classifier)");
+  }
 }
 
 std::uint64_t fnv1a(const std::string& s) {
@@ -73,12 +102,16 @@ std::uint64_t fnv1a(const std::string& s) {
 
 const OptionSchema& data_schema() {
   static const OptionSchema schema = {
-      choice_opt("source", "kjv", {"kjv", "file", "copy", "sort"},
+      choice_opt("source", "kjv", {"kjv", "file", "copy", "sort", "entailment", "pairs"},
                  "kjv: the embedded King James Bible corpus; file: any UTF-8 text file (data.path); "
-                 "copy/sort: the synthetic tasks of seed 003 §3.1"),
+                 "copy/sort: the synthetic tasks of seed 003 §3.1; entailment: the embedded synthetic entailment "
+                 "task of issue 5 (sentence-pair classification); pairs: sentence-pair files (data.train_path, "
+                 "data.val_path; MultiNLI TSV or JSON lines)"),
       string_opt("path", "", "UTF-8 text file used when data.source is 'file'"),
-      choice_opt("tokenizer", "char", {"char", "byte"},
-                 "char: Unicode code points seen in the training split (+ unknown id); byte: 256 byte values"),
+      choice_opt("tokenizer", "char", {"char", "byte", "word", "wordpiece"},
+                 "char: Unicode code points seen in the training split (+ unknown id); byte: 256 byte values "
+                 "(both for language modelling); word: words of the training pairs; wordpiece: BERT WordPiece over "
+                 "data.vocab_path (both for sentence pairs)"),
       float_opt("train_fraction", 0.8, 0.01, 0.98, "leading fraction of the text used for training"),
       float_opt("val_fraction", 0.1, 0.01, 0.98, "fraction after the training part used for validation"),
       int_opt("context", 128, 2, 1 << 20, "tokens per training window (sequence length T)"),
@@ -87,7 +120,23 @@ const OptionSchema& data_schema() {
       int_opt("task_train_examples", 10000, 1, 10000000, "synthetic tasks: training examples"),
       int_opt("task_eval_examples", 1000, 1, 10000000, "synthetic tasks: validation and test examples each"),
       int_opt("task_seed", 1234, 0, 2147483647, "synthetic tasks: generator seed"),
+      int_opt("entailment_facts", 4, 2, 12,
+              "synthetic entailment: most facts per premise (2 to this many; fewer is easier)"),
+      float_opt("entailment_converse", 0.5, 0, 1,
+                "synthetic entailment: share of hypotheses phrased through the antonym (0: none, easier)"),
       int_opt("probe_chars", 96, 8, 4096, "characters of the fixed validation probe text used for routing views"),
+      string_opt("train_path", "", "sentence pairs: training file (MultiNLI/GLUE TSV or JSON lines)"),
+      string_opt("val_path", "", "sentence pairs: validation file"),
+      string_opt("test_path", "", "sentence pairs: optional test file"),
+      string_opt("vocab_path", "", "wordpiece tokenizer: BERT vocab.txt (one token per line)"),
+      choice_opt("pair_format", "auto", {"auto", "tsv", "jsonl"},
+                 "sentence-pair file format; auto: by extension (.jsonl/.json vs .tsv/.txt), else by content"),
+      string_opt("labels", "entailment,neutral,contradiction",
+                 "sentence pairs: class names in id order, matched case-insensitively against gold_label"),
+      {"lowercase", OptionType::Bool, true, "word/wordpiece tokenizers: lower-case and strip accents",
+       std::nullopt, std::nullopt, {}},
+      int_opt("min_count", 1, 1, 1e9, "word tokenizer: words seen fewer times in the training pairs map to [UNK]"),
+      int_opt("max_vocab", 0, 0, 1e9, "word tokenizer: largest vocabulary including 5 specials (0: no limit)"),
   };
   return schema;
 }
@@ -95,6 +144,9 @@ const OptionSchema& data_schema() {
 const OptionSchema& train_schema() {
   static const OptionSchema schema = {
       int_opt("steps", 1000, 1, 1e9, "optimizer steps"),
+      int_opt("epochs", 0, 0, 1e6,
+              "classification: passes over the training split (0: train.steps; >0: steps = epochs x "
+              "ceil(train examples / batch_size)), with a validation pass after each epoch"),
       int_opt("batch_size", 32, 1, 1 << 20, "sequences per step"),
       float_opt("lr", 1e-3, 0, 1e6, "peak learning rate"),
       float_opt("min_lr", 1e-4, 0, 1e6, "learning rate at the end of the cosine decay"),

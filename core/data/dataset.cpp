@@ -166,6 +166,11 @@ std::unique_ptr<LmDataset> make_dataset(const nlohmann::json& data) {
   if (source == "kjv" || source == "file") return make_corpus(data, source);
   if (source == "copy") return make_task(data, SyntheticTask::Copy);
   if (source == "sort") return make_task(data, SyntheticTask::Sort);
+  if (source == "entailment" || source == "pairs") {
+    throw ConfigError("data.source: '" + source +
+                      "' holds sentence pairs for classification models (tagat, vanilla-classifier), not a "
+                      "language-modelling corpus");
+  }
   throw ConfigError("data.source: unknown source '" + source + "' (expected kjv, file, copy or sort)");
 }
 

@@ -10,7 +10,9 @@
 #include "core/models/early_exit.h"
 #include "core/models/mod.h"
 #include "core/models/radial.h"
+#include "core/models/tagat.h"
 #include "core/models/tsa.h"
+#include "core/models/vanilla_classifier.h"
 #include "core/util/errors.h"
 
 namespace routelab {
@@ -35,8 +37,23 @@ std::vector<ArchitectureEntry> make_registry() {
   entries.push_back(early_exit_architecture());
   entries.push_back(mod_architecture());
   entries.push_back(radial_architecture());
+  entries.push_back(tagat_architecture());
   entries.push_back(tsa_architecture());
+  entries.push_back(vanilla_classifier_architecture());
   std::sort(entries.begin(), entries.end(), [](const auto& a, const auto& b) { return a.id < b.id; });
+  // Every entry answers both factories: the wrong one for its task is a clear ConfigError, never an empty call.
+  for (auto& e : entries) {
+    if (!e.create)
+      e.create = [id = e.id](const nlohmann::json&, const ModelContext&) -> std::shared_ptr<LanguageModel> {
+        throw ConfigError("model.arch: '" + id + "' is a classification architecture, not a language model (use it "
+                          "with a classification data.source: entailment or pairs)");
+      };
+    if (!e.create_classifier)
+      e.create_classifier = [id = e.id](const nlohmann::json&, const ModelContext&) -> std::shared_ptr<SequenceClassifier> {
+        throw ConfigError("model.arch: '" + id + "' is a language model, not a sequence classifier (use tagat or "
+                          "vanilla-classifier for classification data)");
+      };
+  }
   return entries;
 }
 
@@ -55,6 +72,10 @@ const ArchitectureEntry& architecture(const std::string& id) {
 
 std::shared_ptr<LanguageModel> create_model(const nlohmann::json& model, const ModelContext& ctx) {
   return architecture(model.at("arch").get<std::string>()).create(model, ctx);
+}
+
+std::shared_ptr<SequenceClassifier> create_classifier(const nlohmann::json& model, const ModelContext& ctx) {
+  return architecture(model.at("arch").get<std::string>()).create_classifier(model, ctx);
 }
 
 }  // namespace routelab

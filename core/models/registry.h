@@ -13,11 +13,14 @@
 namespace routelab {
 
 class LanguageModel;
+class SequenceClassifier;
 
-/// What the data decides about a model: vocabulary and the longest context it must handle.
+/// What the data decides about a model: vocabulary, the longest context it must handle and, for
+/// classifiers, the number of classes.
 struct ModelContext {
   long long vocab_size = 0;
   long long context = 0;
+  long long num_classes = 0;
 };
 
 struct ArchitectureEntry {
@@ -29,12 +32,19 @@ struct ArchitectureEntry {
   /// Cross-field checks on the resolved model section; throws ConfigError naming `path.key`.
   std::function<void(const nlohmann::json& model, const std::string& path)> check;
   std::function<std::shared_ptr<LanguageModel>(const nlohmann::json& model, const ModelContext& ctx)> create;
+  /// "lm" (create) or "classification" (create_classifier); the trainer picks data and loop from it.
+  std::string task = "lm";
+  std::function<std::shared_ptr<SequenceClassifier>(const nlohmann::json& model, const ModelContext& ctx)>
+      create_classifier = nullptr;
 };
 
 /// Every registered architecture, sorted by id.
 const std::vector<ArchitectureEntry>& architectures();
 /// Throws ConfigError("unsupported architecture: 'x'") for an unknown id.
 const ArchitectureEntry& architecture(const std::string& id);
+/// Builds a language model; a classification architecture is a ConfigError naming model.arch.
 std::shared_ptr<LanguageModel> create_model(const nlohmann::json& model, const ModelContext& ctx);
+/// Builds a sequence classifier; a language-model architecture is a ConfigError naming model.arch.
+std::shared_ptr<SequenceClassifier> create_classifier(const nlohmann::json& model, const ModelContext& ctx);
 
 }  // namespace routelab

@@ -76,7 +76,7 @@ void open_archive(torch::serialize::InputArchive& in, const std::string& path, t
 
 }  // namespace
 
-std::int64_t save_checkpoint(const std::string& path, LanguageModel& model, torch::optim::Optimizer& optimizer,
+std::int64_t save_checkpoint(const std::string& path, torch::nn::Module& model, torch::optim::Optimizer& optimizer,
                              const CheckpointMeta& meta) {
   try {
     fs::create_directories(fs::path(path).parent_path());
@@ -108,7 +108,7 @@ std::int64_t save_checkpoint(const std::string& path, LanguageModel& model, torc
   }
 }
 
-CheckpointMeta load_checkpoint(const std::string& path, LanguageModel& model, torch::optim::Optimizer* optimizer,
+CheckpointMeta load_checkpoint(const std::string& path, torch::nn::Module& model, torch::optim::Optimizer* optimizer,
                                torch::Device device) {
   torch::serialize::InputArchive in;
   open_archive(in, path, device);

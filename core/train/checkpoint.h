@@ -17,12 +17,13 @@ struct CheckpointMeta {
 };
 
 /// Writes to `path` (via a temporary file and rename: a crash never leaves a torn checkpoint). Returns bytes.
-std::int64_t save_checkpoint(const std::string& path, LanguageModel& model, torch::optim::Optimizer& optimizer,
+/// `model` is any module (a LanguageModel or a SequenceClassifier).
+std::int64_t save_checkpoint(const std::string& path, torch::nn::Module& model, torch::optim::Optimizer& optimizer,
                              const CheckpointMeta& meta);
 
 /// Loads weights (and optimizer state and the default CPU RNG when `optimizer` is given) into an already
 /// built model of the same config. Shape or key mismatches are CheckpointErrors naming the file.
-CheckpointMeta load_checkpoint(const std::string& path, LanguageModel& model, torch::optim::Optimizer* optimizer,
+CheckpointMeta load_checkpoint(const std::string& path, torch::nn::Module& model, torch::optim::Optimizer* optimizer,
                                torch::Device device = torch::kCPU);
 
 }  // namespace routelab

@@ -12,7 +12,11 @@ double lr_at(std::int64_t step, std::int64_t total, std::int64_t warmup, double 
   return min_lr + 0.5 * (lr - min_lr) * (1.0 + std::cos(M_PI * progress));
 }
 
-std::unique_ptr<torch::optim::AdamW> make_optimizer(LanguageModel& model, const nlohmann::json& train) {
+namespace {
+
+/// AdamW over the decay / no-decay groups of any model type with a decays(name, parameter) rule.
+template <typename Model>
+std::unique_ptr<torch::optim::AdamW> grouped_adamw(Model& model, const nlohmann::json& train) {
   std::vector<torch::Tensor> decay, no_decay;
   for (const auto& item : model.named_parameters()) {
     if (!item.value().requires_grad()) continue;
@@ -28,6 +32,16 @@ std::unique_ptr<torch::optim::AdamW> make_optimizer(LanguageModel& model, const 
   groups.emplace_back(decay, std::make_unique<torch::optim::AdamWOptions>(defaults));
   groups.emplace_back(no_decay, std::move(no_decay_options));
   return std::make_unique<torch::optim::AdamW>(std::move(groups), defaults);
+}
+
+}  // namespace
+
+std::unique_ptr<torch::optim::AdamW> make_optimizer(LanguageModel& model, const nlohmann::json& train) {
+  return grouped_adamw(model, train);
+}
+
+std::unique_ptr<torch::optim::AdamW> make_optimizer(SequenceClassifier& model, const nlohmann::json& train) {
+  return grouped_adamw(model, train);
 }
 
 void set_learning_rate(torch::optim::Optimizer& optimizer, double lr) {

@@ -5,6 +5,7 @@
 #include <nlohmann/json.hpp>
 #include <torch/torch.h>
 
+#include "core/models/classifier.h"
 #include "core/models/language_model.h"
 
 namespace routelab {
@@ -16,6 +17,8 @@ double lr_at(std::int64_t step, std::int64_t total, std::int64_t warmup, double 
 /// AdamW over two groups: matrices of linear layers decay by train.weight_decay; norms, biases and
 /// embeddings (LanguageModel::decays) do not.
 std::unique_ptr<torch::optim::AdamW> make_optimizer(LanguageModel& model, const nlohmann::json& train);
+/// The same groups for a classifier (SequenceClassifier::decays).
+std::unique_ptr<torch::optim::AdamW> make_optimizer(SequenceClassifier& model, const nlohmann::json& train);
 
 void set_learning_rate(torch::optim::Optimizer& optimizer, double lr);
 

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <filesystem>
 #include <iomanip>
+#include <limits>
 #include <map>
 #include <sstream>
 
@@ -14,10 +15,13 @@
 #include <torch/torch.h>
 #include <torch/version.h>
 
+#include "core/data/classification.h"
 #include "core/data/dataset.h"
+#include "core/models/classifier.h"
 #include "core/models/language_model.h"
 #include "core/models/registry.h"
 #include "core/train/checkpoint.h"
+#include "core/train/classification_step.h"
 #include "core/train/evaluation.h"
 #include "core/train/optimizer.h"
 #include "core/train/step.h"
@@ -36,6 +40,18 @@ double now_s() {
   return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
 }
 
+/// What one training step reports, whichever the task.
+struct StepRecord {
+  double loss = 0;
+  double aux_loss = 0;
+  double grad_norm = 0;
+  std::int64_t tokens = 0;
+  std::vector<LayerTrace> trace;         ///< at log steps
+  std::map<std::string, double> stats;   ///< at log steps
+  std::optional<double> accuracy;        ///< classification
+  std::int64_t correct = 0, examples = 0;
+};
+
 /// Everything one run needs while it trains.
 class Session {
  public:
@@ -49,6 +65,20 @@ class Session {
     bf16_ = train.at("precision") == "bf16";
     device_ = resolve_device(config_.run().at("device").get<std::string>());
     threads_ = configure_threads(static_cast<int>(config_.run().at("threads").get<std::int64_t>()));
+    classification_ = architecture(config_.arch()).task == "classification";
+    if (classification_) {
+      class_data_ = make_classification_dataset(config_.data());
+      torch::manual_seed(static_cast<std::uint64_t>(seed_));
+      classifier_ = create_classifier(config_.model(),
+                                      {class_data_->vocab_size(), class_data_->max_length(), class_data_->num_classes()});
+      classifier_->to(device_);
+      optimizer_ = make_optimizer(*classifier_, train);
+      schedule_ = std::make_unique<EpochSchedule>(class_data_->size(Split::Train), batch_size_,
+                                                  static_cast<std::uint64_t>(seed_));
+      if (const auto epochs = train.at("epochs").get<std::int64_t>(); epochs > 0)
+        total_steps_ = epochs * schedule_->steps_per_epoch();
+      return;
+    }
     dataset_ = make_dataset(config_.data());
     torch::manual_seed(static_cast<std::uint64_t>(seed_));
     model_ = create_model(config_.model(), {dataset_->tokenizer().vocab_size(), dataset_->context()});
@@ -58,9 +88,19 @@ class Session {
 
   std::string description() const {
     std::ostringstream out;
-    out << model_->describe() << "; " << dataset_->describe() << "; " << device_.str() << " x" << threads_
-        << " threads; " << (bf16_ ? "bf16 autocast" : "fp32");
+    if (classification_)
+      out << classifier_->describe() << "; " << class_data_->describe() << "; " << schedule_->steps_per_epoch()
+          << " steps per epoch";
+    else
+      out << model_->describe() << "; " << dataset_->describe();
+    out << "; " << device_.str() << " x" << threads_ << " threads; " << (bf16_ ? "bf16 autocast" : "fp32");
     return out.str();
+  }
+
+  /// The model being trained (language model or classifier), for checkpoints.
+  torch::nn::Module& module() {
+    if (classification_) return *classifier_;
+    return *model_;
   }
 
   /// "mod-0.7" for the preset mod-0.7, "dense-quickstart" for quickstart, "dense-my" for the file my.json.
@@ -102,11 +142,12 @@ class Session {
     RunStore store(db_path_, /*mark_crashed=*/false);
     const auto ckpt = store.latest_checkpoint(run_id);
     if (!ckpt) throw CheckpointError("run " + std::to_string(run_id) + " has no checkpoint to resume from");
-    const auto meta = load_checkpoint(ckpt->path, *model_, optimizer_.get(), device_);
+    const auto meta = load_checkpoint(ckpt->path, module(), optimizer_.get(), device_);
     start_step_ = meta.step;
     tokens_seen_ = meta.tokens_seen;
     elapsed_before_ = meta.elapsed_s;
     store.truncate_after(run_id, meta.step);
+    if (classification_) restore_epoch_sums(store);
     store.set_status(run_id, RunStatus::Running);
     RunPatch patch;
     patch.resumed_from_step = meta.step;
@@ -149,18 +190,18 @@ class Session {
     const auto log_every = train.at("log_every").get<std::int64_t>();
     const auto eval_every = train.at("eval_every").get<std::int64_t>();
     const auto ckpt_every = train.at("checkpoint_every").get<std::int64_t>();
-    const auto tokens_per_step = batch_size_ * dataset_->context();
 
     if (start_step_ == 0) {
       // The untrained model's validation loss: every curve starts from a measured point, not from step 1.
       const auto eval = evaluate(0);
       outcome.first_val_loss = eval.val_loss;
+      outcome.first_val_accuracy = eval.val_accuracy;
       if (observer_) observer_->on_eval(eval);
     }
-    model_->train();
+    module().train();
     const auto t_start = std::chrono::steady_clock::now();
     auto t_window = t_start;
-    std::int64_t window_steps = 0;
+    std::int64_t window_steps = 0, window_tokens = 0;
     double tokens_per_s = 0;
 
     for (std::int64_t step = start_step_ + 1; step <= total_steps_; ++step) {
@@ -173,13 +214,11 @@ class Session {
       }
       const double lr_now = lr_at(step - 1, total_steps_, warmup, lr, min_lr);
       set_learning_rate(*optimizer_, lr_now);
-      const auto batch =
-          to_device(dataset_->sample(Split::Train, batch_size_, mix_seed(seed_, kTrainStream, step)), device_);
-      model_->set_progress(static_cast<double>(step - 1) / static_cast<double>(total_steps_));
       const bool log_step = step % log_every == 0 || step == total_steps_ || step == start_step_ + 1;
-      auto result = train_step(*model_, *optimizer_, batch, grad_clip, bf16_, /*trace=*/log_step);
-      const double loss = result.loss.item<double>();
-      tokens_seen_ += tokens_per_step;
+      auto result = classification_ ? classification_step(step, grad_clip, log_step) : lm_step(step, grad_clip, log_step);
+      const double loss = result.loss;
+      tokens_seen_ += result.tokens;
+      window_tokens += result.tokens;
       ++window_steps;
       outcome.last_step = step;
 
@@ -187,6 +226,7 @@ class Session {
       writer_->add_metric({"train/loss", step, wall, loss});
       writer_->add_metric({"train/lr", step, wall, lr_now});
       writer_->add_metric({"train/grad_norm", step, wall, result.grad_norm});
+      if (result.accuracy) writer_->add_metric({"train/accuracy", step, wall, *result.accuracy});
       if (!std::isfinite(loss)) {
         outcome.status = RunStatus::Failed;
         outcome.message = "loss became " + std::string(std::isnan(loss) ? "NaN" : "infinite") + " at step " +
@@ -198,15 +238,17 @@ class Session {
       const auto now = std::chrono::steady_clock::now();
       const double window_s = std::chrono::duration<double>(now - t_window).count();
       if (window_s >= 0.5 || log_step) {
-        tokens_per_s = window_steps * tokens_per_step / std::max(window_s, 1e-9);
+        tokens_per_s = static_cast<double>(window_tokens) / std::max(window_s, 1e-9);
         t_window = now;
         window_steps = 0;
+        window_tokens = 0;
       }
       StepMetrics m;
       m.step = step;
       m.total_steps = total_steps_;
       m.loss = loss;
-      m.aux_loss = result.aux_loss.item<double>();
+      m.aux_loss = result.aux_loss;
+      m.accuracy = result.accuracy;
       m.lr = lr_now;
       m.grad_norm = result.grad_norm;
       m.tokens_per_s = tokens_per_s;
@@ -217,14 +259,21 @@ class Session {
       if (log_step) {
         writer_->add_metric({"train/tokens_per_s", step, wall, tokens_per_s});
         writer_->add_metric({"train/aux_loss", step, wall, m.aux_loss});
-        record_routing(step, result.output, m);
+        record_routing(step, result.trace, result.stats, m);
       }
+      if (classification_) add_to_epoch(step, result, wall);
       if (observer_) observer_->on_step(m);
 
-      if (step % eval_every == 0 || step == total_steps_) {
+      // Classification validates after every epoch, and every eval_every steps when that is more often.
+      const bool eval_step = classification_ ? schedule_->ends_epoch(step) ||
+                                                   (eval_every < schedule_->steps_per_epoch() && step % eval_every == 0)
+                                             : step % eval_every == 0;
+      if (eval_step || step == total_steps_) {
         const auto eval = evaluate(step);
         if (!outcome.first_val_loss) outcome.first_val_loss = eval.val_loss;
         outcome.last_val_loss = eval.val_loss;
+        if (!outcome.first_val_accuracy) outcome.first_val_accuracy = eval.val_accuracy;
+        outcome.last_val_accuracy = eval.val_accuracy;
         if (observer_) observer_->on_eval(eval);
       }
       if (step % ckpt_every == 0 || step == total_steps_) checkpoint(step, t_start);
@@ -234,9 +283,74 @@ class Session {
     log_->info("run {}: {}", run_id_, outcome.message);
   }
 
-  void record_routing(std::int64_t step, const ModelOutput& output, StepMetrics& m) {
+  /// One language-modelling step on the batch of (seed, step).
+  StepRecord lm_step(std::int64_t step, double grad_clip, bool log_step) {
+    const auto batch =
+        to_device(dataset_->sample(Split::Train, batch_size_, mix_seed(seed_, kTrainStream, step)), device_);
+    model_->set_progress(static_cast<double>(step - 1) / static_cast<double>(total_steps_));
+    auto result = train_step(*model_, *optimizer_, batch, grad_clip, bf16_, /*trace=*/log_step);
+    StepRecord r;
+    r.loss = result.loss.item<double>();
+    r.aux_loss = result.aux_loss.item<double>();
+    r.grad_norm = result.grad_norm;
+    r.tokens = batch_size_ * dataset_->context();
+    r.trace = std::move(result.output.trace);
+    r.stats = std::move(result.output.stats);
+    return r;
+  }
+
+  /// One classification step on the step's slice of its epoch's shuffled order.
+  StepRecord classification_step(std::int64_t step, double grad_clip, bool log_step) {
+    const auto batch = to_device(class_data_->batch(Split::Train, schedule_->indices(step)), device_);
+    auto result = classification_train_step(*classifier_, *optimizer_, batch, grad_clip, bf16_, /*trace=*/log_step);
+    StepRecord r;
+    r.loss = result.loss.item<double>();
+    r.aux_loss = result.aux_loss.item<double>();
+    r.grad_norm = result.grad_norm;
+    r.tokens = result.examples * class_data_->max_length();
+    r.trace = std::move(result.output.trace);
+    r.stats = std::move(result.output.stats);
+    r.correct = result.correct;
+    r.examples = result.examples;
+    r.accuracy = static_cast<double>(result.correct) / static_cast<double>(std::max<std::int64_t>(1, result.examples));
+    return r;
+  }
+
+  /// Accumulates the epoch's example-weighted training loss and accuracy; stores them when the epoch ends.
+  void add_to_epoch(std::int64_t step, const StepRecord& r, double wall) {
+    epoch_loss_sum_ += r.loss * static_cast<double>(r.examples);
+    epoch_correct_ += r.correct;
+    epoch_examples_ += r.examples;
+    if (!schedule_->ends_epoch(step)) return;
+    const auto n = static_cast<double>(std::max<std::int64_t>(1, epoch_examples_));
+    writer_->add_metric({"train/epoch_loss", step, wall, epoch_loss_sum_ / n});
+    writer_->add_metric({"train/epoch_accuracy", step, wall, static_cast<double>(epoch_correct_) / n});
+    epoch_loss_sum_ = 0;
+    epoch_correct_ = epoch_examples_ = 0;
+  }
+
+  /// After a resume inside an epoch: the epoch's sums so far, from the stored per-step loss and accuracy.
+  void restore_epoch_sums(const RunStore& store) {
+    epoch_loss_sum_ = 0;
+    epoch_correct_ = epoch_examples_ = 0;
+    if (start_step_ == 0 || schedule_->ends_epoch(start_step_)) return;
+    const auto first = schedule_->epoch_of(start_step_) * schedule_->steps_per_epoch() + 1;
+    const auto losses = store.metric(run_id_, "train/loss"), accuracies = store.metric(run_id_, "train/accuracy");
+    std::map<std::int64_t, double> accuracy_at;
+    for (const auto& p : accuracies) accuracy_at[p.step] = p.value;
+    for (const auto& p : losses) {
+      if (p.step < first || p.step > start_step_) continue;
+      const auto b = schedule_->batch_size_at(p.step);
+      epoch_loss_sum_ += p.value * static_cast<double>(b);
+      epoch_correct_ += std::llround(accuracy_at[p.step] * static_cast<double>(b));
+      epoch_examples_ += b;
+    }
+  }
+
+  void record_routing(std::int64_t step, const std::vector<LayerTrace>& trace, const std::map<std::string, double>& stats,
+                      StepMetrics& m) {
     double flops = 0, dense_flops = 0;
-    for (const auto& layer : output.trace) {
+    for (const auto& layer : trace) {
       flops += layer.flops;
       dense_flops += layer.dense_flops;
       m.routed_fraction.push_back(layer.routed_fraction);
@@ -253,10 +367,56 @@ class Session {
       writer_->add_routing(row);
     }
     if (dense_flops > 0) writer_->add_metric({"train/flops_ratio", step, now_s(), flops / dense_flops});
-    for (const auto& [key, value] : output.stats) writer_->add_metric({"train/" + key, step, now_s(), value});
+    for (const auto& [key, value] : stats) writer_->add_metric({"train/" + key, step, now_s(), value});
   }
 
-  EvalMetrics evaluate(std::int64_t step) {
+  EvalMetrics evaluate(std::int64_t step) { return classification_ ? evaluate_classification(step) : evaluate_lm(step); }
+
+  /// The whole validation split: loss, accuracy, macro-F1, routing stats, and the probe example.
+  EvalMetrics evaluate_classification(std::int64_t step) {
+    const auto pass = evaluate_classifier(*classifier_, *class_data_, Split::Val, batch_size_, device_, bf16_);
+    EvalMetrics e;
+    e.step = step;
+    e.val_loss = pass.loss;
+    e.val_ppl = e.val_bpc = std::numeric_limits<double>::quiet_NaN();  // no next-token prediction here
+    e.val_accuracy = pass.scores.accuracy;
+    e.val_macro_f1 = pass.scores.macro_f1;
+    e.epoch = step / schedule_->steps_per_epoch();
+    e.flops_ratio = pass.routing.flops_ratio();
+    e.routed_fraction = pass.routing.routed_fractions();
+    e.stats = pass.stats;
+    const double wall = now_s();
+    writer_->add_metric({"val/loss", step, wall, e.val_loss});
+    writer_->add_metric({"val/accuracy", step, wall, *e.val_accuracy});
+    writer_->add_metric({"val/macro_f1", step, wall, *e.val_macro_f1});
+    writer_->add_metric({"val/epoch", step, wall, static_cast<double>(step) / schedule_->steps_per_epoch()});
+    if (pass.routing.any_routed())
+      writer_->add_metric({"val/routed_fraction", step, wall, pass.routing.mean_routed_fraction()});
+    auto extra = pass.routing.to_json();
+    extra["task"] = "classification";
+    extra["accuracy"] = pass.scores.accuracy;
+    extra["macro_f1"] = pass.scores.macro_f1;
+    extra["f1"] = pass.scores.f1;
+    extra["labels"] = class_data_->label_names();
+    extra["examples"] = pass.examples;
+    for (const auto& [key, value] : e.stats) {
+      writer_->add_metric({"val/" + key, step, wall, value});
+      extra["stats"][key] = value;
+    }
+    writer_->add_eval({step, "val", e.val_loss, e.val_ppl, e.val_bpc, extra.dump()});
+    {
+      torch::NoGradGuard no_grad;
+      classifier_->eval();  // the probe shows inference-mode routing, as the evaluation
+      writer_->add_probe({step, classification_probe_json(*classifier_, *class_data_, device_)});
+      classifier_->train();
+    }
+    log_->info("run {}: step {} (epoch {:.2f}) val loss {:.4f} accuracy {:.4f} macro-F1 {:.4f}", run_id_, step,
+               static_cast<double>(step) / schedule_->steps_per_epoch(), e.val_loss, *e.val_accuracy,
+               *e.val_macro_f1);
+    return e;
+  }
+
+  EvalMetrics evaluate_lm(std::int64_t step) {
     const auto n_batches = config_.train().at("eval_batches").get<std::int64_t>();
     // The same validation batches at every evaluation, so successive values are comparable.
     const auto pass = evaluate_split(*model_, *dataset_, Split::Val, n_batches, batch_size_,
@@ -334,8 +494,8 @@ class Session {
     meta.tokens_seen = tokens_seen_;
     meta.elapsed_s = elapsed_before_ + std::chrono::duration<double>(std::chrono::steady_clock::now() - t_start).count();
     meta.config_json = config_.doc.dump();
-    meta.tokenizer_json = dataset_->tokenizer().to_json().dump();
-    const auto bytes = save_checkpoint(path, *model_, *optimizer_, meta);
+    meta.tokenizer_json = classification_ ? class_data_->tokenizer_json().dump() : dataset_->tokenizer().to_json().dump();
+    const auto bytes = save_checkpoint(path, module(), *optimizer_, meta);
     writer_->add_checkpoint({step, path, bytes, now_s()});
     writer_->flush();  // a checkpoint is only usable for resume once its row is committed
     last_checkpoint_step_ = step;
@@ -350,8 +510,14 @@ class Session {
   bool bf16_ = false;
   torch::Device device_{torch::kCPU};
   int threads_ = 1;
-  std::unique_ptr<LmDataset> dataset_;
+  bool classification_ = false;
+  std::unique_ptr<LmDataset> dataset_;               ///< language modelling
   std::shared_ptr<LanguageModel> model_;
+  std::unique_ptr<ClassificationDataset> class_data_;  ///< classification
+  std::shared_ptr<SequenceClassifier> classifier_;
+  std::unique_ptr<EpochSchedule> schedule_;
+  double epoch_loss_sum_ = 0;
+  std::int64_t epoch_correct_ = 0, epoch_examples_ = 0;
   std::unique_ptr<torch::optim::AdamW> optimizer_;
   std::unique_ptr<StoreWriter> writer_;
   std::int64_t run_id_ = 0, start_step_ = 0, tokens_seen_ = 0, last_checkpoint_step_ = -1;

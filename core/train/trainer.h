@@ -26,6 +26,7 @@ struct StepMetrics {
   double eta_s = 0;
   std::int64_t tokens_seen = 0;
   std::vector<double> routed_fraction;  ///< per layer (1.0 for dense layers)
+  std::optional<double> accuracy;  ///< classification: accuracy on this step's batch
 };
 
 struct EvalMetrics {
@@ -36,6 +37,9 @@ struct EvalMetrics {
   double flops_ratio = 1;         ///< layer FLOPs / dense layer FLOPs over the validation batches (inference mode)
   std::vector<double> routed_fraction;  ///< per layer, inference-mode share of tokens on the routed path
   std::map<std::string, double> stats;  ///< model-level statistics (ModelOutput::stats), mean over the batches
+  /// Classification runs (whole validation split; val_ppl and val_bpc are NaN there):
+  std::optional<double> val_accuracy, val_macro_f1;
+  std::optional<std::int64_t> epoch;  ///< completed epochs at this evaluation
 };
 
 struct TrainOutcome {
@@ -44,6 +48,7 @@ struct TrainOutcome {
   std::string message;
   std::int64_t last_step = 0;
   std::optional<double> first_val_loss, last_val_loss;
+  std::optional<double> first_val_accuracy, last_val_accuracy;  ///< classification runs
   std::string db_path;
 };
 
@@ -64,7 +69,10 @@ struct TrainRequest {
   std::string qt_version;         ///< recorded with the run when started from the GUI
 };
 
-/// Trains a new run. Errors in the config, data or device are reported as a `failed` outcome when the run
+/// Trains a new run: language modelling or classification, as the architecture's registry entry says (the
+/// data source must match: kjv/file/copy/sort vs entailment/pairs). Classification trains by epochs
+/// (train.epochs) with a whole-split validation pass after each; see core/train/classification_step.h for its
+/// metrics. Errors in the config, data or device are reported as a `failed` outcome when the run
 /// row exists, and thrown (ConfigError, DataError, DeviceError, StoreError) when nothing was stored yet.
 /// `cancel` set to true stops after the current step with status `stopped` and a final checkpoint.
 TrainOutcome train(const TrainRequest& request, TrainObserver* observer = nullptr,

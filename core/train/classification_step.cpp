@@ -1,0 +1,168 @@
+// Classification training step, epoch schedule, whole-split evaluation (accuracy, macro-F1) and probe.
+#include "core/train/classification_step.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "core/train/step.h"
+#include "core/util/errors.h"
+
+namespace routelab {
+
+ClassBatch to_device(ClassBatch b, const torch::Device& device) {
+  if (device.is_cpu()) return b;
+  b.input = b.input.to(device, /*non_blocking=*/true);
+  b.mask = b.mask.to(device, true);
+  if (b.segment.defined()) b.segment = b.segment.to(device, true);
+  b.label = b.label.to(device, true);
+  return b;
+}
+
+torch::Tensor classification_loss(const torch::Tensor& logits, const torch::Tensor& labels) {
+  return torch::nn::functional::cross_entropy(logits.to(torch::kFloat), labels);
+}
+
+EpochSchedule::EpochSchedule(std::int64_t examples, std::int64_t batch_size, std::uint64_t seed)
+    : examples_(examples), batch_size_(batch_size), seed_(seed) {
+  if (examples <= 0) throw DataError("classification data: the training split is empty");
+  steps_per_epoch_ = (examples + batch_size - 1) / batch_size;
+}
+
+std::int64_t EpochSchedule::batch_size_at(std::int64_t step) const {
+  const auto within = (step - 1) % steps_per_epoch_;
+  return std::min(batch_size_, examples_ - within * batch_size_);
+}
+
+std::vector<std::int64_t> EpochSchedule::indices(std::int64_t step) {
+  const auto epoch = epoch_of(step);
+  if (epoch != cached_epoch_) {
+    order_ = epoch_order(examples_, mix_seed(seed_, kTrainStream, static_cast<std::uint64_t>(epoch)));
+    cached_epoch_ = epoch;
+  }
+  const auto begin = ((step - 1) % steps_per_epoch_) * batch_size_;
+  return {order_.begin() + begin, order_.begin() + begin + batch_size_at(step)};
+}
+
+ClassStepResult classification_train_step(SequenceClassifier& model, torch::optim::Optimizer& optimizer,
+                                          const ClassBatch& batch, double grad_clip, bool bf16, bool trace) {
+  ClassStepResult result;
+  torch::Tensor loss, total;
+  {
+    AutocastGuard autocast(bf16, batch.input.device());
+    result.output = model.forward(batch.input, batch.mask, batch.segment, trace);
+    loss = classification_loss(result.output.logits, batch.label);
+    total = loss + result.output.aux_loss.to(torch::kFloat);
+  }
+  result.correct = result.output.logits.argmax(-1).eq(batch.label).sum().item<std::int64_t>();
+  result.examples = batch.label.size(0);
+  result.output.logits = torch::Tensor();
+  optimizer.zero_grad();
+  total.backward();
+  std::vector<torch::Tensor> params = model.parameters();
+  if (grad_clip > 0) {
+    result.grad_norm = torch::nn::utils::clip_grad_norm_(params, grad_clip);
+  } else {
+    std::vector<torch::Tensor> norms;
+    for (const auto& p : params)
+      if (p.grad().defined()) norms.push_back(p.grad().norm());
+    result.grad_norm = norms.empty() ? 0.0 : torch::stack(norms).norm().item<double>();
+  }
+  optimizer.step();
+  result.loss = loss.detach();
+  result.aux_loss = result.output.aux_loss.detach();
+  return result;
+}
+
+ClassificationScores classification_scores(const std::vector<std::int64_t>& labels,
+                                           const std::vector<std::int64_t>& predicted, std::int64_t num_classes) {
+  ClassificationScores s;
+  const auto C = static_cast<std::size_t>(num_classes);
+  std::vector<double> tp(C, 0), labelled(C, 0), chosen(C, 0);
+  std::int64_t correct = 0;
+  for (std::size_t i = 0; i < labels.size(); ++i) {
+    const auto y = static_cast<std::size_t>(labels[i]), p = static_cast<std::size_t>(predicted[i]);
+    labelled[y] += 1;
+    chosen[p] += 1;
+    if (y == p) tp[y] += 1, ++correct;
+  }
+  s.accuracy = labels.empty() ? 0.0 : static_cast<double>(correct) / static_cast<double>(labels.size());
+  s.f1.assign(C, 0.0);
+  double sum = 0;
+  int present = 0;
+  for (std::size_t c = 0; c < C; ++c) {
+    if (labelled[c] + chosen[c] == 0) continue;
+    s.f1[c] = 2 * tp[c] / (labelled[c] + chosen[c]);  // F1 = 2TP / (2TP + FP + FN)
+    sum += s.f1[c];
+    ++present;
+  }
+  s.macro_f1 = present ? sum / present : 0.0;
+  return s;
+}
+
+ClassEvalPass evaluate_classifier(SequenceClassifier& model, const ClassificationDataset& data, Split split,
+                                  std::int64_t batch_size, const torch::Device& device, bool bf16) {
+  torch::NoGradGuard no_grad;
+  const bool was_training = model.is_training();
+  model.eval();
+  ClassEvalPass pass;
+  const auto n = data.size(split);
+  std::vector<std::int64_t> labels, predicted;
+  double loss_sum = 0, token_sum = 0;
+  for (std::int64_t begin = 0; begin < n; begin += batch_size) {
+    std::vector<std::int64_t> indices(static_cast<std::size_t>(std::min(batch_size, n - begin)));
+    for (std::size_t i = 0; i < indices.size(); ++i) indices[i] = begin + static_cast<std::int64_t>(i);
+    const auto batch = to_device(data.batch(split, indices), device);
+    AutocastGuard autocast(bf16, device);
+    const auto out = model.forward(batch.input, batch.mask, batch.segment, /*trace=*/true);
+    const auto b = static_cast<double>(indices.size());
+    loss_sum += classification_loss(out.logits, batch.label).item<double>() * b;
+    const auto pred = out.logits.argmax(-1).to(torch::kCPU, torch::kLong).contiguous();
+    const auto lab = batch.label.to(torch::kCPU, torch::kLong).contiguous();
+    predicted.insert(predicted.end(), pred.data_ptr<std::int64_t>(), pred.data_ptr<std::int64_t>() + pred.numel());
+    labels.insert(labels.end(), lab.data_ptr<std::int64_t>(), lab.data_ptr<std::int64_t>() + lab.numel());
+    pass.routing.add(out.trace);
+    const double tokens = batch.mask.sum().item<double>();
+    for (const auto& [key, value] : out.stats) pass.stats[key] += value * tokens;
+    token_sum += tokens;
+  }
+  pass.examples = n;
+  pass.loss = n > 0 ? loss_sum / static_cast<double>(n) : 0.0;
+  for (auto& [key, value] : pass.stats) value /= std::max(1.0, token_sum);
+  pass.scores = classification_scores(labels, predicted, data.num_classes());
+  if (was_training) model.train();
+  return pass;
+}
+
+std::string classification_probe_json(SequenceClassifier& model, const ClassificationDataset& data,
+                                      const torch::Device& device) {
+  if (data.size(Split::Val) == 0) return "{}";
+  const auto index = std::clamp<std::int64_t>(data.probe_index(), 0, data.size(Split::Val) - 1);
+  const auto batch = to_device(data.batch(Split::Val, {index}), device);
+  const auto out = model.forward(batch.input, batch.mask, batch.segment, /*trace=*/true);
+  const auto probs = torch::softmax(out.logits.to(torch::kFloat)[0], -1).cpu();
+  const auto tokens = data.tokens_text(Split::Val, index);
+  const auto real = batch.mask[0].sum().item<std::int64_t>();
+  const auto label = batch.label[0].item<std::int64_t>();
+  nlohmann::json doc;
+  doc["task"] = "classification";
+  doc["index"] = index;
+  doc["tokens"] = tokens;
+  doc["label"] = label;
+  doc["label_name"] = data.label_names().at(static_cast<std::size_t>(label));
+  doc["labels"] = data.label_names();
+  doc["class_probs"] = tensor_to_json(probs);
+  doc["predicted"] = probs.argmax().item<std::int64_t>();
+  doc["layers"] = nlohmann::json::array();
+  for (const auto& layer : out.trace) {
+    nlohmann::json l = {{"layer", layer.layer}, {"kind", layer.kind}, {"routed", layer.routed}};
+    for (const auto& [key, value] : layer.stats) l["stats"][key] = value;
+    doc["layers"].push_back(std::move(l));
+  }
+  // Per-token values of the real tokens only (tokens_text excludes the padding too).
+  const auto n = std::min<std::int64_t>(real, static_cast<std::int64_t>(tokens.size()));
+  for (const auto& [key, tensor] : out.token_data)
+    doc["token_data"][key] = tensor_to_json(tensor[0].narrow(0, 0, n).to(torch::kCPU));
+  return doc.dump();
+}
+
+}  // namespace routelab

@@ -1,0 +1,89 @@
+// The classification pieces of the training loop (seed 002, issue 5): the epoch schedule (a shuffled order per
+// epoch from the run seed, so a resumed run sees the same batches), the training step (CE + the model's aux
+// loss), the whole-split evaluation with accuracy and macro-F1, and the per-token probe.
+//
+// Metrics the trainer stores for classification runs (see trainer.cpp):
+//   train/loss (CE of the step's batch), train/accuracy (the batch's), train/lr, train/grad_norm; at log steps
+//   train/aux_loss (λ-weighted), train/tokens_per_s and train/<stat> for every model stat; at the end of each
+//   epoch train/epoch_loss and train/epoch_accuracy (example-weighted over the epoch); at evaluations val/loss,
+//   val/accuracy, val/macro_f1, val/epoch and val/<stat>. TAGAT's stats: entropy (mean routing entropy, the
+//   L_ent term before λ_ent), load_imbalance (L_bal = Σ_i (u_i - 1/N)² before λ_bal), load/L<l>/E<i> (the seed's
+//   soft load u_i of expert i in layer l: mean gate weight over real tokens), load/E<i> (u_i averaged over the
+//   layers, the seed's Table 1-2 column) and assign/L<l>/E<i> (the hard share of (token, slot) assignments).
+//   Validation stats are means over the validation batches weighted by their real-token counts.
+#pragma once
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include <torch/torch.h>
+
+#include "core/data/classification.h"
+#include "core/models/classifier.h"
+#include "core/train/evaluation.h"
+
+namespace routelab {
+
+ClassBatch to_device(ClassBatch b, const torch::Device& device);
+
+/// Mean cross-entropy of logits (B, C) against labels (B), in fp32.
+torch::Tensor classification_loss(const torch::Tensor& logits, const torch::Tensor& labels);
+
+/// Which training examples each (1-based) step sees: epoch e = (step - 1) / steps_per_epoch walks
+/// epoch_order(n, mix_seed(seed, kTrainStream, e)) in batches; the last batch of an epoch may be smaller.
+class EpochSchedule {
+ public:
+  EpochSchedule(std::int64_t examples, std::int64_t batch_size, std::uint64_t seed);
+  std::int64_t steps_per_epoch() const { return steps_per_epoch_; }
+  std::int64_t epoch_of(std::int64_t step) const { return (step - 1) / steps_per_epoch_; }  ///< 0-based
+  bool ends_epoch(std::int64_t step) const { return step % steps_per_epoch_ == 0; }
+  std::int64_t batch_size_at(std::int64_t step) const;
+  std::vector<std::int64_t> indices(std::int64_t step);
+
+ private:
+  std::int64_t examples_, batch_size_, steps_per_epoch_;
+  std::uint64_t seed_;
+  std::int64_t cached_epoch_ = -1;
+  std::vector<std::int64_t> order_;
+};
+
+struct ClassStepResult {
+  torch::Tensor loss;       ///< detached scalar CE (aux loss excluded)
+  torch::Tensor aux_loss;   ///< detached scalar
+  double grad_norm = 0;     ///< before clipping
+  std::int64_t correct = 0, examples = 0;
+  ClassifierOutput output;  ///< trace, stats and token data when asked for (logits dropped)
+};
+
+/// Forward (bf16 autocast when asked), CE + aux loss, backward, global-norm clip, optimizer step.
+ClassStepResult classification_train_step(SequenceClassifier& model, torch::optim::Optimizer& optimizer,
+                                          const ClassBatch& batch, double grad_clip, bool bf16, bool trace);
+
+struct ClassificationScores {
+  double accuracy = 0;
+  double macro_f1 = 0;      ///< mean F1 over the classes present in the labels or the predictions
+  std::vector<double> f1;   ///< per class (0 for a class never labelled nor predicted)
+};
+ClassificationScores classification_scores(const std::vector<std::int64_t>& labels,
+                                           const std::vector<std::int64_t>& predicted, std::int64_t num_classes);
+
+struct ClassEvalPass {
+  double loss = 0;                      ///< mean CE per example over the split
+  ClassificationScores scores;
+  InferenceRouting routing;
+  std::map<std::string, double> stats;  ///< model stats, real-token-weighted mean over the batches
+  std::int64_t examples = 0;
+};
+
+/// The whole split in order, in batches of `batch_size`, eval mode, no gradients. Restores train mode.
+ClassEvalPass evaluate_classifier(SequenceClassifier& model, const ClassificationDataset& data, Split split,
+                                  std::int64_t batch_size, const torch::Device& device, bool bf16);
+
+/// The probe example of the validation split: {"task": "classification", "tokens", "label", "label_name",
+/// "class_probs", "predicted", "layers": [{layer, kind, routed, stats}], "token_data": {name: per-token values of
+/// the real tokens, e.g. "gate" (T, L, N)}}.
+std::string classification_probe_json(SequenceClassifier& model, const ClassificationDataset& data,
+                                      const torch::Device& device);
+
+}  // namespace routelab
