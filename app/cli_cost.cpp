@@ -1,0 +1,248 @@
+// routelab-cli flops (the FLOPs model: ratio versus sequence length, seed 000 Figure 4, and a per-layer breakdown,
+// from a stored run's measured routing or from fractions given by hand) and bench forward (sparse execution speed).
+#include <algorithm>
+#include <iomanip>
+#include <iostream>
+#include <memory>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+#include "app/cli_registration.h"
+#include "core/analysis/run_analysis.h"
+#include "core/bench/forward_bench.h"
+#include "core/config/experiment_config.h"
+#include "core/cost/flops_model.h"
+#include "core/data/dataset.h"
+#include "core/util/errors.h"
+
+namespace routelab::cli {
+namespace {
+
+struct FlopsArgs {
+  std::int64_t run_id = 0, step = 0, batch = 1, at = 2048, vocab = 0, batches = 0;
+  std::string db, preset, config, split = "val";
+  std::vector<std::string> sets;
+  std::vector<double> fractions;
+  std::vector<std::int64_t> lengths{128, 256, 512, 1024, 2048, 4096, 8192, 16384, 32768};
+  bool json = false, csv = false;
+};
+
+struct BenchForwardArgs {
+  ForwardBenchOptions options;
+  bool json = false;
+};
+
+/// One set of routed fractions to price (a curve).
+struct FractionSet {
+  std::string label;
+  std::vector<double> fractions;  ///< empty: the architecture's defaults
+};
+
+std::string fixed(double v, int precision) {
+  std::ostringstream s;
+  s << std::fixed << std::setprecision(precision) << v;
+  return s.str();
+}
+
+std::string join(const std::vector<double>& v, int precision) {
+  std::string out;
+  for (const double x : v) out += (out.empty() ? "" : ",") + fixed(x, precision);
+  return out;
+}
+
+int run_flops(const FlopsArgs& a) {
+  const int sources = (a.run_id > 0) + !a.preset.empty() + !a.config.empty();
+  if (sources != 1) throw ConfigError("flops: give exactly one of RUN, --preset P or --config FILE");
+  if (a.lengths.empty()) throw ConfigError("flops --lengths: no length given");
+
+  nlohmann::json model;
+  std::int64_t vocab = a.vocab;
+  std::string origin;
+  std::vector<FractionSet> sets;
+  if (a.run_id > 0) {
+    auto run = load_run(a.db, a.run_id, a.sets, a.step);
+    model = run.config.model();
+    if (vocab <= 0) vocab = run.model->vocab_size();
+    origin = "run " + std::to_string(run.run_id) + " " + run.name + ", checkpoint step " + std::to_string(run.step);
+    if (a.fractions.empty()) {
+      RunEvalOptions options;
+      options.split = parse_split(a.split, "--split");
+      options.batches = a.batches;
+      const auto report = evaluate_run(run, options);
+      std::vector<MeasuredLayer> layers;
+      for (const auto& l : report.layers) {
+        MeasuredLayer m;
+        m.routed_fraction = l.at("routed_fraction").get<double>();
+        if (l.contains("stats") && l.at("stats").contains("active_share"))
+          m.active_share = l.at("stats").at("active_share").get<double>();
+        layers.push_back(m);
+      }
+      origin += ", fractions measured on " + report.split + " (" + std::to_string(report.batches) + " batches of " +
+                std::to_string(report.batch_size) + ")";
+      sets.push_back({"measured", fractions_from_trace(report.arch, layers)});
+    }
+  } else {
+    const auto config = a.preset.empty() ? resolve_config(load_json_file(a.config), a.sets, a.config)
+                                         : preset_config(a.preset, a.sets);
+    model = config.model();
+    origin = a.preset.empty() ? "config " + a.config : "preset " + a.preset;
+    if (vocab <= 0) vocab = make_dataset(config.data())->tokenizer().vocab_size();
+  }
+  const auto arch = model.at("arch").get<std::string>();
+  routed_fraction_meaning(arch);  // an architecture without a FLOPs model fails here, before any pricing
+  if (!a.fractions.empty()) sets.push_back({"f=" + join(a.fractions, 2), a.fractions});
+  if (sets.empty()) {
+    // What-if curves; architectures whose executed FLOPs ignore the fractions get one curve.
+    if (arch == "dense" || arch == "drr" || arch == "early-exit") {
+      sets.push_back({"default", {}});
+    } else {
+      for (const double f : {0.1, 0.3, 0.7}) sets.push_back({"f=" + fixed(f, 2), {f}});
+    }
+  }
+
+  const auto price = [&](const FractionSet& set, std::int64_t T) {
+    FlopsQuery q;
+    q.seq = T;
+    q.batch = a.batch;
+    q.fractions = set.fractions;
+    return estimate_flops(model, vocab, q);
+  };
+  const auto breakdown = price(sets.front(), a.at);
+
+  if (a.json) {
+    nlohmann::json curves = nlohmann::json::array();
+    for (const auto& set : sets) {
+      nlohmann::json points = nlohmann::json::array();
+      for (const auto T : a.lengths) {
+        const auto e = price(set, T);
+        points.push_back({{"seq", T}, {"layer_ratio", e.layer_ratio()}, {"total_ratio", e.total_ratio()},
+                          {"flops", e.total_flops()}, {"dense_flops", e.dense_total_flops()}});
+      }
+      curves.push_back({{"label", set.label}, {"fractions", set.fractions}, {"curve", points}});
+    }
+    std::cout << nlohmann::json{{"arch", arch}, {"origin", origin}, {"vocab", vocab}, {"batch", a.batch},
+                                {"convention", flops_convention()}, {"curves", curves},
+                                {"breakdown", breakdown.to_json()}}
+                     .dump(2)
+              << "\n";
+    return 0;
+  }
+  if (a.csv) {
+    std::cout << "arch,set,seq,layer_ratio,total_ratio,flops,dense_flops\n";
+    for (const auto& set : sets)
+      for (const auto T : a.lengths) {
+        const auto e = price(set, T);
+        std::cout << arch << ",\"" << set.label << "\"," << T << "," << e.layer_ratio() << "," << e.total_ratio() << ","
+                  << e.total_flops() << "," << e.dense_total_flops() << "\n";
+      }
+    return 0;
+  }
+
+  std::cout << "FLOPs model: " << arch << " (" << origin << "), batch " << a.batch << ", vocabulary " << vocab << "\n"
+            << "convention: " << flops_convention() << "\n";
+  for (const auto& note : breakdown.notes) std::cout << "note: " << note << "\n";
+  for (const auto& set : sets)
+    if (!set.fractions.empty() && set.fractions.size() > 1)
+      std::cout << "fractions per layer (" << set.label << "): " << join(set.fractions, 3) << "\n";
+  std::cout << "\nFLOPs ratio versus a dense model of the same shape: layers only | whole forward (with the LM head)\n";
+  std::cout << std::setw(7) << "T";
+  for (const auto& set : sets) std::cout << "  " << std::setw(17) << (set.label.size() > 17 ? set.label.substr(0, 17) : set.label);
+  std::cout << "\n";
+  for (const auto T : a.lengths) {
+    std::cout << std::setw(7) << T;
+    for (const auto& set : sets) {
+      const auto e = price(set, T);
+      std::cout << "  " << std::setw(7) << fixed(e.layer_ratio(), 4) << " | " << std::setw(7) << fixed(e.total_ratio(), 4);
+    }
+    std::cout << "\n";
+  }
+
+  // Per-layer breakdown at one length, in GFLOPs.
+  std::vector<std::string> parts;
+  for (const auto& l : breakdown.layers)
+    for (const auto& [name, f] : l.parts)
+      if (std::find(parts.begin(), parts.end(), name) == parts.end()) parts.push_back(name);
+  std::cout << "\nper-layer breakdown at T " << a.at << " (" << sets.front().label << "), GFLOPs\n";
+  std::cout << std::setw(5) << "layer" << std::setw(12) << "kind" << std::setw(9) << "fraction";
+  for (const auto& p : parts) std::cout << std::setw(12) << p;
+  std::cout << std::setw(12) << "total" << std::setw(12) << "dense" << std::setw(8) << "ratio" << "\n";
+  const auto g = [](double f) { return fixed(f / 1e9, 4); };
+  for (const auto& l : breakdown.layers) {
+    std::cout << std::setw(5) << l.layer << std::setw(12) << l.kind << std::setw(9) << fixed(l.fraction, 3);
+    for (const auto& p : parts) {
+      double v = 0;
+      for (const auto& [name, f] : l.parts)
+        if (name == p) v = f;
+      std::cout << std::setw(12) << (v == 0 ? std::string("-") : g(v));
+    }
+    std::cout << std::setw(12) << g(l.flops) << std::setw(12) << g(l.dense_flops) << std::setw(8)
+              << fixed(l.dense_flops > 0 ? l.flops / l.dense_flops : 1.0, 3) << "\n";
+  }
+  std::cout << "layers " << g(breakdown.layer_flops()) << " of dense " << g(breakdown.dense_layer_flops())
+            << " GFLOPs; LM head " << g(breakdown.head_flops) << "; embeddings " << g(breakdown.embedding_flops)
+            << " (lookups); total " << g(breakdown.total_flops()) << " of " << g(breakdown.dense_total_flops())
+            << " (ratio " << fixed(breakdown.total_ratio(), 4) << ")\n";
+  return 0;
+}
+
+int run_bench_forward(const BenchForwardArgs& a) {
+  const auto result = bench_forward(a.options);
+  if (a.json)
+    std::cout << result.to_json().dump(2) << "\n";
+  else
+    std::cout << result.to_table();
+  return 0;
+}
+
+}  // namespace
+
+void add_cost_commands(CLI::App& app, CLI::App& bench, CommandAction& action) {
+  auto f = std::make_shared<FlopsArgs>();
+  auto* flops_cmd = app.add_subcommand(
+      "flops", "FLOPs model: ratio versus a dense model of the same shape for T from 128 to 32K, and a per-layer "
+               "breakdown, from a run's measured routing or from fractions given by hand");
+  flops_cmd->add_option("RUN", f->run_id, "run id (routed fractions measured on its evaluation data)");
+  flops_cmd->add_option("--db", f->db, "run store");
+  flops_cmd->add_option("--preset", f->preset, "a preset's model (fractions by hand)");
+  flops_cmd->add_option("--config", f->config, "a config file's model (fractions by hand)");
+  flops_cmd->add_option("--set", f->sets, "override, e.g. --set model.n_layer=12 (repeatable)");
+  flops_cmd->add_option("--fractions", f->fractions, "routed fractions: one for every routed layer or one per layer")
+      ->delimiter(',');
+  flops_cmd->add_option("--lengths", f->lengths, "sequence lengths of the curve")->delimiter(',');
+  flops_cmd->add_option("--batch", f->batch, "sequences per forward");
+  flops_cmd->add_option("--at", f->at, "sequence length of the per-layer breakdown");
+  flops_cmd->add_option("--vocab", f->vocab, "vocabulary size for the LM head (default: the data's tokenizer)");
+  flops_cmd->add_option("--split", f->split, "RUN: split the fractions are measured on")
+      ->check(CLI::IsMember({"val", "test", "train"}));
+  flops_cmd->add_option("--batches", f->batches, "RUN: evaluation batches (default: the run's train.eval_batches)");
+  flops_cmd->add_option("--step", f->step, "RUN: checkpoint step (default: the latest)");
+  flops_cmd->add_flag("--json", f->json, "machine-readable output");
+  flops_cmd->add_flag("--csv", f->csv, "the curves as CSV");
+  flops_cmd->callback([&action, f] { action = [f] { return run_flops(*f); }; });
+
+  auto b = std::make_shared<BenchForwardArgs>();
+  auto& o = b->options;
+  auto* fwd = bench.add_subcommand(
+      "forward", "eval-mode forward time of dense vs DTRNet, MoD, D-LLM and TSA (sparse) with routers forced to "
+                 "routed fractions: time ratio next to FLOPs ratio, and where they part, which op class costs what");
+  fwd->add_option("--lengths", o.lengths, "sequence lengths (default 512,1024,2048,4096,8192)")->delimiter(',');
+  fwd->add_option("--fractions", o.fractions, "routed fractions to force (default 0.1,0.3,0.7)")->delimiter(',');
+  fwd->add_option("--archs", o.archs, "routed architectures (default dtrnet,mod,dllm,tsa)")->delimiter(',');
+  fwd->add_option("--batch", o.batch, "sequences per forward");
+  fwd->add_option("--embd", o.n_embd, "model width");
+  fwd->add_option("--layers", o.n_layer, "layers");
+  fwd->add_option("--heads", o.n_head, "attention heads");
+  fwd->add_option("--kv-heads", o.n_kv_head, "key/value heads (0: all)");
+  fwd->add_option("--reps", o.reps, "timed forwards per model (median)");
+  fwd->add_option("--warmup", o.warmup, "untimed forwards per model");
+  fwd->add_option("--threads", o.threads, "threads (0: all cores)");
+  fwd->add_option("--device", o.device, "cpu or cuda")->check(CLI::IsMember({"cpu", "cuda"}));
+  fwd->add_option("--calibration-passes", o.calibration_passes, "router bias calibration passes per fraction");
+  fwd->add_option("--breakdown-above", o.breakdown_threshold, "print a breakdown where time/FLOPs ratio exceeds this");
+  fwd->add_flag("--quick", o.quick, "smoke test: T 128 and 256, d 128, 4 layers, 1 rep");
+  fwd->add_flag("--json", b->json, "machine-readable output");
+  fwd->callback([&action, b] { action = [b] { return run_bench_forward(*b); }; });
+}
+
+}  // namespace routelab::cli

@@ -1,0 +1,317 @@
+// bench forward: routers are forced to a target fraction by calibrating their output biases from the scores the
+// trace reports (every routed layer at once, repeated `calibration_passes` times because a layer's input moves
+// when the layers before it change their decisions); the measured fraction of the timed configuration is
+// reported, not assumed. Timed forwards run without tracing; eval-mode routing is deterministic, so the traced
+// forward that gives the FLOPs ratio routes exactly as the timed ones. Breakdowns come from OpClassProfiler
+// (global RecordFunction callbacks timing top-level ATen ops by class), which works on LibTorch 1.13 and 2.x.
+#include "core/bench/forward_bench.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <functional>
+#include <iomanip>
+#include <map>
+#include <sstream>
+
+#include <torch/torch.h>
+
+#include "core/cost/flop_counter.h"
+#include "core/models/dllm.h"
+#include "core/models/dtrnet.h"
+#include "core/models/mod.h"
+#include "core/models/registry.h"
+#include "core/models/tsa.h"
+#include "core/util/errors.h"
+
+namespace routelab {
+namespace {
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const auto n = v.size();
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+void sync(const torch::Device& device) {
+  if (device.is_cuda()) torch::cuda::synchronize();
+}
+
+double time_ms(const std::function<void()>& f, const torch::Device& device) {
+  sync(device);
+  const auto start = std::chrono::steady_clock::now();
+  f();
+  sync(device);
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+}
+
+/// Logit of a probability from a trace's gate, in double.
+torch::Tensor gate_logit(const torch::Tensor& p) {
+  const auto q = p.to(torch::kDouble).clamp(1e-300, 1.0 - 1e-16);
+  return (q / (1.0 - q)).log();
+}
+
+/// The threshold that puts exactly `k` of `scores` strictly above it (midway between neighbours).
+double threshold_for_top(const torch::Tensor& scores, std::int64_t k) {
+  const auto sorted = std::get<0>(scores.reshape({-1}).to(torch::kDouble).cpu().sort());  // ascending
+  const auto n = sorted.size(0);
+  k = std::clamp<std::int64_t>(k, 0, n);
+  const auto* s = sorted.data_ptr<double>();
+  if (k == 0) return s[n - 1] + 1.0;
+  if (k == n) return s[0] - 1.0;
+  return 0.5 * (s[n - k - 1] + s[n - k]);
+}
+
+std::int64_t share(double fraction, std::int64_t n) {
+  return std::clamp<std::int64_t>(static_cast<std::int64_t>(std::llround(fraction * static_cast<double>(n))), 0, n);
+}
+
+/// One calibration pass: every routed layer's output bias set so that `fraction` of the tokens of this input
+/// take the routed path, from the scores of one traced forward.
+void calibrate_pass(LanguageModel& model, const std::string& arch, const torch::Tensor& tokens, double fraction) {
+  torch::NoGradGuard no_grad;
+  if (arch == "tsa") {
+    auto& tsa = dynamic_cast<TokenSelectiveAttention&>(model);
+    const auto logits = tsa.router_logits(tokens);  // per router (B, T), bias included
+    for (std::size_t l = 0; l < tsa.routers.size(); ++l) {
+      auto bias = tsa.routers[l]->fc2->bias;                                    // (1)
+      const auto z = logits[l].to(torch::kDouble) - bias.to(torch::kDouble).item<double>();  // before the bias
+      // active iff z + b <= 0: the lowest `k` scores, i.e. -z's top k
+      const double t = threshold_for_top(-z, share(fraction, z.numel()));
+      bias.fill_(t);  // -z > t  <=>  z + t < 0
+    }
+    return;
+  }
+  const auto out = model.forward(tokens, true);
+  for (const auto& t : out.trace) {
+    if (!t.routed || !t.gate.defined()) continue;
+    const auto n = t.gate.numel();
+    const auto k = share(fraction, n);
+    const auto layer = static_cast<std::size_t>(t.layer);
+    if (arch == "dtrnet") {
+      auto& r = dynamic_cast<DTRNet&>(model).routed[layer];
+      auto bias = r->router_out->bias;  // [attention, bypass]
+      const double diff = (bias[0] - bias[1]).item<double>();
+      const double thr = threshold_for_top(gate_logit(t.gate) - diff, k);  // attention iff z0 - z1 + diff' > 0
+      bias[0].fill_(bias[1].item<double>() - thr);
+    } else if (arch == "mod") {
+      // The predictor decides at inference: make it the router minus a threshold on the router's logit.
+      auto& layer_module = dynamic_cast<MixtureOfDepths&>(model).mod_layers[layer];
+      const double thr = threshold_for_top(gate_logit(t.gate), k);
+      layer_module->predictor->linear->weight.copy_(layer_module->router->weight);
+      layer_module->predictor->linear->bias.copy_(layer_module->router->bias - thr);
+    } else if (arch == "dllm") {
+      auto& router = dynamic_cast<DLLM&>(model).routers[layer];
+      auto bias = router->fc2->bias;  // [skip, execute]
+      const double diff = (bias[1] - bias[0]).item<double>();
+      const double thr = threshold_for_top(gate_logit(t.gate) - diff, k);  // execute iff z1 - z0 >= 0
+      bias[1].fill_(bias[0].item<double>() - thr);
+    }
+  }
+}
+
+struct TracedForward {
+  double flops_ratio = 1.0;
+  double fraction = 1.0;
+};
+
+TracedForward traced(LanguageModel& model, const std::string& arch, const torch::Tensor& tokens) {
+  torch::NoGradGuard no_grad;
+  const auto out = model.forward(tokens, true);
+  double f = 0, d = 0, routed = 0;
+  int n = 0;
+  for (const auto& t : out.trace) {
+    f += t.flops;
+    d += t.dense_flops;
+    if (!t.routed) continue;
+    const auto it = t.stats.find("active_share");
+    routed += arch == "tsa" && it != t.stats.end() ? it->second : t.routed_fraction;
+    ++n;
+  }
+  return {d > 0 ? f / d : 1.0, n > 0 ? routed / n : 1.0};
+}
+
+/// Median over `runs` profiled forwards of the ms of each op class (one forward is too noisy on a shared machine).
+std::vector<std::pair<std::string, double>> profile(LanguageModel& model, const torch::Tensor& tokens,
+                                                    const torch::Device& device, int runs) {
+  torch::NoGradGuard no_grad;
+  std::map<std::string, std::vector<double>> samples;
+  for (int r = 0; r < runs; ++r) {
+    sync(device);
+    OpClassProfiler profiler;
+    model.forward(tokens);
+    sync(device);
+    profiler.stop();
+    for (const auto& [k, v] : profiler.classes_ms()) samples[k].push_back(v);
+  }
+  std::vector<std::pair<std::string, double>> out;
+  for (auto& [k, v] : samples) {
+    v.resize(static_cast<std::size_t>(runs), 0.0);  // a class absent from a forward took 0 ms there
+    out.emplace_back(k, median(v));
+  }
+  return out;
+}
+
+nlohmann::json model_json(const ForwardBenchOptions& o, const std::string& arch, std::int64_t max_len) {
+  nlohmann::json m = {{"arch", arch},        {"style", "llama"},         {"n_layer", o.n_layer},
+                      {"n_embd", o.n_embd},  {"n_head", o.n_head},       {"n_kv_head", o.n_kv_head},
+                      {"max_seq_len", max_len}};
+  if (arch == "tsa") m["inference"] = "sparse";
+  auto full = schema_defaults(architecture(arch).options);
+  for (const auto& [k, v] : m.items()) full[k] = v;
+  architecture(arch).check(full, "bench forward model");
+  return full;
+}
+
+}  // namespace
+
+ForwardBenchResult bench_forward(const ForwardBenchOptions& in) {
+  ForwardBenchOptions o = in;
+  if (o.quick) {
+    o.lengths = {128, 256};
+    o.n_embd = 128;
+    o.n_layer = 4;
+    o.n_head = 4;
+    o.reps = 1;
+    o.warmup = 1;
+    o.breakdown_min_seq = 0;
+  }
+  for (const auto& a : o.archs)
+    if (a != "dtrnet" && a != "mod" && a != "dllm" && a != "tsa")
+      throw ConfigError("bench forward --archs: '" + a + "' is not one of dtrnet, mod, dllm, tsa");
+  for (const double f : o.fractions)
+    if (!(f >= 0.0 && f <= 1.0)) throw ConfigError("bench forward --fractions: " + std::to_string(f) + " is outside [0, 1]");
+  for (const auto t : o.lengths)
+    if (t < 4) throw ConfigError("bench forward --lengths: " + std::to_string(t) + " is too short");
+  if (o.lengths.empty() || o.fractions.empty()) throw ConfigError("bench forward: no lengths or no fractions");
+  if (o.reps < 1 || o.warmup < 0 || o.batch < 1 || o.calibration_passes < 1)
+    throw ConfigError("bench forward: --reps, --batch and calibration passes must be at least 1, --warmup at least 0");
+  if (o.device != "cpu" && o.device != "cuda") throw ConfigError("bench forward --device: '" + o.device + "' (cpu or cuda)");
+  if (o.device == "cuda" && !torch::cuda::is_available())
+    throw ConfigError("bench forward --device cuda: no CUDA device is available to LibTorch");
+  if (o.threads > 0) at::set_num_threads(o.threads);
+  const torch::Device device(o.device == "cuda" ? torch::kCUDA : torch::kCPU);
+
+  ForwardBenchResult result;
+  result.options = o;
+  result.threads = at::get_num_threads();
+  result.device = o.device;
+  const auto max_len = *std::max_element(o.lengths.begin(), o.lengths.end());
+  const ModelContext ctx{o.vocab, max_len};
+
+  torch::manual_seed(0);
+  auto dense = create_model(model_json(o, "dense", max_len), ctx);
+  std::vector<std::shared_ptr<LanguageModel>> models;
+  for (const auto& a : o.archs) {
+    torch::manual_seed(0);
+    models.push_back(create_model(model_json(o, a, max_len), ctx));
+  }
+  dense->to(device);
+  dense->eval();
+  for (auto& m : models) {
+    m->to(device);
+    m->eval();
+  }
+
+  torch::NoGradGuard no_grad;
+  for (const auto T : o.lengths) {
+    const auto tokens = torch::randint(0, o.vocab, {o.batch, T}, torch::TensorOptions().dtype(torch::kLong)).to(device);
+    std::vector<std::pair<std::string, double>> dense_breakdown;  // profiled once per length, when needed
+    for (const double fraction : o.fractions) {
+      std::vector<TracedForward> traces;
+      for (std::size_t i = 0; i < models.size(); ++i) {
+        for (int p = 0; p < o.calibration_passes; ++p) calibrate_pass(*models[i], o.archs[i], tokens, fraction);
+        traces.push_back(traced(*models[i], o.archs[i], tokens));
+      }
+      std::vector<std::function<void()>> runs = {[&] { dense->forward(tokens); }};
+      for (auto& m : models) runs.push_back([&m, &tokens] { m->forward(tokens); });
+      for (int w = 0; w < o.warmup; ++w)
+        for (const auto& run : runs) run();
+      std::vector<std::vector<double>> times(runs.size());
+      for (int r = 0; r < o.reps; ++r)  // interleaved: drifting machine load hits every model alike
+        for (std::size_t i = 0; i < runs.size(); ++i) times[i].push_back(time_ms(runs[i], device));
+      const double dense_ms = median(times[0]);
+      for (std::size_t i = 0; i < models.size(); ++i) {
+        ForwardBenchRow row;
+        row.seq = T;
+        row.target = fraction;
+        row.arch = o.archs[i];
+        row.fraction = traces[i].fraction;
+        row.dense_ms = dense_ms;
+        row.ms = median(times[i + 1]);
+        row.time_ratio = row.ms / dense_ms;
+        row.flops_ratio = traces[i].flops_ratio;
+        row.quotient = row.time_ratio / row.flops_ratio;
+        if (row.quotient > o.breakdown_threshold && T >= o.breakdown_min_seq) {
+          if (dense_breakdown.empty()) dense_breakdown = profile(*dense, tokens, device, std::max(3, o.reps));
+          row.breakdown = profile(*models[i], tokens, device, std::max(3, o.reps));
+          row.dense_breakdown = dense_breakdown;
+        }
+        result.rows.push_back(std::move(row));
+      }
+    }
+  }
+  return result;
+}
+
+std::string ForwardBenchResult::to_table() const {
+  std::ostringstream s;
+  const auto& o = options;
+  s << "bench forward: " << device << ", " << threads << " threads, batch " << o.batch << ", d " << o.n_embd << ", "
+    << o.n_layer << " layers, " << o.n_head << " heads (llama style); eval-mode forward, median of " << o.reps
+    << " interleaved reps after " << o.warmup << " warm-up\n"
+    << "routed = measured mean routed fraction of the routed layers (TSA: FFN share) after forcing the routers to "
+       "the target; FLOPs ratio = sum of LayerTrace flops / dense_flops of that forward (layers; LM head excluded); "
+       "quotient = time ratio / FLOPs ratio\n";
+  s << std::setw(6) << "T" << std::setw(8) << "target" << std::setw(8) << "arch" << std::setw(8) << "routed"
+    << std::setw(11) << "dense ms" << std::setw(11) << "ms" << std::setw(11) << "time ratio" << std::setw(12)
+    << "FLOPs ratio" << std::setw(10) << "quotient" << "\n";
+  s << std::fixed;
+  for (const auto& r : rows) {
+    s << std::setw(6) << r.seq << std::setw(8) << std::setprecision(2) << r.target << std::setw(8) << r.arch
+      << std::setw(8) << std::setprecision(3) << r.fraction << std::setw(11) << std::setprecision(1) << r.dense_ms
+      << std::setw(11) << r.ms << std::setw(11) << std::setprecision(3) << r.time_ratio << std::setw(12)
+      << r.flops_ratio << std::setw(10) << r.quotient << (r.breakdown.empty() ? "" : "  *") << "\n";
+  }
+  bool any = false;
+  for (const auto& r : rows) {
+    if (r.breakdown.empty()) continue;
+    if (!any)
+      s << "\n* quotient above " << o.breakdown_threshold << " at T >= " << o.breakdown_min_seq
+        << ": ms by op class, median of max(3, reps) profiled forwards each (top-level ATen ops on the calling thread, RecordFunction "
+           "callbacks; 'outside ops' = wall time not inside any op, mostly the custom CPU attention kernels)"
+        << (device == "cuda" ? "; on cuda these are host-side launch times, the final synchronisation landing in "
+                               "'outside ops'" : "")
+        << "\n";
+    any = true;
+    s << "T " << r.seq << ", target " << std::setprecision(2) << r.target << ", " << r.arch << " (quotient "
+      << std::setprecision(2) << r.quotient << "):\n";
+    std::map<std::string, std::pair<double, double>> merged;
+    for (const auto& [k, v] : r.breakdown) merged[k].first = v;
+    for (const auto& [k, v] : r.dense_breakdown) merged[k].second = v;
+    for (const auto& [k, v] : merged)
+      s << "    " << std::left << std::setw(58) << k << std::right << std::setw(10) << std::setprecision(1) << v.first
+        << " ms   dense " << std::setw(10) << v.second << " ms\n";
+  }
+  return s.str();
+}
+
+nlohmann::json ForwardBenchResult::to_json() const {
+  nlohmann::json rows_json = nlohmann::json::array();
+  for (const auto& r : rows) {
+    nlohmann::json j = {{"seq", r.seq},         {"target", r.target},       {"arch", r.arch},
+                        {"routed", r.fraction}, {"dense_ms", r.dense_ms},   {"ms", r.ms},
+                        {"time_ratio", r.time_ratio}, {"flops_ratio", r.flops_ratio}, {"quotient", r.quotient}};
+    if (!r.breakdown.empty()) {
+      for (const auto& [k, v] : r.breakdown) j["breakdown_ms"][k] = v;
+      for (const auto& [k, v] : r.dense_breakdown) j["dense_breakdown_ms"][k] = v;
+    }
+    rows_json.push_back(std::move(j));
+  }
+  const auto& o = options;
+  return {{"device", device}, {"threads", threads}, {"batch", o.batch}, {"n_embd", o.n_embd},
+          {"n_layer", o.n_layer}, {"n_head", o.n_head}, {"reps", o.reps}, {"warmup", o.warmup},
+          {"rows", rows_json}};
+}
+
+}  // namespace routelab

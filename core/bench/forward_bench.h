@@ -1,0 +1,60 @@
+// Sparse execution speed (issue 6): the eval-mode forward of a dense model against DTRNet, MoD, D-LLM and TSA
+// (sparse inference) of equal shape, routers forced to target fractions, timed interleaved; the measured time
+// ratio next to the FLOPs ratio of the very forward timed (from its trace), and where they disagree by more than
+// a threshold at long sequences, a breakdown of where the time goes. No Torch in this header.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+namespace routelab {
+
+struct ForwardBenchOptions {
+  std::vector<std::int64_t> lengths{512, 1024, 2048, 4096, 8192};
+  std::vector<double> fractions{0.1, 0.3, 0.7};  ///< routed fraction each router is forced to
+  std::vector<std::string> archs{"dtrnet", "mod", "dllm", "tsa"};  ///< compared with "dense"
+  std::int64_t batch = 1;
+  /// shape of every model (llama style): d 512, 8 layers, 8 heads; each architecture keeps its default pattern
+  /// of routed layers (DTRNet bilayer, MoD alternate, D-LLM after-2, TSA every block after the stem)
+  std::int64_t n_embd = 512, n_layer = 8, n_head = 8, n_kv_head = 0, vocab = 256;
+  int warmup = 1;  ///< untimed forwards of each model per (length, fraction)
+  int reps = 3;    ///< timed forwards of each model per (length, fraction), interleaved; the median is reported
+  int threads = 0;  ///< 0: all cores
+  std::string device = "cpu";  ///< cpu or cuda
+  /// bias calibration passes (each: one traced forward, then every router's bias set from its own scores)
+  int calibration_passes = 2;
+  /// a breakdown is printed where time ratio / FLOPs ratio exceeds this at a length >= breakdown_min_seq
+  double breakdown_threshold = 1.25;
+  std::int64_t breakdown_min_seq = 2048;
+  /// smoke-test scale: lengths 128, 256, d 128, 4 layers, 4 heads, 1 timed rep, breakdowns at every length
+  bool quick = false;
+};
+
+struct ForwardBenchRow {
+  std::int64_t seq = 0;
+  double target = 0;          ///< the fraction asked for
+  std::string arch;
+  double fraction = 0;        ///< measured: mean routed fraction over the routed layers in the timed forward's trace
+  double dense_ms = 0, ms = 0;  ///< medians
+  double time_ratio = 0;      ///< ms / dense_ms
+  double flops_ratio = 0;     ///< sum LayerTrace::flops / sum dense_flops of the timed forward
+  double quotient = 0;        ///< time_ratio / flops_ratio (1 = time follows FLOPs)
+  /// where quotient > threshold at a long sequence: op class -> ms for this model and for dense
+  std::vector<std::pair<std::string, double>> breakdown, dense_breakdown;
+};
+
+struct ForwardBenchResult {
+  ForwardBenchOptions options;  ///< as run (quick applied)
+  int threads = 0;
+  std::string device;
+  std::vector<ForwardBenchRow> rows;
+  std::string to_table() const;
+  nlohmann::json to_json() const;
+};
+
+/// Throws ConfigError for a bad option (unknown arch, fraction outside [0, 1], cuda without a GPU).
+ForwardBenchResult bench_forward(const ForwardBenchOptions& options);
+
+}  // namespace routelab

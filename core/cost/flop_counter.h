@@ -1,0 +1,66 @@
+// Counted work: the multiply-adds of the matrix products ATen actually executes, from the operand shapes that
+// RecordFunction callbacks see at run time, and a per-op-class wall-clock profile of a forward (bench forward).
+// No Torch in this header.
+#pragma once
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+
+namespace routelab {
+
+/// Counts, while alive, the matrix products run on the constructing thread: aten::mm, addmm, bmm, baddbmm, mv,
+/// addmv, dot and the fused scaled-dot-product-attention kernels of LibTorch 2.x (4 B H Tq Tk hd FLOPs, the full
+/// rectangle). aten::matmul, aten::linear and aten::einsum are not counted themselves: they dispatch to the ops
+/// above, and a counted op nested inside another counted op is skipped, so nothing is counted twice.
+///
+/// The callback is thread-local (at::addThreadLocalCallback), and ATen's OpenMP workers do not inherit it, so the
+/// counter sets this thread's intra-op threads to 1 while it counts (restored on stop): every op of the forward
+/// then runs, and is seen, here. Counting is for checks on small inputs, not for timing.
+/// Counters nest: an inner counter's products are also counted by the outer one.
+class FlopCounter {
+ public:
+  FlopCounter();
+  ~FlopCounter();
+  FlopCounter(const FlopCounter&) = delete;
+  FlopCounter& operator=(const FlopCounter&) = delete;
+
+  /// Stops counting (idempotent; the destructor calls it).
+  void stop();
+  /// 2 FLOPs per multiply-add, as core/cost/flops.h.
+  double flops() const;
+  /// FLOPs by counted op name ("aten::addmm", ...).
+  const std::map<std::string, double>& flops_by_op() const;
+  /// Counted op calls.
+  std::int64_t calls() const;
+
+  struct State;
+
+ private:
+  std::unique_ptr<State> state_;
+};
+
+/// Wall-clock time of a forward by op class, from global RecordFunction callbacks on the profiling thread: each
+/// top-level ATen op's inclusive time goes to its class (matmul; routing index ops: gather, scatter, index_*,
+/// sort, topk, nonzero, where, cat, ...; elementwise and reductions: softmax, norms, activations, arithmetic;
+/// copies and allocation; other). Time spent outside any ATen op on this thread (the custom CPU attention kernels,
+/// whose per-head GEMMs run in OpenMP workers, and host code) is reported as "outside ops" = wall - sum.
+class OpClassProfiler {
+ public:
+  OpClassProfiler();
+  ~OpClassProfiler();
+  OpClassProfiler(const OpClassProfiler&) = delete;
+  OpClassProfiler& operator=(const OpClassProfiler&) = delete;
+
+  void stop();
+  /// Milliseconds by class, "outside ops" included; wall_ms() is their sum.
+  std::map<std::string, double> classes_ms() const;
+  double wall_ms() const;
+
+  struct State;
+
+ private:
+  std::unique_ptr<State> state_;
+};
+
+}  // namespace routelab
