@@ -3,6 +3,7 @@
 
 #include <cmath>
 
+#include "core/inference/kv_cache.h"
 #include "core/models/blocks/residual_probe.h"
 #include "core/util/errors.h"
 
@@ -137,6 +138,12 @@ torch::Tensor DenseBlockImpl::update(const torch::Tensor& x, const torch::Tensor
   return a + m;
 }
 
+torch::Tensor DenseBlockImpl::decode_update(const torch::Tensor& x, const torch::Tensor& positions, KVCache& cache,
+                                            const torch::Tensor& keep, const torch::Tensor& hidden) {
+  const auto a = attn->forward_cached(norm1(x), positions, cache, keep, hidden);  // (B, n, C)
+  return a + mlp(norm2(x + a));
+}
+
 TransformerTrunk::TransformerTrunk(TransformerOptions options) : options_(std::move(options)) {
   tok_emb = register_module("tok_emb", torch::nn::Embedding(options_.vocab_size(), options_.n_embd()));
   if (options_.style() == ModelStyle::GPT2)
@@ -156,6 +163,29 @@ torch::Tensor TransformerTrunk::embed(const torch::Tensor& tokens, torch::Tensor
   auto x = tok_emb(tokens);                                                                         // (B, T, C)
   if (pos_emb) x = x + pos_emb(positions);
   if (is_training() && options_.dropout() > 0) x = torch::dropout(x, options_.dropout(), true);
+  return x;
+}
+
+std::unique_ptr<DecodeState> TransformerTrunk::new_decode_state(std::int64_t batch, bool layer_caches) const {
+  auto state = std::make_unique<DecodeState>(arch_id(), batch, options_.max_seq_len());
+  const auto hd = options_.n_embd() / options_.n_head();
+  const auto kv = options_.n_kv_head() > 0 ? options_.n_kv_head() : options_.n_head();
+  if (layer_caches)
+    for (std::int64_t i = 0; i < options_.n_layer(); ++i) state->add_cache(KVCache("layer", static_cast<int>(i), batch, kv, hd));
+  return state;
+}
+
+torch::Tensor TransformerTrunk::embed_decode(const torch::Tensor& tokens, const DecodeState& state,
+                                             torch::Tensor& positions) {
+  if (tokens.dim() != 2 || tokens.size(0) != state.batch())
+    throw ConfigError("decode: expected tokens (" + std::to_string(state.batch()) + ", n), got " +
+                      c10::str(tokens.sizes()));
+  const auto n = tokens.size(1);
+  state.check_room(n);
+  positions = torch::arange(state.length(), state.length() + n,
+                            torch::TensorOptions().dtype(torch::kLong).device(tokens.device()));  // (n)
+  auto x = tok_emb(tokens);  // (B, n, C)
+  if (pos_emb) x = x + pos_emb(positions);
   return x;
 }
 
@@ -191,6 +221,20 @@ DenseTransformer::DenseTransformer(TransformerOptions options) : TransformerTrun
     list->push_back(blocks.back());
   }
   init_weights();
+}
+
+std::unique_ptr<DecodeState> DenseTransformer::begin_decode(std::int64_t batch) { return new_decode_state(batch); }
+
+torch::Tensor DenseTransformer::decode(DecodeState& state, const torch::Tensor& tokens, DecodeTrace* trace) {
+  torch::NoGradGuard no_grad;
+  torch::Tensor positions;
+  auto x = embed_decode(tokens, state, positions);  // (B, n, C)
+  for (std::size_t i = 0; i < blocks.size(); ++i) {
+    x = x + blocks[i]->decode_update(x, positions, state.cache(i));
+    if (trace) trace->layers.push_back(dense_layer_trace(static_cast<int>(i), tokens.size(0), tokens.size(1), layer_shape(options_)));
+  }
+  state.advance(tokens.size(1));
+  return head(x);
 }
 
 ModelOutput DenseTransformer::forward(const torch::Tensor& tokens, bool trace) {

@@ -59,6 +59,11 @@ class DenseBlockImpl : public torch::nn::Module {
   /// With `rows`, x holds the compacted sequences of those routed rows (see causal_attention).
   torch::Tensor update(const torch::Tensor& x, const torch::Tensor& positions, const Compaction* rows = nullptr);
 
+  /// Incremental form of update(): the new rows x (B, n, C) at `positions` attend through `cache` (see
+  /// CausalSelfAttentionImpl::forward_cached for `keep` and `hidden`). -> f(x) (B, n, C)
+  torch::Tensor decode_update(const torch::Tensor& x, const torch::Tensor& positions, KVCache& cache,
+                              const torch::Tensor& keep = {}, const torch::Tensor& hidden = {});
+
   int layer_index = 0;  ///< reported to the residual-ratio probe
 
   Norm norm1{nullptr}, norm2{nullptr};
@@ -76,6 +81,12 @@ class TransformerTrunk : public LanguageModel {
   const TransformerOptions& options() const { return options_; }
 
  protected:
+  /// A decode state for `batch` sequences with the context limit max_seq_len and, when `layer_caches`, one
+  /// self-attention cache per layer ("layer").
+  std::unique_ptr<DecodeState> new_decode_state(std::int64_t batch, bool layer_caches = true) const;
+  /// Decode-time embedding of tokens (B, n) at the absolute positions state.length() ... + n - 1 (returned through
+  /// `positions`, (n)); throws ConfigError past the context limit.
+  torch::Tensor embed_decode(const torch::Tensor& tokens, const DecodeState& state, torch::Tensor& positions);
   /// tokens (B, T) -> embeddings (B, T, C); positions (T) are returned through `positions`.
   torch::Tensor embed(const torch::Tensor& tokens, torch::Tensor& positions);
   /// (B, T, C) -> logits (B, T, V)
@@ -96,6 +107,8 @@ class DenseTransformer : public TransformerTrunk {
   explicit DenseTransformer(TransformerOptions options);
   ModelOutput forward(const torch::Tensor& tokens, bool trace = false) override;
   std::string arch_id() const override { return "dense"; }
+  std::unique_ptr<DecodeState> begin_decode(std::int64_t batch) override;
+  torch::Tensor decode(DecodeState& state, const torch::Tensor& tokens, DecodeTrace* trace = nullptr) override;
 
   std::vector<DenseBlock> blocks;
 };

@@ -9,6 +9,7 @@
 #include <limits>
 #include <numbers>
 
+#include "core/inference/kv_cache.h"
 #include "core/util/errors.h"
 
 namespace routelab {
@@ -184,6 +185,49 @@ ModelOutput DLLM::forward(const torch::Tensor& tokens, bool trace) {
     out.aux_loss = rate_weight() * rate_loss(activation, dllm_.reserved_tokens(), dllm_.target());
   }
   return out;
+}
+
+std::unique_ptr<DecodeState> DLLM::begin_decode(std::int64_t batch) { return new_decode_state(batch); }
+
+torch::Tensor DLLM::decode(DecodeState& state, const torch::Tensor& tokens, DecodeTrace* trace) {
+  torch::NoGradGuard no_grad;
+  torch::Tensor positions;
+  auto x = embed_decode(tokens, state, positions);  // (B, n, C)
+  const auto B = tokens.size(0), n = tokens.size(1);
+  const bool prefill = n > 1;
+  const auto always = positions.lt(dllm_.reserved_tokens()).unsqueeze(0);  // (1, n)
+  for (std::size_t i = 0; i < blocks.size(); ++i) {
+    auto& cache = state.cache(i);
+    if (!routed_[i]) {
+      x = x + blocks[i]->decode_update(x, positions, cache);
+      if (trace) trace->layers.push_back(dense_layer_trace(static_cast<int>(i), B, n, layer_shape(options_)));
+      continue;
+    }
+    const auto p_exec = torch::softmax(routers[i]->forward(x), -1).select(-1, 1);  // (B, n)
+    const auto executed = p_exec.ge(dllm_.threshold()).logical_or(always);         // (B, n)
+    const auto count = executed.sum().item<std::int64_t>();
+    if (prefill) {
+      // Official prefill: every token's keys/values are written, skipped ones masked out as keys.
+      const auto f = blocks[i]->decode_update(x, positions, cache, {}, executed.logical_not());
+      x = torch::where(executed.unsqueeze(-1), x + f, x);
+    } else if (count > 0) {
+      const auto f = blocks[i]->decode_update(x, positions, cache, executed);
+      x = torch::where(executed.unsqueeze(-1), x + f, x);
+    }
+    if (trace) {
+      LayerTrace t;
+      t.layer = static_cast<int>(i);
+      t.kind = "dllm";
+      t.routed = true;
+      t.gate = p_exec;
+      t.decision = executed;
+      t.routed_fraction = static_cast<double>(count) / static_cast<double>(B * n);
+      t.tokens_processed = {{"attn", count}, {"mlp", count}};
+      trace->layers.push_back(std::move(t));
+    }
+  }
+  state.advance(n);
+  return head(x);
 }
 
 namespace {

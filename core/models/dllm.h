@@ -65,6 +65,11 @@ class DLLM : public TransformerTrunk {
   DLLM(TransformerOptions options, DLLMOptions dllm = {});
   ModelOutput forward(const torch::Tensor& tokens, bool trace = false) override;
   std::string arch_id() const override { return "dllm"; }
+  /// The official decode path (Jyk-122/D-LLM llama/model.py): a prefill (n > 1) runs every token through every
+  /// layer and stores every key/value, the skipped ones masked; a decode step (n = 1) stores keys/values only for
+  /// the sequences whose token executes. Logits equal the eval-mode forward either way.
+  std::unique_ptr<DecodeState> begin_decode(std::int64_t batch) override;
+  torch::Tensor decode(DecodeState& state, const torch::Tensor& tokens, DecodeTrace* trace = nullptr) override;
   void set_progress(double fraction) override;
 
   const DLLMOptions& dllm_options() const { return dllm_; }

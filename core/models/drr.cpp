@@ -9,6 +9,7 @@
 #include <set>
 #include <sstream>
 
+#include "core/inference/kv_cache.h"
 #include "core/models/blocks/attention.h"
 #include "core/models/blocks/residual_probe.h"
 #include "core/util/errors.h"
@@ -421,6 +422,96 @@ ModelOutput DrrTransformer::forward(const torch::Tensor& tokens, bool trace) {
     out.trace = std::move(s.trace);
   }
   return out;
+}
+
+std::unique_ptr<DecodeState> DrrTransformer::begin_decode(std::int64_t batch) {
+  const auto& o = drr_options_;
+  if (o.memory() != DrrMemory::Causal)
+    throw ConfigError("drr decode: model.memory 'seed' reads later positions; incremental decoding needs 'causal'");
+  auto state = new_decode_state(batch, /*layer_caches=*/false);
+  const auto H = options_.n_head(), hd = options_.n_embd() / H;
+  for (std::int64_t i = 0; i < options_.n_layer(); ++i) {
+    const int layer = static_cast<int>(i);
+    state->add_cache(KVCache("attn", layer, batch, H, hd));
+    state->add_cache(KVCache("short", layer, batch, H, hd, std::min(i, o.short_window())));
+    state->add_cache(KVCache("long", layer, batch, H, hd, 0, (i / o.block_size()) * o.summary_tokens()));
+  }
+  return state;
+}
+
+torch::Tensor DrrTransformer::decode(DecodeState& state, const torch::Tensor& tokens, DecodeTrace* trace) {
+  torch::NoGradGuard no_grad;
+  const auto& o = drr_options_;
+  torch::Tensor positions;
+  auto x = embed_decode(tokens, state, positions);  // (B, n, C): no embedding dropout, as states()
+  const auto B = tokens.size(0), n = tokens.size(1), C = options_.n_embd(), H = options_.n_head();
+  const auto L = static_cast<std::int64_t>(layers.size());
+  const auto first = state.length(), last = first + n - 1;  // positions of the new rows
+  const auto chunks = summary_chunks(options_.max_seq_len(), o.summary_tokens());
+  const auto cache = [&](std::int64_t layer, int which) -> KVCache& { return state.cache(static_cast<std::size_t>(3 * layer + which)); };
+  const auto memory_kv = [&](DepthMemoryAttention& m, const torch::Tensor& rows) {
+    return std::make_pair(split_heads(linear(rows, m->k_proj), H), split_heads(linear(rows, m->v_proj), H));
+  };
+  const auto memory_read = [&](DepthMemoryAttention& m, KVCache& c, const torch::Tensor& q_rows) {
+    const auto heads = c.attend(split_heads(linear(q_rows, m->q_proj), H), positions);  // (B, H, n, hd)
+    return linear(merge_heads(heads), m->out_proj);                                       // (B, n, C)
+  };
+  std::vector<torch::Tensor> outputs;  // each layer's output for the new rows
+  for (std::int64_t i = 0; i < L; ++i) {
+    auto& layer = layers[static_cast<std::size_t>(i)];
+    // Short-term memory: the new rows of the last W layer outputs join layer i's memory at their positions.
+    const auto window = std::min(i, o.short_window());
+    for (std::int64_t j = i - window; j < i; ++j) {
+      const auto [k, v] = memory_kv(layer->short_mem_attn, outputs[static_cast<std::size_t>(j)]);
+      cache(i, 1).append(k, v, positions);
+    }
+    torch::Tensor short_ctx, long_ctx;
+    if (window > 0) short_ctx = memory_read(layer->short_mem_attn, cache(i, 1), x);
+    if (cache(i, 2).max_length() > 0) long_ctx = memory_read(layer->long_mem_attn, cache(i, 2), x);
+    const auto gates = torch::softmax(layer->router_logits(x), -1);  // (B, n, 3)
+    auto hybrid = gates.narrow(-1, 0, 1) * x;
+    if (short_ctx.defined()) hybrid = hybrid + gates.narrow(-1, 1, 1) * short_ctx;
+    if (long_ctx.defined()) hybrid = hybrid + gates.narrow(-1, 2, 1) * long_ctx;
+    const auto attn_out = layer->attn->forward_cached(layer->norm1(hybrid), positions, cache(i, 0));
+    const auto mid = hybrid + attn_out;
+    x = mid + linear(torch::gelu(linear(layer->norm2(mid), layer->mlp_up)), layer->mlp_down);
+    outputs.push_back(x);
+    if (trace) {
+      LayerTrace t;
+      t.layer = static_cast<int>(i);
+      t.kind = "drr";
+      t.routed = true;
+      t.gate = 1.0 - gates.select(-1, 0);
+      t.decision = gates.argmax(-1).ne(0);
+      t.routed_fraction = t.decision.to(torch::kFloat).mean().item<double>();
+      t.stats = {{"gate_identity", gates.select(-1, 0).mean().item<double>()},
+                 {"gate_short", gates.select(-1, 1).mean().item<double>()},
+                 {"gate_long", gates.select(-1, 2).mean().item<double>()}};
+      trace->layers.push_back(std::move(t));
+    }
+    if ((i + 1) % o.block_size() != 0 || i + 1 == L) continue;
+    // Block summary: running sums of the pooled projection per chunk; a chunk whose last position arrives becomes
+    // a summary token that the long-term memories of all later layers take in, visible from that position on.
+    const auto key = "pool." + std::to_string(i);
+    auto& sums = state.tensors[key];
+    if (!sums.defined()) sums = torch::zeros({B, o.summary_tokens(), C}, x.options());
+    const auto projected = linear(summary_pool->norm(x), summary_pool->proj);  // (B, n, C)
+    for (std::size_t c = 0; c < chunks.size(); ++c) {
+      const auto from = std::max(chunks[c].start, first), to = std::min(chunks[c].end - 1, last);
+      if (from > to) continue;
+      sums.select(1, static_cast<std::int64_t>(c)).add_(projected.narrow(1, from - first, to - from + 1).sum(1));
+      if (chunks[c].end - 1 > last) continue;
+      const auto summary = (sums.select(1, static_cast<std::int64_t>(c)) /
+                            static_cast<double>(chunks[c].end - chunks[c].start)).unsqueeze(1);  // (B, 1, C)
+      const auto at = torch::full({1}, chunks[c].end - 1, positions.options());
+      for (std::int64_t later = i + 1; later < L; ++later) {
+        const auto [k, v] = memory_kv(layers[static_cast<std::size_t>(later)]->long_mem_attn, summary);
+        cache(later, 2).append(k, v, at);
+      }
+    }
+  }
+  state.advance(n);
+  return at::linear(final_norm(x), options_.tie_weights() ? tok_emb->weight : lm_head->weight);
 }
 
 std::string DrrTransformer::describe() const {

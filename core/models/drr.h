@@ -155,6 +155,12 @@ class DrrTransformer : public TransformerTrunk {
   DrrTransformer(TransformerOptions transformer, DrrOptions options = {});
   ModelOutput forward(const torch::Tensor& tokens, bool trace = false) override;
   std::string arch_id() const override { return "drr"; }
+  /// Causal memory only. Per layer i three caches: "attn" (the block's keys/values, every token), "short" (layer
+  /// i's short-term memory keys/values over the outputs of the W layers before it, every token) and "long" (its
+  /// long-term memory keys/values over the summary tokens completed so far); the running chunk sums of each block
+  /// summary live in DecodeState::tensors.
+  std::unique_ptr<DecodeState> begin_decode(std::int64_t batch) override;
+  torch::Tensor decode(DecodeState& state, const torch::Tensor& tokens, DecodeTrace* trace = nullptr) override;
   /// Adds the memory form and the overhead against the plain PreNorm stack at T = max_seq_len.
   std::string describe() const override;
 

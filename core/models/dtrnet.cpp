@@ -6,6 +6,7 @@
 #include <cmath>
 #include <sstream>
 
+#include "core/inference/kv_cache.h"
 #include "core/models/blocks/residual_probe.h"
 #include "core/util/errors.h"
 
@@ -80,6 +81,58 @@ DTRNetLayerImpl::Output DTRNetLayerImpl::forward(const torch::Tensor& x, const t
     record_residual(layer_index, "mlp", h, m);
   }
   out.y = h + m;
+  return out;
+}
+
+DTRNetLayerImpl::Output DTRNetLayerImpl::decode(const torch::Tensor& x, const torch::Tensor& positions, KVCache& cache) {
+  const auto B = x.size(0), n = x.size(1), C = x.size(2);
+  const auto H = attn->options.n_head(), Hkv = attn->kv_heads(), hd = attn->head_dim();
+  Output out;
+  const auto logits = router_logits(x);       // (B, n, 2)
+  const auto G = torch::softmax(logits, -1);  // (B, n, 2)
+  out.gate_attn = G.select(-1, 0);
+  const auto gate_bypass = G.select(-1, 1);
+  switch (options.routing()) {
+    case DtrRouting::Token:
+      out.decision = logits.select(-1, 0) > logits.select(-1, 1);
+      break;
+    case DtrRouting::Expert:  // the causal predictor decides at inference (a top-k would read the future)
+      out.predictor_logits = predictor(x);
+      out.decision = out.predictor_logits > 0;
+      break;
+    case DtrRouting::Skip:
+      out.decision = torch::zeros({B, n}, x.options().dtype(torch::kBool));
+      break;
+  }
+  out.routed = out.decision.sum().item<std::int64_t>();  // one host sync: attention runs only if a token routes
+  const auto nx = norm1(x);                               // (B, n, C)
+  const bool vo = options.bypass() == DtrBypass::ValueOutput;
+  const auto& w = attn->qkv->weight;
+  const auto& b = attn->qkv->bias;
+  torch::Tensor heads;  // (B, n, C) before W_O
+  if (vo) {             // bypass: the token's own value, KV heads repeated as repeat_kv
+    const auto v_all = at::linear(nx, w.narrow(0, (H + Hkv) * hd, Hkv * hd),
+                                  b.defined() ? c10::optional<at::Tensor>(b.narrow(0, (H + Hkv) * hd, Hkv * hd)) : c10::nullopt);
+    heads = v_all.view({B, n, Hkv, 1, hd}).expand({B, n, Hkv, H / Hkv, hd}).reshape({B, n, C});
+  }
+  torch::Tensor routed_heads;  // (B, n, C): attention of every new row over the cached routed tokens
+  if (out.routed > 0) {
+    const auto [q, k, v] = attn->project(nx, positions);
+    cache.append(k, v, positions, out.decision);  // only routed tokens occupy the layer's cache
+    routed_heads = cache.attend(q, positions).transpose(1, 2).reshape({B, n, C});
+  }
+  const auto routed3 = out.decision.unsqueeze(-1);
+  torch::Tensor update;
+  if (vo) {
+    if (routed_heads.defined()) heads = torch::where(routed3, routed_heads, heads);
+    update = linear(heads, attn->proj);
+  } else {
+    update = routed_heads.defined() ? torch::where(routed3, linear(routed_heads, attn->proj), torch::zeros_like(x))
+                                    : torch::zeros_like(x);
+  }
+  const auto gate = torch::where(out.decision, out.gate_attn, gate_bypass).unsqueeze(-1);  // (B, n, 1)
+  const auto h = x + gate.to(x.scalar_type()) * update;
+  out.y = h + mlp(norm2(h));
   return out;
 }
 
@@ -243,6 +296,38 @@ ModelOutput DTRNet::forward(const torch::Tensor& tokens, bool trace) {
     if (predictors > 0) out.aux_loss = out.aux_loss + dtr_.predictor_coeff() * predictor_loss / predictors;
   }
   return out;
+}
+
+std::unique_ptr<DecodeState> DTRNet::begin_decode(std::int64_t batch) { return new_decode_state(batch); }
+
+torch::Tensor DTRNet::decode(DecodeState& state, const torch::Tensor& tokens, DecodeTrace* trace) {
+  torch::NoGradGuard no_grad;
+  torch::Tensor positions;
+  auto x = embed_decode(tokens, state, positions);  // (B, n, C)
+  const auto B = tokens.size(0), n = tokens.size(1);
+  for (std::int64_t i = 0; i < options_.n_layer(); ++i) {
+    auto& cache = state.cache(static_cast<std::size_t>(i));
+    if (!routed[i]) {
+      x = x + dense[i]->decode_update(x, positions, cache);
+      if (trace) trace->layers.push_back(dense_layer_trace(static_cast<int>(i), B, n, layer_shape(options_)));
+      continue;
+    }
+    auto r = routed[i]->decode(x, positions, cache);
+    x = r.y;
+    if (trace) {
+      LayerTrace t;
+      t.layer = static_cast<int>(i);
+      t.kind = "dtrnet";
+      t.routed = true;
+      t.gate = r.gate_attn;
+      t.decision = r.decision;
+      t.routed_fraction = static_cast<double>(r.routed) / static_cast<double>(B * n);
+      t.tokens_processed = {{"attn", r.routed}, {"mlp", B * n}};
+      trace->layers.push_back(std::move(t));
+    }
+  }
+  state.advance(n);
+  return head(x);
 }
 
 std::string DTRNet::describe() const {

@@ -53,6 +53,10 @@ class DTRNetLayerImpl : public torch::nn::Module {
   /// tests); the router still scales the paths.
   Output forward(const torch::Tensor& x, const torch::Tensor& positions, const torch::Tensor& forced_decision = {});
 
+  /// Incremental step in eval mode: the new rows x (B, n, C) at `positions` (n); only the tokens on the attention
+  /// path are appended to `cache` (the layer's KV holds routed tokens only). Fills y, gate_attn, decision, routed.
+  Output decode(const torch::Tensor& x, const torch::Tensor& positions, KVCache& cache);
+
   /// Router logits (B, T, 2) in fp32: [attention, bypass], from the raw residual stream.
   torch::Tensor router_logits(const torch::Tensor& x);
   /// Forward FLOPs of this layer for the given decisions.
@@ -80,6 +84,8 @@ class DTRNet : public TransformerTrunk {
   DTRNet(TransformerOptions model, DTRNetOptions options);
   ModelOutput forward(const torch::Tensor& tokens, bool trace = false) override;
   std::string arch_id() const override { return "dtrnet"; }
+  std::unique_ptr<DecodeState> begin_decode(std::int64_t batch) override;
+  torch::Tensor decode(DecodeState& state, const torch::Tensor& tokens, DecodeTrace* trace = nullptr) override;
   std::string describe() const override;
 
   const DTRNetOptions& dtr_options() const { return dtr_; }

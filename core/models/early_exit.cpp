@@ -4,6 +4,7 @@
 
 #include <sstream>
 
+#include "core/inference/kv_cache.h"
 #include "core/models/blocks/residual_probe.h"
 #include "core/models/tsa.h"
 #include "core/util/errors.h"
@@ -159,6 +160,62 @@ ModelOutput EarlyExitTransformer::forward(const torch::Tensor& tokens, bool trac
     out.token_data["exit_layer"] = exit_layer;
   }
   return out;
+}
+
+std::unique_ptr<DecodeState> EarlyExitTransformer::begin_decode(std::int64_t batch) { return new_decode_state(batch); }
+
+torch::Tensor EarlyExitTransformer::decode(DecodeState& state, const torch::Tensor& tokens, DecodeTrace* trace) {
+  torch::NoGradGuard no_grad;
+  torch::Tensor positions;
+  auto x = embed_decode(tokens, state, positions);  // (B, n, C)
+  const auto B = tokens.size(0), n = tokens.size(1);
+  const auto L = blocks.size();
+  const bool exiting = !is_training() && exit_options_.exit_threshold() < 1.0;
+  const double tau = exit_options_.exit_threshold();
+  auto active = torch::ones({B, n}, tokens.options().dtype(torch::kBool));
+  auto exit_layer = torch::full({B, n}, static_cast<std::int64_t>(L - 1), tokens.options().dtype(torch::kLong));
+  torch::Tensor logits;
+  for (std::size_t l = 0; l < L; ++l) {
+    auto& block = blocks[l];
+    const auto ran = active;
+    if (l == 0 || !exiting) {
+      x = x + block->decode_update(x, positions, state.cache(l));
+    } else {
+      // Every token writes keys/values (an exited one from its frozen state); only active ones take the update.
+      const auto f = block->decode_update(x, positions, state.cache(l));
+      x = torch::where(active.unsqueeze(-1), x + f, x);
+    }
+    if (l + 1 == L) {
+      const auto head_logits = head(x);
+      logits = logits.defined() ? torch::where(active.unsqueeze(-1), head_logits, logits) : head_logits;
+    } else if (exiting) {
+      const auto head_logits = exit_head(l, x);
+      const auto confidence = torch::softmax(head_logits.to(torch::kFloat), -1).amax(-1);  // (B, n)
+      const auto exits = active.logical_and(confidence.ge(tau));
+      logits = logits.defined() ? torch::where(exits.unsqueeze(-1), head_logits, logits) : head_logits;
+      exit_layer = torch::where(exits, torch::full_like(exit_layer, static_cast<std::int64_t>(l)), exit_layer);
+      active = active.logical_and(exits.logical_not());
+    }
+    if (trace) {
+      if (l == 0) {
+        trace->layers.push_back(dense_layer_trace(0, B, n, layer_shape(options_)));
+      } else {
+        LayerTrace t;
+        t.layer = static_cast<int>(l);
+        t.kind = "early-exit";
+        t.routed = true;
+        t.gate = ran.to(torch::kFloat);
+        t.decision = ran;
+        const auto count = ran.sum().item<std::int64_t>();
+        t.routed_fraction = static_cast<double>(count) / static_cast<double>(B * n);
+        t.tokens_processed = {{"attn", count}, {"mlp", count}, {"kv", B * n}};
+        trace->layers.push_back(std::move(t));
+      }
+    }
+  }
+  if (trace) trace->token_data["exit_layer"] = exit_layer;
+  state.advance(n);
+  return logits;
 }
 
 std::string EarlyExitTransformer::describe() const {

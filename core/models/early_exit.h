@@ -41,6 +41,10 @@ class EarlyExitTransformer : public TransformerTrunk {
   /// holds the block after which each token left (L-1: it ran them all) when tracing.
   ModelOutput forward(const torch::Tensor& tokens, bool trace = false) override;
   std::string arch_id() const override { return "early-exit"; }
+  /// State copying at decode time: a token that exited keeps its frozen state, and every deeper block still caches
+  /// the keys/values projected from it, so every block's cache holds every token. token_data["exit_layer"] (B, n).
+  std::unique_ptr<DecodeState> begin_decode(std::int64_t batch) override;
+  torch::Tensor decode(DecodeState& state, const torch::Tensor& tokens, DecodeTrace* trace = nullptr) override;
   std::string describe() const override;
 
   const EarlyExitOptions& exit_options() const { return exit_options_; }

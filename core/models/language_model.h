@@ -3,6 +3,7 @@
 #pragma once
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -10,6 +11,9 @@
 #include <torch/torch.h>
 
 namespace routelab {
+
+class DecodeState;   // core/inference/kv_cache.h
+struct DecodeTrace;  // core/inference/kv_cache.h
 
 /// What one layer did with the tokens of a forward pass.
 struct LayerTrace {
@@ -57,6 +61,13 @@ class LanguageModel : public torch::nn::Module {
   /// Training progress in [0, 1], set by the trainer before every step (for schedules inside the model,
   /// e.g. D-LLM's sine-ramped rate-loss weight). Ignored by default.
   virtual void set_progress(double /*fraction*/) {}
+  /// Incremental decoding with KV caches (core/inference/kv_cache.h): a fresh state for `batch` sequences, then
+  /// decode() calls that feed tokens (B, n) (n > 1 for a prefill, 1 per generated token) and return their logits
+  /// (B, n, V), equal to those of an eval-mode forward over everything fed so far. Routing follows the inference
+  /// rules and uses only the past. `trace` (when not null) receives the per-layer routing of the new tokens. The
+  /// defaults throw ConfigError naming the architecture.
+  virtual std::unique_ptr<DecodeState> begin_decode(std::int64_t batch);
+  virtual torch::Tensor decode(DecodeState& state, const torch::Tensor& tokens, DecodeTrace* trace = nullptr);
   /// A short description with the parameter count.
   virtual std::string describe() const;
   std::int64_t parameter_count() const;

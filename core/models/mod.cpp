@@ -6,6 +6,7 @@
 #include <cmath>
 #include <sstream>
 
+#include "core/inference/kv_cache.h"
 #include "core/models/blocks/attention.h"
 #include "core/util/errors.h"
 
@@ -89,6 +90,19 @@ torch::Tensor MoDLayerImpl::forward(const torch::Tensor& x, const torch::Tensor&
   return out;
 }
 
+torch::Tensor MoDLayerImpl::decode(const torch::Tensor& x, const torch::Tensor& positions, KVCache& cache,
+                                   torch::Tensor& decision, torch::Tensor& gate) {
+  const auto logits = router_logits(x);    // (B, n)
+  decision = predictor(x).gt(0);           // (B, n): the causal predictor, as the eval-mode forward
+  gate = torch::sigmoid(logits);
+  if (!decision.any().item<bool>()) return x;  // nobody runs the block: no cache entry, no compute
+  const auto f = block->decode_update(x, positions, cache, decision);  // (B, n, C); unselected rows discarded
+  auto w = options.router_weight() == MoDRouterWeight::Sigmoid ? gate : logits;
+  w = w.unsqueeze(-1).to(x.scalar_type());  // (B, n, 1)
+  const auto rows = options.residual() == MoDResidual::Paper ? x + w * f : (1 + w) * x + w * f;
+  return torch::where(decision.unsqueeze(-1), rows, x);
+}
+
 MixtureOfDepths::MixtureOfDepths(TransformerOptions transformer, MoDOptions options)
     : TransformerTrunk(std::move(transformer)), mod_options_(std::move(options)) {
   routed_ = parse_layer_pattern(mod_options_.routed_layers(), options_.n_layer(), "model.routed_layers");
@@ -139,6 +153,39 @@ ModelOutput MixtureOfDepths::forward(const torch::Tensor& tokens, bool trace) {
                      ? torch::zeros({}, out.logits.options().dtype(torch::kFloat))
                      : mod_options_.predictor_coeff() * torch::stack(predictor_losses).mean();
   return out;
+}
+
+std::unique_ptr<DecodeState> MixtureOfDepths::begin_decode(std::int64_t batch) { return new_decode_state(batch); }
+
+torch::Tensor MixtureOfDepths::decode(DecodeState& state, const torch::Tensor& tokens, DecodeTrace* trace) {
+  torch::NoGradGuard no_grad;
+  torch::Tensor positions;
+  auto x = embed_decode(tokens, state, positions);  // (B, n, C)
+  const auto B = tokens.size(0), n = tokens.size(1);
+  for (std::size_t i = 0; i < routed_.size(); ++i) {
+    auto& cache = state.cache(i);
+    if (!routed_[i]) {
+      x = x + dense_blocks[i]->decode_update(x, positions, cache);
+      if (trace) trace->layers.push_back(dense_layer_trace(static_cast<int>(i), B, n, layer_shape(options_)));
+      continue;
+    }
+    torch::Tensor decision, gate;
+    x = mod_layers[i]->decode(x, positions, cache, decision, gate);
+    if (trace) {
+      LayerTrace t;
+      t.layer = static_cast<int>(i);
+      t.kind = "mod";
+      t.routed = true;
+      t.gate = gate;
+      t.decision = decision;
+      const auto selected = decision.sum().item<std::int64_t>();
+      t.routed_fraction = static_cast<double>(selected) / static_cast<double>(B * n);
+      t.tokens_processed = {{"attn", selected}, {"mlp", selected}};
+      trace->layers.push_back(std::move(t));
+    }
+  }
+  state.advance(n);
+  return head(x);
 }
 
 std::string MixtureOfDepths::describe() const {

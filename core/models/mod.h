@@ -56,6 +56,10 @@ class MoDLayerImpl : public torch::nn::Module {
   /// `predictor_loss` is left undefined. `trace` (when not null) is filled with this layer's routing.
   torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& positions, torch::Tensor& predictor_loss,
                         LayerTrace* trace = nullptr);
+  /// Incremental step in eval mode: the predictor selects among the new rows x (B, n, C); only selected tokens run
+  /// the block and enter `cache`. `decision` and `gate` (B, n) receive the selection and sigmoid(router logit).
+  torch::Tensor decode(const torch::Tensor& x, const torch::Tensor& positions, KVCache& cache, torch::Tensor& decision,
+                       torch::Tensor& gate);
   /// (B, T, C) -> (B, T) float router logits.
   torch::Tensor router_logits(const torch::Tensor& x);
 
@@ -72,6 +76,8 @@ class MixtureOfDepths : public TransformerTrunk {
   MixtureOfDepths(TransformerOptions transformer, MoDOptions options = {});
   ModelOutput forward(const torch::Tensor& tokens, bool trace = false) override;
   std::string arch_id() const override { return "mod"; }
+  std::unique_ptr<DecodeState> begin_decode(std::int64_t batch) override;
+  torch::Tensor decode(DecodeState& state, const torch::Tensor& tokens, DecodeTrace* trace = nullptr) override;
   std::string describe() const override;
 
   const MoDOptions& mod_options() const { return mod_options_; }

@@ -10,6 +10,7 @@
 #include <limits>
 #include <sstream>
 
+#include "core/inference/kv_cache.h"
 #include "core/models/blocks/attention.h"
 #include "core/models/blocks/residual_probe.h"
 #include "core/util/errors.h"
@@ -418,6 +419,99 @@ ModelOutput RadialNetwork::run(const torch::Tensor& tokens, bool trace, RadialRe
   out.token_data["depth"] = depth;
   out.token_data["path"] = path_cpu;
   return out;
+}
+
+std::unique_ptr<DecodeState> RadialNetwork::begin_decode(std::int64_t batch) {
+  auto state = new_decode_state(batch, /*layer_caches=*/false);
+  const auto H = options_.n_head(), hd = options_.n_embd() / H;
+  const auto Hkv = options_.n_kv_head() > 0 ? options_.n_kv_head() : H;
+  state->add_cache(KVCache("unified", -1, batch, Hkv, hd, /*per_token=*/steps_));
+  return state;
+}
+
+torch::Tensor RadialNetwork::decode(DecodeState& state, const torch::Tensor& tokens, DecodeTrace* trace) {
+  torch::NoGradGuard no_grad;
+  torch::Tensor positions;
+  auto h = embed_decode(tokens, state, positions);  // (B, n, C)
+  const auto B = tokens.size(0), n = tokens.size(1);
+  const auto C = options_.n_embd(), L = options_.n_layer(), S = steps_;
+  const auto long_options = torch::TensorOptions().dtype(torch::kLong).device(tokens.device());
+  const auto exit_column = torch::full({1}, L, long_options);
+  torch::Tensor forced;  // (S)
+  if (forced_path_.defined()) {
+    if (forced_path_.dim() != 1 || forced_path_.size(0) != S)
+      throw ConfigError("radial decode: a forced path must be the (S) form with S = " + std::to_string(S));
+    forced = forced_path_.to(long_options);
+    forced = forced.masked_fill(forced.lt(0), L);
+  }
+  auto& store = state.cache(0);
+  auto alive = torch::ones({B, n}, long_options.dtype(torch::kBool));
+  auto path = torch::full({B, n, S}, -1, long_options);
+  torch::Tensor gate_sum, evaluations;
+  if (trace) {
+    gate_sum = torch::zeros({B, n, L}, long_options.dtype(torch::kFloat));
+    evaluations = torch::zeros({B, n}, long_options.dtype(torch::kFloat));
+  }
+  for (std::int64_t s = 0; s < S; ++s) {
+    auto z = router(h);  // (B, n, L + 1)
+    if (s < radial_.min_depth()) z = z.index_fill(-1, exit_column, -std::numeric_limits<float>::infinity());
+    auto choice = forced.defined() ? forced[s].expand({B, n}).clone() : z.argmax(-1);  // (B, n)
+    choice = choice.masked_fill(alive.logical_not(), L);
+    const auto running = choice.lt(L);
+    if (trace) {
+      const auto alive_f = alive.to(torch::kFloat);
+      gate_sum = gate_sum + alive_f.unsqueeze(-1) * torch::softmax(z, -1).narrow(-1, 0, L);
+      evaluations = evaluations + alive_f;
+    }
+    path.select(2, s).copy_(choice.masked_fill(running.logical_not(), -1));
+    alive = running;
+    // The layers chosen at this step (one host sync); each projects the rows that chose it.
+    const auto used_cpu = std::get<0>(torch::_unique(choice.masked_select(running))).to(torch::kCPU).contiguous();
+    if (used_cpu.numel() == 0) break;
+    std::vector<std::int64_t> used(used_cpu.data_ptr<std::int64_t>(), used_cpu.data_ptr<std::int64_t>() + used_cpu.numel());
+    torch::Tensor q, k, v;  // (B, H, n, hd), (B, Hkv, n, hd)
+    std::vector<torch::Tensor> masks;
+    for (const auto l : used) {
+      auto& layer = layers[static_cast<std::size_t>(l)];
+      const auto mask = choice.eq(l);  // (B, n)
+      masks.push_back(mask);
+      const auto qkv = layer->attn->project(layer->norm1(h), positions);
+      const auto m4 = mask.view({B, 1, n, 1});
+      q = q.defined() ? torch::where(m4, qkv.q, q) : qkv.q;
+      k = k.defined() ? torch::where(m4, qkv.k, k) : qkv.k;
+      v = v.defined() ? torch::where(m4, qkv.v, v) : qkv.v;
+    }
+    store.append(k, v, positions, running, s);  // one entry per running (token, step)
+    const auto heads = store.attend(q, positions, torch::full({B, n}, s, long_options));  // (B, H, n, hd)
+    const auto heads_rows = heads.transpose(1, 2).reshape({B, n, C});
+    auto next = h;
+    for (std::size_t u = 0; u < used.size(); ++u) {
+      auto& layer = layers[static_cast<std::size_t>(used[u])];
+      const auto x1 = h + linear(heads_rows, layer->attn->proj);
+      next = torch::where(masks[u].unsqueeze(-1), x1 + layer->mlp(layer->norm2(x1)), next);
+    }
+    h = next;
+  }
+  if (trace) {
+    const auto executions = torch::one_hot(path + 1, L + 1).narrow(-1, 1, L).sum(2);  // (B, n, L)
+    const auto gate = gate_sum / evaluations.unsqueeze(-1);
+    for (std::int64_t l = 0; l < L; ++l) {
+      LayerTrace t;
+      t.layer = static_cast<int>(l);
+      t.kind = "radial";
+      t.routed = true;
+      const auto runs = executions.select(-1, l);
+      const auto count = runs.sum().item<std::int64_t>();
+      t.decision = runs.gt(0);
+      t.gate = gate.select(-1, l);
+      t.routed_fraction = static_cast<double>(count) / static_cast<double>(B * n);
+      t.tokens_processed = {{"attn", count}, {"mlp", count}};
+      trace->layers.push_back(std::move(t));
+    }
+    trace->token_data["depth"] = path.ge(0).sum(-1);
+  }
+  state.advance(n);
+  return head(h);
 }
 
 double RadialNetwork::depth_weight() const {

@@ -101,6 +101,11 @@ class RadialNetwork : public TransformerTrunk {
   /// forward() that also fills `record` (when not null) with every step's internals.
   ModelOutput run(const torch::Tensor& tokens, bool trace, RadialRecord* record);
   std::string arch_id() const override { return "radial"; }
+  /// One unified cache ("unified"): each executed (token, step) appends its entry tagged with the step; the query
+  /// of (t, s) reads the entries with t' <= t and s' <= s, as the parallel forward's store. A forced path must be
+  /// the (S) form while decoding.
+  std::unique_ptr<DecodeState> begin_decode(std::int64_t batch) override;
+  torch::Tensor decode(DecodeState& state, const torch::Tensor& tokens, DecodeTrace* trace = nullptr) override;
   std::string describe() const override;
   /// Training progress for the depth_coeff ramp (depth_warmup).
   void set_progress(double fraction) override { progress_ = fraction; }

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <sstream>
 
+#include "core/inference/kv_cache.h"
 #include "core/models/blocks/attention.h"
 #include "core/models/blocks/residual_probe.h"
 #include "core/util/errors.h"
@@ -194,6 +195,50 @@ ModelOutput TokenSelectiveAttention::run(const torch::Tensor& tokens, bool trace
 
 ModelOutput TokenSelectiveAttention::forward(const torch::Tensor& tokens, bool trace) {
   return run(tokens, trace, nullptr);
+}
+
+std::unique_ptr<DecodeState> TokenSelectiveAttention::begin_decode(std::int64_t batch) {
+  return new_decode_state(batch);
+}
+
+torch::Tensor TokenSelectiveAttention::decode(DecodeState& state, const torch::Tensor& tokens, DecodeTrace* trace) {
+  torch::NoGradGuard no_grad;
+  torch::Tensor positions;
+  auto x = embed_decode(tokens, state, positions);  // (B, n, C)
+  const auto B = tokens.size(0), n = tokens.size(1);
+  const bool sparse = tsa_options_.inference() == TsaInference::Sparse;
+  x = x + blocks[0]->decode_update(x, positions, state.cache(0));  // the stem
+  if (trace) trace->layers.push_back(dense_layer_trace(0, B, n, layer_shape(options_)));
+  for (std::size_t l = 0; l < routers.size(); ++l) {
+    auto& block = blocks[l + 1];
+    const auto p = torch::sigmoid(routers[l]->logits(x));  // (B, n)
+    const auto active = p.le(kHaltThreshold);
+    auto w = 1.0 - p;
+    if (sparse) w = w * active.to(w.scalar_type());
+    const auto w3 = w.unsqueeze(-1);
+    const auto a = block->attn->forward_cached(block->norm1(x), positions, state.cache(l + 1));  // every token cached
+    const auto h = x + w3 * a;
+    std::int64_t ffn_tokens = B * n;
+    if (!sparse) {
+      x = h + w3 * block->mlp(block->norm2(h));
+    } else {
+      ffn_tokens = active.sum().item<std::int64_t>();
+      x = ffn_tokens == 0 ? h : h + torch::where(active.unsqueeze(-1), w3 * block->mlp(block->norm2(h)), torch::zeros_like(h));
+    }
+    if (trace) {
+      LayerTrace t;
+      t.layer = static_cast<int>(l + 1);
+      t.kind = "tsa";
+      t.routed = true;
+      t.gate = 1.0 - p;
+      t.decision = active;
+      t.routed_fraction = sparse ? static_cast<double>(ffn_tokens) / static_cast<double>(B * n) : t.gate.mean().item<double>();
+      t.tokens_processed = {{"attn", B * n}, {"mlp", ffn_tokens}};
+      trace->layers.push_back(std::move(t));
+    }
+  }
+  state.advance(n);
+  return head(x);
 }
 
 std::vector<torch::Tensor> TokenSelectiveAttention::router_logits(const torch::Tensor& tokens) {

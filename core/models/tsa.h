@@ -65,6 +65,9 @@ class TokenSelectiveAttention : public TransformerTrunk {
   TokenSelectiveAttention(TransformerOptions transformer, TsaOptions options = {});
   ModelOutput forward(const torch::Tensor& tokens, bool trace = false) override;
   std::string arch_id() const override { return "tsa"; }
+  /// Every token's keys/values are cached in every block (attention stays dense in both modes).
+  std::unique_ptr<DecodeState> begin_decode(std::int64_t batch) override;
+  torch::Tensor decode(DecodeState& state, const torch::Tensor& tokens, DecodeTrace* trace = nullptr) override;
   std::string describe() const override;
 
   const TsaOptions& tsa_options() const { return tsa_options_; }

@@ -12,6 +12,8 @@
 #include <ATen/Parallel.h>
 #include <torch/version.h>
 
+#include "core/inference/kv_cache.h"
+
 namespace routelab {
 namespace {
 
@@ -200,6 +202,14 @@ torch::Tensor CausalSelfAttentionImpl::forward(const torch::Tensor& x, const tor
                                               const std::vector<std::int64_t>& lengths) {
   const auto [q, k, v] = project(x, positions);
   return output(causal_attention(q, k, v, options.dropout(), is_training(), lengths));
+}
+
+torch::Tensor CausalSelfAttentionImpl::forward_cached(const torch::Tensor& x, const torch::Tensor& positions,
+                                                     KVCache& cache, const torch::Tensor& keep,
+                                                     const torch::Tensor& hidden) {
+  const auto [q, k, v] = project(x, positions);  // rotated at the absolute positions
+  cache.append(k, v, positions, keep, 0, hidden);
+  return output(cache.attend(q, positions));  // (B, n, C)
 }
 
 torch::Tensor CausalSelfAttentionImpl::value_only(const torch::Tensor& x) {

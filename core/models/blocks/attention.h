@@ -7,6 +7,8 @@
 
 namespace routelab {
 
+class KVCache;  // core/inference/kv_cache.h
+
 struct AttentionOptions {
   AttentionOptions(std::int64_t n_embd, std::int64_t n_head) : n_embd_(n_embd), n_head_(n_head) {}
   TORCH_ARG(std::int64_t, n_embd);
@@ -58,6 +60,11 @@ class CausalSelfAttentionImpl : public torch::nn::Module {
   QKV project(const torch::Tensor& x, const torch::Tensor& positions);
   /// (B, H, T, hd) -> (B, T, C) through W_O.
   torch::Tensor output(const torch::Tensor& heads);
+  /// Incremental step: projects the new rows x (B, n, C) at their absolute `positions` (n) or (B, n), appends
+  /// their keys and values to `cache` (only the `keep` (B, n) rows when given; `hidden` rows stored but masked),
+  /// and attends each query to the cached entries at positions <= its own. -> (B, n, C) after W_O.
+  torch::Tensor forward_cached(const torch::Tensor& x, const torch::Tensor& positions, KVCache& cache,
+                               const torch::Tensor& keep = {}, const torch::Tensor& hidden = {});
   /// W_O(repeat_kv(W_V x)): the update a token gets when it attends only to itself (DTRNet's bypass path).
   torch::Tensor value_only(const torch::Tensor& x);
 
