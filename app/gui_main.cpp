@@ -19,6 +19,8 @@
 #include "core/util/logging.h"
 #include "core/util/version.h"
 #include "ui/app_resources.h"
+#include "ui/dashboard_docks.h"
+#include "ui/run_dashboard.h"
 #include "ui/main_window.h"
 #include "ui/run_controller.h"
 
@@ -74,7 +76,10 @@ int main(int argc, char** argv) {
                                         QStringLiteral("NAME"));
   const QCommandLineOption autostartOption(QStringLiteral("autostart"),
                                            QStringLiteral("Start the selected preset immediately."));
-  parser.addOptions({dbOption, presetOption, autostartOption});
+  const QCommandLineOption dashboardOption(QStringLiteral("dashboard"),
+                                           QStringLiteral("Open the dashboard of stored run ID (repeatable)."),
+                                           QStringLiteral("ID"));
+  parser.addOptions({dbOption, presetOption, autostartOption, dashboardOption});
   parser.process(app);
 
   routelab::init_logging();
@@ -87,6 +92,11 @@ int main(int argc, char** argv) {
   options.autostart = parser.isSet(autostartOption);
   routelab::MainWindow window(options);
   window.show();
+  const QStringList dashboards = parser.values(dashboardOption);
+  for (const QString& id : dashboards) window.dashboards()->open(id.toLongLong());
+  // ROUTELAB_WINDOW_SIZE=WxH (scripted screenshots at a chosen size).
+  if (const QStringList size = qEnvironmentVariable("ROUTELAB_WINDOW_SIZE").split(QLatin1Char('x')); size.size() == 2)
+    window.resize(size[0].toInt(), size[1].toInt());
 #ifdef Q_OS_UNIX
   closeOnTerminationSignals(window);
 #endif
@@ -99,11 +109,15 @@ int main(int argc, char** argv) {
     int afterMs = qEnvironmentVariableIntValue("ROUTELAB_SCREENSHOT_AFTER_MS", &ok);
     if (!ok) afterMs = 30000;
     const int atStep = qEnvironmentVariableIntValue("ROUTELAB_SCREENSHOT_AT_STEP");
-    auto take = [&window, screenshot, taken = false]() mutable {
+    auto take = [&window, screenshot, dashboards, taken = false]() mutable {
       if (taken) return;
       taken = true;
       QDir().mkpath(QFileInfo(screenshot).absolutePath());
-      const bool saved = window.grab().save(screenshot);
+      // ROUTELAB_SCREENSHOT_TARGET=dashboard grabs the first dashboard opened with --dashboard instead.
+      QWidget* target = &window;
+      if (qEnvironmentVariable("ROUTELAB_SCREENSHOT_TARGET") == QLatin1String("dashboard") && !dashboards.isEmpty())
+        if (QWidget* d = window.dashboards()->dashboard(dashboards.first().toLongLong())) target = d;
+      const bool saved = target->grab().save(screenshot);
       routelab::logger("ui")->info("screenshot {} {}", screenshot.toStdString(), saved ? "saved" : "NOT saved");
       window.setConfirmOnClose(false);
       window.close();  // stops a run in progress first

@@ -1,6 +1,9 @@
 // Qt Test suite for the GUI (offscreen): the loss plot's smoothing, a real run of preset "tiny" driven through
-// the Start action to `finished`, Stop leading to `stopped`, closing the window mid-run, and a failing start.
+// the Start action to `finished`, Stop leading to `stopped`, closing the window mid-run, and a failing start;
+// the run dashboard on a tiny real DTRNet run (routing bars, heat map, token view, cost curves), run-health
+// alerts, the cost adapter, and the schema-generated experiment designer.
 #include <QAction>
+#include <QPushButton>
 #include <QFont>
 #include <QSignalSpy>
 #include <QSpinBox>
@@ -12,9 +15,24 @@
 #include <cmath>
 #include <memory>
 
+#include <nlohmann/json.hpp>
+
 #include "core/config/experiment_config.h"
 #include "core/store/run_store.h"
+#include "core/train/trainer.h"
 #include "core/util/paths.h"
+#include "ui/dashboard_docks.h"
+#include "ui/dashboard_loader.h"
+#include "ui/experiment_designer.h"
+#include "ui/routing_cost.h"
+#include "ui/run_dashboard.h"
+#include "ui/run_health.h"
+#include "ui/store_service.h"
+#include "widgets/moving_average.h"
+#include "widgets/routing_bars_widget.h"
+#include "widgets/routing_heatmap_widget.h"
+#include "widgets/token_routing_widget.h"
+#include "widgets/xy_curves_widget.h"
 #include "ui/app_resources.h"
 #include "ui/main_window.h"
 #include "ui/presets_panel.h"
@@ -54,6 +72,13 @@ class TestGui : public QObject {
   void stopEndsRunStopped();
   void closeDuringRunStopsItCleanly();
   void failedStartIsReportedNotFatal();
+
+  void movingAverageHasAFiniteWindow();
+  void runHealthRaisesAlerts();
+  void costCurvesFollowTheRouting();
+  void dashboardShowsRoutingOfATinyDtrnetRun();
+  void designerValidatesAsTheUserTypes();
+  void designerLaunchFeedsALiveDashboard();
 
  private:
   std::unique_ptr<MainWindow> makeWindow();
@@ -248,6 +273,13 @@ void TestGui::startTrainsTinyPresetToFinished() {
   routelab::RunStore store(dbPath_.toStdString(), false);
   QCOMPARE(static_cast<qint64>(plot->lastStep(Series::TrainRaw)), store.run(runId)->last_step);
   QVERIFY(!window->progressStatus()->progressText().isEmpty());
+  // The run's live dashboard opened with the run and holds its whole curve after the final store read.
+  routelab::RunDashboard* dashboard = window->dashboards()->dashboard(runId);
+  QVERIFY(dashboard);
+  QVERIFY(!dashboard->isLive());
+  QTRY_COMPARE_WITH_TIMEOUT(dashboard->lossPlot()->pointCount(Series::TrainRaw), plot->pointCount(Series::TrainRaw),
+                            10000);
+  QTRY_COMPARE_WITH_TIMEOUT(dashboard->probeCount(), 4, 10000);  // evaluations at steps 0, 10, 20, 30
   QVERIFY(window->startAction()->isEnabled());
   QVERIFY(!window->stopAction()->isEnabled());
 }
@@ -290,6 +322,278 @@ void TestGui::failedStartIsReportedNotFatal() {
   QVERIFY2(result.message.contains(QStringLiteral("no-such-preset")), qPrintable(result.message));
   QVERIFY(!window->runController()->isRunning());
   QVERIFY(window->startAction()->isEnabled());
+}
+
+void TestGui::movingAverageHasAFiniteWindow() {
+  routelab::MovingAverage ma(3);
+  QCOMPARE(ma.add(3.0), 3.0);
+  QCOMPARE(ma.add(6.0), 4.5);
+  QCOMPARE(ma.add(9.0), 6.0);
+  QCOMPARE(ma.add(12.0), 9.0);  // the first value has left the window
+  QVERIFY(std::isnan(ma.add(std::nan(""))));
+  QCOMPARE(ma.add(15.0), 12.0);
+
+  LossPlotWidget plot;
+  plot.setSmoothingMode(LossPlotWidget::Smoothing::MovingAverage);
+  plot.setSmoothing(0.5);  // window round(1 / 0.5) = 2
+  QCOMPARE(plot.movingAverageWindow(), 2);
+  plot.appendTrain({1, 2, 3}, {4.0, 2.0, 6.0});
+  QCOMPARE(plot.plot()->graph(1)->data()->at(2)->value, 4.0);
+}
+
+void TestGui::runHealthRaisesAlerts() {
+  routelab::RunHealth health;
+  const QVector<bool> routed{false, true, true};
+  for (int i = 0; i < 2; ++i) health.addEvaluation(i * 10, {1.0, 0.0, 0.5}, routed);
+  QVERIFY(health.warnings(0).isEmpty());  // two evaluations are not yet "many"
+  health.addEvaluation(20, {1.0, 0.004, 0.5}, routed);
+  QCOMPARE(health.warnings(0).size(), 1);
+  QVERIFY2(health.warnings(0).first().contains(QStringLiteral("layer 1")), qPrintable(health.warnings(0).first()));
+  QVERIFY(!health.warnings(0).first().contains(QStringLiteral("layer 0")));  // dense layers never collapse
+  health.addEvaluation(30, {1.0, 0.3, 0.5}, routed);
+  QVERIFY(health.warnings(0).isEmpty());  // recovered
+
+  for (int step = 1; step <= 30; ++step) health.addTrainLoss(step, step <= 20 ? 4.0 - 0.1 * step : 8.0);
+  QVERIFY2(health.warnings(0).join(' ').contains(QStringLiteral("diverging")), qPrintable(health.warnings(0).join(' ')));
+  QVERIFY(health.errors().isEmpty());
+  health.addTrainLoss(31, std::nan(""));
+  QCOMPARE(health.errors().size(), 1);
+  QVERIFY(health.errors().first().contains(QStringLiteral("NaN")));
+
+  routelab::RunHealth live;
+  live.setLive(true);
+  for (int i = 0; i < 10; ++i) live.noteProgress(i * 0.5);
+  QVERIFY(live.warnings(10).isEmpty());
+  QVERIFY(live.warnings(100).join(' ').contains(QStringLiteral("stalled")));
+  live.setLive(false);
+  QVERIFY(live.warnings(100).isEmpty());
+}
+
+void TestGui::costCurvesFollowTheRouting() {
+  routelab::CostShape shape;
+  shape.valid = true;
+  shape.nLayer = 2;
+  shape.d = 64;
+  shape.dKv = 64;
+  shape.dFf = 192;
+  shape.context = 64;
+  routelab::EvalSnapshot eval;
+  eval.routedFraction = {1.0, 0.25};
+  eval.routed = {false, true};
+  routelab::RoutingHistory history;  // training: layer 1 ran attention on its routed half, the MLP on every token
+  history.steps = {5};
+  history.fraction = {{1.0, 0.5}};
+  history.attnShare = {{1.0, 0.5}};
+  history.mlpShare = {{1.0, 1.0}};
+  const auto p = routelab::participationAt(eval, history);
+  QCOMPARE(p.attn[0], 1.0);
+  QCOMPARE(p.attn[1], 0.25);  // follows the routing: the evaluation's share
+  QCOMPARE(p.mlp[1], 1.0);    // ran every token: stays dense
+  const auto c = routelab::costCurves(shape, p, 0.8);
+  QVERIFY(!c.seqLen.isEmpty());
+  QCOMPARE(c.seqLen.front(), 64.0);
+  for (qsizetype i = 0; i < c.seqLen.size(); ++i) {
+    QVERIFY(c.routedFlops[i] < c.denseFlops[i]);
+    QCOMPARE(c.routedKvMiB[i], c.denseKvMiB[i] * (1.0 + 0.25) / 2.0);
+  }
+  QCOMPARE(c.measuredSeqLen, 64.0);
+  QVERIFY(c.measuredFlops > 0);
+}
+
+void TestGui::dashboardShowsRoutingOfATinyDtrnetRun() {
+  // A real tiny DTRNet run (3 layers, Bilayer pattern T-D-T: layer 1 routes), trained here, shown from the store.
+  nlohmann::json overrides = routelab::load_preset("tiny");
+  overrides["model"]["arch"] = "dtrnet";
+  overrides["model"]["n_layer"] = 3;
+  overrides["data"]["context"] = 32;
+  overrides["train"]["batch_size"] = 8;
+  overrides["train"]["steps"] = 10;
+  overrides["train"]["warmup_steps"] = 2;
+  overrides["train"]["eval_every"] = 5;
+  overrides["train"]["log_every"] = 2;
+  routelab::TrainRequest request;
+  request.config = routelab::resolve_config(overrides, {}, "test-dtrnet");
+  request.db_path = dbPath_.toStdString();
+  const auto outcome = routelab::train(request);
+  QCOMPARE(outcome.status, routelab::RunStatus::Finished);
+
+  // What the store holds, read independently of the dashboard.
+  routelab::RunStore store(dbPath_.toStdString(), false);
+  const auto probes = store.probes(outcome.run_id);
+  QCOMPARE(static_cast<int>(probes.size()), 3);  // steps 0, 5, 10
+  const auto last = nlohmann::json::parse(probes.back().json);
+  const int tokens = static_cast<int>(last.at("tokens").size());
+  int routedLayers = 0;
+  for (const auto& layer : last.at("layers")) routedLayers += layer.contains("gate") || layer.contains("decision");
+  QCOMPARE(routedLayers, 1);
+
+  routelab::StoreService service(dbPath_);
+  routelab::RunDashboard dashboard(outcome.run_id, &service);
+  dashboard.resize(1400, 900);
+  dashboard.show();
+  QSignalSpy loaded(&dashboard, &routelab::RunDashboard::dataLoaded);
+  QTRY_VERIFY_WITH_TIMEOUT(loaded.count() > 0, 20000);
+
+  QCOMPARE(dashboard.probeCount(), 3);
+  QCOMPARE(dashboard.shownProbeStep(), 10);  // the latest evaluation
+  routelab::TokenRoutingWidget* view = dashboard.tokenView();
+  QCOMPARE(view->tokenCount(), tokens);
+  QCOMPARE(view->rowCount(), routedLayers + 1);  // one row per routed layer, plus p(next token)
+  QVERIFY2(view->row(0).label.startsWith(QStringLiteral("L1 dtrnet")), qPrintable(view->row(0).label));
+  QCOMPARE(view->row(1).label, QStringLiteral("p(next token)"));
+  QCOMPARE(view->row(0).values.size(), tokens);
+  const QString tip = view->toolTipAt(view->cellRect(0, 2).center());
+  QVERIFY2(tip.contains(QStringLiteral("token 2")) && tip.contains(QStringLiteral("gate")), qPrintable(tip));
+
+  dashboard.colourBy()->setCurrentIndex(1);  // hard decisions
+  QCOMPARE(view->row(0).scale, routelab::TokenRoutingWidget::Scale::Binary);
+  dashboard.showProbe(0);  // scrub back to the untrained model
+  QCOMPARE(dashboard.shownProbeStep(), 0);
+  QCOMPARE(view->tokenCount(), tokens);
+
+  routelab::RoutingBarsWidget* bars = dashboard.routingBars();
+  QCOMPARE(bars->layerCount(), 3);
+  QVERIFY(std::isfinite(bars->evalShare()[1]) && bars->evalShare()[1] >= 0 && bars->evalShare()[1] <= 1);
+  QVERIFY(bars->toolTipForLayer(0).contains(QStringLiteral("dense")));
+  QVERIFY(bars->toolTipForLayer(1).contains(QStringLiteral("routed")));
+  routelab::RoutingHeatmapWidget* heatmap = dashboard.routingHeatmap();
+  QCOMPARE(heatmap->columnCount(), 6);  // logged steps 1, 2, 4, 6, 8, 10
+  QCOMPARE(heatmap->layerCount(), 3);
+  QVERIFY(std::isnan(heatmap->valueAt(10, 0)));  // dense layers stay blank
+  QVERIFY(std::isfinite(heatmap->valueAt(10, 1)));
+
+  QCOMPARE(dashboard.flopsCurves()->curveCount(), 3);  // dense, current routing, measured
+  QCOMPARE(dashboard.kvCurves()->curveCount(), 2);
+  QVERIFY2(dashboard.flopsCurves()->caption().contains(QStringLiteral("eval step 10")),
+           qPrintable(dashboard.flopsCurves()->caption()));
+  QCOMPARE(dashboard.lossPlot()->pointCount(Series::TrainRaw), 10);
+  QCOMPARE(dashboard.lossPlot()->pointCount(Series::Validation), 3);
+  dashboard.setXAxis(routelab::RunDashboard::XAxis::Tokens);
+  QCOMPARE(dashboard.lossPlot()->lastStep(Series::TrainRaw), 10.0 * 8 * 32);  // steps x batch x context
+  dashboard.setXAxis(routelab::RunDashboard::XAxis::WallTime);
+  QVERIFY(dashboard.lossPlot()->lastStep(Series::TrainRaw) > 0);
+
+  const QString shots = qEnvironmentVariable("ROUTELAB_SCREENSHOT_DIR");
+  if (!shots.isEmpty()) {
+    dashboard.setXAxis(routelab::RunDashboard::XAxis::Step);
+    dashboard.showProbe(2);
+    QTest::qWait(300);
+    QVERIFY(dashboard.grab().save(shots + QStringLiteral("/dashboard.png")));
+  }
+}
+
+void TestGui::designerValidatesAsTheUserTypes() {
+  routelab::ExperimentDesigner designer;
+  designer.show();
+  QVERIFY(designer.setArchitecture(QStringLiteral("dense")));
+  QVERIFY(designer.isValid());
+  QVERIFY(designer.fieldEditor(QStringLiteral("model.n_layer")));
+  QVERIFY(designer.fieldEditor(QStringLiteral("train.lr")));
+  QVERIFY(designer.fieldEditor(QStringLiteral("model.n_layer"))->toolTip().contains(QStringLiteral("range")));
+
+  // Out of range: the core's message appears under the field as it is typed.
+  QVERIFY(designer.setFieldText(QStringLiteral("model.n_layer"), QStringLiteral("1000")));
+  QVERIFY2(designer.fieldError(QStringLiteral("model.n_layer")).contains(QStringLiteral("model.n_layer")),
+           qPrintable(designer.fieldError(QStringLiteral("model.n_layer"))));
+  QVERIFY(!designer.isValid());
+  QVERIFY(designer.resolvedConfigJson().isEmpty());
+  designer.setFieldText(QStringLiteral("model.n_layer"), QStringLiteral("3"));
+  QVERIFY(designer.fieldError(QStringLiteral("model.n_layer")).isEmpty());
+  QVERIFY(designer.isValid());
+
+  // Not a number at all.
+  designer.setFieldText(QStringLiteral("train.lr"), QStringLiteral("fast"));
+  QVERIFY(!designer.fieldError(QStringLiteral("train.lr")).isEmpty());
+  designer.setFieldText(QStringLiteral("train.lr"), QStringLiteral("0.002"));
+
+  // A cross-field rule (resolve_config) lands under the field its key path names.
+  designer.setFieldText(QStringLiteral("model.n_head"), QStringLiteral("3"));
+  QVERIFY2(designer.fieldError(QStringLiteral("model.n_head")).contains(QStringLiteral("does not divide")),
+           qPrintable(designer.fieldError(QStringLiteral("model.n_head")) + " | " + designer.formError()));
+  QVERIFY(!designer.isValid());
+  designer.setFieldText(QStringLiteral("model.n_head"), QStringLiteral("4"));
+  QVERIFY(designer.isValid());
+
+  designer.setFieldText(QStringLiteral("train.steps"), QStringLiteral("7"));
+  designer.setFieldText(QStringLiteral("train.warmup_steps"), QStringLiteral("2"));
+  const auto config = nlohmann::json::parse(designer.resolvedConfigJson().toStdString());
+  QCOMPARE(config["model"]["arch"].get<std::string>(), std::string("dense"));
+  QCOMPARE(config["model"]["n_layer"].get<int>(), 3);
+  QCOMPARE(config["train"]["steps"].get<int>(), 7);
+  QCOMPARE(config["train"]["lr"].get<double>(), 0.002);
+
+  // A preset fills the form with its architecture and overrides; the request carries the form.
+  QVERIFY(designer.loadPreset(QStringLiteral("tiny")));
+  QCOMPARE(designer.architecture(), QStringLiteral("dense"));
+  const auto tiny = nlohmann::json::parse(designer.resolvedConfigJson().toStdString());
+  QCOMPARE(tiny["model"]["n_embd"].get<int>(), 64);
+  QCOMPARE(tiny["train"]["steps"].get<int>(), 30);
+  const routelab::RunRequest r = designer.request();
+  QCOMPARE(r.preset, QStringLiteral("tiny"));
+  QCOMPARE(nlohmann::json::parse(r.configJson.toStdString())["model"]["n_embd"].get<int>(), 64);
+
+  // Another architecture's schema replaces the model section.
+  QVERIFY(designer.setArchitecture(QStringLiteral("dtrnet")));
+  QVERIFY(designer.fieldEditor(QStringLiteral("model.routed_layers")));
+  // tiny's 2 layers keep across the switch, and DTRNet's own check objects under its field.
+  QVERIFY(!designer.isValid());
+  QVERIFY2(designer.fieldError(QStringLiteral("model.routed_layers")).contains(QStringLiteral("routes no layer")),
+           qPrintable(designer.fieldError(QStringLiteral("model.routed_layers")) + " | " + designer.formError()));
+  designer.setFieldText(QStringLiteral("model.n_layer"), QStringLiteral("4"));
+  QVERIFY(designer.isValid());
+  QVERIFY(designer.fieldError(QStringLiteral("model.routed_layers")).isEmpty());
+  const auto dtr = nlohmann::json::parse(designer.resolvedConfigJson().toStdString());
+  QCOMPARE(dtr["model"]["arch"].get<std::string>(), std::string("dtrnet"));
+  QCOMPARE(dtr["model"]["n_embd"].get<int>(), 64);  // a shared option keeps the preset's value
+
+  const QString shots = qEnvironmentVariable("ROUTELAB_SCREENSHOT_DIR");
+  if (!shots.isEmpty()) {
+    designer.resize(520, 760);
+    designer.setFieldText(QStringLiteral("model.n_layer"), QStringLiteral("0"));
+    QTest::qWait(100);
+    QVERIFY(designer.grab().save(shots + QStringLiteral("/designer.png")));
+  }
+}
+
+void TestGui::designerLaunchFeedsALiveDashboard() {
+  auto window = makeWindow();
+  QVERIFY(QTest::qWaitForWindowExposed(window.get()));
+  routelab::ExperimentDesigner* designer = window->designer();
+  QVERIFY(designer->loadPreset(QStringLiteral("tiny")));
+  QVERIFY(designer->setArchitecture(QStringLiteral("dtrnet")));
+  const QList<QPair<QString, QString>> fields{{"model.n_layer", "3"},      {"data.context", "32"},
+                                              {"train.batch_size", "8"},   {"train.steps", "12"},
+                                              {"train.warmup_steps", "2"}, {"train.eval_every", "6"},
+                                              {"train.log_every", "2"}};
+  for (const auto& [path, text] : fields) QVERIFY(designer->setFieldText(path, text));
+  QVERIFY2(designer->isValid(), qPrintable(designer->formError()));
+
+  // Watch the live dashboard while the run is going: the heat map grows from the trainer's own reports.
+  int liveColumns = 0;
+  connect(window->runController(), &routelab::RunController::progressReceived, window.get(),
+          [&](const routelab::ProgressBatch&) {
+            if (auto* d = window->dashboards()->dashboard(window->runController()->currentRunId()); d && d->isLive())
+              liveColumns = std::max(liveColumns, d->routingHeatmap()->columnCount());
+          });
+  auto* launch = designer->findChild<QPushButton*>(QStringLiteral("designerLaunch"));
+  QVERIFY(launch && launch->isEnabled());
+  QTest::mouseClick(launch, Qt::LeftButton);
+  QVERIFY(window->runController()->isRunning());
+  QVERIFY(!launch->isEnabled());  // one run at a time
+  QTRY_VERIFY_WITH_TIMEOUT(!window->runController()->isRunning(), kRunTimeoutMs);
+  const qint64 runId = window->runController()->currentRunId();
+  QVERIFY(runId > 0);
+  QCOMPARE(statusInStore(runId), QStringLiteral("finished"));
+  QVERIFY2(liveColumns > 0, "the dashboard received no live routing");
+
+  routelab::RunDashboard* dashboard = window->dashboards()->dashboard(runId);
+  QVERIFY(dashboard);
+  QTRY_COMPARE_WITH_TIMEOUT(dashboard->probeCount(), 3, 10000);  // evaluations at steps 0, 6, 12
+  QCOMPARE(dashboard->tokenView()->rowCount(), 2);                // layer 1 (T-D-T) and p(next token)
+  QCOMPARE(dashboard->routingBars()->layerCount(), 3);
+  routelab::RunStore store(dbPath_.toStdString(), false);
+  QCOMPARE(QString::fromStdString(store.run(runId)->arch), QStringLiteral("dtrnet"));
+  QVERIFY(launch->isEnabled());
 }
 
 QTEST_MAIN(TestGui)

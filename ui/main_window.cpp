@@ -13,6 +13,7 @@
 #include <QSpinBox>
 #include <QStatusBar>
 #include <QStyle>
+#include <QTableView>
 #include <QTimer>
 #include <QToolBar>
 
@@ -21,6 +22,8 @@
 #include "core/util/logging.h"
 #include "core/util/paths.h"
 #include "ui/app_resources.h"
+#include "ui/dashboard_docks.h"
+#include "ui/experiment_designer.h"
 #include "ui/log_bridge.h"
 #include "ui/presets_panel.h"
 #include "ui/run_controller.h"
@@ -64,6 +67,7 @@ MainWindow::MainWindow(MainWindowOptions options, QWidget* parent)
   logBridge_ = new LogBridge(this);
   store_ = new StoreService(dbPath_, this);
   controller_ = new RunController(this);
+  dashboards_ = new DashboardDocks(this, store_, controller_);
 
   plot_ = new LossPlotWidget(this);
   setCentralWidget(plot_);
@@ -106,6 +110,10 @@ void MainWindow::buildActions() {
   quitAction_ = new QAction(tr("&Quit"), this);
   quitAction_->setShortcut(QKeySequence::Quit);
   aboutAction_ = new QAction(tr("&About RouteLab"), this);
+  dashboardAction_ = new QAction(tr("Open &dashboard"), this);
+  dashboardAction_->setObjectName(QStringLiteral("dashboardAction"));
+  dashboardAction_->setShortcut(QKeySequence(Qt::CTRL | Qt::Key_D));
+  dashboardAction_->setToolTip(tr("Open the dashboard of the selected run (Ctrl+D, or double-click the run)"));
 
   steps_ = new QSpinBox(this);
   steps_->setObjectName(QStringLiteral("stepsSpinBox"));
@@ -125,12 +133,14 @@ void MainWindow::buildActions() {
   toolbar->addWidget(steps_);
   toolbar->addSeparator();
   toolbar->addAction(refreshAction_);
+  toolbar->addAction(dashboardAction_);
 
   connect(startAction_, &QAction::triggered, this, &MainWindow::startRun);
   connect(stopAction_, &QAction::triggered, this, &MainWindow::stopRun);
   connect(refreshAction_, &QAction::triggered, this, &MainWindow::refreshRuns);
   connect(quitAction_, &QAction::triggered, this, &QWidget::close);
   connect(aboutAction_, &QAction::triggered, this, &MainWindow::showAbout);
+  connect(dashboardAction_, &QAction::triggered, this, &MainWindow::openDashboard);
 }
 
 void MainWindow::buildDocks() {
@@ -140,10 +150,14 @@ void MainWindow::buildDocks() {
   presetsDock_ = makeDock(tr("Presets"), QStringLiteral("presetsDock"), presets_, this);
   runsDock_ = makeDock(tr("Runs"), QStringLiteral("runsDock"), runs_, this);
   logDock_ = makeDock(tr("Log"), QStringLiteral("logDock"), log_, this);
+  designer_ = new ExperimentDesigner(this);
+  designerDock_ = makeDock(tr("Designer"), QStringLiteral("designerDock"), designer_, this);
 
   setCorner(Qt::BottomLeftCorner, Qt::LeftDockWidgetArea);
   addDockWidget(Qt::LeftDockWidgetArea, presetsDock_);
   splitDockWidget(presetsDock_, runsDock_, Qt::Vertical);
+  tabifyDockWidget(presetsDock_, designerDock_);
+  presetsDock_->raise();
   addDockWidget(Qt::BottomDockWidgetArea, logDock_);
 }
 
@@ -155,8 +169,9 @@ void MainWindow::buildMenus() {
   run->addAction(stopAction_);
   run->addSeparator();
   run->addAction(refreshAction_);
+  run->addAction(dashboardAction_);
   QMenu* view = menuBar()->addMenu(tr("&View"));
-  for (QDockWidget* dock : {presetsDock_, runsDock_, logDock_}) view->addAction(dock->toggleViewAction());
+  for (QDockWidget* dock : {presetsDock_, designerDock_, runsDock_, logDock_}) view->addAction(dock->toggleViewAction());
   QMenu* help = menuBar()->addMenu(tr("&Help"));
   help->addAction(aboutAction_);
   help->addAction(tr("About &Qt"), qApp, &QApplication::aboutQt);
@@ -175,7 +190,10 @@ void MainWindow::connectParts() {
   connect(controller_, &RunController::runFinished, this, &MainWindow::onRunFinished);
   connect(controller_, &RunController::runningChanged, this, &MainWindow::updateActions);
   connect(runs_, &RunsPanel::runSelected, this, &MainWindow::showRun);
+  connect(runs_, &RunsPanel::runSelected, this, &MainWindow::updateActions);
   connect(presets_, &PresetsPanel::presetSelected, this, &MainWindow::updateActions);
+  connect(runs_->view(), &QTableView::doubleClicked, this, [this](const QModelIndex&) { openDashboard(); });
+  connect(designer_, &ExperimentDesigner::launchRequested, this, &MainWindow::startRequest);
 }
 
 void MainWindow::selectInitialPreset(const QString& requested) {
@@ -218,6 +236,8 @@ void MainWindow::updateActions() {
   startAction_->setEnabled(!running && !closeAfterRun_ && !presets_->currentPreset().isEmpty());
   stopAction_->setEnabled(running && !controller_->isStopping());
   steps_->setEnabled(!running);
+  designer_->setLaunchEnabled(!running && !closeAfterRun_);
+  dashboardAction_->setEnabled(runs_->selectedRunId() > 0);
 }
 
 void MainWindow::startRun() {
@@ -229,8 +249,14 @@ void MainWindow::startRun() {
   RunRequest request;
   request.preset = preset;
   request.stepsOverride = steps_->value();
+  startRequest(request);
+}
+
+bool MainWindow::startRequest(const RunRequest& given) {
+  RunRequest request = given;
   request.dbPath = dbPath_;
-  if (!controller_->start(request)) return;
+  const QString preset = request.preset;
+  if (!controller_->start(request)) return false;
   displayedRunId_ = 0;  // the live run takes the plot as soon as the trainer reports its id
   plot_->clear();
   plot_->setAutoFollow(true);
@@ -238,6 +264,7 @@ void MainWindow::startRun() {
   progress_->setState(tr("starting"), RunsTableModel::statusColor(QStringLiteral("running")));
   progress_->clearProgress();
   updateActions();
+  return true;
 }
 
 void MainWindow::stopRun() {
@@ -248,6 +275,12 @@ void MainWindow::stopRun() {
 }
 
 void MainWindow::refreshRuns() { store_->requestRuns(); }
+
+void MainWindow::openDashboard() {
+  const qint64 runId = runs_->selectedRunId();
+  if (runId <= 0) return;
+  dashboards_->open(runId, controller_->isRunning() && runId == controller_->currentRunId());
+}
 
 void MainWindow::showAbout() { showAboutDialog(this); }
 
@@ -271,6 +304,7 @@ void MainWindow::showRun(qint64 runId) {
 
 void MainWindow::onRunsLoaded(const QList<RunSummary>& runs) {
   runs_->setRuns(runs);
+  updateActions();  // a selection restored with the rows enables "Open dashboard"
   if (firstRunsLoad_) {
     firstRunsLoad_ = false;
     // A fresh store: point newcomers at the ready quick-start experiment.
@@ -293,6 +327,7 @@ void MainWindow::onRunStarted(const RunStartInfo& info) {
   plot_->setExpectedSteps(static_cast<double>(info.totalSteps));
   progress_->setState(tr("running run %1").arg(info.runId), RunsTableModel::statusColor(QStringLiteral("running")));
   runs_->selectRun(info.runId);
+  dashboards_->open(info.runId, /*live=*/true);
   refreshRuns();
 }
 

@@ -5,6 +5,7 @@
 #include <QString>
 
 #include "ui/run_progress.h"
+#include "ui/run_worker.h"
 
 class QAction;
 class QCloseEvent;
@@ -14,6 +15,8 @@ class QTimer;
 
 namespace routelab {
 
+class DashboardDocks;
+class ExperimentDesigner;
 class LogBridge;
 class LogViewWidget;
 class LossPlotWidget;
@@ -51,13 +54,20 @@ class MainWindow : public QMainWindow {
   LogViewWidget* logView() const { return log_; }
   QAction* startAction() const { return startAction_; }
   QAction* stopAction() const { return stopAction_; }
+  QAction* dashboardAction() const { return dashboardAction_; }
+  DashboardDocks* dashboards() const { return dashboards_; }
+  ExperimentDesigner* designer() const { return designer_; }
   QSpinBox* stepsSpinBox() const { return steps_; }
   /// The run whose curves the plot shows (0 = none).
   qint64 displayedRunId() const { return displayedRunId_; }
 
  public Q_SLOTS:
   void startRun();
+  /// Starts `request` (from the toolbar's preset or the designer) unless a run is in progress.
+  bool startRequest(const routelab::RunRequest& request);
   void stopRun();
+  /// Opens the dashboard of the run selected in the runs table.
+  void openDashboard();
   void refreshRuns();
   void showAbout();
 
@@ -93,6 +103,9 @@ class MainWindow : public QMainWindow {
   RunController* controller_ = nullptr;
   LogBridge* logBridge_ = nullptr;
   QTimer* refreshTimer_ = nullptr;
+  DashboardDocks* dashboards_ = nullptr;
+  ExperimentDesigner* designer_ = nullptr;
+  QDockWidget* designerDock_ = nullptr;
 
   LossPlotWidget* plot_ = nullptr;
   PresetsPanel* presets_ = nullptr;
@@ -106,6 +119,7 @@ class MainWindow : public QMainWindow {
   QAction* startAction_ = nullptr;
   QAction* stopAction_ = nullptr;
   QAction* refreshAction_ = nullptr;
+  QAction* dashboardAction_ = nullptr;
   QAction* quitAction_ = nullptr;
   QAction* aboutAction_ = nullptr;
   QSpinBox* steps_ = nullptr;

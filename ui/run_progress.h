@@ -23,6 +23,9 @@ struct StepSample {
   double tokensPerSecond = 0;
   double elapsedSeconds = 0;
   double etaSeconds = 0;
+  double wallTime = 0;              ///< unix seconds when the observer saw the step
+  qint64 tokensSeen = 0;
+  QVector<double> routedFraction;   ///< per layer at logged steps (training mode), empty otherwise
 };
 
 /// One validation pass.
@@ -31,6 +34,9 @@ struct EvalSample {
   double valLoss = 0;
   double valPerplexity = 0;
   double valBitsPerChar = 0;
+  double flopsRatio = 1;            ///< layer FLOPs / dense layer FLOPs (inference mode)
+  double wallTime = 0;              ///< unix seconds
+  QVector<double> routedFraction;   ///< per layer, inference mode
 };
 
 struct RunStartInfo {

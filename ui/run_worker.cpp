@@ -4,13 +4,25 @@
 #include <QThread>
 #include <QtGlobal>
 
+#include <chrono>
 #include <exception>
+
+#include <nlohmann/json.hpp>
 
 #include "core/train/trainer.h"
 #include "core/util/errors.h"
 #include "core/util/logging.h"
 
 namespace routelab {
+namespace {
+
+double unixNow() {
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
+QVector<double> toQVector(const std::vector<double>& values) { return QVector<double>(values.begin(), values.end()); }
+
+}  // namespace
 
 /// Runs on the training thread: copies values under the worker's mutex and returns.
 class RunWorker::Observer final : public TrainObserver {
@@ -26,12 +38,14 @@ class RunWorker::Observer final : public TrainObserver {
   void on_step(const StepMetrics& m) override {
     std::lock_guard lock(worker_.mutex_);
     worker_.pending_.steps.push_back(StepSample{m.step, m.total_steps, m.loss, m.lr, m.grad_norm, m.tokens_per_s,
-                                                m.elapsed_s, m.eta_s});
+                                                m.elapsed_s, m.eta_s, unixNow(), m.tokens_seen,
+                                                toQVector(m.routed_fraction)});
   }
 
   void on_eval(const EvalMetrics& m) override {
     std::lock_guard lock(worker_.mutex_);
-    worker_.pending_.evals.push_back(EvalSample{m.step, m.val_loss, m.val_ppl, m.val_bpc});
+    worker_.pending_.evals.push_back(EvalSample{m.step, m.val_loss, m.val_ppl, m.val_bpc, m.flops_ratio, unixNow(),
+                                                toQVector(m.routed_fraction)});
   }
 
  private:
@@ -67,7 +81,17 @@ void RunWorker::run() {
     for (const QString& set : request_.sets) sets.push_back(set.toStdString());
 
     TrainRequest train_request;
-    train_request.config = preset_config(request_.preset.toStdString(), sets);
+    if (request_.configJson.isEmpty()) {
+      train_request.config = preset_config(request_.preset.toStdString(), sets);
+    } else {
+      nlohmann::json overrides;
+      try {
+        overrides = nlohmann::json::parse(request_.configJson.toStdString());
+      } catch (const nlohmann::json::exception& e) {
+        throw ConfigError("designer config: " + std::string(e.what()));
+      }
+      train_request.config = resolve_config(overrides, sets, request_.preset.toStdString());
+    }
     train_request.db_path = request_.dbPath.toStdString();
     train_request.name = request_.name.toStdString();
     train_request.qt_version = qVersion();

@@ -21,6 +21,9 @@ struct RunRequest {
   QStringList sets;          ///< further "section.key=value" overrides
   QString dbPath;            ///< "" = the default run store
   QString name;              ///< "" = the trainer's default name
+  /// Overrides as a JSON document ({model, data, train, run}); when set it replaces `preset`, which then only
+  /// names the origin (the experiment designer builds these).
+  QString configJson;
 };
 
 class RunWorker : public QObject {

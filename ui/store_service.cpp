@@ -9,6 +9,7 @@
 #include "core/store/run_store.h"
 #include "core/util/errors.h"
 #include "core/util/logging.h"
+#include "ui/dashboard_loader.h"
 
 namespace routelab {
 namespace {
@@ -96,10 +97,24 @@ void StoreReader::readCurves(qint64 runId) {
   }
 }
 
+void StoreReader::readDashboard(qint64 runId) {
+  try {
+    Q_EMIT dashboardRead(loadDashboardData(impl_->open(), runId));
+  } catch (const std::exception& e) {
+    impl_->store.reset();
+    RunDashboardData empty;
+    empty.runId = runId;
+    empty.message = QString::fromUtf8(e.what());
+    Q_EMIT dashboardRead(empty);  // the dashboard shows why, and its request is no longer in flight
+    Q_EMIT failed(QString::fromUtf8(e.what()));
+  }
+}
+
 StoreService::StoreService(const QString& dbPath, QObject* parent) : QObject(parent), dbPath_(dbPath) {
   qRegisterMetaType<RunSummary>();
   qRegisterMetaType<QList<RunSummary>>();
   qRegisterMetaType<RunCurves>();
+  qRegisterMetaType<RunDashboardData>();
 
   thread_ = new QThread(this);
   thread_->setObjectName(QStringLiteral("routelab-store"));
@@ -110,6 +125,13 @@ StoreService::StoreService(const QString& dbPath, QObject* parent) : QObject(par
   connect(reader_, &StoreReader::curvesRead, this,
           [this](const RunCurves& curves) {
             if (curves.runId == wantedCurves_) Q_EMIT curvesLoaded(curves);
+          },
+          Qt::QueuedConnection);
+  connect(reader_, &StoreReader::dashboardRead, this,
+          [this](const RunDashboardData& data) {
+            dashboardsInFlight_.remove(data.runId);
+            Q_EMIT dashboardLoaded(data);
+            if (dashboardsAgain_.remove(data.runId)) requestDashboard(data.runId);
           },
           Qt::QueuedConnection);
   connect(reader_, &StoreReader::failed, this,
@@ -139,6 +161,16 @@ void StoreService::requestRuns() {
 void StoreService::requestCurves(qint64 runId) {
   wantedCurves_ = runId;
   QMetaObject::invokeMethod(reader_, [reader = reader_, runId] { reader->readCurves(runId); },
+                            Qt::QueuedConnection);
+}
+
+void StoreService::requestDashboard(qint64 runId) {
+  if (dashboardsInFlight_.contains(runId)) {
+    dashboardsAgain_.insert(runId);
+    return;
+  }
+  dashboardsInFlight_.insert(runId);
+  QMetaObject::invokeMethod(reader_, [reader = reader_, runId] { reader->readDashboard(runId); },
                             Qt::QueuedConnection);
 }
 

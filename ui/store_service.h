@@ -5,6 +5,9 @@
 #include <QObject>
 #include <QString>
 
+#include <QSet>
+
+#include "ui/dashboard_data.h"
 #include "ui/run_progress.h"
 
 class QThread;
@@ -26,10 +29,14 @@ class StoreService : public QObject {
   void requestRuns();
   /// Asks for the curves of `runId`; a newer request supersedes one not yet answered.
   void requestCurves(qint64 runId);
+  /// Asks for everything a dashboard shows of `runId`; requests for a run already being read are folded into
+  /// one more read after it. Several runs may be asked for at once; answers carry the run id.
+  void requestDashboard(qint64 runId);
 
  Q_SIGNALS:
   void runsLoaded(const QList<routelab::RunSummary>& runs);
   void curvesLoaded(const routelab::RunCurves& curves);
+  void dashboardLoaded(const routelab::RunDashboardData& data);
   void storeFailed(const QString& message);
 
  private:
@@ -41,6 +48,7 @@ class StoreService : public QObject {
   bool runsInFlight_ = false;
   bool runsAgain_ = false;
   qint64 wantedCurves_ = 0;
+  QSet<qint64> dashboardsInFlight_, dashboardsAgain_;
 };
 
 /// Lives on StoreService's thread; owns the RunStore connection, opened on first use.
@@ -54,10 +62,12 @@ class StoreReader : public QObject {
  public Q_SLOTS:
   void readRuns();
   void readCurves(qint64 runId);
+  void readDashboard(qint64 runId);
 
  Q_SIGNALS:
   void runsRead(const QList<routelab::RunSummary>& runs);
   void curvesRead(const routelab::RunCurves& curves);
+  void dashboardRead(const routelab::RunDashboardData& data);
   void failed(const QString& message);
 
  private:

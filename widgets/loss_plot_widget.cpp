@@ -5,6 +5,7 @@
 #include <limits>
 
 #include <QCheckBox>
+#include <QComboBox>
 #include <QHBoxLayout>
 #include <QLabel>
 #include <QScopedValueRollback>
@@ -54,6 +55,11 @@ LossPlotWidget::LossPlotWidget(QWidget* parent)
   smoothingSlider_->setValue(static_cast<int>(std::lround(kDefaultSmoothing * 100)));
   smoothingSlider_->setFixedWidth(120);
   smoothingSlider_->setToolTip(tr("EMA weight of the smoothed train line (0 = raw), debiased"));
+  smoothingMode_ = new QComboBox(this);
+  smoothingMode_->setObjectName(QStringLiteral("smoothingMode"));
+  smoothingMode_->addItem(tr("EMA"), static_cast<int>(Smoothing::Ema));
+  smoothingMode_->addItem(tr("Moving avg"), static_cast<int>(Smoothing::MovingAverage));
+  smoothingMode_->setToolTip(tr("EMA (debiased, infinite memory) or trailing moving average (finite window)"));
   smoothingValue_ = new QLabel(this);
   smoothingValue_->setMinimumWidth(32);
   logY_ = new QCheckBox(tr("Log y"), this);
@@ -67,6 +73,7 @@ LossPlotWidget::LossPlotWidget(QWidget* parent)
   controls->setContentsMargins(6, 4, 6, 0);
   controls->addWidget(title_, 1);
   controls->addWidget(new QLabel(tr("Smoothing"), this));
+  controls->addWidget(smoothingMode_);
   controls->addWidget(smoothingSlider_);
   controls->addWidget(smoothingValue_);
   controls->addSpacing(8);
@@ -112,6 +119,9 @@ LossPlotWidget::LossPlotWidget(QWidget* parent)
   layout->addWidget(plot_, 1);
 
   connect(smoothingSlider_, &QSlider::valueChanged, this, [this](int value) { setSmoothing(value / 100.0); });
+  connect(smoothingMode_, qOverload<int>(&QComboBox::currentIndexChanged), this, [this](int index) {
+    setSmoothingMode(static_cast<Smoothing>(smoothingMode_->itemData(index).toInt()));
+  });
   connect(logY_, &QCheckBox::toggled, this, &LossPlotWidget::setLogScaleY);
   connect(follow_, &QCheckBox::toggled, this, &LossPlotWidget::setAutoFollow);
   // A user who drags or zooms wants to look at a part: stop following until a double-click. Ranges this
@@ -164,7 +174,7 @@ void LossPlotWidget::appendTrain(const QVector<double>& steps, const QVector<dou
     const double value = std::isfinite(losses[i]) ? losses[i] : std::numeric_limits<double>::quiet_NaN();
     keys.push_back(steps[i]);
     raw.push_back(value);
-    smoothed.push_back(ema_.add(value));
+    smoothed.push_back(smoothAdd(value));
     if (std::isfinite(value)) {
       yMin_ = std::min(yMin_, value);
       yMax_ = std::max(yMax_, value);
@@ -211,7 +221,7 @@ void LossPlotWidget::clear() {
   trainRaw_->data()->clear();
   trainSmoothed_->data()->clear();
   validation_->data()->clear();
-  ema_.reset();
+  resetSmoother();
   yMin_ = std::numeric_limits<double>::infinity();
   yMax_ = -std::numeric_limits<double>::infinity();
   yMinPositive_ = 0;
@@ -223,6 +233,7 @@ void LossPlotWidget::clear() {
 void LossPlotWidget::setSmoothing(double weight) {
   if (std::abs(weight - ema_.weight()) < 1e-9) return;
   ema_.setWeight(weight);
+  movingAverage_.setWindow(movingAverageWindow());
   const QSignalBlocker blocker(smoothingSlider_);
   smoothingSlider_->setValue(static_cast<int>(std::lround(ema_.weight() * 100)));
   rebuildSmoothed();
@@ -231,6 +242,38 @@ void LossPlotWidget::setSmoothing(double weight) {
 }
 
 double LossPlotWidget::smoothing() const { return ema_.weight(); }
+
+int LossPlotWidget::movingAverageWindow() const {
+  return std::max(1, static_cast<int>(std::lround(1.0 / (1.0 - ema_.weight()))));
+}
+
+void LossPlotWidget::setSmoothingMode(Smoothing mode) {
+  if (smoothingMode_->currentIndex() != static_cast<int>(mode)) {
+    const QSignalBlocker blocker(smoothingMode_);
+    smoothingMode_->setCurrentIndex(static_cast<int>(mode));
+  }
+  if (mode == mode_) return;
+  mode_ = mode;
+  rebuildSmoothed();
+  updateLegendNames();
+  scheduleReplot();
+}
+
+double LossPlotWidget::smoothAdd(double value) {
+  return mode_ == Smoothing::Ema ? ema_.add(value) : movingAverage_.add(value);
+}
+
+void LossPlotWidget::resetSmoother() {
+  ema_.reset();
+  movingAverage_.reset();
+}
+
+void LossPlotWidget::setXAxisLabel(const QString& label, bool integerTicks) {
+  plot_->xAxis->setLabel(label);
+  if (integerTicks) plot_->xAxis->setTicker(QSharedPointer<QCPAxisTicker>(new StepTicker));
+  else plot_->xAxis->setTicker(QSharedPointer<QCPAxisTicker>(new QCPAxisTicker));
+  scheduleReplot();
+}
 
 void LossPlotWidget::setAutoFollow(bool follow) {
   if (follow_->isChecked() != follow) {
@@ -272,23 +315,25 @@ double LossPlotWidget::lastStep(Series series) const { return lastKey(graph(seri
 QCustomPlot* LossPlotWidget::plot() const { return plot_; }
 
 void LossPlotWidget::rebuildSmoothed() {
-  ema_.reset();
+  resetSmoother();
   QVector<double> keys, smoothed;
   keys.reserve(trainRaw_->data()->size());
   smoothed.reserve(trainRaw_->data()->size());
   for (auto it = trainRaw_->data()->constBegin(); it != trainRaw_->data()->constEnd(); ++it) {
     keys.push_back(it->key);
-    smoothed.push_back(ema_.add(it->value));
+    smoothed.push_back(smoothAdd(it->value));
   }
   trainSmoothed_->setData(keys, smoothed, true);
 }
 
 void LossPlotWidget::updateLegendNames() {
   trainRaw_->setName(tr("train (raw)"));
-  trainSmoothed_->setName(ema_.weight() > 0 ? tr("train (EMA %1, debiased)").arg(ema_.weight(), 0, 'f', 2)
-                                            : tr("train"));
+  if (ema_.weight() <= 0) trainSmoothed_->setName(tr("train"));
+  else if (mode_ == Smoothing::Ema) trainSmoothed_->setName(tr("train (EMA %1, debiased)").arg(ema_.weight(), 0, 'f', 2));
+  else trainSmoothed_->setName(tr("train (moving average of %1)").arg(movingAverageWindow()));
   validation_->setName(tr("validation"));
-  smoothingValue_->setText(QString::number(ema_.weight(), 'f', 2));
+  smoothingValue_->setText(mode_ == Smoothing::Ema ? QString::number(ema_.weight(), 'f', 2)
+                                                  : QStringLiteral("n=%1").arg(movingAverageWindow()));
 }
 
 void LossPlotWidget::updateRanges() {

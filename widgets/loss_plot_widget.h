@@ -1,15 +1,18 @@
-// LossPlotWidget: training and validation loss against step on a QCustomPlot, with the raw train series drawn
-// faint under a debiased EMA line, validation points, a legend, auto-follow and a log-y switch.
+// LossPlotWidget: training and validation loss against step (or tokens, or wall time) on a QCustomPlot, with the
+// raw train series drawn faint under a smoothed line (debiased EMA or trailing moving average), validation points,
+// a legend, auto-follow and a log-y switch.
 #pragma once
 #include <QVector>
 #include <QWidget>
 
 #include "widgets/ema_smoother.h"
+#include "widgets/moving_average.h"
 
 class QCustomPlot;
 class QCPGraph;
 class QCPItemText;
 class QCheckBox;
+class QComboBox;
 class QLabel;
 class QSlider;
 
@@ -21,6 +24,8 @@ class LossPlotWidget : public QWidget {
  public:
   enum class Series { TrainRaw, TrainSmoothed, Validation };
   Q_ENUM(Series)
+  enum class Smoothing { Ema, MovingAverage };
+  Q_ENUM(Smoothing)
 
   explicit LossPlotWidget(QWidget* parent = nullptr);
   ~LossPlotWidget() override;
@@ -40,9 +45,15 @@ class LossPlotWidget : public QWidget {
                  const QVector<double>& valSteps, const QVector<double>& valLosses);
   void clear();
 
-  /// EMA weight in [0, 1): 0 = no smoothing.
+  /// Smoothing strength in [0, 1): 0 = no smoothing. The EMA uses it as its weight; the moving average as a
+  /// window of round(1 / (1 - weight)) points (0.9 -> 10).
   void setSmoothing(double weight);
   double smoothing() const;
+  void setSmoothingMode(Smoothing mode);
+  Smoothing smoothingMode() const { return mode_; }
+  int movingAverageWindow() const;
+  /// The x axis' label; `integerTicks` keeps ticks at whole numbers (steps). The caller passes matching x values.
+  void setXAxisLabel(const QString& label, bool integerTicks);
   void setAutoFollow(bool follow);
   bool autoFollow() const;
   void setLogScaleY(bool logScale);
@@ -77,10 +88,16 @@ class LossPlotWidget : public QWidget {
   QString fullTitle_;
   QSlider* smoothingSlider_ = nullptr;
   QLabel* smoothingValue_ = nullptr;
+  QComboBox* smoothingMode_ = nullptr;
   QCheckBox* logY_ = nullptr;
   QCheckBox* follow_ = nullptr;
 
+  double smoothAdd(double value);
+  void resetSmoother();
+
   EmaSmoother ema_;
+  MovingAverage movingAverage_;
+  Smoothing mode_ = Smoothing::Ema;
   double expectedSteps_ = 0;
   double yMin_ = 0, yMax_ = 0;  ///< over the finite values of every series; yMin_ > yMax_ when none
   double yMinPositive_ = 0;     ///< smallest positive value, for the log axis

@@ -1,0 +1,81 @@
+// Plain value types behind a run dashboard: what the store reader extracts from a run (curves, routing history,
+// evaluations with their per-layer routing, the probe's per-token routing at each evaluation, the model shape
+// for the cost curves). Read on the store thread, copied to the GUI thread; nothing here points into core/.
+#pragma once
+#include <QMetaType>
+#include <QString>
+#include <QStringList>
+#include <QVector>
+
+namespace routelab {
+
+/// Per-layer share of tokens on the routed path at logged training steps, with the sub-layers' token counts
+/// as fractions of the batch's tokens (attn, mlp), which say which sub-layers follow the routing.
+struct RoutingHistory {
+  QVector<double> steps;
+  QVector<QVector<double>> fraction;   ///< [step][layer]
+  QVector<QVector<double>> attnShare;  ///< [step][layer]; NaN when unknown
+  QVector<QVector<double>> mlpShare;   ///< [step][layer]
+};
+
+/// One evaluation's inference-mode routing (eval extra_json).
+struct EvalSnapshot {
+  qint64 step = 0;
+  double valLoss = 0;
+  double flopsRatio = 1;
+  QVector<double> routedFraction;  ///< per layer
+  QVector<bool> routed;            ///< per layer: makes routing decisions
+  QStringList kinds;               ///< per layer: "dense", "dtrnet", ...
+};
+
+/// The probe text's per-token routing at one evaluation.
+struct ProbeSnapshot {
+  struct Layer {
+    int layer = 0;
+    QString kind;
+    bool routed = false;
+    QVector<double> gate;      ///< per token; empty when the layer reports none
+    QVector<double> decision;  ///< per token, 0/1; empty when none
+  };
+  /// A per-token quantity from the model's token_data: components[c][t] (one component for (T) data, K for (T, K)).
+  struct Series {
+    QString name;
+    QVector<QVector<double>> components;
+    bool integral = false;
+  };
+  qint64 step = 0;
+  QStringList tokens;
+  QVector<double> nextLogprob;  ///< log p(next token) per position
+  QVector<Layer> layers;
+  QVector<Series> tokenData;
+};
+
+/// What the cost curves need about the model (from the resolved config), or why they cannot be drawn.
+struct CostShape {
+  bool valid = false;
+  QString error;
+  qint64 nLayer = 0;
+  double d = 0, dKv = 0, dFf = 0;
+  bool gatedMlp = true;
+  qint64 context = 0;
+  double bytesPerValue = 4;  ///< of the KV cache (4 fp32, 2 bf16)
+};
+
+struct RunDashboardData {
+  qint64 runId = 0;
+  bool found = false;
+  QString name, arch, status, message;
+  qint64 totalSteps = 0;
+  double tokensPerStep = 0;  ///< batch_size x context
+  double createdAt = 0;      ///< unix seconds
+  QVector<double> trainSteps, trainLoss, trainWall;  ///< wall: unix seconds
+  QVector<double> valSteps, valLoss, valWall;
+  RoutingHistory routing;
+  QVector<EvalSnapshot> evals;
+  QVector<ProbeSnapshot> probes;
+  CostShape cost;
+};
+
+}  // namespace routelab
+
+Q_DECLARE_METATYPE(routelab::RunDashboardData)

@@ -1,0 +1,20 @@
+// Reads everything a run dashboard shows from the run store (called on the store thread): loss curves, the
+// per-layer routing history, evaluations with their routing (extra_json) and the probe documents, parsed into
+// plain values. Generic: per-token data is whatever the model put in its trace and token_data.
+#pragma once
+#include <string>
+
+#include "ui/dashboard_data.h"
+
+namespace routelab {
+
+class RunStore;
+
+RunDashboardData loadDashboardData(const RunStore& store, qint64 runId);
+
+/// Parses one probe document (the trainer's probe_json); throws nlohmann::json::exception on malformed JSON.
+ProbeSnapshot parseProbe(qint64 step, const std::string& json);
+/// Parses one evaluation's extra_json.
+EvalSnapshot parseEval(qint64 step, double valLoss, const std::string& extraJson);
+
+}  // namespace routelab

@@ -1,0 +1,355 @@
+// ExperimentDesigner: one editor per OptionSpec (check box, combo box or line edit), an error label under each,
+// and a status line with the resolved config's hash or the error no field owns.
+#include "ui/experiment_designer.h"
+
+#include <QCheckBox>
+#include <QComboBox>
+#include <QFormLayout>
+#include <QHBoxLayout>
+#include <QLabel>
+#include <QLineEdit>
+#include <QPushButton>
+#include <QScrollArea>
+#include <QTabWidget>
+#include <QVBoxLayout>
+
+#include <map>
+
+#include <nlohmann/json.hpp>
+
+#include "core/config/experiment_config.h"
+#include "core/config/options.h"
+#include "core/models/registry.h"
+#include "core/util/errors.h"
+
+namespace routelab {
+namespace {
+
+using nlohmann::json;
+
+const QStringList kSections{QStringLiteral("model"), QStringLiteral("data"), QStringLiteral("train"),
+                            QStringLiteral("run")};
+
+QString specText(const json& value) {
+  if (value.is_string()) return QString::fromStdString(value.get<std::string>());
+  return QString::fromStdString(value.dump());
+}
+
+QString toolTipFor(const OptionSpec& spec, const QString& path) {
+  QString tip = QStringLiteral("<b>%1</b> (%2)<br>%3").arg(path, QString::fromStdString(to_string(spec.type)),
+                                                           QString::fromStdString(spec.help).toHtmlEscaped());
+  if (spec.min || spec.max)
+    tip += QStringLiteral("<br>range: [%1, %2]")
+               .arg(spec.min ? QString::number(*spec.min) : QStringLiteral("−∞"),
+                    spec.max ? QString::number(*spec.max) : QStringLiteral("∞"));
+  if (!spec.choices.empty()) {
+    QStringList choices;
+    for (const auto& c : spec.choices) choices << QString::fromStdString(c);
+    tip += QStringLiteral("<br>one of: %1").arg(choices.join(QStringLiteral(", ")));
+  }
+  tip += QStringLiteral("<br>default: %1").arg(specText(spec.default_value).toHtmlEscaped());
+  return tip;
+}
+
+}  // namespace
+
+struct ExperimentDesigner::Impl {
+  struct Field {
+    QString section;
+    OptionSpec spec;
+    QWidget* editor = nullptr;
+    QLabel* error = nullptr;
+    json value;
+    QString fieldError;  ///< from parse/validate of this field alone
+  };
+  QComboBox* arch = nullptr;
+  QComboBox* preset = nullptr;
+  QTabWidget* tabs = nullptr;
+  QLabel* status = nullptr;
+  QPushButton* launch = nullptr;
+  std::map<QString, QWidget*> pages;  ///< section -> its form page
+  std::map<QString, Field> fields;    ///< "section.key" -> field
+  QString formError, resolved;
+  bool valid = false, launchEnabled = true, building = false;
+  QString presetName;
+
+  const OptionSchema& schema(const QString& section) const {
+    if (section == QLatin1String("data")) return data_schema();
+    if (section == QLatin1String("train")) return train_schema();
+    if (section == QLatin1String("run")) return run_schema();
+    return routelab::architecture(arch->currentData().toString().toStdString()).options;
+  }
+};
+
+ExperimentDesigner::ExperimentDesigner(QWidget* parent) : QWidget(parent), d_(std::make_unique<Impl>()) {
+  setObjectName(QStringLiteral("experimentDesigner"));
+  d_->arch = new QComboBox(this);
+  d_->arch->setObjectName(QStringLiteral("designerArch"));
+  for (const ArchitectureEntry& e : architectures()) {
+    d_->arch->addItem(QStringLiteral("%1 — %2").arg(QString::fromStdString(e.id), QString::fromStdString(e.display_name)),
+                      QString::fromStdString(e.id));
+    d_->arch->setItemData(d_->arch->count() - 1, QString::fromStdString(e.description), Qt::ToolTipRole);
+  }
+  d_->preset = new QComboBox(this);
+  d_->preset->setObjectName(QStringLiteral("designerPreset"));
+  d_->preset->addItem(tr("(defaults)"), QString());
+  try {
+    for (const PresetInfo& p : list_presets())
+      d_->preset->addItem(QString::fromStdString(p.name), QString::fromStdString(p.name));
+  } catch (const Error&) {
+    // No experiments folder: the defaults remain.
+  }
+  d_->tabs = new QTabWidget(this);
+  for (const QString& section : kSections) {
+    auto* scroll = new QScrollArea(this);
+    scroll->setWidgetResizable(true);
+    d_->tabs->addTab(scroll, section);
+    d_->pages[section] = scroll;
+  }
+  d_->status = new QLabel(this);
+  d_->status->setObjectName(QStringLiteral("designerStatus"));
+  d_->status->setWordWrap(true);
+  d_->launch = new QPushButton(tr("Launch"), this);
+  d_->launch->setObjectName(QStringLiteral("designerLaunch"));
+  d_->launch->setToolTip(tr("Train this configuration (a dashboard opens for the run)"));
+
+  auto* top = new QFormLayout;
+  top->addRow(tr("Architecture"), d_->arch);
+  top->addRow(tr("Preset"), d_->preset);
+  auto* bottom = new QHBoxLayout;
+  bottom->addWidget(d_->status, 1);
+  bottom->addWidget(d_->launch);
+  auto* layout = new QVBoxLayout(this);
+  layout->addLayout(top);
+  layout->addWidget(d_->tabs, 1);
+  layout->addLayout(bottom);
+
+  connect(d_->arch, qOverload<int>(&QComboBox::currentIndexChanged), this, [this](int) {
+    if (d_->building) return;
+    // Options both architectures share (shape, style, ...) keep what the user typed.
+    QList<QPair<QString, QString>> kept;
+    for (const auto& [path, field] : d_->fields) {
+      if (field.section != QLatin1String("model")) continue;
+      if (auto* box = qobject_cast<QCheckBox*>(field.editor)) kept.append({path, box->isChecked() ? "true" : "false"});
+      else if (auto* combo = qobject_cast<QComboBox*>(field.editor)) kept.append({path, combo->currentText()});
+      else if (auto* edit = qobject_cast<QLineEdit*>(field.editor)) kept.append({path, edit->text()});
+    }
+    rebuildSection(QStringLiteral("model"));
+    for (const auto& [path, text] : kept) setFieldText(path, text);
+    validate();
+  });
+  connect(d_->preset, qOverload<int>(&QComboBox::activated), this,
+          [this](int index) { loadPreset(d_->preset->itemData(index).toString()); });
+  connect(d_->launch, &QPushButton::clicked, this, [this] {
+    if (isValid()) Q_EMIT launchRequested(request());
+  });
+
+  for (const QString& section : kSections) rebuildSection(section);
+  validate();
+}
+
+ExperimentDesigner::~ExperimentDesigner() = default;
+
+QString ExperimentDesigner::architecture() const { return d_->arch->currentData().toString(); }
+
+bool ExperimentDesigner::setArchitecture(const QString& id) {
+  const int index = d_->arch->findData(id);
+  if (index < 0) return false;
+  if (index == d_->arch->currentIndex()) return true;
+  d_->arch->setCurrentIndex(index);  // rebuilds the model section
+  return true;
+}
+
+void ExperimentDesigner::rebuildSection(const QString& section) {
+  for (auto it = d_->fields.begin(); it != d_->fields.end();)
+    it = it->second.section == section ? d_->fields.erase(it) : std::next(it);
+  auto* scroll = static_cast<QScrollArea*>(d_->pages[section]);
+  auto* page = new QWidget;
+  auto* form = new QFormLayout(page);
+  form->setFieldGrowthPolicy(QFormLayout::AllNonFixedFieldsGrow);
+  for (const OptionSpec& spec : d_->schema(section)) {
+    const QString path = section + QLatin1Char('.') + QString::fromStdString(spec.key);
+    Impl::Field field;
+    field.section = section;
+    field.spec = spec;
+    field.value = spec.default_value;
+    auto* cell = new QWidget(page);
+    auto* cellLayout = new QVBoxLayout(cell);
+    cellLayout->setContentsMargins(0, 0, 0, 0);
+    cellLayout->setSpacing(1);
+    if (spec.type == OptionType::Bool) {
+      auto* box = new QCheckBox(cell);
+      box->setChecked(spec.default_value.get<bool>());
+      connect(box, &QCheckBox::toggled, this, [this, path](bool on) {
+        d_->fields[path].value = on;
+        validate();
+      });
+      field.editor = box;
+    } else if (spec.type == OptionType::Choice) {
+      auto* combo = new QComboBox(cell);
+      for (const auto& c : spec.choices) combo->addItem(QString::fromStdString(c));
+      combo->setCurrentText(specText(spec.default_value));
+      connect(combo, &QComboBox::currentTextChanged, this, [this, path](const QString& text) {
+        d_->fields[path].value = text.toStdString();
+        validate();
+      });
+      field.editor = combo;
+    } else {
+      auto* edit = new QLineEdit(specText(spec.default_value), cell);
+      edit->setPlaceholderText(specText(spec.default_value));
+      connect(edit, &QLineEdit::textChanged, this, [this, path](const QString& text) {
+        Impl::Field& f = d_->fields[path];
+        f.fieldError.clear();
+        try {
+          // The core's own parsing and range checks, so the form and the CLI agree on every value.
+          json value = parse_value(text.toStdString(), f.spec, path.toStdString());
+          validate_value(value, f.spec, path.toStdString());
+          f.value = std::move(value);
+        } catch (const ConfigError& e) {
+          f.fieldError = QString::fromUtf8(e.what());
+        }
+        validate();
+      });
+      field.editor = edit;
+    }
+    field.editor->setObjectName(path);
+    field.editor->setToolTip(toolTipFor(spec, path));
+    field.error = new QLabel(cell);
+    field.error->setObjectName(path + QStringLiteral(".error"));
+    field.error->setWordWrap(true);
+    field.error->setStyleSheet(QStringLiteral("color:#c0392b;"));
+    field.error->setVisible(false);
+    cellLayout->addWidget(field.editor);
+    cellLayout->addWidget(field.error);
+    auto* label = new QLabel(QString::fromStdString(spec.key), page);
+    label->setToolTip(field.editor->toolTip());
+    form->addRow(label, cell);
+    d_->fields[path] = std::move(field);
+  }
+  scroll->setWidget(page);  // deletes the previous page
+}
+
+bool ExperimentDesigner::loadPreset(const QString& name) {
+  json overrides = json::object();
+  if (!name.isEmpty()) {
+    try {
+      overrides = load_preset(name.toStdString());
+    } catch (const Error& e) {
+      d_->formError = QString::fromUtf8(e.what());
+      d_->status->setText(d_->formError);
+      return false;
+    }
+  }
+  d_->presetName = name;
+  {
+    const QSignalBlocker blocker(d_->preset);
+    d_->preset->setCurrentIndex(std::max(0, d_->preset->findData(name)));
+  }
+  const QString arch = overrides.contains("model") && overrides["model"].contains("arch")
+                           ? QString::fromStdString(overrides["model"]["arch"].get<std::string>())
+                           : QStringLiteral("dense");
+  d_->building = true;
+  d_->arch->setCurrentIndex(std::max(0, d_->arch->findData(arch)));
+  d_->building = false;
+  for (const QString& section : kSections) rebuildSection(section);
+  for (const QString& section : kSections) {
+    if (!overrides.contains(section.toStdString())) continue;
+    for (const auto& [key, value] : overrides[section.toStdString()].items()) {
+      if (key == "arch") continue;
+      setFieldText(section + QLatin1Char('.') + QString::fromStdString(key), specText(value));
+    }
+  }
+  validate();
+  return true;
+}
+
+bool ExperimentDesigner::setFieldText(const QString& keyPath, const QString& text) {
+  const auto it = d_->fields.find(keyPath);
+  if (it == d_->fields.end()) return false;
+  QWidget* editor = it->second.editor;
+  if (auto* box = qobject_cast<QCheckBox*>(editor)) box->setChecked(text == QLatin1String("true"));
+  else if (auto* combo = qobject_cast<QComboBox*>(editor)) combo->setCurrentText(text);
+  else if (auto* edit = qobject_cast<QLineEdit*>(editor)) edit->setText(text);
+  return true;
+}
+
+QString ExperimentDesigner::fieldError(const QString& keyPath) const {
+  const auto it = d_->fields.find(keyPath);
+  // isHidden(): only an explicit hide counts (a field on another tab is not shown, yet has its error).
+  return it == d_->fields.end() || it->second.error->isHidden() ? QString() : it->second.error->text();
+}
+
+QWidget* ExperimentDesigner::fieldEditor(const QString& keyPath) const {
+  const auto it = d_->fields.find(keyPath);
+  return it == d_->fields.end() ? nullptr : it->second.editor;
+}
+
+QString ExperimentDesigner::formError() const { return d_->formError; }
+
+bool ExperimentDesigner::isValid() const { return d_->valid; }
+
+QString ExperimentDesigner::overridesJson() const {
+  json doc = json::object();
+  doc["model"]["arch"] = architecture().toStdString();
+  for (const auto& [path, field] : d_->fields) doc[field.section.toStdString()][field.spec.key] = field.value;
+  return QString::fromStdString(doc.dump());
+}
+
+QString ExperimentDesigner::resolvedConfigJson() const { return d_->resolved; }
+
+RunRequest ExperimentDesigner::request() const {
+  RunRequest r;
+  r.preset = d_->presetName.isEmpty() ? QStringLiteral("designer") : d_->presetName;
+  r.configJson = overridesJson();
+  return r;
+}
+
+void ExperimentDesigner::setLaunchEnabled(bool enabled) {
+  d_->launchEnabled = enabled;
+  d_->launch->setEnabled(enabled && d_->valid);
+}
+
+void ExperimentDesigner::validate() {
+  const bool wasValid = d_->valid;
+  d_->formError.clear();
+  d_->resolved.clear();
+  bool fieldsOk = true;
+  for (auto& [path, field] : d_->fields) {
+    field.error->setText(field.fieldError);
+    field.error->setVisible(!field.fieldError.isEmpty());
+    fieldsOk = fieldsOk && field.fieldError.isEmpty();
+  }
+  if (fieldsOk) {
+    try {
+      const ExperimentConfig config =
+          resolve_config(json::parse(overridesJson().toStdString()), {}, "designer");
+      d_->resolved = QString::fromStdString(config.doc.dump());
+      d_->status->setText(tr("Valid: %1 layers of %2 · config hash %3")
+                              .arg(QString::number(config.model().value("n_layer", 0)), architecture(),
+                                   QString::fromStdString(config.hash())));
+    } catch (const Error& e) {
+      // A cross-field rule: show it under the field its key path names, else on the status line.
+      const QString message = QString::fromUtf8(e.what());
+      bool placed = false;
+      for (auto& [path, field] : d_->fields) {
+        if (message.contains(path + QLatin1Char(':'))) {
+          field.error->setText(message);
+          field.error->setVisible(true);
+          placed = true;
+          break;
+        }
+      }
+      d_->formError = placed ? QString() : message;
+      d_->status->setText(placed ? tr("Invalid: see the field marked in red") : message);
+      fieldsOk = false;
+    }
+  } else {
+    d_->status->setText(tr("Invalid: see the fields marked in red"));
+  }
+  d_->valid = fieldsOk;
+  d_->status->setStyleSheet(fieldsOk ? QString() : QStringLiteral("color:#c0392b;"));
+  d_->launch->setEnabled(d_->launchEnabled && d_->valid);
+  if (wasValid != d_->valid) Q_EMIT validityChanged(d_->valid);
+}
+
+}  // namespace routelab
