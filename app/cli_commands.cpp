@@ -15,7 +15,9 @@
 
 #include "core/bench/train_step_bench.h"
 #include "core/config/experiment_config.h"
+#include "core/config/sweep.h"
 #include "core/models/registry.h"
+#include "core/report/run_tables.h"
 #include "core/train/trainer.h"
 #include "core/util/errors.h"
 #include "core/util/paths.h"
@@ -71,7 +73,18 @@ class ProgressPrinter : public TrainObserver {
       std::cerr << line.str() << "\n";
     }
   }
-  void on_eval(const EvalMetrics& e) override { last_val_ = e.val_loss; }
+  void on_eval(const EvalMetrics& e) override {
+    last_val_ = e.val_loss;
+    if (quiet_ || !e.val_accuracy) return;
+    // Classification: every evaluation on its own line (accuracy and macro-F1 over the validation split).
+    std::ostringstream line;
+    line << "eval step " << e.step;
+    if (e.epoch) line << " (epoch " << *e.epoch << ")";
+    line << "  val loss " << std::fixed << std::setprecision(4) << e.val_loss << "  accuracy " << *e.val_accuracy
+         << "  macro-F1 " << e.val_macro_f1.value_or(0.0);
+    if (const auto it = e.stats.find("entropy"); it != e.stats.end()) line << "  routing entropy " << it->second;
+    std::cerr << (tty_ ? "\r\033[K" : "") << line.str() << "\n";
+  }
   void on_finished(const TrainOutcome&) override {
     if (!quiet_ && tty_) std::cerr << "\n";
   }
@@ -87,6 +100,8 @@ int report(const TrainOutcome& o) {
   std::cout << "run " << o.run_id << " " << to_string(o.status) << " at step " << o.last_step;
   if (o.first_val_loss && o.last_val_loss)
     std::cout << ": val loss " << fmt(o.first_val_loss) << " -> " << fmt(o.last_val_loss);
+  if (o.first_val_accuracy && o.last_val_accuracy)
+    std::cout << ", val accuracy " << fmt(o.first_val_accuracy) << " -> " << fmt(o.last_val_accuracy);
   std::cout << "\nstored in " << o.db_path << "\n";
   if (o.status == RunStatus::Failed) {
     std::cerr << "routelab-cli: run failed: " << o.message << "\n";
@@ -131,6 +146,30 @@ RunRecord require_run(const RunStore& store, std::int64_t id) {
   return *r;
 }
 
+/// Whether the run's architecture is a classifier (an architecture no longer registered counts as LM).
+bool is_classification(const RunRecord& r) {
+  try {
+    return architecture(r.arch).task == "classification";
+  } catch (const ConfigError&) {
+    return false;
+  }
+}
+
+/// The last stored value of a metric, if any.
+std::optional<double> last_metric(const RunStore& store, std::int64_t id, const std::string& key) {
+  const auto points = store.metric(id, key);
+  if (points.empty()) return std::nullopt;
+  return points.back().value;
+}
+
+/// The best (highest) stored value of a metric, if any.
+std::optional<double> best_metric(const RunStore& store, std::int64_t id, const std::string& key) {
+  std::optional<double> best;
+  for (const auto& p : store.metric(id, key))
+    if (!best || p.value > *best) best = p.value;
+  return best;
+}
+
 /// JSON cannot hold NaN/Inf: they are written as the strings "NaN", "Infinity", "-Infinity".
 nlohmann::json number_json(double v) {
   if (std::isnan(v)) return "NaN";
@@ -142,7 +181,10 @@ nlohmann::json number_json(double v) {
 
 int cmd_train(const TrainArgs& a) {
   std::vector<std::string> sets = a.sets;
-  if (a.steps > 0) sets.push_back("train.steps=" + std::to_string(a.steps));
+  if (a.steps > 0) {
+    sets.push_back("train.steps=" + std::to_string(a.steps));
+    sets.push_back("train.epochs=0");  // an explicit step count wins over a classification preset's epochs
+  }
   if (a.seed >= 0) sets.push_back("run.seed=" + std::to_string(a.seed));
   if (a.threads >= 0) sets.push_back("run.threads=" + std::to_string(a.threads));
   if (!a.device.empty()) sets.push_back("run.device=" + a.device);
@@ -168,6 +210,67 @@ int cmd_resume(const std::string& db, std::int64_t run_id, bool quiet) {
   return report(resume(resolve_db(db), run_id, &progress, &g_cancel));
 }
 
+namespace {
+
+/// Tags the run with the sweep as soon as it exists, so a crashed point still belongs to its sweep.
+class SweepTagger : public ProgressPrinter {
+ public:
+  SweepTagger(bool quiet, std::string db, std::string tag) : ProgressPrinter(quiet), db_(std::move(db)), tag_(std::move(tag)) {}
+  void on_started(std::int64_t run_id, const std::string& description, std::int64_t total_steps) override {
+    RunPatch patch;
+    patch.tags = tag_;
+    RunStore(db_, /*mark_crashed=*/false).patch_run(run_id, patch);
+    ProgressPrinter::on_started(run_id, description, total_steps);
+  }
+
+ private:
+  std::string db_, tag_;
+};
+
+/// A finished run of the store with this config hash and name (a sweep point already done).
+std::optional<std::int64_t> finished_run(const RunStore& store, const SweepPoint& point) {
+  for (const auto& r : store.list_runs(true))
+    if (r.status == RunStatus::Finished && r.config_hash == point.config.hash() && r.name == point.name) return r.id;
+  return std::nullopt;
+}
+
+}  // namespace
+
+int cmd_sweep(const SweepArgs& a) {
+  const auto plan = load_sweep(a.file);
+  const auto db = resolve_db(a.db);
+  std::cout << "sweep " << plan.name << ": " << plan.points.size() << " runs" << (plan.description.empty() ? "" : " (")
+            << plan.description << (plan.description.empty() ? "" : ")") << "\n";
+  if (a.dry_run) {
+    for (const auto& p : plan.points) std::cout << "  " << p.name << "  [" << p.origin << ", " << p.config.hash() << "]\n";
+    return 0;
+  }
+  std::vector<std::int64_t> ids;
+  SignalScope signals;
+  for (const auto& point : plan.points) {
+    if (a.skip_done) {
+      RunStore store(db, /*mark_crashed=*/false);
+      if (const auto done = finished_run(store, point)) {
+        std::cout << "run " << *done << " " << point.name << ": already finished, skipped\n";
+        ids.push_back(*done);
+        continue;
+      }
+    }
+    SweepTagger progress(a.quiet, db, plan.tag());
+    const auto outcome = train(TrainRequest{point.config, db, point.name, ""}, &progress, &g_cancel);
+    const int code = report(outcome);
+    ids.push_back(outcome.run_id);
+    if (code != 0) {
+      std::cerr << "routelab-cli: sweep " << plan.name << " stopped at " << point.name
+                << " (re-run with --skip-done to continue)\n";
+      return code;
+    }
+  }
+  RunStore store(db, /*mark_crashed=*/false);
+  std::cout << "\n" << to_markdown(build_run_table(store, table_spec(plan.table), ids, /*by_seed=*/true));
+  return 0;
+}
+
 int cmd_presets(bool json) {
   const auto presets = list_presets();
   if (json) {
@@ -186,12 +289,14 @@ int cmd_architectures(bool json) {
   if (json) {
     nlohmann::json out = nlohmann::json::array();
     for (const auto& e : architectures())
-      out.push_back({{"id", e.id}, {"name", e.display_name}, {"source", e.source}, {"description", e.description},
+      out.push_back({{"id", e.id}, {"name", e.display_name}, {"task", e.task}, {"source", e.source}, {"description", e.description},
                      {"options", schema_to_json(e.options)}});
     std::cout << out.dump(2) << "\n";
     return 0;
   }
-  for (const auto& e : architectures()) std::cout << std::left << std::setw(12) << e.id << e.display_name << " — " << e.source << "\n";
+  for (const auto& e : architectures())
+    std::cout << std::left << std::setw(20) << e.id << std::setw(16) << e.task << e.display_name << " — " << e.source
+              << "\n";
   return 0;
 }
 
@@ -200,17 +305,32 @@ int cmd_runs(const std::string& db, bool json, bool all) {
   const auto runs = store.list_runs(all);
   if (json) {
     nlohmann::json out = nlohmann::json::array();
-    for (const auto& r : runs) out.push_back(run_json(r));
+    for (const auto& r : runs) {
+      auto row = run_json(r);
+      if (is_classification(r)) {
+        row["task"] = "classification";
+        const auto acc = last_metric(store, r.id, "val/accuracy"), f1 = last_metric(store, r.id, "val/macro_f1");
+        row["last_val_accuracy"] = acc ? nlohmann::json(*acc) : nlohmann::json(nullptr);
+        row["last_val_macro_f1"] = f1 ? nlohmann::json(*f1) : nlohmann::json(nullptr);
+      }
+      out.push_back(std::move(row));
+    }
     std::cout << out.dump(2) << "\n";
     return 0;
   }
-  std::cout << std::left << std::setw(6) << "ID" << std::setw(28) << "NAME" << std::setw(10) << "ARCH" << std::setw(10)
-            << "STATUS" << std::setw(14) << "STEPS" << std::setw(12) << "TRAIN" << "VAL\n";
-  for (const auto& r : runs)
-    std::cout << std::setw(6) << r.id << std::setw(28) << r.name.substr(0, 27) << std::setw(10) << r.arch
+  // Losses for every run; classification runs add validation accuracy and macro-F1.
+  std::cout << std::left << std::setw(6) << "ID" << std::setw(28) << "NAME" << std::setw(20) << "ARCH" << std::setw(10)
+            << "STATUS" << std::setw(14) << "STEPS" << std::setw(12) << "TRAIN" << std::setw(10) << "VAL"
+            << std::setw(10) << "VAL ACC" << "MACRO-F1\n";
+  for (const auto& r : runs) {
+    const bool cls = is_classification(r);
+    std::cout << std::setw(6) << r.id << std::setw(28) << r.name.substr(0, 27) << std::setw(20) << r.arch.substr(0, 19)
               << std::setw(10) << to_string(r.status) << std::setw(14)
               << (std::to_string(r.last_step) + "/" + std::to_string(r.total_steps)) << std::setw(12)
-              << fmt(r.last_train_loss) << fmt(r.last_val_loss) << "\n";
+              << fmt(r.last_train_loss) << std::setw(10) << fmt(r.last_val_loss) << std::setw(10)
+              << (cls ? fmt(last_metric(store, r.id, "val/accuracy")) : "-")
+              << (cls ? fmt(last_metric(store, r.id, "val/macro_f1")) : "-") << "\n";
+  }
   return 0;
 }
 
@@ -223,10 +343,23 @@ int cmd_show(const std::string& db, std::int64_t run_id, bool json) {
   doc["checkpoints"] = nlohmann::json::array();
   for (const auto& c : store.checkpoints(run_id))
     doc["checkpoints"].push_back({{"step", c.step}, {"path", c.path}, {"bytes", c.bytes}});
+  const bool cls = is_classification(r);
+  doc["task"] = cls ? "classification" : "lm";
   doc["evals"] = nlohmann::json::array();
-  for (const auto& e : store.evals(run_id))
-    doc["evals"].push_back({{"step", e.step}, {"split", e.split}, {"loss", number_json(e.loss)},
-                            {"ppl", number_json(e.ppl)}, {"bpc", number_json(e.bpc)}});
+  for (const auto& e : store.evals(run_id)) {
+    nlohmann::json row = {{"step", e.step}, {"split", e.split}, {"loss", number_json(e.loss)}};
+    if (cls) {
+      const auto extra = nlohmann::json::parse(e.extra_json, nullptr, false);
+      row["accuracy"] = extra.is_object() ? extra.value("accuracy", nlohmann::json()) : nlohmann::json();
+      row["macro_f1"] = extra.is_object() ? extra.value("macro_f1", nlohmann::json()) : nlohmann::json();
+      row["entropy"] = extra.is_object() && extra.contains("stats") ? extra["stats"].value("entropy", nlohmann::json())
+                                                                    : nlohmann::json();
+    } else {
+      row["ppl"] = number_json(e.ppl);
+      row["bpc"] = number_json(e.bpc);
+    }
+    doc["evals"].push_back(std::move(row));
+  }
   if (json) {
     std::cout << doc.dump(2) << "\n";
     return 0;
@@ -235,24 +368,54 @@ int cmd_show(const std::string& db, std::int64_t run_id, bool json) {
             << ")\nstatus   " << to_string(r.status) << (r.message.empty() ? "" : ": " + r.message) << "\nsteps    "
             << r.last_step << "/" << r.total_steps << "\nloss     train " << fmt(r.last_train_loss) << ", val "
             << fmt(r.last_val_loss) << " (best " << fmt(r.best_val_loss) << ")\ndevice   " << r.device << ", seed "
-            << r.seed << "\nversions RouteLab " << r.routelab_version << ", " << r.torch_version
+            << r.seed;
+  if (cls)
+    std::cout << "\naccuracy val " << fmt(last_metric(store, run_id, "val/accuracy")) << " (best "
+              << fmt(best_metric(store, run_id, "val/accuracy")) << "), macro-F1 "
+              << fmt(last_metric(store, run_id, "val/macro_f1")) << ", train (last epoch) "
+              << fmt(last_metric(store, run_id, "train/epoch_accuracy"));
+  std::cout << "\nversions RouteLab " << r.routelab_version << ", " << r.torch_version
             << (r.qt_version.empty() ? "" : ", Qt " + r.qt_version) << "\nconfig   " << r.config_hash << "\n"
             << doc["config"].dump(2) << "\n";
-  for (const auto& e : doc["evals"]) std::cout << "eval     step " << e["step"] << " val loss " << e["loss"] << "\n";
+  for (const auto& e : doc["evals"]) {
+    std::cout << "eval     step " << e["step"] << " val loss " << e["loss"];
+    if (cls) std::cout << " accuracy " << e["accuracy"] << " macro-F1 " << e["macro_f1"];
+    std::cout << "\n";
+  }
   for (const auto& c : doc["checkpoints"]) std::cout << "ckpt     step " << c["step"] << " " << c["path"].get<std::string>() << "\n";
   return 0;
 }
 
 int cmd_compare(const std::string& db, const std::vector<std::int64_t>& run_ids, bool json) {
   RunStore store(resolve_db(db));
-  nlohmann::json rows = nlohmann::json::array();
-  std::size_t max_layers = 0;
+  nlohmann::json rows = nlohmann::json::array(), class_rows = nlohmann::json::array();
+  std::size_t max_layers = 0, max_experts = 0;
   for (const auto id : run_ids) {
     const auto r = require_run(store, id);
     const auto evals = store.evals(id);
     if (evals.empty()) throw StoreError("run " + std::to_string(id) + " has no evaluation yet");
     const auto& e = evals.back();
     const auto extra = nlohmann::json::parse(e.extra_json, nullptr, false);
+    if (is_classification(r)) {
+      // Classification: accuracy, macro-F1, routing entropy and per-expert loads (mean over layers) of the last
+      // evaluation, plus the best validation accuracy.
+      const auto stats = extra.is_object() && extra.contains("stats") ? extra["stats"] : nlohmann::json::object();
+      nlohmann::json row = {{"run", id}, {"name", r.name}, {"arch", r.arch}, {"task", "classification"},
+                            {"step", e.step}, {"val_loss", number_json(e.loss)}};
+      row["val_accuracy"] = extra.is_object() ? extra.value("accuracy", nlohmann::json()) : nlohmann::json();
+      row["val_macro_f1"] = extra.is_object() ? extra.value("macro_f1", nlohmann::json()) : nlohmann::json();
+      const auto best = best_metric(store, id, "val/accuracy");
+      row["best_val_accuracy"] = best ? nlohmann::json(*best) : nlohmann::json();
+      const auto epoch = last_metric(store, id, "val/epoch");
+      row["epoch"] = epoch ? nlohmann::json(*epoch) : nlohmann::json();
+      row["entropy"] = stats.value("entropy", nlohmann::json());
+      row["load"] = nlohmann::json::array();
+      for (std::size_t i = 0; stats.contains("load/E" + std::to_string(i)); ++i)
+        row["load"].push_back(stats["load/E" + std::to_string(i)]);
+      max_experts = std::max(max_experts, row["load"].size());
+      class_rows.push_back(std::move(row));
+      continue;
+    }
     nlohmann::json row = {{"run", id}, {"name", r.name}, {"arch", r.arch}, {"step", e.step},
                           {"val_loss", number_json(e.loss)}, {"val_bpc", number_json(e.bpc)}};
     const auto speed = store.metric(id, "train/tokens_per_s");
@@ -266,8 +429,34 @@ int cmd_compare(const std::string& db, const std::vector<std::int64_t>& run_ids,
     rows.push_back(std::move(row));
   }
   if (json) {
+    for (const auto& row : class_rows) rows.push_back(row);
     std::cout << rows.dump(2) << "\n";
     return 0;
+  }
+  const auto num = [](const nlohmann::json& v, int precision) {
+    if (!v.is_number()) return std::string("-");
+    std::ostringstream s;
+    s << std::fixed << std::setprecision(precision) << v.get<double>();
+    return s.str();
+  };
+  if (!class_rows.empty()) {
+    // Markdown: one row per classification run; loads u_i per expert, averaged over the layers.
+    std::cout << "| run | arch | step | epoch | val loss | val acc | best acc | macro-F1 | routing entropy |";
+    for (std::size_t i = 0; i < max_experts; ++i) std::cout << " u" << i << " |";
+    std::cout << "\n|---|---|---|---|---|---|---|---|---|";
+    for (std::size_t i = 0; i < max_experts; ++i) std::cout << "---|";
+    std::cout << "\n";
+    for (const auto& row : class_rows) {
+      std::cout << "| " << row["run"] << " " << row["name"].get<std::string>() << " | " << row["arch"].get<std::string>()
+                << " | " << row["step"] << " | " << num(row["epoch"], 2) << " | " << num(row["val_loss"], 4) << " | "
+                << num(row["val_accuracy"], 4) << " | " << num(row["best_val_accuracy"], 4) << " | "
+                << num(row["val_macro_f1"], 4) << " | " << num(row["entropy"], 4) << " |";
+      for (std::size_t i = 0; i < max_experts; ++i)
+        std::cout << " " << (i < row["load"].size() ? num(row["load"][i], 4) : std::string("-")) << " |";
+      std::cout << "\n";
+    }
+    if (rows.empty()) return 0;
+    std::cout << "\n";
   }
   // Markdown: one row per run, one column per layer (inference-mode routed %, "-" for a dense layer).
   std::cout << "| run | arch | step | val loss | val bpc | FLOPs ratio | train tok/s |";
@@ -275,12 +464,6 @@ int cmd_compare(const std::string& db, const std::vector<std::int64_t>& run_ids,
   std::cout << "\n|---|---|---|---|---|---|---|";
   for (std::size_t l = 0; l < max_layers; ++l) std::cout << "---|";
   std::cout << "\n";
-  const auto num = [](const nlohmann::json& v, int precision) {
-    if (!v.is_number()) return std::string("-");
-    std::ostringstream s;
-    s << std::fixed << std::setprecision(precision) << v.get<double>();
-    return s.str();
-  };
   for (const auto& row : rows) {
     std::cout << "| " << row["run"] << " " << row["name"].get<std::string>() << " | " << row["arch"].get<std::string>()
               << " | " << row["step"] << " | " << num(row["val_loss"], 4) << " | " << num(row["val_bpc"], 3) << " | "

@@ -4,6 +4,7 @@
 #include <CLI/CLI.hpp>
 
 #include "app/cli_commands.h"
+#include "app/cli_registration.h"
 #include "core/bench/tsa_bench.h"
 #include "core/util/errors.h"
 #include "core/util/logging.h"
@@ -39,6 +40,14 @@ int main(int argc, char** argv) {
   resume_cmd->add_option("RUN", run_id, "run id")->required();
   resume_cmd->add_option("--db", db, "run store");
   resume_cmd->add_flag("--quiet", quiet, "no progress line");
+
+  SweepArgs sweep;
+  auto* sweep_cmd = app.add_subcommand("sweep", "run every point of a sweep file (a grid over options and seeds, plus baselines)");
+  sweep_cmd->add_option("FILE", sweep.file, "sweep file (see experiments/sweeps/)")->required();
+  sweep_cmd->add_option("--db", sweep.db, "run store");
+  sweep_cmd->add_flag("--dry-run", sweep.dry_run, "list the resolved points without training");
+  sweep_cmd->add_flag("--skip-done", sweep.skip_done, "skip points with a finished run of the same name and config");
+  sweep_cmd->add_flag("--quiet", sweep.quiet, "no progress lines");
 
   auto* presets_cmd = app.add_subcommand("presets", "list the experiment presets");
   presets_cmd->add_flag("--json", json, "machine-readable output");
@@ -137,14 +146,21 @@ int main(int argc, char** argv) {
   tsa_cmd->add_option("--threads", tsa_bench.threads, "threads (0: all cores)");
   tsa_cmd->add_option("--checkpoint", tsa_bench.checkpoint, "a TSA run's checkpoint (shape and weights)");
 
+  routelab::cli::CommandAction action;
+  routelab::cli::add_cost_commands(app, *bench_cmd, action);
+  routelab::cli::add_generate_commands(app, *bench_cmd, action);
+  routelab::cli::add_report_commands(app, *bench_cmd, action);
+
   CLI11_PARSE(app, argc, argv);
   routelab::init_logging({.log_dir = "", .console = true, .level = log_level});
   try {
+    if (action) return action();
     if (*train_cmd) {
       if (train.preset.empty() && train.config_file.empty()) train.preset = "quickstart";
       return cmd_train(train);
     }
     if (*resume_cmd) return cmd_resume(db, run_id, quiet);
+    if (*sweep_cmd) return cmd_sweep(sweep);
     if (*presets_cmd) return cmd_presets(json);
     if (*arch_cmd) return cmd_architectures(json);
     if (*runs_cmd) return cmd_runs(db, json, all);

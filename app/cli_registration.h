@@ -1,0 +1,21 @@
+// Sub-commands that live in their own files: each add_* function declares its sub-commands on `app` (and
+// `bench` for benchmarks) and, when one of them is parsed, sets `action` to the function that runs it. main()
+// runs `action` inside its error boundary, so a routelab::Error prints a clear message and exits 2.
+#pragma once
+#include <functional>
+
+#include <CLI/CLI.hpp>
+
+namespace routelab::cli {
+
+using CommandAction = std::function<int()>;
+
+/// `flops` (the FLOPs model: ratio versus sequence length, per-layer breakdown) and `bench forward`.
+void add_cost_commands(CLI::App& app, CLI::App& bench, CommandAction& action);
+/// `generate`, `score`, `kv` (KV bytes versus length) and `bench decode`.
+void add_generate_commands(CLI::App& app, CLI::App& bench, CommandAction& action);
+
+/// `table` (paper tables from stored runs) and `tables` (the named layouts).
+void add_report_commands(CLI::App& app, CLI::App& bench, CommandAction& action);
+
+}  // namespace routelab::cli

@@ -1,0 +1,80 @@
+// Sweep files: the grid's Cartesian product, baselines sharing the budget and seeds, names and tags, and clear
+// errors naming the file, the point and the key.
+#include <QTest>
+
+#include "core/config/sweep.h"
+#include "core/util/errors.h"
+
+using namespace routelab;
+using nlohmann::json;
+
+class TestSweep : public QObject {
+  Q_OBJECT
+
+ private slots:
+  void gridIsTheCartesianProductThenBaselines() {
+    const json doc = json::parse(R"({
+      "name": "lam", "base": "tsa-charlm", "train": {"steps": 200},
+      "grid": {"model.depth_coeff": [0, 0.01], "run.seed": [1, 2]},
+      "baselines": [{"preset": "tsa-charlm-dense", "name": "dense"}],
+      "table": "seed003-table2"})");
+    const auto plan = expand_sweep(doc, "lam.json");
+    QCOMPARE(plan.points.size(), std::size_t{6});  // 2 x 2 grid + 2 baseline seeds
+    QCOMPARE(plan.tag(), std::string("sweep:lam"));
+    QCOMPARE(plan.table, std::string("seed003-table2"));
+    QCOMPARE(plan.points[0].name, std::string("lam/depth_coeff=0,seed=1"));
+    QCOMPARE(plan.points[1].name, std::string("lam/depth_coeff=0,seed=2"));
+    QCOMPARE(plan.points[3].name, std::string("lam/depth_coeff=0.01,seed=2"));
+    QCOMPARE(plan.points[3].config.model().at("depth_coeff").get<double>(), 0.01);
+    QCOMPARE(plan.points[3].config.run().at("seed").get<int>(), 2);
+    QCOMPARE(plan.points[3].config.arch(), std::string("tsa"));
+    for (const auto& p : plan.points) QCOMPARE(p.config.train().at("steps").get<int>(), 200);
+    // Baselines: their own architecture, the shared seeds, never the grid's model keys.
+    QCOMPARE(plan.points[4].name, std::string("lam/dense,seed=1"));
+    QCOMPARE(plan.points[5].config.arch(), std::string("dense"));
+    QCOMPARE(plan.points[5].config.run().at("seed").get<int>(), 2);
+    QCOMPARE(plan.points[5].origin, std::string("tsa-charlm-dense"));
+    QVERIFY(plan.points[0].config.hash() != plan.points[1].config.hash());
+  }
+
+  void noGridIsOnePoint() {
+    const auto plan = expand_sweep(json::parse(R"({"name": "one", "base": "tiny"})"), "one.json");
+    QCOMPARE(plan.points.size(), std::size_t{1});
+    QCOMPARE(plan.points[0].name, std::string("one"));
+  }
+
+  void errorsNameTheFilePointAndKey() {
+    auto message = [](const char* text) {
+      try {
+        expand_sweep(json::parse(text), "bad.json");
+      } catch (const ConfigError& e) {
+        return std::string(e.what());
+      }
+      return std::string("no error");
+    };
+    auto has = [](const std::string& m, const char* part) { return m.find(part) != std::string::npos; };
+    auto m = message(R"({"name": "x", "base": "tiny", "grd": {}})");
+    QVERIFY2(has(m, "bad.json") && has(m, "grd: unknown key"), m.c_str());
+    m = message(R"({"name": "x", "base": "tiny", "grid": {"depth_coeff": [1]}})");
+    QVERIFY2(has(m, "grid.depth_coeff: expected section.key"), m.c_str());
+    m = message(R"({"name": "x", "base": "tiny", "grid": {"model.n_layer": []}})");
+    QVERIFY2(has(m, "grid.model.n_layer: expected a non-empty array"), m.c_str());
+    m = message(R"({"name": "x", "base": "tiny", "grid": {"model.n_layer": [2, -1]}})");
+    QVERIFY2(has(m, "point 'x/n_layer=-1'") && has(m, "model.n_layer"), m.c_str());
+    m = message(R"({"name": "x", "base": "no-such-preset"})");
+    QVERIFY2(has(m, "no-such-preset"), m.c_str());
+    m = message(R"({"name": "x", "base": "tiny", "baselines": [{"name": "d"}]})");
+    QVERIFY2(has(m, "baselines[0].preset"), m.c_str());
+  }
+
+  void shippedSweepsResolve() {
+    const QString dir = qEnvironmentVariable("ROUTELAB_EXPERIMENTS") + "/sweeps";
+    for (const char* file : {"tsa-lambda.json", "seed000-compare.json"}) {
+      const auto plan = load_sweep((dir + "/" + file).toStdString());
+      QVERIFY(plan.points.size() >= 4);
+    }
+  }
+};
+
+QTEST_GUILESS_MAIN(TestSweep)
+#include "test_sweep.moc"
