@@ -24,20 +24,8 @@ namespace {
 
 constexpr int kLoggedProblems = 5;  ///< per file, problems logged at warn level; the rest at debug
 
-template <typename T>
-T get(const nlohmann::json& data, const char* key) {
-  auto it = data.find(key);
-  if (it == data.end()) throw ConfigError(std::string("data.") + key + ": missing");
-  try {
-    return it->get<T>();
-  } catch (const nlohmann::json::exception&) {
-    throw ConfigError(std::string("data.") + key + ": unexpected type (" + it->dump() + ")");
-  }
-}
-
-void require(bool ok, const char* key, const std::string& why) {
-  if (!ok) throw ConfigError(std::string("data.") + key + ": " + why);
-}
+using detail::get;
+using detail::require;
 
 std::string lower_ascii(std::string s) {
   for (auto& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));

@@ -14,6 +14,7 @@
 
 #include "core/data/synthetic_tasks.h"
 #include "core/data/text_corpus.h"
+#include "core/data/detail.h"
 #include "core/util/errors.h"
 #include "core/util/logging.h"
 #include "core/util/paths.h"
@@ -30,20 +31,8 @@ constexpr std::uintmax_t kMinCorpusBytes = 1 << 20;
 const char* const kBibleHint =
     "the default corpus needs Debian's bible-kjv package (packaging/install-deps.sh installs it): ";
 
-template <typename T>
-T get(const nlohmann::json& data, const char* key) {
-  auto it = data.find(key);
-  if (it == data.end()) throw ConfigError(std::string("data.") + key + ": missing");
-  try {
-    return it->get<T>();
-  } catch (const nlohmann::json::exception&) {
-    throw ConfigError(std::string("data.") + key + ": unexpected type (" + it->dump() + ")");
-  }
-}
-
-void require(bool ok, const char* key, const std::string& why) {
-  if (!ok) throw ConfigError(std::string("data.") + key + ": " + why);
-}
+using detail::get;
+using detail::require;
 
 bool on_path(const std::string& program) {
   const char* path = std::getenv("PATH");

@@ -1,11 +1,32 @@
 // Helpers shared by the dataset implementations (not part of the public data API): a portable uniform integer
-// from std::mt19937_64 and number formatting for describe().
+// from std::mt19937_64, number formatting for describe(), and typed access to the data config section.
 #pragma once
 #include <cstdint>
 #include <random>
 #include <string>
 
+#include <nlohmann/json.hpp>
+
+#include "core/util/errors.h"
+
 namespace routelab::detail {
+
+/// data.<key> of a resolved data section as T; a missing key or a wrong type is a ConfigError naming it.
+template <typename T>
+T get(const nlohmann::json& data, const char* key) {
+  auto it = data.find(key);
+  if (it == data.end()) throw ConfigError(std::string("data.") + key + ": missing");
+  try {
+    return it->get<T>();
+  } catch (const nlohmann::json::exception&) {
+    throw ConfigError(std::string("data.") + key + ": unexpected type (" + it->dump() + ")");
+  }
+}
+
+/// Throws ConfigError("data.<key>: <why>") unless `ok`.
+inline void require(bool ok, const char* key, const std::string& why) {
+  if (!ok) throw ConfigError(std::string("data.") + key + ": " + why);
+}
 
 /// Uniform integer in [0, n) for n >= 1, by rejecting the top partial range of the 64-bit output.
 /// std::uniform_int_distribution is implementation-defined, so batches drawn with it could differ between

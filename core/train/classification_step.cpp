@@ -56,18 +56,7 @@ ClassStepResult classification_train_step(SequenceClassifier& model, torch::opti
   result.correct = result.output.logits.argmax(-1).eq(batch.label).sum().item<std::int64_t>();
   result.examples = batch.label.size(0);
   result.output.logits = torch::Tensor();
-  optimizer.zero_grad();
-  total.backward();
-  std::vector<torch::Tensor> params = model.parameters();
-  if (grad_clip > 0) {
-    result.grad_norm = torch::nn::utils::clip_grad_norm_(params, grad_clip);
-  } else {
-    std::vector<torch::Tensor> norms;
-    for (const auto& p : params)
-      if (p.grad().defined()) norms.push_back(p.grad().norm());
-    result.grad_norm = norms.empty() ? 0.0 : torch::stack(norms).norm().item<double>();
-  }
-  optimizer.step();
+  result.grad_norm = backward_and_step(total, model, optimizer, grad_clip);
   result.loss = loss.detach();
   result.aux_loss = result.output.aux_loss.detach();
   return result;

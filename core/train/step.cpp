@@ -43,6 +43,24 @@ AutocastGuard::~AutocastGuard() {
   at::autocast::clear_cache();
 }
 
+double backward_and_step(const torch::Tensor& total, torch::nn::Module& model, torch::optim::Optimizer& optimizer,
+                         double grad_clip) {
+  optimizer.zero_grad();
+  total.backward();
+  std::vector<torch::Tensor> params = model.parameters();
+  double grad_norm = 0.0;
+  if (grad_clip > 0) {
+    grad_norm = torch::nn::utils::clip_grad_norm_(params, grad_clip);
+  } else {
+    std::vector<torch::Tensor> norms;
+    for (const auto& p : params)
+      if (p.grad().defined()) norms.push_back(p.grad().norm());
+    grad_norm = norms.empty() ? 0.0 : torch::stack(norms).norm().item<double>();
+  }
+  optimizer.step();
+  return grad_norm;
+}
+
 StepResult train_step(LanguageModel& model, torch::optim::Optimizer& optimizer, const Batch& batch, double grad_clip,
                       bool bf16, bool trace) {
   StepResult result;
@@ -60,18 +78,7 @@ StepResult train_step(LanguageModel& model, torch::optim::Optimizer& optimizer, 
     total = total + result.output.aux_loss.to(torch::kFloat);
   }
   result.output.logits = torch::Tensor();
-  optimizer.zero_grad();
-  total.backward();
-  std::vector<torch::Tensor> params = model.parameters();
-  if (grad_clip > 0) {
-    result.grad_norm = torch::nn::utils::clip_grad_norm_(params, grad_clip);
-  } else {
-    std::vector<torch::Tensor> norms;
-    for (const auto& p : params)
-      if (p.grad().defined()) norms.push_back(p.grad().norm());
-    result.grad_norm = norms.empty() ? 0.0 : torch::stack(norms).norm().item<double>();
-  }
-  optimizer.step();
+  result.grad_norm = backward_and_step(total, model, optimizer, grad_clip);
   result.loss = loss.detach();
   result.aux_loss = result.output.aux_loss.detach();
   return result;

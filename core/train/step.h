@@ -33,6 +33,11 @@ struct StepResult {
   ModelOutput output;      ///< with the routing trace when asked for (logits dropped)
 };
 
+/// Zeroes the gradients, back-propagates `total`, clips the global gradient norm at `grad_clip` (0: no clip) and
+/// steps the optimizer; returns the gradient norm before clipping. Shared by the LM and classification steps.
+double backward_and_step(const torch::Tensor& total, torch::nn::Module& model, torch::optim::Optimizer& optimizer,
+                         double grad_clip);
+
 StepResult train_step(LanguageModel& model, torch::optim::Optimizer& optimizer, const Batch& batch, double grad_clip,
                       bool bf16, bool trace);
 
