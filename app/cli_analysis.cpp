@@ -1,14 +1,17 @@
-// routelab-cli eval and profile: re-evaluate a stored run (optionally with eval-only overrides, or sweeping one)
-// and profile its residual ratios.
+// routelab-cli eval, profile and context: re-evaluate a stored run (optionally with eval-only overrides, or
+// sweeping one), profile its residual ratios, and evaluate it beyond its training context.
 #include <fstream>
 #include <iomanip>
 #include <iostream>
+#include <memory>
 #include <set>
 #include <sstream>
 
 #include <nlohmann/json.hpp>
 
 #include "app/cli_commands.h"
+#include "app/cli_registration.h"
+#include "core/analysis/context_length.h"
 #include "core/analysis/residual_profile.h"
 #include "core/analysis/run_analysis.h"
 #include "core/util/errors.h"
@@ -116,6 +119,47 @@ int cmd_profile(const ProfileArgs& args) {
   else
     std::cout << profile.to_table();
   return 0;
+}
+
+}  // namespace routelab::cli
+
+// `routelab-cli context`: perplexity versus evaluation length (seed 000 Figure 3).
+namespace routelab::cli {
+
+void add_context_commands(CLI::App& app, CLI::App& /*bench*/, CommandAction& action) {
+  struct Args {
+    std::string db;
+    std::int64_t run_id = 0;
+    bool store = false, json = false;
+    ContextCurveOptions options;
+  };
+  auto args = std::make_shared<Args>();
+  args->options.lengths = {128, 256, 512, 1024, 2048};
+  auto* cmd = app.add_subcommand(
+      "context", "perplexity versus evaluation length beyond the training context, with RoPE scaling (none, linear, yarn)");
+  cmd->add_option("RUN", args->run_id, "run id")->required();
+  cmd->add_option("--db", args->db, "run store");
+  cmd->add_option("--lengths", args->options.lengths, "evaluation lengths")->delimiter(',');
+  cmd->add_option("--scaling", args->options.scaling, "RoPE context extension")
+      ->check(CLI::IsMember({"none", "linear", "yarn"}));
+  cmd->add_option("--factor", args->options.factor, "extension factor (0: longest length / training context)");
+  cmd->add_option("--tokens", args->options.tokens, "validation tokens per length");
+  cmd->add_option("--split", args->options.split, "val, test or train");
+  cmd->add_option("--step", args->options.step, "checkpoint step (0: latest)");
+  cmd->add_option("--set", args->options.sets, "further eval-only override (repeatable)");
+  cmd->add_flag("--store", args->store, "store the curve with the run (an evaluation of split context:<scaling>x<factor>)");
+  cmd->add_flag("--json", args->json, "machine-readable output");
+  cmd->callback([args, &action] {
+    action = [args] {
+      const auto curve = context_curve(args->db, args->run_id, args->options);
+      std::cout << (args->json ? curve.to_json().dump(2) + "\n" : curve.to_table());
+      if (args->store) {
+        store_context_curve(args->db, curve);
+        std::cerr << "stored as evaluation '" << curve.split_name() << "' of run " << curve.run_id << "\n";
+      }
+      return 0;
+    };
+  });
 }
 
 }  // namespace routelab::cli

@@ -18,4 +18,7 @@ void add_generate_commands(CLI::App& app, CLI::App& bench, CommandAction& action
 /// `table` (paper tables from stored runs) and `tables` (the named layouts).
 void add_report_commands(CLI::App& app, CLI::App& bench, CommandAction& action);
 
+/// `context` (perplexity versus evaluation length, RoPE scaling).
+void add_context_commands(CLI::App& app, CLI::App& bench, CommandAction& action);
+
 }  // namespace routelab::cli

@@ -29,6 +29,11 @@ OptionSchema transformer_option_schema() {
       {"max_seq_len", T::Int, 0, "longest sequence the model accepts (0: data.context)", 0, 1 << 22, {}},
       {"tie_weights", T::Bool, true, "share the token embedding with the output head", std::nullopt, std::nullopt, {}},
       {"rope_theta", T::Float, 10000.0, "RoPE base (llama style)", 1, 1e9, {}},
+      {"rope_scaling", T::Choice, "none", "RoPE context extension for evaluation beyond the training length: linear "
+                                          "position interpolation or YaRN (llama style)", std::nullopt, std::nullopt,
+       {"none", "linear", "yarn"}},
+      {"rope_factor", T::Float, 1.0, "context-extension factor s of rope_scaling", 1, 1024, {}},
+      {"rope_original_context", T::Int, 0, "training context YaRN's ramp refers to (0: max_seq_len)", 0, 1 << 22, {}},
       {"norm_eps", T::Float, 1e-5, "normalisation epsilon", 1e-12, 1, {}},
       {"dropout", T::Float, 0.0, "dropout on attention probabilities and residual updates in training", 0, 0.9, {}},
       {"init", T::Choice, "gpt3", "gpt3: N(0,0.02) with residual projections N(0,0.02/sqrt(2L)) (seed 003 App. A); "
@@ -59,11 +64,15 @@ TransformerOptions transformer_options_from_json(const nlohmann::json& m, std::i
       .d_ff(m.at("d_ff").get<std::int64_t>())
       .tie_weights(m.at("tie_weights").get<bool>())
       .rope_theta(m.at("rope_theta").get<double>())
+      .rope_scaling(parse_rope_scaling(m.at("rope_scaling").get<std::string>()))
+      .rope_factor(m.at("rope_factor").get<double>())
       .norm_eps(m.at("norm_eps").get<double>())
       .dropout(m.at("dropout").get<double>())
       .init(m.at("init").get<std::string>());
   const auto max_len = m.at("max_seq_len").get<std::int64_t>();
   o.max_seq_len(max_len > 0 ? max_len : context);
+  const auto original = m.at("rope_original_context").get<std::int64_t>();
+  o.rope_original_context(original > 0 ? original : o.max_seq_len());
   return o;
 }
 
@@ -104,6 +113,9 @@ DenseBlockImpl::DenseBlockImpl(const TransformerOptions& o, std::int64_t layer) 
                                                           .rope(o.style() == ModelStyle::Llama)
                                                           .max_positions(o.max_seq_len())
                                                           .rope_theta(o.rope_theta())
+                                                          .rope_scaling(o.rope_scaling())
+                                                          .rope_factor(o.rope_factor())
+                                                          .rope_original_context(o.rope_original_context())
                                                           .dropout(o.dropout())));
   mlp = register_module("mlp", Mlp(MlpOptions(o.n_embd(), o.ff_dim())
                                        .kind(o.style() == ModelStyle::GPT2 ? MlpKind::GELU : MlpKind::SwiGLU)

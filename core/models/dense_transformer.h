@@ -29,6 +29,9 @@ struct TransformerOptions {
   TORCH_ARG(std::int64_t, d_ff) = 0;
   TORCH_ARG(bool, tie_weights) = true;
   TORCH_ARG(double, rope_theta) = 10000.0;
+  TORCH_ARG(RopeScaling, rope_scaling) = RopeScaling::None;  ///< context extension at evaluation
+  TORCH_ARG(double, rope_factor) = 1.0;
+  TORCH_ARG(std::int64_t, rope_original_context) = 0;        ///< 0: max_seq_len
   TORCH_ARG(double, norm_eps) = 1e-5;
   TORCH_ARG(double, dropout) = 0.0;
   /// "gpt3": N(0, 0.02), residual projections N(0, 0.02/sqrt(2L)) (seed 003 App. A); "normal": all N(0, 0.02)

@@ -179,7 +179,9 @@ void CausalSelfAttentionImpl::reset() {
   qkv = register_module("qkv", torch::nn::Linear(
                                    torch::nn::LinearOptions(C, (options.n_head() + 2 * kv_heads()) * hd).bias(options.bias())));
   proj = register_module("proj", torch::nn::Linear(torch::nn::LinearOptions(C, C).bias(options.bias())));
-  if (options.rope()) rope = Rope(hd, options.max_positions(), options.rope_theta());
+  if (options.rope())
+    rope = Rope(hd, options.max_positions(), options.rope_theta(), options.rope_scaling(), options.rope_factor(),
+                options.rope_original_context());
 }
 
 CausalSelfAttentionImpl::QKV CausalSelfAttentionImpl::project(const torch::Tensor& x, const torch::Tensor& positions) {

@@ -23,6 +23,12 @@ struct AttentionOptions {
   TORCH_ARG(std::int64_t, max_positions) = 2048;
   /// RoPE base; 1e4 by default
   TORCH_ARG(double, rope_theta) = 10000.0;
+  /// none: plain RoPE; linear or yarn: context extension by rope_factor over rope_original_context positions
+  TORCH_ARG(RopeScaling, rope_scaling) = RopeScaling::None;
+  /// 1.0: the context-extension factor s (evaluation beyond the training length)
+  TORCH_ARG(double, rope_factor) = 1.0;
+  /// 0: the training context YaRN's ramp is measured against
+  TORCH_ARG(std::int64_t, rope_original_context) = 0;
   /// attention-probability dropout in training; 0 by default
   TORCH_ARG(double, dropout) = 0.0;
 };

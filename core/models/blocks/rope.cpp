@@ -1,16 +1,51 @@
 // RoPE tables: inv_freq_i = theta^(-2i/hd); angle = pos * inv_freq; cos/sin duplicated over both halves.
 #include "core/models/blocks/rope.h"
 
+#include <cmath>
+#include <numbers>
+
+#include "core/util/errors.h"
+
 namespace routelab {
 
-Rope::Rope(std::int64_t head_dim, std::int64_t max_positions, double theta) {
-  const auto inv_freq =
-      torch::pow(theta, -torch::arange(0, head_dim, 2, torch::kDouble) / static_cast<double>(head_dim));  // (hd/2)
+RopeScaling parse_rope_scaling(const std::string& text) {
+  if (text == "none") return RopeScaling::None;
+  if (text == "linear") return RopeScaling::Linear;
+  if (text == "yarn") return RopeScaling::Yarn;
+  throw ConfigError("model.rope_scaling: '" + text + "' is not one of none, linear, yarn");
+}
+
+RopeFrequencies rope_frequencies(std::int64_t head_dim, double theta, RopeScaling scaling, double factor,
+                                 std::int64_t original_positions) {
+  const auto dims = torch::arange(0, head_dim, 2, torch::kDouble);                     // (hd/2): 2i
+  const auto inv_freq = torch::pow(theta, -dims / static_cast<double>(head_dim));      // theta^(-2i/hd)
+  if (scaling == RopeScaling::None || factor <= 1.0) return {inv_freq, 1.0};
+  if (scaling == RopeScaling::Linear) return {inv_freq / factor, 1.0};
+  // YaRN: dimensions that rotate more than beta_fast times over the original context keep their frequency
+  // (extrapolate), those rotating fewer than beta_slow times are interpolated by 1/s, a linear ramp between.
+  if (original_positions <= 0)
+    throw ConfigError("model.rope_original_context: YaRN needs the training context (> 0)");
+  const double hd = static_cast<double>(head_dim);
+  auto correction_dim = [&](double rotations) {  // the dimension index that makes `rotations` turns
+    return hd * std::log(static_cast<double>(original_positions) / (rotations * 2.0 * std::numbers::pi)) /
+           (2.0 * std::log(theta));
+  };
+  const double low = std::max(0.0, std::floor(correction_dim(32.0)));
+  const double high = std::min(hd - 1.0, std::ceil(correction_dim(1.0)));
+  const auto index = torch::arange(0, head_dim / 2, torch::kDouble);
+  const auto ramp = ((index - low) / std::max(high - low, 1e-3)).clamp(0.0, 1.0);  // 0: extrapolate, 1: interpolate
+  const auto mixed = inv_freq * (1.0 - ramp) + (inv_freq / factor) * ramp;
+  return {mixed, 0.1 * std::log(factor) + 1.0};
+}
+
+Rope::Rope(std::int64_t head_dim, std::int64_t max_positions, double theta, RopeScaling scaling, double factor,
+           std::int64_t original_positions) {
+  const auto [inv_freq, mscale] = rope_frequencies(head_dim, theta, scaling, factor, original_positions);  // (hd/2)
   const auto pos = torch::arange(max_positions, torch::kDouble);                                          // (P)
   const auto angles = torch::outer(pos, inv_freq);                                                       // (P, hd/2)
   const auto full = torch::cat({angles, angles}, -1);                                                    // (P, hd)
-  cos_ = full.cos().to(torch::kFloat);
-  sin_ = full.sin().to(torch::kFloat);
+  cos_ = (full.cos() * mscale).to(torch::kFloat);
+  sin_ = (full.sin() * mscale).to(torch::kFloat);
 }
 
 std::pair<torch::Tensor, torch::Tensor> Rope::tables(const torch::Tensor& positions, const torch::Tensor& like) const {
