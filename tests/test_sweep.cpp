@@ -61,6 +61,8 @@ class TestSweep : public QObject {
     QVERIFY2(has(m, "grid.model.n_layer: expected a non-empty array"), m.c_str());
     m = message(R"({"name": "x", "base": "tiny", "grid": {"model.n_layer": [2, -1]}})");
     QVERIFY2(has(m, "point 'x/n_layer=-1'") && has(m, "model.n_layer"), m.c_str());
+    m = message(R"({"name": "x", "base": "tiny", "table": "seed999"})");
+    QVERIFY2(has(m, "table: unknown table 'seed999'"), m.c_str());
     m = message(R"({"name": "x", "base": "no-such-preset"})");
     QVERIFY2(has(m, "no-such-preset"), m.c_str());
     m = message(R"({"name": "x", "base": "tiny", "baselines": [{"name": "d"}]})");

@@ -2,6 +2,7 @@
 
 #include <functional>
 
+#include "core/report/run_tables.h"
 #include "core/util/errors.h"
 
 namespace routelab {
@@ -36,6 +37,11 @@ SweepPlan expand_sweep(const nlohmann::json& doc, const std::string& origin) {
   plan.description = doc.value("description", std::string());
   plan.table = doc.value("table", std::string("summary"));
   if (plan.name.empty()) fail("name: must not be empty");
+  try {
+    table_spec(plan.table);  // a typo fails now, not after the last run
+  } catch (const ConfigError& e) {
+    fail(std::string("table: ") + e.what());
+  }
 
   nlohmann::json base = nlohmann::json::object();
   std::string base_name;
