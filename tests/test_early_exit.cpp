@@ -19,6 +19,8 @@
 #include "core/train/step.h"
 #include "core/util/errors.h"
 
+#include "model_test_support.h"
+
 using namespace routelab;
 
 namespace {
@@ -26,18 +28,10 @@ namespace {
 constexpr std::int64_t kVocab = 11;
 
 TransformerOptions small(ModelStyle style = ModelStyle::GPT2, std::int64_t kv_heads = 0, std::int64_t layers = 4) {
-  TransformerOptions o;
-  o.style(style).vocab_size(kVocab).max_seq_len(64).n_layer(layers).n_embd(32).n_head(4).n_kv_head(kv_heads);
-  return o;
+  return test::small_transformer(style, kv_heads, layers, kVocab, 64);
 }
 
-void add_style_rows() {
-  QTest::addColumn<int>("style");
-  QTest::addColumn<int>("kv");
-  QTest::newRow("gpt2") << int(ModelStyle::GPT2) << 0;
-  QTest::newRow("llama") << int(ModelStyle::Llama) << 0;
-  QTest::newRow("llama-gqa") << int(ModelStyle::Llama) << 2;
-}
+using test::add_style_rows;
 
 std::unique_ptr<torch::optim::AdamW> optimizer(LanguageModel& model, double lr) {
   return make_optimizer(model, nlohmann::json{{"lr", lr}, {"beta1", 0.9}, {"beta2", 0.95}, {"eps", 1e-8},

@@ -15,24 +15,17 @@
 #include "core/train/step.h"
 #include "core/util/errors.h"
 
+#include "model_test_support.h"
+
 using namespace routelab;
 
 namespace {
 
 TransformerOptions small(ModelStyle style = ModelStyle::Llama, std::int64_t kv_heads = 0, std::int64_t layers = 4) {
-  TransformerOptions o;
-  o.style(style).vocab_size(37).max_seq_len(128).n_layer(layers).n_embd(32).n_head(4).n_kv_head(kv_heads);
-  return o;
+  return test::small_transformer(style, kv_heads, layers, 37, 128);
 }
 
-/// Style rows shared by several tests: (style, kv heads).
-void add_style_rows() {
-  QTest::addColumn<int>("style");
-  QTest::addColumn<int>("kv");
-  QTest::newRow("llama") << int(ModelStyle::Llama) << 0;
-  QTest::newRow("llama-gqa") << int(ModelStyle::Llama) << 2;
-  QTest::newRow("gpt2") << int(ModelStyle::GPT2) << 0;
-}
+using test::add_style_rows;
 
 /// Scales the predictors' weights so that, with a zero bias, they select a mix of tokens (about half).
 void spread_predictors(MixtureOfDepths& model, double std) {

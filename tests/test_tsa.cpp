@@ -18,6 +18,8 @@
 #include "core/train/step.h"
 #include "core/util/errors.h"
 
+#include "model_test_support.h"
+
 using namespace routelab;
 
 namespace {
@@ -25,18 +27,10 @@ namespace {
 constexpr std::int64_t kVocab = 37;
 
 TransformerOptions small(ModelStyle style = ModelStyle::GPT2, std::int64_t kv_heads = 0, std::int64_t layers = 4) {
-  TransformerOptions o;
-  o.style(style).vocab_size(kVocab).max_seq_len(64).n_layer(layers).n_embd(32).n_head(4).n_kv_head(kv_heads);
-  return o;
+  return test::small_transformer(style, kv_heads, layers, kVocab, 64);
 }
 
-void add_style_rows() {
-  QTest::addColumn<int>("style");
-  QTest::addColumn<int>("kv");
-  QTest::newRow("gpt2") << int(ModelStyle::GPT2) << 0;
-  QTest::newRow("llama") << int(ModelStyle::Llama) << 0;
-  QTest::newRow("llama-gqa") << int(ModelStyle::Llama) << 2;
-}
+using test::add_style_rows;
 
 /// Router l outputs the constant halting probability probs[l] (zero final weights, bias logit(p)).
 void force_constant_gates(TokenSelectiveAttention& model, const std::vector<double>& probs) {

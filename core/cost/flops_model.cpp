@@ -57,12 +57,13 @@ struct Builder {
     est.layers.push_back(std::move(l));
     return est.layers.back();
   }
-  void dense(int layer, const LayerShape& s) {
-    auto& l = add(layer, "dense", false, 1.0, s);
-    part(l, "attn_qkv", qkv_flops(N, s));
-    part(l, "attn_core", attention_core_flops(B * T * T, s));
-    part(l, "attn_out", out_proj_flops(N, s));
-    part(l, "mlp", mlp_flops(N, s));
+  void dense(int layer, const LayerShape& s) { block(add(layer, "dense", false, 1.0, s), N, B * T * T, s); }
+  /// A pre-norm block over `rows` token rows whose attention spans `sum_sq` query-key pairs.
+  static void block(LayerFlops& l, double rows, double sum_sq, const LayerShape& s) {
+    part(l, "attn_qkv", qkv_flops(rows, s));
+    part(l, "attn_core", attention_core_flops(sum_sq, s));
+    part(l, "attn_out", out_proj_flops(rows, s));
+    part(l, "mlp", mlp_flops(rows, s));
   }
   static void part(LayerFlops& l, const std::string& name, double flops) {
     if (flops == 0) return;
@@ -183,10 +184,7 @@ FlopsEstimate price_mod(const Input& in) {
     const double k = f[i] * b.T, rows = b.B * k;
     Builder::part(l, "router", linear_flops(b.N, d, 1.0));
     Builder::part(l, "predictor", linear_flops(b.N, d, 1.0));
-    Builder::part(l, "attn_qkv", qkv_flops(rows, s));
-    Builder::part(l, "attn_core", attention_core_flops(b.B * k * k, s));
-    Builder::part(l, "attn_out", out_proj_flops(rows, s));
-    Builder::part(l, "mlp", mlp_flops(rows, s));
+    Builder::block(l, rows, b.B * k * k, s);
   }
   b.est.notes.push_back("routed blocks run on the compacted selected tokens (attention O(k^2)); the causal "
                         "predictor decides at inference, the router only scales");
@@ -212,10 +210,7 @@ FlopsEstimate price_dllm(const Input& in) {
     auto& l = b.add(i, "dllm", true, f[i], s);
     const double k = f[i] * b.T, rows = b.B * k;
     Builder::part(l, "router", linear_flops(b.N, d, hidden) + linear_flops(b.N, hidden, 2.0));
-    Builder::part(l, "attn_qkv", qkv_flops(rows, s));
-    Builder::part(l, "attn_core", attention_core_flops(b.B * k * k, s));
-    Builder::part(l, "attn_out", out_proj_flops(rows, s));
-    Builder::part(l, "mlp", mlp_flops(rows, s));
+    Builder::block(l, rows, b.B * k * k, s);
   }
   b.est.notes.push_back("inference form: executed tokens run the block compacted (skipped keys evicted, O(k^2)); "
                         "the training form runs every token");
@@ -311,10 +306,7 @@ FlopsEstimate price_radial(const Input& in) {
     auto& l = b.add(i, "radial", true, f[i], s);
     const double rows = f[i] * b.N;
     Builder::part(l, "router", router / static_cast<double>(L));
-    Builder::part(l, "attn_qkv", qkv_flops(rows, s));
-    Builder::part(l, "attn_core", depth > 0 ? attention_core_flops(core_pairs * f[i] / depth, s) : 0.0);
-    Builder::part(l, "attn_out", out_proj_flops(rows, s));
-    Builder::part(l, "mlp", mlp_flops(rows, s));
+    Builder::block(l, rows, depth > 0 ? core_pairs * f[i] / depth : 0.0, s);
   }
   b.est.notes.push_back("unified KV store: step s attends its running tokens over every entry stored so far "
                         "(masked rectangle K_s x N_s, priced with the most even depths for mean depth sum(fractions)); "
