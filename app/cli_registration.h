@@ -21,4 +21,8 @@ void add_report_commands(CLI::App& app, CLI::App& bench, CommandAction& action);
 /// `context` (perplexity versus evaluation length, RoPE scaling).
 void add_context_commands(CLI::App& app, CLI::App& bench, CommandAction& action);
 
+/// `figure` (a named figure from stored runs: PDF/SVG/PNG through routelab-render, plus CSV, pgfplots and the
+/// JSON sidecar) and `figures` (the catalogue).
+void add_figure_commands(CLI::App& app, CLI::App& bench, CommandAction& action);
+
 }  // namespace routelab::cli

@@ -164,6 +164,18 @@ class TestReport : public QObject {
     QCOMPARE(g[1], 10.0);
   }
 
+  void cumulativeFlopsPricesEachStepAtItsRatio() {
+    // Dense step 10 FLOPs; ratio 0.5 logged at step 5 (also covers steps 1-4), 0.2 from step 10 on.
+    const CumulativeFlops axis(10, {5, 10}, {0.5, 0.2});
+    QCOMPARE(axis.at(0), 0.0);
+    QCOMPARE(axis.at(3), 15.0);
+    QCOMPARE(axis.at(9), 45.0);
+    QCOMPARE(axis.at(10), 47.0);
+    QCOMPARE(axis.at(12), 51.0);
+    QCOMPARE(CumulativeFlops(10, {}, {}).at(4), 40.0);  // nothing measured: every step at the dense price
+    QVERIFY_EXCEPTION_THROWN(CumulativeFlops(10, {5, 2}, {1, 1}), std::invalid_argument);
+  }
+
   void bandAveragesWhereCurvesExist() {
     const auto band = mean_band({Curve{{0, 2}, {1, 3}}, Curve{{0, 1}, {3, 3}}}, {0, 1, 2});
     QCOMPARE(band.mean[0], 2.0);

@@ -413,7 +413,7 @@ class TestRunStore : public QObject {
                                       << "not a RouteLab run store (it is an SQLite database of another application)";
     QTest::newRow("other application id") << "app_id" << "not a RouteLab run store";
     QTest::newRow("newer schema") << "newer"
-                                  << "schema version 99 is newer than this RouteLab supports (1); upgrade RouteLab";
+                                  << "schema version 99 is newer than this RouteLab supports (2); upgrade RouteLab";
   }
   void refusesForeignFile() {
     QFETCH(QString, kind);
@@ -604,6 +604,99 @@ class TestRunStore : public QObject {
     QVERIFY(store.metric(id, "train/loss").empty());
     store.transaction([&] { store.insert_metrics(id, {{"train/loss", 1, 0, 1.0}}); });
     QCOMPARE(store.metric(id, "train/loss").size(), std::size_t(1));
+  }
+
+  // Schema v2: the run queue.
+  void migratesV1StoreKeepingEveryRow() {
+    const std::string path = db_path();
+    std::int64_t id = 0;
+    {
+      RunStore store(path);
+      id = store.create_run(sample_run("old"));
+      store.insert_metrics(id, {{"train/loss", 1, 10.0, 2.5}, {"val/loss", 1, 11.0, 2.75}});
+      store.insert_checkpoint(id, {1, "/tmp/ckpt-1.pt", 123, 12.0});
+      RunPatch patch;
+      patch.tags = "a,b";
+      patch.notes = "kept";
+      store.patch_run(id, patch);
+      store.set_status(id, RunStatus::Stopped, "by hand");
+    }
+    {
+      // Turn the file into exactly what RouteLab 1 wrote: the v1 tables and user_version 1.
+      RawDb raw(path);
+      raw.exec("DROP TABLE queue; PRAGMA user_version = 1");
+      QCOMPARE(raw.text("SELECT count(*) FROM sqlite_master WHERE name = 'queue'"), std::string("0"));
+    }
+    RunStore store(path, /*mark_crashed=*/false);
+    const auto run = store.run(id);
+    QVERIFY(run.has_value());
+    QCOMPARE(run->name, std::string("old"));
+    QCOMPARE(run->tags, std::string("a,b"));
+    QCOMPARE(run->notes, std::string("kept"));
+    QCOMPARE(run->status, RunStatus::Stopped);
+    QCOMPARE(run->message, std::string("by hand"));
+    QCOMPARE(run->last_step, std::int64_t{1});
+    QVERIFY(run->checkpoint_step.has_value());
+    QCOMPARE(*run->checkpoint_step, std::int64_t{1});
+    QCOMPARE(store.metric(id, "train/loss").size(), std::size_t{1});
+    QCOMPARE(store.checkpoints(id).size(), std::size_t{1});
+    QVERIFY(store.queue_items().empty());
+    RawDb raw(path);
+    QCOMPARE(raw.text("PRAGMA user_version"), std::string("2"));
+    store.enqueue(R"({"preset":"tiny"})");
+    QCOMPARE(store.queue_items().size(), std::size_t{1});
+  }
+
+  void queueKeepsOrderStateAndRequests() {
+    RunStore store(db_path());
+    const auto a = store.enqueue(R"({"preset":"a"})");
+    const auto b = store.enqueue(R"({"preset":"b"})");
+    const auto c = store.enqueue(R"({"resume":7})", QueueState::Running);
+    auto items = store.queue_items();
+    QCOMPARE(items.size(), std::size_t{3});
+    QCOMPARE(items[0].id, a);
+    QCOMPARE(items[1].id, b);
+    QCOMPARE(items[2].state, QueueState::Running);
+    QCOMPARE(items[2].request_json, std::string(R"({"resume":7})"));
+    QVERIFY(items[0].created_at > 0);
+
+    store.reorder_queue({c, a, b});
+    items = store.queue_items();
+    QCOMPARE(items[0].id, c);
+    QCOMPARE(items[2].id, b);
+
+    const auto run = store.create_run(sample_run());
+    store.update_queue_item(a, QueueState::Running, run);
+    store.update_queue_item(a, QueueState::Done, std::nullopt, "finished at step 30");
+    auto item = store.queue_item(a);
+    QVERIFY(item.has_value());
+    QCOMPARE(item->state, QueueState::Done);
+    QCOMPARE(item->run_id.value_or(0), run);  // kept when not given
+    QCOMPARE(item->message, std::string("finished at step 30"));
+    store.update_queue_item(b, QueueState::Pending, std::nullopt, "", std::string(R"({"resume":3})"));
+    QCOMPARE(store.queue_item(b)->request_json, std::string(R"({"resume":3})"));
+
+    QCOMPARE(store.fail_interrupted_queue_items("interrupted"), 1);
+    QCOMPARE(store.queue_item(c)->state, QueueState::Failed);
+    QCOMPARE(store.queue_item(c)->message, std::string("interrupted"));
+    QCOMPARE(store.clear_finished_queue_items(), 2);
+    items = store.queue_items();
+    QCOMPARE(items.size(), std::size_t{1});
+    QCOMPARE(items[0].id, b);
+    store.remove_queue_item(b);
+    QVERIFY(store.queue_items().empty());
+    QVERIFY_EXCEPTION_THROWN(store.remove_queue_item(b), StoreError);
+    QVERIFY_EXCEPTION_THROWN(store.reorder_queue({a}), StoreError);
+    QVERIFY_EXCEPTION_THROWN(parse_queue_state("paused"), StoreError);
+  }
+
+  void deletingARunKeepsItsQueueItem() {
+    RunStore store(db_path());
+    const auto run = store.create_run(sample_run());
+    const auto item = store.enqueue("{}", QueueState::Running);
+    store.update_queue_item(item, QueueState::Done, run);
+    store.delete_run(run);
+    QVERIFY(!store.queue_item(item)->run_id.has_value());
   }
 
 };

@@ -20,12 +20,10 @@ Split parse_split(const std::string& name, const std::string& key) {
   throw ConfigError(key + ": '" + name + "' is not a split (val, test or train)");
 }
 
-LoadedRun load_run(const std::string& db_path, std::int64_t run_id, const std::vector<std::string>& sets,
-                   std::int64_t step) {
-  LoadedRun run;
+StoredRun read_stored_run(const std::string& db_path, std::int64_t run_id, const std::vector<std::string>& sets,
+                          std::int64_t step) {
+  StoredRun run;
   run.db_path = db_path.empty() ? default_db_path() : db_path;
-  run.run_id = run_id;
-  run.sets = sets;
   const auto where = run.db_path + ": run " + std::to_string(run_id);
   std::optional<CheckpointRow> checkpoint;
   nlohmann::json doc;
@@ -35,6 +33,7 @@ LoadedRun load_run(const std::string& db_path, std::int64_t run_id, const std::v
     const auto record = store.run(run_id);
     if (!record) throw StoreError(run.db_path + ": no run with id " + std::to_string(run_id));
     run.name = record->name;
+    run.arch = record->arch;
     origin = record->preset;
     doc = nlohmann::json::parse(record->config_json, nullptr, false);
     if (doc.is_discarded() || !doc.is_object()) throw StoreError(where + " has an unreadable config");
@@ -47,21 +46,34 @@ LoadedRun load_run(const std::string& db_path, std::int64_t run_id, const std::v
   }
   if (!checkpoint)
     throw CheckpointError(where + (step > 0 ? " has no checkpoint at step " + std::to_string(step) : " has no checkpoint"));
+  run.checkpoint = checkpoint->path;
   doc.erase("description");
   try {
     run.config = resolve_config(doc, sets, origin);
   } catch (const ConfigError& e) {
     throw ConfigError(where + ": " + e.what());
   }
+  return run;
+}
+
+LoadedRun load_run(const std::string& db_path, std::int64_t run_id, const std::vector<std::string>& sets,
+                   std::int64_t step) {
+  StoredRun stored = read_stored_run(db_path, run_id, sets, step);
+  LoadedRun run;
+  run.db_path = stored.db_path;
+  run.run_id = run_id;
+  run.sets = sets;
+  run.name = stored.name;
+  run.config = std::move(stored.config);
   run.device = resolve_device(run.config.run().at("device").get<std::string>());
   run.bf16 = run.config.train().at("precision") == "bf16";
   configure_threads(static_cast<int>(run.config.run().at("threads").get<std::int64_t>()));
   run.dataset = make_dataset(run.config.data());
   run.model = create_model(run.config.model(), {run.dataset->tokenizer().vocab_size(), run.dataset->context()});
   run.model->to(run.device);
-  const auto meta = load_checkpoint(checkpoint->path, *run.model, nullptr, run.device);
+  const auto meta = load_checkpoint(stored.checkpoint, *run.model, nullptr, run.device);
   run.step = meta.step;
-  run.checkpoint = checkpoint->path;
+  run.checkpoint = stored.checkpoint;
   run.model->eval();
   return run;
 }

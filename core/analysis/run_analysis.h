@@ -31,6 +31,20 @@ struct LoadedRun {
   bool bf16 = false;
 };
 
+/// A stored run's resolved config and the checkpoint to load, read without loading anything.
+struct StoredRun {
+  std::string db_path;     ///< the store actually read
+  std::string name, arch;
+  ExperimentConfig config;  ///< the stored config with `sets` applied
+  std::string checkpoint;   ///< path of the checkpoint's weights
+};
+
+/// Reads run `run_id` of `db_path` ("" = the default store): its config with `sets` applied and its checkpoint at
+/// `step` (0 = the latest). An unknown run, an unreadable config or a missing checkpoint are errors naming the store
+/// and the run.
+StoredRun read_stored_run(const std::string& db_path, std::int64_t run_id, const std::vector<std::string>& sets = {},
+                          std::int64_t step = 0);
+
 /// Opens run `run_id` of the store `db_path` ("" = the default store) with the weights of its checkpoint at
 /// `step` (0 = the latest). `sets` ("model.exit_threshold=0.9") are applied to the stored config; an option that
 /// changes parameter shapes fails when the weights load (CheckpointError naming the file). A run without a

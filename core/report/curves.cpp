@@ -31,6 +31,30 @@ std::vector<double> interpolate(const Curve& curve, const std::vector<double>& g
   return out;
 }
 
+CumulativeFlops::CumulativeFlops(double dense_step_flops, std::vector<std::int64_t> ratio_steps,
+                                 std::vector<double> ratios)
+    : dense_step_flops_(dense_step_flops), steps_(std::move(ratio_steps)), ratios_(std::move(ratios)) {
+  if (steps_.size() != ratios_.size()) throw std::invalid_argument("CumulativeFlops: steps and ratios differ in length");
+  if (!std::is_sorted(steps_.begin(), steps_.end())) throw std::invalid_argument("CumulativeFlops: steps must ascend");
+  // Segment 0 covers steps 1 .. steps_[1] - 1, segment i (> 0) steps steps_[i] .. steps_[i + 1] - 1.
+  segment_start_.assign(ratios_.size(), 0.0);
+  for (std::size_t i = 1; i < ratios_.size(); ++i) {
+    const double from = i == 1 ? 1.0 : static_cast<double>(steps_[i - 1]);
+    const double steps = std::max(0.0, static_cast<double>(steps_[i]) - from);
+    segment_start_[i] = segment_start_[i - 1] + steps * ratios_[i - 1] * dense_step_flops_;
+  }
+}
+
+double CumulativeFlops::at(std::int64_t step) const {
+  if (step <= 0) return 0;
+  if (ratios_.empty()) return static_cast<double>(step) * dense_step_flops_;
+  // The last segment starting at or before `step` (segment 0 also holds the steps before its first ratio).
+  const auto after = std::upper_bound(steps_.begin() + 1, steps_.end(), step);
+  const auto i = static_cast<std::size_t>(after - steps_.begin()) - 1;
+  const double from = i == 0 ? 1.0 : static_cast<double>(steps_[i]);
+  return segment_start_[i] + (static_cast<double>(step) - from + 1.0) * ratios_[i] * dense_step_flops_;
+}
+
 std::vector<double> make_grid(double lo, double hi, std::size_t count, bool log) {
   std::vector<double> grid(count);
   if (count == 1) grid[0] = lo;

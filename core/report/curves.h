@@ -3,6 +3,7 @@
 // of quality versus cost. No Torch, no Qt.
 #pragma once
 #include <cstddef>
+#include <cstdint>
 #include <vector>
 
 namespace routelab {
@@ -22,6 +23,23 @@ std::vector<double> make_grid(double lo, double hi, std::size_t count, bool log 
 
 /// The running sum of `values` (cumulative FLOPs from per-step FLOPs).
 std::vector<double> cumulative(const std::vector<double>& values);
+
+/// Cumulative training FLOPs by step from sparse measurements: step s costs `dense_step_flops` times the FLOPs
+/// ratio logged at the last step <= s (the first ratio also covers the steps before it). `ratio_steps` must be
+/// ascending and the same length as `ratios`; with no ratio every step costs `dense_step_flops`.
+class CumulativeFlops {
+ public:
+  CumulativeFlops() = default;
+  CumulativeFlops(double dense_step_flops, std::vector<std::int64_t> ratio_steps, std::vector<double> ratios);
+  /// The sum over steps 1..step (0 for step <= 0).
+  double at(std::int64_t step) const;
+  double dense_step_flops() const { return dense_step_flops_; }
+
+ private:
+  double dense_step_flops_ = 0;
+  std::vector<std::int64_t> steps_;
+  std::vector<double> ratios_, segment_start_;  ///< segment_start_[i]: the sum over the steps before segment i
+};
 
 /// Mean and sample std (n - 1) across curves at each grid point, over the curves defined there (NaN where none;
 /// std 0 where one). `count` holds how many curves contributed at each point.

@@ -111,8 +111,24 @@ CREATE TABLE probes (
 CREATE INDEX probes_run_step ON probes(run_id, step);
 )sql";
 
+// v2: the persisted run queue of the GUI. Runs are untouched; a v1 store keeps every row.
+constexpr const char* kSchemaV2 = R"sql(
+CREATE TABLE queue (
+  id           INTEGER PRIMARY KEY AUTOINCREMENT,
+  position     INTEGER NOT NULL,
+  request_json TEXT    NOT NULL DEFAULT '{}',
+  state        TEXT    NOT NULL DEFAULT 'pending'
+               CHECK (state IN ('pending', 'running', 'done', 'failed', 'cancelled')),
+  run_id       INTEGER REFERENCES runs(id) ON DELETE SET NULL,
+  created_at   REAL    NOT NULL,
+  message      TEXT    NOT NULL DEFAULT ''
+);
+CREATE INDEX queue_position ON queue(position, id);
+)sql";
+
 constexpr Migration kMigrations[] = {
     {1, kSchemaV1},
+    {2, kSchemaV2},
 };
 static_assert(std::size(kMigrations) == RunStore::kSchemaVersion, "one migration step per schema version");
 
@@ -127,7 +143,8 @@ constexpr const char* kRunColumns =
     "(SELECT m.value FROM metrics m WHERE m.run_id = r.id AND m.key = 'val/loss' "
     "  ORDER BY m.step DESC, m.rowid DESC LIMIT 1), "
     "(SELECT MIN(m.value) FROM metrics m WHERE m.run_id = r.id AND m.key = 'val/loss' "
-    "  AND typeof(m.value) = 'real')";
+    "  AND typeof(m.value) = 'real'), "
+    "(SELECT MAX(c.step) FROM checkpoints c WHERE c.run_id = r.id)";
 
 double now_seconds() {
   using namespace std::chrono;
@@ -287,7 +304,22 @@ RunRecord read_run(const Statement& s) {
   r.last_train_loss = s.optional_real(24);
   r.last_val_loss = s.optional_real(25);
   r.best_val_loss = s.optional_real(26);
+  r.checkpoint_step = s.optional_int64(27);
   return r;
+}
+
+constexpr const char* kQueueColumns = "id, position, request_json, state, run_id, created_at, message";
+
+QueueItem read_queue_item(const Statement& s) {
+  QueueItem q;
+  q.id = s.int64(0);
+  q.position = s.int64(1);
+  q.request_json = s.text(2);
+  q.state = parse_queue_state(s.text(3));
+  q.run_id = s.optional_int64(4);
+  q.created_at = s.real(5);
+  q.message = s.text(6);
+  return q;
 }
 
 std::shared_ptr<spdlog::logger> store_log() { return logger("store"); }
@@ -310,6 +342,24 @@ RunStatus parse_run_status(const std::string& text) {
                       RunStatus::Crashed})
     if (to_string(s) == text) return s;
   throw StoreError("unknown run status '" + text + "'");
+}
+
+std::string to_string(QueueState state) {
+  switch (state) {
+    case QueueState::Pending: return "pending";
+    case QueueState::Running: return "running";
+    case QueueState::Done: return "done";
+    case QueueState::Failed: return "failed";
+    case QueueState::Cancelled: return "cancelled";
+  }
+  return "unknown";
+}
+
+QueueState parse_queue_state(const std::string& text) {
+  for (QueueState s : {QueueState::Pending, QueueState::Running, QueueState::Done, QueueState::Failed,
+                       QueueState::Cancelled})
+    if (to_string(s) == text) return s;
+  throw StoreError("unknown queue state '" + text + "'");
 }
 
 RunStore::RunStore(const std::string& path, bool mark_crashed) : path_(path) {
@@ -635,6 +685,68 @@ std::vector<ProbeRow> RunStore::probes(std::int64_t run_id) const {
   std::vector<ProbeRow> out;
   while (s.step()) out.push_back({s.int64(0), s.text(1)});
   return out;
+}
+
+std::int64_t RunStore::enqueue(const std::string& request_json, QueueState state) {
+  Statement s(db_, path_,
+              "INSERT INTO queue (position, request_json, state, created_at) "
+              "VALUES ((SELECT COALESCE(MAX(position), -1) + 1 FROM queue), ?1, ?2, ?3)");
+  s.bind(1, request_json).bind(2, to_string(state)).bind(3, now_seconds()).run();
+  return sqlite3_last_insert_rowid(db_);
+}
+
+std::vector<QueueItem> RunStore::queue_items() const {
+  const std::string sql = std::string("SELECT ") + kQueueColumns + " FROM queue ORDER BY position, id";
+  Statement s(db_, path_, sql.c_str());
+  std::vector<QueueItem> out;
+  while (s.step()) out.push_back(read_queue_item(s));
+  return out;
+}
+
+std::optional<QueueItem> RunStore::queue_item(std::int64_t id) const {
+  const std::string sql = std::string("SELECT ") + kQueueColumns + " FROM queue WHERE id = ?1";
+  Statement s(db_, path_, sql.c_str());
+  s.bind(1, id);
+  if (!s.step()) return std::nullopt;
+  return read_queue_item(s);
+}
+
+void RunStore::update_queue_item(std::int64_t id, QueueState state, std::optional<std::int64_t> run_id,
+                                 const std::string& message, const std::optional<std::string>& request_json) {
+  Statement s(db_, path_,
+              "UPDATE queue SET state = ?1, run_id = COALESCE(?2, run_id), message = ?3, "
+              "request_json = COALESCE(?4, request_json) WHERE id = ?5");
+  s.bind(1, to_string(state)).bind(2, run_id).bind(3, message).bind(4, request_json).bind(5, id).run();
+  if (sqlite3_changes(db_) == 0) throw StoreError(path_ + ": no queue item " + std::to_string(id));
+}
+
+void RunStore::reorder_queue(const std::vector<std::int64_t>& ids) {
+  transaction([&] {
+    Statement s(db_, path_, "UPDATE queue SET position = ?1 WHERE id = ?2");
+    std::int64_t position = 0;
+    for (std::int64_t id : ids) {
+      s.bind(1, position++).bind(2, id).run();
+      if (sqlite3_changes(db_) == 0) throw StoreError(path_ + ": no queue item " + std::to_string(id));
+    }
+  });
+}
+
+void RunStore::remove_queue_item(std::int64_t id) {
+  Statement s(db_, path_, "DELETE FROM queue WHERE id = ?1");
+  s.bind(1, id).run();
+  if (sqlite3_changes(db_) == 0) throw StoreError(path_ + ": no queue item " + std::to_string(id));
+}
+
+int RunStore::clear_finished_queue_items() {
+  Statement s(db_, path_, "DELETE FROM queue WHERE state IN ('done', 'failed', 'cancelled')");
+  s.run();
+  return sqlite3_changes(db_);
+}
+
+int RunStore::fail_interrupted_queue_items(const std::string& message) {
+  Statement s(db_, path_, "UPDATE queue SET state = 'failed', message = ?1 WHERE state = 'running'");
+  s.bind(1, message).run();
+  return sqlite3_changes(db_);
 }
 
 }  // namespace routelab

@@ -49,6 +49,7 @@ struct RunRecord {
   std::string notes;
   bool archived = false;
   std::optional<double> last_train_loss, last_val_loss, best_val_loss;
+  std::optional<std::int64_t> checkpoint_step;  ///< step of the latest checkpoint row, if any
 };
 
 struct MetricPoint {
@@ -95,6 +96,24 @@ struct ProbeRow {
   std::string json;
 };
 
+/// States of a queue item. `running` items left by a process that ended are made `failed` at the next start
+/// (see RunStore::fail_interrupted_queue_items).
+enum class QueueState { Pending, Running, Done, Failed, Cancelled };
+std::string to_string(QueueState state);
+QueueState parse_queue_state(const std::string& text);  ///< throws StoreError on an unknown word
+
+/// One entry of the persisted run queue (schema v2). `request_json` is the launcher's own document (preset,
+/// config, overrides, name, or a resume of a run); the store does not interpret it.
+struct QueueItem {
+  std::int64_t id = 0;
+  std::int64_t position = 0;  ///< order of execution (ascending)
+  std::string request_json = "{}";
+  QueueState state = QueueState::Pending;
+  std::optional<std::int64_t> run_id;
+  double created_at = 0;
+  std::string message;
+};
+
 struct RunPatch {
   std::optional<std::string> name, tags, notes;
   std::optional<bool> archived;
@@ -103,7 +122,7 @@ struct RunPatch {
 
 class RunStore {
  public:
-  static constexpr int kSchemaVersion = 1;
+  static constexpr int kSchemaVersion = 2;
   static constexpr double kStaleHeartbeatSeconds = 30.0;
 
   /// Opens (creating the file and its parent dirs when missing) and migrates. A file that is not a RouteLab
@@ -142,6 +161,23 @@ class RunStore {
   std::vector<CheckpointRow> checkpoints(std::int64_t run_id) const;
   std::optional<CheckpointRow> latest_checkpoint(std::int64_t run_id) const;
   std::vector<ProbeRow> probes(std::int64_t run_id) const;
+
+  // The run queue (schema v2).
+  /// Appends an item after the last one; returns its id.
+  std::int64_t enqueue(const std::string& request_json, QueueState state = QueueState::Pending);
+  /// Every item, in execution order (position, then id).
+  std::vector<QueueItem> queue_items() const;
+  std::optional<QueueItem> queue_item(std::int64_t id) const;
+  /// Sets state, run id (kept when not given) and message; `request_json` replaces the request when given.
+  void update_queue_item(std::int64_t id, QueueState state, std::optional<std::int64_t> run_id = std::nullopt,
+                         const std::string& message = "", const std::optional<std::string>& request_json = {});
+  /// Gives the listed items positions 0..n-1 in the order given; unknown ids are a StoreError.
+  void reorder_queue(const std::vector<std::int64_t>& ids);
+  void remove_queue_item(std::int64_t id);
+  /// Removes done, failed and cancelled items; returns how many.
+  int clear_finished_queue_items();
+  /// Items left `running` (the process that ran them ended) become `failed` with `message`; returns how many.
+  int fail_interrupted_queue_items(const std::string& message);
 
   /// Runs `fn` inside BEGIN IMMEDIATE ... COMMIT (ROLLBACK on exception).
   template <class Fn>

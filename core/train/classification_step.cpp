@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "core/analysis/token_trace.h"
 #include "core/train/step.h"
 #include "core/util/errors.h"
 
@@ -127,30 +128,12 @@ std::string classification_probe_json(SequenceClassifier& model, const Classific
   if (data.size(Split::Val) == 0) return "{}";
   const auto index = std::clamp<std::int64_t>(data.probe_index(), 0, data.size(Split::Val) - 1);
   const auto batch = to_device(data.batch(Split::Val, {index}), device);
-  const auto out = model.forward(batch.input, batch.mask, batch.segment, /*trace=*/true);
-  const auto probs = torch::softmax(out.logits.to(torch::kFloat)[0], -1).cpu();
-  const auto tokens = data.tokens_text(Split::Val, index);
-  const auto real = batch.mask[0].sum().item<std::int64_t>();
+  // The token inspector's code path, plus which example this is and its gold label.
+  auto doc = trace_pair(model, batch, data.tokens_text(Split::Val, index), data.label_names()).to_json();
   const auto label = batch.label[0].item<std::int64_t>();
-  nlohmann::json doc;
-  doc["task"] = "classification";
   doc["index"] = index;
-  doc["tokens"] = tokens;
   doc["label"] = label;
   doc["label_name"] = data.label_names().at(static_cast<std::size_t>(label));
-  doc["labels"] = data.label_names();
-  doc["class_probs"] = tensor_to_json(probs);
-  doc["predicted"] = probs.argmax().item<std::int64_t>();
-  doc["layers"] = nlohmann::json::array();
-  for (const auto& layer : out.trace) {
-    nlohmann::json l = {{"layer", layer.layer}, {"kind", layer.kind}, {"routed", layer.routed}};
-    for (const auto& [key, value] : layer.stats) l["stats"][key] = value;
-    doc["layers"].push_back(std::move(l));
-  }
-  // Per-token values of the real tokens only (tokens_text excludes the padding too).
-  const auto n = std::min<std::int64_t>(real, static_cast<std::int64_t>(tokens.size()));
-  for (const auto& [key, tensor] : out.token_data)
-    doc["token_data"][key] = tensor_to_json(tensor[0].narrow(0, 0, n).to(torch::kCPU));
   return doc.dump();
 }
 

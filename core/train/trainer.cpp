@@ -15,6 +15,7 @@
 #include <torch/torch.h>
 #include <torch/version.h>
 
+#include "core/analysis/token_trace.h"
 #include "core/data/classification.h"
 #include "core/data/dataset.h"
 #include "core/models/classifier.h"
@@ -366,7 +367,10 @@ class Session {
       row.tokens_mlp = mlp == layer.tokens_processed.end() ? 0 : mlp->second;
       writer_->add_routing(row);
     }
-    if (dense_flops > 0) writer_->add_metric({"train/flops_ratio", step, now_s(), flops / dense_flops});
+    if (dense_flops > 0) {
+      m.flops_ratio = flops / dense_flops;
+      writer_->add_metric({"train/flops_ratio", step, now_s(), *m.flops_ratio});
+    }
     for (const auto& [key, value] : stats) writer_->add_metric({"train/" + key, step, now_s(), value});
   }
 
@@ -452,36 +456,17 @@ class Session {
     return e;
   }
 
-  /// Per-token routing of the fixed probe text and the model's log-probability of each next token.
+  /// Per-token routing of the fixed probe text and the model's log-probability of each next token: the model
+  /// reads the first `context` tokens and each position's next token is known. The token inspector's code path.
   std::string probe_json() {
     const auto ids = dataset_->probe_tokens();
     if (ids.size() < 2) return "{}";
     const auto n = std::min<std::int64_t>(static_cast<std::int64_t>(ids.size()), dataset_->context() + 1);
-    const auto tokens = torch::tensor(std::vector<std::int64_t>(ids.begin(), ids.begin() + n), torch::kLong);
-    const auto input = tokens.narrow(0, 0, n - 1).unsqueeze(0).to(device_);  // (1, n-1)
-    const auto out = model_->forward(input, /*trace=*/true);
-    const auto logp = torch::log_softmax(out.logits.to(torch::kFloat)[0], -1).cpu();  // (n-1, V)
-    nlohmann::json doc;
-    const auto& tok = dataset_->tokenizer();
-    for (std::int64_t i = 0; i < n - 1; ++i) {
-      doc["tokens"].push_back(tok.token_text(ids[i]));
-      doc["next_logprob"].push_back(logp[i][ids[i + 1]].item<double>());
-    }
-    doc["layers"] = nlohmann::json::array();
-    for (const auto& layer : out.trace) {
-      nlohmann::json l = {{"layer", layer.layer}, {"kind", layer.kind}, {"routed", layer.routed}};
-      if (layer.gate.defined()) {
-        const auto g = layer.gate[0].to(torch::kFloat).cpu().contiguous();
-        l["gate"] = std::vector<float>(g.data_ptr<float>(), g.data_ptr<float>() + g.numel());
-      }
-      if (layer.decision.defined()) {
-        const auto d = layer.decision[0].to(torch::kInt).cpu().contiguous();
-        l["decision"] = std::vector<int>(d.data_ptr<int>(), d.data_ptr<int>() + d.numel());
-      }
-      doc["layers"].push_back(std::move(l));
-    }
-    for (const auto& [key, tensor] : out.token_data) doc["token_data"][key] = tensor_to_json(tensor[0]);
-    return doc.dump();
+    const std::vector<std::int64_t> input(ids.begin(), ids.begin() + (n - 1));
+    return trace_ids(*model_, dataset_->tokenizer(), input, ids[static_cast<std::size_t>(n - 1)], /*top_k=*/0,
+                     dataset_->context(), device_)
+        .to_json()
+        .dump();
   }
 
   void checkpoint(std::int64_t step, std::chrono::steady_clock::time_point t_start) {

@@ -26,6 +26,7 @@ struct StepMetrics {
   double eta_s = 0;
   std::int64_t tokens_seen = 0;
   std::vector<double> routed_fraction;  ///< per layer (1.0 for dense layers)
+  std::optional<double> flops_ratio;    ///< layer FLOPs / dense layer FLOPs of this step's batch (logged steps)
   std::optional<double> accuracy;  ///< classification: accuracy on this step's batch
 };
 

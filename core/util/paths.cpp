@@ -38,10 +38,12 @@ std::string state_dir() {
 std::string default_db_path() { return (fs::path(data_dir()) / "runs.sqlite").string(); }
 
 std::string checkpoint_dir(const std::string& db_path, long long run_id) {
-  // Checkpoints sit beside the database they belong to, so a --db elsewhere keeps its files together.
-  fs::path base = fs::path(db_path).parent_path();
+  // Checkpoints sit beside the database they belong to, so a --db elsewhere keeps its files together, in a folder
+  // named after the store: two stores in one folder number their runs independently and must not share run-<id>.
+  const fs::path db(db_path);
+  fs::path base = db.parent_path();
   if (base.empty()) base = ".";
-  return (base / "checkpoints" / ("run-" + std::to_string(run_id))).string();
+  return (base / "checkpoints" / db.stem() / ("run-" + std::to_string(run_id))).string();
 }
 
 std::string experiments_dir() {

@@ -10,7 +10,7 @@ std::string data_dir();
 std::string state_dir();
 /// data_dir()/runs.sqlite
 std::string default_db_path();
-/// data_dir()/checkpoints/run-<id>
+/// <folder of db_path>/checkpoints/<db file stem>/run-<id>, e.g. data_dir()/checkpoints/runs/run-3
 std::string checkpoint_dir(const std::string& db_path, long long run_id);
 /// The folder holding the preset JSON files: $ROUTELAB_EXPERIMENTS, else the installed or source experiments/.
 std::string experiments_dir();
