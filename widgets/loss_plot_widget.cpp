@@ -12,6 +12,7 @@
 #include <QSlider>
 #include <QVBoxLayout>
 
+#include "widgets/plot_export.h"
 #include "widgets/qcustomplot_include.h"
 
 namespace routelab {
@@ -81,6 +82,7 @@ LossPlotWidget::LossPlotWidget(QWidget* parent)
   controls->addWidget(follow_);
 
   plot_ = new QCustomPlot(this);
+  addExportMenu(plot_, this);
   plot_->setObjectName(QStringLiteral("lossPlot"));
   plot_->setMinimumSize(320, 220);
   plot_->setInteractions(QCP::iRangeDrag | QCP::iRangeZoom);

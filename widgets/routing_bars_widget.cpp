@@ -8,6 +8,7 @@
 #include <cmath>
 
 #include "widgets/color_maps.h"
+#include "widgets/plot_export.h"
 #include "widgets/qcustomplot_include.h"
 
 namespace routelab {
@@ -23,6 +24,7 @@ RoutingBarsWidget::RoutingBarsWidget(QWidget* parent) : QWidget(parent) {
   caption_ = new QLabel(tr("routed-token % per layer"), this);
   caption_->setObjectName(QStringLiteral("routingBarsCaption"));
   plot_ = new QCustomPlot(this);
+  addExportMenu(plot_, this);
   plot_->setObjectName(QStringLiteral("routingBars"));
   plot_->setMinimumSize(220, 160);
   plot_->yAxis->setRange(0, 105);

@@ -9,26 +9,17 @@
 #include <algorithm>
 #include <cmath>
 
+#include "widgets/color_gradients.h"
 #include "widgets/color_maps.h"
+#include "widgets/plot_export.h"
 #include "widgets/qcustomplot_include.h"
 
 namespace routelab {
-namespace {
-
-QCPColorGradient viridisGradient() {
-  QCPColorGradient gradient;
-  gradient.clearColorStops();
-  for (int i = 0; i <= 8; ++i) gradient.setColorStopAt(i / 8.0, viridis(i / 8.0));
-  gradient.setNanHandling(QCPColorGradient::nhTransparent);
-  gradient.setLevelCount(256);
-  return gradient;
-}
-
-}  // namespace
 
 RoutingHeatmapWidget::RoutingHeatmapWidget(QWidget* parent) : QWidget(parent) {
   caption_ = new QLabel(tr("routed-token % per layer over training"), this);
   plot_ = new QCustomPlot(this);
+  addExportMenu(plot_, this);
   plot_->setObjectName(QStringLiteral("routingHeatmap"));
   plot_->setMinimumSize(220, 160);
   plot_->xAxis->setLabel(tr("step"));

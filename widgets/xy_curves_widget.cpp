@@ -9,6 +9,7 @@
 #include <cmath>
 #include <limits>
 
+#include "widgets/plot_export.h"
 #include "widgets/qcustomplot_include.h"
 
 namespace routelab {
@@ -18,6 +19,7 @@ XyCurvesWidget::XyCurvesWidget(QWidget* parent) : QWidget(parent) {
   caption_->setWordWrap(true);
   caption_->setVisible(false);
   plot_ = new QCustomPlot(this);
+  addExportMenu(plot_, this);
   plot_->setMinimumSize(220, 150);
   plot_->legend->setVisible(true);
   plot_->legend->setFont(QFont(font().family(), std::max(7, font().pointSize() - 1)));

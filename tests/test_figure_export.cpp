@@ -1,0 +1,537 @@
+// Qt Test suite (offscreen) for figure rendering and physical-size export: PDFs with embedded, non-Type-3 fonts
+// at the requested page size and font size (pdffonts, pdfinfo, pdftotext), heat maps as raster images inside
+// vector axes (pdfimages), SVG width/height, PNG pixels at a DPI, exportPlot on a live loss plot, the bundle,
+// and routelab-render on good and malformed sidecars.
+#include <QApplication>
+#include <QDialog>
+#include <QDoubleSpinBox>
+#include <QFile>
+#include <QImage>
+#include <QProcess>
+#include <QRegularExpression>
+#include <QStandardPaths>
+#include <QSettings>
+#include <QTemporaryDir>
+#include <QTimer>
+#include <QXmlStreamReader>
+#include <QtTest>
+
+#include <cmath>
+#include <fstream>
+#include <limits>
+
+#include <nlohmann/json.hpp>
+
+#include "core/report/figure.h"
+#include "ui/figure_render.h"
+#include "widgets/loss_plot_widget.h"
+#include "widgets/plot_export.h"
+#include "widgets/qcustomplot_include.h"
+
+using routelab::Figure;
+using routelab::FigurePanel;
+using routelab::FigureSeries;
+
+Q_DECLARE_METATYPE(routelab::Figure)
+
+namespace {
+
+constexpr double kPtPerCm = 72.0 / 2.54;
+constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
+
+FigureSeries curve(const std::string& label, int color, int dash, double scale, std::size_t n = 40) {
+  FigureSeries s;
+  s.label = label;
+  s.color = color;
+  s.dash = dash;
+  for (std::size_t i = 0; i < n; ++i) {
+    const double x = 100.0 * static_cast<double>(i + 1);
+    s.x.push_back(x);
+    s.y.push_back(scale * (2.0 + 3.0 / std::sqrt(static_cast<double>(i + 1))));
+  }
+  return s;
+}
+
+FigurePanel linesPanel(bool logAxes) {
+  FigurePanel p;
+  p.title = logAxes ? "log-log" : "validation loss";
+  p.x_label = "step";
+  p.y_label = "loss (nats/token)";
+  p.log_x = p.log_y = logAxes;
+  FigureSeries raw = curve("", 0, 0, 1.05);
+  raw.faint = true;
+  p.series.push_back(raw);
+  FigureSeries dense = curve("dense", 0, 0, 1.0);
+  for (double y : dense.y) {
+    dense.y_lo.push_back(y - 0.1);
+    dense.y_hi.push_back(y + 0.1);
+  }
+  p.series.push_back(dense);
+  p.series.push_back(curve("MoD 12.5%", 1, 1, 0.97));
+  FigureSeries points = curve("DTRNet", 2, 2, 0.95, 8);
+  points.kind = routelab::SeriesKind::Points;
+  points.y[3] = kNaN;  // a gap
+  p.series.push_back(points);
+  FigureSeries front = curve("Pareto front", 3, 3, 0.9, 5);
+  front.marked = true;
+  p.series.push_back(front);
+  return p;
+}
+
+FigurePanel barsPanel() {
+  FigurePanel p;
+  p.title = "routed tokens per layer";
+  p.x_label = "layer";
+  p.y_label = "routed (%)";
+  p.bars.categories = {"L0", "L1", "L2", "L3", "L4", "L5"};
+  routelab::FigureBars::Member a;
+  a.label = "inference";
+  a.values = {100, 12.5, 13.1, kNaN, 12.0, 11.8};
+  a.errors = {0, 1.0, 1.5, kNaN, 0.5, 0.7};
+  routelab::FigureBars::Member b;
+  b.label = "training";
+  b.color = 1;
+  b.values = {100, 12.5, 12.5, 12.5, 12.5, 12.5};
+  routelab::FigureBars::Member dense;
+  dense.label = "dense layer";
+  dense.color = 7;
+  dense.hatched = true;
+  dense.values = {100, kNaN, kNaN, kNaN, kNaN, kNaN};
+  p.bars.members = {a, b, dense};
+  return p;
+}
+
+FigurePanel heatmapPanel(bool diverging) {
+  FigurePanel p;
+  p.title = diverging ? "gate difference" : "router gate per token";
+  p.y_label = "layer";
+  auto& h = p.heatmap;
+  h.rows = 4;
+  h.cols = 24;
+  for (std::size_t r = 0; r < h.rows; ++r) {
+    h.row_labels.push_back("L" + std::to_string(r));
+    for (std::size_t c = 0; c < h.cols; ++c)
+      h.values.push_back(diverging ? std::sin(0.3 * static_cast<double>(c + r)) : static_cast<double>((c * 7 + r * 3) % 11) / 10.0);
+  }
+  h.values[5] = kNaN;  // an empty cell
+  const char* tokens[] = {"The", " quick", " brown", " fox", " jumps", " over", " the", " lazy", "\n",
+                          " dog", ".", " A", " very_long_token_label", " is", " cut", "!", " and", " so",
+                          " on", " to", " the", " end", " of", " it"};
+  for (const char* t : tokens) h.col_labels.push_back(t);
+  h.lo = diverging ? -1 : 0;
+  h.hi = 1;
+  h.colour_label = diverging ? "difference" : "gate";
+  h.diverging = diverging;
+  return p;
+}
+
+Figure figureOf(std::vector<FigurePanel> panels, int columns, double widthCm, double heightCm, double fontPt = 8) {
+  Figure f;
+  f.name = "test";
+  f.panels = std::move(panels);
+  f.columns = columns;
+  f.width_cm = widthCm;
+  f.height_cm = heightCm;
+  f.font_pt = fontPt;
+  return f;
+}
+
+/// Runs a poppler tool; skips the test when it is not installed.
+QString runTool(const QString& tool, const QStringList& args, int* exitCode = nullptr) {
+  const QString exe = QStandardPaths::findExecutable(tool);
+  if (exe.isEmpty()) return QString();
+  QProcess process;
+  process.start(exe, args);
+  if (!process.waitForFinished(60000)) return QString();
+  if (exitCode != nullptr) *exitCode = process.exitCode();
+  return QString::fromUtf8(process.readAllStandardOutput());
+}
+
+#define REQUIRE_TOOL(tool)                                                                          \
+  do {                                                                                              \
+    if (QStandardPaths::findExecutable(QStringLiteral(tool)).isEmpty())                             \
+      QSKIP(tool " is not installed (poppler-utils)");                                              \
+  } while (false)
+
+struct PdfFont {
+  QString name, type, emb;
+};
+
+/// pdffonts' table, cut at the columns of its dashed header line.
+QList<PdfFont> pdfFonts(const QString& pdf) {
+  const QStringList lines = runTool(QStringLiteral("pdffonts"), {pdf}).split(QLatin1Char('\n'), Qt::SkipEmptyParts);
+  QList<PdfFont> fonts;
+  if (lines.size() < 2) return fonts;
+  // "---------- ---- ..." gives the column extents.
+  QList<QPair<int, int>> columns;
+  const QString& dashes = lines[1];
+  for (int i = 0; i < dashes.size();) {
+    if (dashes[i] != QLatin1Char('-')) {
+      ++i;
+      continue;
+    }
+    int j = i;
+    while (j < dashes.size() && dashes[j] == QLatin1Char('-')) ++j;
+    columns.append({i, j - i});
+    i = j;
+  }
+  for (int k = 2; k < lines.size(); ++k) {
+    auto cell = [&](int c) { return lines[k].mid(columns[c].first, columns[c].second).trimmed(); };
+    if (columns.size() < 4) break;
+    fonts.append({cell(0), cell(1), cell(3)});
+  }
+  return fonts;
+}
+
+QSizeF pdfPageSizePt(const QString& pdf) {
+  const QString info = runTool(QStringLiteral("pdfinfo"), {pdf});
+  const auto m = QRegularExpression(QStringLiteral("Page size:\\s+([0-9.]+) x ([0-9.]+) pts")).match(info);
+  if (!m.hasMatch()) return {};
+  return {m.captured(1).toDouble(), m.captured(2).toDouble()};
+}
+
+/// Heights (pt) of the words pdftotext finds, and the words themselves.
+QList<QPair<QString, double>> pdfWords(const QString& pdf) {
+  const QString html = runTool(QStringLiteral("pdftotext"), {QStringLiteral("-bbox"), pdf, QStringLiteral("-")});
+  QList<QPair<QString, double>> words;
+  const QRegularExpression re(
+      QStringLiteral("<word xMin=\"([0-9.]+)\" yMin=\"([0-9.]+)\" xMax=\"([0-9.]+)\" yMax=\"([0-9.]+)\">([^<]*)</word>"));
+  for (auto it = re.globalMatch(html); it.hasNext();) {
+    const auto m = it.next();
+    words.append({m.captured(5), m.captured(4).toDouble() - m.captured(2).toDouble()});
+  }
+  return words;
+}
+
+/// pdfimages -list without its two header lines: one line per image XObject.
+QStringList pdfImages(const QString& pdf) {
+  QStringList lines =
+      runTool(QStringLiteral("pdfimages"), {QStringLiteral("-list"), pdf}).split(QLatin1Char('\n'), Qt::SkipEmptyParts);
+  return lines.mid(2);
+}
+
+double svgLengthPt(const QString& value) {
+  const auto m = QRegularExpression(QStringLiteral("^([0-9.]+)\\s*(mm|cm|pt|in|px)?$")).match(value.trimmed());
+  if (!m.hasMatch()) return -1;
+  const double v = m.captured(1).toDouble();
+  const QString unit = m.captured(2);
+  if (unit == QLatin1String("mm")) return v / 10.0 * kPtPerCm;
+  if (unit == QLatin1String("cm")) return v * kPtPerCm;
+  if (unit == QLatin1String("in")) return v * 72.0;
+  if (unit == QLatin1String("pt")) return v;
+  return v * 0.75;  // CSS px
+}
+
+bool writeText(const QString& path, const std::string& text) {
+  std::ofstream out(path.toStdString());
+  out << text;
+  return static_cast<bool>(out);
+}
+
+QString renderBinary() {
+  return QDir(QCoreApplication::applicationDirPath()).filePath(QStringLiteral("../app/routelab-render"));
+}
+
+}  // namespace
+
+class TestFigureExport : public QObject {
+  Q_OBJECT
+
+ private Q_SLOTS:
+  void initTestCase() {
+    QVERIFY(dir_.isValid());
+    QCoreApplication::setOrganizationName(QStringLiteral("RouteLabTest"));
+  }
+
+  void pdfFontsEmbeddedNotType3_data() {
+    QTest::addColumn<Figure>("figure");
+    QTest::newRow("lines+band") << figureOf({linesPanel(false)}, 0, 8.5, 6.0);
+    QTest::newRow("bars") << figureOf({barsPanel()}, 0, 8.5, 6.0);
+    QTest::newRow("heatmap") << figureOf({heatmapPanel(false)}, 0, 8.5, 4.0);
+    QTest::newRow("grid2x2") << figureOf({linesPanel(false), barsPanel(), heatmapPanel(true), linesPanel(true)}, 2,
+                                         17.5, 11.0, 9);
+    QTest::newRow("log axes") << figureOf({linesPanel(true)}, 0, 8.5, 6.0);
+  }
+
+  void pdfFontsEmbeddedNotType3() {
+    REQUIRE_TOOL("pdffonts");
+    QFETCH(Figure, figure);
+    const QString pdf = dir_.filePath(QStringLiteral("fonts_%1.pdf").arg(QTest::currentDataTag()).replace(' ', '_'));
+    const QString error = routelab::exportFigure(figure, pdf);
+    QVERIFY2(error.isEmpty(), qPrintable(error));
+    const QList<PdfFont> fonts = pdfFonts(pdf);
+    QVERIFY2(!fonts.isEmpty(), "the PDF has no fonts: text was drawn as paths or not at all");
+    for (const PdfFont& f : fonts) {
+      qInfo().noquote() << "pdffonts:" << f.name << "|" << f.type << "| emb" << f.emb;
+      QVERIFY2(f.emb == QLatin1String("yes"), qPrintable(f.name + QStringLiteral(" is not embedded")));
+      QVERIFY2(!f.type.contains(QLatin1String("Type 3")), qPrintable(f.name + QStringLiteral(" is a Type 3 font")));
+    }
+  }
+
+  void pdfPageSizeIsRequested_data() {
+    QTest::addColumn<double>("widthCm");
+    QTest::addColumn<double>("heightCm");
+    QTest::newRow("one column 8.5 x 6") << 8.5 << 6.0;
+    QTest::newRow("two columns 17.5 x 7.3") << 17.5 << 7.3;
+  }
+
+  void pdfPageSizeIsRequested() {
+    REQUIRE_TOOL("pdfinfo");
+    QFETCH(double, widthCm);
+    QFETCH(double, heightCm);
+    const Figure figure = figureOf({linesPanel(false), barsPanel()}, 0, 8.5, 6.0);
+    routelab::FigureExportOptions options;
+    options.widthCm = widthCm;
+    options.heightCm = heightCm;
+    const QString pdf = dir_.filePath(QStringLiteral("size_%1.pdf").arg(widthCm));
+    const QString error = routelab::exportFigure(figure, pdf, options);
+    QVERIFY2(error.isEmpty(), qPrintable(error));
+    const QSizeF page = pdfPageSizePt(pdf);
+    qInfo() << "pdfinfo page size (pt):" << page << "requested" << widthCm * kPtPerCm << heightCm * kPtPerCm;
+    QVERIFY(std::abs(page.width() - widthCm * kPtPerCm) <= 0.5);
+    QVERIFY(std::abs(page.height() - heightCm * kPtPerCm) <= 0.5);
+  }
+
+  /// The text in the PDF is the requested point size: word boxes scale with font_pt and match it.
+  void pdfTextIsFontPt() {
+    REQUIRE_TOOL("pdftotext");
+    QList<double> medians;
+    for (double pt : {8.0, 12.0}) {
+      const Figure figure = figureOf({linesPanel(false)}, 0, 8.5, 6.0, pt);
+      const QString pdf = dir_.filePath(QStringLiteral("font_%1.pdf").arg(pt));
+      const QString error = routelab::exportFigure(figure, pdf);
+      QVERIFY2(error.isEmpty(), qPrintable(error));
+      const auto words = pdfWords(pdf);
+      QVERIFY2(words.size() >= 5, "expected tick labels, axis labels and legend text in the PDF");
+      bool foundLabel = false;
+      QList<double> heights;
+      for (const auto& w : words) {
+        heights.append(w.second);
+        if (w.first == QLatin1String("validation")) foundLabel = true;
+      }
+      QVERIFY2(foundLabel, "the panel title is real text");
+      std::sort(heights.begin(), heights.end());
+      const double median = heights[heights.size() / 2];
+      qInfo() << "font" << pt << "pt: median word box height" << median << "pt";
+      // A glyph box is ascent + descent of the font: about 1.0 to 1.25 em for sans fonts.
+      QVERIFY(median >= 0.9 * pt && median <= 1.4 * pt);
+      medians.append(median);
+    }
+    QVERIFY(std::abs(medians[1] / medians[0] - 1.5) < 0.08);
+  }
+
+  void heatmapIsRasterInVectorAxes() {
+    REQUIRE_TOOL("pdfimages");
+    REQUIRE_TOOL("pdftotext");
+    const QString heat = dir_.filePath(QStringLiteral("heat.pdf"));
+    QVERIFY(routelab::exportFigure(figureOf({heatmapPanel(false)}, 0, 8.5, 4.0), heat).isEmpty());
+    const QStringList images = pdfImages(heat);
+    QVERIFY2(!images.isEmpty(), "the heat map cells are an image XObject");
+    for (const QString& image : images) {
+      qInfo().noquote() << "pdfimages:" << image.simplified();
+      QVERIFY2(!image.contains(QLatin1String(" jpeg ")), "cells are stored lossless, not as JPEG");
+    }
+    // Axes and labels stay vector: the layer labels are text, not pixels.
+    bool rowLabel = false;
+    for (const auto& w : pdfWords(heat)) rowLabel = rowLabel || w.first == QLatin1String("L3");
+    QVERIFY(rowLabel);
+    const QString lines = dir_.filePath(QStringLiteral("lines_only.pdf"));
+    QVERIFY(routelab::exportFigure(figureOf({linesPanel(false)}, 0, 8.5, 6.0), lines).isEmpty());
+    QCOMPARE(pdfImages(lines).size(), 0);
+  }
+
+  void svgHasPhysicalSize() {
+    const Figure figure = figureOf({linesPanel(false), heatmapPanel(false)}, 1, 8.5, 9.0);
+    for (double widthCm : {8.5, 12.0}) {
+      routelab::FigureExportOptions options;
+      options.widthCm = widthCm;
+      const QString svg = dir_.filePath(QStringLiteral("figure_%1.svg").arg(widthCm));
+      const QString error = routelab::exportFigure(figure, svg, options);
+      QVERIFY2(error.isEmpty(), qPrintable(error));
+      QFile file(svg);
+      QVERIFY(file.open(QIODevice::ReadOnly));
+      const QByteArray content = file.readAll();
+      QXmlStreamReader xml(content);
+      while (!xml.atEnd() && !(xml.isStartElement() && xml.name() == QLatin1String("svg"))) xml.readNext();
+      QVERIFY(xml.isStartElement());
+      const double w = svgLengthPt(xml.attributes().value(QLatin1String("width")).toString());
+      const double h = svgLengthPt(xml.attributes().value(QLatin1String("height")).toString());
+      qInfo() << "SVG" << xml.attributes().value(QLatin1String("width")) << "x"
+              << xml.attributes().value(QLatin1String("height"));
+      QVERIFY(std::abs(w - widthCm * kPtPerCm) <= 0.5);
+      QVERIFY(std::abs(h - 9.0 * kPtPerCm) <= 0.5);
+      QVERIFY(content.contains("<path") || content.contains("<polyline"));
+      QVERIFY(content.contains("<text"));
+      QVERIFY(content.contains("<image"));  // the heat map
+    }
+  }
+
+  void pngHasPixelsForDpi_data() {
+    QTest::addColumn<double>("widthCm");
+    QTest::addColumn<int>("dpi");
+    QTest::newRow("8.5 cm at 150 dpi") << 8.5 << 150;
+    QTest::newRow("8.5 cm at 300 dpi") << 8.5 << 300;
+    QTest::newRow("17.5 cm at 200 dpi") << 17.5 << 200;
+  }
+
+  void pngHasPixelsForDpi() {
+    QFETCH(double, widthCm);
+    QFETCH(int, dpi);
+    routelab::FigureExportOptions options;
+    options.widthCm = widthCm;
+    options.heightCm = 6.0;
+    options.dpi = dpi;
+    const QString png = dir_.filePath(QStringLiteral("figure_%1_%2.png").arg(widthCm).arg(dpi));
+    const QString error = routelab::exportFigure(figureOf({linesPanel(false), barsPanel()}, 0, 8.5, 6.0), png, options);
+    QVERIFY2(error.isEmpty(), qPrintable(error));
+    QImage image(png);
+    QVERIFY(!image.isNull());
+    QCOMPARE(image.width(), static_cast<int>(std::lround(widthCm / 2.54 * dpi)));
+    QCOMPARE(image.height(), static_cast<int>(std::lround(6.0 / 2.54 * dpi)));
+    QVERIFY(std::abs(image.dotsPerMeterX() * 0.0254 - dpi) < 1);
+    // Something of the first palette colour (#0072B2) is drawn.
+    bool blue = false;
+    for (int y = 0; y < image.height() && !blue; y += 2)
+      for (int x = 0; x < image.width() && !blue; x += 2) blue = image.pixelColor(x, y) == QColor(0x00, 0x72, 0xB2);
+    QVERIFY(blue);
+  }
+
+  void exportPlotOnLossPlot() {
+    REQUIRE_TOOL("pdfinfo");
+    routelab::LossPlotWidget widget;
+    widget.resize(640, 400);
+    QVector<double> steps, losses;
+    for (int i = 1; i <= 200; ++i) {
+      steps.push_back(i);
+      losses.push_back(3.0 + 2.0 / std::sqrt(i));
+    }
+    widget.setCurves(steps, losses, {50, 100, 150, 200}, {3.4, 3.25, 3.2, 3.15});
+    QCustomPlot* plot = widget.plot();
+    const QFont before = plot->xAxis->labelFont();
+    const QSize iconBefore = plot->legend->iconSize();
+    QFont itemFont = plot->legend->item(0)->font();
+    itemFont.setItalic(true);  // differs from the legend's own font: must survive the export
+    plot->legend->item(0)->setFont(itemFont);
+    const QString pdf = dir_.filePath(QStringLiteral("loss.pdf"));
+    const QString error = routelab::exportPlot(plot, pdf, 8.5, 5.0, 9.0, 300);
+    QVERIFY2(error.isEmpty(), qPrintable(error));
+    const QSizeF page = pdfPageSizePt(pdf);
+    QVERIFY(std::abs(page.width() - 8.5 * kPtPerCm) <= 0.5);
+    QVERIFY(std::abs(page.height() - 5.0 * kPtPerCm) <= 0.5);
+    QCOMPARE(plot->xAxis->labelFont(), before);  // the live plot keeps its fonts and legend geometry
+    QCOMPARE(plot->legend->iconSize(), iconBefore);
+    QCOMPARE(plot->legend->item(0)->font(), itemFont);
+    if (!QStandardPaths::findExecutable(QStringLiteral("pdffonts")).isEmpty()) {
+      const auto fonts = pdfFonts(pdf);
+      QVERIFY(!fonts.isEmpty());
+      for (const auto& f : fonts) QVERIFY(f.emb == QLatin1String("yes") && !f.type.contains(QLatin1String("Type 3")));
+    }
+    const QString png = dir_.filePath(QStringLiteral("loss.png"));
+    QVERIFY(routelab::exportPlot(plot, png, 8.5, 5.0, 9.0, 150).isEmpty());
+    QCOMPARE(QImage(png).width(), static_cast<int>(std::lround(8.5 / 2.54 * 150)));
+  }
+
+  void exportErrorsNameTheFile() {
+    const Figure figure = figureOf({linesPanel(false)}, 0, 8.5, 6.0);
+    const QString unknown = dir_.filePath(QStringLiteral("figure.bmpx"));
+    const QString e1 = routelab::exportFigure(figure, unknown);
+    QVERIFY(e1.contains(QStringLiteral("figure.bmpx")));
+    QVERIFY(e1.contains(QStringLiteral("extension")));
+    const QString unwritable = dir_.filePath(QStringLiteral("no/such/dir/figure.pdf"));
+    const QString e2 = routelab::exportFigure(figure, unwritable);
+    QVERIFY(e2.contains(QStringLiteral("figure.pdf")));
+    QVERIFY(!QFile::exists(unwritable));
+  }
+
+  void bundleWritesAllFiles() {
+    const Figure figure = figureOf({linesPanel(false), barsPanel()}, 0, 17.5, 6.0);
+    const QString stem = dir_.filePath(QStringLiteral("bundle/fig"));
+    QVERIFY(QDir().mkpath(dir_.filePath(QStringLiteral("bundle"))));
+    const QString error = routelab::exportFigureBundle(figure, stem);
+    QVERIFY2(error.isEmpty(), qPrintable(error));
+    for (const char* suffix : {".pdf", ".svg", ".png", ".csv", ".tex", ".json"})
+      QVERIFY2(QFileInfo(stem + QLatin1String(suffix)).size() > 0, suffix);
+  }
+
+  void renderCommandLine() {
+    const QString exe = renderBinary();
+    if (!QFileInfo(exe).isExecutable()) QSKIP("routelab-render is not built next to the tests");
+    const QString sidecar = dir_.filePath(QStringLiteral("sidecar.json"));
+    const Figure figure = figureOf({linesPanel(false), heatmapPanel(false)}, 1, 8.5, 9.0);
+    QVERIFY(writeText(sidecar, routelab::to_json(figure).dump()));
+    const QString pdf = dir_.filePath(QStringLiteral("rendered.pdf"));
+    QProcess process;
+    process.start(exe, {sidecar, QStringLiteral("--out"), pdf, QStringLiteral("--width-cm"), QStringLiteral("12")});
+    QVERIFY(process.waitForFinished(60000));
+    QVERIFY2(process.exitCode() == 0, process.readAllStandardError().constData());
+    QVERIFY(QString::fromUtf8(process.readAllStandardOutput()).contains(QStringLiteral("rendered.pdf")));
+    QFile file(pdf);
+    QVERIFY(file.open(QIODevice::ReadOnly));
+    QVERIFY(file.read(5) == "%PDF-");
+    if (!QStandardPaths::findExecutable(QStringLiteral("pdfinfo")).isEmpty())
+      QVERIFY(std::abs(pdfPageSizePt(pdf).width() - 12 * kPtPerCm) <= 0.5);
+
+    // A malformed sidecar: exit 2 and the key path on stderr.
+    nlohmann::json bad = routelab::to_json(figure);
+    bad["panels"][0]["series"][1]["dash"] = 9;
+    const QString badPath = dir_.filePath(QStringLiteral("bad.json"));
+    QVERIFY(writeText(badPath, bad.dump()));
+    process.start(exe, {badPath, QStringLiteral("--out"), dir_.filePath(QStringLiteral("bad.pdf"))});
+    QVERIFY(process.waitForFinished(60000));
+    QCOMPARE(process.exitCode(), 2);
+    const QString err = QString::fromUtf8(process.readAllStandardError());
+    QVERIFY2(err.contains(QStringLiteral("figure.panels[0].series[1].dash")), qPrintable(err));
+    QVERIFY2(err.contains(QStringLiteral("bad.json")), qPrintable(err));
+    QVERIFY(!QFile::exists(dir_.filePath(QStringLiteral("bad.pdf"))));
+
+    QVERIFY(writeText(badPath, "{\"panels\": [ {"));
+    process.start(exe, {badPath, QStringLiteral("--out"), dir_.filePath(QStringLiteral("bad.pdf"))});
+    QVERIFY(process.waitForFinished(60000));
+    QCOMPARE(process.exitCode(), 2);
+  }
+
+  /// The size dialog starts from the values last accepted and remembers new ones; cancel changes nothing.
+  void sizeDialogRemembersSettings() {
+    QSettings().remove(QStringLiteral("plotExport"));
+    QTimer::singleShot(0, this, [] {
+      auto* dialog = qobject_cast<QDialog*>(QApplication::activeModalWidget());
+      QVERIFY(dialog != nullptr);
+      const auto spins = dialog->findChildren<QDoubleSpinBox*>();
+      QCOMPARE(spins.size(), 3);  // width, height, font
+      QCOMPARE(spins[0]->value(), 8.5);
+      spins[0]->setValue(12.0);
+      spins[2]->setValue(9.5);
+      dialog->accept();
+    });
+    routelab::PlotExportSettings settings;
+    QVERIFY(routelab::askPlotExportSettings(nullptr, settings));
+    QCOMPARE(settings.widthCm, 12.0);
+    QCOMPARE(settings.fontPt, 9.5);
+    double shownWidth = 0;
+    QTimer::singleShot(0, this, [&shownWidth] {
+      auto* dialog = qobject_cast<QDialog*>(QApplication::activeModalWidget());
+      QVERIFY(dialog != nullptr);
+      shownWidth = dialog->findChildren<QDoubleSpinBox*>().value(0)->value();
+      dialog->reject();
+    });
+    routelab::PlotExportSettings fresh;
+    QVERIFY(!routelab::askPlotExportSettings(nullptr, fresh));
+    QCOMPARE(shownWidth, 12.0);
+    QSettings().remove(QStringLiteral("plotExport"));
+  }
+
+  void figureViewShowsFigure() {
+    routelab::FigureView view;
+    view.resize(600, 400);
+    view.setFigure(figureOf({linesPanel(false), barsPanel(), heatmapPanel(false)}, 2, 17.5, 11.0));
+    QCOMPARE(view.plot()->axisRectCount(), 3);
+    QVERIFY(view.plot()->graphCount() >= 6);  // band pair + five series
+    QVERIFY(view.findChild<QAction*>(QStringLiteral("exportFigure")) != nullptr);
+  }
+
+ private:
+  QTemporaryDir dir_;
+};
+
+QTEST_MAIN(TestFigureExport)
+#include "test_figure_export.moc"

@@ -1,0 +1,57 @@
+// Draws the renderer-neutral figures of core/report/figure.h with QCustomPlot: on screen (FigureView, the
+// compare view's canvas) and to files at a physical size (PDF with embedded non-Type-3 fonts, SVG, PNG at a
+// chosen DPI), so an exported figure drops into LaTeX without rescaling.
+#pragma once
+#include <QString>
+#include <QWidget>
+
+#include "core/report/figure.h"
+
+class QCustomPlot;
+
+namespace routelab {
+
+struct FigureExportOptions {
+  double widthCm = 0;   ///< 0 = the figure's own width_cm
+  double heightCm = 0;  ///< 0 = the figure's own height_cm
+  double fontPt = 0;    ///< 0 = the figure's own font_pt
+  int dpi = 300;        ///< PNG only
+};
+
+/// Clears `plot` and draws `figure` into it: one axis rect per panel in a grid, palette colours, dash styles,
+/// bands, grouped bars, heat maps (viridis, or a diverging map) with a colour scale, legends, log axes.
+void renderFigure(QCustomPlot* plot, const Figure& figure);
+
+/// Writes `figure` to `path`, chosen by its extension: .pdf, .svg or .png. Returns "" on success, else a
+/// message naming the file.
+QString exportFigure(const Figure& figure, const QString& path, const FigureExportOptions& options = {});
+
+/// Writes the whole bundle `<stem>.pdf`, `<stem>.svg`, `<stem>.png` and the data files of
+/// write_figure_data_files (`.csv`, `.tex` pgfplots, `.json` sidecar). Returns "" or the first error.
+QString exportFigureBundle(const Figure& figure, const QString& stem, const FigureExportOptions& options = {});
+
+/// A figure on screen with a context menu and a toolbar button "Export figure…" (file dialog: PDF, SVG, PNG or a
+/// bundle; width in cm, font size in pt, DPI).
+class FigureView : public QWidget {
+  Q_OBJECT
+
+ public:
+  explicit FigureView(QWidget* parent = nullptr);
+
+  void setFigure(Figure figure);
+  const Figure& figure() const { return figure_; }
+  QCustomPlot* plot() const { return plot_; }
+
+ public Q_SLOTS:
+  /// Asks for a file and the physical size, then exports.
+  void exportWithDialog();
+
+ Q_SIGNALS:
+  void exported(const QString& path);
+
+ private:
+  Figure figure_;
+  QCustomPlot* plot_ = nullptr;
+};
+
+}  // namespace routelab
