@@ -1,0 +1,428 @@
+// Qt Test suite for the compare view (offscreen): synthetic runs of three architectures (two dense seeds) in a
+// temporary store; the run list and its filter, figures built off the GUI thread (curves with a seed band,
+// matched budgets, Pareto, routed layers), the matched-budget table's rows, columns and values and its exports,
+// the config diff listing exactly the differing keys, errors in the status line, the latest request winning,
+// and the main window's dock, shortcut and the runs panel's compare request.
+#include <QAction>
+#include <QApplication>
+#include <QClipboard>
+#include <QComboBox>
+#include <QDockWidget>
+#include <QFile>
+#include <QListWidget>
+#include <QSignalSpy>
+#include <QStandardPaths>
+#include <QTableView>
+#include <QTemporaryDir>
+#include <QtTest>
+
+#include <cmath>
+#include <memory>
+
+#include "core/store/run_store.h"
+#include "ui/compare_view.h"
+#include "ui/figure_render.h"
+#include "ui/main_window.h"
+#include "ui/runs_panel.h"
+#include "ui/store_service.h"
+#include "widgets/qcustomplot_include.h"
+
+using routelab::CompareView;
+
+namespace {
+
+constexpr int kBuildTimeoutMs = 30000;
+
+struct SyntheticRun {
+  std::string name, arch, config;
+  std::vector<double> valLoss;  ///< at steps 100, 200, 300
+  double flopsRatio = 1.0;
+  std::string layers;           ///< extra.layers of the evaluation at step 300
+  std::string probe;            ///< the probe at step 300 ("" = none)
+};
+
+std::int64_t addRun(routelab::RunStore& store, const SyntheticRun& spec, std::int64_t seed) {
+  routelab::NewRun run;
+  run.name = spec.name;
+  run.arch = spec.arch;
+  run.preset = "synthetic";
+  run.config_json = spec.config;
+  run.seed = seed;
+  run.total_steps = 300;
+  const std::int64_t id = store.create_run(run);
+  std::vector<routelab::MetricRow> rows;
+  for (std::size_t i = 0; i < spec.valLoss.size(); ++i) {
+    const auto step = static_cast<std::int64_t>(100 * (i + 1));
+    rows.push_back({"val/loss", step, 1000.0 + static_cast<double>(step), spec.valLoss[i]});
+    rows.push_back({"train/loss", step, 1000.0 + static_cast<double>(step), spec.valLoss[i] + 0.1});
+    rows.push_back({"val/flops_ratio", step, 1000.0 + static_cast<double>(step), spec.flopsRatio});
+  }
+  store.insert_metrics(id, rows);
+  routelab::EvalRow eval;
+  eval.step = 300;
+  eval.loss = spec.valLoss.back();
+  eval.extra_json = R"({"flops_ratio":)" + std::to_string(spec.flopsRatio) + R"(,"layers":)" + spec.layers + "}";
+  store.insert_eval(id, eval);
+  if (!spec.probe.empty()) store.insert_probe(id, {300, spec.probe});
+  store.set_status(id, routelab::RunStatus::Finished);
+  return id;
+}
+
+std::string config(const std::string& model, const std::string& lr, int seed) {
+  return R"({"model":)" + model + R"(,"train":{"lr":)" + lr + R"(,"batch_size":4},"data":{"context":8},)" +
+         R"("run":{"seed":)" + std::to_string(seed) + "}}";
+}
+
+QStringList diffKeys(const CompareView& view) {
+  QStringList keys;
+  const QAbstractItemModel* model = view.diffView()->model();
+  for (int r = 0; r < model->rowCount(); ++r) keys << model->index(r, 0).data().toString();
+  return keys;
+}
+
+int visibleItems(const QListWidget* list) {
+  int n = 0;
+  for (int i = 0; i < list->count(); ++i) n += list->item(i)->isHidden() ? 0 : 1;
+  return n;
+}
+
+}  // namespace
+
+class TestGuiCompare : public QObject {
+  Q_OBJECT
+
+ private Q_SLOTS:
+  void initTestCase();
+  void runsAppearAndFilter();
+  void curvesOverlayOneColourPerArchitectureWithSeedBands();
+  void matchedTableHasRowsPerGroupAndColumnsPerBudget();
+  void configDiffListsExactlyTheDifferingKeys();
+  void otherFiguresAndErrorsInTheStatusLine();
+  void latestRequestWins();
+  void mainWindowHasTheDockShortcutAndCompareRequest();
+
+ private:
+  /// A view on the test store, shown, once its runs are listed (callers check the count).
+  std::unique_ptr<CompareView> makeView();
+  /// Waits until a result newer than `after` is shown.
+  bool waitForResult(CompareView& view, quint64 after);
+
+  QTemporaryDir home_;
+  QString dbPath_;
+  std::unique_ptr<routelab::StoreService> service_;
+  std::int64_t denseA_ = 0, denseB_ = 0, dtr_ = 0, mod_ = 0, other_ = 0;
+};
+
+void TestGuiCompare::initTestCase() {
+  QVERIFY(home_.isValid());
+  QStandardPaths::setTestModeEnabled(true);
+  QCoreApplication::setOrganizationName(QStringLiteral("RouteLabTest"));
+  QCoreApplication::setApplicationName(QStringLiteral("test_gui_compare"));
+  qputenv("ROUTELAB_HOME", home_.path().toUtf8());
+  qputenv("XDG_CONFIG_HOME", home_.filePath(QStringLiteral("config")).toUtf8());
+  qputenv("ROUTELAB_NO_CONFIRM", "1");
+  dbPath_ = home_.filePath(QStringLiteral("runs.sqlite"));
+
+  routelab::RunStore store(dbPath_.toStdString(), /*mark_crashed=*/false);
+  const std::string dense = R"({"arch":"dense","n_layer":2,"n_embd":32})";
+  const std::string denseLayers = R"([{"routed":false,"routed_fraction":1.0},{"routed":false,"routed_fraction":1.0}])";
+  denseA_ = addRun(store, {"dense/seed=1", "dense", config(dense, "0.001", 1), {3.0, 2.0, 1.0}, 1.0, denseLayers, ""}, 1);
+  denseB_ = addRun(store, {"dense/seed=2", "dense", config(dense, "0.001", 2), {3.2, 2.2, 1.2}, 1.0, denseLayers, ""}, 2);
+  dtr_ = addRun(store,
+                {"dtrnet-bilayer", "dtrnet",
+                 config(R"({"arch":"dtrnet","n_layer":2,"n_embd":32,"pattern":"bilayer"})", "0.001", 1),
+                 {2.8, 1.8, 0.9}, 0.6,
+                 R"([{"routed":false,"routed_fraction":1.0},{"routed":true,"routed_fraction":0.25}])",
+                 R"({"tokens":["I","n"," ","t"],"layers":[{"layer":1,"gate":[0.9,0.2,0.1,0.7],)"
+                 R"("decision":[1,0,0,1]}]})"},
+                1);
+  mod_ = addRun(store,
+                {"mod-12.5", "mod", config(R"({"arch":"mod","n_layer":2,"n_embd":32,"capacity":0.125})", "0.002", 1),
+                 {3.4, 2.6, 2.0}, 0.5,
+                 R"([{"routed":false,"routed_fraction":1.0},{"routed":true,"routed_fraction":0.125}])",
+                 R"({"tokens":["I","n"," ","t"],"layers":[{"layer":1,"gate":[0.4,0.6,0.1,0.2],)"
+                 R"("decision":[0,1,0,0]}]})"},
+                1);
+  other_ = addRun(store, {"unrelated", "tsa", config(R"({"arch":"tsa","n_layer":2})", "0.001", 1), {4.0}, 0.9,
+                          R"([{"routed":true,"routed_fraction":0.5}])", ""},
+                  1);
+  service_ = std::make_unique<routelab::StoreService>(dbPath_);
+}
+
+std::unique_ptr<CompareView> TestGuiCompare::makeView() {
+  auto view = std::make_unique<CompareView>(service_.get());
+  view->resize(1200, 800);
+  view->show();
+  service_->requestRuns();
+  (void)QTest::qWaitFor([&] { return view->runList()->count() == 5; }, kBuildTimeoutMs);
+  return view;
+}
+
+bool TestGuiCompare::waitForResult(CompareView& view, quint64 after) {
+  return QTest::qWaitFor([&] { return view.shownSerial() > after; }, kBuildTimeoutMs);
+}
+
+void TestGuiCompare::runsAppearAndFilter() {
+  auto view = makeView();
+  QCOMPARE(view->runList()->count(), 5);
+  QVERIFY(view->checkedRuns().isEmpty());
+  QCOMPARE(view->statusText(), QStringLiteral("Check runs to compare."));
+  view->filterEdit()->setText(QStringLiteral("dtr"));
+  QCOMPARE(visibleItems(view->runList()), 1);
+  view->filterEdit()->setText(QStringLiteral("DENSE"));  // case-insensitive, name or architecture
+  QCOMPARE(visibleItems(view->runList()), 2);
+  view->filterEdit()->clear();
+  QCOMPARE(visibleItems(view->runList()), 5);
+
+  // A check survives a refresh of the list (the main window refreshes every 1.5 s).
+  view->setRunChecked(dtr_, true);
+  QCOMPARE(view->checkedRuns(), QList<qint64>{dtr_});
+  QSignalSpy loaded(service_.get(), &routelab::StoreService::runsLoaded);
+  service_->requestRuns();
+  QVERIFY(loaded.wait(kBuildTimeoutMs));
+  QCOMPARE(view->checkedRuns(), QList<qint64>{dtr_});
+}
+
+void TestGuiCompare::curvesOverlayOneColourPerArchitectureWithSeedBands() {
+  auto view = makeView();
+  QCOMPARE(view->runList()->count(), 5);
+  QVERIFY(view->setFigureName(QStringLiteral("curves")));
+  for (const auto id : {denseA_, denseB_, dtr_, mod_}) view->setRunChecked(id, true);
+  QTRY_VERIFY_WITH_TIMEOUT(view->figureView()->figure().name == "curves" &&
+                               view->figureView()->figure().panels.size() == 1 &&
+                               view->figureView()->figure().panels[0].series.size() == 3,
+                           kBuildTimeoutMs);
+  const auto& series = view->figureView()->figure().panels[0].series;
+  // The two dense seeds are one line with a mean +- std band; the three architectures have three colours.
+  QCOMPARE(series[0].label, std::string("dense (2 seeds)"));
+  QCOMPARE(series[0].y_lo.size(), series[0].y.size());
+  QVERIFY(!series[0].y_lo.empty());
+  QVERIFY(series[0].color != series[1].color && series[1].color != series[2].color &&
+          series[0].color != series[2].color);
+  QCOMPARE(view->figureView()->plot()->axisRectCount(), 1);
+  QVERIFY(view->figureView()->plot()->graphCount() >= 3);
+  QVERIFY2(!view->statusText().contains(QStringLiteral("rror")), qPrintable(view->statusText()));
+
+  // The metric combo is filled off the GUI thread with the checked runs' keys.
+  QTRY_VERIFY_WITH_TIMEOUT(view->metricCombo()->findText(QStringLiteral("train/loss")) >= 0, kBuildTimeoutMs);
+  QVERIFY(view->metricCombo()->findText(QStringLiteral("val/flops_ratio")) >= 0);
+  QCOMPARE(view->metricCombo()->currentText(), QStringLiteral("val/loss"));
+
+  // Without grouping, every run is its own line.
+  quint64 shown = view->shownSerial();
+  view->setGroupSeeds(false);
+  QVERIFY(waitForResult(*view, shown));
+  QCOMPARE(view->figureView()->figure().panels[0].series.size(), std::size_t{4});
+
+  if (const QByteArray dir = qgetenv("ROUTELAB_SCREENSHOT_DIR"); !dir.isEmpty()) {
+    view->setGroupSeeds(true);
+    view->setBudgets(QStringLiteral("150, 250"));
+    shown = view->shownSerial();
+    QVERIFY(waitForResult(*view, shown));
+    QTRY_VERIFY_WITH_TIMEOUT(view->matchedTable().has_value(), kBuildTimeoutMs);
+    QTest::qWait(200);  // the plot's queued replot
+    const QString path = QString::fromUtf8(dir) + QStringLiteral("/compare-view.png");
+    QVERIFY(view->grab().save(path));
+    qInfo("screenshot: %s", qPrintable(path));
+  }
+}
+
+void TestGuiCompare::matchedTableHasRowsPerGroupAndColumnsPerBudget() {
+  auto view = makeView();
+  QCOMPARE(view->runList()->count(), 5);
+  QVERIFY(view->setFigureName(QStringLiteral("matched")));
+  view->setXAxis(QStringLiteral("step"));
+  view->setBudgets(QStringLiteral("250, 150"));  // sorted on the way in
+  for (const auto id : {denseA_, denseB_, dtr_, mod_}) view->setRunChecked(id, true);
+  QTRY_VERIFY_WITH_TIMEOUT(view->matchedTable().has_value() && view->figureView()->figure().name == "matched",
+                           kBuildTimeoutMs);
+  const QAbstractItemModel* model = view->matchedView()->model();
+  QCOMPARE(model->rowCount(), 3);     // dense (2 seeds), dtrnet, mod
+  QCOMPARE(model->columnCount(), 3);  // run, @150, @250
+  QCOMPARE(model->headerData(1, Qt::Horizontal).toString(), QStringLiteral("@ 150"));
+  QCOMPARE(model->headerData(2, Qt::Horizontal).toString(), QStringLiteral("@ 250"));
+  QCOMPARE(model->index(0, 0).data().toString(), QStringLiteral("dense (2 seeds)"));
+  // Linear interpolation: dense seeds 2.5 and 2.7 at step 150 (mean 2.6, std 0.1414), dtrnet 2.3, mod 3.0.
+  QCOMPARE(model->index(0, 1).data(CompareView::kValueRole).toDouble(), 2.6);
+  QCOMPARE(model->index(0, 1).data().toString(), QStringLiteral("2.6000 ± 0.1414"));
+  QCOMPARE(model->index(1, 1).data(CompareView::kValueRole).toDouble(), 2.3);
+  QCOMPARE(model->index(2, 1).data(CompareView::kValueRole).toDouble(), 3.0);
+  QCOMPARE(model->index(1, 2).data(CompareView::kValueRole).toDouble(), 1.35);
+  QVERIFY(model->index(1, 1).data(Qt::FontRole).value<QFont>().bold());  // lowest loss in bold
+  QCOMPARE(view->figureView()->figure().panels.size(), std::size_t{1});
+  QCOMPARE(view->figureView()->figure().panels[0].series.size(), std::size_t{3});
+
+  // The x axis reaches the builders: step 150 is 150 x 4 x 8 = 4800 tokens.
+  quint64 shown = view->shownSerial();
+  view->setXAxis(QStringLiteral("tokens"));
+  view->setBudgets(QStringLiteral("4800"));
+  QVERIFY(waitForResult(*view, shown));
+  QTRY_COMPARE_WITH_TIMEOUT(view->matchedView()->model()->columnCount(), 2, kBuildTimeoutMs);
+  QCOMPARE(view->matchedView()->model()->index(1, 1).data(CompareView::kValueRole).toDouble(), 2.3);
+
+  // Exports through core/report/table.h.
+  QTemporaryDir out;
+  const QString tex = out.filePath(QStringLiteral("m.tex")), md = out.filePath(QStringLiteral("m.md")),
+                csv = out.filePath(QStringLiteral("m.csv"));
+  QCOMPARE(view->saveTable(tex), QString());
+  QCOMPARE(view->saveTable(md), QString());
+  QCOMPARE(view->saveTable(csv), QString());
+  QVERIFY(view->saveTable(out.filePath(QStringLiteral("m.docx"))).contains(QStringLiteral("m.docx")));
+  QFile texFile(tex);
+  QVERIFY(texFile.open(QIODevice::ReadOnly));
+  const QByteArray latex = texFile.readAll();
+  QVERIFY(latex.contains("\\toprule") && latex.contains("dense (2 seeds)"));
+  QFile mdFile(md);
+  QVERIFY(mdFile.open(QIODevice::ReadOnly));
+  QVERIFY(mdFile.readAll().contains("| dense (2 seeds) |"));
+  view->copyTableAsLatex();
+  QVERIFY(QGuiApplication::clipboard()->text().contains(QStringLiteral("\\toprule")));
+
+  // A bad budget is reported in the status line, not in a dialog.
+  shown = view->shownSerial();
+  view->setBudgets(QStringLiteral("12, abc"));
+  QVERIFY(waitForResult(*view, shown));
+  QVERIFY2(view->statusText().contains(QStringLiteral("'abc' is not a number")), qPrintable(view->statusText()));
+  QCOMPARE(QApplication::activeModalWidget(), nullptr);
+}
+
+void TestGuiCompare::configDiffListsExactlyTheDifferingKeys() {
+  auto view = makeView();
+  QCOMPARE(view->runList()->count(), 5);
+  QVERIFY(view->setFigureName(QStringLiteral("curves")));
+  view->setRunChecked(denseA_, true);
+  view->setRunChecked(denseB_, true);
+  QTRY_COMPARE_WITH_TIMEOUT(view->diffView()->model()->rowCount(), 1, kBuildTimeoutMs);
+  QCOMPARE(diffKeys(*view), QStringList{QStringLiteral("run.seed")});
+  QCOMPARE(view->diffView()->model()->columnCount(), 3);  // key + two runs
+
+  const quint64 shown = view->shownSerial();
+  view->setRunChecked(dtr_, true);
+  view->setRunChecked(mod_, true);
+  QVERIFY(waitForResult(*view, shown));
+  QTRY_COMPARE_WITH_TIMEOUT(view->diffView()->model()->columnCount(), 5, kBuildTimeoutMs);
+  QCOMPARE(diffKeys(*view), (QStringList{"model.arch", "model.capacity", "model.pattern", "run.seed", "train.lr"}));
+  const QAbstractItemModel* model = view->diffView()->model();
+  // Columns follow the checked runs in id order; a key a run lacks shows a dash.
+  QCOMPARE(model->headerData(3, Qt::Horizontal).toString(), QStringLiteral("#%1 dtrnet-bilayer").arg(dtr_));
+  QCOMPARE(model->index(1, 4).data().toString(), QStringLiteral("0.125"));
+  QCOMPARE(model->index(1, 1).data().toString(), QString::fromUtf8(routelab::kConfigDiffMissing));
+  QCOMPARE(model->index(2, 3).data().toString(), QStringLiteral("bilayer"));
+  QCOMPARE(view->configDiff().keys_compared, std::size_t{9});
+  view->copyDiff();
+  QVERIFY(QGuiApplication::clipboard()->text().contains(QStringLiteral("model.capacity\t—\t—\t—\t0.125")));
+}
+
+void TestGuiCompare::otherFiguresAndErrorsInTheStatusLine() {
+  auto view = makeView();
+  QCOMPARE(view->runList()->count(), 5);
+  for (const auto id : {denseA_, denseB_, dtr_, mod_}) view->setRunChecked(id, true);
+
+  QVERIFY(view->setFigureName(QStringLiteral("routed-layers")));
+  QTRY_VERIFY_WITH_TIMEOUT(view->figureView()->figure().name == "routed-layers", kBuildTimeoutMs);
+  const auto& bars = view->figureView()->figure().panels.at(0).bars;
+  QCOMPARE(bars.categories.size(), std::size_t{2});  // two layers
+  QVERIFY(bars.members.size() >= 3);
+
+  QVERIFY(view->setFigureName(QStringLiteral("pareto")));
+  QTRY_VERIFY_WITH_TIMEOUT(view->figureView()->figure().name == "pareto", kBuildTimeoutMs);
+  const auto& series = view->figureView()->figure().panels.at(0).series;
+  QCOMPARE(series.size(), std::size_t{4});  // three groups and the front
+  QCOMPARE(series.back().label, std::string("Pareto front"));
+  QCOMPARE(view->figureView()->plot()->axisRectCount(), 1);
+
+  // Token maps need probes: the builder's error lands in the status line and the canvas is cleared.
+  quint64 shown = view->shownSerial();
+  QVERIFY(view->setFigureName(QStringLiteral("token-maps")));
+  QVERIFY(waitForResult(*view, shown));
+  QVERIFY(view->figureView()->figure().panels.empty());
+  QVERIFY(!view->statusText().isEmpty() && view->statusText() != QStringLiteral("Building…"));
+  QVERIFY(view->diffView()->model()->rowCount() > 0);  // the rest still shows
+  QCOMPARE(QApplication::activeModalWidget(), nullptr);
+
+  // Two runs with probes: both maps side by side and their difference on a diverging scale.
+  shown = view->shownSerial();
+  view->showRuns({dtr_, mod_});
+  QVERIFY(waitForResult(*view, shown));
+  QTRY_COMPARE_WITH_TIMEOUT(view->figureView()->figure().panels.size(), std::size_t{3}, kBuildTimeoutMs);
+  {
+    const auto& panels = view->figureView()->figure().panels;
+    QCOMPARE(panels[0].heatmap.cols, std::size_t{4});
+    QVERIFY(panels[2].heatmap.diverging);
+    QCOMPARE(panels[2].heatmap.values[0], 0.9 - 0.4);
+    QVERIFY(view->figureView()->plot()->axisRectCount() >= 3);
+    QVERIFY(view->matchedTable().has_value());  // the table still reads val/loss
+  }
+  shown = view->shownSerial();
+  view->setShowDecisions(true);
+  QVERIFY(waitForResult(*view, shown));
+  QCOMPARE(view->figureView()->figure().meta.value("map", std::string()), std::string("decision"));
+  QCOMPARE(view->figureView()->figure().panels.at(2).heatmap.values[1], -1.0);  // 0 - 1
+
+  // One run is too few for token maps: said before asking the worker.
+  shown = view->shownSerial();
+  view->showRuns({dtr_});
+  QVERIFY(waitForResult(*view, shown));
+  QVERIFY2(view->statusText().contains(QStringLiteral("needs at least 2 runs")), qPrintable(view->statusText()));
+
+  // No run checked: everything is cleared.
+  view->showRuns({});
+  QTRY_COMPARE_WITH_TIMEOUT(view->statusText(), QStringLiteral("Check runs to compare."), kBuildTimeoutMs);
+  QCOMPARE(view->diffView()->model()->rowCount(), 0);
+}
+
+void TestGuiCompare::latestRequestWins() {
+  auto view = makeView();
+  QCOMPARE(view->runList()->count(), 5);
+  QSignalSpy shownSpy(view.get(), &CompareView::resultShown);
+  for (const auto id : {denseA_, dtr_, mod_}) view->setRunChecked(id, true);
+  // Requests faster than the worker answers: only the last one's figure may end up on screen.
+  for (const char* name : {"pareto", "curves", "matched", "pareto", "curves"}) {
+    QVERIFY(view->setFigureName(QString::fromLatin1(name)));
+    QTest::qWait(CompareView::kUpdateDelayMs + 10);  // past the debounce: each one is a request of its own
+  }
+  QVERIFY(view->setFigureName(QStringLiteral("routed-layers")));
+  QTRY_VERIFY_WITH_TIMEOUT(view->figureView()->figure().name == "routed-layers", kBuildTimeoutMs);
+  QCOMPARE(view->shownSerial(), view->requestedSerial());
+  const quint64 last = view->shownSerial();
+  QTest::qWait(500);
+  QCOMPARE(view->shownSerial(), last);  // nothing older arrives afterwards
+  QCOMPARE(view->figureView()->figure().name, std::string("routed-layers"));
+  // Every shown result is newer than the one before.
+  quint64 previous = 0;
+  for (const auto& args : shownSpy) {
+    const quint64 serial = args.at(0).value<quint64>();
+    QVERIFY(serial > previous);
+    previous = serial;
+  }
+}
+
+void TestGuiCompare::mainWindowHasTheDockShortcutAndCompareRequest() {
+  routelab::MainWindowOptions options;
+  options.dbPath = dbPath_;
+  options.confirmClose = false;
+  routelab::MainWindow window(options);
+  window.show();
+  QVERIFY(QTest::qWaitForWindowExposed(&window));
+  QDockWidget* dock = window.findChild<QDockWidget*>(QStringLiteral("compareDock"));
+  QVERIFY(dock);
+  QCOMPARE(dock, window.compareDock());
+  QVERIFY(!dock->isVisible());
+  auto* action = window.findChild<QAction*>(QStringLiteral("compareAction"));
+  QVERIFY(action);
+  QCOMPARE(action->shortcut(), QKeySequence(Qt::CTRL | Qt::SHIFT | Qt::Key_C));
+  action->trigger();
+  QVERIFY(dock->isVisible());
+  CompareView* view = window.compareView();
+  QTRY_COMPARE_WITH_TIMEOUT(view->runList()->count(), 5, kBuildTimeoutMs);
+
+  action->trigger();
+  QVERIFY(!dock->isVisible());
+  Q_EMIT window.runsPanel()->compareRequested({dtr_, mod_});
+  QVERIFY(dock->isVisible());
+  QCOMPARE(view->checkedRuns(), (QList<qint64>{dtr_, mod_}));
+  QTRY_COMPARE_WITH_TIMEOUT(view->diffView()->model()->columnCount(), 3, kBuildTimeoutMs);
+}
+
+QTEST_MAIN(TestGuiCompare)
+#include "test_gui_compare.moc"

@@ -1,0 +1,740 @@
+// CompareView and CompareWorker: the GUI side keeps the run list, the controls and the shown results; the worker
+// builds figures, matched-budget tables and config diffs from its own RunStore connection on its own thread.
+#include "ui/compare_view.h"
+
+#include <QCheckBox>
+#include <QClipboard>
+#include <QComboBox>
+#include <QDoubleSpinBox>
+#include <QElapsedTimer>
+#include <QFile>
+#include <QFileDialog>
+#include <QFileInfo>
+#include <QFont>
+#include <QGridLayout>
+#include <QHash>
+#include <QGuiApplication>
+#include <QHBoxLayout>
+#include <QHeaderView>
+#include <QLabel>
+#include <QLineEdit>
+#include <QListWidget>
+#include <QPushButton>
+#include <QRegularExpression>
+#include <QShowEvent>
+#include <QSignalBlocker>
+#include <QSpinBox>
+#include <QSplitter>
+#include <QStandardItemModel>
+#include <QTabWidget>
+#include <QTableView>
+#include <QThread>
+#include <QTimer>
+#include <QVBoxLayout>
+
+#include <algorithm>
+#include <cmath>
+#include <memory>
+#include <set>
+
+#include "core/report/figures.h"
+#include "core/store/run_store.h"
+#include "core/util/errors.h"
+#include "core/util/logging.h"
+#include "ui/figure_render.h"
+#include "ui/store_service.h"
+
+namespace routelab {
+namespace {
+
+constexpr int kIdRole = Qt::UserRole;
+const QString kDefaultMetric = QStringLiteral("val/loss");
+/// The one figure whose `metric` picks gate or decision maps instead of a metric key.
+const QString kTokenMaps = QStringLiteral("token-maps");
+
+QString runText(const RunSummary& run) {
+  return QStringLiteral("#%1  %2 · %3 · %4").arg(run.id).arg(run.name, run.arch, run.status);
+}
+
+QString cellText(const CellSummary& cell, const TableColumn& column) {
+  QString text = QString::number(cell.mean * column.scale, 'f', column.precision);
+  if (cell.n > 1) text += QStringLiteral(" ± ") + QString::number(cell.std * column.scale, 'f', column.precision);
+  return text;
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------------------------------------- CompareWorker
+
+struct CompareWorker::Impl {
+  std::string path;
+  std::unique_ptr<RunStore> store;
+
+  RunStore& open() {
+    // Read-only use: crashed-run marking is the StoreService's job.
+    if (!store) store = std::make_unique<RunStore>(path, /*mark_crashed=*/false);
+    return *store;
+  }
+};
+
+CompareWorker::CompareWorker(const QString& dbPath) : impl_(new Impl{dbPath.toStdString(), nullptr}) {}
+
+CompareWorker::~CompareWorker() { delete impl_; }
+
+void CompareWorker::build(const CompareRequest& request) {
+  CompareResult result;
+  result.serial = request.serial;
+  QElapsedTimer timer;
+  timer.start();
+  bool storeFailed = false;
+  // Each part fails on its own: a figure that needs data these runs lack still leaves the diff and the table.
+  auto attempt = [&](QString& error, auto&& fn) {
+    try {
+      fn();
+    } catch (const StoreError& e) {
+      storeFailed = true;
+      error = QString::fromUtf8(e.what());
+    } catch (const std::exception& e) {
+      error = QString::fromUtf8(e.what());
+    }
+  };
+  const std::vector<std::int64_t>& ids = request.figure.run_ids;
+  attempt(result.diffError, [&] { result.diff = config_diff(impl_->open(), ids); });
+  if (!request.figure.name.empty())
+    attempt(result.figureError, [&] {
+      FigureRequest figure = request.figure;
+      if (!request.figureMetric.empty()) figure.metric = request.figureMetric;
+      result.figure = build_figure(impl_->open(), figure);
+    });
+  attempt(result.tableError, [&] { result.table = matched_budget_table(impl_->open(), request.figure); });
+  if (storeFailed) impl_->store.reset();  // reopen next time: the file may be replaced or unlocked by then
+  result.seconds = static_cast<double>(timer.nsecsElapsed()) * 1e-9;
+  Q_EMIT built(result);
+}
+
+void CompareWorker::readMetricKeys(quint64 serial, const QList<qint64>& runIds) {
+  std::set<std::string> keys;
+  try {
+    RunStore& store = impl_->open();
+    for (const qint64 id : runIds)
+      for (auto& key : store.metric_keys(id)) keys.insert(std::move(key));
+  } catch (const std::exception& e) {
+    impl_->store.reset();
+    logger("ui")->warn("compare view: metric keys: {}", e.what());
+  }
+  QStringList out;
+  for (const auto& key : keys) out << QString::fromStdString(key);
+  Q_EMIT metricKeysRead(serial, out);
+}
+
+// ------------------------------------------------------------------------------------------------ CompareView
+
+CompareView::CompareView(StoreService* store, QWidget* parent) : QWidget(parent), store_(store) {
+  setObjectName(QStringLiteral("compareView"));
+  qRegisterMetaType<CompareRequest>();
+  qRegisterMetaType<CompareResult>();
+  buildUi();
+
+  updateTimer_ = new QTimer(this);
+  updateTimer_->setSingleShot(true);
+  updateTimer_->setInterval(kUpdateDelayMs);
+  connect(updateTimer_, &QTimer::timeout, this, &CompareView::sendRequest);
+
+  thread_ = new QThread(this);
+  thread_->setObjectName(QStringLiteral("routelab-compare"));
+  worker_ = new CompareWorker(store_->dbPath());
+  worker_->moveToThread(thread_);
+  connect(thread_, &QThread::finished, worker_, &QObject::deleteLater);
+  connect(worker_, &CompareWorker::built, this, &CompareView::onResult, Qt::QueuedConnection);
+  connect(worker_, &CompareWorker::metricKeysRead, this, &CompareView::onMetricKeys, Qt::QueuedConnection);
+  thread_->start();
+
+  connect(store_, &StoreService::runsLoaded, this, &CompareView::setRuns);
+  setStatus(tr("Check runs to compare."), false);
+}
+
+CompareView::~CompareView() {
+  thread_->quit();
+  thread_->wait();  // a build in progress finishes first (tiny stores: well under a second)
+}
+
+void CompareView::buildUi() {
+  filter_ = new QLineEdit(this);
+  filter_->setObjectName(QStringLiteral("compareFilter"));
+  filter_->setPlaceholderText(tr("Filter runs (name, architecture, id)"));
+  filter_->setClearButtonEnabled(true);
+  runList_ = new QListWidget(this);
+  runList_->setObjectName(QStringLiteral("compareRunList"));
+  runList_->setToolTip(tr("Check the runs to compare"));
+  groupSeeds_ = new QCheckBox(tr("Group seeds (mean ± std)"), this);
+  groupSeeds_->setObjectName(QStringLiteral("compareGroupSeeds"));
+  groupSeeds_->setChecked(true);
+  groupSeeds_->setToolTip(tr("Runs with the same config apart from the run section form one curve with a band"));
+  auto* left = new QWidget(this);
+  auto* leftLayout = new QVBoxLayout(left);
+  leftLayout->setContentsMargins(0, 0, 0, 0);
+  leftLayout->addWidget(filter_);
+  leftLayout->addWidget(runList_, 1);
+  leftLayout->addWidget(groupSeeds_);
+  // Wide enough for "#id  name · arch · status" of a typical run.
+  left->setMinimumWidth(fontMetrics().horizontalAdvance(QStringLiteral("#000  dtrnet-bilayer-s1 · dtrnet · finished")));
+
+  figure_ = new QComboBox(this);
+  figure_->setObjectName(QStringLiteral("compareFigure"));
+  // The seeds' figure titles are long: keep the view narrow enough for a dock.
+  figure_->setSizeAdjustPolicy(QComboBox::AdjustToMinimumContentsLengthWithIcon);
+  figure_->setMinimumContentsLength(22);
+  for (const FigureInfo& info : figure_catalog()) {
+    figure_->addItem(QString::fromStdString(info.title), QString::fromStdString(info.name));
+    figure_->setItemData(figure_->count() - 1, QString::fromStdString(info.description), Qt::ToolTipRole);
+  }
+  metric_ = new QComboBox(this);
+  metric_->setObjectName(QStringLiteral("compareMetric"));
+  metric_->addItem(kDefaultMetric);
+  metric_->setSizeAdjustPolicy(QComboBox::AdjustToContents);
+  xAxis_ = new QComboBox(this);
+  xAxis_->setObjectName(QStringLiteral("compareXAxis"));
+  xAxis_->addItem(tr("Step"), QStringLiteral("step"));
+  xAxis_->addItem(tr("Tokens"), QStringLiteral("tokens"));
+  xAxis_->addItem(tr("Cumulative FLOPs"), QStringLiteral("flops"));
+  xAxis_->addItem(tr("Wall time (s)"), QStringLiteral("wall"));
+  smoothing_ = new QDoubleSpinBox(this);
+  smoothing_->setRange(0.0, 0.99);
+  smoothing_->setSingleStep(0.05);
+  smoothing_->setDecimals(2);
+  smoothing_->setValue(0.6);
+  smoothing_->setToolTip(tr("Debiased EMA weight of training series (0 = raw only)"));
+  budgets_ = new QLineEdit(this);
+  budgets_->setObjectName(QStringLiteral("compareBudgets"));
+  budgets_->setPlaceholderText(tr("auto (e.g. 1e12, 2e12)"));
+  budgets_->setToolTip(tr("x values (in the x axis' unit) at which the matched figure and table read the metric; "
+                          "empty: five budgets up to the largest x every run reaches"));
+  step_ = new QSpinBox(this);
+  step_->setRange(0, 1'000'000'000);
+  step_->setSpecialValueText(tr("last"));
+  step_->setToolTip(tr("Evaluation step of routing figures (last = the latest one)"));
+  decisions_ = new QCheckBox(tr("Decisions"), this);
+  decisions_->setToolTip(tr("Token maps: colour by the hard routing decision instead of the gate value"));
+  decisions_->setEnabled(false);
+  refresh_ = new QPushButton(tr("Refresh"), this);
+  refresh_->setToolTip(tr("Read the checked runs again"));
+
+  auto* controls = new QGridLayout;
+  controls->addWidget(new QLabel(tr("Figure"), this), 0, 0);
+  controls->addWidget(figure_, 0, 1, 1, 3);
+  controls->addWidget(new QLabel(tr("Metric"), this), 0, 4);
+  controls->addWidget(metric_, 0, 5);
+  controls->addWidget(new QLabel(tr("x"), this), 0, 6);
+  controls->addWidget(xAxis_, 0, 7);
+  controls->addWidget(new QLabel(tr("Smoothing"), this), 1, 0);
+  controls->addWidget(smoothing_, 1, 1);
+  controls->addWidget(new QLabel(tr("Budgets"), this), 1, 2);
+  controls->addWidget(budgets_, 1, 3);
+  controls->addWidget(new QLabel(tr("Step"), this), 1, 4);
+  controls->addWidget(step_, 1, 5);
+  controls->addWidget(decisions_, 1, 6);
+  controls->addWidget(refresh_, 1, 7);
+  controls->setColumnStretch(3, 1);
+
+  figureView_ = new FigureView(this);
+  figureView_->setObjectName(QStringLiteral("compareFigureView"));
+
+  matchedModel_ = new QStandardItemModel(this);
+  matchedView_ = new QTableView(this);
+  matchedView_->setObjectName(QStringLiteral("compareMatchedTable"));
+  matchedView_->setModel(matchedModel_);
+  matchedView_->setEditTriggers(QAbstractItemView::NoEditTriggers);
+  matchedView_->verticalHeader()->hide();
+  copyLatex_ = new QPushButton(tr("Copy as LaTeX"), this);
+  saveTable_ = new QPushButton(tr("Save table…"), this);
+  auto* matchedPage = new QWidget(this);
+  auto* matchedLayout = new QVBoxLayout(matchedPage);
+  matchedLayout->addWidget(matchedView_, 1);
+  auto* matchedButtons = new QHBoxLayout;
+  matchedButtons->addStretch(1);
+  matchedButtons->addWidget(copyLatex_);
+  matchedButtons->addWidget(saveTable_);
+  matchedLayout->addLayout(matchedButtons);
+
+  diffModel_ = new QStandardItemModel(this);
+  diffView_ = new QTableView(this);
+  diffView_->setObjectName(QStringLiteral("compareDiffTable"));
+  diffView_->setModel(diffModel_);
+  diffView_->setEditTriggers(QAbstractItemView::NoEditTriggers);
+  diffView_->verticalHeader()->hide();
+  diffSummary_ = new QLabel(this);
+  auto* copyDiff = new QPushButton(tr("Copy diff"), this);
+  auto* diffPage = new QWidget(this);
+  auto* diffLayout = new QVBoxLayout(diffPage);
+  diffLayout->addWidget(diffView_, 1);
+  auto* diffButtons = new QHBoxLayout;
+  diffButtons->addWidget(diffSummary_, 1);
+  diffButtons->addWidget(copyDiff);
+  diffLayout->addLayout(diffButtons);
+
+  tabs_ = new QTabWidget(this);
+  tabs_->addTab(matchedPage, tr("Matched budgets"));
+  tabs_->addTab(diffPage, tr("Config diff"));
+
+  status_ = new QLabel(this);
+  status_->setObjectName(QStringLiteral("compareStatus"));
+  status_->setWordWrap(true);
+  status_->setTextInteractionFlags(Qt::TextSelectableByMouse);
+
+  auto* centre = new QSplitter(Qt::Vertical, this);
+  centre->addWidget(figureView_);
+  centre->addWidget(tabs_);
+  centre->setStretchFactor(0, 3);
+  centre->setStretchFactor(1, 1);
+  auto* right = new QWidget(this);
+  auto* rightLayout = new QVBoxLayout(right);
+  rightLayout->setContentsMargins(0, 0, 0, 0);
+  rightLayout->addLayout(controls);
+  rightLayout->addWidget(centre, 1);
+  rightLayout->addWidget(status_);
+
+  auto* split = new QSplitter(Qt::Horizontal, this);
+  split->addWidget(left);
+  split->addWidget(right);
+  split->setStretchFactor(0, 0);
+  split->setStretchFactor(1, 1);
+  auto* layout = new QVBoxLayout(this);
+  layout->setContentsMargins(4, 4, 4, 4);
+  layout->addWidget(split);
+
+  connect(filter_, &QLineEdit::textChanged, this, &CompareView::applyFilter);
+  connect(runList_, &QListWidget::itemChanged, this, &CompareView::onItemChanged);
+  connect(groupSeeds_, &QCheckBox::toggled, this, &CompareView::scheduleUpdate);
+  connect(figure_, &QComboBox::currentIndexChanged, this, [this](int index) {
+    figure_->setToolTip(figure_->itemData(index, Qt::ToolTipRole).toString());
+    decisions_->setEnabled(figure_->itemData(index).toString() == kTokenMaps);
+    scheduleUpdate();
+  });
+  connect(metric_, &QComboBox::currentIndexChanged, this, &CompareView::scheduleUpdate);
+  connect(xAxis_, &QComboBox::currentIndexChanged, this, &CompareView::scheduleUpdate);
+  connect(smoothing_, &QDoubleSpinBox::valueChanged, this, &CompareView::scheduleUpdate);
+  connect(budgets_, &QLineEdit::editingFinished, this, &CompareView::scheduleUpdate);
+  connect(step_, &QSpinBox::valueChanged, this, &CompareView::scheduleUpdate);
+  connect(decisions_, &QCheckBox::toggled, this, &CompareView::scheduleUpdate);
+  connect(refresh_, &QPushButton::clicked, this, &CompareView::refresh);
+  connect(copyLatex_, &QPushButton::clicked, this, &CompareView::copyTableAsLatex);
+  connect(saveTable_, &QPushButton::clicked, this, &CompareView::saveTableWithDialog);
+  connect(copyDiff, &QPushButton::clicked, this, &CompareView::copyDiff);
+  copyLatex_->setEnabled(false);
+  saveTable_->setEnabled(false);
+}
+
+QList<qint64> CompareView::checkedRuns() const {
+  QList<qint64> ids(checked_.begin(), checked_.end());
+  std::sort(ids.begin(), ids.end());
+  return ids;
+}
+
+void CompareView::setRunChecked(qint64 runId, bool checked) {
+  for (int i = 0; i < runList_->count(); ++i) {
+    QListWidgetItem* item = runList_->item(i);
+    if (item->data(kIdRole).toLongLong() == runId) item->setCheckState(checked ? Qt::Checked : Qt::Unchecked);
+  }
+}
+
+bool CompareView::setFigureName(const QString& name) {
+  const int index = figure_->findData(name);
+  if (index < 0) return false;
+  figure_->setCurrentIndex(index);
+  return true;
+}
+
+QString CompareView::figureName() const { return figure_->currentData().toString(); }
+
+void CompareView::setXAxis(const QString& axis) {
+  const int index = xAxis_->findData(axis);
+  if (index >= 0) xAxis_->setCurrentIndex(index);
+}
+
+void CompareView::setMetric(const QString& key) {
+  int index = metric_->findText(key);
+  if (index < 0) {
+    metric_->addItem(key);
+    index = metric_->count() - 1;
+  }
+  metric_->setCurrentIndex(index);
+}
+
+void CompareView::setBudgets(const QString& text) {
+  budgets_->setText(text);
+  scheduleUpdate();
+}
+
+void CompareView::setGroupSeeds(bool on) { groupSeeds_->setChecked(on); }
+
+void CompareView::setShowDecisions(bool on) { decisions_->setChecked(on); }
+
+QString CompareView::statusText() const { return status_->text(); }
+
+void CompareView::showRuns(const QList<qint64>& runIds) {
+  checked_.clear();
+  wanted_.clear();
+  QSet<qint64> listed;
+  for (const RunSummary& run : runs_) listed.insert(run.id);
+  for (const qint64 id : runIds) (listed.contains(id) ? checked_ : wanted_).insert(id);
+  fillingList_ = true;
+  for (int i = 0; i < runList_->count(); ++i) {
+    QListWidgetItem* item = runList_->item(i);
+    item->setCheckState(checked_.contains(item->data(kIdRole).toLongLong()) ? Qt::Checked : Qt::Unchecked);
+  }
+  fillingList_ = false;
+  requestMetricKeys();
+  scheduleUpdate();
+}
+
+void CompareView::refresh() {
+  requestMetricKeys();
+  scheduleUpdate();
+}
+
+void CompareView::setRuns(const QList<RunSummary>& runs) {
+  bool selectionChanged = false;
+  bool checkedRunMoved = false;
+  QHash<qint64, const RunSummary*> before;
+  for (const RunSummary& run : runs_) before.insert(run.id, &run);
+  QSet<qint64> listed;
+  for (const RunSummary& run : runs) {
+    listed.insert(run.id);
+    if (wanted_.remove(run.id)) {
+      checked_.insert(run.id);
+      selectionChanged = true;
+    }
+    if (checked_.contains(run.id)) {
+      const RunSummary* old = before.value(run.id, nullptr);
+      if (old && (old->lastStep != run.lastStep || old->status != run.status)) checkedRunMoved = true;
+    }
+  }
+  for (auto it = checked_.begin(); it != checked_.end();) {
+    if (listed.contains(*it)) {
+      ++it;
+    } else {
+      it = checked_.erase(it);  // deleted or archived
+      selectionChanged = true;
+    }
+  }
+
+  // Same runs in the same order: update texts in place (keeps scrolling and focus); else rebuild.
+  bool sameIds = runList_->count() == runs.size();
+  for (int i = 0; sameIds && i < runs.size(); ++i)
+    sameIds = runList_->item(i)->data(kIdRole).toLongLong() == runs[i].id;
+  fillingList_ = true;
+  if (sameIds) {
+    for (int i = 0; i < runs.size(); ++i) {
+      QListWidgetItem* item = runList_->item(i);
+      if (item->text() != runText(runs[i])) item->setText(runText(runs[i]));
+      item->setCheckState(checked_.contains(runs[i].id) ? Qt::Checked : Qt::Unchecked);
+    }
+  } else {
+    runList_->clear();
+    for (const RunSummary& run : runs) {
+      auto* item = new QListWidgetItem(runText(run), runList_);
+      item->setData(kIdRole, run.id);
+      item->setFlags(Qt::ItemIsEnabled | Qt::ItemIsSelectable | Qt::ItemIsUserCheckable);
+      item->setCheckState(checked_.contains(run.id) ? Qt::Checked : Qt::Unchecked);
+      item->setToolTip(QStringLiteral("%1 (%2), preset %3, step %4 of %5")
+                           .arg(run.name, run.arch, run.preset.isEmpty() ? tr("none") : run.preset)
+                           .arg(run.lastStep)
+                           .arg(run.totalSteps));
+    }
+  }
+  fillingList_ = false;
+  runs_ = runs;
+  applyFilter();
+
+  if (selectionChanged) {
+    requestMetricKeys();
+    scheduleUpdate();
+  } else if (checkedRunMoved) {
+    // A live or resumed run among the checked ones grew: follow it, but only when someone is looking.
+    if (isVisible())
+      scheduleUpdate();
+    else
+      dirty_ = true;
+  }
+}
+
+void CompareView::applyFilter() {
+  const QString needle = filter_->text().trimmed();
+  for (int i = 0; i < runList_->count(); ++i) {
+    QListWidgetItem* item = runList_->item(i);
+    item->setHidden(!needle.isEmpty() && !item->text().contains(needle, Qt::CaseInsensitive));
+  }
+}
+
+void CompareView::onItemChanged() {
+  if (fillingList_) return;
+  QSet<qint64> now;
+  for (int i = 0; i < runList_->count(); ++i) {
+    const QListWidgetItem* item = runList_->item(i);
+    if (item->checkState() == Qt::Checked) now.insert(item->data(kIdRole).toLongLong());
+  }
+  if (now == checked_) return;  // a text change, not a check
+  checked_ = now;
+  wanted_.clear();
+  requestMetricKeys();
+  scheduleUpdate();
+}
+
+void CompareView::showEvent(QShowEvent* event) {
+  QWidget::showEvent(event);
+  if (dirty_) {
+    dirty_ = false;
+    scheduleUpdate();
+  }
+}
+
+void CompareView::scheduleUpdate() { updateTimer_->start(); }
+
+void CompareView::requestMetricKeys() {
+  const quint64 serial = ++keysSerial_;
+  const QList<qint64> ids = checkedRuns();
+  QMetaObject::invokeMethod(worker_, [worker = worker_, serial, ids] { worker->readMetricKeys(serial, ids); },
+                            Qt::QueuedConnection);
+}
+
+void CompareView::onMetricKeys(quint64 serial, const QStringList& keys) {
+  if (serial != keysSerial_) return;  // the selection changed since
+  const QString current = metric_->currentText();
+  QString chosen = current;
+  if (!keys.contains(chosen)) chosen = keys.contains(kDefaultMetric) || keys.isEmpty() ? kDefaultMetric : keys.first();
+  {
+    const QSignalBlocker blocker(metric_);
+    metric_->clear();
+    metric_->addItems(keys.isEmpty() ? QStringList{kDefaultMetric} : keys);
+    metric_->setCurrentIndex(std::max(0, metric_->findText(chosen)));
+  }
+  if (metric_->currentText() != current) scheduleUpdate();
+}
+
+std::vector<double> CompareView::parseBudgets(QString* error) const {
+  std::vector<double> budgets;
+  const QStringList parts =
+      budgets_->text().split(QRegularExpression(QStringLiteral("[,;\\s]+")), Qt::SkipEmptyParts);
+  for (const QString& part : parts) {
+    bool ok = false;
+    const double value = part.toDouble(&ok);  // C locale: "1e12", "2.5e9"
+    if (!ok || !std::isfinite(value)) {
+      *error = tr("Budgets: '%1' is not a number").arg(part);
+      return {};
+    }
+    budgets.push_back(value);
+  }
+  std::sort(budgets.begin(), budgets.end());
+  budgets.erase(std::unique(budgets.begin(), budgets.end()), budgets.end());
+  return budgets;
+}
+
+void CompareView::sendRequest() {
+  const QList<qint64> ids = checkedRuns();
+  if (ids.isEmpty()) {
+    ++serial_;  // whatever is in flight is stale now
+    pending_.reset();
+    figureView_->setFigure(Figure{});
+    table_.reset();
+    diff_ = ConfigDiff{};
+    showTable();
+    showDiff();
+    setStatus(tr("Check runs to compare."), false);
+    return;
+  }
+  CompareRequest request;
+  FigureRequest& figure = request.figure;
+  figure.name = figureName().toStdString();
+  for (const qint64 id : ids) figure.run_ids.push_back(id);
+  figure.metric = metric_->currentText().isEmpty() ? kDefaultMetric.toStdString() : metric_->currentText().toStdString();
+  if (figureName() == kTokenMaps) request.figureMetric = decisions_->isChecked() ? "decision" : "gate";
+  figure.x_axis = xAxis_->currentData().toString().toStdString();
+  figure.smoothing = smoothing_->value();
+  figure.by_seed = groupSeeds_->isChecked();
+  figure.step = step_->value();
+  QString budgetError;
+  figure.budgets = parseBudgets(&budgetError);
+  budgets_->setStyleSheet(budgetError.isEmpty() ? QString() : QStringLiteral("QLineEdit { color: #b00020; }"));
+  latestNotes_.clear();
+  if (!budgetError.isEmpty()) latestNotes_ << budgetError;
+  for (const FigureInfo& info : figure_catalog()) {
+    if (info.name == figure.name && static_cast<std::size_t>(ids.size()) < info.min_runs) {
+      latestNotes_ << tr("“%1” needs at least %2 runs.").arg(figure_->currentText()).arg(info.min_runs);
+      figure.name.clear();
+    }
+  }
+  request.serial = ++serial_;
+  setStatus(tr("Building…"), false);
+  if (inFlight_) {
+    pending_ = request;  // latest wins: an older pending request is never built
+    return;
+  }
+  inFlight_ = true;
+  QMetaObject::invokeMethod(worker_, [worker = worker_, request] { worker->build(request); }, Qt::QueuedConnection);
+}
+
+void CompareView::onResult(const CompareResult& result) {
+  inFlight_ = false;
+  if (pending_) {
+    const CompareRequest next = *pending_;
+    pending_.reset();
+    inFlight_ = true;
+    QMetaObject::invokeMethod(worker_, [worker = worker_, next] { worker->build(next); }, Qt::QueuedConnection);
+  }
+  if (result.serial != serial_) return;  // stale: a newer request is in flight or the selection was cleared
+
+  QStringList errors = latestNotes_;
+  if (result.figure) {
+    figureView_->setFigure(*result.figure);
+  } else {
+    figureView_->setFigure(Figure{});
+    if (!result.figureError.isEmpty()) errors << result.figureError;
+  }
+  table_ = result.table;
+  if (!result.tableError.isEmpty()) errors << tr("Matched table: %1").arg(result.tableError);
+  diff_ = result.diff;
+  if (!result.diffError.isEmpty()) errors << tr("Config diff: %1").arg(result.diffError);
+  showTable();
+  showDiff();
+
+  if (!errors.isEmpty())
+    setStatus(errors.join(QStringLiteral(" · ")), true);
+  else
+    setStatus(tr("%1: %2 panel(s), %3 run(s), built in %4 s")
+                  .arg(figure_->currentText())
+                  .arg(result.figure ? result.figure->panels.size() : 0)
+                  .arg(checked_.size())
+                  .arg(result.seconds, 0, 'f', 2),
+              false);
+  shownSerial_ = result.serial;
+  Q_EMIT resultShown(result.serial);
+}
+
+void CompareView::showTable() {
+  matchedModel_->clear();
+  copyLatex_->setEnabled(table_.has_value());
+  saveTable_->setEnabled(table_.has_value());
+  if (!table_) {
+    matchedModel_->setHorizontalHeaderLabels({tr("No table: see the status line")});
+    return;
+  }
+  const ReportTable& table = *table_;
+  QStringList headers{QString::fromStdString(table.row_header)};
+  for (const TableColumn& column : table.columns) {
+    QString header = QString::fromStdString(column.header);
+    if (!column.unit.empty()) header += QStringLiteral(" (%1)").arg(QString::fromStdString(column.unit));
+    headers << header;
+  }
+  matchedModel_->setHorizontalHeaderLabels(headers);
+  std::vector<int> best;
+  for (std::size_t c = 0; c < table.columns.size(); ++c) best.push_back(best_row(table, c));
+  for (std::size_t r = 0; r < table.rows.size(); ++r) {
+    const TableRow& row = table.rows[r];
+    QList<QStandardItem*> items{new QStandardItem(QString::fromStdString(row.label))};
+    for (std::size_t c = 0; c < table.columns.size(); ++c) {
+      auto* item = new QStandardItem;
+      const auto& cell = c < row.cells.size() ? row.cells[c] : std::nullopt;
+      if (cell) {
+        item->setText(cellText(*cell, table.columns[c]));
+        item->setData(cell->mean, kValueRole);
+        item->setToolTip(tr("mean %1, std %2, n = %3").arg(cell->mean).arg(cell->std).arg(cell->n));
+        if (best[c] == static_cast<int>(r)) {
+          QFont font = item->font();
+          font.setBold(true);
+          item->setFont(font);
+        }
+      } else {
+        item->setText(QStringLiteral("–"));
+        item->setToolTip(tr("no value at this budget"));
+      }
+      item->setTextAlignment(Qt::AlignRight | Qt::AlignVCenter);
+      items << item;
+    }
+    matchedModel_->appendRow(items);
+  }
+  matchedView_->resizeColumnsToContents();
+}
+
+void CompareView::showDiff() {
+  diffModel_->clear();
+  QStringList headers{tr("Key")};
+  for (const auto& column : diff_.columns) headers << QString::fromStdString(column);
+  diffModel_->setHorizontalHeaderLabels(headers);
+  for (const ConfigDiffRow& row : diff_.rows) {
+    QList<QStandardItem*> items{new QStandardItem(QString::fromStdString(row.key))};
+    for (const auto& value : row.values) items << new QStandardItem(QString::fromStdString(value));
+    diffModel_->appendRow(items);
+  }
+  diffView_->resizeColumnsToContents();
+  if (diff_.columns.size() < 2)
+    diffSummary_->setText(tr("Check two or more runs to see how their configs differ."));
+  else if (diff_.rows.empty())
+    diffSummary_->setText(tr("The %1 configs are identical (%2 keys).").arg(diff_.columns.size()).arg(diff_.keys_compared));
+  else
+    diffSummary_->setText(tr("%1 of %2 keys differ.").arg(diff_.rows.size()).arg(diff_.keys_compared));
+}
+
+void CompareView::setStatus(const QString& text, bool error) {
+  status_->setText(text);
+  status_->setStyleSheet(error ? QStringLiteral("QLabel { color: #b00020; }") : QString());
+}
+
+void CompareView::copyTableAsLatex() {
+  if (!table_) return;
+  QGuiApplication::clipboard()->setText(QString::fromStdString(to_latex(*table_)));
+  setStatus(tr("Copied the matched-budget table as LaTeX."), false);
+}
+
+void CompareView::copyDiff() {
+  QStringList lines;
+  QStringList header{tr("key")};
+  for (const auto& column : diff_.columns) header << QString::fromStdString(column);
+  lines << header.join(QLatin1Char('\t'));
+  for (const ConfigDiffRow& row : diff_.rows) {
+    QStringList fields{QString::fromStdString(row.key)};
+    for (const auto& value : row.values) fields << QString::fromStdString(value);
+    lines << fields.join(QLatin1Char('\t'));
+  }
+  QGuiApplication::clipboard()->setText(lines.join(QLatin1Char('\n')) + QLatin1Char('\n'));
+  setStatus(tr("Copied the config diff (%1 keys).").arg(diff_.rows.size()), false);
+}
+
+QString CompareView::saveTable(const QString& path) const {
+  if (!table_) return tr("No matched-budget table to save.");
+  const QString suffix = QFileInfo(path).suffix().toLower();
+  std::string text;
+  if (suffix == QLatin1String("tex"))
+    text = to_latex(*table_);
+  else if (suffix == QLatin1String("md"))
+    text = to_markdown(*table_);
+  else if (suffix == QLatin1String("csv"))
+    text = to_csv(*table_);
+  else
+    return tr("%1: unknown table format '%2' (use .tex, .md or .csv)").arg(path, suffix);
+  QFile file(path);
+  if (!file.open(QIODevice::WriteOnly | QIODevice::Truncate))
+    return tr("%1: cannot write: %2").arg(path, file.errorString());
+  const QByteArray bytes = QByteArray::fromStdString(text);
+  if (file.write(bytes) != bytes.size()) return tr("%1: write failed: %2").arg(path, file.errorString());
+  return {};
+}
+
+void CompareView::saveTableWithDialog() {
+  if (!table_) return;
+  QString filter;
+  const QString path = QFileDialog::getSaveFileName(this, tr("Save matched-budget table"), QStringLiteral("matched.tex"),
+                                                    tr("LaTeX (*.tex);;Markdown (*.md);;CSV (*.csv)"), &filter);
+  if (path.isEmpty()) return;
+  QString target = path;
+  if (QFileInfo(target).suffix().isEmpty()) {
+    const QRegularExpressionMatch m = QRegularExpression(QStringLiteral("\\*(\\.\\w+)")).match(filter);
+    target += m.hasMatch() ? m.captured(1) : QStringLiteral(".tex");
+  }
+  const QString error = saveTable(target);
+  if (error.isEmpty())
+    setStatus(tr("Saved %1").arg(target), false);
+  else
+    setStatus(error, true);
+}
+
+}  // namespace routelab
