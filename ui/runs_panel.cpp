@@ -1,26 +1,42 @@
-// RunsPanel: QTableView over RunsTableModel with single-row selection.
+// RunsPanel: QTableView over RunsFilterProxy(RunsTableModel), search box, archived toggle, context menu.
 #include "ui/runs_panel.h"
 
+#include <QAction>
+#include <QCheckBox>
+#include <QHBoxLayout>
 #include <QHeaderView>
 #include <QItemSelectionModel>
 #include <QLabel>
+#include <QLineEdit>
+#include <QMenu>
+#include <QMessageBox>
 #include <QTableView>
 #include <QVBoxLayout>
 
+#include <algorithm>
+
+#include "ui/run_editor.h"
+#include "ui/run_queue.h"
 #include "ui/runs_table_model.h"
+#include "ui/store_service.h"
 
 namespace routelab {
 
 RunsPanel::RunsPanel(QWidget* parent) : QWidget(parent) {
   model_ = new RunsTableModel(this);
+  proxy_ = new RunsFilterProxy(this);
+  proxy_->setSourceModel(model_);
   view_ = new QTableView(this);
   view_->setObjectName(QStringLiteral("runsTable"));
-  view_->setModel(model_);
+  view_->setModel(proxy_);
+  view_->setSortingEnabled(true);
+  view_->sortByColumn(RunsTableModel::IdColumn, Qt::DescendingOrder);
   view_->setSelectionBehavior(QAbstractItemView::SelectRows);
-  view_->setSelectionMode(QAbstractItemView::SingleSelection);
+  view_->setSelectionMode(QAbstractItemView::ExtendedSelection);
   view_->setEditTriggers(QAbstractItemView::NoEditTriggers);
   view_->setAlternatingRowColors(true);
   view_->setWordWrap(false);
+  view_->setContextMenuPolicy(Qt::CustomContextMenu);
   view_->verticalHeader()->setVisible(false);
   view_->verticalHeader()->setDefaultSectionSize(view_->fontMetrics().height() + 6);
   // Numbers and words that must stay readable fit their contents; the name takes what is left.
@@ -30,16 +46,40 @@ RunsPanel::RunsPanel(QWidget* parent) : QWidget(parent) {
   header->setSectionResizeMode(QHeaderView::ResizeToContents);
   header->setSectionResizeMode(RunsTableModel::NameColumn, QHeaderView::Stretch);
 
+  search_ = new QLineEdit(this);
+  search_->setObjectName(QStringLiteral("runsSearch"));
+  search_->setPlaceholderText(tr("Search name, architecture, tags, notes, status, id…"));
+  search_->setClearButtonEnabled(true);
+  showArchived_ = new QCheckBox(tr("Show archived"), this);
+  showArchived_->setObjectName(QStringLiteral("showArchived"));
+
   summary_ = new QLabel(tr("No runs stored yet"), this);
   summary_->setObjectName(QStringLiteral("runsSummary"));
   summary_->setContentsMargins(4, 0, 4, 0);
 
+  auto* filterRow = new QHBoxLayout;
+  filterRow->setContentsMargins(0, 0, 0, 0);
+  filterRow->addWidget(search_, 1);
+  filterRow->addWidget(showArchived_);
   auto* layout = new QVBoxLayout(this);
   layout->setContentsMargins(0, 0, 0, 0);
   layout->setSpacing(2);
+  layout->addLayout(filterRow);
   layout->addWidget(view_, 1);
   layout->addWidget(summary_);
 
+  buildActions();
+
+  connect(search_, &QLineEdit::textChanged, this, [this](const QString& text) {
+    proxy_->setSearchText(text);
+    applySelection();
+    updateSummary();
+  });
+  connect(showArchived_, &QCheckBox::toggled, this, [this](bool show) {
+    proxy_->setShowArchived(show);
+    applySelection();
+    updateSummary();
+  });
   connect(view_->selectionModel(), &QItemSelectionModel::currentRowChanged, this,
           [this](const QModelIndex& current) {
             if (restoring_ || !current.isValid()) return;
@@ -48,18 +88,152 @@ RunsPanel::RunsPanel(QWidget* parent) : QWidget(parent) {
             wanted_ = id;
             Q_EMIT runSelected(id);
           });
+  connect(view_->selectionModel(), &QItemSelectionModel::selectionChanged, this, &RunsPanel::updateActions);
+  connect(view_, &QWidget::customContextMenuRequested, this, &RunsPanel::showMenu);
   connect(model_, &QAbstractItemModel::modelReset, this, &RunsPanel::applySelection);
+  updateActions();
+}
+
+void RunsPanel::setServices(StoreService* store, RunQueue* queue) {
+  store_ = store;
+  queue_ = queue;
+  connect(store_, &StoreService::runsEdited, this, [this](const QList<qint64>&, const QString& error) {
+    if (!error.isEmpty()) showError(tr("Runs"), error);
+    Q_EMIT editFinished(error);
+  });
+  connect(store_, &StoreService::runConfigLoaded, this,
+          [this](qint64 runId, const QString& configJson, const QString& origin) {
+            if (runId != cloning_) return;
+            cloning_ = 0;
+            Q_EMIT cloneRequested(configJson, origin);
+          });
+  connect(queue_, &RunQueue::runningChanged, this, &RunsPanel::updateActions);
+}
+
+void RunsPanel::buildActions() {
+  auto make = [this](const QString& text, const QKeySequence& key, auto handler) {
+    auto* action = new QAction(text, this);
+    if (!key.isEmpty()) action->setShortcut(key);
+    action->setShortcutContext(Qt::WidgetWithChildrenShortcut);  // the keys act on the table only
+    view_->addAction(action);
+    connect(action, &QAction::triggered, this, handler);
+    return action;
+  };
+  rename_ = make(tr("&Rename…"), QKeySequence(Qt::Key_F2), [this] {
+    const QList<RunSummary> runs = selectedRuns();
+    if (runs.size() != 1) return;
+    if (const auto name = askRunName(this, runs.first().name)) renameRun(runs.first().id, *name);
+  });
+  tags_ = make(tr("&Tags…"), QKeySequence(Qt::CTRL | Qt::Key_T), [this] {
+    const QList<RunSummary> runs = selectedRuns();
+    if (runs.isEmpty()) return;
+    if (const auto tags = askRunTags(this, runs.first().tags, static_cast<int>(runs.size())))
+      setTags(selectedRunIds(), *tags);
+  });
+  note_ = make(tr("&Note…"), QKeySequence(Qt::CTRL | Qt::Key_N), [this] {
+    const QList<RunSummary> runs = selectedRuns();
+    if (runs.isEmpty()) return;
+    if (const auto note = askRunNote(this, runs.first().notes, static_cast<int>(runs.size())))
+      setNote(selectedRunIds(), *note);
+  });
+  archive_ = make(tr("&Archive"), QKeySequence(Qt::CTRL | Qt::Key_E), [this] {
+    const QList<RunSummary> runs = selectedRuns();
+    const bool allArchived =
+        !runs.isEmpty() && std::all_of(runs.begin(), runs.end(), [](const RunSummary& r) { return r.archived; });
+    setArchived(selectedRunIds(), !allArchived);
+  });
+  delete_ = make(tr("&Delete…"), QKeySequence::Delete, [this] {
+    const QList<RunSummary> runs = selectedRuns();
+    if (runs.isEmpty()) return;
+    QList<qint64> ids;
+    for (const RunSummary& r : runs) ids << r.id;
+    for (const RunSummary& r : runs)
+      if (r.status == QLatin1String("running") || (queue_ && queue_->controllerOf(r.id))) {
+        showError(tr("Delete runs"), tr("Run %1 is running: stop it before deleting it.").arg(r.id));
+        return;
+      }
+    if (!confirmDeleteRuns(this, runs)) return;
+    if (const QString error = deleteRuns(ids); !error.isEmpty()) showError(tr("Delete runs"), error);
+  });
+  resume_ = make(tr("Re&sume"), QKeySequence(Qt::CTRL | Qt::SHIFT | Qt::Key_R), [this] {
+    resumeRuns(selectedRunIds());
+  });
+  clone_ = make(tr("&Clone to designer"), QKeySequence(Qt::CTRL | Qt::SHIFT | Qt::Key_L), [this] {
+    cloneRun(selectedRunId() ? selectedRunId() : selectedRunIds().value(0));
+  });
+  compare_ = make(tr("Co&mpare"), QKeySequence(Qt::CTRL | Qt::SHIFT | Qt::Key_M), [this] {
+    const QList<qint64> ids = selectedRunIds();
+    if (!ids.isEmpty()) Q_EMIT compareRequested(ids);
+  });
+  dashboard_ = make(tr("Open &dashboard"), QKeySequence(Qt::Key_Return), [this] {
+    for (qint64 id : selectedRunIds()) Q_EMIT dashboardRequested(id);
+  });
+  rename_->setToolTip(tr("Rename the selected run (F2)"));
+  delete_->setToolTip(tr("Delete the selected runs and their checkpoint files, after asking (Del)"));
+  resume_->setToolTip(tr("Continue stopped, failed or crashed runs from their last checkpoint (Ctrl+Shift+R)"));
+}
+
+void RunsPanel::updateActions() {
+  const QList<RunSummary> runs = selectedRuns();
+  const bool any = !runs.isEmpty();
+  const bool editable = any && store_;
+  rename_->setEnabled(editable && runs.size() == 1);
+  tags_->setEnabled(editable);
+  note_->setEnabled(editable);
+  const bool allArchived =
+      any && std::all_of(runs.begin(), runs.end(), [](const RunSummary& r) { return r.archived; });
+  archive_->setText(allArchived ? tr("Un&archive") : tr("&Archive"));
+  archive_->setEnabled(editable);
+  const bool anyRunning = std::any_of(runs.begin(), runs.end(), [this](const RunSummary& r) {
+    return r.status == QLatin1String("running") || (queue_ && queue_->controllerOf(r.id));
+  });
+  delete_->setEnabled(editable && !anyRunning);
+  resume_->setEnabled(queue_ && std::any_of(runs.begin(), runs.end(),
+                                            [this](const RunSummary& r) { return canResume(r); }));
+  clone_->setEnabled(editable);
+  compare_->setEnabled(any);
+  dashboard_->setEnabled(any);
+}
+
+void RunsPanel::showMenu(const QPoint& pos) {
+  updateActions();
+  QMenu menu(this);
+  menu.addAction(dashboard_);
+  menu.addAction(compare_);
+  menu.addSeparator();
+  menu.addAction(resume_);
+  menu.addAction(clone_);
+  menu.addSeparator();
+  menu.addAction(rename_);
+  menu.addAction(tags_);
+  menu.addAction(note_);
+  menu.addAction(archive_);
+  menu.addSeparator();
+  menu.addAction(delete_);
+  menu.exec(view_->viewport()->mapToGlobal(pos));
 }
 
 QSize RunsPanel::sizeHint() const { return {560, 420}; }
 
 void RunsPanel::setRuns(const QList<RunSummary>& runs) {
   model_->setRuns(runs);
-  int running = 0;
-  for (const RunSummary& r : runs) running += r.status == QLatin1String("running");
+  updateSummary();
+  updateActions();
+}
+
+void RunsPanel::updateSummary() {
+  const QList<RunSummary>& runs = model_->runs();
+  int running = 0, archived = 0;
+  for (const RunSummary& r : runs) {
+    running += r.status == QLatin1String("running");
+    archived += r.archived;
+  }
+  const int shown = proxy_->rowCount();
   QString text = runs.isEmpty() ? tr("No runs stored yet")
-                                : runs.size() == 1 ? tr("1 run") : tr("%1 runs").arg(runs.size());
+                 : shown == runs.size() ? (runs.size() == 1 ? tr("1 run") : tr("%1 runs").arg(runs.size()))
+                                        : tr("%1 of %2 runs shown").arg(shown).arg(runs.size());
   if (running) text += tr(", %1 running").arg(running);
+  if (archived && !proxy_->showArchived()) text += tr(", %1 archived hidden").arg(archived);
   summary_->setText(text);
 }
 
@@ -75,18 +249,106 @@ qint64 RunsPanel::selectedRunId() const {
              : 0;
 }
 
+QList<qint64> RunsPanel::selectedRunIds() const {
+  QList<QModelIndex> rows = view_->selectionModel()->selectedRows();
+  std::sort(rows.begin(), rows.end(), [](const QModelIndex& a, const QModelIndex& b) { return a.row() < b.row(); });
+  QList<qint64> ids;
+  for (const QModelIndex& index : rows) ids << index.data(RunsTableModel::RunIdRole).toLongLong();
+  return ids;
+}
+
+QList<RunSummary> RunsPanel::selectedRuns() const {
+  QList<RunSummary> runs;
+  for (qint64 id : selectedRunIds())
+    if (const RunSummary* run = model_->run(id)) runs << *run;
+  return runs;
+}
+
 void RunsPanel::applySelection() {
   restoring_ = true;
   const int row = wanted_ ? model_->rowOf(wanted_) : -1;
-  if (row >= 0) {
-    const QModelIndex index = model_->index(row, 0);
-    view_->selectionModel()->setCurrentIndex(
-        index, QItemSelectionModel::ClearAndSelect | QItemSelectionModel::Rows);
+  const QModelIndex index = row >= 0 ? proxy_->mapFromSource(model_->index(row, 0)) : QModelIndex();
+  if (index.isValid()) {
+    // Keep a multi-selection that still holds the wanted run; otherwise select just that run.
+    if (!view_->selectionModel()->isRowSelected(index.row(), {}))
+      view_->selectionModel()->setCurrentIndex(index, QItemSelectionModel::ClearAndSelect | QItemSelectionModel::Rows);
     view_->scrollTo(index);
   } else if (!wanted_) {
     view_->selectionModel()->clearSelection();
   }
   restoring_ = false;
+}
+
+void RunsPanel::renameRun(qint64 runId, const QString& name) {
+  if (!store_ || name.trimmed().isEmpty()) return;
+  RunEdit edit;
+  edit.name = name.trimmed();
+  store_->requestEdit({runId}, edit);
+}
+
+void RunsPanel::setTags(const QList<qint64>& runIds, const QString& tags) {
+  if (!store_ || runIds.isEmpty()) return;
+  RunEdit edit;
+  edit.tags = normalizeTags(tags);
+  store_->requestEdit(runIds, edit);
+}
+
+void RunsPanel::setNote(const QList<qint64>& runIds, const QString& note) {
+  if (!store_ || runIds.isEmpty()) return;
+  RunEdit edit;
+  edit.notes = note;
+  store_->requestEdit(runIds, edit);
+}
+
+void RunsPanel::setArchived(const QList<qint64>& runIds, bool archived) {
+  if (!store_ || runIds.isEmpty()) return;
+  RunEdit edit;
+  edit.archived = archived;
+  store_->requestEdit(runIds, edit);
+}
+
+QString RunsPanel::deleteRuns(const QList<qint64>& runIds) {
+  if (!store_ || runIds.isEmpty()) return {};
+  for (qint64 id : runIds) {
+    const RunSummary* run = model_->run(id);
+    const bool live = queue_ && queue_->controllerOf(id);
+    if (live || (run && run->status == QLatin1String("running")))
+      return tr("Run %1 is running: stop it before deleting it.").arg(id);
+  }
+  store_->requestDelete(runIds);
+  return {};
+}
+
+bool RunsPanel::canResume(const RunSummary& run) const {
+  const bool resumable = run.status == QLatin1String("stopped") || run.status == QLatin1String("failed") ||
+                         run.status == QLatin1String("crashed");
+  return resumable && run.checkpointStep >= 0 && !(queue_ && queue_->controllerOf(run.id));
+}
+
+int RunsPanel::resumeRuns(const QList<qint64>& runIds) {
+  if (!queue_) return 0;
+  int queued = 0;
+  for (qint64 id : runIds) {
+    const RunSummary* run = model_->run(id);
+    if (!run || !canResume(*run)) continue;
+    queue_->submitResume(id);
+    ++queued;
+  }
+  return queued;
+}
+
+void RunsPanel::cloneRun(qint64 runId) {
+  if (!store_ || runId <= 0) return;
+  cloning_ = runId;
+  store_->requestRunConfig(runId);
+}
+
+void RunsPanel::showError(const QString& title, const QString& message) {
+  summary_->setText(message);
+  // Non-blocking, like the window's own errors: training and tests carry on while the box is open.
+  auto* box = new QMessageBox(QMessageBox::Warning, title, message, QMessageBox::Close, this);
+  box->setAttribute(Qt::WA_DeleteOnClose);
+  box->open();
 }
 
 }  // namespace routelab

@@ -61,6 +61,21 @@ QVariant RunsTableModel::data(const QModelIndex& index, int role) const {
   const RunSummary& run = runs_[index.row()];
   if (role == RunIdRole) return run.id;
   if (role == StatusRole) return run.status;
+  if (role == ArchivedRole) return run.archived;
+  if (role == SearchRole)
+    return QStringList{QString::number(run.id), run.name, run.arch, run.status, run.tags, run.notes}.join(
+        QLatin1Char('\n'));
+  if (role == SortRole) {
+    switch (index.column()) {
+      case IdColumn: return run.id;
+      case StepsColumn: return run.lastStep;
+      case TrainLossColumn: return run.lastTrainLoss;
+      case ValLossColumn: return run.lastValLoss;
+      case BestValLossColumn: return run.bestValLoss;
+      case DurationColumn: return durationSeconds(run);
+      default: return data(index, Qt::DisplayRole).toString().toLower();
+    }
+  }
 
   switch (role) {
     case Qt::DisplayRole:
@@ -74,6 +89,10 @@ QVariant RunsTableModel::data(const QModelIndex& index, int role) const {
                                     : QString::number(run.lastStep);
         case TrainLossColumn: return formatLoss(run.lastTrainLoss);
         case ValLossColumn: return formatLoss(run.lastValLoss);
+        case BestValLossColumn: return formatLoss(run.bestValLoss);
+        case DurationColumn: return formatDuration(durationSeconds(run));
+        case DeviceColumn: return run.device;
+        case TagsColumn: return run.tags;
       }
       break;
     case Qt::ForegroundRole:
@@ -83,6 +102,11 @@ QVariant RunsTableModel::data(const QModelIndex& index, int role) const {
       if (index.column() == StatusColumn) return statusDot(statusColor(run.status));
       break;
     case Qt::FontRole:
+      if (run.archived) {
+        QFont font;
+        font.setItalic(true);
+        return font;
+      }
       if (index.column() == StatusColumn && (run.status == QLatin1String("crashed") ||
                                              run.status == QLatin1String("failed"))) {
         QFont font;
@@ -91,7 +115,7 @@ QVariant RunsTableModel::data(const QModelIndex& index, int role) const {
       }
       break;
     case Qt::TextAlignmentRole:
-      if (index.column() == IdColumn || index.column() >= StepsColumn)
+      if (index.column() == IdColumn || (index.column() >= StepsColumn && index.column() <= DurationColumn))
         return QVariant::fromValue(Qt::AlignRight | Qt::AlignVCenter);
       break;
     case Qt::ToolTipRole: {
@@ -103,6 +127,10 @@ QVariant RunsTableModel::data(const QModelIndex& index, int role) const {
       if (run.endedAt > 0) lines << tr("ended: %1").arg(formatTime(run.endedAt));
       if (!std::isnan(run.bestValLoss)) lines << tr("best val loss: %1").arg(formatLoss(run.bestValLoss));
       if (run.resumedFromStep) lines << tr("resumed from step %1").arg(*run.resumedFromStep);
+      if (run.checkpointStep >= 0) lines << tr("latest checkpoint: step %1").arg(run.checkpointStep);
+      if (!run.tags.isEmpty()) lines << tr("tags: %1").arg(run.tags);
+      if (!run.notes.isEmpty()) lines << tr("note: %1").arg(run.notes);
+      if (run.archived) lines << tr("archived");
       return lines.join(QLatin1Char('\n'));
     }
     default: break;
@@ -120,8 +148,26 @@ QVariant RunsTableModel::headerData(int section, Qt::Orientation orientation, in
     case StepsColumn: return tr("Steps");
     case TrainLossColumn: return tr("Train loss");
     case ValLossColumn: return tr("Val loss");
+    case BestValLossColumn: return tr("Best val");
+    case DurationColumn: return tr("Duration");
+    case DeviceColumn: return tr("Device");
+    case TagsColumn: return tr("Tags");
   }
   return {};
+}
+
+double RunsTableModel::durationSeconds(const RunSummary& run) {
+  if (run.createdAt <= 0) return kNoValue;
+  const double end = run.endedAt > 0 ? run.endedAt : run.heartbeatAt;
+  return end >= run.createdAt ? end - run.createdAt : kNoValue;
+}
+
+QString RunsTableModel::formatDuration(double seconds) {
+  if (std::isnan(seconds)) return QString();
+  const qint64 s = static_cast<qint64>(std::llround(seconds));
+  if (s < 60) return tr("%1 s").arg(s);
+  if (s < 3600) return tr("%1 min %2 s").arg(s / 60).arg(s % 60);
+  return tr("%1 h %2 min").arg(s / 3600).arg(s % 3600 / 60, 2, 10, QLatin1Char('0'));
 }
 
 void RunsTableModel::setRuns(QList<RunSummary> runs) {
@@ -149,6 +195,47 @@ int RunsTableModel::rowOf(qint64 id) const {
 const RunSummary* RunsTableModel::run(qint64 id) const {
   const int row = rowOf(id);
   return row < 0 ? nullptr : &runs_[row];
+}
+
+RunsFilterProxy::RunsFilterProxy(QObject* parent) : QSortFilterProxyModel(parent) {
+  setSortRole(RunsTableModel::SortRole);
+  setDynamicSortFilter(true);
+}
+
+void RunsFilterProxy::setSearchText(const QString& text) {
+  const QStringList words = text.simplified().split(QLatin1Char(' '), Qt::SkipEmptyParts);
+  if (words == words_) return;
+  words_ = words;
+  invalidateFilter();
+}
+
+void RunsFilterProxy::setShowArchived(bool show) {
+  if (show == showArchived_) return;
+  showArchived_ = show;
+  invalidateFilter();
+}
+
+bool RunsFilterProxy::filterAcceptsRow(int sourceRow, const QModelIndex& sourceParent) const {
+  const QModelIndex index = sourceModel()->index(sourceRow, 0, sourceParent);
+  if (!showArchived_ && index.data(RunsTableModel::ArchivedRole).toBool()) return false;
+  if (words_.isEmpty()) return true;
+  const QString text = index.data(RunsTableModel::SearchRole).toString();
+  for (const QString& word : words_)
+    if (!text.contains(word, Qt::CaseInsensitive)) return false;
+  return true;
+}
+
+bool RunsFilterProxy::lessThan(const QModelIndex& left, const QModelIndex& right) const {
+  const QVariant a = left.data(RunsTableModel::SortRole);
+  const QVariant b = right.data(RunsTableModel::SortRole);
+  if (a.typeId() == QMetaType::Double || b.typeId() == QMetaType::Double) {
+    const double x = a.toDouble(), y = b.toDouble();
+    // Missing values (NaN) sort after every number in ascending order.
+    if (std::isnan(x) || std::isnan(y)) return !std::isnan(x) && std::isnan(y);
+    return x < y;
+  }
+  if (a.typeId() == QMetaType::LongLong || a.typeId() == QMetaType::Int) return a.toLongLong() < b.toLongLong();
+  return QString::localeAwareCompare(a.toString(), b.toString()) < 0;
 }
 
 }  // namespace routelab

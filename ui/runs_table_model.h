@@ -1,8 +1,10 @@
 // RunsTableModel: the stored runs (newest first) as a table model: id, name, architecture, status (coloured),
-// steps, last train and validation loss. Updates in place when the set of runs is unchanged.
+// steps, last train, last and best validation loss, duration, device, tags. Updates in place when the set of
+// runs is unchanged. RunsFilterProxy sorts it by value and filters it by a search text and the archived flag.
 #pragma once
 #include <QAbstractTableModel>
 #include <QList>
+#include <QSortFilterProxyModel>
 
 #include "ui/run_progress.h"
 
@@ -13,8 +15,10 @@ class RunsTableModel : public QAbstractTableModel {
 
  public:
   enum Column { IdColumn, NameColumn, ArchColumn, StatusColumn, StepsColumn, TrainLossColumn, ValLossColumn,
-                ColumnCount };
-  enum Role { RunIdRole = Qt::UserRole + 1, StatusRole };
+                BestValLossColumn, DurationColumn, DeviceColumn, TagsColumn, ColumnCount };
+  /// SortRole: the column's value as a number or text (NaN losses sort last); SearchRole: the text the search
+  /// box matches (id, name, architecture, status, tags, notes).
+  enum Role { RunIdRole = Qt::UserRole + 1, StatusRole, SortRole, SearchRole, ArchivedRole };
 
   explicit RunsTableModel(QObject* parent = nullptr);
 
@@ -32,9 +36,34 @@ class RunsTableModel : public QAbstractTableModel {
 
   /// The colour a status word is shown in (shared with the status bar).
   static QColor statusColor(const QString& status);
+  /// Seconds from start to end (to the last heartbeat while running); NaN when unknown.
+  static double durationSeconds(const RunSummary& run);
+  /// "42 s", "3 min 5 s", "2 h 04 min".
+  static QString formatDuration(double seconds);
 
  private:
   QList<RunSummary> runs_;
+};
+
+class RunsFilterProxy : public QSortFilterProxyModel {
+  Q_OBJECT
+
+ public:
+  explicit RunsFilterProxy(QObject* parent = nullptr);
+
+  /// Every whitespace-separated word must occur (case-insensitive) in the run's SearchRole text.
+  void setSearchText(const QString& text);
+  QString searchText() const { return words_.join(QLatin1Char(' ')); }
+  void setShowArchived(bool show);
+  bool showArchived() const { return showArchived_; }
+
+ protected:
+  bool filterAcceptsRow(int sourceRow, const QModelIndex& sourceParent) const override;
+  bool lessThan(const QModelIndex& left, const QModelIndex& right) const override;
+
+ private:
+  QStringList words_;
+  bool showArchived_ = false;
 };
 
 }  // namespace routelab

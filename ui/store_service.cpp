@@ -2,6 +2,8 @@
 #include "ui/store_service.h"
 
 #include <QDateTime>
+#include <QHash>
+#include <QStringList>
 #include <QThread>
 
 #include <memory>
@@ -10,6 +12,7 @@
 #include "core/util/errors.h"
 #include "core/util/logging.h"
 #include "ui/dashboard_loader.h"
+#include "ui/run_editor.h"
 
 namespace routelab {
 namespace {
@@ -33,7 +36,25 @@ RunSummary toSummary(const RunRecord& r) {
   s.createdAt = r.created_at;
   s.endedAt = r.ended_at;
   s.resumedFromStep = r.resumed_from_step;
+  s.tags = QString::fromStdString(r.tags);
+  s.notes = QString::fromStdString(r.notes);
+  s.device = QString::fromStdString(r.device);
+  s.archived = r.archived;
+  s.heartbeatAt = r.heartbeat_at;
+  s.checkpointStep = r.checkpoint_step.value_or(-1);
   return s;
+}
+
+QueueEntry toEntry(const QueueItem& item) {
+  QueueEntry e;
+  e.key = item.id;
+  e.id = item.id;
+  e.requestJson = QString::fromStdString(item.request_json);
+  e.state = QString::fromStdString(to_string(item.state));
+  e.runId = item.run_id.value_or(0);
+  e.createdAt = item.created_at;
+  e.message = QString::fromStdString(item.message);
+  return e;
 }
 
 void splitPoints(const std::vector<MetricPoint>& points, QVector<double>& steps, QVector<double>& values) {
@@ -51,6 +72,10 @@ struct StoreReader::Impl {
   std::string path;
   std::unique_ptr<RunStore> store;
   int reads = 0;
+  QHash<qint64, qint64> queueIds;  ///< session keys (negative) -> store ids
+
+  /// The store id of a queue key; 0 when the item was never written (its add failed).
+  qint64 queueId(qint64 key) const { return key > 0 ? key : queueIds.value(key, 0); }
 
   RunStore& open() {
     // The first open also marks runs whose heartbeat went stale as crashed.
@@ -59,7 +84,7 @@ struct StoreReader::Impl {
   }
 };
 
-StoreReader::StoreReader(const QString& dbPath) : impl_(new Impl{dbPath.toStdString(), nullptr, 0}) {}
+StoreReader::StoreReader(const QString& dbPath) : impl_(new Impl{dbPath.toStdString(), nullptr, 0, {}}) {}
 
 StoreReader::~StoreReader() { delete impl_; }
 
@@ -68,7 +93,7 @@ void StoreReader::readRuns() {
     RunStore& store = impl_->open();
     if (++impl_->reads % kMarkCrashedEveryNthRead == 0) store.mark_stale_runs_crashed();
     QList<RunSummary> runs;
-    for (const RunRecord& r : store.list_runs(/*include_archived=*/false)) runs.push_back(toSummary(r));
+    for (const RunRecord& r : store.list_runs(/*include_archived=*/true)) runs.push_back(toSummary(r));
     Q_EMIT runsRead(runs);
   } catch (const std::exception& e) {
     impl_->store.reset();  // reopen next time: the file may be replaced or unlocked by then
@@ -110,7 +135,130 @@ void StoreReader::readDashboard(qint64 runId) {
   }
 }
 
+void StoreReader::editRuns(const QList<qint64>& runIds, const RunEdit& edit) {
+  try {
+    RunStore& store = impl_->open();
+    RunPatch patch;
+    if (edit.name) patch.name = edit.name->toStdString();
+    if (edit.tags) patch.tags = edit.tags->toStdString();
+    if (edit.notes) patch.notes = edit.notes->toStdString();
+    patch.archived = edit.archived;
+    store.transaction([&] {
+      for (qint64 id : runIds) store.patch_run(id, patch);
+    });
+    Q_EMIT runsEdited(runIds, {});
+  } catch (const std::exception& e) {
+    impl_->store.reset();
+    Q_EMIT runsEdited(runIds, QString::fromUtf8(e.what()));
+  }
+}
+
+void StoreReader::deleteRuns(const QList<qint64>& runIds) {
+  QStringList errors;
+  for (qint64 id : runIds) {
+    try {
+      RunStore& store = impl_->open();
+      const auto record = store.run(id);
+      if (!record) throw StoreError(impl_->path + ": no run " + std::to_string(id));
+      // A live writer would recreate rows of a deleted run: refuse while its heartbeat is fresh.
+      if (record->status == RunStatus::Running)
+        throw StoreError("run " + std::to_string(id) + " is running; stop it before deleting it");
+      QStringList files;
+      for (const CheckpointRow& c : store.checkpoints(id)) files << QString::fromStdString(c.path);
+      store.delete_run(id);
+      if (const QString error = removeRunFiles(QString::fromStdString(impl_->path), id, files); !error.isEmpty())
+        errors << error;
+    } catch (const std::exception& e) {
+      impl_->store.reset();
+      errors << QString::fromUtf8(e.what());
+    }
+  }
+  Q_EMIT runsEdited(runIds, errors.join(QLatin1Char('\n')));
+}
+
+void StoreReader::readRunConfig(qint64 runId) {
+  try {
+    const auto record = impl_->open().run(runId);
+    if (!record) throw StoreError(impl_->path + ": no run " + std::to_string(runId));
+    Q_EMIT runConfigRead(runId, QString::fromStdString(record->config_json), QString::fromStdString(record->preset));
+  } catch (const std::exception& e) {
+    impl_->store.reset();
+    Q_EMIT failed(QString::fromUtf8(e.what()));
+  }
+}
+
+void StoreReader::loadQueue(const QString& interruptedMessage) {
+  try {
+    RunStore& store = impl_->open();
+    const int interrupted = store.fail_interrupted_queue_items(interruptedMessage.toStdString());
+    if (interrupted > 0) logger("ui")->warn("run queue: {} item(s) were running when RouteLab ended; marked failed", interrupted);
+    QList<QueueEntry> entries;
+    for (const QueueItem& item : store.queue_items()) entries.push_back(toEntry(item));
+    Q_EMIT queueRead(entries);
+  } catch (const std::exception& e) {
+    impl_->store.reset();
+    Q_EMIT queueRead({});
+    Q_EMIT failed(QString::fromUtf8(e.what()));
+  }
+}
+
+void StoreReader::addQueueItem(qint64 key, const QString& requestJson, const QString& state) {
+  try {
+    const qint64 id = impl_->open().enqueue(requestJson.toStdString(), parse_queue_state(state.toStdString()));
+    impl_->queueIds.insert(key, id);
+    Q_EMIT queueItemStored(key, id);
+  } catch (const std::exception& e) {
+    impl_->store.reset();
+    Q_EMIT failed(QStringLiteral("run queue: %1").arg(QString::fromUtf8(e.what())));
+  }
+}
+
+void StoreReader::updateQueueItem(qint64 key, const QString& state, qint64 runId, const QString& message,
+                                  const QString& requestJson) {
+  const qint64 id = impl_->queueId(key);
+  if (id == 0) return;  // its add failed and was reported
+  try {
+    impl_->open().update_queue_item(id, parse_queue_state(state.toStdString()),
+                                    runId > 0 ? std::optional<std::int64_t>(runId) : std::nullopt,
+                                    message.toStdString(),
+                                    requestJson.isEmpty() ? std::nullopt
+                                                          : std::optional<std::string>(requestJson.toStdString()));
+  } catch (const std::exception& e) {
+    impl_->store.reset();
+    Q_EMIT failed(QStringLiteral("run queue: %1").arg(QString::fromUtf8(e.what())));
+  }
+}
+
+void StoreReader::reorderQueue(const QList<qint64>& keys) {
+  std::vector<std::int64_t> ids;
+  for (qint64 key : keys)
+    if (const qint64 id = impl_->queueId(key)) ids.push_back(id);
+  try {
+    impl_->open().reorder_queue(ids);
+  } catch (const std::exception& e) {
+    impl_->store.reset();
+    Q_EMIT failed(QStringLiteral("run queue: %1").arg(QString::fromUtf8(e.what())));
+  }
+}
+
+void StoreReader::removeQueueItems(const QList<qint64>& keys) {
+  try {
+    RunStore& store = impl_->open();
+    store.transaction([&] {
+      for (qint64 key : keys)
+        if (const qint64 id = impl_->queueId(key)) store.remove_queue_item(id);
+    });
+  } catch (const std::exception& e) {
+    impl_->store.reset();
+    Q_EMIT failed(QStringLiteral("run queue: %1").arg(QString::fromUtf8(e.what())));
+  }
+}
+
 StoreService::StoreService(const QString& dbPath, QObject* parent) : QObject(parent), dbPath_(dbPath) {
+  qRegisterMetaType<RunEdit>();
+  qRegisterMetaType<QueueEntry>();
+  qRegisterMetaType<QList<QueueEntry>>();
+  qRegisterMetaType<QList<qint64>>();
   qRegisterMetaType<RunSummary>();
   qRegisterMetaType<QList<RunSummary>>();
   qRegisterMetaType<RunCurves>();
@@ -134,6 +282,15 @@ StoreService::StoreService(const QString& dbPath, QObject* parent) : QObject(par
             if (dashboardsAgain_.remove(data.runId)) requestDashboard(data.runId);
           },
           Qt::QueuedConnection);
+  connect(reader_, &StoreReader::runsEdited, this,
+          [this](const QList<qint64>& ids, const QString& error) {
+            Q_EMIT runsEdited(ids, error);
+            requestRuns();
+          },
+          Qt::QueuedConnection);
+  connect(reader_, &StoreReader::runConfigRead, this, &StoreService::runConfigLoaded, Qt::QueuedConnection);
+  connect(reader_, &StoreReader::queueRead, this, &StoreService::queueLoaded, Qt::QueuedConnection);
+  connect(reader_, &StoreReader::queueItemStored, this, &StoreService::queueItemStored, Qt::QueuedConnection);
   connect(reader_, &StoreReader::failed, this,
           [this](const QString& message) {
             runsInFlight_ = false;  // the table keeps its rows; the next refresh tries again
@@ -145,6 +302,8 @@ StoreService::StoreService(const QString& dbPath, QObject* parent) : QObject(par
 }
 
 StoreService::~StoreService() {
+  // Writes still queued (a queue item's last state, say) run before the thread ends: events run in order.
+  QMetaObject::invokeMethod(reader_, [] {}, Qt::BlockingQueuedConnection);
   thread_->quit();
   thread_->wait();  // reads are short; the reader is deleted on its thread as it finishes
 }
@@ -171,6 +330,51 @@ void StoreService::requestDashboard(qint64 runId) {
   }
   dashboardsInFlight_.insert(runId);
   QMetaObject::invokeMethod(reader_, [reader = reader_, runId] { reader->readDashboard(runId); },
+                            Qt::QueuedConnection);
+}
+
+void StoreService::requestEdit(const QList<qint64>& runIds, const RunEdit& edit) {
+  QMetaObject::invokeMethod(reader_, [reader = reader_, runIds, edit] { reader->editRuns(runIds, edit); },
+                            Qt::QueuedConnection);
+}
+
+void StoreService::requestDelete(const QList<qint64>& runIds) {
+  QMetaObject::invokeMethod(reader_, [reader = reader_, runIds] { reader->deleteRuns(runIds); },
+                            Qt::QueuedConnection);
+}
+
+void StoreService::requestRunConfig(qint64 runId) {
+  QMetaObject::invokeMethod(reader_, [reader = reader_, runId] { reader->readRunConfig(runId); },
+                            Qt::QueuedConnection);
+}
+
+void StoreService::requestQueueLoad(const QString& interruptedMessage) {
+  QMetaObject::invokeMethod(reader_, [reader = reader_, interruptedMessage] { reader->loadQueue(interruptedMessage); },
+                            Qt::QueuedConnection);
+}
+
+void StoreService::requestQueueAdd(qint64 key, const QString& requestJson, const QString& state) {
+  QMetaObject::invokeMethod(
+      reader_, [reader = reader_, key, requestJson, state] { reader->addQueueItem(key, requestJson, state); },
+      Qt::QueuedConnection);
+}
+
+void StoreService::requestQueueUpdate(qint64 key, const QString& state, qint64 runId, const QString& message,
+                                      const QString& requestJson) {
+  QMetaObject::invokeMethod(
+      reader_,
+      [reader = reader_, key, state, runId, message, requestJson] {
+        reader->updateQueueItem(key, state, runId, message, requestJson);
+      },
+      Qt::QueuedConnection);
+}
+
+void StoreService::requestQueueReorder(const QList<qint64>& keys) {
+  QMetaObject::invokeMethod(reader_, [reader = reader_, keys] { reader->reorderQueue(keys); }, Qt::QueuedConnection);
+}
+
+void StoreService::requestQueueRemove(const QList<qint64>& keys) {
+  QMetaObject::invokeMethod(reader_, [reader = reader_, keys] { reader->removeQueueItems(keys); },
                             Qt::QueuedConnection);
 }
 

@@ -1,5 +1,6 @@
-// StoreService: reads the run store on a long-lived thread of its own (one SQLite connection per thread) and
-// answers with plain value types: the runs table, and the loss curves of one run. GUI-thread facade.
+// StoreService: reads and writes the run store on a long-lived thread of its own (one SQLite connection per
+// thread) and answers with plain value types: the runs table, the loss curves of one run, a dashboard, edits of
+// runs (rename, tags, notes, archive, delete with files) and the persisted run queue. GUI-thread facade.
 #pragma once
 #include <QList>
 #include <QObject>
@@ -10,11 +11,31 @@
 #include "ui/dashboard_data.h"
 #include "ui/run_progress.h"
 
+#include <optional>
+
 class QThread;
 
 namespace routelab {
 
 class StoreReader;
+
+/// Fields to change on one or more runs; unset fields are left alone.
+struct RunEdit {
+  std::optional<QString> name, tags, notes;
+  std::optional<bool> archived;
+};
+
+/// One item of the persisted run queue. `key` identifies it for the whole session: the store id for items read
+/// from the store, a negative number for items added in this session (the store thread maps it to the id).
+struct QueueEntry {
+  qint64 key = 0;
+  qint64 id = 0;         ///< store id; 0 until the store thread has written the item
+  QString requestJson;   ///< see RunQueue for its keys
+  QString state;         ///< pending, running, done, failed, cancelled
+  qint64 runId = 0;
+  double createdAt = 0;  ///< unix seconds
+  QString message;
+};
 
 class StoreService : public QObject {
   Q_OBJECT
@@ -33,11 +54,34 @@ class StoreService : public QObject {
   /// one more read after it. Several runs may be asked for at once; answers carry the run id.
   void requestDashboard(qint64 runId);
 
+  // Writes; each ends in runsEdited (and a fresh runsLoaded).
+  void requestEdit(const QList<qint64>& runIds, const routelab::RunEdit& edit);
+  /// Deletes the runs' rows and their checkpoint folders.
+  void requestDelete(const QList<qint64>& runIds);
+  /// Asks for the resolved config of `runId` (answered by runConfigLoaded).
+  void requestRunConfig(qint64 runId);
+
+  // The run queue: writes are fire-and-forget and run in the order they were asked for.
+  /// Marks items a finished process left `running` as failed with `message`, then reads the queue (queueLoaded).
+  void requestQueueLoad(const QString& interruptedMessage);
+  void requestQueueAdd(qint64 key, const QString& requestJson, const QString& state);
+  /// Sets state and message; `runId` > 0 sets the run; a non-empty `requestJson` replaces the request.
+  void requestQueueUpdate(qint64 key, const QString& state, qint64 runId, const QString& message,
+                          const QString& requestJson = {});
+  void requestQueueReorder(const QList<qint64>& keys);
+  void requestQueueRemove(const QList<qint64>& keys);
+
  Q_SIGNALS:
   void runsLoaded(const QList<routelab::RunSummary>& runs);
   void curvesLoaded(const routelab::RunCurves& curves);
   void dashboardLoaded(const routelab::RunDashboardData& data);
   void storeFailed(const QString& message);
+  /// A write of requestEdit/requestDelete ended; `error` is empty on success.
+  void runsEdited(const QList<qint64>& runIds, const QString& error);
+  void runConfigLoaded(qint64 runId, const QString& configJson, const QString& origin);
+  void queueLoaded(const QList<routelab::QueueEntry>& entries);
+  /// A queue item was written for the first time (`key` now has store id `id`).
+  void queueItemStored(qint64 key, qint64 id);
 
  private:
   void onRunsLoaded(const QList<RunSummary>& runs);
@@ -63,12 +107,25 @@ class StoreReader : public QObject {
   void readRuns();
   void readCurves(qint64 runId);
   void readDashboard(qint64 runId);
+  void editRuns(const QList<qint64>& runIds, const routelab::RunEdit& edit);
+  void deleteRuns(const QList<qint64>& runIds);
+  void readRunConfig(qint64 runId);
+  void loadQueue(const QString& interruptedMessage);
+  void addQueueItem(qint64 key, const QString& requestJson, const QString& state);
+  void updateQueueItem(qint64 key, const QString& state, qint64 runId, const QString& message,
+                       const QString& requestJson);
+  void reorderQueue(const QList<qint64>& keys);
+  void removeQueueItems(const QList<qint64>& keys);
 
  Q_SIGNALS:
   void runsRead(const QList<routelab::RunSummary>& runs);
   void curvesRead(const routelab::RunCurves& curves);
   void dashboardRead(const routelab::RunDashboardData& data);
   void failed(const QString& message);
+  void runsEdited(const QList<qint64>& runIds, const QString& error);
+  void runConfigRead(qint64 runId, const QString& configJson, const QString& origin);
+  void queueRead(const QList<routelab::QueueEntry>& entries);
+  void queueItemStored(qint64 key, qint64 id);
 
  private:
   struct Impl;
@@ -76,3 +133,6 @@ class StoreReader : public QObject {
 };
 
 }  // namespace routelab
+
+Q_DECLARE_METATYPE(routelab::RunEdit)
+Q_DECLARE_METATYPE(routelab::QueueEntry)
