@@ -1,0 +1,237 @@
+// Qt Test suite (offscreen) for the token inspector and the dashboard's metrics tab (issue 7), on tiny real runs
+// trained here: a DTRNet and a dense char model (same corpus, same layer count) and a TAGAT classifier. The
+// inspector shows the text's tokens, the routed layers' rows and a filled predictions table; comparing two runs
+// shows two maps and a difference map; the metrics tab has lr and gradient-norm plots for a language model and
+// expert-load bars (and accuracy first) for TAGAT, whose token view colours by expert id.
+#include <QCheckBox>
+#include <QComboBox>
+#include <QLabel>
+#include <QPlainTextEdit>
+#include <QPushButton>
+#include <QSignalSpy>
+#include <QStandardPaths>
+#include <QTableWidget>
+#include <QTemporaryDir>
+#include <QtTest>
+
+#include <nlohmann/json.hpp>
+
+#include "core/config/experiment_config.h"
+#include "core/train/trainer.h"
+#include "ui/run_dashboard.h"
+#include "ui/run_metrics_view.h"
+#include "ui/store_service.h"
+#include "ui/token_inspector.h"
+#include "widgets/grouped_bars_widget.h"
+#include "widgets/token_routing_widget.h"
+#include "widgets/xy_curves_widget.h"
+
+using routelab::TokenInspector;
+
+namespace {
+
+constexpr int kTimeoutMs = 60000;
+
+qint64 trainTiny(const std::string& db, const std::string& arch) {
+  nlohmann::json overrides = routelab::load_preset("tiny");
+  overrides["model"]["arch"] = arch;
+  overrides["data"]["context"] = 32;
+  overrides["train"]["batch_size"] = 8;
+  overrides["train"]["steps"] = 6;
+  overrides["train"]["warmup_steps"] = 2;
+  overrides["train"]["eval_every"] = 3;
+  overrides["train"]["checkpoint_every"] = 3;
+  overrides["train"]["log_every"] = 1;
+  overrides["run"]["threads"] = 1;
+  if (arch == "dtrnet") overrides["model"]["routed_layers"] = "1";  // L0 dense, L1 routed
+  routelab::TrainRequest request;
+  request.config = routelab::resolve_config(overrides, {}, "test-" + arch);
+  request.db_path = db;
+  const auto outcome = routelab::train(request);
+  return outcome.status == routelab::RunStatus::Finished ? outcome.run_id : 0;
+}
+
+qint64 trainTinyTagat(const std::string& db) {
+  routelab::TrainRequest request;
+  request.config = routelab::resolve_config(
+      nlohmann::json::object(),
+      {"model.arch=tagat", "model.n_layer=1", "model.n_embd=32", "model.n_head=4", "data.source=entailment",
+       "data.tokenizer=word", "data.context=48", "data.task_train_examples=64", "data.task_eval_examples=16",
+       "train.batch_size=32", "train.epochs=1", "train.lr=1e-3", "train.warmup_steps=1", "train.log_every=1",
+       "run.threads=1"},
+      "test-tagat");
+  request.db_path = db;
+  const auto outcome = routelab::train(request);
+  return outcome.status == routelab::RunStatus::Finished ? outcome.run_id : 0;
+}
+
+}  // namespace
+
+class TestGuiInspector : public QObject {
+  Q_OBJECT
+
+  QTemporaryDir home_;
+  QString db_;
+  qint64 dtrnet_ = 0, dense_ = 0, tagat_ = 0;
+
+  /// An inspector on the test store with every run listed and `runId` chosen on side 0.
+  bool prepare(TokenInspector& inspector, qint64 runId) {
+    QSignalSpy checkpoints(&inspector, &TokenInspector::checkpointsLoaded);
+    if (!QTest::qWaitFor([&] { return inspector.runCombo(0)->count() == 3; }, kTimeoutMs)) return false;
+    checkpoints.clear();
+    if (!inspector.selectRun(0, runId)) return false;
+    return QTest::qWaitFor([&] { return inspector.stepCombo(0)->count() > 0; }, kTimeoutMs);
+  }
+
+  bool runAndWait(TokenInspector& inspector) {
+    QSignalSpy shown(&inspector, &TokenInspector::traceShown);
+    if (!inspector.runButton()->isEnabled()) return false;
+    inspector.runButton()->click();
+    return shown.wait(kTimeoutMs) || shown.count() > 0;
+  }
+
+ private Q_SLOTS:
+  void initTestCase() {
+    QVERIFY(home_.isValid());
+    QStandardPaths::setTestModeEnabled(true);
+    qputenv("ROUTELAB_HOME", home_.path().toUtf8());
+    db_ = home_.filePath(QStringLiteral("inspector.sqlite"));
+    dtrnet_ = trainTiny(db_.toStdString(), "dtrnet");
+    dense_ = trainTiny(db_.toStdString(), "dense");
+    tagat_ = trainTinyTagat(db_.toStdString());
+    QVERIFY(dtrnet_ > 0 && dense_ > 0 && tagat_ > 0);
+  }
+
+  void inspectorShowsTokensLayersAndPredictions() {
+    routelab::StoreService service(db_);
+    TokenInspector inspector(&service);
+    inspector.resize(1200, 800);
+    inspector.show();
+    QVERIFY(prepare(inspector, dtrnet_));
+    QCOMPARE(inspector.stepCombo(0)->count(), 2);  // checkpoints at steps 3 and 6, latest first
+    QCOMPARE(inspector.stepCombo(0)->currentData().toLongLong(), 6);
+    const QString text = QStringLiteral("In the beginning");
+    inspector.textEdit()->setPlainText(text);
+    QVERIFY(runAndWait(inspector));
+    QCOMPARE(inspector.results().size(), 1);
+    QVERIFY2(inspector.results()[0].ok, qPrintable(inspector.results()[0].error));
+    QCOMPARE(inspector.results()[0].layerCount, 2);
+    routelab::TokenRoutingWidget* map = inspector.map(0);
+    QCOMPARE(map->tokenCount(), static_cast<int>(text.size()));  // char tokenizer
+    QCOMPARE(map->rowCount(), 2);  // the routed layer L1, and p(next token)
+    QVERIFY2(map->row(0).label.startsWith(QStringLiteral("L1 dtrnet")), qPrintable(map->row(0).label));
+    QCOMPARE(map->row(0).values.size(), static_cast<int>(text.size()));
+    QTableWidget* table = inspector.predictions();
+    QCOMPARE(table->rowCount(), static_cast<int>(text.size()));
+    QCOMPARE(table->columnCount(), 5);  // #, token, actual next, p(next), top-k
+    QCOMPARE(table->item(0, 1)->text(), QStringLiteral("I"));
+    QCOMPARE(table->item(0, 2)->text(), QStringLiteral("n"));
+    bool ok = false;
+    const double p = table->item(0, 3)->text().toDouble(&ok);
+    QVERIFY(ok && p > 0 && p <= 1);
+    QCOMPARE(table->item(0, 4)->text().count(QStringLiteral(" · ")), 4);  // five ranked tokens
+    QCOMPARE(table->item(text.size() - 1, 3)->text(), QStringLiteral("–"));  // nothing follows the text
+
+    // Another checkpoint of the same run, and an empty text: the error lands in the status line.
+    inspector.stepCombo(0)->setCurrentIndex(1);
+    QVERIFY(runAndWait(inspector));
+    QCOMPARE(inspector.results()[0].step, 3);
+    inspector.textEdit()->clear();
+    QVERIFY(runAndWait(inspector));
+    QVERIFY(!inspector.results()[0].ok);
+    QVERIFY2(inspector.statusLabel()->text().contains(QStringLiteral("empty")),
+             qPrintable(inspector.statusLabel()->text()));
+  }
+
+  void comparingTwoRunsShowsTwoMapsAndTheirDifference() {
+    routelab::StoreService service(db_);
+    TokenInspector inspector(&service);
+    inspector.resize(1200, 900);
+    inspector.show();
+    QVERIFY(prepare(inspector, dtrnet_));
+    inspector.compareCheck()->setChecked(true);
+    QVERIFY(inspector.selectRun(1, dense_));
+    QVERIFY(QTest::qWaitFor([&] { return inspector.stepCombo(1)->count() > 0; }, kTimeoutMs));
+    const QString text = QStringLiteral("And God said, Let there be light");
+    inspector.textEdit()->setPlainText(text);
+    QVERIFY(runAndWait(inspector));
+    QCOMPARE(inspector.results().size(), 2);
+    QVERIFY(inspector.results()[1].ok);
+    QVERIFY(inspector.map(0)->isVisible() && inspector.map(1)->isVisible());
+    QCOMPARE(inspector.map(0)->tokenCount(), static_cast<int>(text.size()));
+    QCOMPARE(inspector.map(1)->tokenCount(), static_cast<int>(text.size()));
+    QCOMPARE(inspector.map(1)->rowCount(), 1);  // dense: p(next token) only
+    QCOMPARE(inspector.predictions()->columnCount(), 7);  // and p(next), top-k of run B
+    QVERIFY(inspector.differenceCheck()->isEnabled());    // both have 2 layers
+    inspector.differenceCheck()->setChecked(true);
+    QVERIFY(inspector.differenceMap()->isVisible());
+    QCOMPARE(inspector.differenceMap()->rowCount(), 1);  // the rows both have: p(next token)
+    QCOMPARE(inspector.differenceMap()->row(0).label, QStringLiteral("Δ p(next token)"));
+    QCOMPARE(inspector.differenceMap()->tokenCount(), static_cast<int>(text.size()));
+    const QString shot = QDir::temp().filePath(QStringLiteral("routelab-token-inspector.png"));
+    QVERIFY(inspector.grab().save(shot));
+    qInfo("screenshot: %s", qPrintable(shot));
+  }
+
+  void inspectorTracesAClassifierPair() {
+    routelab::StoreService service(db_);
+    TokenInspector inspector(&service);
+    inspector.show();
+    QVERIFY(prepare(inspector, tagat_));
+    inspector.colourBy()->setCurrentIndex(inspector.colourBy()->findData(QStringLiteral("expert")));
+    inspector.textEdit()->setPlainText(QStringLiteral("the cat sleeps\nthe cat is awake"));
+    QVERIFY(runAndWait(inspector));
+    QVERIFY2(inspector.results()[0].ok, qPrintable(inspector.results()[0].error));
+    const auto& trace = inspector.results()[0].trace;
+    QCOMPARE(trace.task, QStringLiteral("classification"));
+    QCOMPARE(inspector.map(0)->tokenCount(), static_cast<int>(trace.tokens.size()));
+    QCOMPARE(trace.tokens.first(), QStringLiteral("[CLS]"));
+    QVERIFY2(inspector.map(0)->row(0).label.startsWith(QStringLiteral("L0 expert #1")),
+             qPrintable(inspector.map(0)->row(0).label));
+    QCOMPARE(inspector.map(0)->row(0).hi, 3.0);  // 4 experts: ids 0..3
+    QCOMPARE(inspector.predictions()->rowCount(), 3);  // one row per label
+  }
+
+  void metricsTabOfALanguageModelRun() {
+    routelab::StoreService service(db_);
+    routelab::RunDashboard dashboard(dtrnet_, &service);
+    QSignalSpy loaded(&dashboard, &routelab::RunDashboard::dataLoaded);
+    QVERIFY(loaded.wait(kTimeoutMs));
+    routelab::RunMetricsView* view = dashboard.metricsView();
+    const QStringList panels = view->panelIds();
+    QVERIFY2(panels.size() >= 4, qPrintable(panels.join(QLatin1Char(','))));
+    QCOMPARE(panels.value(0), QStringLiteral("lr"));
+    QCOMPARE(panels.value(1), QStringLiteral("grad_norm"));
+    QVERIFY(panels.contains(QStringLiteral("tokens_per_s")));
+    QVERIFY(!panels.contains(QStringLiteral("loss")));
+    QCOMPARE(view->panel(QStringLiteral("lr"))->curveCount(), 1);
+    QCOMPARE(view->panel(QStringLiteral("lr"))->curve(0).x.size(), 6);  // every step logged
+    QVERIFY(view->panel(QStringLiteral("routed_fraction")));
+    QVERIFY(view->expertLoads()->isHidden());
+  }
+
+  void metricsTabAndTokenViewOfATagatRun() {
+    routelab::StoreService service(db_);
+    routelab::RunDashboard dashboard(tagat_, &service);
+    QSignalSpy loaded(&dashboard, &routelab::RunDashboard::dataLoaded);
+    QVERIFY(loaded.wait(kTimeoutMs));
+    routelab::RunMetricsView* view = dashboard.metricsView();
+    const QStringList panels = view->panelIds();
+    QCOMPARE(panels.value(0), QStringLiteral("accuracy"));
+    QCOMPARE(panels.value(1), QStringLiteral("macro_f1"));
+    QVERIFY(panels.contains(QStringLiteral("entropy")) && panels.contains(QStringLiteral("load_imbalance")));
+    QVERIFY(!view->expertLoads()->isHidden());
+    QCOMPARE(view->expertLoads()->groupCount(), 1);   // one layer
+    QCOMPARE(view->expertLoads()->seriesCount(), 4);  // four experts
+    double sum = 0;
+    for (int e = 0; e < 4; ++e) sum += view->expertLoads()->series(e).values.value(0);
+    QVERIFY2(std::abs(sum - 1) < 1e-5, qPrintable(QString::number(sum)));
+    // The probe's token view colours by expert id by default.
+    QCOMPARE(dashboard.colourBy()->currentData().toString(), QStringLiteral("expert"));
+    QVERIFY2(dashboard.tokenView()->row(0).label.startsWith(QStringLiteral("L0 expert #1")),
+             qPrintable(dashboard.tokenView()->row(0).label));
+  }
+};
+
+QTEST_MAIN(TestGuiInspector)
+#include "test_gui_inspector.moc"
