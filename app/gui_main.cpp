@@ -1,9 +1,12 @@
 // routelab: the Qt 6 GUI. Parses the command line, sets up logging and resources, shows the main window.
 // ROUTELAB_SCREENSHOT=path.png grabs the window at a step or after a delay, then quits (see below).
 #include <QApplication>
+#include <QCheckBox>
 #include <QCommandLineParser>
 #include <QDir>
+#include <QDockWidget>
 #include <QFileInfo>
+#include <QPlainTextEdit>
 #include <QTimer>
 
 #include <memory>
@@ -19,10 +22,12 @@
 #include "core/util/logging.h"
 #include "core/util/version.h"
 #include "ui/app_resources.h"
+#include "ui/compare_view.h"
 #include "ui/dashboard_docks.h"
 #include "ui/run_dashboard.h"
 #include "ui/main_window.h"
 #include "ui/run_controller.h"
+#include "ui/token_inspector.h"
 
 namespace {
 
@@ -57,6 +62,30 @@ void closeOnTerminationSignals(routelab::MainWindow& window) {
 }
 #endif
 
+/// --inspect: shows the token inspector with `runId` (and `withId` to compare) once the runs list arrived, then
+/// traces `text` (the inspector's default text when empty) when their checkpoints are listed.
+void openInspector(routelab::MainWindow& window, qint64 runId, qint64 withId, const QString& text) {
+  routelab::TokenInspector* inspector = window.inspector();
+  window.inspectorDock()->show();
+  window.inspectorDock()->raise();
+  if (!text.isEmpty()) inspector->textEdit()->setPlainText(text);
+  auto pending = std::make_shared<int>(withId > 0 ? 2 : 1);
+  QObject::connect(inspector, &routelab::TokenInspector::checkpointsLoaded, inspector, [inspector, pending](int) {
+    if (--*pending == 0) inspector->runTrace();
+  });
+  auto* poll = new QTimer(inspector);
+  QObject::connect(poll, &QTimer::timeout, inspector, [inspector, poll, runId, withId] {
+    if (!inspector->selectRun(0, runId)) return;  // the runs list has not arrived yet
+    poll->stop();
+    poll->deleteLater();
+    if (withId > 0) {
+      inspector->compareCheck()->setChecked(true);
+      inspector->selectRun(1, withId);
+    }
+  });
+  poll->start(200);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -79,7 +108,23 @@ int main(int argc, char** argv) {
   const QCommandLineOption dashboardOption(QStringLiteral("dashboard"),
                                            QStringLiteral("Open the dashboard of stored run ID (repeatable)."),
                                            QStringLiteral("ID"));
-  parser.addOptions({dbOption, presetOption, autostartOption, dashboardOption});
+  const QCommandLineOption compareOption(QStringLiteral("compare"),
+                                         QStringLiteral("Open the Compare view with stored runs IDS (comma-separated)."),
+                                         QStringLiteral("IDS"));
+  const QCommandLineOption figureOption(QStringLiteral("figure"),
+                                        QStringLiteral("The Compare view's figure (routelab-cli figures lists them)."),
+                                        QStringLiteral("NAME"));
+  const QCommandLineOption inspectOption(QStringLiteral("inspect"),
+                                         QStringLiteral("Open the token inspector on stored run ID (its latest checkpoint)."),
+                                         QStringLiteral("ID"));
+  const QCommandLineOption inspectWithOption(QStringLiteral("inspect-with"),
+                                             QStringLiteral("A second run for the inspector to compare with."),
+                                             QStringLiteral("ID"));
+  const QCommandLineOption inspectTextOption(QStringLiteral("inspect-text"),
+                                             QStringLiteral("The text the inspector traces at start-up."),
+                                             QStringLiteral("TEXT"));
+  parser.addOptions({dbOption, presetOption, autostartOption, dashboardOption, compareOption, figureOption,
+                     inspectOption, inspectWithOption, inspectTextOption});
   parser.process(app);
 
   routelab::init_logging();
@@ -94,6 +139,19 @@ int main(int argc, char** argv) {
   window.show();
   const QStringList dashboards = parser.values(dashboardOption);
   for (const QString& id : dashboards) window.dashboards()->open(id.toLongLong());
+  if (parser.isSet(compareOption)) {
+    QList<qint64> ids;
+    for (const QString& id : parser.value(compareOption).split(QLatin1Char(','), Qt::SkipEmptyParts))
+      ids << id.trimmed().toLongLong();
+    if (parser.isSet(figureOption) && !window.compareView()->setFigureName(parser.value(figureOption)))
+      routelab::logger("ui")->warn("--figure: unknown figure '{}'", parser.value(figureOption).toStdString());
+    window.compareView()->showRuns(ids);
+    window.compareDock()->show();
+    window.compareDock()->raise();
+  }
+  if (parser.isSet(inspectOption)) openInspector(window, parser.value(inspectOption).toLongLong(),
+                                                 parser.value(inspectWithOption).toLongLong(),
+                                                 parser.value(inspectTextOption));
   // ROUTELAB_WINDOW_SIZE=WxH (scripted screenshots at a chosen size).
   if (const QStringList size = qEnvironmentVariable("ROUTELAB_WINDOW_SIZE").split(QLatin1Char('x')); size.size() == 2)
     window.resize(size[0].toInt(), size[1].toInt());
@@ -113,10 +171,14 @@ int main(int argc, char** argv) {
       if (taken) return;
       taken = true;
       QDir().mkpath(QFileInfo(screenshot).absolutePath());
-      // ROUTELAB_SCREENSHOT_TARGET=dashboard grabs the first dashboard opened with --dashboard instead.
+      // ROUTELAB_SCREENSHOT_TARGET=dashboard grabs the first dashboard opened with --dashboard instead; compare
+      // and inspector grab those docks.
+      const QString targetName = qEnvironmentVariable("ROUTELAB_SCREENSHOT_TARGET");
       QWidget* target = &window;
-      if (qEnvironmentVariable("ROUTELAB_SCREENSHOT_TARGET") == QLatin1String("dashboard") && !dashboards.isEmpty())
+      if (targetName == QLatin1String("dashboard") && !dashboards.isEmpty())
         if (QWidget* d = window.dashboards()->dashboard(dashboards.first().toLongLong())) target = d;
+      if (targetName == QLatin1String("compare")) target = window.compareDock()->widget();
+      if (targetName == QLatin1String("inspector")) target = window.inspectorDock()->widget();
       const bool saved = target->grab().save(screenshot);
       routelab::logger("ui")->info("screenshot {} {}", screenshot.toStdString(), saved ? "saved" : "NOT saved");
       window.setConfirmOnClose(false);

@@ -12,6 +12,8 @@ PACKAGES=(
   libqcustomplot-dev libqcustomplot2.1-qt6
   libspdlog-dev libfmt-dev libsqlite3-dev sqlite3 nlohmann-json3-dev libcli11-dev
   bible-kjv xvfb xauth poppler-utils
+  # pdflatex, booktabs and pgfplots: the suites compile the exported LaTeX tables and pgfplots figures
+  texlive-latex-base texlive-latex-recommended texlive-pictures
   python3 python3-torch
 )
 

@@ -6,12 +6,13 @@
 #include <QTimer>
 
 #include "ui/run_controller.h"
+#include "ui/run_queue.h"
 #include "ui/run_dashboard.h"
 
 namespace routelab {
 
-DashboardDocks::DashboardDocks(QMainWindow* window, StoreService* store, RunController* controller)
-    : QObject(window), window_(window), store_(store), controller_(controller) {}
+DashboardDocks::DashboardDocks(QMainWindow* window, StoreService* store, RunQueue* queue)
+    : QObject(window), window_(window), store_(store), queue_(queue) {}
 
 RunDashboard* DashboardDocks::dashboard(qint64 runId) const {
   const QPointer<QDockWidget> dock = docks_.value(runId);
@@ -27,15 +28,16 @@ int DashboardDocks::count() const {
 
 RunDashboard* DashboardDocks::open(qint64 runId, bool live) {
   if (runId <= 0) return nullptr;
+  RunController* controller = live ? queue_->controllerOf(runId) : nullptr;
   if (RunDashboard* existing = dashboard(runId)) {
-    if (live && !existing->isLive()) existing->followLive(controller_);
+    if (controller && !existing->isLive()) existing->followLive(controller);
     QDockWidget* dock = docks_.value(runId);
     dock->show();
     dock->raise();
     return existing;
   }
   auto* dashboard = new RunDashboard(runId, store_);
-  if (live) dashboard->followLive(controller_);
+  if (controller) dashboard->followLive(controller);
   auto* dock = new QDockWidget(tr("Run %1").arg(runId), window_);
   dock->setObjectName(QStringLiteral("dashboardDock%1").arg(runId));
   dock->setAttribute(Qt::WA_DeleteOnClose);

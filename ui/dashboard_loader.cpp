@@ -5,8 +5,11 @@
 #include <cmath>
 #include <map>
 
+#include <QRegularExpression>
+
 #include <nlohmann/json.hpp>
 
+#include "core/report/figures.h"
 #include "core/store/run_store.h"
 #include "core/util/logging.h"
 #include "ui/routing_cost.h"
@@ -45,6 +48,10 @@ ProbeSnapshot::Series parseSeries(const std::string& name, const json& data) {
   series.name = QString::fromStdString(name);
   series.integral = allIntegral(data);
   if (!data.is_array()) return series;
+  // The per-token shape from the first token: (T, L, k) -> {L, k}.
+  if (!data.empty())
+    for (const json* d = &data.front(); d->is_array() && !d->empty(); d = &d->front())
+      series.shape.push_back(static_cast<int>(d->size()));
   std::vector<std::vector<double>> perToken;
   std::size_t width = 0;
   for (const json& token : data) {
@@ -88,6 +95,24 @@ ProbeSnapshot parseProbe(qint64 step, const std::string& text) {
   }
   if (doc.contains("token_data") && doc.at("token_data").is_object())
     for (const auto& [key, value] : doc.at("token_data").items()) probe.tokenData.push_back(parseSeries(key, value));
+  if (doc.contains("top_k") && doc.at("top_k").is_array()) {
+    for (const json& position : doc.at("top_k")) {
+      QVector<ProbeSnapshot::Prediction> ranked;
+      if (position.is_array())
+        for (const json& p : position)
+          ranked.push_back({QString::fromStdString(p.value("text", std::string())), p.value("p", 0.0)});
+      probe.topK.push_back(std::move(ranked));
+    }
+  }
+  probe.droppedTokens = doc.value("dropped_tokens", qint64{0});
+  if (doc.value("task", std::string("lm")) == "classification") {
+    probe.task = QStringLiteral("classification");
+    if (doc.contains("labels"))
+      for (const json& l : doc.at("labels")) probe.labels.push_back(QString::fromStdString(l.get<std::string>()));
+    if (doc.contains("class_probs")) probe.classProbs = numbers(doc.at("class_probs"));
+    probe.predicted = doc.value("predicted", -1);
+    probe.label = doc.value("label", -1);
+  }
   return probe;
 }
 
@@ -105,6 +130,49 @@ EvalSnapshot parseEval(qint64 step, double valLoss, const std::string& extraJson
     }
   }
   return eval;
+}
+
+bool isMetricsViewKey(const QString& key) {
+  if (!key.startsWith(QLatin1String("train/")) && !key.startsWith(QLatin1String("val/"))) return false;
+  if (key == QLatin1String("train/loss") || key == QLatin1String("val/loss") || key == QLatin1String("val/epoch"))
+    return false;
+  return !key.contains(QLatin1String("/load/")) && !key.contains(QLatin1String("/assign/"));
+}
+
+RunMetricsData loadMetricsData(const RunStore& store, qint64 runId) {
+  RunMetricsData metrics;
+  // val/load/L<l>/E<i>: the share of layer l's routed tokens that expert i took, at each evaluation.
+  const QRegularExpression loadKey(QStringLiteral("^val/load/L(\\d+)/E(\\d+)$"));
+  for (const std::string& k : store.metric_keys(runId)) {
+    const QString key = QString::fromStdString(k);
+    metrics.keys.push_back(key);
+    if (isMetricsViewKey(key)) {
+      MetricCurve curve;
+      curve.key = key;
+      for (const MetricPoint& p : store.metric(runId, k)) {
+        curve.steps.push_back(static_cast<double>(p.step));
+        curve.values.push_back(p.value);
+      }
+      metrics.curves.push_back(std::move(curve));
+      continue;
+    }
+    const auto match = loadKey.match(key);
+    if (!match.hasMatch()) continue;
+    const auto points = store.metric(runId, k);
+    if (points.empty()) continue;
+    const int layer = match.captured(1).toInt(), expert = match.captured(2).toInt();
+    const qint64 step = points.back().step;
+    if (step < metrics.loadStep) continue;  // a series that stopped earlier than the others
+    if (step > metrics.loadStep) {
+      metrics.loadStep = step;
+      metrics.expertLoad.clear();
+    }
+    if (metrics.expertLoad.size() <= layer) metrics.expertLoad.resize(layer + 1);
+    auto& row = metrics.expertLoad[layer];
+    if (row.size() <= expert) row.resize(expert + 1, std::nan(""));
+    row[expert] = points.back().value;
+  }
+  return metrics;
 }
 
 RunDashboardData loadDashboardData(const RunStore& store, qint64 runId) {
@@ -126,6 +194,17 @@ RunDashboardData loadDashboardData(const RunStore& store, qint64 runId) {
                                              config.at("data").at("context").get<std::int64_t>());
   } catch (const std::exception&) {
     data.tokensPerStep = 0;  // the tokens axis then falls back to what the live run reports
+  }
+  try {
+    data.denseStepFlops = training_step_dense_flops(store, runId);
+    const auto [steps, ratios] = training_flops_ratios(store, runId);
+    for (std::size_t i = 0; i < steps.size(); ++i) {
+      data.flopsRatioSteps.push_back(static_cast<double>(steps[i]));
+      data.flopsRatios.push_back(ratios[i]);
+    }
+  } catch (const std::exception& e) {
+    data.denseStepFlops = 0;  // the FLOPs axis then says why it is empty
+    logger("ui")->warn("run {}: no cumulative-FLOPs axis: {}", runId, e.what());
   }
 
   for (const MetricPoint& p : store.metric(runId, "train/loss")) {
@@ -166,6 +245,11 @@ RunDashboardData loadDashboardData(const RunStore& store, qint64 runId) {
       logger("ui")->warn("run {}: evaluation at step {} has unreadable routing data: {}", runId, row.step, e.what());
     }
   }
+  data.metrics = loadMetricsData(store, runId);
+  if (data.metrics.keys.contains(QStringLiteral("val/accuracy")) ||
+      data.metrics.keys.contains(QStringLiteral("train/accuracy")))
+    data.task = QStringLiteral("classification");
+
   for (const ProbeRow& row : store.probes(runId)) {
     try {
       ProbeSnapshot probe = parseProbe(row.step, row.json);

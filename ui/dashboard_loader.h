@@ -17,4 +17,11 @@ ProbeSnapshot parseProbe(qint64 step, const std::string& json);
 /// Parses one evaluation's extra_json.
 EvalSnapshot parseEval(qint64 step, double valLoss, const std::string& extraJson);
 
+/// Whether the metrics tab plots `key` as a curve: train/<x> and val/<x> but the losses (the loss plot shows
+/// them), the epoch counter and the per-expert series (load/..., assign/...: the expert-load bars show those).
+bool isMetricsViewKey(const QString& key);
+/// Reads the metric keys of `runId` and the series the metrics tab shows, with the last evaluation's expert
+/// loads (val/load/L<l>/E<i>).
+RunMetricsData loadMetricsData(const RunStore& store, qint64 runId);
+
 }  // namespace routelab

@@ -240,21 +240,34 @@ bool ExperimentDesigner::loadPreset(const QString& name) {
       return false;
     }
   }
-  d_->presetName = name;
+  return loadConfig(QString::fromStdString(overrides.dump()), name);
+}
+
+bool ExperimentDesigner::loadConfig(const QString& configJson, const QString& origin) {
+  json config;
+  try {
+    config = json::parse(configJson.toStdString());
+  } catch (const json::exception& e) {
+    d_->formError = tr("%1: %2").arg(origin, QString::fromUtf8(e.what()));
+    d_->status->setText(d_->formError);
+    return false;
+  }
+  if (!config.is_object()) return false;
+  d_->presetName = origin;
   {
     const QSignalBlocker blocker(d_->preset);
-    d_->preset->setCurrentIndex(std::max(0, d_->preset->findData(name)));
+    d_->preset->setCurrentIndex(std::max(0, d_->preset->findData(origin)));
   }
-  const QString arch = overrides.contains("model") && overrides["model"].contains("arch")
-                           ? QString::fromStdString(overrides["model"]["arch"].get<std::string>())
+  const QString arch = config.contains("model") && config["model"].contains("arch")
+                           ? QString::fromStdString(config["model"]["arch"].get<std::string>())
                            : QStringLiteral("dense");
   d_->building = true;
   d_->arch->setCurrentIndex(std::max(0, d_->arch->findData(arch)));
   d_->building = false;
   for (const QString& section : kSections) rebuildSection(section);
   for (const QString& section : kSections) {
-    if (!overrides.contains(section.toStdString())) continue;
-    for (const auto& [key, value] : overrides[section.toStdString()].items()) {
+    if (!config.contains(section.toStdString())) continue;
+    for (const auto& [key, value] : config[section.toStdString()].items()) {
       if (key == "arch") continue;
       setFieldText(section + QLatin1Char('.') + QString::fromStdString(key), specText(value));
     }

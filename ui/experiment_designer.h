@@ -24,6 +24,10 @@ class ExperimentDesigner : public QWidget {
   QString architecture() const;
   /// Fills the form with preset `name` (its architecture, then its overrides on the defaults); "" = defaults.
   bool loadPreset(const QString& name);
+  /// Fills the form with a stored run's config (Clone in the runs browser): its architecture, then every value
+  /// of its model/data/train/run sections. `origin` (the run's preset) names the request. False when the JSON
+  /// cannot be read.
+  bool loadConfig(const QString& configJson, const QString& origin);
 
   /// Sets a field as the user would, by key path ("model.n_head"): text for text fields, "true"/"false" for
   /// check boxes, the choice for combo boxes. False when there is no such field.

@@ -22,14 +22,17 @@
 #include "core/util/logging.h"
 #include "core/util/paths.h"
 #include "ui/app_resources.h"
+#include "ui/compare_view.h"
 #include "ui/dashboard_docks.h"
 #include "ui/experiment_designer.h"
 #include "ui/log_bridge.h"
 #include "ui/presets_panel.h"
 #include "ui/run_controller.h"
+#include "ui/run_queue.h"
 #include "ui/runs_panel.h"
 #include "ui/runs_table_model.h"
 #include "ui/store_service.h"
+#include "ui/token_inspector.h"
 #include "widgets/log_view_widget.h"
 #include "widgets/loss_plot_widget.h"
 #include "widgets/progress_status_widget.h"
@@ -66,8 +69,9 @@ MainWindow::MainWindow(MainWindowOptions options, QWidget* parent)
 
   logBridge_ = new LogBridge(this);
   store_ = new StoreService(dbPath_, this);
-  controller_ = new RunController(this);
-  dashboards_ = new DashboardDocks(this, store_, controller_);
+  queue_ = new RunQueue(store_, this);
+  controller_ = queue_->controller(0);
+  dashboards_ = new DashboardDocks(this, store_, queue_);
 
   plot_ = new LossPlotWidget(this);
   setCentralWidget(plot_);
@@ -94,7 +98,9 @@ MainWindow::MainWindow(MainWindowOptions options, QWidget* parent)
   if (options_.autostart) QTimer::singleShot(0, this, &MainWindow::startRun);
 }
 
-MainWindow::~MainWindow() = default;
+MainWindow::~MainWindow() {
+  delete queue_;  // before the store service: the queue's last writes go through it
+}
 
 void MainWindow::buildActions() {
   startAction_ = new QAction(style()->standardIcon(QStyle::SP_MediaPlay), tr("&Start"), this);
@@ -159,6 +165,19 @@ void MainWindow::buildDocks() {
   tabifyDockWidget(presetsDock_, designerDock_);
   presetsDock_->raise();
   addDockWidget(Qt::BottomDockWidgetArea, logDock_);
+  runs_->setServices(store_, queue_);
+  queuePanel_ = new RunQueuePanel(queue_, this);
+  queueDock_ = makeDock(tr("Queue"), QStringLiteral("queueDock"), queuePanel_, this);
+  tabifyDockWidget(logDock_, queueDock_);
+  logDock_->raise();
+  inspector_ = new TokenInspector(store_, this);
+  inspectorDock_ = makeDock(tr("Token inspector"), QStringLiteral("inspectorDock"), inspector_, this);
+  addDockWidget(Qt::RightDockWidgetArea, inspectorDock_);
+  inspectorDock_->hide();  // View > Token inspector (Ctrl+I)
+  compare_ = new CompareView(store_, this);
+  compareDock_ = makeDock(tr("Compare"), QStringLiteral("compareDock"), compare_, this);
+  addDockWidget(Qt::RightDockWidgetArea, compareDock_);
+  compareDock_->hide();  // View > Compare runs (Ctrl+Shift+C)
 }
 
 void MainWindow::buildMenus() {
@@ -171,7 +190,18 @@ void MainWindow::buildMenus() {
   run->addAction(refreshAction_);
   run->addAction(dashboardAction_);
   QMenu* view = menuBar()->addMenu(tr("&View"));
-  for (QDockWidget* dock : {presetsDock_, designerDock_, runsDock_, logDock_}) view->addAction(dock->toggleViewAction());
+  for (QDockWidget* dock : {presetsDock_, designerDock_, runsDock_, logDock_, queueDock_}) view->addAction(dock->toggleViewAction());
+  QAction* inspect = inspectorDock_->toggleViewAction();
+  inspect->setObjectName(QStringLiteral("inspectorAction"));
+  inspect->setShortcut(QKeySequence(Qt::CTRL | Qt::Key_I));
+  inspect->setToolTip(tr("Trace any text through one or two stored runs (Ctrl+I)"));
+  view->addAction(inspect);
+  QAction* compare = compareDock_->toggleViewAction();
+  compare->setObjectName(QStringLiteral("compareAction"));
+  compare->setText(tr("&Compare runs"));
+  compare->setShortcut(QKeySequence(Qt::CTRL | Qt::SHIFT | Qt::Key_C));
+  compare->setToolTip(tr("Overlay runs, matched-budget tables and the config diff (Ctrl+Shift+C)"));
+  view->addAction(compare);
   QMenu* help = menuBar()->addMenu(tr("&Help"));
   help->addAction(aboutAction_);
   help->addAction(tr("About &Qt"), qApp, &QApplication::aboutQt);
@@ -185,10 +215,25 @@ void MainWindow::connectParts() {
     statusBar()->showMessage(tr("Run store: %1").arg(message), 10000);
     logger("ui")->warn("run store: {}", message.toStdString());
   });
-  connect(controller_, &RunController::runStarted, this, &MainWindow::onRunStarted);
-  connect(controller_, &RunController::progressReceived, this, &MainWindow::onProgress);
-  connect(controller_, &RunController::runFinished, this, &MainWindow::onRunFinished);
-  connect(controller_, &RunController::runningChanged, this, &MainWindow::updateActions);
+  connect(queue_, &RunQueue::runStarted, this, &MainWindow::onRunStarted);
+  connect(queue_, &RunQueue::progressReceived, this, &MainWindow::onProgress);
+  connect(queue_, &RunQueue::runFinished, this, &MainWindow::onRunFinished);
+  connect(queue_, &RunQueue::runningChanged, this, &MainWindow::updateActions);
+  connect(queue_, &RunQueue::queueChanged, this, &MainWindow::updateActions);
+  connect(runs_, &RunsPanel::dashboardRequested, this, [this](qint64 runId) {
+    dashboards_->open(runId, queue_->controllerOf(runId) != nullptr);
+  });
+  connect(runs_, &RunsPanel::cloneRequested, this, [this](const QString& configJson, const QString& origin) {
+    if (designer_->loadConfig(configJson, origin)) {
+      designerDock_->show();
+      designerDock_->raise();
+    }
+  });
+  connect(runs_, &RunsPanel::compareRequested, this, [this](const QList<qint64>& runIds) {
+    compare_->showRuns(runIds);
+    compareDock_->show();
+    compareDock_->raise();
+  });
   connect(runs_, &RunsPanel::runSelected, this, &MainWindow::showRun);
   connect(runs_, &RunsPanel::runSelected, this, &MainWindow::updateActions);
   connect(presets_, &PresetsPanel::presetSelected, this, &MainWindow::updateActions);
@@ -232,11 +277,10 @@ void MainWindow::saveSettings() const {
 }
 
 void MainWindow::updateActions() {
-  const bool running = controller_->isRunning();
-  startAction_->setEnabled(!running && !closeAfterRun_ && !presets_->currentPreset().isEmpty());
-  stopAction_->setEnabled(running && !controller_->isStopping());
-  steps_->setEnabled(!running);
-  designer_->setLaunchEnabled(!running && !closeAfterRun_);
+  // Start and Launch queue while runs are in progress; Stop stops every run and holds the queue.
+  startAction_->setEnabled(!closeAfterRun_ && !presets_->currentPreset().isEmpty());
+  stopAction_->setEnabled(queue_->canStop());
+  designer_->setLaunchEnabled(!closeAfterRun_);
   dashboardAction_->setEnabled(runs_->selectedRunId() > 0);
 }
 
@@ -256,7 +300,14 @@ bool MainWindow::startRequest(const RunRequest& given) {
   RunRequest request = given;
   request.dbPath = dbPath_;
   const QString preset = request.preset;
-  if (!controller_->start(request)) return false;
+  if (closeAfterRun_) return false;
+  const qint64 key = queue_->submit(request);
+  const QueueEntry* entry = queue_->entry(key);
+  if (!entry || entry->state != QLatin1String("running")) {
+    statusBar()->showMessage(tr("%1 queued: it starts when a slot is free").arg(preset), 8000);
+    updateActions();
+    return true;
+  }
   displayedRunId_ = 0;  // the live run takes the plot as soon as the trainer reports its id
   plot_->clear();
   plot_->setAutoFollow(true);
@@ -268,8 +319,8 @@ bool MainWindow::startRequest(const RunRequest& given) {
 }
 
 void MainWindow::stopRun() {
-  if (!controller_->isRunning()) return;
-  controller_->stop();
+  if (!queue_->canStop()) return;
+  queue_->stopAll();
   progress_->setState(tr("stopping after this step"), RunsTableModel::statusColor(QStringLiteral("stopped")));
   updateActions();
 }
@@ -279,7 +330,7 @@ void MainWindow::refreshRuns() { store_->requestRuns(); }
 void MainWindow::openDashboard() {
   const qint64 runId = runs_->selectedRunId();
   if (runId <= 0) return;
-  dashboards_->open(runId, controller_->isRunning() && runId == controller_->currentRunId());
+  dashboards_->open(runId, queue_->controllerOf(runId) != nullptr);
 }
 
 void MainWindow::showAbout() { showAboutDialog(this); }
@@ -287,9 +338,9 @@ void MainWindow::showAbout() { showAboutDialog(this); }
 void MainWindow::showRun(qint64 runId) {
   if (runId == displayedRunId_) return;
   displayedRunId_ = runId;
-  if (runId != 0 && runId == controller_->currentRunId()) {
-    // The current (or last) live run: its curve is already here, complete and fresher than the store.
-    const RunCurves& live = controller_->liveCurves();
+  if (const RunCurves* liveCurves = queue_->liveCurves(runId)) {
+    // A live (or the last) run of a queue slot: its curve is already here, complete and fresher than the store.
+    const RunCurves& live = *liveCurves;
     plot_->setCurves(live.trainSteps, live.trainLoss, live.valSteps, live.valLoss);
     if (const RunSummary* run = runs_->model()->run(runId)) {
       plot_->setTitle(tr("run %1 · %2 · %3").arg(runId).arg(run->name, run->arch));
@@ -331,14 +382,14 @@ void MainWindow::onRunStarted(const RunStartInfo& info) {
   refreshRuns();
 }
 
-void MainWindow::onProgress(const ProgressBatch& batch) {
-  if (displayedRunId_ != 0 && displayedRunId_ == controller_->currentRunId()) {
+void MainWindow::onProgress(qint64 runId, const ProgressBatch& batch) {
+  if (displayedRunId_ != 0 && displayedRunId_ == runId) {
     RunCurves increment;
     appendCurves(batch, increment);
     plot_->appendTrain(increment.trainSteps, increment.trainLoss);  // both append calls end in one queued replot
     plot_->appendValidation(increment.valSteps, increment.valLoss);
   }
-  if (!batch.steps.isEmpty()) {
+  if (!batch.steps.isEmpty() && (displayedRunId_ == runId || queue_->runningCount() == 1)) {
     const StepSample& s = batch.steps.back();
     progress_->setProgress(s.step, s.totalSteps, s.loss, s.tokensPerSecond, s.etaSeconds);
   }
@@ -357,7 +408,7 @@ void MainWindow::onRunFinished(const RunResult& result) {
   }
   refreshRuns();
   updateActions();
-  if (closeAfterRun_) QTimer::singleShot(0, this, &QWidget::close);
+  if (closeAfterRun_ && !queue_->isRunning()) QTimer::singleShot(0, this, &QWidget::close);
 }
 
 void MainWindow::showError(const QString& title, const QString& message) {
@@ -369,7 +420,7 @@ void MainWindow::showError(const QString& title, const QString& message) {
 }
 
 void MainWindow::closeEvent(QCloseEvent* event) {
-  if (!controller_->isRunning()) {
+  if (!queue_->isRunning()) {
     saveSettings();
     event->accept();
     return;
@@ -377,17 +428,21 @@ void MainWindow::closeEvent(QCloseEvent* event) {
   event->ignore();
   if (closeAfterRun_) return;  // already stopping; the window closes when the run has ended
   if (confirmClose_ &&
-      QMessageBox::question(this, tr("Run in progress"), tr("Stop the run and quit?"),
+      QMessageBox::question(this, tr("Run in progress"),
+                            queue_->runningCount() > 1 ? tr("Stop the %1 runs and quit?").arg(queue_->runningCount())
+                                                       : tr("Stop the run and quit?"),
                             QMessageBox::Yes | QMessageBox::No, QMessageBox::No) != QMessageBox::Yes)
     return;
-  if (!controller_->isRunning()) {  // it ended while the question was open
+  if (!queue_->isRunning()) {  // they ended while the question was open
     QTimer::singleShot(0, this, &QWidget::close);
     return;
   }
   // Do not block here: the trainer finishes its step and checkpoints while the window keeps painting;
   // onRunFinished closes the window once the worker thread has ended.
+  // Their queue items return to pending (as resumes) and continue at the next start.
   closeAfterRun_ = true;
-  stopRun();
+  queue_->shutdown();
+  updateActions();
   statusBar()->showMessage(tr("Stopping the run, then closing…"));
 }
 

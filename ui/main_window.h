@@ -15,6 +15,7 @@ class QTimer;
 
 namespace routelab {
 
+class CompareView;
 class DashboardDocks;
 class ExperimentDesigner;
 class LogBridge;
@@ -23,8 +24,11 @@ class LossPlotWidget;
 class PresetsPanel;
 class ProgressStatusWidget;
 class RunController;
+class RunQueue;
+class RunQueuePanel;
 class RunsPanel;
 class StoreService;
+class TokenInspector;
 
 struct MainWindowOptions {
   QString dbPath;             ///< "" = routelab::default_db_path()
@@ -49,7 +53,10 @@ class MainWindow : public QMainWindow {
   LossPlotWidget* lossPlot() const { return plot_; }
   RunsPanel* runsPanel() const { return runs_; }
   PresetsPanel* presetsPanel() const { return presets_; }
+  /// The queue's first slot: the only one while runs go one at a time.
   RunController* runController() const { return controller_; }
+  RunQueue* runQueue() const { return queue_; }
+  RunQueuePanel* queuePanel() const { return queuePanel_; }
   ProgressStatusWidget* progressStatus() const { return progress_; }
   LogViewWidget* logView() const { return log_; }
   QAction* startAction() const { return startAction_; }
@@ -57,13 +64,18 @@ class MainWindow : public QMainWindow {
   QAction* dashboardAction() const { return dashboardAction_; }
   DashboardDocks* dashboards() const { return dashboards_; }
   ExperimentDesigner* designer() const { return designer_; }
+  TokenInspector* inspector() const { return inspector_; }
+  QDockWidget* inspectorDock() const { return inspectorDock_; }
+  CompareView* compareView() const { return compare_; }
+  QDockWidget* compareDock() const { return compareDock_; }
   QSpinBox* stepsSpinBox() const { return steps_; }
   /// The run whose curves the plot shows (0 = none).
   qint64 displayedRunId() const { return displayedRunId_; }
 
  public Q_SLOTS:
   void startRun();
-  /// Starts `request` (from the toolbar's preset or the designer) unless a run is in progress.
+  /// Queues `request` (from the toolbar's preset or the designer); it starts at once when a slot is free.
+  /// False while the window is closing.
   bool startRequest(const routelab::RunRequest& request);
   void stopRun();
   /// Opens the dashboard of the run selected in the runs table.
@@ -88,7 +100,7 @@ class MainWindow : public QMainWindow {
   void onRunsLoaded(const QList<RunSummary>& runs);
   void onCurvesLoaded(const RunCurves& curves);
   void onRunStarted(const RunStartInfo& info);
-  void onProgress(const ProgressBatch& batch);
+  void onProgress(qint64 runId, const ProgressBatch& batch);
   void onRunFinished(const RunResult& result);
   void showError(const QString& title, const QString& message);
 
@@ -101,11 +113,18 @@ class MainWindow : public QMainWindow {
 
   StoreService* store_ = nullptr;
   RunController* controller_ = nullptr;
+  RunQueue* queue_ = nullptr;
+  RunQueuePanel* queuePanel_ = nullptr;
+  QDockWidget* queueDock_ = nullptr;
   LogBridge* logBridge_ = nullptr;
   QTimer* refreshTimer_ = nullptr;
   DashboardDocks* dashboards_ = nullptr;
   ExperimentDesigner* designer_ = nullptr;
   QDockWidget* designerDock_ = nullptr;
+  TokenInspector* inspector_ = nullptr;
+  QDockWidget* inspectorDock_ = nullptr;
+  CompareView* compare_ = nullptr;
+  QDockWidget* compareDock_ = nullptr;
 
   LossPlotWidget* plot_ = nullptr;
   PresetsPanel* presets_ = nullptr;

@@ -8,21 +8,23 @@
 #include <QLabel>
 #include <QSlider>
 #include <QSplitter>
+#include <QTabWidget>
 #include <QTimer>
 #include <QVBoxLayout>
 
 #include <cmath>
+#include <limits>
 
 #include "core/util/logging.h"
 #include "ui/routing_cost.h"
 #include "ui/run_controller.h"
+#include "ui/run_metrics_view.h"
 #include "ui/store_service.h"
 #include "widgets/alert_bar_widget.h"
 #include "widgets/color_maps.h"
 #include "widgets/loss_plot_widget.h"
 #include "widgets/routing_bars_widget.h"
 #include "widgets/routing_heatmap_widget.h"
-#include "widgets/token_routing_widget.h"
 #include "widgets/xy_curves_widget.h"
 
 namespace routelab {
@@ -67,7 +69,9 @@ RunDashboard::RunDashboard(qint64 runId, StoreService* store, QWidget* parent)
   xAxisCombo_->addItem(tr("step"), static_cast<int>(XAxis::Step));
   xAxisCombo_->addItem(tr("tokens seen"), static_cast<int>(XAxis::Tokens));
   xAxisCombo_->addItem(tr("wall time"), static_cast<int>(XAxis::WallTime));
-  xAxisCombo_->setToolTip(tr("x axis of the loss curves"));
+  xAxisCombo_->addItem(tr("training FLOPs"), static_cast<int>(XAxis::Flops));
+  xAxisCombo_->setToolTip(tr("x axis of the loss curves; training FLOPs: the layers' cumulative FLOPs, each step "
+                             "priced at 3x the dense forward times the FLOPs ratio measured from its routing"));
   auto* header = new QHBoxLayout;
   header->addWidget(titleLabel_, 1);
   header->addWidget(new QLabel(tr("x axis"), this));
@@ -89,6 +93,7 @@ RunDashboard::RunDashboard(qint64 runId, StoreService* store, QWidget* parent)
   colourBy_->setObjectName(QStringLiteral("colourBy"));
   colourBy_->addItem(tr("gate value"), QStringLiteral("gate"));
   colourBy_->addItem(tr("hard decision"), QStringLiteral("decision"));
+  colourBy_->addItem(tr("expert id (TAGAT)"), QStringLiteral("expert"));
   colourBy_->setToolTip(tr("What colours the layers' rows; per-token data (exit layer, depth, path, ...) is always shown"));
   auto* probeControls = new QHBoxLayout;
   probeControls->addWidget(new QLabel(tr("evaluation"), this));
@@ -133,12 +138,19 @@ RunDashboard::RunDashboard(qint64 runId, StoreService* store, QWidget* parent)
   top->setStretchFactor(0, 1);
   top->setStretchFactor(1, 1);
 
+  metrics_ = new RunMetricsView(this);
+  tabs_ = new QTabWidget(this);
+  tabs_->setObjectName(QStringLiteral("dashboardTabs"));
+  tabs_->setDocumentMode(true);
+  tabs_->addTab(rows, tr("Routing"));
+  tabs_->addTab(metrics_, tr("Metrics"));
+
   auto* layout = new QVBoxLayout(this);
   layout->setContentsMargins(4, 4, 4, 4);
   layout->setSpacing(4);
   layout->addLayout(header);
   layout->addWidget(alerts_);
-  layout->addWidget(rows, 1);
+  layout->addWidget(tabs_, 1);
 
   reloadTimer_ = new QTimer(this);
   reloadTimer_->setSingleShot(true);
@@ -147,11 +159,19 @@ RunDashboard::RunDashboard(qint64 runId, StoreService* store, QWidget* parent)
   alertTimer_ = new QTimer(this);
   alertTimer_->setInterval(kAlertCheckMs);
   connect(alertTimer_, &QTimer::timeout, this, &RunDashboard::updateAlerts);
+  metricsTimer_ = new QTimer(this);
+  metricsTimer_->setInterval(kLiveMetricsReloadMs);
+  connect(metricsTimer_, &QTimer::timeout, this, [this] {
+    if (live_ && tabs_->currentWidget() == metrics_) reload();
+  });
 
   connect(xAxisCombo_, qOverload<int>(&QComboBox::currentIndexChanged), this,
           [this](int index) { setXAxis(static_cast<XAxis>(xAxisCombo_->itemData(index).toInt())); });
   connect(probeSlider_, &QSlider::valueChanged, this, [this](int) { renderProbe(); });
-  connect(colourBy_, qOverload<int>(&QComboBox::currentIndexChanged), this, [this](int) { renderProbe(); });
+  connect(colourBy_, qOverload<int>(&QComboBox::currentIndexChanged), this, [this](int) {
+    colourChosen_ = true;
+    renderProbe();
+  });
   connect(store_, &StoreService::dashboardLoaded, this, [this](const RunDashboardData& data) {
     if (data.runId == runId_) onLoaded(data);
   });
@@ -168,6 +188,7 @@ void RunDashboard::followLive(RunController* controller) {
   live_ = true;
   health_.setLive(true);
   alertTimer_->start();
+  metricsTimer_->start();
   connect(controller, &RunController::progressReceived, this, [this, controller](const ProgressBatch& batch) {
     if (live_ && controller->currentRunId() == runId_) onProgress(batch);
   });
@@ -210,10 +231,15 @@ void RunDashboard::onLoaded(const RunDashboardData& data) {
     probeSlider_->setRange(0, std::max(0, probeCount() - 1));
     if (atEnd) probeSlider_->setValue(probeSlider_->maximum());
   }
+  if (!colourChosen_ && !data_.probes.isEmpty() && data_.probes.back().experts()) {
+    const QSignalBlocker blocker(colourBy_);  // TAGAT: which experts each token went to, by default
+    colourBy_->setCurrentIndex(colourBy_->findData(QStringLiteral("expert")));
+  }
   renderLoss();
   renderRouting();
   renderProbe();
   renderCost();
+  metrics_->setData(data_.metrics, data_.task);
   rebuildHealth();
   updateAlerts();
   Q_EMIT dataLoaded();
@@ -237,6 +263,10 @@ void RunDashboard::appendLiveStep(const StepSample& s) {
     data_.routing.fraction.push_back(s.routedFraction);
     data_.routing.attnShare.push_back({});
     data_.routing.mlpShare.push_back({});
+  }
+  if (std::isfinite(s.flopsRatio) && (data_.flopsRatioSteps.isEmpty() || step > data_.flopsRatioSteps.back())) {
+    data_.flopsRatioSteps.push_back(step);
+    data_.flopsRatios.push_back(s.flopsRatio);
   }
   if (data_.tokensPerStep <= 0 && s.step > 0)
     data_.tokensPerStep = static_cast<double>(s.tokensSeen) / static_cast<double>(s.step);
@@ -274,6 +304,7 @@ double RunDashboard::x(double step, double wall) const {
     case XAxis::Step: return step;
     case XAxis::Tokens: return step * data_.tokensPerStep;
     case XAxis::WallTime: return std::max(0.0, wall - wallOrigin());
+    case XAxis::Flops: return flopsAxis_.at(static_cast<std::int64_t>(step));
   }
   return step;
 }
@@ -287,12 +318,24 @@ void RunDashboard::setXAxis(XAxis axis) {
   renderLoss();
 }
 
+void RunDashboard::rebuildFlopsAxis() {
+  if (xAxis_ != XAxis::Flops) return;
+  std::vector<std::int64_t> steps;
+  for (double s : data_.flopsRatioSteps) steps.push_back(static_cast<std::int64_t>(s));
+  flopsAxis_ = CumulativeFlops(data_.denseStepFlops, std::move(steps),
+                               std::vector<double>(data_.flopsRatios.begin(), data_.flopsRatios.end()));
+  if (data_.denseStepFlops <= 0)
+    loss_->setXAxisLabel(tr("training FLOPs: unavailable (the run's config cannot be priced)"), false);
+}
+
 void RunDashboard::renderLoss() {
   switch (xAxis_) {
     case XAxis::Step: loss_->setXAxisLabel(tr("step"), true); break;
     case XAxis::Tokens: loss_->setXAxisLabel(tr("tokens seen"), false); break;
     case XAxis::WallTime: loss_->setXAxisLabel(tr("wall time (s since the run was created)"), false); break;
+    case XAxis::Flops: loss_->setXAxisLabel(tr("training FLOPs (layers, measured routing)"), false); break;
   }
+  rebuildFlopsAxis();
   QVector<double> tx, vx;
   for (qsizetype i = 0; i < data_.trainSteps.size(); ++i) tx.push_back(x(data_.trainSteps[i], data_.trainWall[i]));
   for (qsizetype i = 0; i < data_.valSteps.size(); ++i) vx.push_back(x(data_.valSteps[i], data_.valWall[i]));
@@ -343,42 +386,52 @@ qint64 RunDashboard::shownProbeStep() const {
 
 void RunDashboard::showProbe(int index) { probeSlider_->setValue(index); }
 
-void RunDashboard::renderProbe() {
-  const int index = probeSlider_->value();
-  if (index < 0 || index >= probeCount()) {
-    tokens_->clear();
-    probeLabel_->setText(tr("no probe yet"));
-    tokens_->setCaption(tr("The probe text's routing appears at the first evaluation."));
-    return;
-  }
-  const ProbeSnapshot& probe = data_.probes[index];
-  const bool byGate = colourBy_->currentData().toString() == QLatin1String("gate");
-  const int n = static_cast<int>(probe.tokens.size());
+QVector<TokenRoutingWidget::Row> probeRows(const ProbeSnapshot& probe, const QString& colourBy) {
+  const ProbeSnapshot::Series* experts = probe.experts();
+  const QString mode = colourBy == QLatin1String("expert") && !experts ? QStringLiteral("gate") : colourBy;
+  const bool byGate = mode == QLatin1String("gate");
   QVector<TokenRoutingWidget::Row> rows;
   for (const ProbeSnapshot::Layer& layer : probe.layers) {
     const bool haveGate = !layer.gate.isEmpty(), haveDecision = !layer.decision.isEmpty();
     if (!haveGate && !haveDecision) continue;  // a dense layer: nothing to colour
     TokenRoutingWidget::Row row;
     if ((byGate && haveGate) || !haveDecision) {
-      row.label = tr("L%1 %2 gate").arg(layer.layer).arg(layer.kind);
-      row.valueName = tr("gate (routed-path probability)");
+      row.label = QObject::tr("L%1 %2 gate").arg(layer.layer).arg(layer.kind);
+      row.valueName = QObject::tr("gate (routed-path probability)");
       row.values = layer.gate;
       row.scale = TokenRoutingWidget::Scale::Unit;
     } else {
-      row.label = tr("L%1 %2 decision").arg(layer.layer).arg(layer.kind);
-      row.valueName = tr("decision");
+      row.label = QObject::tr("L%1 %2 decision").arg(layer.layer).arg(layer.kind);
+      row.valueName = QObject::tr("decision");
       row.values = layer.decision;
       row.scale = TokenRoutingWidget::Scale::Binary;
     }
     rows.push_back(row);
   }
+  // TAGAT: the gate (T, L, N) and the chosen experts (T, L, k) as one row per layer and expert (gate mode) or
+  // per layer and rank (expert mode), coloured over the expert ids 0..N-1.
+  int numExperts = 0;
+  for (const ProbeSnapshot::Series& s : probe.tokenData)
+    if (s.name == QLatin1String("gate") && s.shape.size() == 2) numExperts = s.shape[1];
   // Per-token data of any shape the model reports (exit layer, depth, path per step, gate mixtures, ...).
   for (const ProbeSnapshot::Series& series : probe.tokenData) {
+    const bool perLayer = experts && series.shape.size() == 2;
+    if (perLayer && &series == experts && mode != QLatin1String("expert")) continue;
+    if (perLayer && series.name == QLatin1String("gate") && mode == QLatin1String("expert")) continue;
     const int components = static_cast<int>(series.components.size());
     for (int c = 0; c < components; ++c) {
       TokenRoutingWidget::Row row;
-      row.label = components == 1 ? series.name : QStringLiteral("%1[%2]").arg(series.name).arg(c);
-      row.valueName = row.label;
+      if (perLayer && &series == experts) {
+        const int layer = c / series.shape[1], rank = c % series.shape[1];
+        row.label = QObject::tr("L%1 expert #%2").arg(layer).arg(rank + 1);
+        row.valueName = QObject::tr("expert id (rank %1 of the top-%2)").arg(rank + 1).arg(series.shape[1]);
+      } else if (perLayer) {
+        row.label = QObject::tr("L%1 E%2 %3").arg(c / series.shape[1]).arg(c % series.shape[1]).arg(series.name);
+        row.valueName = row.label;
+      } else {
+        row.label = components == 1 ? series.name : QStringLiteral("%1[%2]").arg(series.name).arg(c);
+        row.valueName = row.label;
+      }
       row.values = series.components[c];
       double lo = std::numeric_limits<double>::infinity(), hi = -lo;
       for (double v : row.values)
@@ -393,25 +446,48 @@ void RunDashboard::renderProbe() {
         // Integral data: negative values mean "none" (e.g. -1 after an exit); the scale spans 0 .. max.
         row.lo = series.integral ? 0 : (std::isfinite(lo) ? lo : 0);
         row.hi = std::isfinite(hi) ? hi : 1;
+        if (perLayer && &series == experts && numExperts > 1) row.hi = numExperts - 1;  // stable colour per id
       }
       rows.push_back(row);
     }
   }
   if (!probe.nextLogprob.isEmpty()) {
     TokenRoutingWidget::Row row;
-    row.label = tr("p(next token)");
-    row.valueName = tr("model probability of the next token");
+    row.label = QObject::tr("p(next token)");
+    row.valueName = QObject::tr("model probability of the next token");
     for (double lp : probe.nextLogprob) row.values.push_back(std::exp(lp));
     row.scale = TokenRoutingWidget::Scale::Unit;
     rows.push_back(row);
   }
-  tokens_->setData(probe.tokens, rows);
+  return rows;
+}
+
+void RunDashboard::renderProbe() {
+  const int index = probeSlider_->value();
+  if (index < 0 || index >= probeCount()) {
+    tokens_->clear();
+    probeLabel_->setText(tr("no probe yet"));
+    tokens_->setCaption(tr("The probe text's routing appears at the first evaluation."));
+    return;
+  }
+  const ProbeSnapshot& probe = data_.probes[index];
+  const int n = static_cast<int>(probe.tokens.size());
+  tokens_->setData(probe.tokens, probeRows(probe, colourBy_->currentData().toString()));
   probeLabel_->setText(tr("step %1 (%2/%3)").arg(probe.step).arg(index + 1).arg(probeCount()));
-  tokens_->setCaption(tr("Probe text, %1 tokens, inference mode at step %2 · viridis 0 → 1 (gates, probabilities) · "
-                         "decisions: yellow routed, purple skipped · integers (layers, depths): viridis over their "
-                         "range, grey none · hover for numbers")
+  QString prediction;
+  if (probe.task == QLatin1String("classification") && probe.predicted >= 0) {
+    prediction = tr(" · predicted %1 (p %2)")
+                     .arg(probe.labels.value(probe.predicted))
+                     .arg(probe.classProbs.value(probe.predicted), 0, 'f', 3);
+    if (probe.label >= 0) prediction += tr(", gold %1").arg(probe.labels.value(probe.label));
+  }
+  tokens_->setCaption(tr("Probe %1, %2 tokens, inference mode at step %3%4 · viridis 0 → 1 (gates, probabilities) · "
+                         "decisions: yellow routed, purple skipped · integers (layers, depths, expert ids): viridis "
+                         "over their range, grey none · hover for numbers")
+                          .arg(probe.task == QLatin1String("classification") ? tr("example") : tr("text"))
                           .arg(n)
-                          .arg(probe.step));
+                          .arg(probe.step)
+                          .arg(prediction));
 }
 
 void RunDashboard::renderCost() {
@@ -495,6 +571,7 @@ void RunDashboard::onProgress(const ProgressBatch& batch) {
   const qsizetype routingBefore = data_.routing.steps.size(), evalsBefore = data_.evals.size();
   for (const StepSample& s : batch.steps) appendLiveStep(s);
   for (const EvalSample& e : batch.evals) appendLiveEval(e);
+  rebuildFlopsAxis();  // new ratios only price steps at or after them: the points drawn so far keep their x
   for (qsizetype i = trainBefore; i < data_.trainSteps.size(); ++i) {
     tx.push_back(x(data_.trainSteps[i], data_.trainWall[i]));
     ty.push_back(data_.trainLoss[i]);
@@ -523,6 +600,7 @@ void RunDashboard::onLiveFinished(const RunResult& result) {
   live_ = false;
   health_.setLive(false);
   alertTimer_->stop();
+  metricsTimer_->stop();
   setTitle(tr("run %1 · %2 · %3").arg(runId_).arg(stored_.name, result.status));
   reloadTimer_->stop();
   reload();

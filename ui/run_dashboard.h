@@ -1,19 +1,23 @@
 // RunDashboard: everything about one run in one panel: loss curves (EMA or moving average over the faint raw
 // series; x = step, tokens or wall time), routed-token % per layer (bars and a layer x step heat map), the probe
 // text's per-token routing with a slider over the stored evaluations, FLOPs and KV memory against sequence length
-// for the run's current routing, and alerts. Fills from the store; follows the live run when it is the one running.
+// for the run's current routing, and alerts; a second tab plots the run's other metrics (RunMetricsView). Fills
+// from the store; follows the live run when it is the one running.
 #pragma once
 #include <QElapsedTimer>
 #include <QVector>
 #include <QWidget>
 
+#include "core/report/curves.h"
 #include "ui/dashboard_data.h"
 #include "ui/run_health.h"
 #include "ui/run_progress.h"
+#include "widgets/token_routing_widget.h"
 
 class QComboBox;
 class QLabel;
 class QSlider;
+class QTabWidget;
 class QTimer;
 
 namespace routelab {
@@ -23,15 +27,20 @@ class LossPlotWidget;
 class RoutingBarsWidget;
 class RoutingHeatmapWidget;
 class RunController;
+class RunMetricsView;
 class StoreService;
-class TokenRoutingWidget;
 class XyCurvesWidget;
+
+/// The rows of a token view for one probe or trace. `colourBy`: "gate" (gate values; TAGAT: per layer and
+/// expert), "decision" (hard decisions) or "expert" (TAGAT: the chosen expert ids per layer and rank, 0..N-1);
+/// per-token data of other models (exit layer, depth, path, ...) and p(next token) are always added.
+QVector<TokenRoutingWidget::Row> probeRows(const ProbeSnapshot& probe, const QString& colourBy);
 
 class RunDashboard : public QWidget {
   Q_OBJECT
 
  public:
-  enum class XAxis { Step, Tokens, WallTime };
+  enum class XAxis { Step, Tokens, WallTime, Flops };
   /// After a live evaluation, the store is read again this much later (the store writer flushes every 0.25 s).
   static constexpr int kReloadAfterEvalMs = 800;
 
@@ -63,6 +72,10 @@ class RunDashboard : public QWidget {
   AlertBarWidget* alertBar() const { return alerts_; }
   QSlider* probeSlider() const { return probeSlider_; }
   QComboBox* colourBy() const { return colourBy_; }
+  QTabWidget* tabs() const { return tabs_; }
+  RunMetricsView* metricsView() const { return metrics_; }
+  /// While live, the store is read this often with the metrics tab shown (its curves follow the run).
+  static constexpr int kLiveMetricsReloadMs = 3000;
 
  Q_SIGNALS:
   void titleChanged(const QString& title);
@@ -84,6 +97,7 @@ class RunDashboard : public QWidget {
   void updateAlerts();
   void setTitle(const QString& title);
   double x(double step, double wall) const;
+  void rebuildFlopsAxis();
   double wallOrigin() const;
   QVector<double> maskDense(const QVector<double>& column) const;
   const EvalSnapshot* latestEval() const;
@@ -94,6 +108,7 @@ class RunDashboard : public QWidget {
   bool live_ = false;
   bool loadedOnce_ = false;
   XAxis xAxis_ = XAxis::Step;
+  CumulativeFlops flopsAxis_;  ///< rebuilt from data_ before each loss render
   RunDashboardData stored_;  ///< the last store read
   RunDashboardData data_;    ///< stored_ plus the live points newer than it
   QVector<StepSample> liveSteps_;
@@ -102,6 +117,8 @@ class RunDashboard : public QWidget {
   QElapsedTimer clock_;
   QTimer* reloadTimer_ = nullptr;
   QTimer* alertTimer_ = nullptr;
+  QTimer* metricsTimer_ = nullptr;
+  bool colourChosen_ = false;  ///< the user picked a colour mode (else TAGAT probes default to expert ids)
 
   QLabel* titleLabel_ = nullptr;
   QComboBox* xAxisCombo_ = nullptr;
@@ -115,6 +132,8 @@ class RunDashboard : public QWidget {
   QComboBox* colourBy_ = nullptr;
   XyCurvesWidget* flops_ = nullptr;
   XyCurvesWidget* kv_ = nullptr;
+  QTabWidget* tabs_ = nullptr;
+  RunMetricsView* metrics_ = nullptr;
 };
 
 }  // namespace routelab

@@ -26,6 +26,7 @@ struct StepSample {
   double wallTime = 0;              ///< unix seconds when the observer saw the step
   qint64 tokensSeen = 0;
   QVector<double> routedFraction;   ///< per layer at logged steps (training mode), empty otherwise
+  double flopsRatio = kNoValue;     ///< layer FLOPs / dense at logged steps (training mode), NaN otherwise
 };
 
 /// One validation pass.
@@ -71,6 +72,10 @@ struct RunSummary {
   double lastTrainLoss = kNoValue, lastValLoss = kNoValue, bestValLoss = kNoValue;
   double createdAt = 0, endedAt = 0;  ///< unix seconds
   std::optional<qint64> resumedFromStep;
+  QString tags, notes, device;        ///< tags comma-separated
+  bool archived = false;
+  double heartbeatAt = 0;             ///< unix seconds; a running run's duration ends here
+  qint64 checkpointStep = -1;         ///< step of the latest checkpoint, -1 when none
 };
 
 /// The stored loss curves of one run.

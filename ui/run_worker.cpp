@@ -39,7 +39,7 @@ class RunWorker::Observer final : public TrainObserver {
     std::lock_guard lock(worker_.mutex_);
     worker_.pending_.steps.push_back(StepSample{m.step, m.total_steps, m.loss, m.lr, m.grad_norm, m.tokens_per_s,
                                                 m.elapsed_s, m.eta_s, unixNow(), m.tokens_seen,
-                                                toQVector(m.routed_fraction)});
+                                                toQVector(m.routed_fraction), m.flops_ratio.value_or(kNoValue)});
   }
 
   void on_eval(const EvalMetrics& m) override {
@@ -76,28 +76,32 @@ void RunWorker::run() {
   auto log = logger("ui");
   RunResult result;
   try {
-    std::vector<std::string> sets;
-    if (request_.stepsOverride > 0) sets.push_back("train.steps=" + std::to_string(request_.stepsOverride));
-    for (const QString& set : request_.sets) sets.push_back(set.toStdString());
-
-    TrainRequest train_request;
-    if (request_.configJson.isEmpty()) {
-      train_request.config = preset_config(request_.preset.toStdString(), sets);
-    } else {
-      nlohmann::json overrides;
-      try {
-        overrides = nlohmann::json::parse(request_.configJson.toStdString());
-      } catch (const nlohmann::json::exception& e) {
-        throw ConfigError("designer config: " + std::string(e.what()));
-      }
-      train_request.config = resolve_config(overrides, sets, request_.preset.toStdString());
-    }
-    train_request.db_path = request_.dbPath.toStdString();
-    train_request.name = request_.name.toStdString();
-    train_request.qt_version = qVersion();
-
     Observer observer(*this);
-    const TrainOutcome outcome = train(train_request, &observer, &cancel_);
+    TrainOutcome outcome;
+    if (request_.resumeRunId > 0) {
+      outcome = resume(request_.dbPath.toStdString(), request_.resumeRunId, &observer, &cancel_);
+    } else {
+      std::vector<std::string> sets;
+      if (request_.stepsOverride > 0) sets.push_back("train.steps=" + std::to_string(request_.stepsOverride));
+      for (const QString& set : request_.sets) sets.push_back(set.toStdString());
+
+      TrainRequest train_request;
+      if (request_.configJson.isEmpty()) {
+        train_request.config = preset_config(request_.preset.toStdString(), sets);
+      } else {
+        nlohmann::json overrides;
+        try {
+          overrides = nlohmann::json::parse(request_.configJson.toStdString());
+        } catch (const nlohmann::json::exception& e) {
+          throw ConfigError("designer config: " + std::string(e.what()));
+        }
+        train_request.config = resolve_config(overrides, sets, request_.preset.toStdString());
+      }
+      train_request.db_path = request_.dbPath.toStdString();
+      train_request.name = request_.name.toStdString();
+      train_request.qt_version = qVersion();
+      outcome = train(train_request, &observer, &cancel_);
+    }
     result.runId = outcome.run_id;
     result.status = QString::fromStdString(to_string(outcome.status));
     result.message = QString::fromStdString(outcome.message);

@@ -24,6 +24,8 @@ struct RunRequest {
   /// Overrides as a JSON document ({model, data, train, run}); when set it replaces `preset`, which then only
   /// names the origin (the experiment designer builds these).
   QString configJson;
+  /// When > 0, continues this stored run from its latest checkpoint (routelab::resume) and ignores the rest.
+  qint64 resumeRunId = 0;
 };
 
 class RunWorker : public QObject {
