@@ -27,6 +27,7 @@
 #include "ui/run_dashboard.h"
 #include "ui/main_window.h"
 #include "ui/run_controller.h"
+#include "ui/run_queue.h"
 #include "ui/token_inspector.h"
 
 namespace {
@@ -61,6 +62,27 @@ void closeOnTerminationSignals(routelab::MainWindow& window) {
   sigaction(SIGTERM, &action, nullptr);
 }
 #endif
+
+/// --sweep: queues the sweep's points once the stored queue was read (they go after what it holds).
+void queueSweep(routelab::MainWindow& window, const QString& path) {
+  routelab::RunQueue* queue = window.runQueue();
+  auto submit = [&window, queue, path] {
+    QString error;
+    const int points = queue->submitSweep(path, &error);
+    if (points < 0) {
+      routelab::logger("ui")->error("--sweep {}: {}", path.toStdString(), error.toStdString());
+      return;
+    }
+    routelab::logger("ui")->info("--sweep {}: {} runs queued", path.toStdString(), points);
+    window.queueDock()->show();
+    window.queueDock()->raise();
+  };
+  if (queue->isLoaded()) {
+    submit();
+  } else {
+    QObject::connect(queue, &routelab::RunQueue::loaded, &window, submit, Qt::SingleShotConnection);
+  }
+}
 
 /// --inspect: shows the token inspector with `runId` (and `withId` to compare) once the runs list arrived, then
 /// traces `text` (the inspector's default text when empty) when their checkpoints are listed.
@@ -123,8 +145,11 @@ int main(int argc, char** argv) {
   const QCommandLineOption inspectTextOption(QStringLiteral("inspect-text"),
                                              QStringLiteral("The text the inspector traces at start-up."),
                                              QStringLiteral("TEXT"));
+  const QCommandLineOption sweepOption(QStringLiteral("sweep"),
+                                       QStringLiteral("Queue every point of sweep FILE (experiments/sweeps/)."),
+                                       QStringLiteral("FILE"));
   parser.addOptions({dbOption, presetOption, autostartOption, dashboardOption, compareOption, figureOption,
-                     inspectOption, inspectWithOption, inspectTextOption});
+                     inspectOption, inspectWithOption, inspectTextOption, sweepOption});
   parser.process(app);
 
   routelab::init_logging();
@@ -149,6 +174,7 @@ int main(int argc, char** argv) {
     window.compareDock()->show();
     window.compareDock()->raise();
   }
+  if (parser.isSet(sweepOption)) queueSweep(window, QFileInfo(parser.value(sweepOption)).absoluteFilePath());
   if (parser.isSet(inspectOption)) openInspector(window, parser.value(inspectOption).toLongLong(),
                                                  parser.value(inspectWithOption).toLongLong(),
                                                  parser.value(inspectTextOption));

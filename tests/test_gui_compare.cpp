@@ -284,6 +284,15 @@ void TestGuiCompare::matchedTableHasRowsPerGroupAndColumnsPerBudget() {
   QVERIFY(waitForResult(*view, shown));
   QVERIFY2(view->statusText().contains(QStringLiteral("'abc' is not a number")), qPrintable(view->statusText()));
   QCOMPARE(QApplication::activeModalWidget(), nullptr);
+
+  // A named layout instead: the summary table, one row per group, the last validation loss.
+  shown = view->shownSerial();
+  view->tableCombo()->setCurrentIndex(view->tableCombo()->findData(QStringLiteral("summary")));
+  QVERIFY(waitForResult(*view, shown));
+  QTRY_COMPARE_WITH_TIMEOUT(view->matchedView()->model()->headerData(1, Qt::Horizontal).toString(),
+                            QStringLiteral("Val. loss"), kBuildTimeoutMs);
+  QCOMPARE(view->matchedView()->model()->rowCount(), 3);
+  QCOMPARE(view->matchedTable()->label, std::string("tab:summary"));
 }
 
 void TestGuiCompare::configDiffListsExactlyTheDifferingKeys() {

@@ -148,6 +148,30 @@ class TestReport : public QObject {
     for (const auto& spec : table_specs()) QVERIFY(!table_spec(spec.name).columns.empty());
   }
 
+  void perEpochTableReadsEachEpochsEnd() {
+    QTemporaryDir dir;
+    RunStore store(dir.filePath("runs.sqlite").toStdString());
+    const auto id = add_run(store, "tagat", R"({"model":{"arch":"tagat"},"run":{"seed":1}})", 1, {});
+    // Two epochs ending at steps 10 and 20; an evaluation mid-epoch (step 15) is superseded by the one at 20.
+    std::vector<MetricRow> rows = {{"train/epoch_loss", 10, 0, 1.5},   {"train/epoch_loss", 20, 0, 1.2},
+                                   {"val/accuracy", 10, 0, 0.5},       {"val/accuracy", 15, 0, 0.55},
+                                   {"val/accuracy", 20, 0, 0.6},       {"val/load/E0", 10, 0, 0.7},
+                                   {"val/load/E1", 10, 0, 0.3},        {"val/load/E0", 20, 0, 0.55},
+                                   {"val/load/E1", 20, 0, 0.45}};
+    store.insert_metrics(id, rows);
+    const auto table = build_run_table(store, table_spec("seed002-table1"), {id});
+    QCOMPARE(table.rows.size(), std::size_t{2});
+    QCOMPARE(table.rows[1].label, std::string("2"));
+    QCOMPARE(table.columns.size(), std::size_t{7});  // 5 named + 2 experts found in the store
+    QCOMPARE(table.columns[6].header, std::string("Expert 2 load"));
+    QCOMPARE(table.rows[0].cells[0]->mean, 1.5);
+    QCOMPARE(table.rows[1].cells[2]->mean, 0.6);
+    QCOMPARE(table.rows[1].cells[6]->mean, 0.45);
+    QVERIFY(!table.rows[0].cells[3].has_value());  // no macro-F1 stored
+    const auto lm = add_run(store, "dense", R"({"model":{"arch":"dense"},"run":{"seed":1}})", 1, {2.0});
+    QVERIFY_EXCEPTION_THROWN(build_run_table(store, table_spec("seed002-table3"), {lm}), DataError);
+  }
+
   void interpolationMatchesHandComputation() {
     // Loss at matched FLOPs: a curve sampled at 1, 3, 7 (cumulative FLOPs) read at 2 and 5.
     const Curve c{{1, 3, 7}, {4.0, 3.0, 1.0}};

@@ -38,6 +38,7 @@
 #include <set>
 
 #include "core/report/figures.h"
+#include "core/report/run_tables.h"
 #include "core/store/run_store.h"
 #include "core/util/errors.h"
 #include "core/util/logging.h"
@@ -106,7 +107,11 @@ void CompareWorker::build(const CompareRequest& request) {
       if (!request.figureMetric.empty()) figure.metric = request.figureMetric;
       result.figure = build_figure(impl_->open(), figure);
     });
-  attempt(result.tableError, [&] { result.table = matched_budget_table(impl_->open(), request.figure); });
+  attempt(result.tableError, [&] {
+    result.table = request.tableName.empty()
+                       ? matched_budget_table(impl_->open(), request.figure)
+                       : build_run_table(impl_->open(), table_spec(request.tableName), ids, request.figure.by_seed);
+  });
   if (storeFailed) impl_->store.reset();  // reopen next time: the file may be replaced or unlocked by then
   result.seconds = static_cast<double>(timer.nsecsElapsed()) * 1e-9;
   Q_EMIT built(result);
@@ -245,12 +250,24 @@ void CompareView::buildUi() {
   matchedView_->setModel(matchedModel_);
   matchedView_->setEditTriggers(QAbstractItemView::NoEditTriggers);
   matchedView_->verticalHeader()->hide();
+  tableLayout_ = new QComboBox(this);
+  tableLayout_->setObjectName(QStringLiteral("compareTableLayout"));
+  tableLayout_->addItem(tr("Metric at matched budgets"), QString());
+  tableLayout_->setItemData(0, tr("The figure's metric read at the budgets on its x axis (mean ± std over seeds)"),
+                            Qt::ToolTipRole);
+  for (const TableSpec& spec : table_specs()) {
+    tableLayout_->addItem(QString::fromStdString(spec.name), QString::fromStdString(spec.name));
+    tableLayout_->setItemData(tableLayout_->count() - 1, QString::fromStdString(spec.description), Qt::ToolTipRole);
+  }
+  tableLayout_->setToolTip(tr("The table under the figure: matched budgets, or a paper layout (the seeds' tables)"));
   copyLatex_ = new QPushButton(tr("Copy as LaTeX"), this);
   saveTable_ = new QPushButton(tr("Save table…"), this);
   auto* matchedPage = new QWidget(this);
   auto* matchedLayout = new QVBoxLayout(matchedPage);
   matchedLayout->addWidget(matchedView_, 1);
   auto* matchedButtons = new QHBoxLayout;
+  matchedButtons->addWidget(new QLabel(tr("Layout"), this));
+  matchedButtons->addWidget(tableLayout_);
   matchedButtons->addStretch(1);
   matchedButtons->addWidget(copyLatex_);
   matchedButtons->addWidget(saveTable_);
@@ -273,7 +290,7 @@ void CompareView::buildUi() {
   diffLayout->addLayout(diffButtons);
 
   tabs_ = new QTabWidget(this);
-  tabs_->addTab(matchedPage, tr("Matched budgets"));
+  tabs_->addTab(matchedPage, tr("Table"));
   tabs_->addTab(diffPage, tr("Config diff"));
 
   status_ = new QLabel(this);
@@ -305,6 +322,7 @@ void CompareView::buildUi() {
   connect(filter_, &QLineEdit::textChanged, this, &CompareView::applyFilter);
   connect(runList_, &QListWidget::itemChanged, this, &CompareView::onItemChanged);
   connect(groupSeeds_, &QCheckBox::toggled, this, &CompareView::scheduleUpdate);
+  connect(tableLayout_, &QComboBox::currentIndexChanged, this, &CompareView::scheduleUpdate);
   connect(figure_, &QComboBox::currentIndexChanged, this, [this](int index) {
     figure_->setToolTip(figure_->itemData(index, Qt::ToolTipRole).toString());
     decisions_->setEnabled(figure_->itemData(index).toString() == kTokenMaps);
@@ -548,6 +566,7 @@ void CompareView::sendRequest() {
   for (const qint64 id : ids) figure.run_ids.push_back(id);
   figure.metric = metric_->currentText().isEmpty() ? kDefaultMetric.toStdString() : metric_->currentText().toStdString();
   if (figureName() == kTokenMaps) request.figureMetric = decisions_->isChecked() ? "decision" : "gate";
+  request.tableName = tableLayout_->currentData().toString().toStdString();
   figure.x_axis = xAxis_->currentData().toString().toStdString();
   figure.smoothing = smoothing_->value();
   figure.by_seed = groupSeeds_->isChecked();
@@ -591,7 +610,7 @@ void CompareView::onResult(const CompareResult& result) {
     if (!result.figureError.isEmpty()) errors << result.figureError;
   }
   table_ = result.table;
-  if (!result.tableError.isEmpty()) errors << tr("Matched table: %1").arg(result.tableError);
+  if (!result.tableError.isEmpty()) errors << tr("Table: %1").arg(result.tableError);
   diff_ = result.diff;
   if (!result.diffError.isEmpty()) errors << tr("Config diff: %1").arg(result.diffError);
   showTable();
@@ -682,7 +701,7 @@ void CompareView::setStatus(const QString& text, bool error) {
 void CompareView::copyTableAsLatex() {
   if (!table_) return;
   QGuiApplication::clipboard()->setText(QString::fromStdString(to_latex(*table_)));
-  setStatus(tr("Copied the matched-budget table as LaTeX."), false);
+  setStatus(tr("Copied the table as LaTeX."), false);
 }
 
 void CompareView::copyDiff() {
@@ -700,7 +719,7 @@ void CompareView::copyDiff() {
 }
 
 QString CompareView::saveTable(const QString& path) const {
-  if (!table_) return tr("No matched-budget table to save.");
+  if (!table_) return tr("No table to save.");
   const QString suffix = QFileInfo(path).suffix().toLower();
   std::string text;
   if (suffix == QLatin1String("tex"))
@@ -722,7 +741,10 @@ QString CompareView::saveTable(const QString& path) const {
 void CompareView::saveTableWithDialog() {
   if (!table_) return;
   QString filter;
-  const QString path = QFileDialog::getSaveFileName(this, tr("Save matched-budget table"), QStringLiteral("matched.tex"),
+  const QString layout = tableLayout_->currentData().toString();
+  const QString path = QFileDialog::getSaveFileName(this, tr("Save table"),
+                                                    (layout.isEmpty() ? QStringLiteral("matched") : layout) +
+                                                        QStringLiteral(".tex"),
                                                     tr("LaTeX (*.tex);;Markdown (*.md);;CSV (*.csv)"), &filter);
   if (path.isEmpty()) return;
   QString target = path;

@@ -1,7 +1,8 @@
 // CompareView: stored runs side by side. A checkable run list (filter, "group seeds"), a figure from the
 // catalogue of core/report/figures.h (curves with mean ± std bands, matched budgets, Pareto scatter, routed
 // layers, cost vs length, token maps, the seeds' figures) with its metric, x axis, smoothing, budgets and step,
-// the "loss at matched budgets" table (copy as LaTeX, save as LaTeX/Markdown/CSV) and the config diff of the
+// a table (the "loss at matched budgets" table or a named layout such as the seeds' tables; copy as LaTeX, save as
+// LaTeX/Markdown/CSV) and the config diff of the
 // checked runs (only the keys that differ). Figures and tables are built off the GUI thread by CompareWorker on
 // its own store connection; the latest request wins and stale answers are dropped.
 #pragma once
@@ -46,6 +47,7 @@ struct CompareRequest {
   quint64 serial = 0;
   FigureRequest figure;      ///< figure.name empty = no figure (too few runs for it); the table reads it too
   std::string figureMetric;  ///< "" = figure.metric; token maps: "gate" or "decision" for the figure alone
+  std::string tableName;     ///< a layout of core/report/run_tables.h; "" = the matched-budget table
 };
 
 struct CompareResult {
@@ -103,6 +105,8 @@ class CompareView : public QWidget {
   QComboBox* figureCombo() const { return figure_; }
   QComboBox* metricCombo() const { return metric_; }
   QComboBox* xAxisCombo() const { return xAxis_; }
+  /// The table's layout: "" (matched budgets) or a named layout (`routelab-cli tables`).
+  QComboBox* tableCombo() const { return tableLayout_; }
   QTableView* matchedView() const { return matchedView_; }
   QTableView* diffView() const { return diffView_; }
   QLineEdit* filterEdit() const { return filter_; }
@@ -159,6 +163,7 @@ class CompareView : public QWidget {
   QTabWidget* tabs_ = nullptr;
   QTableView* matchedView_ = nullptr;
   QStandardItemModel* matchedModel_ = nullptr;
+  QComboBox* tableLayout_ = nullptr;
   QPushButton* copyLatex_ = nullptr;
   QPushButton* saveTable_ = nullptr;
   QTableView* diffView_ = nullptr;

@@ -220,6 +220,16 @@ void MainWindow::connectParts() {
   connect(queue_, &RunQueue::runFinished, this, &MainWindow::onRunFinished);
   connect(queue_, &RunQueue::runningChanged, this, &MainWindow::updateActions);
   connect(queue_, &RunQueue::queueChanged, this, &MainWindow::updateActions);
+  connect(queue_, &RunQueue::loaded, this, [this] {
+    // Work left from the previous session: show it rather than let it start behind the log.
+    for (const QueueEntry& e : queue_->entries())
+      if (e.state == QLatin1String("pending")) {
+        queueDock_->show();
+        queueDock_->raise();
+        statusBar()->showMessage(tr("Queue restored from the last session"), 8000);
+        return;
+      }
+  });
   connect(runs_, &RunsPanel::dashboardRequested, this, [this](qint64 runId) {
     dashboards_->open(runId, queue_->controllerOf(runId) != nullptr);
   });

@@ -57,6 +57,7 @@ class MainWindow : public QMainWindow {
   RunController* runController() const { return controller_; }
   RunQueue* runQueue() const { return queue_; }
   RunQueuePanel* queuePanel() const { return queuePanel_; }
+  QDockWidget* queueDock() const { return queueDock_; }
   ProgressStatusWidget* progressStatus() const { return progress_; }
   LogViewWidget* logView() const { return log_; }
   QAction* startAction() const { return startAction_; }

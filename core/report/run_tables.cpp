@@ -23,6 +23,94 @@ const ColumnSpec kValLoss = col("val/loss", "Val. loss", "", Better::Lower, 3);
 const ColumnSpec kValPpl = col("val/ppl", "PPL", "", Better::Lower, 2);
 const ColumnSpec kFlopsRatio = col("val/flops_ratio", "FLOPs ratio", "", Better::Lower, 3);
 const ColumnSpec kRouted = col("val/routed_fraction", "Routed tokens", "%", Better::None, 1, 100.0);
+const ColumnSpec kAlpha = col("val/alpha", "Active fraction", "", Better::None, 3);
+const ColumnSpec kTlopsSaved = col("val/tlops_saved", "TLOps saved", "%", Better::Higher, 1, 100.0);
+
+/// Seed 000's ablation tables share Table 1's columns; their rows are the variants the caption names.
+TableSpec seed000_ablation(int number, std::string what, std::string caption) {
+  return {"seed000-table" + std::to_string(number),
+          "seed 000 Table " + std::to_string(number) + " layout: " + std::move(what),
+          std::move(caption),
+          "Model",
+          {kValLoss, kValPpl, kFlopsRatio, kRouted}};
+}
+
+/// Seed 002's per-epoch tables (Tables 1-3): training loss and accuracy of the epoch, validation accuracy, macro-F1,
+/// routing entropy and each expert's load.
+TableSpec seed002_epochs(std::string name, std::string what, std::string caption, bool experts) {
+  TableSpec spec{std::move(name), std::move(what), std::move(caption), "Epoch",
+                 {col("train/epoch_loss", "Train loss", "", Better::Lower, 4),
+                  col("train/epoch_accuracy", "Train acc.", "%", Better::Higher, 2, 100.0),
+                  col("val/accuracy", "Val. acc.", "%", Better::Higher, 2, 100.0),
+                  col("val/macro_f1", "Val. F1", "%", Better::Higher, 2, 100.0)}};
+  if (experts) {
+    spec.columns.push_back(col("val/entropy", "Val. entropy", "nats", Better::None, 4));
+    spec.expert_prefix = "val/load/E";
+  }
+  spec.per_epoch = true;
+  return spec;
+}
+
+/// The value of `points` at the last step in (after, upto]; NaN when there is none.
+double value_in(const std::vector<MetricPoint>& points, std::int64_t after, std::int64_t upto) {
+  double value = std::numeric_limits<double>::quiet_NaN();
+  for (const auto& p : points)
+    if (p.step > after && p.step <= upto) value = p.value;
+  return value;
+}
+
+/// The expert count of `prefix` metrics a run stores (E0, E1, ... contiguous).
+std::size_t expert_count(const RunStore& store, std::int64_t run_id, const std::string& prefix) {
+  std::size_t n = 0;
+  const auto keys = store.metric_keys(run_id);
+  while (std::find(keys.begin(), keys.end(), prefix + std::to_string(n)) != keys.end()) ++n;
+  return n;
+}
+
+ReportTable build_epoch_table(const RunStore& store, const TableSpec& spec, const std::vector<std::int64_t>& run_ids,
+                              bool by_seed) {
+  ReportTable table;
+  table.caption = spec.caption;
+  table.label = "tab:" + spec.name;
+  table.row_header = spec.row_header;
+  std::vector<ColumnSpec> columns = spec.columns;
+  if (!spec.expert_prefix.empty()) {
+    std::size_t experts = 0;
+    for (auto id : run_ids) experts = std::max(experts, expert_count(store, id, spec.expert_prefix));
+    for (std::size_t i = 0; i < experts; ++i)
+      columns.push_back(col(spec.expert_prefix + std::to_string(i), "Expert " + std::to_string(i + 1) + " load", "",
+                            Better::None, 4));
+  }
+  for (const auto& c : columns) table.columns.push_back(c.column);
+  const auto groups = group_runs(store, run_ids, by_seed);
+  for (const auto& group : groups) {
+    // Each run's epoch ends: the steps of train/epoch_loss.
+    std::vector<std::vector<std::int64_t>> ends;
+    std::size_t epochs = 0;
+    for (auto id : group.run_ids) {
+      ends.emplace_back();
+      for (const auto& p : store.metric(id, "train/epoch_loss")) ends.back().push_back(p.step);
+      epochs = std::max(epochs, ends.back().size());
+    }
+    if (epochs == 0)
+      throw DataError(store.path() + ": run " + std::to_string(group.run_ids.front()) +
+                      " has no finished epoch (train/epoch_loss): '" + spec.name + "' needs a classification run");
+    for (std::size_t e = 0; e < epochs; ++e) {
+      TableRow row{(groups.size() > 1 ? group.label + ", epoch " : "") + std::to_string(e + 1), {}};
+      for (const auto& c : columns) {
+        std::vector<double> values;
+        for (std::size_t r = 0; r < group.run_ids.size(); ++r) {
+          if (e >= ends[r].size()) continue;
+          const std::int64_t after = e == 0 ? 0 : ends[r][e - 1], upto = ends[r][e];
+          values.push_back(value_in(store.metric(group.run_ids[r], c.key), after, upto));
+        }
+        row.cells.push_back(summarize(values));
+      }
+      table.rows.push_back(std::move(row));
+    }
+  }
+  return table;
+}
 
 }  // namespace
 
@@ -36,7 +124,7 @@ const std::vector<TableSpec>& table_specs() {
         {"seed001-drr", "seed 001: DRR against its PreNorm baseline",
          "Depth routing residuals against a PreNorm stack of the same shape.", "Model",
          {kValLoss, col("val/bpc", "BPC", "", Better::Lower, 3), kFlopsRatio}},
-        {"seed002-table1", "seed 002 Tables 1-2 layout: accuracy, macro-F1, routing entropy, expert balance",
+        {"seed002-summary", "seed 002 comparison: accuracy, macro-F1, routing entropy, expert balance",
          "Sentence-pair classification: validation accuracy and macro-F1, routing entropy and load imbalance.",
          "Model",
          {col("val/accuracy", "Accuracy", "%", Better::Higher, 1, 100.0),
@@ -45,8 +133,32 @@ const std::vector<TableSpec>& table_specs() {
           col("val/load_imbalance", "Load imbalance", "", Better::Lower, 4)}},
         {"seed003-table2", "seed 003 Table 2 layout: loss, active fraction and TLOps saved",
          "Validation loss, TSA active fraction alpha and transformer-layer operations saved.", "Model",
-         {kValLoss, col("val/alpha", "Active fraction", "", Better::None, 3),
-          col("val/tlops_saved", "TLOps saved", "%", Better::Higher, 1, 100.0), kFlopsRatio}},
+         {kValLoss, kAlpha, kTlopsSaved, kFlopsRatio}},
+        {"seed003-table1", "seed 003 Table 1 layout: synthetic tasks (copy, sort), baseline and TSA",
+         "Synthetic tasks: validation loss, TSA active fraction alpha and transformer-layer operations saved "
+         "(including the mandatory stem block).",
+         "Task / model", {kValLoss, kAlpha, kTlopsSaved}},
+        {"seed003-table4", "seed 003 Table 4 layout: TSA against early exit at matched active fraction",
+         "TSA and the early-exit baseline at matched active fraction alpha (early exit: the threshold chosen at "
+         "inference, e.g. routelab-cli eval RUN --set model.exit_threshold=T --store).",
+         "Model", {kValLoss, kAlpha, kTlopsSaved, kFlopsRatio}},
+        seed000_ablation(2, "token choice vs expert choice",
+                         "DTRNet with token-choice and expert-choice routing."),
+        seed000_ablation(3, "DTRNet layer patterns (Trilayer, LaterHalf, 6-Transformer, Bilayer)",
+                         "Four DTRNet layer patterns of the same depth."),
+        seed000_ablation(4, "dense vs DTRNet Bilayer vs DTRNet Skip",
+                         "The dense baseline, DTRNet Bilayer and DTRNet Skip (the bypass without W_O W_V)."),
+        seed000_ablation(5, "MoD and D-LLM variants vs DTRNet",
+                         "Mixture-of-Depths and D-LLM at their original and increased compute, against DTRNet "
+                         "token choice."),
+        seed000_ablation(6, "DTRNet Bilayer with and without the value/output projections",
+                         "DTRNet Bilayer with and without the value and output projections on the bypass path."),
+        seed002_epochs("seed002-table1", "seed 002 Tables 1-2 per-epoch layout: TAGAT (balanced or specialised)",
+                       "Proposed model metrics per epoch: training loss and accuracy, validation accuracy, "
+                       "macro-F1, routing entropy and average expert loads.",
+                       true),
+        seed002_epochs("seed002-table3", "seed 002 Table 3 per-epoch layout: the vanilla classifier",
+                       "Vanilla Transformer metrics per epoch.", false),
         {"seed004-depth", "seed 004: Radial Networks' dynamic depth",
          "Validation loss and the dynamic depth chosen by the router.", "Model",
          {kValLoss, col("val/mean_depth", "Mean depth", "layers", Better::None, 2),
@@ -126,6 +238,7 @@ double reduce_metric(const RunStore& store, std::int64_t run_id, const std::stri
 
 ReportTable build_run_table(const RunStore& store, const TableSpec& spec, const std::vector<std::int64_t>& run_ids,
                             bool by_seed) {
+  if (spec.per_epoch) return build_epoch_table(store, spec, run_ids, by_seed);
   ReportTable table;
   table.caption = spec.caption;
   table.label = "tab:" + spec.name;

@@ -26,6 +26,11 @@ struct TableSpec {
   std::string caption;
   std::string row_header = "Run";
   std::vector<ColumnSpec> columns;
+  /// Rows are epochs (seed 002's per-epoch tables): for every epoch that ended (train/epoch_loss logged at its
+  /// last step), each column's value at the last step of that epoch at or before its end; cells over seeds.
+  bool per_epoch = false;
+  /// Adds one column per expert i from the metrics `<expert_prefix><i>` (e.g. val/load/E0, E1, ...), per epoch.
+  std::string expert_prefix;
 };
 
 /// The named layouts, sorted by name.
@@ -48,7 +53,8 @@ std::vector<RunGroup> group_runs(const RunStore& store, const std::vector<std::i
 /// One value of a run's metric: the last (or min / max) value of the series; NaN when the run has none.
 double reduce_metric(const RunStore& store, std::int64_t run_id, const std::string& key, Reduce reduce);
 
-/// Builds the table: one row per group, each cell summarising the group's runs.
+/// Builds the table: one row per group (per group and epoch for a per-epoch layout), each cell summarising the
+/// group's runs.
 ReportTable build_run_table(const RunStore& store, const TableSpec& spec, const std::vector<std::int64_t>& run_ids,
                             bool by_seed = true);
 
