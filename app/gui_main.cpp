@@ -2,6 +2,7 @@
 // ROUTELAB_SCREENSHOT=path.png grabs the window at a step or after a delay, then quits (see below).
 #include <QApplication>
 #include <QCheckBox>
+#include <QComboBox>
 #include <QCommandLineParser>
 #include <QDir>
 #include <QDockWidget>
@@ -91,10 +92,18 @@ void openInspector(routelab::MainWindow& window, qint64 runId, qint64 withId, co
   window.inspectorDock()->show();
   window.inspectorDock()->raise();
   if (!text.isEmpty()) inspector->textEdit()->setPlainText(text);
-  auto pending = std::make_shared<int>(withId > 0 ? 2 : 1);
-  QObject::connect(inspector, &routelab::TokenInspector::checkpointsLoaded, inspector, [inspector, pending](int) {
-    if (--*pending == 0) inspector->runTrace();
-  });
+  // Trace once both chosen runs have their checkpoints listed (earlier lists may belong to a default choice).
+  auto traced = std::make_shared<bool>(false);
+  QObject::connect(inspector, &routelab::TokenInspector::checkpointsLoaded, inspector,
+                   [inspector, traced, runId, withId](int) {
+                     auto ready = [inspector](int side, qint64 id) {
+                       return inspector->runCombo(side)->currentData().toLongLong() == id &&
+                              inspector->stepCombo(side)->count() > 0;
+                     };
+                     if (*traced || !ready(0, runId) || (withId > 0 && !ready(1, withId))) return;
+                     *traced = true;
+                     inspector->runTrace();
+                   });
   auto* poll = new QTimer(inspector);
   QObject::connect(poll, &QTimer::timeout, inspector, [inspector, poll, runId, withId] {
     if (!inspector->selectRun(0, runId)) return;  // the runs list has not arrived yet
@@ -189,17 +198,25 @@ int main(int argc, char** argv) {
   // after ROUTELAB_SCREENSHOT_AFTER_MS (default 30 s), whichever comes first; then close (stopping the run).
   const QString screenshot = qEnvironmentVariable("ROUTELAB_SCREENSHOT");
   if (!screenshot.isEmpty()) {
+    // A dock grabbed alone floats at the window's size, so the picture is not squeezed beside the other docks.
+    const QString targetName = qEnvironmentVariable("ROUTELAB_SCREENSHOT_TARGET");
+    QDockWidget* dock = targetName == QLatin1String("compare")     ? window.compareDock()
+                        : targetName == QLatin1String("inspector") ? window.inspectorDock()
+                                                                   : nullptr;
+    if (dock != nullptr) {
+      dock->setFloating(true);
+      dock->resize(window.size());
+    }
     bool ok = false;
     int afterMs = qEnvironmentVariableIntValue("ROUTELAB_SCREENSHOT_AFTER_MS", &ok);
     if (!ok) afterMs = 30000;
     const int atStep = qEnvironmentVariableIntValue("ROUTELAB_SCREENSHOT_AT_STEP");
-    auto take = [&window, screenshot, dashboards, taken = false]() mutable {
+    auto take = [&window, screenshot, dashboards, targetName, taken = false]() mutable {
       if (taken) return;
       taken = true;
       QDir().mkpath(QFileInfo(screenshot).absolutePath());
       // ROUTELAB_SCREENSHOT_TARGET=dashboard grabs the first dashboard opened with --dashboard instead; compare
       // and inspector grab those docks.
-      const QString targetName = qEnvironmentVariable("ROUTELAB_SCREENSHOT_TARGET");
       QWidget* target = &window;
       if (targetName == QLatin1String("dashboard") && !dashboards.isEmpty())
         if (QWidget* d = window.dashboards()->dashboard(dashboards.first().toLongLong())) target = d;

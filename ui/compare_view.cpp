@@ -21,6 +21,7 @@
 #include <QListWidget>
 #include <QPushButton>
 #include <QRegularExpression>
+#include <QSettings>
 #include <QShowEvent>
 #include <QSignalBlocker>
 #include <QSpinBox>
@@ -387,6 +388,19 @@ void CompareView::setGroupSeeds(bool on) { groupSeeds_->setChecked(on); }
 
 void CompareView::setShowDecisions(bool on) { decisions_->setChecked(on); }
 
+void CompareView::restoreChoices() {
+  const QSettings settings;
+  if (const QString figure = settings.value(QStringLiteral("compare/figure")).toString(); !figure.isEmpty())
+    setFigureName(figure);
+  if (const QString axis = settings.value(QStringLiteral("compare/x")).toString(); !axis.isEmpty()) setXAxis(axis);
+  if (const QString key = settings.value(QStringLiteral("compare/metric")).toString(); !key.isEmpty()) setMetric(key);
+  smoothing_->setValue(settings.value(QStringLiteral("compare/smoothing"), smoothing_->value()).toDouble());
+  groupSeeds_->setChecked(settings.value(QStringLiteral("compare/groupSeeds"), groupSeeds_->isChecked()).toBool());
+  tableLayout_->setCurrentIndex(
+      std::max(0, tableLayout_->findData(settings.value(QStringLiteral("compare/table")).toString())));
+  rememberChoices_ = true;
+}
+
 QString CompareView::statusText() const { return status_->text(); }
 
 void CompareView::showRuns(const QList<qint64>& runIds) {
@@ -583,6 +597,15 @@ void CompareView::sendRequest() {
     }
   }
   request.serial = ++serial_;
+  if (rememberChoices_) {
+    QSettings settings;
+    settings.setValue(QStringLiteral("compare/figure"), figureName());
+    settings.setValue(QStringLiteral("compare/x"), xAxis_->currentData().toString());
+    settings.setValue(QStringLiteral("compare/metric"), metric_->currentText());
+    settings.setValue(QStringLiteral("compare/smoothing"), smoothing_->value());
+    settings.setValue(QStringLiteral("compare/groupSeeds"), groupSeeds_->isChecked());
+    settings.setValue(QStringLiteral("compare/table"), tableLayout_->currentData().toString());
+  }
   setStatus(tr("Building…"), false);
   if (inFlight_) {
     pending_ = request;  // latest wins: an older pending request is never built

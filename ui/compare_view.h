@@ -88,6 +88,9 @@ class CompareView : public QWidget {
   void setGroupSeeds(bool on);
   /// Token maps: show hard decisions (true) or gate values (false).
   void setShowDecisions(bool on);
+  /// Restores the figure, x axis, metric, smoothing, seed grouping and table layout chosen last (QSettings
+  /// "compare/..."), and remembers every later choice (the main window's view; tests start from the defaults).
+  void restoreChoices();
 
   /// The matched-budget table shown (nullopt when none) and its exports (core/report/table.h).
   const std::optional<ReportTable>& matchedTable() const { return table_; }
@@ -176,6 +179,7 @@ class CompareView : public QWidget {
   QSet<qint64> wanted_;             ///< asked for by showRuns before the list held them
   QList<RunSummary> runs_;
   bool fillingList_ = false;
+  bool rememberChoices_ = false;
   bool dirty_ = false;              ///< a checked run changed while the view was hidden
   quint64 serial_ = 0;              ///< the latest request made
   QStringList latestNotes_;         ///< problems found while making it (bad budgets, too few runs)

@@ -175,6 +175,7 @@ void MainWindow::buildDocks() {
   addDockWidget(Qt::RightDockWidgetArea, inspectorDock_);
   inspectorDock_->hide();  // View > Token inspector (Ctrl+I)
   compare_ = new CompareView(store_, this);
+  compare_->restoreChoices();
   compareDock_ = makeDock(tr("Compare"), QStringLiteral("compareDock"), compare_, this);
   addDockWidget(Qt::RightDockWidgetArea, compareDock_);
   compareDock_->hide();  // View > Compare runs (Ctrl+Shift+C)
