@@ -180,6 +180,35 @@ class TestData : public QObject {
     QVERIFY(batch.target.max().item<std::int64_t>() < ds->tokenizer().vocab_size());
   }
 
+  void stridedWindowsTileTheSplit() {
+    QTemporaryDir dir;
+    const auto path = write_file(dir, "corpus.txt", sample_text());
+    TextCorpusOptions options;
+    options.path = path;
+    options.context = 16;
+    const TextCorpusDataset ds(options);
+    const auto& val = ds.tokens(Split::Val);
+    const auto n = static_cast<std::int64_t>(val.size());
+    const std::int64_t available = (n - 1) / 16;  // window w holds tokens 16w .. 16w + 16
+    QVERIFY(available >= 3);
+    const auto first = ds.windows(Split::Val, 1, 2);
+    QVERIFY(first.has_value());
+    QCOMPARE(first->input.size(0), std::int64_t{2});
+    for (std::int64_t b = 0; b < 2; ++b)
+      for (std::int64_t t = 0; t < 16; ++t) {
+        QCOMPARE(first->input[b][t].item<std::int64_t>(), val[static_cast<std::size_t>((1 + b) * 16 + t)]);
+        QCOMPARE(first->target[b][t].item<std::int64_t>(), val[static_cast<std::size_t>((1 + b) * 16 + t + 1)]);
+      }
+    const auto tail = ds.windows(Split::Val, available - 1, 5);  // fewer at the end...
+    QVERIFY(tail.has_value());
+    QCOMPARE(tail->input.size(0), std::int64_t{1});
+    QVERIFY(!ds.windows(Split::Val, available, 1).has_value());  // ...none past it
+    // A synthetic task has no windows.
+    const auto task = make_dataset(
+        data_config({{"source", "copy"}, {"task_train_examples", 500}, {"task_eval_examples", 100}}));
+    QVERIFY(!task->windows(Split::Val, 0, 1).has_value());
+  }
+
   void byteCorpus() {
     QTemporaryDir dir;
     const std::string text = sample_text();

@@ -7,6 +7,7 @@
 #include <spdlog/fmt/fmt.h>
 
 #include "core/analysis/run_analysis.h"
+#include "core/train/evaluation.h"
 #include "core/store/run_store.h"
 #include "core/util/errors.h"
 #include "core/util/paths.h"
@@ -75,8 +76,20 @@ ContextCurve context_curve(const std::string& db_path, std::int64_t run_id, cons
       sets.push_back("model.rope_original_context=" + std::to_string(trained_context));
     }
     auto run = load_run(db_path, run_id, sets, options.step);
+    // Strided: consecutive windows of `length` tokens from the start of the split, each token scored once.
+    const auto split = parse_split(options.split, "--split");
+    const auto wanted = std::max<std::int64_t>(1, (options.tokens + length - 1) / length);
+    std::int64_t used = 0;
+    if (const auto pass = evaluate_strided(*run.model, *run.dataset, split, wanted,
+                                           std::clamp<std::int64_t>(wanted, 1, batch_limit), run.device, run.bf16,
+                                           &used)) {
+      const double bpc = pass->loss / std::log(2.0) / run.dataset->chars_per_token(split);
+      curve.points.push_back({length, pass->loss, std::exp(pass->loss), bpc, used});
+      continue;
+    }
+    // Synthetic tasks have no windows: examples drawn with the fixed evaluation seed.
     RunEvalOptions eval;
-    eval.split = parse_split(options.split, "--split");
+    eval.split = split;
     eval.batch_size = std::clamp<std::int64_t>(options.tokens / length, 1, batch_limit);
     eval.batches = std::max<std::int64_t>(1, (options.tokens + eval.batch_size * length - 1) / (eval.batch_size * length));
     const auto report = evaluate_run(run, eval);

@@ -1,8 +1,9 @@
 // Long-context evaluation (seed 000 "Length Extrapolation", Figure 3): a stored run's perplexity at sequence
 // lengths beyond its training context, with RoPE context extension (linear interpolation or YaRN) chosen at
-// evaluation. Each length is evaluated on the same number of validation tokens, in windows drawn with the
-// trainer's fixed evaluation seed; the curve can be stored with the run (an evaluation row of split
-// "context:<scaling>x<factor>").
+// evaluation. Each length is evaluated on the same number of validation tokens in strided windows: consecutive,
+// non-overlapping windows of that length from the start of the split, every token scored once (synthetic tasks,
+// which have no windows, use examples drawn with the trainer's fixed evaluation seed); the curve can be stored with
+// the run (an evaluation row of split "context:<scaling>x<factor>").
 #pragma once
 #include <cstdint>
 #include <string>

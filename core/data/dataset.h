@@ -4,6 +4,7 @@
 #pragma once
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -32,6 +33,12 @@ class LmDataset {
   /// B sequences of the split, drawn at random from a generator seeded with `seed`. For a corpus: random
   /// windows of context()+1 tokens; for a synthetic task: random examples of the split.
   virtual Batch sample(Split split, std::int64_t batch_size, std::uint64_t seed) const = 0;
+  /// Strided evaluation: windows `first` .. `first + count - 1` of context()+1 tokens, window w starting at token
+  /// w x context() (consecutive, non-overlapping: every token scored once, nothing drawn at random); fewer at the
+  /// end of the split, nullopt past it. Datasets of independent examples (synthetic tasks) have no windows.
+  virtual std::optional<Batch> windows(Split split, std::int64_t first, std::int64_t count) const {
+    return std::nullopt;
+  }
   virtual std::int64_t split_tokens(Split split) const = 0;  ///< tokens (corpus) or examples x T (task)
   /// Unicode characters per token in the split (for bits per character); 1 for char-level and tasks.
   virtual double chars_per_token(Split split) const = 0;

@@ -167,4 +167,22 @@ Batch TextCorpusDataset::sample(Split split, std::int64_t batch_size, std::uint6
   return batch;
 }
 
+std::optional<Batch> TextCorpusDataset::windows(Split split, std::int64_t first, std::int64_t count) const {
+  const std::int64_t T = options_.context;
+  const std::vector<std::int64_t>& stream = tokens(split);
+  const auto n = static_cast<std::int64_t>(stream.size());
+  // Window w needs tokens w*T .. w*T + T (its last target).
+  const std::int64_t available = n >= T + 1 ? (n - 1) / T : 0;
+  const std::int64_t rows = std::min(count, available - first);
+  if (first < 0 || rows <= 0) return std::nullopt;
+  torch::Tensor data = torch::empty({rows, T + 1}, torch::kLong);  // (B, T+1)
+  std::int64_t* dst = data.data_ptr<std::int64_t>();
+  for (std::int64_t b = 0; b < rows; ++b)
+    std::memcpy(dst + b * (T + 1), stream.data() + (first + b) * T, sizeof(std::int64_t) * (T + 1));
+  Batch batch;
+  batch.input = data.slice(1, 0, T).contiguous();       // (B, T)
+  batch.target = data.slice(1, 1, T + 1).contiguous();  // (B, T)
+  return batch;
+}
+
 }  // namespace routelab

@@ -32,6 +32,7 @@ class TextCorpusDataset final : public LmDataset {
   std::int64_t context() const override { return options_.context; }
   /// B windows with starts uniform in [0, n - (T + 1)]; target is input shifted by one; no loss mask.
   Batch sample(Split split, std::int64_t batch_size, std::uint64_t seed) const override;
+  std::optional<Batch> windows(Split split, std::int64_t first, std::int64_t count) const override;
   std::int64_t split_tokens(Split split) const override;
   double chars_per_token(Split split) const override;
   /// The first probe_chars characters of the val split after its first newline (from its start when there is

@@ -106,4 +106,32 @@ EvalPass evaluate_split(LanguageModel& model, const LmDataset& data, Split split
   return pass;
 }
 
+std::optional<EvalPass> evaluate_strided(LanguageModel& model, const LmDataset& data, Split split,
+                                         std::int64_t max_windows, std::int64_t batch_size, const torch::Device& device,
+                                         bool bf16, std::int64_t* windows_used) {
+  torch::NoGradGuard no_grad;
+  const bool was_training = model.is_training();
+  model.eval();
+  EvalPass pass;
+  double total = 0;
+  std::int64_t used = 0;
+  while (used < max_windows) {
+    const auto batch = data.windows(split, used, std::min(batch_size, max_windows - used));
+    if (!batch) break;
+    const auto rows = batch->input.size(0);
+    AutocastGuard autocast(bf16, device);
+    const auto out = model.forward(batch->input.to(device), /*trace=*/true);
+    total += lm_loss(out.logits, batch->target.to(device), torch::Tensor()).item<double>() * static_cast<double>(rows);
+    pass.routing.add(out.trace);
+    for (const auto& [key, value] : out.stats) pass.stats[key] += value * static_cast<double>(rows);
+    used += rows;
+  }
+  if (was_training) model.train();
+  if (windows_used) *windows_used = used;
+  if (used == 0) return std::nullopt;
+  pass.loss = total / static_cast<double>(used);
+  for (auto& [key, value] : pass.stats) value /= static_cast<double>(used);
+  return pass;
+}
+
 }  // namespace routelab

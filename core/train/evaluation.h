@@ -4,6 +4,7 @@
 #pragma once
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -57,5 +58,12 @@ struct EvalPass {
 /// mix_seed(seed, kEvalStream, i), so every call sees the same tokens. Restores train mode when it was on.
 EvalPass evaluate_split(LanguageModel& model, const LmDataset& data, Split split, std::int64_t batches,
                         std::int64_t batch_size, std::uint64_t seed, const torch::Device& device, bool bf16);
+
+/// Strided evaluation over the first `max_windows` windows of `split` (LmDataset::windows), `batch_size` windows
+/// per forward; the loss is the mean over windows. `windows_used` receives how many the split held. Returns
+/// nullopt for a dataset without windows (synthetic tasks).
+std::optional<EvalPass> evaluate_strided(LanguageModel& model, const LmDataset& data, Split split,
+                                         std::int64_t max_windows, std::int64_t batch_size, const torch::Device& device,
+                                         bool bf16, std::int64_t* windows_used = nullptr);
 
 }  // namespace routelab
