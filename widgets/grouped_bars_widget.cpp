@@ -1,5 +1,6 @@
 // GroupedBarsWidget: one QCPBars per series in a QCPBarsGroup, a text ticker for the groups, a dashed QCPGraph
 // for the reference level.
+#include "widgets/captioned_layout.h"
 #include "widgets/grouped_bars_widget.h"
 
 #include <QLabel>
@@ -15,29 +16,15 @@
 namespace routelab {
 
 GroupedBarsWidget::GroupedBarsWidget(QWidget* parent) : QWidget(parent) {
-  caption_ = new QLabel(this);
-  caption_->setWordWrap(true);
-  caption_->setVisible(false);
   plot_ = new QCustomPlot(this);
   addExportMenu(plot_, this);
   plot_->setMinimumSize(220, 150);
-  plot_->legend->setVisible(true);
-  plot_->legend->setFont(QFont(font().family(), std::max(7, font().pointSize() - 1)));
-  plot_->legend->setFillOrder(QCPLegend::foColumnsFirst);
-  plot_->legend->setWrap(4);
-  plot_->legend->setBorderPen(Qt::NoPen);
-  plot_->plotLayout()->insertRow(0);
-  plot_->plotLayout()->addElement(0, 0, plot_->legend);
-  plot_->plotLayout()->setRowStretchFactor(0, 0.001);
+  putLegendAbove(plot_, this, 4);
   plot_->setMouseTracking(true);
   group_ = new QCPBarsGroup(plot_);
   group_->setSpacingType(QCPBarsGroup::stAbsolute);
   group_->setSpacing(1);
-  auto* layout = new QVBoxLayout(this);
-  layout->setContentsMargins(0, 0, 0, 0);
-  layout->setSpacing(2);
-  layout->addWidget(caption_);
-  layout->addWidget(plot_, 1);
+  caption_ = addCaptionAbove(this, plot_);
   connect(plot_, &QCustomPlot::mouseMove, this, [this](QMouseEvent* event) {
     const int group = static_cast<int>(std::lround(plot_->xAxis->pixelToCoord(event->position().x()))) - 1;
     const QString text = toolTipForGroup(group);

@@ -1,4 +1,5 @@
 // RoutingBarsWidget: two grouped QCPBars series (evaluation, training) plus a grey stub for dense layers.
+#include "widgets/captioned_layout.h"
 #include "widgets/routing_bars_widget.h"
 
 #include <QLabel>
@@ -21,8 +22,6 @@ double at(const QVector<double>& v, int i) { return i < v.size() ? v[i] : std::n
 }  // namespace
 
 RoutingBarsWidget::RoutingBarsWidget(QWidget* parent) : QWidget(parent) {
-  caption_ = new QLabel(tr("routed-token % per layer"), this);
-  caption_->setObjectName(QStringLiteral("routingBarsCaption"));
   plot_ = new QCustomPlot(this);
   addExportMenu(plot_, this);
   plot_->setObjectName(QStringLiteral("routingBars"));
@@ -53,20 +52,10 @@ RoutingBarsWidget::RoutingBarsWidget(QWidget* parent) : QWidget(parent) {
   denseBars_->setPen(Qt::NoPen);
   denseBars_->setBrush(QBrush(QColor(190, 190, 190), Qt::BDiagPattern));
   denseBars_->setWidth(0.8);
-  // The legend sits in a row above the axes: bars reach 100% and an inset legend would hide them.
-  plot_->legend->setVisible(true);
-  plot_->legend->setFont(QFont(font().family(), std::max(7, font().pointSize() - 1)));
-  plot_->legend->setFillOrder(QCPLegend::foColumnsFirst);
-  plot_->legend->setBorderPen(Qt::NoPen);
-  plot_->plotLayout()->insertRow(0);
-  plot_->plotLayout()->addElement(0, 0, plot_->legend);
-  plot_->plotLayout()->setRowStretchFactor(0, 0.001);
+  putLegendAbove(plot_, this);  // bars reach 100%: an inset legend would hide them
 
-  auto* layout = new QVBoxLayout(this);
-  layout->setContentsMargins(0, 0, 0, 0);
-  layout->setSpacing(2);
-  layout->addWidget(caption_);
-  layout->addWidget(plot_, 1);
+  caption_ = addCaptionAbove(this, plot_, tr("routed-token % per layer"));
+  caption_->setObjectName(QStringLiteral("routingBarsCaption"));
 
   connect(plot_, &QCustomPlot::mouseMove, this, [this](QMouseEvent* event) {
     const int layer = static_cast<int>(std::lround(plot_->xAxis->pixelToCoord(event->position().x())));

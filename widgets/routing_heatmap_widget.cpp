@@ -1,4 +1,5 @@
 // RoutingHeatmapWidget: QCPColorMap over (step, layer) with a viridis gradient and a colour scale.
+#include "widgets/captioned_layout.h"
 #include "widgets/routing_heatmap_widget.h"
 
 #include <QLabel>
@@ -17,7 +18,6 @@
 namespace routelab {
 
 RoutingHeatmapWidget::RoutingHeatmapWidget(QWidget* parent) : QWidget(parent) {
-  caption_ = new QLabel(tr("routed-token % per layer over training"), this);
   plot_ = new QCustomPlot(this);
   addExportMenu(plot_, this);
   plot_->setObjectName(QStringLiteral("routingHeatmap"));
@@ -44,11 +44,7 @@ RoutingHeatmapWidget::RoutingHeatmapWidget(QWidget* parent) : QWidget(parent) {
   scale->setMarginGroup(QCP::msBottom | QCP::msTop, margins);
   plot_->setMouseTracking(true);
 
-  auto* layout = new QVBoxLayout(this);
-  layout->setContentsMargins(0, 0, 0, 0);
-  layout->setSpacing(2);
-  layout->addWidget(caption_);
-  layout->addWidget(plot_, 1);
+  caption_ = addCaptionAbove(this, plot_, tr("routed-token % per layer over training"));
 
   connect(plot_, &QCustomPlot::mouseMove, this, [this](QMouseEvent* event) {
     const double step = plot_->xAxis->pixelToCoord(event->position().x());

@@ -1,4 +1,5 @@
 // TokenRoutingWidget: a custom-painted grid (label column, one cell per token and row) in a scroll area.
+#include "widgets/captioned_layout.h"
 #include "widgets/token_routing_widget.h"
 
 #include <QEvent>
@@ -164,20 +165,13 @@ class TokenRoutingWidget::Grid : public QWidget {
 };
 
 TokenRoutingWidget::TokenRoutingWidget(QWidget* parent) : QWidget(parent) {
-  caption_ = new QLabel(this);
-  caption_->setObjectName(QStringLiteral("tokenCaption"));
-  caption_->setVisible(false);
-  caption_->setWordWrap(true);
   grid_ = new Grid(this);
   scroll_ = new QScrollArea(this);
   scroll_->setWidget(grid_);
   scroll_->setWidgetResizable(false);
   scroll_->setBackgroundRole(QPalette::Base);
-  auto* layout = new QVBoxLayout(this);
-  layout->setContentsMargins(0, 0, 0, 0);
-  layout->setSpacing(2);
-  layout->addWidget(caption_);
-  layout->addWidget(scroll_, 1);
+  caption_ = addCaptionAbove(this, scroll_);
+  caption_->setObjectName(QStringLiteral("tokenCaption"));
   grid_->setData({}, {});
 }
 

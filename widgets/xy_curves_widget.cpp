@@ -1,4 +1,5 @@
 // XyCurvesWidget: QCPGraph per curve, log tickers on request, a nearest-point hover.
+#include "widgets/captioned_layout.h"
 #include "widgets/xy_curves_widget.h"
 
 #include <QLabel>
@@ -15,27 +16,13 @@
 namespace routelab {
 
 XyCurvesWidget::XyCurvesWidget(QWidget* parent) : QWidget(parent) {
-  caption_ = new QLabel(this);
-  caption_->setWordWrap(true);
-  caption_->setVisible(false);
   plot_ = new QCustomPlot(this);
   addExportMenu(plot_, this);
   plot_->setMinimumSize(220, 150);
-  plot_->legend->setVisible(true);
-  plot_->legend->setFont(QFont(font().family(), std::max(7, font().pointSize() - 1)));
-  plot_->legend->setFillOrder(QCPLegend::foColumnsFirst);
-  plot_->legend->setWrap(2);  // narrow plots: two entries per legend row
-  plot_->legend->setBorderPen(Qt::NoPen);
-  plot_->plotLayout()->insertRow(0);
-  plot_->plotLayout()->addElement(0, 0, plot_->legend);
-  plot_->plotLayout()->setRowStretchFactor(0, 0.001);
+  putLegendAbove(plot_, this, 2);  // narrow plots: two entries per legend row
   plot_->setMouseTracking(true);
   formatY_ = [](double v) { return QString::number(v, 'g', 4); };
-  auto* layout = new QVBoxLayout(this);
-  layout->setContentsMargins(0, 0, 0, 0);
-  layout->setSpacing(2);
-  layout->addWidget(caption_);
-  layout->addWidget(plot_, 1);
+  caption_ = addCaptionAbove(this, plot_);
   connect(plot_, &QCustomPlot::mouseMove, this, [this](QMouseEvent* event) {
     const QString text = toolTipAtX(plot_->xAxis->pixelToCoord(event->position().x()));
     if (text.isEmpty()) QToolTip::hideText();
