@@ -246,7 +246,9 @@ class PanelRenderer {
         x_->setRange(xr);
         if (ex.log) setLog(x_, xr);
       }
-      const QCPRange yr = ey.range(0.05);
+      QCPRange yr = ey.range(0.05);
+      // Bars reach the top of the data: a legend row above them, in headroom, rather than over the bars.
+      if (barLegend() && !ey.log) yr.upper += (yr.upper - yr.lower) * 0.2 * legendRows();
       y_->setRange(yr);
       if (ey.log) setLog(y_, yr);
     }
@@ -438,10 +440,22 @@ class PanelRenderer {
     return ticker;
   }
 
+  /// Bar panels lay their legend out in rows of up to kBarLegendColumns entries across the top.
+  static constexpr int kBarLegendColumns = 4;
+  bool barLegend() const { return panel_.legend && !panel_.bars.members.empty() && !panel_.bars.members[0].label.empty(); }
+  int legendRows() const {
+    const int entries = static_cast<int>(panel_.bars.members.size());
+    return (entries + kBarLegendColumns - 1) / kBarLegendColumns;
+  }
+
   void legend() {
     if (!panel_.legend || labelled_.empty()) return;
     auto* legend = new QCPLegend;
-    rect_->insetLayout()->addElement(legend, Qt::AlignTop | Qt::AlignRight);
+    rect_->insetLayout()->addElement(legend, barLegend() ? Qt::AlignTop | Qt::AlignHCenter : Qt::AlignTop | Qt::AlignRight);
+    if (barLegend()) {
+      legend->setFillOrder(QCPLegend::foColumnsFirst);
+      legend->setWrap(kBarLegendColumns);
+    }
     legend->setLayer(QStringLiteral("legend"));
     legend->setFont(font_);
     legend->setBrush(QColor(255, 255, 255, 215));
