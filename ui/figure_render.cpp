@@ -465,7 +465,8 @@ class PanelRenderer {
     legend->setRowSpacing(0);
     legend->setMargins(QMargins(3, 1, 3, 1));
     for (QCPAbstractPlottable* p : labelled_) p->addToLegend(legend);
-    for (int i = 0; i < legend->itemCount(); ++i) legend->item(i)->setFont(font_);
+    for (int i = 0; i < legend->itemCount(); ++i)
+      if (QCPAbstractLegendItem* item = legend->item(i)) item->setFont(font_);  // wrapped rows leave empty cells
   }
 
   QCustomPlot* plot_;
