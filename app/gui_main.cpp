@@ -21,6 +21,7 @@
 #endif
 
 #include "core/util/logging.h"
+#include "core/util/paths.h"
 #include "core/util/version.h"
 #include "ui/app_resources.h"
 #include "ui/compare_view.h"
@@ -130,7 +131,8 @@ int main(int argc, char** argv) {
   parser.setApplicationDescription(QStringLiteral("RouteLab: an experiment workbench for token-routing transformers."));
   parser.addHelpOption();
   parser.addVersionOption();
-  const QCommandLineOption dbOption(QStringLiteral("db"), QStringLiteral("Run store to open (default: %1)."),
+  const QCommandLineOption dbOption(QStringLiteral("db"), QStringLiteral("Run store to open (default: %1).")
+                                        .arg(QString::fromStdString(routelab::default_db_path())),
                                     QStringLiteral("PATH"));
   const QCommandLineOption presetOption(QStringLiteral("preset"), QStringLiteral("Preset to select at start-up."),
                                         QStringLiteral("NAME"));
