@@ -5,6 +5,7 @@
 #include <QApplication>
 #include <QDialog>
 #include <QDoubleSpinBox>
+#include <QElapsedTimer>
 #include <QFile>
 #include <QImage>
 #include <QProcess>
@@ -16,6 +17,7 @@
 #include <QXmlStreamReader>
 #include <QtTest>
 
+#include <algorithm>
 #include <cmath>
 #include <fstream>
 #include <limits>
@@ -234,6 +236,8 @@ QString renderBinary() {
 
 }  // namespace
 
+using Series = routelab::LossPlotWidget::Series;
+
 class TestFigureExport : public QObject {
   Q_OBJECT
 
@@ -241,6 +245,69 @@ class TestFigureExport : public QObject {
   void initTestCase() {
     QVERIFY(dir_.isValid());
     QCoreApplication::setOrganizationName(QStringLiteral("RouteLabTest"));
+  }
+
+  /// A dark palette gives a dark plot (and back); an export still paints black on white.
+  void dashboardPlotsFollowThePalette() {
+    routelab::LossPlotWidget widget;
+    widget.appendTrain({0, 1, 2, 3}, {4, 3, 2, 1});
+    QCustomPlot* plot = widget.plot();
+    const QColor lightText = plot->xAxis->tickLabelColor();
+    QPalette dark = widget.palette();
+    dark.setColor(QPalette::Base, QColor(30, 30, 30));
+    dark.setColor(QPalette::Text, QColor(230, 230, 230));
+    widget.setPalette(dark);  // propagates to the plot as a PaletteChange
+    QCOMPARE(plot->xAxis->tickLabelColor(), QColor(230, 230, 230));
+    QCOMPARE(plot->yAxis->basePen().color(), QColor(230, 230, 230));
+
+    const QString png = dir_.filePath(QStringLiteral("dark-palette.png"));
+    const QString error = routelab::exportPlot(plot, png, 8.5, 6.0, 8.0, 100);
+    QVERIFY2(error.isEmpty(), qPrintable(error));
+    const QImage image(png);
+    QVERIFY(!image.isNull());
+    QCOMPARE(image.pixelColor(2, 2), QColor(Qt::white));  // the export's background
+    QCOMPARE(plot->xAxis->tickLabelColor(), QColor(230, 230, 230));  // and the screen is dark again
+
+    widget.setPalette(QPalette());
+    QCOMPARE(plot->xAxis->tickLabelColor(), lightText);
+  }
+
+  /// Not a timed assertion: prints how long a live plot takes to take and draw a million points per series.
+  void millionPointsPerSeriesAreMeasured() {
+    routelab::LossPlotWidget widget;
+    widget.resize(900, 500);
+    widget.show();
+    QVERIFY(QTest::qWaitForWindowExposed(&widget));
+    constexpr int kPoints = 1'000'000, kBatch = 1000;
+    QElapsedTimer clock;
+    clock.start();
+    double longestAppendMs = 0;
+    for (int start = 0; start < kPoints; start += kBatch) {  // as a live run delivers them, in batches
+      QVector<double> steps(kBatch), loss(kBatch);
+      for (int i = 0; i < kBatch; ++i) {
+        steps[i] = start + i + 1;
+        loss[i] = 4.0 / std::sqrt(1.0 + 0.001 * (start + i)) + 0.05 * std::sin(0.37 * (start + i));
+      }
+      QElapsedTimer one;
+      one.start();
+      widget.appendTrain(steps, loss);
+      longestAppendMs = std::max(longestAppendMs, one.nsecsElapsed() / 1e6);
+    }
+    const double appendMs = clock.nsecsElapsed() / 1e6;
+    QCOMPARE(widget.pointCount(Series::TrainRaw), kPoints);
+    QCOMPARE(widget.pointCount(Series::TrainSmoothed), kPoints);
+    for (int i = 0; i < widget.plot()->graphCount(); ++i) QVERIFY(widget.plot()->graph(i)->adaptiveSampling());
+    std::vector<double> replots;
+    for (int r = 0; r < 5; ++r) {
+      clock.restart();
+      widget.plot()->replot(QCustomPlot::rpImmediateRefresh);
+      replots.push_back(clock.nsecsElapsed() / 1e6);
+    }
+    std::sort(replots.begin(), replots.end());
+    qInfo().noquote() << QStringLiteral("1M points per series (raw + smoothed): appended in %1 ms (longest batch of "
+                                        "%2: %3 ms); full replot median %4 ms, max %5 ms")
+                             .arg(appendMs, 0, 'f', 0).arg(kBatch).arg(longestAppendMs, 0, 'f', 2)
+                             .arg(replots[2], 0, 'f', 1).arg(replots.back(), 0, 'f', 1);
   }
 
   void pdfFontsEmbeddedNotType3_data() {

@@ -81,6 +81,7 @@ class TestGui : public QObject {
   void costCurvesFollowTheRouting();
   void dashboardShowsRoutingOfATinyDtrnetRun();
   void designerValidatesAsTheUserTypes();
+  void designerQueuesArchitecturesTimesSeeds();
   void designerLaunchFeedsALiveDashboard();
   void guiThreadStallIsMeasured();
 
@@ -208,6 +209,10 @@ void TestGui::aboutNamesVersions() {
   const QString html = routelab::aboutHtml();
   QVERIFY2(html.contains(QString::fromLatin1(qVersion())), qPrintable(html));
   QVERIFY2(html.contains(QStringLiteral("LibTorch")), qPrintable(html));
+  QVERIFY2(html.contains(QStringLiteral("CUDA")), qPrintable(html));
+  QVERIFY2(html.contains(QStringLiteral("Torch threads")), qPrintable(html));
+  QVERIFY2(html.contains(QStringLiteral("no run in progress")), qPrintable(html));
+  QVERIFY2(routelab::aboutHtml(QStringLiteral("run 3 on cuda:0")).contains(QStringLiteral("run 3 on cuda:0")), "in use");
   QVERIFY(!routelab::appIcon().isNull());
 }
 
@@ -489,6 +494,45 @@ void TestGui::dashboardShowsRoutingOfATinyDtrnetRun() {
     QTest::qWait(300);
     QVERIFY(dashboard.grab().save(shots + QStringLiteral("/dashboard.png")));
   }
+}
+
+void TestGui::designerQueuesArchitecturesTimesSeeds() {
+  routelab::ExperimentDesigner designer;
+  QVERIFY(designer.loadPreset(QStringLiteral("tiny")));  // dense, 2 layers, d 64
+  designer.setFieldText(QStringLiteral("model.n_layer"), QStringLiteral("4"));
+  QCOMPARE(designer.requests().size(), 1);
+  QVERIFY(designer.setAlsoArchitecture(QStringLiteral("dtrnet"), true));
+  QVERIFY(designer.setAlsoArchitecture(QStringLiteral("mod"), true));
+  QVERIFY(!designer.setAlsoArchitecture(QStringLiteral("dense"), true));  // the form's own
+  QVERIFY(!designer.setAlsoArchitecture(QStringLiteral("nonsense"), true));
+  designer.setSeedsText(QStringLiteral("1-2"));
+  QVERIFY(designer.isValid());
+  const QList<routelab::RunRequest> runs = designer.requests();
+  QCOMPARE(runs.size(), 6);  // 3 architectures x 2 seeds
+  QStringList seen;
+  for (const routelab::RunRequest& r : runs) {
+    const auto doc = nlohmann::json::parse(r.configJson.toStdString());
+    QCOMPARE(doc["model"]["n_layer"].get<int>(), 4);  // the trunk's shape carries over
+    QCOMPARE(doc["model"]["n_embd"].get<int>(), 64);
+    QCOMPARE(doc["train"]["steps"].get<int>(), 30);   // so do data, train and run
+    seen << QStringLiteral("%1/%2").arg(QString::fromStdString(doc["model"]["arch"].get<std::string>()))
+                .arg(doc["run"]["seed"].get<int>());
+  }
+  QCOMPARE(seen, (QStringList{"dense/1", "dense/2", "dtrnet/1", "dtrnet/2", "mod/1", "mod/2"}));
+  const auto mod = nlohmann::json::parse(runs[4].configJson.toStdString());
+  QVERIFY(!mod["model"].contains("routed_layers"));  // routing options keep MoD's defaults
+
+  // A bad seed list or an architecture that cannot take the settings: nothing is launched, the error says why.
+  designer.setSeedsText(QStringLiteral("3-1"));
+  QVERIFY(!designer.isValid());
+  QString error;
+  QVERIFY(designer.requests(&error).isEmpty());
+  designer.setSeedsText(QStringLiteral("1"));
+  QVERIFY(designer.isValid());
+  QVERIFY(designer.setAlsoArchitecture(QStringLiteral("tagat"), true));  // a classifier on a text corpus
+  QVERIFY(!designer.isValid());
+  QVERIFY(designer.requests(&error).isEmpty());
+  QVERIFY2(error.contains(QStringLiteral("tagat")), qPrintable(error));
 }
 
 void TestGui::designerValidatesAsTheUserTypes() {

@@ -126,8 +126,10 @@ class TestSeedFigures : public QObject {
       QVERIFY2(torch::allclose(logits, model.forward(batch.input).logits, 1e-4, 1e-5), arch.c_str());
     };
     check(*run.model, "dtrnet");  // trained
-    for (const std::string arch : {"dense", "mod", "drr"}) {  // fresh weights
-      const auto config = small_config(arch, {"model.n_layer=4"});
+    // Fresh weights; D-LLM's decision modules start near p_exec 0.87: threshold 0.87 skips part of the tokens.
+    for (const std::string arch : {"dense", "mod", "drr", "dllm"}) {
+      const auto config = small_config(arch, arch == "dllm" ? std::vector<std::string>{"model.n_layer=4", "model.threshold=0.87"}
+                                                            : std::vector<std::string>{"model.n_layer=4"});
       auto model = create_model(config.model(), {run.dataset->tokenizer().vocab_size(), run.dataset->context()});
       model->eval();
       check(*model, arch);

@@ -1,5 +1,6 @@
 // The trainer end to end on real data: the copy task is learned, resume reproduces the uninterrupted curve,
 // NaN fails the run, cancel stops it, and bad devices or configs fail before anything is stored.
+#include <QFile>
 #include <QTemporaryDir>
 #include <QtTest>
 
@@ -137,6 +138,34 @@ class TestTrainer : public QObject {
     QCOMPARE(vb.size(), va.size());
     for (std::size_t i = 0; i < va.size(); ++i) QCOMPARE(vb[i].value, va[i].value);
     QCOMPARE(store.run(part.run_id)->resumed_from_step.value_or(-1), std::int64_t(11));
+  }
+
+  void epochsSetTheLanguageModelBudget() {
+    // 10,000 characters: 8,000 training tokens; batch 4 x context 32 = 128 tokens a step -> 63 steps an epoch.
+    const auto corpus = home_.filePath("epochs.txt");
+    {
+      QFile file(corpus);
+      QVERIFY(file.open(QIODevice::WriteOnly));
+      QByteArray text;
+      while (text.size() < 10000) text += "In the beginning was the word, and the word was routed. ";
+      file.write(text.left(10000));
+    }
+    const auto db = home_.filePath("epochs.sqlite").toStdString();
+    const auto cfg = resolve_config(nlohmann::json::object(),
+                                    {"model.n_layer=1", "model.n_embd=32", "model.n_head=2", "data.source=file",
+                                     "data.path=" + corpus.toStdString(), "data.context=32", "train.batch_size=4",
+                                     "train.epochs=2", "train.warmup_steps=2", "train.eval_every=1000",
+                                     "train.checkpoint_every=10", "run.threads=2"},
+                                    "test");
+    std::atomic<bool> cancel{false};
+    StopAfter stopper(cancel, 10);
+    const auto part = train({cfg, db, "epochs", ""}, &stopper, &cancel);
+    QCOMPARE(part.status, RunStatus::Stopped);
+    QCOMPARE(RunStore(db).run(part.run_id)->total_steps, std::int64_t(2 * 63));
+    // A queue slot resumes it on one thread; the budget is the stored one.
+    const auto resumed = resume(db, part.run_id, nullptr, nullptr, /*threads=*/1);
+    QCOMPARE(resumed.status, RunStatus::Finished);
+    QCOMPARE(resumed.last_step, std::int64_t(2 * 63));
   }
 
   void resumeRefusesFinishedRun() {

@@ -8,6 +8,7 @@
 #include <QtGlobal>
 
 #include "core/train/trainer.h"
+#include "core/util/device.h"
 #include "core/util/version.h"
 
 // Q_INIT_RESOURCE must be used outside any namespace.
@@ -37,7 +38,7 @@ QIcon appIcon() {
   return icon;
 }
 
-QString aboutHtml() {
+QString aboutHtml(const QString& inUse) {
   return QStringLiteral(
              "<h3>RouteLab %1</h3>"
              "<p>An experiment workbench for token-routing transformers: train presets, watch the curves, "
@@ -46,17 +47,23 @@ QString aboutHtml() {
              "<tr><td>RouteLab</td><td>&nbsp;%1</td></tr>"
              "<tr><td>Qt</td><td>&nbsp;%2 (built with %3)</td></tr>"
              "<tr><td>LibTorch</td><td>&nbsp;%4</td></tr>"
+             "<tr><td>CUDA</td><td>&nbsp;%5</td></tr>"
+             "<tr><td>Devices</td><td>&nbsp;%6</td></tr>"
+             "<tr><td>In use</td><td>&nbsp;%7</td></tr>"
              "</table>")
       .arg(QStringLiteral(ROUTELAB_VERSION), QString::fromLatin1(qVersion()), QStringLiteral(QT_VERSION_STR),
-           QString::fromStdString(torch_version_string()).toHtmlEscaped());
+           QString::fromStdString(torch_version_string()).toHtmlEscaped(),
+           QString::fromStdString(cuda_version_string()).toHtmlEscaped(),
+           QString::fromStdString(devices_available_string()).toHtmlEscaped(),
+           inUse.isEmpty() ? QObject::tr("no run in progress") : inUse.toHtmlEscaped());
 }
 
-void showAboutDialog(QWidget* parent) {
+void showAboutDialog(QWidget* parent, const QString& inUse) {
   auto* box = new QMessageBox(parent);
   box->setAttribute(Qt::WA_DeleteOnClose);
   box->setWindowTitle(QObject::tr("About RouteLab"));
   box->setTextFormat(Qt::RichText);
-  box->setText(aboutHtml());
+  box->setText(aboutHtml(inUse));
   box->setIconPixmap(appIcon().pixmap(64, 64));
   box->setStandardButtons(QMessageBox::Close);
   box->open();

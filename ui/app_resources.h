@@ -10,8 +10,9 @@ namespace routelab {
 void initResources();
 /// The application icon at the usual sizes, rendered from :/routelab/icons/routelab.svg.
 QIcon appIcon();
-/// "RouteLab x.y.z · Qt a.b.c · LibTorch d.e.f" as HTML for the About dialog.
-QString aboutHtml();
-void showAboutDialog(QWidget* parent);
+/// The About dialog's HTML: RouteLab, Qt, LibTorch and CUDA versions, the devices available and `inUse` (the
+/// devices of the runs in progress, "" when none runs).
+QString aboutHtml(const QString& inUse = {});
+void showAboutDialog(QWidget* parent, const QString& inUse = {});
 
 }  // namespace routelab

@@ -8,12 +8,14 @@
 #include <QHBoxLayout>
 #include <QLabel>
 #include <QLineEdit>
+#include <QListWidget>
 #include <QPushButton>
 #include <QScrollArea>
 #include <QTabWidget>
 #include <QVBoxLayout>
 
 #include <map>
+#include <set>
 
 #include <nlohmann/json.hpp>
 
@@ -67,6 +69,8 @@ struct ExperimentDesigner::Impl {
   QTabWidget* tabs = nullptr;
   QLabel* status = nullptr;
   QPushButton* launch = nullptr;
+  QListWidget* also = nullptr;  ///< further architectures Launch starts with the same settings
+  QLineEdit* seeds = nullptr;   ///< "1,2,3" / "1-3": one run per seed
   std::map<QString, QWidget*> pages;  ///< section -> its form page
   std::map<QString, Field> fields;    ///< "section.key" -> field
   QString formError, resolved;
@@ -113,8 +117,28 @@ ExperimentDesigner::ExperimentDesigner(QWidget* parent) : QWidget(parent), d_(st
   d_->launch->setObjectName(QStringLiteral("designerLaunch"));
   d_->launch->setToolTip(tr("Train this configuration (a dashboard opens for the run)"));
 
+  d_->also = new QListWidget(this);
+  d_->also->setObjectName(QStringLiteral("designerAlso"));
+  d_->also->setToolTip(tr("Launch also starts these architectures with the same data, train and run settings and "
+                          "the form's Transformer shape and style (their own defaults for routing options)"));
+  for (const ArchitectureEntry& e : architectures()) {
+    auto* item = new QListWidgetItem(QString::fromStdString(e.id), d_->also);
+    item->setData(Qt::UserRole, QString::fromStdString(e.id));
+    item->setFlags(Qt::ItemIsUserCheckable | Qt::ItemIsEnabled);
+    item->setCheckState(Qt::Unchecked);
+    item->setToolTip(QString::fromStdString(e.display_name));
+  }
+  d_->also->setFlow(QListView::LeftToRight);
+  d_->also->setWrapping(true);
+  d_->also->setMaximumHeight(56);
+  d_->seeds = new QLineEdit(this);
+  d_->seeds->setObjectName(QStringLiteral("designerSeeds"));
+  d_->seeds->setPlaceholderText(tr("run.seed of the form; or 1,2,3 or 1-3: one run per seed"));
+
   auto* top = new QFormLayout;
   top->addRow(tr("Architecture"), d_->arch);
+  top->addRow(tr("Also as"), d_->also);
+  top->addRow(tr("Seeds"), d_->seeds);
   top->addRow(tr("Preset"), d_->preset);
   auto* bottom = new QHBoxLayout;
   bottom->addWidget(d_->status, 1);
@@ -141,8 +165,18 @@ ExperimentDesigner::ExperimentDesigner(QWidget* parent) : QWidget(parent), d_(st
   connect(d_->preset, qOverload<int>(&QComboBox::activated), this,
           [this](int index) { loadPreset(d_->preset->itemData(index).toString()); });
   connect(d_->launch, &QPushButton::clicked, this, [this] {
-    if (isValid()) Q_EMIT launchRequested(request());
+    if (!isValid()) return;
+    QString error;
+    const QList<RunRequest> runs = requests(&error);
+    if (runs.isEmpty()) {
+      d_->status->setText(error);
+      d_->status->setStyleSheet(QStringLiteral("color:#c0392b;"));
+      return;
+    }
+    for (const RunRequest& r : runs) Q_EMIT launchRequested(r);
   });
+  connect(d_->seeds, &QLineEdit::textChanged, this, [this] { validate(); });
+  connect(d_->also, &QListWidget::itemChanged, this, [this] { validate(); });
 
   for (const QString& section : kSections) rebuildSection(section);
   validate();
@@ -317,6 +351,77 @@ RunRequest ExperimentDesigner::request() const {
   return r;
 }
 
+namespace {
+
+/// "1,2,3", "1-3" or a mix ("1-3,7") -> the seeds in order; throws ConfigError naming the field.
+std::vector<std::int64_t> parse_seeds(const QString& text) {
+  std::vector<std::int64_t> seeds;
+  for (const QString& part : text.split(QLatin1Char(','), Qt::SkipEmptyParts)) {
+    const QStringList range = part.trimmed().split(QLatin1Char('-'));
+    bool ok_a = false, ok_b = true;
+    const qlonglong a = range.value(0).trimmed().toLongLong(&ok_a);
+    const qlonglong b = range.size() == 2 ? range.value(1).trimmed().toLongLong(&ok_b) : a;
+    if (range.size() > 2 || !ok_a || !ok_b || a < 0 || b < a || b - a >= 1000)
+      throw ConfigError("Seeds: '" + part.trimmed().toStdString() + "' is not a seed or a range like 1-3");
+    for (qlonglong s = a; s <= b; ++s) seeds.push_back(s);
+  }
+  return seeds;
+}
+
+}  // namespace
+
+QList<RunRequest> ExperimentDesigner::requests(QString* error) const {
+  QList<RunRequest> out;
+  try {
+    if (!d_->valid) throw ConfigError(d_->status->text().toStdString());
+    const json form = json::parse(overridesJson().toStdString());
+    std::vector<json> docs{form};
+    std::set<std::string> trunk;
+    for (const OptionSpec& spec : routelab::architecture("dense").options) trunk.insert(spec.key);
+    for (int i = 0; i < d_->also->count(); ++i) {
+      const QListWidgetItem* item = d_->also->item(i);
+      const QString id = item->data(Qt::UserRole).toString();
+      if (item->checkState() != Qt::Checked || id == architecture()) continue;
+      // The Transformer trunk's options (shape, style, context: the keys of the dense schema) carry over; a
+      // routing option that two architectures name alike (routed_layers, capacity) keeps the target's default.
+      json doc = form;
+      doc["model"] = json::object({{"arch", id.toStdString()}});
+      for (const OptionSpec& spec : routelab::architecture(id.toStdString()).options)
+        if (spec.key != "arch" && form["model"].contains(spec.key) && trunk.count(spec.key))
+          doc["model"][spec.key] = form["model"][spec.key];
+      resolve_config(doc, {}, "designer (" + id.toStdString() + ")");  // throws naming the architecture and key
+      docs.push_back(std::move(doc));
+    }
+    std::vector<std::int64_t> seeds = parse_seeds(d_->seeds->text());
+    for (const json& doc : docs) {
+      for (std::size_t s = 0; s < std::max<std::size_t>(1, seeds.size()); ++s) {
+        json run_doc = doc;
+        if (!seeds.empty()) run_doc["run"]["seed"] = seeds[s];
+        RunRequest r = request();
+        r.configJson = QString::fromStdString(run_doc.dump());
+        out << r;
+      }
+    }
+  } catch (const std::exception& e) {
+    if (error) *error = QString::fromUtf8(e.what());
+    return {};
+  }
+  return out;
+}
+
+bool ExperimentDesigner::setAlsoArchitecture(const QString& id, bool checked) {
+  if (id == architecture()) return false;
+  for (int i = 0; i < d_->also->count(); ++i) {
+    QListWidgetItem* item = d_->also->item(i);
+    if (item->data(Qt::UserRole).toString() != id) continue;
+    item->setCheckState(checked ? Qt::Checked : Qt::Unchecked);
+    return true;
+  }
+  return false;
+}
+
+void ExperimentDesigner::setSeedsText(const QString& text) { d_->seeds->setText(text); }
+
 void ExperimentDesigner::setLaunchEnabled(bool enabled) {
   d_->launchEnabled = enabled;
   d_->launch->setEnabled(enabled && d_->valid);
@@ -358,6 +463,18 @@ void ExperimentDesigner::validate() {
     }
   } else {
     d_->status->setText(tr("Invalid: see the fields marked in red"));
+  }
+  if (fieldsOk) {  // the form is valid: the seed list and the further architectures must be too
+    d_->valid = true;  // requests() reads it
+    QString error;
+    const auto runs = requests(&error);
+    if (runs.isEmpty()) {
+      fieldsOk = false;
+      d_->formError = error;
+      d_->status->setText(error);
+    } else if (runs.size() > 1) {
+      d_->status->setText(d_->status->text() + tr(" · Launch queues %1 runs").arg(runs.size()));
+    }
   }
   d_->valid = fieldsOk;
   d_->status->setStyleSheet(fieldsOk ? QString() : QStringLiteral("color:#c0392b;"));

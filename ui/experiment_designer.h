@@ -43,7 +43,16 @@ class ExperimentDesigner : public QWidget {
   /// The resolved config (JSON text), empty when the form is invalid.
   QString resolvedConfigJson() const;
   RunRequest request() const;
-  /// Enables Launch only while no run is in progress (one run at a time for now).
+  /// Every run Launch starts: the form's architecture and each architecture ticked under "Also as" (with the
+  /// model options it shares with the form, its defaults for the rest), times each seed of the Seeds field
+  /// ("1,2,3" or "1-3"; empty = the form's run.seed). Empty, with `error` set, when a seed list or one of the
+  /// configurations is invalid.
+  QList<RunRequest> requests(QString* error = nullptr) const;
+  /// Ticks (or unticks) architecture `id` in the "Also as" list; false for an unknown id or the form's own.
+  bool setAlsoArchitecture(const QString& id, bool checked);
+  /// Sets the Seeds field's text.
+  void setSeedsText(const QString& text);
+  /// Enables or disables Launch (disabled while the window closes).
   void setLaunchEnabled(bool enabled);
 
  Q_SIGNALS:

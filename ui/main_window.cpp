@@ -45,6 +45,9 @@ const char* const kSettingsGeometry = "mainWindow/geometry";
 const char* const kSettingsState = "mainWindow/state";
 const char* const kSettingsPreset = "run/lastPreset";
 const char* const kSettingsSmoothing = "plot/smoothing";
+const char* const kSettingsSteps = "run/steps";
+const char* const kSettingsDesignerForm = "designer/form";
+const char* const kSettingsDesignerOrigin = "designer/origin";
 
 QDockWidget* makeDock(const QString& title, const QString& objectName, QWidget* content, QWidget* parent) {
   auto* dock = new QDockWidget(title, parent);
@@ -110,7 +113,12 @@ void MainWindow::buildActions() {
   stopAction_ = new QAction(style()->standardIcon(QStyle::SP_MediaStop), tr("S&top"), this);
   stopAction_->setObjectName(QStringLiteral("stopAction"));
   stopAction_->setShortcut(QKeySequence(Qt::CTRL | Qt::Key_Period));
-  stopAction_->setToolTip(tr("Stop after the current step; the run is checkpointed and kept (Ctrl+.)"));
+  stopAction_->setToolTip(tr("Stop the run shown after its current step; it is checkpointed and kept, and the "
+                             "queue goes on (Ctrl+.)"));
+  stopAllAction_ = new QAction(tr("Stop &all"), this);
+  stopAllAction_->setObjectName(QStringLiteral("stopAllAction"));
+  stopAllAction_->setShortcut(QKeySequence(Qt::CTRL | Qt::SHIFT | Qt::Key_Period));
+  stopAllAction_->setToolTip(tr("Stop every running run and hold the queue (Ctrl+Shift+.)"));
   refreshAction_ = new QAction(style()->standardIcon(QStyle::SP_BrowserReload), tr("&Refresh runs"), this);
   refreshAction_->setShortcut(QKeySequence::Refresh);
   quitAction_ = new QAction(tr("&Quit"), this);
@@ -143,6 +151,7 @@ void MainWindow::buildActions() {
 
   connect(startAction_, &QAction::triggered, this, &MainWindow::startRun);
   connect(stopAction_, &QAction::triggered, this, &MainWindow::stopRun);
+  connect(stopAllAction_, &QAction::triggered, this, &MainWindow::stopAllRuns);
   connect(refreshAction_, &QAction::triggered, this, &MainWindow::refreshRuns);
   connect(quitAction_, &QAction::triggered, this, &QWidget::close);
   connect(aboutAction_, &QAction::triggered, this, &MainWindow::showAbout);
@@ -187,6 +196,7 @@ void MainWindow::buildMenus() {
   QMenu* run = menuBar()->addMenu(tr("&Run"));
   run->addAction(startAction_);
   run->addAction(stopAction_);
+  run->addAction(stopAllAction_);
   run->addSeparator();
   run->addAction(refreshAction_);
   run->addAction(dashboardAction_);
@@ -277,6 +287,10 @@ void MainWindow::restoreSettings() {
     });
   }
   plot_->setSmoothing(settings.value(kSettingsSmoothing, plot_->smoothing()).toDouble());
+  steps_->setValue(settings.value(kSettingsSteps, steps_->value()).toInt());
+  // The designer's last form (an invalid one comes back with its errors under the fields, as it was left).
+  if (const QString form = settings.value(kSettingsDesignerForm).toString(); !form.isEmpty())
+    designer_->loadConfig(form, settings.value(kSettingsDesignerOrigin).toString());
 }
 
 void MainWindow::saveSettings() const {
@@ -285,12 +299,17 @@ void MainWindow::saveSettings() const {
   settings.setValue(kSettingsState, saveState());
   settings.setValue(kSettingsPreset, presets_->currentPreset());
   settings.setValue(kSettingsSmoothing, plot_->smoothing());
+  settings.setValue(kSettingsSteps, steps_->value());
+  settings.setValue(kSettingsDesignerForm, designer_->overridesJson());
+  settings.setValue(kSettingsDesignerOrigin, designer_->request().preset);
 }
 
 void MainWindow::updateActions() {
-  // Start and Launch queue while runs are in progress; Stop stops every run and holds the queue.
+  // Start and Launch queue while runs are in progress; Stop stops the run shown, Stop all every run (and holds
+  // the queue).
   startAction_->setEnabled(!closeAfterRun_ && !presets_->currentPreset().isEmpty());
   stopAction_->setEnabled(queue_->canStop());
+  stopAllAction_->setEnabled(queue_->canStop());
   designer_->setLaunchEnabled(!closeAfterRun_);
   dashboardAction_->setEnabled(runs_->selectedRunId() > 0);
 }
@@ -331,6 +350,14 @@ bool MainWindow::startRequest(const RunRequest& given) {
 
 void MainWindow::stopRun() {
   if (!queue_->canStop()) return;
+  // The run the main plot follows (or the only one); the queue goes on. Several runs and none shown: all stop.
+  if (!queue_->stopRun(displayedRunId_)) queue_->stopAll();
+  progress_->setState(tr("stopping after this step"), RunsTableModel::statusColor(QStringLiteral("stopped")));
+  updateActions();
+}
+
+void MainWindow::stopAllRuns() {
+  if (!queue_->canStop()) return;
   queue_->stopAll();
   progress_->setState(tr("stopping after this step"), RunsTableModel::statusColor(QStringLiteral("stopped")));
   updateActions();
@@ -344,7 +371,14 @@ void MainWindow::openDashboard() {
   dashboards_->open(runId, queue_->controllerOf(runId) != nullptr);
 }
 
-void MainWindow::showAbout() { showAboutDialog(this); }
+void MainWindow::showAbout() {
+  QStringList inUse;  // the device of every run in progress, from the runs table
+  for (const QueueEntry& e : queue_->entries())
+    if (e.state == QLatin1String("running") && e.runId > 0)
+      if (const RunSummary* run = runs_->model()->run(e.runId))
+        inUse << tr("run %1 on %2").arg(e.runId).arg(run->device.isEmpty() ? QStringLiteral("cpu") : run->device);
+  showAboutDialog(this, inUse.join(QStringLiteral(", ")));
+}
 
 void MainWindow::showRun(qint64 runId) {
   if (runId == displayedRunId_) return;

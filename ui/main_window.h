@@ -62,6 +62,7 @@ class MainWindow : public QMainWindow {
   LogViewWidget* logView() const { return log_; }
   QAction* startAction() const { return startAction_; }
   QAction* stopAction() const { return stopAction_; }
+  QAction* stopAllAction() const { return stopAllAction_; }
   QAction* dashboardAction() const { return dashboardAction_; }
   DashboardDocks* dashboards() const { return dashboards_; }
   ExperimentDesigner* designer() const { return designer_; }
@@ -79,6 +80,7 @@ class MainWindow : public QMainWindow {
   /// False while the window is closing.
   bool startRequest(const routelab::RunRequest& request);
   void stopRun();
+  void stopAllRuns();
   /// Opens the dashboard of the run selected in the runs table.
   void openDashboard();
   void refreshRuns();
@@ -138,6 +140,7 @@ class MainWindow : public QMainWindow {
 
   QAction* startAction_ = nullptr;
   QAction* stopAction_ = nullptr;
+  QAction* stopAllAction_ = nullptr;
   QAction* refreshAction_ = nullptr;
   QAction* dashboardAction_ = nullptr;
   QAction* quitAction_ = nullptr;

@@ -220,9 +220,11 @@ void RunQueue::schedule() {
 bool RunQueue::startEntry(QueueEntry& entry, RunController* controller) {
   RunRequest request = requestFromJson(entry.requestJson);
   request.dbPath = store_->dbPath();
-  // Side by side, the runs share the cores (Torch's intra-op threads are set per training thread).
+  // Side by side, the runs share the cores (Torch's intra-op threads are set per training thread); a resumed
+  // run gets the same share instead of the thread count stored with it.
   if (threadsPerRun() > 0 && request.resumeRunId == 0)
     request.sets << QStringLiteral("run.threads=%1").arg(threadsPerRun());
+  if (threadsPerRun() > 0 && request.resumeRunId > 0) request.resumeThreads = threadsPerRun();
   const qint64 key = entry.key;
   if (!controller->start(request)) return false;
   active_.insert(controller, key);
@@ -326,6 +328,17 @@ void RunQueue::clearFinished() {
   for (const QueueEntry& e : entries_)
     if (isFinishedState(e.state)) keys << e.key;
   remove(keys);
+}
+
+bool RunQueue::stopRun(qint64 runId) {
+  RunController* target = runId > 0 ? controllerOf(runId) : nullptr;
+  if (!target && runningCount() == 1)
+    for (RunController* c : controllers_)
+      if (c->isRunning()) target = c;
+  if (!target || !target->isRunning() || target->isStopping()) return false;
+  target->stop();
+  Q_EMIT queueChanged();
+  return true;
 }
 
 void RunQueue::stopAll() {

@@ -79,6 +79,9 @@ class RunQueue : public QObject {
   void cancel(qint64 key);
   /// Removes every done, failed and cancelled item.
   void clearFinished();
+  /// Stops run `runId` (checkpointed, its item ends stopped) without holding the queue: the next pending item
+  /// takes its slot. When runId is not running and one run is, that one stops. False when nothing stopped.
+  bool stopRun(qint64 runId);
   /// Stops every running run and holds the queue (pending items wait for release()).
   void stopAll();
   /// Releases a hold and starts pending items.

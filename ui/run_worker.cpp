@@ -79,7 +79,7 @@ void RunWorker::run() {
     Observer observer(*this);
     TrainOutcome outcome;
     if (request_.resumeRunId > 0) {
-      outcome = resume(request_.dbPath.toStdString(), request_.resumeRunId, &observer, &cancel_);
+      outcome = resume(request_.dbPath.toStdString(), request_.resumeRunId, &observer, &cancel_, request_.resumeThreads);
     } else {
       std::vector<std::string> sets;
       if (request_.stepsOverride > 0) sets.push_back("train.steps=" + std::to_string(request_.stepsOverride));

@@ -26,6 +26,8 @@ struct RunRequest {
   QString configJson;
   /// When > 0, continues this stored run from its latest checkpoint (routelab::resume) and ignores the rest.
   qint64 resumeRunId = 0;
+  /// With resumeRunId: Torch threads for the continued run (0 = every core); -1 keeps the stored run.threads.
+  int resumeThreads = -1;
 };
 
 class RunWorker : public QObject {

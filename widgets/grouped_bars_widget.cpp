@@ -11,6 +11,7 @@
 #include <cmath>
 
 #include "widgets/plot_export.h"
+#include "widgets/plot_theme.h"
 #include "widgets/qcustomplot_include.h"
 
 namespace routelab {
@@ -18,6 +19,7 @@ namespace routelab {
 GroupedBarsWidget::GroupedBarsWidget(QWidget* parent) : QWidget(parent) {
   plot_ = new QCustomPlot(this);
   addExportMenu(plot_, this);
+  followPalette(plot_);  // dark plots under a dark palette; exports stay black on white
   plot_->setMinimumSize(220, 150);
   putLegendAbove(plot_, this, 4);
   plot_->setMouseTracking(true);

@@ -13,6 +13,7 @@
 #include <QVBoxLayout>
 
 #include "widgets/plot_export.h"
+#include "widgets/plot_theme.h"
 #include "widgets/qcustomplot_include.h"
 
 namespace routelab {
@@ -83,6 +84,7 @@ LossPlotWidget::LossPlotWidget(QWidget* parent)
 
   plot_ = new QCustomPlot(this);
   addExportMenu(plot_, this);
+  followPalette(plot_);  // dark plots under a dark palette; exports stay black on white
   plot_->setObjectName(QStringLiteral("lossPlot"));
   plot_->setMinimumSize(320, 220);
   plot_->setInteractions(QCP::iRangeDrag | QCP::iRangeZoom);
@@ -104,7 +106,6 @@ LossPlotWidget::LossPlotWidget(QWidget* parent)
   updateLegendNames();
 
   plot_->legend->setVisible(true);
-  plot_->legend->setBrush(QColor(255, 255, 255, 220));
   plot_->axisRect()->insetLayout()->setInsetAlignment(0, Qt::AlignTop | Qt::AlignRight);
 
   emptyHint_ = new QCPItemText(plot_);

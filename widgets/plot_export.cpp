@@ -34,6 +34,7 @@
 #include <functional>
 #include <vector>
 
+#include "widgets/plot_theme.h"
 #include "widgets/qcustomplot_include.h"
 
 namespace routelab {
@@ -51,6 +52,23 @@ int fontResolutionDpi() {
     return std::max(1, qRound(screen->logicalDotsPerInchY()));
   return 100;
 }
+
+/// Paints black on white for the duration of an export when the plot follows a dark palette, then restores it.
+class LightTheme {
+ public:
+  explicit LightTheme(QCustomPlot* plot) : plot_(plot), dark_(followsPalette(plot) && isDarkPalette(plot->palette())) {
+    if (dark_) applyPlotTheme(plot_, lightPlotPalette());
+  }
+  ~LightTheme() {
+    if (dark_) applyPlotTheme(plot_, plot_->palette());
+  }
+  LightTheme(const LightTheme&) = delete;
+  LightTheme& operator=(const LightTheme&) = delete;
+
+ private:
+  QCustomPlot* plot_;
+  bool dark_;
+};
 
 /// Sets every text of a plot to one size (and legends to paper proportions) for the duration of an export,
 /// and restores the old fonts and legend geometry after.
@@ -175,6 +193,7 @@ QString exportPlot(QCustomPlot* plot, const QString& path, double widthCm, doubl
   bool painted = false;
   QString error;
   {
+    LightTheme light(plot);
     FontOverride fonts(plot, fontPt, fontDpi);
     QCPPainter painter;
     if (suffix == QLatin1String("pdf")) {

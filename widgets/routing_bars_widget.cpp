@@ -10,6 +10,7 @@
 
 #include "widgets/color_maps.h"
 #include "widgets/plot_export.h"
+#include "widgets/plot_theme.h"
 #include "widgets/qcustomplot_include.h"
 
 namespace routelab {
@@ -24,6 +25,7 @@ double at(const QVector<double>& v, int i) { return i < v.size() ? v[i] : std::n
 RoutingBarsWidget::RoutingBarsWidget(QWidget* parent) : QWidget(parent) {
   plot_ = new QCustomPlot(this);
   addExportMenu(plot_, this);
+  followPalette(plot_);  // dark plots under a dark palette; exports stay black on white
   plot_->setObjectName(QStringLiteral("routingBars"));
   plot_->setMinimumSize(220, 160);
   plot_->yAxis->setRange(0, 105);

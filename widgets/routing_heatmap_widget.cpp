@@ -13,6 +13,7 @@
 #include "widgets/color_gradients.h"
 #include "widgets/color_maps.h"
 #include "widgets/plot_export.h"
+#include "widgets/plot_theme.h"
 #include "widgets/qcustomplot_include.h"
 
 namespace routelab {
@@ -20,6 +21,7 @@ namespace routelab {
 RoutingHeatmapWidget::RoutingHeatmapWidget(QWidget* parent) : QWidget(parent) {
   plot_ = new QCustomPlot(this);
   addExportMenu(plot_, this);
+  followPalette(plot_);  // dark plots under a dark palette; exports stay black on white
   plot_->setObjectName(QStringLiteral("routingHeatmap"));
   plot_->setMinimumSize(220, 160);
   plot_->xAxis->setLabel(tr("step"));

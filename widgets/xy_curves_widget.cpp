@@ -11,6 +11,7 @@
 #include <limits>
 
 #include "widgets/plot_export.h"
+#include "widgets/plot_theme.h"
 #include "widgets/qcustomplot_include.h"
 
 namespace routelab {
@@ -18,6 +19,7 @@ namespace routelab {
 XyCurvesWidget::XyCurvesWidget(QWidget* parent) : QWidget(parent) {
   plot_ = new QCustomPlot(this);
   addExportMenu(plot_, this);
+  followPalette(plot_);  // dark plots under a dark palette; exports stay black on white
   plot_->setMinimumSize(220, 150);
   putLegendAbove(plot_, this, 2);  // narrow plots: two entries per legend row
   plot_->setMouseTracking(true);

@@ -2,6 +2,7 @@
 #include "core/analysis/layer_similarity.h"
 
 #include "core/models/dense_transformer.h"
+#include "core/models/dllm.h"
 #include "core/models/drr.h"
 #include "core/models/dtrnet.h"
 #include "core/models/mod.h"
@@ -25,7 +26,7 @@ torch::Tensor embed_tokens(const LanguageModel& model, const torch::Tensor& toke
 }  // namespace
 
 const std::vector<std::string>& layer_output_architectures() {
-  static const std::vector<std::string> archs = {"dense", "drr", "dtrnet", "mod"};
+  static const std::vector<std::string> archs = {"dense", "dllm", "drr", "dtrnet", "mod"};
   return archs;
 }
 
@@ -63,6 +64,25 @@ std::vector<torch::Tensor> layer_outputs(LanguageModel& model, const torch::Tens
       torch::Tensor predictor_loss;  // stays undefined in eval mode
       x = mod->routed()[i] ? mod->mod_layers[i]->forward(x, positions, predictor_loss)
                            : mod->dense_blocks[i]->forward(x, positions);
+      out.push_back(x);
+    }
+    return out;
+  }
+  if (auto* dllm = dynamic_cast<DLLM*>(&model)) {
+    if (tokens.size(1) > dllm->options().max_seq_len())
+      throw ConfigError("layer outputs: " + std::to_string(tokens.size(1)) + " tokens exceed model.max_seq_len");
+    torch::Tensor positions;
+    auto x = embed_tokens(model, tokens, positions);  // (B, T, C)
+    for (std::size_t i = 0; i < dllm->blocks.size(); ++i) {
+      // The inference rule of DLLM::forward: a token executes the layer when p_exec reaches the threshold
+      // (reserved first tokens always); skipped tokens keep their state.
+      if (dllm->routed()[i]) {
+        const auto p_exec = torch::softmax(dllm->routers[i]->forward(x), -1).select(-1, 1);  // (B, T)
+        const auto always = positions.lt(dllm->dllm_options().reserved_tokens()).unsqueeze(0);
+        x = dllm->skipping_layer(i, x, positions, compact(p_exec.ge(dllm->dllm_options().threshold()).logical_or(always)));
+      } else {
+        x = dllm->blocks[i]->forward(x, positions);
+      }
       out.push_back(x);
     }
     return out;

@@ -145,8 +145,9 @@ const OptionSchema& train_schema() {
   static const OptionSchema schema = {
       int_opt("steps", 1000, 1, 1e9, "optimizer steps"),
       int_opt("epochs", 0, 0, 1e6,
-              "classification: passes over the training split (0: train.steps; >0: steps = epochs x "
-              "ceil(train examples / batch_size)), with a validation pass after each epoch"),
+              "passes over the training split (0: train.steps). Classification: steps = epochs x "
+              "ceil(train examples / batch_size), with a validation pass after each epoch; language modelling "
+              "(random windows): steps = epochs x ceil(train tokens / (batch_size x context))"),
       int_opt("batch_size", 32, 1, 1 << 20, "sequences per step"),
       float_opt("lr", 1e-3, 0, 1e6, "peak learning rate"),
       float_opt("min_lr", 1e-4, 0, 1e6, "learning rate at the end of the cosine decay"),

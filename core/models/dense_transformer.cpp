@@ -156,6 +156,29 @@ torch::Tensor DenseBlockImpl::decode_update(const torch::Tensor& x, const torch:
   return a + mlp(norm2(x + a));
 }
 
+torch::Tensor DenseBlockImpl::decode_update_rows(const torch::Tensor& x, const torch::Tensor& positions,
+                                                KVCache& cache, const torch::Tensor& run, bool store_skipped) {
+  if (x.size(1) == 1 && !store_skipped) return decode_update(x, positions, cache, run);
+  const auto c = compact(run);  // (B, K) rows of each sequence that run the block, in causal order
+  const auto rows_position = compacted_positions(positions, c);  // (B, K)
+  torch::Tensor q;                                              // (B, H, K, hd)
+  if (store_skipped) {
+    const auto [q_all, k, v] = attn->project(norm1(x), positions);  // every row's keys and values are stored
+    cache.append(k, v, positions, {}, 0, run.logical_not());
+    if (c.total == 0) return torch::zeros_like(x);
+    const auto H = q_all.size(1), hd = q_all.size(3);
+    q = q_all.gather(2, c.index.view({c.index.size(0), 1, c.max_len, 1}).expand({-1, H, -1, hd}));
+  } else {
+    if (c.total == 0) return torch::zeros_like(x);
+    const auto [q_rows, k, v] = attn->project(norm1(gather_rows(x, c)), rows_position);
+    cache.append(k, v, rows_position, c.valid);  // padding rows of the compaction are not stored
+    q = q_rows;
+  }
+  const auto a = attn->output(cache.attend(q, rows_position));  // (B, K, C); padding rows are dropped below
+  const auto f = a + mlp(norm2(gather_rows(x, c) + a));
+  return scatter_rows(torch::zeros_like(x), c, f);
+}
+
 TransformerTrunk::TransformerTrunk(TransformerOptions options) : options_(std::move(options)) {
   tok_emb = register_module("tok_emb", torch::nn::Embedding(options_.vocab_size(), options_.n_embd()));
   if (options_.style() == ModelStyle::GPT2)

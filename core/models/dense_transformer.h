@@ -66,6 +66,13 @@ class DenseBlockImpl : public torch::nn::Module {
   /// CausalSelfAttentionImpl::forward_cached for `keep` and `hidden`). -> f(x) (B, n, C)
   torch::Tensor decode_update(const torch::Tensor& x, const torch::Tensor& positions, KVCache& cache,
                               const torch::Tensor& keep = {}, const torch::Tensor& hidden = {});
+  /// decode_update() computed for the rows `run` (B, n) selects only; the other rows of the result are zero.
+  /// A multi-token call (a prefill) gathers the selected rows into compacted sequences at their original
+  /// positions, so skipped rows cost no attention, projection or MLP work; a single-token call masks. Only the
+  /// selected rows enter the cache, unless `store_skipped`: then every row's keys and values are stored and the
+  /// skipped ones hidden from every query (D-LLM's official prefill), and only queries and the MLP are compacted.
+  torch::Tensor decode_update_rows(const torch::Tensor& x, const torch::Tensor& positions, KVCache& cache,
+                                   const torch::Tensor& run, bool store_skipped = false);
 
   int layer_index = 0;  ///< reported to the residual-ratio probe
 

@@ -206,12 +206,10 @@ torch::Tensor DLLM::decode(DecodeState& state, const torch::Tensor& tokens, Deco
     const auto p_exec = torch::softmax(routers[i]->forward(x), -1).select(-1, 1);  // (B, n)
     const auto executed = p_exec.ge(dllm_.threshold()).logical_or(always);         // (B, n)
     const auto count = executed.sum().item<std::int64_t>();
-    if (prefill) {
-      // Official prefill: every token's keys/values are written, skipped ones masked out as keys.
-      const auto f = blocks[i]->decode_update(x, positions, cache, {}, executed.logical_not());
-      x = torch::where(executed.unsqueeze(-1), x + f, x);
-    } else if (count > 0) {
-      const auto f = blocks[i]->decode_update(x, positions, cache, executed);
+    // Official prefill: every token's keys/values are written, skipped ones masked out as keys; the queries,
+    // output projection and MLP run on the executed rows only. A generated token is cached only if executed.
+    if (prefill || count > 0) {
+      const auto f = blocks[i]->decode_update_rows(x, positions, cache, executed, /*store_skipped=*/prefill);
       x = torch::where(executed.unsqueeze(-1), x + f, x);
     }
     if (trace) {

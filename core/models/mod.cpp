@@ -96,7 +96,7 @@ torch::Tensor MoDLayerImpl::decode(const torch::Tensor& x, const torch::Tensor& 
   decision = predictor(x).gt(0);           // (B, n): the causal predictor, as the eval-mode forward
   gate = torch::sigmoid(logits);
   if (!decision.any().item<bool>()) return x;  // nobody runs the block: no cache entry, no compute
-  const auto f = block->decode_update(x, positions, cache, decision);  // (B, n, C); unselected rows discarded
+  const auto f = block->decode_update_rows(x, positions, cache, decision);  // (B, n, C); selected rows only
   auto w = options.router_weight() == MoDRouterWeight::Sigmoid ? gate : logits;
   w = w.unsqueeze(-1).to(x.scalar_type());  // (B, n, 1)
   const auto rows = options.residual() == MoDResidual::Paper ? x + w * f : (1 + w) * x + w * f;

@@ -85,6 +85,11 @@ class Session {
     model_ = create_model(config_.model(), {dataset_->tokenizer().vocab_size(), dataset_->context()});
     model_->to(device_);
     optimizer_ = make_optimizer(*model_, train);
+    // Language modelling draws random windows, so an epoch is a budget: as many tokens as the training split holds.
+    if (const auto epochs = train.at("epochs").get<std::int64_t>(); epochs > 0) {
+      const auto per_step = batch_size_ * dataset_->context();
+      total_steps_ = epochs * std::max<std::int64_t>(1, (dataset_->split_tokens(Split::Train) + per_step - 1) / per_step);
+    }
   }
 
   std::string description() const {
@@ -527,7 +532,7 @@ TrainOutcome train(const TrainRequest& request, TrainObserver* observer, const s
 }
 
 TrainOutcome resume(const std::string& db_path, std::int64_t run_id, TrainObserver* observer,
-                    const std::atomic<bool>* cancel) {
+                    const std::atomic<bool>* cancel, int threads) {
   init_logging();
   const auto db = resolve_db(db_path);
   std::optional<RunRecord> record;
@@ -548,6 +553,7 @@ TrainOutcome resume(const std::string& db_path, std::int64_t run_id, TrainObserv
   } catch (const nlohmann::json::exception& e) {
     throw StoreError(db + ": run " + std::to_string(run_id) + " has an unreadable config (" + e.what() + ")");
   }
+  if (threads >= 0 && doc.contains("run") && doc["run"].is_object()) doc["run"]["threads"] = threads;
   Session session(config_from_resolved(doc, record->preset), db, observer, cancel);
   session.restore(run_id);
   return session.run();

@@ -81,9 +81,10 @@ TrainOutcome train(const TrainRequest& request, TrainObserver* observer = nullpt
 
 /// Continues run `run_id` from its latest checkpoint in the same run row: rows after the checkpoint's step are
 /// dropped, resumed_from_step is recorded, status goes back to running. On CPU the continued loss curve
-/// equals the uninterrupted one.
+/// equals the uninterrupted one. `threads` >= 0 replaces the stored run.threads (0 = every core): a queue that
+/// runs several runs side by side gives a resumed run its share of the cores.
 TrainOutcome resume(const std::string& db_path, std::int64_t run_id, TrainObserver* observer = nullptr,
-                    const std::atomic<bool>* cancel = nullptr);
+                    const std::atomic<bool>* cancel = nullptr, int threads = -1);
 
 /// Versions recorded with every run.
 std::string torch_version_string();

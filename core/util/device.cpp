@@ -5,6 +5,7 @@
 
 #include <torch/cuda.h>
 #include <ATen/Parallel.h>
+#include <ATen/detail/CUDAHooksInterface.h>
 
 #include "core/util/errors.h"
 
@@ -35,6 +36,22 @@ int configure_threads(int requested) {
   const int n = requested > 0 ? requested : cores;
   if (at::get_num_threads() != n) at::set_num_threads(n);
   return n;
+}
+
+std::string cuda_version_string() {
+  try {
+    const long v = at::detail::getCUDAHooks().versionCUDART();  // e.g. 12040; throws without ATen_cuda
+    return std::to_string(v / 1000) + "." + std::to_string((v % 1000) / 10);
+  } catch (const c10::Error&) {
+    return "none (CPU-only LibTorch)";
+  }
+}
+
+std::string devices_available_string() {
+  std::string s = "cpu (" + std::to_string(at::get_num_threads()) + " Torch threads)";
+  const auto gpus = torch::cuda::is_available() ? torch::cuda::device_count() : 0;
+  if (gpus > 0) s += ", " + std::to_string(gpus) + " CUDA GPU" + (gpus > 1 ? "s" : "") + " (cuda:0..)";
+  return s;
 }
 
 }  // namespace routelab

@@ -13,4 +13,9 @@ torch::Device resolve_device(const std::string& name);
 /// Returns the count in use.
 int configure_threads(int requested = 0);
 
+/// The CUDA runtime this LibTorch was built with ("12.4"), or "none (CPU-only LibTorch)".
+std::string cuda_version_string();
+/// What this process can run on: "cpu (N Torch threads)" plus the CUDA GPUs LibTorch sees.
+std::string devices_available_string();
+
 }  // namespace routelab
