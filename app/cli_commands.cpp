@@ -13,6 +13,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/util/cpu_allocator.h"
 #include "core/bench/train_step_bench.h"
 #include "core/config/experiment_config.h"
 #include "core/config/sweep.h"
@@ -542,6 +543,9 @@ int cmd_bench_train_step(const BenchArgs& a) {
     if (peer.ok) std::cout << "  ratio vs peer " << std::setprecision(2) << r.tokens_per_s / peer.tokens_per_s << "x";
     std::cout << "\n";
   }
+  const auto cache = cpu_cache_stats();
+  std::cout << "CPU block cache (ROUTELAB_CPU_CACHE_MB=0 turns it off): " << cache.hits << " large allocations reused, "
+            << cache.misses << " from the system, " << (cache.cached_bytes >> 20) << " MiB held\n";
   return 0;
 }
 

@@ -96,6 +96,19 @@ std::unique_ptr<at::ObserverContext> on_counter_start(const at::RecordFunction& 
   return std::make_unique<CountedMark>();
 }
 
+}  // namespace
+
+void count_matmuls(const char* op, double multiply_adds, std::int64_t calls) {
+  if (t_counted_depth != 0) return;
+  for (auto* c : t_counters) {
+    c->flops += 2.0 * multiply_adds;
+    c->by_op[op] += 2.0 * multiply_adds;
+    c->calls += calls;
+  }
+}
+
+namespace {
+
 void on_counter_end(const at::RecordFunction& /*fn*/, at::ObserverContext* ctx) {
   if (ctx) --t_counted_depth;
 }

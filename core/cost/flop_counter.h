@@ -40,6 +40,10 @@ class FlopCounter {
   std::unique_ptr<State> state_;
 };
 
+/// For kernels that call BLAS themselves (the CPU attention): adds `multiply_adds` products of `calls` GEMMs to
+/// every counter active on this thread, under `op`, unless a counted ATen op encloses the call.
+void count_matmuls(const char* op, double multiply_adds, std::int64_t calls);
+
 /// Wall-clock time of a forward by op class, from global RecordFunction callbacks on the profiling thread: each
 /// top-level ATen op's inclusive time goes to its class (matmul; routing index ops: gather, scatter, index_*,
 /// sort, topk, nonzero, where, cat, ...; elementwise and reductions: softmax, norms, activations, arithmetic;

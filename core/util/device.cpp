@@ -7,6 +7,7 @@
 #include <ATen/Parallel.h>
 #include <ATen/detail/CUDAHooksInterface.h>
 
+#include "core/util/cpu_allocator.h"
 #include "core/util/errors.h"
 
 namespace routelab {
@@ -32,6 +33,7 @@ torch::Device resolve_device(const std::string& name) {
 }
 
 int configure_threads(int requested) {
+  install_cpu_cache();  // large activations reused across steps instead of page-faulted afresh (cpu_allocator.h)
   const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   const int n = requested > 0 ? requested : cores;
   if (at::get_num_threads() != n) at::set_num_threads(n);
