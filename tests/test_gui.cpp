@@ -601,7 +601,9 @@ void TestGui::designerValidatesAsTheUserTypes() {
 
   const QString shots = qEnvironmentVariable("ROUTELAB_SCREENSHOT_DIR");
   if (!shots.isEmpty()) {
-    designer.resize(520, 760);
+    designer.resize(560, 820);
+    designer.setAlsoArchitecture(QStringLiteral("mod"), true);
+    designer.setSeedsText(QStringLiteral("1-3"));
     designer.setFieldText(QStringLiteral("model.n_layer"), QStringLiteral("0"));
     QTest::qWait(100);
     QVERIFY(designer.grab().save(shots + QStringLiteral("/designer.png")));

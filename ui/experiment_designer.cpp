@@ -429,6 +429,8 @@ void ExperimentDesigner::setLaunchEnabled(bool enabled) {
 
 void ExperimentDesigner::validate() {
   const bool wasValid = d_->valid;
+  for (int i = 0; i < d_->also->count(); ++i)  // the form's own architecture is not offered again
+    d_->also->item(i)->setHidden(d_->also->item(i)->data(Qt::UserRole).toString() == architecture());
   d_->formError.clear();
   d_->resolved.clear();
   bool fieldsOk = true;
