@@ -82,6 +82,7 @@ class TestGui : public QObject {
   void dashboardShowsRoutingOfATinyDtrnetRun();
   void designerValidatesAsTheUserTypes();
   void designerQueuesArchitecturesTimesSeeds();
+  void designerLaunchFeedsALiveDashboard_data();
   void designerLaunchFeedsALiveDashboard();
   void guiThreadStallIsMeasured();
 
@@ -610,12 +611,22 @@ void TestGui::designerValidatesAsTheUserTypes() {
   }
 }
 
+void TestGui::designerLaunchFeedsALiveDashboard_data() {
+  QTest::addColumn<QString>("arch");
+  QTest::addColumn<int>("routedRows");  // token-view rows of routed layers (p(next token) adds one)
+  QTest::newRow("dtrnet") << "dtrnet" << 1;  // T-D-T
+  QTest::newRow("mod") << "mod" << 1;        // T-M-T
+  QTest::newRow("tsa") << "tsa" << 2;        // routers after blocks 0 and 1 gate blocks 1 and 2
+}
+
 void TestGui::designerLaunchFeedsALiveDashboard() {
+  QFETCH(QString, arch);
+  QFETCH(int, routedRows);
   auto window = makeWindow();
   QVERIFY(QTest::qWaitForWindowExposed(window.get()));
   routelab::ExperimentDesigner* designer = window->designer();
   QVERIFY(designer->loadPreset(QStringLiteral("tiny")));
-  QVERIFY(designer->setArchitecture(QStringLiteral("dtrnet")));
+  QVERIFY(designer->setArchitecture(arch));
   const QList<QPair<QString, QString>> fields{{"model.n_layer", "3"},      {"data.context", "32"},
                                               {"train.batch_size", "8"},   {"train.steps", "12"},
                                               {"train.warmup_steps", "2"}, {"train.eval_every", "6"},
@@ -644,10 +655,12 @@ void TestGui::designerLaunchFeedsALiveDashboard() {
   routelab::RunDashboard* dashboard = window->dashboards()->dashboard(runId);
   QVERIFY(dashboard);
   QTRY_COMPARE_WITH_TIMEOUT(dashboard->probeCount(), 3, 10000);  // evaluations at steps 0, 6, 12
-  QCOMPARE(dashboard->tokenView()->rowCount(), 2);                // layer 1 (T-D-T) and p(next token)
+  QCOMPARE(dashboard->tokenView()->rowCount(), routedRows + 1);   // the routed layers and p(next token)
   QCOMPARE(dashboard->routingBars()->layerCount(), 3);
   routelab::RunStore store(dbPath_.toStdString(), false);
-  QCOMPARE(QString::fromStdString(store.run(runId)->arch), QStringLiteral("dtrnet"));
+  QCOMPARE(QString::fromStdString(store.run(runId)->arch), arch);
+  const auto probe = nlohmann::json::parse(store.probes(runId).back().json);
+  QCOMPARE(dashboard->tokenView()->tokenCount(), static_cast<int>(probe["tokens"].size()));
   QVERIFY(launch->isEnabled());
 }
 

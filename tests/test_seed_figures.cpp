@@ -2,6 +2,10 @@
 // runs (DTRNet, early exit) and synthetic rows (TSA, TAGAT, DRR, Radial, a context-length curve), checked for its
 // panels' shapes and values against the stored numbers or an independent computation; plus the per-layer outputs
 // behind seed 000's Figure 1.
+#include <QCoreApplication>
+#include <QDir>
+#include <QFileInfo>
+#include <QProcess>
 #include <QTemporaryDir>
 #include <QtTest>
 
@@ -16,6 +20,7 @@
 #include "core/models/blocks/norm.h"
 #include "core/models/drr.h"
 #include "core/models/registry.h"
+#include "core/report/figures.h"
 #include "core/report/seed_figures.h"
 #include "core/store/run_store.h"
 #include "core/train/trainer.h"
@@ -42,12 +47,44 @@ const FigureInfo& info(const std::string& name) {
   throw std::runtime_error("no figure " + name);
 }
 
+/// Figures drawn by the GUI's renderer (routelab-render, next to this suite when the GUI is built).
+struct RenderLog {
+  bool available = false;
+  std::set<std::string> rendered;
+  std::vector<std::string> failures;
+};
+
+RenderLog& render_log() {
+  static RenderLog log;
+  return log;
+}
+
+/// Writes the figure's sidecar and draws it to PDF with routelab-render, once per name; the outcome goes to
+/// render_log(), checked by the suite's last case.
+void render_once(const Figure& figure, const std::string& name) {
+  const QString exe = QDir(QCoreApplication::applicationDirPath()).filePath(QStringLiteral("../app/routelab-render"));
+  auto& log = render_log();
+  if (!QFileInfo::exists(exe) || log.rendered.count(name)) return;
+  log.available = true;
+  QTemporaryDir dir;
+  const auto stem = dir.filePath(QString::fromStdString(name)).toStdString();
+  write_figure_data_files(figure, stem);
+  QProcess process;
+  process.start(exe, {QString::fromStdString(stem + ".json"), QStringLiteral("--out"), QString::fromStdString(stem + ".pdf")});
+  const bool ok = process.waitForFinished(120000) && process.exitStatus() == QProcess::NormalExit &&
+                  process.exitCode() == 0 && QFileInfo(QString::fromStdString(stem + ".pdf")).size() > 1000;
+  if (ok) log.rendered.insert(name);
+  else log.failures.push_back(name + ": " + process.readAllStandardError().toStdString());
+}
+
 Figure build(const RunStore& store, const std::string& name, std::vector<std::int64_t> runs, std::int64_t step = 0) {
   FigureRequest r;
   r.name = name;
   r.run_ids = std::move(runs);
   r.step = step;
-  return info(name).build(store, r);
+  auto figure = info(name).build(store, r);
+  render_once(figure, name);
+  return figure;
 }
 
 std::int64_t synthetic_run(RunStore& store, const std::string& name, const std::string& arch, const json& config,
@@ -208,6 +245,7 @@ class TestSeedFigures : public QObject {
     r.run_ids = {dtr_};
     r.lengths = {64, 256};
     const auto f4 = info(r.name).build(store, r);
+    render_once(f4, r.name);
     const auto vocab = make_dataset(config["data"])->tokenizer().vocab_size();
     const auto& s4 = f4.panels.at(0).series.at(0);
     QCOMPARE(s4.x, (std::vector<double>{64, 256}));
@@ -228,6 +266,7 @@ class TestSeedFigures : public QObject {
 
     r.name = "seed000-fig6";
     const auto f6 = info(r.name).build(store, r);
+    render_once(f6, r.name);
     const auto& s6 = f6.panels.at(0).series.at(0);
     const double entry = 2.0 * 32 * 4;  // K and V, 4 heads x 8 dims, fp32
     for (std::size_t i = 0; i < 2; ++i) QVERIFY(near(s6.y[i], per_token * s6.x[i] * entry / (1024.0 * 1024.0)));
@@ -415,6 +454,16 @@ class TestSeedFigures : public QObject {
   void unknownRunIsAStoreError() {
     RunStore store(db_);
     QVERIFY_EXCEPTION_THROWN(build(store, "seed000-fig5", {9999}), StoreError);
+  }
+
+  /// Last: every named figure built above was also drawn to PDF by the GUI's renderer.
+  void everyNamedFigureRendersToPdf() {
+    const auto& log = render_log();
+    if (!log.available) QSKIP("routelab-render is not built here (configured without the GUI)");
+    std::string failures;
+    for (const auto& f : log.failures) failures += f + "\n";
+    QVERIFY2(log.failures.empty(), failures.c_str());
+    for (const auto& f : seed_figures()) QVERIFY2(log.rendered.count(f.name), (f.name + " was not rendered").c_str());
   }
 };
 
