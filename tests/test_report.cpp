@@ -43,6 +43,30 @@ std::int64_t add_run(RunStore& store, const std::string& name, const std::string
   return id;
 }
 
+/// Compiles a booktabs table in a minimal document with pdflatex and returns the PDF's text (pdftotext) in
+/// `text`. False, with the log in `text`, when pdflatex fails.
+bool compile_latex(const std::string& table_tex, QString& text) {
+  QTemporaryDir dir;
+  QFile tex(dir.filePath("t.tex"));
+  if (!tex.open(QIODevice::WriteOnly)) return false;
+  const std::string doc = "\\documentclass{article}\n\\usepackage{booktabs}\n\\begin{document}\n" + table_tex +
+                          "\\end{document}\n";
+  tex.write(doc.c_str());
+  tex.close();
+  QProcess latex;
+  latex.setWorkingDirectory(dir.path());
+  latex.start(QStandardPaths::findExecutable("pdflatex"), {"-interaction=nonstopmode", "-halt-on-error", "t.tex"});
+  if (!latex.waitForFinished(120000) || latex.exitCode() != 0) {
+    text = QString::fromUtf8(latex.readAllStandardOutput().right(2000));
+    return false;
+  }
+  QProcess pdf;
+  pdf.start(QStandardPaths::findExecutable("pdftotext"), {dir.filePath("t.pdf"), "-"});
+  if (!pdf.waitForFinished(60000)) return false;
+  text = QString::fromUtf8(pdf.readAllStandardOutput());
+  return true;
+}
+
 }  // namespace
 
 class TestReport : public QObject {
@@ -78,26 +102,10 @@ class TestReport : public QObject {
   }
 
   void latexCompilesWithPdflatex() {
-    const auto pdflatex = QStandardPaths::findExecutable("pdflatex");
-    if (pdflatex.isEmpty()) QSKIP("pdflatex is not installed");
-    QTemporaryDir dir;
-    QFile tex(dir.filePath("t.tex"));
-    QVERIFY(tex.open(QIODevice::WriteOnly));
-    const std::string doc = "\\documentclass{article}\n\\usepackage{booktabs}\n\\begin{document}\n" +
-                            to_latex(two_by_two()) + "\\end{document}\n";
-    tex.write(doc.c_str());
-    tex.close();
-    QProcess latex;
-    latex.setWorkingDirectory(dir.path());
-    latex.start(pdflatex, {"-interaction=nonstopmode", "-halt-on-error", "t.tex"});
-    QVERIFY(latex.waitForFinished(120000));
-    QVERIFY2(latex.exitCode() == 0, latex.readAllStandardOutput().right(2000).constData());
-    const auto pdftotext = QStandardPaths::findExecutable("pdftotext");
-    if (pdftotext.isEmpty()) return;
-    QProcess text;
-    text.start(pdftotext, {dir.filePath("t.pdf"), "-"});
-    QVERIFY(text.waitForFinished(60000));
-    const auto out = QString::fromUtf8(text.readAllStandardOutput());
+    if (QStandardPaths::findExecutable("pdflatex").isEmpty() || QStandardPaths::findExecutable("pdftotext").isEmpty())
+      QSKIP("pdflatex or pdftotext is not installed");
+    QString out;
+    QVERIFY(compile_latex(to_latex(two_by_two()), out));
     QVERIFY2(out.contains("2.250") && out.contains("dtr#net"), qPrintable(out));
   }
 
@@ -143,6 +151,12 @@ class TestReport : public QObject {
     QCOMPARE(best_row(table, 0), 1);
     QCOMPARE(reduce_metric(store, r2, "val/loss", Reduce::Min), 2.5);
     QCOMPARE(build_run_table(store, custom_table_spec({"val/loss"}), {r1, r2}, false).rows.size(), std::size_t{2});
+    // The table built from the store compiles, and the PDF shows the stored numbers.
+    QString out;
+    if (!QStandardPaths::findExecutable("pdflatex").isEmpty() && !QStandardPaths::findExecutable("pdftotext").isEmpty()) {
+      QVERIFY(compile_latex(to_latex(table), out));
+      QVERIFY2(out.contains("2.250") && out.contains("1.500") && out.contains("dense (2 seeds)"), qPrintable(out));
+    }
     QVERIFY_EXCEPTION_THROWN(group_runs(store, {999}, true), StoreError);
     QVERIFY_EXCEPTION_THROWN(table_spec("no-such-table"), ConfigError);
     for (const auto& spec : table_specs()) QVERIFY(!table_spec(spec.name).columns.empty());
