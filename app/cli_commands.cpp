@@ -13,13 +13,13 @@
 
 #include <nlohmann/json.hpp>
 
-#include "core/util/cpu_allocator.h"
 #include "core/bench/train_step_bench.h"
 #include "core/config/experiment_config.h"
 #include "core/config/sweep.h"
 #include "core/models/registry.h"
 #include "core/report/run_tables.h"
 #include "core/train/trainer.h"
+#include "core/util/cpu_allocator.h"
 #include "core/util/errors.h"
 #include "core/util/paths.h"
 

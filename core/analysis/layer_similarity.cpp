@@ -74,12 +74,9 @@ std::vector<torch::Tensor> layer_outputs(LanguageModel& model, const torch::Tens
     torch::Tensor positions;
     auto x = embed_tokens(model, tokens, positions);  // (B, T, C)
     for (std::size_t i = 0; i < dllm->blocks.size(); ++i) {
-      // The inference rule of DLLM::forward: a token executes the layer when p_exec reaches the threshold
-      // (reserved first tokens always); skipped tokens keep their state.
+      // The inference rule of DLLM::forward; skipped tokens keep their state.
       if (dllm->routed()[i]) {
-        const auto p_exec = torch::softmax(dllm->routers[i]->forward(x), -1).select(-1, 1);  // (B, T)
-        const auto always = positions.lt(dllm->dllm_options().reserved_tokens()).unsqueeze(0);
-        x = dllm->skipping_layer(i, x, positions, compact(p_exec.ge(dllm->dllm_options().threshold()).logical_or(always)));
+        x = dllm->skipping_layer(i, x, positions, compact(dllm->executes(i, x, positions)));
       } else {
         x = dllm->blocks[i]->forward(x, positions);
       }

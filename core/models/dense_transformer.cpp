@@ -161,21 +161,20 @@ torch::Tensor DenseBlockImpl::decode_update_rows(const torch::Tensor& x, const t
   if (x.size(1) == 1 && !store_skipped) return decode_update(x, positions, cache, run);
   const auto c = compact(run);  // (B, K) rows of each sequence that run the block, in causal order
   const auto rows_position = compacted_positions(positions, c);  // (B, K)
-  torch::Tensor q;                                              // (B, H, K, hd)
+  const auto rows = gather_rows(x, c);                           // (B, K, C)
+  torch::Tensor a;                                               // (B, K, C); padding rows are dropped below
   if (store_skipped) {
     const auto [q_all, k, v] = attn->project(norm1(x), positions);  // every row's keys and values are stored
     cache.append(k, v, positions, {}, 0, run.logical_not());
     if (c.total == 0) return torch::zeros_like(x);
     const auto H = q_all.size(1), hd = q_all.size(3);
-    q = q_all.gather(2, c.index.view({c.index.size(0), 1, c.max_len, 1}).expand({-1, H, -1, hd}));
+    const auto q = q_all.gather(2, c.index.view({c.index.size(0), 1, c.max_len, 1}).expand({-1, H, -1, hd}));
+    a = attn->output(cache.attend(q, rows_position));
   } else {
     if (c.total == 0) return torch::zeros_like(x);
-    const auto [q_rows, k, v] = attn->project(norm1(gather_rows(x, c)), rows_position);
-    cache.append(k, v, rows_position, c.valid);  // padding rows of the compaction are not stored
-    q = q_rows;
+    a = attn->forward_cached(norm1(rows), rows_position, cache, c.valid);  // compaction padding is not stored
   }
-  const auto a = attn->output(cache.attend(q, rows_position));  // (B, K, C); padding rows are dropped below
-  const auto f = a + mlp(norm2(gather_rows(x, c) + a));
+  const auto f = a + mlp(norm2(rows + a));
   return scatter_rows(torch::zeros_like(x), c, f);
 }
 

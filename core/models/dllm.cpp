@@ -187,6 +187,13 @@ ModelOutput DLLM::forward(const torch::Tensor& tokens, bool trace) {
   return out;
 }
 
+torch::Tensor DLLM::executes(std::size_t layer, const torch::Tensor& x, const torch::Tensor& positions,
+                             torch::Tensor* p_exec) {
+  const auto p = torch::softmax(routers[layer]->forward(x).detach(), -1).select(-1, 1);  // (B, T)
+  if (p_exec) *p_exec = p;
+  return p.ge(dllm_.threshold()).logical_or(positions.lt(dllm_.reserved_tokens()).unsqueeze(0));
+}
+
 std::unique_ptr<DecodeState> DLLM::begin_decode(std::int64_t batch) { return new_decode_state(batch); }
 
 torch::Tensor DLLM::decode(DecodeState& state, const torch::Tensor& tokens, DecodeTrace* trace) {
@@ -195,7 +202,6 @@ torch::Tensor DLLM::decode(DecodeState& state, const torch::Tensor& tokens, Deco
   auto x = embed_decode(tokens, state, positions);  // (B, n, C)
   const auto B = tokens.size(0), n = tokens.size(1);
   const bool prefill = n > 1;
-  const auto always = positions.lt(dllm_.reserved_tokens()).unsqueeze(0);  // (1, n)
   for (std::size_t i = 0; i < blocks.size(); ++i) {
     auto& cache = state.cache(i);
     if (!routed_[i]) {
@@ -203,8 +209,8 @@ torch::Tensor DLLM::decode(DecodeState& state, const torch::Tensor& tokens, Deco
       if (trace) trace->layers.push_back(dense_layer_trace(static_cast<int>(i), B, n, layer_shape(options_)));
       continue;
     }
-    const auto p_exec = torch::softmax(routers[i]->forward(x), -1).select(-1, 1);  // (B, n)
-    const auto executed = p_exec.ge(dllm_.threshold()).logical_or(always);         // (B, n)
+    torch::Tensor p_exec;                                        // (B, n)
+    const auto executed = executes(i, x, positions, &p_exec);    // (B, n)
     const auto count = executed.sum().item<std::int64_t>();
     // Official prefill: every token's keys/values are written, skipped ones masked out as keys; the queries,
     // output projection and MLP run on the executed rows only. A generated token is cached only if executed.

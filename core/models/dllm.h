@@ -84,6 +84,11 @@ class DLLM : public TransformerTrunk {
   /// Training form: every token runs the block, skipped keys are evicted by `w` (B, T), x + w f(x). -> (B, T, C)
   torch::Tensor evicting_layer(std::size_t layer, const torch::Tensor& x, const torch::Tensor& positions,
                                const torch::Tensor& w);
+  /// The inference rule: a token executes layer `layer` when its execute probability reaches the threshold, or
+  /// when it is one of the reserved first tokens. x (B, T, C) on the raw residual, positions (T). -> (B, T) bool;
+  /// `p_exec` receives the probabilities (B, T) when given.
+  torch::Tensor executes(std::size_t layer, const torch::Tensor& x, const torch::Tensor& positions,
+                         torch::Tensor* p_exec = nullptr);
   /// Inference form: only the executed tokens of `executed` run the block, on compacted sequences. -> (B, T, C)
   torch::Tensor skipping_layer(std::size_t layer, const torch::Tensor& x, const torch::Tensor& positions,
                                const Compaction& executed);

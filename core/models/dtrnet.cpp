@@ -116,19 +116,14 @@ DTRNetLayerImpl::Output DTRNetLayerImpl::decode(const torch::Tensor& x, const to
     heads = v_all.view({B, n, Hkv, 1, hd}).expand({B, n, Hkv, H / Hkv, hd}).reshape({B, n, C});
   }
   torch::Tensor routed_heads;  // (B, n, C): attention of the routed rows over the cached routed tokens
-  if (out.routed > 0 && n == 1) {
-    const auto [q, k, v] = attn->project(nx, positions);
-    cache.append(k, v, positions, out.decision);  // only routed tokens occupy the layer's cache
-    routed_heads = cache.attend(q, positions).transpose(1, 2).reshape({B, n, C});
+  if (out.routed > 0 && n == 1) {  // only routed tokens occupy the layer's cache
+    routed_heads = attn->cached_heads(nx, positions, cache, out.decision).transpose(1, 2).reshape({B, n, C});
   } else if (out.routed > 0) {
     // Prefill: Q and K (and V) are projected and attention runs for the routed rows only, gathered into
     // compacted sequences at their original positions, as in the training forward.
     const auto c = compact(out.decision);
-    const auto rows_position = compacted_positions(positions, c);               // (B, K)
-    const auto [q, k, v] = attn->project(gather_rows(nx, c), rows_position);
-    cache.append(k, v, rows_position, c.valid);
-    const auto heads_rows = cache.attend(q, rows_position).transpose(1, 2).reshape({B, c.max_len, C});
-    routed_heads = scatter_rows(torch::zeros_like(x), c, heads_rows);
+    const auto heads_rows = attn->cached_heads(gather_rows(nx, c), compacted_positions(positions, c), cache, c.valid);
+    routed_heads = scatter_rows(torch::zeros_like(x), c, heads_rows.transpose(1, 2).reshape({B, c.max_len, C}));
   }
   const auto routed3 = out.decision.unsqueeze(-1);
   torch::Tensor update;

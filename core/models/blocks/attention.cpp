@@ -1,7 +1,7 @@
 // Causal attention. On CPU a fused autograd function parallelises over (batch, head) itself and calls one
 // single-threaded BLAS GEMM per head product on strided rows (no permute copies, no BLAS fork/join per tiny GEMM,
-// no ATen dispatch per head), with one softmax call per sequence for all its heads. Elsewhere LibTorch 2.x's scaled_dot_product_attention, or baddbmm into a cached
-// additive mask on 1.13.
+// no ATen dispatch per head), with one softmax call per sequence for all its heads. Elsewhere LibTorch 2.x's
+// scaled_dot_product_attention, or baddbmm into a cached additive mask on 1.13.
 #include "core/models/blocks/attention.h"
 
 #include <algorithm>
@@ -51,7 +51,7 @@ Mat head(const torch::Tensor& t, std::int64_t b, std::int64_t h, std::int64_t n)
   return {t.data_ptr<float>() + b * t.stride(0) + h * t.stride(1), n, t.size(3), t.stride(2)};
 }
 
-/// C = alpha op(A) op(B) (+ C when accumulate), row-major. The same BLAS sgemm ATen calls, without ATen's per-call
+/// C = alpha op(A) op(B), row-major (C is overwritten). The same BLAS sgemm ATen calls, without ATen's per-call
 /// dispatch and tensor bookkeeping (a few microseconds each, against ~10 us for one 128 x 128 x 32 product).
 /// Inside at::parallel_for the OpenMP BLAS runs single-threaded.
 void gemm(bool ta, bool tb, const Mat& A, const Mat& B, Mat C, float alpha) {
@@ -264,12 +264,18 @@ torch::Tensor CausalSelfAttentionImpl::forward(const torch::Tensor& x, const tor
   return output(causal_attention(q, k, v, options.dropout(), is_training(), lengths));
 }
 
+torch::Tensor CausalSelfAttentionImpl::cached_heads(const torch::Tensor& x, const torch::Tensor& positions,
+                                                   KVCache& cache, const torch::Tensor& keep,
+                                                   const torch::Tensor& hidden) {
+  const auto [q, k, v] = project(x, positions);  // rotated at the absolute positions
+  cache.append(k, v, positions, keep, 0, hidden);
+  return cache.attend(q, positions);  // (B, H, n, hd)
+}
+
 torch::Tensor CausalSelfAttentionImpl::forward_cached(const torch::Tensor& x, const torch::Tensor& positions,
                                                      KVCache& cache, const torch::Tensor& keep,
                                                      const torch::Tensor& hidden) {
-  const auto [q, k, v] = project(x, positions);  // rotated at the absolute positions
-  cache.append(k, v, positions, keep, 0, hidden);
-  return output(cache.attend(q, positions));  // (B, n, C)
+  return output(cached_heads(x, positions, cache, keep, hidden));  // (B, n, C)
 }
 
 torch::Tensor CausalSelfAttentionImpl::value_only(const torch::Tensor& x) {

@@ -71,6 +71,9 @@ class CausalSelfAttentionImpl : public torch::nn::Module {
   /// and attends each query to the cached entries at positions <= its own. -> (B, n, C) after W_O.
   torch::Tensor forward_cached(const torch::Tensor& x, const torch::Tensor& positions, KVCache& cache,
                                const torch::Tensor& keep = {}, const torch::Tensor& hidden = {});
+  /// forward_cached() before W_O: the attended heads (B, H, n, hd).
+  torch::Tensor cached_heads(const torch::Tensor& x, const torch::Tensor& positions, KVCache& cache,
+                             const torch::Tensor& keep = {}, const torch::Tensor& hidden = {});
   /// W_O(repeat_kv(W_V x)): the update a token gets when it attends only to itself (DTRNet's bypass path).
   torch::Tensor value_only(const torch::Tensor& x);
 
