@@ -36,7 +36,7 @@ TableSpec seed000_ablation(int number, std::string what, std::string caption) {
 }
 
 /// Seed 002's per-epoch tables (Tables 1-3): training loss and accuracy of the epoch, validation accuracy, macro-F1,
-/// routing entropy and each expert's load.
+/// routing entropy, the routing change since the previous epoch and each expert's load.
 TableSpec seed002_epochs(std::string name, std::string what, std::string caption, bool experts) {
   TableSpec spec{std::move(name), std::move(what), std::move(caption), "Epoch",
                  {col("train/epoch_loss", "Train loss", "", Better::Lower, 4),
@@ -45,6 +45,8 @@ TableSpec seed002_epochs(std::string name, std::string what, std::string caption
                   col("val/macro_f1", "Val. F1", "%", Better::Higher, 2, 100.0)}};
   if (experts) {
     spec.columns.push_back(col("val/entropy", "Val. entropy", "nats", Better::None, 4));
+    // Not in the seed: the share of validation tokens whose experts changed since the previous epoch.
+    spec.columns.push_back(col("val/routing_change", "Routing change", "%", Better::None, 2, 100.0));
     spec.expert_prefix = "val/load/E";
   }
   spec.per_epoch = true;
@@ -130,7 +132,8 @@ const std::vector<TableSpec>& table_specs() {
          {col("val/accuracy", "Accuracy", "%", Better::Higher, 1, 100.0),
           col("val/macro_f1", "Macro-F1", "%", Better::Higher, 1, 100.0),
           col("val/entropy", "Routing entropy", "nats", Better::None, 3),
-          col("val/load_imbalance", "Load imbalance", "", Better::Lower, 4)}},
+          col("val/load_imbalance", "Load imbalance", "", Better::Lower, 4),
+          col("val/routing_change", "Routing change", "%", Better::None, 2, 100.0)}},
         {"seed003-table2", "seed 003 Table 2 layout: loss, active fraction and TLOps saved",
          "Validation loss, TSA active fraction alpha and transformer-layer operations saved.", "Model",
          {kValLoss, kAlpha, kTlopsSaved, kFlopsRatio}},

@@ -1,0 +1,251 @@
+// The cost figures: "pareto" (quality against the FLOPs ratio at evaluation, with the Pareto front) and
+// "cost-length" (the FLOPs ratio and the KV cache against sequence length, priced with measured routing).
+#include <algorithm>
+#include <cmath>
+#include <map>
+
+#include "core/cost/flops_model.h"
+#include "core/models/dense_transformer.h"
+#include "core/report/curves.h"
+#include "core/report/figure_detail.h"
+#include "core/report/table.h"
+#include "core/util/errors.h"
+
+namespace routelab::figure_detail {
+
+// ---------------------------------------------------------------------------------------------------------------
+// pareto
+
+namespace {
+
+/// The run's FLOPs ratio at its evaluation: the last val/flops_ratio, else the last evaluation's extra.flops_ratio.
+double run_cost(const RunStore& store, std::int64_t run_id) {
+  const auto points = store.metric(run_id, "val/flops_ratio");
+  for (auto it = points.rbegin(); it != points.rend(); ++it)
+    if (std::isfinite(it->value)) return it->value;
+  const auto evals = store.evals(run_id);
+  for (auto it = evals.rbegin(); it != evals.rend(); ++it) {
+    try {
+      const auto extra = json::parse(it->extra_json);
+      const double r = json_number(extra, "flops_ratio", kNaN);
+      if (std::isfinite(r)) return r;
+    } catch (const json::exception&) {
+    }
+  }
+  return kNaN;
+}
+
+double last_finite(const RunStore& store, std::int64_t run_id, const std::string& metric) {
+  const auto points = store.metric(run_id, metric);
+  for (auto it = points.rbegin(); it != points.rend(); ++it)
+    if (std::isfinite(it->value)) return it->value;
+  return kNaN;
+}
+
+}  // namespace
+
+Figure build_pareto(const RunStore& store, const FigureRequest& request) {
+  require_metric_somewhere(store, request, "pareto");
+  const bool higher = higher_is_better(request.metric);
+  FigurePanel panel;
+  panel.x_label = "FLOPs ratio (vs dense)";
+  panel.y_label = request.metric;
+  std::vector<TradeoffPoint> points;
+  std::vector<std::string> labels;
+  for (const auto& g : styled_groups(store, request)) {
+    std::vector<double> costs, qualities;
+    for (auto id : g.group.run_ids) {
+      costs.push_back(run_cost(store, id));
+      qualities.push_back(last_finite(store, id, request.metric));
+    }
+    const auto cost = summarize(costs), quality = summarize(qualities);
+    if (!cost || !quality) continue;
+    FigureSeries s;
+    s.label = g.group.label;
+    s.kind = SeriesKind::Points;
+    s.color = g.color;
+    s.dash = g.dash;
+    s.x = {cost->mean};
+    s.y = {quality->mean};
+    if (quality->n > 1) {
+      s.y_lo = {quality->mean - quality->std};
+      s.y_hi = {quality->mean + quality->std};
+    }
+    panel.series.push_back(std::move(s));
+    points.push_back({cost->mean, quality->mean});
+    labels.push_back(g.group.label);
+  }
+  if (points.empty())
+    throw DataError("pareto: no run has both '" + request.metric + "' and a FLOPs ratio (val/flops_ratio or an "
+                    "evaluation's flops_ratio)");
+  FigureSeries front;
+  front.label = "Pareto front";
+  front.kind = SeriesKind::Line;
+  front.color = 7;
+  front.dash = 1;
+  front.marked = true;
+  json on_front = json::array();
+  for (auto i : pareto_front(points, higher)) {
+    front.x.push_back(points[i].cost);
+    front.y.push_back(points[i].quality);
+    on_front.push_back(labels[i]);
+  }
+  panel.series.push_back(std::move(front));
+  Figure f;
+  f.panels.push_back(std::move(panel));
+  f.meta["higher_is_better"] = higher;
+  f.meta["pareto_front"] = on_front;
+  return f;
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// cost-length
+
+namespace {
+
+/// KV entries per token of one layer under the evaluation's routing, by kind, as core/inference/kv_cache.h's
+/// analytic_kv_entries counts them: dense, TSA and early-exit layers keep every token (early exit copies the
+/// exited tokens' states); DRR keeps every token plus its memory entries (stats short_entries + long_entries per
+/// sequence, held fixed); the other routed kinds keep the tokens on the attention path (the routed fraction;
+/// Radial Networks: executions per token).
+double kv_entries(const json& layer, double seq) {
+  const auto kind = layer.value("kind", std::string("dense"));
+  const bool routed = json_flag(layer, "routed", false);
+  if (kind == "drr") {
+    const json stats = layer.value("stats", json::object());
+    return seq + json_number(stats, "short_entries", 0) + json_number(stats, "long_entries", 0);
+  }
+  if (!routed || kind == "dense" || kind == "tsa" || kind == "early-exit") return seq;
+  const double f = json_number(layer, "routed_fraction", 1.0);
+  return (std::isfinite(f) ? f : 1.0) * seq;
+}
+
+std::vector<std::int64_t> cost_lengths(const FigureRequest& request, std::int64_t longest_context) {
+  if (!request.lengths.empty()) {
+    for (auto t : request.lengths)
+      if (t < 1) throw ConfigError("cost-length lengths: " + std::to_string(t) + " must be at least 1");
+    auto out = request.lengths;
+    std::sort(out.begin(), out.end());
+    out.erase(std::unique(out.begin(), out.end()), out.end());
+    return out;
+  }
+  std::vector<std::int64_t> out;
+  const auto limit = std::max<std::int64_t>(8192, 4 * longest_context);
+  for (std::int64_t t = 64; t <= limit; t *= 2) out.push_back(t);
+  return out;
+}
+
+}  // namespace
+
+Figure build_cost_length(const RunStore& store, const FigureRequest& request) {
+  struct RunCost {
+    RunRecord run;
+    json model, layers;
+    std::vector<double> fractions;
+    double entry_bytes = 0;  ///< K and V of one token in one layer
+    std::int64_t n_layer = 0, context = 0;
+    std::int64_t eval_step = 0;
+  };
+  std::vector<RunCost> runs;
+  std::int64_t longest = 0;
+  for (auto id : request.run_ids) {
+    RunCost rc;
+    rc.run = run_record(store, id);
+    const auto config = run_config(store, rc.run);
+    rc.model = full_model(store, rc.run, config);
+    rc.context = config_int(store, rc.run, config, "data", "context");
+    longest = std::max(longest, rc.context);
+    const auto eval = eval_at(store, id, request.step, "cost-length");
+    rc.eval_step = eval.step;
+    rc.layers = eval_layers(store, id, eval, "cost-length");
+    std::vector<MeasuredLayer> measured;
+    for (const auto& l : rc.layers) {
+      MeasuredLayer m;
+      m.routed_fraction = json_number(l, "routed_fraction", 1.0);
+      if (l.contains("stats")) m.active_share = json_number(l.at("stats"), "active_share", -1.0);
+      measured.push_back(m);
+    }
+    rc.fractions = fractions_from_trace(rc.run.arch, measured);
+    try {
+      const auto options = transformer_options_from_json(rc.model, 256, rc.context);
+      rc.n_layer = options.n_layer();
+      const bool bf16 = config.contains("train") && config.at("train").value("precision", std::string()) == "bf16";
+      rc.entry_bytes = 2.0 * static_cast<double>(layer_shape(options).d_kv) * (bf16 ? 2.0 : 4.0);
+    } catch (const json::exception& e) {
+      throw ConfigError(store.path() + ": run " + std::to_string(id) + ": no Transformer shape in model (" + e.what() +
+                        ")");
+    }
+    runs.push_back(std::move(rc));
+  }
+  const auto lengths = cost_lengths(request, longest);
+  FigurePanel flops_panel, kv_panel;
+  flops_panel.title = "Forward FLOPs";
+  flops_panel.x_label = kv_panel.x_label = "sequence length";
+  flops_panel.y_label = "FLOPs ratio (vs dense)";
+  kv_panel.title = "KV cache";
+  kv_panel.y_label = "KV cache (MiB)";
+  flops_panel.log_x = kv_panel.log_x = kv_panel.log_y = true;
+  const double mib = 1024.0 * 1024.0;
+
+  FigureSeries dense_ratio;
+  dense_ratio.label = "dense";
+  dense_ratio.color = 7;
+  dense_ratio.dash = 1;
+  for (auto t : lengths) dense_ratio.x.push_back(static_cast<double>(t)), dense_ratio.y.push_back(1.0);
+  flops_panel.series.push_back(dense_ratio);
+
+  Styler styler;
+  std::map<std::pair<std::int64_t, double>, bool> dense_kv_drawn;  // (layers, entry bytes) -> drawn
+  json sources = json::array();
+  for (const auto& rc : runs) {
+    const auto [color, dash] = styler.next(rc.run.arch);
+    const auto label = rc.run.name.empty() ? "run " + std::to_string(rc.run.id) : rc.run.name;
+    FigureSeries ratio, kv;
+    ratio.label = kv.label = label;
+    ratio.color = kv.color = color;
+    ratio.dash = kv.dash = dash;
+    for (auto t : lengths) {
+      FlopsQuery q;
+      q.seq = t;
+      q.fractions = rc.fractions;
+      double r = kNaN;
+      try {
+        r = estimate_flops(rc.model, 256, q).layer_ratio();
+      } catch (const ConfigError& e) {
+        throw ConfigError("cost-length: run " + std::to_string(rc.run.id) + ": " + e.what());
+      }
+      ratio.x.push_back(static_cast<double>(t));
+      ratio.y.push_back(r);
+      double entries = 0;
+      for (const auto& l : rc.layers) entries += kv_entries(l, static_cast<double>(t));
+      kv.x.push_back(static_cast<double>(t));
+      kv.y.push_back(entries * rc.entry_bytes / mib);
+    }
+    flops_panel.series.push_back(std::move(ratio));
+    const auto shape = std::make_pair(static_cast<std::int64_t>(rc.layers.size()), rc.entry_bytes);
+    if (!dense_kv_drawn[shape]) {
+      dense_kv_drawn[shape] = true;
+      FigureSeries dense_kv;
+      dense_kv.label = "dense";
+      dense_kv.color = 7;
+      dense_kv.dash = 1;
+      for (auto t : lengths) {
+        dense_kv.x.push_back(static_cast<double>(t));
+        dense_kv.y.push_back(static_cast<double>(shape.first) * static_cast<double>(t) * rc.entry_bytes / mib);
+      }
+      kv_panel.series.push_back(std::move(dense_kv));
+    }
+    kv_panel.series.push_back(std::move(kv));
+    sources.push_back({{"run", rc.run.id}, {"eval_step", rc.eval_step}, {"fractions", rc.fractions}});
+  }
+  if (dense_kv_drawn.size() > 1)
+    for (auto& s : kv_panel.series)
+      if (s.label == "dense") s.label = "dense (" + number_text(s.y.back() / lengths.back() * mib, 6) + " B/token)";
+  Figure f;
+  f.panels = {std::move(flops_panel), std::move(kv_panel)};
+  f.columns = 2;
+  f.meta["routing"] = sources;
+  return f;
+}
+
+}  // namespace routelab::figure_detail

@@ -1,0 +1,188 @@
+// The routing figures: "routed-layers" (routed tokens per layer at an evaluation, seed 000 Figure 5) and
+// "token-maps" (per-token gates or decisions of two runs' probes, and their difference).
+#include <algorithm>
+#include <cmath>
+
+#include "core/report/figure_detail.h"
+#include "core/report/table.h"
+#include "core/util/errors.h"
+
+namespace routelab::figure_detail {
+
+// ---------------------------------------------------------------------------------------------------------------
+// routed-layers
+
+Figure build_routed_layers(const RunStore& store, const FigureRequest& request) {
+  FigurePanel panel;
+  panel.x_label = "layer";
+  panel.y_label = "routed tokens (%)";
+  struct GroupLayers {
+    StyledGroup group;
+    std::vector<std::vector<double>> fractions;  ///< [run][layer]
+    std::vector<bool> routed;                    ///< per layer, from the group's first run
+  };
+  std::vector<GroupLayers> groups;
+  std::size_t n_layers = 0;
+  for (const auto& g : styled_groups(store, request)) {
+    GroupLayers gl{g, {}, {}};
+    for (auto id : g.group.run_ids) {
+      const auto layers = eval_layers(store, id, eval_at(store, id, request.step, "routed-layers"), "routed-layers");
+      std::vector<double> fractions;
+      std::vector<bool> routed;
+      for (const auto& l : layers) {
+        fractions.push_back(json_number(l, "routed_fraction", kNaN));
+        routed.push_back(json_flag(l, "routed", false));
+      }
+      if (gl.routed.empty()) gl.routed = routed;
+      n_layers = std::max(n_layers, fractions.size());
+      gl.fractions.push_back(std::move(fractions));
+    }
+    groups.push_back(std::move(gl));
+  }
+  for (std::size_t l = 0; l < n_layers; ++l) panel.bars.categories.push_back("L" + std::to_string(l));
+  for (const auto& gl : groups) {
+    FigureBars::Member routed_member, dense_member;
+    routed_member.label = gl.group.group.label;
+    routed_member.color = dense_member.color = gl.group.color;
+    dense_member.label = gl.group.group.label + " (dense layers)";
+    dense_member.hatched = true;
+    const bool spread = gl.fractions.size() > 1;
+    bool any_dense = false, any_routed = false;
+    for (std::size_t l = 0; l < n_layers; ++l) {
+      std::vector<double> at;
+      for (const auto& run : gl.fractions) at.push_back(l < run.size() ? 100.0 * run[l] : kNaN);
+      const auto cell = summarize(at);
+      const bool exists = l < gl.routed.size();
+      const bool routed = exists && gl.routed[l];
+      routed_member.values.push_back(routed && cell ? cell->mean : kNaN);
+      if (spread) routed_member.errors.push_back(routed && cell ? cell->std : kNaN);
+      // A layer that does not route runs every token: a hatched full bar.
+      dense_member.values.push_back(exists && !routed ? (cell ? cell->mean : 100.0) : kNaN);
+      any_dense = any_dense || (exists && !routed);
+      any_routed = any_routed || routed;
+    }
+    if (any_routed) panel.bars.members.push_back(std::move(routed_member));
+    if (any_dense) panel.bars.members.push_back(std::move(dense_member));
+  }
+  Figure f;
+  f.panels.push_back(std::move(panel));
+  f.meta["eval_step"] = request.step;
+  return f;
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// token-maps
+
+namespace {
+
+std::string run_label(const RunStore& store, std::int64_t id) {
+  const auto run = store.run(id);
+  if (!run) throw StoreError(store.path() + ": no run " + std::to_string(id));
+  return run->name.empty() ? "run " + std::to_string(id) : run->name;
+}
+
+struct ProbeMap {
+  std::string title;
+  std::vector<std::string> tokens;
+  FigureHeatmap map;
+};
+
+ProbeMap probe_map(const RunStore& store, std::int64_t run_id, std::int64_t step, bool decisions) {
+  const auto probes = store.probes(run_id);
+  if (probes.empty())
+    throw DataError("token-maps: " + store.path() + ": run " + std::to_string(run_id) + " has no probe");
+  const ProbeRow* row = &probes.back();
+  if (step != 0) {
+    row = nullptr;
+    std::string steps;
+    for (const auto& p : probes) {
+      if (p.step == step) row = &p;
+      steps += (steps.empty() ? "" : ", ") + std::to_string(p.step);
+    }
+    if (!row)
+      throw DataError("token-maps: run " + std::to_string(run_id) + " has no probe at step " + std::to_string(step) +
+                      " (probed at: " + steps + ")");
+  }
+  json doc;
+  try {
+    doc = json::parse(row->json);
+  } catch (const json::exception& e) {
+    throw DataError("token-maps: run " + std::to_string(run_id) + " step " + std::to_string(row->step) +
+                    ": probe is not JSON: " + e.what());
+  }
+  if (!doc.is_object() || !doc.contains("tokens") || !doc.at("tokens").is_array() || !doc.contains("layers") ||
+      !doc.at("layers").is_array())
+    throw DataError("token-maps: run " + std::to_string(run_id) + " step " + std::to_string(row->step) +
+                    ": the probe has no tokens or layers");
+  ProbeMap m;
+  m.title = run_label(store, run_id) + " (step " + std::to_string(row->step) + ")";
+  for (const auto& t : doc.at("tokens")) m.tokens.push_back(t.is_string() ? t.get<std::string>() : t.dump());
+  const auto& layers = doc.at("layers");
+  m.map.rows = layers.size();
+  m.map.cols = m.tokens.size();
+  m.map.values.assign(m.map.rows * m.map.cols, kNaN);
+  m.map.col_labels = m.tokens;
+  m.map.colour_label = decisions ? "decision" : "gate";
+  for (std::size_t r = 0; r < layers.size(); ++r) {
+    const auto& l = layers[r];
+    m.map.row_labels.push_back("L" + std::to_string(l.value("layer", static_cast<int>(r))));
+    const char* key = decisions ? "decision" : "gate";
+    if (!l.contains(key) && !decisions) key = "decision";  // a layer with hard decisions only
+    if (!l.contains(key) || !l.at(key).is_array()) continue;
+    const auto& values = l.at(key);
+    for (std::size_t c = 0; c < m.map.cols && c < values.size(); ++c)
+      if (values[c].is_number()) m.map.values[r * m.map.cols + c] = values[c].get<double>();
+  }
+  return m;
+}
+
+}  // namespace
+
+Figure build_token_maps(const RunStore& store, const FigureRequest& request) {
+  const bool decisions = request.metric == "decision";
+  auto a = probe_map(store, request.run_ids[0], request.step, decisions);
+  auto b = probe_map(store, request.run_ids[1], request.step, decisions);
+  if (a.tokens != b.tokens)
+    throw DataError("token-maps: runs " + std::to_string(request.run_ids[0]) + " and " +
+                    std::to_string(request.run_ids[1]) + " probed different texts (" + std::to_string(a.tokens.size()) +
+                    " and " + std::to_string(b.tokens.size()) + " tokens); their maps cannot be subtracted");
+  FigureHeatmap diff;
+  diff.rows = std::max(a.map.rows, b.map.rows);
+  diff.cols = a.map.cols;
+  diff.values.assign(diff.rows * diff.cols, kNaN);
+  diff.row_labels = a.map.rows >= b.map.rows ? a.map.row_labels : b.map.row_labels;
+  diff.col_labels = a.tokens;
+  diff.diverging = true;
+  diff.colour_label = "difference";
+  double largest = 0;
+  for (std::size_t r = 0; r < std::min(a.map.rows, b.map.rows); ++r)
+    for (std::size_t c = 0; c < diff.cols; ++c) {
+      const double d = a.map.values[r * diff.cols + c] - b.map.values[r * diff.cols + c];
+      diff.values[r * diff.cols + c] = d;
+      if (std::isfinite(d)) largest = std::max(largest, std::abs(d));
+    }
+  diff.lo = largest > 0 ? -largest : -1.0;
+  diff.hi = largest > 0 ? largest : 1.0;
+  Figure f;
+  f.columns = 3;
+  for (auto* m : {&a, &b}) {
+    FigurePanel p;
+    p.title = m->title;
+    p.x_label = "probe token";
+    p.y_label = "layer";
+    p.legend = false;
+    p.heatmap = std::move(m->map);
+    f.panels.push_back(std::move(p));
+  }
+  FigurePanel d;
+  d.title = "difference (first - second)";
+  d.x_label = "probe token";
+  d.y_label = "layer";
+  d.legend = false;
+  d.heatmap = std::move(diff);
+  f.panels.push_back(std::move(d));
+  f.meta["map"] = decisions ? "decision" : "gate";
+  return f;
+}
+
+}  // namespace routelab::figure_detail

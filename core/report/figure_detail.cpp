@@ -1,0 +1,121 @@
+// The helpers the generic figure builders share (core/report/figure_detail.h): reading runs, configs and
+// evaluation rows, and the styled run groups.
+#include "core/report/figure_detail.h"
+
+#include <cstdio>
+
+#include "core/config/options.h"
+#include "core/models/registry.h"
+#include "core/util/errors.h"
+
+namespace routelab::figure_detail {
+
+std::string number_text(double v, int precision) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.*g", precision, v);
+  return buf;
+}
+
+bool higher_is_better(const std::string& metric) {
+  return metric.find("accuracy") != std::string::npos || metric.find("f1") != std::string::npos ||
+         metric.find("per_s") != std::string::npos || metric.find("saved") != std::string::npos;
+}
+
+RunRecord run_record(const RunStore& store, std::int64_t id) {
+  auto run = store.run(id);
+  if (!run) throw StoreError(store.path() + ": no run " + std::to_string(id));
+  return *run;
+}
+
+json run_config(const RunStore& store, const RunRecord& run) {
+  try {
+    auto doc = json::parse(run.config_json);
+    if (!doc.is_object()) throw ConfigError("not an object");
+    return doc;
+  } catch (const std::exception& e) {
+    throw ConfigError(store.path() + ": run " + std::to_string(run.id) + ": stored config is not a JSON object (" +
+                      e.what() + ")");
+  }
+}
+
+std::int64_t config_int(const RunStore& store, const RunRecord& run, const json& config, const char* section,
+                        const char* key) {
+  const std::string path = std::string(section) + "." + key;
+  if (!config.contains(section) || !config.at(section).is_object() || !config.at(section).contains(key) ||
+      !config.at(section).at(key).is_number_integer())
+    throw ConfigError(store.path() + ": run " + std::to_string(run.id) + ": the stored config has no integer " + path);
+  return config.at(section).at(key).get<std::int64_t>();
+}
+
+json full_model(const RunStore& store, const RunRecord& run, const json& config) {
+  if (!config.contains("model") || !config.at("model").is_object() || !config.at("model").contains("arch"))
+    throw ConfigError(store.path() + ": run " + std::to_string(run.id) + ": the stored config has no model.arch");
+  const auto& model = config.at("model");
+  const auto arch = model.at("arch").get<std::string>();
+  json full = schema_defaults(architecture(arch).options);
+  for (const auto& [k, v] : model.items()) full[k] = v;
+  full["arch"] = arch;
+  return full;
+}
+
+std::vector<StyledGroup> styled_groups(const RunStore& store, const FigureRequest& request) {
+  Styler styler;
+  std::vector<StyledGroup> out;
+  for (auto& g : group_runs(store, request.run_ids, request.by_seed)) {
+    StyledGroup s;
+    s.arch = run_record(store, g.run_ids.front()).arch;
+    std::tie(s.color, s.dash) = styler.next(s.arch);
+    s.group = std::move(g);
+    out.push_back(std::move(s));
+  }
+  return out;
+}
+
+void require_metric_somewhere(const RunStore& store, const FigureRequest& request, const std::string& figure) {
+  for (auto id : request.run_ids)
+    if (!store.metric(id, request.metric).empty()) return;
+  std::string keys;
+  for (const auto& k : store.metric_keys(request.run_ids.front())) keys += (keys.empty() ? "" : ", ") + k;
+  throw ConfigError(figure + ": none of the runs stores metric '" + request.metric + "' (run " +
+                    std::to_string(request.run_ids.front()) + " has: " + keys + ")");
+}
+
+EvalRow eval_at(const RunStore& store, std::int64_t run_id, std::int64_t step, const std::string& figure) {
+  const auto evals = store.evals(run_id);
+  if (evals.empty())
+    throw DataError(figure + ": " + store.path() + ": run " + std::to_string(run_id) + " has no evaluation");
+  if (step == 0) return evals.back();
+  std::string steps;
+  for (const auto& e : evals) {
+    if (e.step == step) return e;
+    steps += (steps.empty() ? "" : ", ") + std::to_string(e.step);
+  }
+  throw DataError(figure + ": run " + std::to_string(run_id) + " has no evaluation at step " + std::to_string(step) +
+                  " (evaluated at: " + steps + ")");
+}
+
+json eval_layers(const RunStore& store, std::int64_t run_id, const EvalRow& eval, const std::string& figure) {
+  json extra;
+  try {
+    extra = json::parse(eval.extra_json);
+  } catch (const json::exception& e) {
+    throw DataError(figure + ": " + store.path() + ": run " + std::to_string(run_id) + " step " +
+                    std::to_string(eval.step) + ": evaluation extra is not JSON: " + e.what());
+  }
+  if (!extra.is_object() || !extra.contains("layers") || !extra.at("layers").is_array() || extra.at("layers").empty())
+    throw DataError(figure + ": run " + std::to_string(run_id) + " step " + std::to_string(eval.step) +
+                    ": the evaluation stores no per-layer routing (extra.layers)");
+  return extra.at("layers");
+}
+
+double json_number(const json& object, const char* key, double fallback) {
+  if (!object.is_object() || !object.contains(key) || !object.at(key).is_number()) return fallback;
+  return object.at(key).get<double>();
+}
+
+bool json_flag(const json& object, const char* key, bool fallback) {
+  if (!object.is_object() || !object.contains(key) || !object.at(key).is_boolean()) return fallback;
+  return object.at(key).get<bool>();
+}
+
+}  // namespace routelab::figure_detail

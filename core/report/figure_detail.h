@@ -1,0 +1,76 @@
+// Internal to core/report, not part of the figure API: the helpers the generic figure builders share (reading a
+// run's record, config and evaluations; one colour per architecture) and the builders figure_catalog() lists.
+#pragma once
+#include <cstdint>
+#include <limits>
+#include <map>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "core/report/figures.h"
+#include "core/report/run_tables.h"
+#include "core/store/run_store.h"
+
+namespace routelab::figure_detail {
+
+using nlohmann::json;
+inline constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
+
+/// `v` with `precision` significant digits ("%.*g").
+std::string number_text(double v, int precision = 4);
+/// Accuracy, F1, throughput and "saved" metrics; every other metric is better lower.
+bool higher_is_better(const std::string& metric);
+
+/// The run's record, or a StoreError naming the store.
+RunRecord run_record(const RunStore& store, std::int64_t id);
+/// The run's stored config, or a ConfigError naming the run when it is not a JSON object.
+json run_config(const RunStore& store, const RunRecord& run);
+/// `config.section.key` as an integer, or a ConfigError naming the run and the key.
+std::int64_t config_int(const RunStore& store, const RunRecord& run, const json& config, const char* section,
+                        const char* key);
+/// The model section with the architecture's defaults filled in (stored configs are resolved; this keeps partial
+/// ones usable).
+json full_model(const RunStore& store, const RunRecord& run, const json& config);
+
+/// One colour per architecture (first seen first), one dash per variant within an architecture.
+struct Styler {
+  std::map<std::string, int> colour_of;
+  std::map<std::string, int> variants;
+  std::pair<int, int> next(const std::string& arch) {
+    const auto [it, inserted] = colour_of.try_emplace(arch, static_cast<int>(colour_of.size()));
+    const int dash = variants[arch]++ % 4;
+    return {it->second % static_cast<int>(figure_palette().size()), dash};
+  }
+};
+
+struct StyledGroup {
+  RunGroup group;
+  std::string arch;
+  int color = 0, dash = 0;
+};
+
+/// The request's runs grouped (by seed when `request.by_seed`), each group styled after its first run's architecture.
+std::vector<StyledGroup> styled_groups(const RunStore& store, const FigureRequest& request);
+/// A ConfigError naming `figure` and the first run's metric keys unless some run stores `request.metric`.
+void require_metric_somewhere(const RunStore& store, const FigureRequest& request, const std::string& figure);
+
+/// The run's evaluation at `step` (0 = the last one), or a DataError naming `figure` and the steps evaluated.
+EvalRow eval_at(const RunStore& store, std::int64_t run_id, std::int64_t step, const std::string& figure);
+/// The evaluation's per-layer routing (extra.layers), or a DataError naming `figure`.
+json eval_layers(const RunStore& store, std::int64_t run_id, const EvalRow& eval, const std::string& figure);
+/// `object[key]` when it is a number (a boolean for json_flag), else `fallback`.
+double json_number(const json& object, const char* key, double fallback);
+bool json_flag(const json& object, const char* key, bool fallback);
+
+// The builders, by family: figure_builders_curves.cpp, figure_builders_cost.cpp, figure_builders_routing.cpp.
+Figure build_curves(const RunStore& store, const FigureRequest& request);
+Figure build_matched(const RunStore& store, const FigureRequest& request);
+Figure build_pareto(const RunStore& store, const FigureRequest& request);
+Figure build_cost_length(const RunStore& store, const FigureRequest& request);
+Figure build_routed_layers(const RunStore& store, const FigureRequest& request);
+Figure build_token_maps(const RunStore& store, const FigureRequest& request);
+
+}  // namespace routelab::figure_detail

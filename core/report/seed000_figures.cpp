@@ -1,0 +1,262 @@
+// Seed 000's (DTRNet) named figures: layer-wise cosine similarity (Figure 1, from the checkpoint through
+// core/analysis), perplexity versus length (3), and FLOPs, tokens to attention and KV cache (4-6).
+#include <algorithm>
+#include <map>
+
+#include "core/analysis/layer_similarity.h"
+#include "core/analysis/run_analysis.h"
+#include "core/cost/flops_model.h"
+#include "core/report/seed_figure_detail.h"
+#include "core/util/errors.h"
+
+namespace routelab::figure_detail {
+namespace {
+
+std::vector<std::string> layer_labels(std::size_t n) {
+  std::vector<std::string> out;
+  for (std::size_t i = 0; i < n; ++i) out.push_back(prefixed("L", static_cast<std::int64_t>(i)));
+  return out;
+}
+
+std::vector<std::int64_t> lengths_or_default(const FigureRequest& request) {
+  if (!request.lengths.empty()) return request.lengths;
+  std::vector<std::int64_t> out;
+  for (std::int64_t t = 128; t <= 32768; t *= 2) out.push_back(t);
+  return out;
+}
+
+const char* kFig1Title = "Average layer-wise cosine similarity of token representations (seed 000, Figure 1)";
+
+Figure seed000_fig1(const RunStore& store, const FigureRequest& request) {
+  auto f = start(request, kFig1Title);
+  for (const auto id : request.run_ids) {
+    const auto rec = record_of(store, id, request.name);
+    auto run = load_run(store.path(), id, {}, request.step);
+    const auto s = layer_similarity(run);
+    FigurePanel p;
+    p.title = label_of(rec) + " (step " + std::to_string(s.step) + ")";
+    p.x_label = "Layer";
+    p.y_label = "Layer";
+    p.legend = false;
+    auto& h = p.heatmap;
+    h.rows = h.cols = static_cast<std::size_t>(s.layers);
+    h.values = s.cosine;
+    h.row_labels = h.col_labels = layer_labels(h.rows);
+    h.lo = std::min(0.0, *std::min_element(s.cosine.begin(), s.cosine.end()));
+    h.hi = 1.0;
+    h.colour_label = "cosine similarity";
+    f.meta["tokens"][std::to_string(id)] = s.tokens;
+    f.meta["checkpoint_step"][std::to_string(id)] = s.step;
+    f.panels.push_back(std::move(p));
+  }
+  return f;
+}
+
+const char* kFig3Title = "Perplexity across increasing sequence lengths (seed 000, Figure 3)";
+
+Figure seed000_fig3(const RunStore& store, const FigureRequest& request) {
+  auto f = start(request, kFig3Title);
+  FigurePanel p;
+  p.x_label = "Sequence length (tokens)";
+  p.y_label = "Perplexity";
+  p.log_x = true;
+  for (const auto id : request.run_ids) {
+    const auto rec = record_of(store, id, request.name);
+    std::map<std::string, EvalRow> curves;  // split -> the latest stored curve of that scaling
+    for (auto& e : store.evals(id))
+      if (e.split.rfind("context:", 0) == 0 && (!curves.count(e.split) || e.step >= curves[e.split].step))
+        curves[e.split] = e;
+    int dash = 0;
+    for (const auto& [split, row] : curves) {
+      const auto doc = parse_json(row.extra_json, store, id, "evaluation '" + split + "'");
+      FigureSeries s;
+      s.label = label_of(rec) + (curves.size() > 1 ? " (" + split.substr(8) + ")" : "");
+      for (const auto& point : doc.at("points")) {
+        s.x.push_back(point.at("length").get<double>());
+        s.y.push_back(point.at("ppl").is_number() ? point.at("ppl").get<double>() : kNaN);
+      }
+      s.color = arch_color(rec.arch);
+      s.dash = dash++ % 4;
+      s.marked = true;
+      f.meta["trained_context"][std::to_string(id)] = doc.value("trained_context", 0);
+      p.series.push_back(std::move(s));
+    }
+  }
+  if (p.series.empty())
+    throw ConfigError(request.name + ": none of the runs has a stored context-length curve (store one with "
+                      "`routelab-cli context RUN --lengths ... --store`)");
+  f.panels.push_back(std::move(p));
+  return f;
+}
+
+/// Per-layer routed fractions of the run's inference evaluation at `step`, in the form estimate_flops takes;
+/// empty (the architecture's default) when the run has no evaluation.
+std::vector<double> measured_fractions(const RunStore& store, const RunRecord& rec, std::int64_t step,
+                                       json& source) {
+  const auto eval = val_eval(store, rec.id, step);
+  if (!eval) {
+    source = "architecture default (no evaluation stored)";
+    return {};
+  }
+  const auto extra = parse_json(eval->extra_json, store, rec.id, "evaluation of step " + std::to_string(eval->step));
+  std::vector<MeasuredLayer> layers;
+  for (const auto& l : extra.value("layers", json::array())) {
+    MeasuredLayer m;
+    m.routed_fraction = l.value("routed_fraction", 1.0);
+    if (l.contains("stats") && l["stats"].contains("active_share")) m.active_share = l["stats"]["active_share"].get<double>();
+    layers.push_back(m);
+  }
+  source = "evaluation at step " + std::to_string(eval->step);
+  return fractions_from_trace(rec.arch, layers);
+}
+
+const char* kFig4Title = "Theoretical FLOPs as the sequence length increases, relative to a dense Transformer of the "
+                         "same shape (seed 000, Figure 4)";
+
+Figure seed000_fig4(const RunStore& store, const FigureRequest& request) {
+  auto f = start(request, kFig4Title);
+  const auto lengths = lengths_or_default(request);
+  FigurePanel p;
+  p.x_label = "Sequence length (tokens)";
+  p.y_label = "FLOPs / dense FLOPs";
+  p.log_x = true;
+  for (const auto id : request.run_ids) {
+    const auto rec = record_of(store, id, request.name);
+    const auto config = config_of(rec, store);
+    json source;
+    const auto fractions = measured_fractions(store, rec, request.step, source);
+    const auto vocab = data_shape_of(config).vocab;
+    FigureSeries s;
+    s.label = label_of(rec);
+    s.color = arch_color(rec.arch);
+    for (const auto t : lengths) {
+      FlopsQuery q;
+      q.seq = t;
+      q.fractions = fractions;
+      s.x.push_back(static_cast<double>(t));
+      s.y.push_back(estimate_flops(config.at("model"), vocab, q).total_ratio());
+    }
+    f.meta["routing"][std::to_string(id)] = source;
+    p.series.push_back(std::move(s));
+  }
+  f.meta["lengths"] = lengths;
+  f.panels.push_back(std::move(p));
+  return f;
+}
+
+const char* kFig5Title = "Average percentage of tokens going to attention per layer (seed 000, Figure 5)";
+
+Figure seed000_fig5(const RunStore& store, const FigureRequest& request) {
+  auto f = start(request, kFig5Title);
+  FigurePanel p;
+  p.x_label = "Layer";
+  p.y_label = "Tokens to attention (%)";
+  std::size_t layers = 0;
+  for (const auto id : request.run_ids) {
+    const auto rec = record_of(store, id, request.name);
+    const auto eval = val_eval(store, id, request.step);
+    if (!eval) throw ConfigError(request.name + ": run " + std::to_string(id) + " has no validation evaluation");
+    const auto extra = parse_json(eval->extra_json, store, id, "evaluation of step " + std::to_string(eval->step));
+    FigureBars::Member m;
+    m.label = label_of(rec);
+    m.color = arch_color(rec.arch);
+    bool any_routed = false;
+    for (const auto& l : extra.value("layers", json::array())) {
+      const bool routed = l.value("routed", false);
+      any_routed = any_routed || routed;
+      // A layer that does not route sends every token through attention.
+      m.values.push_back(routed ? 100.0 * l.value("routed_fraction", 1.0) : 100.0);
+    }
+    m.hatched = !any_routed;
+    layers = std::max(layers, m.values.size());
+    f.meta["eval_step"][std::to_string(id)] = eval->step;
+    p.bars.members.push_back(std::move(m));
+  }
+  for (auto& m : p.bars.members) m.values.resize(layers, kNaN);
+  p.bars.categories = layer_labels(layers);
+  f.panels.push_back(std::move(p));
+  return f;
+}
+
+const char* kFig6Title = "KV cache memory for different sequence lengths (seed 000, Figure 6)";
+
+Figure seed000_fig6(const RunStore& store, const FigureRequest& request) {
+  auto f = start(request, kFig6Title);
+  const auto lengths = lengths_or_default(request);
+  FigurePanel p;
+  p.x_label = "Sequence length (tokens)";
+  p.y_label = "KV cache (MiB)";
+  p.log_x = p.log_y = true;
+  for (const auto id : request.run_ids) {
+    const auto rec = record_of(store, id, request.name);
+    const auto model = config_of(rec, store).at("model");
+    const auto n_head = model.value("n_head", std::int64_t{1});
+    const auto n_kv = model.value("n_kv_head", std::int64_t{0}) > 0 ? model.at("n_kv_head").get<std::int64_t>() : n_head;
+    const auto head_dim = model.value("n_embd", std::int64_t{0}) / std::max<std::int64_t>(1, n_head);
+    const double entry_bytes = 2.0 * static_cast<double>(n_kv * head_dim) * 4.0;  // key + value, fp32
+    // Cache entries per token and layer under the inference rules (core/inference/kv_cache.h): a routed DTRNet,
+    // MoD or D-LLM layer caches its attention tokens, a Radial layer its executions, every other layer each token.
+    double per_token = 0;
+    const auto eval = val_eval(store, id, request.step);
+    if (eval) {
+      const auto extra = parse_json(eval->extra_json, store, id, "evaluation of step " + std::to_string(eval->step));
+      for (const auto& l : extra.value("layers", json::array())) {
+        const auto kind = l.value("kind", std::string("dense"));
+        const bool by_fraction = l.value("routed", false) && (kind == "dtrnet" || kind == "mod" || kind == "dllm" ||
+                                                               kind == "radial");
+        per_token += by_fraction ? l.value("routed_fraction", 1.0) : 1.0;
+      }
+      f.meta["eval_step"][std::to_string(id)] = eval->step;
+    } else {
+      per_token = static_cast<double>(model.value("n_layer", std::int64_t{0}));
+      f.meta["eval_step"][std::to_string(id)] = nullptr;
+    }
+    if (rec.arch == "drr") f.meta["notes"].push_back(label_of(rec) + ": the depth-memory entries are not counted");
+    FigureSeries s;
+    s.label = label_of(rec);
+    s.color = arch_color(rec.arch);
+    s.marked = true;
+    for (const auto t : lengths) {
+      s.x.push_back(static_cast<double>(t));
+      s.y.push_back(per_token * static_cast<double>(t) * entry_bytes / (1024.0 * 1024.0));
+    }
+    f.meta["entries_per_token"][std::to_string(id)] = per_token;
+    p.series.push_back(std::move(s));
+  }
+  f.meta["lengths"] = lengths;
+  f.meta["bytes_per_element"] = 4;
+  f.panels.push_back(std::move(p));
+  return f;
+}
+
+}  // namespace
+
+std::vector<FigureInfo> seed000_figures() {
+  return {
+      {"seed000-fig1", kFig1Title,
+       "Per run a layers x layers heat map of cos(h_i(t), h_j(t)) averaged over the tokens of two fixed validation "
+       "batches, from the checkpoint at `step` (0 = latest); dense, drr, dtrnet and mod runs. Reads run_ids, step.",
+       1, seed000_fig1},
+      {"seed000-fig3", kFig3Title,
+       "Perplexity versus evaluation length from the runs' stored context-length curves (evaluation rows "
+       "context:<scaling>x<factor> written by `routelab-cli context RUN --store`; the latest of each scaling). "
+       "Reads run_ids.",
+       1, seed000_fig3},
+      {"seed000-fig4", kFig4Title,
+       "FLOPs model (whole forward, LM head included) at each length relative to a dense model of the same shape, "
+       "priced with each run's per-layer routed fractions of its validation evaluation at `step`. Reads run_ids, "
+       "step, lengths (default 128 .. 32768).",
+       1, seed000_fig4},
+      {"seed000-fig5", kFig5Title,
+       "Grouped bars: per layer, the percentage of tokens on the attention path in each run's inference-mode "
+       "validation evaluation at `step` (a layer that does not route: 100%). Reads run_ids, step.",
+       1, seed000_fig5},
+      {"seed000-fig6", kFig6Title,
+       "KV cache bytes (fp32 keys and values, batch 1) versus length under the inference rules: routed DTRNet, MoD "
+       "and D-LLM layers cache their attention tokens (routed fractions of the evaluation at `step`), Radial layers "
+       "their executions, other layers every token. Reads run_ids, step, lengths.",
+       1, seed000_fig6},
+  };
+}
+
+}  // namespace routelab::figure_detail

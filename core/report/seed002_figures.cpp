@@ -1,0 +1,136 @@
+// Seed 002's (TAGAT) named figures: expert load per layer and per epoch (Figures 3 and 6) and the token gates of
+// the probe example (Figures 4 and 7).
+#include <algorithm>
+#include <cstdio>
+#include <map>
+
+#include "core/report/seed_figure_detail.h"
+#include "core/util/errors.h"
+
+namespace routelab::figure_detail {
+namespace {
+
+const char* kTagat3Title = "Average expert balance per layer and per epoch (seed 002, Figures 3 and 6)";
+
+Figure seed002_fig3(const RunStore& store, const FigureRequest& request) {
+  auto f = start(request, kTagat3Title);
+  f.columns = 2;
+  for (const auto id : request.run_ids) {
+    const auto rec = record_of(store, id, request.name);
+    const auto eval = val_eval(store, id, request.step);
+    if (!eval) throw ConfigError(request.name + ": run " + std::to_string(id) + " has no validation evaluation");
+    const auto extra = parse_json(eval->extra_json, store, id, "evaluation of step " + std::to_string(eval->step));
+    const auto stats = extra.value("stats", json::object());
+    // load/L<l>/E<i>: the mean gate mass of expert i in layer l over the real tokens.
+    std::map<int, std::map<int, double>> load;
+    for (const auto& [key, value] : stats.items()) {
+      int l = 0, e = 0;
+      char tail = 0;
+      if (std::sscanf(key.c_str(), "load/L%d/E%d%c", &l, &e, &tail) == 2) load[l][e] = value.get<double>();
+    }
+    if (load.empty())
+      throw ConfigError(request.name + ": run " + std::to_string(id) + " stores no per-layer expert loads "
+                        "(load/L<l>/E<i>: a tagat run)");
+    int experts = 0;
+    for (const auto& [l, per] : load) experts = std::max(experts, per.rbegin()->first + 1);
+    FigurePanel bars;
+    bars.title = label_of(rec) + " (step " + std::to_string(eval->step) + ")";
+    bars.x_label = "Layer";
+    bars.y_label = "Average expert load";
+    for (const auto& [l, per] : load) bars.bars.categories.push_back("L" + std::to_string(l));
+    for (int e = 0; e < experts; ++e) {
+      FigureBars::Member m;
+      m.label = "E" + std::to_string(e);
+      m.color = e;
+      for (const auto& [l, per] : load) m.values.push_back(per.count(e) ? per.at(e) : kNaN);
+      bars.bars.members.push_back(std::move(m));
+    }
+    // Per epoch: the model-wide mean load of each expert (the seed's "Val Avg Expert Balance" column).
+    FigurePanel epochs;
+    epochs.title = label_of(rec);
+    epochs.y_label = "Average expert load";
+    std::map<std::int64_t, double> epoch_of;
+    for (const auto& p : store.metric(id, "val/epoch")) epoch_of[p.step] = p.value;
+    epochs.x_label = epoch_of.empty() ? "Step" : "Epoch";
+    for (int e = 0; e < experts; ++e) {
+      FigureSeries s;
+      s.label = "E" + std::to_string(e);
+      s.color = e;
+      s.marked = true;
+      for (const auto& p : store.metric(id, "val/load/E" + std::to_string(e))) {
+        s.x.push_back(epoch_of.count(p.step) ? epoch_of[p.step] : static_cast<double>(p.step));
+        s.y.push_back(p.value);
+      }
+      if (!s.x.empty()) epochs.series.push_back(std::move(s));
+    }
+    if (!epochs.series.empty()) {
+      FigureSeries uniform;
+      uniform.label = "uniform 1/N";
+      uniform.x = {epochs.series.front().x.front(), epochs.series.front().x.back()};
+      uniform.y = {1.0 / experts, 1.0 / experts};
+      uniform.dash = 1;
+      uniform.color = 7;
+      epochs.series.push_back(std::move(uniform));
+    }
+    f.meta["experts"] = experts;
+    f.panels.push_back(std::move(bars));
+    if (!epochs.series.empty()) f.panels.push_back(std::move(epochs));
+  }
+  return f;
+}
+
+const char* kTagat4Title = "Token gating probabilities of the probe example per layer (seed 002, Figures 4 and 7)";
+
+Figure seed002_fig4(const RunStore& store, const FigureRequest& request) {
+  auto f = start(request, kTagat4Title);
+  for (const auto id : request.run_ids) {
+    const auto rec = record_of(store, id, request.name);
+    const auto probe = probe_at(store, id, request.step, request.name);
+    if (!probe.contains("token_data") || !probe["token_data"].contains("gate"))
+      throw ConfigError(request.name + ": run " + std::to_string(id) + "'s probe has no token gates (a tagat run)");
+    const auto& gate = probe["token_data"]["gate"];  // (T, L, N)
+    const auto T = gate.size();
+    const auto L = T ? gate[0].size() : 0;
+    const auto N = L ? gate[0][0].size() : 0;
+    const auto tokens = token_labels(probe.value("tokens", json::array()));
+    for (std::size_t l = 0; l < L; ++l) {
+      FigurePanel p;
+      p.title = label_of(rec) + ", layer " + std::to_string(l);
+      p.x_label = "Token";
+      p.y_label = "Expert";
+      p.legend = false;
+      auto& h = p.heatmap;
+      h.rows = N;
+      h.cols = T;
+      for (std::size_t e = 0; e < N; ++e)
+        for (std::size_t t = 0; t < T; ++t) h.values.push_back(gate[t][l][e].get<double>());
+      for (std::size_t e = 0; e < N; ++e) h.row_labels.push_back(prefixed("E", static_cast<std::int64_t>(e)));
+      if (tokens.size() == T) h.col_labels = tokens;
+      h.lo = 0;
+      h.hi = 1;
+      h.colour_label = "gate probability";
+      f.panels.push_back(std::move(p));
+    }
+    f.columns = static_cast<int>(L);
+    f.meta["probe_step"][std::to_string(id)] = probe["step"];
+    if (probe.contains("label_name")) f.meta["probe_label"][std::to_string(id)] = probe["label_name"];
+  }
+  return f;
+}
+
+}  // namespace
+
+std::vector<FigureInfo> seed002_figures() {
+  return {
+      {"seed002-fig3", kTagat3Title,
+       "Per run: bars of each expert's average load per layer (load/L<l>/E<i> of the validation evaluation at "
+       "`step`) and the model-wide load of each expert per epoch (val/load/E<i>). Reads run_ids, step.",
+       1, seed002_fig3},
+      {"seed002-fig4", kTagat4Title,
+       "Per run and layer a heat map experts x tokens of the gate probabilities of the stored probe example at "
+       "`step` (0 = last). Reads run_ids, step.",
+       1, seed002_fig4},
+  };
+}
+
+}  // namespace routelab::figure_detail

@@ -1,0 +1,89 @@
+// The helpers the seeds' figure files share (core/report/seed_figure_detail.h): reading runs, evaluations and
+// probes, colours and labels, and the data shape a stored config was trained with.
+#include "core/report/seed_figure_detail.h"
+
+#include <algorithm>
+
+#include "core/data/dataset.h"
+#include "core/util/errors.h"
+
+namespace routelab::figure_detail {
+
+RunRecord record_of(const RunStore& store, std::int64_t id, const std::string& figure) {
+  auto r = store.run(id);
+  if (!r) throw StoreError(store.path() + ": " + figure + ": no run " + std::to_string(id));
+  return *r;
+}
+
+json config_of(const RunRecord& r, const RunStore& store) {
+  try {
+    return json::parse(r.config_json);
+  } catch (const json::exception& e) {
+    throw StoreError(store.path() + ": run " + std::to_string(r.id) + ": stored config is not JSON: " + e.what());
+  }
+}
+
+std::string label_of(const RunRecord& r) { return r.name.empty() ? "run " + std::to_string(r.id) : r.name; }
+
+int arch_color(const std::string& arch) {
+  static const std::vector<std::string> order = {"dense", "dtrnet", "mod",  "dllm",  "tsa",
+                                                 "early-exit", "radial", "drr", "tagat", "vanilla-classifier"};
+  const auto it = std::find(order.begin(), order.end(), arch);
+  return static_cast<int>(it - order.begin());
+}
+
+std::optional<EvalRow> val_eval(const RunStore& store, std::int64_t id, std::int64_t step) {
+  std::optional<EvalRow> found;
+  for (auto& e : store.evals(id))
+    if (e.split == "val" && (step == 0 || e.step == step) && (!found || e.step >= found->step)) found = e;
+  return found;
+}
+
+json parse_json(const std::string& text, const RunStore& store, std::int64_t id, const std::string& what) {
+  try {
+    return json::parse(text);
+  } catch (const json::exception& e) {
+    throw StoreError(store.path() + ": run " + std::to_string(id) + ": " + what + " is not JSON: " + e.what());
+  }
+}
+
+json probe_at(const RunStore& store, std::int64_t id, std::int64_t step, const std::string& figure) {
+  std::optional<ProbeRow> found;
+  for (auto& p : store.probes(id))
+    if ((step == 0 || p.step == step) && (!found || p.step >= found->step)) found = p;
+  if (!found)
+    throw ConfigError(figure + ": run " + std::to_string(id) + " has no probe" +
+                      (step ? " at step " + std::to_string(step) : std::string()));
+  auto doc = parse_json(found->json, store, id, "probe of step " + std::to_string(found->step));
+  doc["step"] = found->step;
+  return doc;
+}
+
+std::string prefixed(const char* prefix, std::int64_t i) { return std::string(prefix).append(std::to_string(i)); }
+
+std::vector<std::string> token_labels(const json& tokens) {
+  std::vector<std::string> out;
+  if (!tokens.is_array()) return out;
+  for (const auto& t : tokens) {
+    std::string s = t.is_string() ? t.get<std::string>() : t.dump();
+    if (s == " ") s = "\u2423";
+    else if (s == "\n") s = "\u21b5";
+    out.push_back(s);
+  }
+  return out;
+}
+
+DataShape data_shape_of(const json& config) {
+  const auto data = make_dataset(config.at("data"));
+  return {data->tokenizer().vocab_size(), data->context()};
+}
+
+Figure start(const FigureRequest& request, const std::string& title) {
+  Figure f;
+  f.name = request.name;
+  f.title = title;
+  f.meta["runs"] = request.run_ids;
+  return f;
+}
+
+}  // namespace routelab::figure_detail

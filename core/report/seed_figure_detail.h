@@ -1,0 +1,54 @@
+// Internal to core/report, not part of the figure API: the helpers the seeds' figure files share (reading runs,
+// evaluations and probes; colours and labels) and each seed's catalogue entries, which seed_figures() merges.
+#pragma once
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "core/report/figure_detail.h"
+#include "core/report/figures.h"
+#include "core/store/run_store.h"
+
+namespace routelab::figure_detail {
+
+/// The run's record, or a StoreError naming the store and `figure`.
+RunRecord record_of(const RunStore& store, std::int64_t id, const std::string& figure);
+/// The run's stored config, or a StoreError naming the run when it is not JSON.
+json config_of(const RunRecord& r, const RunStore& store);
+/// The run's name, or "run <id>" when it has none.
+std::string label_of(const RunRecord& r);
+/// One colour per architecture, in the palette's order.
+int arch_color(const std::string& arch);
+
+/// The run's "val" evaluation at `step` (0 = the last one).
+std::optional<EvalRow> val_eval(const RunStore& store, std::int64_t id, std::int64_t step);
+/// `text` parsed, or a StoreError naming the run and `what` it is.
+json parse_json(const std::string& text, const RunStore& store, std::int64_t id, const std::string& what);
+/// The run's probe at `step` (0 = the last one), parsed; a run without one is a ConfigError naming the figure.
+json probe_at(const RunStore& store, std::int64_t id, std::int64_t step, const std::string& figure);
+
+/// "L" + i without GCC 12's -Wstringop-overflow false positive on operator+(const char*, string&&).
+std::string prefixed(const char* prefix, std::int64_t i);
+/// Token texts as column labels: whitespace made visible so that a space is not an empty label.
+std::vector<std::string> token_labels(const json& tokens);
+
+/// What the model of a stored config was built with: the tokenizer's vocabulary and the dataset's context (a
+/// synthetic task derives its own), as the trainer does.
+struct DataShape {
+  std::int64_t vocab = 0, context = 0;
+};
+
+DataShape data_shape_of(const json& config);
+
+/// A figure named after the request, with `title` and the request's run ids in its meta.
+Figure start(const FigureRequest& request, const std::string& title);
+
+// Each seed's named figures, one file each (seed000_figures.cpp .. seed004_figures.cpp).
+std::vector<FigureInfo> seed000_figures();  ///< DTRNet
+std::vector<FigureInfo> seed001_figures();  ///< DRR
+std::vector<FigureInfo> seed002_figures();  ///< TAGAT
+std::vector<FigureInfo> seed003_figures();  ///< TSA
+std::vector<FigureInfo> seed004_figures();  ///< Radial Networks
+
+}  // namespace routelab::figure_detail
