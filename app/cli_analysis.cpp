@@ -38,14 +38,18 @@ std::string fixed(double v, int precision) {
 }
 
 void print_reports(const std::vector<RunEvalReport>& reports, const std::string& sweep_key) {
+  const auto& first = reports.front();
+  const bool classifier = first.task == "classification";
   std::set<std::string> stat_keys;
   for (const auto& r : reports)
-    for (const auto& [key, value] : r.stats) stat_keys.insert(key);
-  const auto& first = reports.front();
+    for (const auto& [key, value] : r.stats)  // classifiers: the layer means (per-layer keys are in --json)
+      if (!classifier || key.find("/L") == std::string::npos) stat_keys.insert(key);
   std::cout << "run " << first.run_id << " " << first.name << " (" << first.arch << "), checkpoint step " << first.step
             << ", " << first.split << " split, " << first.batches << " batches of " << first.batch_size
             << ", inference mode\n";
-  std::cout << "| " << (sweep_key.empty() ? "overrides" : sweep_key) << " | loss | ppl | bpc | FLOPs ratio | routed |";
+  std::cout << "| " << (sweep_key.empty() ? "overrides" : sweep_key)
+            << (classifier ? " | loss | accuracy | macro-F1 | FLOPs ratio | routed |"
+                           : " | loss | ppl | bpc | FLOPs ratio | routed |");
   for (const auto& key : stat_keys) std::cout << " " << key << " |";
   std::cout << "\n|---|---|---|---|---|---|";
   for (std::size_t i = 0; i < stat_keys.size(); ++i) std::cout << "---|";
@@ -58,7 +62,9 @@ void print_reports(const std::vector<RunEvalReport>& reports, const std::string&
       for (const auto& s : r.sets) label += (label.empty() ? "" : " ") + s;
       if (label.empty()) label = "(as trained)";
     }
-    std::cout << "| " << label << " | " << fixed(r.loss, 4) << " | " << fixed(r.ppl, 3) << " | " << fixed(r.bpc, 4)
+    std::cout << "| " << label << " | " << fixed(r.loss, 4) << " | "
+              << (classifier ? fixed(r.accuracy, 4) + " | " + fixed(r.macro_f1, 4)
+                             : fixed(r.ppl, 3) + " | " + fixed(r.bpc, 4))
               << " | " << fixed(r.flops_ratio, 4) << " | " << fixed(100.0 * r.routed_fraction, 1) << "% |";
     for (const auto& key : stat_keys) {
       const auto it = r.stats.find(key);
@@ -75,19 +81,26 @@ int cmd_eval(const EvalArgs& args) {
   options.split = parse_split(args.split, "--split");
   options.batches = args.batches;
   options.batch_size = args.batch_size;
+  const bool classifier = is_classification_run(args.db, args.run_id);
+  auto evaluate = [&](const std::vector<std::string>& sets) {
+    if (classifier) {
+      auto run = load_classifier_run(args.db, args.run_id, sets, args.step);
+      return evaluate_run(run, options);
+    }
+    auto run = load_run(args.db, args.run_id, sets, args.step);
+    return evaluate_run(run, options);
+  };
   std::vector<RunEvalReport> reports;
   std::string sweep_key;
   if (args.sweep.empty()) {
-    auto run = load_run(args.db, args.run_id, args.sets, args.step);
-    reports.push_back(evaluate_run(run, options));
+    reports.push_back(evaluate(args.sets));
   } else {
     const auto [key, values] = parse_sweep(args.sweep);
     sweep_key = key;
     for (const auto& value : values) {
       auto sets = args.sets;
       sets.push_back(key + "=" + value);
-      auto run = load_run(args.db, args.run_id, sets, args.step);
-      reports.push_back(evaluate_run(run, options));
+      reports.push_back(evaluate(sets));
     }
   }
   if (args.json) {

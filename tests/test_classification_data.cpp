@@ -607,9 +607,19 @@ class TestClassificationData : public QObject {
   /// The point of the synthetic task: its words say nothing about the class. A linear model on premise and
   /// hypothesis word counts stays at chance, while the same model on the same inputs learns a labelling that
   /// the words do determine (the control that lets this test fail).
+  void bagOfWordsStaysAtChance_data() {
+    QTest::addColumn<int>("facts");
+    QTest::addColumn<double>("converse");
+    QTest::newRow("2-4 facts, half antonym phrasing") << 4 << 0.5;
+    QTest::newRow("2 facts, direct phrasing (the default)") << 2 << 0.0;
+  }
+
   void bagOfWordsStaysAtChance() {
+    QFETCH(int, facts);
+    QFETCH(double, converse);
     const auto dataset = make_classification_dataset(
-        data_config({{"task_train_examples", 3000}, {"task_eval_examples", 900}, {"context", 43}, {"task_seed", 11}}));
+        data_config({{"task_train_examples", 3000}, {"task_eval_examples", 900}, {"context", 43}, {"task_seed", 11},
+                     {"entailment_facts", facts}, {"entailment_converse", converse}}));
     const auto v = dataset->vocab_size();
     const auto train = dataset->batch(Split::Train, iota(dataset->size(Split::Train)));
     const auto val = dataset->batch(Split::Val, iota(dataset->size(Split::Val)));

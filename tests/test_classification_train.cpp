@@ -6,8 +6,10 @@
 
 #include <atomic>
 
+#include "core/analysis/run_analysis.h"
 #include "core/config/experiment_config.h"
 #include "core/store/run_store.h"
+#include "core/train/classification_step.h"
 #include "core/train/trainer.h"
 #include "core/util/errors.h"
 
@@ -62,6 +64,21 @@ class TestClassificationTrain : public QObject {
  private Q_SLOTS:
   void initTestCase() { qputenv("ROUTELAB_HOME", home_.path().toUtf8()); }
 
+  void routingChangeCountsChangedExpertSets() {
+    // 1 example, 3 positions (the last one padding), 2 layers, top-2 in ascending order.
+    const auto before = torch::tensor({0, 1, 1, 2, -1, -1, /*L1*/ 2, 3, 0, 3, -1, -1}, torch::kShort)
+                            .view({2, 1, 3, 2}).permute({1, 2, 0, 3}).contiguous();  // (1, 3, 2, 2)
+    auto after = before.clone();
+    after.index_put_({0, 1, 0, 0}, 0);  // layer 0, token 1: {1, 2} -> {0, 2}
+    const auto change = routing_change(before, after);
+    QCOMPARE(change.at("routing_change/L0"), 0.5);  // 1 of 2 real tokens
+    QCOMPARE(change.at("routing_change/L1"), 0.0);
+    QCOMPARE(change.at("routing_change"), 0.25);
+    QVERIFY(routing_change(torch::Tensor(), after).empty());                  // first evaluation
+    QVERIFY(routing_change(before.narrow(1, 0, 2), after).empty());           // another shape
+    QCOMPARE(routing_change(after, after).at("routing_change"), 0.0);
+  }
+
   void tagatRunStoresItsMetrics() {
     const auto db = home_.filePath("tagat.sqlite").toStdString();
     const auto outcome = train({tiny_config("tagat"), db, "tagat", ""});
@@ -86,6 +103,12 @@ class TestClassificationTrain : public QObject {
     double load_sum = 0;
     for (int i = 0; i < 4; ++i) load_sum += store.metric(id, "val/load/L0/E" + std::to_string(i)).back().value;
     QVERIFY2(std::abs(load_sum - 1.0) < 1e-5, qPrintable(QString::number(load_sum)));
+    // Routing change: from the second evaluation on, a share in [0, 1] per layer and as the mean.
+    const auto change = store.metric(id, "val/routing_change");
+    QCOMPARE(change.size(), std::size_t(3));
+    QCOMPARE(change[0].step, std::int64_t(8));
+    for (const auto& p : change) QVERIFY(p.value >= 0 && p.value <= 1);
+    QCOMPARE(store.metric(id, "val/routing_change/L0").size(), std::size_t(3));
     const auto entropy = store.metric(id, "val/entropy").back().value;
     QVERIFY(entropy >= 0 && entropy <= std::log(2.0) + 1e-6);  // top-2: at most ln 2
     const auto evals = store.evals(id);
@@ -120,6 +143,36 @@ class TestClassificationTrain : public QObject {
     QVERIFY(!store.metric(outcome.run_id, "val/macro_f1").empty());
     QVERIFY(store.metric(outcome.run_id, "val/entropy").empty());  // no routing
     QCOMPARE(store.metric(outcome.run_id, "train/accuracy").size(), std::size_t(24));
+  }
+
+  /// `eval` reopens a stored classifier: the same numbers as the trainer's last evaluation, the dense oracle as an
+  /// eval-only option, and a clear error where an analysis needs a language model.
+  void storedClassifierReEvaluates() {
+    const auto db = home_.filePath("eval.sqlite").toStdString();
+    const auto outcome = train({tiny_config("tagat"), db, "tagat", ""});
+    QVERIFY2(outcome.status == RunStatus::Finished, outcome.message.c_str());
+    QVERIFY(is_classification_run(db, outcome.run_id));
+    auto run = load_classifier_run(db, outcome.run_id);
+    const auto report = evaluate_run(run);
+    RunStore store(db);
+    QCOMPARE(report.task, std::string("classification"));
+    QCOMPARE(report.step, std::int64_t(24));
+    QCOMPARE(report.examples, std::int64_t(64));
+    QCOMPARE(report.accuracy, store.metric(outcome.run_id, "val/accuracy").back().value);
+    QVERIFY(std::abs(report.loss - store.metric(outcome.run_id, "val/loss").back().value) < 1e-6);
+    QVERIFY(std::abs(report.flops_ratio - store.metric(outcome.run_id, "val/flops_ratio").back().value) < 1e-9);
+    QVERIFY(report.flops_ratio > 0.3 && report.flops_ratio < 1.0);  // top-2 of 4 experts
+    QVERIFY(report.stats.count("load/E0") && !report.layers.empty());
+    auto dense = load_classifier_run(db, outcome.run_id, {"model.dispatch=dense"});
+    const auto oracle = evaluate_run(dense);
+    QCOMPARE(oracle.accuracy, report.accuracy);
+    QCOMPARE(oracle.flops_ratio, 1.0);
+    try {
+      load_run(db, outcome.run_id);
+      QFAIL("a classifier opened as a language model");
+    } catch (const ConfigError& e) {
+      QVERIFY2(QString(e.what()).contains("run " + QString::number(outcome.run_id) + " (tagat)"), e.what());
+    }
   }
 
   void resumeEqualsUninterrupted() {

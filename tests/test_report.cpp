@@ -176,11 +176,11 @@ class TestReport : public QObject {
     const auto table = build_run_table(store, table_spec("seed002-table1"), {id});
     QCOMPARE(table.rows.size(), std::size_t{2});
     QCOMPARE(table.rows[1].label, std::string("2"));
-    QCOMPARE(table.columns.size(), std::size_t{7});  // 5 named + 2 experts found in the store
-    QCOMPARE(table.columns[6].header, std::string("Expert 2 load"));
+    QCOMPARE(table.columns.size(), std::size_t{8});  // 6 named + 2 experts found in the store
+    QCOMPARE(table.columns[7].header, std::string("Expert 2 load"));
     QCOMPARE(table.rows[0].cells[0]->mean, 1.5);
     QCOMPARE(table.rows[1].cells[2]->mean, 0.6);
-    QCOMPARE(table.rows[1].cells[6]->mean, 0.45);
+    QCOMPARE(table.rows[1].cells[7]->mean, 0.45);
     QVERIFY(!table.rows[0].cells[3].has_value());  // no macro-F1 stored
     const auto lm = add_run(store, "dense", R"({"model":{"arch":"dense"},"run":{"seed":1}})", 1, {2.0});
     QVERIFY_EXCEPTION_THROWN(build_run_table(store, table_spec("seed002-table3"), {lm}), DataError);

@@ -37,6 +37,22 @@ class TestSweep : public QObject {
     QVERIFY(plan.points[0].config.hash() != plan.points[1].config.hash());
   }
 
+  void baselineSetsItsOwnOptions() {
+    const json doc = json::parse(R"({
+      "name": "lr", "base": "tsa-charlm", "train": {"steps": 200, "lr": 5e-4},
+      "grid": {"run.seed": [1, 2]},
+      "baselines": [{"preset": "tsa-charlm", "name": "slow", "set": {"train.lr": 1e-4, "model.depth_coeff": 0.01}}]})");
+    const auto plan = expand_sweep(doc, "lr.json");
+    QCOMPARE(plan.points.size(), std::size_t{4});
+    for (std::size_t i = 0; i < 2; ++i) QCOMPARE(plan.points[i].config.train().at("lr").get<double>(), 5e-4);
+    for (std::size_t i = 2; i < 4; ++i) {
+      QCOMPARE(plan.points[i].config.train().at("lr").get<double>(), 1e-4);
+      QCOMPARE(plan.points[i].config.model().at("depth_coeff").get<double>(), 0.01);
+      QCOMPARE(plan.points[i].config.train().at("steps").get<int>(), 200);  // the shared budget still holds
+    }
+    QCOMPARE(plan.points[3].config.run().at("seed").get<int>(), 2);
+  }
+
   void noGridIsOnePoint() {
     const auto plan = expand_sweep(json::parse(R"({"name": "one", "base": "tiny"})"), "one.json");
     QCOMPARE(plan.points.size(), std::size_t{1});
@@ -67,11 +83,15 @@ class TestSweep : public QObject {
     QVERIFY2(has(m, "no-such-preset"), m.c_str());
     m = message(R"({"name": "x", "base": "tiny", "baselines": [{"name": "d"}]})");
     QVERIFY2(has(m, "baselines[0].preset"), m.c_str());
+    m = message(R"({"name": "x", "base": "tiny", "baselines": [{"preset": "tiny", "sets": {}}]})");
+    QVERIFY2(has(m, "baselines[0].sets: unknown key"), m.c_str());
+    m = message(R"({"name": "x", "base": "tiny", "baselines": [{"preset": "tiny", "set": {"lr": 1}}]})");
+    QVERIFY2(has(m, "baselines[0].set.lr: expected section.key"), m.c_str());
   }
 
   void shippedSweepsResolve() {
     const QString dir = qEnvironmentVariable("ROUTELAB_EXPERIMENTS") + "/sweeps";
-    for (const char* file : {"tsa-lambda.json", "seed000-compare.json", "seed002-entailment.json"}) {
+    for (const char* file : {"tsa-lambda.json", "seed000-compare.json", "seed002-entailment.json", "seed002-routing-ablation.json"}) {
       const auto plan = load_sweep((dir + "/" + file).toStdString());
       QVERIFY(plan.points.size() >= 3);
     }

@@ -129,8 +129,28 @@ class TestTagat : public QObject {
     // Sparse dispatch ran k of N experts per real token; dense ran all N on every token.
     const std::int64_t real = 9 + 5 + 12 + 1;
     QCOMPARE(sparse_trace[0].tokens_processed.at("attn"), real * 2);
-    QCOMPARE(dense_trace[0].tokens_processed.at("attn"), std::int64_t(4 * 12 * 4));
+    QCOMPARE(dense_trace[0].tokens_processed.at("attn"), real * 4);
     QVERIFY(std::abs(sparse_trace[1].routed_fraction - 0.5) < 1e-12);
+    QCOMPARE(dense_trace[1].routed_fraction, 1.0);
+    QCOMPARE(dense_trace[0].flops, dense_trace[0].dense_flops);
+    QCOMPARE(sparse_trace[0].dense_flops, dense_trace[0].dense_flops);
+    QVERIFY(sparse_trace[0].flops < sparse_trace[0].dense_flops);
+  }
+
+  void flopsFromTheRoutingEqualHandComputation() {
+    // Every token picks experts 2 and 0 (k = 2 of N = 4), C = 32: experts 1 and 3 never run.
+    auto model = Tagat(tiny_tagat());
+    fix_gate_logits(model, {1.0f, 0.0f, 2.0f, -1.0f});
+    const auto in = make_inputs({5, 3}, 6);
+    const auto out = model.forward(in.input, in.mask, in.segment, /*trace=*/true);
+    const double C = 32, n = 8, sum_sq = 5 * 5 + 3 * 3;
+    const double gate = 2 * n * C * 4;
+    const double kv = 2 * n * C * 2 * C;
+    const double per_query = 2 * (2 * C * C) + 2 * C * 4 * C + 2 * 4 * C * C + 2 * C * 2 * C;  // q, out, FFN, FiLM
+    const double expert = kv + n * per_query + 4 * C * sum_sq;
+    QCOMPARE(out.trace[0].flops, gate + 2 * expert);
+    QCOMPARE(out.trace[1].dense_flops, gate + 4 * expert);
+    QCOMPARE(out.trace[1].tokens_processed.at("mlp"), std::int64_t(16));
   }
 
   void routingLossesEqualHandComputation() {

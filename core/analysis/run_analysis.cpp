@@ -2,10 +2,12 @@
 #include "core/analysis/run_analysis.h"
 
 #include <cmath>
+#include <limits>
 
 #include "core/models/registry.h"
 #include "core/store/run_store.h"
 #include "core/train/checkpoint.h"
+#include "core/train/classification_step.h"
 #include "core/train/evaluation.h"
 #include "core/util/device.h"
 #include "core/util/errors.h"
@@ -56,9 +58,31 @@ StoredRun read_stored_run(const std::string& db_path, std::int64_t run_id, const
   return run;
 }
 
+namespace {
+
+bool is_classification(const std::string& arch) { return architecture(arch).task == "classification"; }
+
+std::string run_text(const StoredRun& stored, std::int64_t run_id) {
+  return stored.db_path + ": run " + std::to_string(run_id) + " (" + stored.arch + ")";
+}
+
+}  // namespace
+
+bool is_classification_run(const std::string& db_path, std::int64_t run_id) {
+  const auto path = db_path.empty() ? default_db_path() : db_path;
+  RunStore store(path, /*mark_crashed=*/false);
+  const auto record = store.run(run_id);
+  if (!record) throw StoreError(path + ": no run with id " + std::to_string(run_id));
+  return is_classification(record->arch);
+}
+
 LoadedRun load_run(const std::string& db_path, std::int64_t run_id, const std::vector<std::string>& sets,
                    std::int64_t step) {
   StoredRun stored = read_stored_run(db_path, run_id, sets, step);
+  if (is_classification(stored.arch))
+    throw ConfigError(run_text(stored, run_id) +
+                      " is a sentence-pair classifier; this analysis needs a language model (eval, trace and the "
+                      "token inspector open classifiers)");
   LoadedRun run;
   run.db_path = stored.db_path;
   run.run_id = run_id;
@@ -78,11 +102,43 @@ LoadedRun load_run(const std::string& db_path, std::int64_t run_id, const std::v
   return run;
 }
 
+LoadedClassifierRun load_classifier_run(const std::string& db_path, std::int64_t run_id,
+                                        const std::vector<std::string>& sets, std::int64_t step) {
+  StoredRun stored = read_stored_run(db_path, run_id, sets, step);
+  if (!is_classification(stored.arch))
+    throw ConfigError(run_text(stored, run_id) + " is a language model, not a classifier");
+  LoadedClassifierRun run;
+  run.db_path = stored.db_path;
+  run.run_id = run_id;
+  run.sets = sets;
+  run.name = stored.name;
+  run.config = std::move(stored.config);
+  run.device = resolve_device(run.config.run().at("device").get<std::string>());
+  run.bf16 = run.config.train().at("precision") == "bf16";
+  configure_threads(static_cast<int>(run.config.run().at("threads").get<std::int64_t>()));
+  run.data = make_classification_dataset(run.config.data());
+  run.model = create_classifier(run.config.model(),
+                                {run.data->vocab_size(), run.data->max_length(), run.data->num_classes()});
+  run.model->to(run.device);
+  run.step = load_checkpoint(stored.checkpoint, *run.model, nullptr, run.device).step;
+  run.checkpoint = stored.checkpoint;
+  run.model->eval();
+  return run;
+}
+
 nlohmann::json RunEvalReport::to_json() const {
   nlohmann::json j = {{"run", run_id},       {"name", name},   {"arch", arch},         {"split", split},
                       {"step", step},        {"sets", sets},   {"batches", batches},   {"batch_size", batch_size},
                       {"loss", loss},        {"ppl", ppl},     {"bpc", bpc},           {"flops_ratio", flops_ratio},
                       {"routed_fraction", routed_fraction},    {"layers", layers}};
+  j["task"] = task;
+  if (task == "classification") {
+    j["accuracy"] = accuracy;
+    j["macro_f1"] = macro_f1;
+    j["examples"] = examples;
+    j.erase("ppl");
+    j.erase("bpc");
+  }
   j["stats"] = nlohmann::json::object();
   for (const auto& [key, value] : stats) j["stats"][key] = value;
   return j;
@@ -105,6 +161,33 @@ RunEvalReport evaluate_run(LoadedRun& run, const RunEvalOptions& options) {
   r.loss = pass.loss;
   r.ppl = std::exp(pass.loss);
   r.bpc = pass.loss / std::log(2.0) / run.dataset->chars_per_token(options.split);
+  r.flops_ratio = pass.routing.flops_ratio();
+  r.routed_fraction = pass.routing.any_routed() ? pass.routing.mean_routed_fraction() : 1.0;
+  r.layers = pass.routing.to_json()["layers"];
+  r.stats = pass.stats;
+  return r;
+}
+
+RunEvalReport evaluate_run(LoadedClassifierRun& run, const RunEvalOptions& options) {
+  RunEvalReport r;
+  r.run_id = run.run_id;
+  r.task = "classification";
+  r.name = run.name;
+  r.arch = run.config.arch();
+  r.split = to_string(options.split);
+  r.step = run.step;
+  r.sets = run.sets;
+  r.examples = run.data->size(options.split);
+  if (r.examples == 0)
+    throw DataError("run " + std::to_string(run.run_id) + ": the " + r.split + " split has no pairs (data." +
+                    r.split + "_path)");
+  r.batch_size = options.batch_size > 0 ? options.batch_size : run.config.train().at("batch_size").get<std::int64_t>();
+  r.batches = (r.examples + r.batch_size - 1) / r.batch_size;
+  const auto pass = evaluate_classifier(*run.model, *run.data, options.split, r.batch_size, run.device, run.bf16);
+  r.loss = pass.loss;
+  r.ppl = r.bpc = std::numeric_limits<double>::quiet_NaN();
+  r.accuracy = pass.scores.accuracy;
+  r.macro_f1 = pass.scores.macro_f1;
   r.flops_ratio = pass.routing.flops_ratio();
   r.routed_fraction = pass.routing.any_routed() ? pass.routing.mean_routed_fraction() : 1.0;
   r.layers = pass.routing.to_json()["layers"];

@@ -1,6 +1,6 @@
 // Analysis of a stored run: reopen it (its stored config, optionally with eval-only overrides such as
 // model.inference=sparse or model.exit_threshold=0.9, its dataset and the weights of a checkpoint) and evaluate
-// it on a split with the same fixed batches the trainer uses.
+// it on a split with the same fixed batches the trainer uses (classifiers: the whole split).
 #pragma once
 #include <cstdint>
 #include <map>
@@ -12,7 +12,9 @@
 #include <torch/torch.h>
 
 #include "core/config/experiment_config.h"
+#include "core/data/classification.h"
 #include "core/data/dataset.h"
+#include "core/models/classifier.h"
 #include "core/models/language_model.h"
 
 namespace routelab {
@@ -27,6 +29,21 @@ struct LoadedRun {
   std::shared_ptr<LanguageModel> model; ///< in eval mode
   std::int64_t step = 0;                ///< the checkpoint's step
   std::string checkpoint;               ///< its path
+  torch::Device device = torch::kCPU;
+  bool bf16 = false;
+};
+
+/// A stored sentence-pair classification run (task "classification", e.g. tagat), opened as LoadedRun is.
+struct LoadedClassifierRun {
+  std::int64_t run_id = 0;
+  std::string db_path;
+  std::string name;
+  ExperimentConfig config;                       ///< the stored config with the overrides applied
+  std::vector<std::string> sets;                 ///< the overrides
+  std::unique_ptr<ClassificationDataset> data;   ///< rebuilt from the config (files re-read, synthetic regenerated)
+  std::shared_ptr<SequenceClassifier> model;     ///< in eval mode
+  std::int64_t step = 0;
+  std::string checkpoint;
   torch::Device device = torch::kCPU;
   bool bf16 = false;
 };
@@ -48,9 +65,17 @@ StoredRun read_stored_run(const std::string& db_path, std::int64_t run_id, const
 /// Opens run `run_id` of the store `db_path` ("" = the default store) with the weights of its checkpoint at
 /// `step` (0 = the latest). `sets` ("model.exit_threshold=0.9") are applied to the stored config; an option that
 /// changes parameter shapes fails when the weights load (CheckpointError naming the file). A run without a
-/// checkpoint, an unknown run or a config that no longer resolves are errors naming the store and the run.
+/// checkpoint, an unknown run or a config that no longer resolves are errors naming the store and the run. A
+/// classification run is a ConfigError naming the run and its architecture (open it with load_classifier_run).
 LoadedRun load_run(const std::string& db_path, std::int64_t run_id, const std::vector<std::string>& sets = {},
                    std::int64_t step = 0);
+
+/// load_run for classification runs; a language-model run is a ConfigError naming the run.
+LoadedClassifierRun load_classifier_run(const std::string& db_path, std::int64_t run_id,
+                                        const std::vector<std::string>& sets = {}, std::int64_t step = 0);
+
+/// Whether run `run_id` of `db_path` is a classification run (its architecture's task), read from the store.
+bool is_classification_run(const std::string& db_path, std::int64_t run_id);
 
 struct RunEvalOptions {
   Split split = Split::Val;
@@ -60,11 +85,14 @@ struct RunEvalOptions {
 
 struct RunEvalReport {
   std::int64_t run_id = 0;
+  std::string task = "lm";                ///< "lm" or "classification"
   std::string name, arch, split;
   std::int64_t step = 0;
   std::vector<std::string> sets;
   std::int64_t batches = 0, batch_size = 0;
-  double loss = 0, ppl = 0, bpc = 0, flops_ratio = 1, routed_fraction = 1;
+  double loss = 0, ppl = 0, bpc = 0, flops_ratio = 1, routed_fraction = 1;  ///< ppl, bpc: NaN for classifiers
+  double accuracy = 0, macro_f1 = 0;      ///< classification only
+  std::int64_t examples = 0;              ///< classification: the split's pairs (all are evaluated)
   nlohmann::json layers;                  ///< InferenceRouting::to_json()["layers"]
   std::map<std::string, double> stats;    ///< ModelOutput::stats, mean over the batches
   nlohmann::json to_json() const;
@@ -73,6 +101,10 @@ struct RunEvalReport {
 /// Evaluates in inference mode; with the run's own batch settings on the val split this reproduces the last
 /// evaluation recorded at the checkpoint's step.
 RunEvalReport evaluate_run(LoadedRun& run, const RunEvalOptions& options = {});
+
+/// A classifier on the whole split (options.batches is ignored), as the trainer's per-epoch evaluation: loss,
+/// accuracy, macro-F1, routing and the model's stats. An empty split is a DataError naming it.
+RunEvalReport evaluate_run(LoadedClassifierRun& run, const RunEvalOptions& options = {});
 
 /// "val", "test" or "train" -> Split; anything else is a ConfigError naming `key`.
 Split parse_split(const std::string& name, const std::string& key);

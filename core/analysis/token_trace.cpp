@@ -205,20 +205,16 @@ TraceableRun open_traceable(const std::string& db_path, std::int64_t run_id, std
     run.num_layers = run.lm->config.model().value("n_layer", std::int64_t{0});
     return run;
   }
-  const ExperimentConfig& config = stored.config;
+  auto loaded = load_classifier_run(stored.db_path, run_id, {}, step);
   run.task = "classification";
-  run.name = stored.name;
+  run.name = loaded.name;
   run.arch = stored.arch;
-  run.device = resolve_device(config.run().at("device").get<std::string>());
-  configure_threads(static_cast<int>(config.run().at("threads").get<std::int64_t>()));
-  const auto data = make_classification_dataset(config.data());
-  run.labels = data->label_names();
-  run.max_length = data->max_length();
-  run.pair_tokenizer = PairTokenizer::from_json(data->tokenizer_json());
-  run.classifier = create_classifier(config.model(), {data->vocab_size(), data->max_length(), data->num_classes()});
-  run.classifier->to(run.device);
-  run.step = load_checkpoint(stored.checkpoint, *run.classifier, nullptr, run.device).step;
-  run.classifier->eval();
+  run.device = loaded.device;
+  run.labels = loaded.data->label_names();
+  run.max_length = loaded.data->max_length();
+  run.pair_tokenizer = PairTokenizer::from_json(loaded.data->tokenizer_json());
+  run.classifier = loaded.model;
+  run.step = loaded.step;
   run.num_layers = run.classifier->num_layers();
   return run;
 }

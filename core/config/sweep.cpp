@@ -63,14 +63,17 @@ SweepPlan expand_sweep(const nlohmann::json& doc, const std::string& origin) {
     return overrides;
   };
 
+  auto check_path = [&](const std::string& where, const std::string& path) {
+    const auto dot = path.find('.');
+    bool section_ok = false;
+    for (const char* s : kSections) section_ok = section_ok || (dot != std::string::npos && path.substr(0, dot) == s);
+    if (!section_ok || dot + 1 >= path.size()) fail(where + ": expected section.key (model, data, train, run)");
+  };
   std::vector<std::pair<std::string, std::vector<nlohmann::json>>> axes;
   if (doc.contains("grid")) {
     if (!doc["grid"].is_object()) fail("grid: expected an object of \"section.key\": [values]");
     for (const auto& [path, values] : doc["grid"].items()) {
-      const auto dot = path.find('.');
-      bool section_ok = false;
-      for (const char* s : kSections) section_ok = section_ok || (dot != std::string::npos && path.substr(0, dot) == s);
-      if (!section_ok || dot + 1 >= path.size()) fail("grid." + path + ": expected section.key (model, data, train, run)");
+      check_path("grid." + path, path);
       if (!values.is_array() || values.empty()) fail("grid." + path + ": expected a non-empty array of values");
       axes.emplace_back(path, std::vector<nlohmann::json>(values.begin(), values.end()));
     }
@@ -108,8 +111,20 @@ SweepPlan expand_sweep(const nlohmann::json& doc, const std::string& origin) {
       const std::string where = "baselines[" + std::to_string(b) + "]";
       if (!entry.is_object() || !entry.contains("preset") || !entry["preset"].is_string())
         fail(where + ".preset: expected a preset name");
+      for (const auto& [key, value] : entry.items())
+        if (key != "preset" && key != "name" && key != "set")
+          fail(where + "." + key + ": unknown key (expected preset, name, set)");
       const auto preset = entry["preset"].get<std::string>();
       const auto label = entry.value("name", preset);
+      // The baseline's own settings: {"train.lr": 1e-4, ...}, applied over the sweep's sections and axes.
+      std::vector<std::pair<std::string, nlohmann::json>> own;
+      if (entry.contains("set")) {
+        if (!entry["set"].is_object()) fail(where + ".set: expected an object of \"section.key\": value");
+        for (const auto& [path, value] : entry["set"].items()) {
+          check_path(where + ".set." + path, path);
+          own.emplace_back(path, value);
+        }
+      }
       // The shared budget and seeds: every grid axis outside the model section.
       std::vector<std::pair<std::string, std::vector<nlohmann::json>>> shared;
       for (const auto& axis : axes)
@@ -124,6 +139,7 @@ SweepPlan expand_sweep(const nlohmann::json& doc, const std::string& origin) {
           suffix += (suffix.empty() ? "" : ",") + shared[a].first.substr(shared[a].first.find('.') + 1) + "=" +
                     value_text(shared[a].second[at[a]]);
         }
+        for (const auto& [path, value] : own) assign(overrides, path, value);
         resolve_point(overrides, plan.name + "/" + label + (suffix.empty() ? "" : "," + suffix), preset);
         std::size_t a = shared.size();
         while (a > 0 && ++at[a - 1] == shared[a - 1].second.size()) at[--a] = 0;

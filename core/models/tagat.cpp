@@ -4,6 +4,7 @@
 
 #include <sstream>
 
+#include "core/cost/flops.h"
 #include "core/models/blocks/attention.h"
 #include "core/util/errors.h"
 
@@ -87,8 +88,8 @@ GatedModularLayerImpl::Output GatedModularLayerImpl::forward(const torch::Tensor
       const auto rows = experts[i]->forward(x, mask).reshape({B * T, C});
       const auto modulated = modulate(static_cast<std::size_t>(i), rows, x_flat);
       y = y + (weights.select(1, i).unsqueeze(1) * modulated).to(y.scalar_type());
-      out.tokens_per_expert[i] = B * T;
     }
+    out.tokens_per_expert.assign(static_cast<std::size_t>(N), mask.sum().item<std::int64_t>());
   } else {
     const auto selected = torch::zeros({B, T, N}, mask.options().dtype(torch::kBool))
                               .scatter(-1, out.gate.experts, true)
@@ -108,6 +109,26 @@ GatedModularLayerImpl::Output GatedModularLayerImpl::forward(const torch::Tensor
   }
   out.h = norm(x + y.view({B, T, C}));  // h = LayerNorm(x + y) (§4.5)
   return out;
+}
+
+double Tagat::layer_flops(const torch::Tensor& per_sequence, const torch::Tensor& lengths, bool dense) const {
+  const double C = static_cast<double>(options_.n_embd()), N = static_cast<double>(options_.n_experts());
+  const double real = lengths.sum().item<double>();
+  // Per query row: q and output projections, FFN C -> 4C -> C, FiLM C -> 2C; per key row: the fused K/V projection.
+  const auto per_query = [&](double rows) {
+    return 2 * linear_flops(rows, C, C) + linear_flops(rows, C, 4 * C) + linear_flops(rows, 4 * C, C) +
+           linear_flops(rows, C, 2 * C);
+  };
+  double flops = linear_flops(real, C, N);  // the gate
+  for (std::int64_t i = 0; i < options_.n_experts(); ++i) {
+    // Queries routed to expert i, per sequence; the dense oracle runs every real token through every expert.
+    const auto q = dense ? lengths : per_sequence.select(1, i);  // (B)
+    const double queries = q.sum().item<double>();
+    if (queries == 0) continue;
+    // Keys and values cover each sequence's real tokens; scores and the weighted sum: 4 C per (query, key).
+    flops += linear_flops(real, C, 2 * C) + per_query(queries) + 4.0 * C * (q * lengths).sum().item<double>();
+  }
+  return flops;
 }
 
 Tagat::Tagat(TagatOptions options) : options_(std::move(options)) {
@@ -182,6 +203,7 @@ ClassifierOutput Tagat::forward(const torch::Tensor& input, const torch::Tensor&
   const auto mean_load_cpu = mean_load.cpu();
   for (std::int64_t i = 0; i < N; ++i) out.stats["load/E" + std::to_string(i)] = mean_load_cpu[i].item<double>();
   std::vector<torch::Tensor> gates, experts;
+  const auto lengths = mask.cpu().to(torch::kDouble).sum(1);  // (B) real tokens per sequence
   for (std::size_t l = 0; l < outs.size(); ++l) {
     const auto& o = outs[l];
     LayerTrace t;
@@ -196,10 +218,13 @@ ClassifierOutput Tagat::forward(const torch::Tensor& input, const torch::Tensor&
     t.stats["balance"] = balance_loss(o.losses.load).item<double>();
     const auto load = o.losses.load.cpu();
     // Hard shares: (token, slot) assignments to expert i over all real-token assignments (sum to one).
-    const auto counts = torch::zeros({B, T, N}, torch::kFloat)
-                            .scatter(-1, o.gate.experts.cpu(), 1.0f)
-                            .mul(mask.cpu().to(torch::kFloat).unsqueeze(-1))
-                            .sum(std::vector<std::int64_t>{0, 1});
+    const auto per_sequence = torch::zeros({B, T, N}, torch::kDouble)
+                                  .scatter(-1, o.gate.experts.cpu(), 1.0)
+                                  .mul(mask.cpu().to(torch::kDouble).unsqueeze(-1))
+                                  .sum(1);  // (B, N) tokens of each sequence routed to each expert
+    const auto counts = per_sequence.sum(0);  // (N)
+    t.flops = layer_flops(per_sequence, lengths, options_.dispatch() == TagatDispatch::Dense);
+    t.dense_flops = layer_flops(per_sequence, lengths, /*dense=*/true);
     const std::string prefix = "L" + std::to_string(l) + "/E";
     for (std::int64_t i = 0; i < N; ++i) {
       const auto id = std::to_string(i);

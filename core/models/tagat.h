@@ -123,6 +123,12 @@ class Tagat : public SequenceClassifier {
   std::vector<GatedModularLayer> layers;
   torch::nn::Linear head{nullptr};        ///< C -> num_classes on [CLS]
 
+  /// Forward FLOPs of one gated layer from its routing: `per_sequence` (B, N) real tokens of each sequence routed
+  /// to each expert, `lengths` (B) real tokens per sequence (both double, CPU). An expert that runs computes K/V over
+  /// the real tokens and queries, scores, FFN and FiLM for its own tokens; `dense`: the oracle's cost, every
+  /// expert on every real token (the reference of the trace's FLOPs ratio).
+  double layer_flops(const torch::Tensor& per_sequence, const torch::Tensor& lengths, bool dense) const;
+
  private:
   TagatOptions options_;
 };

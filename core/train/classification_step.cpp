@@ -89,8 +89,22 @@ ClassificationScores classification_scores(const std::vector<std::int64_t>& labe
   return s;
 }
 
+std::map<std::string, double> routing_change(const torch::Tensor& previous, const torch::Tensor& current) {
+  std::map<std::string, double> stats;
+  if (!previous.defined() || !current.defined() || previous.sizes() != current.sizes()) return stats;
+  const auto real = current.select(-1, 0).ge(0);                                  // (n, T, L)
+  const auto changed = previous.ne(current).any(-1).logical_and(real);            // (n, T, L)
+  const auto per_layer = changed.sum(std::vector<std::int64_t>{0, 1}).to(torch::kDouble) /
+                         real.sum(std::vector<std::int64_t>{0, 1}).clamp_min(1).to(torch::kDouble);  // (L)
+  for (std::int64_t l = 0; l < per_layer.size(0); ++l)
+    stats["routing_change/L" + std::to_string(l)] = per_layer[l].item<double>();
+  stats["routing_change"] = per_layer.mean().item<double>();
+  return stats;
+}
+
 ClassEvalPass evaluate_classifier(SequenceClassifier& model, const ClassificationDataset& data, Split split,
-                                  std::int64_t batch_size, const torch::Device& device, bool bf16) {
+                                  std::int64_t batch_size, const torch::Device& device, bool bf16,
+                                  const torch::Tensor& previous) {
   torch::NoGradGuard no_grad;
   const bool was_training = model.is_training();
   model.eval();
@@ -111,6 +125,13 @@ ClassEvalPass evaluate_classifier(SequenceClassifier& model, const Classificatio
     predicted.insert(predicted.end(), pred.data_ptr<std::int64_t>(), pred.data_ptr<std::int64_t>() + pred.numel());
     labels.insert(labels.end(), lab.data_ptr<std::int64_t>(), lab.data_ptr<std::int64_t>() + lab.numel());
     pass.routing.add(out.trace);
+    if (const auto it = out.token_data.find("expert"); it != out.token_data.end()) {
+      const auto chosen = std::get<0>(it->second.sort(-1)).to(torch::kCPU, torch::kShort);  // (b, T, L, k)
+      if (!pass.assignments.defined())
+        pass.assignments = torch::full({n, chosen.size(1), chosen.size(2), chosen.size(3)}, -1, chosen.options());
+      const auto real = batch.mask.to(torch::kCPU).view({-1, chosen.size(1), 1, 1});
+      pass.assignments.narrow(0, begin, chosen.size(0)).copy_(chosen.masked_fill(real.logical_not(), -1));
+    }
     const double tokens = batch.mask.sum().item<double>();
     for (const auto& [key, value] : out.stats) pass.stats[key] += value * tokens;
     token_sum += tokens;
@@ -119,6 +140,7 @@ ClassEvalPass evaluate_classifier(SequenceClassifier& model, const Classificatio
   pass.loss = n > 0 ? loss_sum / static_cast<double>(n) : 0.0;
   for (auto& [key, value] : pass.stats) value /= std::max(1.0, token_sum);
   pass.scores = classification_scores(labels, predicted, data.num_classes());
+  for (const auto& [key, value] : routing_change(previous, pass.assignments)) pass.stats[key] = value;
   if (was_training) model.train();
   return pass;
 }

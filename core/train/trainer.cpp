@@ -383,7 +383,9 @@ class Session {
 
   /// The whole validation split: loss, accuracy, macro-F1, routing stats, and the probe example.
   EvalMetrics evaluate_classification(std::int64_t step) {
-    const auto pass = evaluate_classifier(*classifier_, *class_data_, Split::Val, batch_size_, device_, bf16_);
+    auto pass = evaluate_classifier(*classifier_, *class_data_, Split::Val, batch_size_, device_, bf16_,
+                                    previous_assignments_);
+    previous_assignments_ = std::move(pass.assignments);
     EvalMetrics e;
     e.step = step;
     e.val_loss = pass.loss;
@@ -399,8 +401,10 @@ class Session {
     writer_->add_metric({"val/accuracy", step, wall, *e.val_accuracy});
     writer_->add_metric({"val/macro_f1", step, wall, *e.val_macro_f1});
     writer_->add_metric({"val/epoch", step, wall, static_cast<double>(step) / schedule_->steps_per_epoch()});
-    if (pass.routing.any_routed())
+    if (pass.routing.any_routed()) {
       writer_->add_metric({"val/routed_fraction", step, wall, pass.routing.mean_routed_fraction()});
+      writer_->add_metric({"val/flops_ratio", step, wall, e.flops_ratio});
+    }
     auto extra = pass.routing.to_json();
     extra["task"] = "classification";
     extra["accuracy"] = pass.scores.accuracy;
@@ -505,6 +509,7 @@ class Session {
   std::shared_ptr<LanguageModel> model_;
   std::unique_ptr<ClassificationDataset> class_data_;  ///< classification
   std::shared_ptr<SequenceClassifier> classifier_;
+  torch::Tensor previous_assignments_;  ///< the last validation pass's expert choices (routing_change)
   std::unique_ptr<EpochSchedule> schedule_;
   double epoch_loss_sum_ = 0;
   std::int64_t epoch_correct_ = 0, epoch_examples_ = 0;
