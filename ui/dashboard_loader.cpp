@@ -136,7 +136,9 @@ bool isMetricsViewKey(const QString& key) {
   if (!key.startsWith(QLatin1String("train/")) && !key.startsWith(QLatin1String("val/"))) return false;
   if (key == QLatin1String("train/loss") || key == QLatin1String("val/loss") || key == QLatin1String("val/epoch"))
     return false;
-  return !key.contains(QLatin1String("/load/")) && !key.contains(QLatin1String("/assign/"));
+  // Per-layer and per-expert series stay out of the panels (the loads chart shows them; the layer mean is kept).
+  return !key.contains(QLatin1String("/load/")) && !key.contains(QLatin1String("/assign/")) &&
+         !key.contains(QLatin1String("/routing_change/"));
 }
 
 RunMetricsData loadMetricsData(const RunStore& store, qint64 runId) {
