@@ -64,18 +64,23 @@ class TestClassificationTrain : public QObject {
  private Q_SLOTS:
   void initTestCase() { qputenv("ROUTELAB_HOME", home_.path().toUtf8()); }
 
-  void routingChangeCountsChangedExpertSets() {
-    // 1 example, 3 positions (the last one padding), 2 layers, top-2 in ascending order.
+  void routingChangeCountsChangedExperts() {
+    // 1 example, 3 positions (the last one padding), 2 layers, top-2 with the highest gate first.
     const auto before = torch::tensor({0, 1, 1, 2, -1, -1, /*L1*/ 2, 3, 0, 3, -1, -1}, torch::kShort)
                             .view({2, 1, 3, 2}).permute({1, 2, 0, 3}).contiguous();  // (1, 3, 2, 2)
     auto after = before.clone();
-    after.index_put_({0, 1, 0, 0}, 0);  // layer 0, token 1: {1, 2} -> {0, 2}
+    after.index_put_({0, 1, 0, 0}, 0);                            // layer 0, token 1: (1, 2) -> (0, 2)
+    after.index_put_({0, 0, 1, 0}, 3);                            // layer 1, token 0: (2, 3) -> (3, 2),
+    after.index_put_({0, 0, 1, 1}, 2);                            // the same set, another top expert
     const auto change = routing_change(before, after);
-    QCOMPARE(change.at("routing_change/L0"), 0.5);  // 1 of 2 real tokens
-    QCOMPARE(change.at("routing_change/L1"), 0.0);
-    QCOMPARE(change.at("routing_change"), 0.25);
-    QVERIFY(routing_change(torch::Tensor(), after).empty());                  // first evaluation
-    QVERIFY(routing_change(before.narrow(1, 0, 2), after).empty());           // another shape
+    QCOMPARE(change.at("routing_change/L0"), 0.5);                // 1 of 2 real tokens
+    QCOMPARE(change.at("routing_change/L1"), 0.5);
+    QCOMPARE(change.at("routing_change"), 0.5);
+    QCOMPARE(change.at("routing_change_set/L0"), 0.5);
+    QCOMPARE(change.at("routing_change_set/L1"), 0.0);            // a reordering is no change of the set
+    QCOMPARE(change.at("routing_change_set"), 0.25);
+    QVERIFY(routing_change(torch::Tensor(), after).empty());      // first evaluation
+    QVERIFY(routing_change(before.narrow(1, 0, 2), after).empty());  // another shape
     QCOMPARE(routing_change(after, after).at("routing_change"), 0.0);
   }
 
@@ -109,6 +114,7 @@ class TestClassificationTrain : public QObject {
     QCOMPARE(change[0].step, std::int64_t(8));
     for (const auto& p : change) QVERIFY(p.value >= 0 && p.value <= 1);
     QCOMPARE(store.metric(id, "val/routing_change/L0").size(), std::size_t(3));
+    QCOMPARE(store.metric(id, "val/routing_change_set").size(), std::size_t(3));
     const auto entropy = store.metric(id, "val/entropy").back().value;
     QVERIFY(entropy >= 0 && entropy <= std::log(2.0) + 1e-6);  // top-2: at most ln 2
     const auto evals = store.evals(id);

@@ -136,9 +136,11 @@ bool isMetricsViewKey(const QString& key) {
   if (!key.startsWith(QLatin1String("train/")) && !key.startsWith(QLatin1String("val/"))) return false;
   if (key == QLatin1String("train/loss") || key == QLatin1String("val/loss") || key == QLatin1String("val/epoch"))
     return false;
-  // Per-layer and per-expert series stay out of the panels (the loads chart shows them; the layer mean is kept).
+  // Per-expert and per-layer (".../L<l>") series stay out of the panels: the loads chart shows the experts, and
+  // the layer means have panels of their own.
+  static const QRegularExpression perLayer(QStringLiteral("/L\\d+(/|$)"));
   return !key.contains(QLatin1String("/load/")) && !key.contains(QLatin1String("/assign/")) &&
-         !key.contains(QLatin1String("/routing_change/"));
+         !key.contains(perLayer);
 }
 
 RunMetricsData loadMetricsData(const RunStore& store, qint64 runId) {

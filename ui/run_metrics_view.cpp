@@ -41,7 +41,8 @@ QString titleOf(const QString& id) {
       {QStringLiteral("aux_loss"), QStringLiteral("auxiliary loss")},
       {QStringLiteral("entropy"), QStringLiteral("router entropy")},
       {QStringLiteral("load_imbalance"), QStringLiteral("load imbalance")},
-      {QStringLiteral("routing_change"), QStringLiteral("tokens whose experts changed since the last evaluation")},
+      {QStringLiteral("routing_change"), QStringLiteral("tokens whose top expert changed since the last evaluation")},
+      {QStringLiteral("routing_change_set"), QStringLiteral("tokens whose expert set changed since the last evaluation")},
       {QStringLiteral("routed_fraction"), QStringLiteral("routed fraction")},
       {QStringLiteral("flops_ratio"), QStringLiteral("FLOPs ratio")},
       {QStringLiteral("ppl"), QStringLiteral("perplexity")},
@@ -55,7 +56,8 @@ int rankOf(const QString& id, const QString& task) {
   static const QStringList lm{QStringLiteral("lr"),           QStringLiteral("grad_norm"),
                               QStringLiteral("tokens_per_s"), QStringLiteral("aux_loss"),
                               QStringLiteral("entropy"),      QStringLiteral("load_imbalance"),
-                              QStringLiteral("routing_change"), QStringLiteral("routed_fraction"), QStringLiteral("flops_ratio"),
+                              QStringLiteral("routing_change"), QStringLiteral("routing_change_set"),
+                              QStringLiteral("routed_fraction"), QStringLiteral("flops_ratio"),
                               QStringLiteral("ppl"),          QStringLiteral("bpc")};
   static const QStringList classification{QStringLiteral("accuracy"), QStringLiteral("macro_f1")};
   const bool classifier = task == QLatin1String("classification");

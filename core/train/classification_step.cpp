@@ -92,13 +92,16 @@ ClassificationScores classification_scores(const std::vector<std::int64_t>& labe
 std::map<std::string, double> routing_change(const torch::Tensor& previous, const torch::Tensor& current) {
   std::map<std::string, double> stats;
   if (!previous.defined() || !current.defined() || previous.sizes() != current.sizes()) return stats;
-  const auto real = current.select(-1, 0).ge(0);                                  // (n, T, L)
-  const auto changed = previous.ne(current).any(-1).logical_and(real);            // (n, T, L)
-  const auto per_layer = changed.sum(std::vector<std::int64_t>{0, 1}).to(torch::kDouble) /
-                         real.sum(std::vector<std::int64_t>{0, 1}).clamp_min(1).to(torch::kDouble);  // (L)
-  for (std::int64_t l = 0; l < per_layer.size(0); ++l)
-    stats["routing_change/L" + std::to_string(l)] = per_layer[l].item<double>();
-  stats["routing_change"] = per_layer.mean().item<double>();
+  const auto real = current.select(-1, 0).ge(0);                                                  // (n, T, L)
+  const auto share = [&](const torch::Tensor& changed, const std::string& key) {                  // (n, T, L)
+    const auto per_layer = changed.logical_and(real).sum(std::vector<std::int64_t>{0, 1}).to(torch::kDouble) /
+                           real.sum(std::vector<std::int64_t>{0, 1}).clamp_min(1).to(torch::kDouble);  // (L)
+    for (std::int64_t l = 0; l < per_layer.size(0); ++l)
+      stats[key + "/L" + std::to_string(l)] = per_layer[l].item<double>();
+    stats[key] = per_layer.mean().item<double>();
+  };
+  share(previous.select(-1, 0).ne(current.select(-1, 0)), "routing_change");
+  share(std::get<0>(previous.sort(-1)).ne(std::get<0>(current.sort(-1))).any(-1), "routing_change_set");
   return stats;
 }
 
@@ -126,7 +129,7 @@ ClassEvalPass evaluate_classifier(SequenceClassifier& model, const Classificatio
     labels.insert(labels.end(), lab.data_ptr<std::int64_t>(), lab.data_ptr<std::int64_t>() + lab.numel());
     pass.routing.add(out.trace);
     if (const auto it = out.token_data.find("expert"); it != out.token_data.end()) {
-      const auto chosen = std::get<0>(it->second.sort(-1)).to(torch::kCPU, torch::kShort);  // (b, T, L, k)
+      const auto chosen = it->second.to(torch::kCPU, torch::kShort);  // (b, T, L, k), highest gate first
       if (!pass.assignments.defined())
         pass.assignments = torch::full({n, chosen.size(1), chosen.size(2), chosen.size(3)}, -1, chosen.options());
       const auto real = batch.mask.to(torch::kCPU).view({-1, chosen.size(1), 1, 1});

@@ -10,8 +10,8 @@
 //   L_ent term before λ_ent), load_imbalance (L_bal = Σ_i (u_i - 1/N)² before λ_bal), load/L<l>/E<i> (the seed's
 //   soft load u_i of expert i in layer l: mean gate weight over real tokens), load/E<i> (u_i averaged over the
 //   layers, the seed's Table 1-2 column), assign/L<l>/E<i> (the hard share of (token, slot) assignments) and,
-//   from the second evaluation on, routing_change/L<l> and routing_change (the share of validation tokens whose
-//   expert set changed since the previous evaluation: 0 means the routing is frozen).
+//   from the second evaluation on, routing_change and routing_change_set (per layer /L<l>: the share of
+//   validation tokens whose top expert, or set of experts, changed since the previous evaluation; 0 = frozen).
 //   Validation stats are means over the validation batches weighted by their real-token counts.
 #pragma once
 #include <cstdint>
@@ -77,19 +77,21 @@ struct ClassEvalPass {
   std::map<std::string, double> stats;  ///< model stats, real-token-weighted mean over the batches
   std::int64_t examples = 0;
   /// For models that route tokens to experts (token data "expert"): (examples, T, L, k) int16 CPU, each real
-  /// token's chosen experts in ascending order, -1 at padding. Undefined for other models.
+  /// token's chosen experts, highest gate weight first, -1 at padding. Undefined for other models.
   torch::Tensor assignments;
 };
 
 /// The whole split in order, in batches of `batch_size`, eval mode, no gradients. Restores train mode. Given the
-/// `previous` pass's assignments (same split and shape), adds the stats routing_change/L<l> and routing_change
-/// (their mean over layers): the share of real tokens whose set of chosen experts differs from that pass's.
+/// `previous` pass's assignments (same split and shape), adds the routing_change stats (see routing_change).
 ClassEvalPass evaluate_classifier(SequenceClassifier& model, const ClassificationDataset& data, Split split,
                                   std::int64_t batch_size, const torch::Device& device, bool bf16,
                                   const torch::Tensor& previous = {});
 
-/// The routing_change stats between two assignment tensors of evaluate_classifier (real tokens: those >= 0 in
-/// `current`). Empty when either is undefined or their shapes differ.
+/// Between two assignment tensors of evaluate_classifier, over the real tokens (>= 0 in `current`), per layer
+/// (key/L<l>) and as the mean over layers (key): routing_change, the share of tokens whose top expert (highest
+/// gate weight) changed, and routing_change_set, the share whose set of k experts changed. With near-zero
+/// routing entropy the top expert carries all the weight, so the soft loads follow routing_change, while the
+/// second choice may change freely. Empty when either is undefined or their shapes differ.
 std::map<std::string, double> routing_change(const torch::Tensor& previous, const torch::Tensor& current);
 
 /// The probe example of the validation split: {"task": "classification", "tokens", "label", "label_name",
