@@ -9,7 +9,9 @@
 #include <QTemporaryDir>
 #include <QtTest>
 
+#include <algorithm>
 #include <cmath>
+#include <map>
 #include <set>
 
 #include "core/analysis/layer_similarity.h"
@@ -19,6 +21,7 @@
 #include "core/data/dataset.h"
 #include "core/models/blocks/norm.h"
 #include "core/models/drr.h"
+#include "core/models/radial.h"
 #include "core/models/registry.h"
 #include "core/report/figures.h"
 #include "core/report/seed_figures.h"
@@ -153,7 +156,8 @@ class TestSeedFigures : public QObject {
     // final_norm + head of the last layer's output = the model's own logits.
     const auto check = [&](LanguageModel& model, const std::string& arch) {
       const auto states = layer_outputs(model, batch.input);
-      QCOMPARE(static_cast<std::int64_t>(states.size()), model.num_layers());
+      const auto* radial = dynamic_cast<RadialNetwork*>(&model);
+      QCOMPARE(static_cast<std::int64_t>(states.size()), radial ? radial->max_depth() : model.num_layers());
       auto norm = std::dynamic_pointer_cast<NormImpl>(model.named_children()["final_norm"]);
       QVERIFY(norm);
       const auto params = model.named_parameters();
@@ -164,18 +168,23 @@ class TestSeedFigures : public QObject {
     };
     check(*run.model, "dtrnet");  // trained
     // Fresh weights; D-LLM's decision modules start near p_exec 0.87: threshold 0.87 skips part of the tokens.
-    for (const std::string arch : {"dense", "mod", "drr", "dllm"}) {
-      const auto config = small_config(arch, arch == "dllm" ? std::vector<std::string>{"model.n_layer=4", "model.threshold=0.87"}
-                                                            : std::vector<std::string>{"model.n_layer=4"});
+    // TSA and early exit (threshold 0.3: part of the tokens exit) report their layers from their own forward;
+    // Radial its routing steps (min_depth 1: tokens may exit early and keep their state).
+    const std::map<std::string, std::vector<std::string>> extra = {
+        {"dllm", {"model.threshold=0.87"}}, {"early-exit", {"model.exit_threshold=0.3"}}, {"radial", {"model.min_depth=1"}}};
+    for (const std::string arch : {"dense", "mod", "drr", "dllm", "tsa", "early-exit", "radial"}) {
+      std::vector<std::string> sets = {"model.n_layer=4"};
+      if (extra.count(arch)) sets.insert(sets.end(), extra.at(arch).begin(), extra.at(arch).end());
+      const auto config = small_config(arch, sets);
       auto model = create_model(config.model(), {run.dataset->tokenizer().vocab_size(), run.dataset->context()});
       model->eval();
       check(*model, arch);
     }
-    // An architecture whose layers are not exposed says so.
-    auto tsa = small_config("tsa", {"model.n_layer=3"});
-    auto model = create_model(tsa.model(), {run.dataset->tokenizer().vocab_size(), run.dataset->context()});
-    model->eval();
-    QVERIFY_EXCEPTION_THROWN(layer_outputs(*model, batch.input), ConfigError);
+    // Every language-model architecture exposes its layers (a new one must be added to layer_outputs).
+    const auto& supported = layer_output_architectures();
+    for (const auto& entry : architectures())
+      if (entry.task == "lm")
+        QVERIFY2(std::find(supported.begin(), supported.end(), entry.id) != supported.end(), entry.id.c_str());
   }
 
   void cosineMatrixOfKnownStates() {

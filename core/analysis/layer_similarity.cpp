@@ -5,7 +5,9 @@
 #include "core/models/dllm.h"
 #include "core/models/drr.h"
 #include "core/models/dtrnet.h"
+#include "core/models/blocks/residual_probe.h"
 #include "core/models/mod.h"
+#include "core/models/radial.h"
 #include "core/train/evaluation.h"
 #include "core/util/errors.h"
 
@@ -26,7 +28,8 @@ torch::Tensor embed_tokens(const LanguageModel& model, const torch::Tensor& toke
 }  // namespace
 
 const std::vector<std::string>& layer_output_architectures() {
-  static const std::vector<std::string> archs = {"dense", "dllm", "drr", "dtrnet", "mod"};
+  static const std::vector<std::string> archs = {"dense", "dllm", "drr", "dtrnet", "early-exit", "mod", "radial",
+                                                  "tsa"};
   return archs;
 }
 
@@ -81,6 +84,19 @@ std::vector<torch::Tensor> layer_outputs(LanguageModel& model, const torch::Tens
         x = dllm->blocks[i]->forward(x, positions);
       }
       out.push_back(x);
+    }
+    return out;
+  }
+  const auto arch = model.arch_id();
+  if (arch == "tsa" || arch == "early-exit" || arch == "radial") {
+    // The model's own forward reports its stream after every layer (Radial: every routing step).
+    LayerStateProbe probe;
+    model.forward(tokens, /*trace=*/false);
+    out = std::move(probe.states);
+    if (auto* radial = dynamic_cast<RadialNetwork*>(&model)) {
+      // The forward stops once every token has exited: the later steps leave every state as it is.
+      if (out.empty()) throw ConfigError("layer outputs: every token exited the radial network before its first step");
+      while (static_cast<std::int64_t>(out.size()) < radial->max_depth()) out.push_back(out.back());
     }
     return out;
   }

@@ -99,6 +99,7 @@ ModelOutput EarlyExitTransformer::forward(const torch::Tensor& tokens, bool trac
       }
       x = torch::where(active.unsqueeze(-1), h + m, x);
     }
+    record_layer_state(x);
     double active_count = 0;
     for (const auto c : counts) active_count += static_cast<double>(c);
     if (trace) {

@@ -368,6 +368,7 @@ ModelOutput RadialNetwork::run(const torch::Tensor& tokens, bool trace, RadialRe
     }
     const auto new_rows = x_rows.index_copy(0, run_index, torch::cat(out_parts, 0).to(x_rows.scalar_type()));
     h = scatter_rows(h, rows, new_rows.view({B, K, C}));  // (B, T, C)
+    record_layer_state(h);
     if (record) record->steps.push_back({choice, rows.index, rows.valid, q, heads, store.size(), h});
   }
   if (record) record->store = store;

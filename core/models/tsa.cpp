@@ -155,6 +155,7 @@ ModelOutput TokenSelectiveAttention::run(const torch::Tensor& tokens, bool trace
   ModelOutput out;
 
   x = blocks[0]->forward(x, positions);  // the stem always runs (§2.1)
+  record_layer_state(x);
   if (trace) out.trace.push_back(dense_layer_trace(0, B, T, layer_shape(options_)));
   std::vector<torch::Tensor> active_means;  // mean(1 - p_l), scalars
   for (std::size_t l = 0; l < routers.size(); ++l) {
@@ -164,6 +165,7 @@ ModelOutput TokenSelectiveAttention::run(const torch::Tensor& tokens, bool trace
     active_means.push_back((1.0 - p).mean());
     LayerTrace layer_trace;
     x = gated_block(l + 1, x, positions, p, sparse, trace ? &layer_trace : nullptr);
+    record_layer_state(x);
     if (trace) {
       layer_trace.layer = static_cast<int>(l + 1);
       out.trace.push_back(std::move(layer_trace));

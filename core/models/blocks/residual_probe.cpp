@@ -1,4 +1,4 @@
-// The thread-local residual-ratio collector.
+// The thread-local residual-ratio and layer-state collectors.
 #include "core/models/blocks/residual_probe.h"
 
 #include <limits>
@@ -9,6 +9,7 @@ namespace routelab {
 namespace {
 
 thread_local ResidualProbe* t_probe = nullptr;
+thread_local LayerStateProbe* t_states = nullptr;
 
 /// ||update|| / ||x|| per row: (B, N, C) -> (B, N) float on the CPU. A zero stream gives +inf, not a crash.
 torch::Tensor row_ratio(const torch::Tensor& x, const torch::Tensor& update) {
@@ -50,6 +51,17 @@ void record_residual(int layer, const std::string& block, const torch::Tensor& x
     full.index_put_({batch, index}, r.masked_select(valid));
   }
   t_probe->samples.push_back({layer, block, step, full});
+}
+
+LayerStateProbe::LayerStateProbe() {
+  if (t_states) throw std::logic_error("a LayerStateProbe is already collecting on this thread");
+  t_states = this;
+}
+
+LayerStateProbe::~LayerStateProbe() { t_states = nullptr; }
+
+void record_layer_state(const torch::Tensor& x) {
+  if (t_states) t_states->states.push_back(x.detach());
 }
 
 }  // namespace routelab

@@ -1,7 +1,8 @@
 // The residual-ratio probe of Radial Networks (seed 004, §4.1): r = ||R(x)||_2 / ||x||_2 per token for every
 // residual sub-block (attention, FFN), where x is the residual stream entering the sub-block and R(x) the update
 // it adds to the stream. Blocks report their (x, update) pairs; nothing is computed unless a ResidualProbe is
-// collecting on the calling thread, so training and ordinary evaluation pay one thread-local check.
+// collecting on the calling thread, so training and ordinary evaluation pay one thread-local check. The
+// LayerStateProbe does the same for the stream after each layer (seed 000 Figure 1).
 #pragma once
 #include <string>
 #include <vector>
@@ -40,5 +41,21 @@ void record_residual(int layer, const std::string& block, const torch::Tensor& x
 /// The same for a sub-block run on compacted rows: x_rows, update_rows (B, K, C) in the order of `rows`.
 void record_residual(int layer, const std::string& block, const torch::Tensor& x_rows,
                      const torch::Tensor& update_rows, const Compaction& rows, int step = -1);
+
+/// Collects, while alive, the residual stream after every layer of the forward passes run on this thread (Radial
+/// Networks: after every routing step; tokens that skipped or exited keep their state): the per-layer outputs of
+/// seed 000 Figure 1 as the model's own forward computes them. One at a time per thread.
+class LayerStateProbe {
+ public:
+  LayerStateProbe();
+  ~LayerStateProbe();
+  LayerStateProbe(const LayerStateProbe&) = delete;
+  LayerStateProbe& operator=(const LayerStateProbe&) = delete;
+
+  std::vector<torch::Tensor> states;  ///< (B, T, C) each, detached, in the order recorded
+};
+
+/// Records x (B, T, C) as the next layer's output when a LayerStateProbe collects on this thread.
+void record_layer_state(const torch::Tensor& x);
 
 }  // namespace routelab
