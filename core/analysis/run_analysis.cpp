@@ -66,6 +66,19 @@ std::string run_text(const StoredRun& stored, std::int64_t run_id) {
   return stored.db_path + ": run " + std::to_string(run_id) + " (" + stored.arch + ")";
 }
 
+/// The fields both kinds of run share, and the run's thread count applied.
+void open_common(OpenedRun& run, StoredRun& stored, std::int64_t run_id, const std::vector<std::string>& sets) {
+  run.db_path = stored.db_path;
+  run.run_id = run_id;
+  run.sets = sets;
+  run.name = stored.name;
+  run.checkpoint = stored.checkpoint;
+  run.config = std::move(stored.config);
+  run.device = resolve_device(run.config.run().at("device").get<std::string>());
+  run.bf16 = run.config.train().at("precision") == "bf16";
+  configure_threads(static_cast<int>(run.config.run().at("threads").get<std::int64_t>()));
+}
+
 }  // namespace
 
 bool is_classification_run(const std::string& db_path, std::int64_t run_id) {
@@ -84,20 +97,11 @@ LoadedRun load_run(const std::string& db_path, std::int64_t run_id, const std::v
                       " is a sentence-pair classifier; this analysis needs a language model (eval, trace and the "
                       "token inspector open classifiers)");
   LoadedRun run;
-  run.db_path = stored.db_path;
-  run.run_id = run_id;
-  run.sets = sets;
-  run.name = stored.name;
-  run.config = std::move(stored.config);
-  run.device = resolve_device(run.config.run().at("device").get<std::string>());
-  run.bf16 = run.config.train().at("precision") == "bf16";
-  configure_threads(static_cast<int>(run.config.run().at("threads").get<std::int64_t>()));
+  open_common(run, stored, run_id, sets);
   run.dataset = make_dataset(run.config.data());
   run.model = create_model(run.config.model(), {run.dataset->tokenizer().vocab_size(), run.dataset->context()});
   run.model->to(run.device);
-  const auto meta = load_checkpoint(stored.checkpoint, *run.model, nullptr, run.device);
-  run.step = meta.step;
-  run.checkpoint = stored.checkpoint;
+  run.step = load_checkpoint(run.checkpoint, *run.model, nullptr, run.device).step;
   run.model->eval();
   return run;
 }
@@ -108,20 +112,12 @@ LoadedClassifierRun load_classifier_run(const std::string& db_path, std::int64_t
   if (!is_classification(stored.arch))
     throw ConfigError(run_text(stored, run_id) + " is a language model, not a classifier");
   LoadedClassifierRun run;
-  run.db_path = stored.db_path;
-  run.run_id = run_id;
-  run.sets = sets;
-  run.name = stored.name;
-  run.config = std::move(stored.config);
-  run.device = resolve_device(run.config.run().at("device").get<std::string>());
-  run.bf16 = run.config.train().at("precision") == "bf16";
-  configure_threads(static_cast<int>(run.config.run().at("threads").get<std::int64_t>()));
+  open_common(run, stored, run_id, sets);
   run.data = make_classification_dataset(run.config.data());
   run.model = create_classifier(run.config.model(),
                                 {run.data->vocab_size(), run.data->max_length(), run.data->num_classes()});
   run.model->to(run.device);
-  run.step = load_checkpoint(stored.checkpoint, *run.model, nullptr, run.device).step;
-  run.checkpoint = stored.checkpoint;
+  run.step = load_checkpoint(run.checkpoint, *run.model, nullptr, run.device).step;
   run.model->eval();
   return run;
 }

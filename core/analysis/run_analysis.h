@@ -19,33 +19,28 @@
 
 namespace routelab {
 
-struct LoadedRun {
+/// What every reopened run carries besides its data and model.
+struct OpenedRun {
   std::int64_t run_id = 0;
   std::string db_path;
   std::string name;
   ExperimentConfig config;              ///< the stored config with the overrides applied
   std::vector<std::string> sets;        ///< the overrides
-  std::unique_ptr<LmDataset> dataset;
-  std::shared_ptr<LanguageModel> model; ///< in eval mode
   std::int64_t step = 0;                ///< the checkpoint's step
   std::string checkpoint;               ///< its path
   torch::Device device = torch::kCPU;
   bool bf16 = false;
 };
 
+struct LoadedRun : OpenedRun {
+  std::unique_ptr<LmDataset> dataset;
+  std::shared_ptr<LanguageModel> model; ///< in eval mode
+};
+
 /// A stored sentence-pair classification run (task "classification", e.g. tagat), opened as LoadedRun is.
-struct LoadedClassifierRun {
-  std::int64_t run_id = 0;
-  std::string db_path;
-  std::string name;
-  ExperimentConfig config;                       ///< the stored config with the overrides applied
-  std::vector<std::string> sets;                 ///< the overrides
+struct LoadedClassifierRun : OpenedRun {
   std::unique_ptr<ClassificationDataset> data;   ///< rebuilt from the config (files re-read, synthetic regenerated)
   std::shared_ptr<SequenceClassifier> model;     ///< in eval mode
-  std::int64_t step = 0;
-  std::string checkpoint;
-  torch::Device device = torch::kCPU;
-  bool bf16 = false;
 };
 
 /// A stored run's resolved config and the checkpoint to load, read without loading anything.
