@@ -220,6 +220,14 @@ class TestGuiInspector : public QObject {
     QCOMPARE(panels.value(0), QStringLiteral("accuracy"));
     QCOMPARE(panels.value(1), QStringLiteral("macro_f1"));
     QVERIFY(panels.contains(QStringLiteral("entropy")) && panels.contains(QStringLiteral("load_imbalance")));
+    QVERIFY(panels.contains(QStringLiteral("routing_change")) && panels.contains(QStringLiteral("routing_change_set")));
+    QVERIFY(!panels.contains(QStringLiteral("routing_change/L0")));  // per-layer series stay out of the panels
+    // Cost: the measured FLOPs ratio of each evaluation (top-2 of 4 experts: below 1); no KV cache panel.
+    const auto* flops = dashboard.flopsCurves();
+    QCOMPARE(flops->curveCount(), 1);
+    QCOMPARE(flops->curve(0).x.size(), 2);  // step 0 and the end of the epoch
+    QVERIFY(flops->curve(0).y.back() > 0.3 && flops->curve(0).y.back() < 1.0);
+    QVERIFY(!dashboard.kvCurves()->isVisibleTo(&dashboard));
     QVERIFY(!view->expertLoads()->isHidden());
     QCOMPARE(view->expertLoads()->groupCount(), 1);   // one layer
     QCOMPARE(view->expertLoads()->seriesCount(), 4);  // four experts

@@ -9,6 +9,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/models/registry.h"
 #include "core/report/figures.h"
 #include "core/store/run_store.h"
 #include "core/util/logging.h"
@@ -191,6 +192,13 @@ RunDashboardData loadDashboardData(const RunStore& store, qint64 runId) {
   data.message = QString::fromStdString(record->message);
   data.totalSteps = record->total_steps;
   data.createdAt = record->created_at;
+  bool classifier = false;
+  try {
+    classifier = architecture(record->arch).task == "classification";
+  } catch (const std::exception&) {
+    // an architecture this build does not know: treated as a language model, its panels say what is missing
+  }
+  if (classifier) data.task = QStringLiteral("classification");
   data.cost = costShapeFromConfig(record->config_json);
   try {
     const auto config = json::parse(record->config_json);
@@ -199,16 +207,19 @@ RunDashboardData loadDashboardData(const RunStore& store, qint64 runId) {
   } catch (const std::exception&) {
     data.tokensPerStep = 0;  // the tokens axis then falls back to what the live run reports
   }
-  try {
-    data.denseStepFlops = training_step_dense_flops(store, runId);
-    const auto [steps, ratios] = training_flops_ratios(store, runId);
-    for (std::size_t i = 0; i < steps.size(); ++i) {
-      data.flopsRatioSteps.push_back(static_cast<double>(steps[i]));
-      data.flopsRatios.push_back(ratios[i]);
+  // Classifiers: the FLOPs model prices language-model steps; their measured ratio is per evaluation.
+  if (!classifier) {
+    try {
+      data.denseStepFlops = training_step_dense_flops(store, runId);
+      const auto [steps, ratios] = training_flops_ratios(store, runId);
+      for (std::size_t i = 0; i < steps.size(); ++i) {
+        data.flopsRatioSteps.push_back(static_cast<double>(steps[i]));
+        data.flopsRatios.push_back(ratios[i]);
+      }
+    } catch (const std::exception& e) {
+      data.denseStepFlops = 0;  // the FLOPs axis then says why it is empty
+      logger("ui")->warn("run {}: no cumulative-FLOPs axis: {}", runId, e.what());
     }
-  } catch (const std::exception& e) {
-    data.denseStepFlops = 0;  // the FLOPs axis then says why it is empty
-    logger("ui")->warn("run {}: no cumulative-FLOPs axis: {}", runId, e.what());
   }
 
   for (const MetricPoint& p : store.metric(runId, "train/loss")) {

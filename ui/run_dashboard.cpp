@@ -121,7 +121,8 @@ RunDashboard::RunDashboard(qint64 runId, StoreService* store, QWidget* parent)
   routing->addWidget(titled(heatmap_, this));
   auto* cost = new QSplitter(Qt::Horizontal, this);
   cost->addWidget(titled(flops_, this));
-  cost->addWidget(titled(kv_, this));
+  kvPanel_ = titled(kv_, this);
+  cost->addWidget(kvPanel_);
   auto* top = new QSplitter(Qt::Horizontal, this);
   top->addWidget(titled(loss_, this));
   top->addWidget(routing);
@@ -490,7 +491,29 @@ void RunDashboard::renderProbe() {
                           .arg(prediction));
 }
 
+void RunDashboard::renderClassifierCost() {
+  // A classifier encodes each pair once: no KV cache to hold, no sequence-length axis to price. What its routing
+  // saves is the FLOPs ratio each evaluation measured from the real decisions.
+  kvPanel_->setVisible(false);
+  flops_->setAxes(tr("step"), tr("forward FLOPs ratio"), false, false);
+  flops_->setValueFormatter([](double v) { return QString::number(v, 'f', 3); });
+  QVector<double> steps, ratios;
+  for (const EvalSnapshot& e : data_.evals)
+    if (std::isfinite(e.flopsRatio)) steps.push_back(static_cast<double>(e.step)), ratios.push_back(e.flopsRatio);
+  flops_->setCurves({{tr("measured"), steps, ratios, viridis(0.70), false, true}});
+  const QString last = ratios.isEmpty() ? tr("no evaluation yet") : QString::number(ratios.back(), 'f', 3);
+  flops_->setCaption(tr("forward FLOPs ratio per evaluation · last %1").arg(last),
+                     tr("Forward FLOPs of the routed layers on the validation split, priced from the real routing "
+                        "decisions, over their dense reference: for TAGAT every expert on every real token (the "
+                        "dense oracle); 1 for unrouted models."));
+}
+
 void RunDashboard::renderCost() {
+  if (data_.task == QLatin1String("classification")) {
+    renderClassifierCost();
+    return;
+  }
+  kvPanel_->setVisible(true);
   const EvalSnapshot* eval = latestEval();
   if (!data_.cost.valid) {
     flops_->setCurves({});

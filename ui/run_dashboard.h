@@ -93,6 +93,8 @@ class RunDashboard : public QWidget {
   void renderRouting();
   void renderProbe();
   void renderCost();
+  /// Classifiers: the measured FLOPs ratio per evaluation in place of the length curves; no KV panel.
+  void renderClassifierCost();
   void rebuildHealth();
   void updateAlerts();
   void setTitle(const QString& title);
@@ -132,6 +134,7 @@ class RunDashboard : public QWidget {
   QComboBox* colourBy_ = nullptr;
   XyCurvesWidget* flops_ = nullptr;
   XyCurvesWidget* kv_ = nullptr;
+  QWidget* kvPanel_ = nullptr;  ///< kv_ with its title; hidden for classifiers
   QTabWidget* tabs_ = nullptr;
   RunMetricsView* metrics_ = nullptr;
 };

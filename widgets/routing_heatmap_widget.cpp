@@ -124,7 +124,9 @@ void RoutingHeatmapWidget::rebuild() {
   // One cell per logged step when they fit, step-held onto kMaxColumns cells otherwise.
   const int nx = std::clamp(static_cast<int>(steps_.size()), 1, kMaxColumns);
   map_->data()->setSize(nx, layers_);
-  map_->data()->setRange(QCPRange(first, nx > 1 ? last : first + 1), QCPRange(0, layers_ - 1));
+  // Cell centres span the range; a single row (or column) has no extent of its own, so it gets the whole band.
+  map_->data()->setRange(QCPRange(first, nx > 1 ? last : first + 1),
+                         layers_ > 1 ? QCPRange(0, layers_ - 1) : QCPRange(-0.5, 0.5));
   for (int ix = 0; ix < nx; ++ix) {
     double key = 0, ignored = 0;
     map_->data()->cellToCoord(ix, 0, &key, &ignored);
