@@ -86,7 +86,8 @@ int main(int argc, char** argv) {
   eval_cmd->add_option("--set", eval.sets, "eval-only override, e.g. --set model.inference=sparse (repeatable)");
   eval_cmd->add_option("--sweep", eval.sweep, "one option over values, e.g. model.exit_threshold=0.6,0.8,0.95");
   eval_cmd->add_option("--split", eval.split, "val, test or train")->check(CLI::IsMember({"val", "test", "train"}));
-  eval_cmd->add_option("--batches", eval.batches, "batches (default: the run's train.eval_batches; classifiers: the whole split)");
+  eval_cmd->add_option("--batches", eval.batches,
+                       "batches (default: the run's train.eval_batches; classifiers: the whole split)");
   eval_cmd->add_option("--batch-size", eval.batch_size, "batch size (default: the run's)");
   eval_cmd->add_option("--step", eval.step, "checkpoint step (default: the latest)");
   eval_cmd->add_flag("--json", eval.json, "machine-readable output");

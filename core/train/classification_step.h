@@ -11,7 +11,8 @@
 //   soft load u_i of expert i in layer l: mean gate weight over real tokens), load/E<i> (u_i averaged over the
 //   layers, the seed's Table 1-2 column), assign/L<l>/E<i> (the hard share of (token, slot) assignments) and,
 //   from the second evaluation on, routing_change and routing_change_set (per layer /L<l>: the share of
-//   validation tokens whose top expert, or set of experts, changed since the previous evaluation; 0 = frozen).
+//   validation tokens whose top expert, or set of experts, changed since the previous evaluation; 0 = frozen;
+//   not after a resume's first evaluation, whose predecessor's choices were not kept).
 //   Validation stats are means over the validation batches weighted by their real-token counts.
 #pragma once
 #include <cstdint>
