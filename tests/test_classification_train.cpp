@@ -101,7 +101,8 @@ class TestClassificationTrain : public QObject {
     QCOMPARE(accuracy.size(), std::size_t(4));
     QCOMPARE(accuracy[1].step, std::int64_t(8));
     for (const auto& p : accuracy) QVERIFY(p.value >= 0 && p.value <= 1);
-    for (const auto* key : {"val/loss", "val/macro_f1", "val/entropy", "val/load_imbalance", "val/load/L0/E0",
+    for (const auto* key : {"val/loss", "val/macro_f1", "val/entropy", "val/load_imbalance",
+                            "val/load_imbalance_per_layer", "val/load/L0/E0",
                             "val/load/L0/E3", "val/load/E1", "val/assign/L0/E2", "train/entropy", "train/aux_loss",
                             "train/load/L0/E0", "train/lr", "train/grad_norm", "val/epoch"})
       QVERIFY2(!store.metric(id, key).empty(), key);

@@ -191,6 +191,35 @@ class TestTagat : public QObject {
     QCOMPARE(out.token_data.at("expert").sizes().vec(), (std::vector<std::int64_t>{2, 8, 2, 2}));
   }
 
+  void balanceScopeEqualsHandComputation() {
+    // Two layers with different fixed gates (N = 3, k = 2): layer 0 picks experts 2, 0; layer 1 picks 1, 2.
+    auto model = Tagat(TagatOptions(kVocab, kClasses, kContext)
+                           .n_layer(2).n_embd(16).n_head(2).n_experts(3).top_k(2).dropout(0.0)
+                           .lambda_ent(0.0).lambda_bal(1.0));
+    {
+      torch::NoGradGuard no_grad;
+      for (auto& layer : model.layers) layer->gate->weight.zero_();
+      model.layers[0]->gate->bias.copy_(torch::tensor({0.5f, 0.0f, 3.0f}));
+      model.layers[1]->gate->bias.copy_(torch::tensor({0.0f, 3.0f, 0.5f}));
+    }
+    const double hi = std::exp(3.0) / (std::exp(3.0) + std::exp(0.5)), lo = 1 - hi;
+    // u(L0) = (lo, 0, hi), u(L1) = (0, hi, lo); their mean = (lo/2, hi/2, 1/2).
+    const auto sq = [](double u) { return (u - 1.0 / 3) * (u - 1.0 / 3); };
+    const double mean_load = sq(lo / 2) + sq(hi / 2) + sq(0.5);
+    const double per_layer = sq(lo) + sq(0) + sq(hi);  // the same for both layers
+    const auto in = make_inputs({4, 7}, 8);
+    auto out = model.forward(in.input, in.mask, in.segment, /*trace=*/true);
+    QVERIFY(std::abs(out.aux_loss.item<double>() - mean_load) < 1e-6);
+    QVERIFY(std::abs(out.stats.at("load_imbalance") - mean_load) < 1e-6);
+    QVERIFY(std::abs(out.stats.at("load_imbalance_per_layer") - per_layer) < 1e-6);
+    QVERIFY(per_layer > 3 * mean_load);  // each layer has a dead expert; the mean hides it
+    auto scoped = Tagat(TagatOptions(model.options()).balance(BalanceScope::PerLayer));
+    torch::NoGradGuard no_grad;
+    for (const auto& p : model.named_parameters()) scoped.named_parameters()[p.key()].copy_(p.value());
+    out = scoped.forward(in.input, in.mask, in.segment, /*trace=*/true);
+    QVERIFY(std::abs(out.aux_loss.item<double>() - per_layer) < 1e-6);
+  }
+
   void paddingNeverChangesThePrediction_data() {
     QTest::addColumn<QString>("arch");
     QTest::newRow("tagat") << "tagat";

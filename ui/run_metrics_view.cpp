@@ -41,6 +41,7 @@ QString titleOf(const QString& id) {
       {QStringLiteral("aux_loss"), QStringLiteral("auxiliary loss")},
       {QStringLiteral("entropy"), QStringLiteral("router entropy")},
       {QStringLiteral("load_imbalance"), QStringLiteral("load imbalance")},
+      {QStringLiteral("load_imbalance_per_layer"), QStringLiteral("load imbalance per layer (mean)")},
       {QStringLiteral("routing_change"), QStringLiteral("tokens whose top expert changed since the last evaluation")},
       {QStringLiteral("routing_change_set"), QStringLiteral("tokens whose expert set changed since the last evaluation")},
       {QStringLiteral("routed_fraction"), QStringLiteral("routed fraction")},
@@ -56,6 +57,7 @@ int rankOf(const QString& id, const QString& task) {
   static const QStringList lm{QStringLiteral("lr"),           QStringLiteral("grad_norm"),
                               QStringLiteral("tokens_per_s"), QStringLiteral("aux_loss"),
                               QStringLiteral("entropy"),      QStringLiteral("load_imbalance"),
+                              QStringLiteral("load_imbalance_per_layer"),
                               QStringLiteral("routing_change"), QStringLiteral("routing_change_set"),
                               QStringLiteral("routed_fraction"), QStringLiteral("flops_ratio"),
                               QStringLiteral("ppl"),          QStringLiteral("bpc")};

@@ -22,6 +22,7 @@ TagatOptions tagat_options_from_json(const nlohmann::json& m, std::int64_t vocab
       .film(m.at("film") == "raw" ? FilmKind::Raw : FilmKind::OnePlusGamma)
       .lambda_ent(m.at("lambda_ent").get<double>())
       .lambda_bal(m.at("lambda_bal").get<double>())
+      .balance(m.at("balance") == "per_layer" ? BalanceScope::PerLayer : BalanceScope::MeanLoad)
       .dispatch(m.at("dispatch") == "dense" ? TagatDispatch::Dense : TagatDispatch::Sparse)
       .positional(m.at("positional") == "learned" ? PositionalKind::Learned : PositionalKind::Sinusoidal)
       .segments(m.at("segments").get<bool>());
@@ -188,9 +189,13 @@ ClassifierOutput Tagat::forward(const torch::Tensor& input, const torch::Tensor&
   const auto entropy_loss = torch::stack(entropies).mean();
   const auto mean_load = torch::stack(loads).mean(0);  // (N)
   const auto imbalance = balance_loss(mean_load);
+  std::vector<torch::Tensor> per_layer;
+  for (const auto& load : loads) per_layer.push_back(balance_loss(load));
+  const auto layer_imbalance = torch::stack(per_layer).mean();  // equals `imbalance` for one layer
 
   ClassifierOutput out;
-  out.aux_loss = options_.lambda_ent() * entropy_loss + options_.lambda_bal() * imbalance;
+  out.aux_loss = options_.lambda_ent() * entropy_loss +
+                 options_.lambda_bal() * (options_.balance() == BalanceScope::PerLayer ? layer_imbalance : imbalance);
   auto cls = x.select(1, 0);  // (B, C) the [CLS] state
   if (is_training() && options_.dropout() > 0) cls = torch::dropout(cls, options_.dropout(), true);
   out.logits = linear(cls, head).to(torch::kFloat);  // (B, num_classes)
@@ -199,7 +204,8 @@ ClassifierOutput Tagat::forward(const torch::Tensor& input, const torch::Tensor&
   torch::NoGradGuard no_grad;
   const double real = std::max(1.0, mask.sum().item<double>());
   out.stats["entropy"] = entropy_loss.item<double>();
-  out.stats["load_imbalance"] = imbalance.item<double>();
+  out.stats["load_imbalance"] = imbalance.item<double>();  // the seed's Listing 9, whatever the loss uses
+  out.stats["load_imbalance_per_layer"] = layer_imbalance.item<double>();
   const auto mean_load_cpu = mean_load.cpu();
   for (std::int64_t i = 0; i < N; ++i) out.stats["load/E" + std::to_string(i)] = mean_load_cpu[i].item<double>();
   std::vector<torch::Tensor> gates, experts;
@@ -247,7 +253,8 @@ std::string Tagat::describe() const {
   std::ostringstream s;
   s << SequenceClassifier::describe() << ", " << options_.n_experts() << " experts top-" << options_.top_k()
     << ", film " << (options_.film() == FilmKind::Raw ? "raw" : "one_plus_gamma") << ", lambda_ent "
-    << options_.lambda_ent() << ", lambda_bal " << options_.lambda_bal() << ", "
+    << options_.lambda_ent() << ", lambda_bal " << options_.lambda_bal()
+    << (options_.balance() == BalanceScope::PerLayer ? " per layer" : "") << ", "
     << (options_.dispatch() == TagatDispatch::Dense ? "dense" : "sparse") << " dispatch";
   return s.str();
 }
@@ -271,6 +278,10 @@ OptionSchema tagat_option_schema() {
        "weight of the mean routing entropy (minimised: confident routing); paper: 2 balanced, 1 specialised", 0, 1e4, {}},
       {"lambda_bal", T::Float, 1.0,
        "weight of the L2 load balance sum_i (u_i - 1/N)^2; paper: 3 balanced, 1 specialised", 0, 1e4, {}},
+      {"balance", T::Choice, "mean_load",
+       "mean_load: sum_i (u_i - 1/N)^2 of the loads averaged over the layers (the seed's Listing 9; a layer may keep "
+       "dead experts if the mean is even); per_layer: the mean over layers of each layer's sum",
+       std::nullopt, std::nullopt, {"mean_load", "per_layer"}},
       {"dispatch", T::Choice, "sparse",
        "sparse: an expert's queries and FFN run only on its routed tokens (keys/values cover the sequence); dense: "
        "every expert on every token (the test oracle, same result)",

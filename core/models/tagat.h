@@ -22,6 +22,10 @@ enum class TagatDispatch {
   Dense,   ///< every expert on every token, unselected weights zero: the test oracle
 };
 enum class PositionalKind { Sinusoidal, Learned };
+enum class BalanceScope {
+  MeanLoad,  ///< Σ_i (ū_i − 1/N)² of the loads averaged over the layers: the seed's Listing 9
+  PerLayer,  ///< the mean over layers of each layer's Σ_i (u_i − 1/N)²: no layer can hide a dead expert
+};
 
 struct TagatOptions {
   TagatOptions(std::int64_t vocab_size, std::int64_t num_classes, std::int64_t context)
@@ -48,6 +52,8 @@ struct TagatOptions {
   TORCH_ARG(double, lambda_ent) = 1.0;
   /// 1: λ_bal of the L2 load-balance loss
   TORCH_ARG(double, lambda_bal) = 1.0;
+  /// MeanLoad (the seed's Listing 9)
+  TORCH_ARG(BalanceScope, balance) = BalanceScope::MeanLoad;
   /// Sparse
   TORCH_ARG(TagatDispatch, dispatch) = TagatDispatch::Sparse;
   /// Sinusoidal (the seed's code)

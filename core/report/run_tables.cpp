@@ -133,6 +133,7 @@ const std::vector<TableSpec>& table_specs() {
           col("val/macro_f1", "Macro-F1", "%", Better::Higher, 1, 100.0),
           col("val/entropy", "Routing entropy", "nats", Better::None, 3),
           col("val/load_imbalance", "Load imbalance", "", Better::Lower, 4),
+          col("val/load_imbalance_per_layer", "Per-layer imbalance", "", Better::Lower, 4),
           col("val/routing_change", "Routing change", "%", Better::None, 2, 100.0)}},
         {"seed003-table2", "seed 003 Table 2 layout: loss, active fraction and TLOps saved",
          "Validation loss, TSA active fraction alpha and transformer-layer operations saved.", "Model",

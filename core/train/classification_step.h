@@ -7,7 +7,8 @@
 //   train/aux_loss (λ-weighted), train/tokens_per_s and train/<stat> for every model stat; at the end of each
 //   epoch train/epoch_loss and train/epoch_accuracy (example-weighted over the epoch); at evaluations val/loss,
 //   val/accuracy, val/macro_f1, val/epoch and val/<stat>. TAGAT's stats: entropy (mean routing entropy, the
-//   L_ent term before λ_ent), load_imbalance (L_bal = Σ_i (u_i - 1/N)² before λ_bal), load/L<l>/E<i> (the seed's
+//   L_ent term before λ_ent), load_imbalance (the seed's L_bal = Σ_i (ū_i - 1/N)² of the layer-mean loads, before
+//   λ_bal), load_imbalance_per_layer (the mean over layers of each layer's sum), load/L<l>/E<i> (the seed's
 //   soft load u_i of expert i in layer l: mean gate weight over real tokens), load/E<i> (u_i averaged over the
 //   layers, the seed's Table 1-2 column), assign/L<l>/E<i> (the hard share of (token, slot) assignments) and,
 //   from the second evaluation on, routing_change and routing_change_set (per layer /L<l>: the share of
