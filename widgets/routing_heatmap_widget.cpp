@@ -45,6 +45,10 @@ RoutingHeatmapWidget::RoutingHeatmapWidget(QWidget* parent) : QWidget(parent) {
   plot_->axisRect()->setMarginGroup(QCP::msBottom | QCP::msTop, margins);
   scale->setMarginGroup(QCP::msBottom | QCP::msTop, margins);
   plot_->setMouseTracking(true);
+  // Step labels (up to 6 digits) need ~60 px each: a narrow dock gets fewer ticks instead of overlapping labels.
+  connect(plot_, &QCustomPlot::afterLayout, this, [this] {
+    plot_->xAxis->ticker()->setTickCount(std::clamp(plot_->axisRect()->width() / 60, 2, 6));
+  });
 
   caption_ = addCaptionAbove(this, plot_, tr("routed-token % per layer over training"));
 
