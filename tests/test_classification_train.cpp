@@ -8,6 +8,8 @@
 
 #include "core/analysis/run_analysis.h"
 #include "core/config/experiment_config.h"
+#include "core/data/classification.h"
+#include "core/models/registry.h"
 #include "core/store/run_store.h"
 #include "core/train/classification_step.h"
 #include "core/train/trainer.h"
@@ -82,6 +84,29 @@ class TestClassificationTrain : public QObject {
     QVERIFY(routing_change(torch::Tensor(), after).empty());      // first evaluation
     QVERIFY(routing_change(before.narrow(1, 0, 2), after).empty());  // another shape
     QCOMPARE(routing_change(after, after).at("routing_change"), 0.0);
+  }
+
+  /// Dynamic padding: the trailing all-padding positions go, the predictions stay.
+  void trimmedBatchesGiveTheSamePredictions() {
+    const auto config = tiny_config("tagat");
+    const auto data = make_classification_dataset(config.data());
+    const auto full = data->batch(Split::Val, {0, 1, 2, 3, 4, 5});
+    const auto trimmed = trim_padding(full);
+    const auto longest = full.mask.sum(1).max().item<std::int64_t>();
+    QCOMPARE(trimmed.input.size(1), longest);
+    QVERIFY(longest < full.input.size(1));
+    QVERIFY(trimmed.mask.equal(full.mask.narrow(1, 0, longest)));
+    QCOMPARE(trim_padding(trimmed).input.size(1), longest);  // nothing left to trim
+    for (const std::string arch : {"tagat", "vanilla-classifier"}) {
+      torch::manual_seed(3);
+      auto model = create_classifier(tiny_config(arch).model(),
+                                     {data->vocab_size(), data->max_length(), data->num_classes()});
+      model->eval();
+      torch::NoGradGuard no_grad;
+      const auto a = model->forward(full.input, full.mask, full.segment).logits;
+      const auto b = model->forward(trimmed.input, trimmed.mask, trimmed.segment).logits;
+      QVERIFY2((a - b).abs().max().item<double>() < 1e-5, arch.c_str());
+    }
   }
 
   void tagatRunStoresItsMetrics() {

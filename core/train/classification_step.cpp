@@ -19,6 +19,17 @@ ClassBatch to_device(ClassBatch b, const torch::Device& device) {
   return b;
 }
 
+ClassBatch trim_padding(ClassBatch b) {
+  const auto used = b.mask.any(0).nonzero();  // positions that hold a real token in some example
+  if (used.numel() == 0) return b;
+  const auto length = used.max().item<std::int64_t>() + 1;
+  if (length >= b.input.size(1)) return b;
+  b.input = b.input.narrow(1, 0, length).contiguous();
+  b.mask = b.mask.narrow(1, 0, length).contiguous();
+  if (b.segment.defined()) b.segment = b.segment.narrow(1, 0, length).contiguous();
+  return b;
+}
+
 torch::Tensor classification_loss(const torch::Tensor& logits, const torch::Tensor& labels) {
   return torch::nn::functional::cross_entropy(logits.to(torch::kFloat), labels);
 }
@@ -118,7 +129,7 @@ ClassEvalPass evaluate_classifier(SequenceClassifier& model, const Classificatio
   for (std::int64_t begin = 0; begin < n; begin += batch_size) {
     std::vector<std::int64_t> indices(static_cast<std::size_t>(std::min(batch_size, n - begin)));
     for (std::size_t i = 0; i < indices.size(); ++i) indices[i] = begin + static_cast<std::int64_t>(i);
-    const auto batch = to_device(data.batch(split, indices), device);
+    const auto batch = to_device(trim_padding(data.batch(split, indices)), device);
     AutocastGuard autocast(bf16, device);
     const auto out = model.forward(batch.input, batch.mask, batch.segment, /*trace=*/true);
     const auto b = static_cast<double>(indices.size());
@@ -131,9 +142,12 @@ ClassEvalPass evaluate_classifier(SequenceClassifier& model, const Classificatio
     if (const auto it = out.token_data.find("expert"); it != out.token_data.end()) {
       const auto chosen = it->second.to(torch::kCPU, torch::kShort);  // (b, T, L, k), highest gate first
       if (!pass.assignments.defined())
-        pass.assignments = torch::full({n, chosen.size(1), chosen.size(2), chosen.size(3)}, -1, chosen.options());
+        pass.assignments =
+            torch::full({n, data.max_length(), chosen.size(2), chosen.size(3)}, -1, chosen.options());
       const auto real = batch.mask.to(torch::kCPU).view({-1, chosen.size(1), 1, 1});
-      pass.assignments.narrow(0, begin, chosen.size(0)).copy_(chosen.masked_fill(real.logical_not(), -1));
+      pass.assignments.narrow(0, begin, chosen.size(0))
+          .narrow(1, 0, chosen.size(1))
+          .copy_(chosen.masked_fill(real.logical_not(), -1));
     }
     const double tokens = batch.mask.sum().item<double>();
     for (const auto& [key, value] : out.stats) pass.stats[key] += value * tokens;

@@ -4,9 +4,9 @@
 //
 // Metrics the trainer stores for classification runs (see trainer.cpp):
 //   train/loss (CE of the step's batch), train/accuracy (the batch's), train/lr, train/grad_norm; at log steps
-//   train/aux_loss (λ-weighted), train/tokens_per_s and train/<stat> for every model stat; at the end of each
-//   epoch train/epoch_loss and train/epoch_accuracy (example-weighted over the epoch); at evaluations val/loss,
-//   val/accuracy, val/macro_f1, val/epoch and val/<stat>. TAGAT's stats: entropy (mean routing entropy, the
+//   train/aux_loss (λ-weighted), train/tokens_per_s (real tokens) and train/<stat> for every model stat; at the
+//   end of each epoch train/epoch_loss and train/epoch_accuracy (example-weighted over the epoch); at evaluations
+//   val/loss, val/accuracy, val/macro_f1, val/epoch and val/<stat>. TAGAT's stats: entropy (mean routing entropy, the
 //   L_ent term before λ_ent), load_imbalance (the seed's L_bal = Σ_i (ū_i - 1/N)² of the layer-mean loads, before
 //   λ_bal), load_imbalance_per_layer (the mean over layers of each layer's sum), load/L<l>/E<i> (the seed's
 //   soft load u_i of expert i in layer l: mean gate weight over real tokens), load/E<i> (u_i averaged over the
@@ -30,6 +30,10 @@
 namespace routelab {
 
 ClassBatch to_device(ClassBatch b, const torch::Device& device);
+
+/// Drops the trailing positions that are padding in every example of the batch (dynamic padding): the models'
+/// masks make the result the same up to rounding, and a batch of short pairs no longer pays for max_length.
+ClassBatch trim_padding(ClassBatch b);
 
 /// Mean cross-entropy of logits (B, C) against labels (B), in fp32.
 torch::Tensor classification_loss(const torch::Tensor& logits, const torch::Tensor& labels);

@@ -307,13 +307,13 @@ class Session {
 
   /// One classification step on the step's slice of its epoch's shuffled order.
   StepRecord classification_step(std::int64_t step, double grad_clip, bool log_step) {
-    const auto batch = to_device(class_data_->batch(Split::Train, schedule_->indices(step)), device_);
+    const auto batch = to_device(trim_padding(class_data_->batch(Split::Train, schedule_->indices(step))), device_);
     auto result = classification_train_step(*classifier_, *optimizer_, batch, grad_clip, bf16_, /*trace=*/log_step);
     StepRecord r;
     r.loss = result.loss.item<double>();
     r.aux_loss = result.aux_loss.item<double>();
     r.grad_norm = result.grad_norm;
-    r.tokens = result.examples * class_data_->max_length();
+    r.tokens = batch.mask.sum().item<std::int64_t>();  // real tokens: padding is neither computed nor counted
     r.trace = std::move(result.output.trace);
     r.stats = std::move(result.output.stats);
     r.correct = result.correct;
