@@ -114,6 +114,13 @@ QSharedPointer<QCPAxisTickerText> categoryTicker(const std::vector<std::string>&
 }
 
 /// Width of a label in points, roughly (0.55 em per character, DejaVu/Helvetica-like fonts).
+/// `text` shortened to `chars` characters by an ellipsis in the middle (both ends usually say the most).
+QString elideMiddle(const QString& text, int chars) {
+  if (text.size() <= chars) return text;
+  const int head = (chars - 1) / 2, tail = chars - 1 - head;
+  return text.left(head) + QChar(0x2026) + text.right(tail);
+}
+
 double labelWidthPt(const std::vector<std::string>& labels, double fontPt) {
   std::size_t longest = 0;
   for (const auto& l : labels) longest = std::max(longest, static_cast<std::size_t>(displayLabel(l).size()));
@@ -249,6 +256,8 @@ class PanelRenderer {
       QCPRange yr = ey.range(0.05);
       // Bars reach the top of the data: a legend row above them, in headroom, rather than over the bars.
       if (barLegend() && !ey.log) yr.upper += (yr.upper - yr.lower) * 0.2 * legendRows();
+      // A curve under the top-right legend: headroom so that the legend sits above every curve.
+      if (panel_.bars.members.empty() && !ex.log && !ey.log) yr.upper += lineLegendHeadroom(ex.range(0.0), yr);
       y_->setRange(yr);
       if (ey.log) setLog(y_, yr);
     }
@@ -440,12 +449,47 @@ class PanelRenderer {
     return ticker;
   }
 
-  /// Bar panels lay their legend out in rows of up to kBarLegendColumns entries across the top.
+  /// Bar panels lay their legend out across the top in rows of up to kBarLegendColumns entries, fewer when the
+  /// panel is too narrow for them (icon, padding and the longest label per entry).
   static constexpr int kBarLegendColumns = 4;
   bool barLegend() const { return panel_.legend && !panel_.bars.members.empty() && !panel_.bars.members[0].label.empty(); }
+  int barLegendColumns() const {
+    std::vector<std::string> labels;
+    for (const auto& m : panel_.bars.members) labels.push_back(m.label);
+    const double entryPt = 14 + 3 + labelWidthPt(labels, fontPt_) + 6;
+    return std::clamp(static_cast<int>(geometry_.widthPt / entryPt), 1, kBarLegendColumns);
+  }
   int legendRows() const {
     const int entries = static_cast<int>(panel_.bars.members.size());
-    return (entries + kBarLegendColumns - 1) / kBarLegendColumns;
+    return (entries + barLegendColumns() - 1) / barLegendColumns();
+  }
+
+  /// The y headroom that keeps the top-right legend clear of the curves: 0 when no curve passes under its
+  /// estimated box (entries x 1.25 em high, icon + padding + longest label wide), else enough to lift the data
+  /// below it.
+  double lineLegendHeadroom(const QCPRange& xr, const QCPRange& yr) const {
+    if (!panel_.legend || labelled_.empty() || xr.size() <= 0 || yr.size() <= 0) return 0;
+    std::vector<std::string> labels;
+    for (const auto& series : panel_.series)
+      if (!series.label.empty()) labels.push_back(series.label);
+    const double hf = std::min(0.6, (static_cast<double>(labelled_.size()) * 1.25 * fontPt_ + 4) / geometry_.heightPt);
+    const double wf = std::min(1.0, (14 + 3 + labelWidthPt(labels, fontPt_) + 6) / geometry_.widthPt);
+    const auto under = [&](double x, double y) {
+      return std::isfinite(x) && std::isfinite(y) && (x - xr.lower) / xr.size() >= 1 - wf &&
+             (y - yr.lower) / yr.size() >= 1 - hf;
+    };
+    for (const auto& series : panel_.series)
+      for (std::size_t i = 0; i < series.x.size() && i < series.y.size(); ++i) {
+        if (under(series.x[i], series.y[i])) return yr.size() * hf / (1 - hf);
+        if (i == 0) continue;
+        for (int k = 1; k < 8; ++k) {  // along the segment from the previous point
+          const double t = k / 8.0;
+          if (under(series.x[i - 1] + t * (series.x[i] - series.x[i - 1]),
+                    series.y[i - 1] + t * (series.y[i] - series.y[i - 1])))
+            return yr.size() * hf / (1 - hf);
+        }
+      }
+    return 0;
   }
 
   void legend() {
@@ -454,7 +498,7 @@ class PanelRenderer {
     rect_->insetLayout()->addElement(legend, barLegend() ? Qt::AlignTop | Qt::AlignHCenter : Qt::AlignTop | Qt::AlignRight);
     if (barLegend()) {
       legend->setFillOrder(QCPLegend::foColumnsFirst);
-      legend->setWrap(kBarLegendColumns);
+      legend->setWrap(barLegendColumns());
     }
     legend->setLayer(QStringLiteral("legend"));
     legend->setFont(font_);
@@ -516,6 +560,8 @@ void renderFigure(QCustomPlot* plot, const Figure& figure) {
   geometry.widthPt = std::max(20.0, figure.width_cm * kPtPerCm / columns - 4.5 * fontPt);
   geometry.heightPt = std::max(20.0, figure.height_cm * kPtPerCm / rows - (titled ? 5.0 : 3.8) * fontPt);
 
+  // Bold title characters are ~0.65 em wide (the labels' 0.55 em, bolder).
+  const int titleChars = std::max(8, static_cast<int>((figure.width_cm * kPtPerCm / columns - 6.0) / (0.65 * fontPt)));
   // Axis rects of a column share left and right margins, those of a row top and bottom, so panels align.
   std::vector<QCPMarginGroup*> columnGroups, rowGroups;
   for (int c = 0; c < columns; ++c) columnGroups.push_back(new QCPMarginGroup(plot));
@@ -530,7 +576,10 @@ void renderFigure(QCustomPlot* plot, const Figure& figure) {
     cell->setColumnSpacing(3);
     int rectRow = 0;
     if (titled) {
-      auto* title = new QCPTextElement(plot, panel.title.empty() ? QStringLiteral(" ") : qs(panel.title), titleFont);
+      // A title wider than its cell would run into the neighbour's: elided in the middle (the full text stays in
+      // the figure's JSON sidecar and CSV).
+      const QString text = elideMiddle(qs(panel.title), titleChars);
+      auto* title = new QCPTextElement(plot, text.isEmpty() ? QStringLiteral(" ") : text, titleFont);
       title->setMargins(QMargins(0, 0, 0, 0));
       cell->addElement(0, 0, title);
       rectRow = 1;

@@ -34,7 +34,9 @@ Figure seed002_fig3(const RunStore& store, const FigureRequest& request) {
     int experts = 0;
     for (const auto& [l, per] : load) experts = std::max(experts, per.rbegin()->first + 1);
     FigurePanel bars;
-    bars.title = label_of(rec) + " (step " + std::to_string(eval->step) + ")";
+    // One run: short titles (the run is in the sidecar); several: each row starts with its run.
+    const std::string who = request.run_ids.size() > 1 ? label_of(rec) + ": " : "";
+    bars.title = who + "per layer, step " + std::to_string(eval->step);
     bars.x_label = "Layer";
     bars.y_label = "Average expert load";
     for (const auto& [l, per] : load) bars.bars.categories.push_back("L" + std::to_string(l));
@@ -47,7 +49,7 @@ Figure seed002_fig3(const RunStore& store, const FigureRequest& request) {
     }
     // Per epoch: the model-wide mean load of each expert (the seed's "Val Avg Expert Balance" column).
     FigurePanel epochs;
-    epochs.title = label_of(rec);
+    epochs.title = who + "per epoch";
     epochs.y_label = "Average expert load";
     std::map<std::int64_t, double> epoch_of;
     for (const auto& p : store.metric(id, "val/epoch")) epoch_of[p.step] = p.value;
