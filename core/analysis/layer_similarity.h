@@ -1,7 +1,7 @@
 // Layer-wise cosine similarity of token representations (seed 000, Figure 1): run a trained model on the
 // trainer's fixed validation batches, take every layer's output hidden state per token and average, over the
 // tokens, the cosine similarity between the states of each pair of layers. The per-layer outputs come from the
-// models' public blocks, or from the forward itself through a LayerStateProbe.
+// forward itself, through a LayerStateProbe.
 #pragma once
 #include <cstdint>
 #include <string>
@@ -13,14 +13,10 @@
 
 namespace routelab {
 
-/// Architectures whose per-layer outputs layer_outputs() can produce.
-const std::vector<std::string>& layer_output_architectures();
-
-/// The output hidden state of every layer, (B, T, C) each, for tokens (B, T), computed through the model's public
-/// blocks exactly as its forward composes them (eval mode gives the inference routing): dense, dllm, drr, dtrnet
-/// and mod; tsa, early-exit and radial report it from their own forward (LayerStateProbe). Radial's "layers" are
-/// its routing steps (max_depth of them; a token that exited keeps its state).
-/// Another architecture is a ConfigError naming it and the supported ones.
+/// The output hidden state of every layer, (B, T, C) each, for tokens (B, T), as the model's own forward computes
+/// them in eval mode (the inference routing), reported through a LayerStateProbe. Radial's "layers" are its routing
+/// steps (max_depth of them; a token that exited keeps its state). A model that reports no states is a
+/// ConfigError naming its architecture.
 std::vector<torch::Tensor> layer_outputs(LanguageModel& model, const torch::Tensor& tokens);
 
 /// cos(h_i(t), h_j(t)) averaged over tokens t, for every pair of layers: states is L tensors (B, T, C);

@@ -277,6 +277,7 @@ ModelOutput DenseTransformer::forward(const torch::Tensor& tokens, bool trace) {
   ModelOutput out;
   for (std::size_t i = 0; i < blocks.size(); ++i) {
     x = blocks[i]->forward(x, positions);
+    record_layer_state(x);
     if (trace) out.trace.push_back(dense_layer_trace(static_cast<int>(i), tokens.size(0), tokens.size(1), layer_shape(options_)));
   }
   out.logits = head(x);

@@ -10,6 +10,7 @@
 #include <numbers>
 
 #include "core/inference/kv_cache.h"
+#include "core/models/blocks/residual_probe.h"
 #include "core/util/errors.h"
 
 namespace routelab {
@@ -152,6 +153,7 @@ ModelOutput DLLM::forward(const torch::Tensor& tokens, bool trace) {
     const int layer = static_cast<int>(i);
     if (!routed_[i]) {
       x = blocks[i]->forward(x, positions);
+      record_layer_state(x);
       if (trace) out.trace.push_back(dense_layer_trace(layer, tokens.size(0), tokens.size(1), layer_shape(options_)));
       continue;
     }
@@ -168,10 +170,11 @@ ModelOutput DLLM::forward(const torch::Tensor& tokens, bool trace) {
         counts = count_routed(executed);
       }
     } else {
-      executed = p_exec.ge(dllm_.threshold()).logical_or(always);
+      executed = execute_rule(p_exec, positions);
       counts = compact(executed);
       x = skipping_layer(i, x, positions, counts);
     }
+    record_layer_state(x);
     if (trace) out.trace.push_back(routed_layer_trace(layer, p_exec, executed, counts));
   }
   out.logits = head(x);
@@ -191,7 +194,11 @@ torch::Tensor DLLM::executes(std::size_t layer, const torch::Tensor& x, const to
                              torch::Tensor* p_exec) {
   const auto p = torch::softmax(routers[layer]->forward(x).detach(), -1).select(-1, 1);  // (B, T)
   if (p_exec) *p_exec = p;
-  return p.ge(dllm_.threshold()).logical_or(positions.lt(dllm_.reserved_tokens()).unsqueeze(0));
+  return execute_rule(p, positions);
+}
+
+torch::Tensor DLLM::execute_rule(const torch::Tensor& p_exec, const torch::Tensor& positions) const {
+  return p_exec.ge(dllm_.threshold()).logical_or(positions.lt(dllm_.reserved_tokens()).unsqueeze(0));
 }
 
 std::unique_ptr<DecodeState> DLLM::begin_decode(std::int64_t batch) { return new_decode_state(batch); }

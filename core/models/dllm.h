@@ -89,6 +89,8 @@ class DLLM : public TransformerTrunk {
   /// `p_exec` receives the probabilities (B, T) when given.
   torch::Tensor executes(std::size_t layer, const torch::Tensor& x, const torch::Tensor& positions,
                          torch::Tensor* p_exec = nullptr);
+  /// The rule itself, from execute probabilities p_exec (B, T) already computed.
+  torch::Tensor execute_rule(const torch::Tensor& p_exec, const torch::Tensor& positions) const;
   /// Inference form: only the executed tokens of `executed` run the block, on compacted sequences. -> (B, T, C)
   torch::Tensor skipping_layer(std::size_t layer, const torch::Tensor& x, const torch::Tensor& positions,
                                const Compaction& executed);

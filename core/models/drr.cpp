@@ -371,6 +371,7 @@ DrrTransformer::States DrrTransformer::states(const torch::Tensor& tokens, bool 
     const bool pools = (static_cast<std::int64_t>(i) + 1) % o.block_size() == 0 && summary > 0;
     if (pools) memory.summaries.push_back(memory.causal ? summary_pool->pool_chunks(x, chunks) : summary_pool(x));
     if (keep_layers) out.layers.push_back(x);
+    record_layer_state(x);
     if (!trace) continue;
 
     layer_gates.push_back(gates);

@@ -260,11 +260,13 @@ ModelOutput DTRNet::forward(const torch::Tensor& tokens, bool trace) {
   for (std::int64_t i = 0; i < options_.n_layer(); ++i) {
     if (!routed[i]) {
       x = dense[i]->forward(x, positions);
+      record_layer_state(x);
       if (trace) out.trace.push_back(dense_layer_trace(static_cast<int>(i), B, T, shape));
       continue;
     }
     auto r = routed[i]->forward(x, positions);
     x = r.y;
+    record_layer_state(x);
     const double load = static_cast<double>(r.routed) / static_cast<double>(B * T);  // f_l (share of tokens)
     const auto l1 = r.gate_attn.mean();                                                // ||G_l[:,0]||_1 / (B T)
     weighted = weighted + load * l1;

@@ -8,6 +8,7 @@
 
 #include "core/inference/kv_cache.h"
 #include "core/models/blocks/attention.h"
+#include "core/models/blocks/residual_probe.h"
 #include "core/util/errors.h"
 
 namespace routelab {
@@ -134,12 +135,14 @@ ModelOutput MixtureOfDepths::forward(const torch::Tensor& tokens, bool trace) {
   for (std::size_t i = 0; i < routed_.size(); ++i) {
     if (!routed_[i]) {
       x = dense_blocks[i]->forward(x, positions);
+      record_layer_state(x);
       if (trace) out.trace.push_back(dense_layer_trace(static_cast<int>(i), B, T, layer_shape(options_)));
       continue;
     }
     LayerTrace layer_trace;
     torch::Tensor loss;
     x = mod_layers[i]->forward(x, positions, loss, trace ? &layer_trace : nullptr);
+    record_layer_state(x);
     if (loss.defined()) predictor_losses.push_back(loss);
     if (trace) {
       layer_trace.layer = static_cast<int>(i);

@@ -75,12 +75,6 @@ Figure build_routed_layers(const RunStore& store, const FigureRequest& request) 
 
 namespace {
 
-std::string run_label(const RunStore& store, std::int64_t id) {
-  const auto run = store.run(id);
-  if (!run) throw StoreError(store.path() + ": no run " + std::to_string(id));
-  return run->name.empty() ? "run " + std::to_string(id) : run->name;
-}
-
 struct ProbeMap {
   std::string title;
   std::vector<std::string> tokens;
@@ -115,7 +109,7 @@ ProbeMap probe_map(const RunStore& store, std::int64_t run_id, std::int64_t step
     throw DataError("token-maps: run " + std::to_string(run_id) + " step " + std::to_string(row->step) +
                     ": the probe has no tokens or layers");
   ProbeMap m;
-  m.title = run_label(store, run_id) + " (step " + std::to_string(row->step) + ")";
+  m.title = run_label(run_record(store, run_id)) + " (step " + std::to_string(row->step) + ")";
   for (const auto& t : doc.at("tokens")) m.tokens.push_back(t.is_string() ? t.get<std::string>() : t.dump());
   const auto& layers = doc.at("layers");
   m.map.rows = layers.size();

@@ -27,6 +27,8 @@ RunRecord run_record(const RunStore& store, std::int64_t id) {
   return *run;
 }
 
+std::string run_label(const RunRecord& run) { return run.name.empty() ? "run " + std::to_string(run.id) : run.name; }
+
 json run_config(const RunStore& store, const RunRecord& run) {
   try {
     auto doc = json::parse(run.config_json);

@@ -26,6 +26,8 @@ bool higher_is_better(const std::string& metric);
 
 /// The run's record, or a StoreError naming the store.
 RunRecord run_record(const RunStore& store, std::int64_t id);
+/// The run's name, or "run <id>" when it has none.
+std::string run_label(const RunRecord& run);
 /// The run's stored config, or a ConfigError naming the run when it is not a JSON object.
 json run_config(const RunStore& store, const RunRecord& run);
 /// `config.section.key` as an integer, or a ConfigError naming the run and the key.

@@ -30,11 +30,11 @@ const char* kFig1Title = "Average layer-wise cosine similarity of token represen
 Figure seed000_fig1(const RunStore& store, const FigureRequest& request) {
   auto f = start(request, kFig1Title);
   for (const auto id : request.run_ids) {
-    const auto rec = record_of(store, id, request.name);
+    const auto rec = run_record(store, id);
     auto run = load_run(store.path(), id, {}, request.step);
     const auto s = layer_similarity(run);
     FigurePanel p;
-    p.title = label_of(rec) + " (step " + std::to_string(s.step) + ")";
+    p.title = run_label(rec) + " (step " + std::to_string(s.step) + ")";
     p.x_label = "Layer";
     p.y_label = "Layer";
     p.legend = false;
@@ -61,7 +61,7 @@ Figure seed000_fig3(const RunStore& store, const FigureRequest& request) {
   p.y_label = "Perplexity";
   p.log_x = true;
   for (const auto id : request.run_ids) {
-    const auto rec = record_of(store, id, request.name);
+    const auto rec = run_record(store, id);
     std::map<std::string, EvalRow> curves;  // split -> the latest stored curve of that scaling
     for (auto& e : store.evals(id))
       if (e.split.rfind("context:", 0) == 0 && (!curves.count(e.split) || e.step >= curves[e.split].step))
@@ -70,7 +70,7 @@ Figure seed000_fig3(const RunStore& store, const FigureRequest& request) {
     for (const auto& [split, row] : curves) {
       const auto doc = parse_json(row.extra_json, store, id, "evaluation '" + split + "'");
       FigureSeries s;
-      s.label = label_of(rec) + (curves.size() > 1 ? " (" + split.substr(8) + ")" : "");
+      s.label = run_label(rec) + (curves.size() > 1 ? " (" + split.substr(8) + ")" : "");
       for (const auto& point : doc.at("points")) {
         s.x.push_back(point.at("length").get<double>());
         s.y.push_back(point.at("ppl").is_number() ? point.at("ppl").get<double>() : kNaN);
@@ -121,13 +121,13 @@ Figure seed000_fig4(const RunStore& store, const FigureRequest& request) {
   p.y_label = "FLOPs / dense FLOPs";
   p.log_x = true;
   for (const auto id : request.run_ids) {
-    const auto rec = record_of(store, id, request.name);
-    const auto config = config_of(rec, store);
+    const auto rec = run_record(store, id);
+    const auto config = run_config(store, rec);
     json source;
     const auto fractions = measured_fractions(store, rec, request.step, source);
     const auto vocab = data_shape_of(config).vocab;
     FigureSeries s;
-    s.label = label_of(rec);
+    s.label = run_label(rec);
     s.color = arch_color(rec.arch);
     for (const auto t : lengths) {
       FlopsQuery q;
@@ -153,12 +153,12 @@ Figure seed000_fig5(const RunStore& store, const FigureRequest& request) {
   p.y_label = "Tokens to attention (%)";
   std::size_t layers = 0;
   for (const auto id : request.run_ids) {
-    const auto rec = record_of(store, id, request.name);
+    const auto rec = run_record(store, id);
     const auto eval = val_eval(store, id, request.step);
     if (!eval) throw ConfigError(request.name + ": run " + std::to_string(id) + " has no validation evaluation");
     const auto extra = parse_json(eval->extra_json, store, id, "evaluation of step " + std::to_string(eval->step));
     FigureBars::Member m;
-    m.label = label_of(rec);
+    m.label = run_label(rec);
     m.color = arch_color(rec.arch);
     bool any_routed = false;
     for (const auto& l : extra.value("layers", json::array())) {
@@ -188,8 +188,8 @@ Figure seed000_fig6(const RunStore& store, const FigureRequest& request) {
   p.y_label = "KV cache (MiB)";
   p.log_x = p.log_y = true;
   for (const auto id : request.run_ids) {
-    const auto rec = record_of(store, id, request.name);
-    const auto model = config_of(rec, store).at("model");
+    const auto rec = run_record(store, id);
+    const auto model = run_config(store, rec).at("model");
     const auto n_head = model.value("n_head", std::int64_t{1});
     const auto n_kv = model.value("n_kv_head", std::int64_t{0}) > 0 ? model.at("n_kv_head").get<std::int64_t>() : n_head;
     const auto head_dim = model.value("n_embd", std::int64_t{0}) / std::max<std::int64_t>(1, n_head);
@@ -211,9 +211,9 @@ Figure seed000_fig6(const RunStore& store, const FigureRequest& request) {
       per_token = static_cast<double>(model.value("n_layer", std::int64_t{0}));
       f.meta["eval_step"][std::to_string(id)] = nullptr;
     }
-    if (rec.arch == "drr") f.meta["notes"].push_back(label_of(rec) + ": the depth-memory entries are not counted");
+    if (rec.arch == "drr") f.meta["notes"].push_back(run_label(rec) + ": the depth-memory entries are not counted");
     FigureSeries s;
-    s.label = label_of(rec);
+    s.label = run_label(rec);
     s.color = arch_color(rec.arch);
     s.marked = true;
     for (const auto t : lengths) {

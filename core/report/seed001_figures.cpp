@@ -23,15 +23,15 @@ Figure seed001_overhead(const RunStore& store, const FigureRequest& request) {
   base_p.color = base_f.color = arch_color("dense");
   drr_p.color = drr_f.color = arch_color("drr");
   for (const auto id : request.run_ids) {
-    const auto rec = record_of(store, id, request.name);
+    const auto rec = run_record(store, id);
     if (rec.arch != "drr")
       throw ConfigError(request.name + ": run " + std::to_string(id) + " is a '" + rec.arch + "' run, not 'drr'");
-    const auto config = config_of(rec, store);
+    const auto config = run_config(store, rec);
     const auto shape = data_shape_of(config);
     const auto context = shape.context;
     const auto t = drr_transformer_options_from_json(config.at("model"), shape.vocab, context);
     const auto o = drr_overhead(t, drr_options_from_json(config.at("model")), context);
-    const auto prefix = request.run_ids.size() > 1 ? label_of(rec) + ": " : std::string();
+    const auto prefix = request.run_ids.size() > 1 ? run_label(rec) + ": " : std::string();
     for (auto* panel : {&params, &flops}) {
       panel->bars.categories.push_back(prefix + "model");
       panel->bars.categories.push_back(prefix + "layers");

@@ -16,7 +16,7 @@ Figure seed002_fig3(const RunStore& store, const FigureRequest& request) {
   auto f = start(request, kTagat3Title);
   f.columns = 2;
   for (const auto id : request.run_ids) {
-    const auto rec = record_of(store, id, request.name);
+    const auto rec = run_record(store, id);
     const auto eval = val_eval(store, id, request.step);
     if (!eval) throw ConfigError(request.name + ": run " + std::to_string(id) + " has no validation evaluation");
     const auto extra = parse_json(eval->extra_json, store, id, "evaluation of step " + std::to_string(eval->step));
@@ -35,7 +35,7 @@ Figure seed002_fig3(const RunStore& store, const FigureRequest& request) {
     for (const auto& [l, per] : load) experts = std::max(experts, per.rbegin()->first + 1);
     FigurePanel bars;
     // One run: short titles (the run is in the sidecar); several: each row starts with its run.
-    const std::string who = request.run_ids.size() > 1 ? label_of(rec) + ": " : "";
+    const std::string who = request.run_ids.size() > 1 ? run_label(rec) + ": " : "";
     bars.title = who + "per layer, step " + std::to_string(eval->step);
     bars.x_label = "Layer";
     bars.y_label = "Average expert load";
@@ -86,7 +86,7 @@ const char* kTagat4Title = "Token gating probabilities of the probe example per 
 Figure seed002_fig4(const RunStore& store, const FigureRequest& request) {
   auto f = start(request, kTagat4Title);
   for (const auto id : request.run_ids) {
-    const auto rec = record_of(store, id, request.name);
+    const auto rec = run_record(store, id);
     const auto probe = probe_at(store, id, request.step, request.name);
     if (!probe.contains("token_data") || !probe["token_data"].contains("gate"))
       throw ConfigError(request.name + ": run " + std::to_string(id) + "'s probe has no token gates (a tagat run)");
@@ -97,7 +97,7 @@ Figure seed002_fig4(const RunStore& store, const FigureRequest& request) {
     const auto tokens = token_labels(probe.value("tokens", json::array()));
     for (std::size_t l = 0; l < L; ++l) {
       FigurePanel p;
-      p.title = label_of(rec) + ", layer " + std::to_string(l);
+      p.title = run_label(rec) + ", layer " + std::to_string(l);
       p.x_label = "Token";
       p.y_label = "Expert";
       p.legend = false;

@@ -47,10 +47,10 @@ Figure seed003_fig2(const RunStore& store, const FigureRequest& request) {
   by_tlops.x_label = "Cumulative TLOps (1e9)";
   by_tlops.y_label = "Validation loss (nats)";
   for (const auto id : request.run_ids) {
-    const auto rec = record_of(store, id, request.name);
-    const auto config = config_of(rec, store);
+    const auto rec = run_record(store, id);
+    const auto config = run_config(store, rec);
     auto val = metric_series(store, id, "val/loss");
-    val.label = label_of(rec);
+    val.label = run_label(rec);
     val.color = arch_color(rec.arch);
     val.marked = true;
     const double tokens = static_cast<double>(config.at("train").at("batch_size").get<std::int64_t>() *
@@ -116,8 +116,8 @@ Figure seed003_fig3(const RunStore& store, const FigureRequest& request) {
   tsa.marked = true;
   tsa.color = arch_color("tsa");
   for (const auto id : request.run_ids) {
-    const auto rec = record_of(store, id, request.name);
-    const auto config = config_of(rec, store);
+    const auto rec = run_record(store, id);
+    const auto config = run_config(store, rec);
     const auto eval = val_eval(store, id, request.step);
     if (!eval) throw ConfigError(request.name + ": run " + std::to_string(id) + " has no validation evaluation");
     const double loss = eval->loss;
@@ -129,7 +129,7 @@ Figure seed003_fig3(const RunStore& store, const FigureRequest& request) {
     } else if (rec.arch == "early-exit") {
       // The threshold is an eval-only option: sweep it on the run's checkpoint, as the seed does.
       FigureSeries s;
-      s.label = "early exit: " + label_of(rec);
+      s.label = "early exit: " + run_label(rec);
       s.color = arch_color(rec.arch);
       s.marked = true;
       std::vector<std::pair<double, double>> points;
@@ -152,7 +152,7 @@ Figure seed003_fig3(const RunStore& store, const FigureRequest& request) {
       pareto.series.push_back(std::move(s));
     } else {
       FigureSeries s;
-      s.label = label_of(rec);
+      s.label = run_label(rec);
       s.kind = SeriesKind::Points;
       s.color = arch_color(rec.arch);
       s.x = {1.0};  // every block runs every token
@@ -186,10 +186,10 @@ const char* kTsa4Title = "Per-token active fraction (1 - p_l) across the routing
 Figure seed003_fig4(const RunStore& store, const FigureRequest& request) {
   auto f = start(request, kTsa4Title);
   for (const auto id : request.run_ids) {
-    const auto rec = record_of(store, id, request.name);
+    const auto rec = run_record(store, id);
     const auto probe = probe_at(store, id, request.step, request.name);
     FigurePanel p;
-    p.title = label_of(rec) + " (step " + std::to_string(probe["step"].get<std::int64_t>()) + ")";
+    p.title = run_label(rec) + " (step " + std::to_string(probe["step"].get<std::int64_t>()) + ")";
     p.x_label = "Token";
     p.y_label = "Routing decision";
     p.legend = false;

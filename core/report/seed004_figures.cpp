@@ -61,7 +61,7 @@ Figure seed004_fig5(const RunStore& store, const FigureRequest& request) {
   std::vector<std::string> categories;
   std::vector<std::map<std::string, double>> values;
   for (const auto id : request.run_ids) {
-    const auto rec = record_of(store, id, request.name);
+    const auto rec = run_record(store, id);
     const auto p = profile_of(store, id, request.step);
     std::map<std::string, double> v;
     for (const auto& s : p.blocks) {
@@ -71,11 +71,11 @@ Figure seed004_fig5(const RunStore& store, const FigureRequest& request) {
     }
     values.push_back(std::move(v));
     FigureBars::Member m;
-    m.label = label_of(rec);
+    m.label = run_label(rec);
     m.color = arch_color(rec.arch);
     blocks.bars.members.push_back(std::move(m));
     FigureSeries s;
-    s.label = label_of(rec);
+    s.label = run_label(rec);
     s.color = arch_color(rec.arch);
     s.marked = true;
     double total = 0;
@@ -118,11 +118,11 @@ Figure seed004_fig6(const RunStore& store, const FigureRequest& request) {
     p->log_x = true;
   }
   for (const auto id : request.run_ids) {
-    const auto rec = record_of(store, id, request.name);
+    const auto rec = run_record(store, id);
     const auto p = profile_of(store, id, request.step);
     for (auto [panel, block] : {std::pair{&att, "attn"}, std::pair{&ffn, "mlp"}}) {
       FigureSeries s;
-      s.label = label_of(rec);
+      s.label = run_label(rec);
       s.color = arch_color(rec.arch);
       s.kind = SeriesKind::Step;
       s.y = pooled_shares(p, block);
@@ -142,9 +142,9 @@ const char* kRadial7Title = "Routing of the probe text: blocks each token runs (
 Figure seed004_fig7(const RunStore& store, const FigureRequest& request) {
   auto f = start(request, kRadial7Title);
   for (const auto id : request.run_ids) {
-    const auto rec = record_of(store, id, request.name);
+    const auto rec = run_record(store, id);
     FigurePanel p;
-    p.title = label_of(rec);
+    p.title = run_label(rec);
     p.x_label = "Token";
     p.legend = false;
     auto& h = p.heatmap;
@@ -156,7 +156,7 @@ Figure seed004_fig7(const RunStore& store, const FigureRequest& request) {
       const auto& path = probe["token_data"]["path"];
       h.cols = path.size();
       h.rows = h.cols ? path[0].size() : 0;
-      const auto layers = config_of(rec, store).at("model").value("n_layer", std::int64_t{1});
+      const auto layers = run_config(store, rec).at("model").value("n_layer", std::int64_t{1});
       for (std::size_t s = 0; s < h.rows; ++s) {
         h.row_labels.push_back("step " + std::to_string(s));
         for (std::size_t t = 0; t < h.cols; ++t) {
@@ -204,10 +204,10 @@ const char* kRadial9Title = "Mean residual ratio per layer of attention and feed
 Figure seed004_fig9(const RunStore& store, const FigureRequest& request) {
   auto f = start(request, kRadial9Title);
   for (const auto id : request.run_ids) {
-    const auto rec = record_of(store, id, request.name);
+    const auto rec = run_record(store, id);
     const auto prof = profile_of(store, id, request.step);
     FigurePanel p;
-    p.title = label_of(rec);
+    p.title = run_label(rec);
     p.x_label = "Layer";
     p.y_label = "Residual ratio";
     for (const auto& [block, name, color] : {std::tuple{"attn", "ATT", 0}, std::tuple{"mlp", "FFN", 1}}) {
@@ -235,10 +235,10 @@ const char* kRadial10Title = "Residual ratios of every block and token, median d
 Figure seed004_fig10(const RunStore& store, const FigureRequest& request) {
   auto f = start(request, kRadial10Title);
   for (const auto id : request.run_ids) {
-    const auto rec = record_of(store, id, request.name);
+    const auto rec = run_record(store, id);
     const auto prof = profile_of(store, id, request.step);
     FigurePanel p;
-    p.title = label_of(rec);
+    p.title = run_label(rec);
     p.x_label = "Residual ratio ||R(x)|| / ||x||";
     p.y_label = "Tokens (%)";
     p.log_x = true;

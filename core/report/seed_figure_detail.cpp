@@ -9,22 +9,6 @@
 
 namespace routelab::figure_detail {
 
-RunRecord record_of(const RunStore& store, std::int64_t id, const std::string& figure) {
-  auto r = store.run(id);
-  if (!r) throw StoreError(store.path() + ": " + figure + ": no run " + std::to_string(id));
-  return *r;
-}
-
-json config_of(const RunRecord& r, const RunStore& store) {
-  try {
-    return json::parse(r.config_json);
-  } catch (const json::exception& e) {
-    throw StoreError(store.path() + ": run " + std::to_string(r.id) + ": stored config is not JSON: " + e.what());
-  }
-}
-
-std::string label_of(const RunRecord& r) { return r.name.empty() ? "run " + std::to_string(r.id) : r.name; }
-
 int arch_color(const std::string& arch) {
   static const std::vector<std::string> order = {"dense", "dtrnet", "mod",  "dllm",  "tsa",
                                                  "early-exit", "radial", "drr", "tagat", "vanilla-classifier"};

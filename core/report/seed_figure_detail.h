@@ -12,12 +12,6 @@
 
 namespace routelab::figure_detail {
 
-/// The run's record, or a StoreError naming the store and `figure`.
-RunRecord record_of(const RunStore& store, std::int64_t id, const std::string& figure);
-/// The run's stored config, or a StoreError naming the run when it is not JSON.
-json config_of(const RunRecord& r, const RunStore& store);
-/// The run's name, or "run <id>" when it has none.
-std::string label_of(const RunRecord& r);
 /// One colour per architecture, in the palette's order.
 int arch_color(const std::string& arch);
 
