@@ -198,8 +198,6 @@ RunDashboardData loadDashboardData(const RunStore& store, qint64 runId) {
   } catch (const std::exception&) {
     // an architecture this build does not know: treated as a language model, its panels say what is missing
   }
-  if (classifier) data.task = QStringLiteral("classification");
-  data.cost = costShapeFromConfig(record->config_json);
   try {
     const auto config = json::parse(record->config_json);
     data.tokensPerStep = static_cast<double>(config.at("train").at("batch_size").get<std::int64_t>() *
@@ -207,8 +205,12 @@ RunDashboardData loadDashboardData(const RunStore& store, qint64 runId) {
   } catch (const std::exception&) {
     data.tokensPerStep = 0;  // the tokens axis then falls back to what the live run reports
   }
-  // Classifiers: the FLOPs model prices language-model steps; their measured ratio is per evaluation.
-  if (!classifier) {
+  if (classifier) {
+    // No KV cache nor length curves; the measured FLOPs ratio is per evaluation (RunDashboard::renderClassifierCost).
+    data.task = QStringLiteral("classification");
+  } else {
+    // Language models: the layer shape prices the FLOPs and KV curves, the FLOPs model the cumulative-FLOPs axis.
+    data.cost = costShapeFromConfig(record->config_json);
     try {
       data.denseStepFlops = training_step_dense_flops(store, runId);
       const auto [steps, ratios] = training_flops_ratios(store, runId);
@@ -261,9 +263,6 @@ RunDashboardData loadDashboardData(const RunStore& store, qint64 runId) {
     }
   }
   data.metrics = loadMetricsData(store, runId);
-  if (data.metrics.keys.contains(QStringLiteral("val/accuracy")) ||
-      data.metrics.keys.contains(QStringLiteral("train/accuracy")))
-    data.task = QStringLiteral("classification");
 
   for (const ProbeRow& row : store.probes(runId)) {
     try {

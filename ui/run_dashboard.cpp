@@ -513,7 +513,6 @@ void RunDashboard::renderCost() {
     renderClassifierCost();
     return;
   }
-  kvPanel_->setVisible(true);
   const EvalSnapshot* eval = latestEval();
   if (!data_.cost.valid) {
     flops_->setCurves({});

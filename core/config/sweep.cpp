@@ -117,14 +117,9 @@ SweepPlan expand_sweep(const nlohmann::json& doc, const std::string& origin) {
       const auto preset = entry["preset"].get<std::string>();
       const auto label = entry.value("name", preset);
       // The baseline's own settings: {"train.lr": 1e-4, ...}, applied over the sweep's sections and axes.
-      std::vector<std::pair<std::string, nlohmann::json>> own;
-      if (entry.contains("set")) {
-        if (!entry["set"].is_object()) fail(where + ".set: expected an object of \"section.key\": value");
-        for (const auto& [path, value] : entry["set"].items()) {
-          check_path(where + ".set." + path, path);
-          own.emplace_back(path, value);
-        }
-      }
+      const auto own = entry.value("set", nlohmann::json::object());
+      if (!own.is_object()) fail(where + ".set: expected an object of \"section.key\": value");
+      for (const auto& [path, value] : own.items()) check_path(where + ".set." + path, path);
       // The shared budget and seeds: every grid axis outside the model section.
       std::vector<std::pair<std::string, std::vector<nlohmann::json>>> shared;
       for (const auto& axis : axes)
@@ -139,7 +134,7 @@ SweepPlan expand_sweep(const nlohmann::json& doc, const std::string& origin) {
           suffix += (suffix.empty() ? "" : ",") + shared[a].first.substr(shared[a].first.find('.') + 1) + "=" +
                     value_text(shared[a].second[at[a]]);
         }
-        for (const auto& [path, value] : own) assign(overrides, path, value);
+        for (const auto& [path, value] : own.items()) assign(overrides, path, value);
         resolve_point(overrides, plan.name + "/" + label + (suffix.empty() ? "" : "," + suffix), preset);
         std::size_t a = shared.size();
         while (a > 0 && ++at[a - 1] == shared[a - 1].second.size()) at[--a] = 0;

@@ -50,7 +50,7 @@ RoutingLosses routing_losses(const TopKGate& gate, const torch::Tensor& mask) {
 }
 
 torch::Tensor balance_loss(const torch::Tensor& load) {
-  return (load - 1.0 / static_cast<double>(load.size(0))).pow(2).sum();
+  return (load - 1.0 / static_cast<double>(load.size(-1))).pow(2).sum(-1);
 }
 
 GatedModularLayerImpl::GatedModularLayerImpl(const TagatOptions& o) : options(o) {
@@ -189,9 +189,7 @@ ClassifierOutput Tagat::forward(const torch::Tensor& input, const torch::Tensor&
   const auto entropy_loss = torch::stack(entropies).mean();
   const auto mean_load = torch::stack(loads).mean(0);  // (N)
   const auto imbalance = balance_loss(mean_load);
-  std::vector<torch::Tensor> per_layer;
-  for (const auto& load : loads) per_layer.push_back(balance_loss(load));
-  const auto layer_imbalance = torch::stack(per_layer).mean();  // equals `imbalance` for one layer
+  const auto layer_imbalance = balance_loss(torch::stack(loads)).mean();  // equals `imbalance` for one layer
 
   ClassifierOutput out;
   out.aux_loss = options_.lambda_ent() * entropy_loss +

@@ -81,7 +81,7 @@ struct RoutingLosses {
   torch::Tensor load;     ///< (N)
 };
 RoutingLosses routing_losses(const TopKGate& gate, const torch::Tensor& mask);
-/// Σ_i (u_i - 1/N)² of a load vector (N).
+/// Σ_i (u_i - 1/N)² over the last dimension of loads (..., N): a scalar for one load vector.
 torch::Tensor balance_loss(const torch::Tensor& load);
 
 /// One gated modular layer: gate, N experts, N FiLM meta-networks, the output LayerNorm.
