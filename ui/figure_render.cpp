@@ -456,8 +456,11 @@ class PanelRenderer {
   int barLegendColumns() const {
     std::vector<std::string> labels;
     for (const auto& m : panel_.bars.members) labels.push_back(m.label);
-    const double entryPt = 14 + 3 + labelWidthPt(labels, fontPt_) + 6;
-    return std::clamp(static_cast<int>(geometry_.widthPt / entryPt), 1, kBarLegendColumns);
+    return std::clamp(static_cast<int>(geometry_.widthPt / legendEntryPt(labels)), 1, kBarLegendColumns);
+  }
+  /// One legend entry's width: icon, icon-text padding, the longest label, margins (as legend() sets them up).
+  double legendEntryPt(const std::vector<std::string>& labels) const {
+    return 14 + 3 + labelWidthPt(labels, fontPt_) + 6;
   }
   int legendRows() const {
     const int entries = static_cast<int>(panel_.bars.members.size());
@@ -473,22 +476,22 @@ class PanelRenderer {
     for (const auto& series : panel_.series)
       if (!series.label.empty()) labels.push_back(series.label);
     const double hf = std::min(0.6, (static_cast<double>(labelled_.size()) * 1.25 * fontPt_ + 4) / geometry_.heightPt);
-    const double wf = std::min(1.0, (14 + 3 + labelWidthPt(labels, fontPt_) + 6) / geometry_.widthPt);
+    const double wf = std::min(1.0, legendEntryPt(labels) / geometry_.widthPt);
     const auto under = [&](double x, double y) {
       return std::isfinite(x) && std::isfinite(y) && (x - xr.lower) / xr.size() >= 1 - wf &&
              (y - yr.lower) / yr.size() >= 1 - hf;
     };
-    for (const auto& series : panel_.series)
-      for (std::size_t i = 0; i < series.x.size() && i < series.y.size(); ++i) {
-        if (under(series.x[i], series.y[i])) return yr.size() * hf / (1 - hf);
-        if (i == 0) continue;
-        for (int k = 1; k < 8; ++k) {  // along the segment from the previous point
+    for (const auto& series : panel_.series) {
+      const std::size_t n = std::min(series.x.size(), series.y.size());
+      // Each point, and 7 more along the segment to the next one.
+      for (std::size_t i = 0; i < n; ++i)
+        for (int k = 0; k < (i + 1 < n ? 8 : 1); ++k) {
           const double t = k / 8.0;
-          if (under(series.x[i - 1] + t * (series.x[i] - series.x[i - 1]),
-                    series.y[i - 1] + t * (series.y[i] - series.y[i - 1])))
+          const std::size_t j = std::min(i + 1, n - 1);
+          if (under(series.x[i] + t * (series.x[j] - series.x[i]), series.y[i] + t * (series.y[j] - series.y[i])))
             return yr.size() * hf / (1 - hf);
         }
-      }
+    }
     return 0;
   }
 
