@@ -20,6 +20,7 @@
 #include "core/report/run_tables.h"
 #include "core/train/trainer.h"
 #include "core/util/cpu_allocator.h"
+#include "core/util/device.h"
 #include "core/util/errors.h"
 #include "core/util/paths.h"
 
@@ -515,37 +516,58 @@ int cmd_export(const std::string& db, std::int64_t run_id, const std::string& fo
 
 int cmd_bench_train_step(const BenchArgs& a) {
   TrainStepBenchOptions o;
+  apply_bench_shape(o, a.shape);
   o.batch = a.batch;
   o.context = a.context;
   o.steps = a.steps;
   o.warmup = a.warmup;
   o.threads = static_cast<int>(a.threads);
+  o.device = a.device;
   o.profile_path = a.profile;
-  const std::string script = a.script.empty() ? default_peer_script() : a.script;
-  std::cout << "train-step benchmark: GPT-2 style d 256, L 6, H 8, d_ff 1024, vocab 65, B " << o.batch << ", T "
-            << o.context << ", " << o.steps << " timed steps after " << o.warmup << " warm-up\n";
-
-  const auto peer = run_peer_bench(a.python, script, o);
-  if (peer.ok) {
-    std::cout << "pytorch peer  (" << script << "): " << std::fixed << std::setprecision(1) << peer.ms_per_step
-              << " ms/step  " << std::setprecision(0) << peer.tokens_per_s << " tokens/s\n";
-  } else {
-    std::cout << "pytorch peer unavailable (" << a.python << " " << script << "): " << peer.output.substr(0, 300) << "\n";
-  }
+  resolve_device(o.device);  // a clear error before the peer starts
+  const std::string python = a.python.empty() ? default_peer_python() : a.python;
+  const std::string script = a.script.empty() ? default_peer_script(python) : a.script;
+  std::cout << "train-step benchmark on " << o.device << ": GPT-2 style d " << o.n_embd << ", L " << o.n_layer << ", H "
+            << o.n_head << ", d_ff " << o.d_ff << ", vocab " << o.vocab << ", B " << o.batch << ", T " << o.context
+            << ", " << o.steps << " timed steps after " << o.warmup << " warm-up; " << torch_version_string() << "\n"
+            << "peer: " << python << " " << script << "\n";
+  auto print_mfu = [&](double tflops) {
+    std::cout << "  " << std::setprecision(1) << tflops << " TFLOP/s";
+    if (a.peak_tflops > 0) std::cout << " (MFU " << std::setprecision(1) << 100.0 * tflops / a.peak_tflops << "%)";
+  };
   for (const bool bf16 : {false, true}) {
     if ((bf16 && a.precision == "fp32") || (!bf16 && a.precision == "bf16")) continue;
     o.bf16 = bf16;
+    const char* precision = bf16 ? "bf16" : "fp32";
+    // Side by side in one run: the peer (eager, then compiled when asked), then RouteLab, same shape and device.
+    std::vector<std::pair<std::string, PeerBenchResult>> peers{{"eager", run_peer_bench(python, script, o)}};
+    if (a.compile) peers.emplace_back("torch.compile", run_peer_bench(python, script, o, /*compile=*/true));
+    for (const auto& [mode, peer] : peers) {
+      if (!peer.ok) {
+        std::cout << "pytorch " << precision << " " << mode << ": unavailable: " << peer.output.substr(0, 300) << "\n";
+        continue;
+      }
+      std::cout << "pytorch " << precision << " " << mode << ": " << std::fixed << std::setprecision(1)
+                << peer.ms_per_step << " ms/step  " << std::setprecision(0) << peer.tokens_per_s << " tokens/s";
+      print_mfu(train_step_flops(o) / (peer.ms_per_step / 1000.0) / 1e12);
+      std::cout << "\n";
+    }
     const auto r = bench_train_step(o);
-    std::cout << "routelab " << (bf16 ? "bf16" : "fp32") << " (" << r.threads << " threads, " << r.parameters
-              << " params): " << std::fixed << std::setprecision(1) << r.ms_per_step << " ms/step  "
+    std::cout << "routelab " << precision << " (" << r.threads << " threads, " << r.parameters << " params, " << r.optimizer
+              << " AdamW): " << std::fixed << std::setprecision(1) << r.ms_per_step << " ms/step  "
               << std::setprecision(0) << r.tokens_per_s << " tokens/s  loss " << std::setprecision(3) << r.first_loss
               << " -> " << r.last_loss;
-    if (peer.ok) std::cout << "  ratio vs peer " << std::setprecision(2) << r.tokens_per_s / peer.tokens_per_s << "x";
+    print_mfu(r.tflops);
+    for (const auto& [mode, peer] : peers)
+      if (peer.ok)
+        std::cout << "  ratio vs " << mode << " " << std::setprecision(2) << r.tokens_per_s / peer.tokens_per_s << "x";
     std::cout << "\n";
   }
-  const auto cache = cpu_cache_stats();
-  std::cout << "CPU block cache (ROUTELAB_CPU_CACHE_MB=0 turns it off): " << cache.hits << " large allocations reused, "
-            << cache.misses << " from the system, " << (cache.cached_bytes >> 20) << " MiB held\n";
+  if (o.device == "cpu") {
+    const auto cache = cpu_cache_stats();
+    std::cout << "CPU block cache (ROUTELAB_CPU_CACHE_MB=0 turns it off): " << cache.hits << " large allocations reused, "
+              << cache.misses << " from the system, " << (cache.cached_bytes >> 20) << " MiB held\n";
+  }
   return 0;
 }
 

@@ -16,8 +16,10 @@ struct TrainArgs {
 };
 
 struct BenchArgs {
-  std::string script, python = "/usr/bin/python3", precision = "both", profile;
-  std::int64_t steps = 10, warmup = 2, threads = 0, batch = 64, context = 128;
+  std::string script, python, precision = "both", profile, device = "cpu", shape = "small";
+  std::int64_t steps = 10, warmup = 3, threads = 0, batch = 64, context = 128;
+  bool compile = false;     ///< also time the peer under torch.compile
+  double peak_tflops = 0;   ///< the device's peak for MFU (e.g. 989 for an H100's dense bf16)
 };
 
 struct EvalArgs {

@@ -237,7 +237,7 @@ void add_cost_commands(CLI::App& app, CLI::App& bench, CommandAction& action) {
   fwd->add_option("--reps", o.reps, "timed forwards per model (median)");
   fwd->add_option("--warmup", o.warmup, "untimed forwards per model");
   fwd->add_option("--threads", o.threads, "threads (0: all cores)");
-  fwd->add_option("--device", o.device, "cpu or cuda")->check(CLI::IsMember({"cpu", "cuda"}));
+  fwd->add_option("--device", o.device, "cpu, cuda or cuda:N");
   fwd->add_option("--calibration-passes", o.calibration_passes, "router bias calibration passes per fraction");
   fwd->add_option("--breakdown-above", o.breakdown_threshold, "print a breakdown where time/FLOPs ratio exceeds this");
   fwd->add_flag("--quick", o.quick, "smoke test: T 128 and 256, d 128, 4 layers, 1 rep");

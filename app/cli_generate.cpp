@@ -257,7 +257,7 @@ void add_generate_commands(CLI::App& app, CLI::App& bench, CommandAction& action
   decode_cmd->add_option("--heads", db->options.n_head, "attention heads");
   decode_cmd->add_option("--kv-heads", db->options.n_kv_head, "key/value heads (0: all)");
   decode_cmd->add_option("--threads", db->options.threads, "threads (0: all cores)");
-  decode_cmd->add_option("--device", db->options.device, "cpu or cuda");
+  decode_cmd->add_option("--device", db->options.device, "cpu, cuda or cuda:N");
   decode_cmd->add_flag("--quick", db->options.quick, "smoke test: contexts 64 and 128, 4 steps, a tiny shape");
   decode_cmd->add_flag("--json", db->json, "machine-readable output");
   decode_cmd->callback([&action, db] {

@@ -26,7 +26,7 @@ int main(int argc, char** argv) {
   train_cmd->add_option("--set", train.sets, "override, e.g. --set model.n_layer=4 (repeatable)");
   train_cmd->add_option("--steps", train.steps, "train.steps override");
   train_cmd->add_option("--db", train.db, "run store (default: the user data dir)");
-  train_cmd->add_option("--device", train.device, "cpu or cuda");
+  train_cmd->add_option("--device", train.device, "cpu, cuda or cuda:N");
   train_cmd->add_option("--seed", train.seed, "run.seed override");
   train_cmd->add_option("--threads", train.threads, "CPU threads (0: all cores)");
   train_cmd->add_option("--precision", train.precision, "fp32 or bf16")->check(CLI::IsMember({"fp32", "bf16"}));
@@ -111,9 +111,16 @@ int main(int argc, char** argv) {
   auto* bench_cmd = app.add_subcommand("bench", "benchmarks that print measured numbers");
   bench_cmd->require_subcommand(1);
   auto* step_cmd = bench_cmd->add_subcommand(
-      "train-step", "RouteLab's training step vs the PyTorch peer script (GPT-2 style, d 256, L 6, H 8, vocab 65)");
-  step_cmd->add_option("--script", bench.script, "peer script (default: ../shared/tools/pyref_gpt_step.py)");
-  step_cmd->add_option("--python", bench.python, "Python interpreter with torch");
+      "train-step", "RouteLab's training step vs the PyTorch peer script, side by side (GPT-2 style model)");
+  step_cmd->add_option("--script", bench.script,
+                       "peer script (default: ../shared/tools/pyref2_gpt_step.py for PyTorch 2.x, else pyref_gpt_step.py)");
+  step_cmd->add_option("--python", bench.python,
+                       "Python interpreter with torch (default: $ROUTELAB_PYTHON, the project's .venv-torch, /usr/bin/python3)");
+  step_cmd->add_option("--device", bench.device, "cpu, cuda or cuda:N (both sides)");
+  step_cmd->add_option("--shape", bench.shape, "small (d 256, L 6, vocab 65) or gpt2-small (d 768, L 12, vocab 50257)")
+      ->check(CLI::IsMember({"small", "gpt2-small"}));
+  step_cmd->add_flag("--compile", bench.compile, "also time the peer under torch.compile (PyTorch 2.x)");
+  step_cmd->add_option("--peak-tflops", bench.peak_tflops, "the device's peak TFLOP/s, to print MFU (H100 bf16: 989)");
   step_cmd->add_option("--steps", bench.steps, "timed steps");
   step_cmd->add_option("--warmup", bench.warmup, "untimed warm-up steps");
   step_cmd->add_option("--threads", bench.threads, "threads for both sides (0: all cores)");

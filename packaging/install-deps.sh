@@ -1,6 +1,10 @@
 #!/usr/bin/env bash
-# Installs every system dependency of RouteLab from Debian 12's packages, idempotently. Nothing is fetched elsewhere.
+# Installs every dependency of RouteLab, idempotently: Debian 12's packages, and with `--torch pip` also the pinned
+# LibTorch from PyPI's torch wheel (packaging/requirements-torch.txt) into the project-local venv .venv-torch.
+# Nothing is fetched from anywhere else.
 set -euo pipefail
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+source "$root/packaging/torch-choice.sh"
 export DEBIAN_FRONTEND=noninteractive
 SUDO=""
 if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
@@ -14,7 +18,8 @@ PACKAGES=(
   bible-kjv xvfb xauth poppler-utils
   # pdflatex, booktabs and pgfplots: the suites compile the exported LaTeX tables and pgfplots figures
   texlive-latex-base texlive-latex-recommended texlive-pictures
-  python3 python3-torch
+  # python3-torch: the PyTorch 1.13 peer of the benchmarks; python3-venv: the venv of the pip LibTorch
+  python3 python3-torch python3-venv
 )
 
 missing=()
@@ -27,4 +32,17 @@ if [ "${#missing[@]}" -gt 0 ]; then
   $SUDO apt-get install -y -q --no-install-recommends "${missing[@]}"
 else
   echo "routelab: all Debian packages already installed"
+fi
+
+if [ "$routelab_torch" = pip ]; then
+  pinned="$(grep -E '^torch==' "$root/packaging/requirements-torch.txt" | cut -d= -f3)"
+  have="$("$routelab_venv/bin/python3" -c 'import torch; print(torch.__version__.split("+")[0])' 2>/dev/null || true)"
+  if [ "$have" = "$pinned" ]; then
+    echo "routelab: LibTorch $pinned (pip) already in $routelab_venv"
+  else
+    echo "routelab: installing LibTorch $pinned from PyPI's torch wheel into $routelab_venv (about 4 GB with its CUDA libraries)"
+    /usr/bin/python3 -m venv "$routelab_venv"
+    "$routelab_venv/bin/python3" -m pip install --quiet --disable-pip-version-check --progress-bar off \
+      -r "$root/packaging/requirements-torch.txt"
+  fi
 fi

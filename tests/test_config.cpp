@@ -53,6 +53,9 @@ class TestConfig : public QObject {
     QTest::newRow("split fractions") << R"({"data": {"train_fraction": 0.9, "val_fraction": 0.2}})" << "data.val_fraction";
     QTest::newRow("unknown arch") << R"({"model": {"arch": "nope"}})" << "unsupported architecture: 'nope'";
     QTest::newRow("section not object") << R"({"train": 3})" << "train: expected an object";
+    QTest::newRow("bad device") << R"({"run": {"device": "gpu"}})" << "run.device: 'gpu' (expected cpu, cuda or cuda:N)";
+    QTest::newRow("device index") << R"({"run": {"device": "cuda:x"}})" << "run.device: 'cuda:x'";
+    QTest::newRow("tf32 type") << R"({"train": {"tf32": "yes"}})" << "train.tf32: expected true or false";
   }
   void errorsNameTheKey() {
     QFETCH(QString, overrides);
@@ -87,6 +90,23 @@ class TestConfig : public QObject {
     QFETCH(QString, expected);
     const auto message = error_of(nlohmann::json::object(), {assignment.toStdString()});
     QVERIFY2(message.contains(expected), qPrintable(message));
+  }
+
+  void deviceNames_data() {
+    QTest::addColumn<QString>("name");
+    QTest::addColumn<bool>("valid");
+    for (const char* ok : {"cpu", "cuda", "cuda:0", "cuda:7", "cuda:12"}) QTest::newRow(ok) << ok << true;
+    for (const char* bad : {"gpu", "CUDA", "cuda:", "cuda:-1", "cuda:1a", "cuda0", "cpu:0", "cuda:12345", ""})
+      QTest::newRow(bad) << bad << false;
+  }
+  void deviceNames() {
+    QFETCH(QString, name);
+    QFETCH(bool, valid);
+    QCOMPARE(is_device_name(name.toStdString()), valid);
+    if (valid) {  // every valid name is accepted by the config (whether this machine has that GPU is checked at run)
+      const auto c = resolve_config(nlohmann::json::object(), {"run.device=" + name.toStdString()});
+      QCOMPARE(QString::fromStdString(c.run().at("device").get<std::string>()), name);
+    }
   }
 
   void hashIsStableAndSensitive() {

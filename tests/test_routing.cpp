@@ -103,6 +103,30 @@ class TestRouting : public QObject {
     QVERIFY(replaced[0][4].eq(7.0).all().item<bool>());
   }
 
+  void compactionBucketsPadOnly_data() {
+    QTest::addColumn<int>("bucket");
+    QTest::addColumn<int>("K");
+    QTest::newRow("rounded up") << 4 << 4;  // the longest sequence has 3 routed tokens
+    QTest::newRow("capped at T") << 64 << 5;
+    QTest::newRow("already a multiple") << 3 << 3;
+  }
+  void compactionBucketsPadOnly() {
+    QFETCH(int, bucket);
+    QFETCH(int, K);
+    const auto decision = torch::tensor({0, 1, 1, 0, 1, 0, 0, 0, 1, 0}, torch::kBool).view({2, 5});
+    const auto exact = compact(decision, 1);
+    const auto c = compact(decision, bucket);
+    QCOMPARE(c.max_len, std::int64_t(K));
+    QCOMPARE(c.index.size(1), std::int64_t(K));
+    QCOMPARE(c.lengths, exact.lengths);  // the pricing inputs do not change
+    QCOMPARE(c.sum_sq, exact.sum_sq);
+    QVERIFY(torch::equal(c.valid.sum(1), exact.valid.sum(1)));
+    QVERIFY(torch::equal(c.index.narrow(1, 0, 3).masked_select(exact.valid), exact.index.masked_select(exact.valid)));
+    const auto x = torch::randn({2, 5, 4});
+    const auto rows = gather_rows(x, c) * 2 + 1;  // any function of the rows, padding rows included
+    QVERIFY(torch::equal(scatter_rows(x, c, rows), scatter_rows(x, exact, gather_rows(x, exact) * 2 + 1)));
+  }
+
   void compactionOfNothing() {
     const auto c = compact(torch::zeros({3, 6}, torch::kBool));
     QCOMPARE(c.max_len, std::int64_t(0));

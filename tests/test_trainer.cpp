@@ -6,6 +6,8 @@
 
 #include <filesystem>
 
+#include <torch/cuda.h>
+
 #include "core/config/experiment_config.h"
 #include "core/store/run_store.h"
 #include "core/train/trainer.h"
@@ -106,21 +108,35 @@ class TestTrainer : public QObject {
     QVERIFY(!probe["layers"][0].contains("gate"));
   }
 
+  void resumeReproducesTheCurve_data() {
+    QTest::addColumn<QStringList>("extra");
+    QTest::addColumn<int>("stop_after");  // the observer sees a step when it is read back: at a multiple of 5 here
+    QTest::newRow("cpu") << QStringList{} << 11;
+    // The GPU's way of reading scalars back (in batches) on the CPU, with dropout drawing from the CPU generator.
+    QTest::newRow("cpu, settled every 5 steps, dropout") << QStringList{"train.sync_every=5", "model.dropout=0.1"} << 10;
+    // The CUDA twin: its generator state must travel in the checkpoint for dropout to resume exactly.
+    QTest::newRow("cuda, dropout") << QStringList{"run.device=cuda", "model.dropout=0.1"} << 10;
+  }
   void resumeReproducesTheCurve() {
-    const auto db = home_.filePath("resume.sqlite").toStdString();
-    const auto cfg = copy_config({"train.steps=24", "train.eval_every=8", "train.checkpoint_every=8"});
+    QFETCH(QStringList, extra);
+    QFETCH(int, stop_after);
+    if (extra.contains("run.device=cuda") && !torch::cuda::is_available()) QSKIP("no CUDA device here");
+    const auto db = home_.filePath("resume-%1.sqlite").arg(QTest::currentDataTag()).toStdString();
+    std::vector<std::string> sets = {"train.steps=24", "train.eval_every=8", "train.checkpoint_every=8"};
+    for (const auto& e : extra) sets.push_back(e.toStdString());
+    const auto cfg = copy_config(sets);
     const auto full = train({cfg, db, "full", ""});
     QCOMPARE(full.status, RunStatus::Finished);
 
     std::atomic<bool> cancel{false};
-    StopAfter stopper(cancel, 11);  // stops after step 11; the stop writes a checkpoint at 11
+    StopAfter stopper(cancel, stop_after);  // the stop writes a checkpoint at that step
     const auto part = train({cfg, db, "part", ""}, &stopper, &cancel);
     QCOMPARE(part.status, RunStatus::Stopped);
-    QCOMPARE(part.last_step, std::int64_t(11));
+    QCOMPARE(part.last_step, std::int64_t(stop_after));
     {
       RunStore store(db);
       QCOMPARE(store.run(part.run_id)->status, RunStatus::Stopped);
-      QCOMPARE(store.latest_checkpoint(part.run_id)->step, std::int64_t(11));
+      QCOMPARE(store.latest_checkpoint(part.run_id)->step, std::int64_t(stop_after));
     }
     const auto resumed = resume(db, part.run_id);
     QCOMPARE(resumed.status, RunStatus::Finished);
@@ -137,7 +153,10 @@ class TestTrainer : public QObject {
     const auto va = store.metric(full.run_id, "val/loss"), vb = store.metric(part.run_id, "val/loss");
     QCOMPARE(vb.size(), va.size());
     for (std::size_t i = 0; i < va.size(); ++i) QCOMPARE(vb[i].value, va[i].value);
-    QCOMPARE(store.run(part.run_id)->resumed_from_step.value_or(-1), std::int64_t(11));
+    QCOMPARE(store.run(part.run_id)->resumed_from_step.value_or(-1), std::int64_t(stop_after));
+    // Whatever the settling interval, the observer saw every step once, in order, up to the stop.
+    QCOMPARE(stopper.steps_seen.size(), std::size_t(stop_after));
+    for (std::size_t i = 0; i < stopper.steps_seen.size(); ++i) QCOMPARE(stopper.steps_seen[i], std::int64_t(i + 1));
   }
 
   void epochsSetTheLanguageModelBudget() {
@@ -169,7 +188,7 @@ class TestTrainer : public QObject {
   }
 
   void resumeRefusesFinishedRun() {
-    const auto db = home_.filePath("resume.sqlite").toStdString();
+    const auto db = home_.filePath("resume-cpu.sqlite").toStdString();
     RunStore store(db);
     const auto finished = store.list_runs().back();  // the "full" run above
     QCOMPARE(finished.status, RunStatus::Finished);
@@ -177,13 +196,20 @@ class TestTrainer : public QObject {
     QVERIFY_THROWS_EXCEPTION(StoreError, resume(db, 987654));
   }
 
+  void nanLossFailsTheRun_data() {
+    QTest::addColumn<int>("sync_every");
+    QTest::newRow("read every step") << 1;
+    QTest::newRow("read every 16 steps") << 16;  // the first non-finite step is still the one named and the last stored
+  }
   void nanLossFailsTheRun() {
-    const auto db = home_.filePath("nan.sqlite").toStdString();
+    QFETCH(int, sync_every);
+    const auto db = home_.filePath("nan-%1.sqlite").arg(sync_every).toStdString();
     // A diverging run: lr 1e5 without clipping overflows the activations within a few steps (inf - inf = NaN).
     const auto cfg = resolve_config(nlohmann::json::object(),
                                     {"model.n_layer=2", "model.n_embd=64", "data.source=copy", "train.steps=60",
                                      "train.lr=1e5", "train.min_lr=1e5", "train.warmup_steps=0", "train.grad_clip=0",
-                                     "train.eval_every=1000", "run.threads=2"},
+                                     "train.eval_every=1000", "train.log_every=100",
+                                     "train.sync_every=" + std::to_string(sync_every), "run.threads=2"},
                                     "test");
     const auto outcome = train({cfg, db, "nan", ""});
     QCOMPARE(outcome.status, RunStatus::Failed);
@@ -194,6 +220,10 @@ class TestTrainer : public QObject {
     QCOMPARE(QString::fromStdString(run->message), QString::fromStdString(outcome.message));
     const auto losses = store.metric(outcome.run_id, "train/loss");
     QVERIFY(!losses.empty() && !std::isfinite(losses.back().value));  // the non-finite value itself is stored
+    for (std::size_t i = 0; i + 1 < losses.size(); ++i) QVERIFY(std::isfinite(losses[i].value));
+    QVERIFY2(QString::fromStdString(outcome.message).contains(QString("at step %1 ").arg(losses.back().step)),
+             outcome.message.c_str());
+    QCOMPARE(outcome.last_step, losses.back().step);
   }
 
   void cudaWithoutGpuIsClearError() {

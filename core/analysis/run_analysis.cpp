@@ -11,6 +11,7 @@
 #include "core/train/evaluation.h"
 #include "core/util/device.h"
 #include "core/util/errors.h"
+#include "core/util/logging.h"
 #include "core/util/paths.h"
 
 namespace routelab {
@@ -74,7 +75,10 @@ void open_common(OpenedRun& run, StoredRun& stored, std::int64_t run_id, const s
   run.name = stored.name;
   run.checkpoint = stored.checkpoint;
   run.config = std::move(stored.config);
-  run.device = resolve_device(run.config.run().at("device").get<std::string>());
+  std::string note;
+  run.device = resolve_stored_device(run.config.run().at("device").get<std::string>(), &note);
+  if (!note.empty()) logger("core")->warn("{}: {}", run_text(stored, run_id), note);
+  if (run.device.is_cuda()) configure_cuda_math(run.config.train().at("tf32").get<bool>());
   run.bf16 = run.config.train().at("precision") == "bf16";
   configure_threads(static_cast<int>(run.config.run().at("threads").get<std::int64_t>()));
 }

@@ -16,34 +16,18 @@
 
 #include <torch/torch.h>
 
+#include "core/bench/bench_timing.h"
 #include "core/cost/flop_counter.h"
 #include "core/models/dllm.h"
 #include "core/models/dtrnet.h"
 #include "core/models/mod.h"
 #include "core/models/registry.h"
 #include "core/models/tsa.h"
+#include "core/util/device.h"
 #include "core/util/errors.h"
 
 namespace routelab {
 namespace {
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  const auto n = v.size();
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
-
-void sync(const torch::Device& device) {
-  if (device.is_cuda()) torch::cuda::synchronize();
-}
-
-double time_ms(const std::function<void()>& f, const torch::Device& device) {
-  sync(device);
-  const auto start = std::chrono::steady_clock::now();
-  f();
-  sync(device);
-  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
-}
 
 /// Logit of a probability from a trace's gate, in double.
 torch::Tensor gate_logit(const torch::Tensor& p) {
@@ -137,10 +121,10 @@ std::vector<std::pair<std::string, double>> profile(LanguageModel& model, const 
   torch::NoGradGuard no_grad;
   std::map<std::string, std::vector<double>> samples;
   for (int r = 0; r < runs; ++r) {
-    sync(device);
+    synchronize(device);
     OpClassProfiler profiler;
     model.forward(tokens);
-    sync(device);
+    synchronize(device);
     profiler.stop();
     for (const auto& [k, v] : profiler.classes_ms()) samples[k].push_back(v);
   }
@@ -186,11 +170,13 @@ ForwardBenchResult bench_forward(const ForwardBenchOptions& in) {
   if (o.lengths.empty() || o.fractions.empty()) throw ConfigError("bench forward: no lengths or no fractions");
   if (o.reps < 1 || o.warmup < 0 || o.batch < 1 || o.calibration_passes < 1)
     throw ConfigError("bench forward: --reps, --batch and calibration passes must be at least 1, --warmup at least 0");
-  if (o.device != "cpu" && o.device != "cuda") throw ConfigError("bench forward --device: '" + o.device + "' (cpu or cuda)");
-  if (o.device == "cuda" && !torch::cuda::is_available())
-    throw ConfigError("bench forward --device cuda: no CUDA device is available to LibTorch");
+  torch::Device device(torch::kCPU);
+  try {
+    device = resolve_device(o.device);
+  } catch (const DeviceError& e) {
+    throw ConfigError(std::string("bench forward --device: ") + e.what());
+  }
   if (o.threads > 0) at::set_num_threads(o.threads);
-  const torch::Device device(o.device == "cuda" ? torch::kCUDA : torch::kCPU);
 
   ForwardBenchResult result;
   result.options = o;
@@ -225,7 +211,8 @@ ForwardBenchResult bench_forward(const ForwardBenchOptions& in) {
       }
       std::vector<std::function<void()>> runs = {[&] { dense->forward(tokens); }};
       for (auto& m : models) runs.push_back([&m, &tokens] { m->forward(tokens); });
-      for (int w = 0; w < o.warmup; ++w)
+      // On a GPU the first calls pay for the context, cuBLAS handles and kernel selection: never timed.
+      for (int w = 0; w < (device.is_cuda() ? std::max(1, o.warmup) : o.warmup); ++w)
         for (const auto& run : runs) run();
       std::vector<std::vector<double>> times(runs.size());
       for (int r = 0; r < o.reps; ++r)  // interleaved: drifting machine load hits every model alike

@@ -7,6 +7,7 @@
 
 #include <torch/torch.h>
 
+#include "core/bench/bench_timing.h"
 #include "core/models/dtrnet.h"
 
 namespace routelab {
@@ -15,13 +16,8 @@ namespace {
 double median_ms(int reps, const std::function<void()>& fn) {
   fn();  // warm-up (allocations, RoPE tables)
   std::vector<double> times;
-  for (int i = 0; i < reps; ++i) {
-    const auto t0 = std::chrono::steady_clock::now();
-    fn();
-    times.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
-  }
-  std::sort(times.begin(), times.end());
-  return times[times.size() / 2];
+  for (int i = 0; i < reps; ++i) times.push_back(time_ms(fn));
+  return median(times);
 }
 
 }  // namespace

@@ -1,5 +1,5 @@
-// The benchmark model mirrors the peer exactly: GPT-2 style, d 256, L 6, H 8, d_ff 1024, vocab 65, learned
-// positions, tied head, exact GELU, AdamW(lr 3e-4, PyTorch defaults: wd 0.01 on all parameters), clip 1.0.
+// The benchmark model mirrors the peer exactly: GPT-2 style, learned positions, tied head, exact GELU, AdamW(lr 3e-4,
+// PyTorch defaults: wd 0.01 on all parameters), clip 1.0; d 256, L 6, H 8, d_ff 1024, vocab 65 unless a shape is set.
 #include "core/bench/train_step_bench.h"
 
 #include <array>
@@ -8,52 +8,85 @@
 #include <filesystem>
 #include <sstream>
 
+#include <torch/cuda.h>
 #include <torch/torch.h>
 #include <torch/csrc/autograd/profiler_legacy.h>
 
+#include "core/bench/bench_timing.h"
 #include "core/models/dense_transformer.h"
+#include "core/train/optimizer.h"
 #include "core/train/step.h"
 #include "core/util/device.h"
+#include "core/util/errors.h"
 #include "core/util/version.h"
 
 namespace routelab {
 
+void apply_bench_shape(TrainStepBenchOptions& o, const std::string& shape) {
+  if (shape == "small") {
+    o.n_embd = 256, o.n_layer = 6, o.n_head = 8, o.d_ff = 1024, o.vocab = 65;
+  } else if (shape == "gpt2-small") {
+    o.n_embd = 768, o.n_layer = 12, o.n_head = 12, o.d_ff = 3072, o.vocab = 50257;
+  } else {
+    throw ConfigError("bench train-step --shape: '" + shape + "' (small or gpt2-small)");
+  }
+}
+
+double train_step_flops(const TrainStepBenchOptions& o) {
+  const double d = double(o.n_embd), L = double(o.n_layer), T = double(o.context);
+  // Per layer: QKV + output (4 d^2) and the MLP (2 d d_ff); the tied head (d V) once; biases and norms are noise.
+  const double matrices = L * (4.0 * d * d + 2.0 * d * double(o.d_ff)) + d * double(o.vocab);
+  const double per_token = 6.0 * matrices + 12.0 * L * T * d;
+  return per_token * double(o.batch) * T;
+}
+
 TrainStepBenchResult bench_train_step(const TrainStepBenchOptions& o) {
   TrainStepBenchResult r;
   r.threads = configure_threads(o.threads);
+  const auto device = resolve_device(o.device);
   torch::manual_seed(0);
   TransformerOptions opts;
-  opts.style(ModelStyle::GPT2).vocab_size(65).max_seq_len(o.context).n_layer(6).n_embd(256).n_head(8).d_ff(1024)
-      .tie_weights(true).init("normal");
+  opts.style(ModelStyle::GPT2).vocab_size(o.vocab).max_seq_len(o.context).n_layer(o.n_layer).n_embd(o.n_embd)
+      .n_head(o.n_head).d_ff(o.d_ff).tie_weights(true).init("normal");
   DenseTransformer model(opts);
+  model.to(device);
   model.train();
   r.parameters = model.parameter_count();
-  torch::optim::AdamW optimizer(model.parameters(), torch::optim::AdamWOptions(3e-4).weight_decay(0.01));
-  Batch batch{torch::randint(0, 65, {o.batch, o.context}, torch::kLong),
-              torch::randint(0, 65, {o.batch, o.context}, torch::kLong), torch::Tensor()};
-  for (std::int64_t i = 0; i < o.warmup; ++i) train_step(model, optimizer, batch, 1.0, o.bf16, false);
+  std::vector<torch::optim::OptimizerParamGroup> groups{torch::optim::OptimizerParamGroup(model.parameters())};
+  MultiTensorAdamW optimizer(std::move(groups), torch::optim::AdamWOptions(3e-4).weight_decay(0.01));
+  r.optimizer = optimizer.kernel() == AdamWKernel::Fused ? "fused" : "foreach";
+  const auto ids = torch::TensorOptions().dtype(torch::kLong).device(device);
+  Batch batch{torch::randint(0, o.vocab, {o.batch, o.context}, ids), torch::randint(0, o.vocab, {o.batch, o.context}, ids),
+              torch::Tensor()};
+  // Warm-up pays for first-call costs (CUDA context, cuBLAS handles, kernel selection, allocator growth).
+  for (std::int64_t i = 0; i < std::max<std::int64_t>(1, o.warmup); ++i)
+    train_step(model, optimizer, batch, 1.0, o.bf16, false);
+  synchronize(device);
   std::unique_ptr<torch::autograd::profiler::RecordProfile> profile;
   if (!o.profile_path.empty()) profile = std::make_unique<torch::autograd::profiler::RecordProfile>(o.profile_path);
+  std::vector<torch::Tensor> losses;
   const auto t0 = std::chrono::steady_clock::now();
-  for (std::int64_t i = 0; i < o.steps; ++i) {
-    const auto res = train_step(model, optimizer, batch, 1.0, o.bf16, false);
-    const double loss = res.loss.item<double>();
-    if (i == 0) r.first_loss = loss;
-    r.last_loss = loss;
-  }
+  for (std::int64_t i = 0; i < o.steps; ++i) losses.push_back(train_step(model, optimizer, batch, 1.0, o.bf16, false).loss);
+  synchronize(device);
   const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / double(o.steps);
   profile.reset();
+  r.first_loss = losses.front().item<double>();
+  r.last_loss = losses.back().item<double>();
   r.ms_per_step = dt * 1000.0;
   r.tokens_per_s = double(o.batch * o.context) / dt;
+  r.tflops = train_step_flops(o) / dt / 1e12;
   return r;
 }
 
-PeerBenchResult run_peer_bench(const std::string& python, const std::string& script, const TrainStepBenchOptions& o) {
+PeerBenchResult run_peer_bench(const std::string& python, const std::string& script, const TrainStepBenchOptions& o,
+                               bool compile) {
   PeerBenchResult r;
   const int threads = o.threads > 0 ? o.threads : configure_threads(0);
   std::ostringstream cmd;
-  cmd << "THREADS=" << threads << " '" << python << "' '" << script << "' " << o.batch << " " << o.context << " "
-      << o.steps << " 2>&1";
+  cmd << "THREADS=" << threads << " DEVICE='" << o.device << "' BF16=" << (o.bf16 ? 1 : 0) << " COMPILE="
+      << (compile ? 1 : 0) << " D=" << o.n_embd << " L=" << o.n_layer << " H=" << o.n_head << " FF=" << o.d_ff
+      << " V=" << o.vocab << " '" << python << "' '" << script << "' " << o.batch << " " << o.context << " " << o.steps
+      << " 2>&1";
   FILE* pipe = popen(cmd.str().c_str(), "r");
   if (!pipe) {
     r.output = "cannot start " + python;
@@ -71,14 +104,40 @@ PeerBenchResult run_peer_bench(const std::string& python, const std::string& scr
   return r;
 }
 
-std::string default_peer_script() {
+namespace {
+
+std::filesystem::path source_root() {
+  return std::filesystem::path(ROUTELAB_SOURCE_EXPERIMENTS_DIR).parent_path();
+}
+
+/// The torch major version `python` imports (0 when it cannot import torch).
+int python_torch_major(const std::string& python) {
+  const std::string cmd = "'" + python + "' -c 'import torch; print(torch.__version__)' 2>/dev/null";
+  FILE* pipe = popen(cmd.c_str(), "r");
+  if (!pipe) return 0;
+  std::array<char, 128> buf{};
+  std::string out;
+  while (fgets(buf.data(), buf.size(), pipe)) out += buf.data();
+  pclose(pipe);
+  return out.empty() ? 0 : std::atoi(out.c_str());
+}
+
+}  // namespace
+
+std::string default_peer_python() {
+  if (const char* env = std::getenv("ROUTELAB_PYTHON")) return env;
+  const auto venv = source_root() / ".venv-torch" / "bin" / "python3";
+  if (std::filesystem::exists(venv)) return venv.string();
+  return "/usr/bin/python3";
+}
+
+std::string default_peer_script(const std::string& python) {
   if (const char* env = std::getenv("ROUTELAB_PYREF")) return env;
   namespace fs = std::filesystem;
-  const fs::path source_root = fs::path(ROUTELAB_SOURCE_EXPERIMENTS_DIR).parent_path();
-  for (const auto& candidate : {source_root / ".." / "shared" / "tools" / "pyref_gpt_step.py",
-                                source_root / "shared" / "tools" / "pyref_gpt_step.py"})
+  const std::string name = python_torch_major(python) >= 2 ? "pyref2_gpt_step.py" : "pyref_gpt_step.py";
+  for (const auto& candidate : {source_root() / ".." / "shared" / "tools" / name, source_root() / "shared" / "tools" / name})
     if (fs::exists(candidate)) return fs::weakly_canonical(candidate).string();
-  return (source_root / ".." / "shared" / "tools" / "pyref_gpt_step.py").string();
+  return (source_root() / ".." / "shared" / "tools" / name).string();
 }
 
 }  // namespace routelab

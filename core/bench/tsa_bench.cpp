@@ -11,6 +11,7 @@
 
 #include <torch/torch.h>
 
+#include "core/bench/bench_timing.h"
 #include "core/config/experiment_config.h"
 #include "core/data/tokenizer.h"
 #include "core/models/dense_transformer.h"
@@ -21,17 +22,6 @@
 
 namespace routelab {
 namespace {
-
-double time_ms(const std::function<void()>& fn) {
-  const auto t0 = std::chrono::steady_clock::now();
-  fn();
-  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-}
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v.empty() ? 0.0 : v[v.size() / 2];
-}
 
 double trace_flops(const std::vector<LayerTrace>& trace) {
   double f = 0;

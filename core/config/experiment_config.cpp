@@ -17,8 +17,6 @@ namespace fs = std::filesystem;
 namespace routelab {
 namespace {
 
-const char* const kSections[] = {"model", "data", "train", "run"};
-
 OptionSpec int_opt(std::string key, long long def, double lo, double hi, std::string help) {
   return {std::move(key), OptionType::Int, def, std::move(help), lo, hi, {}};
 }
@@ -30,6 +28,9 @@ OptionSpec choice_opt(std::string key, std::string def, std::vector<std::string>
 }
 OptionSpec string_opt(std::string key, std::string def, std::string help) {
   return {std::move(key), OptionType::String, def, std::move(help), std::nullopt, std::nullopt, {}};
+}
+OptionSpec bool_opt(std::string key, bool def, std::string help) {
+  return {std::move(key), OptionType::Bool, def, std::move(help), std::nullopt, std::nullopt, {}};
 }
 
 std::string with_origin(const std::string& origin, const std::string& message) {
@@ -44,6 +45,8 @@ const OptionSchema& section_schema(const std::string& section, const std::string
 }
 
 void cross_validate(const nlohmann::json& doc) {
+  if (const auto device = doc.at("run").at("device").get<std::string>(); !is_device_name(device))
+    throw ConfigError("run.device: '" + device + "' (expected cpu, cuda or cuda:N)");
   const auto& t = doc.at("train");
   if (t.at("min_lr").get<double>() > t.at("lr").get<double>())
     throw ConfigError("train.min_lr: " + t.at("min_lr").dump() + " is above train.lr " + t.at("lr").dump());
@@ -99,6 +102,12 @@ std::uint64_t fnv1a(const std::string& s) {
 }
 
 }  // namespace
+
+bool is_device_name(const std::string& name) {
+  if (name == "cpu" || name == "cuda") return true;
+  if (name.rfind("cuda:", 0) != 0 || name.size() == 5 || name.size() > 8) return false;
+  return std::all_of(name.begin() + 5, name.end(), [](char c) { return c >= '0' && c <= '9'; });
+}
 
 const OptionSchema& data_schema() {
   static const OptionSchema schema = {
@@ -163,6 +172,12 @@ const OptionSchema& train_schema() {
       int_opt("checkpoint_every", 500, 1, 1e9, "steps between checkpoints (a final one is always written)"),
       choice_opt("precision", "fp32", {"fp32", "bf16"},
                  "fp32, or bf16 mixed precision (autocast: bf16 matmuls, fp32 master weights and reductions)"),
+      int_opt("sync_every", 0, 0, 100000,
+              "steps between reading the loss and gradient norm back to the host (0: every step on the CPU, every 32 "
+              "on a GPU, so the GPU never waits for the host); log, evaluation and checkpoint steps always read"),
+      bool_opt("tf32", true,
+               "CUDA: fp32 matmuls and convolutions on TF32 tensor cores (10-bit mantissa inputs, fp32 accumulation); "
+               "no effect on the CPU"),
   };
   return schema;
 }
@@ -171,7 +186,7 @@ const OptionSchema& run_schema() {
   static const OptionSchema schema = {
       string_opt("name", "", "run name (default: <arch>-<preset>)"),
       int_opt("seed", 1337, 0, 2147483647, "seed of initialisation, batches and dropout"),
-      choice_opt("device", "cpu", {"cpu", "cuda"}, "compute device"),
+      string_opt("device", "cpu", "compute device: cpu, cuda or cuda:N"),
       int_opt("threads", 0, 0, 1024, "CPU threads for Torch (0: all cores)"),
       string_opt("notes", "", "free text stored with the run"),
   };
@@ -189,7 +204,7 @@ ExperimentConfig resolve_config(const nlohmann::json& overrides, const std::vect
   if (!overrides.is_object()) throw ConfigError(with_origin(origin, "the config must be a JSON object"));
   for (const auto& [key, value] : overrides.items()) {
     bool known = key == "description";
-    for (const char* s : kSections) known = known || key == s;
+    for (const char* s : kConfigSections) known = known || key == s;
     if (!known) throw ConfigError(with_origin(origin, key + ": unknown section (expected model, data, train, run)"));
   }
 
@@ -217,10 +232,10 @@ ExperimentConfig resolve_config(const nlohmann::json& overrides, const std::vect
       throw ConfigError(std::string("model.arch: ") + e.what());
     }
     nlohmann::json doc = nlohmann::json::object();
-    for (const char* section : kSections) doc[section] = schema_defaults(section_schema(section, arch));
+    for (const char* section : kConfigSections) doc[section] = schema_defaults(section_schema(section, arch));
     doc["model"]["arch"] = arch;
 
-    for (const char* section : kSections) {
+    for (const char* section : kConfigSections) {
       if (!overrides.contains(section)) continue;
       nlohmann::json body = overrides[section];
       if (!body.is_object()) throw ConfigError(std::string(section) + ": expected an object");
@@ -231,7 +246,7 @@ ExperimentConfig resolve_config(const nlohmann::json& overrides, const std::vect
     for (const auto& [path, text] : assignments) {
       const auto dot = path.find('.');
       const std::string section = path.substr(0, dot), key = path.substr(dot + 1);
-      if (std::find(std::begin(kSections), std::end(kSections), section) == std::end(kSections))
+      if (std::find(std::begin(kConfigSections), std::end(kConfigSections), section) == std::end(kConfigSections))
         throw ConfigError(path + ": unknown section (expected model, data, train, run)");
       if (path == "model.arch") continue;
       const OptionSpec* spec = find_option(section_schema(section, arch), key);
@@ -239,7 +254,7 @@ ExperimentConfig resolve_config(const nlohmann::json& overrides, const std::vect
       doc[section][key] = parse_value(text, *spec, path);
     }
     // Integral values given as 4.0 are stored as integers so the resolved document (and its hash) is canonical.
-    for (const char* section : kSections)
+    for (const char* section : kConfigSections)
       for (const auto& spec : section_schema(section, arch))
         if (spec.type == OptionType::Int && doc[section].contains(spec.key))
           doc[section][spec.key] = doc[section][spec.key].get<long long>();

@@ -14,6 +14,12 @@ const OptionSchema& data_schema();
 const OptionSchema& train_schema();
 const OptionSchema& run_schema();
 
+/// The sections of a config document, in order.
+inline constexpr const char* kConfigSections[] = {"model", "data", "train", "run"};
+
+/// "cpu", "cuda" or "cuda:N" (N up to three digits): the device names run.device and every --device accept.
+bool is_device_name(const std::string& name);
+
 struct ExperimentConfig {
   nlohmann::json doc;      ///< fully resolved and validated: {model:{arch,...}, data:{...}, train:{...}, run:{...}}
   std::string origin;      ///< preset name or file the overrides came from ("" for pure defaults)

@@ -8,8 +8,6 @@
 namespace routelab {
 namespace {
 
-constexpr const char* kSections[] = {"model", "data", "train", "run"};
-
 std::string value_text(const nlohmann::json& value) {
   return value.is_string() ? value.get<std::string>() : value.dump();
 }
@@ -28,7 +26,7 @@ SweepPlan expand_sweep(const nlohmann::json& doc, const std::string& origin) {
   for (const auto& [key, value] : doc.items()) {
     bool known = key == "name" || key == "description" || key == "base" || key == "grid" || key == "baselines" ||
                  key == "table";
-    for (const char* s : kSections) known = known || key == s;
+    for (const char* s : kConfigSections) known = known || key == s;
     if (!known) fail(key + ": unknown key (expected name, description, base, grid, baselines, table, model, data, "
                      "train, run)");
   }
@@ -51,7 +49,7 @@ SweepPlan expand_sweep(const nlohmann::json& doc, const std::string& origin) {
     base = load_preset(base_name);
   }
   nlohmann::json sections = nlohmann::json::object();  // the file's own section overrides
-  for (const char* s : kSections)
+  for (const char* s : kConfigSections)
     if (doc.contains(s)) {
       if (!doc[s].is_object()) fail(std::string(s) + ": expected an object");
       sections[s] = doc[s];
@@ -66,7 +64,7 @@ SweepPlan expand_sweep(const nlohmann::json& doc, const std::string& origin) {
   auto check_path = [&](const std::string& where, const std::string& path) {
     const auto dot = path.find('.');
     bool section_ok = false;
-    for (const char* s : kSections) section_ok = section_ok || (dot != std::string::npos && path.substr(0, dot) == s);
+    for (const char* s : kConfigSections) section_ok = section_ok || (dot != std::string::npos && path.substr(0, dot) == s);
     if (!section_ok || dot + 1 >= path.size()) fail(where + ": expected section.key (model, data, train, run)");
   };
   std::vector<std::pair<std::string, std::vector<nlohmann::json>>> axes;

@@ -17,6 +17,8 @@ namespace routelab {
 
 enum class Split { Train, Val, Test };
 std::string to_string(Split split);
+/// 0, 1, 2: a split's slot in per-split arrays.
+inline std::size_t split_index(Split split) { return static_cast<std::size_t>(split); }
 
 struct Batch {
   torch::Tensor input;      ///< (B, T) int64 token ids

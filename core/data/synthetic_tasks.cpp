@@ -15,8 +15,6 @@ namespace {
 using detail::uniform_below;
 using detail::with_commas;
 
-std::size_t split_index(Split split) { return static_cast<std::size_t>(split); }
-
 /// `count` sequences [BOS] src [SEP] tgt [EOS], src uniform over the symbols, tgt = src or sorted src.
 std::vector<std::int64_t> generate(const SyntheticTaskOptions& o, const TaskTokenizer& tok, std::int64_t count,
                                    std::uint64_t seed) {

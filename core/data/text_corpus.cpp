@@ -20,8 +20,6 @@ namespace {
 using detail::uniform_below;
 using detail::with_commas;
 
-std::size_t split_index(Split split) { return static_cast<std::size_t>(split); }
-
 std::string read_file(const std::string& path) {
   std::error_code ec;
   if (fs::is_directory(path, ec)) throw DataError(path + ": cannot open (" + std::strerror(EISDIR) + ")");

@@ -77,7 +77,7 @@ char32_t to_lower(char32_t c) {
   return c;
 }
 
-void throw_bad_document(const std::string& what) { throw DataError("pair tokenizer JSON: " + what); }
+void throw_bad_pair_document(const std::string& what) { throw DataError("pair tokenizer JSON: " + what); }
 
 }  // namespace
 
@@ -153,21 +153,21 @@ nlohmann::json PairTokenizer::to_json() const {
 }
 
 std::unique_ptr<PairTokenizer> PairTokenizer::from_json(const nlohmann::json& doc) {
-  if (!doc.is_object()) throw_bad_document("expected a JSON object, got " + std::string(doc.type_name()));
+  if (!doc.is_object()) throw_bad_pair_document("expected a JSON object, got " + std::string(doc.type_name()));
   const auto kind_it = doc.find("kind");
-  if (kind_it == doc.end() || !kind_it->is_string()) throw_bad_document("missing string field \"kind\"");
+  if (kind_it == doc.end() || !kind_it->is_string()) throw_bad_pair_document("missing string field \"kind\"");
   const auto kind = kind_it->get<std::string>();
   if (kind != "word" && kind != "wordpiece") {
-    throw_bad_document("unknown kind '" + kind + "' (expected word or wordpiece)");
+    throw_bad_pair_document("unknown kind '" + kind + "' (expected word or wordpiece)");
   }
   const auto lower_it = doc.find("lowercase");
-  if (lower_it == doc.end() || !lower_it->is_boolean()) throw_bad_document(kind + ": missing bool field \"lowercase\"");
+  if (lower_it == doc.end() || !lower_it->is_boolean()) throw_bad_pair_document(kind + ": missing bool field \"lowercase\"");
   const auto vocab_it = doc.find("vocab");
-  if (vocab_it == doc.end() || !vocab_it->is_array()) throw_bad_document(kind + ": missing array field \"vocab\"");
+  if (vocab_it == doc.end() || !vocab_it->is_array()) throw_bad_pair_document(kind + ": missing array field \"vocab\"");
   std::vector<std::string> vocab;
   vocab.reserve(vocab_it->size());
   for (const auto& entry : *vocab_it) {
-    if (!entry.is_string()) throw_bad_document(kind + ": \"vocab\" holds " + entry.dump() + ", not a string");
+    if (!entry.is_string()) throw_bad_pair_document(kind + ": \"vocab\" holds " + entry.dump() + ", not a string");
     vocab.push_back(entry.get<std::string>());
   }
   const bool lowercase = lower_it->get<bool>();

@@ -4,6 +4,8 @@
 #include <filesystem>
 
 #include <ATen/CPUGeneratorImpl.h>
+#include <ATen/Context.h>
+#include <torch/cuda.h>
 
 #include "core/util/errors.h"
 
@@ -13,6 +15,9 @@ namespace routelab {
 namespace {
 
 constexpr std::int64_t kFormatVersion = 1;
+
+/// How many CUDA generators this process has (0 without a GPU or with a CPU-only LibTorch).
+std::size_t cuda_generators() { return torch::cuda::is_available() ? torch::cuda::device_count() : 0; }
 
 torch::Tensor scalar(std::int64_t v) { return torch::tensor(v, torch::kLong); }
 torch::Tensor scalar_d(double v) { return torch::tensor(v, torch::kDouble); }
@@ -97,6 +102,12 @@ std::int64_t save_checkpoint(const std::string& path, torch::nn::Module& model, 
       std::lock_guard<std::mutex> lock(gen.mutex());
       archive.write("rng_cpu", gen.get_state());
     }
+    // Dropout and sampling on a GPU draw from its own generator: without its state resume is not exact there.
+    for (std::size_t i = 0; i < cuda_generators(); ++i) {
+      auto gen = at::globalContext().defaultGenerator(c10::Device(c10::kCUDA, static_cast<c10::DeviceIndex>(i)));
+      std::lock_guard<std::mutex> lock(gen.mutex());
+      archive.write("rng_cuda_" + std::to_string(i), gen.get_state());
+    }
     const std::string tmp = path + ".tmp";
     archive.save_to(tmp);
     fs::rename(tmp, path);
@@ -121,10 +132,21 @@ CheckpointMeta load_checkpoint(const std::string& path, torch::nn::Module& model
       torch::serialize::InputArchive optim_archive;
       if (!in.try_read("optimizer", optim_archive)) throw CheckpointError(path + ": missing key 'optimizer'");
       optimizer->load(optim_archive);
-      auto state = read_tensor(in, "rng_cpu", path).to(torch::kCPU);
-      auto gen = at::detail::getDefaultCPUGenerator();
-      std::lock_guard<std::mutex> lock(gen.mutex());
-      gen.set_state(state);
+      {
+        auto state = read_tensor(in, "rng_cpu", path).to(torch::kCPU);
+        auto gen = at::detail::getDefaultCPUGenerator();
+        std::lock_guard<std::mutex> lock(gen.mutex());
+        gen.set_state(state);
+      }
+      // A checkpoint written on a GPU restores that GPU's generator where the same device exists; one written on
+      // the CPU, or read where no GPU is, leaves the GPU generators as they are.
+      for (std::size_t i = 0; i < cuda_generators(); ++i) {
+        torch::Tensor state;
+        if (!in.try_read("rng_cuda_" + std::to_string(i), state)) continue;
+        auto gen = at::globalContext().defaultGenerator(c10::Device(c10::kCUDA, static_cast<c10::DeviceIndex>(i)));
+        std::lock_guard<std::mutex> lock(gen.mutex());
+        gen.set_state(state.to(torch::kCPU));
+      }
     }
   } catch (const c10::Error& e) {
     throw CheckpointError(path + ": does not match the model (" + e.what_without_backtrace() + ")");

@@ -59,7 +59,7 @@ class EpochSchedule {
 struct ClassStepResult {
   torch::Tensor loss;       ///< detached scalar CE (aux loss excluded)
   torch::Tensor aux_loss;   ///< detached scalar
-  double grad_norm = 0;     ///< before clipping
+  torch::Tensor grad_norm;  ///< 0-dim, before clipping
   std::int64_t correct = 0, examples = 0;
   ClassifierOutput output;  ///< trace, stats and token data when asked for (logits dropped)
 };

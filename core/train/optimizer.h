@@ -1,6 +1,7 @@
 // AdamW with decay / no-decay parameter groups and the warm-up + cosine learning-rate schedule.
 #pragma once
 #include <memory>
+#include <unordered_map>
 
 #include <nlohmann/json.hpp>
 #include <torch/torch.h>
@@ -14,12 +15,44 @@ namespace routelab {
 /// decay to min_lr at `total`. A pure function of the step, so resume needs no scheduler state.
 double lr_at(std::int64_t step, std::int64_t total, std::int64_t warmup, double lr, double min_lr);
 
+/// How MultiTensorAdamW updates the parameters of one device and dtype.
+enum class AdamWKernel {
+  Fused,    ///< at::_fused_adamw_: one pass over every parameter (LibTorch >= 2.4, CPU and CUDA)
+  Foreach,  ///< at::_foreach_* over the whole group: a handful of launches per group (CUDA: multi-tensor kernels)
+};
+
+/// torch::optim::AdamW's update and state (so checkpoints and the saved state stay the same format), applied to a
+/// whole parameter group per call instead of one tensor at a time, and without reading anything back to the host.
+/// The foreach kernel computes exactly torch::optim::AdamW's arithmetic; the fused one agrees within rounding.
+/// amsgrad is not supported (RouteLab never sets it).
+class MultiTensorAdamW : public torch::optim::AdamW {
+ public:
+  MultiTensorAdamW(std::vector<torch::optim::OptimizerParamGroup> groups, torch::optim::AdamWOptions defaults,
+                   AdamWKernel kernel = default_kernel());
+  torch::Tensor step(LossClosure closure = nullptr) override;
+  AdamWKernel kernel() const { return kernel_; }
+  /// Fused where this LibTorch has the kernel, else foreach.
+  static AdamWKernel default_kernel();
+  static bool fused_available();
+
+ private:
+  AdamWKernel kernel_;
+  /// Fused kernel: each parameter's step count as a float tensor on its device, and the count it was made from
+  /// (the AdamWParamState's integer step stays the truth, so a loaded optimizer re-creates these).
+  std::unordered_map<const void*, std::pair<std::int64_t, torch::Tensor>> step_tensors_;
+};
+
 /// AdamW over two groups: matrices of linear layers decay by train.weight_decay; norms, biases and
 /// embeddings (LanguageModel::decays) do not.
-std::unique_ptr<torch::optim::AdamW> make_optimizer(LanguageModel& model, const nlohmann::json& train);
+std::unique_ptr<MultiTensorAdamW> make_optimizer(LanguageModel& model, const nlohmann::json& train);
 /// The same groups for a classifier (SequenceClassifier::decays).
-std::unique_ptr<torch::optim::AdamW> make_optimizer(SequenceClassifier& model, const nlohmann::json& train);
+std::unique_ptr<MultiTensorAdamW> make_optimizer(SequenceClassifier& model, const nlohmann::json& train);
 
 void set_learning_rate(torch::optim::Optimizer& optimizer, double lr);
+
+/// Global 2-norm of the gradients of `params` (those without a gradient are skipped) as a 0-dim tensor on their
+/// device; when max_norm > 0 the gradients are scaled by min(1, max_norm / (norm + 1e-6)) in place, as
+/// torch::nn::utils::clip_grad_norm_ does, but with multi-tensor kernels and no host synchronisation.
+torch::Tensor clip_grad_norm(const std::vector<torch::Tensor>& params, double max_norm);
 
 }  // namespace routelab

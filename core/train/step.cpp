@@ -2,6 +2,9 @@
 #include "core/train/step.h"
 
 #include <ATen/autocast_mode.h>
+#include <torch/version.h>
+
+#include "core/train/optimizer.h"
 
 namespace routelab {
 
@@ -16,47 +19,61 @@ torch::Tensor lm_loss(const torch::Tensor& logits, const torch::Tensor& target, 
   return (per_token * m).sum() / m.sum().clamp_min(1.0);
 }
 
+// LibTorch 2.4 replaced the per-device autocast calls (set_enabled, set_cpu_enabled, ...) with calls that take the
+// device type; the old ones print a deprecation warning on every use.
+#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 4)
+namespace {
+bool autocast_enabled(bool cuda) { return at::autocast::is_autocast_enabled(cuda ? at::kCUDA : at::kCPU); }
+void set_autocast(bool cuda, bool enabled) { at::autocast::set_autocast_enabled(cuda ? at::kCUDA : at::kCPU, enabled); }
+at::ScalarType autocast_dtype(bool cuda) { return at::autocast::get_autocast_dtype(cuda ? at::kCUDA : at::kCPU); }
+void set_autocast_dtype(bool cuda, at::ScalarType t) { at::autocast::set_autocast_dtype(cuda ? at::kCUDA : at::kCPU, t); }
+}  // namespace
+#else
+namespace {
+bool autocast_enabled(bool cuda) { return cuda ? at::autocast::is_enabled() : at::autocast::is_cpu_enabled(); }
+void set_autocast(bool cuda, bool enabled) {
+  if (cuda)
+    at::autocast::set_enabled(enabled);
+  else
+    at::autocast::set_cpu_enabled(enabled);
+}
+at::ScalarType autocast_dtype(bool cuda) {
+  return cuda ? at::autocast::get_autocast_gpu_dtype() : at::autocast::get_autocast_cpu_dtype();
+}
+void set_autocast_dtype(bool cuda, at::ScalarType t) {
+  if (cuda)
+    at::autocast::set_autocast_gpu_dtype(t);
+  else
+    at::autocast::set_autocast_cpu_dtype(t);
+}
+}  // namespace
+#endif
+
 AutocastGuard::AutocastGuard(bool enabled, const torch::Device& device) : enabled_(enabled), cuda_(device.is_cuda()) {
   if (!enabled_) return;
-  if (cuda_) {
-    previous_ = at::autocast::is_enabled();
-    previous_dtype_ = at::autocast::get_autocast_gpu_dtype();
-    at::autocast::set_autocast_gpu_dtype(at::kBFloat16);
-    at::autocast::set_enabled(true);
-  } else {
-    previous_ = at::autocast::is_cpu_enabled();
-    previous_dtype_ = at::autocast::get_autocast_cpu_dtype();
-    at::autocast::set_autocast_cpu_dtype(at::kBFloat16);
-    at::autocast::set_cpu_enabled(true);
-  }
+  previous_ = autocast_enabled(cuda_);
+  previous_dtype_ = autocast_dtype(cuda_);
+  set_autocast_dtype(cuda_, at::kBFloat16);
+  set_autocast(cuda_, true);
 }
 
 AutocastGuard::~AutocastGuard() {
   if (!enabled_) return;
-  if (cuda_) {
-    at::autocast::set_enabled(previous_);
-    at::autocast::set_autocast_gpu_dtype(previous_dtype_);
-  } else {
-    at::autocast::set_cpu_enabled(previous_);
-    at::autocast::set_autocast_cpu_dtype(previous_dtype_);
-  }
+  set_autocast(cuda_, previous_);
+  set_autocast_dtype(cuda_, previous_dtype_);
   at::autocast::clear_cache();
 }
 
-double backward_and_step(const torch::Tensor& total, torch::nn::Module& model, torch::optim::Optimizer& optimizer,
-                         double grad_clip) {
-  optimizer.zero_grad();
+torch::Tensor backward_and_step(const torch::Tensor& total, torch::nn::Module& model,
+                                torch::optim::Optimizer& optimizer, double grad_clip) {
+  // Gradients are zeroed in place, not dropped (LibTorch 2.x's zero_grad default): a parameter that no token reached
+  // this step still gets AdamW's decay and momentum update, the same on every LibTorch.
+  std::vector<torch::Tensor> grads;
+  for (const auto& p : model.parameters())
+    if (p.grad().defined()) grads.push_back(p.grad());
+  if (!grads.empty()) at::_foreach_zero_(grads);
   total.backward();
-  std::vector<torch::Tensor> params = model.parameters();
-  double grad_norm = 0.0;
-  if (grad_clip > 0) {
-    grad_norm = torch::nn::utils::clip_grad_norm_(params, grad_clip);
-  } else {
-    std::vector<torch::Tensor> norms;
-    for (const auto& p : params)
-      if (p.grad().defined()) norms.push_back(p.grad().norm());
-    grad_norm = norms.empty() ? 0.0 : torch::stack(norms).norm().item<double>();
-  }
+  const auto grad_norm = clip_grad_norm(model.parameters(), grad_clip);
   optimizer.step();
   return grad_norm;
 }

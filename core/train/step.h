@@ -29,13 +29,14 @@ class AutocastGuard {
 struct StepResult {
   torch::Tensor loss;      ///< detached scalar: CE of the final head only (exit heads and aux loss excluded)
   torch::Tensor aux_loss;  ///< detached scalar
-  double grad_norm = 0;    ///< before clipping
+  torch::Tensor grad_norm; ///< 0-dim, before clipping, on the model's device (read it when logging)
   ModelOutput output;      ///< with the routing trace when asked for (logits dropped)
 };
 
 /// Zeroes the gradients, back-propagates `total`, clips the global gradient norm at `grad_clip` (0: no clip) and
-/// steps the optimizer; returns the gradient norm before clipping. Shared by the LM and classification steps.
-double backward_and_step(const torch::Tensor& total, torch::nn::Module& model, torch::optim::Optimizer& optimizer,
+/// steps the optimizer; returns the gradient norm before clipping as a 0-dim tensor on the model's device, so the
+/// step never waits for the device. Shared by the LM and classification steps.
+torch::Tensor backward_and_step(const torch::Tensor& total, torch::nn::Module& model, torch::optim::Optimizer& optimizer,
                          double grad_clip);
 
 StepResult train_step(LanguageModel& model, torch::optim::Optimizer& optimizer, const Batch& batch, double grad_clip,

@@ -41,9 +41,10 @@ double now_s() {
   return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
 }
 
-/// What one training step reports, whichever the task.
+/// What one training step reports, whichever the task. The scalars stay on the device until the step is settled.
 struct StepRecord {
-  double loss = 0;
+  torch::Tensor loss_t, aux_loss_t, grad_norm_t;  ///< 0-dim, on the model's device
+  double loss = 0;                                ///< filled when settled
   double aux_loss = 0;
   double grad_norm = 0;
   std::int64_t tokens = 0;
@@ -52,6 +53,19 @@ struct StepRecord {
   std::optional<double> accuracy;        ///< classification
   std::int64_t correct = 0, examples = 0;
 };
+
+/// A step whose scalars have not been read back yet.
+struct PendingStep {
+  std::int64_t step = 0;
+  double wall = 0, lr = 0;
+  bool log_step = false;
+  StepRecord record;
+};
+
+/// On a GPU the loop reads the step's loss and gradient norm back only every this many steps (and at every log,
+/// evaluation, checkpoint and stop), so the host keeps queueing work instead of waiting for each step to finish.
+/// train.sync_every overrides it.
+constexpr std::int64_t kGpuSyncEvery = 32;
 
 /// Everything one run needs while it trains.
 class Session {
@@ -65,6 +79,7 @@ class Session {
     seed_ = config_.run().at("seed").get<std::int64_t>();
     bf16_ = train.at("precision") == "bf16";
     device_ = resolve_device(config_.run().at("device").get<std::string>());
+    if (device_.is_cuda()) configure_cuda_math(train.at("tf32").get<bool>());
     threads_ = configure_threads(static_cast<int>(config_.run().at("threads").get<std::int64_t>()));
     classification_ = architecture(config_.arch()).task == "classification";
     if (classification_) {
@@ -196,6 +211,8 @@ class Session {
     const auto log_every = train.at("log_every").get<std::int64_t>();
     const auto eval_every = train.at("eval_every").get<std::int64_t>();
     const auto ckpt_every = train.at("checkpoint_every").get<std::int64_t>();
+    const auto sync_setting = train.at("sync_every").get<std::int64_t>();
+    const std::int64_t sync_every = sync_setting > 0 ? sync_setting : device_.is_cuda() ? kGpuSyncEvery : 1;
 
     if (start_step_ == 0) {
       // The untrained model's validation loss: every curve starts from a measured point, not from step 1.
@@ -205,14 +222,16 @@ class Session {
       if (observer_) observer_->on_eval(eval);
     }
     module().train();
-    const auto t_start = std::chrono::steady_clock::now();
-    auto t_window = t_start;
-    std::int64_t window_steps = 0, window_tokens = 0;
-    double tokens_per_s = 0;
+    t_start_ = std::chrono::steady_clock::now();
+    t_window_ = t_start_;
+    window_tokens_ = 0;
+    tokens_per_s_ = 0;
+    pending_.clear();
 
     for (std::int64_t step = start_step_ + 1; step <= total_steps_; ++step) {
       if (cancel_ && cancel_->load()) {
-        checkpoint(step - 1, t_start);
+        if (!settle(outcome)) return;
+        checkpoint(step - 1, t_start_);
         outcome.status = RunStatus::Stopped;
         outcome.message = "stopped by the user at step " + std::to_string(step - 1);
         log_->info("run {}: {}", run_id_, outcome.message);
@@ -222,58 +241,17 @@ class Session {
       set_learning_rate(*optimizer_, lr_now);
       const bool log_step = step % log_every == 0 || step == total_steps_ || step == start_step_ + 1;
       auto result = classification_ ? classification_step(step, grad_clip, log_step) : lm_step(step, grad_clip, log_step);
-      const double loss = result.loss;
-      tokens_seen_ += result.tokens;
-      window_tokens += result.tokens;
-      ++window_steps;
-      outcome.last_step = step;
-
-      const double wall = now_s();
-      writer_->add_metric({"train/loss", step, wall, loss});
-      writer_->add_metric({"train/lr", step, wall, lr_now});
-      writer_->add_metric({"train/grad_norm", step, wall, result.grad_norm});
-      if (result.accuracy) writer_->add_metric({"train/accuracy", step, wall, *result.accuracy});
-      if (!std::isfinite(loss)) {
-        outcome.status = RunStatus::Failed;
-        outcome.message = "loss became " + std::string(std::isnan(loss) ? "NaN" : "infinite") + " at step " +
-                          std::to_string(step) + " (lr " + std::to_string(lr_now) + ")";
-        log_->error("run {}: {}", run_id_, outcome.message);
-        return;
-      }
-
-      const auto now = std::chrono::steady_clock::now();
-      const double window_s = std::chrono::duration<double>(now - t_window).count();
-      if (window_s >= 0.5 || log_step) {
-        tokens_per_s = static_cast<double>(window_tokens) / std::max(window_s, 1e-9);
-        t_window = now;
-        window_steps = 0;
-        window_tokens = 0;
-      }
-      StepMetrics m;
-      m.step = step;
-      m.total_steps = total_steps_;
-      m.loss = loss;
-      m.aux_loss = result.aux_loss;
-      m.accuracy = result.accuracy;
-      m.lr = lr_now;
-      m.grad_norm = result.grad_norm;
-      m.tokens_per_s = tokens_per_s;
-      m.elapsed_s = elapsed_before_ + std::chrono::duration<double>(now - t_start).count();
-      const double per_step = std::chrono::duration<double>(now - t_start).count() / double(step - start_step_);
-      m.eta_s = per_step * double(total_steps_ - step);
-      m.tokens_seen = tokens_seen_;
-      if (log_step) {
-        writer_->add_metric({"train/tokens_per_s", step, wall, tokens_per_s});
-        writer_->add_metric({"train/aux_loss", step, wall, m.aux_loss});
-        record_routing(step, result.trace, result.stats, m);
-      }
-      if (classification_) add_to_epoch(step, result, wall);
-      if (observer_) observer_->on_step(m);
+      pending_.push_back({step, now_s(), lr_now, log_step, std::move(result)});
 
       // Classification validates after every epoch, and every eval_every steps when that is more often.
       const bool eval_step = classification_ ? schedule_->ends_epoch(step) ||
                                                    (eval_every < schedule_->steps_per_epoch() && step % eval_every == 0)
                                              : step % eval_every == 0;
+      const bool checkpoint_step = step % ckpt_every == 0 || step == total_steps_;
+      const bool settle_now = log_step || eval_step || checkpoint_step ||
+                              static_cast<std::int64_t>(pending_.size()) >= sync_every;
+      if (settle_now && !settle(outcome)) return;
+
       if (eval_step || step == total_steps_) {
         const auto eval = evaluate(step);
         if (!outcome.first_val_loss) outcome.first_val_loss = eval.val_loss;
@@ -282,11 +260,85 @@ class Session {
         outcome.last_val_accuracy = eval.val_accuracy;
         if (observer_) observer_->on_eval(eval);
       }
-      if (step % ckpt_every == 0 || step == total_steps_) checkpoint(step, t_start);
+      if (checkpoint_step) checkpoint(step, t_start_);
     }
     outcome.status = RunStatus::Finished;
     outcome.message = "finished " + std::to_string(outcome.last_step) + " steps";
     log_->info("run {}: {}", run_id_, outcome.message);
+  }
+
+  /// Reads the pending steps' scalars back in one transfer and records them in order: metrics, the non-finite
+  /// check, throughput, routing rows, the observer. False (with the outcome set to failed) on a non-finite loss.
+  bool settle(TrainOutcome& outcome) {
+    if (pending_.empty()) return true;
+    std::vector<torch::Tensor> scalars;
+    for (const auto& p : pending_)
+      for (const auto* t : {&p.record.loss_t, &p.record.aux_loss_t, &p.record.grad_norm_t})
+        scalars.push_back(t->defined() ? t->detach().to(torch::kFloat).reshape({}) : torch::zeros({}, device_));
+    const auto host = torch::stack(scalars).to(torch::kCPU, torch::kDouble);
+    const auto* values = host.data_ptr<double>();
+    auto steps = std::move(pending_);
+    pending_.clear();
+    for (std::size_t i = 0; i < steps.size(); ++i) {
+      auto& p = steps[i];
+      auto& result = p.record;
+      result.loss = values[3 * i];
+      result.aux_loss = values[3 * i + 1];
+      result.grad_norm = values[3 * i + 2];
+      if (!record_step(p, outcome)) return false;
+    }
+    return true;
+  }
+
+  /// Everything stored and reported about one settled step.
+  bool record_step(PendingStep& p, TrainOutcome& outcome) {
+    const auto step = p.step;
+    const double wall = p.wall, lr_now = p.lr, loss = p.record.loss;
+    auto& result = p.record;
+    tokens_seen_ += result.tokens;
+    window_tokens_ += result.tokens;
+    outcome.last_step = step;
+
+    writer_->add_metric({"train/loss", step, wall, loss});
+    writer_->add_metric({"train/lr", step, wall, lr_now});
+    writer_->add_metric({"train/grad_norm", step, wall, result.grad_norm});
+    if (result.accuracy) writer_->add_metric({"train/accuracy", step, wall, *result.accuracy});
+    if (!std::isfinite(loss)) {
+      outcome.status = RunStatus::Failed;
+      outcome.message = "loss became " + std::string(std::isnan(loss) ? "NaN" : "infinite") + " at step " +
+                        std::to_string(step) + " (lr " + std::to_string(lr_now) + ")";
+      log_->error("run {}: {}", run_id_, outcome.message);
+      return false;
+    }
+
+    const auto now = std::chrono::steady_clock::now();
+    const double window_s = std::chrono::duration<double>(now - t_window_).count();
+    if (window_s >= 0.5 || p.log_step) {
+      tokens_per_s_ = static_cast<double>(window_tokens_) / std::max(window_s, 1e-9);
+      t_window_ = now;
+      window_tokens_ = 0;
+    }
+    StepMetrics m;
+    m.step = step;
+    m.total_steps = total_steps_;
+    m.loss = loss;
+    m.aux_loss = result.aux_loss;
+    m.accuracy = result.accuracy;
+    m.lr = lr_now;
+    m.grad_norm = result.grad_norm;
+    m.tokens_per_s = tokens_per_s_;
+    m.elapsed_s = elapsed_before_ + std::chrono::duration<double>(now - t_start_).count();
+    const double per_step = std::chrono::duration<double>(now - t_start_).count() / double(step - start_step_);
+    m.eta_s = per_step * double(total_steps_ - step);
+    m.tokens_seen = tokens_seen_;
+    if (p.log_step) {
+      writer_->add_metric({"train/tokens_per_s", step, wall, tokens_per_s_});
+      writer_->add_metric({"train/aux_loss", step, wall, m.aux_loss});
+      record_routing(step, result.trace, result.stats, m);
+    }
+    if (classification_) add_to_epoch(step, result, wall);
+    if (observer_) observer_->on_step(m);
+    return true;
   }
 
   /// One language-modelling step on the batch of (seed, step).
@@ -296,9 +348,9 @@ class Session {
     model_->set_progress(static_cast<double>(step - 1) / static_cast<double>(total_steps_));
     auto result = train_step(*model_, *optimizer_, batch, grad_clip, bf16_, /*trace=*/log_step);
     StepRecord r;
-    r.loss = result.loss.item<double>();
-    r.aux_loss = result.aux_loss.item<double>();
-    r.grad_norm = result.grad_norm;
+    r.loss_t = result.loss;
+    r.aux_loss_t = result.aux_loss;
+    r.grad_norm_t = result.grad_norm;
     r.tokens = batch_size_ * dataset_->context();
     r.trace = std::move(result.output.trace);
     r.stats = std::move(result.output.stats);
@@ -310,9 +362,9 @@ class Session {
     const auto batch = to_device(trim_padding(class_data_->batch(Split::Train, schedule_->indices(step))), device_);
     auto result = classification_train_step(*classifier_, *optimizer_, batch, grad_clip, bf16_, /*trace=*/log_step);
     StepRecord r;
-    r.loss = result.loss.item<double>();
-    r.aux_loss = result.aux_loss.item<double>();
-    r.grad_norm = result.grad_norm;
+    r.loss_t = result.loss;
+    r.aux_loss_t = result.aux_loss;
+    r.grad_norm_t = result.grad_norm;
     r.tokens = batch.mask.sum().item<std::int64_t>();  // real tokens: padding is neither computed nor counted
     r.trace = std::move(result.output.trace);
     r.stats = std::move(result.output.stats);
@@ -513,8 +565,12 @@ class Session {
   std::unique_ptr<EpochSchedule> schedule_;
   double epoch_loss_sum_ = 0;
   std::int64_t epoch_correct_ = 0, epoch_examples_ = 0;
-  std::unique_ptr<torch::optim::AdamW> optimizer_;
+  std::unique_ptr<MultiTensorAdamW> optimizer_;
   std::unique_ptr<StoreWriter> writer_;
+  std::vector<PendingStep> pending_;  ///< steps run but not yet read back (GPU)
+  std::chrono::steady_clock::time_point t_start_, t_window_;
+  std::int64_t window_tokens_ = 0;
+  double tokens_per_s_ = 0;
   std::int64_t run_id_ = 0, start_step_ = 0, tokens_seen_ = 0, last_checkpoint_step_ = -1;
   double elapsed_before_ = 0;
 };
@@ -525,7 +581,13 @@ std::string resolve_db(const std::string& db_path) { return db_path.empty() ? de
 
 std::string torch_version_string() {
   std::string v = std::string("LibTorch ") + TORCH_VERSION;
-  v += torch::cuda::is_available() ? " (CUDA, " + std::to_string(torch::cuda::device_count()) + " GPU)" : " (CPU)";
+  const auto cuda = cuda_version_string();
+  if (torch::cuda::is_available())
+    v += " (CUDA " + cuda + ", " + std::to_string(torch::cuda::device_count()) + " GPU)";
+  else if (cuda.rfind("none", 0) == 0)
+    v += " (CPU)";
+  else
+    v += " (CUDA " + cuda + " build, no GPU here: CPU)";
   return v;
 }
 

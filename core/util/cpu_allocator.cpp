@@ -11,6 +11,16 @@
 
 #include <c10/core/CPUAllocator.h>
 #include <c10/core/impl/alloc_cpu.h>
+#include <torch/version.h>
+
+// LibTorch 2.3 made Allocator::allocate non-const and added the pure virtual copy_data.
+#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 3)
+#define ROUTELAB_ALLOCATE_CONST
+#define ROUTELAB_ALLOCATOR_COPY_DATA 1
+#else
+#define ROUTELAB_ALLOCATE_CONST const
+#define ROUTELAB_ALLOCATOR_COPY_DATA 0
+#endif
 
 namespace routelab {
 namespace {
@@ -20,10 +30,15 @@ constexpr std::size_t kGranule = std::size_t{1} << 16;    // sizes rounded up to
 
 class CachingCpuAllocator final : public at::Allocator {
  public:
-  at::DataPtr allocate(std::size_t n) const override {
+  at::DataPtr allocate(std::size_t n) ROUTELAB_ALLOCATE_CONST override {
     void* p = n < kMinCached ? c10::alloc_cpu(n) : take((n + kGranule - 1) / kGranule * kGranule);
     return {p, p, &release, at::Device(at::DeviceType::CPU)};
   }
+#if ROUTELAB_ALLOCATOR_COPY_DATA
+  void copy_data(void* dest, const void* src, std::size_t count) const override {
+    default_copy_data(dest, src, count);
+  }
+#endif
   /// ATen's raw_allocate()/raw_deallocate() pair (scratch buffers of some kernels) frees through this.
   at::DeleterFnPtr raw_deleter() const override { return &release; }
 

@@ -4,6 +4,7 @@
 #include <thread>
 
 #include <torch/cuda.h>
+#include <ATen/Context.h>
 #include <ATen/Parallel.h>
 #include <ATen/detail/CUDAHooksInterface.h>
 
@@ -30,6 +31,21 @@ torch::Device resolve_device(const std::string& name) {
     }
   }
   throw DeviceError("run.device: unknown device '" + name + "' (expected cpu, cuda or cuda:N)");
+}
+
+torch::Device resolve_stored_device(const std::string& name, std::string* note) {
+  if (name.rfind("cuda", 0) == 0 && !torch::cuda::is_available()) {
+    if (note)
+      *note = "the run was trained on " + name + "; no CUDA GPU is available here, so it runs on the CPU " +
+              "(fp32 and bf16 results agree with the GPU's within rounding)";
+    return torch::Device(torch::kCPU);
+  }
+  return resolve_device(name);
+}
+
+void configure_cuda_math(bool tf32) {
+  at::globalContext().setAllowTF32CuBLAS(tf32);
+  at::globalContext().setAllowTF32CuDNN(tf32);
 }
 
 int configure_threads(int requested) {

@@ -9,6 +9,14 @@ namespace routelab {
 /// "cpu", "cuda" or "cuda:N". Asking for CUDA where LibTorch has no CUDA or no GPU is a DeviceError.
 torch::Device resolve_device(const std::string& name);
 
+/// The device a stored run reopens on (generate, eval, profile, the GUI): resolve_device(name), except that a run
+/// trained on CUDA opens on the CPU where no GPU is available, with `note` (when given) saying so.
+torch::Device resolve_stored_device(const std::string& name, std::string* note = nullptr);
+
+/// CUDA matmul and cuDNN precision for fp32 work: TF32 tensor cores when `tf32` (train.tf32). Process-wide, as in
+/// PyTorch (torch.backends.cuda.matmul.allow_tf32); only called for CUDA devices, so CPU arithmetic never changes.
+void configure_cuda_math(bool tf32);
+
 /// Sets Torch's intra-op threads: `requested` > 0, else every core (std::thread::hardware_concurrency), and
 /// installs the caching CPU allocator (core/util/cpu_allocator.h). Returns the count in use.
 int configure_threads(int requested = 0);

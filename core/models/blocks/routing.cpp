@@ -111,9 +111,11 @@ Compaction count_routed(const torch::Tensor& decision) {
   return c;
 }
 
-Compaction compact(const torch::Tensor& decision) {
+Compaction compact(const torch::Tensor& decision, std::int64_t bucket) {
   const auto B = decision.size(0), T = decision.size(1);
   auto c = count_routed(decision);
+  if (bucket <= 0) bucket = decision.is_cuda() ? kCudaCompactionBucket : 1;
+  if (bucket > 1 && c.max_len > 0) c.max_len = std::min(T, (c.max_len + bucket - 1) / bucket * bucket);
   const auto counts = torch::tensor(c.lengths, torch::TensorOptions().dtype(torch::kLong));  // (B)
   const auto pos = torch::arange(T, decision.options().dtype(torch::kLong)).expand({B, T});
   // Routed positions first, in ascending order; unrouted ones after them act as padding.

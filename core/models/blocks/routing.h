@@ -33,8 +33,14 @@ struct Compaction {
   std::int64_t seq_len = 0;           ///< T of the uncompacted sequences
 };
 
-/// decision: (B, T) bool. One host sync (the per-sequence counts).
-Compaction compact(const torch::Tensor& decision);
+/// The padded length K of compacted sequences is rounded up to a multiple of this on a GPU (capped at T), so
+/// successive steps see a few recurring shapes: kernel plans (cuDNN attention builds one per new sequence length)
+/// and allocator blocks are reused instead of rebuilt every step. 1 (no rounding) elsewhere.
+constexpr std::int64_t kCudaCompactionBucket = 64;
+
+/// decision: (B, T) bool. One host sync (the per-sequence counts). `bucket` > 0 rounds K up to its multiple (the extra
+/// rows are padding: valid false, after every real row); 0 picks kCudaCompactionBucket on CUDA and 1 elsewhere.
+Compaction compact(const torch::Tensor& decision, std::int64_t bucket = 0);
 /// Only the counts of a Compaction (lengths, max_len, total, sum_sq): one host sync, no index built.
 Compaction count_routed(const torch::Tensor& decision);
 /// The original positions (B, K) of the compacted tokens, from positions (T) or (B, T).
