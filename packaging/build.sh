@@ -10,7 +10,9 @@ if [ "$routelab_torch" = pip ]; then
   build="${ROUTELAB_BUILD_DIR:-$root/build-pip}"
   torch_dir="$("$routelab_venv/bin/python3" -c 'import os, torch; print(os.path.dirname(torch.__file__))' 2>/dev/null)" ||
     { echo "routelab: no LibTorch in $routelab_venv: run bash packaging/install-deps.sh --torch pip" >&2; exit 1; }
-  cmake_args+=(-DTorch_DIR="$torch_dir/share/cmake/Torch")
+  # The prefix too: Torch's package finds Caffe2 and its libraries through the standard search paths first, where
+  # Debian's LibTorch 1.13 would otherwise win.
+  cmake_args+=(-DTorch_DIR="$torch_dir/share/cmake/Torch" -DCMAKE_PREFIX_PATH="$torch_dir")
   # Torch's CMake package needs the CUDA toolkit it was built with (13.0): nvcc and the CUDA libraries to link.
   if [ -x /usr/local/cuda/bin/nvcc ]; then cmake_args+=(-DCMAKE_CUDA_COMPILER=/usr/local/cuda/bin/nvcc); fi
   export TORCH_CUDA_ARCH_LIST="${TORCH_CUDA_ARCH_LIST:-9.0}"

@@ -265,13 +265,12 @@ class TestRadial : public QObject {
       const auto oa = model.run(a, true, &ra);
       torch::manual_seed(123);
       const auto ob = model.run(b, true, &rb);
-      QVERIFY(torch::allclose(oa.logits.narrow(1, 0, t + 1), ob.logits.narrow(1, 0, t + 1), 1e-5, 1e-6));
+      QVERIFY(test::close_to_scale(oa.logits.narrow(1, 0, t + 1), ob.logits.narrow(1, 0, t + 1)));
       QVERIFY(!torch::allclose(oa.logits.narrow(1, t + 1, T - t - 1), ob.logits.narrow(1, t + 1, T - t - 1)));
       QVERIFY(torch::equal(path_of(oa).narrow(1, 0, t + 1), path_of(ob).narrow(1, 0, t + 1)));
       // The stream at every earlier position after every step.
       for (std::size_t s = 0; s < std::min(ra.steps.size(), rb.steps.size()); ++s)
-        QVERIFY(torch::allclose(ra.steps[s].hidden.narrow(1, 0, t + 1), rb.steps[s].hidden.narrow(1, 0, t + 1),
-                                1e-5, 1e-6));
+        QVERIFY(test::close_to_scale(ra.steps[s].hidden.narrow(1, 0, t + 1), rb.steps[s].hidden.narrow(1, 0, t + 1)));
     }
   }
 
@@ -315,7 +314,8 @@ class TestRadial : public QObject {
         QCOMPARE(sb.query_valid[row].logical_and(sb.query_index[row].le(t)).sum().item<std::int64_t>(), early);
         if (early == 0) continue;
         QVERIFY(torch::equal(sa.query_index[row].narrow(0, 0, early), sb.query_index[row].narrow(0, 0, early)));
-        QVERIFY(torch::allclose(sa.heads[row].narrow(1, 0, early), sb.heads[row].narrow(1, 0, early), 1e-5, 1e-6));
+        // Equal up to rounding: the two runs compact different numbers of rows, so their GEMMs differ in shape.
+        QVERIFY(test::close_to_scale(sa.heads[row].narrow(1, 0, early), sb.heads[row].narrow(1, 0, early)));
         const auto later_entries = ra.store.valid[row].logical_and(ra.store.position[row].gt(t)).logical_and(
             ra.store.step[row].le(std::int64_t(s)));
         if (!later_entries.any().item<bool>()) continue;

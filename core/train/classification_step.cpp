@@ -6,16 +6,17 @@
 
 #include "core/analysis/token_trace.h"
 #include "core/train/step.h"
+#include "core/util/device.h"
 #include "core/util/errors.h"
 
 namespace routelab {
 
 ClassBatch to_device(ClassBatch b, const torch::Device& device) {
   if (device.is_cpu()) return b;
-  b.input = b.input.to(device, /*non_blocking=*/true);
-  b.mask = b.mask.to(device, true);
-  if (b.segment.defined()) b.segment = b.segment.to(device, true);
-  b.label = b.label.to(device, true);
+  b.input = copy_to_device(b.input, device);
+  b.mask = copy_to_device(b.mask, device);
+  b.segment = copy_to_device(b.segment, device);
+  b.label = copy_to_device(b.label, device);
   return b;
 }
 

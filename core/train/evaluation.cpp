@@ -4,6 +4,7 @@
 #include <algorithm>
 
 #include "core/train/step.h"
+#include "core/util/device.h"
 
 namespace routelab {
 
@@ -16,9 +17,9 @@ std::uint64_t mix_seed(std::uint64_t seed, std::uint64_t stream, std::uint64_t i
 
 Batch to_device(Batch b, const torch::Device& device) {
   if (device.is_cpu()) return b;
-  b.input = b.input.to(device, /*non_blocking=*/true);
-  b.target = b.target.to(device, true);
-  if (b.loss_mask.defined()) b.loss_mask = b.loss_mask.to(device, true);
+  b.input = copy_to_device(b.input, device);
+  b.target = copy_to_device(b.target, device);
+  b.loss_mask = copy_to_device(b.loss_mask, device);
   return b;
 }
 

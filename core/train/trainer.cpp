@@ -188,6 +188,13 @@ class Session {
     try {
       loop(outcome);
     } catch (const std::exception& e) {
+      // The steps that ran before the error but were not read back yet are still recorded, where the device allows.
+      TrainOutcome settled = outcome;
+      try {
+        settle(settled);
+        outcome.last_step = settled.last_step;
+      } catch (const std::exception&) {
+      }
       outcome.status = RunStatus::Failed;
       outcome.message = e.what();
       log_->error("run {}: failed at step {}: {}", run_id_, outcome.last_step, e.what());

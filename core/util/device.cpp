@@ -43,6 +43,12 @@ torch::Device resolve_stored_device(const std::string& name, std::string* note) 
   return resolve_device(name);
 }
 
+torch::Tensor copy_to_device(const torch::Tensor& t, const torch::Device& device) {
+  if (!t.defined() || t.device() == device) return t;
+  if (device.is_cuda() && t.is_cpu()) return t.pin_memory().to(device, /*non_blocking=*/true);
+  return t.to(device);
+}
+
 void configure_cuda_math(bool tf32) {
   at::globalContext().setAllowTF32CuBLAS(tf32);
   at::globalContext().setAllowTF32CuDNN(tf32);

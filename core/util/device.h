@@ -17,6 +17,11 @@ torch::Device resolve_stored_device(const std::string& name, std::string* note =
 /// PyTorch (torch.backends.cuda.matmul.allow_tf32); only called for CUDA devices, so CPU arithmetic never changes.
 void configure_cuda_math(bool tf32);
 
+/// `t` on `device`. A CPU tensor bound for a GPU is staged in pinned memory and copied asynchronously, so the host
+/// goes on queueing work (PyTorch's pin_memory + non_blocking); CUDA's caching host allocator keeps the staging
+/// buffer alive until the copy is done.
+torch::Tensor copy_to_device(const torch::Tensor& t, const torch::Device& device);
+
 /// Sets Torch's intra-op threads: `requested` > 0, else every core (std::thread::hardware_concurrency), and
 /// installs the caching CPU allocator (core/util/cpu_allocator.h). Returns the count in use.
 int configure_threads(int requested = 0);
