@@ -532,7 +532,10 @@ int cmd_bench_train_step(const BenchArgs& a) {
             << ", " << o.steps << " timed steps after " << o.warmup << " warm-up; " << torch_version_string() << "\n"
             << "peer: " << python << " " << script << "\n";
   auto print_mfu = [&](double tflops) {
-    std::cout << "  " << std::setprecision(1) << tflops << " TFLOP/s";
+    if (tflops < 1.0)
+      std::cout << "  " << std::setprecision(0) << tflops * 1000.0 << " GFLOP/s";
+    else
+      std::cout << "  " << std::setprecision(1) << tflops << " TFLOP/s";
     if (a.peak_tflops > 0) std::cout << " (MFU " << std::setprecision(1) << 100.0 * tflops / a.peak_tflops << "%)";
   };
   for (const bool bf16 : {false, true}) {
