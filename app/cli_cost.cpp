@@ -210,12 +210,12 @@ void add_cost_commands(CLI::App& app, CLI::App& bench, CommandAction& action) {
   flops_cmd->add_option("--fractions", f->fractions, "routed fractions: one for every routed layer or one per layer")
       ->delimiter(',');
   flops_cmd->add_option("--lengths", f->lengths, "sequence lengths of the curve")->delimiter(',');
-  flops_cmd->add_option("--batch", f->batch, "sequences per forward");
+  flops_cmd->add_option("--batch", f->batch, "sequences per forward")->check(CLI::Range(1, 1000000000));
   flops_cmd->add_option("--at", f->at, "sequence length of the per-layer breakdown");
   flops_cmd->add_option("--vocab", f->vocab, "vocabulary size for the LM head (default: the data's tokenizer)");
   flops_cmd->add_option("--split", f->split, "RUN: split the fractions are measured on")
       ->check(CLI::IsMember({"val", "test", "train"}));
-  flops_cmd->add_option("--batches", f->batches, "RUN: evaluation batches (default: the run's train.eval_batches)");
+  flops_cmd->add_option("--batches", f->batches, "RUN: evaluation batches (default: the run's train.eval_batches)")->check(CLI::Range(1, 1000000000));
   flops_cmd->add_option("--step", f->step, "RUN: checkpoint step (default: the latest)");
   flops_cmd->add_flag("--json", f->json, "machine-readable output");
   flops_cmd->add_flag("--csv", f->csv, "the curves as CSV");
@@ -229,14 +229,14 @@ void add_cost_commands(CLI::App& app, CLI::App& bench, CommandAction& action) {
   fwd->add_option("--lengths", o.lengths, "sequence lengths (default 512,1024,2048,4096,8192)")->delimiter(',');
   fwd->add_option("--fractions", o.fractions, "routed fractions to force (default 0.1,0.3,0.7)")->delimiter(',');
   fwd->add_option("--archs", o.archs, "routed architectures (default dtrnet,mod,dllm,tsa)")->delimiter(',');
-  fwd->add_option("--batch", o.batch, "sequences per forward");
+  fwd->add_option("--batch", o.batch, "sequences per forward")->check(CLI::Range(1, 1000000000));
   fwd->add_option("--embd", o.n_embd, "model width");
   fwd->add_option("--layers", o.n_layer, "layers");
   fwd->add_option("--heads", o.n_head, "attention heads");
   fwd->add_option("--kv-heads", o.n_kv_head, "key/value heads (0: all)");
-  fwd->add_option("--reps", o.reps, "timed forwards per model (median)");
-  fwd->add_option("--warmup", o.warmup, "untimed forwards per model");
-  fwd->add_option("--threads", o.threads, "threads (0: all cores)");
+  fwd->add_option("--reps", o.reps, "timed forwards per model (median)")->check(CLI::Range(1, 1000000000));
+  fwd->add_option("--warmup", o.warmup, "untimed forwards per model")->check(CLI::Range(0, 1000000000));
+  fwd->add_option("--threads", o.threads, "threads (0: all cores)")->check(CLI::Range(0, 1024));
   fwd->add_option("--device", o.device, "cpu, cuda or cuda:N");
   fwd->add_option("--calibration-passes", o.calibration_passes, "router bias calibration passes per fraction");
   fwd->add_option("--breakdown-above", o.breakdown_threshold, "print a breakdown where time/FLOPs ratio exceeds this");

@@ -205,7 +205,7 @@ void add_generate_commands(CLI::App& app, CLI::App& bench, CommandAction& action
   auto* gen_cmd = app.add_subcommand("generate", "generate text from a stored run with its KV-cache decode path");
   gen_cmd->add_option("RUN", gen->run_id, "run id")->required();
   gen_cmd->add_option("--prompt", gen->prompt, "prompt text (encoded with the run's tokenizer)")->required();
-  gen_cmd->add_option("--max-new", gen->options.max_new_tokens, "new tokens at most");
+  gen_cmd->add_option("--max-new", gen->options.max_new_tokens, "new tokens at most")->check(CLI::Range(1, 1000000000));
   gen_cmd->add_option("--temperature", gen->options.sampling.temperature, "sampling temperature (> 0)");
   gen_cmd->add_option("--top-k", gen->options.sampling.top_k, "keep the k most likely tokens (0: off)");
   gen_cmd->add_option("--top-p", gen->options.sampling.top_p, "nucleus sampling mass in (0, 1]");
@@ -250,13 +250,13 @@ void add_generate_commands(CLI::App& app, CLI::App& bench, CommandAction& action
       "decode", "tokens/s of KV-cache decoding per architecture at equal shape after a 1K/4K/8K prefill, with KV bytes");
   decode_cmd->add_option("--archs", db->options.archs, "architectures")->delimiter(',');
   decode_cmd->add_option("--contexts", db->options.contexts, "prefilled context lengths")->delimiter(',');
-  decode_cmd->add_option("--steps", db->options.steps, "timed decode steps");
-  decode_cmd->add_option("--batch", db->options.batch, "sequences decoded together");
+  decode_cmd->add_option("--steps", db->options.steps, "timed decode steps")->check(CLI::Range(1, 1000000000));
+  decode_cmd->add_option("--batch", db->options.batch, "sequences decoded together")->check(CLI::Range(1, 1000000000));
   decode_cmd->add_option("--embd", db->options.n_embd, "model width");
   decode_cmd->add_option("--layers", db->options.n_layer, "layers");
   decode_cmd->add_option("--heads", db->options.n_head, "attention heads");
   decode_cmd->add_option("--kv-heads", db->options.n_kv_head, "key/value heads (0: all)");
-  decode_cmd->add_option("--threads", db->options.threads, "threads (0: all cores)");
+  decode_cmd->add_option("--threads", db->options.threads, "threads (0: all cores)")->check(CLI::Range(0, 1024));
   decode_cmd->add_option("--device", db->options.device, "cpu, cuda or cuda:N");
   decode_cmd->add_flag("--quick", db->options.quick, "smoke test: contexts 64 and 128, 4 steps, a tiny shape");
   decode_cmd->add_flag("--json", db->json, "machine-readable output");

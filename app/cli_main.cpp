@@ -24,11 +24,11 @@ int main(int argc, char** argv) {
   auto* preset_opt = train_cmd->add_option("--preset", train.preset, "preset name (see `presets`)");
   train_cmd->add_option("--config", train.config_file, "JSON config file")->excludes(preset_opt);
   train_cmd->add_option("--set", train.sets, "override, e.g. --set model.n_layer=4 (repeatable)");
-  train_cmd->add_option("--steps", train.steps, "train.steps override");
+  train_cmd->add_option("--steps", train.steps, "train.steps override")->check(CLI::Range(1, 1000000000));
   train_cmd->add_option("--db", train.db, "run store (default: the user data dir)");
   train_cmd->add_option("--device", train.device, "cpu, cuda or cuda:N");
-  train_cmd->add_option("--seed", train.seed, "run.seed override");
-  train_cmd->add_option("--threads", train.threads, "CPU threads (0: all cores)");
+  train_cmd->add_option("--seed", train.seed, "run.seed override")->check(CLI::Range(0, 2147483647));
+  train_cmd->add_option("--threads", train.threads, "CPU threads (0: all cores)")->check(CLI::Range(0, 1024));
   train_cmd->add_option("--precision", train.precision, "fp32 or bf16")->check(CLI::IsMember({"fp32", "bf16"}));
   train_cmd->add_option("--name", train.name, "run name");
   train_cmd->add_flag("--quiet", train.quiet, "no progress line");
@@ -87,8 +87,9 @@ int main(int argc, char** argv) {
   eval_cmd->add_option("--sweep", eval.sweep, "one option over values, e.g. model.exit_threshold=0.6,0.8,0.95");
   eval_cmd->add_option("--split", eval.split, "val, test or train")->check(CLI::IsMember({"val", "test", "train"}));
   eval_cmd->add_option("--batches", eval.batches,
-                       "batches (default: the run's train.eval_batches; classifiers: the whole split)");
-  eval_cmd->add_option("--batch-size", eval.batch_size, "batch size (default: the run's)");
+                       "batches (default: the run's train.eval_batches; classifiers: the whole split)")
+      ->check(CLI::Range(1, 1000000000));
+  eval_cmd->add_option("--batch-size", eval.batch_size, "batch size (default: the run's)")->check(CLI::Range(1, 1000000000));
   eval_cmd->add_option("--step", eval.step, "checkpoint step (default: the latest)");
   eval_cmd->add_flag("--json", eval.json, "machine-readable output");
 
@@ -100,9 +101,9 @@ int main(int argc, char** argv) {
   profile_cmd->add_option("--set", profile.sets, "eval-only override (repeatable)");
   profile_cmd->add_option("--tau", profile.tau, "oracle threshold: sub-blocks with r < tau count as skipped");
   profile_cmd->add_option("--split", profile.split, "val, test or train")->check(CLI::IsMember({"val", "test", "train"}));
-  profile_cmd->add_option("--batches", profile.batches, "evaluation batches");
-  profile_cmd->add_option("--batch-size", profile.batch_size, "batch size (default: the run's)");
-  profile_cmd->add_option("--bins", profile.bins, "histogram bins over log10 r in [-3, 1]");
+  profile_cmd->add_option("--batches", profile.batches, "evaluation batches")->check(CLI::Range(1, 1000000000));
+  profile_cmd->add_option("--batch-size", profile.batch_size, "batch size (default: the run's)")->check(CLI::Range(1, 1000000000));
+  profile_cmd->add_option("--bins", profile.bins, "histogram bins over log10 r in [-3, 1]")->check(CLI::Range(1, 1000000000));
   profile_cmd->add_option("--step", profile.step, "checkpoint step (default: the latest)");
   profile_cmd->add_option("--out", profile.out, "also write the full profile (histograms, probe text) as JSON");
   profile_cmd->add_flag("--json", profile.json, "print JSON instead of the table");
@@ -121,11 +122,11 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"small", "gpt2-small"}));
   step_cmd->add_flag("--compile", bench.compile, "also time the peer under torch.compile (PyTorch 2.x)");
   step_cmd->add_option("--peak-tflops", bench.peak_tflops, "the device's peak TFLOP/s, to print MFU (H100 bf16: 989)");
-  step_cmd->add_option("--steps", bench.steps, "timed steps");
-  step_cmd->add_option("--warmup", bench.warmup, "untimed warm-up steps");
-  step_cmd->add_option("--threads", bench.threads, "threads for both sides (0: all cores)");
-  step_cmd->add_option("--batch", bench.batch, "batch size");
-  step_cmd->add_option("--context", bench.context, "sequence length");
+  step_cmd->add_option("--steps", bench.steps, "timed steps")->check(CLI::Range(1, 1000000000));
+  step_cmd->add_option("--warmup", bench.warmup, "untimed warm-up steps")->check(CLI::Range(0, 1000000000));
+  step_cmd->add_option("--threads", bench.threads, "threads for both sides (0: all cores)")->check(CLI::Range(0, 1024));
+  step_cmd->add_option("--batch", bench.batch, "batch size")->check(CLI::Range(1, 1000000000));
+  step_cmd->add_option("--context", bench.context, "sequence length")->check(CLI::Range(1, 1000000000));
   step_cmd->add_option("--profile", bench.profile, "write a Chrome trace of RouteLab's timed steps (autograd profiler)");
   step_cmd->add_option("--precision", bench.precision, "fp32, bf16 or both")->check(CLI::IsMember({"fp32", "bf16", "both"}));
 

@@ -15,7 +15,6 @@ if [ "$routelab_torch" = pip ]; then
   cmake_args+=(-DTorch_DIR="$torch_dir/share/cmake/Torch" -DCMAKE_PREFIX_PATH="$torch_dir")
   # Torch's CMake package needs the CUDA toolkit it was built with (13.0): nvcc and the CUDA libraries to link.
   if [ -x /usr/local/cuda/bin/nvcc ]; then cmake_args+=(-DCMAKE_CUDA_COMPILER=/usr/local/cuda/bin/nvcc); fi
-  export TORCH_CUDA_ARCH_LIST="${TORCH_CUDA_ARCH_LIST:-9.0}"
 else
   build="${ROUTELAB_BUILD_DIR:-$root/build}"
 fi

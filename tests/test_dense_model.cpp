@@ -3,6 +3,9 @@
 #include <QTemporaryDir>
 #include <QtTest>
 
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
 #include <fstream>
 
 #include <torch/torch.h>
@@ -185,6 +188,29 @@ class TestDenseModel : public QObject {
     const auto lb = train_step(*b, *opt_b, {tokens, tokens, {}}, 1.0, false, false).loss;
     QVERIFY(torch::equal(la, lb));
     QVERIFY(torch::equal(a->forward(tokens).logits, b->forward(tokens).logits));
+  }
+
+  void checkpointOnFullDiskIsClearError() {
+    // The temporary file leads to /dev/full, where every write fails with ENOSPC: the save must end in a
+    // CheckpointError naming the file (LibTorch's own writer aborted the process here), leaving no checkpoint.
+    if (!std::filesystem::exists("/dev/full")) QSKIP("no /dev/full here");
+    QTemporaryDir dir;
+    const auto path = dir.filePath("full.pt").toStdString();
+    std::filesystem::create_symlink("/dev/full", path + ".tmp");
+    DenseTransformer model(small(ModelStyle::Llama));
+    torch::optim::AdamW opt(model.parameters());
+    try {
+      save_checkpoint(path, model, opt, {1, 0, 0, "{}", "{}"});
+      QFAIL("no error");
+    } catch (const CheckpointError& e) {
+      QVERIFY2(QString(e.what()).contains(QString::fromStdString(path + ".tmp")), e.what());
+      QVERIFY2(QString(e.what()).contains(QString::fromStdString(std::strerror(ENOSPC))), e.what());
+    }
+    QVERIFY(!std::filesystem::exists(path));
+    QVERIFY(!std::filesystem::exists(std::filesystem::symlink_status(path + ".tmp")));
+    // The same path saves normally once the disk has room.
+    QVERIFY(save_checkpoint(path, model, opt, {1, 0, 0, "{}", "{}"}) > 0);
+    QCOMPARE(load_checkpoint(path, model, nullptr).step, std::int64_t(1));
   }
 
   void badCheckpointIsClearError() {

@@ -6,8 +6,10 @@
 
 #include <filesystem>
 
+#include <sqlite3.h>
 #include <torch/cuda.h>
 
+#include "core/analysis/run_analysis.h"
 #include "core/config/experiment_config.h"
 #include "core/store/run_store.h"
 #include "core/train/trainer.h"
@@ -235,6 +237,28 @@ class TestTrainer : public QObject {
       QVERIFY2(QString(e.what()).contains("run.device"), e.what());
     }
     QVERIFY(RunStore(db).list_runs().empty());  // nothing stored for a run that never started
+  }
+
+  void cudaRunOpensOnTheCpu() {
+    if (torch::cuda::is_available()) QSKIP("a CUDA device is available here: the run would open on it");
+    // A run stored as trained on cuda:0 (its config says so) opens where no GPU is, on the CPU.
+    const auto db = home_.filePath("moved.sqlite").toStdString();
+    const auto outcome = train({copy_config({"train.steps=2", "train.warmup_steps=0"}), db, "moved", ""});
+    QCOMPARE(outcome.status, RunStatus::Finished);
+    {
+      sqlite3* handle = nullptr;
+      QCOMPARE(sqlite3_open(db.c_str(), &handle), SQLITE_OK);
+      const auto sql = "UPDATE runs SET config_json = replace(config_json, '\"device\":\"cpu\"', "
+                       "'\"device\":\"cuda:0\"'), device = 'cuda:0' WHERE id = " + std::to_string(outcome.run_id);
+      QCOMPARE(sqlite3_exec(handle, sql.c_str(), nullptr, nullptr, nullptr), SQLITE_OK);
+      QCOMPARE(sqlite3_changes(handle), 1);
+      sqlite3_close(handle);
+    }
+    const auto run = load_run(db, outcome.run_id);
+    QCOMPARE(QString::fromStdString(run.config.run().at("device").get<std::string>()), QString("cuda:0"));
+    QVERIFY(run.device.is_cpu());
+    const auto logits = run.model->forward(torch::zeros({1, 4}, torch::kLong)).logits;
+    QVERIFY(logits.device().is_cpu() && torch::isfinite(logits).all().item<bool>());
   }
 
   void badCorpusFileIsClearError() {

@@ -270,6 +270,8 @@ ExperimentConfig config_from_resolved(const nlohmann::json& doc, const std::stri
 }
 
 nlohmann::json load_json_file(const std::string& path) {
+  std::error_code ec;
+  if (fs::is_directory(path, ec)) throw ConfigError(path + ": is a directory, not a config file");
   std::ifstream in(path);
   if (!in) throw ConfigError(path + ": cannot open the config file");
   std::stringstream buf;

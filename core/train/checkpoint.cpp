@@ -1,6 +1,11 @@
 // Checkpoint serialisation with torch::serialize archives; every failure becomes a CheckpointError.
 #include "core/train/checkpoint.h"
 
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
 #include <filesystem>
 
 #include <ATen/CPUGeneratorImpl.h>
@@ -70,6 +75,32 @@ void load_module_checked(torch::nn::Module& module, torch::serialize::InputArchi
   }
 }
 
+/// Writes the archive to `path` through this process's own file handle. A failed write (a full disk, an I/O error) is
+/// remembered and reported as a CheckpointError once LibTorch's writer is done: LibTorch's own file writer throws
+/// from its destructor on a failed write, which aborts the process. The file is flushed to the disk before it counts.
+void write_archive(torch::serialize::OutputArchive& archive, const std::string& path) {
+  std::FILE* file = std::fopen(path.c_str(), "wb");
+  if (!file) throw CheckpointError(path + ": cannot open for writing (" + std::strerror(errno) + ")");
+  int error = 0;
+  try {
+    archive.save_to([&](const void* data, std::size_t n) -> std::size_t {
+      if (error == 0 && n > 0 && std::fwrite(data, 1, n, file) != n) error = errno != 0 ? errno : EIO;
+      return n;  // never a short count: LibTorch's writer would throw from its destructor
+    });
+  } catch (...) {
+    std::fclose(file);
+    std::remove(path.c_str());
+    throw;
+  }
+  if (error == 0 && std::fflush(file) != 0) error = errno;
+  if (error == 0 && fsync(fileno(file)) != 0) error = errno;
+  if (std::fclose(file) != 0 && error == 0) error = errno;
+  if (error != 0) {
+    std::remove(path.c_str());
+    throw CheckpointError(path + ": cannot write checkpoint (" + std::strerror(error) + ")");
+  }
+}
+
 void open_archive(torch::serialize::InputArchive& in, const std::string& path, torch::Device device = torch::kCPU) {
   if (!fs::exists(path)) throw CheckpointError(path + ": checkpoint file not found");
   try {
@@ -109,7 +140,7 @@ std::int64_t save_checkpoint(const std::string& path, torch::nn::Module& model, 
       archive.write("rng_cuda_" + std::to_string(i), gen.get_state());
     }
     const std::string tmp = path + ".tmp";
-    archive.save_to(tmp);
+    write_archive(archive, tmp);
     fs::rename(tmp, path);
     return static_cast<std::int64_t>(fs::file_size(path));
   } catch (const c10::Error& e) {

@@ -36,8 +36,7 @@ torch::Device resolve_device(const std::string& name) {
 torch::Device resolve_stored_device(const std::string& name, std::string* note) {
   if (name.rfind("cuda", 0) == 0 && !torch::cuda::is_available()) {
     if (note)
-      *note = "the run was trained on " + name + "; no CUDA GPU is available here, so it runs on the CPU " +
-              "(fp32 and bf16 results agree with the GPU's within rounding)";
+      *note = "the run was trained on " + name + "; no CUDA GPU is available here, so it runs on the CPU";
     return torch::Device(torch::kCPU);
   }
   return resolve_device(name);

@@ -1,0 +1,56 @@
+// routelab-cli as a user runs it: invalid arguments end with a non-zero exit and a message naming the option,
+// before anything is trained or stored.
+#include <QProcess>
+#include <QTemporaryDir>
+#include <QtTest>
+
+class TestCli : public QObject {
+  Q_OBJECT
+  QTemporaryDir home_;
+
+  /// Runs the CLI with `args` (ROUTELAB_HOME in a scratch folder); returns exit code and everything it printed.
+  std::pair<int, QString> run(const QStringList& args) {
+    QProcess p;
+    auto env = QProcessEnvironment::systemEnvironment();
+    env.insert("ROUTELAB_HOME", home_.path());
+    p.setProcessEnvironment(env);
+    p.setProcessChannelMode(QProcess::MergedChannels);
+    p.start(qEnvironmentVariable("ROUTELAB_CLI"), args);
+    if (!p.waitForFinished(120000)) return {-1, "timed out"};
+    return {p.exitStatus() == QProcess::NormalExit ? p.exitCode() : -2, QString::fromUtf8(p.readAll())};
+  }
+
+ private Q_SLOTS:
+  void initTestCase() { QVERIFY2(QFile::exists(qEnvironmentVariable("ROUTELAB_CLI")), "ROUTELAB_CLI not set"); }
+
+  void badArgumentsNameTheOption_data() {
+    QTest::addColumn<QStringList>("args");
+    QTest::addColumn<QString>("named");
+    const QString db = home_.filePath("cli.sqlite");
+    QTest::newRow("steps negative") << QStringList{"train", "--db", db, "--steps", "-5"} << "--steps";
+    QTest::newRow("steps zero") << QStringList{"train", "--db", db, "--steps", "0"} << "--steps";
+    QTest::newRow("seed negative") << QStringList{"train", "--db", db, "--seed", "-3"} << "--seed";
+    QTest::newRow("threads negative") << QStringList{"train", "--db", db, "--threads", "-2"} << "--threads";
+    QTest::newRow("device unknown") << QStringList{"train", "--db", db, "--device", "gpu"} << "run.device";
+    QTest::newRow("config is a directory") << QStringList{"train", "--db", db, "--config", home_.path()}
+                                           << "is a directory, not a config file";
+    QTest::newRow("device index") << QStringList{"train", "--db", db, "--device", "cuda:x"} << "run.device";
+    QTest::newRow("eval batches zero") << QStringList{"eval", "1", "--db", db, "--batches", "0"} << "--batches";
+    QTest::newRow("eval batch size") << QStringList{"eval", "1", "--db", db, "--batch-size", "-1"} << "--batch-size";
+    QTest::newRow("bench steps") << QStringList{"bench", "train-step", "--steps", "0"} << "--steps";
+    QTest::newRow("bench shape") << QStringList{"bench", "train-step", "--shape", "gpt5"} << "--shape";
+    QTest::newRow("bench device") << QStringList{"bench", "train-step", "--device", "tpu"} << "tpu";
+  }
+  void badArgumentsNameTheOption() {
+    QFETCH(QStringList, args);
+    QFETCH(QString, named);
+    const auto [code, output] = run(args);
+    QVERIFY2(code > 0, qPrintable(QString("exit %1: %2").arg(code).arg(output)));
+    QVERIFY2(output.contains(named), qPrintable(output));
+    QVERIFY2(!output.contains("terminate called"), qPrintable(output));
+    QVERIFY(!QFile::exists(home_.filePath("checkpoints")));  // nothing trained
+  }
+};
+
+QTEST_GUILESS_MAIN(TestCli)
+#include "test_cli.moc"
