@@ -8,9 +8,11 @@
 #include "core/bench/tsa_bench.h"
 #include "core/util/errors.h"
 #include "core/util/logging.h"
+#include "core/util/process.h"
 #include "core/util/version.h"
 
 int main(int argc, char** argv) {
+  routelab::relaunch_with_passive_openmp(argv);
   using namespace routelab::cli;
   CLI::App app{"RouteLab " ROUTELAB_VERSION ": train and inspect token-routing transformers"};
   app.require_subcommand(1);

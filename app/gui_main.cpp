@@ -22,6 +22,7 @@
 
 #include "core/util/logging.h"
 #include "core/util/paths.h"
+#include "core/util/process.h"
 #include "core/util/version.h"
 #include "ui/app_resources.h"
 #include "ui/compare_view.h"
@@ -121,6 +122,7 @@ void openInspector(routelab::MainWindow& window, qint64 runId, qint64 withId, co
 }  // namespace
 
 int main(int argc, char** argv) {
+  routelab::relaunch_with_passive_openmp(argv);  // the GUI shares the machine with its runs' threads
   QApplication app(argc, argv);
   QCoreApplication::setOrganizationName(QStringLiteral("RouteLab"));
   QCoreApplication::setApplicationName(QStringLiteral("RouteLab"));

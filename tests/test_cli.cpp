@@ -9,10 +9,13 @@ class TestCli : public QObject {
   QTemporaryDir home_;
 
   /// Runs the CLI with `args` (ROUTELAB_HOME in a scratch folder); returns exit code and everything it printed.
-  std::pair<int, QString> run(const QStringList& args) {
+  std::pair<int, QString> run(const QStringList& args, const QString& wait_policy = {}) {
     QProcess p;
     auto env = QProcessEnvironment::systemEnvironment();
     env.insert("ROUTELAB_HOME", home_.path());
+    env.remove("OMP_WAIT_POLICY");
+    env.remove("ROUTELAB_RELAUNCHED");
+    if (!wait_policy.isEmpty()) env.insert("OMP_WAIT_POLICY", wait_policy);
     p.setProcessEnvironment(env);
     p.setProcessChannelMode(QProcess::MergedChannels);
     p.start(qEnvironmentVariable("ROUTELAB_CLI"), args);
@@ -48,7 +51,24 @@ class TestCli : public QObject {
     QVERIFY2(code > 0, qPrintable(QString("exit %1: %2").arg(code).arg(output)));
     QVERIFY2(output.contains(named), qPrintable(output));
     QVERIFY2(!output.contains("terminate called"), qPrintable(output));
-    QVERIFY(!QFile::exists(home_.filePath("checkpoints")));  // nothing trained
+    QVERIFY(!QFile::exists(home_.filePath("checkpoints")));  // nothing trained (the slots below train later)
+  }
+
+  void openmpWaitsPassivelyUnlessTold_data() {
+    QTest::addColumn<QString>("set");
+    QTest::addColumn<QString>("shown");
+    QTest::newRow("unset: restarts passive") << QString() << "OpenMP waiting: passive";
+    QTest::newRow("the user's choice stays") << "ACTIVE" << "OpenMP waiting: active";
+  }
+  void openmpWaitsPassivelyUnlessTold() {
+    QFETCH(QString, set);
+    QFETCH(QString, shown);
+    const auto db = home_.filePath("omp.sqlite");
+    const auto [code, output] =
+        run({"--log-level", "info", "train", "--preset", "tiny", "--steps", "1", "--db", db, "--quiet",
+             "--set", "train.eval_batches=1"}, set);
+    QVERIFY2(code == 0, qPrintable(output));
+    QVERIFY2(output.contains(shown), qPrintable(output));
   }
 };
 

@@ -30,6 +30,7 @@
 #include "core/util/errors.h"
 #include "core/util/logging.h"
 #include "core/util/paths.h"
+#include "core/util/process.h"
 #include "core/util/version.h"
 
 namespace fs = std::filesystem;
@@ -114,7 +115,8 @@ class Session {
           << " steps per epoch";
     else
       out << model_->describe() << "; " << dataset_->describe();
-    out << "; " << device_.str() << " x" << threads_ << " threads; " << (bf16_ ? "bf16 autocast" : "fp32");
+    out << "; " << device_.str() << " x" << threads_ << " threads (OpenMP waiting: " << openmp_wait_policy() << "); "
+        << (bf16_ ? "bf16 autocast" : "fp32");
     return out.str();
   }
 

@@ -1,0 +1,16 @@
+// How the process runs beside others: OpenMP's wait policy (Torch-free, for every entry point).
+#pragma once
+#include <string>
+
+namespace routelab {
+
+/// GNU OpenMP (LibTorch's thread pool) reads OMP_WAIT_POLICY once, when the process loads it, and by default its
+/// threads spin at every barrier: with one other busy process on the machine (or the GUI beside a run) training ran
+/// ~5x slower. Where the user has not set the variable, the process starts itself again with PASSIVE (threads sleep
+/// at barriers; no cost measured on an idle machine). Call first thing in main; returns unless it restarted.
+void relaunch_with_passive_openmp(char** argv);
+
+/// OMP_WAIT_POLICY as this process runs with it, lower case ("passive"; "default (active spinning)" when unset).
+std::string openmp_wait_policy();
+
+}  // namespace routelab
