@@ -10,6 +10,10 @@
 namespace routelab {
 
 void relaunch_with_passive_openmp(char** argv) {
+#ifndef ROUTELAB_PASSIVE_OPENMP
+  (void)argv;  // this LibTorch keeps OpenMP's default (see ROUTELAB_PASSIVE_OPENMP in CMakeLists.txt)
+  return;
+#endif
   if (std::getenv("OMP_WAIT_POLICY") != nullptr || std::getenv("ROUTELAB_RELAUNCHED") != nullptr) return;
   ::setenv("OMP_WAIT_POLICY", "PASSIVE", 1);
   ::setenv("ROUTELAB_RELAUNCHED", "1", 1);  // never twice, whatever happens to the variable

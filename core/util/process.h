@@ -8,6 +8,7 @@ namespace routelab {
 /// threads spin at every barrier: with one other busy process on the machine (or the GUI beside a run) training ran
 /// ~5x slower. Where the user has not set the variable, the process starts itself again with PASSIVE (threads sleep
 /// at barriers; no cost measured on an idle machine). Call first thing in main; returns unless it restarted.
+/// Only with Debian's LibTorch: PyPI's (MKL's threads) ran small models 11x slower with it on an idle machine.
 void relaunch_with_passive_openmp(char** argv);
 
 /// OMP_WAIT_POLICY as this process runs with it, lower case ("passive"; "default (active spinning)" when unset).
