@@ -77,7 +77,7 @@ torch::Tensor MultiTensorAdamW::step(LossClosure closure) {
     const double lr = o.lr(), wd = o.weight_decay(), eps = o.eps();
     const auto [beta1, beta2] = o.betas();
     // Parameters on different devices or of different dtypes cannot share one multi-tensor call.
-    std::map<std::pair<std::string, int>, Bucket> buckets;
+    std::map<std::tuple<int, int, int>, Bucket> buckets;  // (device type, device index, dtype)
     for (auto& p : group.params()) {
       if (!p.grad().defined()) continue;
       auto& slot = state_[state_key(state_, p)];
@@ -90,7 +90,7 @@ torch::Tensor MultiTensorAdamW::step(LossClosure closure) {
       }
       auto& state = static_cast<torch::optim::AdamWParamState&>(*slot);
       state.step(state.step() + 1);
-      auto& b = buckets[{p.device().str(), static_cast<int>(p.scalar_type())}];
+      auto& b = buckets[{static_cast<int>(p.device().type()), p.device().index(), static_cast<int>(p.scalar_type())}];
       b.params.push_back(p);
       b.grads.push_back(p.grad());
       b.exp_avgs.push_back(state.exp_avg());

@@ -68,12 +68,13 @@ torch::Tensor backward_and_step(const torch::Tensor& total, torch::nn::Module& m
                                 torch::optim::Optimizer& optimizer, double grad_clip) {
   // Gradients are zeroed in place, not dropped (LibTorch 2.x's zero_grad default): a parameter that no token reached
   // this step still gets AdamW's decay and momentum update, the same on every LibTorch.
+  const auto params = model.parameters();
   std::vector<torch::Tensor> grads;
-  for (const auto& p : model.parameters())
+  for (const auto& p : params)
     if (p.grad().defined()) grads.push_back(p.grad());
   if (!grads.empty()) at::_foreach_zero_(grads);
   total.backward();
-  const auto grad_norm = clip_grad_norm(model.parameters(), grad_clip);
+  const auto grad_norm = clip_grad_norm(params, grad_clip);
   optimizer.step();
   return grad_norm;
 }

@@ -9,17 +9,17 @@
 
 namespace routelab {
 
+#ifdef ROUTELAB_PASSIVE_OPENMP
 void relaunch_with_passive_openmp(char** argv) {
-#ifndef ROUTELAB_PASSIVE_OPENMP
-  (void)argv;  // this LibTorch keeps OpenMP's default (see ROUTELAB_PASSIVE_OPENMP in CMakeLists.txt)
-  return;
-#endif
   if (std::getenv("OMP_WAIT_POLICY") != nullptr || std::getenv("ROUTELAB_RELAUNCHED") != nullptr) return;
   ::setenv("OMP_WAIT_POLICY", "PASSIVE", 1);
   ::setenv("ROUTELAB_RELAUNCHED", "1", 1);  // never twice, whatever happens to the variable
   ::execv("/proc/self/exe", argv);
   ::unsetenv("OMP_WAIT_POLICY");  // exec failed: go on as started, with the default policy
 }
+#else
+void relaunch_with_passive_openmp(char**) {}  // this LibTorch keeps OpenMP's default (ROUTELAB_PASSIVE_OPENMP)
+#endif
 
 std::string openmp_wait_policy() {
   const char* policy = std::getenv("OMP_WAIT_POLICY");
