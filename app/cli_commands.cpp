@@ -206,10 +206,10 @@ int cmd_train(const TrainArgs& a) {
   return report(train(request, &progress, &g_cancel));
 }
 
-int cmd_resume(const std::string& db, std::int64_t run_id, bool quiet) {
+int cmd_resume(const std::string& db, std::int64_t run_id, bool quiet, double takeover_after_s) {
   ProgressPrinter progress(quiet);
   SignalScope signals;
-  return report(resume(resolve_db(db), run_id, &progress, &g_cancel));
+  return report(resume(resolve_db(db), run_id, &progress, &g_cancel, /*threads=*/-1, takeover_after_s));
 }
 
 namespace {

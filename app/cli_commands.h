@@ -47,7 +47,7 @@ int cmd_train(const TrainArgs& args);
 /// Runs every point of a sweep file (core/config/sweep.h) one after another, tags the runs "sweep:<name>", then
 /// prints the sweep's table (mean ± std over seeds).
 int cmd_sweep(const SweepArgs& args);
-int cmd_resume(const std::string& db, std::int64_t run_id, bool quiet);
+int cmd_resume(const std::string& db, std::int64_t run_id, bool quiet, double takeover_after_s);
 int cmd_presets(bool json);
 int cmd_architectures(bool json);
 int cmd_runs(const std::string& db, bool json, bool all);

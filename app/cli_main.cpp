@@ -6,6 +6,7 @@
 #include "app/cli_commands.h"
 #include "app/cli_registration.h"
 #include "core/bench/tsa_bench.h"
+#include "core/store/run_store.h"
 #include "core/util/errors.h"
 #include "core/util/logging.h"
 #include "core/util/process.h"
@@ -42,6 +43,12 @@ int main(int argc, char** argv) {
   resume_cmd->add_option("RUN", run_id, "run id")->required();
   resume_cmd->add_option("--db", db, "run store");
   resume_cmd->add_flag("--quiet", quiet, "no progress line");
+  double takeover_after = routelab::RunStore::kNeverTakeOver;
+  resume_cmd
+      ->add_option("--takeover-after", takeover_after,
+                   "take the run over from a writer on another host silent for this many seconds (by default a run "
+                   "another process holds is never taken)")
+      ->check(CLI::Range(0.0, 1e9));
 
   SweepArgs sweep;
   auto* sweep_cmd = app.add_subcommand("sweep", "run every point of a sweep file (a grid over options and seeds, plus baselines)");
@@ -172,7 +179,7 @@ int main(int argc, char** argv) {
       if (train.preset.empty() && train.config_file.empty()) train.preset = "quickstart";
       return cmd_train(train);
     }
-    if (*resume_cmd) return cmd_resume(db, run_id, quiet);
+    if (*resume_cmd) return cmd_resume(db, run_id, quiet, takeover_after);
     if (*sweep_cmd) return cmd_sweep(sweep);
     if (*presets_cmd) return cmd_presets(json);
     if (*arch_cmd) return cmd_architectures(json);

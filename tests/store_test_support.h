@@ -7,7 +7,9 @@
 #include <QTemporaryDir>
 #include <QTest>
 
+#include <signal.h>
 #include <sqlite3.h>
+#include <sys/resource.h>
 
 #include <atomic>
 #include <chrono>
@@ -92,5 +94,36 @@ class RawDb {
   sqlite3* db_ = nullptr;
 };
 
+/// A full disk without root: while alive, this process cannot write any file past offset `bytes` (RLIMIT_FSIZE;
+/// such writes fail with EFBIG, SIGXFSZ ignored; 0: nothing can be written). SQLite reports it as a full disk, the
+/// checkpoint writer as a failed write.
+class FileSizeLimit {
+ public:
+  explicit FileSizeLimit(std::uint64_t bytes) {
+    ::signal(SIGXFSZ, SIG_IGN);
+    ::getrlimit(RLIMIT_FSIZE, &saved_);
+    rlimit limit = saved_;
+    limit.rlim_cur = static_cast<rlim_t>(bytes);
+    if (::setrlimit(RLIMIT_FSIZE, &limit) != 0) throw std::runtime_error("setrlimit(RLIMIT_FSIZE) failed");
+  }
+  ~FileSizeLimit() { lift(); }
+  FileSizeLimit(const FileSizeLimit&) = delete;
+  FileSizeLimit& operator=(const FileSizeLimit&) = delete;
+  void lift() { ::setrlimit(RLIMIT_FSIZE, &saved_); }
+
+ private:
+  rlimit saved_{};
+};
+
+/// The largest of a store's files (the database and its WAL): a FileSizeLimit a little above it leaves the store
+/// room to write while a larger file (a checkpoint) cannot be written.
+inline std::uint64_t store_bytes(const std::string& db_path) {
+  std::uint64_t most = 0;
+  for (const std::string suffix : {"", "-wal"}) {
+    std::ifstream in(db_path + suffix, std::ios::binary | std::ios::ate);
+    if (in) most = std::max<std::uint64_t>(most, static_cast<std::uint64_t>(in.tellg()));
+  }
+  return most;
+}
 
 }  // namespace routelab::test

@@ -170,7 +170,7 @@ class TestDenseModel : public QObject {
     meta.step = 1;
     meta.config_json = "{}";
     meta.tokenizer_json = "{}";
-    QVERIFY(save_checkpoint(path, *a, *opt_a, meta) > 0);
+    QVERIFY(save_checkpoint(path, *a, *opt_a, meta).bytes > 0);
     torch::manual_seed(99);
     auto b = std::make_shared<DenseTransformer>(small(ModelStyle::Llama, 2));
     auto opt_b = make_optimizer(*b, nlohmann::json::parse(
@@ -200,7 +200,7 @@ class TestDenseModel : public QObject {
     DenseTransformer model(small(ModelStyle::Llama));
     torch::optim::AdamW opt(model.parameters());
     try {
-      save_checkpoint(path, model, opt, {1, 0, 0, "{}", "{}"});
+      save_checkpoint(path, model, opt, {1, 0, 0, "{}", "{}", 0, ""});
       QFAIL("no error");
     } catch (const CheckpointError& e) {
       QVERIFY2(QString(e.what()).contains(QString::fromStdString(path + ".tmp")), e.what());
@@ -209,7 +209,7 @@ class TestDenseModel : public QObject {
     QVERIFY(!std::filesystem::exists(path));
     QVERIFY(!std::filesystem::exists(std::filesystem::symlink_status(path + ".tmp")));
     // The same path saves normally once the disk has room.
-    QVERIFY(save_checkpoint(path, model, opt, {1, 0, 0, "{}", "{}"}) > 0);
+    QVERIFY(save_checkpoint(path, model, opt, {1, 0, 0, "{}", "{}", 0, ""}).bytes > 0);
     QCOMPARE(load_checkpoint(path, model, nullptr).step, std::int64_t(1));
   }
 
@@ -230,7 +230,7 @@ class TestDenseModel : public QObject {
     wide.n_embd(64);
     DenseTransformer big(wide);
     torch::optim::AdamW opt(big.parameters());
-    save_checkpoint(other, big, opt, {1, 0, 0, "{}", "{}"});
+    save_checkpoint(other, big, opt, {1, 0, 0, "{}", "{}", 0, ""});
     QVERIFY_THROWS_EXCEPTION(CheckpointError, load_checkpoint(other, model, nullptr));
   }
 

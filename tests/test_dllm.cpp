@@ -410,7 +410,7 @@ class TestDLLM : public QObject {
     auto opt_a = make_optimizer(a, train);
     const auto tokens = torch::randint(0, kVocab, {2, 12}, torch::kLong);
     train_step(a, *opt_a, {tokens, tokens, {}}, 1.0, false, false);
-    save_checkpoint(path, a, *opt_a, {1, 0, 0, "{}", "{}"});
+    save_checkpoint(path, a, *opt_a, {1, 0, 0, "{}", "{}", 0, ""});
     torch::manual_seed(99);
     DLLM b(small(), small_dllm());
     load_checkpoint(path, b, nullptr);

@@ -463,7 +463,7 @@ class TestDrr : public QObject {
                                         R"({"lr":1e-3,"beta1":0.9,"beta2":0.95,"eps":1e-8,"weight_decay":0.1})"));
     const auto tokens = torch::randint(0, 37, {2, 16}, torch::kLong);
     train_step(*a, *opt_a, {tokens, tokens, {}}, 1.0, false, false);
-    save_checkpoint(path, *a, *opt_a, {1, 0, 0, "{}", "{}"});
+    save_checkpoint(path, *a, *opt_a, {1, 0, 0, "{}", "{}", 0, ""});
     torch::manual_seed(99);
     auto b = std::make_shared<DrrTransformer>(small(), small_drr());
     load_checkpoint(path, *b, nullptr);

@@ -408,7 +408,7 @@ class TestEarlyExit : public QObject {
     auto opt = optimizer(*a, 1e-3);
     const auto tokens = torch::randint(0, kVocab, {2, 12}, torch::kLong);
     train_step(*a, *opt, {tokens, tokens, {}}, 1.0, false, false);
-    save_checkpoint(path, *a, *opt, {1, 0, 0, "{}", "{}"});
+    save_checkpoint(path, *a, *opt, {1, 0, 0, "{}", "{}", 0, ""});
     torch::manual_seed(99);
     auto b = std::make_shared<EarlyExitTransformer>(small(), EarlyExitOptions().exit_threshold(0.0));
     load_checkpoint(path, *b, nullptr);  // the threshold adds no parameters

@@ -222,7 +222,7 @@ void TestGuiRuns::deleteRemovesRowsAndCheckpoints() {
   writeFile(legacyFile);
   {
     RunStore store(dbPath_.toStdString());
-    store.insert_checkpoint(done, {20, legacyFile.toStdString(), 7, 0.0});
+    store.insert_checkpoint(done, {20, legacyFile.toStdString(), 7, 0.0, std::nullopt});
   }
   // ...while another store in the same folder, whose run has the same id, keeps its files.
   const QString otherFile = QDir(QString::fromStdString(routelab::checkpoint_dir(

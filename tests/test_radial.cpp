@@ -638,7 +638,7 @@ class TestRadial : public QObject {
                                         R"({"lr":1e-3,"beta1":0.9,"beta2":0.95,"eps":1e-8,"weight_decay":0.1})"));
     const auto tokens = torch::randint(0, kVocab, {2, 12}, torch::kLong);
     train_step(*a, *opt_a, {tokens, tokens, {}}, 1.0, false, false);
-    save_checkpoint(path, *a, *opt_a, {1, 0, 0, "{}", "{}"});
+    save_checkpoint(path, *a, *opt_a, {1, 0, 0, "{}", "{}", 0, ""});
     torch::manual_seed(99);
     auto b = std::make_shared<RadialNetwork>(small(), RadialOptions().max_depth(4));
     load_checkpoint(path, *b, nullptr);

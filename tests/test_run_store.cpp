@@ -26,6 +26,13 @@
 using namespace routelab;
 using namespace routelab::test;
 
+/// Takes a current store back to schema v2's tables (SQLite >= 3.35 drops columns).
+constexpr const char* kDropV3 =
+    "ALTER TABLE runs DROP COLUMN lease_token; ALTER TABLE runs DROP COLUMN lease_pid; "
+    "ALTER TABLE runs DROP COLUMN lease_host; ALTER TABLE runs DROP COLUMN lease_boot; "
+    "ALTER TABLE runs DROP COLUMN lease_start; ALTER TABLE runs DROP COLUMN lease_at; "
+    "ALTER TABLE checkpoints DROP COLUMN crc32; ";
+
 class TestRunStore : public QObject {
   Q_OBJECT
 
@@ -244,8 +251,8 @@ class TestRunStore : public QObject {
     QCOMPARE(evals[1].split, std::string("test"));
 
     QVERIFY(!store.latest_checkpoint(id));
-    store.insert_checkpoint(id, {500, "/ckpt/run-1/step-500.pt", 123456789012, 1700000100.5});
-    store.insert_checkpoint(id, {1000, "/ckpt/run-1/step-1000.pt", 42, 1700000200.0});
+    store.insert_checkpoint(id, {500, "/ckpt/run-1/step-500.pt", 123456789012, 1700000100.5, std::nullopt});
+    store.insert_checkpoint(id, {1000, "/ckpt/run-1/step-1000.pt", 42, 1700000200.0, std::nullopt});
     const auto checkpoints = store.checkpoints(id);
     QCOMPARE(checkpoints.size(), std::size_t(2));
     QCOMPARE(checkpoints[0].path, std::string("/ckpt/run-1/step-500.pt"));
@@ -413,7 +420,7 @@ class TestRunStore : public QObject {
                                       << "not a RouteLab run store (it is an SQLite database of another application)";
     QTest::newRow("other application id") << "app_id" << "not a RouteLab run store";
     QTest::newRow("newer schema") << "newer"
-                                  << "schema version 99 is newer than this RouteLab supports (2); upgrade RouteLab";
+                                  << "schema version 99 is newer than this RouteLab supports (3); upgrade RouteLab";
   }
   void refusesForeignFile() {
     QFETCH(QString, kind);
@@ -485,7 +492,7 @@ class TestRunStore : public QObject {
       store.insert_metrics(id, {{"train/loss", 1, 0, 1.0}, {"val/loss", 1, 0, 2.0}});
       store.insert_routing(id, {{1, 0, 0.5, 0.5, 0.0, 8, 4}});
       store.insert_eval(id, {1, "val", 2.0, 7.4, 1.0, "{}"});
-      store.insert_checkpoint(id, {1, "/c/step-1.pt", 10, 0.0});
+      store.insert_checkpoint(id, {1, "/c/step-1.pt", 10, 0.0, std::nullopt});
       store.insert_probe(id, {1, "{}"});
     }
     store.delete_run(doomed);
@@ -526,7 +533,7 @@ class TestRunStore : public QObject {
         store.insert_metrics(run, {{"train/loss", step, 0, 1.0 / step}});
         store.insert_routing(run, {{step, 0, 0.5, 0.5, 0.0, 8, 4}});
         store.insert_eval(run, {step, "val", 1.0, 2.7, 1.0, "{}"});
-        store.insert_checkpoint(run, {step, "/c/" + std::to_string(step), 1, 0.0});
+        store.insert_checkpoint(run, {step, "/c/" + std::to_string(step), 1, 0.0, std::nullopt});
         store.insert_probe(run, {step, "{}"});
       }
     }
@@ -614,7 +621,7 @@ class TestRunStore : public QObject {
       RunStore store(path);
       id = store.create_run(sample_run("old"));
       store.insert_metrics(id, {{"train/loss", 1, 10.0, 2.5}, {"val/loss", 1, 11.0, 2.75}});
-      store.insert_checkpoint(id, {1, "/tmp/ckpt-1.pt", 123, 12.0});
+      store.insert_checkpoint(id, {1, "/tmp/ckpt-1.pt", 123, 12.0, std::nullopt});
       RunPatch patch;
       patch.tags = "a,b";
       patch.notes = "kept";
@@ -624,7 +631,7 @@ class TestRunStore : public QObject {
     {
       // Turn the file into exactly what RouteLab 1 wrote: the v1 tables and user_version 1.
       RawDb raw(path);
-      raw.exec("DROP TABLE queue; PRAGMA user_version = 1");
+      raw.exec(std::string("DROP TABLE queue; ") + kDropV3 + "PRAGMA user_version = 1");
       QCOMPARE(raw.text("SELECT count(*) FROM sqlite_master WHERE name = 'queue'"), std::string("0"));
     }
     RunStore store(path, /*mark_crashed=*/false);
@@ -642,9 +649,32 @@ class TestRunStore : public QObject {
     QCOMPARE(store.checkpoints(id).size(), std::size_t{1});
     QVERIFY(store.queue_items().empty());
     RawDb raw(path);
-    QCOMPARE(raw.text("PRAGMA user_version"), std::string("2"));
+    QCOMPARE(raw.text("PRAGMA user_version"), std::to_string(RunStore::kSchemaVersion));
     store.enqueue(R"({"preset":"tiny"})");
     QCOMPARE(store.queue_items().size(), std::size_t{1});
+  }
+
+  void migratesV2StoreToLeasesAndHashes() {
+    const std::string path = db_path();
+    std::int64_t id = 0;
+    {
+      RunStore store(path);
+      id = store.create_run(sample_run("v2"));
+      store.insert_checkpoint(id, {1, "/tmp/ckpt-1.pt", 123, 12.0, 7u});
+      store.set_status(id, RunStatus::Stopped, "by hand");
+    }
+    {
+      RawDb raw(path);
+      raw.exec(std::string(kDropV3) + "PRAGMA user_version = 2");
+    }
+    RunStore store(path, /*mark_crashed=*/false);
+    QCOMPARE(store.run(id)->name, std::string("v2"));
+    QCOMPARE(store.run(id)->status, RunStatus::Stopped);
+    QVERIFY(!store.lease(id).has_value());
+    QVERIFY(!store.latest_checkpoint(id)->crc32.has_value());  // no hash was recorded before v3
+    const auto token = store.acquire_lease(id);
+    QCOMPARE(store.lease(id)->token, token);
+    QCOMPARE(RawDb(path).text("PRAGMA user_version"), std::string("3"));
   }
 
   void queueKeepsOrderStateAndRequests() {

@@ -1,5 +1,6 @@
 // Tests of StoreWriter, the run store's batching writer thread: a reader during a write, flush and status,
-// flushing on destruction, batching under load, heartbeats and error reporting.
+// flushing on destruction, batching under load, heartbeats, error reporting, rows kept and retried in order
+// through a brief full disk, a writer that gives up for good (no gaps), and a writer whose lease was taken.
 
 #include <QDateTime>
 #include <QDir>
@@ -83,7 +84,7 @@ class TestStoreWriter : public QObject {
     });
 
     {
-      StoreWriter writer(db_path(), id, 0.02);
+      StoreWriter writer(db_path(), id, "", 0.02);
       for (int i = 0; i < kRows; ++i) {
         writer.add_metric({"train/loss", i, 1700000000.0 + i, 10.0 / (i + 1)});
         if (i % 1000 == 999) std::this_thread::sleep_for(std::chrono::milliseconds(5));
@@ -109,11 +110,11 @@ class TestStoreWriter : public QObject {
   void writerSetStatusAfterFlush() {
     RunStore store(db_path());
     const auto id = store.create_run(sample_run());
-    StoreWriter writer(db_path(), id, 3600.0);  // only flush() and set_status() write
+    StoreWriter writer(db_path(), id, "", 3600.0);  // only flush() and set_status() write
     for (int i = 0; i < 100; ++i) writer.add_metric({"train/loss", i, 0, 1.0});
     writer.add_routing({99, 0, 0.5, 0.5, 0.0, 8, 4});
     writer.add_eval({99, "val", 1.0, 2.7, 1.0, "{}"});
-    writer.add_checkpoint({99, "/c/99.pt", 1, 0.0});
+    writer.add_checkpoint({99, "/c/99.pt", 1, 0.0, std::nullopt});
     writer.add_probe({99, "{}"});
     writer.flush();
     QCOMPARE(store.metric(id, "train/loss").size(), std::size_t(100));
@@ -141,11 +142,11 @@ class TestStoreWriter : public QObject {
     RunStore store(db_path());
     const auto id = store.create_run(sample_run());
     {
-      StoreWriter writer(db_path(), id, 3600.0);
+      StoreWriter writer(db_path(), id, "", 3600.0);
       for (int i = 0; i < 50; ++i) writer.add_metric({"train/loss", i, 0, 1.0});
       writer.add_routing({49, 0, 0.5, 0.5, 0.0, 8, 4});
       writer.add_eval({49, "val", 1.0, 2.7, 1.0, "{}"});
-      writer.add_checkpoint({49, "/c/49.pt", 1, 0.0});
+      writer.add_checkpoint({49, "/c/49.pt", 1, 0.0, std::nullopt});
       writer.add_probe({49, "{}"});
       QVERIFY(store.metric(id, "train/loss").empty());  // still pending: the interval is an hour
     }
@@ -159,7 +160,7 @@ class TestStoreWriter : public QObject {
   void writerWritesWithoutFlushWhenManyPending() {
     RunStore store(db_path());
     const auto id = store.create_run(sample_run());
-    StoreWriter writer(db_path(), id, 3600.0);
+    StoreWriter writer(db_path(), id, "", 3600.0);
     for (int i = 0; i < 2500; ++i) writer.add_metric({"train/loss", i, 0, 1.0});
     // Over 2000 pending rows are written at once, whatever the interval.
     for (int tries = 0; tries < 500 && store.metric(id, "train/loss").empty(); ++tries)
@@ -171,7 +172,7 @@ class TestStoreWriter : public QObject {
     RunStore store(db_path());
     const auto id = store.create_run(sample_run());
     const double created = store.run(id)->heartbeat_at;
-    StoreWriter writer(db_path(), id, 0.05);
+    StoreWriter writer(db_path(), id, "", 0.05);
     QTRY_VERIFY_WITH_TIMEOUT(store.run(id)->heartbeat_at > created, 5000);
   }
 
@@ -186,7 +187,7 @@ class TestStoreWriter : public QObject {
     QVERIFY2(threw, "a writer for a missing run");
 
     const auto id = store.create_run(sample_run());
-    StoreWriter writer(db_path(), id, 0.01);
+    StoreWriter writer(db_path(), id, "", 0.01);
     store.delete_run(id);  // e.g. deleted from another window
     writer.add_metric({"train/loss", 1, 0, 1.0});
     QString message;
@@ -197,6 +198,90 @@ class TestStoreWriter : public QObject {
     }
     QVERIFY2(message.contains(QString::fromStdString(db_path())), qPrintable(message));
     writer.flush();  // the error was reported once
+  }
+
+ private:
+  /// The train/loss steps stored for `id`, in order.
+  std::vector<std::int64_t> stored_steps(RunStore& store, std::int64_t id) {
+    std::vector<std::int64_t> steps;
+    for (const auto& p : store.metric(id, "train/loss")) steps.push_back(p.step);
+    return steps;
+  }
+  static std::vector<std::int64_t> range(std::int64_t first, std::int64_t last) {
+    std::vector<std::int64_t> out;
+    for (auto i = first; i <= last; ++i) out.push_back(i);
+    return out;
+  }
+
+ private slots:
+  void briefFullDiskLosesNoRow() {
+    RunStore store(db_path());
+    const auto id = store.create_run(sample_run());
+    StoreWriter writer(db_path(), id, "", 0.01, /*retry_for_s=*/30.0);
+    for (int step = 1; step <= 5; ++step) writer.add_metric({"train/loss", step, 0, 1.0});
+    writer.flush();
+    {
+      FileSizeLimit full(0);  // nothing may be written
+      for (int step = 6; step <= 10; ++step) writer.add_metric({"train/loss", step, 0, 1.0});
+      std::this_thread::sleep_for(std::chrono::milliseconds(400));  // several failed tries
+      writer.check();  // still retrying: no error yet
+      QCOMPARE(stored_steps(store, id), range(1, 5));
+    }
+    for (int step = 11; step <= 12; ++step) writer.add_metric({"train/loss", step, 0, 1.0});
+    writer.flush();
+    QCOMPARE(stored_steps(store, id), range(1, 12));  // every row, in order, once
+  }
+
+  void lastingFullDiskStopsTheWriterWithoutGaps() {
+    RunStore store(db_path());
+    const auto id = store.create_run(sample_run());
+    StoreWriter writer(db_path(), id, "", 0.01, /*retry_for_s=*/0.2);
+    for (int step = 1; step <= 5; ++step) writer.add_metric({"train/loss", step, 0, 1.0});
+    writer.flush();
+    std::string message;
+    {
+      FileSizeLimit full(0);  // nothing may be written
+      for (int step = 6; step <= 10; ++step) writer.add_metric({"train/loss", step, 0, 1.0});
+      try {
+        writer.flush();
+      } catch (const StoreError& e) {
+        message = e.what();
+      }
+    }
+    QVERIFY2(message.find("5 rows were not stored") != std::string::npos, message.c_str());
+    // The disk has room again, but nothing after the lost rows is written: the stored steps stay contiguous.
+    writer.add_metric({"train/loss", 11, 0, 1.0});
+    writer.flush();
+    writer.check();  // reported once
+    QCOMPARE(stored_steps(store, id), range(1, 5));
+    writer.set_status(RunStatus::Failed, message);
+    QCOMPARE(store.run(id)->status, RunStatus::Failed);
+    QCOMPARE(store.run(id)->last_step, std::int64_t{5});
+  }
+
+  void writerStopsWhenItsLeaseIsTaken() {
+    RunStore store(db_path());
+    NewRun row = sample_run();
+    row.lease_token = new_lease_token();
+    const auto id = store.create_run(row);
+    StoreWriter writer(db_path(), id, row.lease_token, 0.01);
+    writer.add_metric({"train/loss", 1, 0, 1.0});
+    writer.flush();
+    RawDb(db_path()).exec("UPDATE runs SET lease_token = 'another-writer' WHERE id = " + std::to_string(id));
+    writer.add_metric({"train/loss", 2, 0, 1.0});
+    std::string message;
+    try {
+      writer.flush();
+    } catch (const LeaseLostError& e) {
+      message = e.what();
+    } catch (const StoreError& e) {
+      message = e.what();
+    }
+    QVERIFY2(message.find("this process stops writing it") != std::string::npos, message.c_str());
+    writer.set_status(RunStatus::Finished, "done");  // not this writer's run any more: nothing written
+    QCOMPARE(stored_steps(store, id), range(1, 1));
+    QCOMPARE(store.run(id)->status, RunStatus::Running);
+    QCOMPARE(store.lease(id)->token, std::string("another-writer"));
   }
 };
 

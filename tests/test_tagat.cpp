@@ -307,7 +307,7 @@ class TestTagat : public QObject {
     const auto path = dir_.filePath("tagat.pt").toStdString();
     auto a = std::make_shared<Tagat>(tiny_tagat().segments(true).positional(PositionalKind::Learned));
     torch::optim::AdamW opt(a->parameters(), torch::optim::AdamWOptions(1e-3));
-    save_checkpoint(path, *a, opt, {3, 0, 0, "{}", "{}"});
+    save_checkpoint(path, *a, opt, {3, 0, 0, "{}", "{}", 0, ""});
     torch::manual_seed(99);
     auto b = std::make_shared<Tagat>(tiny_tagat().segments(true).positional(PositionalKind::Learned));
     const auto in = make_inputs({7, 4}, 8);

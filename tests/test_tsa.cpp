@@ -469,7 +469,7 @@ class TestTsa : public QObject {
                                       R"({"lr":1e-3,"beta1":0.9,"beta2":0.95,"eps":1e-8,"weight_decay":0.1})"));
     const auto tokens = torch::randint(0, kVocab, {2, 12}, torch::kLong);
     train_step(*a, *opt, {tokens, tokens, {}}, 1.0, false, false);
-    save_checkpoint(path, *a, *opt, {1, 0, 0, "{}", "{}"});
+    save_checkpoint(path, *a, *opt, {1, 0, 0, "{}", "{}", 0, ""});
     torch::manual_seed(99);
     auto soft = std::make_shared<TokenSelectiveAttention>(small());
     auto sparse = std::make_shared<TokenSelectiveAttention>(small(), TsaOptions().inference(TsaInference::Sparse));

@@ -5,16 +5,21 @@
 
 #include <sqlite3.h>
 
+#include <unistd.h>
+
 #include <chrono>
 #include <cmath>
+#include <cstdio>
 #include <ctime>
 #include <filesystem>
 #include <limits>
+#include <random>
 #include <system_error>
 #include <utility>
 
 #include "core/util/errors.h"
 #include "core/util/logging.h"
+#include "core/util/paths.h"
 
 namespace fs = std::filesystem;
 
@@ -126,9 +131,22 @@ CREATE TABLE queue (
 CREATE INDEX queue_position ON queue(position, id);
 )sql";
 
+// v3: one writer per run (the lease: who writes it, taken atomically, given back with the terminal status) and a
+// content hash per checkpoint. Rows of v2 stay; their runs have no lease and their checkpoints no hash.
+constexpr const char* kSchemaV3 = R"sql(
+ALTER TABLE runs ADD COLUMN lease_token TEXT;                      -- NULL: no process writes the run
+ALTER TABLE runs ADD COLUMN lease_pid   INTEGER;
+ALTER TABLE runs ADD COLUMN lease_host  TEXT NOT NULL DEFAULT '';
+ALTER TABLE runs ADD COLUMN lease_boot  TEXT NOT NULL DEFAULT '';  -- the holder's boot id
+ALTER TABLE runs ADD COLUMN lease_start TEXT NOT NULL DEFAULT '';  -- the holder's start time (ticks after boot)
+ALTER TABLE runs ADD COLUMN lease_at    REAL;
+ALTER TABLE checkpoints ADD COLUMN crc32 INTEGER;                  -- of the file's bytes as written
+)sql";
+
 constexpr Migration kMigrations[] = {
     {1, kSchemaV1},
     {2, kSchemaV2},
+    {3, kSchemaV3},
 };
 static_assert(std::size(kMigrations) == RunStore::kSchemaVersion, "one migration step per schema version");
 
@@ -158,6 +176,67 @@ std::string local_iso_time(double unix_seconds) {
   char buf[32];
   std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%S", &tm);
   return buf;
+}
+
+/// Well-formed UTF-8 (no overlong forms, surrogates or code points above U+10FFFF).
+bool valid_utf8(const std::string& text) {
+  const auto* p = reinterpret_cast<const unsigned char*>(text.data());
+  const auto* end = p + text.size();
+  while (p < end) {
+    const unsigned char c = *p;
+    std::size_t n = 0;
+    std::uint32_t cp = 0;
+    if (c < 0x80) {
+      ++p;
+      continue;
+    } else if ((c & 0xE0) == 0xC0) {
+      n = 1, cp = c & 0x1F;
+    } else if ((c & 0xF0) == 0xE0) {
+      n = 2, cp = c & 0x0F;
+    } else if ((c & 0xF8) == 0xF0) {
+      n = 3, cp = c & 0x07;
+    } else {
+      return false;
+    }
+    if (static_cast<std::size_t>(end - p) <= n) return false;
+    for (std::size_t i = 1; i <= n; ++i) {
+      if ((p[i] & 0xC0) != 0x80) return false;
+      cp = (cp << 6) | (p[i] & 0x3F);
+    }
+    constexpr std::uint32_t kMin[] = {0, 0x80, 0x800, 0x10000};
+    if (cp < kMin[n] || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return false;
+    p += n + 1;
+  }
+  return true;
+}
+
+void check_name(const std::string& path, const std::string& name) {
+  if (!valid_utf8(name)) throw StoreError(path + ": a run name must be valid UTF-8");
+  if (name.size() > RunStore::kMaxNameBytes)
+    throw StoreError(path + ": a run name is at most " + std::to_string(RunStore::kMaxNameBytes) + " bytes (this one is " +
+                     std::to_string(name.size()) + ")");
+}
+
+/// A file URI for sqlite3_open_v2 with SQLITE_OPEN_URI: '%', '?' and '#' escaped.
+std::string file_uri(const std::string& path, const char* query) {
+  std::string uri = "file:";
+  for (const char c : path) {
+    if (c == '%' || c == '?' || c == '#') {
+      char buf[4];
+      std::snprintf(buf, sizeof buf, "%%%02X", static_cast<unsigned char>(c));
+      uri += buf;
+    } else {
+      uri += c;
+    }
+  }
+  return uri + "?" + query;
+}
+
+/// Whether this process may write `file` and create the journal files beside it (false on a read-only mount).
+bool writable(const fs::path& file) {
+  if (!fs::exists(file)) return true;  // created (or refused) by SQLite itself
+  const fs::path dir = file.has_parent_path() ? file.parent_path() : fs::path(".");
+  return ::access(file.c_str(), W_OK) == 0 && ::access(dir.c_str(), W_OK) == 0;
 }
 
 [[noreturn]] void fail(sqlite3* db, const std::string& path, const std::string& what) {
@@ -322,6 +401,13 @@ QueueItem read_queue_item(const Statement& s) {
   return q;
 }
 
+/// A checkpoint row as stored (the path not yet resolved): step, path, bytes, created_at, crc32.
+CheckpointRow read_checkpoint(const Statement& s) {
+  CheckpointRow row{s.int64(0), s.text(1), s.int64(2), s.real(3), std::nullopt};
+  if (!s.is_null(4)) row.crc32 = static_cast<std::uint32_t>(s.int64(4));
+  return row;
+}
+
 std::shared_ptr<spdlog::logger> store_log() { return logger("store"); }
 
 }  // namespace
@@ -372,16 +458,41 @@ RunStore::RunStore(const std::string& path, bool mark_crashed) : path_(path) {
       fs::create_directories(file.parent_path(), ec);
       if (ec) throw StoreError(path + ": cannot create its folder: " + ec.message());
     }
+    read_only_ = !writable(file);
   }
-  if (sqlite3_open_v2(path.c_str(), &db_, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE, nullptr) != SQLITE_OK) {
-    const std::string msg = db_ ? sqlite3_errmsg(db_) : "out of memory";
-    sqlite3_close(db_);
-    db_ = nullptr;
-    throw StoreError(path + ": cannot open: " + msg);
-  }
-  try {
+  auto open = [&](const std::string& name, int flags) {
+    if (sqlite3_open_v2(name.c_str(), &db_, flags, nullptr) != SQLITE_OK) {
+      const std::string msg = db_ ? sqlite3_errmsg(db_) : "out of memory";
+      sqlite3_close(db_);
+      db_ = nullptr;
+      throw StoreError(path + ": cannot open: " + msg);
+    }
     sqlite3_busy_timeout(db_, 5000);
-    check_identity(db_, path_);
+  };
+  try {
+    if (!read_only_) {
+      open(path, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE);
+      check_identity(db_, path_);
+    } else {
+      // A WAL store read where nothing can be written: its shared-memory file cannot be created, so the file is
+      // opened as immutable (no locks: nobody can write it here either) when a plain read-only open cannot read.
+      open(file_uri(path, "mode=ro"), SQLITE_OPEN_READONLY | SQLITE_OPEN_URI);
+      try {
+        check_identity(db_, path_);
+      } catch (const StoreError&) {
+        sqlite3_close(db_);
+        db_ = nullptr;
+        open(file_uri(path, "immutable=1"), SQLITE_OPEN_READONLY | SQLITE_OPEN_URI);
+        check_identity(db_, path_);
+      }
+      const std::int64_t version = query_int(db_, path_, "PRAGMA user_version");
+      if (version < kSchemaVersion)
+        throw StoreError(path + ": the store is read-only here and has schema version " + std::to_string(version) +
+                         "; this RouteLab reads version " + std::to_string(kSchemaVersion) +
+                         ": open it once where it can be written to upgrade it");
+      store_log()->info("{}: opened read-only (this process cannot write the file or its folder)", path_);
+      return;
+    }
     // From here on the file is ours (or blank) and may be written.
     exec(db_, path_, "PRAGMA foreign_keys = ON");
     {
@@ -392,11 +503,17 @@ RunStore::RunStore(const std::string& path, bool mark_crashed) : path_(path) {
     }
     exec(db_, path_, "PRAGMA synchronous = NORMAL");  // safe in WAL mode; durable except on power loss
     migrate();
-    if (mark_crashed) mark_stale_runs_crashed();
   } catch (...) {
     sqlite3_close(db_);
     db_ = nullptr;
     throw;
+  }
+  if (!mark_crashed) return;
+  try {
+    mark_stale_runs_crashed();
+  } catch (const StoreError& e) {
+    // A reader on a full disk still reads: the marking waits for a store that can take the write.
+    store_log()->warn("{}: runs whose writer ended were not marked crashed: {}", path_, e.what());
   }
 }
 
@@ -446,6 +563,22 @@ void RunStore::migrate() {
 }
 
 std::int64_t RunStore::create_run(const NewRun& run) {
+  check_name(path_, run.name);
+  std::int64_t id = 0;
+  transaction([&] {
+    id = insert_run(run);
+    if (run.lease_token.empty()) return;
+    const ProcessIdentity me = this_process();
+    Statement s(db_, path_,
+                "UPDATE runs SET lease_token = ?1, lease_pid = ?2, lease_host = ?3, lease_boot = ?4, "
+                "lease_start = ?5, lease_at = heartbeat_at WHERE id = ?6");
+    s.bind(1, run.lease_token).bind(2, static_cast<std::int64_t>(me.pid)).bind(3, me.host).bind(4, me.boot_id);
+    s.bind(5, me.start).bind(6, id).run();
+  });
+  return id;
+}
+
+std::int64_t RunStore::insert_run(const NewRun& run) {
   Statement s(db_, path_,
               "INSERT INTO runs (name, arch, preset, config_json, config_hash, seed, device, routelab_version, "
               "torch_version, qt_version, status, message, created_at, heartbeat_at, parent_run_id, "
@@ -459,27 +592,153 @@ std::int64_t RunStore::create_run(const NewRun& run) {
   return sqlite3_last_insert_rowid(db_);
 }
 
-void RunStore::set_status(std::int64_t run_id, RunStatus status, const std::string& message) {
+namespace {
+
+/// The lease columns of one run, read inside the caller's statement.
+constexpr const char* kLeaseColumns =
+    "lease_token, lease_pid, lease_host, lease_boot, lease_start, COALESCE(lease_at, 0), "
+    "COALESCE(heartbeat_at, created_at)";
+
+RunLease read_lease(const Statement& s, int first) {
+  RunLease lease;
+  lease.token = s.text(first);
+  lease.holder.pid = s.int64(first + 1);
+  lease.holder.host = s.text(first + 2);
+  lease.holder.boot_id = s.text(first + 3);
+  lease.holder.start = s.text(first + 4);
+  lease.taken_at = s.real(first + 5);
+  lease.heartbeat_at = s.real(first + 6);
+  return lease;
+}
+
+std::string describe_holder(const RunLease& lease) {
+  return "process " + std::to_string(lease.holder.pid) + " on host '" + lease.holder.host + "' (since " +
+         local_iso_time(lease.taken_at) + ", last heartbeat " +
+         std::to_string(static_cast<long long>(std::max(0.0, now_seconds() - lease.heartbeat_at))) + " s ago)";
+}
+
+}  // namespace
+
+std::string new_lease_token() {
+  std::random_device device;
+  char buf[33];
+  for (int i = 0; i < 4; ++i) std::snprintf(buf + 8 * i, 9, "%08x", static_cast<unsigned>(device()));
+  return std::string(buf, 32);
+}
+
+void RunStore::set_status(std::int64_t run_id, RunStatus status, const std::string& message,
+                          const std::string& lease_token) {
   const double now = now_seconds();
+  const bool leased = !lease_token.empty();
   if (status == RunStatus::Running) {
     // Resuming: the run is alive again, so its heartbeat is fresh and it has no end.
     Statement s(db_, path_,
-                "UPDATE runs SET status = 'running', message = ?1, ended_at = NULL, heartbeat_at = ?2 WHERE id = ?3");
-    s.bind(1, message).bind(2, now).bind(3, run_id).run();
+                leased ? "UPDATE runs SET status = 'running', message = ?1, ended_at = NULL, heartbeat_at = ?2 "
+                         "WHERE id = ?3 AND lease_token = ?4"
+                       : "UPDATE runs SET status = 'running', message = ?1, ended_at = NULL, heartbeat_at = ?2 "
+                         "WHERE id = ?3 AND ?4 = ''");
+    s.bind(1, message).bind(2, now).bind(3, run_id).bind(4, lease_token).run();
   } else {
-    Statement s(db_, path_, "UPDATE runs SET status = ?1, message = ?2, ended_at = ?3 WHERE id = ?4");
-    s.bind(1, to_string(status)).bind(2, message).bind(3, now).bind(4, run_id).run();
+    // A terminal status gives the lease back in the same write.
+    Statement s(db_, path_,
+                leased ? "UPDATE runs SET status = ?1, message = ?2, ended_at = ?3, lease_token = NULL "
+                         "WHERE id = ?4 AND lease_token = ?5"
+                       : "UPDATE runs SET status = ?1, message = ?2, ended_at = ?3 WHERE id = ?4 AND ?5 = ''");
+    s.bind(1, to_string(status)).bind(2, message).bind(3, now).bind(4, run_id).bind(5, lease_token).run();
   }
-  if (sqlite3_changes(db_) == 0) throw StoreError(path_ + ": no run " + std::to_string(run_id));
+  if (sqlite3_changes(db_) == 0) {
+    if (leased && run(run_id)) throw LeaseLostError(path_ + ": run " + std::to_string(run_id) +
+                                                    " is no longer written by this process (another took it over)");
+    throw StoreError(path_ + ": no run " + std::to_string(run_id));
+  }
 }
 
-void RunStore::heartbeat(std::int64_t run_id) {
-  Statement s(db_, path_, "UPDATE runs SET heartbeat_at = ?1 WHERE id = ?2");
-  s.bind(1, now_seconds()).bind(2, run_id).run();
-  if (sqlite3_changes(db_) == 0) throw StoreError(path_ + ": no run " + std::to_string(run_id));
+void RunStore::heartbeat(std::int64_t run_id, const std::string& lease_token) {
+  if (lease_token.empty()) {
+    Statement s(db_, path_, "UPDATE runs SET heartbeat_at = ?1 WHERE id = ?2");
+    s.bind(1, now_seconds()).bind(2, run_id).run();
+  } else {
+    // A reader may have marked the run crashed while this writer was paused (an older RouteLab, or a stale
+    // heartbeat on another host): the writer is alive, so the run is running again.
+    Statement s(db_, path_,
+                "UPDATE runs SET heartbeat_at = ?1, "
+                "message = CASE WHEN status = 'crashed' THEN '' ELSE message END, "
+                "ended_at = CASE WHEN status = 'crashed' THEN NULL ELSE ended_at END, "
+                "status = CASE WHEN status = 'crashed' THEN 'running' ELSE status END "
+                "WHERE id = ?2 AND lease_token = ?3");
+    s.bind(1, now_seconds()).bind(2, run_id).bind(3, lease_token).run();
+    if (sqlite3_changes(db_) == 0 && run(run_id)) {
+      const auto holder = lease(run_id);
+      throw LeaseLostError(path_ + ": run " + std::to_string(run_id) + " is now written by " +
+                           (holder ? describe_holder(*holder) : std::string("no process")) +
+                           "; this process stops writing it");
+    }
+  }
+  if (sqlite3_changes(db_) == 0) throw LeaseLostError(path_ + ": no run " + std::to_string(run_id) + " (deleted?)");
+}
+
+std::optional<RunLease> RunStore::lease(std::int64_t run_id) const {
+  const std::string sql = std::string("SELECT ") + kLeaseColumns + " FROM runs WHERE id = ?1 AND lease_token IS NOT NULL";
+  Statement s(db_, path_, sql.c_str());
+  s.bind(1, run_id);
+  if (!s.step()) return std::nullopt;
+  return read_lease(s, 0);
+}
+
+std::string RunStore::acquire_lease(std::int64_t run_id, double takeover_after_s) {
+  const std::string token = new_lease_token();
+  const ProcessIdentity me = this_process();
+  transaction([&] {
+    const std::string sql = std::string("SELECT status, ") + kLeaseColumns + " FROM runs WHERE id = ?1";
+    Statement q(db_, path_, sql.c_str());
+    q.bind(1, run_id);
+    if (!q.step()) throw StoreError(path_ + ": no run with id " + std::to_string(run_id));
+    const std::string status = q.text(0);
+    const bool held = !q.is_null(1);
+    const RunLease current = read_lease(q, 1);
+    const double silent = now_seconds() - current.heartbeat_at;
+    const std::string run = "run " + std::to_string(run_id);
+    if (held) {
+      switch (liveness(current.holder)) {
+        case Liveness::Alive:
+          throw StoreError(run + " is being written by " + describe_holder(current) +
+                           (current.holder.pid == me.pid ? " (this process)" : "") +
+                           ": stop it first (a paused process keeps its run)");
+        case Liveness::Unknown:
+          if (takeover_after_s < 0 || silent <= takeover_after_s)
+            throw StoreError(run + " is being written by " + describe_holder(current) +
+                             ", another host: if that process is gone, take the run over with --takeover-after "
+                             "SECONDS (it has been silent " +
+                             std::to_string(static_cast<long long>(silent)) + " s)");
+          store_log()->warn("{}: {}: taking over from {}, silent for more than {} s", path_, run,
+                            describe_holder(current), takeover_after_s);
+          break;
+        case Liveness::Gone:
+          store_log()->info("{}: {}: its last writer, process {} on this host, has ended", path_, run,
+                            current.holder.pid);
+          break;
+      }
+    } else if (status == "running" && silent < kStaleHeartbeatSeconds) {
+      // A run of an older RouteLab (no lease): only its heartbeat tells.
+      throw StoreError(run + " is still running (heartbeat " + std::to_string(static_cast<long long>(silent)) +
+                       " s ago)");
+    }
+    Statement u(db_, path_,
+                "UPDATE runs SET lease_token = ?1, lease_pid = ?2, lease_host = ?3, lease_boot = ?4, "
+                "lease_start = ?5, lease_at = ?6, heartbeat_at = ?6 WHERE id = ?7");
+    u.bind(1, token).bind(2, static_cast<std::int64_t>(me.pid)).bind(3, me.host).bind(4, me.boot_id);
+    u.bind(5, me.start).bind(6, now_seconds()).bind(7, run_id).run();
+  });
+  return token;
+}
+
+void RunStore::release_lease(std::int64_t run_id, const std::string& token) {
+  Statement s(db_, path_, "UPDATE runs SET lease_token = NULL WHERE id = ?1 AND lease_token = ?2");
+  s.bind(1, run_id).bind(2, token).run();
 }
 
 void RunStore::patch_run(std::int64_t run_id, const RunPatch& patch) {
+  if (patch.name) check_name(path_, *patch.name);
   std::string sql = "UPDATE runs SET ";
   int n = 0;
   auto column = [&](const char* name, bool present) {
@@ -513,26 +772,52 @@ void RunStore::delete_run(std::int64_t run_id) {
 }
 
 int RunStore::mark_stale_runs_crashed(double stale_after_seconds) {
+  if (read_only_) return 0;
   const double cutoff = now_seconds() - stale_after_seconds;
-  std::vector<std::pair<std::int64_t, double>> stale;  // (id, last heartbeat)
+  struct Stale {
+    std::int64_t id;
+    std::optional<std::string> token;  // the lease that was found gone (none: a run without a lease)
+    std::string message;
+    double last_beat;
+  };
+  std::vector<Stale> stale;
   {
-    Statement s(db_, path_,
-                "SELECT id, COALESCE(heartbeat_at, created_at) FROM runs "
-                "WHERE status = 'running' AND COALESCE(heartbeat_at, created_at) < ?1");
-    s.bind(1, cutoff);
-    while (s.step()) stale.emplace_back(s.int64(0), s.real(1));
+    const std::string sql = std::string("SELECT id, ") + kLeaseColumns + " FROM runs WHERE status = 'running'";
+    Statement s(db_, path_, sql.c_str());
+    while (s.step()) {
+      const RunLease lease = read_lease(s, 1);
+      if (!s.is_null(1)) {
+        // Only a writer that is provably gone: a paused process, or one on another host, keeps its run.
+        if (liveness(lease.holder) != Liveness::Gone) continue;
+        stale.push_back({s.int64(0), lease.token,
+                         "its process (" + std::to_string(lease.holder.pid) + " on host '" + lease.holder.host +
+                             "') ended without recording a final status; last heartbeat " +
+                             local_iso_time(lease.heartbeat_at),
+                         lease.heartbeat_at});
+      } else if (lease.heartbeat_at < cutoff) {
+        stale.push_back({s.int64(0), std::nullopt,
+                         "no heartbeat since " + local_iso_time(lease.heartbeat_at) +
+                             ": the process ended without recording a final status",
+                         lease.heartbeat_at});
+      }
+    }
   }
   if (stale.empty()) return 0;
   int marked = 0;
   transaction([&] {
-    // The condition is repeated: a writer may have beaten its heartbeat since the SELECT.
-    Statement s(db_, path_,
-                "UPDATE runs SET status = 'crashed', message = ?1, ended_at = ?2 "
-                "WHERE id = ?3 AND status = 'running' AND COALESCE(heartbeat_at, created_at) < ?4");
-    for (const auto& [id, last_beat] : stale) {
-      s.bind(1, "no heartbeat since " + local_iso_time(last_beat) +
-                    ": the process ended without recording a final status");
-      s.bind(2, last_beat).bind(3, id).bind(4, cutoff).run();
+    // The conditions are repeated: a writer may have beaten its heartbeat, or another taken the run, since.
+    Statement by_lease(db_, path_,
+                       "UPDATE runs SET status = 'crashed', message = ?1, ended_at = ?2 "
+                       "WHERE id = ?3 AND status = 'running' AND lease_token = ?4");
+    Statement by_beat(db_, path_,
+                      "UPDATE runs SET status = 'crashed', message = ?1, ended_at = ?2 "
+                      "WHERE id = ?3 AND status = 'running' AND lease_token IS NULL AND "
+                      "COALESCE(heartbeat_at, created_at) < ?4");
+    for (const Stale& run : stale) {
+      if (run.token)
+        by_lease.bind(1, run.message).bind(2, run.last_beat).bind(3, run.id).bind(4, *run.token).run();
+      else
+        by_beat.bind(1, run.message).bind(2, run.last_beat).bind(3, run.id).bind(4, cutoff).run();
       marked += sqlite3_changes(db_);
     }
   });
@@ -581,8 +866,40 @@ void RunStore::insert_eval(std::int64_t run_id, const EvalRow& row) {
 
 void RunStore::insert_checkpoint(std::int64_t run_id, const CheckpointRow& row) {
   Statement s(db_, path_,
-              "INSERT INTO checkpoints (run_id, step, path, bytes, created_at) VALUES (?1, ?2, ?3, ?4, ?5)");
-  s.bind(1, run_id).bind(2, row.step).bind(3, row.path).bind(4, row.bytes).bind(5, row.created_at).run();
+              "INSERT INTO checkpoints (run_id, step, path, bytes, created_at, crc32) VALUES (?1, ?2, ?3, ?4, ?5, ?6)");
+  s.bind(1, run_id).bind(2, row.step).bind(3, stored_checkpoint_path(row.path)).bind(4, row.bytes);
+  s.bind(5, row.created_at);
+  if (row.crc32)
+    s.bind(6, static_cast<std::int64_t>(*row.crc32));
+  else
+    s.bind_null(6);
+  s.run();
+}
+
+std::string RunStore::stored_checkpoint_path(const std::string& file) const {
+  if (path_.empty() || path_ == ":memory:") return file;
+  // Relative to the store's folder when inside it: a store moved (or reached by another relative path) with its
+  // folder finds its checkpoints.
+  const fs::path folder = fs::absolute(path_).parent_path().lexically_normal();
+  const fs::path absolute = fs::absolute(file).lexically_normal();
+  const fs::path relative = absolute.lexically_relative(folder);
+  if (relative.empty() || *relative.begin() == "..") return absolute.string();
+  return relative.string();
+}
+
+std::string RunStore::resolve_checkpoint_path(std::int64_t run_id, const std::string& stored) const {
+  if (path_.empty() || path_ == ":memory:") return stored;
+  const fs::path folder = fs::absolute(path_).parent_path().lexically_normal();
+  const fs::path file(stored);
+  const fs::path resolved = file.is_absolute() ? file : (folder / file).lexically_normal();
+  std::error_code ec;
+  if (fs::exists(resolved, ec)) return resolved.string();
+  // Rows of older RouteLab: relative to the directory the writer ran in, or absolute in a folder since moved. The
+  // trainer always wrote them to the store's own checkpoint folder, so the file is looked for there.
+  const fs::path own = fs::path(checkpoint_dir(path_, run_id)) / file.filename();
+  const fs::path own_absolute = own.is_absolute() ? own : (fs::absolute(own)).lexically_normal();
+  if (fs::exists(own_absolute, ec)) return own_absolute.string();
+  return resolved.string();
 }
 
 void RunStore::insert_probe(std::int64_t run_id, const ProbeRow& row) {
@@ -663,20 +980,25 @@ std::vector<EvalRow> RunStore::evals(std::int64_t run_id) const {
 
 std::vector<CheckpointRow> RunStore::checkpoints(std::int64_t run_id) const {
   Statement s(db_, path_,
-              "SELECT step, path, bytes, created_at FROM checkpoints WHERE run_id = ?1 ORDER BY step, rowid");
+              "SELECT step, path, bytes, created_at, crc32 FROM checkpoints WHERE run_id = ?1 ORDER BY step, rowid");
   s.bind(1, run_id);
   std::vector<CheckpointRow> out;
-  while (s.step()) out.push_back({s.int64(0), s.text(1), s.int64(2), s.real(3)});
+  while (s.step()) {
+    out.push_back(read_checkpoint(s));
+    out.back().path = resolve_checkpoint_path(run_id, out.back().path);
+  }
   return out;
 }
 
 std::optional<CheckpointRow> RunStore::latest_checkpoint(std::int64_t run_id) const {
   Statement s(db_, path_,
-              "SELECT step, path, bytes, created_at FROM checkpoints WHERE run_id = ?1 "
+              "SELECT step, path, bytes, created_at, crc32 FROM checkpoints WHERE run_id = ?1 "
               "ORDER BY step DESC, rowid DESC LIMIT 1");
   s.bind(1, run_id);
   if (!s.step()) return std::nullopt;
-  return CheckpointRow{s.int64(0), s.text(1), s.int64(2), s.real(3)};
+  auto row = read_checkpoint(s);
+  row.path = resolve_checkpoint_path(run_id, row.path);
+  return row;
 }
 
 std::vector<ProbeRow> RunStore::probes(std::int64_t run_id) const {

@@ -8,6 +8,9 @@
 #include <string>
 #include <vector>
 
+#include "core/util/errors.h"
+#include "core/util/process.h"
+
 struct sqlite3;
 
 namespace routelab {
@@ -32,7 +35,27 @@ struct NewRun {
   std::optional<std::int64_t> resumed_from_step;
   int rank = 0;                  ///< data-parallel rank of the writer (only rank 0 writes; kept for scale-out)
   int world_size = 1;
+  /// When set (new_lease_token()), the run is created leased to this process: it is the run's one writer.
+  std::string lease_token;
 };
+
+/// The process that writes a run (schema v3). One process at a time holds a run's lease: `train` takes it when it
+/// creates the run, `resume` when it continues one, and a terminal status gives it back.
+struct RunLease {
+  std::string token;         ///< random per taking; every write of the holder names it
+  ProcessIdentity holder;
+  double taken_at = 0;       ///< unix seconds
+  double heartbeat_at = 0;   ///< the run's last heartbeat
+};
+
+/// A write refused because the run is no longer this writer's: another process took it over, or it was deleted.
+class LeaseLostError : public StoreError {
+ public:
+  using StoreError::StoreError;
+};
+
+/// A fresh random lease token (128 bits, hex).
+std::string new_lease_token();
 
 struct RunRecord {
   std::int64_t id = 0;
@@ -85,9 +108,10 @@ struct EvalRow {
 
 struct CheckpointRow {
   std::int64_t step = 0;
-  std::string path;
+  std::string path;              ///< absolute when read back; stored relative to the store's folder when inside it
   std::int64_t bytes = 0;
   double created_at = 0;
+  std::optional<std::uint32_t> crc32;  ///< CRC-32 of the file's bytes as written (schema v3; none before)
 };
 
 /// The token x layer routing of the run's fixed probe text at one evaluation (JSON document).
@@ -122,27 +146,51 @@ struct RunPatch {
 
 class RunStore {
  public:
-  static constexpr int kSchemaVersion = 2;
+  static constexpr int kSchemaVersion = 3;
+  /// Only for runs without a lease (written before schema v3): a heartbeat older than this means the writer died.
   static constexpr double kStaleHeartbeatSeconds = 30.0;
+  /// acquire_lease: never take a lease from a holder on another host, however long it has been silent.
+  static constexpr double kNeverTakeOver = -1.0;
 
   /// Opens (creating the file and its parent dirs when missing) and migrates. A file that is not a RouteLab
   /// database, or one of a newer schema, is refused with a StoreError naming the file and left untouched.
-  /// When `mark_crashed` is true, running runs whose heartbeat is older than kStaleHeartbeatSeconds become
-  /// `crashed`.
+  /// A store this process cannot write (a read-only file or mount) opens read-only: reads work, writes are
+  /// StoreErrors, nothing is marked. When `mark_crashed` is true, running runs whose writer is provably gone become
+  /// `crashed` (see mark_stale_runs_crashed); a store that cannot take the write (a full disk) is left as it is.
   explicit RunStore(const std::string& path, bool mark_crashed = true);
   ~RunStore();
   RunStore(const RunStore&) = delete;
   RunStore& operator=(const RunStore&) = delete;
 
   const std::string& path() const { return path_; }
+  bool read_only() const { return read_only_; }
 
+  /// Names are valid UTF-8 of at most kMaxNameBytes bytes (a StoreError otherwise).
+  static constexpr std::size_t kMaxNameBytes = 200;
   std::int64_t create_run(const NewRun& run);
-  void set_status(std::int64_t run_id, RunStatus status, const std::string& message = "");
-  void heartbeat(std::int64_t run_id);
+  /// With `lease_token`, only while the run's lease is that token (LeaseLostError otherwise); a terminal status
+  /// then gives the lease back.
+  void set_status(std::int64_t run_id, RunStatus status, const std::string& message = "",
+                  const std::string& lease_token = "");
+  /// With `lease_token`, only while the lease is that token (LeaseLostError otherwise); a run a reader marked
+  /// `crashed` while its writer was paused becomes `running` again.
+  void heartbeat(std::int64_t run_id, const std::string& lease_token = "");
   void patch_run(std::int64_t run_id, const RunPatch& patch);
   /// Deletes the run's rows (metrics, routing, evals, probes, checkpoints rows). Files are the caller's.
   void delete_run(std::int64_t run_id);
+  /// Running runs whose writer is provably gone become `crashed`: the lease's process ended on this host (or the
+  /// host rebooted). A paused writer, or one on another host, is left running. Runs without a lease (older
+  /// RouteLab) fall back to a heartbeat older than `stale_after_seconds`.
   int mark_stale_runs_crashed(double stale_after_seconds = kStaleHeartbeatSeconds);
+
+  /// Makes this process the writer of `run_id` and returns the lease's token. Refused (StoreError naming the
+  /// holder) while another process holds it and is alive, or is on another host and has beaten its heartbeat in
+  /// the last `takeover_after_s` seconds (kNeverTakeOver: always refused). Atomic: of two processes asking at
+  /// once, one gets it.
+  std::string acquire_lease(std::int64_t run_id, double takeover_after_s = kNeverTakeOver);
+  /// Gives the lease back if it is still `token` (a no-op otherwise).
+  void release_lease(std::int64_t run_id, const std::string& token);
+  std::optional<RunLease> lease(std::int64_t run_id) const;
 
   void insert_metrics(std::int64_t run_id, const std::vector<MetricRow>& rows);
   void insert_routing(std::int64_t run_id, const std::vector<RoutingRow>& rows);
@@ -197,16 +245,25 @@ class RunStore {
   void commit();
   void rollback();
   void migrate();
+  std::int64_t insert_run(const NewRun& run);
+  std::string stored_checkpoint_path(const std::string& file) const;
+  std::string resolve_checkpoint_path(std::int64_t run_id, const std::string& stored) const;
 
   std::string path_;
   sqlite3* db_ = nullptr;
+  bool read_only_ = false;
 };
 
 /// Batches the rows of one run and writes them from its own thread and connection, at most every
 /// `flush_interval_s`; keeps the run's heartbeat fresh while alive. Only the rank-0 process creates one.
+/// Every write names the run's lease (`lease_token`, "" for none): once another process holds the run, nothing more
+/// is written. A failed write (a full disk, an I/O error) keeps its rows and is retried, in order, for up to
+/// `retry_for_s` seconds; if it still fails, the writer stops for good (nothing later is written, so the stored
+/// rows never have a gap) and the error reaches the caller through check(), flush() or set_status().
 class StoreWriter {
  public:
-  StoreWriter(const std::string& db_path, std::int64_t run_id, double flush_interval_s = 0.25);
+  StoreWriter(const std::string& db_path, std::int64_t run_id, std::string lease_token = "",
+              double flush_interval_s = 0.25, double retry_for_s = 30.0);
   ~StoreWriter();  ///< flushes what is pending
   StoreWriter(const StoreWriter&) = delete;
   StoreWriter& operator=(const StoreWriter&) = delete;
@@ -218,6 +275,8 @@ class StoreWriter {
   void add_probe(const ProbeRow& row);
   /// Blocks until everything added so far is committed; rethrows a write error as StoreError.
   void flush();
+  /// Does not block: throws the error that stopped the writer for good (once), if any.
+  void check();
   /// Flushes, then writes the terminal (or running) status synchronously.
   void set_status(RunStatus status, const std::string& message = "");
 

@@ -8,6 +8,11 @@
 #include <cstring>
 #include <filesystem>
 
+#include <zlib.h>
+
+#include <fstream>
+#include <vector>
+
 #include <ATen/CPUGeneratorImpl.h>
 #include <ATen/Context.h>
 #include <torch/cuda.h>
@@ -19,7 +24,7 @@ namespace fs = std::filesystem;
 namespace routelab {
 namespace {
 
-constexpr std::int64_t kFormatVersion = 1;
+constexpr std::int64_t kFormatVersion = 2;  // 2: the writing run's id and config hash
 
 /// How many CUDA generators this process has (0 without a GPU or with a CPU-only LibTorch).
 std::size_t cuda_generators() { return torch::cuda::is_available() ? torch::cuda::device_count() : 0; }
@@ -49,7 +54,24 @@ CheckpointMeta read_meta(torch::serialize::InputArchive& in, const std::string& 
   meta.elapsed_s = read_tensor(in, "elapsed_s", path).item<double>();
   meta.config_json = read_string(in, "config", path);
   meta.tokenizer_json = read_string(in, "tokenizer", path);
+  if (version >= 2) {
+    meta.run_id = read_tensor(in, "run_id", path).item<std::int64_t>();
+    meta.config_hash = read_string(in, "config_hash", path);
+  }
   return meta;
+}
+
+/// A checkpoint of another run, config or step is refused before anything is loaded from it.
+void check_expectation(const CheckpointMeta& meta, const CheckpointExpectation& expect, const std::string& path) {
+  if (meta.run_id != 0 && expect.run_id != 0 && meta.run_id != expect.run_id)
+    throw CheckpointError(path + ": a checkpoint of run " + std::to_string(meta.run_id) + ", not of run " +
+                          std::to_string(expect.run_id));
+  if (!meta.config_hash.empty() && !expect.config_hash.empty() && meta.config_hash != expect.config_hash)
+    throw CheckpointError(path + ": written with config " + meta.config_hash + ", the run's config is " +
+                          expect.config_hash);
+  if (meta.step != expect.step)
+    throw CheckpointError(path + ": holds step " + std::to_string(meta.step) + ", the store records step " +
+                          std::to_string(expect.step) + " for it");
 }
 
 /// Module::load would silently replace a parameter of another shape: check every tensor, then copy in place.
@@ -78,13 +100,16 @@ void load_module_checked(torch::nn::Module& module, torch::serialize::InputArchi
 /// Writes the archive to `path` through this process's own file handle. A failed write (a full disk, an I/O error) is
 /// remembered and reported as a CheckpointError once LibTorch's writer is done: LibTorch's own file writer throws
 /// from its destructor on a failed write, which aborts the process. The file is flushed to the disk before it counts.
-void write_archive(torch::serialize::OutputArchive& archive, const std::string& path) {
+/// Returns the CRC-32 of the bytes written.
+std::uint32_t write_archive(torch::serialize::OutputArchive& archive, const std::string& path) {
   std::FILE* file = std::fopen(path.c_str(), "wb");
   if (!file) throw CheckpointError(path + ": cannot open for writing (" + std::strerror(errno) + ")");
   int error = 0;
+  uLong crc = crc32(0L, Z_NULL, 0);
   try {
     archive.save_to([&](const void* data, std::size_t n) -> std::size_t {
       if (error == 0 && n > 0 && std::fwrite(data, 1, n, file) != n) error = errno != 0 ? errno : EIO;
+      crc = crc32_z(crc, static_cast<const Bytef*>(data), n);
       return n;  // never a short count: LibTorch's writer would throw from its destructor
     });
   } catch (...) {
@@ -99,6 +124,7 @@ void write_archive(torch::serialize::OutputArchive& archive, const std::string& 
     std::remove(path.c_str());
     throw CheckpointError(path + ": cannot write checkpoint (" + std::strerror(error) + ")");
   }
+  return static_cast<std::uint32_t>(crc);
 }
 
 void open_archive(torch::serialize::InputArchive& in, const std::string& path, torch::Device device = torch::kCPU) {
@@ -112,8 +138,8 @@ void open_archive(torch::serialize::InputArchive& in, const std::string& path, t
 
 }  // namespace
 
-std::int64_t save_checkpoint(const std::string& path, torch::nn::Module& model, torch::optim::Optimizer& optimizer,
-                             const CheckpointMeta& meta) {
+SavedCheckpoint save_checkpoint(const std::string& path, torch::nn::Module& model, torch::optim::Optimizer& optimizer,
+                                const CheckpointMeta& meta) {
   try {
     fs::create_directories(fs::path(path).parent_path());
     torch::serialize::OutputArchive archive;
@@ -123,6 +149,8 @@ std::int64_t save_checkpoint(const std::string& path, torch::nn::Module& model, 
     archive.write("elapsed_s", scalar_d(meta.elapsed_s));
     archive.write("config", c10::IValue(meta.config_json));
     archive.write("tokenizer", c10::IValue(meta.tokenizer_json));
+    archive.write("run_id", scalar(meta.run_id));
+    archive.write("config_hash", c10::IValue(meta.config_hash));
     torch::serialize::OutputArchive model_archive, optim_archive;
     model.save(model_archive);
     optimizer.save(optim_archive);
@@ -140,9 +168,11 @@ std::int64_t save_checkpoint(const std::string& path, torch::nn::Module& model, 
       archive.write("rng_cuda_" + std::to_string(i), gen.get_state());
     }
     const std::string tmp = path + ".tmp";
-    write_archive(archive, tmp);
+    SavedCheckpoint saved;
+    saved.crc32 = write_archive(archive, tmp);
     fs::rename(tmp, path);
-    return static_cast<std::int64_t>(fs::file_size(path));
+    saved.bytes = static_cast<std::int64_t>(fs::file_size(path));
+    return saved;
   } catch (const c10::Error& e) {
     throw CheckpointError(path + ": cannot write checkpoint (" + e.what_without_backtrace() + ")");
   } catch (const fs::filesystem_error& e) {
@@ -150,11 +180,31 @@ std::int64_t save_checkpoint(const std::string& path, torch::nn::Module& model, 
   }
 }
 
+void verify_checkpoint_file(const std::string& path, std::uint32_t expected_crc32) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw CheckpointError(path + ": checkpoint file not found");
+  std::vector<char> buffer(std::size_t{1} << 20);
+  uLong crc = crc32(0L, Z_NULL, 0);
+  while (in) {
+    in.read(buffer.data(), static_cast<std::streamsize>(buffer.size()));
+    crc = crc32_z(crc, reinterpret_cast<const Bytef*>(buffer.data()), static_cast<z_size_t>(in.gcount()));
+  }
+  if (in.bad()) throw CheckpointError(path + ": cannot read the checkpoint (" + std::strerror(errno) + ")");
+  if (static_cast<std::uint32_t>(crc) != expected_crc32) {
+    char got[16], want[16];
+    std::snprintf(got, sizeof got, "%08x", static_cast<unsigned>(crc));
+    std::snprintf(want, sizeof want, "%08x", static_cast<unsigned>(expected_crc32));
+    throw CheckpointError(path + ": damaged or changed since it was written (CRC-32 " + got + ", recorded " + want +
+                          ")");
+  }
+}
+
 CheckpointMeta load_checkpoint(const std::string& path, torch::nn::Module& model, torch::optim::Optimizer* optimizer,
-                               torch::Device device) {
+                               torch::Device device, const CheckpointExpectation* expect) {
   torch::serialize::InputArchive in;
   open_archive(in, path, device);
   const auto meta = read_meta(in, path);
+  if (expect) check_expectation(meta, *expect, path);
   try {
     torch::serialize::InputArchive model_archive;
     if (!in.try_read("model", model_archive)) throw CheckpointError(path + ": missing key 'model'");

@@ -150,6 +150,8 @@ class Session {
     row.torch_version = torch_version_string();
     row.qt_version = qt_version;
     row.total_steps = total_steps_;
+    row.lease_token = lease_token_ = new_lease_token();
+    config_hash_ = row.config_hash;
     run_id_ = store.create_run(row);
     if (const auto notes = config_.run().at("notes").get<std::string>(); !notes.empty()) {
       RunPatch patch;
@@ -159,23 +161,51 @@ class Session {
     return run_id_;
   }
 
-  /// Loads the latest checkpoint of `run_id` and rewinds the store to its step.
-  void restore(std::int64_t run_id) {
-    run_id_ = run_id;
+  /// Loads the newest intact checkpoint of `run_id` (this process holds the run's lease `lease_token`) and rewinds
+  /// the store to its step. A checkpoint that is damaged, of another run or config, or of another step than its
+  /// row says, is passed over for the one before it, and the run's message says so.
+  void restore(const RunRecord& record, const std::string& lease_token) {
+    run_id_ = record.id;
+    lease_token_ = lease_token;
+    config_hash_ = record.config_hash;
+    resumed_ = true;
     RunStore store(db_path_, /*mark_crashed=*/false);
-    const auto ckpt = store.latest_checkpoint(run_id);
-    if (!ckpt) throw CheckpointError("run " + std::to_string(run_id) + " has no checkpoint to resume from");
-    const auto meta = load_checkpoint(ckpt->path, module(), optimizer_.get(), device_);
-    start_step_ = meta.step;
-    tokens_seen_ = meta.tokens_seen;
-    elapsed_before_ = meta.elapsed_s;
-    store.truncate_after(run_id, meta.step);
+    auto checkpoints = store.checkpoints(run_id_);
+    if (checkpoints.empty())
+      throw CheckpointError("run " + std::to_string(run_id_) + " has no checkpoint to resume from");
+    std::vector<std::string> passed_over;
+    std::optional<CheckpointMeta> meta;
+    std::string used;
+    for (auto it = checkpoints.rbegin(); it != checkpoints.rend() && !meta; ++it) {
+      try {
+        if (it->crc32) verify_checkpoint_file(it->path, *it->crc32);
+        const CheckpointExpectation expect{it->step, run_id_, config_hash_};
+        meta = load_checkpoint(it->path, module(), optimizer_.get(), device_, &expect);
+        used = it->path;
+      } catch (const CheckpointError& e) {
+        log_->warn("run {}: cannot resume from the checkpoint of step {}: {}", run_id_, it->step, e.what());
+        passed_over.push_back("step " + std::to_string(it->step) + ": " + e.what());
+      }
+    }
+    if (!meta) {
+      std::string why;
+      for (const auto& p : passed_over) why += "; " + p;
+      throw CheckpointError("run " + std::to_string(run_id_) + " has no intact checkpoint to resume from" + why);
+    }
+    start_step_ = meta->step;
+    tokens_seen_ = meta->tokens_seen;
+    elapsed_before_ = meta->elapsed_s;
+    store.truncate_after(run_id_, meta->step);
     if (classification_) restore_epoch_sums(store);
-    store.set_status(run_id, RunStatus::Running);
+    if (!passed_over.empty())
+      resume_note_ = "resumed from step " + std::to_string(meta->step) + ", passing over " +
+                std::to_string(passed_over.size()) + " unusable checkpoint" + (passed_over.size() == 1 ? "" : "s") +
+                " (" + passed_over.front() + (passed_over.size() > 1 ? "; ..." : "") + ")";
+    store.set_status(run_id_, RunStatus::Running, resume_note_, lease_token_);
     RunPatch patch;
-    patch.resumed_from_step = meta.step;
-    store.patch_run(run_id, patch);
-    log_->info("run {}: resumed from {} at step {}", run_id, ckpt->path, meta.step);
+    patch.resumed_from_step = meta->step;
+    store.patch_run(run_id_, patch);
+    log_->info("run {}: resumed from {} at step {}", run_id_, used, meta->step);
   }
 
   TrainOutcome run() {
@@ -183,7 +213,7 @@ class Session {
     outcome.run_id = run_id_;
     outcome.db_path = db_path_;
     outcome.last_step = start_step_;
-    writer_ = std::make_unique<StoreWriter>(db_path_, run_id_);
+    writer_ = std::make_unique<StoreWriter>(db_path_, run_id_, lease_token_);
     const std::string desc = description();
     if (observer_) observer_->on_started(run_id_, desc, total_steps_);
     log_->info("run {}: {}", run_id_, desc);
@@ -223,7 +253,7 @@ class Session {
     const auto sync_setting = train.at("sync_every").get<std::int64_t>();
     const std::int64_t sync_every = sync_setting > 0 ? sync_setting : device_.is_cuda() ? kGpuSyncEvery : 1;
 
-    if (start_step_ == 0) {
+    if (start_step_ == 0 && !resumed_) {
       // The untrained model's validation loss: every curve starts from a measured point, not from step 1.
       const auto eval = evaluate(0);
       outcome.first_val_loss = eval.val_loss;
@@ -273,6 +303,7 @@ class Session {
     }
     outcome.status = RunStatus::Finished;
     outcome.message = "finished " + std::to_string(outcome.last_step) + " steps";
+    if (!resume_note_.empty()) outcome.message += "; " + resume_note_;
     log_->info("run {}: {}", run_id_, outcome.message);
   }
 
@@ -301,6 +332,7 @@ class Session {
 
   /// Everything stored and reported about one settled step.
   bool record_step(PendingStep& p, TrainOutcome& outcome) {
+    writer_->check();  // a store that lost rows for good (or the run's lease) ends the run here
     const auto step = p.step;
     const double wall = p.wall, lr_now = p.lr, loss = p.record.loss;
     auto& result = p.record;
@@ -540,7 +572,8 @@ class Session {
   }
 
   void checkpoint(std::int64_t step, std::chrono::steady_clock::time_point t_start) {
-    if (step <= 0 || step == last_checkpoint_step_) return;
+    // Step 0 too: a run stopped before its first step can be resumed.
+    if (step < 0 || step == last_checkpoint_step_) return;
     std::ostringstream name;
     name << "step-" << std::setw(8) << std::setfill('0') << step << ".pt";
     const auto path = (fs::path(checkpoint_dir(db_path_, run_id_)) / name.str()).string();
@@ -550,8 +583,10 @@ class Session {
     meta.elapsed_s = elapsed_before_ + std::chrono::duration<double>(std::chrono::steady_clock::now() - t_start).count();
     meta.config_json = config_.doc.dump();
     meta.tokenizer_json = classification_ ? class_data_->tokenizer_json().dump() : dataset_->tokenizer().to_json().dump();
-    const auto bytes = save_checkpoint(path, module(), *optimizer_, meta);
-    writer_->add_checkpoint({step, path, bytes, now_s()});
+    meta.run_id = run_id_;
+    meta.config_hash = config_hash_;
+    const auto saved = save_checkpoint(path, module(), *optimizer_, meta);
+    writer_->add_checkpoint({step, path, saved.bytes, now_s(), saved.crc32});
     writer_->flush();  // a checkpoint is only usable for resume once its row is committed
     last_checkpoint_step_ = step;
   }
@@ -581,6 +616,10 @@ class Session {
   std::int64_t window_tokens_ = 0;
   double tokens_per_s_ = 0;
   std::int64_t run_id_ = 0, start_step_ = 0, tokens_seen_ = 0, last_checkpoint_step_ = -1;
+  std::string lease_token_;  ///< this process's lease on the run: every store write names it
+  std::string config_hash_;  ///< the run row's (written into checkpoints, checked on resume)
+  std::string resume_note_;  ///< which checkpoints a resume passed over, and why (kept in the run's messages)
+  bool resumed_ = false;
   double elapsed_before_ = 0;
 };
 
@@ -608,31 +647,41 @@ TrainOutcome train(const TrainRequest& request, TrainObserver* observer, const s
 }
 
 TrainOutcome resume(const std::string& db_path, std::int64_t run_id, TrainObserver* observer,
-                    const std::atomic<bool>* cancel, int threads) {
+                    const std::atomic<bool>* cancel, int threads, double takeover_after_s) {
   init_logging();
   const auto db = resolve_db(db_path);
   std::optional<RunRecord> record;
+  std::string lease;
   {
     RunStore store(db);
     record = store.run(run_id);
+    if (!record) throw StoreError(db + ": no run with id " + std::to_string(run_id));
+    if (record->status == RunStatus::Finished)
+      throw StoreError("run " + std::to_string(run_id) + " already finished all " +
+                       std::to_string(record->total_steps) + " steps");
+    // From here this process is the run's one writer, or nothing happens: a second resume is refused here.
+    lease = store.acquire_lease(run_id, takeover_after_s);
   }
-  if (!record) throw StoreError(db + ": no run with id " + std::to_string(run_id));
-  if (record->status == RunStatus::Running)
-    throw StoreError("run " + std::to_string(run_id) + " is still running (heartbeat " +
-                     std::to_string(static_cast<long long>(now_s() - record->heartbeat_at)) + " s ago)");
-  if (record->status == RunStatus::Finished)
-    throw StoreError("run " + std::to_string(run_id) + " already finished all " + std::to_string(record->total_steps) +
-                     " steps");
-  nlohmann::json doc;
   try {
-    doc = nlohmann::json::parse(record->config_json);
-  } catch (const nlohmann::json::exception& e) {
-    throw StoreError(db + ": run " + std::to_string(run_id) + " has an unreadable config (" + e.what() + ")");
+    nlohmann::json doc;
+    try {
+      doc = nlohmann::json::parse(record->config_json);
+    } catch (const nlohmann::json::exception& e) {
+      throw StoreError(db + ": run " + std::to_string(run_id) + " has an unreadable config (" + e.what() + ")");
+    }
+    if (threads >= 0 && doc.contains("run") && doc["run"].is_object()) doc["run"]["threads"] = threads;
+    Session session(config_from_resolved(doc, record->preset), db, observer, cancel);
+    session.restore(*record, lease);
+    return session.run();
+  } catch (...) {
+    // Nothing was trained: the run is as it was, and free for the next resume.
+    try {
+      RunStore(db, /*mark_crashed=*/false).release_lease(run_id, lease);
+    } catch (const std::exception& e) {
+      logger("train")->error("run {}: could not give its lease back: {}", run_id, e.what());
+    }
+    throw;
   }
-  if (threads >= 0 && doc.contains("run") && doc["run"].is_object()) doc["run"]["threads"] = threads;
-  Session session(config_from_resolved(doc, record->preset), db, observer, cancel);
-  session.restore(run_id);
-  return session.run();
 }
 
 }  // namespace routelab

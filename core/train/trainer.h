@@ -79,12 +79,16 @@ struct TrainRequest {
 TrainOutcome train(const TrainRequest& request, TrainObserver* observer = nullptr,
                    const std::atomic<bool>* cancel = nullptr);
 
-/// Continues run `run_id` from its latest checkpoint in the same run row: rows after the checkpoint's step are
-/// dropped, resumed_from_step is recorded, status goes back to running. On CPU the continued loss curve
+/// Continues run `run_id` from its newest intact checkpoint in the same run row: rows after the checkpoint's step
+/// are dropped, resumed_from_step is recorded, status goes back to running. On CPU the continued loss curve
 /// equals the uninterrupted one. `threads` >= 0 replaces the stored run.threads (0 = every core): a queue that
-/// runs several runs side by side gives a resumed run its share of the cores.
+/// runs several runs side by side gives a resumed run its share of the cores. The run's lease is taken first
+/// (RunStore::acquire_lease, with `takeover_after_s`): while another live process writes the run, resume is a
+/// StoreError and nothing changes. A damaged checkpoint, or one of another run, config or step, is passed over for
+/// the one before it; none intact is a CheckpointError.
 TrainOutcome resume(const std::string& db_path, std::int64_t run_id, TrainObserver* observer = nullptr,
-                    const std::atomic<bool>* cancel = nullptr, int threads = -1);
+                    const std::atomic<bool>* cancel = nullptr, int threads = -1,
+                    double takeover_after_s = RunStore::kNeverTakeOver);
 
 /// Versions recorded with every run.
 std::string torch_version_string();

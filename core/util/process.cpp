@@ -6,6 +6,8 @@
 #include <algorithm>
 #include <cctype>
 #include <cstdlib>
+#include <fstream>
+#include <sstream>
 
 namespace routelab {
 
@@ -27,6 +29,58 @@ std::string openmp_wait_policy() {
   std::string s = policy;
   std::transform(s.begin(), s.end(), s.begin(), [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
   return s;
+}
+
+}  // namespace routelab
+
+namespace routelab {
+namespace {
+
+std::string first_line(const std::string& path) {
+  std::ifstream in(path);
+  std::string line;
+  std::getline(in, line);
+  return line;
+}
+
+/// Field 22 of /proc/<pid>/stat (start time in ticks after boot); the command name in field 2 may hold spaces and
+/// parentheses, so fields are counted after its last ')'. "" when the process does not exist.
+std::string start_ticks(long long pid) {
+  const std::string stat = first_line("/proc/" + std::to_string(pid) + "/stat");
+  const auto close = stat.rfind(')');
+  if (close == std::string::npos) return "";
+  std::istringstream fields(stat.substr(close + 1));
+  std::string field;
+  for (int i = 3; i <= 22 && fields >> field; ++i)
+    if (i == 22) return field;
+  return "";
+}
+
+std::string host_name() {
+  char name[256] = {};
+  if (::gethostname(name, sizeof name - 1) != 0) return "";
+  return name;
+}
+
+}  // namespace
+
+ProcessIdentity this_process() {
+  ProcessIdentity me;
+  me.pid = static_cast<long long>(::getpid());
+  me.host = host_name();
+  me.boot_id = first_line("/proc/sys/kernel/random/boot_id");
+  me.start = start_ticks(me.pid);
+  return me;
+}
+
+Liveness liveness(const ProcessIdentity& process) {
+  const ProcessIdentity me = this_process();
+  if (process.host != me.host) return Liveness::Unknown;
+  if (!process.boot_id.empty() && !me.boot_id.empty() && process.boot_id != me.boot_id) return Liveness::Gone;
+  const std::string start = start_ticks(process.pid);
+  if (start.empty()) return Liveness::Gone;
+  if (!process.start.empty() && start != process.start) return Liveness::Gone;  // the pid was reused
+  return Liveness::Alive;
 }
 
 }  // namespace routelab

@@ -15,3 +15,25 @@ void relaunch_with_passive_openmp(char** argv);
 std::string openmp_wait_policy();
 
 }  // namespace routelab
+
+namespace routelab {
+
+/// What identifies a process across hosts and reboots: a run's lease names its writer by this.
+struct ProcessIdentity {
+  long long pid = 0;
+  std::string host;     ///< gethostname()
+  std::string boot_id;  ///< /proc/sys/kernel/random/boot_id ("" where the system has none)
+  std::string start;    ///< the process's start time in clock ticks after boot (/proc/<pid>/stat), "" if unknown
+};
+
+/// This process.
+ProcessIdentity this_process();
+
+enum class Liveness {
+  Alive,    ///< this host, running (or stopped by a signal: a paused process is alive)
+  Gone,     ///< this host and boot, and no such process (or the pid now belongs to a newer process); or rebooted
+  Unknown,  ///< another host: nothing here can prove it gone
+};
+Liveness liveness(const ProcessIdentity& process);
+
+}  // namespace routelab
