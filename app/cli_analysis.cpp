@@ -123,6 +123,7 @@ int cmd_profile(const ProfileArgs& args) {
   options.bins = args.bins;
   const auto profile = profile_residuals(run, options);
   if (!args.out.empty()) {
+    check_output_path(args.out, args.db);
     std::ofstream file(args.out);
     if (!file) throw Error(args.out + ": cannot write");
     file << profile.to_json().dump(2) << "\n";

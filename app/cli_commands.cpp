@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <csignal>
+#include <filesystem>
 #include <cmath>
 #include <cstdio>
 #include <fstream>
@@ -25,6 +26,7 @@
 #include "core/util/paths.h"
 
 namespace routelab::cli {
+namespace fs = std::filesystem;
 namespace {
 
 std::atomic<bool> g_cancel{false};
@@ -32,6 +34,7 @@ std::atomic<bool> g_cancel{false};
 extern "C" void on_interrupt(int) { g_cancel.store(true); }
 
 std::string resolve_db(const std::string& db) { return db.empty() ? default_db_path() : db; }
+
 
 std::string format_duration(double seconds) {
   if (!std::isfinite(seconds) || seconds < 0) return "--";
@@ -279,7 +282,7 @@ int cmd_presets(bool json) {
     nlohmann::json out = nlohmann::json::array();
     for (const auto& p : presets)
       out.push_back({{"name", p.name}, {"arch", p.arch}, {"description", p.description}, {"path", p.path}});
-    std::cout << out.dump(2) << "\n";
+    std::cout << out.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
     return 0;
   }
   std::cout << std::left << std::setw(22) << "PRESET" << std::setw(12) << "ARCH" << "DESCRIPTION\n";
@@ -293,7 +296,7 @@ int cmd_architectures(bool json) {
     for (const auto& e : architectures())
       out.push_back({{"id", e.id}, {"name", e.display_name}, {"task", e.task}, {"source", e.source}, {"description", e.description},
                      {"options", schema_to_json(e.options)}});
-    std::cout << out.dump(2) << "\n";
+    std::cout << out.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
     return 0;
   }
   for (const auto& e : architectures())
@@ -317,7 +320,7 @@ int cmd_runs(const std::string& db, bool json, bool all) {
       }
       out.push_back(std::move(row));
     }
-    std::cout << out.dump(2) << "\n";
+    std::cout << out.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
     return 0;
   }
   // Losses for every run; classification runs add validation accuracy and macro-F1.
@@ -363,7 +366,7 @@ int cmd_show(const std::string& db, std::int64_t run_id, bool json) {
     doc["evals"].push_back(std::move(row));
   }
   if (json) {
-    std::cout << doc.dump(2) << "\n";
+    std::cout << doc.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
     return 0;
   }
   std::cout << "run " << r.id << " '" << r.name << "' (" << r.arch << ", preset " << (r.preset.empty() ? "-" : r.preset)
@@ -378,7 +381,7 @@ int cmd_show(const std::string& db, std::int64_t run_id, bool json) {
               << fmt(last_metric(store, run_id, "train/epoch_accuracy"));
   std::cout << "\nversions RouteLab " << r.routelab_version << ", " << r.torch_version
             << (r.qt_version.empty() ? "" : ", Qt " + r.qt_version) << "\nconfig   " << r.config_hash << "\n"
-            << doc["config"].dump(2) << "\n";
+            << doc["config"].dump(2, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
   for (const auto& e : doc["evals"]) {
     std::cout << "eval     step " << e["step"] << " val loss " << e["loss"];
     if (cls) std::cout << " accuracy " << e["accuracy"] << " macro-F1 " << e["macro_f1"];
@@ -432,7 +435,7 @@ int cmd_compare(const std::string& db, const std::vector<std::int64_t>& run_ids,
   }
   if (json) {
     for (const auto& row : class_rows) rows.push_back(row);
-    std::cout << rows.dump(2) << "\n";
+    std::cout << rows.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
     return 0;
   }
   const auto num = [](const nlohmann::json& v, int precision) {
@@ -482,6 +485,7 @@ int cmd_compare(const std::string& db, const std::vector<std::int64_t>& run_ids,
 int cmd_export(const std::string& db, std::int64_t run_id, const std::string& format, const std::string& out_path) {
   RunStore store(resolve_db(db));
   const auto r = require_run(store, run_id);
+  check_output_path(out_path, db);
   std::ofstream file;
   if (!out_path.empty()) {
     file.open(out_path);
@@ -590,6 +594,27 @@ int cmd_bench_routing(const RoutingBenchOptions& o) {
     std::cout << std::setprecision(3) << r.flops_ratio << " |\n";
   }
   return 0;
+}
+
+void check_output_path(const std::string& out, const std::string& db) {
+  if (out.empty()) return;
+  std::error_code ec;
+  const auto canonical = [&](const fs::path& p) { return fs::weakly_canonical(fs::absolute(p), ec); };
+  const fs::path target = canonical(out);
+  const std::string store = resolve_db(db);
+  for (const char* suffix : {"", "-wal", "-shm", "-journal"})
+    if (target == canonical(store + suffix))
+      throw Error("--out " + out + " names the run store " + store + ": writing there would destroy it");
+  // Every checkpoint of the store lies under <store folder>/checkpoints/<store name>/.
+  const fs::path checkpoints = canonical(fs::path(checkpoint_dir(store, 0)).parent_path());
+  const auto rel = target.lexically_relative(checkpoints);
+  if (!rel.empty() && *rel.begin() != "..")
+    throw Error("--out " + out + " lies in the checkpoint folder of " + store + " (" + checkpoints.string() +
+                "): choose a file elsewhere");
+  std::ifstream existing(target, std::ios::binary);
+  char header[16] = {};
+  if (existing.read(header, sizeof header) && std::string(header, 16) == std::string("SQLite format 3\0", 16))
+    throw Error("--out " + out + " is an SQLite database (a run store?): it is not overwritten");
 }
 
 }  // namespace routelab::cli

@@ -43,6 +43,10 @@ struct SweepArgs {
   bool dry_run = false, skip_done = false, quiet = false;
 };
 
+/// Refuses (an Error naming both files) an --out that would overwrite the run store `db` ("" = the default store),
+/// its journal files, any other SQLite database, or a file in the store's checkpoint folder.
+void check_output_path(const std::string& out, const std::string& db);
+
 int cmd_train(const TrainArgs& args);
 /// Runs every point of a sweep file (core/config/sweep.h) one after another, tags the runs "sweep:<name>", then
 /// prints the sweep's table (mean ± std over seeds).

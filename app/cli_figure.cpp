@@ -11,6 +11,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "app/cli_commands.h"
 #include "app/cli_registration.h"
 #include "core/report/figures.h"
 #include "core/report/table.h"
@@ -86,6 +87,7 @@ void write_file(const std::string& path, const std::string& text) {
 }
 
 int run_figure(const FigureArgs& a) {
+  check_output_path(a.out, a.db);
   RunStore store(a.db.empty() ? default_db_path() : a.db, /*mark_crashed=*/false);
   FigureRequest request;
   request.name = a.name;

@@ -4,6 +4,7 @@
 #include <iostream>
 #include <memory>
 
+#include "app/cli_commands.h"
 #include "app/cli_registration.h"
 #include "core/report/run_tables.h"
 #include "core/store/run_store.h"
@@ -31,6 +32,7 @@ int run_table(const TableArgs& args) {
     std::cout << text;
     return 0;
   }
+  check_output_path(args.out, db);
   std::ofstream file(args.out, std::ios::binary);
   file << text;
   if (!file) throw Error("cannot write " + args.out);

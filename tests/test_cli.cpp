@@ -40,6 +40,11 @@ class TestCli : public QObject {
     QTest::newRow("device index") << QStringList{"train", "--db", db, "--device", "cuda:x"} << "run.device";
     QTest::newRow("eval batches zero") << QStringList{"eval", "1", "--db", db, "--batches", "0"} << "--batches";
     QTest::newRow("eval batch size") << QStringList{"eval", "1", "--db", db, "--batch-size", "-1"} << "--batch-size";
+    QTest::newRow("corpus is a device") << QStringList{"train", "--db", db, "--set", "data.source=file", "--set",
+                                                       "data.path=/dev/zero"}
+                                        << "/dev/zero: not a regular file";
+    QTest::newRow("takeover negative") << QStringList{"resume", "1", "--db", db, "--takeover-after", "-1"}
+                                       << "--takeover-after";
     QTest::newRow("bench steps") << QStringList{"bench", "train-step", "--steps", "0"} << "--steps";
     QTest::newRow("bench shape") << QStringList{"bench", "train-step", "--shape", "gpt5"} << "--shape";
     QTest::newRow("bench device") << QStringList{"bench", "train-step", "--device", "tpu"} << "tpu";

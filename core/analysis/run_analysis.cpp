@@ -38,6 +38,7 @@ StoredRun read_stored_run(const std::string& db_path, std::int64_t run_id, const
     run.name = record->name;
     run.arch = record->arch;
     origin = record->preset;
+    run.expect.config_hash = record->config_hash;
     doc = nlohmann::json::parse(record->config_json, nullptr, false);
     if (doc.is_discarded() || !doc.is_object()) throw StoreError(where + " has an unreadable config");
     if (step <= 0) {
@@ -50,6 +51,9 @@ StoredRun read_stored_run(const std::string& db_path, std::int64_t run_id, const
   if (!checkpoint)
     throw CheckpointError(where + (step > 0 ? " has no checkpoint at step " + std::to_string(step) : " has no checkpoint"));
   run.checkpoint = checkpoint->path;
+  run.crc32 = checkpoint->crc32;
+  run.expect.step = checkpoint->step;
+  run.expect.run_id = run_id;
   doc.erase("description");
   try {
     run.config = resolve_config(doc, sets, origin);
@@ -65,6 +69,12 @@ bool is_classification(const std::string& arch) { return architecture(arch).task
 
 std::string run_text(const StoredRun& stored, std::int64_t run_id) {
   return stored.db_path + ": run " + std::to_string(run_id) + " (" + stored.arch + ")";
+}
+
+/// The stored checkpoint's weights into `model`: its CRC-32 and identity checked first. Returns its step.
+std::int64_t load_stored_checkpoint(const StoredRun& stored, torch::nn::Module& model, torch::Device device) {
+  if (stored.crc32) verify_checkpoint_file(stored.checkpoint, *stored.crc32);
+  return load_checkpoint(stored.checkpoint, model, nullptr, device, &stored.expect).step;
 }
 
 /// The fields both kinds of run share, and the run's thread count applied.
@@ -105,7 +115,7 @@ LoadedRun load_run(const std::string& db_path, std::int64_t run_id, const std::v
   run.dataset = make_dataset(run.config.data());
   run.model = create_model(run.config.model(), {run.dataset->tokenizer().vocab_size(), run.dataset->context()});
   run.model->to(run.device);
-  run.step = load_checkpoint(run.checkpoint, *run.model, nullptr, run.device).step;
+  run.step = load_stored_checkpoint(stored, *run.model, run.device);
   run.model->eval();
   return run;
 }
@@ -121,7 +131,7 @@ LoadedClassifierRun load_classifier_run(const std::string& db_path, std::int64_t
   run.model = create_classifier(run.config.model(),
                                 {run.data->vocab_size(), run.data->max_length(), run.data->num_classes()});
   run.model->to(run.device);
-  run.step = load_checkpoint(run.checkpoint, *run.model, nullptr, run.device).step;
+  run.step = load_stored_checkpoint(stored, *run.model, run.device);
   run.model->eval();
   return run;
 }

@@ -2,6 +2,7 @@
 // model.inference=sparse or model.exit_threshold=0.9, its dataset and the weights of a checkpoint) and evaluate
 // it on a split with the same fixed batches the trainer uses (classifiers: the whole split).
 #pragma once
+#include "core/train/checkpoint.h"
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -49,6 +50,10 @@ struct StoredRun {
   std::string name, arch;
   ExperimentConfig config;  ///< the stored config with `sets` applied
   std::string checkpoint;   ///< path of the checkpoint's weights
+  /// What the checkpoint must be (its row's step, the run, the run's config): checked, with the CRC-32 the store
+  /// recorded, before the weights are used.
+  CheckpointExpectation expect;
+  std::optional<std::uint32_t> crc32;
 };
 
 /// Reads run `run_id` of `db_path` ("" = the default store): its config with `sets` applied and its checkpoint at

@@ -499,6 +499,7 @@ std::vector<SentencePair> read_pair_file(const std::string& path, PairFormat for
                                          const std::vector<std::string>& label_names, PairFileReport& report) {
   report = PairFileReport{};
   report.path = path;
+  detail::check_data_file(path);
   std::ifstream in(path, std::ios::binary);
   if (!in || fs::is_directory(path)) throw DataError(path + ": cannot open the sentence-pair file");
   std::stringstream buffer;

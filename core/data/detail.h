@@ -23,6 +23,10 @@ T get(const nlohmann::json& data, const char* key) {
   }
 }
 
+/// A data file is read whole into memory: refuses (DataError naming the file) a device, pipe or socket (/dev/zero
+/// would be read until memory runs out) and a file larger than half of this machine's physical memory.
+void check_data_file(const std::string& path);
+
 /// Throws ConfigError("data.<key>: <why>") unless `ok`.
 inline void require(bool ok, const char* key, const std::string& why) {
   if (!ok) throw ConfigError(std::string("data.") + key + ": " + why);

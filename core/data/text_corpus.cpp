@@ -1,6 +1,8 @@
 // Text corpus loading (strict UTF-8), the code-point split, one-time tokenization and random-window batches.
 #include "core/data/text_corpus.h"
 
+#include <unistd.h>
+
 #include <cerrno>
 #include <cmath>
 #include <cstdio>
@@ -15,6 +17,23 @@
 namespace fs = std::filesystem;
 
 namespace routelab {
+
+void detail::check_data_file(const std::string& path) {
+  std::error_code ec;
+  const auto status = fs::status(path, ec);
+  if (ec || !fs::exists(status)) return;  // opening it names the error
+  if (!fs::is_regular_file(status) && !fs::is_directory(status))
+    throw DataError(path + ": not a regular file (a device, pipe or socket): give a text file");
+  if (!fs::is_regular_file(status)) return;
+  const auto bytes = fs::file_size(path, ec);
+  const long pages = ::sysconf(_SC_PHYS_PAGES), page = ::sysconf(_SC_PAGE_SIZE);
+  if (ec || pages <= 0 || page <= 0) return;
+  const auto half = static_cast<std::uintmax_t>(pages) * static_cast<std::uintmax_t>(page) / 2;
+  if (bytes > half)
+    throw DataError(path + ": " + std::to_string(bytes >> 20) + " MiB, more than half of this machine's memory (" +
+                    std::to_string((2 * half) >> 20) + " MiB); a corpus is read whole: split it or use a smaller one");
+}
+
 namespace {
 
 using detail::uniform_below;
@@ -23,6 +42,7 @@ using detail::with_commas;
 std::string read_file(const std::string& path) {
   std::error_code ec;
   if (fs::is_directory(path, ec)) throw DataError(path + ": cannot open (" + std::strerror(EISDIR) + ")");
+  detail::check_data_file(path);
   std::FILE* file = std::fopen(path.c_str(), "rb");
   if (!file) throw DataError(path + ": cannot open (" + std::strerror(errno) + ")");
   std::unique_ptr<std::FILE, int (*)(std::FILE*)> closer(file, &std::fclose);
