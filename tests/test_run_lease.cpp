@@ -149,6 +149,21 @@ class TestRunLease : public QObject {
     QCOMPARE(store.lease(id)->holder.pid, static_cast<long long>(::getpid()));
   }
 
+  void endedWriterOfThisProcessFreesItsRun() {
+    // A run of this process (the GUI) ended, but its final status could not be written (a full disk): the store
+    // still names this process, yet no writer here holds the lease. Resuming must not wait for a restart.
+    RunStore store(db_path(), /*mark_crashed=*/false);
+    std::string token;
+    const auto id = leased_run(store, &token);
+    QCOMPARE(store.mark_stale_runs_crashed(), 0);  // held by a writer here: alive
+    RunStore::forget_lease(token);
+    QCOMPARE(store.mark_stale_runs_crashed(), 1);
+    QCOMPARE(store.run(id)->status, RunStatus::Crashed);
+    const auto next = store.acquire_lease(id);
+    QCOMPARE(store.lease(id)->token, next);
+    QVERIFY_THROWS_EXCEPTION(StoreError, store.acquire_lease(id));  // and now held again
+  }
+
   void pausedHolderKeepsItsRun() {
     PausedChild child;
     RunStore store(db_path(), /*mark_crashed=*/false);

@@ -13,7 +13,9 @@
 #include <ctime>
 #include <filesystem>
 #include <limits>
+#include <mutex>
 #include <random>
+#include <set>
 #include <system_error>
 #include <utility>
 
@@ -410,6 +412,21 @@ CheckpointRow read_checkpoint(const Statement& s) {
 
 std::shared_ptr<spdlog::logger> store_log() { return logger("store"); }
 
+/// The leases this process's writers hold now. A lease the store names this process for, but no writer here holds
+/// (its run ended without its final status reaching the store: a full disk), is as gone as a dead process's.
+std::mutex g_held_mutex;
+std::set<std::string> g_held;
+
+void hold(const std::string& token) {
+  std::lock_guard lock(g_held_mutex);
+  g_held.insert(token);
+}
+
+bool held_here(const std::string& token) {
+  std::lock_guard lock(g_held_mutex);
+  return g_held.count(token) > 0;
+}
+
 }  // namespace
 
 std::string to_string(RunStatus status) {
@@ -568,6 +585,7 @@ std::int64_t RunStore::create_run(const NewRun& run) {
   transaction([&] {
     id = insert_run(run);
     if (run.lease_token.empty()) return;
+    hold(run.lease_token);
     const ProcessIdentity me = this_process();
     Statement s(db_, path_,
                 "UPDATE runs SET lease_token = ?1, lease_pid = ?2, lease_host = ?3, lease_boot = ?4, "
@@ -611,6 +629,14 @@ RunLease read_lease(const Statement& s, int first) {
   return lease;
 }
 
+Liveness holder_liveness(const RunLease& lease) {
+  const ProcessIdentity me = this_process();
+  const bool this_process_holds = lease.holder.pid == me.pid && lease.holder.host == me.host &&
+                                  lease.holder.boot_id == me.boot_id && lease.holder.start == me.start;
+  if (this_process_holds) return held_here(lease.token) ? Liveness::Alive : Liveness::Gone;
+  return liveness(lease.holder);
+}
+
 std::string describe_holder(const RunLease& lease) {
   return "process " + std::to_string(lease.holder.pid) + " on host '" + lease.holder.host + "' (since " +
          local_iso_time(lease.taken_at) + ", last heartbeat " +
@@ -618,6 +644,11 @@ std::string describe_holder(const RunLease& lease) {
 }
 
 }  // namespace
+
+void RunStore::forget_lease(const std::string& token) {
+  std::lock_guard lock(g_held_mutex);
+  g_held.erase(token);
+}
 
 std::string new_lease_token() {
   std::random_device device;
@@ -645,6 +676,7 @@ void RunStore::set_status(std::int64_t run_id, RunStatus status, const std::stri
                          "WHERE id = ?4 AND lease_token = ?5"
                        : "UPDATE runs SET status = ?1, message = ?2, ended_at = ?3 WHERE id = ?4 AND ?5 = ''");
     s.bind(1, to_string(status)).bind(2, message).bind(3, now).bind(4, run_id).bind(5, lease_token).run();
+    if (leased && sqlite3_changes(db_) > 0) forget_lease(lease_token);
   }
   if (sqlite3_changes(db_) == 0) {
     if (leased && run(run_id)) throw LeaseLostError(path_ + ": run " + std::to_string(run_id) +
@@ -699,7 +731,7 @@ std::string RunStore::acquire_lease(std::int64_t run_id, double takeover_after_s
     const double silent = now_seconds() - current.heartbeat_at;
     const std::string run = "run " + std::to_string(run_id);
     if (held) {
-      switch (liveness(current.holder)) {
+      switch (holder_liveness(current)) {
         case Liveness::Alive:
           throw StoreError(run + " is being written by " + describe_holder(current) +
                            (current.holder.pid == me.pid ? " (this process)" : "") +
@@ -729,12 +761,14 @@ std::string RunStore::acquire_lease(std::int64_t run_id, double takeover_after_s
     u.bind(1, token).bind(2, static_cast<std::int64_t>(me.pid)).bind(3, me.host).bind(4, me.boot_id);
     u.bind(5, me.start).bind(6, now_seconds()).bind(7, run_id).run();
   });
+  hold(token);
   return token;
 }
 
 void RunStore::release_lease(std::int64_t run_id, const std::string& token) {
   Statement s(db_, path_, "UPDATE runs SET lease_token = NULL WHERE id = ?1 AND lease_token = ?2");
   s.bind(1, run_id).bind(2, token).run();
+  forget_lease(token);
 }
 
 void RunStore::patch_run(std::int64_t run_id, const RunPatch& patch) {
@@ -788,7 +822,7 @@ int RunStore::mark_stale_runs_crashed(double stale_after_seconds) {
       const RunLease lease = read_lease(s, 1);
       if (!s.is_null(1)) {
         // Only a writer that is provably gone: a paused process, or one on another host, keeps its run.
-        if (liveness(lease.holder) != Liveness::Gone) continue;
+        if (holder_liveness(lease) != Liveness::Gone) continue;
         stale.push_back({s.int64(0), lease.token,
                          "its process (" + std::to_string(lease.holder.pid) + " on host '" + lease.holder.host +
                              "') ended without recording a final status; last heartbeat " +

@@ -190,6 +190,11 @@ class RunStore {
   std::string acquire_lease(std::int64_t run_id, double takeover_after_s = kNeverTakeOver);
   /// Gives the lease back if it is still `token` (a no-op otherwise).
   void release_lease(std::int64_t run_id, const std::string& token);
+  /// This process no longer writes with `token` (its writer ended; giving the lease back in the store may have
+  /// failed). A lease naming this process that no writer here holds counts as gone: the run can be resumed, and is
+  /// marked crashed, without restarting the process (the GUI). create_run and acquire_lease hold their tokens; a
+  /// terminal status and release_lease forget them.
+  static void forget_lease(const std::string& token);
   std::optional<RunLease> lease(std::int64_t run_id) const;
 
   void insert_metrics(std::int64_t run_id, const std::vector<MetricRow>& rows);

@@ -237,6 +237,7 @@ class Session {
       log_->error("run {}: could not record status {}: {}", run_id_, to_string(outcome.status), e.what());
     }
     writer_.reset();
+    RunStore::forget_lease(lease_token_);  // whether or not the status reached the store, no writer here holds it
     if (observer_) observer_->on_finished(outcome);
     return outcome;
   }
