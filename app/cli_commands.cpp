@@ -1,12 +1,14 @@
 // Implementation of routelab-cli's sub-commands on top of core/ (trainer, run store, registry, bench).
 #include "app/cli_commands.h"
 
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <csignal>
 #include <filesystem>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <fstream>
 #include <iomanip>
 #include <iostream>
@@ -24,6 +26,7 @@
 #include "core/util/device.h"
 #include "core/util/errors.h"
 #include "core/util/paths.h"
+#include "core/util/process.h"
 
 namespace routelab::cli {
 namespace fs = std::filesystem;
@@ -615,6 +618,51 @@ void check_output_path(const std::string& out, const std::string& db) {
   char header[16] = {};
   if (existing.read(header, sizeof header) && std::string(header, 16) == std::string("SQLite format 3\0", 16))
     throw Error("--out " + out + " is an SQLite database (a run store?): it is not overwritten");
+}
+
+int cmd_bench_contention(const BenchArgs& a) {
+  TrainStepBenchOptions o;
+  apply_bench_shape(o, a.shape);
+  o.batch = a.batch;
+  o.context = a.context;
+  o.steps = a.steps;
+  o.warmup = a.warmup;
+  o.threads = static_cast<int>(a.threads);
+  o.bf16 = a.precision == "bf16";
+  std::cout << "contention benchmark: RouteLab's training step (d " << o.n_embd << ", L " << o.n_layer << ", B "
+            << o.batch << ", T " << o.context << ", " << (o.bf16 ? "bf16" : "fp32") << ", " << o.steps
+            << " timed steps) idle, then beside one busy process, then idle again; " << ::sysconf(_SC_NPROCESSORS_ONLN)
+            << " cores, OpenMP waiting: " << openmp_wait_policy() << "; " << torch_version_string() << "\n";
+  std::cout << std::fixed << std::setprecision(1);
+  auto measure = [&](const char* label) {
+    const auto r = bench_train_step(o);
+    std::cout << "  " << std::left << std::setw(24) << label << std::right << std::setw(9) << r.ms_per_step
+              << " ms/step  (" << r.threads << " threads)" << std::endl;
+    return r.ms_per_step;
+  };
+  const double idle_before = measure("idle");
+  // The competitor: a process that only spins, as a second training or a compile job would keep one core busy.
+  const pid_t busy = ::fork();
+  if (busy < 0) throw Error(std::string("cannot start the busy process: ") + std::strerror(errno));
+  if (busy == 0) {
+    volatile std::uint64_t spin = 0;
+    for (;;) spin = spin + 1;
+  }
+  double beside = 0;
+  try {
+    beside = measure("beside 1 busy process");
+  } catch (...) {
+    ::kill(busy, SIGKILL);
+    ::waitpid(busy, nullptr, 0);
+    throw;
+  }
+  ::kill(busy, SIGKILL);
+  ::waitpid(busy, nullptr, 0);
+  const double idle_after = measure("idle again");
+  const double idle = 0.5 * (idle_before + idle_after);
+  std::cout << std::setprecision(2) << "slowdown beside one busy process: " << beside / idle
+            << "x (against the mean of both idle runs)\n";
+  return 0;
 }
 
 }  // namespace routelab::cli

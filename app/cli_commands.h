@@ -61,6 +61,9 @@ int cmd_show(const std::string& db, std::int64_t run_id, bool json);
 int cmd_compare(const std::string& db, const std::vector<std::int64_t>& run_ids, bool json);
 int cmd_export(const std::string& db, std::int64_t run_id, const std::string& format, const std::string& out);
 int cmd_bench_train_step(const BenchArgs& args);
+/// RouteLab's training step timed idle, beside one process that keeps a core busy, and idle again: the slowdown a
+/// user sees when another job shares the machine (OpenMP threads that spin at barriers make it many times worse).
+int cmd_bench_contention(const BenchArgs& args);
 /// Re-evaluates a stored run in inference mode, with eval-only overrides or a sweep of one option.
 int cmd_eval(const EvalArgs& args);
 /// Residual-ratio profile (Radial Networks 4.1) of a stored run.

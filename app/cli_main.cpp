@@ -139,6 +139,16 @@ int main(int argc, char** argv) {
   step_cmd->add_option("--profile", bench.profile, "write a Chrome trace of RouteLab's timed steps (autograd profiler)");
   step_cmd->add_option("--precision", bench.precision, "fp32, bf16 or both")->check(CLI::IsMember({"fp32", "bf16", "both"}));
 
+  auto* contention_cmd = bench_cmd->add_subcommand(
+      "contention", "RouteLab's training step idle, beside one busy process, and idle again: the slowdown");
+  contention_cmd->add_option("--shape", bench.shape, "small or gpt2-small")->check(CLI::IsMember({"small", "gpt2-small"}));
+  contention_cmd->add_option("--steps", bench.steps, "timed steps")->check(CLI::Range(1, 1000000000));
+  contention_cmd->add_option("--warmup", bench.warmup, "untimed warm-up steps")->check(CLI::Range(0, 1000000000));
+  contention_cmd->add_option("--threads", bench.threads, "threads (0: all cores)")->check(CLI::Range(0, 1024));
+  contention_cmd->add_option("--batch", bench.batch, "batch size")->check(CLI::Range(1, 1000000000));
+  contention_cmd->add_option("--context", bench.context, "sequence length")->check(CLI::Range(1, 1000000000));
+  contention_cmd->add_option("--precision", bench.precision, "fp32 or bf16")->check(CLI::IsMember({"fp32", "bf16"}));
+
   routelab::RoutingBenchOptions routing_bench;
   bool no_masked = false;
   auto* routing_cmd = bench_cmd->add_subcommand(
@@ -190,6 +200,7 @@ int main(int argc, char** argv) {
     if (*eval_cmd) return cmd_eval(eval);
     if (*profile_cmd) return cmd_profile(profile);
     if (*step_cmd) return cmd_bench_train_step(bench);
+    if (*contention_cmd) return cmd_bench_contention(bench);
     if (*tsa_cmd) {
       std::cout << routelab::bench_tsa_inference(tsa_bench).to_table();
       return 0;
