@@ -521,7 +521,10 @@ int cmd_export(const std::string& db, std::int64_t run_id, const std::string& fo
   return 0;
 }
 
-int cmd_bench_train_step(const BenchArgs& a) {
+namespace {
+
+/// The benchmark model and schedule the train-step and contention benchmarks share.
+TrainStepBenchOptions step_bench_options(const BenchArgs& a) {
   TrainStepBenchOptions o;
   apply_bench_shape(o, a.shape);
   o.batch = a.batch;
@@ -529,6 +532,13 @@ int cmd_bench_train_step(const BenchArgs& a) {
   o.steps = a.steps;
   o.warmup = a.warmup;
   o.threads = static_cast<int>(a.threads);
+  return o;
+}
+
+}  // namespace
+
+int cmd_bench_train_step(const BenchArgs& a) {
+  TrainStepBenchOptions o = step_bench_options(a);
   o.device = a.device;
   o.profile_path = a.profile;
   resolve_device(o.device);  // a clear error before the peer starts
@@ -621,13 +631,7 @@ void check_output_path(const std::string& out, const std::string& db) {
 }
 
 int cmd_bench_contention(const BenchArgs& a) {
-  TrainStepBenchOptions o;
-  apply_bench_shape(o, a.shape);
-  o.batch = a.batch;
-  o.context = a.context;
-  o.steps = a.steps;
-  o.warmup = a.warmup;
-  o.threads = static_cast<int>(a.threads);
+  TrainStepBenchOptions o = step_bench_options(a);
   o.bf16 = a.precision == "bf16";
   std::cout << "contention benchmark: RouteLab's training step (d " << o.n_embd << ", L " << o.n_layer << ", B "
             << o.batch << ", T " << o.context << ", " << (o.bf16 ? "bf16" : "fp32") << ", " << o.steps

@@ -8,6 +8,7 @@
 #include <QDockWidget>
 #include <QFileInfo>
 #include <QPlainTextEdit>
+#include <QThread>
 #include <QTimer>
 
 #include <memory>
@@ -124,6 +125,7 @@ void openInspector(routelab::MainWindow& window, qint64 runId, qint64 withId, co
 int main(int argc, char** argv) {
   routelab::relaunch_with_passive_openmp(argv);  // the GUI shares the machine with its runs' threads
   QApplication app(argc, argv);
+  if (QThread::idealThreadCount() >= 4) routelab::reserve_cores(1);  // a core for the window beside every run
   QCoreApplication::setOrganizationName(QStringLiteral("RouteLab"));
   QCoreApplication::setApplicationName(QStringLiteral("RouteLab"));
   QCoreApplication::setApplicationVersion(QStringLiteral(ROUTELAB_VERSION));

@@ -28,6 +28,9 @@ if [ "$which_torch" != pip ]; then
   bash "$root/packaging/build.sh"
   step "test suite (Debian's LibTorch)"
   ctest --test-dir "${ROUTELAB_BUILD_DIR:-$root/build}" --output-on-failure --timeout 900
+  # Results must not depend on the thread count: the core suites again with every run on one thread.
+  step "core suites again, one thread per run (ROUTELAB_MAX_THREADS=1)"
+  ROUTELAB_MAX_THREADS=1 ctest --test-dir "${ROUTELAB_BUILD_DIR:-$root/build}" --output-on-failure --timeout 900 -L core
 fi
 if [ "$which_torch" != debian ]; then
   step "build against the pinned LibTorch 2.x (pip, CUDA): core, CLI and core suites"

@@ -6,6 +6,9 @@
 #include <QTemporaryDir>
 #include <QtTest>
 
+#include <sys/mount.h>
+#include <unistd.h>
+
 #include <condition_variable>
 #include <filesystem>
 #include <fstream>
@@ -254,6 +257,27 @@ class TestFaults : public QObject {
     const auto stored = losses(store, outcome.run_id);
     QCOMPARE(stored.size(), std::size_t{24});
     for (std::size_t i = 0; i < stored.size(); ++i) QCOMPARE(stored[i].step, std::int64_t(i + 1));
+  }
+
+  void diskWithoutRoomIsAnErrorBeforeWriting() {
+    // A real small disk (a 1 MiB tmpfs) where mounting is allowed: the first checkpoint (~1.3 MB) cannot fit.
+    const QString mount = home_.filePath("small-disk");
+    QVERIFY(QDir().mkpath(mount));
+    if (::geteuid() != 0 ||
+        ::mount("tmpfs", mount.toUtf8().constData(), "tmpfs", 0, "size=1m") != 0)
+      QSKIP("a small tmpfs needs root (the full-disk paths are also tested with RLIMIT_FSIZE)");
+    const auto store = (mount + "/runs.sqlite").toStdString();
+    const auto outcome = train({small_config(), store, "small", ""});
+    const std::string message = outcome.message;
+    std::vector<std::string> left;
+    for (const auto& entry : fs::recursive_directory_iterator((mount + "/checkpoints").toStdString()))
+      if (entry.is_regular_file()) left.push_back(entry.path().string());
+    const auto status = RunStore(store).run(outcome.run_id)->status;
+    ::umount(mount.toUtf8().constData());
+    QCOMPARE(outcome.status, RunStatus::Failed);
+    QVERIFY2(message.find("cannot write checkpoint (it needs about") != std::string::npos, message.c_str());
+    QVERIFY(left.empty());  // nothing half-written
+    QCOMPARE(status, RunStatus::Failed);
   }
 
   void fullDiskDuringCheckpointFailsCleanlyAndResumesExactly() {

@@ -127,6 +127,24 @@ std::uint32_t write_archive(torch::serialize::OutputArchive& archive, const std:
   return static_cast<std::uint32_t>(crc);
 }
 
+/// About the bytes a checkpoint of `model` takes: its tensors, and twice more for Adam's moments once the optimizer
+/// has state (the archive's own overhead is small).
+std::uintmax_t estimated_bytes(torch::nn::Module& model, torch::optim::Optimizer& optimizer) {
+  std::uintmax_t weights = 0;
+  for (const auto& t : model.parameters()) weights += static_cast<std::uintmax_t>(t.numel() * t.element_size());
+  for (const auto& t : model.buffers()) weights += static_cast<std::uintmax_t>(t.numel() * t.element_size());
+  return optimizer.state().empty() ? weights : 3 * weights;
+}
+
+/// A disk without room for the checkpoint is an error before anything is written.
+void check_free_space(const fs::path& folder, std::uintmax_t needed, const std::string& path) {
+  std::error_code ec;
+  const auto space = fs::space(folder, ec);
+  if (ec || space.available >= needed) return;
+  throw CheckpointError(path + ": cannot write checkpoint (it needs about " + std::to_string((needed >> 10) + 1) +
+                        " KiB, " + std::to_string(space.available >> 10) + " KiB are free on its disk)");
+}
+
 void open_archive(torch::serialize::InputArchive& in, const std::string& path, torch::Device device = torch::kCPU) {
   if (!fs::exists(path)) throw CheckpointError(path + ": checkpoint file not found");
   try {
@@ -142,6 +160,7 @@ SavedCheckpoint save_checkpoint(const std::string& path, torch::nn::Module& mode
                                 const CheckpointMeta& meta) {
   try {
     fs::create_directories(fs::path(path).parent_path());
+    check_free_space(fs::path(path).parent_path(), estimated_bytes(model, optimizer), path);
     torch::serialize::OutputArchive archive;
     archive.write("format_version", scalar(kFormatVersion));
     archive.write("step", scalar(meta.step));

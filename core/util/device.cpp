@@ -10,6 +10,7 @@
 
 #include "core/util/cpu_allocator.h"
 #include "core/util/errors.h"
+#include "core/util/process.h"
 
 namespace routelab {
 
@@ -56,7 +57,8 @@ void configure_cuda_math(bool tf32) {
 int configure_threads(int requested) {
   install_cpu_cache();  // large activations reused across steps instead of page-faulted afresh (cpu_allocator.h)
   const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  const int n = requested > 0 ? requested : cores;
+  int n = requested > 0 ? requested : std::max(1, cores - reserved_cores());
+  if (const int cap = max_threads_from_environment(); cap > 0) n = std::min(n, cap);
   if (at::get_num_threads() != n) at::set_num_threads(n);
   return n;
 }

@@ -22,8 +22,9 @@ void configure_cuda_math(bool tf32);
 /// buffer alive until the copy is done.
 torch::Tensor copy_to_device(const torch::Tensor& t, const torch::Device& device);
 
-/// Sets Torch's intra-op threads: `requested` > 0, else every core (std::thread::hardware_concurrency), and
-/// installs the caching CPU allocator (core/util/cpu_allocator.h). Returns the count in use.
+/// Sets Torch's intra-op threads: `requested` > 0, else every core (std::thread::hardware_concurrency) but the
+/// reserved ones (reserve_cores), at most ROUTELAB_MAX_THREADS; and installs the caching CPU allocator
+/// (core/util/cpu_allocator.h). Returns the count in use.
 int configure_threads(int requested = 0);
 
 /// The CUDA runtime this LibTorch was built with ("12.4"), or "none (CPU-only LibTorch)".

@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cctype>
 #include <cstdlib>
 #include <fstream>
@@ -22,6 +23,20 @@ void relaunch_with_passive_openmp(char** argv) {
 #else
 void relaunch_with_passive_openmp(char**) {}  // this LibTorch keeps OpenMP's default (ROUTELAB_PASSIVE_OPENMP)
 #endif
+
+namespace {
+std::atomic<int> g_reserved_cores{0};
+}  // namespace
+
+void reserve_cores(int n) { g_reserved_cores = std::max(0, n); }
+int reserved_cores() { return g_reserved_cores.load(); }
+
+int max_threads_from_environment() {
+  const char* text = std::getenv("ROUTELAB_MAX_THREADS");
+  if (text == nullptr) return 0;
+  const int n = std::atoi(text);
+  return n > 0 ? n : 0;
+}
 
 std::string openmp_wait_policy() {
   const char* policy = std::getenv("OMP_WAIT_POLICY");

@@ -11,6 +11,15 @@ namespace routelab {
 /// Only with Debian's LibTorch: PyPI's (MKL's threads) ran small models 11x slower with it on an idle machine.
 void relaunch_with_passive_openmp(char** argv);
 
+/// Cores a run started with run.threads = 0 ("every core") leaves free: the GUI reserves one on machines with four
+/// or more, so its plots and store reads stay responsive beside a run. An explicit run.threads is never changed.
+void reserve_cores(int n);
+int reserved_cores();
+
+/// ROUTELAB_MAX_THREADS, when set to a positive number: no run uses more Torch threads (the test suites run once
+/// with 1 and once with 2 to catch results that depend on the thread count). 0 when unset.
+int max_threads_from_environment();
+
 /// OMP_WAIT_POLICY as this process runs with it, lower case ("passive"; "default (active spinning)" when unset).
 std::string openmp_wait_policy();
 
