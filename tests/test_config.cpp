@@ -3,10 +3,13 @@
 #include <QtTest>
 
 #include <fstream>
+#include <thread>
 
 #include "core/config/experiment_config.h"
 #include "core/models/registry.h"
+#include "core/util/device.h"
 #include "core/util/errors.h"
+#include "core/util/process.h"
 
 using namespace routelab;
 
@@ -107,6 +110,24 @@ class TestConfig : public QObject {
       const auto c = resolve_config(nlohmann::json::object(), {"run.device=" + name.toStdString()});
       QCOMPARE(QString::fromStdString(c.run().at("device").get<std::string>()), name);
     }
+  }
+
+  void threadCountsLeaveReservedCoresAndTheCap() {
+    const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+    const QByteArray cap = qgetenv("ROUTELAB_MAX_THREADS");
+    qunsetenv("ROUTELAB_MAX_THREADS");
+    reserve_cores(1);  // as the GUI does on 4+ cores
+    QCOMPARE(configure_threads(0), std::max(1, cores - 1));
+    QCOMPARE(configure_threads(3), 3);  // an explicit run.threads is the user's
+    reserve_cores(0);
+    QCOMPARE(configure_threads(0), cores);
+    qputenv("ROUTELAB_MAX_THREADS", "1");
+    QCOMPARE(configure_threads(3), 1);
+    QCOMPARE(configure_threads(0), 1);
+    if (cap.isNull())
+      qunsetenv("ROUTELAB_MAX_THREADS");
+    else
+      qputenv("ROUTELAB_MAX_THREADS", cap);
   }
 
   void hashIsStableAndSensitive() {
