@@ -1,5 +1,6 @@
 // RunStore: the SQLite C API behind the run store. Opening refuses foreign or newer files before anything is
-// written, then switches to WAL and migrates by PRAGMA user_version. NaN is stored as the text 'nan' in REAL
+// written, then switches to WAL and migrates by PRAGMA user_version. The lease is in run_lease.cpp, the queue in
+// run_queue_store.cpp, the shared statement wrapper in sqlite_detail.h. NaN is stored as the text 'nan' in REAL
 // columns (SQLite turns a bound NaN into NULL); +-Inf are ordinary REAL values.
 #include "core/store/run_store.h"
 
@@ -13,12 +14,10 @@
 #include <ctime>
 #include <filesystem>
 #include <limits>
-#include <mutex>
-#include <random>
-#include <set>
 #include <system_error>
 #include <utility>
 
+#include "core/store/sqlite_detail.h"
 #include "core/util/errors.h"
 #include "core/util/logging.h"
 #include "core/util/paths.h"
@@ -26,10 +25,10 @@
 namespace fs = std::filesystem;
 
 namespace routelab {
+using namespace store_detail;
 namespace {
 
 constexpr std::int32_t kApplicationId = 0x524C4142;  // "RLAB"
-constexpr const char* kNanText = "nan";
 
 /// One schema step: the SQL that takes a v(to_version - 1) store to v(to_version). Append a step for v2; never
 /// edit a released one.
@@ -166,20 +165,6 @@ constexpr const char* kRunColumns =
     "  AND typeof(m.value) = 'real'), "
     "(SELECT MAX(c.step) FROM checkpoints c WHERE c.run_id = r.id)";
 
-double now_seconds() {
-  using namespace std::chrono;
-  return duration<double>(system_clock::now().time_since_epoch()).count();
-}
-
-std::string local_iso_time(double unix_seconds) {
-  const std::time_t t = static_cast<std::time_t>(unix_seconds);
-  std::tm tm{};
-  localtime_r(&t, &tm);
-  char buf[32];
-  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%S", &tm);
-  return buf;
-}
-
 /// Well-formed UTF-8 (no overlong forms, surrogates or code points above U+10FFFF).
 bool valid_utf8(const std::string& text) {
   const auto* p = reinterpret_cast<const unsigned char*>(text.data());
@@ -239,94 +224,6 @@ bool writable(const fs::path& file) {
   if (!fs::exists(file)) return true;  // created (or refused) by SQLite itself
   const fs::path dir = file.has_parent_path() ? file.parent_path() : fs::path(".");
   return ::access(file.c_str(), W_OK) == 0 && ::access(dir.c_str(), W_OK) == 0;
-}
-
-[[noreturn]] void fail(sqlite3* db, const std::string& path, const std::string& what) {
-  throw StoreError(path + ": " + what + ": " + (db ? sqlite3_errmsg(db) : "out of memory"));
-}
-
-/// A prepared statement that finalizes itself. Binding is 1-based like sqlite3_bind_*; columns are 0-based.
-class Statement {
- public:
-  Statement(sqlite3* db, const std::string& path, const char* sql) : db_(db), path_(path) {
-    if (sqlite3_prepare_v2(db, sql, -1, &stmt_, nullptr) != SQLITE_OK) fail(db_, path_, "cannot prepare query");
-  }
-  ~Statement() { sqlite3_finalize(stmt_); }
-  Statement(const Statement&) = delete;
-  Statement& operator=(const Statement&) = delete;
-
-  Statement& bind(int i, std::int64_t v) { return check(sqlite3_bind_int64(stmt_, i, v)); }
-  Statement& bind(int i, int v) { return check(sqlite3_bind_int64(stmt_, i, v)); }
-  Statement& bind(int i, bool v) { return check(sqlite3_bind_int64(stmt_, i, v ? 1 : 0)); }
-  Statement& bind(int i, const std::string& v) {
-    return check(sqlite3_bind_text(stmt_, i, v.data(), static_cast<int>(v.size()), SQLITE_TRANSIENT));
-  }
-  Statement& bind(int i, const char* v) { return check(sqlite3_bind_text(stmt_, i, v, -1, SQLITE_STATIC)); }
-  /// NaN as the text 'nan'; everything else, +-Inf included, as REAL.
-  Statement& bind(int i, double v) {
-    if (std::isnan(v)) return bind(i, kNanText);
-    return check(sqlite3_bind_double(stmt_, i, v));
-  }
-  Statement& bind_null(int i) { return check(sqlite3_bind_null(stmt_, i)); }
-  template <class T>
-  Statement& bind(int i, const std::optional<T>& v) {
-    return v ? bind(i, *v) : bind_null(i);
-  }
-
-  /// Steps once: true while a row is available, false when done.
-  bool step() {
-    const int rc = sqlite3_step(stmt_);
-    if (rc == SQLITE_ROW) return true;
-    if (rc == SQLITE_DONE) return false;
-    fail(db_, path_, "query failed");
-  }
-  /// Steps a statement that returns no rows, then resets it for the next binding.
-  void run() {
-    while (step()) {
-    }
-    sqlite3_reset(stmt_);
-  }
-
-  bool is_null(int c) const { return sqlite3_column_type(stmt_, c) == SQLITE_NULL; }
-  std::int64_t int64(int c) const { return sqlite3_column_int64(stmt_, c); }
-  std::string text(int c) const {
-    const auto* p = reinterpret_cast<const char*>(sqlite3_column_text(stmt_, c));
-    return p ? std::string(p, static_cast<std::size_t>(sqlite3_column_bytes(stmt_, c))) : std::string();
-  }
-  /// Decodes the 'nan' text (and a NULL) back to a quiet NaN.
-  double real(int c) const {
-    const int type = sqlite3_column_type(stmt_, c);
-    if (type == SQLITE_TEXT || type == SQLITE_NULL) return std::numeric_limits<double>::quiet_NaN();
-    return sqlite3_column_double(stmt_, c);
-  }
-  std::optional<double> optional_real(int c) const { return is_null(c) ? std::nullopt : std::optional(real(c)); }
-  std::optional<std::int64_t> optional_int64(int c) const {
-    return is_null(c) ? std::nullopt : std::optional(int64(c));
-  }
-
- private:
-  Statement& check(int rc) {
-    if (rc != SQLITE_OK) fail(db_, path_, "cannot bind a query parameter");
-    return *this;
-  }
-
-  sqlite3* db_;
-  const std::string& path_;
-  sqlite3_stmt* stmt_ = nullptr;
-};
-
-void exec(sqlite3* db, const std::string& path, const char* sql) {
-  char* err = nullptr;
-  if (sqlite3_exec(db, sql, nullptr, nullptr, &err) != SQLITE_OK) {
-    std::string msg = err ? err : sqlite3_errmsg(db);
-    sqlite3_free(err);
-    throw StoreError(path + ": " + msg + " (in: " + std::string(sql).substr(0, 60) + ")");
-  }
-}
-
-std::int64_t query_int(sqlite3* db, const std::string& path, const char* sql) {
-  Statement s(db, path, sql);
-  return s.step() ? s.int64(0) : 0;
 }
 
 /// Reads what identifies the file, without writing to it, and throws unless it is a RouteLab store of a schema
@@ -389,42 +286,11 @@ RunRecord read_run(const Statement& s) {
   return r;
 }
 
-constexpr const char* kQueueColumns = "id, position, request_json, state, run_id, created_at, message";
-
-QueueItem read_queue_item(const Statement& s) {
-  QueueItem q;
-  q.id = s.int64(0);
-  q.position = s.int64(1);
-  q.request_json = s.text(2);
-  q.state = parse_queue_state(s.text(3));
-  q.run_id = s.optional_int64(4);
-  q.created_at = s.real(5);
-  q.message = s.text(6);
-  return q;
-}
-
 /// A checkpoint row as stored (the path not yet resolved): step, path, bytes, created_at, crc32.
 CheckpointRow read_checkpoint(const Statement& s) {
   CheckpointRow row{s.int64(0), s.text(1), s.int64(2), s.real(3), std::nullopt};
   if (!s.is_null(4)) row.crc32 = static_cast<std::uint32_t>(s.int64(4));
   return row;
-}
-
-std::shared_ptr<spdlog::logger> store_log() { return logger("store"); }
-
-/// The leases this process's writers hold now. A lease the store names this process for, but no writer here holds
-/// (its run ended without its final status reaching the store: a full disk), is as gone as a dead process's.
-std::mutex g_held_mutex;
-std::set<std::string> g_held;
-
-void hold(const std::string& token) {
-  std::lock_guard lock(g_held_mutex);
-  g_held.insert(token);
-}
-
-bool held_here(const std::string& token) {
-  std::lock_guard lock(g_held_mutex);
-  return g_held.count(token) > 0;
 }
 
 }  // namespace
@@ -445,24 +311,6 @@ RunStatus parse_run_status(const std::string& text) {
                       RunStatus::Crashed})
     if (to_string(s) == text) return s;
   throw StoreError("unknown run status '" + text + "'");
-}
-
-std::string to_string(QueueState state) {
-  switch (state) {
-    case QueueState::Pending: return "pending";
-    case QueueState::Running: return "running";
-    case QueueState::Done: return "done";
-    case QueueState::Failed: return "failed";
-    case QueueState::Cancelled: return "cancelled";
-  }
-  return "unknown";
-}
-
-QueueState parse_queue_state(const std::string& text) {
-  for (QueueState s : {QueueState::Pending, QueueState::Running, QueueState::Done, QueueState::Failed,
-                       QueueState::Cancelled})
-    if (to_string(s) == text) return s;
-  throw StoreError("unknown queue state '" + text + "'");
 }
 
 RunStore::RunStore(const std::string& path, bool mark_crashed) : path_(path) {
@@ -585,7 +433,7 @@ std::int64_t RunStore::create_run(const NewRun& run) {
   transaction([&] {
     id = insert_run(run);
     if (run.lease_token.empty()) return;
-    hold(run.lease_token);
+    hold_lease_in_process(run.lease_token);
     const ProcessIdentity me = this_process();
     Statement s(db_, path_,
                 "UPDATE runs SET lease_token = ?1, lease_pid = ?2, lease_host = ?3, lease_boot = ?4, "
@@ -608,167 +456,6 @@ std::int64_t RunStore::insert_run(const NewRun& run) {
   s.bind(14, run.total_steps).bind(15, run.rank).bind(16, run.world_size);
   s.run();
   return sqlite3_last_insert_rowid(db_);
-}
-
-namespace {
-
-/// The lease columns of one run, read inside the caller's statement.
-constexpr const char* kLeaseColumns =
-    "lease_token, lease_pid, lease_host, lease_boot, lease_start, COALESCE(lease_at, 0), "
-    "COALESCE(heartbeat_at, created_at)";
-
-RunLease read_lease(const Statement& s, int first) {
-  RunLease lease;
-  lease.token = s.text(first);
-  lease.holder.pid = s.int64(first + 1);
-  lease.holder.host = s.text(first + 2);
-  lease.holder.boot_id = s.text(first + 3);
-  lease.holder.start = s.text(first + 4);
-  lease.taken_at = s.real(first + 5);
-  lease.heartbeat_at = s.real(first + 6);
-  return lease;
-}
-
-Liveness holder_liveness(const RunLease& lease) {
-  const ProcessIdentity me = this_process();
-  const bool this_process_holds = lease.holder.pid == me.pid && lease.holder.host == me.host &&
-                                  lease.holder.boot_id == me.boot_id && lease.holder.start == me.start;
-  if (this_process_holds) return held_here(lease.token) ? Liveness::Alive : Liveness::Gone;
-  return liveness(lease.holder);
-}
-
-std::string describe_holder(const RunLease& lease) {
-  return "process " + std::to_string(lease.holder.pid) + " on host '" + lease.holder.host + "' (since " +
-         local_iso_time(lease.taken_at) + ", last heartbeat " +
-         std::to_string(static_cast<long long>(std::max(0.0, now_seconds() - lease.heartbeat_at))) + " s ago)";
-}
-
-}  // namespace
-
-void RunStore::forget_lease(const std::string& token) {
-  std::lock_guard lock(g_held_mutex);
-  g_held.erase(token);
-}
-
-std::string new_lease_token() {
-  std::random_device device;
-  char buf[33];
-  for (int i = 0; i < 4; ++i) std::snprintf(buf + 8 * i, 9, "%08x", static_cast<unsigned>(device()));
-  return std::string(buf, 32);
-}
-
-void RunStore::set_status(std::int64_t run_id, RunStatus status, const std::string& message,
-                          const std::string& lease_token) {
-  const double now = now_seconds();
-  const bool leased = !lease_token.empty();
-  if (status == RunStatus::Running) {
-    // Resuming: the run is alive again, so its heartbeat is fresh and it has no end.
-    Statement s(db_, path_,
-                leased ? "UPDATE runs SET status = 'running', message = ?1, ended_at = NULL, heartbeat_at = ?2 "
-                         "WHERE id = ?3 AND lease_token = ?4"
-                       : "UPDATE runs SET status = 'running', message = ?1, ended_at = NULL, heartbeat_at = ?2 "
-                         "WHERE id = ?3 AND ?4 = ''");
-    s.bind(1, message).bind(2, now).bind(3, run_id).bind(4, lease_token).run();
-  } else {
-    // A terminal status gives the lease back in the same write.
-    Statement s(db_, path_,
-                leased ? "UPDATE runs SET status = ?1, message = ?2, ended_at = ?3, lease_token = NULL "
-                         "WHERE id = ?4 AND lease_token = ?5"
-                       : "UPDATE runs SET status = ?1, message = ?2, ended_at = ?3 WHERE id = ?4 AND ?5 = ''");
-    s.bind(1, to_string(status)).bind(2, message).bind(3, now).bind(4, run_id).bind(5, lease_token).run();
-    if (leased && sqlite3_changes(db_) > 0) forget_lease(lease_token);
-  }
-  if (sqlite3_changes(db_) == 0) {
-    if (leased && run(run_id)) throw LeaseLostError(path_ + ": run " + std::to_string(run_id) +
-                                                    " is no longer written by this process (another took it over)");
-    throw StoreError(path_ + ": no run " + std::to_string(run_id));
-  }
-}
-
-void RunStore::heartbeat(std::int64_t run_id, const std::string& lease_token) {
-  if (lease_token.empty()) {
-    Statement s(db_, path_, "UPDATE runs SET heartbeat_at = ?1 WHERE id = ?2");
-    s.bind(1, now_seconds()).bind(2, run_id).run();
-  } else {
-    // A reader may have marked the run crashed while this writer was paused (an older RouteLab, or a stale
-    // heartbeat on another host): the writer is alive, so the run is running again.
-    Statement s(db_, path_,
-                "UPDATE runs SET heartbeat_at = ?1, "
-                "message = CASE WHEN status = 'crashed' THEN '' ELSE message END, "
-                "ended_at = CASE WHEN status = 'crashed' THEN NULL ELSE ended_at END, "
-                "status = CASE WHEN status = 'crashed' THEN 'running' ELSE status END "
-                "WHERE id = ?2 AND lease_token = ?3");
-    s.bind(1, now_seconds()).bind(2, run_id).bind(3, lease_token).run();
-    if (sqlite3_changes(db_) == 0 && run(run_id)) {
-      const auto holder = lease(run_id);
-      throw LeaseLostError(path_ + ": run " + std::to_string(run_id) + " is now written by " +
-                           (holder ? describe_holder(*holder) : std::string("no process")) +
-                           "; this process stops writing it");
-    }
-  }
-  if (sqlite3_changes(db_) == 0) throw LeaseLostError(path_ + ": no run " + std::to_string(run_id) + " (deleted?)");
-}
-
-std::optional<RunLease> RunStore::lease(std::int64_t run_id) const {
-  const std::string sql = std::string("SELECT ") + kLeaseColumns + " FROM runs WHERE id = ?1 AND lease_token IS NOT NULL";
-  Statement s(db_, path_, sql.c_str());
-  s.bind(1, run_id);
-  if (!s.step()) return std::nullopt;
-  return read_lease(s, 0);
-}
-
-std::string RunStore::acquire_lease(std::int64_t run_id, double takeover_after_s) {
-  const std::string token = new_lease_token();
-  const ProcessIdentity me = this_process();
-  transaction([&] {
-    const std::string sql = std::string("SELECT status, ") + kLeaseColumns + " FROM runs WHERE id = ?1";
-    Statement q(db_, path_, sql.c_str());
-    q.bind(1, run_id);
-    if (!q.step()) throw StoreError(path_ + ": no run with id " + std::to_string(run_id));
-    const std::string status = q.text(0);
-    const bool held = !q.is_null(1);
-    const RunLease current = read_lease(q, 1);
-    const double silent = now_seconds() - current.heartbeat_at;
-    const std::string run = "run " + std::to_string(run_id);
-    if (held) {
-      switch (holder_liveness(current)) {
-        case Liveness::Alive:
-          throw StoreError(run + " is being written by " + describe_holder(current) +
-                           (current.holder.pid == me.pid ? " (this process)" : "") +
-                           ": stop it first (a paused process keeps its run)");
-        case Liveness::Unknown:
-          if (takeover_after_s < 0 || silent <= takeover_after_s)
-            throw StoreError(run + " is being written by " + describe_holder(current) +
-                             ", another host: if that process is gone, take the run over with --takeover-after "
-                             "SECONDS (it has been silent " +
-                             std::to_string(static_cast<long long>(silent)) + " s)");
-          store_log()->warn("{}: {}: taking over from {}, silent for more than {} s", path_, run,
-                            describe_holder(current), takeover_after_s);
-          break;
-        case Liveness::Gone:
-          store_log()->info("{}: {}: its last writer, process {} on this host, has ended", path_, run,
-                            current.holder.pid);
-          break;
-      }
-    } else if (status == "running" && silent < kStaleHeartbeatSeconds) {
-      // A run of an older RouteLab (no lease): only its heartbeat tells.
-      throw StoreError(run + " is still running (heartbeat " + std::to_string(static_cast<long long>(silent)) +
-                       " s ago)");
-    }
-    Statement u(db_, path_,
-                "UPDATE runs SET lease_token = ?1, lease_pid = ?2, lease_host = ?3, lease_boot = ?4, "
-                "lease_start = ?5, lease_at = ?6, heartbeat_at = ?6 WHERE id = ?7");
-    u.bind(1, token).bind(2, static_cast<std::int64_t>(me.pid)).bind(3, me.host).bind(4, me.boot_id);
-    u.bind(5, me.start).bind(6, now_seconds()).bind(7, run_id).run();
-  });
-  hold(token);
-  return token;
-}
-
-void RunStore::release_lease(std::int64_t run_id, const std::string& token) {
-  Statement s(db_, path_, "UPDATE runs SET lease_token = NULL WHERE id = ?1 AND lease_token = ?2");
-  s.bind(1, run_id).bind(2, token).run();
-  forget_lease(token);
 }
 
 void RunStore::patch_run(std::int64_t run_id, const RunPatch& patch) {
@@ -803,60 +490,6 @@ void RunStore::delete_run(std::int64_t run_id) {
   Statement s(db_, path_, "DELETE FROM runs WHERE id = ?1");  // child rows go by ON DELETE CASCADE
   s.bind(1, run_id).run();
   if (sqlite3_changes(db_) == 0) throw StoreError(path_ + ": no run " + std::to_string(run_id));
-}
-
-int RunStore::mark_stale_runs_crashed(double stale_after_seconds) {
-  if (read_only_) return 0;
-  const double cutoff = now_seconds() - stale_after_seconds;
-  struct Stale {
-    std::int64_t id;
-    std::optional<std::string> token;  // the lease that was found gone (none: a run without a lease)
-    std::string message;
-    double last_beat;
-  };
-  std::vector<Stale> stale;
-  {
-    const std::string sql = std::string("SELECT id, ") + kLeaseColumns + " FROM runs WHERE status = 'running'";
-    Statement s(db_, path_, sql.c_str());
-    while (s.step()) {
-      const RunLease lease = read_lease(s, 1);
-      if (!s.is_null(1)) {
-        // Only a writer that is provably gone: a paused process, or one on another host, keeps its run.
-        if (holder_liveness(lease) != Liveness::Gone) continue;
-        stale.push_back({s.int64(0), lease.token,
-                         "its process (" + std::to_string(lease.holder.pid) + " on host '" + lease.holder.host +
-                             "') ended without recording a final status; last heartbeat " +
-                             local_iso_time(lease.heartbeat_at),
-                         lease.heartbeat_at});
-      } else if (lease.heartbeat_at < cutoff) {
-        stale.push_back({s.int64(0), std::nullopt,
-                         "no heartbeat since " + local_iso_time(lease.heartbeat_at) +
-                             ": the process ended without recording a final status",
-                         lease.heartbeat_at});
-      }
-    }
-  }
-  if (stale.empty()) return 0;
-  int marked = 0;
-  transaction([&] {
-    // The conditions are repeated: a writer may have beaten its heartbeat, or another taken the run, since.
-    Statement by_lease(db_, path_,
-                       "UPDATE runs SET status = 'crashed', message = ?1, ended_at = ?2 "
-                       "WHERE id = ?3 AND status = 'running' AND lease_token = ?4");
-    Statement by_beat(db_, path_,
-                      "UPDATE runs SET status = 'crashed', message = ?1, ended_at = ?2 "
-                      "WHERE id = ?3 AND status = 'running' AND lease_token IS NULL AND "
-                      "COALESCE(heartbeat_at, created_at) < ?4");
-    for (const Stale& run : stale) {
-      if (run.token)
-        by_lease.bind(1, run.message).bind(2, run.last_beat).bind(3, run.id).bind(4, *run.token).run();
-      else
-        by_beat.bind(1, run.message).bind(2, run.last_beat).bind(3, run.id).bind(4, cutoff).run();
-      marked += sqlite3_changes(db_);
-    }
-  });
-  if (marked > 0) store_log()->info("{}: marked {} stale run{} crashed", path_, marked, marked == 1 ? "" : "s");
-  return marked;
 }
 
 void RunStore::insert_metrics(std::int64_t run_id, const std::vector<MetricRow>& rows) {
@@ -1041,68 +674,6 @@ std::vector<ProbeRow> RunStore::probes(std::int64_t run_id) const {
   std::vector<ProbeRow> out;
   while (s.step()) out.push_back({s.int64(0), s.text(1)});
   return out;
-}
-
-std::int64_t RunStore::enqueue(const std::string& request_json, QueueState state) {
-  Statement s(db_, path_,
-              "INSERT INTO queue (position, request_json, state, created_at) "
-              "VALUES ((SELECT COALESCE(MAX(position), -1) + 1 FROM queue), ?1, ?2, ?3)");
-  s.bind(1, request_json).bind(2, to_string(state)).bind(3, now_seconds()).run();
-  return sqlite3_last_insert_rowid(db_);
-}
-
-std::vector<QueueItem> RunStore::queue_items() const {
-  const std::string sql = std::string("SELECT ") + kQueueColumns + " FROM queue ORDER BY position, id";
-  Statement s(db_, path_, sql.c_str());
-  std::vector<QueueItem> out;
-  while (s.step()) out.push_back(read_queue_item(s));
-  return out;
-}
-
-std::optional<QueueItem> RunStore::queue_item(std::int64_t id) const {
-  const std::string sql = std::string("SELECT ") + kQueueColumns + " FROM queue WHERE id = ?1";
-  Statement s(db_, path_, sql.c_str());
-  s.bind(1, id);
-  if (!s.step()) return std::nullopt;
-  return read_queue_item(s);
-}
-
-void RunStore::update_queue_item(std::int64_t id, QueueState state, std::optional<std::int64_t> run_id,
-                                 const std::string& message, const std::optional<std::string>& request_json) {
-  Statement s(db_, path_,
-              "UPDATE queue SET state = ?1, run_id = COALESCE(?2, run_id), message = ?3, "
-              "request_json = COALESCE(?4, request_json) WHERE id = ?5");
-  s.bind(1, to_string(state)).bind(2, run_id).bind(3, message).bind(4, request_json).bind(5, id).run();
-  if (sqlite3_changes(db_) == 0) throw StoreError(path_ + ": no queue item " + std::to_string(id));
-}
-
-void RunStore::reorder_queue(const std::vector<std::int64_t>& ids) {
-  transaction([&] {
-    Statement s(db_, path_, "UPDATE queue SET position = ?1 WHERE id = ?2");
-    std::int64_t position = 0;
-    for (std::int64_t id : ids) {
-      s.bind(1, position++).bind(2, id).run();
-      if (sqlite3_changes(db_) == 0) throw StoreError(path_ + ": no queue item " + std::to_string(id));
-    }
-  });
-}
-
-void RunStore::remove_queue_item(std::int64_t id) {
-  Statement s(db_, path_, "DELETE FROM queue WHERE id = ?1");
-  s.bind(1, id).run();
-  if (sqlite3_changes(db_) == 0) throw StoreError(path_ + ": no queue item " + std::to_string(id));
-}
-
-int RunStore::clear_finished_queue_items() {
-  Statement s(db_, path_, "DELETE FROM queue WHERE state IN ('done', 'failed', 'cancelled')");
-  s.run();
-  return sqlite3_changes(db_);
-}
-
-int RunStore::fail_interrupted_queue_items(const std::string& message) {
-  Statement s(db_, path_, "UPDATE queue SET state = 'failed', message = ?1 WHERE state = 'running'");
-  s.bind(1, message).run();
-  return sqlite3_changes(db_);
 }
 
 }  // namespace routelab
