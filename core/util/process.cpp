@@ -8,6 +8,7 @@
 #include <cctype>
 #include <cstdlib>
 #include <fstream>
+#include <mutex>
 #include <sstream>
 
 namespace routelab {
@@ -80,12 +81,18 @@ std::string host_name() {
 }  // namespace
 
 ProcessIdentity this_process() {
-  ProcessIdentity me;
-  me.pid = static_cast<long long>(::getpid());
-  me.host = host_name();
-  me.boot_id = first_line("/proc/sys/kernel/random/boot_id");
-  me.start = start_ticks(me.pid);
-  return me;
+  // Read from /proc once per process (a forked child has another pid, so it reads its own).
+  static std::mutex mutex;
+  static ProcessIdentity cached;
+  const auto pid = static_cast<long long>(::getpid());
+  std::lock_guard lock(mutex);
+  if (cached.pid != pid) {
+    cached.pid = pid;
+    cached.host = host_name();
+    cached.boot_id = first_line("/proc/sys/kernel/random/boot_id");
+    cached.start = start_ticks(pid);
+  }
+  return cached;
 }
 
 Liveness liveness(const ProcessIdentity& process) {
