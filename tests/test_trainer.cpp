@@ -161,6 +161,29 @@ class TestTrainer : public QObject {
     for (std::size_t i = 0; i < stopper.steps_seen.size(); ++i) QCOMPARE(stopper.steps_seen[i], std::int64_t(i + 1));
   }
 
+  void throughputIsMeasuredOverSettledSteps() {
+    // Scalars read back every 40 steps (a GPU's way), logged at the last step of each batch: every logged rate must
+    // be the tokens of the settled steps over the time they took, near the run's mean rate; not one step's tokens
+    // over a whole batch's time, nor 39 steps' tokens over the microseconds between two records of one batch.
+    struct Last : TrainObserver {
+      StepMetrics last;
+      void on_step(const StepMetrics& m) override { last = m; }
+    } observer;
+    const auto db = home_.filePath("throughput.sqlite").toStdString();
+    const auto outcome =
+        train({copy_config({"train.steps=80", "train.eval_every=1000", "train.sync_every=40", "train.log_every=40"}), db,
+               "rate", ""},
+              &observer);
+    QCOMPARE(outcome.status, RunStatus::Finished);
+    const double mean_rate = static_cast<double>(observer.last.tokens_seen) / observer.last.elapsed_s;
+    const auto rates = RunStore(db).metric(outcome.run_id, "train/tokens_per_s");
+    QCOMPARE(rates.size(), std::size_t(3));  // steps 1, 40 and 80
+    for (const auto& r : rates)
+      if (r.step > 1)  // the first step alone, with its one-off allocations, may be slow
+        QVERIFY2(r.value > mean_rate / 4 && r.value < mean_rate * 4,
+                 qPrintable(QString("step %1: %2 tokens/s, the run's mean %3").arg(r.step).arg(r.value).arg(mean_rate)));
+  }
+
   void epochsSetTheLanguageModelBudget() {
     // 10,000 characters: 8,000 training tokens; batch 4 x context 32 = 128 tokens a step -> 63 steps an epoch.
     const auto corpus = home_.filePath("epochs.txt");

@@ -80,7 +80,7 @@ class Session {
     seed_ = config_.run().at("seed").get<std::int64_t>();
     bf16_ = train.at("precision") == "bf16";
     device_ = resolve_device(config_.run().at("device").get<std::string>());
-    if (device_.is_cuda()) configure_cuda_math(train.at("tf32").get<bool>());
+    if (device_.is_cuda()) configure_cuda_math(train.at("tf32").get<bool>(), train.at("deterministic").get<bool>());
     threads_ = configure_threads(static_cast<int>(config_.run().at("threads").get<std::int64_t>()));
     classification_ = architecture(config_.arch()).task == "classification";
     if (classification_) {
@@ -301,6 +301,7 @@ class Session {
         if (observer_) observer_->on_eval(eval);
       }
       if (checkpoint_step) checkpoint(step, t_start_);
+      if (eval_step || checkpoint_step) restart_throughput_window();
     }
     outcome.status = RunStatus::Finished;
     outcome.message = "finished " + std::to_string(outcome.last_step) + " steps";
@@ -316,10 +317,11 @@ class Session {
     for (const auto& p : pending_)
       for (const auto* t : {&p.record.loss_t, &p.record.aux_loss_t, &p.record.grad_norm_t})
         scalars.push_back(t->defined() ? t->detach().to(torch::kFloat).reshape({}) : torch::zeros({}, device_));
-    const auto host = torch::stack(scalars).to(torch::kCPU, torch::kDouble);
+    const auto host = torch::stack(scalars).to(torch::kCPU, torch::kDouble);  // waits for the device
     const auto* values = host.data_ptr<double>();
     auto steps = std::move(pending_);
     pending_.clear();
+    note_throughput(steps);
     for (std::size_t i = 0; i < steps.size(); ++i) {
       auto& p = steps[i];
       auto& result = p.record;
@@ -331,6 +333,30 @@ class Session {
     return true;
   }
 
+  /// Throughput over the steps settled since the last reading: their tokens over the wall time until the device
+  /// finished them (the settling transfer waits for it), read at least every 0.5 s and at every log step. Steps
+  /// settled together share one reading: timing each of them on the host would measure when it was queued.
+  void note_throughput(const std::vector<PendingStep>& steps) {
+    bool log_step = false;
+    for (const auto& p : steps) {
+      window_tokens_ += p.record.tokens;
+      log_step = log_step || p.log_step;
+    }
+    const auto now = std::chrono::steady_clock::now();
+    const double window_s = std::chrono::duration<double>(now - t_window_).count();
+    if (window_s >= 0.5 || log_step) {
+      tokens_per_s_ = static_cast<double>(window_tokens_) / std::max(window_s, 1e-9);
+      t_window_ = now;
+      window_tokens_ = 0;
+    }
+  }
+
+  /// Training time only: evaluations and checkpoints are left out of the throughput window.
+  void restart_throughput_window() {
+    t_window_ = std::chrono::steady_clock::now();
+    window_tokens_ = 0;
+  }
+
   /// Everything stored and reported about one settled step.
   bool record_step(PendingStep& p, TrainOutcome& outcome) {
     writer_->check();  // a store that lost rows for good (or the run's lease) ends the run here
@@ -338,7 +364,6 @@ class Session {
     const double wall = p.wall, lr_now = p.lr, loss = p.record.loss;
     auto& result = p.record;
     tokens_seen_ += result.tokens;
-    window_tokens_ += result.tokens;
     outcome.last_step = step;
 
     writer_->add_metric({"train/loss", step, wall, loss});
@@ -354,12 +379,6 @@ class Session {
     }
 
     const auto now = std::chrono::steady_clock::now();
-    const double window_s = std::chrono::duration<double>(now - t_window_).count();
-    if (window_s >= 0.5 || p.log_step) {
-      tokens_per_s_ = static_cast<double>(window_tokens_) / std::max(window_s, 1e-9);
-      t_window_ = now;
-      window_tokens_ = 0;
-    }
     StepMetrics m;
     m.step = step;
     m.total_steps = total_steps_;
