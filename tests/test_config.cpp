@@ -5,6 +5,8 @@
 #include <fstream>
 #include <thread>
 
+#include <ATen/Context.h>
+
 #include "core/config/experiment_config.h"
 #include "core/models/registry.h"
 #include "core/util/device.h"
@@ -128,6 +130,22 @@ class TestConfig : public QObject {
       qunsetenv("ROUTELAB_MAX_THREADS");
     else
       qputenv("ROUTELAB_MAX_THREADS", cap);
+  }
+
+  void deterministicKernelsAreSwitchedOnAndOff() {
+    QCOMPARE(resolve_config(nlohmann::json::object()).train().at("deterministic").get<bool>(), false);
+    qunsetenv("CUBLAS_WORKSPACE_CONFIG");
+    configure_cuda_math(/*tf32=*/false, /*deterministic=*/true);
+    auto& context = at::globalContext();
+    QVERIFY(context.deterministicAlgorithms());
+    QVERIFY(context.deterministicAlgorithmsWarnOnly());  // an op without a deterministic kernel warns, never fails
+    QVERIFY(context.deterministicCuDNN());
+    QVERIFY(!context.benchmarkCuDNN());
+    QCOMPARE(qgetenv("CUBLAS_WORKSPACE_CONFIG"), QByteArray(":4096:8"));
+    configure_cuda_math(/*tf32=*/true, /*deterministic=*/false);
+    QVERIFY(!context.deterministicAlgorithms());
+    QVERIFY(!context.deterministicCuDNN());
+    qunsetenv("CUBLAS_WORKSPACE_CONFIG");
   }
 
   void hashIsStableAndSensitive() {

@@ -88,7 +88,8 @@ void open_common(OpenedRun& run, StoredRun& stored, std::int64_t run_id, const s
   std::string note;
   run.device = resolve_stored_device(run.config.run().at("device").get<std::string>(), &note);
   if (!note.empty()) logger("core")->warn("{}: {}", run_text(stored, run_id), note);
-  if (run.device.is_cuda()) configure_cuda_math(run.config.train().at("tf32").get<bool>());
+  if (run.device.is_cuda())
+    configure_cuda_math(run.config.train().at("tf32").get<bool>(), run.config.train().at("deterministic").get<bool>());
   run.bf16 = run.config.train().at("precision") == "bf16";
   configure_threads(static_cast<int>(run.config.run().at("threads").get<std::int64_t>()));
 }

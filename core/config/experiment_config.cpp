@@ -178,6 +178,10 @@ const OptionSchema& train_schema() {
       bool_opt("tf32", true,
                "CUDA: fp32 matmuls and convolutions on TF32 tensor cores (10-bit mantissa inputs, fp32 accumulation); "
                "no effect on the CPU"),
+      bool_opt("deterministic", false,
+               "CUDA: deterministic kernels (cuBLAS fixed workspace, deterministic cuDNN, scatter and index ops), so a "
+               "rerun or a resume repeats the losses bit for bit, at some speed; ops without a deterministic kernel warn "
+               "once. The CPU is deterministic already"),
   };
   return schema;
 }

@@ -1,6 +1,7 @@
 // Device checks happen before a run is created, so a missing GPU is a clear error and not a crash mid-run.
 #include "core/util/device.h"
 
+#include <cstdlib>
 #include <thread>
 
 #include <torch/cuda.h>
@@ -49,9 +50,14 @@ torch::Tensor copy_to_device(const torch::Tensor& t, const torch::Device& device
   return t.to(device);
 }
 
-void configure_cuda_math(bool tf32) {
-  at::globalContext().setAllowTF32CuBLAS(tf32);
-  at::globalContext().setAllowTF32CuDNN(tf32);
+void configure_cuda_math(bool tf32, bool deterministic) {
+  auto& context = at::globalContext();
+  context.setAllowTF32CuBLAS(tf32);
+  context.setAllowTF32CuDNN(tf32);
+  if (deterministic) ::setenv("CUBLAS_WORKSPACE_CONFIG", ":4096:8", /*overwrite=*/0);
+  context.setDeterministicAlgorithms(deterministic, /*warn_only=*/true);
+  context.setDeterministicCuDNN(deterministic);
+  if (deterministic) context.setBenchmarkCuDNN(false);
 }
 
 int configure_threads(int requested) {

@@ -15,7 +15,11 @@ torch::Device resolve_stored_device(const std::string& name, std::string* note =
 
 /// CUDA matmul and cuDNN precision for fp32 work: TF32 tensor cores when `tf32` (train.tf32). Process-wide, as in
 /// PyTorch (torch.backends.cuda.matmul.allow_tf32); only called for CUDA devices, so CPU arithmetic never changes.
-void configure_cuda_math(bool tf32);
+/// `deterministic` (train.deterministic): torch.use_deterministic_algorithms(True, warn_only=True) with cuBLAS's
+/// fixed workspace (CUBLAS_WORKSPACE_CONFIG=:4096:8 unless set; it must precede the first cuBLAS call), deterministic
+/// cuDNN and no cuDNN autotuning: reruns and resumes repeat bit for bit, where every op has a deterministic kernel
+/// (those without one warn once).
+void configure_cuda_math(bool tf32, bool deterministic = false);
 
 /// `t` on `device`. A CPU tensor bound for a GPU is staged in pinned memory and copied asynchronously, so the host
 /// goes on queueing work (PyTorch's pin_memory + non_blocking); CUDA's caching host allocator keeps the staging
