@@ -527,8 +527,8 @@ namespace {
 TrainStepBenchOptions step_bench_options(const BenchArgs& a) {
   TrainStepBenchOptions o;
   apply_bench_shape(o, a.shape);
-  o.batch = a.batch;
-  o.context = a.context;
+  if (a.batch > 0) o.batch = a.batch;
+  if (a.context > 0) o.context = a.context;
   o.steps = a.steps;
   o.warmup = a.warmup;
   o.threads = static_cast<int>(a.threads);
@@ -540,13 +540,15 @@ TrainStepBenchOptions step_bench_options(const BenchArgs& a) {
 int cmd_bench_train_step(const BenchArgs& a) {
   TrainStepBenchOptions o = step_bench_options(a);
   o.device = a.device;
+  o.tf32 = a.tf32;
   o.profile_path = a.profile;
   resolve_device(o.device);  // a clear error before the peer starts
   const std::string python = a.python.empty() ? default_peer_python() : a.python;
   const std::string script = a.script.empty() ? default_peer_script(python) : a.script;
   std::cout << "train-step benchmark on " << o.device << ": GPT-2 style d " << o.n_embd << ", L " << o.n_layer << ", H "
             << o.n_head << ", d_ff " << o.d_ff << ", vocab " << o.vocab << ", B " << o.batch << ", T " << o.context
-            << ", " << o.steps << " timed steps after " << o.warmup << " warm-up; " << torch_version_string() << "\n"
+            << ", " << o.steps << " timed steps after " << o.warmup << " warm-up"
+            << (o.tf32 ? ", fp32 matmuls on TF32" : "") << "; " << torch_version_string() << "\n"
             << "peer: " << python << " " << script << "\n";
   auto print_mfu = [&](double tflops) {
     if (tflops < 1.0)

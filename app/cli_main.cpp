@@ -130,12 +130,15 @@ int main(int argc, char** argv) {
   step_cmd->add_option("--shape", bench.shape, "small (d 256, L 6, vocab 65) or gpt2-small (d 768, L 12, vocab 50257)")
       ->check(CLI::IsMember({"small", "gpt2-small"}));
   step_cmd->add_flag("--compile", bench.compile, "also time the peer under torch.compile (PyTorch 2.x)");
+  step_cmd->add_flag("--tf32", bench.tf32, "CUDA: fp32 matmuls on TF32 tensor cores on both sides, as train.tf32 does");
   step_cmd->add_option("--peak-tflops", bench.peak_tflops, "the device's peak TFLOP/s, to print MFU (H100 bf16: 989)");
   step_cmd->add_option("--steps", bench.steps, "timed steps")->check(CLI::Range(1, 1000000000));
   step_cmd->add_option("--warmup", bench.warmup, "untimed warm-up steps")->check(CLI::Range(0, 1000000000));
   step_cmd->add_option("--threads", bench.threads, "threads for both sides (0: all cores)")->check(CLI::Range(0, 1024));
-  step_cmd->add_option("--batch", bench.batch, "batch size")->check(CLI::Range(1, 1000000000));
-  step_cmd->add_option("--context", bench.context, "sequence length")->check(CLI::Range(1, 1000000000));
+  step_cmd->add_option("--batch", bench.batch, "batch size (default: the shape's, 64 small, 16 gpt2-small)")
+      ->check(CLI::Range(1, 1000000000));
+  step_cmd->add_option("--context", bench.context, "sequence length (default: the shape's, 128 small, 1024 gpt2-small)")
+      ->check(CLI::Range(1, 1000000000));
   step_cmd->add_option("--profile", bench.profile, "write a Chrome trace of RouteLab's timed steps (autograd profiler)");
   step_cmd->add_option("--precision", bench.precision, "fp32, bf16 or both")->check(CLI::IsMember({"fp32", "bf16", "both"}));
 
@@ -145,8 +148,9 @@ int main(int argc, char** argv) {
   contention_cmd->add_option("--steps", bench.steps, "timed steps")->check(CLI::Range(1, 1000000000));
   contention_cmd->add_option("--warmup", bench.warmup, "untimed warm-up steps")->check(CLI::Range(0, 1000000000));
   contention_cmd->add_option("--threads", bench.threads, "threads (0: all cores)")->check(CLI::Range(0, 1024));
-  contention_cmd->add_option("--batch", bench.batch, "batch size")->check(CLI::Range(1, 1000000000));
-  contention_cmd->add_option("--context", bench.context, "sequence length")->check(CLI::Range(1, 1000000000));
+  contention_cmd->add_option("--batch", bench.batch, "batch size (default: the shape's)")->check(CLI::Range(1, 1000000000));
+  contention_cmd->add_option("--context", bench.context, "sequence length (default: the shape's)")
+      ->check(CLI::Range(1, 1000000000));
   contention_cmd->add_option("--precision", bench.precision, "fp32 or bf16")->check(CLI::IsMember({"fp32", "bf16"}));
 
   routelab::RoutingBenchOptions routing_bench;

@@ -24,9 +24,10 @@ namespace routelab {
 
 void apply_bench_shape(TrainStepBenchOptions& o, const std::string& shape) {
   if (shape == "small") {
-    o.n_embd = 256, o.n_layer = 6, o.n_head = 8, o.d_ff = 1024, o.vocab = 65;
+    o.n_embd = 256, o.n_layer = 6, o.n_head = 8, o.d_ff = 1024, o.vocab = 65, o.batch = 64, o.context = 128;
   } else if (shape == "gpt2-small") {
-    o.n_embd = 768, o.n_layer = 12, o.n_head = 12, o.d_ff = 3072, o.vocab = 50257;
+    // nanoGPT's GPT-2 small run: 1024-token sequences, 16 of them a step on one GPU.
+    o.n_embd = 768, o.n_layer = 12, o.n_head = 12, o.d_ff = 3072, o.vocab = 50257, o.batch = 16, o.context = 1024;
   } else {
     throw ConfigError("bench train-step --shape: '" + shape + "' (small or gpt2-small)");
   }
@@ -44,6 +45,7 @@ TrainStepBenchResult bench_train_step(const TrainStepBenchOptions& o) {
   TrainStepBenchResult r;
   r.threads = configure_threads(o.threads);
   const auto device = resolve_device(o.device);
+  if (device.is_cuda()) configure_cuda_math(o.tf32);
   torch::manual_seed(0);
   TransformerOptions opts;
   opts.style(ModelStyle::GPT2).vocab_size(o.vocab).max_seq_len(o.context).n_layer(o.n_layer).n_embd(o.n_embd)
@@ -83,6 +85,8 @@ PeerBenchResult run_peer_bench(const std::string& python, const std::string& scr
   PeerBenchResult r;
   const int threads = o.threads > 0 ? o.threads : configure_threads(0);
   std::ostringstream cmd;
+  // PyTorch reads this once at start: its fp32 matmuls then take TF32 as allow_tf32 = True would.
+  if (o.tf32) cmd << "TORCH_ALLOW_TF32_CUBLAS_OVERRIDE=1 ";
   cmd << "THREADS=" << threads << " DEVICE='" << o.device << "' BF16=" << (o.bf16 ? 1 : 0) << " COMPILE="
       << (compile ? 1 : 0) << " D=" << o.n_embd << " L=" << o.n_layer << " H=" << o.n_head << " FF=" << o.d_ff
       << " V=" << o.vocab << " '" << python << "' '" << script << "' " << o.batch << " " << o.context << " " << o.steps

@@ -12,12 +12,14 @@ struct TrainStepBenchOptions {
   std::int64_t n_embd = 256, n_layer = 6, n_head = 8, d_ff = 1024, vocab = 65;
   int threads = 0;             ///< 0: all cores
   bool bf16 = false;
+  bool tf32 = false;           ///< CUDA: fp32 matmuls on TF32 tensor cores, both sides (train.tf32's default)
   std::string device = "cpu";  ///< cpu, cuda or cuda:N
   std::string profile_path;    ///< when set, the timed steps are recorded as a Chrome trace (autograd profiler)
 };
 
-/// The named benchmark shapes: "small" (d 256, L 6, H 8, d_ff 1024, vocab 65: the peer's default) and "gpt2-small"
-/// (d 768, L 12, H 12, d_ff 3072, vocab 50257). Throws ConfigError naming --shape for anything else.
+/// The named benchmark shapes: "small" (d 256, L 6, H 8, d_ff 1024, vocab 65, B 64, T 128: the peer's default) and
+/// "gpt2-small" (d 768, L 12, H 12, d_ff 3072, vocab 50257, B 16, T 1024). Throws ConfigError naming --shape for
+/// anything else.
 void apply_bench_shape(TrainStepBenchOptions& options, const std::string& shape);
 
 /// Model FLOPs of one training step: 6 per parameter-token of the matrices (embeddings excluded, the tied head
