@@ -11,11 +11,13 @@
 #include <mutex>
 #include <tuple>
 
+#include <ATen/Context.h>
 #include <ATen/Parallel.h>
 #include <torch/version.h>
 
 #include "core/cost/flop_counter.h"
 #include "core/inference/kv_cache.h"
+#include "core/util/device.h"
 
 namespace routelab {
 namespace {
@@ -190,10 +192,32 @@ namespace {
 /// Zeroes rows t >= lengths[b] of a (B, H, T, hd) attention output (padding of compacted sequences).
 torch::Tensor zero_padding(const torch::Tensor& out, const std::vector<std::int64_t>& lengths) {
   const auto B = out.size(0), T = out.size(2);
-  const auto len = torch::tensor(lengths, torch::TensorOptions().dtype(torch::kLong)).to(out.device()).view({B, 1, 1, 1});
+  // Staged through pinned memory: a plain copy to a GPU would wait for every kernel queued before it.
+  const auto len =
+      copy_to_device(torch::tensor(lengths, torch::TensorOptions().dtype(torch::kLong)), out.device()).view({B, 1, 1, 1});
   const auto keep = torch::arange(T, len.options()).view({1, 1, T, 1}) < len;  // (B, 1, T, 1)
   return out * keep.to(out.scalar_type());
 }
+
+#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 3)
+/// While alive, scaled_dot_product_attention leaves cuDNN's attention out (flash or memory-efficient attention run
+/// instead): cuDNN builds an execution plan per new sequence length (127 ms a call on an H100), and compacted routed
+/// sequences change length from step to step. The backward follows the forward's choice.
+class WithoutCuDnnAttention {
+ public:
+  explicit WithoutCuDnnAttention(bool active) : active_(active && at::globalContext().userEnabledCuDNNSDP()) {
+    if (active_) at::globalContext().setSDPUseCuDNN(false);
+  }
+  ~WithoutCuDnnAttention() {
+    if (active_) at::globalContext().setSDPUseCuDNN(true);
+  }
+  WithoutCuDnnAttention(const WithoutCuDnnAttention&) = delete;
+  WithoutCuDnnAttention& operator=(const WithoutCuDnnAttention&) = delete;
+
+ private:
+  bool active_;
+};
+#endif
 
 }  // namespace
 
@@ -211,7 +235,12 @@ torch::Tensor causal_attention(const torch::Tensor& q, const torch::Tensor& k, c
   // causal mask already hides it from real queries, and the padded rows are zeroed.
   torch::Tensor out;
 #if TORCH_VERSION_MAJOR >= 2
-  if (Tq == Tk) out = at::scaled_dot_product_attention(q, kf, vf, {}, dropping ? dropout : 0.0, /*is_causal=*/true);
+  if (Tq == Tk) {
+#if TORCH_VERSION_MAJOR > 2 || TORCH_VERSION_MINOR >= 3
+    const WithoutCuDnnAttention backend(q.is_cuda() && !lengths.empty());
+#endif
+    out = at::scaled_dot_product_attention(q, kf, vf, {}, dropping ? dropout : 0.0, /*is_causal=*/true);
+  }
 #endif
   if (!out.defined()) {
     const double scale = 1.0 / std::sqrt(static_cast<double>(hd));

@@ -97,11 +97,14 @@ std::string pattern_string(const std::vector<bool>& routed) {
   return s;
 }
 
-Compaction count_routed(const torch::Tensor& decision) {
+namespace {
+
+/// count_routed from the per-sequence counts already on the decision's device.
+Compaction count_routed(const torch::Tensor& decision, const torch::Tensor& device_counts) {
   const auto B = decision.size(0);
   Compaction c;
   c.seq_len = decision.size(1);
-  const auto counts = decision.sum(1).to(torch::kCPU, torch::kLong).contiguous();  // (B)
+  const auto counts = device_counts.to(torch::kCPU, torch::kLong).contiguous();  // (B): the one host sync
   c.lengths.assign(counts.data_ptr<std::int64_t>(), counts.data_ptr<std::int64_t>() + B);
   for (const auto n : c.lengths) {
     c.max_len = std::max(c.max_len, n);
@@ -111,18 +114,21 @@ Compaction count_routed(const torch::Tensor& decision) {
   return c;
 }
 
+}  // namespace
+
+Compaction count_routed(const torch::Tensor& decision) { return count_routed(decision, decision.sum(1)); }
+
 Compaction compact(const torch::Tensor& decision, std::int64_t bucket) {
   const auto B = decision.size(0), T = decision.size(1);
-  auto c = count_routed(decision);
+  const auto counts = decision.sum(1);  // (B), on the decision's device: `valid` is built from it without a copy back
+  auto c = count_routed(decision, counts);
   if (bucket <= 0) bucket = decision.is_cuda() ? kCudaCompactionBucket : 1;
   if (bucket > 1 && c.max_len > 0) c.max_len = std::min(T, (c.max_len + bucket - 1) / bucket * bucket);
-  const auto counts = torch::tensor(c.lengths, torch::TensorOptions().dtype(torch::kLong));  // (B)
   const auto pos = torch::arange(T, decision.options().dtype(torch::kLong)).expand({B, T});
   // Routed positions first, in ascending order; unrouted ones after them act as padding.
   const auto key = torch::where(decision, pos, pos + T);
   c.index = std::get<0>(key.sort(1)).narrow(1, 0, c.max_len) % T;  // (B, K)
-  c.valid = torch::arange(c.max_len, counts.options().device(decision.device())).unsqueeze(0) <
-            counts.to(decision.device()).unsqueeze(1);  // (B, K)
+  c.valid = torch::arange(c.max_len, counts.options()).unsqueeze(0) < counts.unsqueeze(1);  // (B, K)
   return c;
 }
 
