@@ -209,6 +209,37 @@ class TestFlops : public QObject {
     }
   }
 
+  void training_trace_prices_what_runs_data() {
+    QTest::addColumn<QString>("arch");
+    for (const auto& entry : architectures())  // every registered language model, one added later too
+      if (entry.task == "lm") QTest::newRow(entry.id.c_str()) << QString::fromStdString(entry.id);
+  }
+  void training_trace_prices_what_runs() {
+    // Training mode, batch 1: the layers' priced FLOPs plus the LM head equal the matrix products ATen runs in the
+    // forward, work computed and then masked included (D-LLM trains every token through the full block).
+    QFETCH(QString, arch);
+    auto full = schema_defaults(architecture(arch.toStdString()).options);
+    const auto m = small(arch.toStdString());
+    for (const auto& [k, v] : m.items()) full[k] = v;
+    torch::manual_seed(1);
+    auto model = create_model(full, {kVocab, 64});
+    model->train();
+    torch::NoGradGuard no_grad;
+    const auto tokens = torch::randint(0, kVocab, {1, kSeq}, torch::kLong);
+    FlopCounter counter;
+    const auto out = model->forward(tokens, true);
+    counter.stop();
+    double priced = 2.0 * kSeq * full.at("n_embd").get<double>() * kVocab;  // the head
+    for (const auto& t : out.trace) priced += t.flops;
+    // Known under-pricing (issue 20): Radial prices only the (query, entry) pairs a query may see and live router
+    // calls, though it computes every query against the whole store and the router on every token; DRR leaves a
+    // small product out. An XPASS here means the pricing was fixed: drop the line.
+    QEXPECT_FAIL("radial", "issue 20: Radial under-prices its store attention and router calls", Continue);
+    QEXPECT_FAIL("drr", "issue 20: DRR leaves a product unpriced", Continue);
+    QVERIFY2(near(counter.flops(), priced, 1e-9),
+             qPrintable(QString("%1: counted %2, priced %3").arg(arch).arg(counter.flops(), 0, 'g', 12).arg(priced, 0, 'g', 12)));
+  }
+
   void counted_equals_modelled_batched() {
     // Batch 2, dense and DTRNet Masked (no per-sequence compaction): exact whatever each sequence routes.
     for (const auto* arch : {"dense", "dtrnet"}) {

@@ -129,14 +129,17 @@ LayerTrace DLLM::routed_layer_trace(int layer, const torch::Tensor& p_exec, cons
   t.gate = p_exec.detach().to(torch::kFloat);
   t.decision = executed;
   t.routed_fraction = total / tokens;
-  t.tokens_processed = {{"attn", static_cast<std::int64_t>(total)},
-                        {"mlp", static_cast<std::int64_t>(total)},
-                        {"router", B * T}};
-  // Priced as inference runs the decisions (executed tokens only, compacted attention). Training computes the
-  // block for every token, because the straight-through estimator needs f(x) of skipped tokens too.
+  // Priced as executed. Inference runs the decisions: executed tokens only, compacted attention. Training computes
+  // the block for every token (the straight-through estimator needs f(x) of skipped tokens too) with the full
+  // T x T scores, and masks afterwards: a dense layer's work whatever the decisions.
+  const bool full_block = is_training();
+  const auto executed_rows = full_block ? B * T : static_cast<std::int64_t>(total);
+  t.tokens_processed = {{"attn", executed_rows}, {"mlp", executed_rows}, {"router", B * T}};
   const double hidden = static_cast<double>(dllm_.router_hidden());
-  t.flops = block_flops(total, sum_sq, shape) + linear_flops(tokens, static_cast<double>(shape.d), hidden) +
-            linear_flops(tokens, hidden, 2.0);
+  const double router = linear_flops(tokens, static_cast<double>(shape.d), hidden) + linear_flops(tokens, hidden, 2.0);
+  t.flops = (full_block ? dense_layer_flops(static_cast<double>(B), static_cast<double>(T), shape)
+                        : block_flops(total, sum_sq, shape)) +
+            router;
   t.dense_flops = dense_layer_flops(static_cast<double>(B), static_cast<double>(T), shape);
   t.stats = {{"mean_p_exec", p_exec.mean().item<double>()}};
   return t;
