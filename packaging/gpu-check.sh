@@ -1,0 +1,117 @@
+#!/usr/bin/env bash
+# The GPU checks of issue 18 in one call, for a lent GPU machine (../shared/research/gpu-build.md): the training step
+# against the PyTorch 2.x peer at both shapes (fp32, bf16, torch.compile), exact resume on CUDA with dropout (a run
+# stopped by SIGINT and resumed must repeat the uninterrupted run's losses bit for bit), routed forwards against dense
+# at T 2048/4096, 360M-parameter training throughput and the quick-start run. Every step prints what it measured
+# into one log; a step that fails is reported and the next one still runs; steps that no longer fit the time budget
+# are skipped, and the log says so.
+#
+# Usage: bash packaging/gpu-check.sh CLI LOG [PYTHON] [PEER_SCRIPT]
+#   CLI     a routelab-cli built against a CUDA LibTorch
+#   LOG     the log file (appended)
+#   PYTHON  the interpreter with the peer's torch (default python3)
+#   PEER    the peer script (default ../shared/tools/pyref2_gpt_step.py)
+# Environment: GPU_CHECK_BUDGET_S (seconds for all steps, default 420), GPU_CHECK_PEAK_TFLOPS (bf16 dense peak for
+# MFU, default 989: H100/H200 SXM), GPU_CHECK_ONLY (a regular expression: only the steps it matches),
+# GPU_CHECK_RESUME_STEPS (default 400), GPU_CHECK_DEVICE (default cuda; cpu rehearses the script), ROUTELAB_HOME (corpora; a temporary folder by default).
+set -uo pipefail
+cli="$1"
+log="$2"
+python="${3:-python3}"
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+peer="${4:-$root/../shared/tools/pyref2_gpt_step.py}"
+budget="${GPU_CHECK_BUDGET_S:-420}"
+dev="${GPU_CHECK_DEVICE:-cuda}"
+peak="${GPU_CHECK_PEAK_TFLOPS:-989}"
+work="$(mktemp -d)"
+export ROUTELAB_HOME="${ROUTELAB_HOME:-$work/home}" ROUTELAB_EXPERIMENTS="$root/experiments" cli work dev
+deadline=$(($(date +%s) + budget))
+failed=()
+
+say() { echo "$*" | tee -a "$log"; }
+
+# step NAME SECONDS COMMAND...: runs COMMAND under a timeout of at most SECONDS (less when the budget is nearly spent)
+step() {
+  local name="$1" limit="$2"
+  shift 2
+  if [ -n "${GPU_CHECK_ONLY:-}" ] && ! [[ "$name" =~ $GPU_CHECK_ONLY ]]; then return 0; fi
+  local left=$((deadline - $(date +%s)))
+  if [ "$left" -lt 15 ]; then
+    say "=== $name: skipped (budget spent)"
+    failed+=("$name(skipped)")
+    return 0
+  fi
+  [ "$limit" -gt "$left" ] && limit="$left"
+  say "=== $name (limit ${limit}s): $*"
+  local start rc
+  start=$(date +%s.%N)
+  timeout --signal=INT --kill-after=10 "$limit" "$@" 2>&1 | tee -a "$log"
+  rc=${PIPESTATUS[0]}
+  say "=== $name: rc $rc, $(awk "BEGIN { printf \"%.1f\", $(date +%s.%N) - $start }") s"
+  [ "$rc" -eq 0 ] || failed+=("$name(rc $rc)")
+}
+
+# Exact resume on CUDA with dropout and deterministic kernels: an uninterrupted run, then the same run stopped by
+# SIGINT once its first checkpoint exists and resumed; the two train/loss and val/loss series must be identical.
+resume_check() {
+  local db="$work/resume.sqlite"
+  local steps="${GPU_CHECK_RESUME_STEPS:-400}"
+  local common=(--preset quickstart --device "$dev" --steps "$steps" --set model.dropout=0.1 --set train.deterministic=true
+                --set train.eval_every=$((steps / 4)) --set train.checkpoint_every=$((steps / 4)) --set train.log_every=1
+                --db "$db" --quiet)
+  "$cli" train "${common[@]}" --name full || return 1
+  "$cli" train "${common[@]}" --name part &
+  local pid=$! waited=0
+  until ls "$work"/checkpoints/resume/run-2/* > /dev/null 2>&1 || [ "$waited" -gt 600 ]; do
+    sleep 0.05
+    waited=$((waited + 1))
+  done
+  sleep "${GPU_CHECK_STOP_DELAY_S:-0.7}"
+  kill -INT "$pid"
+  wait "$pid"
+  echo "part ended with rc $? (stopped by SIGINT)"
+  "$cli" show 2 --db "$db" | head -12
+  "$cli" resume 2 --db "$db" --quiet || return 1
+  "$cli" show 2 --db "$db" | grep -i -E "status|resumed" || true
+  for key in train/loss val/loss; do
+    "$cli" export 1 --db "$db" | grep ",$key," | cut -d, -f2,3,5 > "$work/a.csv"
+    "$cli" export 2 --db "$db" | grep ",$key," | cut -d, -f2,3,5 > "$work/b.csv"
+    echo "$key: $(wc -l < "$work/a.csv") values uninterrupted, $(wc -l < "$work/b.csv") stopped and resumed"
+    if ! cmp -s "$work/a.csv" "$work/b.csv"; then
+      echo "RESUME MISMATCH in $key:"
+      diff "$work/a.csv" "$work/b.csv" | head -8
+      return 1
+    fi
+  done
+  echo "exact resume on CUDA with dropout: identical"
+}
+
+say "=== gpu-check $(date -u +%FT%TZ), budget ${budget}s"
+nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.max.sm --format=csv 2>&1 | tee -a "$log"
+"$python" -c 'import torch; print("peer torch", torch.__version__, torch.version.cuda, torch.cuda.get_device_name(0))' 2>&1 |
+  tee -a "$log"
+"$cli" --version 2>&1 | tee -a "$log"
+
+# The goals are set in bf16 (>= 1.1x eager, >= 1.0x torch.compile, MFU >= 35%); fp32 without the compile's minute.
+step train-step-gpt2-small-bf16 180 "$cli" bench train-step --device "$dev" --shape gpt2-small --precision bf16 \
+  --compile --peak-tflops "$peak" --steps 20 --warmup 5 --python "$python" --script "$peer"
+step train-step-gpt2-small-fp32 60 "$cli" bench train-step --device "$dev" --shape gpt2-small --precision fp32 \
+  --peak-tflops "$peak" --steps 20 --warmup 5 --python "$python" --script "$peer"
+step train-step-small 90 "$cli" bench train-step --device "$dev" --shape small --precision both --steps 30 --warmup 5 \
+  --peak-tflops "$peak" --python "$python" --script "$peer"
+export -f resume_check
+step resume-cuda-dropout 90 bash -c resume_check
+step forward-batch8 120 "$cli" bench forward --device "$dev" --lengths 2048,4096 --fractions 0.1,0.3 --batch 8 --reps 5 \
+  --warmup 2
+step forward-batch1 90 "$cli" bench forward --device "$dev" --lengths 2048,4096 --fractions 0.1,0.3 --batch 1 --reps 5 \
+  --warmup 2
+for cfg in smollm-360m-dense dtrnet-360m-bilayer mod-360m dllm-360m; do
+  step "train-360m-$cfg" 60 "$cli" train --config "$root/experiments/$cfg.json" --device "$dev" --steps 30 \
+    --set train.eval_every=1000 --set train.checkpoint_every=1000 --set train.warmup_steps=10 --set train.log_every=5 \
+    --db "$work/360m.sqlite"
+done
+"$cli" runs --db "$work/360m.sqlite" 2>&1 | tee -a "$log"
+step quickstart 60 "$cli" train --preset quickstart --device "$dev" --steps 200 --db "$work/quick.sqlite"
+
+say "=== gpu-check done; failed or skipped: ${failed[*]:-none}"
+rm -rf "$work"
