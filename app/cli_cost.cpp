@@ -30,6 +30,7 @@ struct FlopsArgs {
 
 struct BenchForwardArgs {
   ForwardBenchOptions options;
+  std::string precision = "fp32";
   bool json = false;
 };
 
@@ -187,7 +188,9 @@ int run_flops(const FlopsArgs& a) {
 }
 
 int run_bench_forward(const BenchForwardArgs& a) {
-  const auto result = bench_forward(a.options);
+  auto options = a.options;
+  options.bf16 = a.precision == "bf16";
+  const auto result = bench_forward(options);
   if (a.json)
     std::cout << result.to_json().dump(2) << "\n";
   else
@@ -238,6 +241,8 @@ void add_cost_commands(CLI::App& app, CLI::App& bench, CommandAction& action) {
   fwd->add_option("--warmup", o.warmup, "untimed forwards per model")->check(CLI::Range(0, 1000000000));
   fwd->add_option("--threads", o.threads, "threads (0: all cores)")->check(CLI::Range(0, 1024));
   fwd->add_option("--device", o.device, "cpu, cuda or cuda:N");
+  fwd->add_option("--precision", b->precision, "fp32, or bf16 autocast on every model")
+      ->check(CLI::IsMember({"fp32", "bf16"}));
   fwd->add_option("--calibration-passes", o.calibration_passes, "router bias calibration passes per fraction");
   fwd->add_option("--breakdown-above", o.breakdown_threshold, "print a breakdown where time/FLOPs ratio exceeds this");
   fwd->add_flag("--quick", o.quick, "smoke test: T 128 and 256, d 128, 4 layers, 1 rep");

@@ -1,8 +1,13 @@
 // routelab-cli as a user runs it: invalid arguments end with a non-zero exit and a message naming the option,
 // before anything is trained or stored.
+#include <QJsonArray>
+#include <QJsonDocument>
+#include <QJsonObject>
 #include <QProcess>
 #include <QTemporaryDir>
 #include <QtTest>
+
+#include <cmath>
 
 class TestCli : public QObject {
   Q_OBJECT
@@ -48,6 +53,7 @@ class TestCli : public QObject {
     QTest::newRow("bench steps") << QStringList{"bench", "train-step", "--steps", "0"} << "--steps";
     QTest::newRow("bench shape") << QStringList{"bench", "train-step", "--shape", "gpt5"} << "--shape";
     QTest::newRow("bench device") << QStringList{"bench", "train-step", "--device", "tpu"} << "tpu";
+    QTest::newRow("bench forward precision") << QStringList{"bench", "forward", "--precision", "fp16"} << "--precision";
   }
   void badArgumentsNameTheOption() {
     QFETCH(QStringList, args);
@@ -57,6 +63,36 @@ class TestCli : public QObject {
     QVERIFY2(output.contains(named), qPrintable(output));
     QVERIFY2(!output.contains("terminate called"), qPrintable(output));
     QVERIFY(!QFile::exists(home_.filePath("checkpoints")));  // nothing trained (the slots below train later)
+  }
+
+  void benchForwardInBothPrecisions_data() {
+    QTest::addColumn<QString>("precision");
+    QTest::newRow("fp32") << "fp32";
+    QTest::newRow("bf16") << "bf16";
+  }
+  void benchForwardInBothPrecisions() {
+    // A small shape: every row timed and priced below dense, the precision reported. In fp32 the routers land on
+    // the forced fraction; under bf16 autocast their logits (and biases) are bf16, so the forcing misses and the
+    // routed column reports what ran instead.
+    QFETCH(QString, precision);
+    const auto [code, output] =
+        run({"bench", "forward", "--lengths", "64,128", "--embd", "64", "--layers", "4", "--heads", "4", "--reps", "1",
+             "--warmup", "0", "--archs", "mod,dtrnet", "--fractions", "0.3", "--precision", precision, "--threads",
+             "1", "--json"});
+    QVERIFY2(code == 0, qPrintable(output));
+    const auto begin = output.indexOf('{');
+    const auto json = QJsonDocument::fromJson(output.mid(begin, output.lastIndexOf('}') - begin + 1).toUtf8());
+    QVERIFY2(json.isObject(), qPrintable(output));
+    QCOMPARE(json["precision"].toString(), precision);
+    const auto rows = json["rows"].toArray();
+    QCOMPARE(rows.size(), 4);  // 2 lengths x 1 fraction x 2 architectures
+    for (const auto& value : rows) {
+      const auto row = value.toObject();
+      const double routed = row["routed"].toDouble();
+      QVERIFY2(precision == "fp32" ? std::abs(routed - 0.3) < 0.1 : routed > 0.0 && routed < 1.0, qPrintable(output));
+      QVERIFY2(row["flops_ratio"].toDouble() > 0.3 && row["flops_ratio"].toDouble() < 1.0, qPrintable(output));
+      QVERIFY(row["ms"].toDouble() > 0 && row["dense_ms"].toDouble() > 0);
+    }
   }
 
   void openmpWaitsPassivelyUnlessTold_data() {

@@ -23,6 +23,7 @@
 #include "core/models/mod.h"
 #include "core/models/registry.h"
 #include "core/models/tsa.h"
+#include "core/train/step.h"
 #include "core/util/device.h"
 #include "core/util/errors.h"
 
@@ -200,6 +201,7 @@ ForwardBenchResult bench_forward(const ForwardBenchOptions& in) {
   }
 
   torch::NoGradGuard no_grad;
+  const AutocastGuard autocast(o.bf16, device);  // this thread's forwards: calibration, traces, timing, profiles
   for (const auto T : o.lengths) {
     const auto tokens = torch::randint(0, o.vocab, {o.batch, T}, torch::TensorOptions().dtype(torch::kLong)).to(device);
     std::vector<std::pair<std::string, double>> dense_breakdown;  // profiled once per length, when needed
@@ -245,7 +247,8 @@ std::string ForwardBenchResult::to_table() const {
   std::ostringstream s;
   const auto& o = options;
   s << "bench forward: " << device << ", " << threads << " threads, batch " << o.batch << ", d " << o.n_embd << ", "
-    << o.n_layer << " layers, " << o.n_head << " heads (llama style); eval-mode forward, median of " << o.reps
+    << o.n_layer << " layers, " << o.n_head << " heads (llama style), " << (o.bf16 ? "bf16 autocast" : "fp32")
+    << "; eval-mode forward, median of " << o.reps
     << " interleaved reps after " << o.warmup << " warm-up\n"
     << "routed = measured mean routed fraction of the routed layers (TSA: FFN share) after forcing the routers to "
        "the target; FLOPs ratio = sum of LayerTrace flops / dense_flops of that forward (layers; LM head excluded); "
@@ -297,7 +300,8 @@ nlohmann::json ForwardBenchResult::to_json() const {
   }
   const auto& o = options;
   return {{"device", device}, {"threads", threads}, {"batch", o.batch}, {"n_embd", o.n_embd},
-          {"n_layer", o.n_layer}, {"n_head", o.n_head}, {"reps", o.reps}, {"warmup", o.warmup},
+          {"n_layer", o.n_layer}, {"n_head", o.n_head}, {"precision", o.bf16 ? "bf16" : "fp32"}, {"reps", o.reps},
+          {"warmup", o.warmup},
           {"rows", rows_json}};
 }
 

@@ -23,6 +23,7 @@ struct ForwardBenchOptions {
   int reps = 3;    ///< timed forwards of each model per (length, fraction), interleaved; the median is reported
   int threads = 0;  ///< 0: all cores
   std::string device = "cpu";  ///< cpu or cuda
+  bool bf16 = false;           ///< every forward under bf16 autocast (as training's train.precision=bf16)
   /// bias calibration passes (each: one traced forward, then every router's bias set from its own scores)
   int calibration_passes = 2;
   /// a breakdown is printed where time ratio / FLOPs ratio exceeds this at a length >= breakdown_min_seq
