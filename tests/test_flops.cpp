@@ -49,6 +49,13 @@ std::vector<double> measured(const std::string& arch, const std::vector<LayerTra
   return fractions_from_trace(arch, layers);
 }
 
+/// A model section: the architecture's schema defaults under the given keys.
+nlohmann::json with_defaults(const nlohmann::json& model) {
+  auto full = schema_defaults(architecture(model.at("arch").get<std::string>()).options);
+  for (const auto& [k, v] : model.items()) full[k] = v;
+  return full;
+}
+
 bool near(double a, double b, double rel) { return std::abs(a - b) <= rel * std::max(std::abs(a), std::abs(b)); }
 
 }  // namespace
@@ -137,11 +144,8 @@ class TestFlops : public QObject {
   void counted_equals_modelled() {
     QFETCH(QString, config);
     QFETCH(QString, setup);
-    auto m = nlohmann::json::parse(config.toStdString());
-    const auto arch = m.at("arch").get<std::string>();
-    const auto& entry = architecture(arch);
-    auto full = schema_defaults(entry.options);
-    for (const auto& [k, v] : m.items()) full[k] = v;
+    const auto full = with_defaults(nlohmann::json::parse(config.toStdString()));
+    const auto arch = full.at("arch").get<std::string>();
     torch::manual_seed(1);
     auto model = create_model(full, {kVocab, 64});
     model->eval();
@@ -218,9 +222,7 @@ class TestFlops : public QObject {
     // Training mode, batch 1: the layers' priced FLOPs plus the LM head equal the matrix products ATen runs in the
     // forward, work computed and then masked included (D-LLM trains every token through the full block).
     QFETCH(QString, arch);
-    auto full = schema_defaults(architecture(arch.toStdString()).options);
-    const auto m = small(arch.toStdString());
-    for (const auto& [k, v] : m.items()) full[k] = v;
+    const auto full = with_defaults(small(arch.toStdString()));
     torch::manual_seed(1);
     auto model = create_model(full, {kVocab, 64});
     model->train();
@@ -245,8 +247,7 @@ class TestFlops : public QObject {
     for (const auto* arch : {"dense", "dtrnet"}) {
       auto m = small(arch);
       if (std::string(arch) == "dtrnet") m["attention"] = "masked";
-      auto full = schema_defaults(architecture(arch).options);
-      for (const auto& [k, v] : m.items()) full[k] = v;
+      const auto full = with_defaults(m);
       auto model = create_model(full, {kVocab, 64});
       model->eval();
       torch::NoGradGuard no_grad;
