@@ -56,6 +56,17 @@ nlohmann::json with_defaults(const nlohmann::json& model) {
   return full;
 }
 
+/// One traced forward of `batch` random sequences under the FLOP counter, in training or eval mode.
+std::pair<ModelOutput, double> counted_forward(LanguageModel& model, std::int64_t batch, bool training) {
+  model.train(training);
+  torch::NoGradGuard no_grad;
+  const auto tokens = torch::randint(0, kVocab, {batch, kSeq}, torch::kLong);
+  FlopCounter counter;
+  auto out = model.forward(tokens, true);
+  counter.stop();
+  return {std::move(out), counter.flops()};
+}
+
 bool near(double a, double b, double rel) { return std::abs(a - b) <= rel * std::max(std::abs(a), std::abs(b)); }
 
 }  // namespace
@@ -225,12 +236,7 @@ class TestFlops : public QObject {
     const auto full = with_defaults(small(arch.toStdString()));
     torch::manual_seed(1);
     auto model = create_model(full, {kVocab, 64});
-    model->train();
-    torch::NoGradGuard no_grad;
-    const auto tokens = torch::randint(0, kVocab, {1, kSeq}, torch::kLong);
-    FlopCounter counter;
-    const auto out = model->forward(tokens, true);
-    counter.stop();
+    const auto [out, counted] = counted_forward(*model, 1, /*training=*/true);
     double priced = 2.0 * kSeq * full.at("n_embd").get<double>() * kVocab;  // the head
     for (const auto& t : out.trace) priced += t.flops;
     // Known under-pricing (issue 20): Radial prices only the (query, entry) pairs a query may see and live router
@@ -238,8 +244,8 @@ class TestFlops : public QObject {
     // small product out. An XPASS here means the pricing was fixed: drop the line.
     QEXPECT_FAIL("radial", "issue 20: Radial under-prices its store attention and router calls", Continue);
     QEXPECT_FAIL("drr", "issue 20: DRR leaves a product unpriced", Continue);
-    QVERIFY2(near(counter.flops(), priced, 1e-9),
-             qPrintable(QString("%1: counted %2, priced %3").arg(arch).arg(counter.flops(), 0, 'g', 12).arg(priced, 0, 'g', 12)));
+    QVERIFY2(near(counted, priced, 1e-9),
+             qPrintable(QString("%1: counted %2, priced %3").arg(arch).arg(counted, 0, 'g', 12).arg(priced, 0, 'g', 12)));
   }
 
   void counted_equals_modelled_batched() {
@@ -249,17 +255,12 @@ class TestFlops : public QObject {
       if (std::string(arch) == "dtrnet") m["attention"] = "masked";
       const auto full = with_defaults(m);
       auto model = create_model(full, {kVocab, 64});
-      model->eval();
-      torch::NoGradGuard no_grad;
-      const auto tokens = torch::randint(0, kVocab, {2, kSeq}, torch::kLong);
-      FlopCounter counter;
-      const auto out = model->forward(tokens, true);
-      counter.stop();
+      const auto [out, counted] = counted_forward(*model, 2, /*training=*/false);
       FlopsQuery q;
       q.seq = kSeq;
       q.batch = 2;
       q.fractions = measured(arch, out.trace);
-      QVERIFY(near(counter.flops(), estimate_flops(full, kVocab, q).total_flops(), 1e-9));
+      QVERIFY(near(counted, estimate_flops(full, kVocab, q).total_flops(), 1e-9));
     }
   }
 
