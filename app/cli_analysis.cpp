@@ -31,12 +31,6 @@ std::pair<std::string, std::vector<std::string>> parse_sweep(const std::string& 
   return {spec.substr(0, eq), values};
 }
 
-std::string fixed(double v, int precision) {
-  std::ostringstream s;
-  s << std::fixed << std::setprecision(precision) << v;
-  return s.str();
-}
-
 void print_reports(const std::vector<RunEvalReport>& reports, const std::string& sweep_key) {
   const auto& first = reports.front();
   const bool classifier = first.task == "classification";

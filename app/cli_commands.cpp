@@ -611,6 +611,12 @@ int cmd_bench_routing(const RoutingBenchOptions& o) {
   return 0;
 }
 
+std::string fixed(double v, int precision) {
+  std::ostringstream s;
+  s << std::fixed << std::setprecision(precision) << v;
+  return s.str();
+}
+
 void check_output_path(const std::string& out, const std::string& db) {
   if (out.empty()) return;
   std::error_code ec;

@@ -44,6 +44,9 @@ struct SweepArgs {
   bool dry_run = false, skip_done = false, quiet = false;
 };
 
+/// `v` with `precision` digits after the point, for tables.
+std::string fixed(double v, int precision);
+
 /// Refuses (an Error naming both files) an --out that would overwrite the run store `db` ("" = the default store),
 /// its journal files, any other SQLite database, or a file in the store's checkpoint folder.
 void check_output_path(const std::string& out, const std::string& db);

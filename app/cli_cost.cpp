@@ -40,15 +40,12 @@ struct FractionSet {
   std::vector<double> fractions;  ///< empty: the architecture's defaults
 };
 
-std::string fixed(double v, int precision) {
-  std::ostringstream s;
-  s << std::fixed << std::setprecision(precision) << v;
-  return s.str();
-}
-
 std::string join(const std::vector<double>& v, int precision) {
   std::string out;
-  for (const double x : v) out += (out.empty() ? "" : ",") + fixed(x, precision);
+  for (const double x : v) {
+    if (!out.empty()) out += ',';
+    out += fixed(x, precision);
+  }
   return out;
 }
 

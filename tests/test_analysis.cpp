@@ -14,6 +14,9 @@
 #include "core/store/run_store.h"
 #include "core/train/trainer.h"
 #include "core/util/errors.h"
+#include "tests/suite.h"
+
+namespace test_analysis {
 
 using namespace routelab;
 
@@ -214,5 +217,7 @@ class TestAnalysis : public QObject {
   }
 };
 
-QTEST_GUILESS_MAIN(TestAnalysis)
+}  // namespace test_analysis
+
+ROUTELAB_TEST_SUITE(test_analysis, TestAnalysis)
 #include "test_analysis.moc"

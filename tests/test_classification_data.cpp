@@ -20,6 +20,9 @@
 #include "core/data/word_tokenizer.h"
 #include "core/util/errors.h"
 #include "core/util/logging.h"
+#include "tests/suite.h"
+
+namespace test_classification_data {
 
 using namespace routelab;
 
@@ -640,5 +643,7 @@ class TestClassificationData : public QObject {
   }
 };
 
-QTEST_GUILESS_MAIN(TestClassificationData)
+}  // namespace test_classification_data
+
+ROUTELAB_TEST_SUITE(test_classification_data, TestClassificationData)
 #include "test_classification_data.moc"

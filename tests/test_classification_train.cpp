@@ -14,6 +14,9 @@
 #include "core/train/classification_step.h"
 #include "core/train/trainer.h"
 #include "core/util/errors.h"
+#include "tests/suite.h"
+
+namespace test_classification_train {
 
 using namespace routelab;
 
@@ -257,5 +260,7 @@ class TestClassificationTrain : public QObject {
   }
 };
 
-QTEST_GUILESS_MAIN(TestClassificationTrain)
+}  // namespace test_classification_train
+
+ROUTELAB_TEST_SUITE(test_classification_train, TestClassificationTrain)
 #include "test_classification_train.moc"

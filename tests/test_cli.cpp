@@ -9,6 +9,10 @@
 
 #include <cmath>
 
+#include "tests/suite.h"
+
+namespace test_cli {
+
 class TestCli : public QObject {
   Q_OBJECT
   QTemporaryDir home_;
@@ -115,5 +119,7 @@ class TestCli : public QObject {
   }
 };
 
-QTEST_GUILESS_MAIN(TestCli)
+}  // namespace test_cli
+
+ROUTELAB_TEST_SUITE(test_cli, TestCli)
 #include "test_cli.moc"

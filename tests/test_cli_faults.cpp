@@ -15,6 +15,10 @@
 #include <thread>
 #include <vector>
 
+#include "tests/suite.h"
+
+namespace test_cli_faults {
+
 namespace {
 
 using Clock = std::chrono::steady_clock;
@@ -248,5 +252,7 @@ class TestCliFaults : public QObject {
   }
 };
 
-QTEST_GUILESS_MAIN(TestCliFaults)
+}  // namespace test_cli_faults
+
+ROUTELAB_TEST_SUITE(test_cli_faults, TestCliFaults)
 #include "test_cli_faults.moc"

@@ -12,6 +12,9 @@
 #include "core/util/device.h"
 #include "core/util/errors.h"
 #include "core/util/process.h"
+#include "tests/suite.h"
+
+namespace test_config {
 
 using namespace routelab;
 
@@ -218,5 +221,7 @@ class TestConfig : public QObject {
   }
 };
 
-QTEST_GUILESS_MAIN(TestConfig)
+}  // namespace test_config
+
+ROUTELAB_TEST_SUITE(test_config, TestConfig)
 #include "test_config.moc"

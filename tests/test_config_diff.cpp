@@ -11,6 +11,9 @@
 #include "core/store/run_store.h"
 #include "core/util/errors.h"
 #include "store_test_support.h"
+#include "tests/suite.h"
+
+namespace test_config_diff {
 
 using namespace routelab;
 using nlohmann::json;
@@ -150,5 +153,7 @@ class TestConfigDiff : public QObject {
   }
 };
 
-QTEST_GUILESS_MAIN(TestConfigDiff)
+}  // namespace test_config_diff
+
+ROUTELAB_TEST_SUITE(test_config_diff, TestConfigDiff)
 #include "test_config_diff.moc"

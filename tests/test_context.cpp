@@ -12,6 +12,9 @@
 #include "core/store/run_store.h"
 #include "core/train/trainer.h"
 #include "core/util/errors.h"
+#include "tests/suite.h"
+
+namespace test_context {
 
 using namespace routelab;
 
@@ -116,5 +119,7 @@ class TestContext : public QObject {
   }
 };
 
-QTEST_GUILESS_MAIN(TestContext)
+}  // namespace test_context
+
+ROUTELAB_TEST_SUITE(test_context, TestContext)
 #include "test_context.moc"

@@ -5,6 +5,9 @@
 #include <torch/torch.h>
 
 #include "core/util/cpu_allocator.h"
+#include "tests/suite.h"
+
+namespace test_cpu_cache {
 
 using namespace routelab;
 
@@ -75,5 +78,7 @@ class TestCpuCache : public QObject {
   }
 };
 
-QTEST_GUILESS_MAIN(TestCpuCache)
+}  // namespace test_cpu_cache
+
+ROUTELAB_TEST_SUITE(test_cpu_cache, TestCpuCache)
 #include "test_cpu_cache.moc"

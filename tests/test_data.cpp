@@ -18,6 +18,9 @@
 #include "core/data/text_corpus.h"
 #include "core/util/errors.h"
 #include "core/util/logging.h"
+#include "tests/suite.h"
+
+namespace test_data {
 
 using namespace routelab;
 
@@ -424,5 +427,7 @@ class TestData : public QObject {
   }
 };
 
-QTEST_GUILESS_MAIN(TestData)
+}  // namespace test_data
+
+ROUTELAB_TEST_SUITE(test_data, TestData)
 #include "test_data.moc"

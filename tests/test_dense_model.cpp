@@ -15,6 +15,9 @@
 #include "core/train/optimizer.h"
 #include "core/train/step.h"
 #include "core/util/errors.h"
+#include "tests/suite.h"
+
+namespace test_dense_model {
 
 using namespace routelab;
 
@@ -258,5 +261,7 @@ class TestDenseModel : public QObject {
   }
 };
 
-QTEST_GUILESS_MAIN(TestDenseModel)
+}  // namespace test_dense_model
+
+ROUTELAB_TEST_SUITE(test_dense_model, TestDenseModel)
 #include "test_dense_model.moc"

@@ -14,6 +14,9 @@
 #include "core/train/optimizer.h"
 #include "core/train/step.h"
 #include "core/util/errors.h"
+#include "tests/suite.h"
+
+namespace test_dllm {
 
 using namespace routelab;
 
@@ -438,5 +441,7 @@ class TestDLLM : public QObject {
   }
 };
 
-QTEST_GUILESS_MAIN(TestDLLM)
+}  // namespace test_dllm
+
+ROUTELAB_TEST_SUITE(test_dllm, TestDLLM)
 #include "test_dllm.moc"

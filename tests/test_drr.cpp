@@ -20,6 +20,9 @@
 #include "core/train/optimizer.h"
 #include "core/train/step.h"
 #include "core/util/errors.h"
+#include "tests/suite.h"
+
+namespace test_drr {
 
 using namespace routelab;
 
@@ -493,5 +496,7 @@ class TestDrr : public QObject {
   }
 };
 
-QTEST_GUILESS_MAIN(TestDrr)
+}  // namespace test_drr
+
+ROUTELAB_TEST_SUITE(test_drr, TestDrr)
 #include "test_drr.moc"

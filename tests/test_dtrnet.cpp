@@ -9,6 +9,9 @@
 #include "core/train/optimizer.h"
 #include "core/train/step.h"
 #include "core/util/errors.h"
+#include "tests/suite.h"
+
+namespace test_dtrnet {
 
 using namespace routelab;
 
@@ -313,5 +316,7 @@ class TestDTRNet : public QObject {
   }
 };
 
-QTEST_GUILESS_MAIN(TestDTRNet)
+}  // namespace test_dtrnet
+
+ROUTELAB_TEST_SUITE(test_dtrnet, TestDTRNet)
 #include "test_dtrnet.moc"

@@ -20,6 +20,9 @@
 #include "core/util/errors.h"
 
 #include "model_test_support.h"
+#include "tests/suite.h"
+
+namespace test_early_exit {
 
 using namespace routelab;
 
@@ -441,5 +444,7 @@ class TestEarlyExit : public QObject {
   }
 };
 
-QTEST_GUILESS_MAIN(TestEarlyExit)
+}  // namespace test_early_exit
+
+ROUTELAB_TEST_SUITE(test_early_exit, TestEarlyExit)
 #include "test_early_exit.moc"

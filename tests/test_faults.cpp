@@ -21,6 +21,9 @@
 #include "core/train/trainer.h"
 #include "core/util/errors.h"
 #include "tests/store_test_support.h"
+#include "tests/suite.h"
+
+namespace test_faults {
 
 using namespace routelab;
 using namespace routelab::test;
@@ -308,5 +311,7 @@ class TestFaults : public QObject {
   }
 };
 
-QTEST_GUILESS_MAIN(TestFaults)
+}  // namespace test_faults
+
+ROUTELAB_TEST_SUITE(test_faults, TestFaults)
 #include "test_faults.moc"

@@ -29,12 +29,15 @@
 #include "widgets/loss_plot_widget.h"
 #include "widgets/plot_export.h"
 #include "widgets/qcustomplot_include.h"
+#include "tests/suite.h"
+
+Q_DECLARE_METATYPE(routelab::Figure)
+
+namespace test_figure_export {
 
 using routelab::Figure;
 using routelab::FigurePanel;
 using routelab::FigureSeries;
-
-Q_DECLARE_METATYPE(routelab::Figure)
 
 namespace {
 
@@ -111,7 +114,8 @@ FigurePanel heatmapPanel(bool diverging) {
   h.rows = 4;
   h.cols = 24;
   for (std::size_t r = 0; r < h.rows; ++r) {
-    h.row_labels.push_back("L" + std::to_string(r));
+    std::string label = "L";  // appended, not "L" + to_string: GCC 12 warns falsely on that (-Wrestrict, PR 105651)
+    h.row_labels.push_back(label += std::to_string(r));
     for (std::size_t c = 0; c < h.cols; ++c)
       h.values.push_back(diverging ? std::sin(0.3 * static_cast<double>(c + r)) : static_cast<double>((c * 7 + r * 3) % 11) / 10.0);
   }
@@ -600,5 +604,7 @@ class TestFigureExport : public QObject {
   QTemporaryDir dir_;
 };
 
-QTEST_MAIN(TestFigureExport)
+}  // namespace test_figure_export
+
+ROUTELAB_TEST_SUITE(test_figure_export, TestFigureExport)
 #include "test_figure_export.moc"

@@ -20,6 +20,9 @@
 #include "core/store/run_store.h"
 #include "core/util/errors.h"
 #include "store_test_support.h"
+#include "tests/suite.h"
+
+namespace test_figures {
 
 using namespace routelab;
 using nlohmann::json;
@@ -427,5 +430,7 @@ class TestFigures : public QObject {
   }
 };
 
-QTEST_GUILESS_MAIN(TestFigures)
+}  // namespace test_figures
+
+ROUTELAB_TEST_SUITE(test_figures, TestFigures)
 #include "test_figures.moc"

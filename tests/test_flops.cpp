@@ -18,6 +18,9 @@
 #include "core/models/registry.h"
 #include "core/models/tsa.h"
 #include "core/util/errors.h"
+#include "tests/suite.h"
+
+namespace test_flops {
 
 using namespace routelab;
 
@@ -344,5 +347,7 @@ class TestFlops : public QObject {
   }
 };
 
-QTEST_GUILESS_MAIN(TestFlops)
+}  // namespace test_flops
+
+ROUTELAB_TEST_SUITE(test_flops, TestFlops)
 #include "test_flops.moc"

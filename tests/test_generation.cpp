@@ -16,6 +16,9 @@
 #include "core/models/registry.h"
 #include "core/models/tsa.h"
 #include "core/util/errors.h"
+#include "tests/suite.h"
+
+namespace test_generation {
 
 using namespace routelab;
 
@@ -327,5 +330,7 @@ class TestGeneration : public QObject {
   }
 };
 
-QTEST_GUILESS_MAIN(TestGeneration)
+}  // namespace test_generation
+
+ROUTELAB_TEST_SUITE(test_generation, TestGeneration)
 #include "test_generation.moc"

@@ -46,6 +46,9 @@
 #include "widgets/loss_plot_widget.h"
 #include "widgets/qcustomplot_include.h"
 #include "widgets/progress_status_widget.h"
+#include "tests/suite.h"
+
+namespace test_gui {
 
 using routelab::LossPlotWidget;
 using routelab::MainWindow;
@@ -692,5 +695,7 @@ void TestGui::guiThreadStallIsMeasured() {
   QVERIFY(ticks > 10);  // the event loop kept turning
 }
 
-QTEST_MAIN(TestGui)
+}  // namespace test_gui
+
+ROUTELAB_TEST_SUITE(test_gui, TestGui)
 #include "test_gui.moc"

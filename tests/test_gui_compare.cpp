@@ -26,6 +26,9 @@
 #include "ui/runs_panel.h"
 #include "ui/store_service.h"
 #include "widgets/qcustomplot_include.h"
+#include "tests/suite.h"
+
+namespace test_gui_compare {
 
 using routelab::CompareView;
 
@@ -433,5 +436,7 @@ void TestGuiCompare::mainWindowHasTheDockShortcutAndCompareRequest() {
   QTRY_COMPARE_WITH_TIMEOUT(view->diffView()->model()->columnCount(), 3, kBuildTimeoutMs);
 }
 
-QTEST_MAIN(TestGuiCompare)
+}  // namespace test_gui_compare
+
+ROUTELAB_TEST_SUITE(test_gui_compare, TestGuiCompare)
 #include "test_gui_compare.moc"

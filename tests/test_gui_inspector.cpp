@@ -25,6 +25,9 @@
 #include "widgets/grouped_bars_widget.h"
 #include "widgets/token_routing_widget.h"
 #include "widgets/xy_curves_widget.h"
+#include "tests/suite.h"
+
+namespace test_gui_inspector {
 
 using routelab::TokenInspector;
 
@@ -241,5 +244,7 @@ class TestGuiInspector : public QObject {
   }
 };
 
-QTEST_MAIN(TestGuiInspector)
+}  // namespace test_gui_inspector
+
+ROUTELAB_TEST_SUITE(test_gui_inspector, TestGuiInspector)
 #include "test_gui_inspector.moc"

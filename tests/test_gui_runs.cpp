@@ -31,6 +31,9 @@
 #include "ui/runs_panel.h"
 #include "ui/runs_table_model.h"
 #include "ui/store_service.h"
+#include "tests/suite.h"
+
+namespace test_gui_runs {
 
 using routelab::MainWindow;
 using routelab::RunQueue;
@@ -425,5 +428,7 @@ void TestGuiRuns::queuedSweepExpandsIntoItsPoints() {
   QCOMPARE(seeds, (QList<qint64>{1, 2}));
 }
 
-QTEST_MAIN(TestGuiRuns)
+}  // namespace test_gui_runs
+
+ROUTELAB_TEST_SUITE(test_gui_runs, TestGuiRuns)
 #include "test_gui_runs.moc"

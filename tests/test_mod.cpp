@@ -16,6 +16,9 @@
 #include "core/util/errors.h"
 
 #include "model_test_support.h"
+#include "tests/suite.h"
+
+namespace test_mod {
 
 using namespace routelab;
 
@@ -438,5 +441,7 @@ class TestMoD : public QObject {
   }
 };
 
-QTEST_GUILESS_MAIN(TestMoD)
+}  // namespace test_mod
+
+ROUTELAB_TEST_SUITE(test_mod, TestMoD)
 #include "test_mod.moc"

@@ -6,6 +6,9 @@
 #include <torch/torch.h>
 
 #include "core/train/optimizer.h"
+#include "tests/suite.h"
+
+namespace test_optimizer {
 
 using namespace routelab;
 
@@ -165,5 +168,7 @@ class TestOptimizer : public QObject {
   }
 };
 
-QTEST_GUILESS_MAIN(TestOptimizer)
+}  // namespace test_optimizer
+
+ROUTELAB_TEST_SUITE(test_optimizer, TestOptimizer)
 #include "test_optimizer.moc"

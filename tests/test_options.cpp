@@ -11,6 +11,9 @@
 
 #include "core/config/options.h"
 #include "core/util/errors.h"
+#include "tests/suite.h"
+
+namespace test_options {
 
 using namespace routelab;
 using nlohmann::json;
@@ -251,5 +254,7 @@ class TestOptions : public QObject {
   }
 };
 
-QTEST_GUILESS_MAIN(TestOptions)
+}  // namespace test_options
+
+ROUTELAB_TEST_SUITE(test_options, TestOptions)
 #include "test_options.moc"

@@ -21,6 +21,9 @@
 #include "core/util/errors.h"
 
 #include "model_test_support.h"
+#include "tests/suite.h"
+
+namespace test_radial {
 
 using namespace routelab;
 
@@ -680,5 +683,7 @@ class TestRadial : public QObject {
   }
 };
 
-QTEST_GUILESS_MAIN(TestRadial)
+}  // namespace test_radial
+
+ROUTELAB_TEST_SUITE(test_radial, TestRadial)
 #include "test_radial.moc"

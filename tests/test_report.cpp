@@ -15,6 +15,9 @@
 #include "core/store/run_store.h"
 #include "core/util/errors.h"
 #include "store_test_support.h"
+#include "tests/suite.h"
+
+namespace test_report {
 
 using namespace routelab;
 
@@ -234,5 +237,7 @@ class TestReport : public QObject {
   }
 };
 
-QTEST_GUILESS_MAIN(TestReport)
+}  // namespace test_report
+
+ROUTELAB_TEST_SUITE(test_report, TestReport)
 #include "test_report.moc"

@@ -7,6 +7,9 @@
 #include "core/models/blocks/attention.h"
 #include "core/models/blocks/routing.h"
 #include "core/util/errors.h"
+#include "tests/suite.h"
+
+namespace test_routing {
 
 using namespace routelab;
 
@@ -188,5 +191,7 @@ class TestRouting : public QObject {
   }
 };
 
-QTEST_GUILESS_MAIN(TestRouting)
+}  // namespace test_routing
+
+ROUTELAB_TEST_SUITE(test_routing, TestRouting)
 #include "test_routing.moc"

@@ -21,6 +21,9 @@
 #include "core/util/paths.h"
 #include "core/util/process.h"
 #include "tests/store_test_support.h"
+#include "tests/suite.h"
+
+namespace test_run_lease {
 
 using namespace routelab;
 using namespace routelab::test;
@@ -312,5 +315,7 @@ class TestRunLease : public QObject {
   }
 };
 
-QTEST_GUILESS_MAIN(TestRunLease)
+}  // namespace test_run_lease
+
+ROUTELAB_TEST_SUITE(test_run_lease, TestRunLease)
 #include "test_run_lease.moc"

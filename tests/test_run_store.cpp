@@ -22,6 +22,9 @@
 #include "core/util/errors.h"
 #include "core/util/logging.h"
 #include "tests/store_test_support.h"
+#include "tests/suite.h"
+
+namespace test_run_store {
 
 using namespace routelab;
 using namespace routelab::test;
@@ -731,5 +734,7 @@ class TestRunStore : public QObject {
 
 };
 
-QTEST_GUILESS_MAIN(TestRunStore)
+}  // namespace test_run_store
+
+ROUTELAB_TEST_SUITE(test_run_store, TestRunStore)
 #include "test_run_store.moc"

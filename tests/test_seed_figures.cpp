@@ -28,6 +28,9 @@
 #include "core/store/run_store.h"
 #include "core/train/trainer.h"
 #include "core/util/errors.h"
+#include "tests/suite.h"
+
+namespace test_seed_figures {
 
 using namespace routelab;
 using nlohmann::json;
@@ -477,5 +480,7 @@ class TestSeedFigures : public QObject {
   }
 };
 
-QTEST_GUILESS_MAIN(TestSeedFigures)
+}  // namespace test_seed_figures
+
+ROUTELAB_TEST_SUITE(test_seed_figures, TestSeedFigures)
 #include "test_seed_figures.moc"

@@ -24,6 +24,9 @@
 #include "core/util/errors.h"
 #include "core/util/logging.h"
 #include "tests/store_test_support.h"
+#include "tests/suite.h"
+
+namespace test_store_writer {
 
 using namespace routelab;
 using namespace routelab::test;
@@ -285,5 +288,7 @@ class TestStoreWriter : public QObject {
   }
 };
 
-QTEST_GUILESS_MAIN(TestStoreWriter)
+}  // namespace test_store_writer
+
+ROUTELAB_TEST_SUITE(test_store_writer, TestStoreWriter)
 #include "test_store_writer.moc"

@@ -4,6 +4,9 @@
 
 #include "core/config/sweep.h"
 #include "core/util/errors.h"
+#include "tests/suite.h"
+
+namespace test_sweep {
 
 using namespace routelab;
 using nlohmann::json;
@@ -98,5 +101,7 @@ class TestSweep : public QObject {
   }
 };
 
-QTEST_GUILESS_MAIN(TestSweep)
+}  // namespace test_sweep
+
+ROUTELAB_TEST_SUITE(test_sweep, TestSweep)
 #include "test_sweep.moc"

@@ -12,6 +12,9 @@
 #include "core/models/vanilla_classifier.h"
 #include "core/train/checkpoint.h"
 #include "core/util/errors.h"
+#include "tests/suite.h"
+
+namespace test_tagat {
 
 using namespace routelab;
 
@@ -357,5 +360,7 @@ class TestTagat : public QObject {
   }
 };
 
-QTEST_GUILESS_MAIN(TestTagat)
+}  // namespace test_tagat
+
+ROUTELAB_TEST_SUITE(test_tagat, TestTagat)
 #include "test_tagat.moc"

@@ -13,6 +13,9 @@
 #include "core/store/run_store.h"
 #include "core/train/trainer.h"
 #include "core/util/errors.h"
+#include "tests/suite.h"
+
+namespace test_token_trace {
 
 using namespace routelab;
 
@@ -193,5 +196,7 @@ class TestTokenTrace : public QObject {
   }
 };
 
-QTEST_GUILESS_MAIN(TestTokenTrace)
+}  // namespace test_token_trace
+
+ROUTELAB_TEST_SUITE(test_token_trace, TestTokenTrace)
 #include "test_token_trace.moc"

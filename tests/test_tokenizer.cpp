@@ -9,6 +9,9 @@
 #include "core/data/synthetic_tasks.h"
 #include "core/data/tokenizer.h"
 #include "core/util/errors.h"
+#include "tests/suite.h"
+
+namespace test_tokenizer {
 
 using namespace routelab;
 
@@ -189,5 +192,7 @@ class TestTokenizer : public QObject {
   }
 };
 
-QTEST_GUILESS_MAIN(TestTokenizer)
+}  // namespace test_tokenizer
+
+ROUTELAB_TEST_SUITE(test_tokenizer, TestTokenizer)
 #include "test_tokenizer.moc"

@@ -14,6 +14,9 @@
 #include "core/store/run_store.h"
 #include "core/train/trainer.h"
 #include "core/util/errors.h"
+#include "tests/suite.h"
+
+namespace test_trainer {
 
 using namespace routelab;
 
@@ -296,5 +299,7 @@ class TestTrainer : public QObject {
   }
 };
 
-QTEST_GUILESS_MAIN(TestTrainer)
+}  // namespace test_trainer
+
+ROUTELAB_TEST_SUITE(test_trainer, TestTrainer)
 #include "test_trainer.moc"

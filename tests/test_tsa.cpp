@@ -19,6 +19,9 @@
 #include "core/util/errors.h"
 
 #include "model_test_support.h"
+#include "tests/suite.h"
+
+namespace test_tsa {
 
 using namespace routelab;
 
@@ -542,5 +545,7 @@ class TestTsa : public QObject {
   }
 };
 
-QTEST_GUILESS_MAIN(TestTsa)
+}  // namespace test_tsa
+
+ROUTELAB_TEST_SUITE(test_tsa, TestTsa)
 #include "test_tsa.moc"

@@ -56,7 +56,8 @@ Figure seed002_fig3(const RunStore& store, const FigureRequest& request) {
     epochs.x_label = epoch_of.empty() ? "Step" : "Epoch";
     for (int e = 0; e < experts; ++e) {
       FigureSeries s;
-      s.label = "E" + std::to_string(e);
+      s.label = "E";  // appended, not "E" + to_string: GCC 12 warns falsely on that (-Wstringop-overflow)
+      s.label += std::to_string(e);
       s.color = e;
       s.marked = true;
       for (const auto& p : store.metric(id, "val/load/E" + std::to_string(e))) {
