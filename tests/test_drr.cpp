@@ -354,10 +354,10 @@ class TestDrr : public QObject {
     const double base_params = 2616 + 136, drr_params = 2616 + 3 * (115 + 512) + 88 + 136;
     // FLOPs at T = 4: plain layer qkv 1536 + scores/weighted sum 4*16*8 = 512 + proj 512 + MLP 4096 = 6656 (x3);
     // head 2*4*8*11 = 704. DRR: router 512+192 per layer; layer 1 short memory over 4 entries 512+1024+512+512
-    // and the pool after it 512; layer 2 short over 8 entries 512+2048+1024+512 and long over 2 entries
-    // 512+512+256+512.
+    // and the pool after it: projection 512 and (causal form) the chunk average, a (2, 4) x (4, 8) product 128;
+    // layer 2 short over 8 entries 512+2048+1024+512 and long over 2 entries 512+512+256+512.
     const double base_flops = 3 * 6656 + 704;
-    const double drr_flops = base_flops + 3 * 704 + (2560 + 512) + (4096 + 1792);
+    const double drr_flops = base_flops + 3 * 704 + (2560 + 512 + 128) + (4096 + 1792);
     const auto r = drr_overhead(t, o);
     QCOMPARE(r.seq, std::int64_t(4));
     QCOMPARE(r.base_params, base_params);

@@ -242,11 +242,6 @@ class TestFlops : public QObject {
     const auto [out, counted] = counted_forward(*model, 1, /*training=*/true);
     double priced = 2.0 * kSeq * full.at("n_embd").get<double>() * kVocab;  // the head
     for (const auto& t : out.trace) priced += t.flops;
-    // Known under-pricing (issue 20): Radial prices only the (query, entry) pairs a query may see and live router
-    // calls, though it computes every query against the whole store and the router on every token; DRR leaves a
-    // small product out. An XPASS here means the pricing was fixed: drop the line.
-    QEXPECT_FAIL("radial", "issue 20: Radial under-prices its store attention and router calls", Continue);
-    QEXPECT_FAIL("drr", "issue 20: DRR leaves a product unpriced", Continue);
     QVERIFY2(near(counted, priced, 1e-9),
              qPrintable(QString("%1: counted %2, priced %3").arg(arch).arg(counted, 0, 'g', 12).arg(priced, 0, 'g', 12)));
   }

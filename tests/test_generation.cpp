@@ -15,6 +15,7 @@
 #include "core/models/language_model.h"
 #include "core/models/registry.h"
 #include "core/models/tsa.h"
+#include "core/train/evaluation.h"
 #include "core/util/errors.h"
 #include "tests/suite.h"
 
@@ -133,6 +134,30 @@ class TestGeneration : public QObject {
 
  private Q_SLOTS:
   void init() { torch::manual_seed(11); }
+
+  void promptCacheEqualsTheRegistryRule_data() { add_arch_rows(); }
+  void promptCacheEqualsTheRegistryRule() {
+    // After a prompt pass the cache holds what the architecture's registered KV rule (layer_kv_entries: the
+    // cost-length figure, seed 000 Figure 6 and the Compare view price memory with it) computes from the stored
+    // evaluation record of the same forward. D-LLM's prompt pass writes every slot, so its rule is dense's.
+    QFETCH(QString, arch);
+    QFETCH(QString, sets);
+    const auto tokens = torch::randint(kVocab, {1, kSeq}, torch::TensorOptions().dtype(torch::kLong));
+    auto model = model_for_row(arch, sets, tokens);
+    torch::NoGradGuard no_grad;
+    const auto full = model->forward(tokens, /*trace=*/true);
+    InferenceRouting routing;
+    routing.add(full.trace);
+    const auto record = routing.to_json();  // what an evaluation stores
+    double priced = 0;
+    for (const auto& layer : record.at("layers")) priced += layer_kv_entries(layer, double(kSeq));
+    auto state = model->begin_decode(1);
+    model->decode(*state, tokens);
+    const auto held = static_cast<double>(state->entries());
+    QVERIFY2(std::abs(held - priced) <= 1e-9 * priced,
+             qPrintable(QString("%1: cache holds %2 entries, the rule prices %3").arg(arch).arg(held).arg(priced)));
+    if (arch == "dllm") QCOMPARE(held, double(model->num_layers() * kSeq));
+  }
 
   void incrementalEqualsFullForward_data() { add_arch_rows(); }
   void incrementalEqualsFullForward() {

@@ -418,27 +418,36 @@ class TestRadial : public QObject {
     const auto out = model.forward(tokens, true);
     QVERIFY(torch::allclose(out.logits, reference_forward(model, tokens, forced).logits, 1e-4, 1e-5));
 
-    // Expected counts and (query, entry) pairs from the path, by brute force.
+    // Expected counts and FLOPs from the path, by brute force, priced as the forward executes them: the router on
+    // all B T rows at every step until one where no token runs; every running query scored against the whole store,
+    // whose width grows each step by the most tokens any sequence runs (its compacted, padded row count).
     auto path = torch::full({B, T, S}, -1, torch::kLong);
-    std::vector<double> runs(L, 0), pairs(L, 0);
-    double evaluations = 0;
     for (std::int64_t b = 0; b < B; ++b)
       for (std::int64_t t = 0; t < T; ++t)
         for (std::int64_t s = 0; s < S; ++s) {
-          evaluations += 1;  // the router runs at every step until the exit
           const auto c = forced[b][t][s].item<std::int64_t>();
           if (c == L) break;
           path[b][t][s] = c;
         }
-    for (std::int64_t b = 0; b < B; ++b)
-      for (std::int64_t t = 0; t < T; ++t)
-        for (std::int64_t s = 0; s < S; ++s) {
-          const auto c = path[b][t][s].item<std::int64_t>();
-          if (c < 0) continue;
-          runs[std::size_t(c)] += 1;
-          for (std::int64_t t2 = 0; t2 <= t; ++t2)
-            for (std::int64_t s2 = 0; s2 <= s; ++s2) pairs[std::size_t(c)] += path[b][t2][s2].item<std::int64_t>() >= 0;
-        }
+    std::vector<double> runs(L, 0), pairs(L, 0);
+    double evaluations = 0, store = 0;
+    for (std::int64_t s = 0; s < S; ++s) {
+      evaluations += double(B * T);
+      std::int64_t widest = 0;
+      for (std::int64_t b = 0; b < B; ++b) {
+        std::int64_t running = 0;
+        for (std::int64_t t = 0; t < T; ++t) running += path[b][t][s].item<std::int64_t>() >= 0;
+        widest = std::max(widest, running);
+      }
+      if (widest == 0) break;
+      store += double(widest);
+      for (std::int64_t b = 0; b < B; ++b)
+        for (std::int64_t t = 0; t < T; ++t)
+          if (const auto c = path[b][t][s].item<std::int64_t>(); c >= 0) {
+            runs[std::size_t(c)] += 1;
+            pairs[std::size_t(c)] += store;
+          }
+    }
     QVERIFY(torch::equal(path_of(out), path));
     QCOMPARE(runs[0] + runs[1] + runs[2], 29.0);
     const auto shape = layer_shape(model.options());

@@ -77,6 +77,15 @@ SweepPlan expand_sweep(const nlohmann::json& doc, const std::string& origin) {
     }
   }
 
+  // Appends "key=value" (the path without its section) to a point's name suffix. Appended piece by piece: GCC 12
+  // warns falsely on the chained operator+ form (-Wstringop-overflow).
+  auto name_axis = [](std::string& suffix, const std::string& path, const nlohmann::json& value) {
+    if (!suffix.empty()) suffix += ',';
+    suffix += path.substr(path.find('.') + 1);
+    suffix += '=';
+    suffix += value_text(value);
+  };
+
   auto resolve_point = [&](const nlohmann::json& overrides, const std::string& name, const std::string& from) {
     try {
       plan.points.push_back({name, from, resolve_config(overrides, {}, from)});
@@ -94,7 +103,7 @@ SweepPlan expand_sweep(const nlohmann::json& doc, const std::string& origin) {
     for (std::size_t a = 0; a < axes.size(); ++a) {
       const auto& [path, values] = axes[a];
       assign(overrides, path, values[index[a]]);
-      suffix += (suffix.empty() ? "" : ",") + path.substr(path.find('.') + 1) + "=" + value_text(values[index[a]]);
+      name_axis(suffix, path, values[index[a]]);
     }
     resolve_point(overrides, suffix.empty() ? plan.name : plan.name + "/" + suffix, base_name.empty() ? origin : base_name);
     std::size_t a = axes.size();
@@ -129,8 +138,7 @@ SweepPlan expand_sweep(const nlohmann::json& doc, const std::string& origin) {
         std::string suffix;
         for (std::size_t a = 0; a < shared.size(); ++a) {
           assign(overrides, shared[a].first, shared[a].second[at[a]]);
-          suffix += (suffix.empty() ? "" : ",") + shared[a].first.substr(shared[a].first.find('.') + 1) + "=" +
-                    value_text(shared[a].second[at[a]]);
+          name_axis(suffix, shared[a].first, shared[a].second[at[a]]);
         }
         for (const auto& [path, value] : own.items()) assign(overrides, path, value);
         resolve_point(overrides, plan.name + "/" + label + (suffix.empty() ? "" : "," + suffix), preset);

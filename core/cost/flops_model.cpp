@@ -312,7 +312,7 @@ FlopsEstimate price_radial(const Input& in) {
                         "(masked rectangle K_s x N_s, priced with the most even depths for mean depth sum(fractions)); "
                         "the attention of a step is shared over the layers in proportion to their executions");
   b.est.notes.push_back("the router runs on every token at every step until one where no token runs (split evenly "
-                        "over the layers); LayerTrace prices only the live evaluations and the visible pairs");
+                        "over the layers), as the forward executes it; LayerTrace prices the same work per step");
   return b.est;
 }
 
@@ -346,8 +346,7 @@ FlopsEstimate price_drr(const Input& in) {
   b.est.notes.push_back("every token computes all three paths (identity, short- and long-term memory): no FLOPs "
                         "depend on the gates; fractions are ignored");
   if (causal)
-    b.est.notes.push_back("the causal summary pool averages through a matrix product (2 S' T d per sequence), "
-                          "which LayerTrace counts as additions");
+    b.est.notes.push_back("the causal summary pool averages through a matrix product (2 S' T d per sequence)");
   return b.est;
 }
 

@@ -297,6 +297,8 @@ DLLMOptions dllm_options_from_json(const nlohmann::json& m) {
 
 }  // namespace
 
+// No kv_entries rule: the prompt pass writes every slot's keys and values (the skipped ones masked out as keys), so
+// a D-LLM cache is dense-sized after a prompt, as seed 000 reports; only generated tokens are cached when executed.
 ArchitectureEntry dllm_architecture() {
   return {
       "dllm",

@@ -267,13 +267,13 @@ double depth_memory_attention_flops(double batch, double seq, double entries, st
 }
 
 double drr_layer_flops(double batch, double seq, const LayerShape& shape, std::int64_t router_hidden,
-                       double short_entries, double long_entries, bool pools) {
+                       double short_entries, double long_entries, bool pools, double pool_product_rows) {
   const double tokens = batch * seq, d = static_cast<double>(shape.d), h = static_cast<double>(router_hidden);
   double flops = linear_flops(tokens, d, h) + linear_flops(tokens, h, 3.0);  // router
   flops += depth_memory_attention_flops(batch, seq, short_entries, shape.d);
   flops += depth_memory_attention_flops(batch, seq, long_entries, shape.d);
   flops += dense_layer_flops(batch, seq, shape);  // the PreNorm block
-  if (pools) flops += linear_flops(tokens, d, d);  // summary projection (the average is additions only)
+  if (pools) flops += linear_flops(tokens, d, d) + linear_flops(batch * pool_product_rows, seq, d);
   return flops;
 }
 
@@ -306,7 +306,8 @@ DrrOverhead drr_overhead(const TransformerOptions& transformer, const DrrOptions
     const double blocks = static_cast<double>(i / options.block_size());
     const bool pools = (i + 1) % options.block_size() == 0 && summary > 0;
     o.base_stack_flops += dense_layer_flops(1.0, T, shape);
-    o.drr_stack_flops += drr_layer_flops(1.0, T, shape, static_cast<std::int64_t>(h), window * T, blocks * summary, pools);
+    o.drr_stack_flops += drr_layer_flops(1.0, T, shape, static_cast<std::int64_t>(h), window * T, blocks * summary, pools,
+                                         options.memory() == DrrMemory::Causal ? summary : 0.0);
   }
   const double head = linear_flops(T, d, V);
   o.base_flops = o.base_stack_flops + head;
@@ -394,7 +395,8 @@ DrrTransformer::States DrrTransformer::states(const torch::Tensor& tokens, bool 
                           {"short_memory", short_entries > 0 ? B * T : 0},
                           {"long_memory", long_entries > 0 ? B * T : 0}};
     t.flops = drr_layer_flops(static_cast<double>(B), static_cast<double>(T), shape,
-                              options_.n_embd() * o.router_hidden_mult(), short_entries, long_entries, pools);
+                              options_.n_embd() * o.router_hidden_mult(), short_entries, long_entries, pools,
+                              memory.causal ? static_cast<double>(summary) : 0.0);
     t.dense_flops = dense_layer_flops(static_cast<double>(B), static_cast<double>(T), shape);
     t.stats = {{"gate_identity", double(m[0])}, {"gate_short", double(m[1])}, {"gate_long", double(m[2])},
                {"short_entries", short_entries}, {"long_entries", long_entries}};
@@ -603,7 +605,7 @@ void check_drr_options(const nlohmann::json& m, const std::string& path) {
 }  // namespace
 
 ArchitectureEntry drr_architecture() {
-  return {
+  ArchitectureEntry entry{
       "drr",
       "Depth Routing Residuals",
       "seed 001 (DRR, its PyTorch code)",
@@ -617,6 +619,12 @@ ArchitectureEntry drr_architecture() {
                                                 drr_options_from_json(m));
       },
   };
+  // Every layer caches every token, plus the depth-memory entries it attends (short- and long-term, per sequence).
+  entry.kv_entries = [](const nlohmann::json& layer, double seq) {
+    const auto stats = layer.value("stats", nlohmann::json::object());
+    return seq + stats.value("short_entries", 0.0) + stats.value("long_entries", 0.0);
+  };
+  return entry;
 }
 
 }  // namespace routelab

@@ -145,9 +145,10 @@ DrrOverhead drr_overhead(const TransformerOptions& transformer, const DrrOptions
 double depth_memory_attention_flops(double batch, double seq, double entries, std::int64_t dim);
 /// Forward FLOPs of DRR layer work on `batch` x `seq` tokens: router, short-term attention over `short_entries`
 /// and long-term attention over `long_entries` entries per sequence, the PreNorm block, and (`pools`) the summary
-/// pool that runs after it.
+/// pool that runs after it: its projection, and its chunk average when that is a (S', seq) x (seq, C) product per
+/// sequence (the causal form, `pool_product_rows` = S'; the seed's adaptive pooling is additions only, 0).
 double drr_layer_flops(double batch, double seq, const LayerShape& shape, std::int64_t router_hidden,
-                       double short_entries, double long_entries, bool pools);
+                       double short_entries, double long_entries, bool pools, double pool_product_rows);
 
 class DrrTransformer : public TransformerTrunk {
  public:

@@ -383,7 +383,7 @@ DTRNetOptions dtrnet_options_from_json(const nlohmann::json& m, std::int64_t n_l
 }  // namespace
 
 ArchitectureEntry dtrnet_architecture() {
-  return {
+  ArchitectureEntry entry{
       "dtrnet",
       "DTRNet",
       "seed 000 (Sharma et al., DTRNet)",
@@ -403,6 +403,9 @@ ArchitectureEntry dtrnet_architecture() {
         return std::make_shared<DTRNet>(model, dtrnet_options_from_json(m, model.n_layer()));
       },
   };
+  // A routed layer caches the keys and values of the tokens it sends to attention; bypassed tokens write none.
+  entry.kv_entries = kv_entries_of_routed_tokens;
+  return entry;
 }
 
 }  // namespace routelab

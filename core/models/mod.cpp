@@ -239,7 +239,7 @@ void check_mod_options(const nlohmann::json& m, const std::string& path) {
 }  // namespace
 
 ArchitectureEntry mod_architecture() {
-  return {
+  ArchitectureEntry entry{
       "mod",
       "Mixture-of-Depths",
       "Raposo et al. 2024 (baseline of seed 000)",
@@ -252,6 +252,9 @@ ArchitectureEntry mod_architecture() {
                                                  mod_options_from_json(m));
       },
   };
+  // A MoD layer caches the tokens its router selects.
+  entry.kv_entries = kv_entries_of_routed_tokens;
+  return entry;
 }
 
 }  // namespace routelab

@@ -259,13 +259,16 @@ ModelOutput RadialNetwork::run(const torch::Tensor& tokens, bool trace, RadialRe
   if (trace) {
     gate_sum = torch::zeros({B, T, L}, float_options);
     evaluations = torch::zeros({B, T}, float_options);
-    pairs = torch::zeros({L + 1}, float_options.dtype(torch::kDouble));  // (query, entry) pairs attended, per layer
+    // (query, entry) pairs computed, per layer of the query (the last slot collects the padding rows, unpriced).
+    pairs = torch::zeros({L + 1}, float_options.dtype(torch::kDouble));
   }
+  std::int64_t router_steps = 0;  // steps at which the router ran on all B T rows
   UnifiedKVStore store;
   const auto flat_offset = torch::arange(B, long_options).unsqueeze(1) * T;  // (B, 1): row b starts at b T
 
   for (std::int64_t s = 0; s < S; ++s) {
     auto z = router(h);  // (B, T, L + 1) float
+    ++router_steps;
     if (s < radial_.min_depth()) z = z.index_fill(-1, exit_column, -std::numeric_limits<float>::infinity());
     const auto p = torch::softmax(z, -1);  // the router's probabilities (what the Gumbel-max sample draws from)
     torch::Tensor noise;
@@ -342,7 +345,8 @@ ModelOutput RadialNetwork::run(const torch::Tensor& tokens, bool trace, RadialRe
     const auto heads =
         unified_attention(q, store, visible, options_.dropout(), is_training(), rows.lengths);  // (B, H, K, hd)
     const auto heads_rows = heads.transpose(1, 2).reshape({N, C});
-    if (trace) pairs.index_add_(0, choice_flat, visible.sum(-1).reshape({N}).to(torch::kDouble));
+    // Every running query is scored against the whole store, the entries it may not see masked afterwards.
+    if (trace) pairs.index_add_(0, choice_flat, torch::full({N}, static_cast<double>(store.size()), pairs.options()));
 
     const auto weight_rows = straight_through ? weight.gather(1, rows.index).reshape({N}) : torch::Tensor();
     const bool probing = residual_probe_active();
@@ -386,10 +390,9 @@ ModelOutput RadialNetwork::run(const torch::Tensor& tokens, bool trace, RadialRe
   const auto pairs_cpu = pairs.to(torch::kCPU).contiguous();
   const double tokens_total = static_cast<double>(B * T);
   const auto shape = layer_shape(options_);
-  // The router runs once per token per step until the exit (the parallel forward evaluates it on every row for
-  // simplicity; only the real evaluations are priced). It is shared, so its FLOPs are split evenly over the L
-  // layer traces.
-  const double router_evaluations = evaluations.sum().item<double>();
+  // Priced as executed: the parallel forward evaluates the router on every row at every step until one where no
+  // token runs, exited tokens included. It is shared, so its FLOPs are split evenly over the L layer traces.
+  const double router_evaluations = static_cast<double>(router_steps * B * T);
   const double router_flops = linear_flops(router_evaluations, C, router->fc1->options.out_features()) +
                               linear_flops(router_evaluations, router->fc1->options.out_features(), L + 1);
   for (std::int64_t l = 0; l < L; ++l) {
@@ -578,7 +581,7 @@ void check_radial_options(const nlohmann::json& m, const std::string& path) {
 }  // namespace
 
 ArchitectureEntry radial_architecture() {
-  return {
+  ArchitectureEntry entry{
       "radial",
       "Radial Networks",
       "seed 004 (Dotzel et al. 2024) §5",
@@ -593,6 +596,9 @@ ArchitectureEntry radial_architecture() {
                                                radial_options_from_json(m));
       },
   };
+  // The unified store holds one entry per executed (token, step): a layer owns its executions per token.
+  entry.kv_entries = kv_entries_of_routed_tokens;
+  return entry;
 }
 
 }  // namespace routelab

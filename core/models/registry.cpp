@@ -2,6 +2,7 @@
 #include "core/models/registry.h"
 
 #include <algorithm>
+#include <cmath>
 
 #include "core/models/dense_transformer.h"
 #include "core/models/dllm.h"
@@ -58,6 +59,22 @@ std::vector<ArchitectureEntry> make_registry() {
 }
 
 }  // namespace
+
+double kv_entries_of_routed_tokens(const nlohmann::json& layer, double seq) {
+  const auto it = layer.find("routed_fraction");
+  const double f = it != layer.end() && it->is_number() ? it->get<double>() : 1.0;
+  return (std::isfinite(f) ? f : 1.0) * seq;
+}
+
+double layer_kv_entries(const nlohmann::json& layer, double seq) {
+  const auto routed = layer.find("routed");
+  const auto kind = layer.find("kind");
+  if (routed == layer.end() || !routed->is_boolean() || !routed->get<bool>() || kind == layer.end() || !kind->is_string())
+    return seq;
+  for (const auto& e : architectures())
+    if (e.id == kind->get<std::string>()) return e.kv_entries ? e.kv_entries(layer, seq) : seq;
+  return seq;
+}
 
 const std::vector<ArchitectureEntry>& architectures() {
   static const std::vector<ArchitectureEntry> entries = make_registry();

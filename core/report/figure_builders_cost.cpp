@@ -6,6 +6,7 @@
 
 #include "core/cost/flops_model.h"
 #include "core/models/dense_transformer.h"
+#include "core/models/registry.h"
 #include "core/report/curves.h"
 #include "core/report/figure_detail.h"
 #include "core/report/table.h"
@@ -102,23 +103,6 @@ Figure build_pareto(const RunStore& store, const FigureRequest& request) {
 // cost-length
 
 namespace {
-
-/// KV entries per token of one layer under the evaluation's routing, by kind, as core/inference/kv_cache.h's
-/// analytic_kv_entries counts them: dense, TSA and early-exit layers keep every token (early exit copies the
-/// exited tokens' states); DRR keeps every token plus its memory entries (stats short_entries + long_entries per
-/// sequence, held fixed); the other routed kinds keep the tokens on the attention path (the routed fraction;
-/// Radial Networks: executions per token).
-double kv_entries(const json& layer, double seq) {
-  const auto kind = layer.value("kind", std::string("dense"));
-  const bool routed = json_flag(layer, "routed", false);
-  if (kind == "drr") {
-    const json stats = layer.value("stats", json::object());
-    return seq + json_number(stats, "short_entries", 0) + json_number(stats, "long_entries", 0);
-  }
-  if (!routed || kind == "dense" || kind == "tsa" || kind == "early-exit") return seq;
-  const double f = json_number(layer, "routed_fraction", 1.0);
-  return (std::isfinite(f) ? f : 1.0) * seq;
-}
 
 std::vector<std::int64_t> cost_lengths(const FigureRequest& request, std::int64_t longest_context) {
   if (!request.lengths.empty()) {
@@ -217,7 +201,7 @@ Figure build_cost_length(const RunStore& store, const FigureRequest& request) {
       ratio.x.push_back(static_cast<double>(t));
       ratio.y.push_back(r);
       double entries = 0;
-      for (const auto& l : rc.layers) entries += kv_entries(l, static_cast<double>(t));
+      for (const auto& l : rc.layers) entries += layer_kv_entries(l, static_cast<double>(t));
       kv.x.push_back(static_cast<double>(t));
       kv.y.push_back(entries * rc.entry_bytes / mib);
     }

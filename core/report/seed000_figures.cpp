@@ -6,6 +6,7 @@
 #include "core/analysis/layer_similarity.h"
 #include "core/analysis/run_analysis.h"
 #include "core/cost/flops_model.h"
+#include "core/models/registry.h"
 #include "core/report/seed_figure_detail.h"
 #include "core/util/errors.h"
 
@@ -194,33 +195,32 @@ Figure seed000_fig6(const RunStore& store, const FigureRequest& request) {
     const auto n_kv = model.value("n_kv_head", std::int64_t{0}) > 0 ? model.at("n_kv_head").get<std::int64_t>() : n_head;
     const auto head_dim = model.value("n_embd", std::int64_t{0}) / std::max<std::int64_t>(1, n_head);
     const double entry_bytes = 2.0 * static_cast<double>(n_kv * head_dim) * 4.0;  // key + value, fp32
-    // Cache entries per token and layer under the inference rules (core/inference/kv_cache.h): a routed DTRNet,
-    // MoD or D-LLM layer caches its attention tokens, a Radial layer its executions, every other layer each token.
-    double per_token = 0;
+    // Cache entries after a prompt of t tokens, layer by layer under its architecture's rule (layer_kv_entries):
+    // a routed DTRNet or MoD layer caches its attention tokens, a Radial layer its executions; a D-LLM layer's
+    // prompt pass writes every slot (the skipped ones masked), as dense does.
+    json layers = json::array();
     const auto eval = val_eval(store, id, request.step);
     if (eval) {
       const auto extra = parse_json(eval->extra_json, store, id, "evaluation of step " + std::to_string(eval->step));
-      for (const auto& l : extra.value("layers", json::array())) {
-        const auto kind = l.value("kind", std::string("dense"));
-        const bool by_fraction = l.value("routed", false) && (kind == "dtrnet" || kind == "mod" || kind == "dllm" ||
-                                                               kind == "radial");
-        per_token += by_fraction ? l.value("routed_fraction", 1.0) : 1.0;
-      }
+      layers = extra.value("layers", json::array());
       f.meta["eval_step"][std::to_string(id)] = eval->step;
     } else {
-      per_token = static_cast<double>(model.value("n_layer", std::int64_t{0}));
+      for (std::int64_t l = 0; l < model.value("n_layer", std::int64_t{0}); ++l) layers.push_back(json::object());
       f.meta["eval_step"][std::to_string(id)] = nullptr;
     }
-    if (rec.arch == "drr") f.meta["notes"].push_back(run_label(rec) + ": the depth-memory entries are not counted");
     FigureSeries s;
     s.label = run_label(rec);
     s.color = arch_color(rec.arch);
     s.marked = true;
     for (const auto t : lengths) {
+      double entries = 0;
+      for (const auto& l : layers) entries += layer_kv_entries(l, static_cast<double>(t));
       s.x.push_back(static_cast<double>(t));
-      s.y.push_back(per_token * static_cast<double>(t) * entry_bytes / (1024.0 * 1024.0));
+      s.y.push_back(entries * entry_bytes / (1024.0 * 1024.0));
     }
-    f.meta["entries_per_token"][std::to_string(id)] = per_token;
+    double per_token = 0;  // at the longest length (DRR's fixed memory entries make it vary with the length)
+    for (const auto& l : layers) per_token += layer_kv_entries(l, static_cast<double>(lengths.back()));
+    f.meta["entries_per_token"][std::to_string(id)] = per_token / static_cast<double>(lengths.back());
     p.series.push_back(std::move(s));
   }
   f.meta["lengths"] = lengths;
