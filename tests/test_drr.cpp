@@ -386,16 +386,13 @@ class TestDrr : public QObject {
     QVERIFY(QString::fromStdString(drr.describe()).contains("parameters (layers +"));
   }
 
+  // Cross-field rules of this architecture; every option out of its schema range or of the wrong type is checked
+  // for every architecture by test_conformance.
   void configErrorNamesKey_data() {
     QTest::addColumn<QString>("overrides");
     QTest::addColumn<QString>("key");
     QTest::newRow("seed memory for an LM") << R"({"arch":"drr","memory":"seed"})" << "model.memory";
     QTest::newRow("heads") << R"({"arch":"drr","n_head":3})" << "model.n_head";
-    QTest::newRow("window") << R"({"arch":"drr","short_window":0})" << "model.short_window";
-    QTest::newRow("summary") << R"({"arch":"drr","summary_tokens":0})" << "model.summary_tokens";
-    QTest::newRow("block") << R"({"arch":"drr","block_size":0})" << "model.block_size";
-    QTest::newRow("router") << R"({"arch":"drr","router_hidden_mult":0})" << "model.router_hidden_mult";
-    QTest::newRow("unknown memory") << R"({"arch":"drr","memory":"prefix"})" << "model.memory";
     QTest::newRow("style is not an option") << R"({"arch":"drr","style":"llama"})" << "model.style";
   }
   void configErrorNamesKey() {

@@ -381,13 +381,12 @@ class TestEarlyExit : public QObject {
              0.9);
   }
 
+  // Cross-field rules of this architecture; every option out of its schema range or of the wrong type is checked
+  // for every architecture by test_conformance.
   void configErrorNamesKey_data() {
     QTest::addColumn<QString>("overrides");
     QTest::addColumn<QString>("key");
-    QTest::newRow("threshold above one") << R"({"arch":"early-exit","exit_threshold":1.5})" << "model.exit_threshold";
-    QTest::newRow("negative threshold") << R"({"arch":"early-exit","exit_threshold":-0.1})" << "model.exit_threshold";
     QTest::newRow("one layer") << R"({"arch":"early-exit","n_layer":1})" << "model.n_layer";
-    QTest::newRow("norm flag type") << R"({"arch":"early-exit","shared_exit_norm":"yes"})" << "model.shared_exit_norm";
   }
   void configErrorNamesKey() {
     QFETCH(QString, overrides);
