@@ -1,16 +1,22 @@
 // The conformance suite (issue 20): checks that hold for every registered architecture, written once and run for
-// each registry entry, one added later included. It starts with the configuration contract: an architecture's
-// defaults resolve, and every option given a value outside its schema (below its minimum, above its maximum, an
-// unknown choice, the wrong type) or an unknown key is a ConfigError naming model.<key>. The checks that need a
-// model (causality, decode = forward, counted = priced FLOPs, the KV rule) loop over the registry in
-// test_generation, test_flops and the architecture suites; they move here as the suite grows.
+// each registry entry, one added later included. The configuration contract: an architecture's defaults resolve,
+// and every option given a value outside its schema (below its minimum, above its maximum, an unknown choice, the
+// wrong type) or an unknown key is a ConfigError naming model.<key>. Checkpoints: every language model trained a
+// step, saved and loaded into a model of another seed gives the same logits and the same next step. Other checks
+// that loop over the registry (decode = forward and the KV rule, counted = priced FLOPs) live in test_generation
+// and test_flops; they move here as the suite grows.
+#include <QTemporaryDir>
 #include <QtTest>
 
 #include <cmath>
 
 #include "core/config/experiment_config.h"
 #include "core/config/options.h"
+#include "core/models/language_model.h"
 #include "core/models/registry.h"
+#include "core/train/checkpoint.h"
+#include "core/train/optimizer.h"
+#include "core/train/step.h"
 #include "core/util/errors.h"
 #include "tests/suite.h"
 
@@ -41,6 +47,25 @@ std::vector<std::pair<std::string, nlohmann::json>> invalid_values(const OptionS
   return out;
 }
 
+/// The architecture's schema defaults at a small shape (the shape keys it has).
+nlohmann::json small_model(const ArchitectureEntry& entry) {
+  auto m = schema_defaults(entry.options);
+  const nlohmann::json shape = {{"n_layer", 4}, {"n_embd", 32}, {"n_head", 4}, {"n_kv_head", 2}, {"max_seq_len", 32}};
+  for (const auto& [key, value] : shape.items())
+    if (m.contains(key)) m[key] = value;
+  m["arch"] = entry.id;
+  return m;
+}
+
+constexpr std::int64_t kVocab = 23;
+
+/// One data row per registered language model (column "arch").
+void add_language_model_rows() {
+  QTest::addColumn<QString>("arch");
+  for (const auto& entry : architectures())
+    if (entry.task == "lm") QTest::newRow(entry.id.c_str()) << QString::fromStdString(entry.id);
+}
+
 }  // namespace
 
 class TestConformance : public QObject {
@@ -61,6 +86,44 @@ class TestConformance : public QObject {
       QVERIFY2(config.model().contains(spec.key), spec.key.c_str());
       QVERIFY2(config.model().at(spec.key) == spec.default_value, spec.key.c_str());
     }
+  }
+
+  void checkpointRoundTrip_data() { add_language_model_rows(); }
+  void checkpointRoundTrip() {
+    QFETCH(QString, arch);
+    const auto model = small_model(architecture(arch.toStdString()));
+    const auto train = nlohmann::json::parse(R"({"lr":1e-3,"beta1":0.9,"beta2":0.95,"eps":1e-8,"weight_decay":0.1})");
+    QTemporaryDir dir;
+    const auto path = dir.filePath("c.pt").toStdString();
+    torch::manual_seed(1);
+    auto a = create_model(model, {kVocab, 32});
+    auto opt_a = make_optimizer(*a, train);
+    const auto tokens = torch::randint(0, kVocab, {2, 16}, torch::kLong);
+    train_step(*a, *opt_a, {tokens, tokens, {}}, 1.0, false, false);
+    CheckpointMeta meta;
+    meta.step = 1;
+    meta.config_json = "{}";
+    meta.tokenizer_json = "{}";
+    QVERIFY(save_checkpoint(path, *a, *opt_a, meta).bytes > 0);
+    torch::manual_seed(99);
+    auto b = create_model(model, {kVocab, 32});
+    auto opt_b = make_optimizer(*b, train);
+    a->eval();
+    b->eval();
+    QVERIFY(!torch::equal(a->forward(tokens).logits, b->forward(tokens).logits));  // another seed, other weights
+    QCOMPARE(load_checkpoint(path, *b, opt_b.get()).step, std::int64_t(1));
+    QVERIFY(torch::equal(a->forward(tokens).logits, b->forward(tokens).logits));
+    // The next step from the restored optimizer state equals the next step of the original.
+    a->train();
+    b->train();
+    torch::manual_seed(1);
+    const auto la = train_step(*a, *opt_a, {tokens, tokens, {}}, 1.0, false, false).loss;
+    torch::manual_seed(1);
+    const auto lb = train_step(*b, *opt_b, {tokens, tokens, {}}, 1.0, false, false).loss;
+    QVERIFY(torch::equal(la, lb));
+    a->eval();
+    b->eval();
+    QVERIFY(torch::equal(a->forward(tokens).logits, b->forward(tokens).logits));
   }
 
   void badOptionNamesItsKey_data() {

@@ -406,24 +406,6 @@ class TestDLLM : public QObject {
       QVERIFY_THROWS_EXCEPTION(ConfigError, DLLM(small(), small_dllm().routed_layers("T-D")));
   }
 
-  void checkpointRoundTrip() {
-    QTemporaryDir dir;
-    const auto path = dir.filePath("d.pt").toStdString();
-    const auto train = nlohmann::json::parse(R"({"lr":1e-3,"beta1":0.9,"beta2":0.95,"eps":1e-8,"weight_decay":0.1})");
-    DLLM a(small(), small_dllm());
-    make_decisions_mixed(a);
-    auto opt_a = make_optimizer(a, train);
-    const auto tokens = torch::randint(0, kVocab, {2, 12}, torch::kLong);
-    train_step(a, *opt_a, {tokens, tokens, {}}, 1.0, false, false);
-    save_checkpoint(path, a, *opt_a, {1, 0, 0, "{}", "{}", 0, ""});
-    torch::manual_seed(99);
-    DLLM b(small(), small_dllm());
-    load_checkpoint(path, b, nullptr);
-    a.eval();
-    b.eval();
-    QVERIFY(torch::equal(a.forward(tokens).logits, b.forward(tokens).logits));
-  }
-
   void tinyBatchOverfits() {
     DLLM model(small(), small_dllm());
     auto opt = make_optimizer(model, nlohmann::json::parse(
