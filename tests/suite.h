@@ -18,7 +18,6 @@
 #define ROUTELAB_TEST_SOURCE_PATH QTest::setMainSourcePath(__FILE__)
 #endif
 
-/// Defines the factory the executable's main calls to run suite `name` (the file's stem), as QTEST_MAIN would.
 namespace routelab::test {
 /// One suite of an executable: its name (the file's stem) and the factory ROUTELAB_TEST_SUITE defines.
 struct SuiteEntry {
@@ -30,6 +29,7 @@ extern const SuiteEntry suites[];
 extern const int suite_count;
 }  // namespace routelab::test
 
+/// Defines the factory the executable's main calls to run suite `name` (the file's stem), as QTEST_MAIN would.
 #define ROUTELAB_TEST_SUITE(name, Class)                         \
   std::unique_ptr<QObject> routelab_make_suite_##name() {        \
     auto suite = std::make_unique<name::Class>();                \

@@ -12,7 +12,6 @@
 
 #include "tests/suite.h"
 
-
 namespace {
 
 void print_suites(std::FILE* out, const char* program) {

@@ -218,7 +218,7 @@ Figure seed000_fig6(const RunStore& store, const FigureRequest& request) {
       s.x.push_back(static_cast<double>(t));
       s.y.push_back(entries * entry_bytes / (1024.0 * 1024.0));
     }
-    double per_token = 0;  // at the longest length (DRR's fixed memory entries make it vary with the length)
+    double per_token = 0;  // at the last length asked (DRR's fixed memory entries make it vary with the length)
     for (const auto& l : layers) per_token += layer_kv_entries(l, static_cast<double>(lengths.back()));
     f.meta["entries_per_token"][std::to_string(id)] = per_token / static_cast<double>(lengths.back());
     p.series.push_back(std::move(s));
