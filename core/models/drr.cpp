@@ -13,6 +13,7 @@
 #include "core/models/blocks/attention.h"
 #include "core/models/blocks/residual_probe.h"
 #include "core/util/errors.h"
+#include "core/util/json_fields.h"
 
 namespace routelab {
 
@@ -622,7 +623,7 @@ ArchitectureEntry drr_architecture() {
   // Every layer caches every token, plus the depth-memory entries it attends (short- and long-term, per sequence).
   entry.kv_entries = [](const nlohmann::json& layer, double seq) {
     const auto stats = layer.value("stats", nlohmann::json::object());
-    return seq + stats.value("short_entries", 0.0) + stats.value("long_entries", 0.0);
+    return seq + json_number(stats, "short_entries", 0.0) + json_number(stats, "long_entries", 0.0);
   };
   return entry;
 }

@@ -13,6 +13,7 @@
 #include "core/models/radial.h"
 #include "core/models/tagat.h"
 #include "core/models/tsa.h"
+#include "core/util/json_fields.h"
 #include "core/models/vanilla_classifier.h"
 #include "core/util/errors.h"
 
@@ -61,16 +62,13 @@ std::vector<ArchitectureEntry> make_registry() {
 }  // namespace
 
 double kv_entries_of_routed_tokens(const nlohmann::json& layer, double seq) {
-  const auto it = layer.find("routed_fraction");
-  const double f = it != layer.end() && it->is_number() ? it->get<double>() : 1.0;
+  const double f = json_number(layer, "routed_fraction", 1.0);
   return (std::isfinite(f) ? f : 1.0) * seq;
 }
 
 double layer_kv_entries(const nlohmann::json& layer, double seq) {
-  const auto routed = layer.find("routed");
   const auto kind = layer.find("kind");
-  if (routed == layer.end() || !routed->is_boolean() || !routed->get<bool>() || kind == layer.end() || !kind->is_string())
-    return seq;
+  if (!json_flag(layer, "routed", false) || kind == layer.end() || !kind->is_string()) return seq;
   for (const auto& e : architectures())
     if (e.id == kind->get<std::string>()) return e.kv_entries ? e.kv_entries(layer, seq) : seq;
   return seq;

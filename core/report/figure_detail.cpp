@@ -110,14 +110,4 @@ json eval_layers(const RunStore& store, std::int64_t run_id, const EvalRow& eval
   return extra.at("layers");
 }
 
-double json_number(const json& object, const char* key, double fallback) {
-  if (!object.is_object() || !object.contains(key) || !object.at(key).is_number()) return fallback;
-  return object.at(key).get<double>();
-}
-
-bool json_flag(const json& object, const char* key, bool fallback) {
-  if (!object.is_object() || !object.contains(key) || !object.at(key).is_boolean()) return fallback;
-  return object.at(key).get<bool>();
-}
-
 }  // namespace routelab::figure_detail

@@ -13,6 +13,7 @@
 #include "core/report/figures.h"
 #include "core/report/run_tables.h"
 #include "core/store/run_store.h"
+#include "core/util/json_fields.h"
 
 namespace routelab::figure_detail {
 
@@ -63,9 +64,6 @@ void require_metric_somewhere(const RunStore& store, const FigureRequest& reques
 EvalRow eval_at(const RunStore& store, std::int64_t run_id, std::int64_t step, const std::string& figure);
 /// The evaluation's per-layer routing (extra.layers), or a DataError naming `figure`.
 json eval_layers(const RunStore& store, std::int64_t run_id, const EvalRow& eval, const std::string& figure);
-/// `object[key]` when it is a number (a boolean for json_flag), else `fallback`.
-double json_number(const json& object, const char* key, double fallback);
-bool json_flag(const json& object, const char* key, bool fallback);
 
 // The builders, by family: figure_builders_curves.cpp, figure_builders_cost.cpp, figure_builders_routing.cpp.
 Figure build_curves(const RunStore& store, const FigureRequest& request);

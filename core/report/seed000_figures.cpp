@@ -212,15 +212,15 @@ Figure seed000_fig6(const RunStore& store, const FigureRequest& request) {
     s.label = run_label(rec);
     s.color = arch_color(rec.arch);
     s.marked = true;
+    double entries = 0;
     for (const auto t : lengths) {
-      double entries = 0;
+      entries = 0;
       for (const auto& l : layers) entries += layer_kv_entries(l, static_cast<double>(t));
       s.x.push_back(static_cast<double>(t));
       s.y.push_back(entries * entry_bytes / (1024.0 * 1024.0));
     }
-    double per_token = 0;  // at the last length asked (DRR's fixed memory entries make it vary with the length)
-    for (const auto& l : layers) per_token += layer_kv_entries(l, static_cast<double>(lengths.back()));
-    f.meta["entries_per_token"][std::to_string(id)] = per_token / static_cast<double>(lengths.back());
+    // At the last length asked (DRR's fixed memory entries make the per-token figure vary with the length).
+    f.meta["entries_per_token"][std::to_string(id)] = entries / static_cast<double>(lengths.back());
     p.series.push_back(std::move(s));
   }
   f.meta["lengths"] = lengths;
