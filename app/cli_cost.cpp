@@ -68,17 +68,9 @@ int run_flops(const FlopsArgs& a) {
       options.split = parse_split(a.split, "--split");
       options.batches = a.batches;
       const auto report = evaluate_run(run, options);
-      std::vector<MeasuredLayer> layers;
-      for (const auto& l : report.layers) {
-        MeasuredLayer m;
-        m.routed_fraction = l.at("routed_fraction").get<double>();
-        if (l.contains("stats") && l.at("stats").contains("active_share"))
-          m.active_share = l.at("stats").at("active_share").get<double>();
-        layers.push_back(m);
-      }
       origin += ", fractions measured on " + report.split + " (" + std::to_string(report.batches) + " batches of " +
                 std::to_string(report.batch_size) + ")";
-      sets.push_back({"measured", fractions_from_trace(report.arch, layers)});
+      sets.push_back({"measured", fractions_from_trace(report.arch, measured_layers(report.layers))});
     }
   } else {
     const auto config = a.preset.empty() ? resolve_config(load_json_file(a.config), a.sets, a.config)
@@ -90,15 +82,6 @@ int run_flops(const FlopsArgs& a) {
   const auto arch = model.at("arch").get<std::string>();
   routed_fraction_meaning(arch);  // an architecture without a FLOPs model fails here, before any pricing
   if (!a.fractions.empty()) sets.push_back({"f=" + join(a.fractions, 2), a.fractions});
-  if (sets.empty()) {
-    // What-if curves; architectures whose executed FLOPs ignore the fractions get one curve.
-    if (arch == "dense" || arch == "drr" || arch == "early-exit") {
-      sets.push_back({"default", {}});
-    } else {
-      for (const double f : {0.1, 0.3, 0.7}) sets.push_back({"f=" + fixed(f, 2), {f}});
-    }
-  }
-
   const auto price = [&](const FractionSet& set, std::int64_t T) {
     FlopsQuery q;
     q.seq = T;
@@ -106,6 +89,14 @@ int run_flops(const FlopsArgs& a) {
     q.fractions = set.fractions;
     return estimate_flops(model, vocab, q);
   };
+  if (sets.empty()) {
+    // What-if curves, one per fraction; where the executed FLOPs ignore the fractions (dense, DRR, soft TSA, ...),
+    // as priced at the longest length, one curve.
+    for (const double f : {0.1, 0.3, 0.7}) sets.push_back({"f=" + fixed(f, 2), {f}});
+    const auto longest = *std::max_element(a.lengths.begin(), a.lengths.end());
+    if (price(sets.front(), longest).layer_flops() == price(sets.back(), longest).layer_flops())
+      sets = {{"default", {}}};
+  }
   const auto breakdown = price(sets.front(), a.at);
 
   if (a.json) {
@@ -228,7 +219,7 @@ void add_cost_commands(CLI::App& app, CLI::App& bench, CommandAction& action) {
                  "routed fractions: time ratio next to FLOPs ratio, and where they part, which op class costs what");
   fwd->add_option("--lengths", o.lengths, "sequence lengths (default 512,1024,2048,4096,8192)")->delimiter(',');
   fwd->add_option("--fractions", o.fractions, "routed fractions to force (default 0.1,0.3,0.7)")->delimiter(',');
-  fwd->add_option("--archs", o.archs, "routed architectures (default dtrnet,mod,dllm,tsa)")->delimiter(',');
+  fwd->add_option("--archs", o.archs, "routed architectures (default: every one whose routers can be forced)")->delimiter(',');
   fwd->add_option("--batch", o.batch, "sequences per forward")->check(CLI::Range(1, 1000000000));
   fwd->add_option("--embd", o.n_embd, "model width");
   fwd->add_option("--layers", o.n_layer, "layers");

@@ -248,7 +248,7 @@ void add_generate_commands(CLI::App& app, CLI::App& bench, CommandAction& action
   auto db = std::make_shared<DecodeBenchArgs>();
   auto* decode_cmd = bench.add_subcommand(
       "decode", "tokens/s of KV-cache decoding per architecture at equal shape after a 1K/4K/8K prefill, with KV bytes");
-  decode_cmd->add_option("--archs", db->options.archs, "architectures")->delimiter(',');
+  decode_cmd->add_option("--archs", db->options.archs, "architectures (default: every language model)")->delimiter(',');
   decode_cmd->add_option("--contexts", db->options.contexts, "prefilled context lengths")->delimiter(',');
   decode_cmd->add_option("--steps", db->options.steps, "timed decode steps")->check(CLI::Range(1, 1000000000));
   decode_cmd->add_option("--batch", db->options.batch, "sequences decoded together")->check(CLI::Range(1, 1000000000));

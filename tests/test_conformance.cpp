@@ -2,9 +2,15 @@
 // each registry entry, one added later included. The configuration contract: an architecture's defaults resolve,
 // and every option given a value outside its schema (below its minimum, above its maximum, an unknown choice, the
 // wrong type) or an unknown key is a ConfigError naming model.<key>. Checkpoints: every language model trained a
-// step, saved and loaded into a model of another seed gives the same logits and the same next step. Other checks
-// that loop over the registry (decode = forward and the KV rule, counted = priced FLOPs) live in test_generation
-// and test_flops; they move here as the suite grows.
+// step, saved and loaded into a model of another seed gives the same logits and the same next step. The entry is
+// complete: a colour of its own, and for a language model a FLOPs model covering every layer whose priced share
+// stat the forward reports; an architecture with a benchmark hook reaches the share it is forced to. Every language
+// model is causal at inference; decoding token by token (batch 2, routing differently) equals the full forward and
+// leaves the cache the trace's KV count states, a prompt pass the cache its registered KV rule prices; the matrix
+// products ATen runs equal the priced FLOPs in inference and in training mode (the trace, exactly; in inference
+// also estimate_flops at the measured shares, within 1%), work computed and then masked included. tests/example_architecture.h is registered
+// here for the whole suite: an architecture defined in one file of its own passes the same checks. Variants of
+// each architecture (options, styles) are covered by test_generation, test_flops and the architecture's suite.
 #include <QTemporaryDir>
 #include <QtTest>
 
@@ -12,12 +18,18 @@
 
 #include "core/config/experiment_config.h"
 #include "core/config/options.h"
+#include "core/cost/flop_counter.h"
+#include "core/cost/flops_model.h"
+#include "core/inference/kv_cache.h"
 #include "core/models/language_model.h"
 #include "core/models/registry.h"
+#include "core/report/figure.h"
 #include "core/train/checkpoint.h"
+#include "core/train/evaluation.h"
 #include "core/train/optimizer.h"
 #include "core/train/step.h"
 #include "core/util/errors.h"
+#include "tests/example_architecture.h"
 #include "tests/suite.h"
 
 namespace test_conformance {
@@ -59,11 +71,43 @@ nlohmann::json small_model(const ArchitectureEntry& entry) {
 
 constexpr std::int64_t kVocab = 23;
 
-/// One data row per registered language model (column "arch").
-void add_language_model_rows() {
+/// A small eval-mode model of the entry with half of its tokens routed where a benchmark hook can force that, so
+/// decisions vary between tokens and sequences.
+std::shared_ptr<LanguageModel> routed_model(const ArchitectureEntry& entry, const torch::Tensor& tokens,
+                                            std::uint64_t seed) {
+  torch::manual_seed(seed);
+  auto lm = create_model(small_model(entry), {kVocab, 32});
+  lm->eval();
+  if (entry.force_routed_share)
+    for (int pass = 0; pass < 3; ++pass) entry.force_routed_share(*lm, tokens, 0.5);
+  return lm;
+}
+
+bool near(double a, double b, double rel) { return std::abs(a - b) <= rel * std::max(std::abs(a), std::abs(b)); }
+
+/// One data row per registered architecture that `keep` selects (column "arch").
+template <class Keep>
+void add_rows(Keep keep) {
   QTest::addColumn<QString>("arch");
   for (const auto& entry : architectures())
-    if (entry.task == "lm") QTest::newRow(entry.id.c_str()) << QString::fromStdString(entry.id);
+    if (keep(entry)) QTest::newRow(entry.id.c_str()) << QString::fromStdString(entry.id);
+}
+
+/// One data row per registered language model.
+void add_language_model_rows() {
+  add_rows([](const ArchitectureEntry& e) { return e.task == "lm"; });
+}
+
+/// The share the FLOPs model prices for each routed layer of a traced forward (the entry's priced_share_stat where
+/// the layer reports it, else its routed fraction).
+std::vector<double> priced_shares(const ArchitectureEntry& entry, const ModelOutput& out) {
+  std::vector<double> shares;
+  for (const auto& t : out.trace) {
+    if (!t.routed) continue;
+    const auto it = entry.priced_share_stat.empty() ? t.stats.end() : t.stats.find(entry.priced_share_stat);
+    shares.push_back(it != t.stats.end() ? it->second : t.routed_fraction);
+  }
+  return shares;
 }
 
 }  // namespace
@@ -71,7 +115,20 @@ void add_language_model_rows() {
 class TestConformance : public QObject {
   Q_OBJECT
 
+  std::unique_ptr<ScopedArchitecture> example_;
+
  private Q_SLOTS:
+  void initTestCase() {
+    at::set_num_threads(2);
+    example_ = std::make_unique<ScopedArchitecture>(example::mlp_skip_architecture());
+    QVERIFY(architecture(example::kMlpSkipId).price_flops);  // registered like a built-in one
+    QVERIFY_THROWS_EXCEPTION(std::logic_error, ScopedArchitecture{example::mlp_skip_architecture()});
+  }
+  void cleanupTestCase() {
+    example_.reset();
+    QVERIFY_THROWS_EXCEPTION(ConfigError, architecture(example::kMlpSkipId));
+  }
+
   void defaultsResolve_data() {
     QTest::addColumn<QString>("arch");
     for (const auto& entry : architectures()) QTest::newRow(entry.id.c_str()) << QString::fromStdString(entry.id);
@@ -86,6 +143,178 @@ class TestConformance : public QObject {
       QVERIFY2(config.model().contains(spec.key), spec.key.c_str());
       QVERIFY2(config.model().at(spec.key) == spec.default_value, spec.key.c_str());
     }
+  }
+
+  void entryIsComplete_data() {
+    add_rows([](const ArchitectureEntry&) { return true; });
+  }
+  void entryIsComplete() {
+    QFETCH(QString, arch);
+    const auto& entry = architecture(arch.toStdString());
+    QVERIFY(!entry.display_name.empty() && !entry.source.empty() && !entry.description.empty());
+    // One colour per architecture in every figure: a palette index no other architecture of its task takes.
+    QVERIFY(entry.color >= 0 && entry.color < static_cast<int>(figure_palette().size()));
+    for (const auto& other : architectures())
+      if (other.id != entry.id && other.task == entry.task) QVERIFY2(other.color != entry.color, other.id.c_str());
+    for (const auto& [key, value] : entry.speed_options.items()) {  // benchmark options are options of its own
+      const auto spec = std::find_if(entry.options.begin(), entry.options.end(), [&](const auto& s) { return s.key == key; });
+      QVERIFY2(spec != entry.options.end(), key.c_str());
+    }
+    if (entry.task != "lm") {
+      QVERIFY(!entry.price_flops && !entry.force_routed_share);  // classifiers are priced by the trace only
+      return;
+    }
+    // A language model has a FLOPs model: an estimate layer by layer, with what its fractions mean.
+    QVERIFY(entry.price_flops);
+    QVERIFY(!entry.routed_fraction_meaning.empty());
+    auto model = small_model(entry);
+    for (const auto& [key, value] : entry.speed_options.items()) model[key] = value;
+    FlopsQuery query;
+    query.seq = 16;
+    query.batch = 2;
+    const auto est = estimate_flops(model, kVocab, query);
+    QCOMPARE(static_cast<int>(est.layers.size()), model.at("n_layer").get<int>());
+    for (const auto& l : est.layers) QVERIFY(l.flops > 0 && l.dense_flops > 0);
+    QVERIFY(est.head_flops > 0 && est.total_ratio() > 0);
+    // The stat it prices by is one its forward reports on every routed layer.
+    torch::manual_seed(2);
+    auto lm = create_model(model, {kVocab, 32});
+    lm->eval();
+    torch::NoGradGuard no_grad;
+    const auto out = lm->forward(torch::randint(0, kVocab, {2, 16}, torch::kLong), true);
+    for (const auto& t : out.trace)
+      if (t.routed && !entry.priced_share_stat.empty())
+        QVERIFY2(t.stats.count(entry.priced_share_stat), ("layer " + std::to_string(t.layer)).c_str());
+    // A stored evaluation of this forward gives the FLOPs model the same shares.
+    nlohmann::json stored = nlohmann::json::array();
+    for (const auto& t : out.trace)
+      if (t.routed) stored.push_back({{"routed_fraction", t.routed_fraction}, {"stats", t.stats}});
+    QCOMPARE(fractions_from_trace(entry.id, measured_layers(stored)), priced_shares(entry, out));
+  }
+
+  void forcedShareIsReached_data() {
+    add_rows([](const ArchitectureEntry& e) { return static_cast<bool>(e.force_routed_share); });
+  }
+  void forcedShareIsReached() {
+    // The benchmark hook puts the asked share of tokens on the routed path of every routed layer, in the speed
+    // benchmark's configuration (speed_options), as the FLOPs model reads the share.
+    QFETCH(QString, arch);
+    const auto& entry = architecture(arch.toStdString());
+    auto model = small_model(entry);
+    for (const auto& [key, value] : entry.speed_options.items()) model[key] = value;
+    torch::manual_seed(3);
+    auto lm = create_model(model, {kVocab, 32});
+    lm->eval();
+    const auto tokens = torch::randint(0, kVocab, {4, 32}, torch::kLong);
+    for (const double target : {0.25, 0.75}) {
+      for (int pass = 0; pass < 3; ++pass) entry.force_routed_share(*lm, tokens, target);
+      torch::NoGradGuard no_grad;
+      const auto shares = priced_shares(entry, lm->forward(tokens, true));
+      QVERIFY(!shares.empty());
+      for (const double s : shares)
+        QVERIFY2(std::abs(s - target) < 0.05, qPrintable(QString("share %1 for target %2").arg(s).arg(target)));
+    }
+  }
+
+  void causalityAtInference_data() { add_language_model_rows(); }
+  void causalityAtInference() {
+    // Changing the tokens after position t changes no output up to t: routing at inference uses the past only.
+    // Where a benchmark hook exists, half the tokens are routed first, so the decisions vary along the sequence.
+    QFETCH(QString, arch);
+    const auto& entry = architecture(arch.toStdString());
+    torch::manual_seed(5);
+    auto lm = create_model(small_model(entry), {kVocab, 32});
+    lm->eval();
+    const std::int64_t T = 24;
+    const auto a = torch::randint(0, kVocab, {2, T}, torch::kLong);
+    if (entry.force_routed_share) entry.force_routed_share(*lm, a, 0.5);
+    torch::NoGradGuard no_grad;
+    for (const std::int64_t t : {0, 7, 22}) {
+      auto b = a.clone();
+      b.narrow(1, t + 1, T - t - 1).random_(0, kVocab);
+      const auto la = lm->forward(a).logits, lb = lm->forward(b).logits;
+      QVERIFY2(torch::allclose(la.narrow(1, 0, t + 1), lb.narrow(1, 0, t + 1), 1e-5, 1e-5),
+               qPrintable(QString("an output up to position %1 changed").arg(t)));
+      QVERIFY(!torch::allclose(la.narrow(1, t + 1, T - t - 1), lb.narrow(1, t + 1, T - t - 1)));
+    }
+  }
+
+  void decodeEqualsForward_data() { add_language_model_rows(); }
+  void decodeEqualsForward() {
+    QFETCH(QString, arch);
+    const auto& entry = architecture(arch.toStdString());
+    const std::int64_t T = 20;
+    const auto tokens = torch::randint(0, kVocab, {2, T}, torch::kLong);
+    auto lm = routed_model(entry, tokens, 6);
+    torch::NoGradGuard no_grad;
+    const auto full = lm->forward(tokens, true);
+    // Token by token: the logits of an eval-mode forward, and the cache the trace's count states.
+    auto state = lm->begin_decode(2);
+    std::vector<torch::Tensor> steps;
+    for (std::int64_t t = 0; t < T; ++t) steps.push_back(lm->decode(*state, tokens.narrow(1, t, 1)));
+    const auto diff = (torch::cat(steps, 1) - full.logits).abs().max().item<double>();
+    QVERIFY2(diff < 1e-4, qPrintable(QString("max |decode - forward| = %1").arg(diff)));
+    std::int64_t analytic = 0;
+    for (const auto e : analytic_kv_entries(full.trace, 2, T)) analytic += e;
+    QCOMPARE(state->entries(), analytic);
+    QCOMPARE(state->live_bytes(), analytic * state->caches().front().entry_bytes());
+    // One prompt pass: the same logits, and the cache the registered KV rule prices from the stored record.
+    auto prompt = lm->begin_decode(2);
+    QVERIFY((lm->decode(*prompt, tokens) - full.logits).abs().max().item<double>() < 1e-4);
+    InferenceRouting routing;
+    routing.add(full.trace);
+    const auto record = routing.to_json();  // what an evaluation stores
+    double priced = 0;
+    for (const auto& layer : record.at("layers")) priced += 2 * layer_kv_entries(layer, double(T));
+    QVERIFY2(near(static_cast<double>(prompt->entries()), priced, 1e-9),
+             qPrintable(QString("the cache holds %1 entries, the rule prices %2").arg(prompt->entries()).arg(priced)));
+  }
+
+  void countedEqualsPriced_data() { add_language_model_rows(); }
+  void countedEqualsPriced() {
+    // Batch 1, so the FLOPs model's even spread of routed tokens over sequences is exact.
+    QFETCH(QString, arch);
+    const auto& entry = architecture(arch.toStdString());
+    const std::int64_t T = 24;
+    const auto tokens = torch::randint(0, kVocab, {1, T}, torch::kLong);
+    auto lm = routed_model(entry, tokens, 7);
+    const auto model = small_model(entry);
+    const double head = 2.0 * T * model.at("n_embd").get<double>() * kVocab;
+    torch::NoGradGuard no_grad;
+    // Inference mode: the products executed equal the trace's priced layers plus the head, and estimate_flops at
+    // the shares the trace measured (within 1%: Radial's estimate assumes the most even depths for the mean depth).
+    ModelOutput out;
+    double counted = 0;
+    {
+      FlopCounter counter;
+      out = lm->forward(tokens, true);
+      counted = counter.flops();
+    }
+    double traced = head;
+    for (const auto& t : out.trace) traced += t.flops;
+    QVERIFY2(near(counted, traced, 1e-9),
+             qPrintable(QString("inference: counted %1, traced %2").arg(counted, 0, 'g', 12).arg(traced, 0, 'g', 12)));
+    std::vector<MeasuredLayer> measured;
+    for (const auto& t : out.trace) measured.push_back({t.routed_fraction, t.stats});
+    FlopsQuery q;
+    q.seq = T;
+    q.fractions = fractions_from_trace(entry.id, measured);
+    const auto est = estimate_flops(model, kVocab, q);
+    qInfo("%s: counted %.8g, estimated %.8g", qPrintable(arch), counted, est.total_flops());
+    QVERIFY2(near(counted, est.total_flops(), 0.01),
+             qPrintable(QString("inference: counted %1, estimated %2").arg(counted, 0, 'g', 12).arg(est.total_flops(), 0, 'g', 12)));
+    QVERIFY(near(est.head_flops, head, 1e-12));
+    // Training mode: the products executed equal the trace's priced layers plus the head.
+    lm->train();
+    {
+      FlopCounter counter;
+      out = lm->forward(tokens, true);
+      counted = counter.flops();
+    }
+    double priced = head;
+    for (const auto& t : out.trace) priced += t.flops;
+    QVERIFY2(near(counted, priced, 1e-9),
+             qPrintable(QString("training: counted %1, priced %2").arg(counted, 0, 'g', 12).arg(priced, 0, 'g', 12)));
   }
 
   void checkpointRoundTrip_data() { add_language_model_rows(); }

@@ -1,7 +1,8 @@
-// The FLOPs model against counted work: for every language-model architecture, the matrix-product FLOPs that ATen
-// executes in one eval-mode forward (FlopCounter) equal the FLOPs model priced from that forward's own routed
-// fractions, within 1%; the counter on bare products; the model against LayerTrace; the shape of the ratio curve;
-// and the errors.
+// The FLOPs model against counted work, variant by variant (styles, routing modes, forced Radial paths): the
+// matrix-product FLOPs that ATen executes in one eval-mode forward (FlopCounter) equal the FLOPs model priced from
+// that forward's own routed fractions, within 1%; the counter on bare products; the model against LayerTrace; the
+// shape of the ratio curve; and the errors. The registry-wide checks at defaults, inference and training mode,
+// are in test_conformance.
 #include <QtTest>
 
 #include <cmath>
@@ -44,10 +45,7 @@ void spread(torch::nn::Linear& out, double scale) {
 std::vector<double> measured(const std::string& arch, const std::vector<LayerTrace>& trace) {
   std::vector<MeasuredLayer> layers;
   for (const auto& t : trace) {
-    MeasuredLayer m;
-    m.routed_fraction = t.routed_fraction;
-    if (auto it = t.stats.find("active_share"); it != t.stats.end()) m.active_share = it->second;
-    layers.push_back(m);
+    layers.push_back({t.routed_fraction, t.stats});
   }
   return fractions_from_trace(arch, layers);
 }
@@ -225,25 +223,6 @@ class TestFlops : public QObject {
                qPrintable(QString("trace %1 vs model %2").arg(trace_flops, 0, 'g', 12).arg(est.layer_flops(), 0, 'g', 12)));
       QVERIFY(near(trace_dense, est.dense_layer_flops(), 1e-12));
     }
-  }
-
-  void training_trace_prices_what_runs_data() {
-    QTest::addColumn<QString>("arch");
-    for (const auto& entry : architectures())  // every registered language model, one added later too
-      if (entry.task == "lm") QTest::newRow(entry.id.c_str()) << QString::fromStdString(entry.id);
-  }
-  void training_trace_prices_what_runs() {
-    // Training mode, batch 1: the layers' priced FLOPs plus the LM head equal the matrix products ATen runs in the
-    // forward, work computed and then masked included (D-LLM trains every token through the full block).
-    QFETCH(QString, arch);
-    const auto full = with_defaults(small(arch.toStdString()));
-    torch::manual_seed(1);
-    auto model = create_model(full, {kVocab, 64});
-    const auto [out, counted] = counted_forward(*model, 1, /*training=*/true);
-    double priced = 2.0 * kSeq * full.at("n_embd").get<double>() * kVocab;  // the head
-    for (const auto& t : out.trace) priced += t.flops;
-    QVERIFY2(near(counted, priced, 1e-9),
-             qPrintable(QString("%1: counted %2, priced %3").arg(arch).arg(counted, 0, 'g', 12).arg(priced, 0, 'g', 12)));
   }
 
   void counted_equals_modelled_batched() {

@@ -20,6 +20,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/config/experiment_config.h"
+#include "core/cost/cost_curve.h"
 #include "core/report/figures.h"
 #include "core/store/run_store.h"
 #include "core/train/trainer.h"
@@ -81,7 +82,7 @@ class TestGui : public QObject {
 
   void movingAverageHasAFiniteWindow();
   void runHealthRaisesAlerts();
-  void costCurvesFollowTheRouting();
+  void costCurvesAreTheRegistrysPricing();
   void dashboardShowsRoutingOfATinyDtrnetRun();
   void designerValidatesAsTheUserTypes();
   void designerQueuesArchitecturesTimesSeeds();
@@ -382,35 +383,59 @@ void TestGui::runHealthRaisesAlerts() {
   QVERIFY(live.warnings(100).isEmpty());
 }
 
-void TestGui::costCurvesFollowTheRouting() {
-  routelab::CostShape shape;
-  shape.valid = true;
-  shape.nLayer = 2;
-  shape.d = 64;
-  shape.dKv = 64;
-  shape.dFf = 192;
-  shape.context = 64;
-  routelab::EvalSnapshot eval;
-  eval.routedFraction = {1.0, 0.25};
-  eval.routed = {false, true};
-  routelab::RoutingHistory history;  // training: layer 1 ran attention on its routed half, the MLP on every token
-  history.steps = {5};
-  history.fraction = {{1.0, 0.5}};
-  history.attnShare = {{1.0, 0.5}};
-  history.mlpShare = {{1.0, 1.0}};
-  const auto p = routelab::participationAt(eval, history);
-  QCOMPARE(p.attn[0], 1.0);
-  QCOMPARE(p.attn[1], 0.25);  // follows the routing: the evaluation's share
-  QCOMPARE(p.mlp[1], 1.0);    // ran every token: stays dense
-  const auto c = routelab::costCurves(shape, p, 0.8);
-  QVERIFY(!c.seqLen.isEmpty());
-  QCOMPARE(c.seqLen.front(), 64.0);
-  for (qsizetype i = 0; i < c.seqLen.size(); ++i) {
-    QVERIFY(c.routedFlops[i] < c.denseFlops[i]);
-    QCOMPARE(c.routedKvMiB[i], c.denseKvMiB[i] * (1.0 + 0.25) / 2.0);
+void TestGui::costCurvesAreTheRegistrysPricing() {
+  // The dashboard's cost curves are the registry's pricing (core/cost/cost_curve.h) of the evaluation's layers:
+  // D-LLM keeps a dense-sized cache (its prompt pass stores every slot) while DTRNet caches its routed tokens.
+  const auto config = [](const std::string& arch) {
+    return nlohmann::json{{"model", {{"arch", arch}, {"n_layer", 4}, {"n_embd", 64}, {"n_head", 4},
+                                     {"routed_layers", "T-D-T-D"}}},
+                          {"data", {{"context", 100}}},
+                          {"train", {{"precision", "fp32"}}}}
+        .dump();
+  };
+  nlohmann::json layers = nlohmann::json::array();
+  for (int l = 0; l < 4; ++l)
+    layers.push_back({{"layer", l}, {"kind", l % 2 ? "routed" : "dense"}, {"routed", l % 2 == 1},
+                      {"routed_fraction", l % 2 ? 0.25 : 1.0}});
+  for (const std::string arch : {"dtrnet", "dllm"}) {
+    for (auto& l : layers)
+      if (l["routed"].get<bool>()) l["kind"] = arch;
+    const auto model = routelab::costModelFromConfig(config(arch));
+    QVERIFY2(model.valid, qPrintable(model.error));
+    QCOMPARE(model.context, qint64(100));
+    routelab::EvalSnapshot eval;
+    eval.step = 10;
+    routelab::setEvalLayers(eval, layers.dump());
+    const auto c = routelab::costCurves(model, &eval);
+    QVERIFY2(c.error.isEmpty(), qPrintable(c.error));
+    const auto lengths = routelab::default_cost_lengths(100);
+    const auto priced =
+        routelab::priced_cost_curve(nlohmann::json::parse(model.modelJson), layers, 4.0, lengths);
+    QCOMPARE(c.seqLen.size(), qsizetype(lengths.size()));
+    QCOMPARE(c.seqLen.front(), 64.0);
+    for (qsizetype i = 0; i < c.seqLen.size(); ++i) {
+      const auto& p = priced[static_cast<std::size_t>(i)];
+      QCOMPARE(c.routedFlops[i], p.flops);
+      QCOMPARE(c.denseFlops[i], p.dense_flops);
+      QVERIFY(c.routedFlops[i] < c.denseFlops[i]);
+      if (arch == "dllm")
+        QCOMPARE(c.routedKvMiB[i], c.denseKvMiB[i]);
+      else
+        QCOMPARE(c.routedKvMiB[i], c.denseKvMiB[i] * (1.0 + 0.25) / 2.0);
+    }
+    QVERIFY(c.contextRatio > 0 && c.contextRatio < 1 && c.contextDenseFlops > 0);
+    // Before any evaluation: the dense curves only.
+    const auto dense = routelab::costCurves(model, nullptr);
+    QVERIFY(dense.routedFlops.isEmpty() && dense.error.isEmpty());
+    QCOMPARE(dense.denseFlops, c.denseFlops);
+    // An evaluation whose layers do not fit the model is named, and the dense curves stay.
+    routelab::EvalSnapshot odd;
+    routelab::setEvalLayers(odd, R"([{"layer": 0, "routed": true, "routed_fraction": 0.5}])");
+    const auto bad = routelab::costCurves(model, &odd);
+    QVERIFY(bad.routedFlops.isEmpty() && bad.error.contains(QStringLiteral("layers")));
+    QCOMPARE(bad.denseFlops, c.denseFlops);
   }
-  QCOMPARE(c.measuredSeqLen, 64.0);
-  QVERIFY(c.measuredFlops > 0);
+  QVERIFY(!routelab::costModelFromConfig(R"({"model": {"arch": "dense"}})").valid);  // no data.context
 }
 
 void TestGui::dashboardShowsRoutingOfATinyDtrnetRun() {

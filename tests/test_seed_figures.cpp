@@ -244,11 +244,10 @@ class TestSeedFigures : public QObject {
     const auto config = json::parse(rec.config_json);
     const auto evals = store.evals(dtr_);
     const auto extra = json::parse(evals.back().extra_json);
-    std::vector<MeasuredLayer> measured;
+    const auto measured = measured_layers(extra["layers"]);
     double per_token = 0;
     std::vector<double> percent;
     for (const auto& l : extra["layers"]) {
-      measured.push_back({l["routed_fraction"].get<double>(), -1.0});
       const bool routed = l["routed"].get<bool>();
       per_token += routed ? l["routed_fraction"].get<double>() : 1.0;
       percent.push_back(routed ? 100.0 * l["routed_fraction"].get<double>() : 100.0);

@@ -7,15 +7,14 @@
 #include <QStringList>
 #include <QVector>
 
+#include <string>
+
 namespace routelab {
 
-/// Per-layer share of tokens on the routed path at logged training steps, with the sub-layers' token counts
-/// as fractions of the batch's tokens (attn, mlp), which say which sub-layers follow the routing.
+/// Per-layer share of tokens on the routed path at logged training steps.
 struct RoutingHistory {
   QVector<double> steps;
-  QVector<QVector<double>> fraction;   ///< [step][layer]
-  QVector<QVector<double>> attnShare;  ///< [step][layer]; NaN when unknown
-  QVector<QVector<double>> mlpShare;   ///< [step][layer]
+  QVector<QVector<double>> fraction;  ///< [step][layer]
 };
 
 /// One evaluation's inference-mode routing (eval extra_json).
@@ -25,7 +24,8 @@ struct EvalSnapshot {
   double flopsRatio = 1;
   QVector<double> routedFraction;  ///< per layer
   QVector<bool> routed;            ///< per layer: makes routing decisions
-  QStringList kinds;               ///< per layer: "dense", "dtrnet", ...
+  QStringList kinds;               ///< per layer: its trace kind
+  std::string layersJson;          ///< the stored per-layer records (JSON array): what the cost curves price
 };
 
 /// The probe text's per-token routing at one evaluation.
@@ -86,12 +86,11 @@ struct RunMetricsData {
 };
 
 /// What the cost curves need about the model (from the resolved config), or why they cannot be drawn.
-struct CostShape {
+struct CostModel {
   bool valid = false;
   QString error;
+  std::string modelJson;  ///< the complete model section the architecture's FLOPs model prices
   qint64 nLayer = 0;
-  double d = 0, dKv = 0, dFf = 0;
-  bool gatedMlp = true;
   qint64 context = 0;
   double bytesPerValue = 4;  ///< of the KV cache (4 fp32, 2 bf16)
 };
@@ -112,7 +111,7 @@ struct RunDashboardData {
   RoutingHistory routing;
   QVector<EvalSnapshot> evals;
   QVector<ProbeSnapshot> probes;
-  CostShape cost;
+  CostModel cost;
   QString task = QStringLiteral("lm");  ///< "classification" when the run reports accuracy
   RunMetricsData metrics;
 };

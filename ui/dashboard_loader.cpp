@@ -123,14 +123,21 @@ EvalSnapshot parseEval(qint64 step, double valLoss, const std::string& extraJson
   eval.valLoss = valLoss;
   const json extra = json::parse(extraJson);
   eval.flopsRatio = extra.value("flops_ratio", 1.0);
-  if (extra.contains("layers")) {
-    for (const json& l : extra.at("layers")) {
-      eval.routedFraction.push_back(l.value("routed_fraction", 1.0));
-      eval.routed.push_back(l.value("routed", false));
-      eval.kinds.push_back(QString::fromStdString(l.value("kind", std::string("dense"))));
-    }
-  }
+  if (extra.contains("layers")) setEvalLayers(eval, extra.at("layers").dump());
   return eval;
+}
+
+void setEvalLayers(EvalSnapshot& eval, const std::string& layersJson) {
+  const json layers = json::parse(layersJson);
+  eval.routedFraction.clear();
+  eval.routed.clear();
+  eval.kinds.clear();
+  for (const json& l : layers) {
+    eval.routedFraction.push_back(l.value("routed_fraction", 1.0));
+    eval.routed.push_back(l.value("routed", false));
+    eval.kinds.push_back(QString::fromStdString(l.value("kind", std::string("dense"))));
+  }
+  eval.layersJson = layersJson;
 }
 
 bool isMetricsViewKey(const QString& key) {
@@ -210,7 +217,7 @@ RunDashboardData loadDashboardData(const RunStore& store, qint64 runId) {
     data.task = QStringLiteral("classification");
   } else {
     // Language models: the layer shape prices the FLOPs and KV curves, the FLOPs model the cumulative-FLOPs axis.
-    data.cost = costShapeFromConfig(record->config_json);
+    data.cost = costModelFromConfig(record->config_json);
     try {
       data.denseStepFlops = training_step_dense_flops(store, runId);
       const auto [steps, ratios] = training_flops_ratios(store, runId);
@@ -236,14 +243,11 @@ RunDashboardData loadDashboardData(const RunStore& store, qint64 runId) {
   }
 
   // Routing rows arrive ordered by step then layer; one column per step.
-  const double tokensPerBatch = data.tokensPerStep;
   for (const RoutingRow& row : store.routing(runId)) {
     auto& h = data.routing;
     if (h.steps.isEmpty() || h.steps.back() != static_cast<double>(row.step)) {
       h.steps.push_back(static_cast<double>(row.step));
       h.fraction.push_back({});
-      h.attnShare.push_back({});
-      h.mlpShare.push_back({});
     }
     const int layer = row.layer;
     auto put = [layer](QVector<double>& column, double value) {
@@ -251,8 +255,6 @@ RunDashboardData loadDashboardData(const RunStore& store, qint64 runId) {
       column[layer] = value;
     };
     put(h.fraction.back(), row.routed_fraction);
-    put(h.attnShare.back(), tokensPerBatch > 0 ? static_cast<double>(row.tokens_attn) / tokensPerBatch : std::nan(""));
-    put(h.mlpShare.back(), tokensPerBatch > 0 ? static_cast<double>(row.tokens_mlp) / tokensPerBatch : std::nan(""));
   }
 
   for (const EvalRow& row : store.evals(runId)) {

@@ -16,6 +16,9 @@ RunDashboardData loadDashboardData(const RunStore& store, qint64 runId);
 ProbeSnapshot parseProbe(qint64 step, const std::string& json);
 /// Parses one evaluation's extra_json.
 EvalSnapshot parseEval(qint64 step, double valLoss, const std::string& extraJson);
+/// Sets the per-layer routing of `eval` from its stored layer records (a JSON array); throws
+/// nlohmann::json::exception on malformed JSON.
+void setEvalLayers(EvalSnapshot& eval, const std::string& layersJson);
 
 /// Whether the metrics tab plots `key` as a curve: train/<x> and val/<x> but the losses (the loss plot shows
 /// them), the epoch counter and the per-expert series (load/..., assign/...: the expert-load bars show those).

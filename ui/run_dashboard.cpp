@@ -16,6 +16,7 @@
 #include <limits>
 
 #include "core/util/logging.h"
+#include "ui/dashboard_loader.h"
 #include "ui/routing_cost.h"
 #include "ui/run_controller.h"
 #include "ui/run_metrics_view.h"
@@ -262,8 +263,6 @@ void RunDashboard::appendLiveStep(const StepSample& s) {
   if (!s.routedFraction.isEmpty() && (data_.routing.steps.isEmpty() || step > data_.routing.steps.back())) {
     data_.routing.steps.push_back(step);
     data_.routing.fraction.push_back(s.routedFraction);
-    data_.routing.attnShare.push_back({});
-    data_.routing.mlpShare.push_back({});
   }
   if (std::isfinite(s.flopsRatio) && (data_.flopsRatioSteps.isEmpty() || step > data_.flopsRatioSteps.back())) {
     data_.flopsRatioSteps.push_back(step);
@@ -286,7 +285,13 @@ void RunDashboard::appendLiveEval(const EvalSample& e) {
     snap.valLoss = e.valLoss;
     snap.flopsRatio = e.flopsRatio;
     snap.routedFraction = e.routedFraction;
-    if (!stored_.evals.isEmpty()) {  // the layers' flags do not change during a run
+    if (!e.layersJson.empty()) {
+      try {
+        setEvalLayers(snap, e.layersJson);
+      } catch (const std::exception&) {
+        snap.layersJson.clear();  // the cost curves then stay dense
+      }
+    } else if (!stored_.evals.isEmpty()) {  // the layers' flags do not change during a run
       snap.routed = stored_.evals.back().routed;
       snap.kinds = stored_.evals.back().kinds;
     }
@@ -521,38 +526,39 @@ void RunDashboard::renderCost() {
     kv_->setCaption(QString());
     return;
   }
-  EvalSnapshot dense;
-  const LayerParticipation share = participationAt(eval ? *eval : dense, data_.routing);
-  const CostCurves c = costCurves(data_.cost, share, eval ? eval->flopsRatio : std::nan(""));
+  const CostCurves c = costCurves(data_.cost, eval);
+  const bool routed = !c.routedFlops.isEmpty();
   const QColor denseColor(120, 120, 120), routedColor = viridis(0.30), measuredColor = viridis(0.70);
-  QVector<XyCurvesWidget::Curve> flopCurves{{tr("dense"), c.seqLen, c.denseFlops, denseColor, true, false},
-                                            {tr("routed"), c.seqLen, c.routedFlops, routedColor, false, false}};
-  if (c.measuredSeqLen > 0)
-    flopCurves.push_back({tr("measured"), {c.measuredSeqLen}, {c.measuredFlops}, measuredColor, false, true});
+  QVector<XyCurvesWidget::Curve> flopCurves{{tr("dense"), c.seqLen, c.denseFlops, denseColor, true, false}};
+  QVector<XyCurvesWidget::Curve> kvCurves{{tr("dense"), c.seqLen, c.denseKvMiB, denseColor, true, false}};
+  if (routed) {
+    flopCurves.push_back({tr("routed"), c.seqLen, c.routedFlops, routedColor, false, false});
+    kvCurves.push_back({tr("routed"), c.seqLen, c.routedKvMiB, routedColor, false, false});
+    // The ratio the evaluation measured from the real decisions, on the dense curve's scale at the run's context.
+    if (c.contextDenseFlops > 0)
+      flopCurves.push_back({tr("measured"), {static_cast<double>(data_.cost.context)},
+                            {eval->flopsRatio * c.contextDenseFlops}, measuredColor, false, true});
+  }
   flops_->setCurves(flopCurves);
-  kv_->setCurves({{tr("dense"), c.seqLen, c.denseKvMiB, denseColor, true, false},
-                  {tr("routed"), c.seqLen, c.routedKvMiB, routedColor, false, false}});
-  const QString when = eval ? tr("routing of eval step %1").arg(eval->step) : tr("no evaluation yet: dense");
-  const double ratioAtContext =
-      c.seqLen.isEmpty() ? 1.0 : [&] {
-        for (qsizetype i = 0; i < c.seqLen.size(); ++i)
-          if (c.seqLen[i] >= static_cast<double>(data_.cost.context)) return c.routedFlops[i] / c.denseFlops[i];
-        return c.routedFlops.back() / c.denseFlops.back();
-      }();
-  const QString how = tr("Forward FLOPs of all layers for one sequence (2 FLOPs per multiply-add, attention over "
-                        "the routed tokens only), priced with core/cost/flops.h from the %1: per layer, sub-layers "
-                        "that followed the routing in training run the evaluation's routed share, the others every "
-                        "token. An approximation for any architecture; the diamond is the FLOPs ratio the "
-                        "evaluation measured from the real decisions.")
+  kv_->setCurves(kvCurves);
+  const QString when = !eval ? tr("no evaluation yet: dense")
+                       : routed ? tr("routing of eval step %1").arg(eval->step)
+                                : tr("eval step %1 not priced (%2): dense").arg(eval->step).arg(c.error);
+  const QString how = tr("Forward FLOPs of all layers for one sequence (2 FLOPs per multiply-add of every matrix "
+                        "product executed, work computed and then masked included), priced by the architecture's "
+                        "FLOPs model at the per-layer shares the %1 measured: the same numbers as the cost-length "
+                        "figure. The diamond is the ratio the evaluation measured from the real decisions, at the "
+                        "run's context.")
                          .arg(when);
-  flops_->setCaption(tr("FLOPs / sequence · %1 · measured %2 vs curve %3 at T=%4")
+  flops_->setCaption(tr("FLOPs / sequence · %1 · measured %2 vs priced %3 at T=%4")
                          .arg(when)
                          .arg(eval ? eval->flopsRatio : 1.0, 0, 'f', 3)
-                         .arg(ratioAtContext, 0, 'f', 3)
+                         .arg(c.contextRatio, 0, 'f', 3)
                          .arg(data_.cost.context),
                      how);
   kv_->setCaption(tr("KV cache / sequence · %1").arg(when),
-                  tr("Keys and values written by the tokens that attend, %1 bytes per value, all layers.")
+                  tr("Keys and values each layer caches after a prompt of that length, by the architecture's KV "
+                     "rule, %1 bytes per value, all layers.")
                       .arg(data_.cost.bytesPerValue));
 }
 

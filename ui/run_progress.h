@@ -8,6 +8,7 @@
 
 #include <limits>
 #include <optional>
+#include <string>
 
 namespace routelab {
 
@@ -38,6 +39,7 @@ struct EvalSample {
   double flopsRatio = 1;            ///< layer FLOPs / dense layer FLOPs (inference mode)
   double wallTime = 0;              ///< unix seconds
   QVector<double> routedFraction;   ///< per layer, inference mode
+  std::string layersJson;           ///< the per-layer records the evaluation stores (JSON array)
 };
 
 struct RunStartInfo {

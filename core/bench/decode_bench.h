@@ -10,7 +10,7 @@
 namespace routelab {
 
 struct DecodeBenchOptions {
-  std::vector<std::string> archs{"dense", "dtrnet", "mod", "dllm", "tsa", "early-exit", "radial", "drr"};
+  std::vector<std::string> archs;  ///< empty: every registered language model
   std::vector<std::int64_t> contexts{1024, 4096, 8192};
   std::int64_t steps = 32;  ///< timed decode steps after the prefill
   std::int64_t batch = 1;

@@ -1,6 +1,7 @@
-// bench forward: routers are forced to a target fraction by calibrating their output biases from the scores the
-// trace reports (every routed layer at once, repeated `calibration_passes` times because a layer's input moves
-// when the layers before it change their decisions); the measured fraction of the timed configuration is
+// bench forward: routers are forced to a target fraction by their architecture's calibration pass
+// (ArchitectureEntry::force_routed_share: output biases set from the scores of one forward, every routed layer at
+// once), repeated `calibration_passes` times because a layer's input moves when the layers before it change their
+// decisions; the measured fraction of the timed configuration is
 // reported, not assumed. Timed forwards run without tracing; eval-mode routing is deterministic, so the traced
 // forward that gives the FLOPs ratio routes exactly as the timed ones. Breakdowns come from OpClassProfiler
 // (global RecordFunction callbacks timing top-level ATen ops by class), which works on LibTorch 1.13 and 2.x.
@@ -18,11 +19,8 @@
 
 #include "core/bench/bench_timing.h"
 #include "core/cost/flop_counter.h"
-#include "core/models/dllm.h"
-#include "core/models/dtrnet.h"
-#include "core/models/mod.h"
+#include "core/models/language_model.h"
 #include "core/models/registry.h"
-#include "core/models/tsa.h"
 #include "core/train/step.h"
 #include "core/util/device.h"
 #include "core/util/errors.h"
@@ -30,77 +28,12 @@
 namespace routelab {
 namespace {
 
-/// Logit of a probability from a trace's gate, in double.
-torch::Tensor gate_logit(const torch::Tensor& p) {
-  const auto q = p.to(torch::kDouble).clamp(1e-300, 1.0 - 1e-16);
-  return (q / (1.0 - q)).log();
-}
-
-/// The threshold that puts exactly `k` of `scores` strictly above it (midway between neighbours).
-double threshold_for_top(const torch::Tensor& scores, std::int64_t k) {
-  const auto sorted = std::get<0>(scores.reshape({-1}).to(torch::kDouble).cpu().sort());  // ascending
-  const auto n = sorted.size(0);
-  k = std::clamp<std::int64_t>(k, 0, n);
-  const auto* s = sorted.data_ptr<double>();
-  if (k == 0) return s[n - 1] + 1.0;
-  if (k == n) return s[0] - 1.0;
-  return 0.5 * (s[n - k - 1] + s[n - k]);
-}
-
-std::int64_t share(double fraction, std::int64_t n) {
-  return std::clamp<std::int64_t>(static_cast<std::int64_t>(std::llround(fraction * static_cast<double>(n))), 0, n);
-}
-
-/// One calibration pass: every routed layer's output bias set so that `fraction` of the tokens of this input
-/// take the routed path, from the scores of one traced forward.
-void calibrate_pass(LanguageModel& model, const std::string& arch, const torch::Tensor& tokens, double fraction) {
-  torch::NoGradGuard no_grad;
-  if (arch == "tsa") {
-    auto& tsa = dynamic_cast<TokenSelectiveAttention&>(model);
-    const auto logits = tsa.router_logits(tokens);  // per router (B, T), bias included
-    for (std::size_t l = 0; l < tsa.routers.size(); ++l) {
-      auto bias = tsa.routers[l]->fc2->bias;                                    // (1)
-      const auto z = logits[l].to(torch::kDouble) - bias.to(torch::kDouble).item<double>();  // before the bias
-      // active iff z + b <= 0: the lowest `k` scores, i.e. -z's top k
-      const double t = threshold_for_top(-z, share(fraction, z.numel()));
-      bias.fill_(t);  // -z > t  <=>  z + t < 0
-    }
-    return;
-  }
-  const auto out = model.forward(tokens, true);
-  for (const auto& t : out.trace) {
-    if (!t.routed || !t.gate.defined()) continue;
-    const auto n = t.gate.numel();
-    const auto k = share(fraction, n);
-    const auto layer = static_cast<std::size_t>(t.layer);
-    if (arch == "dtrnet") {
-      auto& r = dynamic_cast<DTRNet&>(model).routed[layer];
-      auto bias = r->router_out->bias;  // [attention, bypass]
-      const double diff = (bias[0] - bias[1]).item<double>();
-      const double thr = threshold_for_top(gate_logit(t.gate) - diff, k);  // attention iff z0 - z1 + diff' > 0
-      bias[0].fill_(bias[1].item<double>() - thr);
-    } else if (arch == "mod") {
-      // The predictor decides at inference: make it the router minus a threshold on the router's logit.
-      auto& layer_module = dynamic_cast<MixtureOfDepths&>(model).mod_layers[layer];
-      const double thr = threshold_for_top(gate_logit(t.gate), k);
-      layer_module->predictor->linear->weight.copy_(layer_module->router->weight);
-      layer_module->predictor->linear->bias.copy_(layer_module->router->bias - thr);
-    } else if (arch == "dllm") {
-      auto& router = dynamic_cast<DLLM&>(model).routers[layer];
-      auto bias = router->fc2->bias;  // [skip, execute]
-      const double diff = (bias[1] - bias[0]).item<double>();
-      const double thr = threshold_for_top(gate_logit(t.gate) - diff, k);  // execute iff z1 - z0 >= 0
-      bias[1].fill_(bias[0].item<double>() - thr);
-    }
-  }
-}
-
 struct TracedForward {
   double flops_ratio = 1.0;
   double fraction = 1.0;
 };
 
-TracedForward traced(LanguageModel& model, const std::string& arch, const torch::Tensor& tokens) {
+TracedForward traced(LanguageModel& model, const ArchitectureEntry& arch, const torch::Tensor& tokens) {
   torch::NoGradGuard no_grad;
   const auto out = model.forward(tokens, true);
   double f = 0, d = 0, routed = 0;
@@ -109,8 +42,9 @@ TracedForward traced(LanguageModel& model, const std::string& arch, const torch:
     f += t.flops;
     d += t.dense_flops;
     if (!t.routed) continue;
-    const auto it = t.stats.find("active_share");
-    routed += arch == "tsa" && it != t.stats.end() ? it->second : t.routed_fraction;
+    // the fraction the FLOPs model prices (TSA: the share running the FFN)
+    const auto it = arch.priced_share_stat.empty() ? t.stats.end() : t.stats.find(arch.priced_share_stat);
+    routed += it != t.stats.end() ? it->second : t.routed_fraction;
     ++n;
   }
   return {d > 0 ? f / d : 1.0, n > 0 ? routed / n : 1.0};
@@ -141,8 +75,8 @@ nlohmann::json model_json(const ForwardBenchOptions& o, const std::string& arch,
   nlohmann::json m = {{"arch", arch},        {"style", "llama"},         {"n_layer", o.n_layer},
                       {"n_embd", o.n_embd},  {"n_head", o.n_head},       {"n_kv_head", o.n_kv_head},
                       {"max_seq_len", max_len}};
-  if (arch == "tsa") m["inference"] = "sparse";
   auto full = schema_defaults(architecture(arch).options);
+  for (const auto& [k, v] : architecture(arch).speed_options.items()) full[k] = v;
   for (const auto& [k, v] : m.items()) full[k] = v;
   architecture(arch).check(full, "bench forward model");
   return full;
@@ -161,9 +95,16 @@ ForwardBenchResult bench_forward(const ForwardBenchOptions& in) {
     o.warmup = 1;
     o.breakdown_min_seq = 0;
   }
+  std::string forcible;
+  for (const auto& e : architectures())
+    if (e.force_routed_share) forcible += (forcible.empty() ? "" : ", ") + e.id;
+  if (o.archs.empty())
+    for (const auto& e : architectures())
+      if (e.force_routed_share) o.archs.push_back(e.id);
   for (const auto& a : o.archs)
-    if (a != "dtrnet" && a != "mod" && a != "dllm" && a != "tsa")
-      throw ConfigError("bench forward --archs: '" + a + "' is not one of dtrnet, mod, dllm, tsa");
+    if (!architecture(a).force_routed_share)
+      throw ConfigError("bench forward --archs: '" + a + "' has no router a benchmark can force (those that do: " +
+                        forcible + ")");
   for (const double f : o.fractions)
     if (!(f >= 0.0 && f <= 1.0)) throw ConfigError("bench forward --fractions: " + std::to_string(f) + " is outside [0, 1]");
   for (const auto t : o.lengths)
@@ -208,8 +149,9 @@ ForwardBenchResult bench_forward(const ForwardBenchOptions& in) {
     for (const double fraction : o.fractions) {
       std::vector<TracedForward> traces;
       for (std::size_t i = 0; i < models.size(); ++i) {
-        for (int p = 0; p < o.calibration_passes; ++p) calibrate_pass(*models[i], o.archs[i], tokens, fraction);
-        traces.push_back(traced(*models[i], o.archs[i], tokens));
+        const auto& arch = architecture(o.archs[i]);
+        for (int p = 0; p < o.calibration_passes; ++p) arch.force_routed_share(*models[i], tokens, fraction);
+        traces.push_back(traced(*models[i], arch, tokens));
       }
       std::vector<std::function<void()>> runs = {[&] { dense->forward(tokens); }};
       for (auto& m : models) runs.push_back([&m, &tokens] { m->forward(tokens); });

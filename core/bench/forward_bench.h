@@ -1,5 +1,6 @@
-// Sparse execution speed (issue 6): the eval-mode forward of a dense model against DTRNet, MoD, D-LLM and TSA
-// (sparse inference) of equal shape, routers forced to target fractions, timed interleaved; the measured time
+// Sparse execution speed (issue 6): the eval-mode forward of a dense model against the routed architectures whose
+// routers a benchmark can force (ArchitectureEntry::force_routed_share: DTRNet, MoD, D-LLM, TSA in sparse inference)
+// of equal shape, routers forced to target fractions, timed interleaved; the measured time
 // ratio next to the FLOPs ratio of the very forward timed (from its trace), and where they disagree by more than
 // a threshold at long sequences, a breakdown of where the time goes. No Torch in this header.
 #pragma once
@@ -14,7 +15,8 @@ namespace routelab {
 struct ForwardBenchOptions {
   std::vector<std::int64_t> lengths{512, 1024, 2048, 4096, 8192};
   std::vector<double> fractions{0.1, 0.3, 0.7};  ///< routed fraction each router is forced to
-  std::vector<std::string> archs{"dtrnet", "mod", "dllm", "tsa"};  ///< compared with "dense"
+  /// compared with the dense model; empty: every architecture with a force_routed_share hook
+  std::vector<std::string> archs;
   std::int64_t batch = 1;
   /// shape of every model (llama style): d 512, 8 layers, 8 heads; each architecture keeps its default pattern
   /// of routed layers (DTRNet bilayer, MoD alternate, D-LLM after-2, TSA every block after the stem)
@@ -55,7 +57,8 @@ struct ForwardBenchResult {
   nlohmann::json to_json() const;
 };
 
-/// Throws ConfigError for a bad option (unknown arch, fraction outside [0, 1], cuda without a GPU).
+/// Throws ConfigError for a bad option (unknown arch or one without a forcible router, fraction outside [0, 1],
+/// cuda without a GPU).
 ForwardBenchResult bench_forward(const ForwardBenchOptions& options);
 
 }  // namespace routelab

@@ -4,6 +4,7 @@
 // (exceptions are listed in the estimate's notes). No Torch in this header.
 #pragma once
 #include <cstdint>
+#include <map>
 #include <string>
 #include <utility>
 #include <vector>
@@ -70,12 +71,16 @@ std::vector<std::string> flops_model_architectures();
 /// One line per architecture: what its routed fraction means and its default.
 std::string routed_fraction_meaning(const std::string& arch);
 
-/// Per-layer routed fractions measured by a forward's trace (LayerTrace::routed_fraction; TSA's
-/// stats["active_share"], the share that runs the FFN in sparse mode), in the form estimate_flops takes.
+/// One layer as a forward's trace or a stored evaluation record reports it.
 struct MeasuredLayer {
   double routed_fraction = 1.0;
-  double active_share = -1.0;  ///< TSA only (stats "active_share"); negative when absent
+  std::map<std::string, double> stats;
 };
+/// Stored evaluation layer records ({routed_fraction, stats}); a missing or malformed value reads as 1 or absent.
+std::vector<MeasuredLayer> measured_layers(const nlohmann::json& layers);
+/// Per-layer fractions in the form estimate_flops takes: the stat the architecture's registry entry names
+/// (ArchitectureEntry::priced_share_stat; TSA's "active_share") where a layer has it, else its routed fraction.
+/// ConfigError for an architecture without a FLOPs model.
 std::vector<double> fractions_from_trace(const std::string& arch, const std::vector<MeasuredLayer>& layers);
 
 }  // namespace routelab

@@ -227,19 +227,10 @@ void DecodeState::reserve(std::int64_t length) {
 std::vector<std::int64_t> analytic_kv_entries(const std::vector<LayerTrace>& trace, std::int64_t batch,
                                               std::int64_t seq) {
   std::vector<std::int64_t> entries;
-  const auto get = [](const std::map<std::string, std::int64_t>& m, const char* key) {
-    const auto it = m.find(key);
-    return it == m.end() ? std::int64_t{0} : it->second;
-  };
   for (const auto& t : trace) {
-    if (t.kind == "early-exit") {
-      entries.push_back(get(t.tokens_processed, "kv"));  // state copying: exited tokens keep serving keys
-    } else if (t.kind == "drr") {
-      const auto memory = t.stats.at("short_entries") + t.stats.at("long_entries");  // per sequence
-      entries.push_back(batch * seq + batch * static_cast<std::int64_t>(std::llround(memory)));
-    } else {
-      entries.push_back(get(t.tokens_processed, "attn"));
-    }
+    auto it = t.tokens_processed.find("kv");
+    if (it == t.tokens_processed.end()) it = t.tokens_processed.find("attn");
+    entries.push_back(it == t.tokens_processed.end() ? batch * seq : it->second);
   }
   return entries;
 }

@@ -122,11 +122,11 @@ class DecodeState {
   std::vector<KVCache> caches_;
 };
 
-/// The cache entries per layer (summed over the batch) that the inference rules imply for a full forward's trace
-/// of `batch` x `seq` tokens (eval mode, traced): dense, TSA and early-exit layers every token, DTRNet / MoD / D-LLM
-/// routed layers the tokens on the attention path, Radial Networks the (token, step) executions of each layer, DRR
-/// the block's tokens plus its memory entries. The entry count of a layer times the entry bytes is the analytic
-/// KV count.
+/// The cache entries per layer (summed over the batch) that decoding a full forward's input token by token leaves,
+/// as the forward's trace (eval mode, traced) states them: LayerTrace::tokens_processed["kv"] where the layer
+/// reports it (early exit: every token, exited ones keep serving keys; DRR: every token plus its memory entries),
+/// else its "attn" count (dense and TSA every token, DTRNet / MoD / D-LLM the tokens on the attention path, Radial
+/// the (token, step) executions), else every token. Times the entry bytes: the analytic KV count.
 std::vector<std::int64_t> analytic_kv_entries(const std::vector<LayerTrace>& trace, std::int64_t batch,
                                               std::int64_t seq);
 

@@ -285,4 +285,39 @@ ModelOutput DenseTransformer::forward(const torch::Tensor& tokens, bool trace) {
   return out;
 }
 
+TransformerOptions flops_trunk(const FlopsInput& in) {
+  return transformer_options_from_json(in.model, static_cast<std::int64_t>(in.vocab), in.query.seq);
+}
+
+namespace {
+
+/// The FLOPs of the eval-mode forward (ArchitectureEntry::price_flops): every layer dense.
+FlopsEstimate price_dense(const FlopsInput& in) {
+  const auto t = flops_trunk(in);
+  const auto s = layer_shape(t);
+  FlopsBuilder b(in, s, in.vocab);
+  for (int i = 0; i < t.n_layer(); ++i) b.dense(i, s);
+  return b.est;
+}
+
+}  // namespace
+
+ArchitectureEntry dense_architecture() {
+  ArchitectureEntry entry{
+      "dense",
+      "Dense Transformer",
+      "baseline of seeds 000 (SmolLM/Llama style) and 003 (GPT-2 style)",
+      "Decoder-only pre-norm Transformer: every token runs every attention and MLP sub-layer.",
+      transformer_option_schema(),
+      check_transformer_options,
+      [](const nlohmann::json& m, const ModelContext& ctx) -> std::shared_ptr<LanguageModel> {
+        return std::make_shared<DenseTransformer>(transformer_options_from_json(m, ctx.vocab_size, ctx.context));
+      },
+  };
+  entry.price_flops = price_dense;
+  entry.routed_fraction_meaning = "no routing: fractions are ignored";
+  entry.color = 7;  // black: the baseline every figure compares with
+  return entry;
+}
+
 }  // namespace routelab

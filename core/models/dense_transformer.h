@@ -10,6 +10,7 @@
 #include "core/models/blocks/norm.h"
 #include "core/models/blocks/routing.h"
 #include "core/models/language_model.h"
+#include "core/models/registry.h"
 
 namespace routelab {
 
@@ -50,6 +51,9 @@ TransformerOptions transformer_options_from_json(const nlohmann::json& model, st
                                                  std::int64_t context);
 /// The matrix shapes of one layer of this model (for FLOPs).
 LayerShape layer_shape(const TransformerOptions& options);
+/// The trunk a FLOPs pricing function prices: the model section's shared options for the query's vocabulary and
+/// sequence length.
+TransformerOptions flops_trunk(const FlopsInput& in);
 /// The trace of a dense layer that ran every token of a (batch, seq) input.
 LayerTrace dense_layer_trace(int layer, std::int64_t batch, std::int64_t seq, const LayerShape& shape);
 
@@ -122,5 +126,8 @@ class DenseTransformer : public TransformerTrunk {
 
   std::vector<DenseBlock> blocks;
 };
+
+/// The dense baseline's registry entry.
+ArchitectureEntry dense_architecture();
 
 }  // namespace routelab

@@ -295,12 +295,52 @@ DLLMOptions dllm_options_from_json(const nlohmann::json& m) {
   return o;
 }
 
+/// One calibration pass (ArchitectureEntry::force_routed_share): each decision module's execute bias set from one
+/// traced forward's gates so that `fraction` of the tokens execute the block.
+void force_dllm_share(LanguageModel& model, const torch::Tensor& tokens, double fraction) {
+  torch::NoGradGuard no_grad;
+  auto& net = dynamic_cast<DLLM&>(model);
+  for (const auto& t : net.forward(tokens, true).trace) {
+    if (!t.routed || !t.gate.defined()) continue;
+    auto bias = net.routers[static_cast<std::size_t>(t.layer)]->fc2->bias;  // [skip, execute]
+    const double diff = (bias[1] - bias[0]).item<double>();
+    // execute iff z1 - z0 >= 0
+    const double thr = threshold_for_top(gate_logit(t.gate) - diff, share_count(fraction, t.gate.numel()));
+    bias[1].fill_(bias[0].item<double>() - thr);
+  }
+}
+
+/// The FLOPs of the eval-mode forward (ArchitectureEntry::price_flops).
+FlopsEstimate price_dllm(const FlopsInput& in) {
+  const auto t = flops_trunk(in);
+  const auto s = layer_shape(t);
+  const auto& m = in.model;
+  const auto routed = parse_layer_pattern(m.at("routed_layers").get<std::string>(), t.n_layer(), "model.routed_layers");
+  const auto f = layer_fractions(in, routed, m.at("target").get<double>(), 0.0, 1.0);
+  const double hidden = static_cast<double>(m.at("router_hidden").get<std::int64_t>());
+  FlopsBuilder b(in, s, in.vocab);
+  const double d = static_cast<double>(s.d);
+  for (int i = 0; i < t.n_layer(); ++i) {
+    if (!routed[i]) {
+      b.dense(i, s);
+      continue;
+    }
+    auto& l = b.add(i, "dllm", true, f[i], s);
+    const double k = f[i] * b.T, rows = b.B * k;
+    FlopsBuilder::part(l, "router", linear_flops(b.N, d, hidden) + linear_flops(b.N, hidden, 2.0));
+    FlopsBuilder::block(l, rows, b.B * k * k, s);
+  }
+  b.est.notes.push_back("inference form: executed tokens run the block compacted (skipped keys evicted, O(k^2)); "
+                        "the training form runs every token");
+  return b.est;
+}
+
 }  // namespace
 
 // No kv_entries rule: the prompt pass writes every slot's keys and values (the skipped ones masked out as keys), so
 // a D-LLM cache is dense-sized after a prompt, as seed 000 reports; only generated tokens are cached when executed.
 ArchitectureEntry dllm_architecture() {
-  return {
+  ArchitectureEntry entry{
       "dllm",
       "D-LLM",
       "Jiang et al. 2024 (baseline of seed 000)",
@@ -313,6 +353,12 @@ ArchitectureEntry dllm_architecture() {
                                       dllm_options_from_json(m));
       },
   };
+  entry.force_routed_share = force_dllm_share;
+  entry.price_flops = price_dllm;
+  entry.routed_fraction_meaning =
+      "share of tokens that execute each routed block (default: model.target)";
+  entry.color = 2;
+  return entry;
 }
 
 }  // namespace routelab

@@ -394,7 +394,9 @@ DrrTransformer::States DrrTransformer::states(const torch::Tensor& tokens, bool 
                           {"mlp", B * T},
                           {"router", B * T},
                           {"short_memory", short_entries > 0 ? B * T : 0},
-                          {"long_memory", long_entries > 0 ? B * T : 0}};
+                          {"long_memory", long_entries > 0 ? B * T : 0},
+                          // decoded token by token, the layer caches every token and its memory entries
+                          {"kv", B * T + B * static_cast<std::int64_t>(std::llround(short_entries + long_entries))}};
     t.flops = drr_layer_flops(static_cast<double>(B), static_cast<double>(T), shape,
                               options_.n_embd() * o.router_hidden_mult(), short_entries, long_entries, pools,
                               memory.causal ? static_cast<double>(summary) : 0.0);
@@ -603,6 +605,39 @@ void check_drr_options(const nlohmann::json& m, const std::string& path) {
                              "language model needs 'causal'");
 }
 
+/// The FLOPs of the eval-mode forward (ArchitectureEntry::price_flops).
+FlopsEstimate price_drr(const FlopsInput& in) {
+  const auto t = drr_transformer_options_from_json(in.model, static_cast<std::int64_t>(in.vocab), in.query.seq);
+  const auto s = layer_shape(t);
+  const auto o = drr_options_from_json(in.model);
+  FlopsBuilder b(in, s, in.vocab);
+  const double d = static_cast<double>(s.d), h = d * static_cast<double>(o.router_hidden_mult());
+  const bool causal = o.memory() == DrrMemory::Causal;
+  const auto summary = static_cast<double>(drr_summary_tokens(o, in.query.seq, t.max_seq_len()));
+  for (int i = 0; i < t.n_layer(); ++i) {
+    auto& l = b.add(i, "drr", true, 1.0, s);
+    const double window = static_cast<double>(std::min<std::int64_t>(o.short_window(), i));
+    const double blocks = static_cast<double>(i / o.block_size());
+    const bool pools = (i + 1) % o.block_size() == 0 && summary > 0;
+    FlopsBuilder::part(l, "router", linear_flops(b.N, d, h) + linear_flops(b.N, h, 3.0));
+    FlopsBuilder::part(l, "memory_short", depth_memory_attention_flops(b.B, b.T, window * b.T, s.d));
+    FlopsBuilder::part(l, "memory_long", depth_memory_attention_flops(b.B, b.T, blocks * summary, s.d));
+    FlopsBuilder::part(l, "attn_qkv", qkv_flops(b.N, s));
+    FlopsBuilder::part(l, "attn_core", attention_core_flops(b.B * b.T * b.T, s));
+    FlopsBuilder::part(l, "attn_out", out_proj_flops(b.N, s));
+    FlopsBuilder::part(l, "mlp", mlp_flops(b.N, s));
+    if (pools) {
+      // Projection, then (causal form) the chunk average as a (S', T) x (T, C) product per sequence.
+      FlopsBuilder::part(l, "summary_pool", linear_flops(b.N, d, d) + (causal ? linear_flops(b.B * summary, b.T, d) : 0.0));
+    }
+  }
+  b.est.notes.push_back("every token computes all three paths (identity, short- and long-term memory): no FLOPs "
+                        "depend on the gates; fractions are ignored");
+  if (causal)
+    b.est.notes.push_back("the causal summary pool averages through a matrix product (2 S' T d per sequence)");
+  return b.est;
+}
+
 }  // namespace
 
 ArchitectureEntry drr_architecture() {
@@ -625,6 +660,10 @@ ArchitectureEntry drr_architecture() {
     const auto stats = layer.value("stats", nlohmann::json::object());
     return seq + json_number(stats, "short_entries", 0.0) + json_number(stats, "long_entries", 0.0);
   };
+  entry.price_flops = price_drr;
+  entry.routed_fraction_meaning =
+      "no FLOPs depend on the gates: fractions are ignored";
+  entry.color = 6;
   return entry;
 }
 

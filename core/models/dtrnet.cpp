@@ -380,6 +380,71 @@ DTRNetOptions dtrnet_options_from_json(const nlohmann::json& m, std::int64_t n_l
   return o;
 }
 
+/// One calibration pass (ArchitectureEntry::force_routed_share): each routed layer's attention bias set from one
+/// traced forward's gates so that `fraction` of the tokens go to attention.
+void force_dtrnet_share(LanguageModel& model, const torch::Tensor& tokens, double fraction) {
+  torch::NoGradGuard no_grad;
+  auto& net = dynamic_cast<DTRNet&>(model);
+  for (const auto& t : net.forward(tokens, true).trace) {
+    if (!t.routed || !t.gate.defined()) continue;
+    auto bias = net.routed[static_cast<std::size_t>(t.layer)]->router_out->bias;  // [attention, bypass]
+    const double diff = (bias[0] - bias[1]).item<double>();
+    // attention iff z0 - z1 + diff' > 0
+    const double thr = threshold_for_top(gate_logit(t.gate) - diff, share_count(fraction, t.gate.numel()));
+    bias[0].fill_(bias[1].item<double>() - thr);
+  }
+}
+
+/// The FLOPs of the eval-mode forward (ArchitectureEntry::price_flops).
+FlopsEstimate price_dtrnet(const FlopsInput& in) {
+  const auto t = flops_trunk(in);
+  const auto s = layer_shape(t);
+  const auto& m = in.model;
+  const auto routed = parse_layer_pattern(m.at("routed_layers").get<std::string>(), t.n_layer(), "model.routed_layers");
+  const auto routing = m.at("routing").get<std::string>();
+  const bool masked = m.at("attention") == "masked", vo = m.at("bypass") != "none";
+  const double fallback = routing == "expert" ? m.at("capacity").get<double>() : routing == "skip" ? 0.0 : 1.0;
+  auto f = layer_fractions(in, routed, fallback, 0.0, 1.0);
+  FlopsBuilder b(in, s, in.vocab);
+  const double d = static_cast<double>(s.d), half = static_cast<double>(s.d / 2);
+  for (int i = 0; i < t.n_layer(); ++i) {
+    if (!routed[i]) {
+      b.dense(i, s);
+      continue;
+    }
+    if (routing == "skip") f[i] = 0.0;  // the skip variant's routers send every token to the bypass
+    auto& l = b.add(i, "dtrnet", true, f[i], s);
+    const double k = f[i] * b.T, routed_rows = b.B * k;
+    FlopsBuilder::part(l, "router", linear_flops(b.N, d, half) + linear_flops(b.N, half, 2.0));
+    if (routing == "expert") FlopsBuilder::part(l, "predictor", linear_flops(b.N, d, 1.0));
+    if (masked) {  // the oracle projects every token and computes every (query, key) pair, then masks
+      FlopsBuilder::part(l, "attn_qkv", qkv_flops(b.N, s));
+      FlopsBuilder::part(l, "attn_core", attention_core_flops(b.B * b.T * b.T, s));
+      FlopsBuilder::part(l, "attn_out", out_proj_flops(b.N, s));
+    } else {
+      FlopsBuilder::part(l, "attn_qk", q_k_flops(routed_rows, s));
+      FlopsBuilder::part(l, "attn_core", attention_core_flops(b.B * k * k, s));  // compacted: O(k^2)
+      if (vo) {
+        FlopsBuilder::part(l, "attn_v", v_flops(b.N, s));      // W_V of every token (bypass and attention share it)
+        FlopsBuilder::part(l, "attn_out", out_proj_flops(b.N, s));  // one W_O over every token
+      } else {
+        FlopsBuilder::part(l, "attn_v", v_flops(routed_rows, s));
+        FlopsBuilder::part(l, "attn_out", out_proj_flops(routed_rows, s));
+      }
+    }
+    FlopsBuilder::part(l, "mlp", mlp_flops(b.N, s));
+  }
+  if (masked)
+    b.est.notes.push_back("attention 'masked' (the oracle): every token is projected and every pair scored, O(T^2) "
+                          "whatever the routed fraction");
+  else
+    b.est.notes.push_back("compacted attention: the routed tokens of a sequence are gathered and attend among "
+                          "themselves, O(k^2) for k routed tokens");
+  if (vo && !masked) b.est.notes.push_back("bypass W_O W_V: V and W_O run over every token (shared with attention)");
+  if (routing == "skip") b.est.notes.push_back("routing 'skip': fractions forced to 0 (every token bypasses)");
+  return b.est;
+}
+
 }  // namespace
 
 ArchitectureEntry dtrnet_architecture() {
@@ -405,6 +470,12 @@ ArchitectureEntry dtrnet_architecture() {
   };
   // A routed layer caches the keys and values of the tokens it sends to attention; bypassed tokens write none.
   entry.kv_entries = kv_entries_of_routed_tokens;
+  entry.force_routed_share = force_dtrnet_share;
+  entry.price_flops = price_dtrnet;
+  entry.routed_fraction_meaning =
+      "share of tokens routed to attention in each routed layer (default: 1; expert routing: "
+                                  "model.capacity; skip: 0)";
+  entry.color = 0;
   return entry;
 }
 

@@ -254,10 +254,37 @@ void check_early_exit_options(const nlohmann::json& m, const std::string& path) 
                       std::to_string(n_layer));
 }
 
+/// The FLOPs of the eval-mode forward (ArchitectureEntry::price_flops).
+FlopsEstimate price_early_exit(const FlopsInput& in) {
+  const auto t = flops_trunk(in);
+  const auto s = layer_shape(t);
+  const auto o = early_exit_options_from_json(in.model);
+  const bool exiting = o.exit_threshold() < 1.0;
+  std::vector<bool> routed(static_cast<std::size_t>(t.n_layer()), true);
+  routed[0] = false;
+  const auto f = layer_fractions(in, routed, 1.0, 0.0, 1.0);
+  FlopsBuilder b(in, s, in.vocab);
+  const double d = static_cast<double>(s.d);
+  for (int i = 0; i < t.n_layer(); ++i) {
+    auto& l = b.add(i, i == 0 ? "dense" : "early-exit", i > 0, f[i], s);
+    // State copying: the block runs over every token (exited ones keep their state afterwards).
+    FlopsBuilder::part(l, "attn_qkv", qkv_flops(b.N, s));
+    FlopsBuilder::part(l, "attn_core", attention_core_flops(b.B * b.T * b.T, s));
+    FlopsBuilder::part(l, "attn_out", out_proj_flops(b.N, s));
+    FlopsBuilder::part(l, "mlp", mlp_flops(b.N, s));
+    if (exiting && i + 1 < t.n_layer()) FlopsBuilder::part(l, "exit_head", linear_flops(b.N, d, in.vocab));
+  }
+  b.est.notes.push_back("the eval forward runs every block over every token (exited tokens' states are copied, "
+                        "not skipped) and, when exiting (exit_threshold < 1), every intermediate head over every "
+                        "token: the active fractions change no executed FLOPs. LayerTrace::flops instead prices "
+                        "what an implementation skipping exited tokens would need (early_exit_block_flops)");
+  return b.est;
+}
+
 }  // namespace
 
 ArchitectureEntry early_exit_architecture() {
-  return {
+  ArchitectureEntry entry{
       "early-exit",
       "Early exit",
       "Elbayad et al. 2020 (baseline of seed 003 §3.5)",
@@ -271,6 +298,11 @@ ArchitectureEntry early_exit_architecture() {
                                                       early_exit_options_from_json(m));
       },
   };
+  entry.price_flops = price_early_exit;
+  entry.routed_fraction_meaning =
+      "share of tokens still active (executed FLOPs do not depend on it)";
+  entry.color = 4;
+  return entry;
 }
 
 }  // namespace routelab

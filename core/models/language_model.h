@@ -24,7 +24,9 @@ struct LayerTrace {
   torch::Tensor decision;         ///< (B, T) bool: hard decision (true = routed path); undefined if dense
   double routed_fraction = 1.0;   ///< fraction of tokens that took the routed path
   double aux_loss = 0.0;          ///< this layer's auxiliary-loss term (before the global coefficient)
-  std::map<std::string, std::int64_t> tokens_processed;  ///< sub-layer -> tokens, e.g. {"attn": 812, "mlp": 4096}
+  /// sub-layer -> tokens, e.g. {"attn": 812, "mlp": 4096}; "kv", where present: the cache entries decoding this
+  /// input token by token leaves in the layer when that is not the "attn" count (analytic_kv_entries)
+  std::map<std::string, std::int64_t> tokens_processed;
   double flops = 0;               ///< forward FLOPs of this layer on this batch, from its real decisions (cost/flops.h)
   double dense_flops = 0;         ///< forward FLOPs a dense layer of the same shape spends on the same batch
   std::map<std::string, double> stats;  ///< layer-specific extras, e.g. {"predictor_agreement": 0.97}

@@ -236,6 +236,46 @@ void check_mod_options(const nlohmann::json& m, const std::string& path) {
     throw ConfigError(path + ".capacity: " + m.at("capacity").dump() + " must be above 0");
 }
 
+/// One calibration pass (ArchitectureEntry::force_routed_share): the causal predictor decides at inference, so each
+/// routed layer's predictor becomes its router minus the threshold on the router's logit that selects `fraction`
+/// of the tokens of one traced forward.
+void force_mod_share(LanguageModel& model, const torch::Tensor& tokens, double fraction) {
+  torch::NoGradGuard no_grad;
+  auto& net = dynamic_cast<MixtureOfDepths&>(model);
+  for (const auto& t : net.forward(tokens, true).trace) {
+    if (!t.routed || !t.gate.defined()) continue;
+    auto& layer = net.mod_layers[static_cast<std::size_t>(t.layer)];
+    const double thr = threshold_for_top(gate_logit(t.gate), share_count(fraction, t.gate.numel()));
+    layer->predictor->linear->weight.copy_(layer->router->weight);
+    layer->predictor->linear->bias.copy_(layer->router->bias - thr);
+  }
+}
+
+/// The FLOPs of the eval-mode forward (ArchitectureEntry::price_flops).
+FlopsEstimate price_mod(const FlopsInput& in) {
+  const auto t = flops_trunk(in);
+  const auto s = layer_shape(t);
+  const auto o = mod_options_from_json(in.model);
+  const auto routed = parse_layer_pattern(o.routed_layers(), t.n_layer(), "model.routed_layers");
+  const auto f = layer_fractions(in, routed, o.capacity(), 0.0, 1.0);
+  FlopsBuilder b(in, s, in.vocab);
+  const double d = static_cast<double>(s.d);
+  for (int i = 0; i < t.n_layer(); ++i) {
+    if (!routed[i]) {
+      b.dense(i, s);
+      continue;
+    }
+    auto& l = b.add(i, "mod", true, f[i], s);
+    const double k = f[i] * b.T, rows = b.B * k;
+    FlopsBuilder::part(l, "router", linear_flops(b.N, d, 1.0));
+    FlopsBuilder::part(l, "predictor", linear_flops(b.N, d, 1.0));
+    FlopsBuilder::block(l, rows, b.B * k * k, s);
+  }
+  b.est.notes.push_back("routed blocks run on the compacted selected tokens (attention O(k^2)); the causal "
+                        "predictor decides at inference, the router only scales");
+  return b.est;
+}
+
 }  // namespace
 
 ArchitectureEntry mod_architecture() {
@@ -254,6 +294,11 @@ ArchitectureEntry mod_architecture() {
   };
   // A MoD layer caches the tokens its router selects.
   entry.kv_entries = kv_entries_of_routed_tokens;
+  entry.force_routed_share = force_mod_share;
+  entry.price_flops = price_mod;
+  entry.routed_fraction_meaning =
+      "share of tokens selected in each routed block (default: model.capacity)";
+  entry.color = 1;
   return entry;
 }
 

@@ -578,6 +578,49 @@ void check_radial_options(const nlohmann::json& m, const std::string& path) {
                       std::to_string(steps) + " (model.max_depth, 0 = n_layer)");
 }
 
+/// The FLOPs of the eval-mode forward (ArchitectureEntry::price_flops).
+FlopsEstimate price_radial(const FlopsInput& in) {
+  const auto t = flops_trunk(in);
+  const auto s = layer_shape(t);
+  const auto o = radial_options_from_json(in.model);
+  const auto L = t.n_layer();
+  const auto S = o.steps(L);
+  std::vector<bool> routed(static_cast<std::size_t>(L), true);
+  auto f = layer_fractions(in, routed, static_cast<double>(S) / static_cast<double>(L), 0.0, static_cast<double>(S));
+  double depth = 0;
+  for (const double v : f) depth += v;
+  if (depth > static_cast<double>(S) + 1e-9)
+    throw ConfigError("flops fractions: radial executions per token sum to " + std::to_string(depth) +
+                      ", above the maximum depth " + std::to_string(S));
+  FlopsBuilder b(in, s, in.vocab);
+  const double d = static_cast<double>(s.d);
+  const double hidden = static_cast<double>(o.router_hidden() > 0 ? o.router_hidden() : std::max<std::int64_t>(1, s.d / 2));
+  // Step profile: every token runs floor(D) steps and a share frac(D) one more (the most even depths with mean D).
+  // Step s attends its K_s running tokens over the store of all entries written so far (masked, not compacted).
+  double store = 0, core_pairs = 0;
+  int router_steps = 0;
+  for (std::int64_t step = 0; step < S; ++step) {
+    ++router_steps;  // the router runs on every row at each step until a step where no token runs
+    const double k = b.T * std::clamp(depth - static_cast<double>(step), 0.0, 1.0);
+    if (k <= 0) break;
+    store += k;
+    core_pairs += b.B * k * store;
+  }
+  const double router = router_steps * (linear_flops(b.N, d, hidden) + linear_flops(b.N, hidden, static_cast<double>(L + 1)));
+  for (int i = 0; i < L; ++i) {
+    auto& l = b.add(i, "radial", true, f[i], s);
+    const double rows = f[i] * b.N;
+    FlopsBuilder::part(l, "router", router / static_cast<double>(L));
+    FlopsBuilder::block(l, rows, depth > 0 ? core_pairs * f[i] / depth : 0.0, s);
+  }
+  b.est.notes.push_back("unified KV store: step s attends its running tokens over every entry stored so far "
+                        "(masked rectangle K_s x N_s, priced with the most even depths for mean depth sum(fractions)); "
+                        "the attention of a step is shared over the layers in proportion to their executions");
+  b.est.notes.push_back("the router runs on every token at every step until one where no token runs (split evenly "
+                        "over the layers), as the forward executes it; LayerTrace prices the same work per step");
+  return b.est;
+}
+
 }  // namespace
 
 ArchitectureEntry radial_architecture() {
@@ -598,6 +641,10 @@ ArchitectureEntry radial_architecture() {
   };
   // The unified store holds one entry per executed (token, step): a layer owns its executions per token.
   entry.kv_entries = kv_entries_of_routed_tokens;
+  entry.price_flops = price_radial;
+  entry.routed_fraction_meaning =
+      "executions of each layer per token (sum = mean depth; default: max depth / n_layer)";
+  entry.color = 5;
   return entry;
 }
 

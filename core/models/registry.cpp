@@ -1,8 +1,10 @@
-// The hand-written, sorted architecture registry (no static self-registration: the linker would drop it).
+// The hand-written, sorted architecture registry (no static self-registration: the linker would drop it): one line
+// per architecture, whose entry its own files fill in.
 #include "core/models/registry.h"
 
 #include <algorithm>
 #include <cmath>
+#include <stdexcept>
 
 #include "core/models/dense_transformer.h"
 #include "core/models/dllm.h"
@@ -13,26 +15,30 @@
 #include "core/models/radial.h"
 #include "core/models/tagat.h"
 #include "core/models/tsa.h"
-#include "core/util/json_fields.h"
 #include "core/models/vanilla_classifier.h"
 #include "core/util/errors.h"
+#include "core/util/json_fields.h"
 
 namespace routelab {
 namespace {
 
+/// Every entry answers both factories: the wrong one for its task is a clear ConfigError, never an empty call.
+void complete(ArchitectureEntry& e) {
+  if (!e.create)
+    e.create = [id = e.id](const nlohmann::json&, const ModelContext&) -> std::shared_ptr<LanguageModel> {
+      throw ConfigError("model.arch: '" + id + "' is a classification architecture, not a language model (use it "
+                        "with a classification data.source: entailment or pairs)");
+    };
+  if (!e.create_classifier)
+    e.create_classifier = [id = e.id](const nlohmann::json&, const ModelContext&) -> std::shared_ptr<SequenceClassifier> {
+      throw ConfigError("model.arch: '" + id + "' is a language model, not a sequence classifier (use tagat or "
+                        "vanilla-classifier for classification data)");
+    };
+}
+
 std::vector<ArchitectureEntry> make_registry() {
   std::vector<ArchitectureEntry> entries;
-  entries.push_back({
-      "dense",
-      "Dense Transformer",
-      "baseline of seeds 000 (SmolLM/Llama style) and 003 (GPT-2 style)",
-      "Decoder-only pre-norm Transformer: every token runs every attention and MLP sub-layer.",
-      transformer_option_schema(),
-      check_transformer_options,
-      [](const nlohmann::json& m, const ModelContext& ctx) -> std::shared_ptr<LanguageModel> {
-        return std::make_shared<DenseTransformer>(transformer_options_from_json(m, ctx.vocab_size, ctx.context));
-      },
-  });
+  entries.push_back(dense_architecture());
   entries.push_back(dllm_architecture());
   entries.push_back(drr_architecture());
   entries.push_back(dtrnet_architecture());
@@ -43,19 +49,12 @@ std::vector<ArchitectureEntry> make_registry() {
   entries.push_back(tsa_architecture());
   entries.push_back(vanilla_classifier_architecture());
   std::sort(entries.begin(), entries.end(), [](const auto& a, const auto& b) { return a.id < b.id; });
-  // Every entry answers both factories: the wrong one for its task is a clear ConfigError, never an empty call.
-  for (auto& e : entries) {
-    if (!e.create)
-      e.create = [id = e.id](const nlohmann::json&, const ModelContext&) -> std::shared_ptr<LanguageModel> {
-        throw ConfigError("model.arch: '" + id + "' is a classification architecture, not a language model (use it "
-                          "with a classification data.source: entailment or pairs)");
-      };
-    if (!e.create_classifier)
-      e.create_classifier = [id = e.id](const nlohmann::json&, const ModelContext&) -> std::shared_ptr<SequenceClassifier> {
-        throw ConfigError("model.arch: '" + id + "' is a language model, not a sequence classifier (use tagat or "
-                          "vanilla-classifier for classification data)");
-      };
-  }
+  for (auto& e : entries) complete(e);
+  return entries;
+}
+
+std::vector<ArchitectureEntry>& registry() {
+  static std::vector<ArchitectureEntry> entries = make_registry();
   return entries;
 }
 
@@ -74,9 +73,28 @@ double layer_kv_entries(const nlohmann::json& layer, double seq) {
   return seq;
 }
 
-const std::vector<ArchitectureEntry>& architectures() {
-  static const std::vector<ArchitectureEntry> entries = make_registry();
-  return entries;
+const std::vector<ArchitectureEntry>& architectures() { return registry(); }
+
+ScopedArchitecture::ScopedArchitecture(ArchitectureEntry entry) : id_(entry.id) {
+  auto& entries = registry();
+  const auto at = std::lower_bound(entries.begin(), entries.end(), id_, [](const auto& e, const std::string& id) {
+    return e.id < id;
+  });
+  if (at != entries.end() && at->id == id_) throw std::logic_error("architecture '" + id_ + "' is already registered");
+  complete(entry);
+  entries.insert(at, std::move(entry));
+}
+
+ScopedArchitecture::~ScopedArchitecture() {
+  auto& entries = registry();
+  entries.erase(std::remove_if(entries.begin(), entries.end(), [&](const auto& e) { return e.id == id_; }), entries.end());
+}
+
+std::vector<std::string> architecture_ids(const std::string& task) {
+  std::vector<std::string> ids;
+  for (const auto& e : architectures())
+    if (e.task == task) ids.push_back(e.id);
+  return ids;
 }
 
 const ArchitectureEntry& architecture(const std::string& id) {

@@ -1,5 +1,7 @@
-// The explicit architecture registry: id -> display name, option schema (with defaults), cross-field check
-// and factory. Adding an architecture = one file pair in models/ + one entry in registry.cpp.
+// The explicit architecture registry: everything the workbench knows about an architecture (display name, colour,
+// option schema with defaults, cross-field check, factory, FLOPs pricing, KV rule, what its routed share means),
+// stated in the architecture's own files. Adding an architecture = one file pair in models/ + one line in
+// registry.cpp; the rest of the code asks the entry and never switches on an id.
 #pragma once
 #include <functional>
 #include <memory>
@@ -9,6 +11,11 @@
 #include <nlohmann/json.hpp>
 
 #include "core/config/options.h"
+#include "core/cost/flops_pricing.h"
+
+namespace at {
+class Tensor;
+}
 
 namespace routelab {
 
@@ -40,6 +47,25 @@ struct ArchitectureEntry {
   /// `seq` tokens, from the layer's stored evaluation record (routed_fraction, stats). Null: every token, as a
   /// dense layer. The cost-length figure, Figure 6 and the Compare view price memory with it (layer_kv_entries).
   std::function<double(const nlohmann::json& layer, double seq)> kv_entries = nullptr;
+  /// FLOPs of the eval-mode forward, priced as executed (core/cost/flops_pricing.h). Null: no FLOPs model, which
+  /// estimate_flops refuses by name (classifiers); every language model has one (the conformance suite checks).
+  std::function<FlopsEstimate(const FlopsInput&)> price_flops = nullptr;
+  /// What a routed fraction given to price_flops means, and its default (printed with every estimate).
+  std::string routed_fraction_meaning = {};
+  /// The per-layer trace stat holding the fraction price_flops takes (TSA: "active_share", the share that runs the
+  /// FFN); empty: the layer's routed_fraction.
+  std::string priced_share_stat = {};
+  /// Palette index (core/report/figure.h) every figure draws the architecture in; distinct among the language
+  /// models and among the classifiers.
+  int color = 0;
+  /// One calibration pass of a speed benchmark (bench forward): sets the routers of `model` (this architecture's,
+  /// eval mode) so that `fraction` of the tokens of `tokens` (B, T) take the routed path, from the scores of one
+  /// forward; repeated passes converge where a layer's input moves with the decisions before it. Null: the
+  /// architecture has no router a benchmark can force.
+  std::function<void(LanguageModel& model, const at::Tensor& tokens, double fraction)> force_routed_share = nullptr;
+  /// Model options a speed benchmark sets so that the eval forward skips the work its routing saves (TSA:
+  /// {"inference": "sparse"}); empty for an architecture whose eval forward always does.
+  nlohmann::json speed_options = nlohmann::json::object();
 };
 
 /// A kv_entries rule: the layer caches the tokens on its attention path, routed_fraction x seq (every token when
@@ -48,6 +74,23 @@ double kv_entries_of_routed_tokens(const nlohmann::json& layer, double seq);
 
 /// Every registered architecture, sorted by id.
 const std::vector<ArchitectureEntry>& architectures();
+
+/// Registers an architecture beyond the built-in ones for the lifetime of this object, then removes it: how a
+/// test registers an architecture defined in its own file (the conformance suite's example). Throws
+/// std::logic_error for an id already registered. Not synchronised: create and destroy it while no other thread
+/// reads the registry, and hold no reference to an entry across either.
+class ScopedArchitecture {
+ public:
+  explicit ScopedArchitecture(ArchitectureEntry entry);
+  ~ScopedArchitecture();
+  ScopedArchitecture(const ScopedArchitecture&) = delete;
+  ScopedArchitecture& operator=(const ScopedArchitecture&) = delete;
+
+ private:
+  std::string id_;
+};
+/// Ids of the registered architectures of `task` ("lm" or "classification"), sorted.
+std::vector<std::string> architecture_ids(const std::string& task);
 /// Throws ConfigError("unsupported architecture: 'x'") for an unknown id.
 const ArchitectureEntry& architecture(const std::string& id);
 /// KV entries per sequence of one stored evaluation layer record ({kind, routed, routed_fraction, stats}) after a

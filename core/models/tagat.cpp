@@ -317,6 +317,7 @@ ArchitectureEntry tagat_architecture() {
   e.create_classifier = [](const nlohmann::json& m, const ModelContext& ctx) -> std::shared_ptr<SequenceClassifier> {
     return std::make_shared<Tagat>(tagat_options_from_json(m, ctx.vocab_size, ctx.num_classes, ctx.context));
   };
+  e.color = 0;
   return e;
 }
 

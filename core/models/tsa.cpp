@@ -281,10 +281,51 @@ void check_tsa_options(const nlohmann::json& m, const std::string& path) {
                       std::to_string(n_layer));
 }
 
+/// One calibration pass (ArchitectureEntry::force_routed_share), exact in one pass: each router's output bias set
+/// so that `fraction` of the tokens stay active (p <= 0.5: they run the FFN in sparse inference), from the routers'
+/// logits over `tokens`.
+void force_tsa_share(LanguageModel& model, const torch::Tensor& tokens, double fraction) {
+  torch::NoGradGuard no_grad;
+  auto& tsa = dynamic_cast<TokenSelectiveAttention&>(model);
+  const auto logits = tsa.router_logits(tokens);  // per router (B, T), bias included
+  for (std::size_t l = 0; l < tsa.routers.size(); ++l) {
+    auto bias = tsa.routers[l]->fc2->bias;  // (1)
+    const auto z = logits[l].to(torch::kDouble) - bias.to(torch::kDouble).item<double>();  // before the bias
+    // active iff z + b <= 0: the lowest k scores, i.e. the top k of -z
+    bias.fill_(threshold_for_top(-z, share_count(fraction, z.numel())));  // -z > t  <=>  z + t < 0
+  }
+}
+
+/// The FLOPs of the eval-mode forward (ArchitectureEntry::price_flops).
+FlopsEstimate price_tsa(const FlopsInput& in) {
+  const auto t = flops_trunk(in);
+  const auto s = layer_shape(t);
+  const auto o = tsa_options_from_json(in.model);
+  const bool sparse = o.inference() == TsaInference::Sparse;
+  std::vector<bool> routed(static_cast<std::size_t>(t.n_layer()), true);
+  routed[0] = false;  // the stem
+  const auto f = layer_fractions(in, routed, 1.0, 0.0, 1.0);
+  FlopsBuilder b(in, s, in.vocab);
+  const double d = static_cast<double>(s.d), hidden = static_cast<double>(tsa_router_hidden(s.d));
+  b.dense(0, s);
+  for (int i = 1; i < t.n_layer(); ++i) {
+    auto& l = b.add(i, "tsa", true, sparse ? f[i] : 1.0, s);
+    FlopsBuilder::part(l, "router", linear_flops(b.N, d, hidden) + linear_flops(b.N, hidden, 1.0));
+    FlopsBuilder::part(l, "attn_qkv", qkv_flops(b.N, s));
+    FlopsBuilder::part(l, "attn_core", attention_core_flops(b.B * b.T * b.T, s));
+    FlopsBuilder::part(l, "attn_out", out_proj_flops(b.N, s));
+    FlopsBuilder::part(l, "mlp", mlp_flops(sparse ? f[i] * b.N : b.N, s));
+  }
+  b.est.notes.push_back(sparse ? "sparse inference: attention stays dense (O(T^2)); only the FFN skips halted tokens"
+                               : "soft inference: every token runs every block (fractions ignored); "
+                                 "set inference=sparse to price skipping");
+  return b.est;
+}
+
 }  // namespace
 
 ArchitectureEntry tsa_architecture() {
-  return {
+  ArchitectureEntry entry{
       "tsa",
       "Token-Selective Attention",
       "seed 003 (Abdalla Mohammed, arXiv 2605.05222)",
@@ -298,6 +339,14 @@ ArchitectureEntry tsa_architecture() {
             transformer_options_from_json(m, ctx.vocab_size, ctx.context), tsa_options_from_json(m));
       },
   };
+  entry.force_routed_share = force_tsa_share;
+  entry.speed_options = {{"inference", "sparse"}};
+  entry.price_flops = price_tsa;
+  entry.routed_fraction_meaning =
+      "share of tokens running the FFN of blocks 1..L-1 in sparse inference (default: 1)";
+  entry.priced_share_stat = "active_share";
+  entry.color = 3;
+  return entry;
 }
 
 }  // namespace routelab

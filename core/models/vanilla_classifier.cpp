@@ -106,6 +106,7 @@ ArchitectureEntry vanilla_classifier_architecture() {
     return std::make_shared<VanillaClassifier>(
         vanilla_classifier_options_from_json(m, ctx.vocab_size, ctx.num_classes, ctx.context));
   };
+  e.color = 7;
   return e;
 }
 

@@ -201,7 +201,8 @@ FigureHeatmap heatmap_from_json(const Reader& r, const json& doc, const std::str
 
 const std::vector<std::string>& figure_palette() {
   static const std::vector<std::string> kPalette = {"#0072B2", "#D55E00", "#009E73", "#CC79A7",
-                                                    "#E69F00", "#56B4E9", "#F0E442", "#000000"};
+                                                    "#E69F00", "#56B4E9", "#F0E442", "#000000",
+                                                    "#882255", "#44AA99", "#999933", "#AA4499"};
   return kPalette;
 }
 

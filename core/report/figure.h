@@ -14,8 +14,8 @@ namespace routelab {
 /// How a series is drawn.
 enum class SeriesKind { Line, Points, Step };
 
-/// The colour-blind-safe qualitative palette every renderer uses (Okabe & Ito 2008), as "#rrggbb"; a series'
-/// `color` indexes it modulo its size.
+/// The colour-blind-safe qualitative palette every renderer uses, as "#rrggbb": Okabe & Ito's eight (2008), then
+/// four of Paul Tol's muted scheme for architectures beyond them; a series' `color` indexes it modulo its size.
 const std::vector<std::string>& figure_palette();
 
 struct FigureSeries {

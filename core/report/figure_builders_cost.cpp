@@ -4,8 +4,8 @@
 #include <cmath>
 #include <map>
 
+#include "core/cost/cost_curve.h"
 #include "core/cost/flops_model.h"
-#include "core/models/dense_transformer.h"
 #include "core/models/registry.h"
 #include "core/report/curves.h"
 #include "core/report/figure_detail.h"
@@ -105,17 +105,12 @@ Figure build_pareto(const RunStore& store, const FigureRequest& request) {
 namespace {
 
 std::vector<std::int64_t> cost_lengths(const FigureRequest& request, std::int64_t longest_context) {
-  if (!request.lengths.empty()) {
-    for (auto t : request.lengths)
-      if (t < 1) throw ConfigError("cost-length lengths: " + std::to_string(t) + " must be at least 1");
-    auto out = request.lengths;
-    std::sort(out.begin(), out.end());
-    out.erase(std::unique(out.begin(), out.end()), out.end());
-    return out;
-  }
-  std::vector<std::int64_t> out;
-  const auto limit = std::max<std::int64_t>(8192, 4 * longest_context);
-  for (std::int64_t t = 64; t <= limit; t *= 2) out.push_back(t);
+  if (request.lengths.empty()) return default_cost_lengths(longest_context);
+  for (auto t : request.lengths)
+    if (t < 1) throw ConfigError("cost-length lengths: " + std::to_string(t) + " must be at least 1");
+  auto out = request.lengths;
+  std::sort(out.begin(), out.end());
+  out.erase(std::unique(out.begin(), out.end()), out.end());
   return out;
 }
 
@@ -125,10 +120,8 @@ Figure build_cost_length(const RunStore& store, const FigureRequest& request) {
   struct RunCost {
     RunRecord run;
     json model, layers;
-    std::vector<double> fractions;
-    double entry_bytes = 0;  ///< K and V of one token in one layer
-    std::int64_t n_layer = 0, context = 0;
-    std::int64_t eval_step = 0;
+    double value_bytes = 4;  ///< of the KV cache: 2 when the run trained in bf16
+    std::int64_t context = 0, eval_step = 0;
   };
   std::vector<RunCost> runs;
   std::int64_t longest = 0;
@@ -142,23 +135,8 @@ Figure build_cost_length(const RunStore& store, const FigureRequest& request) {
     const auto eval = eval_at(store, id, request.step, "cost-length");
     rc.eval_step = eval.step;
     rc.layers = eval_layers(store, id, eval, "cost-length");
-    std::vector<MeasuredLayer> measured;
-    for (const auto& l : rc.layers) {
-      MeasuredLayer m;
-      m.routed_fraction = json_number(l, "routed_fraction", 1.0);
-      if (l.contains("stats")) m.active_share = json_number(l.at("stats"), "active_share", -1.0);
-      measured.push_back(m);
-    }
-    rc.fractions = fractions_from_trace(rc.run.arch, measured);
-    try {
-      const auto options = transformer_options_from_json(rc.model, 256, rc.context);
-      rc.n_layer = options.n_layer();
-      const bool bf16 = config.contains("train") && config.at("train").value("precision", std::string()) == "bf16";
-      rc.entry_bytes = 2.0 * static_cast<double>(layer_shape(options).d_kv) * (bf16 ? 2.0 : 4.0);
-    } catch (const json::exception& e) {
-      throw ConfigError(store.path() + ": run " + std::to_string(id) + ": no Transformer shape in model (" + e.what() +
-                        ")");
-    }
+    const bool bf16 = config.contains("train") && config.at("train").value("precision", std::string()) == "bf16";
+    rc.value_bytes = bf16 ? 2.0 : 4.0;
     runs.push_back(std::move(rc));
   }
   const auto lengths = cost_lengths(request, longest);
@@ -173,13 +151,13 @@ Figure build_cost_length(const RunStore& store, const FigureRequest& request) {
 
   FigureSeries dense_ratio;
   dense_ratio.label = "dense";
-  dense_ratio.color = 7;
+  dense_ratio.color = arch_color("dense");
   dense_ratio.dash = 1;
   for (auto t : lengths) dense_ratio.x.push_back(static_cast<double>(t)), dense_ratio.y.push_back(1.0);
   flops_panel.series.push_back(dense_ratio);
 
   Styler styler;
-  std::map<std::pair<std::int64_t, double>, bool> dense_kv_drawn;  // (layers, entry bytes) -> drawn
+  std::map<std::pair<std::int64_t, double>, bool> dense_kv_drawn;  // (layers, dense bytes at the longest length) -> drawn
   json sources = json::array();
   for (const auto& rc : runs) {
     const auto [color, dash] = styler.next(rc.run.arch);
@@ -188,39 +166,34 @@ Figure build_cost_length(const RunStore& store, const FigureRequest& request) {
     ratio.label = kv.label = label;
     ratio.color = kv.color = color;
     ratio.dash = kv.dash = dash;
-    for (auto t : lengths) {
-      FlopsQuery q;
-      q.seq = t;
-      q.fractions = rc.fractions;
-      double r = kNaN;
-      try {
-        r = estimate_flops(rc.model, 256, q).layer_ratio();
-      } catch (const ConfigError& e) {
-        throw ConfigError("cost-length: run " + std::to_string(rc.run.id) + ": " + e.what());
-      }
-      ratio.x.push_back(static_cast<double>(t));
-      ratio.y.push_back(r);
-      double entries = 0;
-      for (const auto& l : rc.layers) entries += layer_kv_entries(l, static_cast<double>(t));
-      kv.x.push_back(static_cast<double>(t));
-      kv.y.push_back(entries * rc.entry_bytes / mib);
+    std::vector<CostPoint> curve;
+    try {
+      curve = priced_cost_curve(rc.model, rc.layers, rc.value_bytes, lengths);
+    } catch (const ConfigError& e) {
+      throw ConfigError("cost-length: " + store.path() + ": run " + std::to_string(rc.run.id) + ": " + e.what());
+    }
+    for (const auto& p : curve) {
+      ratio.x.push_back(static_cast<double>(p.seq));
+      ratio.y.push_back(p.dense_flops > 0 ? p.flops / p.dense_flops : kNaN);
+      kv.x.push_back(static_cast<double>(p.seq));
+      kv.y.push_back(p.kv_bytes / mib);
     }
     flops_panel.series.push_back(std::move(ratio));
-    const auto shape = std::make_pair(static_cast<std::int64_t>(rc.layers.size()), rc.entry_bytes);
+    const auto shape = std::make_pair(static_cast<std::int64_t>(rc.layers.size()), curve.back().dense_kv_bytes);
     if (!dense_kv_drawn[shape]) {
       dense_kv_drawn[shape] = true;
       FigureSeries dense_kv;
       dense_kv.label = "dense";
-      dense_kv.color = 7;
+      dense_kv.color = arch_color("dense");
       dense_kv.dash = 1;
-      for (auto t : lengths) {
-        dense_kv.x.push_back(static_cast<double>(t));
-        dense_kv.y.push_back(static_cast<double>(shape.first) * static_cast<double>(t) * rc.entry_bytes / mib);
+      for (const auto& p : curve) {
+        dense_kv.x.push_back(static_cast<double>(p.seq));
+        dense_kv.y.push_back(p.dense_kv_bytes / mib);
       }
       kv_panel.series.push_back(std::move(dense_kv));
     }
     kv_panel.series.push_back(std::move(kv));
-    sources.push_back({{"run", rc.run.id}, {"eval_step", rc.eval_step}, {"fractions", rc.fractions}});
+    sources.push_back({{"run", rc.run.id}, {"eval_step", rc.eval_step}, {"fractions", fractions_from_trace(rc.run.arch, measured_layers(rc.layers))}});
   }
   if (dense_kv_drawn.size() > 1)
     for (auto& s : kv_panel.series)

@@ -10,6 +10,12 @@
 
 namespace routelab::figure_detail {
 
+int arch_color(const std::string& arch, int unknown) {
+  for (const auto& e : architectures())
+    if (e.id == arch) return e.color;
+  return unknown;
+}
+
 std::string number_text(double v, int precision) {
   char buf[64];
   std::snprintf(buf, sizeof buf, "%.*g", precision, v);

@@ -38,12 +38,18 @@ std::int64_t config_int(const RunStore& store, const RunRecord& run, const json&
 /// ones usable).
 json full_model(const RunStore& store, const RunRecord& run, const json& config);
 
-/// One colour per architecture (first seen first), one dash per variant within an architecture.
+/// The palette index the architecture's registry entry gives it (ArchitectureEntry::color), the same in every
+/// figure; `unknown` for an id the registry does not know (a run stored by another build).
+int arch_color(const std::string& arch, int unknown = 0);
+
+/// One colour per architecture (its registry colour; unknown ids take the palette in order of appearance), one
+/// dash per variant within an architecture.
 struct Styler {
   std::map<std::string, int> colour_of;
   std::map<std::string, int> variants;
   std::pair<int, int> next(const std::string& arch) {
-    const auto [it, inserted] = colour_of.try_emplace(arch, static_cast<int>(colour_of.size()));
+    const int known = arch_color(arch, -1);
+    const auto [it, inserted] = colour_of.try_emplace(arch, known >= 0 ? known : static_cast<int>(colour_of.size()));
     const int dash = variants[arch]++ % 4;
     return {it->second % static_cast<int>(figure_palette().size()), dash};
   }

@@ -100,15 +100,8 @@ std::vector<double> measured_fractions(const RunStore& store, const RunRecord& r
     return {};
   }
   const auto extra = parse_json(eval->extra_json, store, rec.id, "evaluation of step " + std::to_string(eval->step));
-  std::vector<MeasuredLayer> layers;
-  for (const auto& l : extra.value("layers", json::array())) {
-    MeasuredLayer m;
-    m.routed_fraction = l.value("routed_fraction", 1.0);
-    if (l.contains("stats") && l["stats"].contains("active_share")) m.active_share = l["stats"]["active_share"].get<double>();
-    layers.push_back(m);
-  }
   source = "evaluation at step " + std::to_string(eval->step);
-  return fractions_from_trace(rec.arch, layers);
+  return fractions_from_trace(rec.arch, measured_layers(extra.value("layers", json::array())));
 }
 
 const char* kFig4Title = "Theoretical FLOPs as the sequence length increases, relative to a dense Transformer of the "

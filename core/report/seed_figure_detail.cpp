@@ -9,13 +9,6 @@
 
 namespace routelab::figure_detail {
 
-int arch_color(const std::string& arch) {
-  static const std::vector<std::string> order = {"dense", "dtrnet", "mod",  "dllm",  "tsa",
-                                                 "early-exit", "radial", "drr", "tagat", "vanilla-classifier"};
-  const auto it = std::find(order.begin(), order.end(), arch);
-  return static_cast<int>(it - order.begin());
-}
-
 std::optional<EvalRow> val_eval(const RunStore& store, std::int64_t id, std::int64_t step) {
   std::optional<EvalRow> found;
   for (auto& e : store.evals(id))

@@ -12,9 +12,6 @@
 
 namespace routelab::figure_detail {
 
-/// One colour per architecture, in the palette's order.
-int arch_color(const std::string& arch);
-
 /// The run's "val" evaluation at `step` (0 = the last one).
 std::optional<EvalRow> val_eval(const RunStore& store, std::int64_t id, std::int64_t step);
 /// `text` parsed, or a StoreError naming the run and `what` it is.

@@ -519,6 +519,7 @@ class Session {
       writer_->add_metric({"val/flops_ratio", step, wall, e.flops_ratio});
     }
     auto extra = pass.routing.to_json();
+    e.layers = extra.value("layers", nlohmann::json::array());
     extra["task"] = "classification";
     extra["accuracy"] = pass.scores.accuracy;
     extra["macro_f1"] = pass.scores.macro_f1;
@@ -562,6 +563,7 @@ class Session {
     writer_->add_metric({"val/flops_ratio", step, wall, e.flops_ratio});
     if (routing.any_routed()) writer_->add_metric({"val/routed_fraction", step, wall, routing.mean_routed_fraction()});
     auto extra = routing.to_json();
+    e.layers = extra.value("layers", nlohmann::json::array());
     e.stats = pass.stats;
     for (const auto& [key, value] : e.stats) {
       writer_->add_metric({"val/" + key, step, wall, value});

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cmath>
 #include <limits>
 #include <sstream>
 
@@ -157,6 +158,25 @@ torch::Tensor topk_decision(const torch::Tensor& scores, std::int64_t k) {
   if (k == 0) return decision;
   const auto top = std::get<1>(scores.topk(k, 1));  // (B, k)
   return decision.scatter(1, top, true);
+}
+
+double threshold_for_top(const torch::Tensor& scores, std::int64_t k) {
+  const auto sorted = std::get<0>(scores.reshape({-1}).to(torch::kDouble).cpu().sort());  // ascending
+  const auto n = sorted.size(0);
+  k = std::clamp<std::int64_t>(k, 0, n);
+  const auto* s = sorted.data_ptr<double>();
+  if (k == 0) return s[n - 1] + 1.0;
+  if (k == n) return s[0] - 1.0;
+  return 0.5 * (s[n - k - 1] + s[n - k]);
+}
+
+torch::Tensor gate_logit(const torch::Tensor& p) {
+  const auto q = p.to(torch::kDouble).clamp(1e-300, 1.0 - 1e-16);
+  return (q / (1.0 - q)).log();
+}
+
+std::int64_t share_count(double fraction, std::int64_t n) {
+  return std::clamp<std::int64_t>(static_cast<std::int64_t>(std::llround(fraction * static_cast<double>(n))), 0, n);
 }
 
 torch::Tensor masked_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,

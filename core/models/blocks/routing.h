@@ -53,6 +53,14 @@ torch::Tensor scatter_rows(const torch::Tensor& base, const Compaction& c, const
 /// (B, T) bool: the k highest scores of each sequence (expert choice), k clamped to [0, T].
 torch::Tensor topk_decision(const torch::Tensor& scores, std::int64_t k);
 
+/// Forcing a routed share (ArchitectureEntry::force_routed_share): the threshold that puts exactly `k` of `scores`
+/// strictly above it (midway between neighbours; k clamped to [0, n]).
+double threshold_for_top(const torch::Tensor& scores, std::int64_t k);
+/// The logit of gate probabilities, in double (probabilities clamped away from 0 and 1).
+torch::Tensor gate_logit(const torch::Tensor& p);
+/// round(fraction x n), clamped to [0, n].
+std::int64_t share_count(double fraction, std::int64_t n);
+
 /// Reference attention with an explicit mask: q (B, H, T, hd), k, v (B, Hkv, T, hd), allowed (B, T, T) bool
 /// (query, key). Dense T x T cost: the test oracle for the compacted paths.
 torch::Tensor masked_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
