@@ -15,6 +15,7 @@
 #include <QtTest>
 
 #include <cmath>
+#include <tuple>
 
 #include "core/config/experiment_config.h"
 #include "core/config/options.h"
@@ -81,6 +82,20 @@ std::shared_ptr<LanguageModel> routed_model(const ArchitectureEntry& entry, cons
   if (entry.force_routed_share)
     for (int pass = 0; pass < 3; ++pass) entry.force_routed_share(*lm, tokens, 0.5);
   return lm;
+}
+
+/// One traced forward under the FLOP counter: the output and the matrix-product FLOPs ATen ran.
+std::pair<ModelOutput, double> counted_forward(LanguageModel& lm, const torch::Tensor& tokens) {
+  FlopCounter counter;
+  auto out = lm.forward(tokens, true);
+  counter.stop();
+  return {std::move(out), counter.flops()};
+}
+
+/// The trace's priced layer FLOPs plus the LM head's.
+double traced_flops(const ModelOutput& out, double head) {
+  for (const auto& t : out.trace) head += t.flops;
+  return head;
 }
 
 bool near(double a, double b, double rel) { return std::abs(a - b) <= rel * std::max(std::abs(a), std::abs(b)); }
@@ -272,7 +287,7 @@ class TestConformance : public QObject {
 
   void countedEqualsPriced_data() { add_language_model_rows(); }
   void countedEqualsPriced() {
-    // Batch 1, so the FLOPs model's even spread of routed tokens over sequences is exact.
+    // Batch 1 for the FLOPs model, whose even spread of routed tokens over sequences is then exact.
     QFETCH(QString, arch);
     const auto& entry = architecture(arch.toStdString());
     const std::int64_t T = 24;
@@ -283,15 +298,8 @@ class TestConformance : public QObject {
     torch::NoGradGuard no_grad;
     // Inference mode: the products executed equal the trace's priced layers plus the head, and estimate_flops at
     // the shares the trace measured (within 1%: Radial's estimate assumes the most even depths for the mean depth).
-    ModelOutput out;
-    double counted = 0;
-    {
-      FlopCounter counter;
-      out = lm->forward(tokens, true);
-      counted = counter.flops();
-    }
-    double traced = head;
-    for (const auto& t : out.trace) traced += t.flops;
+    auto [out, counted] = counted_forward(*lm, tokens);
+    const double traced = traced_flops(out, head);
     QVERIFY2(near(counted, traced, 1e-9),
              qPrintable(QString("inference: counted %1, traced %2").arg(counted, 0, 'g', 12).arg(traced, 0, 'g', 12)));
     std::vector<MeasuredLayer> measured;
@@ -304,17 +312,23 @@ class TestConformance : public QObject {
     QVERIFY2(near(counted, est.total_flops(), 0.01),
              qPrintable(QString("inference: counted %1, estimated %2").arg(counted, 0, 'g', 12).arg(est.total_flops(), 0, 'g', 12)));
     QVERIFY(near(est.head_flops, head, 1e-12));
-    // Training mode: the products executed equal the trace's priced layers plus the head.
-    lm->train();
-    {
-      FlopCounter counter;
-      out = lm->forward(tokens, true);
-      counted = counter.flops();
+    // Batch 2, the sequences routing differently, in inference and in training mode: the trace prices what runs,
+    // padding rows of compacted sequences included.
+    const auto pair = torch::randint(0, kVocab, {2, T}, torch::kLong);
+    for (const bool training : {false, true}) {
+      lm->train(training);
+      std::tie(out, counted) = counted_forward(*lm, pair);
+      const double priced = traced_flops(out, 2 * head);
+      // Known defect (issue 20, open): the compacted paths (D-LLM and MoD at inference, DTRNet in both modes) run
+      // their projections and MLP over the padded (B, K_max) rows but their traces price the routed rows only.
+      // Fails loudly (XPASS) once fixed.
+      if (arch == "dtrnet" || (!training && (arch == "dllm" || arch == "mod")))
+        QEXPECT_FAIL("", "padding rows of compacted sequences are computed but not priced (issue 20)", Continue);
+      QVERIFY2(near(counted, priced, 1e-9), qPrintable(QString("%1, batch 2: counted %2, priced %3")
+                                                           .arg(training ? "training" : "inference")
+                                                           .arg(counted, 0, 'g', 12)
+                                                           .arg(priced, 0, 'g', 12)));
     }
-    double priced = head;
-    for (const auto& t : out.trace) priced += t.flops;
-    QVERIFY2(near(counted, priced, 1e-9),
-             qPrintable(QString("training: counted %1, priced %2").arg(counted, 0, 'g', 12).arg(priced, 0, 'g', 12)));
   }
 
   void checkpointRoundTrip_data() { add_language_model_rows(); }

@@ -37,6 +37,23 @@ struct FlopsBuilder {
   static void block(LayerFlops& l, double rows, double sum_sq, const LayerShape& s);
   /// Adds `flops` to component `name` of `l` (a zero is not listed).
   static void part(LayerFlops& l, const std::string& name, double flops);
+  /// A block run on the `fraction` of each sequence's tokens that a router selects, compacted (attention O(k^2)).
+  void compacted_block(LayerFlops& l, double fraction, const LayerShape& s) const {
+    block(l, B * fraction * T, B * fraction * T * fraction * T, s);
+  }
+  /// Every layer of a pattern: dense where `routed` is false, else a layer of trace kind `kind` at its fraction,
+  /// completed by `price(layer, flops)`.
+  template <class Price>
+  void layers(const std::vector<bool>& routed, const std::vector<double>& fractions, const std::string& kind,
+              const LayerShape& s, Price price) {
+    for (std::size_t i = 0; i < routed.size(); ++i) {
+      const int layer = static_cast<int>(i);
+      if (routed[i])
+        price(layer, add(layer, kind, true, fractions[i], s));
+      else
+        dense(layer, s);
+    }
+  }
 };
 
 /// Per-layer fractions from the query: n_layer values, one value for all, or `fallback` for every routed layer;

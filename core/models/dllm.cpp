@@ -302,11 +302,8 @@ void force_dllm_share(LanguageModel& model, const torch::Tensor& tokens, double 
   auto& net = dynamic_cast<DLLM&>(model);
   for (const auto& t : net.forward(tokens, true).trace) {
     if (!t.routed || !t.gate.defined()) continue;
-    auto bias = net.routers[static_cast<std::size_t>(t.layer)]->fc2->bias;  // [skip, execute]
-    const double diff = (bias[1] - bias[0]).item<double>();
-    // execute iff z1 - z0 >= 0
-    const double thr = threshold_for_top(gate_logit(t.gate) - diff, share_count(fraction, t.gate.numel()));
-    bias[1].fill_(bias[0].item<double>() - thr);
+    const auto& bias = net.routers[static_cast<std::size_t>(t.layer)]->fc2->bias;  // [skip, execute]
+    force_two_way_bias(bias, 1, t.gate, share_count(fraction, t.gate.numel()));
   }
 }
 
@@ -320,16 +317,10 @@ FlopsEstimate price_dllm(const FlopsInput& in) {
   const double hidden = static_cast<double>(m.at("router_hidden").get<std::int64_t>());
   FlopsBuilder b(in, s, in.vocab);
   const double d = static_cast<double>(s.d);
-  for (int i = 0; i < t.n_layer(); ++i) {
-    if (!routed[i]) {
-      b.dense(i, s);
-      continue;
-    }
-    auto& l = b.add(i, "dllm", true, f[i], s);
-    const double k = f[i] * b.T, rows = b.B * k;
+  b.layers(routed, f, "dllm", s, [&](int i, LayerFlops& l) {
     FlopsBuilder::part(l, "router", linear_flops(b.N, d, hidden) + linear_flops(b.N, hidden, 2.0));
-    FlopsBuilder::block(l, rows, b.B * k * k, s);
-  }
+    b.compacted_block(l, f[static_cast<std::size_t>(i)], s);
+  });
   b.est.notes.push_back("inference form: executed tokens run the block compacted (skipped keys evicted, O(k^2)); "
                         "the training form runs every token");
   return b.est;

@@ -387,11 +387,8 @@ void force_dtrnet_share(LanguageModel& model, const torch::Tensor& tokens, doubl
   auto& net = dynamic_cast<DTRNet&>(model);
   for (const auto& t : net.forward(tokens, true).trace) {
     if (!t.routed || !t.gate.defined()) continue;
-    auto bias = net.routed[static_cast<std::size_t>(t.layer)]->router_out->bias;  // [attention, bypass]
-    const double diff = (bias[0] - bias[1]).item<double>();
-    // attention iff z0 - z1 + diff' > 0
-    const double thr = threshold_for_top(gate_logit(t.gate) - diff, share_count(fraction, t.gate.numel()));
-    bias[0].fill_(bias[1].item<double>() - thr);
+    const auto& bias = net.routed[static_cast<std::size_t>(t.layer)]->router_out->bias;  // [attention, bypass]
+    force_two_way_bias(bias, 0, t.gate, share_count(fraction, t.gate.numel()));
   }
 }
 
@@ -407,14 +404,11 @@ FlopsEstimate price_dtrnet(const FlopsInput& in) {
   auto f = layer_fractions(in, routed, fallback, 0.0, 1.0);
   FlopsBuilder b(in, s, in.vocab);
   const double d = static_cast<double>(s.d), half = static_cast<double>(s.d / 2);
-  for (int i = 0; i < t.n_layer(); ++i) {
-    if (!routed[i]) {
-      b.dense(i, s);
-      continue;
-    }
-    if (routing == "skip") f[i] = 0.0;  // the skip variant's routers send every token to the bypass
-    auto& l = b.add(i, "dtrnet", true, f[i], s);
-    const double k = f[i] * b.T, routed_rows = b.B * k;
+  if (routing == "skip")  // the skip variant's routers send every token to the bypass
+    for (std::size_t i = 0; i < f.size(); ++i)
+      if (routed[i]) f[i] = 0.0;
+  b.layers(routed, f, "dtrnet", s, [&](int i, LayerFlops& l) {
+    const double k = f[static_cast<std::size_t>(i)] * b.T, routed_rows = b.B * k;
     FlopsBuilder::part(l, "router", linear_flops(b.N, d, half) + linear_flops(b.N, half, 2.0));
     if (routing == "expert") FlopsBuilder::part(l, "predictor", linear_flops(b.N, d, 1.0));
     if (masked) {  // the oracle projects every token and computes every (query, key) pair, then masks
@@ -433,7 +427,7 @@ FlopsEstimate price_dtrnet(const FlopsInput& in) {
       }
     }
     FlopsBuilder::part(l, "mlp", mlp_flops(b.N, s));
-  }
+  });
   if (masked)
     b.est.notes.push_back("attention 'masked' (the oracle): every token is projected and every pair scored, O(T^2) "
                           "whatever the routed fraction");

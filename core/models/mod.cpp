@@ -260,17 +260,11 @@ FlopsEstimate price_mod(const FlopsInput& in) {
   const auto f = layer_fractions(in, routed, o.capacity(), 0.0, 1.0);
   FlopsBuilder b(in, s, in.vocab);
   const double d = static_cast<double>(s.d);
-  for (int i = 0; i < t.n_layer(); ++i) {
-    if (!routed[i]) {
-      b.dense(i, s);
-      continue;
-    }
-    auto& l = b.add(i, "mod", true, f[i], s);
-    const double k = f[i] * b.T, rows = b.B * k;
+  b.layers(routed, f, "mod", s, [&](int i, LayerFlops& l) {
     FlopsBuilder::part(l, "router", linear_flops(b.N, d, 1.0));
     FlopsBuilder::part(l, "predictor", linear_flops(b.N, d, 1.0));
-    FlopsBuilder::block(l, rows, b.B * k * k, s);
-  }
+    b.compacted_block(l, f[static_cast<std::size_t>(i)], s);
+  });
   b.est.notes.push_back("routed blocks run on the compacted selected tokens (attention O(k^2)); the causal "
                         "predictor decides at inference, the router only scales");
   return b.est;

@@ -179,6 +179,14 @@ std::int64_t share_count(double fraction, std::int64_t n) {
   return std::clamp<std::int64_t>(static_cast<std::int64_t>(std::llround(fraction * static_cast<double>(n))), 0, n);
 }
 
+void force_two_way_bias(const torch::Tensor& bias, std::int64_t path, const torch::Tensor& gate, std::int64_t k) {
+  const auto other = 1 - path;
+  const double diff = (bias[path] - bias[other]).item<double>();
+  // gate logit = s_path - s_other + diff for scores s before the bias: take `path` iff s_path - s_other > thr
+  const double thr = threshold_for_top(gate_logit(gate) - diff, k);
+  bias[path].fill_(bias[other].item<double>() - thr);
+}
+
 torch::Tensor masked_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
                                const torch::Tensor& allowed) {
   const auto H = q.size(1), hd = q.size(3);

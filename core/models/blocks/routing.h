@@ -60,6 +60,9 @@ double threshold_for_top(const torch::Tensor& scores, std::int64_t k);
 torch::Tensor gate_logit(const torch::Tensor& p);
 /// round(fraction x n), clamped to [0, n].
 std::int64_t share_count(double fraction, std::int64_t n);
+/// Forcing a two-way softmax router (output bias (2), `gate` = the probability of output `path` from one forward with
+/// the current bias): sets bias[path] so that exactly `k` of the gated tokens take `path`.
+void force_two_way_bias(const torch::Tensor& bias, std::int64_t path, const torch::Tensor& gate, std::int64_t k);
 
 /// Reference attention with an explicit mask: q (B, H, T, hd), k, v (B, Hkv, T, hd), allowed (B, T, T) bool
 /// (query, key). Dense T x T cost: the test oracle for the compacted paths.
