@@ -2,7 +2,8 @@
 // each registry entry, one added later included. The configuration contract: an architecture's defaults resolve,
 // and every option given a value outside its schema (below its minimum, above its maximum, an unknown choice, the
 // wrong type) or an unknown key is a ConfigError naming model.<key>. Checkpoints: every language model trained a
-// step, saved and loaded into a model of another seed gives the same logits and the same next step. The entry is
+// step, saved and loaded into a model of another seed gives the same logits and the same next step, and a run
+// stopped and resumed logs the same losses bit for bit as one trained through. The entry is
 // complete: a colour of its own, and for a language model a FLOPs model covering every layer whose priced share
 // stat the forward reports; an architecture with a benchmark hook reaches the share it is forced to. Every language
 // model is causal at inference; decoding token by token (batch 2, routing differently) equals the full forward and
@@ -12,6 +13,8 @@
 // here for the whole suite: an architecture defined in one file of its own passes the same checks. Variants of
 // each architecture (options, styles) are covered by test_generation, test_flops and the architecture's suite.
 #include <QTemporaryDir>
+
+#include <atomic>
 #include <QtTest>
 
 #include <cmath>
@@ -29,6 +32,7 @@
 #include "core/train/evaluation.h"
 #include "core/train/optimizer.h"
 #include "core/train/step.h"
+#include "core/train/trainer.h"
 #include "core/util/errors.h"
 #include "tests/example_architecture.h"
 #include "tests/suite.h"
@@ -98,6 +102,19 @@ double traced_flops(const ModelOutput& out, double head) {
   return head;
 }
 
+/// Stops a run once it has read back `stop_after` steps.
+class StopAfter : public TrainObserver {
+ public:
+  StopAfter(std::atomic<bool>& flag, std::int64_t stop_after) : flag_(flag), stop_after_(stop_after) {}
+  void on_step(const StepMetrics& m) override {
+    if (m.step >= stop_after_) flag_ = true;
+  }
+
+ private:
+  std::atomic<bool>& flag_;
+  std::int64_t stop_after_;
+};
+
 bool near(double a, double b, double rel) { return std::abs(a - b) <= rel * std::max(std::abs(a), std::abs(b)); }
 
 /// One data row per registered architecture that `keep` selects (column "arch").
@@ -131,9 +148,11 @@ class TestConformance : public QObject {
   Q_OBJECT
 
   std::unique_ptr<ScopedArchitecture> example_;
+  QTemporaryDir home_;
 
  private Q_SLOTS:
   void initTestCase() {
+    qputenv("ROUTELAB_HOME", home_.path().toUtf8());
     at::set_num_threads(2);
     example_ = std::make_unique<ScopedArchitecture>(example::mlp_skip_architecture());
     QVERIFY(architecture(example::kMlpSkipId).price_flops);  // registered like a built-in one
@@ -328,6 +347,37 @@ class TestConformance : public QObject {
                                                            .arg(training ? "training" : "inference")
                                                            .arg(counted, 0, 'g', 12)
                                                            .arg(priced, 0, 'g', 12)));
+    }
+  }
+
+  void resumeIsExact_data() { add_language_model_rows(); }
+  void resumeIsExact() {
+    // A run stopped at step 3 and resumed from its checkpoint logs the same losses, bit for bit, as the same run
+    // trained without a stop (weights, optimizer, data order, RNG and schedule all travel in the checkpoint).
+    QFETCH(QString, arch);
+    const auto db = home_.filePath("resume-%1.sqlite").arg(arch).toStdString();
+    const auto config = resolve_config(nlohmann::json::object(),
+                                       {"model.arch=" + arch.toStdString(), "model.n_layer=4", "model.n_embd=32",
+                                        "model.n_head=4", "data.source=copy", "train.batch_size=4", "train.steps=6",
+                                        "train.eval_every=3", "train.checkpoint_every=3", "train.log_every=1",
+                                        "train.eval_batches=1", "train.warmup_steps=2", "run.threads=2"},
+                                       "conformance");
+    const auto full = train({config, db, "full", ""});
+    QCOMPARE(full.status, RunStatus::Finished);
+    std::atomic<bool> cancel{false};
+    StopAfter stopper(cancel, 3);
+    const auto part = train({config, db, "part", ""}, &stopper, &cancel);
+    QCOMPARE(part.status, RunStatus::Stopped);
+    QCOMPARE(part.last_step, std::int64_t(3));
+    QCOMPARE(resume(db, part.run_id).status, RunStatus::Finished);
+    RunStore store(db);
+    for (const char* key : {"train/loss", "val/loss"}) {
+      const auto a = store.metric(full.run_id, key), b = store.metric(part.run_id, key);
+      QCOMPARE(b.size(), a.size());
+      for (std::size_t i = 0; i < a.size(); ++i)
+        QVERIFY2(a[i].step == b[i].step && a[i].value == b[i].value,
+                 qPrintable(QString("%1 at step %2: %3 vs %4").arg(key).arg(a[i].step).arg(a[i].value, 0, 'g', 17)
+                                .arg(b[i].value, 0, 'g', 17)));
     }
   }
 
