@@ -15,10 +15,12 @@
 #include "core/train/trainer.h"
 #include "core/util/errors.h"
 #include "tests/suite.h"
+#include "tests/train_test_support.h"
 
 namespace test_classification_train {
 
 using namespace routelab;
+using routelab::test::StopAfter;
 
 namespace {
 
@@ -33,18 +35,6 @@ ExperimentConfig tiny_config(const std::string& arch, std::vector<std::string> e
   sets.insert(sets.end(), extra.begin(), extra.end());
   return resolve_config(nlohmann::json::object(), sets, "test");
 }
-
-class StopAfter : public TrainObserver {
- public:
-  StopAfter(std::atomic<bool>& flag, std::int64_t stop_after) : flag_(flag), stop_after_(stop_after) {}
-  void on_step(const StepMetrics& m) override {
-    if (m.step >= stop_after_) flag_ = true;
-  }
-
- private:
-  std::atomic<bool>& flag_;
-  std::int64_t stop_after_;
-};
 
 void expect_same_series(RunStore& store, std::int64_t a, std::int64_t b, const std::string& key) {
   const auto x = store.metric(a, key), y = store.metric(b, key);

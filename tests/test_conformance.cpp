@@ -36,10 +36,12 @@
 #include "core/util/errors.h"
 #include "tests/example_architecture.h"
 #include "tests/suite.h"
+#include "tests/train_test_support.h"
 
 namespace test_conformance {
 
 using namespace routelab;
+using routelab::test::StopAfter;
 
 namespace {
 
@@ -101,19 +103,6 @@ double traced_flops(const ModelOutput& out, double head) {
   for (const auto& t : out.trace) head += t.flops;
   return head;
 }
-
-/// Stops a run once it has read back `stop_after` steps.
-class StopAfter : public TrainObserver {
- public:
-  StopAfter(std::atomic<bool>& flag, std::int64_t stop_after) : flag_(flag), stop_after_(stop_after) {}
-  void on_step(const StepMetrics& m) override {
-    if (m.step >= stop_after_) flag_ = true;
-  }
-
- private:
-  std::atomic<bool>& flag_;
-  std::int64_t stop_after_;
-};
 
 bool near(double a, double b, double rel) { return std::abs(a - b) <= rel * std::max(std::abs(a), std::abs(b)); }
 

@@ -15,10 +15,12 @@
 #include "core/train/trainer.h"
 #include "core/util/errors.h"
 #include "tests/suite.h"
+#include "tests/train_test_support.h"
 
 namespace test_trainer {
 
 using namespace routelab;
+using routelab::test::StopAfter;
 
 namespace {
 
@@ -31,22 +33,6 @@ ExperimentConfig copy_config(std::vector<std::string> extra = {}) {
   sets.insert(sets.end(), extra.begin(), extra.end());
   return resolve_config(nlohmann::json::object(), sets, "test");
 }
-
-/// Sets the cancel flag once `stop_after` steps are done.
-class StopAfter : public TrainObserver {
- public:
-  StopAfter(std::atomic<bool>& flag, std::int64_t stop_after) : flag_(flag), stop_after_(stop_after) {}
-  void on_step(const StepMetrics& m) override {
-    steps_seen.push_back(m.step);
-    if (m.step >= stop_after_) flag_ = true;
-  }
-  void on_eval(const EvalMetrics& e) override { evals_seen.push_back(e.step); }
-  std::vector<std::int64_t> steps_seen, evals_seen;
-
- private:
-  std::atomic<bool>& flag_;
-  std::int64_t stop_after_;
-};
 
 }  // namespace
 
