@@ -89,6 +89,7 @@ class ScopedArchitecture {
  private:
   std::string id_;
 };
+
 /// Ids of the registered architectures of `task` ("lm" or "classification"), sorted.
 std::vector<std::string> architecture_ids(const std::string& task);
 /// Throws ConfigError("unsupported architecture: 'x'") for an unknown id.
