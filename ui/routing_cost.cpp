@@ -46,11 +46,15 @@ CostCurves costCurves(const CostModel& model, const EvalSnapshot* eval) {
   bool routed = false;
   try {
     if (layers.is_array()) {
-      curve = priced_cost_curve(section, layers, model.bytesPerValue, lengths);
+      // The curve's lengths and, last, the run's context, priced in one pass.
+      auto points = lengths;
+      points.push_back(std::max<qint64>(1, model.context));
+      curve = priced_cost_curve(section, layers, model.bytesPerValue, points);
       routed = true;
-      const auto at = priced_cost_curve(section, layers, model.bytesPerValue, {std::max<qint64>(1, model.context)});
-      c.contextRatio = at.front().dense_flops > 0 ? at.front().flops / at.front().dense_flops : 1.0;
-      c.contextDenseFlops = at.front().dense_flops;
+      const auto at = curve.back();
+      curve.pop_back();
+      c.contextRatio = at.dense_flops > 0 ? at.flops / at.dense_flops : 1.0;
+      c.contextDenseFlops = at.dense_flops;
     }
   } catch (const std::exception& e) {
     c.error = QString::fromUtf8(e.what());
