@@ -246,6 +246,7 @@ std::optional<std::int64_t> finished_run(const RunStore& store, const SweepPoint
 
 int cmd_sweep(const SweepArgs& a) {
   const auto plan = load_sweep(a.file);
+  const auto& table = sweep_table(plan);  // a typo in its table fails now, not after the last run
   const auto db = resolve_db(a.db);
   std::cout << "sweep " << plan.name << ": " << plan.points.size() << " runs" << (plan.description.empty() ? "" : " (")
             << plan.description << (plan.description.empty() ? "" : ")") << "\n";
@@ -275,7 +276,7 @@ int cmd_sweep(const SweepArgs& a) {
     }
   }
   RunStore store(db, /*mark_crashed=*/false);
-  std::cout << "\n" << to_markdown(build_run_table(store, table_spec(plan.table), ids, /*by_seed=*/true));
+  std::cout << "\n" << to_markdown(build_run_table(store, table, ids, /*by_seed=*/true));
   return 0;
 }
 

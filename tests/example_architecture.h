@@ -155,6 +155,7 @@ inline ArchitectureEntry mlp_skip_architecture() {
         return std::make_shared<MlpSkip>(transformer_options_from_json(m, ctx.vocab_size, ctx.context));
       },
   };
+  entry.read_back_options = [](const nlohmann::json& m) { return read_back(m, transformer_options_table()); };
   entry.price_flops = price_mlp_skip;
   entry.routed_fraction_meaning = "share of tokens running the MLP of each layer (default: 1)";
   entry.color = 8;

@@ -118,8 +118,11 @@ class TestDLLM : public QObject {
       QCOMPARE(t.tokens_processed.at("router"), B * T);
       QCOMPARE(t.routed_fraction, double(executed) / double(B * T));
       QCOMPARE(t.aux_loss, 0.0);
+      // Inference runs the block over the padded (B, K_max) rows of the compacted sequences; the CPU fp32
+      // attention kernel computes sum_b k_b^2 pairs.
       const double sum_sq = counts.to(torch::kDouble).pow(2).sum().item<double>();
-      const double block = training ? dense_layer_flops(B, T, shape) : block_flops(double(executed), sum_sq, shape);
+      const double padded = double(B) * counts.max().item<double>();
+      const double block = training ? dense_layer_flops(B, T, shape) : block_flops(padded, sum_sq, shape);
       const double expected = block + linear_flops(B * T, 32, 16) + linear_flops(B * T, 16, 2);
       QVERIFY(std::abs(t.flops - expected) < 1e-6 * expected);
       QCOMPARE(t.dense_flops, dense_layer_flops(B, T, shape));

@@ -361,13 +361,13 @@ class TestDrr : public QObject {
     const auto r = drr_overhead(t, o);
     QCOMPARE(r.seq, std::int64_t(4));
     QCOMPARE(r.base_params, base_params);
-    QCOMPARE(r.drr_params, drr_params);
+    QCOMPARE(r.arch_params, drr_params);
     QCOMPARE(r.base_stack_params, 2616.0);
-    QCOMPARE(r.drr_stack_params, drr_params - 136);
+    QCOMPARE(r.arch_stack_params, drr_params - 136);
     QCOMPARE(r.base_flops, base_flops);
-    QCOMPARE(r.drr_flops, drr_flops);
+    QCOMPARE(r.arch_flops, drr_flops);
     QCOMPARE(r.base_stack_flops, base_flops - 704);
-    QCOMPARE(r.drr_stack_flops, drr_flops - 704);
+    QCOMPARE(r.arch_stack_flops, drr_flops - 704);
     QCOMPARE(r.param_overhead(), drr_params / base_params - 1);
 
     // The models built from these shapes have exactly these counts, and the trace prices the same work.

@@ -293,14 +293,14 @@ class TestSeedFigures : public QObject {
     QCOMPARE(f.panels.size(), std::size_t(2));
     const auto data = make_dataset(config.data());
     const auto t = drr_transformer_options_from_json(config.model(), data->tokenizer().vocab_size(), data->context());
-    const auto o = drr_overhead(t, drr_options_from_json(config.model()), data->context());
+    const auto o = drr_overhead(t, drr_options_table().read(config.model()), data->context());
     const auto& params = f.panels[0].bars;
     QCOMPARE(params.categories, (std::vector<std::string>{"model", "layers"}));
     QCOMPARE(params.members.size(), std::size_t(2));
     QVERIFY(near(params.members[0].values[0], o.base_params / 1e6));
-    QVERIFY(near(params.members[1].values[0], o.drr_params / 1e6));
+    QVERIFY(near(params.members[1].values[0], o.arch_params / 1e6));
     QVERIFY(params.members[1].values[0] > params.members[0].values[0]);  // DRR adds parameters
-    QVERIFY(near(f.panels[1].bars.members[1].values[1], o.drr_stack_flops / 1e9));
+    QVERIFY(near(f.panels[1].bars.members[1].values[1], o.arch_stack_flops / 1e9));
     QVERIFY(f.panels[1].bars.members[1].values[0] > f.panels[1].bars.members[0].values[0]);
     QVERIFY_EXCEPTION_THROWN(build(store, "seed001-overhead", {dtr_}), ConfigError);
   }

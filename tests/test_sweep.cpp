@@ -3,6 +3,7 @@
 #include <QTest>
 
 #include "core/config/sweep.h"
+#include "core/report/run_tables.h"
 #include "core/util/errors.h"
 #include "tests/suite.h"
 
@@ -65,7 +66,7 @@ class TestSweep : public QObject {
   void errorsNameTheFilePointAndKey() {
     auto message = [](const char* text) {
       try {
-        expand_sweep(json::parse(text), "bad.json");
+        sweep_table(expand_sweep(json::parse(text), "bad.json"));  // the table is checked where it is used
       } catch (const ConfigError& e) {
         return std::string(e.what());
       }

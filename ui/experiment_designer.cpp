@@ -294,7 +294,7 @@ bool ExperimentDesigner::loadConfig(const QString& configJson, const QString& or
   }
   const QString arch = config.contains("model") && config["model"].contains("arch")
                            ? QString::fromStdString(config["model"]["arch"].get<std::string>())
-                           : QStringLiteral("dense");
+                           : QString::fromUtf8(routelab::kBaselineArchitecture);
   d_->building = true;
   d_->arch->setCurrentIndex(std::max(0, d_->arch->findData(arch)));
   d_->building = false;

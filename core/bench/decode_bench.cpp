@@ -105,7 +105,7 @@ DecodeBenchResult bench_decode(const DecodeBenchOptions& in) {
   }
   for (auto& row : result.rows)
     for (const auto& dense : result.rows)
-      if (dense.arch == "dense" && dense.context == row.context) row.speed_vs_dense = row.tokens_per_second / dense.tokens_per_second;
+      if (dense.arch == kBaselineArchitecture && dense.context == row.context) row.speed_vs_dense = row.tokens_per_second / dense.tokens_per_second;
   return result;
 }
 

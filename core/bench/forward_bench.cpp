@@ -128,7 +128,7 @@ ForwardBenchResult bench_forward(const ForwardBenchOptions& in) {
   const ModelContext ctx{o.vocab, max_len};
 
   torch::manual_seed(0);
-  auto dense = create_model(model_json(o, "dense", max_len), ctx);
+  auto dense = create_model(model_json(o, kBaselineArchitecture, max_len), ctx);
   std::vector<std::shared_ptr<LanguageModel>> models;
   for (const auto& a : o.archs) {
     torch::manual_seed(0);
@@ -210,8 +210,8 @@ std::string ForwardBenchResult::to_table() const {
     if (r.breakdown.empty()) continue;
     if (!any)
       s << "\n* quotient above " << o.breakdown_threshold << " at T >= " << o.breakdown_min_seq
-        << ": ms by op class, median of max(3, reps) profiled forwards each (top-level ATen ops on the calling thread, RecordFunction "
-           "callbacks; 'outside ops' = wall time not inside any op, mostly the custom CPU attention kernels)"
+        << ": ms by op class, median of max(3, reps) profiled forwards each (top-level ops on the calling thread, RecordFunction "
+           "callbacks, the custom CPU attention kernel its own class; 'outside ops' = wall time not inside any op)"
         << (device == "cuda" ? "; on cuda these are host-side launch times, the final synchronisation landing in "
                                "'outside ops'" : "")
         << "\n";

@@ -48,10 +48,10 @@ std::vector<RoutingBenchRow> bench_routed_attention(const RoutingBenchOptions& o
       row.compact_ms = run(DtrAttention::Compact);
       if (o.masked) row.masked_ms = run(DtrAttention::Masked);
       layer->options.attention(DtrAttention::Compact);
-      const auto counts = decision.sum(1).to(torch::kDouble);
-      row.routed_share = counts.sum().item<double>() / static_cast<double>(o.batch * T);
-      row.flops_ratio = layer->flops(o.batch, T, static_cast<std::int64_t>(counts.sum().item<double>()),
-                                     counts.pow(2).sum().item<double>()) /
+      torch::NoGradGuard no_grad;
+      const auto out = layer->forward(x, positions, decision);  // the compacted forward timed above, priced
+      row.routed_share = static_cast<double>(out.routed) / static_cast<double>(o.batch * T);
+      row.flops_ratio = layer->flops(o.batch, T, out) /
                         dense_layer_flops(static_cast<double>(o.batch), static_cast<double>(T), layer->shape);
       rows.push_back(row);
     }

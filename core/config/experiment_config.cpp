@@ -214,7 +214,7 @@ ExperimentConfig resolve_config(const nlohmann::json& overrides, const std::vect
 
   // Split "a.b=v" assignments; the architecture must be known before the model defaults are.
   std::vector<std::pair<std::string, std::string>> assignments;
-  std::string arch = "dense";
+  std::string arch = kBaselineArchitecture;
   if (overrides.contains("model") && overrides["model"].is_object() && overrides["model"].contains("arch")) {
     if (!overrides["model"]["arch"].is_string())
       throw ConfigError(with_origin(origin, "model.arch: expected a string"));
@@ -310,7 +310,7 @@ std::vector<PresetInfo> list_presets() {
     try {
       const auto doc = load_json_file(info.path);
       info.description = doc.value("description", "");
-      info.arch = doc.contains("model") ? doc["model"].value("arch", "dense") : "dense";
+      info.arch = doc.contains("model") ? doc["model"].value("arch", std::string(kBaselineArchitecture)) : kBaselineArchitecture;
     } catch (const ConfigError& e) {
       info.description = std::string("unreadable: ") + e.what();
     }

@@ -6,19 +6,17 @@
 #include <string>
 
 #include "core/cost/flops_model.h"
-#include "core/models/dense_transformer.h"
 #include "core/models/registry.h"
 #include "core/util/errors.h"
 
 namespace routelab {
 
 double kv_entry_bytes(const nlohmann::json& model, double value_bytes) {
-  try {
-    // The vocabulary and context do not change the layer shape.
-    return 2.0 * static_cast<double>(layer_shape(transformer_options_from_json(model, 256, 1)).d_kv) * value_bytes;
-  } catch (const nlohmann::json::exception& e) {
-    throw ConfigError(std::string("model: no Transformer shape (") + e.what() + ")");
-  }
+  FlopsQuery q;  // the shape alone: the architecture's FLOPs model states the width of a cache entry
+  q.seq = 1;
+  const auto width = estimate_flops(model, 256, q).kv_width;
+  if (!(width > 0)) throw ConfigError("model: the " + model.value("arch", std::string()) + " FLOPs model states no KV width");
+  return width * value_bytes;
 }
 
 std::vector<CostPoint> priced_cost_curve(const nlohmann::json& model, const nlohmann::json& layers, double value_bytes,

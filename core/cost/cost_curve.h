@@ -16,8 +16,8 @@ struct CostPoint {
   double kv_bytes = 0, dense_kv_bytes = 0;  ///< KV cache of every layer, one sequence
 };
 
-/// K and V of one token in one layer of `model` (a complete model section), in bytes of `value_bytes` each.
-/// ConfigError when the section has no Transformer shape.
+/// K and V of one token in one layer of `model` (a complete model section), in bytes of `value_bytes` each, as its
+/// architecture's FLOPs model states the width (FlopsEstimate::kv_width). ConfigError when it cannot be priced.
 double kv_entry_bytes(const nlohmann::json& model, double value_bytes);
 
 /// The curve at `lengths` for `model` (a complete model section) from the evaluation's per-layer records

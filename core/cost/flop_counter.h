@@ -10,8 +10,8 @@
 namespace routelab {
 
 /// Counts, while alive, the matrix products run on the constructing thread: aten::mm, addmm, bmm, baddbmm, mv,
-/// addmv, dot and the fused scaled-dot-product-attention kernels of LibTorch 2.x (4 B H Tq Tk hd FLOPs, the full
-/// rectangle). aten::matmul, aten::linear and aten::einsum are not counted themselves: they dispatch to the ops
+/// addmv, dot, the fused scaled-dot-product-attention kernels of LibTorch 2.x (4 B H Tq Tk hd FLOPs, the full
+/// rectangle) and the custom CPU attention kernel, whose profiler event states its own. aten::matmul, aten::linear and aten::einsum are not counted themselves: they dispatch to the ops
 /// above, and a counted op nested inside another counted op is skipped, so nothing is counted twice.
 ///
 /// The callback is thread-local (at::addThreadLocalCallback), and ATen's OpenMP workers do not inherit it, so the
@@ -40,15 +40,11 @@ class FlopCounter {
   std::unique_ptr<State> state_;
 };
 
-/// For kernels that call BLAS themselves (the CPU attention): adds `multiply_adds` products of `calls` GEMMs to
-/// every counter active on this thread, under `op`, unless a counted ATen op encloses the call.
-void count_matmuls(const char* op, double multiply_adds, std::int64_t calls);
-
 /// Wall-clock time of a forward by op class, from global RecordFunction callbacks on the profiling thread: each
-/// top-level ATen op's inclusive time goes to its class (matmul; routing index ops: gather, scatter, index_*,
-/// sort, topk, nonzero, where, cat, ...; elementwise and reductions: softmax, norms, activations, arithmetic;
-/// copies and allocation; other). Time spent outside any ATen op on this thread (the custom CPU attention kernels,
-/// whose per-head GEMMs run in OpenMP workers, and host code) is reported as "outside ops" = wall - sum.
+/// top-level op's inclusive time goes to its class (matmul; the custom CPU attention kernel, whose per-head GEMMs
+/// run in OpenMP workers; routing index ops: gather, scatter, index_*, sort, topk, nonzero, where, cat, ...;
+/// elementwise and reductions: softmax, norms, activations, arithmetic; copies and allocation; other). Time spent
+/// outside any op on this thread (host code) is reported as "outside ops" = wall - sum.
 class OpClassProfiler {
  public:
   OpClassProfiler();

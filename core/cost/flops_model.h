@@ -42,6 +42,7 @@ struct FlopsEstimate {
   std::vector<LayerFlops> layers;
   double embedding_flops = 0;  ///< token (and learned position) lookups: no multiply-adds, listed as 0
   double head_flops = 0;       ///< the final LM head, d x V over every token (the same in the dense model)
+  double kv_width = 0;         ///< values one token's cache entry holds in one layer: its key and value, 2 d_kv
   std::vector<std::string> notes;  ///< what the code does that the numbers reflect (compaction, masking, ...)
 
   double layer_flops() const;

@@ -13,6 +13,7 @@ FlopsBuilder::FlopsBuilder(const FlopsInput& in, const LayerShape& s, double hea
   T = static_cast<double>(in.query.seq);
   N = B * T;
   est.head_flops = linear_flops(N, static_cast<double>(s.d), head_out);
+  est.kv_width = 2.0 * static_cast<double>(s.d_kv);
 }
 
 LayerFlops& FlopsBuilder::add(int layer, const std::string& kind, bool routed, double fraction, const LayerShape& s) {

@@ -16,30 +16,42 @@ std::int64_t TransformerOptions::ff_dim() const {
   return (raw + 63) / 64 * 64;
 }
 
-OptionSchema transformer_option_schema() {
+const OptionTable<TransformerOptions>& transformer_options_table() {
   using T = OptionType;
-  return {
-      {"style", T::Choice, "llama", "llama: RMSNorm, RoPE, SwiGLU, no biases (seed 000); gpt2: LayerNorm, learned "
-                                    "positions, GELU, biases (seed 003)", std::nullopt, std::nullopt, {"llama", "gpt2"}},
-      {"n_layer", T::Int, 4, "number of Transformer blocks", 1, 256, {}},
-      {"n_embd", T::Int, 128, "model width d", 8, 16384, {}},
-      {"n_head", T::Int, 4, "query heads (must divide n_embd)", 1, 256, {}},
-      {"n_kv_head", T::Int, 0, "key/value heads for grouped-query attention (0: n_head; must divide n_head)", 0, 256, {}},
-      {"d_ff", T::Int, 0, "MLP inner width (0: llama 8/3 d rounded up to 64, gpt2 4 d)", 0, 1 << 20, {}},
-      {"max_seq_len", T::Int, 0, "longest sequence the model accepts (0: data.context)", 0, 1 << 22, {}},
-      {"tie_weights", T::Bool, true, "share the token embedding with the output head", std::nullopt, std::nullopt, {}},
-      {"rope_theta", T::Float, 10000.0, "RoPE base (llama style)", 1, 1e9, {}},
-      {"rope_scaling", T::Choice, "none", "RoPE context extension for evaluation beyond the training length: linear "
-                                          "position interpolation or YaRN (llama style)", std::nullopt, std::nullopt,
-       {"none", "linear", "yarn"}},
-      {"rope_factor", T::Float, 1.0, "context-extension factor s of rope_scaling", 1, 1024, {}},
-      {"rope_original_context", T::Int, 0, "training context YaRN's ramp refers to (0: max_seq_len)", 0, 1 << 22, {}},
-      {"norm_eps", T::Float, 1e-5, "normalisation epsilon", 1e-12, 1, {}},
-      {"dropout", T::Float, 0.0, "dropout on attention probabilities and residual updates in training", 0, 0.9, {}},
-      {"init", T::Choice, "gpt3", "gpt3: N(0,0.02) with residual projections N(0,0.02/sqrt(2L)) (seed 003 App. A); "
-                                  "normal: N(0,0.02) everywhere", std::nullopt, std::nullopt, {"gpt3", "normal"}},
-  };
+  static const auto table = [] {
+    OptionTable<TransformerOptions> t;
+    t.choice(ROUTELAB_OPTION(style), {"llama", "gpt2"},
+             "llama: RMSNorm, RoPE, SwiGLU, no biases (seed 000); gpt2: LayerNorm, learned positions, GELU, biases "
+             "(seed 003)")
+        .value(ROUTELAB_OPTION(n_layer), T::Int, "number of Transformer blocks", 1, 256)
+        .value(ROUTELAB_OPTION(n_embd), T::Int, "model width d", 8, 16384)
+        .value(ROUTELAB_OPTION(n_head), T::Int, "query heads (must divide n_embd)", 1, 256)
+        .value(ROUTELAB_OPTION(n_kv_head), T::Int,
+               "key/value heads for grouped-query attention (0: n_head; must divide n_head)", 0, 256)
+        .value(ROUTELAB_OPTION(d_ff), T::Int, "MLP inner width (0: llama 8/3 d rounded up to 64, gpt2 4 d)", 0, 1 << 20)
+        // The struct holds the resolved length; a section's 0 means the data's context.
+        .resolved(ROUTELAB_OPTION(max_seq_len), T::Int, 0, "longest sequence the model accepts (0: data.context)", 0,
+                  1 << 22)
+        .value(ROUTELAB_OPTION(tie_weights), T::Bool, "share the token embedding with the output head")
+        .value(ROUTELAB_OPTION(rope_theta), T::Float, "RoPE base (llama style)", 1, 1e9)
+        .choice(ROUTELAB_OPTION(rope_scaling), {"none", "linear", "yarn"},
+                "RoPE context extension for evaluation beyond the training length: linear position interpolation "
+                "or YaRN (llama style)")
+        .value(ROUTELAB_OPTION(rope_factor), T::Float, "context-extension factor s of rope_scaling", 1, 1024)
+        .value(ROUTELAB_OPTION(rope_original_context), T::Int,
+               "training context YaRN's ramp refers to (0: max_seq_len)", 0, 1 << 22)
+        .value(ROUTELAB_OPTION(norm_eps), T::Float, "normalisation epsilon", 1e-12, 1)
+        .value(ROUTELAB_OPTION(dropout), T::Float,
+               "dropout on attention probabilities and residual updates in training", 0, 0.9)
+        .choice(ROUTELAB_OPTION(init), {"gpt3", "normal"},
+                "gpt3: N(0,0.02) with residual projections N(0,0.02/sqrt(2L)) (seed 003 App. A); normal: N(0,0.02) "
+                "everywhere");
+    return t;
+  }();
+  return table;
 }
+
+OptionSchema transformer_option_schema() { return transformer_options_table().schema(); }
 
 void check_transformer_options(const nlohmann::json& m, const std::string& path) {
   const auto n_embd = m.at("n_embd").get<std::int64_t>(), n_head = m.at("n_head").get<std::int64_t>();
@@ -54,25 +66,10 @@ void check_transformer_options(const nlohmann::json& m, const std::string& path)
 
 TransformerOptions transformer_options_from_json(const nlohmann::json& m, std::int64_t vocab_size,
                                                  std::int64_t context) {
-  TransformerOptions o;
-  o.style(m.at("style") == "gpt2" ? ModelStyle::GPT2 : ModelStyle::Llama)
-      .vocab_size(vocab_size)
-      .n_layer(m.at("n_layer").get<std::int64_t>())
-      .n_embd(m.at("n_embd").get<std::int64_t>())
-      .n_head(m.at("n_head").get<std::int64_t>())
-      .n_kv_head(m.at("n_kv_head").get<std::int64_t>())
-      .d_ff(m.at("d_ff").get<std::int64_t>())
-      .tie_weights(m.at("tie_weights").get<bool>())
-      .rope_theta(m.at("rope_theta").get<double>())
-      .rope_scaling(parse_rope_scaling(m.at("rope_scaling").get<std::string>()))
-      .rope_factor(m.at("rope_factor").get<double>())
-      .norm_eps(m.at("norm_eps").get<double>())
-      .dropout(m.at("dropout").get<double>())
-      .init(m.at("init").get<std::string>());
-  const auto max_len = m.at("max_seq_len").get<std::int64_t>();
-  o.max_seq_len(max_len > 0 ? max_len : context);
-  const auto original = m.at("rope_original_context").get<std::int64_t>();
-  o.rope_original_context(original > 0 ? original : o.max_seq_len());
+  auto o = transformer_options_table().read(m);
+  o.vocab_size(vocab_size);
+  if (o.max_seq_len() <= 0) o.max_seq_len(context);
+  if (o.rope_original_context() <= 0) o.rope_original_context(o.max_seq_len());
   return o;
 }
 
@@ -134,8 +131,9 @@ torch::Tensor DenseBlockImpl::forward(const torch::Tensor& x, const torch::Tenso
   return h + m;
 }
 
-torch::Tensor DenseBlockImpl::update(const torch::Tensor& x, const torch::Tensor& positions, const Compaction* rows) {
-  const auto a = rows ? attn(norm1(x), positions, rows->lengths) : attn(norm1(x), positions);  // (B, T, C)
+torch::Tensor DenseBlockImpl::update(const torch::Tensor& x, const torch::Tensor& positions, const Compaction* rows,
+                                     double* pairs) {
+  const auto a = attn(norm1(x), positions, rows ? rows->lengths : std::vector<std::int64_t>{}, pairs);  // (B, T, C)
   const auto h = x + a;
   const auto m = mlp(norm2(h));
   if (residual_probe_active()) {
@@ -314,6 +312,7 @@ ArchitectureEntry dense_architecture() {
         return std::make_shared<DenseTransformer>(transformer_options_from_json(m, ctx.vocab_size, ctx.context));
       },
   };
+  entry.read_back_options = [](const nlohmann::json& m) { return read_back(m, transformer_options_table()); };
   entry.price_flops = price_dense;
   entry.routed_fraction_meaning = "no routing: fractions are ignored";
   entry.color = 7;  // black: the baseline every figure compares with

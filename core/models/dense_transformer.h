@@ -3,6 +3,7 @@
 #pragma once
 #include <nlohmann/json.hpp>
 
+#include "core/config/option_table.h"
 #include "core/config/options.h"
 #include "core/cost/flops.h"
 #include "core/models/blocks/attention.h"
@@ -43,7 +44,10 @@ struct TransformerOptions {
   bool bias() const { return style_ == ModelStyle::GPT2; }
 };
 
-/// Schema of the shared options (used by every Transformer architecture's registry entry).
+/// The shared options bound to their keys: the schema every Transformer architecture's registry entry starts
+/// from, its defaults those of TransformerOptions (max_seq_len: 0, the data's context).
+const OptionTable<TransformerOptions>& transformer_options_table();
+/// transformer_options_table().schema()
 OptionSchema transformer_option_schema();
 void check_transformer_options(const nlohmann::json& model, const std::string& path);
 /// Reads the shared options from a resolved model section plus the data-derived context.
@@ -63,8 +67,10 @@ class DenseBlockImpl : public torch::nn::Module {
   DenseBlockImpl(const TransformerOptions& options, std::int64_t layer_index);
   torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& positions);  // (B, T, C) -> (B, T, C)
   /// The block's residual update f(x) = a + MLP(Norm(x + a)) with a = Attn(Norm(x)), so forward(x) = x + f(x).
-  /// With `rows`, x holds the compacted sequences of those routed rows (see causal_attention).
-  torch::Tensor update(const torch::Tensor& x, const torch::Tensor& positions, const Compaction* rows = nullptr);
+  /// With `rows`, x holds the compacted sequences of those routed rows (see causal_attention). `pairs`, when
+  /// given, receives the attention's executed (query, key) pairs per head.
+  torch::Tensor update(const torch::Tensor& x, const torch::Tensor& positions, const Compaction* rows = nullptr,
+                       double* pairs = nullptr);
 
   /// Incremental form of update(): the new rows x (B, n, C) at `positions` attend through `cache` (see
   /// CausalSelfAttentionImpl::forward_cached for `keep` and `hidden`). -> f(x) (B, n, C)

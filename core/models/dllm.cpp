@@ -101,12 +101,12 @@ torch::Tensor DLLM::evicting_layer(std::size_t layer, const torch::Tensor& x, co
 }
 
 torch::Tensor DLLM::skipping_layer(std::size_t layer, const torch::Tensor& x, const torch::Tensor& positions,
-                                   const Compaction& executed) {
+                                   const Compaction& executed, double* pairs) {
   if (executed.total == 0) return x;
   const auto rows = gather_rows(x, executed);  // (B, K, C)
   const auto row_positions = compacted_positions(positions, executed);  // (B, K) original positions
   // Compacted attention sees only executed keys: the eviction, at sum_b k_b^2 cost.
-  const auto f = blocks[layer]->update(rows, row_positions, &executed);  // (B, K, C)
+  const auto f = blocks[layer]->update(rows, row_positions, &executed, pairs);  // (B, K, C)
   return scatter_rows(x, executed, rows + f);
 }
 
@@ -117,10 +117,10 @@ torch::Tensor DLLM::rate_loss(const torch::Tensor& activation, std::int64_t rese
 }
 
 LayerTrace DLLM::routed_layer_trace(int layer, const torch::Tensor& p_exec, const torch::Tensor& executed,
-                                    const Compaction& counts) const {
+                                    const Compaction& counts, double pairs) const {
   const auto B = executed.size(0), T = executed.size(1);
   const auto shape = layer_shape(options_);
-  const double total = static_cast<double>(counts.total), sum_sq = counts.sum_sq;
+  const double total = static_cast<double>(counts.total);
   const double tokens = static_cast<double>(B * T);
   LayerTrace t;
   t.layer = layer;
@@ -129,7 +129,8 @@ LayerTrace DLLM::routed_layer_trace(int layer, const torch::Tensor& p_exec, cons
   t.gate = p_exec.detach().to(torch::kFloat);
   t.decision = executed;
   t.routed_fraction = total / tokens;
-  // Priced as executed. Inference runs the decisions: executed tokens only, compacted attention. Training computes
+  // Priced as executed. Inference runs the decisions: executed tokens only, compacted attention, over the padded
+  // (B, K) rows of the compacted sequences (`pairs`: what the attention kernel computed). Training computes
   // the block for every token (the straight-through estimator needs f(x) of skipped tokens too) with the full
   // T x T scores, and masks afterwards: a dense layer's work whatever the decisions.
   const bool full_block = is_training();
@@ -138,7 +139,7 @@ LayerTrace DLLM::routed_layer_trace(int layer, const torch::Tensor& p_exec, cons
   const double hidden = static_cast<double>(dllm_.router_hidden());
   const double router = linear_flops(tokens, static_cast<double>(shape.d), hidden) + linear_flops(tokens, hidden, 2.0);
   t.flops = (full_block ? dense_layer_flops(static_cast<double>(B), static_cast<double>(T), shape)
-                        : block_flops(total, sum_sq, shape)) +
+                        : total > 0 ? block_flops(counts.padded_rows(), pairs, shape) : 0.0) +
             router;
   t.dense_flops = dense_layer_flops(static_cast<double>(B), static_cast<double>(T), shape);
   t.stats = {{"mean_p_exec", p_exec.mean().item<double>()}};
@@ -163,6 +164,7 @@ ModelOutput DLLM::forward(const torch::Tensor& tokens, bool trace) {
     const auto logits = routers[i]->forward(x);  // (B, T, 2) fp32, on the raw residual (before norm1)
     torch::Tensor p_exec, executed;              // (B, T) float, (B, T) bool
     Compaction counts;                           // of the executed tokens
+    double pairs = 0;                            // attention pairs the compacted block computed (inference)
     if (trace || !training) p_exec = torch::softmax(logits.detach(), -1).select(-1, 1);
     if (training) {
       const auto w = sample_execute(logits).masked_fill(always, 1.0);  // (B, T), exactly 0/1
@@ -175,10 +177,10 @@ ModelOutput DLLM::forward(const torch::Tensor& tokens, bool trace) {
     } else {
       executed = execute_rule(p_exec, positions);
       counts = compact(executed);
-      x = skipping_layer(i, x, positions, counts);
+      x = skipping_layer(i, x, positions, counts, &pairs);
     }
     record_layer_state(x);
-    if (trace) out.trace.push_back(routed_layer_trace(layer, p_exec, executed, counts));
+    if (trace) out.trace.push_back(routed_layer_trace(layer, p_exec, executed, counts, pairs));
   }
   out.logits = head(x);
   out.aux_loss = torch::zeros({}, out.logits.options().dtype(torch::kFloat));
@@ -244,33 +246,36 @@ torch::Tensor DLLM::decode(DecodeState& state, const torch::Tensor& tokens, Deco
   return head(x);
 }
 
-namespace {
-
-OptionSchema dllm_option_schema() {
+const OptionTable<DLLMOptions>& dllm_options_table() {
   using T = OptionType;
-  auto schema = transformer_option_schema();
-  const OptionSchema extra = {
-      {"routed_layers", T::String, "after-2", "layers with a decision module (after-2: all but the first two, as the "
-                                              "official code; or T-D letters, or indices like 2,3)", std::nullopt,
-       std::nullopt, {}},
-      {"router_hidden", T::Int, 512, "decision-module hidden width (official 512)", 1, 1 << 16, {}},
-      {"reserved_tokens", T::Int, 2, "first tokens of every sequence that always execute (official 2)", 1, 1 << 20, {}},
-      {"target", T::Float, 0.5, "target executed fraction over all layers, the acceleration rate Omega "
-                                "(official 0.5; seed 000's matched-FLOPs setting 0.85)", 0, 1, {}},
-      {"rate_coeff", T::Float, 5.0, "maximum weight lambda of the rate loss (official lambda_active 5.0)", 0, 1e4, {}},
-      {"rate_schedule", T::Choice, "sine", "sine: lambda ramps as lambda_max sin(pi/2 progress) (official); "
-                                           "constant: lambda_max throughout", std::nullopt, std::nullopt,
-       {"sine", "constant"}},
-      {"gumbel_tau", T::Float, 1.0, "Gumbel-softmax temperature in training", 1e-3, 100, {}},
-      {"threshold", T::Float, 0.5, "at inference a token executes iff its execute probability reaches this", 0, 1, {}},
-      {"eviction", T::Choice, "multiplicative", "how skipped tokens are hidden as keys in training; multiplicative: "
-                                                "probabilities times the execute flag, renormalised (official, router "
-                                                "gets a gradient); additive: -inf mask (DTRNet port)", std::nullopt,
-       std::nullopt, {"multiplicative", "additive"}},
-  };
-  schema.insert(schema.end(), extra.begin(), extra.end());
-  return schema;
+  static const auto table = [] {
+    OptionTable<DLLMOptions> t;
+    t.value(ROUTELAB_OPTION(routed_layers), T::String,
+            "layers with a decision module (after-2: all but the first two, as the official code; or T-D letters, "
+            "or indices like 2,3)")
+        .value(ROUTELAB_OPTION(router_hidden), T::Int, "decision-module hidden width (official 512)", 1, 1 << 16)
+        .value(ROUTELAB_OPTION(reserved_tokens), T::Int,
+               "first tokens of every sequence that always execute (official 2)", 1, 1 << 20)
+        .value(ROUTELAB_OPTION(target), T::Float,
+               "target executed fraction over all layers, the acceleration rate Omega (official 0.5; seed 000's "
+               "matched-FLOPs setting 0.85)",
+               0, 1)
+        .value(ROUTELAB_OPTION(rate_coeff), T::Float,
+               "maximum weight lambda of the rate loss (official lambda_active 5.0)", 0, 1e4)
+        .choice(ROUTELAB_OPTION(rate_schedule), {"sine", "constant"},
+                "sine: lambda ramps as lambda_max sin(pi/2 progress) (official); constant: lambda_max throughout")
+        .value(ROUTELAB_OPTION(gumbel_tau), T::Float, "Gumbel-softmax temperature in training", 1e-3, 100)
+        .value(ROUTELAB_OPTION(threshold), T::Float,
+               "at inference a token executes iff its execute probability reaches this", 0, 1)
+        .choice(ROUTELAB_OPTION(eviction), {"multiplicative", "additive"},
+                "how skipped tokens are hidden as keys in training; multiplicative: probabilities times the execute "
+                "flag, renormalised (official, router gets a gradient); additive: -inf mask (DTRNet port)");
+    return t;
+  }();
+  return table;
 }
+
+namespace {
 
 void check_dllm_options(const nlohmann::json& m, const std::string& path) {
   check_transformer_options(m, path);
@@ -279,20 +284,6 @@ void check_dllm_options(const nlohmann::json& m, const std::string& path) {
   // Without a reserved token a row of the evicting attention can lose every key (NaN under the additive mask).
   if (m.at("reserved_tokens").get<std::int64_t>() < 1)
     throw ConfigError(path + ".reserved_tokens: " + m.at("reserved_tokens").dump() + " must be at least 1");
-}
-
-DLLMOptions dllm_options_from_json(const nlohmann::json& m) {
-  DLLMOptions o;
-  o.routed_layers(m.at("routed_layers").get<std::string>())
-      .router_hidden(m.at("router_hidden").get<std::int64_t>())
-      .reserved_tokens(m.at("reserved_tokens").get<std::int64_t>())
-      .target(m.at("target").get<double>())
-      .rate_coeff(m.at("rate_coeff").get<double>())
-      .rate_schedule(m.at("rate_schedule") == "constant" ? RateSchedule::Constant : RateSchedule::Sine)
-      .gumbel_tau(m.at("gumbel_tau").get<double>())
-      .threshold(m.at("threshold").get<double>())
-      .eviction(m.at("eviction") == "additive" ? Eviction::Additive : Eviction::Multiplicative);
-  return o;
 }
 
 /// One calibration pass (ArchitectureEntry::force_routed_share): each decision module's execute bias set from one
@@ -337,12 +328,15 @@ ArchitectureEntry dllm_architecture() {
       "Jiang et al. 2024 (baseline of seed 000)",
       "Token-choice layer skipping: a decision module before each dynamic layer lets every token execute or skip "
       "the whole block, skipped tokens are evicted as keys, and a rate loss steers the executed fraction to a target.",
-      dllm_option_schema(),
+      schema_of(transformer_options_table(), dllm_options_table()),
       check_dllm_options,
       [](const nlohmann::json& m, const ModelContext& ctx) -> std::shared_ptr<LanguageModel> {
         return std::make_shared<DLLM>(transformer_options_from_json(m, ctx.vocab_size, ctx.context),
-                                      dllm_options_from_json(m));
+                                      dllm_options_table().read(m));
       },
+  };
+  entry.read_back_options = [](const nlohmann::json& m) {
+    return read_back(m, transformer_options_table(), dllm_options_table());
   };
   entry.force_routed_share = force_dllm_share;
   entry.price_flops = price_dllm;

@@ -92,8 +92,9 @@ class DLLM : public TransformerTrunk {
   /// The rule itself, from execute probabilities p_exec (B, T) already computed.
   torch::Tensor execute_rule(const torch::Tensor& p_exec, const torch::Tensor& positions) const;
   /// Inference form: only the executed tokens of `executed` run the block, on compacted sequences. -> (B, T, C)
+  /// `pairs`, when given, receives the attention's executed (query, key) pairs per head.
   torch::Tensor skipping_layer(std::size_t layer, const torch::Tensor& x, const torch::Tensor& positions,
-                               const Compaction& executed);
+                               const Compaction& executed, double* pairs = nullptr);
   /// mean over tokens past the first `reserved` of |activation - target|; activation (B, T) = executed fraction
   /// of each token over all layers.
   static torch::Tensor rate_loss(const torch::Tensor& activation, std::int64_t reserved, double target);
@@ -103,13 +104,15 @@ class DLLM : public TransformerTrunk {
 
  private:
   LayerTrace routed_layer_trace(int layer, const torch::Tensor& p_exec, const torch::Tensor& executed,
-                                const Compaction& counts) const;
+                                const Compaction& counts, double pairs) const;
 
   DLLMOptions dllm_;
   std::vector<bool> routed_;
   double progress_ = 0.0;
 };
 
+/// D-LLM's options bound to their model.* keys (the schema after the shared options).
+const OptionTable<DLLMOptions>& dllm_options_table();
 ArchitectureEntry dllm_architecture();
 
 }  // namespace routelab

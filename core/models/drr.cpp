@@ -17,30 +17,54 @@
 
 namespace routelab {
 
-DrrOptions drr_options_from_json(const nlohmann::json& m) {
-  DrrOptions o;
-  o.short_window(m.at("short_window").get<std::int64_t>())
-      .summary_tokens(m.at("summary_tokens").get<std::int64_t>())
-      .block_size(m.at("block_size").get<std::int64_t>())
-      .router_hidden_mult(m.at("router_hidden_mult").get<std::int64_t>())
-      .memory(m.at("memory") == "seed" ? DrrMemory::Seed : DrrMemory::Causal);
-  return o;
+const OptionTable<DrrOptions>& drr_options_table() {
+  using T = OptionType;
+  static const auto table = [] {
+    OptionTable<DrrOptions> t;
+    t.value(ROUTELAB_OPTION(short_window), T::Int, "W: the short-term memory holds the last W layer outputs", 1, 256)
+        .value(ROUTELAB_OPTION(summary_tokens), T::Int, "S: summary tokens pooled from each block's output", 1, 1 << 16)
+        .value(ROUTELAB_OPTION(block_size), T::Int,
+               "layers per block: a summary is pooled after every block_size layers", 1, 256)
+        .value(ROUTELAB_OPTION(router_hidden_mult), T::Int, "router hidden width = router_hidden_mult * n_embd", 1, 64)
+        .choice(ROUTELAB_OPTION(memory), {"causal", "seed"},
+                "causal: position t reads memory at positions <= t and summaries of complete chunks only (language "
+                "modelling); seed: the seed's non-causal code, refused for a language model");
+    return t;
+  }();
+  return table;
+}
+
+const OptionTable<TransformerOptions>& drr_transformer_options_table() {
+  using T = OptionType;
+  static const auto table = [] {
+    OptionTable<TransformerOptions> t([] { return TransformerOptions().style(ModelStyle::GPT2); });
+    t.value(ROUTELAB_OPTION(n_layer), T::Int, "number of DRR layers", 1, 256)
+        .value(ROUTELAB_OPTION(n_embd), T::Int, "model width d", 8, 16384)
+        .value(ROUTELAB_OPTION(n_head), T::Int,
+               "heads of the block's attention and of both memory attentions (must divide n_embd)", 1, 256)
+        .resolved(
+            ROUTELAB_OPTION(max_seq_len), T::Int, 0,
+            "longest sequence the model accepts (0: data.context); the causal form cuts the summary chunks over it", 0,
+            1 << 22)
+        .value(ROUTELAB_OPTION(tie_weights), T::Bool, "share the token embedding with the output head")
+        .value(ROUTELAB_OPTION(norm_eps), T::Float, "LayerNorm epsilon", 1e-12, 1)
+        .value(ROUTELAB_OPTION(dropout), T::Float,
+               "dropout of the seed: attention and memory-attention probabilities, after the MLP's GELU and after its "
+               "output, in training",
+               0, 0.9)
+        .choice(ROUTELAB_OPTION(init), {"gpt3", "normal"},
+                "gpt3: N(0,0.02) with the block's output projections N(0,0.02/sqrt(2L)); normal: N(0,0.02) everywhere; "
+                "the router's last layer always starts at weight 0, bias [2, 0, -0.5]");
+    return t;
+  }();
+  return table;
 }
 
 TransformerOptions drr_transformer_options_from_json(const nlohmann::json& m, std::int64_t vocab_size,
                                                      std::int64_t context) {
-  TransformerOptions o;
-  o.style(ModelStyle::GPT2)
-      .vocab_size(vocab_size)
-      .n_layer(m.at("n_layer").get<std::int64_t>())
-      .n_embd(m.at("n_embd").get<std::int64_t>())
-      .n_head(m.at("n_head").get<std::int64_t>())
-      .tie_weights(m.at("tie_weights").get<bool>())
-      .norm_eps(m.at("norm_eps").get<double>())
-      .dropout(m.at("dropout").get<double>())
-      .init(m.at("init").get<std::string>());
-  const auto max_len = m.at("max_seq_len").get<std::int64_t>();
-  o.max_seq_len(max_len > 0 ? max_len : context);
+  auto o = drr_transformer_options_table().read(m);
+  o.vocab_size(vocab_size);
+  if (o.max_seq_len() <= 0) o.max_seq_len(context);
   return o;
 }
 
@@ -278,14 +302,14 @@ double drr_layer_flops(double batch, double seq, const LayerShape& shape, std::i
   return flops;
 }
 
-DrrOverhead drr_overhead(const TransformerOptions& transformer, const DrrOptions& options, std::int64_t seq) {
+ArchitectureOverhead drr_overhead(const TransformerOptions& transformer, const DrrOptions& options, std::int64_t seq) {
   const auto t = gpt2_style(transformer);
   const auto shape = layer_shape(t);
   const double d = static_cast<double>(t.n_embd()), F = static_cast<double>(t.ff_dim());
   const double V = static_cast<double>(t.vocab_size()), N = static_cast<double>(t.max_seq_len());
   const double L = static_cast<double>(t.n_layer());
   const double h = d * static_cast<double>(options.router_hidden_mult());
-  DrrOverhead o;
+  ArchitectureOverhead o;
   o.seq = seq > 0 ? seq : t.max_seq_len();
 
   // Plain GPT-2 style PreNorm layer: two LayerNorms, packed qkv and output projection, GELU MLP, all with biases.
@@ -295,10 +319,10 @@ DrrOverhead drr_overhead(const TransformerOptions& transformer, const DrrOptions
   const double memories = 2 * 4 * d * d;
   const double pool = 2 * d + d * d + d;
   o.base_stack_params = L * base_layer;
-  o.drr_stack_params = L * (base_layer + router + memories) + pool;
+  o.arch_stack_params = L * (base_layer + router + memories) + pool;
   const double outside = V * d + N * d + 2 * d + (t.tie_weights() ? 0.0 : V * d);  // embeddings, final norm, head
   o.base_params = o.base_stack_params + outside;
-  o.drr_params = o.drr_stack_params + outside;
+  o.arch_params = o.arch_stack_params + outside;
 
   const double T = static_cast<double>(o.seq);
   const auto summary = static_cast<double>(drr_summary_tokens(options, o.seq, t.max_seq_len()));
@@ -307,12 +331,12 @@ DrrOverhead drr_overhead(const TransformerOptions& transformer, const DrrOptions
     const double blocks = static_cast<double>(i / options.block_size());
     const bool pools = (i + 1) % options.block_size() == 0 && summary > 0;
     o.base_stack_flops += dense_layer_flops(1.0, T, shape);
-    o.drr_stack_flops += drr_layer_flops(1.0, T, shape, static_cast<std::int64_t>(h), window * T, blocks * summary, pools,
+    o.arch_stack_flops += drr_layer_flops(1.0, T, shape, static_cast<std::int64_t>(h), window * T, blocks * summary, pools,
                                          options.memory() == DrrMemory::Causal ? summary : 0.0);
   }
   const double head = linear_flops(T, d, V);
   o.base_flops = o.base_stack_flops + head;
-  o.drr_flops = o.drr_stack_flops + head;
+  o.arch_flops = o.arch_stack_flops + head;
   return o;
 }
 
@@ -570,31 +594,6 @@ void load_seed_parameters(DrrTransformer& model, const std::map<std::string, tor
 
 namespace {
 
-OptionSchema drr_option_schema() {
-  using T = OptionType;
-  return {
-      {"n_layer", T::Int, 4, "number of DRR layers", 1, 256, {}},
-      {"n_embd", T::Int, 128, "model width d", 8, 16384, {}},
-      {"n_head", T::Int, 4, "heads of the block's attention and of both memory attentions (must divide n_embd)", 1, 256, {}},
-      {"max_seq_len", T::Int, 0, "longest sequence the model accepts (0: data.context); the causal form cuts the "
-                                 "summary chunks over it", 0, 1 << 22, {}},
-      {"tie_weights", T::Bool, true, "share the token embedding with the output head", std::nullopt, std::nullopt, {}},
-      {"norm_eps", T::Float, 1e-5, "LayerNorm epsilon", 1e-12, 1, {}},
-      {"dropout", T::Float, 0.0, "dropout of the seed: attention and memory-attention probabilities, after the MLP's "
-                                 "GELU and after its output, in training", 0, 0.9, {}},
-      {"init", T::Choice, "gpt3", "gpt3: N(0,0.02) with the block's output projections N(0,0.02/sqrt(2L)); normal: "
-                                  "N(0,0.02) everywhere; the router's last layer always starts at weight 0, bias "
-                                  "[2, 0, -0.5]", std::nullopt, std::nullopt, {"gpt3", "normal"}},
-      {"short_window", T::Int, 4, "W: the short-term memory holds the last W layer outputs", 1, 256, {}},
-      {"summary_tokens", T::Int, 8, "S: summary tokens pooled from each block's output", 1, 1 << 16, {}},
-      {"block_size", T::Int, 4, "layers per block: a summary is pooled after every block_size layers", 1, 256, {}},
-      {"router_hidden_mult", T::Int, 1, "router hidden width = router_hidden_mult * n_embd", 1, 64, {}},
-      {"memory", T::Choice, "causal", "causal: position t reads memory at positions <= t and summaries of complete "
-                                      "chunks only (language modelling); seed: the seed's non-causal code, "
-                                      "refused for a language model", std::nullopt, std::nullopt, {"causal", "seed"}},
-  };
-}
-
 void check_drr_options(const nlohmann::json& m, const std::string& path) {
   const auto n_embd = m.at("n_embd").get<std::int64_t>(), n_head = m.at("n_head").get<std::int64_t>();
   if (n_embd % n_head != 0)
@@ -609,7 +608,7 @@ void check_drr_options(const nlohmann::json& m, const std::string& path) {
 FlopsEstimate price_drr(const FlopsInput& in) {
   const auto t = drr_transformer_options_from_json(in.model, static_cast<std::int64_t>(in.vocab), in.query.seq);
   const auto s = layer_shape(t);
-  const auto o = drr_options_from_json(in.model);
+  const auto o = drr_options_table().read(in.model);
   FlopsBuilder b(in, s, in.vocab);
   const double d = static_cast<double>(s.d), h = d * static_cast<double>(o.router_hidden_mult());
   const bool causal = o.memory() == DrrMemory::Causal;
@@ -647,18 +646,24 @@ ArchitectureEntry drr_architecture() {
       "seed 001 (DRR, its PyTorch code)",
       "Before each PreNorm block a token-wise router mixes the identity, attention over the last W layer outputs and "
       "attention over summary tokens pooled every block_size layers; causal memory for language modelling.",
-      drr_option_schema(),
+      schema_of(drr_transformer_options_table(), drr_options_table()),
       check_drr_options,
       [](const nlohmann::json& m, const ModelContext& ctx) -> std::shared_ptr<LanguageModel> {
         check_drr_options(m, "model");
         return std::make_shared<DrrTransformer>(drr_transformer_options_from_json(m, ctx.vocab_size, ctx.context),
-                                                drr_options_from_json(m));
+                                                drr_options_table().read(m));
       },
   };
   // Every layer caches every token, plus the depth-memory entries it attends (short- and long-term, per sequence).
   entry.kv_entries = [](const nlohmann::json& layer, double seq) {
     const auto stats = layer.value("stats", nlohmann::json::object());
     return seq + json_number(stats, "short_entries", 0.0) + json_number(stats, "long_entries", 0.0);
+  };
+  entry.read_back_options = [](const nlohmann::json& m) {
+    return read_back(m, drr_transformer_options_table(), drr_options_table());
+  };
+  entry.overhead = [](const nlohmann::json& m, std::int64_t vocab, std::int64_t context) {
+    return drr_overhead(drr_transformer_options_from_json(m, vocab, context), drr_options_table().read(m), context);
   };
   entry.price_flops = price_drr;
   entry.routed_fraction_meaning =

@@ -38,9 +38,11 @@ struct DrrOptions {
   TORCH_ARG(DrrMemory, memory) = DrrMemory::Causal;
 };
 
-/// Reads the DRR options from a resolved model section.
-DrrOptions drr_options_from_json(const nlohmann::json& model);
-/// The trunk options of a resolved DRR model section (always GPT-2 style).
+/// DRR's own options bound to their model.* keys (after the trunk's).
+const OptionTable<DrrOptions>& drr_options_table();
+/// The trunk options DRR exposes (a subset of the shared ones, always GPT-2 style; max_seq_len 0: data.context).
+const OptionTable<TransformerOptions>& drr_transformer_options_table();
+/// The trunk options of a resolved DRR model section.
 TransformerOptions drr_transformer_options_from_json(const nlohmann::json& model, std::int64_t vocab_size,
                                                      std::int64_t context);
 
@@ -120,24 +122,8 @@ class DrrLayerImpl : public torch::nn::Module {
 TORCH_MODULE(DrrLayer);
 
 /// Parameters and forward FLOPs of DRR against the plain PreNorm (GPT-2 style) stack of the same shape.
-struct DrrOverhead {
-  std::int64_t seq = 0;           ///< sequence length the FLOPs are priced at
-  double base_params = 0;         ///< plain model: embeddings, layers, final norm (and the head when untied)
-  double drr_params = 0;          ///< DRR model: the same plus routers, memory attentions and the summary pool
-  double base_stack_params = 0;   ///< plain layers only
-  double drr_stack_params = 0;    ///< DRR layers and the shared summary pool
-  double base_flops = 0;          ///< forward FLOPs of one sequence, layers and LM head
-  double drr_flops = 0;
-  double base_stack_flops = 0;    ///< layers only
-  double drr_stack_flops = 0;     ///< layers, their memory attentions and routers, and the summary pools
-
-  double param_overhead() const { return drr_params / base_params - 1.0; }
-  double stack_param_overhead() const { return drr_stack_params / base_stack_params - 1.0; }
-  double flops_overhead() const { return drr_flops / base_flops - 1.0; }
-  double stack_flops_overhead() const { return drr_stack_flops / base_stack_flops - 1.0; }
-};
 /// Computed from the shapes (no model is built); `seq` 0 means max_seq_len.
-DrrOverhead drr_overhead(const TransformerOptions& transformer, const DrrOptions& options, std::int64_t seq = 0);
+ArchitectureOverhead drr_overhead(const TransformerOptions& transformer, const DrrOptions& options, std::int64_t seq = 0);
 
 /// Forward FLOPs (2 per multiply-add) of a memory attention of `batch` x `seq` queries over `entries` memory entries
 /// per sequence: q and output projections of the queries, k and v projections of the entries, scores and weighted
@@ -175,7 +161,7 @@ class DrrTransformer : public TransformerTrunk {
   States states(const torch::Tensor& tokens, bool trace = false, bool keep_layers = false);
 
   const DrrOptions& drr_options() const { return drr_options_; }
-  DrrOverhead overhead(std::int64_t seq = 0) const { return drr_overhead(options_, drr_options_, seq); }
+  ArchitectureOverhead overhead(std::int64_t seq = 0) const { return drr_overhead(options_, drr_options_, seq); }
 
   std::vector<DrrLayer> layers;  ///< registered as "blocks"
   SummaryPool summary_pool{nullptr};

@@ -66,7 +66,6 @@ DTRNetLayerImpl::Output DTRNetLayerImpl::forward(const torch::Tensor& x, const t
   if (options.attention() == DtrAttention::Masked) {
     const auto counts = count_routed(out.decision);
     out.routed = counts.total;
-    out.sum_sq = counts.sum_sq;
     update = attend_masked(n, positions, out.decision);
   } else {
     update = attend_compact(n, positions, out.decision, out);
@@ -156,7 +155,7 @@ torch::Tensor DTRNetLayerImpl::attend_compact(const torch::Tensor& n, const torc
   }
   out.decision = decision;
   out.routed = c.total;
-  out.sum_sq = c.sum_sq;
+  out.rows = c.padded_rows();
 
   const auto& w = attn->qkv->weight;  // rows [W_Q; W_K; W_V]
   const auto& b = attn->qkv->bias;
@@ -185,7 +184,7 @@ torch::Tensor DTRNetLayerImpl::attend_compact(const torch::Tensor& n, const torc
     const auto v_r = vo ? gather_rows(v_all, c) : at::linear(n_r, w_v, b_v);         // (B, K, Hkv hd)
     const auto v = v_r.view({B, K, Hkv, hd}).transpose(1, 2);                         // (B, Hkv, K, hd)
     if (attn->rope.defined()) std::tie(q, k) = attn->rope.apply(q, k, compacted_positions(positions, c));
-    routed_heads = causal_attention(q, k, v, attn->options.dropout(), is_training(), c.lengths)
+    routed_heads = causal_attention(q, k, v, attn->options.dropout(), is_training(), c.lengths, &out.pairs)
                        .transpose(1, 2)
                        .reshape({B, K, C});  // (B, K, C)
   }
@@ -212,26 +211,23 @@ torch::Tensor DTRNetLayerImpl::attend_masked(const torch::Tensor& n, const torch
   return update;
 }
 
-double DTRNetLayerImpl::flops(std::int64_t batch, std::int64_t seq, std::int64_t routed, double sum_sq) const {
-  const double all = static_cast<double>(batch * seq), k = static_cast<double>(routed);
+double DTRNetLayerImpl::flops(std::int64_t batch, std::int64_t seq, const Output& out) const {
+  const double all = static_cast<double>(batch * seq), k = out.rows;
   const auto& s = shape;
   double f = linear_flops(all, s.d, s.d / 2) + linear_flops(all, s.d / 2, 2.0) + mlp_flops(all, s);
   if (options.routing() == DtrRouting::Expert) f += linear_flops(all, s.d, 1);
   if (options.attention() == DtrAttention::Masked)  // the oracle computes every pair
     return f + dense_layer_flops(static_cast<double>(batch), static_cast<double>(seq), s) - mlp_flops(all, s);
-  f += q_k_flops(k, s) + attention_core_flops(sum_sq, s);
+  f += q_k_flops(k, s) + attention_core_flops(out.pairs, s);
   if (options.bypass() == DtrBypass::ValueOutput) return f + v_flops(all, s) + out_proj_flops(all, s);
   return f + v_flops(k, s) + out_proj_flops(k, s);
 }
 
 DTRNet::DTRNet(TransformerOptions model, DTRNetOptions options) : TransformerTrunk(std::move(model)), dtr_(std::move(options)) {
-  if (dtr_.routed_layers().empty()) dtr_.routed_layers(parse_layer_pattern("bilayer", options_.n_layer(), "model.routed_layers"));
-  if (static_cast<std::int64_t>(dtr_.routed_layers().size()) != options_.n_layer())
-    throw ConfigError("model.routed_layers: names " + std::to_string(dtr_.routed_layers().size()) +
-                      " layers but model.n_layer is " + std::to_string(options_.n_layer()));
+  pattern_ = parse_layer_pattern(dtr_.routed_layers(), options_.n_layer(), "model.routed_layers");
   auto list = register_module("blocks", torch::nn::ModuleList());
   for (std::int64_t i = 0; i < options_.n_layer(); ++i) {
-    if (dtr_.routed_layers()[i]) {
+    if (pattern_[static_cast<std::size_t>(i)]) {
       routed.push_back(DTRNetLayer(options_, dtr_));
       routed.back()->layer_index = static_cast<int>(i);
       dense.push_back(nullptr);
@@ -288,7 +284,7 @@ ModelOutput DTRNet::forward(const torch::Tensor& tokens, bool trace) {
                             {"bypass", dtr_.bypass() == DtrBypass::ValueOutput ? B * T - r.routed : 0},
                             {"mlp", B * T},
                             {"router", B * T}};
-      t.flops = routed[i]->flops(B, T, r.routed, r.sum_sq);
+      t.flops = routed[i]->flops(B, T, r);
       t.dense_flops = dense_layer_flops(static_cast<double>(B), static_cast<double>(T), shape);
       if (r.predictor_logits.defined())
         t.stats["predictor_agreement"] = CausalPredictorImpl::agreement(r.predictor_logits.detach(), r.topk);
@@ -338,47 +334,39 @@ torch::Tensor DTRNet::decode(DecodeState& state, const torch::Tensor& tokens, De
 
 std::string DTRNet::describe() const {
   std::ostringstream s;
-  s << TransformerTrunk::describe() << ", layers " << pattern_string(dtr_.routed_layers());
+  s << TransformerTrunk::describe() << ", layers " << pattern_string(pattern_);
   return s.str();
 }
 
-namespace {
-
-OptionSchema dtrnet_schema() {
+const OptionTable<DTRNetOptions>& dtrnet_options_table() {
   using T = OptionType;
-  auto schema = transformer_option_schema();
-  schema.push_back({"routed_layers", T::String, "bilayer",
-                    "routed (D) layers: bilayer, trilayer, laterhalf, 6-transformer, dtrnet-code, a letter per layer "
-                    "(T-D-T-D) or routed indices (1,3,5)", std::nullopt, std::nullopt, {}});
-  schema.push_back({"routing", T::Choice, "token",
-                    "token: attention iff g_attn > g_bypass (paper); expert: top capacity share per sequence "
-                    "(App. A1); skip: every token bypasses attention (App. A3)", std::nullopt, std::nullopt,
-                    {"token", "expert", "skip"}});
-  schema.push_back({"capacity", T::Float, 0.25, "expert routing: share of each sequence sent to attention", 0.0, 1.0, {}});
-  schema.push_back({"bypass", T::Choice, "vo", "vo: bypass tokens get W_O W_V x_norm (paper); none: no update "
-                    "(w/o-VO ablation, App. A5)", std::nullopt, std::nullopt, {"vo", "none"}});
-  schema.push_back({"aux_coeff", T::Float, 8e-4, "lambda of the routing loss (Eq. 7)", 0.0, 10.0, {}});
-  schema.push_back({"fallback_fraction", T::Float, 0.15, "share of tokens routed at random in training when a batch "
-                    "routes none (reference code; 0 disables)", 0.0, 1.0, {}});
-  schema.push_back({"attention", T::Choice, "compact", "compact: gather the routed tokens, attend, scatter (O(k^2)); "
-                    "masked: dense T x T mask (the reference oracle)", std::nullopt, std::nullopt, {"compact", "masked"}});
-  schema.push_back({"predictor_coeff", T::Float, 1.0, "expert routing: weight of the causal predictor's BCE", 0.0, 100.0, {}});
-  return schema;
+  static const auto table = [] {
+    OptionTable<DTRNetOptions> t;
+    t.value(ROUTELAB_OPTION(routed_layers), T::String,
+            "routed (D) layers: bilayer, trilayer, laterhalf, 6-transformer, dtrnet-code, a letter per layer "
+            "(T-D-T-D) or routed indices (1,3,5)")
+        .choice(ROUTELAB_OPTION(routing), {"token", "expert", "skip"},
+                "token: attention iff g_attn > g_bypass (paper); expert: top capacity share per sequence (App. A1); "
+                "skip: every token bypasses attention (App. A3)")
+        .value(ROUTELAB_OPTION(capacity), T::Float, "expert routing: share of each sequence sent to attention", 0.0,
+               1.0)
+        .choice(ROUTELAB_OPTION(bypass), {"vo", "none"},
+                "vo: bypass tokens get W_O W_V x_norm (paper); none: no update (w/o-VO ablation, App. A5)")
+        .value(ROUTELAB_OPTION(aux_coeff), T::Float, "lambda of the routing loss (Eq. 7)", 0.0, 10.0)
+        .value(ROUTELAB_OPTION(fallback_fraction), T::Float,
+               "share of tokens routed at random in training when a batch routes none (reference code; 0 disables)",
+               0.0, 1.0)
+        .choice(ROUTELAB_OPTION(attention), {"compact", "masked"},
+                "compact: gather the routed tokens, attend, scatter (O(k^2)); masked: dense T x T mask (the "
+                "reference oracle)")
+        .value(ROUTELAB_OPTION(predictor_coeff), T::Float, "expert routing: weight of the causal predictor's BCE", 0.0,
+               100.0);
+    return t;
+  }();
+  return table;
 }
 
-DTRNetOptions dtrnet_options_from_json(const nlohmann::json& m, std::int64_t n_layer) {
-  DTRNetOptions o;
-  o.routed_layers(parse_layer_pattern(m.at("routed_layers").get<std::string>(), n_layer, "model.routed_layers"));
-  const auto routing = m.at("routing").get<std::string>();
-  o.routing(routing == "expert" ? DtrRouting::Expert : routing == "skip" ? DtrRouting::Skip : DtrRouting::Token)
-      .capacity(m.at("capacity").get<double>())
-      .bypass(m.at("bypass") == "none" ? DtrBypass::None : DtrBypass::ValueOutput)
-      .aux_coeff(m.at("aux_coeff").get<double>())
-      .fallback_fraction(m.at("fallback_fraction").get<double>())
-      .attention(m.at("attention") == "masked" ? DtrAttention::Masked : DtrAttention::Compact)
-      .predictor_coeff(m.at("predictor_coeff").get<double>());
-  return o;
-}
+namespace {
 
 /// One calibration pass (ArchitectureEntry::force_routed_share): each routed layer's attention bias set from one
 /// traced forward's gates so that `fraction` of the tokens go to attention.
@@ -448,7 +436,7 @@ ArchitectureEntry dtrnet_architecture() {
       "seed 000 (Sharma et al., DTRNet)",
       "Token routing between causal attention over the routed tokens and a token-local W_O W_V bypass; every "
       "token keeps the MLP.",
-      dtrnet_schema(),
+      schema_of(transformer_options_table(), dtrnet_options_table()),
       [](const nlohmann::json& m, const std::string& path) {
         check_transformer_options(m, path);
         const auto n_layer = m.at("n_layer").get<std::int64_t>();
@@ -458,9 +446,12 @@ ArchitectureEntry dtrnet_architecture() {
                             std::to_string(n_layer) + "-layer model (use arch dense)");
       },
       [](const nlohmann::json& m, const ModelContext& ctx) -> std::shared_ptr<LanguageModel> {
-        auto model = transformer_options_from_json(m, ctx.vocab_size, ctx.context);
-        return std::make_shared<DTRNet>(model, dtrnet_options_from_json(m, model.n_layer()));
+        return std::make_shared<DTRNet>(transformer_options_from_json(m, ctx.vocab_size, ctx.context),
+                                        dtrnet_options_table().read(m));
       },
+  };
+  entry.read_back_options = [](const nlohmann::json& m) {
+    return read_back(m, transformer_options_table(), dtrnet_options_table());
   };
   // A routed layer caches the keys and values of the tokens it sends to attention; bypassed tokens write none.
   entry.kv_entries = kv_entries_of_routed_tokens;

@@ -15,8 +15,8 @@ enum class DtrBypass { ValueOutput, None };
 enum class DtrAttention { Compact, Masked };
 
 struct DTRNetOptions {
-  /// which layers route (parse_layer_pattern); empty means "bilayer"
-  TORCH_ARG(std::vector<bool>, routed_layers);
+  /// "bilayer": which layers route, any parse_layer_pattern spec (T-D-T-D letters, routed indices 1,3,5, ...)
+  TORCH_ARG(std::string, routed_layers) = "bilayer";
   /// Token: attention iff g_attn > g_bypass (the paper); Expert: top `capacity` of each sequence (Table 2);
   /// Skip: every token bypasses (Table 4). Token by default
   TORCH_ARG(DtrRouting, routing) = DtrRouting::Token;
@@ -44,7 +44,8 @@ class DTRNetLayerImpl : public torch::nn::Module {
     torch::Tensor gate_attn;       ///< (B, T) float g_attn, differentiable
     torch::Tensor decision;        ///< (B, T) bool, true = attention path
     std::int64_t routed = 0;       ///< tokens on the attention path
-    double sum_sq = 0;             ///< sum over sequences of routed^2
+    double rows = 0;               ///< rows the routed projections ran: routed tokens plus compaction padding
+    double pairs = 0;              ///< (query, key) pairs per head the routed attention computed
     torch::Tensor predictor_loss;  ///< expert choice in training: BCE of the causal predictor; else undefined
     torch::Tensor predictor_logits;  ///< expert choice: (B, T)
     torch::Tensor topk;              ///< expert choice: (B, T) bool top-capacity membership
@@ -59,8 +60,8 @@ class DTRNetLayerImpl : public torch::nn::Module {
 
   /// Router logits (B, T, 2) in fp32: [attention, bypass], from the raw residual stream.
   torch::Tensor router_logits(const torch::Tensor& x);
-  /// Forward FLOPs of this layer for the given decisions.
-  double flops(std::int64_t batch, std::int64_t seq, std::int64_t routed, double sum_sq) const;
+  /// Forward FLOPs of this layer as its forward `out` on (batch, seq) executed them (padding rows included).
+  double flops(std::int64_t batch, std::int64_t seq, const Output& out) const;
 
   int layer_index = 0;  ///< reported to the residual-ratio probe
 
@@ -89,14 +90,19 @@ class DTRNet : public TransformerTrunk {
   std::string describe() const override;
 
   const DTRNetOptions& dtr_options() const { return dtr_; }
+  /// Per layer: whether it routes (the parsed routed_layers).
+  const std::vector<bool>& routed_pattern() const { return pattern_; }
   /// Per layer: the routed layer, or undefined for a dense one.
   std::vector<DTRNetLayer> routed;
   std::vector<DenseBlock> dense;
 
  private:
   DTRNetOptions dtr_;
+  std::vector<bool> pattern_;
 };
 
+/// DTRNet's options bound to their model.* keys (the schema after the shared options).
+const OptionTable<DTRNetOptions>& dtrnet_options_table();
 ArchitectureEntry dtrnet_architecture();
 
 }  // namespace routelab

@@ -11,12 +11,6 @@
 
 namespace routelab {
 
-EarlyExitOptions early_exit_options_from_json(const nlohmann::json& m) {
-  EarlyExitOptions o;
-  o.exit_threshold(m.at("exit_threshold").get<double>()).shared_exit_norm(m.at("shared_exit_norm").get<bool>());
-  return o;
-}
-
 double early_exit_block_flops(std::int64_t seq, const std::vector<std::int64_t>& active, const LayerShape& s) {
   double n = 0, scores = 0;
   for (const auto a : active) {
@@ -230,21 +224,23 @@ std::string EarlyExitTransformer::describe() const {
   return out.str();
 }
 
-namespace {
-
-OptionSchema early_exit_option_schema() {
+const OptionTable<EarlyExitOptions>& early_exit_options_table() {
   using T = OptionType;
-  auto schema = transformer_option_schema();
-  schema.push_back({"exit_threshold", T::Float, 1.0,
-                    "eval-only confidence threshold tau (no parameters): a token exits after the first block whose "
-                    "head's max softmax probability is >= tau; 1 disables exiting (the full model)",
-                    0.0, 1.0, {}});
-  schema.push_back({"shared_exit_norm", T::Bool, false,
-                    "every exit head reuses the final norm (default: each earlier exit has its own norm; the "
-                    "projection is always the tied embedding)",
-                    std::nullopt, std::nullopt, {}});
-  return schema;
+  static const auto table = [] {
+    OptionTable<EarlyExitOptions> t;
+    t.value(ROUTELAB_OPTION(exit_threshold), T::Float,
+            "eval-only confidence threshold tau (no parameters): a token exits after the first block whose head's "
+            "max softmax probability is >= tau; 1 disables exiting (the full model)",
+            0.0, 1.0)
+        .value(ROUTELAB_OPTION(shared_exit_norm), T::Bool,
+               "every exit head reuses the final norm (default: each earlier exit has its own norm; the projection "
+               "is always the tied embedding)");
+    return t;
+  }();
+  return table;
 }
+
+namespace {
 
 void check_early_exit_options(const nlohmann::json& m, const std::string& path) {
   check_transformer_options(m, path);
@@ -258,7 +254,7 @@ void check_early_exit_options(const nlohmann::json& m, const std::string& path) 
 FlopsEstimate price_early_exit(const FlopsInput& in) {
   const auto t = flops_trunk(in);
   const auto s = layer_shape(t);
-  const auto o = early_exit_options_from_json(in.model);
+  const auto o = early_exit_options_table().read(in.model);
   const bool exiting = o.exit_threshold() < 1.0;
   std::vector<bool> routed(static_cast<std::size_t>(t.n_layer()), true);
   routed[0] = false;
@@ -291,12 +287,15 @@ ArchitectureEntry early_exit_architecture() {
       "A dense trunk with a tied output head after every block, trained on the mean cross-entropy of all heads; "
       "at inference a token exits after the first block whose head's max softmax probability reaches "
       "exit_threshold, and deeper blocks read its frozen state as keys and values.",
-      early_exit_option_schema(),
+      schema_of(transformer_options_table(), early_exit_options_table()),
       check_early_exit_options,
       [](const nlohmann::json& m, const ModelContext& ctx) -> std::shared_ptr<LanguageModel> {
         return std::make_shared<EarlyExitTransformer>(transformer_options_from_json(m, ctx.vocab_size, ctx.context),
-                                                      early_exit_options_from_json(m));
+                                                      early_exit_options_table().read(m));
       },
+  };
+  entry.read_back_options = [](const nlohmann::json& m) {
+    return read_back(m, transformer_options_table(), early_exit_options_table());
   };
   entry.price_flops = price_early_exit;
   entry.routed_fraction_meaning =

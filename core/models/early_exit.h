@@ -24,8 +24,8 @@ struct EarlyExitOptions {
   TORCH_ARG(bool, shared_exit_norm) = false;
 };
 
-/// Reads the early-exit options from a resolved model section.
-EarlyExitOptions early_exit_options_from_json(const nlohmann::json& model);
+/// The options bound to their model.* keys (the schema after the shared options).
+const OptionTable<EarlyExitOptions>& early_exit_options_table();
 
 /// Forward FLOPs that block l >= 1 needs when only some tokens are still active: K/V projections for every
 /// token (deeper queries read the frozen states of exited ones), the query projection, the scores of the

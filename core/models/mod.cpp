@@ -13,14 +13,29 @@
 
 namespace routelab {
 
-MoDOptions mod_options_from_json(const nlohmann::json& m) {
-  MoDOptions o;
-  o.routed_layers(m.at("routed_layers").get<std::string>())
-      .capacity(m.at("capacity").get<double>())
-      .router_weight(m.at("router_weight") == "logit" ? MoDRouterWeight::Logit : MoDRouterWeight::Sigmoid)
-      .residual(m.at("residual") == "reference" ? MoDResidual::Reference : MoDResidual::Paper)
-      .predictor_coeff(m.at("predictor_coeff").get<double>());
-  return o;
+const OptionTable<MoDOptions>& mod_options_table() {
+  using T = OptionType;
+  static const auto table = [] {
+    OptionTable<MoDOptions> t;
+    t.value(ROUTELAB_OPTION(routed_layers), T::String,
+            "layers that route: alternate (odd layers, T-M-T-M as the paper and seed 000), another named pattern, a "
+            "letter per layer (T dense, M routed) or routed indices like 1,3")
+        .value(ROUTELAB_OPTION(capacity), T::Float,
+               "fraction of each sequence a routed layer processes, k = floor(capacity T) in training (paper 0.125; "
+               "seed 000's matched-FLOPs baseline 0.7); must be above 0",
+               0.0, 1.0)
+        .choice(ROUTELAB_OPTION(router_weight), {"sigmoid", "logit"},
+                "what scales a selected token's update: sigmoid of the router logit (DTRNet repo) or the raw logit "
+                "(Raposo et al.)")
+        .choice(ROUTELAB_OPTION(residual), {"paper", "reference"},
+                "paper: x + w f(x); reference: (1 + w) x + w f(x), as the DTRNet repo computes it")
+        .value(ROUTELAB_OPTION(predictor_coeff), T::Float,
+               "weight of the causal predictor's BCE (mean over routed layers) in the loss; it trains only the "
+               "predictor",
+               0.0, 100.0);
+    return t;
+  }();
+  return table;
 }
 
 std::int64_t mod_capacity_tokens(double capacity, std::int64_t seq_len) {
@@ -58,12 +73,13 @@ torch::Tensor MoDLayerImpl::forward(const torch::Tensor& x, const torch::Tensor&
   if (is_training()) predictor_loss = CausalPredictorImpl::loss(predicted, topk);
 
   const auto c = compact(decision);
-  auto out = x;  // unselected tokens pass unchanged
+  auto out = x;       // unselected tokens pass unchanged
+  double pairs = 0;   // (query, key) pairs per head the compacted attention computed
   if (c.total > 0) {
     const auto x_sel = gather_rows(x, c);  // (B, K, C) in causal order
     // Selected tokens keep their original positions (RoPE rows), as the reference code gathers them.
     const auto pos_sel = compacted_positions(positions, c);  // (B, K)
-    const auto f = block->update(x_sel, pos_sel, &c);  // (B, K, C)
+    const auto f = block->update(x_sel, pos_sel, &c, &pairs);  // (B, K, C)
     auto w = logits.gather(1, c.index);                         // (B, K): the router learns only through w
     if (options.router_weight() == MoDRouterWeight::Sigmoid) w = torch::sigmoid(w);
     w = w.unsqueeze(-1);  // (B, K, 1)
@@ -81,7 +97,8 @@ torch::Tensor MoDLayerImpl::forward(const torch::Tensor& x, const torch::Tensor&
     trace->routed_fraction = static_cast<double>(c.total) / tokens;
     trace->aux_loss = predictor_loss.defined() ? predictor_loss.item<double>() : 0.0;
     trace->tokens_processed = {{"attn", c.total}, {"mlp", c.total}, {"router", B * T}};
-    trace->flops = block_flops(static_cast<double>(c.total), c.sum_sq, shape) +
+    // Priced as executed: the block runs over the padded (B, K) rows (the padding of shorter sequences too).
+    trace->flops = (c.total > 0 ? block_flops(c.padded_rows(), pairs, shape) : 0.0) +
                    2.0 * linear_flops(tokens, static_cast<double>(shape.d), 1.0);  // router + predictor
     trace->dense_flops = dense_layer_flops(static_cast<double>(B), static_cast<double>(T), shape);
     trace->stats["topk_fraction"] = static_cast<double>(k) / static_cast<double>(T);
@@ -200,31 +217,6 @@ std::string MixtureOfDepths::describe() const {
 
 namespace {
 
-OptionSchema mod_option_schema() {
-  using T = OptionType;
-  auto schema = transformer_option_schema();
-  schema.push_back({"routed_layers", T::String, "alternate",
-                    "layers that route: alternate (odd layers, T-M-T-M as the paper and seed 000), another named "
-                    "pattern, a letter per layer (T dense, M routed) or routed indices like 1,3",
-                    std::nullopt, std::nullopt, {}});
-  schema.push_back({"capacity", T::Float, 0.125,
-                    "fraction of each sequence a routed layer processes, k = floor(capacity T) in training "
-                    "(paper 0.125; seed 000's matched-FLOPs baseline 0.7); must be above 0",
-                    0.0, 1.0, {}});
-  schema.push_back({"router_weight", T::Choice, "sigmoid",
-                    "what scales a selected token's update: sigmoid of the router logit (DTRNet repo) or the raw "
-                    "logit (Raposo et al.)",
-                    std::nullopt, std::nullopt, {"sigmoid", "logit"}});
-  schema.push_back({"residual", T::Choice, "paper",
-                    "paper: x + w f(x); reference: (1 + w) x + w f(x), as the DTRNet repo computes it",
-                    std::nullopt, std::nullopt, {"paper", "reference"}});
-  schema.push_back({"predictor_coeff", T::Float, 1.0,
-                    "weight of the causal predictor's BCE (mean over routed layers) in the loss; it trains only "
-                    "the predictor",
-                    0.0, 100.0, {}});
-  return schema;
-}
-
 void check_mod_options(const nlohmann::json& m, const std::string& path) {
   check_transformer_options(m, path);
   const auto spec = m.at("routed_layers").get<std::string>();
@@ -255,7 +247,7 @@ void force_mod_share(LanguageModel& model, const torch::Tensor& tokens, double f
 FlopsEstimate price_mod(const FlopsInput& in) {
   const auto t = flops_trunk(in);
   const auto s = layer_shape(t);
-  const auto o = mod_options_from_json(in.model);
+  const auto o = mod_options_table().read(in.model);
   const auto routed = parse_layer_pattern(o.routed_layers(), t.n_layer(), "model.routed_layers");
   const auto f = layer_fractions(in, routed, o.capacity(), 0.0, 1.0);
   FlopsBuilder b(in, s, in.vocab);
@@ -279,14 +271,17 @@ ArchitectureEntry mod_architecture() {
       "Raposo et al. 2024 (baseline of seed 000)",
       "Routed blocks (every other one by default) run only the top-k tokens of each sequence chosen by a router, "
       "scaled by its weight, while the other tokens skip them; a causal predictor chooses at inference.",
-      mod_option_schema(),
+      schema_of(transformer_options_table(), mod_options_table()),
       check_mod_options,
       [](const nlohmann::json& m, const ModelContext& ctx) -> std::shared_ptr<LanguageModel> {
         return std::make_shared<MixtureOfDepths>(transformer_options_from_json(m, ctx.vocab_size, ctx.context),
-                                                 mod_options_from_json(m));
+                                                 mod_options_table().read(m));
       },
   };
   // A MoD layer caches the tokens its router selects.
+  entry.read_back_options = [](const nlohmann::json& m) {
+    return read_back(m, transformer_options_table(), mod_options_table());
+  };
   entry.kv_entries = kv_entries_of_routed_tokens;
   entry.force_routed_share = force_mod_share;
   entry.price_flops = price_mod;

@@ -40,8 +40,8 @@ struct MoDOptions {
   TORCH_ARG(double, predictor_coeff) = 1.0;
 };
 
-/// Reads the MoD options from a resolved model section.
-MoDOptions mod_options_from_json(const nlohmann::json& model);
+/// MoD's options bound to their model.* keys (the schema after the shared options).
+const OptionTable<MoDOptions>& mod_options_table();
 
 /// k = floor(capacity T) tokens per sequence of length T.
 std::int64_t mod_capacity_tokens(double capacity, std::int64_t seq_len);

@@ -17,19 +17,6 @@
 
 namespace routelab {
 
-RadialOptions radial_options_from_json(const nlohmann::json& m) {
-  RadialOptions o;
-  o.max_depth(m.at("max_depth").get<std::int64_t>())
-      .min_depth(m.at("min_depth").get<std::int64_t>())
-      .router_hidden(m.at("router_hidden").get<std::int64_t>())
-      .temperature(m.at("temperature").get<double>())
-      .gumbel_noise(m.at("gumbel_noise").get<bool>())
-      .depth_coeff(m.at("depth_coeff").get<double>())
-      .depth_warmup(m.at("depth_warmup").get<double>())
-      .exit_bias(m.at("exit_bias").get<double>());
-  return o;
-}
-
 void UnifiedKVStore::append(const torch::Tensor& k, const torch::Tensor& v, const torch::Tensor& entry_position,
                             std::int64_t entry_step, const torch::Tensor& entry_valid) {
   const auto steps = torch::full_like(entry_position, entry_step);  // (B, n)
@@ -533,39 +520,41 @@ std::string RadialNetwork::describe() const {
   return out.str();
 }
 
-namespace {
-
-OptionSchema radial_option_schema() {
+const OptionTable<RadialOptions>& radial_options_table() {
   using T = OptionType;
-  auto schema = transformer_option_schema();
-  schema.push_back({"max_depth", T::Int, 0,
-                    "routing steps S: a token runs at most S layers, then the exit is forced (0: n_layer; above "
-                    "n_layer a token must reuse layers to use every step)",
-                    0, 1024, {}});
-  schema.push_back({"min_depth", T::Int, 0,
-                    "steps during which the exit is not offered, so every token runs at least this many layers "
-                    "(at most the maximum depth)",
-                    0, 1024, {}});
-  schema.push_back({"router_hidden", T::Int, 0, "hidden width of the router MLP (0: n_embd / 2)", 0, 1 << 20, {}});
-  schema.push_back({"temperature", T::Float, 1.0,
-                    "Gumbel-softmax temperature of the straight-through gradient in training (the forward takes "
-                    "the hard argmax)",
-                    1e-3, 100.0, {}});
-  schema.push_back({"gumbel_noise", T::Bool, true,
-                    "sample the route with Gumbel noise in training (false: the noise-free argmax, as at inference)",
-                    std::nullopt, std::nullopt, {}});
-  schema.push_back({"depth_coeff", T::Float, 0.01,
-                    "weight of the mean expected depth (layers per token, from the router's exit probabilities "
-                    "along the path taken) in the loss",
-                    0.0, 100.0, {}});
-  schema.push_back({"depth_warmup", T::Float, 0.0,
-                    "fraction of training over which depth_coeff ramps linearly from 0 (0: the full coefficient "
-                    "from the first step)",
-                    0.0, 1.0, {}});
-  schema.push_back({"exit_bias", T::Float, 0.0, "initial bias of the router's exit logit (layer logits start at 0)",
-                    -100.0, 100.0, {}});
-  return schema;
+  static const auto table = [] {
+    OptionTable<RadialOptions> t;
+    t.value(ROUTELAB_OPTION(max_depth), T::Int,
+            "routing steps S: a token runs at most S layers, then the exit is forced (0: n_layer; above n_layer a "
+            "token must reuse layers to use every step)",
+            0, 1024)
+        .value(ROUTELAB_OPTION(min_depth), T::Int,
+               "steps during which the exit is not offered, so every token runs at least this many layers (at most the "
+               "maximum depth)",
+               0, 1024)
+        .value(ROUTELAB_OPTION(router_hidden), T::Int, "hidden width of the router MLP (0: n_embd / 2)", 0, 1 << 20)
+        .value(ROUTELAB_OPTION(temperature), T::Float,
+               "Gumbel-softmax temperature of the straight-through gradient in training (the forward takes the hard "
+               "argmax)",
+               1e-3, 100.0)
+        .value(ROUTELAB_OPTION(gumbel_noise), T::Bool,
+               "sample the route with Gumbel noise in training (false: the noise-free argmax, as at inference)")
+        .value(ROUTELAB_OPTION(depth_coeff), T::Float,
+               "weight of the mean expected depth (layers per token, from the router's exit probabilities along the "
+               "path taken) in the loss",
+               0.0, 100.0)
+        .value(ROUTELAB_OPTION(depth_warmup), T::Float,
+               "fraction of training over which depth_coeff ramps linearly from 0 (0: the full coefficient from the "
+               "first step)",
+               0.0, 1.0)
+        .value(ROUTELAB_OPTION(exit_bias), T::Float,
+               "initial bias of the router's exit logit (layer logits start at 0)", -100.0, 100.0);
+    return t;
+  }();
+  return table;
 }
+
+namespace {
 
 void check_radial_options(const nlohmann::json& m, const std::string& path) {
   check_transformer_options(m, path);
@@ -582,7 +571,7 @@ void check_radial_options(const nlohmann::json& m, const std::string& path) {
 FlopsEstimate price_radial(const FlopsInput& in) {
   const auto t = flops_trunk(in);
   const auto s = layer_shape(t);
-  const auto o = radial_options_from_json(in.model);
+  const auto o = radial_options_table().read(in.model);
   const auto L = t.n_layer();
   const auto S = o.steps(L);
   std::vector<bool> routed(static_cast<std::size_t>(L), true);
@@ -632,12 +621,15 @@ ArchitectureEntry radial_architecture() {
       "(layers may be reused) or the exit, up to a maximum depth; every executed (token, step) writes its keys and "
       "values to one unified store that later steps and later tokens attend to. Straight-through Gumbel-softmax "
       "routing in training, argmax at inference, an expected-depth regulariser.",
-      radial_option_schema(),
+      schema_of(transformer_options_table(), radial_options_table()),
       check_radial_options,
       [](const nlohmann::json& m, const ModelContext& ctx) -> std::shared_ptr<LanguageModel> {
         return std::make_shared<RadialNetwork>(transformer_options_from_json(m, ctx.vocab_size, ctx.context),
-                                               radial_options_from_json(m));
+                                               radial_options_table().read(m));
       },
+  };
+  entry.read_back_options = [](const nlohmann::json& m) {
+    return read_back(m, transformer_options_table(), radial_options_table());
   };
   // The unified store holds one entry per executed (token, step): a layer owns its executions per token.
   entry.kv_entries = kv_entries_of_routed_tokens;

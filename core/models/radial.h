@@ -36,8 +36,8 @@ struct RadialOptions {
   std::int64_t steps(std::int64_t n_layer) const { return max_depth_ > 0 ? max_depth_ : n_layer; }
 };
 
-/// Reads the Radial options from a resolved model section.
-RadialOptions radial_options_from_json(const nlohmann::json& model);
+/// The options bound to their model.* keys (the schema after the shared options).
+const OptionTable<RadialOptions>& radial_options_table();
 
 /// The unified KV store of §5.2: the keys and values of every executed (token, step), each tagged with its token
 /// position and routing step. The query of token t at step s sees exactly the entries (t', s') with t' <= t and

@@ -3,6 +3,7 @@
 // stated in the architecture's own files. Adding an architecture = one file pair in models/ + one line in
 // registry.cpp; the rest of the code asks the entry and never switches on an id.
 #pragma once
+#include <cstdint>
 #include <functional>
 #include <memory>
 #include <string>
@@ -21,6 +22,28 @@ namespace routelab {
 
 class LanguageModel;
 class SequenceClassifier;
+
+/// The id of the dense baseline every cost ratio and speed comparison is taken against (and a config's default
+/// architecture).
+inline constexpr const char* kBaselineArchitecture = "dense";
+
+/// An architecture's parameters and forward FLOPs (one sequence) against the plain stack of the same shape.
+struct ArchitectureOverhead {
+  std::int64_t seq = 0;          ///< sequence length the FLOPs are priced at
+  double base_params = 0;        ///< plain model: embeddings, layers, final norm (and the head when untied)
+  double arch_params = 0;        ///< the architecture: the same plus its routing modules
+  double base_stack_params = 0;  ///< plain layers only
+  double arch_stack_params = 0;  ///< the architecture's layers and what they share
+  double base_flops = 0;         ///< forward FLOPs of one sequence, layers and LM head
+  double arch_flops = 0;
+  double base_stack_flops = 0;   ///< layers only
+  double arch_stack_flops = 0;
+
+  double param_overhead() const { return arch_params / base_params - 1.0; }
+  double stack_param_overhead() const { return arch_stack_params / base_stack_params - 1.0; }
+  double flops_overhead() const { return arch_flops / base_flops - 1.0; }
+  double stack_flops_overhead() const { return arch_stack_flops / base_stack_flops - 1.0; }
+};
 
 /// What the data decides about a model: vocabulary, the longest context it must handle and, for
 /// classifiers, the number of classes.
@@ -43,6 +66,10 @@ struct ArchitectureEntry {
   std::string task = "lm";
   std::function<std::shared_ptr<SequenceClassifier>(const nlohmann::json& model, const ModelContext& ctx)>
       create_classifier = nullptr;
+  /// The resolved model section as the architecture's options structs hold it: read into them and written back
+  /// through their OptionTables (core/config/option_table.h, read_back), whose structs also state the schema's
+  /// defaults. The conformance suite checks with it that every option of the schema reaches the model.
+  std::function<nlohmann::json(const nlohmann::json& model)> read_back_options = nullptr;
   /// KV-cache entries per sequence that one of its routed layers (trace kind = id) holds after a prompt pass of
   /// `seq` tokens, from the layer's stored evaluation record (routed_fraction, stats). Null: every token, as a
   /// dense layer. The cost-length figure, Figure 6 and the Compare view price memory with it (layer_kv_entries).
@@ -63,6 +90,12 @@ struct ArchitectureEntry {
   /// forward; repeated passes converge where a layer's input moves with the decisions before it. Null: the
   /// architecture has no router a benchmark can force.
   std::function<void(LanguageModel& model, const at::Tensor& tokens, double fraction)> force_routed_share = nullptr;
+  /// What a probe's per-token gate value means: the colour-bar label of a token map.
+  std::string gate_meaning = "gate";
+  /// Its parameters and forward FLOPs against the plain stack of the same shape, from the shapes alone, for a
+  /// resolved model section and the data's vocabulary and context (seed 001's overhead figure). Null: not stated.
+  std::function<ArchitectureOverhead(const nlohmann::json& model, std::int64_t vocab, std::int64_t context)> overhead =
+      nullptr;
   /// Model options a speed benchmark sets so that the eval forward skips the work its routing saves (TSA:
   /// {"inference": "sparse"}); empty for an architecture whose eval forward always does.
   nlohmann::json speed_options = nlohmann::json::object();

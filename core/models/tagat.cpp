@@ -10,23 +10,43 @@
 
 namespace routelab {
 
+const OptionTable<TagatOptions>& tagat_options_table() {
+  using T = OptionType;
+  static const auto table = [] {
+    OptionTable<TagatOptions> t([] { return TagatOptions(0, 0, 0); });
+    t.value(ROUTELAB_OPTION(n_layer), T::Int, "gated modular layers (the seed's Config: 1)", 1, 64)
+        .value(ROUTELAB_OPTION(n_embd), T::Int, "model width d", 8, 8192)
+        .value(ROUTELAB_OPTION(n_head), T::Int, "attention heads per expert (must divide n_embd)", 1, 256)
+        .value(ROUTELAB_OPTION(n_experts), T::Int, "attention experts N per layer", 1, 64)
+        .value(ROUTELAB_OPTION(top_k), T::Int, "experts per token k (softmax over the k selected gate logits)", 1, 64)
+        .value(ROUTELAB_OPTION(dropout), T::Float,
+               "dropout inside the experts' FFN and on the [CLS] state before the head", 0, 0.9)
+        .choice(ROUTELAB_OPTION(film), {"one_plus_gamma", "raw"},
+                "one_plus_gamma: (1 + gamma) * expert + beta, experts pass through at init; raw: the paper's gamma * "
+                "expert + beta (gamma ~ 0 at init suppresses the experts)")
+        .value(ROUTELAB_OPTION(lambda_ent), T::Float,
+               "weight of the mean routing entropy (minimised: confident routing); paper: 2 balanced, 1 specialised", 0,
+               1e4)
+        .value(ROUTELAB_OPTION(lambda_bal), T::Float,
+               "weight of the L2 load balance sum_i (u_i - 1/N)^2; paper: 3 balanced, 1 specialised", 0, 1e4)
+        .choice(ROUTELAB_OPTION(balance), {"mean_load", "per_layer"},
+                "mean_load: sum_i (u_i - 1/N)^2 of the loads averaged over the layers (the seed's Listing 9; a layer "
+                "may keep dead experts if the mean is even); per_layer: the mean over layers of each layer's sum")
+        .choice(ROUTELAB_OPTION(dispatch), {"sparse", "dense"},
+                "sparse: an expert's queries and FFN run only on its routed tokens (keys/values cover the sequence); "
+                "dense: every expert on every token (the test oracle, same result)")
+        .choice(ROUTELAB_OPTION(positional), {"sinusoidal", "learned"},
+                "sinusoidal (the seed's code) or learned positions")
+        .value(ROUTELAB_OPTION(segments), T::Bool,
+               "add a learned segment embedding (sentence a / b); the seed uses none");
+    return t;
+  }();
+  return table;
+}
+
 TagatOptions tagat_options_from_json(const nlohmann::json& m, std::int64_t vocab_size, std::int64_t num_classes,
                                      std::int64_t context) {
-  TagatOptions o(vocab_size, num_classes, context);
-  o.n_layer(m.at("n_layer").get<std::int64_t>())
-      .n_embd(m.at("n_embd").get<std::int64_t>())
-      .n_head(m.at("n_head").get<std::int64_t>())
-      .n_experts(m.at("n_experts").get<std::int64_t>())
-      .top_k(m.at("top_k").get<std::int64_t>())
-      .dropout(m.at("dropout").get<double>())
-      .film(m.at("film") == "raw" ? FilmKind::Raw : FilmKind::OnePlusGamma)
-      .lambda_ent(m.at("lambda_ent").get<double>())
-      .lambda_bal(m.at("lambda_bal").get<double>())
-      .balance(m.at("balance") == "per_layer" ? BalanceScope::PerLayer : BalanceScope::MeanLoad)
-      .dispatch(m.at("dispatch") == "dense" ? TagatDispatch::Dense : TagatDispatch::Sparse)
-      .positional(m.at("positional") == "learned" ? PositionalKind::Learned : PositionalKind::Sinusoidal)
-      .segments(m.at("segments").get<bool>());
-  return o;
+  return tagat_options_table().read(m, TagatOptions(vocab_size, num_classes, context));
 }
 
 TopKGate top_k_gate(const torch::Tensor& logits, std::int64_t k) {
@@ -259,38 +279,6 @@ std::string Tagat::describe() const {
 
 namespace {
 
-OptionSchema tagat_option_schema() {
-  using T = OptionType;
-  return {
-      {"n_layer", T::Int, 1, "gated modular layers (the seed's Config: 1)", 1, 64, {}},
-      {"n_embd", T::Int, 128, "model width d", 8, 8192, {}},
-      {"n_head", T::Int, 4, "attention heads per expert (must divide n_embd)", 1, 256, {}},
-      {"n_experts", T::Int, 4, "attention experts N per layer", 1, 64, {}},
-      {"top_k", T::Int, 2, "experts per token k (softmax over the k selected gate logits)", 1, 64, {}},
-      {"dropout", T::Float, 0.1, "dropout inside the experts' FFN and on the [CLS] state before the head", 0, 0.9, {}},
-      {"film", T::Choice, "one_plus_gamma",
-       "one_plus_gamma: (1 + gamma) * expert + beta, experts pass through at init; raw: the paper's gamma * expert + "
-       "beta (gamma ~ 0 at init suppresses the experts)",
-       std::nullopt, std::nullopt, {"one_plus_gamma", "raw"}},
-      {"lambda_ent", T::Float, 1.0,
-       "weight of the mean routing entropy (minimised: confident routing); paper: 2 balanced, 1 specialised", 0, 1e4, {}},
-      {"lambda_bal", T::Float, 1.0,
-       "weight of the L2 load balance sum_i (u_i - 1/N)^2; paper: 3 balanced, 1 specialised", 0, 1e4, {}},
-      {"balance", T::Choice, "mean_load",
-       "mean_load: sum_i (u_i - 1/N)^2 of the loads averaged over the layers (the seed's Listing 9; a layer may keep "
-       "dead experts if the mean is even); per_layer: the mean over layers of each layer's sum",
-       std::nullopt, std::nullopt, {"mean_load", "per_layer"}},
-      {"dispatch", T::Choice, "sparse",
-       "sparse: an expert's queries and FFN run only on its routed tokens (keys/values cover the sequence); dense: "
-       "every expert on every token (the test oracle, same result)",
-       std::nullopt, std::nullopt, {"sparse", "dense"}},
-      {"positional", T::Choice, "sinusoidal", "sinusoidal (the seed's code) or learned positions", std::nullopt,
-       std::nullopt, {"sinusoidal", "learned"}},
-      {"segments", T::Bool, false, "add a learned segment embedding (sentence a / b); the seed uses none", std::nullopt,
-       std::nullopt, {}},
-  };
-}
-
 void check_tagat_options(const nlohmann::json& m, const std::string& path) {
   const auto n_embd = m.at("n_embd").get<std::int64_t>(), n_head = m.at("n_head").get<std::int64_t>();
   if (n_embd % n_head != 0)
@@ -311,7 +299,8 @@ ArchitectureEntry tagat_architecture() {
       "Sequence classifier: per layer a token-wise gate picks the top-k of N attention experts (full post-LN encoder "
       "blocks); FiLM modulates each expert's output per token; h = LayerNorm(x + sum of weighted experts); head on "
       "[CLS]. Losses: CE + lambda_ent routing entropy + lambda_bal L2 load balance.";
-  e.options = tagat_option_schema();
+  e.options = tagat_options_table().schema();
+  e.read_back_options = [](const nlohmann::json& m) { return read_back(m, tagat_options_table()); };
   e.check = check_tagat_options;
   e.task = "classification";
   e.create_classifier = [](const nlohmann::json& m, const ModelContext& ctx) -> std::shared_ptr<SequenceClassifier> {

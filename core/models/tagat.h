@@ -62,6 +62,8 @@ struct TagatOptions {
   TORCH_ARG(bool, segments) = false;
 };
 
+/// The options bound to their model.* keys (vocab_size, num_classes and context come from the data).
+const OptionTable<TagatOptions>& tagat_options_table();
 TagatOptions tagat_options_from_json(const nlohmann::json& model, std::int64_t vocab_size, std::int64_t num_classes,
                                      std::int64_t context);
 

@@ -21,13 +21,6 @@ double router_flops(double tokens, std::int64_t d) {
 
 }  // namespace
 
-TsaOptions tsa_options_from_json(const nlohmann::json& m) {
-  TsaOptions o;
-  o.depth_coeff(m.at("depth_coeff").get<double>())
-      .inference(m.at("inference") == "sparse" ? TsaInference::Sparse : TsaInference::Soft);
-  return o;
-}
-
 std::int64_t tsa_router_hidden(std::int64_t n_embd) { return std::max<std::int64_t>(n_embd / 4, 16); }
 
 Tlops tlops_from_active(const std::vector<double>& active) {
@@ -256,22 +249,24 @@ std::string TokenSelectiveAttention::describe() const {
   return out.str();
 }
 
-namespace {
-
-OptionSchema tsa_option_schema() {
+const OptionTable<TsaOptions>& tsa_options_table() {
   using T = OptionType;
-  auto schema = transformer_option_schema();
-  schema.push_back({"depth_coeff", T::Float, 0.001,
-                    "lambda of the depth regulariser lambda (1/(L-1)) sum_l mean(1 - p_l) (eq. 5; paper 0.001, "
-                    "swept 0 ... 0.5 in §3.4)",
-                    0.0, 100.0, {}});
-  schema.push_back({"inference", T::Choice, "soft",
-                    "eval-mode execution (no parameters; training is always soft): soft gates updates by (1 - p) as "
-                    "in training; sparse (§3.6) skips the FFN of tokens with p > 0.5 and gates the dense attention "
-                    "update by 1[p <= 0.5] (1 - p)",
-                    std::nullopt, std::nullopt, {"soft", "sparse"}});
-  return schema;
+  static const auto table = [] {
+    OptionTable<TsaOptions> t;
+    t.value(ROUTELAB_OPTION(depth_coeff), T::Float,
+            "lambda of the depth regulariser lambda (1/(L-1)) sum_l mean(1 - p_l) (eq. 5; paper 0.001, swept 0 ... "
+            "0.5 in §3.4)",
+            0.0, 100.0)
+        .choice(ROUTELAB_OPTION(inference), {"soft", "sparse"},
+                "eval-mode execution (no parameters; training is always soft): soft gates updates by (1 - p) as in "
+                "training; sparse (§3.6) skips the FFN of tokens with p > 0.5 and gates the dense attention update "
+                "by 1[p <= 0.5] (1 - p)");
+    return t;
+  }();
+  return table;
 }
+
+namespace {
 
 void check_tsa_options(const nlohmann::json& m, const std::string& path) {
   check_transformer_options(m, path);
@@ -300,7 +295,7 @@ void force_tsa_share(LanguageModel& model, const torch::Tensor& tokens, double f
 FlopsEstimate price_tsa(const FlopsInput& in) {
   const auto t = flops_trunk(in);
   const auto s = layer_shape(t);
-  const auto o = tsa_options_from_json(in.model);
+  const auto o = tsa_options_table().read(in.model);
   const bool sparse = o.inference() == TsaInference::Sparse;
   std::vector<bool> routed(static_cast<std::size_t>(t.n_layer()), true);
   routed[0] = false;  // the stem
@@ -332,12 +327,15 @@ ArchitectureEntry tsa_architecture() {
       "A stem block, then after every block a small router whose halting probability p scales both residual "
       "updates of the next block by (1 - p); a depth regulariser lambda mean(1 - p). At inference the soft gate or "
       "sparse execution (tokens with p > 0.5 skip the FFN).",
-      tsa_option_schema(),
+      schema_of(transformer_options_table(), tsa_options_table()),
       check_tsa_options,
       [](const nlohmann::json& m, const ModelContext& ctx) -> std::shared_ptr<LanguageModel> {
         return std::make_shared<TokenSelectiveAttention>(
-            transformer_options_from_json(m, ctx.vocab_size, ctx.context), tsa_options_from_json(m));
+            transformer_options_from_json(m, ctx.vocab_size, ctx.context), tsa_options_table().read(m));
       },
+  };
+  entry.read_back_options = [](const nlohmann::json& m) {
+    return read_back(m, transformer_options_table(), tsa_options_table());
   };
   entry.force_routed_share = force_tsa_share;
   entry.speed_options = {{"inference", "sparse"}};
@@ -345,6 +343,7 @@ ArchitectureEntry tsa_architecture() {
   entry.routed_fraction_meaning =
       "share of tokens running the FFN of blocks 1..L-1 in sparse inference (default: 1)";
   entry.priced_share_stat = "active_share";
+  entry.gate_meaning = "active fraction 1 - p";
   entry.color = 3;
   return entry;
 }

@@ -26,8 +26,8 @@ struct TsaOptions {
   TORCH_ARG(TsaInference, inference) = TsaInference::Soft;
 };
 
-/// Reads the TSA options from a resolved model section.
-TsaOptions tsa_options_from_json(const nlohmann::json& model);
+/// The options bound to their model.* keys (the schema after the shared options).
+const OptionTable<TsaOptions>& tsa_options_table();
 
 /// Hidden width of a router: max(d/4, 16) (§2.2).
 std::int64_t tsa_router_hidden(std::int64_t n_embd);

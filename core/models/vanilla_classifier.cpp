@@ -8,16 +8,25 @@
 
 namespace routelab {
 
+const OptionTable<VanillaClassifierOptions>& vanilla_classifier_options_table() {
+  using T = OptionType;
+  static const auto table = [] {
+    OptionTable<VanillaClassifierOptions> t([] { return VanillaClassifierOptions(0, 0, 0); });
+    t.value(ROUTELAB_OPTION(n_layer), T::Int, "Transformer encoder layers (seed 002 §6.1.3: 2)", 1, 64)
+        .value(ROUTELAB_OPTION(n_embd), T::Int, "model width d", 8, 8192)
+        .value(ROUTELAB_OPTION(n_head), T::Int, "attention heads (must divide n_embd)", 1, 256)
+        .value(ROUTELAB_OPTION(d_ff), T::Int, "feed-forward width (notebook: 512)", 1, 1 << 20)
+        .value(ROUTELAB_OPTION(dropout), T::Float, "dropout inside the encoder layers (torch default)", 0, 0.9)
+        .value(ROUTELAB_OPTION(pool_dropout), T::Float, "dropout on the mean-pooled representation (notebook: 0.4)", 0,
+               0.9);
+    return t;
+  }();
+  return table;
+}
+
 VanillaClassifierOptions vanilla_classifier_options_from_json(const nlohmann::json& m, std::int64_t vocab_size,
                                                               std::int64_t num_classes, std::int64_t context) {
-  VanillaClassifierOptions o(vocab_size, num_classes, context);
-  o.n_layer(m.at("n_layer").get<std::int64_t>())
-      .n_embd(m.at("n_embd").get<std::int64_t>())
-      .n_head(m.at("n_head").get<std::int64_t>())
-      .d_ff(m.at("d_ff").get<std::int64_t>())
-      .dropout(m.at("dropout").get<double>())
-      .pool_dropout(m.at("pool_dropout").get<double>());
-  return o;
+  return vanilla_classifier_options_table().read(m, VanillaClassifierOptions(vocab_size, num_classes, context));
 }
 
 torch::Tensor masked_mean(const torch::Tensor& h, const torch::Tensor& mask) {
@@ -71,18 +80,6 @@ ClassifierOutput VanillaClassifier::forward(const torch::Tensor& input, const to
 
 namespace {
 
-OptionSchema vanilla_option_schema() {
-  using T = OptionType;
-  return {
-      {"n_layer", T::Int, 2, "Transformer encoder layers (seed 002 §6.1.3: 2)", 1, 64, {}},
-      {"n_embd", T::Int, 128, "model width d", 8, 8192, {}},
-      {"n_head", T::Int, 4, "attention heads (must divide n_embd)", 1, 256, {}},
-      {"d_ff", T::Int, 512, "feed-forward width (notebook: 512)", 1, 1 << 20, {}},
-      {"dropout", T::Float, 0.1, "dropout inside the encoder layers (torch default)", 0, 0.9, {}},
-      {"pool_dropout", T::Float, 0.4, "dropout on the mean-pooled representation (notebook: 0.4)", 0, 0.9, {}},
-  };
-}
-
 void check_vanilla_options(const nlohmann::json& m, const std::string& path) {
   const auto n_embd = m.at("n_embd").get<std::int64_t>(), n_head = m.at("n_head").get<std::int64_t>();
   if (n_embd % n_head != 0)
@@ -99,7 +96,8 @@ ArchitectureEntry vanilla_classifier_architecture() {
   e.description =
       "Embeddings + sinusoidal positions, post-LN Transformer encoder layers (torch style), mean pooling over real "
       "tokens, dropout, linear head.";
-  e.options = vanilla_option_schema();
+  e.options = vanilla_classifier_options_table().schema();
+  e.read_back_options = [](const nlohmann::json& m) { return read_back(m, vanilla_classifier_options_table()); };
   e.check = check_vanilla_options;
   e.task = "classification";
   e.create_classifier = [](const nlohmann::json& m, const ModelContext& ctx) -> std::shared_ptr<SequenceClassifier> {

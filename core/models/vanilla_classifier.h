@@ -33,6 +33,8 @@ struct VanillaClassifierOptions {
   TORCH_ARG(double, pool_dropout) = 0.4;
 };
 
+/// The options bound to their model.* keys (vocab_size, num_classes and context come from the data).
+const OptionTable<VanillaClassifierOptions>& vanilla_classifier_options_table();
 VanillaClassifierOptions vanilla_classifier_options_from_json(const nlohmann::json& model, std::int64_t vocab_size,
                                                               std::int64_t num_classes, std::int64_t context);
 

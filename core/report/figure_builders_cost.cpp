@@ -151,7 +151,7 @@ Figure build_cost_length(const RunStore& store, const FigureRequest& request) {
 
   FigureSeries dense_ratio;
   dense_ratio.label = "dense";
-  dense_ratio.color = arch_color("dense");
+  dense_ratio.color = arch_color(kBaselineArchitecture);
   dense_ratio.dash = 1;
   for (auto t : lengths) dense_ratio.x.push_back(static_cast<double>(t)), dense_ratio.y.push_back(1.0);
   flops_panel.series.push_back(dense_ratio);
@@ -184,7 +184,7 @@ Figure build_cost_length(const RunStore& store, const FigureRequest& request) {
       dense_kv_drawn[shape] = true;
       FigureSeries dense_kv;
       dense_kv.label = "dense";
-      dense_kv.color = arch_color("dense");
+      dense_kv.color = arch_color(kBaselineArchitecture);
       dense_kv.dash = 1;
       for (const auto& p : curve) {
         dense_kv.x.push_back(static_cast<double>(p.seq));

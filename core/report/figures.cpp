@@ -109,7 +109,20 @@ Figure build_figure(const RunStore& store, const FigureRequest& request) {
     if (!store.run(id)) throw StoreError(store.path() + ": no run " + std::to_string(id));
   if (!(request.width_cm > 0) || !(request.height_cm > 0) || !(request.font_pt > 0))
     throw ConfigError("figure '" + info.name + "': width, height and font size must be > 0");
-  Figure figure = info.build(store, request);
+  // Every refusal names the figure (a builder's helpers may not), and a figure with nothing to draw is one.
+  const auto named = [&](const std::exception& e) {
+    const std::string what = e.what();
+    return what.find(info.name) != std::string::npos ? what : info.name + ": " + what;
+  };
+  Figure figure;
+  try {
+    figure = info.build(store, request);
+  } catch (const ConfigError& e) {
+    throw ConfigError(named(e));
+  } catch (const DataError& e) {
+    throw DataError(named(e));
+  }
+  if (figure.empty()) throw DataError(info.name + ": the runs hold nothing this figure draws");
   figure.name = info.name;
   if (figure.title.empty()) figure.title = info.title;
   figure.width_cm = request.width_cm;

@@ -8,6 +8,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/config/sweep.h"
 #include "core/store/run_store.h"
 #include "core/util/errors.h"
 
@@ -186,6 +187,14 @@ const TableSpec& table_spec(const std::string& name) {
     known += (known.empty() ? "" : ", ") + spec.name;
   }
   throw ConfigError("unknown table '" + name + "' (known: " + known + ")");
+}
+
+const TableSpec& sweep_table(const SweepPlan& plan) {
+  try {
+    return table_spec(plan.table);
+  } catch (const ConfigError& e) {
+    throw ConfigError(plan.origin + ": table: " + e.what());
+  }
 }
 
 TableSpec custom_table_spec(const std::vector<std::string>& keys) {

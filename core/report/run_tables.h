@@ -10,6 +10,7 @@
 namespace routelab {
 
 class RunStore;
+struct SweepPlan;
 
 /// How one run's metric series becomes one number.
 enum class Reduce { Last, Min, Max };
@@ -37,6 +38,9 @@ struct TableSpec {
 const std::vector<TableSpec>& table_specs();
 /// Throws ConfigError("unknown table 'x' (known: ...)").
 const TableSpec& table_spec(const std::string& name);
+/// The layout a sweep names (SweepPlan::table); an unknown name is a ConfigError naming the sweep file and its
+/// "table" key, so that a typo fails before the first run.
+const TableSpec& sweep_table(const SweepPlan& plan);
 /// A layout of the given metric keys ("val/loss,val/flops_ratio"), lower-is-better unless the key names an
 /// accuracy, F1 or throughput.
 TableSpec custom_table_spec(const std::vector<std::string>& keys);

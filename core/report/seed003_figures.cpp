@@ -5,6 +5,7 @@
 #include <sstream>
 
 #include "core/analysis/run_analysis.h"
+#include "core/models/registry.h"
 #include "core/report/seed_figure_detail.h"
 #include "core/util/errors.h"
 
@@ -209,7 +210,7 @@ Figure seed003_fig4(const RunStore& store, const FigureRequest& request) {
     if (tokens.size() == h.cols) h.col_labels = tokens;
     h.lo = 0;
     h.hi = 1;
-    h.colour_label = rec.arch == "tsa" ? "active fraction 1 - p" : "gate";
+    h.colour_label = architecture(rec.arch).gate_meaning;
     f.meta["probe_step"][std::to_string(id)] = probe["step"];
     f.panels.push_back(std::move(p));
   }

@@ -4,8 +4,8 @@
 #include <algorithm>
 #include <cmath>
 
-#include "core/analysis/token_trace.h"
 #include "core/train/step.h"
+#include "core/train/token_probe.h"
 #include "core/util/device.h"
 #include "core/util/errors.h"
 

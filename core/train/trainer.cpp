@@ -15,7 +15,6 @@
 #include <torch/torch.h>
 #include <torch/version.h>
 
-#include "core/analysis/token_trace.h"
 #include "core/data/classification.h"
 #include "core/data/dataset.h"
 #include "core/models/classifier.h"
@@ -26,6 +25,7 @@
 #include "core/train/evaluation.h"
 #include "core/train/optimizer.h"
 #include "core/train/step.h"
+#include "core/train/token_probe.h"
 #include "core/util/device.h"
 #include "core/util/errors.h"
 #include "core/util/logging.h"

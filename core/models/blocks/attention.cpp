@@ -13,9 +13,9 @@
 
 #include <ATen/Context.h>
 #include <ATen/Parallel.h>
+#include <ATen/record_function.h>
 #include <torch/version.h>
 
-#include "core/cost/flop_counter.h"
 #include "core/inference/kv_cache.h"
 #include "core/util/device.h"
 
@@ -97,6 +97,13 @@ class CpuCausalAttention : public torch::autograd::Function<CpuCausalAttention> 
     const auto B = q.size(0), H = q.size(1), T = q.size(2), hd = q.size(3);
     const auto scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(hd)));
     const bool varlen = !lengths.empty();
+    // The products bypass ATen's matmul ops, so the kernel is one profiler event carrying its multiply-adds (Q K^T
+    // and P V, n^2 hd each per head) for whoever counts work (core/cost/flop_counter.h reads kCpuAttentionEvent);
+    // the ATen ops it runs inside are nested in it.
+    double sum_sq = 0;
+    for (std::int64_t b = 0; b < B; ++b) sum_sq += std::pow(static_cast<double>(varlen ? lengths[b] : T), 2);
+    const std::vector<c10::IValue> work = {c10::IValue(2.0 * static_cast<double>(H * hd) * sum_sq)};
+    RECORD_FUNCTION(kCpuAttentionEvent, work);
     // (B, H, T, T); the heads of sequence b use (n, n) blocks packed from the start of probs[b]
     auto probs = torch::empty({B, H, T, T}, q.options());
     auto out = (varlen ? torch::zeros({B, T, H, hd}, q.options()) : torch::empty({B, T, H, hd}, q.options()))
@@ -120,12 +127,6 @@ class CpuCausalAttention : public torch::autograd::Function<CpuCausalAttention> 
                head(out, b, h0 + g, n), 1.0f);
       }
     });
-#ifdef ROUTELAB_DIRECT_BLAS
-    // The products bypass ATen, so tell the FLOP counter: Q K^T and P V, n^2 hd multiply-adds each per head.
-    double sum_sq = 0;
-    for (std::int64_t b = 0; b < B; ++b) sum_sq += std::pow(static_cast<double>(varlen ? lengths[b] : T), 2);
-    count_matmuls("routelab::cpu_attention", 2.0 * static_cast<double>(H * hd) * sum_sq, 2 * B * H);
-#endif
     ctx->save_for_backward({q, k, v, probs});
     ctx->saved_data["lengths"] = lengths;
     return out;
@@ -222,15 +223,23 @@ class WithoutCuDnnAttention {
 }  // namespace
 
 torch::Tensor causal_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
-                               double dropout, bool training, const std::vector<std::int64_t>& lengths) {
+                               double dropout, bool training, const std::vector<std::int64_t>& lengths,
+                               double* pairs) {
   const auto B = q.size(0), H = q.size(1), Tq = q.size(2), hd = q.size(3), Tk = k.size(2);
   const auto kf = repeat_kv(k, H / k.size(1));
   const auto vf = repeat_kv(v, H / v.size(1));
   const bool dropping = training && dropout > 0;
   // fp32 only: under bf16 autocast oneDNN's batched kernels beat one small bf16 GEMM per head.
   if (q.device().is_cpu() && Tq == Tk && !dropping && q.stride(3) == 1 && kf.stride(3) == 1 && vf.stride(3) == 1 &&
-      q.scalar_type() == torch::kFloat && kf.scalar_type() == torch::kFloat && vf.scalar_type() == torch::kFloat)
+      q.scalar_type() == torch::kFloat && kf.scalar_type() == torch::kFloat && vf.scalar_type() == torch::kFloat) {
+    if (pairs) {
+      *pairs = 0;
+      for (std::int64_t b = 0; b < B; ++b)
+        *pairs += std::pow(static_cast<double>(lengths.empty() ? Tq : lengths[static_cast<std::size_t>(b)]), 2);
+    }
     return CpuCausalAttention::apply(q, kf, vf, lengths);
+  }
+  if (pairs) *pairs = static_cast<double>(B) * static_cast<double>(Tq) * static_cast<double>(Tk);
   // Elsewhere compacted sequences run padded to the longest one: padding sits after every real token, so the
   // causal mask already hides it from real queries, and the padded rows are zeroed.
   torch::Tensor out;
@@ -288,9 +297,9 @@ torch::Tensor CausalSelfAttentionImpl::output(const torch::Tensor& heads) {
 }
 
 torch::Tensor CausalSelfAttentionImpl::forward(const torch::Tensor& x, const torch::Tensor& positions,
-                                              const std::vector<std::int64_t>& lengths) {
+                                              const std::vector<std::int64_t>& lengths, double* pairs) {
   const auto [q, k, v] = project(x, positions);
-  return output(causal_attention(q, k, v, options.dropout(), is_training(), lengths));
+  return output(causal_attention(q, k, v, options.dropout(), is_training(), lengths, pairs));
 }
 
 torch::Tensor CausalSelfAttentionImpl::cached_heads(const torch::Tensor& x, const torch::Tensor& positions,

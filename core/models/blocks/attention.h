@@ -33,13 +33,19 @@ struct AttentionOptions {
   TORCH_ARG(double, dropout) = 0.0;
 };
 
+/// The profiler event (at::RecordFunction) of the custom CPU attention kernel; its one input is the kernel's
+/// multiply-adds, which the FLOP counter reads since the kernel's products bypass ATen's matmul ops.
+inline constexpr const char* kCpuAttentionEvent = "routelab::cpu_attention";
+
 /// Scaled dot-product attention of q (B, H, Tq, hd) over k, v (B, Hkv, Tk, hd), causal with the queries
 /// aligned to the last Tq keys; Hkv divides H (key/value head h/(H/Hkv) serves query head h). -> (B, H, Tq, hd)
 /// With `lengths` (one per sequence, Tq == Tk) sequence b holds lengths[b] real tokens followed by padding:
-/// its attention costs lengths[b]^2 on CPU fp32, and the output rows of the padding are zero.
+/// its attention costs lengths[b]^2 on CPU fp32 (B Tq Tk elsewhere: the kernels run the padded rectangle), and
+/// the output rows of the padding are zero. `pairs`, when given, receives the (query, key) pairs per head the
+/// kernel computed: what a trace prices (attention_core_flops).
 torch::Tensor causal_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
                                double dropout = 0.0, bool training = false,
-                               const std::vector<std::int64_t>& lengths = {});
+                               const std::vector<std::int64_t>& lengths = {}, double* pairs = nullptr);
 
 /// y = x W^T + b through at::linear (one addmm for contiguous 2-D/3-D input), not the C++ frontend's
 /// functional linear (matmul followed by a separate bias add in LibTorch 1.13).
@@ -54,9 +60,9 @@ class CausalSelfAttentionImpl : public torch::nn::Module {
   void reset();
 
   /// x: (B, T, C), positions: (T) or (B, T) absolute positions -> (B, T, C). With `lengths`, x holds compacted
-  /// sequences (lengths[b] real tokens, then padding; see causal_attention).
+  /// sequences (lengths[b] real tokens, then padding; see causal_attention, which also fills `pairs`).
   torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& positions,
-                        const std::vector<std::int64_t>& lengths = {});
+                        const std::vector<std::int64_t>& lengths = {}, double* pairs = nullptr);
 
   struct QKV {
     torch::Tensor q;  // (B, H, T, hd), rotated

@@ -31,6 +31,9 @@ struct Compaction {
   std::int64_t total = 0;             ///< sum of lengths
   double sum_sq = 0;                  ///< sum of lengths^2 (attention cost)
   std::int64_t seq_len = 0;           ///< T of the uncompacted sequences
+
+  /// B K: the rows a product over the compacted sequences runs, padding included (what a trace prices).
+  double padded_rows() const { return static_cast<double>(lengths.size()) * static_cast<double>(max_len); }
 };
 
 /// The padded length K of compacted sequences is rounded up to a multiple of this on a GPU (capped at T), so
