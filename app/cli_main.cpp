@@ -5,7 +5,7 @@
 
 #include "app/cli_commands.h"
 #include "app/cli_registration.h"
-#include "core/bench/tsa_bench.h"
+#include "core/bench/speed_options_bench.h"
 #include "core/store/run_store.h"
 #include "core/util/errors.h"
 #include "core/util/logging.h"
@@ -167,16 +167,19 @@ int main(int argc, char** argv) {
   routing_cmd->add_option("--threads", routing_bench.threads, "threads (0: all cores)");
   routing_cmd->add_flag("--no-masked", no_masked, "skip the O(T^2) masked oracle");
 
-  routelab::TsaBenchOptions tsa_bench;
-  auto* tsa_cmd = bench_cmd->add_subcommand(
-      "tsa", "TSA inference (seed 003 3.6): dense vs TSA soft vs TSA sparse forward at forced active fractions");
-  tsa_cmd->add_option("--batch", tsa_bench.batch, "batch size (paper: 64)");
-  tsa_cmd->add_option("--seq", tsa_bench.seq, "sequence length (paper: 256)");
-  tsa_cmd->add_option("--fractions", tsa_bench.fractions, "active fractions to force")->delimiter(',');
-  tsa_cmd->add_option("--reps", tsa_bench.reps, "timed forwards per model and fraction (median)");
-  tsa_cmd->add_option("--warmup", tsa_bench.warmup, "untimed forwards per model and fraction");
-  tsa_cmd->add_option("--threads", tsa_bench.threads, "threads (0: all cores)");
-  tsa_cmd->add_option("--checkpoint", tsa_bench.checkpoint, "a TSA run's checkpoint (shape and weights)");
+  routelab::SpeedBenchOptions speed_bench;
+  auto* speed_cmd = bench_cmd->add_subcommand(
+      "speed", "an architecture's speed options at inference (TSA: sparse execution, seed 003 3.6): dense vs the "
+               "model as configured vs the same weights with its speed options, routers forced to target shares");
+  speed_cmd->alias("tsa");
+  speed_cmd->add_option("--arch", speed_bench.arch, "architecture with speed options (random weights)");
+  speed_cmd->add_option("--batch", speed_bench.batch, "batch size (seed 003: 64)");
+  speed_cmd->add_option("--seq", speed_bench.seq, "sequence length (seed 003: 256)");
+  speed_cmd->add_option("--fractions", speed_bench.fractions, "routed shares to force")->delimiter(',');
+  speed_cmd->add_option("--reps", speed_bench.reps, "timed forwards per model and share (median)");
+  speed_cmd->add_option("--warmup", speed_bench.warmup, "untimed forwards per model and share");
+  speed_cmd->add_option("--threads", speed_bench.threads, "threads (0: all cores)");
+  speed_cmd->add_option("--checkpoint", speed_bench.checkpoint, "a run's checkpoint (architecture, shape and weights)");
 
   routelab::cli::CommandAction action;
   routelab::cli::add_cost_commands(app, *bench_cmd, action);
@@ -205,8 +208,8 @@ int main(int argc, char** argv) {
     if (*profile_cmd) return cmd_profile(profile);
     if (*step_cmd) return cmd_bench_train_step(bench);
     if (*contention_cmd) return cmd_bench_contention(bench);
-    if (*tsa_cmd) {
-      std::cout << routelab::bench_tsa_inference(tsa_bench).to_table();
+    if (*speed_cmd) {
+      std::cout << routelab::bench_speed_options(speed_bench).to_table();
       return 0;
     }
     if (*routing_cmd) {

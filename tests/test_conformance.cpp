@@ -45,6 +45,7 @@
 namespace test_conformance {
 
 using namespace routelab;
+using routelab::test::short_run_config;
 using routelab::test::StopAfter;
 
 namespace {
@@ -133,23 +134,6 @@ std::vector<double> priced_shares(const ArchitectureEntry& entry, const ModelOut
     shares.push_back(it != t.stats.end() ? it->second : t.routed_fraction);
   }
   return shares;
-}
-
-/// A run of a few steps of `entry` with evaluations, probes and a checkpoint: a copy task for a language model,
-/// the entailment task for a classifier.
-ExperimentConfig short_run_config(const ArchitectureEntry& entry, int seed) {
-  std::vector<std::string> sets = {"model.arch=" + entry.id, "model.n_embd=32", "model.n_head=4",
-                                   "train.log_every=1", "train.warmup_steps=1", "run.threads=2",
-                                   "run.seed=" + std::to_string(seed)};
-  const std::vector<std::string> task =
-      entry.task == "lm"
-          ? std::vector<std::string>{"model.n_layer=4", "data.source=copy", "train.batch_size=4", "train.steps=4",
-                                     "train.eval_every=2", "train.checkpoint_every=4", "train.eval_batches=1"}
-          : std::vector<std::string>{"model.n_layer=1", "data.source=entailment", "data.tokenizer=word",
-                                     "data.context=48", "data.task_train_examples=64", "data.task_eval_examples=16",
-                                     "train.batch_size=32", "train.epochs=1"};
-  sets.insert(sets.end(), task.begin(), task.end());
-  return resolve_config(nlohmann::json::object(), sets, "conformance");
 }
 
 /// Valid values of an option other than its default: every other choice, the other truth value, the bounds of a
@@ -255,9 +239,16 @@ class TestConformance : public QObject {
     QVERIFY(entry.color >= 0 && entry.color < static_cast<int>(figure_palette().size()));
     for (const auto& other : architectures())
       if (other.id != entry.id && other.task == entry.task) QVERIFY2(other.color != entry.color, other.id.c_str());
-    for (const auto& [key, value] : entry.speed_options.items()) {  // benchmark options are options of its own
-      const auto spec = std::find_if(entry.options.begin(), entry.options.end(), [&](const auto& s) { return s.key == key; });
-      QVERIFY2(spec != entry.options.end(), key.c_str());
+    for (const auto& [key, value] : entry.speed_options.items())  // benchmark options are options of its own
+      QVERIFY2(find_option(entry.options, key), key.c_str());
+    // So are the options its figures sweep: a regulariser weight, an eval-only option with values to re-evaluate.
+    if (!entry.regulariser_option.empty()) {
+      const auto* spec = find_option(entry.options, entry.regulariser_option);
+      QVERIFY2(spec && spec->type == OptionType::Float, entry.regulariser_option.c_str());
+    }
+    if (!entry.eval_sweep.option.empty()) {
+      QVERIFY2(find_option(entry.options, entry.eval_sweep.option), entry.eval_sweep.option.c_str());
+      QVERIFY(!entry.eval_sweep.values.empty());
     }
     if (entry.task != "lm") {
       QVERIFY(!entry.price_flops && !entry.force_routed_share);  // classifiers are priced by the trace only

@@ -8,7 +8,7 @@
 
 #include <torch/torch.h>
 
-#include "core/bench/tsa_bench.h"
+#include "core/bench/speed_options_bench.h"
 #include "core/config/experiment_config.h"
 #include "core/models/blocks/residual_probe.h"
 #include "core/models/registry.h"
@@ -519,7 +519,9 @@ class TestTsa : public QObject {
   }
 
   void benchForcesActiveFraction() {
-    TsaBenchOptions o;
+    // The generic speed-options bench on TSA: its hook forces the active share, sparse runs fewer FLOPs than soft.
+    SpeedBenchOptions o;
+    o.arch = "tsa";
     o.batch = 4;
     o.seq = 32;
     o.n_embd = 32;
@@ -531,18 +533,26 @@ class TestTsa : public QObject {
     o.reps = 1;
     o.threads = 1;
     o.fractions = {1.0, 0.726, 0.25, 0.0};
-    const auto r = bench_tsa_inference(o);
+    const auto r = bench_speed_options(o);
     QCOMPARE(r.rows.size(), std::size_t(4));
     for (const auto& row : r.rows) {
-      QVERIFY2(std::abs(row.alpha - row.target) < 1.0 / 128, qPrintable(QString("%1 vs %2").arg(row.alpha).arg(row.target)));
-      QVERIFY(row.dense_ms > 0 && row.soft_ms > 0 && row.sparse_ms > 0);
-      QVERIFY(row.soft_flops_ratio > 1.0);  // soft runs everything plus the routers
-      QVERIFY(row.sparse_flops_ratio <= row.soft_flops_ratio);
+      QVERIFY2(std::abs(row.share - row.target) < 1.0 / 128, qPrintable(QString("%1 vs %2").arg(row.share).arg(row.target)));
+      QVERIFY(row.dense_ms > 0 && row.base_ms > 0 && row.fast_ms > 0);
+      QVERIFY(row.base_flops_ratio > 1.0);  // soft runs everything plus the routers
+      QVERIFY(row.fast_flops_ratio <= row.base_flops_ratio);
     }
-    QVERIFY(r.rows[3].sparse_flops_ratio < r.rows[1].sparse_flops_ratio);
+    QVERIFY(r.rows[3].fast_flops_ratio < r.rows[1].fast_flops_ratio);
     const auto table = QString::fromStdString(r.to_table());
-    QVERIFY2(table.contains("sparse_ms") && table.contains("0.726"), qPrintable(table));
+    QVERIFY2(table.contains("fast_ms") && table.contains("0.726") && table.contains("sparse"), qPrintable(table));
+    o.arch = "dense";  // no speed options: refused by name
+    try {
+      bench_speed_options(o);
+      QFAIL("dense has no speed options");
+    } catch (const ConfigError& e) {
+      QVERIFY2(QString(e.what()).contains("'dense' has no speed options"), e.what());
+    }
   }
+
 };
 
 }  // namespace test_tsa

@@ -377,7 +377,7 @@ QList<RunRequest> ExperimentDesigner::requests(QString* error) const {
     const json form = json::parse(overridesJson().toStdString());
     std::vector<json> docs{form};
     std::set<std::string> trunk;
-    for (const OptionSpec& spec : routelab::architecture("dense").options) trunk.insert(spec.key);
+    for (const OptionSpec& spec : routelab::architecture(routelab::kBaselineArchitecture).options) trunk.insert(spec.key);
     for (int i = 0; i < d_->also->count(); ++i) {
       const QListWidgetItem* item = d_->also->item(i);
       const QString id = item->data(Qt::UserRole).toString();

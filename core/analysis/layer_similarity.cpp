@@ -2,7 +2,7 @@
 #include "core/analysis/layer_similarity.h"
 
 #include "core/models/blocks/residual_probe.h"
-#include "core/models/radial.h"
+#include "core/models/language_model.h"
 #include "core/train/evaluation.h"
 #include "core/util/errors.h"
 
@@ -11,16 +11,14 @@ namespace routelab {
 std::vector<torch::Tensor> layer_outputs(LanguageModel& model, const torch::Tensor& tokens) {
   torch::NoGradGuard no_grad;
   if (model.is_training()) throw ConfigError("layer outputs: the model must be in eval mode");
-  // The model's own forward reports its stream after every layer (Radial: every routing step).
+  // The model's own forward reports its stream after every layer (Radial: every routing step, those after every
+  // token has exited included).
   LayerStateProbe probe;
   model.forward(tokens, /*trace=*/false);
   auto out = std::move(probe.states);
   if (out.empty())
     throw ConfigError("layer outputs: architecture '" + model.arch_id() +
                       "' reports no layer states (its forward must call record_layer_state)");
-  if (auto* radial = dynamic_cast<RadialNetwork*>(&model))
-    // The forward stops once every token has exited: the later steps leave every state as it is.
-    while (static_cast<std::int64_t>(out.size()) < radial->max_depth()) out.push_back(out.back());
   return out;
 }
 

@@ -340,6 +340,7 @@ ArchitectureEntry dllm_architecture() {
   };
   entry.force_routed_share = force_dllm_share;
   entry.price_flops = price_dllm;
+  entry.regulariser_option = "rate_coeff";
   entry.routed_fraction_meaning =
       "share of tokens that execute each routed block (default: model.target)";
   entry.color = 2;

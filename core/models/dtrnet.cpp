@@ -457,6 +457,7 @@ ArchitectureEntry dtrnet_architecture() {
   entry.kv_entries = kv_entries_of_routed_tokens;
   entry.force_routed_share = force_dtrnet_share;
   entry.price_flops = price_dtrnet;
+  entry.regulariser_option = "aux_coeff";
   entry.routed_fraction_meaning =
       "share of tokens routed to attention in each routed layer (default: 1; expert routing: "
                                   "model.capacity; skip: 0)";

@@ -298,6 +298,8 @@ ArchitectureEntry early_exit_architecture() {
     return read_back(m, transformer_options_table(), early_exit_options_table());
   };
   entry.price_flops = price_early_exit;
+  // The threshold is eval-only: seed 003 sweeps it on a trained checkpoint (Figure 3, right); 1 is the full model.
+  entry.eval_sweep = {"exit_threshold", {0.3, 0.5, 0.6, 0.7, 0.8, 0.9, 0.95, 0.99, 1.0}};
   entry.routed_fraction_meaning =
       "share of tokens still active (executed FLOPs do not depend on it)";
   entry.color = 4;

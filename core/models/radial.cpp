@@ -292,7 +292,10 @@ ModelOutput RadialNetwork::run(const torch::Tensor& tokens, bool trace, RadialRe
     alive = running;
 
     const auto rows = compact(running);  // the tokens that run at this step, (B, K) in causal order; one host sync
-    if (rows.total == 0) break;
+    if (rows.total == 0) {  // every token has exited: the remaining steps leave the stream as it is
+      for (auto rest = s; rest < S; ++rest) record_layer_state(h);
+      break;
+    }
     const auto K = rows.max_len, N = B * K;
     const auto x_rows = gather_rows(h, rows).reshape({N, C});          // (N, C)
     const auto pos_rows = compacted_positions(positions, rows);        // (B, K)
@@ -634,6 +637,7 @@ ArchitectureEntry radial_architecture() {
   // The unified store holds one entry per executed (token, step): a layer owns its executions per token.
   entry.kv_entries = kv_entries_of_routed_tokens;
   entry.price_flops = price_radial;
+  entry.regulariser_option = "depth_coeff";
   entry.routed_fraction_meaning =
       "executions of each layer per token (sum = mean depth; default: max depth / n_layer)";
   entry.color = 5;

@@ -90,6 +90,14 @@ struct ArchitectureEntry {
   /// forward; repeated passes converge where a layer's input moves with the decisions before it. Null: the
   /// architecture has no router a benchmark can force.
   std::function<void(LanguageModel& model, const at::Tensor& tokens, double fraction)> force_routed_share = nullptr;
+  /// The option weighing its compute regulariser (TSA: depth_coeff): the x of a sweep over it (seed 003 Figure 3).
+  std::string regulariser_option = {};
+  /// An eval-only option whose values trade depth for quality on a trained checkpoint, each re-evaluated (early
+  /// exit: its confidence threshold; seed 003 Figure 3's baseline curve). Empty option: none.
+  struct EvalSweep {
+    std::string option;
+    std::vector<double> values;
+  } eval_sweep = {};
   /// What a probe's per-token gate value means: the colour-bar label of a token map.
   std::string gate_meaning = "gate";
   /// Its parameters and forward FLOPs against the plain stack of the same shape, from the shapes alone, for a

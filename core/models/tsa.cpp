@@ -344,6 +344,7 @@ ArchitectureEntry tsa_architecture() {
       "share of tokens running the FFN of blocks 1..L-1 in sparse inference (default: 1)";
   entry.priced_share_stat = "active_share";
   entry.gate_meaning = "active fraction 1 - p";
+  entry.regulariser_option = "depth_coeff";
   entry.color = 3;
   return entry;
 }

@@ -1,6 +1,7 @@
 // Seed 003's (TSA) named figures: loss versus step and token-layer operations (Figure 2), the lambda and
 // early-exit ablations (3; the early-exit sweep re-evaluates checkpoints) and the probe's active fractions (4).
 #include <algorithm>
+#include <cmath>
 #include <map>
 #include <sstream>
 
@@ -91,12 +92,6 @@ std::string sweep_of(const RunRecord& rec) {
   return "";
 }
 
-/// Thresholds of the early-exit sweep of Figure 3 (right); 1 is the full model.
-const std::vector<double>& exit_thresholds() {
-  static const std::vector<double> t = {0.3, 0.5, 0.6, 0.7, 0.8, 0.9, 0.95, 0.99, 1.0};
-  return t;
-}
-
 const char* kTsa3Title = "Ablations: TSA across the depth regulariser lambda, and TSA against the early-exit "
                          "threshold sweep at matched active fraction alpha (seed 003, Figure 3)";
 
@@ -104,53 +99,57 @@ Figure seed003_fig3(const RunStore& store, const FigureRequest& request) {
   auto f = start(request, kTsa3Title);
   FigurePanel sweep, pareto;
   sweep.title = "(a) lambda sweep";
-  sweep.x_label = "lambda (model.depth_coeff)";
+  sweep.x_label = "lambda (the architecture's regulariser option)";
   sweep.y_label = "Validation loss (nats)";
   pareto.title = "(b) TSA vs early exit";
   pareto.x_label = "Active fraction alpha";
   pareto.y_label = "Validation loss (nats)";
-  std::map<std::string, std::vector<std::pair<double, double>>> by_sweep;  // sweep -> (lambda, loss)
-  std::map<std::string, int> sweep_color;
-  FigureSeries tsa;
-  tsa.label = "TSA";
-  tsa.kind = SeriesKind::Points;
-  tsa.marked = true;
-  tsa.color = arch_color("tsa");
+  // (architecture, sweep) -> (lambda, loss); architecture -> (alpha, loss) of runs that report their alpha
+  std::map<std::pair<std::string, std::string>, std::vector<std::pair<double, double>>> by_sweep;
+  std::map<std::string, FigureSeries> alpha_points;
   for (const auto id : request.run_ids) {
     const auto rec = run_record(store, id);
+    const auto& entry = architecture(rec.arch);
     const auto config = run_config(store, rec);
     const auto eval = val_eval(store, id, request.step);
     if (!eval) throw ConfigError(request.name + ": run " + std::to_string(id) + " has no validation evaluation");
     const double loss = eval->loss;
-    if (rec.arch == "tsa") {
-      const auto name = sweep_of(rec);
-      by_sweep[name].push_back({config.at("model").at("depth_coeff").get<double>(), loss});
-      tsa.x.push_back(metric_at(store, id, "val/alpha", eval->step));
-      tsa.y.push_back(loss);
-    } else if (rec.arch == "early-exit") {
-      // The threshold is an eval-only option: sweep it on the run's checkpoint, as the seed does.
+    if (!entry.regulariser_option.empty())
+      by_sweep[{rec.arch, sweep_of(rec)}].push_back(
+          {config.at("model").at(entry.regulariser_option).get<double>(), loss});
+    const double alpha = metric_at(store, id, "val/alpha", eval->step);
+    if (!entry.eval_sweep.option.empty()) {
+      // An eval-only option: sweep it on the run's checkpoint, as the seed does for the early-exit threshold.
       FigureSeries s;
-      s.label = "early exit: " + run_label(rec);
+      s.label = entry.display_name + ": " + run_label(rec);
       s.color = arch_color(rec.arch);
       s.marked = true;
       std::vector<std::pair<double, double>> points;
-      json thresholds = json::array();
-      for (const auto t : exit_thresholds()) {
+      json values = json::array();
+      for (const auto v : entry.eval_sweep.values) {
         std::ostringstream set;
-        set << "model.exit_threshold=" << t;
+        set << "model." << entry.eval_sweep.option << "=" << v;
         auto run = load_run(store.path(), id, {set.str()}, request.step);
         const auto report = evaluate_run(run);
         const auto it = report.stats.find("alpha");
         points.push_back({it == report.stats.end() ? 1.0 : it->second, report.loss});
-        thresholds.push_back({{"threshold", t}, {"alpha", points.back().first}, {"loss", report.loss}});
+        values.push_back({{entry.eval_sweep.option, v}, {"alpha", points.back().first}, {"loss", report.loss}});
       }
       std::sort(points.begin(), points.end());
       for (const auto& [x, y] : points) {
         s.x.push_back(x);
         s.y.push_back(y);
       }
-      f.meta["exit_sweep"][std::to_string(id)] = thresholds;
+      f.meta["eval_sweep"][std::to_string(id)] = values;
       pareto.series.push_back(std::move(s));
+    } else if (!std::isnan(alpha)) {
+      auto& s = alpha_points[rec.arch];
+      s.label = entry.display_name;
+      s.kind = SeriesKind::Points;
+      s.marked = true;
+      s.color = arch_color(rec.arch);
+      s.x.push_back(alpha);
+      s.y.push_back(loss);
     } else {
       FigureSeries s;
       s.label = run_label(rec);
@@ -162,11 +161,12 @@ Figure seed003_fig3(const RunStore& store, const FigureRequest& request) {
     }
   }
   int dash = 0;
-  for (auto& [name, points] : by_sweep) {
+  for (auto& [key, points] : by_sweep) {
     std::sort(points.begin(), points.end());
+    const auto& [arch, name] = key;
     FigureSeries s;
-    s.label = name.empty() ? "TSA" : "TSA, sweep " + name;
-    s.color = arch_color("tsa");
+    s.label = architecture(arch).display_name + (name.empty() ? "" : ", sweep " + name);
+    s.color = arch_color(arch);
     s.dash = dash++ % 4;
     s.marked = true;
     for (const auto& [x, y] : points) {
@@ -175,8 +175,10 @@ Figure seed003_fig3(const RunStore& store, const FigureRequest& request) {
     }
     sweep.series.push_back(std::move(s));
   }
-  if (!tsa.x.empty()) pareto.series.push_back(std::move(tsa));
-  if (sweep.series.empty()) throw ConfigError(request.name + ": needs at least one tsa run");
+  for (auto& [arch, s] : alpha_points) pareto.series.push_back(std::move(s));
+  if (sweep.series.empty())
+    throw ConfigError(request.name + ": needs at least one run of an architecture with a regulariser option (tsa: "
+                      "depth_coeff)");
   f.panels = {sweep, pareto};
   return f;
 }
