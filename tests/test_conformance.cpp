@@ -411,6 +411,14 @@ class TestConformance : public QObject {
                                                            .arg(counted, 0, 'g', 12)
                                                            .arg(priced, 0, 'g', 12)));
     }
+    // Under bf16 autocast the compacted attention runs the padded B K^2 rectangle (the kernels of a GPU), not the
+    // CPU's per-sequence k^2: still priced as executed.
+    lm->eval();
+    AutocastGuard autocast(true, torch::kCPU);
+    std::tie(out, counted) = counted_forward(*lm, pair);
+    const double priced = traced_flops(out, 2 * head);
+    QVERIFY2(near(counted, priced, 1e-9),
+             qPrintable(QString("bf16, batch 2: counted %1, priced %2").arg(counted, 0, 'g', 12).arg(priced, 0, 'g', 12)));
   }
 
   void resumeIsExact_data() { add_language_model_rows(); }

@@ -98,6 +98,7 @@ class TestSweep : public QObject {
     for (const char* file : {"tsa-lambda.json", "seed000-compare.json", "seed002-entailment.json", "seed002-routing-ablation.json"}) {
       const auto plan = load_sweep((dir + "/" + file).toStdString());
       QVERIFY(plan.points.size() >= 3);
+      QVERIFY(!sweep_table(plan).columns.empty());  // the table each names exists
     }
   }
 };

@@ -119,8 +119,9 @@ class CpuStoreAttention : public torch::autograd::Function<CpuStoreAttention> {
 }  // namespace
 
 torch::Tensor unified_attention(const torch::Tensor& q, const UnifiedKVStore& store, const torch::Tensor& visible,
-                                double dropout, bool training, const std::vector<std::int64_t>& rows) {
+                                double dropout, bool training, const std::vector<std::int64_t>& rows, double* pairs) {
   const auto B = q.size(0), H = q.size(1), Tq = q.size(2), hd = q.size(3);
+  const auto N = static_cast<double>(store.size());
   // A query that sees nothing (a padding row) would make a NaN softmax: it attends to every entry instead and its
   // output is zeroed, so it passes neither values nor gradients.
   const auto any = visible.any(-1, /*keepdim=*/true);                              // (B, Tq, 1)
@@ -132,9 +133,14 @@ torch::Tensor unified_attention(const torch::Tensor& q, const UnifiedKVStore& st
       q.stride(3) == 1 && store.keys.stride(3) == 1 && store.values.stride(3) == 1) {
     const auto bias = torch::zeros(hidden.sizes(), q.options())
                           .masked_fill_(hidden, -std::numeric_limits<float>::infinity());  // (B, Tq, N)
-    out = CpuStoreAttention::apply(q, store.keys, store.values, bias,
-                                   rows.empty() ? std::vector<std::int64_t>(static_cast<std::size_t>(B), Tq) : rows);
+    const auto run = rows.empty() ? std::vector<std::int64_t>(static_cast<std::size_t>(B), Tq) : rows;
+    if (pairs) {  // the kernel scores the real rows of each sequence only
+      *pairs = 0;
+      for (const auto n : run) *pairs += static_cast<double>(n) * N;
+    }
+    out = CpuStoreAttention::apply(q, store.keys, store.values, bias, run);
   } else {
+    if (pairs) *pairs = static_cast<double>(B * Tq) * N;  // the batched products score the padding rows too
     const auto k = repeat_kv(store.keys, H / store.keys.size(1));  // (B, H, N, hd)
     const auto v = repeat_kv(store.values, H / store.values.size(1));
     const auto scaled_q = q * (1.0 / std::sqrt(static_cast<double>(hd)));
@@ -332,11 +338,16 @@ ModelOutput RadialNetwork::run(const torch::Tensor& tokens, bool trace, RadialRe
     store.append(place(k_parts, Hkv), place(v_parts, Hkv), pos_rows, s, rows.valid);
     const auto visible = store.visible(pos_rows, torch::full({B, K}, s, long_options))
                              .logical_and(rows.valid.unsqueeze(2));  // (B, K, N_store)
-    const auto heads =
-        unified_attention(q, store, visible, options_.dropout(), is_training(), rows.lengths);  // (B, H, K, hd)
+    double step_pairs = 0;  // (query, entry) pairs the kernel scored at this step
+    const auto heads = unified_attention(q, store, visible, options_.dropout(), is_training(), rows.lengths,
+                                         &step_pairs);  // (B, H, K, hd)
     const auto heads_rows = heads.transpose(1, 2).reshape({N, C});
-    // Every running query is scored against the whole store, the entries it may not see masked afterwards.
-    if (trace) pairs.index_add_(0, choice_flat, torch::full({N}, static_cast<double>(store.size()), pairs.options()));
+    // Every running query is scored against the whole store, the entries it may not see masked afterwards. Where
+    // the kernel also scores the padding rows (the batched path off the CPU kernel), their pairs go to the layers
+    // that ran at this step, in proportion to their rows (padding rows fall in the unpriced last slot).
+    if (trace)
+      pairs.index_add_(0, choice_flat,
+                       torch::full({N}, step_pairs / static_cast<double>(rows.total), pairs.options()));
 
     const auto weight_rows = straight_through ? weight.gather(1, rows.index).reshape({N}) : torch::Tensor();
     const bool probing = residual_probe_active();

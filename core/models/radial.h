@@ -62,10 +62,12 @@ struct UnifiedKVStore {
 
 /// Attention of q (B, H, Tq, hd) over the store's entries where `visible` (B, Tq, N) holds; a query with no visible
 /// entry (padding) gets a zero output. Softmax in fp32. With `rows` (one per sequence) only the first rows[b]
-/// queries of sequence b are real (the compacted tokens of a step); the rest must see nothing. -> (B, H, Tq, hd)
+/// queries of sequence b are real (the compacted tokens of a step); the rest must see nothing. `pairs`, when given,
+/// receives the (query, entry) pairs per head the kernel scored: the real rows on the CPU kernel, every row of the
+/// padded batch elsewhere. -> (B, H, Tq, hd)
 torch::Tensor unified_attention(const torch::Tensor& q, const UnifiedKVStore& store, const torch::Tensor& visible,
                                 double dropout = 0.0, bool training = false,
-                                const std::vector<std::int64_t>& rows = {});
+                                const std::vector<std::int64_t>& rows = {}, double* pairs = nullptr);
 
 /// The router: a small MLP on the normalised hidden state -> L + 1 logits (layers 0..L-1, then the exit).
 class RadialRouterImpl : public torch::nn::Module {
