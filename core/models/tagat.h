@@ -7,6 +7,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/config/option_table.h"
 #include "core/models/blocks/encoder_block.h"
 #include "core/models/classifier.h"
 #include "core/models/registry.h"
