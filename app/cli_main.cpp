@@ -171,8 +171,7 @@ int main(int argc, char** argv) {
   auto* speed_cmd = bench_cmd->add_subcommand(
       "speed", "an architecture's speed options at inference (TSA: sparse execution, seed 003 3.6): dense vs the "
                "model as configured vs the same weights with its speed options, routers forced to target shares");
-  speed_cmd->alias("tsa");
-  speed_cmd->add_option("--arch", speed_bench.arch, "architecture with speed options (random weights)");
+  speed_cmd->add_option("--arch", speed_bench.arch, "architecture with speed options (random weights; default: the first registered one)");
   speed_cmd->add_option("--batch", speed_bench.batch, "batch size (seed 003: 64)");
   speed_cmd->add_option("--seq", speed_bench.seq, "sequence length (seed 003: 256)");
   speed_cmd->add_option("--fractions", speed_bench.fractions, "routed shares to force")->delimiter(',');

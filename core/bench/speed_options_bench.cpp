@@ -59,9 +59,17 @@ std::pair<nlohmann::json, ModelContext> checkpoint_model(const std::string& path
   return {config.model(), {data->tokenizer().vocab_size(), data->context()}};
 }
 
-/// A random-weight model section of `o.arch` at the bench shape (GPT-2 style where the architecture has a style).
+/// `o.arch`, or the first registered architecture with speed options and a benchmark hook.
+const ArchitectureEntry& bench_architecture(const SpeedBenchOptions& o) {
+  if (!o.arch.empty()) return architecture(o.arch);
+  for (const auto& entry : architectures())
+    if (!entry.speed_options.empty() && entry.force_routed_share) return entry;
+  throw ConfigError("bench arch: no registered architecture states speed options");
+}
+
+/// A random-weight model section of the bench architecture at the bench shape (GPT-2 style where it has a style).
 nlohmann::json bench_model(const SpeedBenchOptions& o) {
-  const auto& entry = architecture(o.arch);
+  const auto& entry = bench_architecture(o);
   auto model = schema_defaults(entry.options);
   model["arch"] = entry.id;
   const std::vector<std::pair<const char*, nlohmann::json>> shape = {

@@ -10,8 +10,9 @@
 namespace routelab {
 
 struct SpeedBenchOptions {
-  /// an architecture with speed options and a benchmark hook (ignored when `checkpoint` is given)
-  std::string arch = "tsa";
+  /// an architecture with speed options and a benchmark hook; empty: the first registered one (ignored when
+  /// `checkpoint` is given)
+  std::string arch;
   /// the paper's bench batch and sequence (seed 003 §3.6: batch 64, seq 256)
   std::int64_t batch = 64, seq = 256;
   /// the char-LM shape of seed 003 §3.2 (GPT-2 style where the architecture has a style); ignored with `checkpoint`
