@@ -31,7 +31,7 @@ int main(int argc, char** argv) {
   train_cmd->add_option("--db", train.db, "run store (default: the user data dir)");
   train_cmd->add_option("--device", train.device, "cpu, cuda or cuda:N");
   train_cmd->add_option("--seed", train.seed, "run.seed override")->check(CLI::Range(0, 2147483647));
-  train_cmd->add_option("--threads", train.threads, "CPU threads (0: all cores)")->check(CLI::Range(0, 1024));
+  train_cmd->add_option("--threads", train.threads, "CPU threads (0: all cores, fewer while other processes keep cores busy)")->check(CLI::Range(0, 1024));
   train_cmd->add_option("--precision", train.precision, "fp32 or bf16")->check(CLI::IsMember({"fp32", "bf16"}));
   train_cmd->add_option("--name", train.name, "run name");
   train_cmd->add_flag("--quiet", train.quiet, "no progress line");
@@ -147,7 +147,7 @@ int main(int argc, char** argv) {
   contention_cmd->add_option("--shape", bench.shape, "small or gpt2-small")->check(CLI::IsMember({"small", "gpt2-small"}));
   contention_cmd->add_option("--steps", bench.steps, "timed steps")->check(CLI::Range(1, 1000000000));
   contention_cmd->add_option("--warmup", bench.warmup, "untimed warm-up steps")->check(CLI::Range(0, 1000000000));
-  contention_cmd->add_option("--threads", bench.threads, "threads (0: all cores)")->check(CLI::Range(0, 1024));
+  contention_cmd->add_option("--threads", bench.threads, "threads (0: all cores, following the load as training does)")->check(CLI::Range(0, 1024));
   contention_cmd->add_option("--batch", bench.batch, "batch size (default: the shape's)")->check(CLI::Range(1, 1000000000));
   contention_cmd->add_option("--context", bench.context, "sequence length (default: the shape's)")
       ->check(CLI::Range(1, 1000000000));

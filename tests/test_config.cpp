@@ -2,13 +2,21 @@
 #include <QTemporaryDir>
 #include <QtTest>
 
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
 #include <fstream>
 #include <thread>
+#include <vector>
 
 #include <ATen/Context.h>
+#include <ATen/Parallel.h>
 
 #include "core/config/experiment_config.h"
 #include "core/models/registry.h"
+#include "core/util/cpu_load.h"
 #include "core/util/device.h"
 #include "core/util/errors.h"
 #include "core/util/process.h"
@@ -133,6 +141,57 @@ class TestConfig : public QObject {
       qunsetenv("ROUTELAB_MAX_THREADS");
     else
       qputenv("ROUTELAB_MAX_THREADS", cap);
+  }
+
+  void otherProcessesLoadIsTheirsAlone() {
+    // 2 cores over 100 ticks each: 150 busy ticks, 50 of them this process's own (its spinning threads too).
+    const CpuTimes before{1000, 4000, 300};
+    QCOMPARE(other_busy_cores(before, {1150, 4200, 350}, 2), 1.0);
+    QCOMPARE(other_busy_cores(before, {1050, 4200, 350}, 2), 0.0);  // all of it ours: nobody else is busy
+    QCOMPARE(other_busy_cores(before, before, 2), 0.0);             // no time passed
+    QCOMPARE(threads_beside_load(2, 1.0), 1);
+    QCOMPARE(threads_beside_load(2, 0.3), 2);  // a daemon's blip is not a busy core
+    QCOMPARE(threads_beside_load(2, 5.0), 1);  // never below one thread
+    QCOMPARE(threads_beside_load(16, 7.6), 8);
+    QCOMPARE(threads_beside_load(1, 0.0), 1);
+  }
+
+  void threadsFollowTheLoadOnlyWhenEveryCoreWasAsked() {
+    const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+    reserve_cores(0);
+    ThreadGovernor fixed(cores, /*interval_s=*/0.0);
+    ThreadGovernor governed(0, /*interval_s=*/0.0);
+    if (governed.threads() < 2) QSKIP("one thread allowed here (one core, or ROUTELAB_MAX_THREADS=1): nothing to adapt");
+    // As many spinning processes as cores: whatever else runs, the others keep every core busy.
+    std::vector<pid_t> busy;
+    for (int i = 0; i < cores; ++i) {
+      const pid_t pid = ::fork();
+      QVERIFY(pid >= 0);
+      if (pid == 0) {
+        volatile unsigned long spin = 0;
+        for (;;) spin = spin + 1;
+      }
+      busy.push_back(pid);
+    }
+    const auto before = read_cpu_times();
+    std::this_thread::sleep_for(std::chrono::milliseconds(400));
+    const auto after = read_cpu_times();
+    const bool changed = governed.update();
+    const bool fixed_changed = fixed.update();
+    for (const pid_t pid : busy) {
+      ::kill(pid, SIGKILL);
+      ::waitpid(pid, nullptr, 0);
+    }
+    QVERIFY(before && after);
+    QVERIFY2(other_busy_cores(*before, *after, cores) > 0.5 * cores,
+             qPrintable(QString::number(other_busy_cores(*before, *after, cores))));
+    QVERIFY(changed);
+    QCOMPARE(governed.threads(), 1);
+    QVERIFY2(QString::fromStdString(governed.note()).contains("other processes kept"), governed.note().c_str());
+    QVERIFY(!fixed_changed);  // an explicit count is the user's
+    QCOMPARE(fixed.threads(), std::min(cores, max_threads_from_environment() > 0 ? max_threads_from_environment() : cores));
+    QCOMPARE(at::get_num_threads(), 1);
+    configure_threads(0);
   }
 
   void deterministicKernelsAreSwitchedOnAndOff() {

@@ -43,7 +43,7 @@ double train_step_flops(const TrainStepBenchOptions& o) {
 
 TrainStepBenchResult bench_train_step(const TrainStepBenchOptions& o) {
   TrainStepBenchResult r;
-  r.threads = configure_threads(o.threads);
+  ThreadGovernor threads(o.threads);  // as a training run: "all cores" follows the machine's load
   const auto device = resolve_device(o.device);
   if (device.is_cuda()) configure_cuda_math(o.tf32);
   torch::manual_seed(0);
@@ -61,19 +61,25 @@ TrainStepBenchResult bench_train_step(const TrainStepBenchOptions& o) {
   Batch batch{torch::randint(0, o.vocab, {o.batch, o.context}, ids), torch::randint(0, o.vocab, {o.batch, o.context}, ids),
               torch::Tensor()};
   // Warm-up pays for first-call costs (CUDA context, cuBLAS handles, kernel selection, allocator growth).
-  for (std::int64_t i = 0; i < std::max<std::int64_t>(1, o.warmup); ++i)
+  for (std::int64_t i = 0; i < std::max<std::int64_t>(1, o.warmup); ++i) {
     train_step(model, optimizer, batch, 1.0, o.bf16, false);
+    threads.update();
+  }
   synchronize(device);
   std::unique_ptr<torch::autograd::profiler::RecordProfile> profile;
   if (!o.profile_path.empty()) profile = std::make_unique<torch::autograd::profiler::RecordProfile>(o.profile_path);
   std::vector<torch::Tensor> losses;
   const auto t0 = std::chrono::steady_clock::now();
-  for (std::int64_t i = 0; i < o.steps; ++i) losses.push_back(train_step(model, optimizer, batch, 1.0, o.bf16, false).loss);
+  for (std::int64_t i = 0; i < o.steps; ++i) {
+    losses.push_back(train_step(model, optimizer, batch, 1.0, o.bf16, false).loss);
+    threads.update();
+  }
   synchronize(device);
   const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / double(o.steps);
   profile.reset();
   r.first_loss = losses.front().item<double>();
   r.last_loss = losses.back().item<double>();
+  r.threads = threads.threads();
   r.ms_per_step = dt * 1000.0;
   r.tokens_per_s = double(o.batch * o.context) / dt;
   r.tflops = train_step_flops(o) / dt / 1e12;

@@ -10,7 +10,7 @@ namespace routelab {
 struct TrainStepBenchOptions {
   std::int64_t batch = 64, context = 128, steps = 10, warmup = 3;
   std::int64_t n_embd = 256, n_layer = 6, n_head = 8, d_ff = 1024, vocab = 65;
-  int threads = 0;             ///< 0: all cores
+  int threads = 0;             ///< 0: all cores, following the load as a training run does (ThreadGovernor)
   bool bf16 = false;
   bool tf32 = false;           ///< CUDA: fp32 matmuls on TF32 tensor cores, both sides (train.tf32's default)
   std::string device = "cpu";  ///< cpu, cuda or cuda:N
@@ -32,7 +32,7 @@ struct TrainStepBenchResult {
   double first_loss = 0, last_loss = 0;  ///< of the timed steps (fixed batch: the loss must fall)
   double tflops = 0;                     ///< achieved model TFLOP/s (train_step_flops / step time)
   std::int64_t parameters = 0;
-  int threads = 0;
+  int threads = 0;                       ///< Torch threads at the end of the timed steps
   std::string optimizer;                 ///< which AdamW kernel ran ("fused", "foreach")
 };
 

@@ -191,7 +191,7 @@ const OptionSchema& run_schema() {
       string_opt("name", "", "run name (default: <arch>-<preset>)"),
       int_opt("seed", 1337, 0, 2147483647, "seed of initialisation, batches and dropout"),
       string_opt("device", "cpu", "compute device: cpu, cuda or cuda:N"),
-      int_opt("threads", 0, 0, 1024, "CPU threads for Torch (0: all cores)"),
+      int_opt("threads", 0, 0, 1024, "CPU threads for Torch (0: all cores, fewer while other processes keep cores busy)"),
       string_opt("notes", "", "free text stored with the run"),
   };
   return schema;

@@ -9,6 +9,7 @@
 #include <iomanip>
 #include <limits>
 #include <map>
+#include <optional>
 #include <sstream>
 
 #include <torch/cuda.h>
@@ -81,7 +82,7 @@ class Session {
     bf16_ = train.at("precision") == "bf16";
     device_ = resolve_device(config_.run().at("device").get<std::string>());
     if (device_.is_cuda()) configure_cuda_math(train.at("tf32").get<bool>(), train.at("deterministic").get<bool>());
-    threads_ = configure_threads(static_cast<int>(config_.run().at("threads").get<std::int64_t>()));
+    threads_.emplace(static_cast<int>(config_.run().at("threads").get<std::int64_t>()));
     classification_ = architecture(config_.arch()).task == "classification";
     if (classification_) {
       class_data_ = make_classification_dataset(config_.data());
@@ -115,7 +116,7 @@ class Session {
           << " steps per epoch";
     else
       out << model_->describe() << "; " << dataset_->describe();
-    out << "; " << device_.str() << " x" << threads_ << " threads (OpenMP waiting: " << openmp_wait_policy() << "); "
+    out << "; " << device_.str() << " x" << threads_->threads() << " threads (OpenMP waiting: " << openmp_wait_policy() << "); "
         << (bf16_ ? "bf16 autocast" : "fp32");
     return out.str();
   }
@@ -277,6 +278,7 @@ class Session {
         log_->info("run {}: {}", run_id_, outcome.message);
         return;
       }
+      if (threads_->update()) log_->info("run {}: {}", run_id_, threads_->note());
       const double lr_now = lr_at(step - 1, total_steps_, warmup, lr, min_lr);
       set_learning_rate(*optimizer_, lr_now);
       const bool log_step = step % log_every == 0 || step == total_steps_ || step == start_step_ + 1;
@@ -621,7 +623,7 @@ class Session {
   std::int64_t total_steps_ = 0, batch_size_ = 0, seed_ = 0;
   bool bf16_ = false;
   torch::Device device_{torch::kCPU};
-  int threads_ = 1;
+  std::optional<ThreadGovernor> threads_;  ///< Torch threads; a run on "every core" follows the load
   bool classification_ = false;
   std::unique_ptr<LmDataset> dataset_;               ///< language modelling
   std::shared_ptr<LanguageModel> model_;

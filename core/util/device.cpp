@@ -1,7 +1,10 @@
 // Device checks happen before a run is created, so a missing GPU is a clear error and not a crash mid-run.
 #include "core/util/device.h"
 
+#include <algorithm>
 #include <cstdlib>
+#include <iomanip>
+#include <sstream>
 #include <thread>
 
 #include <torch/cuda.h>
@@ -67,6 +70,37 @@ int configure_threads(int requested) {
   if (const int cap = max_threads_from_environment(); cap > 0) n = std::min(n, cap);
   if (at::get_num_threads() != n) at::set_num_threads(n);
   return n;
+}
+
+ThreadGovernor::ThreadGovernor(int requested, double interval_s)
+    : adaptive_(requested <= 0),
+      available_(configure_threads(requested)),
+      threads_(available_),
+      interval_(std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+          std::chrono::duration<double>(interval_s))),
+      last_at_(std::chrono::steady_clock::now()) {
+  if (adaptive_) last_ = read_cpu_times();
+}
+
+bool ThreadGovernor::update() {
+  if (!adaptive_ || !last_) return false;
+  const auto now = std::chrono::steady_clock::now();
+  if (now - last_at_ < interval_) return false;
+  const auto sample = read_cpu_times();
+  if (!sample) return false;
+  const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  const double others = other_busy_cores(*last_, *sample, cores);
+  last_ = sample;
+  last_at_ = now;
+  const int target = threads_beside_load(available_, others);
+  if (target == threads_) return false;
+  std::ostringstream why;
+  why << std::fixed << std::setprecision(1) << "Torch threads " << threads_ << " -> " << target << ": other processes kept "
+      << others << " of " << cores << " cores busy";
+  note_ = why.str();
+  threads_ = target;
+  at::set_num_threads(threads_);
+  return true;
 }
 
 std::string cuda_version_string() {

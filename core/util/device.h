@@ -1,8 +1,12 @@
 // Device selection and CPU threading for Torch.
 #pragma once
+#include <chrono>
+#include <optional>
 #include <string>
 
 #include <torch/types.h>
+
+#include "core/util/cpu_load.h"
 
 namespace routelab {
 
@@ -30,6 +34,29 @@ torch::Tensor copy_to_device(const torch::Tensor& t, const torch::Device& device
 /// reserved ones (reserve_cores), at most ROUTELAB_MAX_THREADS; and installs the caching CPU allocator
 /// (core/util/cpu_allocator.h). Returns the count in use.
 int configure_threads(int requested = 0);
+
+/// Torch's threads for one run, following the machine's load while it trains. A run that asked for every core
+/// (`requested` 0) samples the other processes' CPU use at step boundaries, at most once per `interval_s`, and runs
+/// threads_beside_load (core/util/cpu_load.h) threads: beside one busy process on two cores it drops to one thread
+/// instead of spinning two against it, and it returns to every core when the machine is free again. An explicit
+/// thread count is the user's and never changes. Call from the thread that runs the model (OpenMP's count is per
+/// calling thread).
+class ThreadGovernor {
+ public:
+  explicit ThreadGovernor(int requested, double interval_s = 1.0);
+  int threads() const { return threads_; }
+  /// At a step boundary. True when the thread count changed; note() then says from what to what and why.
+  bool update();
+  const std::string& note() const { return note_; }
+
+ private:
+  bool adaptive_ = false;
+  int available_ = 1, threads_ = 1;
+  std::chrono::steady_clock::duration interval_{};
+  std::chrono::steady_clock::time_point last_at_{};
+  std::optional<CpuTimes> last_;  ///< the previous sample; none where /proc cannot be read
+  std::string note_;
+};
 
 /// The CUDA runtime this LibTorch was built with ("12.4"), or "none (CPU-only LibTorch)".
 std::string cuda_version_string();
