@@ -4,6 +4,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cctype>
+#include <chrono>
 #include <csignal>
 #include <filesystem>
 #include <cmath>
@@ -21,6 +23,8 @@
 #include "core/config/sweep.h"
 #include "core/models/registry.h"
 #include "core/report/run_tables.h"
+#include "core/run/evaluation_record.h"
+#include "core/run/run_health.h"
 #include "core/train/trainer.h"
 #include "core/util/cpu_allocator.h"
 #include "core/util/device.h"
@@ -185,6 +189,28 @@ nlohmann::json number_json(double v) {
   return v;
 }
 
+nlohmann::json alerts_json(const std::vector<HealthAlert>& alerts) {
+  nlohmann::json out = nlohmann::json::array();
+  for (const auto& a : alerts) out.push_back({{"severity", to_string(a.severity)}, {"kind", a.kind}, {"message", a.message}});
+  return out;
+}
+
+/// The run's alerts by kind for the runs table ("-" when healthy; errors upper case).
+std::string alert_kinds(const std::vector<HealthAlert>& alerts) {
+  std::string out;
+  for (const auto& a : alerts) {
+    std::string kind = a.kind;
+    if (a.severity == HealthAlert::Severity::Error)
+      for (auto& c : kind) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+    if (out.find(kind) == std::string::npos) out += (out.empty() ? "" : ",") + kind;
+  }
+  return out.empty() ? "-" : out;
+}
+
+double unix_now() {
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
 }  // namespace
 
 int cmd_train(const TrainArgs& a) {
@@ -316,6 +342,7 @@ int cmd_runs(const std::string& db, bool json, bool all) {
     nlohmann::json out = nlohmann::json::array();
     for (const auto& r : runs) {
       auto row = run_json(r);
+      row["alerts"] = alerts_json(assess_run(store, r.id, unix_now()));
       if (is_classification(r)) {
         row["task"] = "classification";
         const auto acc = last_metric(store, r.id, "val/accuracy"), f1 = last_metric(store, r.id, "val/macro_f1");
@@ -330,15 +357,16 @@ int cmd_runs(const std::string& db, bool json, bool all) {
   // Losses for every run; classification runs add validation accuracy and macro-F1.
   std::cout << std::left << std::setw(6) << "ID" << std::setw(28) << "NAME" << std::setw(20) << "ARCH" << std::setw(10)
             << "STATUS" << std::setw(14) << "STEPS" << std::setw(12) << "TRAIN" << std::setw(10) << "VAL"
-            << std::setw(10) << "VAL ACC" << "MACRO-F1\n";
+            << std::setw(10) << "VAL ACC" << std::setw(10) << "MACRO-F1" << "ALERTS\n";
   for (const auto& r : runs) {
     const bool cls = is_classification(r);
     std::cout << std::setw(6) << r.id << std::setw(28) << r.name.substr(0, 27) << std::setw(20) << r.arch.substr(0, 19)
               << std::setw(10) << to_string(r.status) << std::setw(14)
               << (std::to_string(r.last_step) + "/" + std::to_string(r.total_steps)) << std::setw(12)
               << fmt(r.last_train_loss) << std::setw(10) << fmt(r.last_val_loss) << std::setw(10)
-              << (cls ? fmt(last_metric(store, r.id, "val/accuracy")) : "-")
-              << (cls ? fmt(last_metric(store, r.id, "val/macro_f1")) : "-") << "\n";
+              << (cls ? fmt(last_metric(store, r.id, "val/accuracy")) : "-") << std::setw(10)
+              << (cls ? fmt(last_metric(store, r.id, "val/macro_f1")) : "-")
+              << alert_kinds(assess_run(store, r.id, unix_now())) << "\n";
   }
   return 0;
 }
@@ -355,20 +383,21 @@ int cmd_show(const std::string& db, std::int64_t run_id, bool json) {
   const bool cls = is_classification(r);
   doc["task"] = cls ? "classification" : "lm";
   doc["evals"] = nlohmann::json::array();
-  for (const auto& e : store.evals(run_id)) {
+  const auto optional_json = [](const std::optional<double>& v) { return v ? number_json(*v) : nlohmann::json(); };
+  for (const auto& e : read_evaluations(store, run_id)) {
     nlohmann::json row = {{"step", e.step}, {"split", e.split}, {"loss", number_json(e.loss)}};
     if (cls) {
-      const auto extra = nlohmann::json::parse(e.extra_json, nullptr, false);
-      row["accuracy"] = extra.is_object() ? extra.value("accuracy", nlohmann::json()) : nlohmann::json();
-      row["macro_f1"] = extra.is_object() ? extra.value("macro_f1", nlohmann::json()) : nlohmann::json();
-      row["entropy"] = extra.is_object() && extra.contains("stats") ? extra["stats"].value("entropy", nlohmann::json())
-                                                                    : nlohmann::json();
+      row["accuracy"] = optional_json(e.accuracy);
+      row["macro_f1"] = optional_json(e.macro_f1);
+      row["entropy"] = optional_json(e.stat("entropy"));
     } else {
       row["ppl"] = number_json(e.ppl);
       row["bpc"] = number_json(e.bpc);
     }
     doc["evals"].push_back(std::move(row));
   }
+  const auto alerts = assess_run(store, run_id, unix_now());
+  doc["alerts"] = alerts_json(alerts);
   if (json) {
     std::cout << doc.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
     return 0;
@@ -378,6 +407,7 @@ int cmd_show(const std::string& db, std::int64_t run_id, bool json) {
             << r.last_step << "/" << r.total_steps << "\nloss     train " << fmt(r.last_train_loss) << ", val "
             << fmt(r.last_val_loss) << " (best " << fmt(r.best_val_loss) << ")\ndevice   " << r.device << ", seed "
             << r.seed;
+  for (const auto& a : alerts) std::cout << "\n" << std::left << std::setw(9) << to_string(a.severity) << a.message;
   if (cls)
     std::cout << "\naccuracy val " << fmt(last_metric(store, run_id, "val/accuracy")) << " (best "
               << fmt(best_metric(store, run_id, "val/accuracy")) << "), macro-F1 "

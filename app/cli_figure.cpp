@@ -171,7 +171,7 @@ void add_figure_commands(CLI::App& app, CLI::App& /*bench*/, CommandAction& acti
       ->default_val("val/loss");
   fig->add_option("--x", a->x_axis, "x axis: step, tokens, flops or wall (default: step; matched: flops)")
       ->check(CLI::IsMember({"step", "tokens", "flops", "wall"}));
-  fig->add_option("--smoothing", a->smoothing, "debiased EMA weight in [0, 1) for train/* metrics");
+  fig->add_option("--smoothing", a->smoothing, "debiased EMA weight in [0, 0.999] for train/* metrics");
   fig->add_flag("--no-group", a->no_group, "one line per run (no mean ± std over seeds)");
   fig->add_option("--budgets", a->budgets, "matched: budgets on the x axis")->delimiter(',');
   fig->add_option("--step", a->step, "evaluation / probe step of routing figures (default: the last)");

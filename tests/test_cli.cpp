@@ -8,6 +8,9 @@
 #include <QtTest>
 
 #include <cmath>
+#include <tuple>
+
+#include "core/store/run_store.h"
 
 #include "tests/suite.h"
 
@@ -116,6 +119,32 @@ class TestCli : public QObject {
              "--set", "train.eval_batches=1"}, set);
     QVERIFY2(code == 0, qPrintable(output));
     QVERIFY2(output.contains(shown), qPrintable(output));
+  }
+
+  void alertsAreReported() {
+    // A stored run with a NaN train loss and a collapsed router: `show` and `runs` report the run-health alerts the
+    // dashboard shows (core/run/run_health.h), in text and JSON.
+    const auto db = home_.filePath("alerts.sqlite");
+    auto [code, output] = run({"train", "--preset", "tiny", "--steps", "2", "--db", db, "--quiet"});
+    QVERIFY2(code == 0, qPrintable(output));
+    {
+      routelab::RunStore store(db.toStdString());
+      store.insert_metrics(1, {{"train/loss", 3, 1.0, std::nan("")}});
+      for (int step = 10; step <= 30; step += 10)
+        store.insert_eval(1, {step, "val", 2.0, 7.0, 1.0,
+                              R"({"layers": [{"layer": 0, "kind": "routed", "routed": true, "routed_fraction": 0.002}]})"});
+    }
+    std::tie(code, output) = run({"show", "1", "--db", db, "--json"});
+    QVERIFY2(code == 0, qPrintable(output));
+    const auto alerts = QJsonDocument::fromJson(output.toUtf8()).object().value("alerts").toArray();
+    QCOMPARE(alerts.size(), 2);
+    QCOMPARE(alerts[0].toObject().value("severity").toString(), QString("error"));
+    QCOMPARE(alerts[0].toObject().value("message").toString(), QString("train loss is NaN at step 3"));
+    QCOMPARE(alerts[1].toObject().value("kind").toString(), QString("router_collapse"));
+    std::tie(code, output) = run({"show", "1", "--db", db});
+    QVERIFY2(output.contains("error    train loss is NaN at step 3"), qPrintable(output));
+    std::tie(code, output) = run({"runs", "--db", db});
+    QVERIFY2(code == 0 && output.contains("NON_FINITE,router_collapse"), qPrintable(output));
   }
 };
 

@@ -30,7 +30,6 @@
 #include "ui/experiment_designer.h"
 #include "ui/routing_cost.h"
 #include "ui/run_dashboard.h"
-#include "ui/run_health.h"
 #include "ui/store_service.h"
 #include "widgets/moving_average.h"
 #include "widgets/routing_bars_widget.h"
@@ -81,7 +80,6 @@ class TestGui : public QObject {
   void failedStartIsReportedNotFatal();
 
   void movingAverageHasAFiniteWindow();
-  void runHealthRaisesAlerts();
   void costCurvesAreTheRegistrysPricing();
   void dashboardShowsRoutingOfATinyDtrnetRun();
   void designerValidatesAsTheUserTypes();
@@ -353,34 +351,6 @@ void TestGui::movingAverageHasAFiniteWindow() {
   QCOMPARE(plot.movingAverageWindow(), 2);
   plot.appendTrain({1, 2, 3}, {4.0, 2.0, 6.0});
   QCOMPARE(plot.plot()->graph(1)->data()->at(2)->value, 4.0);
-}
-
-void TestGui::runHealthRaisesAlerts() {
-  routelab::RunHealth health;
-  const QVector<bool> routed{false, true, true};
-  for (int i = 0; i < 2; ++i) health.addEvaluation(i * 10, {1.0, 0.0, 0.5}, routed);
-  QVERIFY(health.warnings(0).isEmpty());  // two evaluations are not yet "many"
-  health.addEvaluation(20, {1.0, 0.004, 0.5}, routed);
-  QCOMPARE(health.warnings(0).size(), 1);
-  QVERIFY2(health.warnings(0).first().contains(QStringLiteral("layer 1")), qPrintable(health.warnings(0).first()));
-  QVERIFY(!health.warnings(0).first().contains(QStringLiteral("layer 0")));  // dense layers never collapse
-  health.addEvaluation(30, {1.0, 0.3, 0.5}, routed);
-  QVERIFY(health.warnings(0).isEmpty());  // recovered
-
-  for (int step = 1; step <= 30; ++step) health.addTrainLoss(step, step <= 20 ? 4.0 - 0.1 * step : 8.0);
-  QVERIFY2(health.warnings(0).join(' ').contains(QStringLiteral("diverging")), qPrintable(health.warnings(0).join(' ')));
-  QVERIFY(health.errors().isEmpty());
-  health.addTrainLoss(31, std::nan(""));
-  QCOMPARE(health.errors().size(), 1);
-  QVERIFY(health.errors().first().contains(QStringLiteral("NaN")));
-
-  routelab::RunHealth live;
-  live.setLive(true);
-  for (int i = 0; i < 10; ++i) live.noteProgress(i * 0.5);
-  QVERIFY(live.warnings(10).isEmpty());
-  QVERIFY(live.warnings(100).join(' ').contains(QStringLiteral("stalled")));
-  live.setLive(false);
-  QVERIFY(live.warnings(100).isEmpty());
 }
 
 void TestGui::costCurvesAreTheRegistrysPricing() {

@@ -45,6 +45,11 @@ QString siFlops(double v) {
 
 double lastOr(const QVector<double>& v, double fallback) { return v.isEmpty() ? fallback : v.back(); }
 
+void addEvaluation(RunHealth& health, const EvalSnapshot& e) {
+  health.add_evaluation(static_cast<double>(e.step), {e.routedFraction.cbegin(), e.routedFraction.cend()},
+                        {e.routed.cbegin(), e.routed.cend()});
+}
+
 QWidget* titled(QWidget* content, QWidget* parent) {
   auto* box = new QWidget(parent);
   auto* layout = new QVBoxLayout(box);
@@ -188,7 +193,7 @@ void RunDashboard::reload() { store_->requestDashboard(runId_); }
 
 void RunDashboard::followLive(RunController* controller) {
   live_ = true;
-  health_.setLive(true);
+  health_.set_live(true);
   alertTimer_->start();
   metricsTimer_->start();
   connect(controller, &RunController::progressReceived, this, [this, controller](const ProgressBatch& batch) {
@@ -564,15 +569,16 @@ void RunDashboard::renderCost() {
 
 void RunDashboard::rebuildHealth() {
   health_.reset();
-  for (qsizetype i = 0; i < data_.trainSteps.size(); ++i) health_.addTrainLoss(data_.trainSteps[i], data_.trainLoss[i]);
-  for (qsizetype i = 0; i < data_.valSteps.size(); ++i) health_.addValidationLoss(data_.valSteps[i], data_.valLoss[i]);
-  for (const EvalSnapshot& e : data_.evals) health_.addEvaluation(static_cast<double>(e.step), e.routedFraction, e.routed);
-  if (live_ && !liveSteps_.isEmpty()) health_.noteProgress(clock_.elapsed() / 1000.0);
+  for (qsizetype i = 0; i < data_.trainSteps.size(); ++i) health_.add_train_loss(data_.trainSteps[i], data_.trainLoss[i]);
+  for (qsizetype i = 0; i < data_.valSteps.size(); ++i) health_.add_validation_loss(data_.valSteps[i], data_.valLoss[i]);
+  for (const EvalSnapshot& e : data_.evals) addEvaluation(health_, e);
+  if (live_ && !liveSteps_.isEmpty()) health_.note_progress(clock_.elapsed() / 1000.0);
 }
 
 void RunDashboard::updateAlerts() {
-  const QStringList errors = health_.errors();
-  QStringList warnings = health_.warnings(clock_.elapsed() / 1000.0);
+  QStringList errors, warnings;
+  for (const HealthAlert& a : health_.alerts(clock_.elapsed() / 1000.0))
+    (a.severity == HealthAlert::Severity::Error ? errors : warnings) << QString::fromStdString(a.message);
   if (!live_ && stored_.status == QLatin1String("failed") && !stored_.message.isEmpty())
     warnings.prepend(tr("run failed: %1").arg(stored_.message));
   const bool changed = errors != alerts_->errors() || warnings != alerts_->warnings();
@@ -586,8 +592,8 @@ void RunDashboard::onProgress(const ProgressBatch& batch) {
   QVector<double> tx, ty, vx, vy;
   for (const StepSample& s : batch.steps) {
     liveSteps_.push_back(s);
-    health_.addTrainLoss(static_cast<double>(s.step), s.loss);
-    health_.noteProgress(clock_.elapsed() / 1000.0);
+    health_.add_train_loss(static_cast<double>(s.step), s.loss);
+    health_.note_progress(clock_.elapsed() / 1000.0);
   }
   for (const EvalSample& e : batch.evals) {
     liveEvals_.push_back(e);
@@ -607,7 +613,7 @@ void RunDashboard::onProgress(const ProgressBatch& batch) {
   for (qsizetype i = valBefore; i < data_.valSteps.size(); ++i) {
     vx.push_back(x(data_.valSteps[i], data_.valWall[i]));
     vy.push_back(data_.valLoss[i]);
-    health_.addValidationLoss(data_.valSteps[i], data_.valLoss[i]);
+    health_.add_validation_loss(data_.valSteps[i], data_.valLoss[i]);
   }
   loss_->appendTrain(tx, ty);
   loss_->appendValidation(vx, vy);
@@ -615,10 +621,7 @@ void RunDashboard::onProgress(const ProgressBatch& batch) {
     loss_->setExpectedSteps(static_cast<double>(batch.steps.back().totalSteps));
   for (qsizetype i = routingBefore; i < data_.routing.steps.size(); ++i)
     heatmap_->appendColumn(data_.routing.steps[i], maskDense(data_.routing.fraction[i]));
-  for (qsizetype i = evalsBefore; i < data_.evals.size(); ++i) {
-    const EvalSnapshot& e = data_.evals[i];
-    health_.addEvaluation(static_cast<double>(e.step), e.routedFraction, e.routed);
-  }
+  for (qsizetype i = evalsBefore; i < data_.evals.size(); ++i) addEvaluation(health_, data_.evals[i]);
   if (data_.routing.steps.size() != routingBefore || data_.evals.size() != evalsBefore) renderRouting();
   if (evaluated) reloadTimer_->start();  // the probe and the eval's per-layer routing come from the store
   updateAlerts();
@@ -626,7 +629,7 @@ void RunDashboard::onProgress(const ProgressBatch& batch) {
 
 void RunDashboard::onLiveFinished(const RunResult& result) {
   live_ = false;
-  health_.setLive(false);
+  health_.set_live(false);
   alertTimer_->stop();
   metricsTimer_->stop();
   setTitle(tr("run %1 · %2 · %3").arg(runId_).arg(stored_.name, result.status));

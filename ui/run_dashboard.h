@@ -10,7 +10,7 @@
 
 #include "core/report/curves.h"
 #include "ui/dashboard_data.h"
-#include "ui/run_health.h"
+#include "core/run/run_health.h"
 #include "ui/run_progress.h"
 #include "widgets/token_routing_widget.h"
 

@@ -9,6 +9,7 @@
 #include "core/report/curves.h"
 #include "core/report/figure_detail.h"
 #include "core/report/table.h"
+#include "core/run/smoothing.h"
 #include "core/util/errors.h"
 
 namespace routelab {
@@ -75,23 +76,9 @@ Curve metric_curve(const RunStore& store, std::int64_t run_id, const std::string
   return c;
 }
 
-/// Debiased exponential moving average (weight `w` on the past): s_t = w s_{t-1} + (1 - w) y_t, shown as
-/// s_t / (1 - w^t) over the t finite values so far; NaN values stay NaN and do not enter the average.
-std::vector<double> debiased_ema(const std::vector<double>& y, double w) {
-  std::vector<double> out(y.size(), kNaN);
-  double s = 0, weight = 1;
-  for (std::size_t i = 0; i < y.size(); ++i) {
-    if (!std::isfinite(y[i])) continue;
-    s = w * s + (1 - w) * y[i];
-    weight *= w;
-    out[i] = s / (1 - weight);
-  }
-  return out;
-}
-
 void check_smoothing(double smoothing) {
-  if (!(smoothing >= 0 && smoothing < 1))
-    throw ConfigError("figure smoothing: " + number_text(smoothing) + " must be in [0, 1)");
+  if (!(smoothing >= 0 && smoothing <= 0.999))
+    throw ConfigError("figure smoothing: " + number_text(smoothing) + " must be in [0, 0.999]");
 }
 
 /// The sorted, distinct x values of `curves` inside the range every curve covers.

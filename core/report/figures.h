@@ -23,7 +23,7 @@ struct FigureRequest {
   std::vector<std::int64_t> run_ids;       ///< the runs, in the order given (colours follow architectures)
   std::string metric = "val/loss";         ///< y of curve figures, quality of trade-off figures
   std::string x_axis = "step";             ///< "step", "tokens", "flops" (cumulative, measured) or "wall" (seconds)
-  double smoothing = 0;                    ///< debiased EMA weight in [0, 1) for train series; 0 = raw only
+  double smoothing = 0;                    ///< debiased EMA weight in [0, 0.999] for train series; 0 = raw only
   bool by_seed = true;                     ///< runs with the same config apart from `run` form one mean +- std group
   std::vector<double> budgets;             ///< x values of "loss at matched budgets" (same unit as x_axis)
   std::int64_t step = 0;                   ///< evaluation / probe step for routing figures; 0 = the last one

@@ -1,0 +1,200 @@
+// Tests of the run model's first parts: run health (the alerts the dashboard and the CLI share) and the typed
+// evaluation record (one parser, one error policy, old documents readable).
+#include <QTemporaryDir>
+#include <QTest>
+
+#include <cmath>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "core/run/evaluation_record.h"
+#include "core/run/run_health.h"
+#include "core/run/smoothing.h"
+#include "core/store/run_store.h"
+#include "core/util/errors.h"
+#include "core/util/logging.h"
+#include "tests/store_test_support.h"
+#include "tests/suite.h"
+
+namespace test_run_health {
+
+using namespace routelab;
+
+/// The messages of alerts of one kind.
+std::vector<std::string> of_kind(const std::vector<HealthAlert>& alerts, const std::string& kind) {
+  std::vector<std::string> out;
+  for (const auto& a : alerts)
+    if (a.kind == kind) out.push_back(a.message);
+  return out;
+}
+
+EvalRow eval_row(std::int64_t step, const std::string& extra) { return {step, "val", 2.0, 7.4, 1.1, extra}; }
+
+/// An evaluation document with these routed shares; layer 0 is dense.
+std::string routing_doc(const std::vector<double>& shares) {
+  EvaluationRecord r;
+  r.flops_ratio = 0.8;
+  for (std::size_t l = 0; l < shares.size(); ++l)
+    r.layers.push_back({static_cast<int>(l), l == 0 ? "dense" : "routed", l != 0, shares[l], 10.0, 12.0, {}});
+  return evaluation_extra_json(r).dump();
+}
+
+class TestRunHealth : public QObject {
+  Q_OBJECT
+
+ private slots:
+  void initTestCase() { init_logging({.log_dir = "-", .console = true, .level = "error"}); }
+
+  void alertsRiseAndClear() {
+    RunHealth health;
+    const std::vector<bool> routed{false, true, true};
+    for (int i = 0; i < 2; ++i) health.add_evaluation(i * 10, {1.0, 0.0, 0.5}, routed);
+    QVERIFY(health.alerts(0).empty());  // two evaluations are not yet "many"
+    health.add_evaluation(20, {1.0, 0.004, 0.5}, routed);
+    const auto collapse = of_kind(health.alerts(0), "router_collapse");
+    QCOMPARE(collapse.size(), std::size_t(1));
+    QVERIFY2(collapse[0].find("layer 1 ") != std::string::npos, collapse[0].c_str());
+    QVERIFY(collapse[0].find("layer 0") == std::string::npos);  // dense layers never collapse
+    health.add_evaluation(30, {1.0, 0.3, 0.5}, routed);
+    QVERIFY(health.alerts(0).empty());  // recovered
+
+    for (int step = 1; step <= 30; ++step) health.add_train_loss(step, step <= 20 ? 4.0 - 0.1 * step : 8.0);
+    QCOMPARE(of_kind(health.alerts(0), "diverging").size(), std::size_t(1));
+    health.add_train_loss(31, std::nan(""));
+    const auto alerts = health.alerts(0);
+    QCOMPARE(alerts.front().severity, HealthAlert::Severity::Error);  // errors first
+    QVERIFY2(alerts.front().message == "train loss is NaN at step 31", alerts.front().message.c_str());
+
+    RunHealth live;
+    live.set_live(true);
+    for (int i = 0; i < 10; ++i) live.note_progress(i * 0.5);
+    QVERIFY(live.alerts(10).empty());
+    QCOMPARE(of_kind(live.alerts(100), "stalled").size(), std::size_t(1));
+    live.set_live(false);
+    QVERIFY(live.alerts(100).empty());  // a finished run never stalls
+  }
+
+  void thresholdsAreTheCallers() {
+    HealthThresholds t;
+    t.collapse_evals = 1;
+    t.collapse_low = 0.1;
+    RunHealth health(t);
+    health.add_evaluation(1, {0.05}, {true});
+    QCOMPARE(of_kind(health.alerts(0), "router_collapse").size(), std::size_t(1));
+  }
+
+  void smoothingIsDebiasedAndKeepsGaps() {
+    const auto s = debiased_ema({2.0, 4.0, std::nan(""), 4.0}, 0.5);
+    QCOMPARE(s[0], 2.0);  // debiased: the first point is the first value, not half of it
+    QCOMPARE(s[1], (0.25 * 2.0 + 0.5 * 4.0) / 0.75);
+    QVERIFY(std::isnan(s[2]));
+    QCOMPARE(s[3], (0.125 * 2.0 + 0.25 * 4.0 + 0.5 * 4.0) / 0.875);
+    QCOMPARE(debiased_ema({1.0, 3.0}, 0.0), (std::vector<double>{1.0, 3.0}));
+  }
+
+  void evaluationRoundTrips() {
+    EvaluationRecord r;
+    r.task = Task::Classification;
+    r.flops_ratio = 0.61;
+    r.layers.push_back({0, "routed", true, 0.25, 3e6, 5e6, {{"entropy", 0.4}}});
+    r.stats = {{"entropy", 0.43}, {"nan_stat", std::numeric_limits<double>::quiet_NaN()}};
+    r.accuracy = 0.7;
+    r.macro_f1 = 0.66;
+    r.f1 = {0.6, 0.7, 0.68};
+    r.labels = {"entailment", "neutral", "contradiction"};
+    r.examples = 9815;
+    const auto back = read_evaluation(eval_row(40, evaluation_extra_json(r).dump()));
+    QCOMPARE(back.step, std::int64_t(40));
+    QCOMPARE(back.task, Task::Classification);
+    QCOMPARE(*back.flops_ratio, 0.61);
+    QCOMPARE(back.layers.size(), std::size_t(1));
+    QCOMPARE(back.layers[0].kind, std::string("routed"));
+    QCOMPARE(back.layers[0].routed_fraction, 0.25);
+    QCOMPARE(back.layers[0].dense_flops, 5e6);
+    QCOMPARE(back.layers[0].stats.at("entropy"), 0.4);
+    QCOMPARE(*back.stat("entropy"), 0.43);
+    QVERIFY(std::isnan(*back.stat("nan_stat")));  // written as null, read back as NaN
+    QVERIFY(!back.stat("absent"));
+    QCOMPARE(*back.accuracy, 0.7);
+    QCOMPARE(back.f1, r.f1);
+    QCOMPARE(back.labels, r.labels);
+    QCOMPARE(*back.examples, std::int64_t(9815));
+  }
+
+  void olderDocumentsTakeDefaults() {
+    // A language-model evaluation stored before FLOPs were priced per layer.
+    const auto e = read_evaluation(eval_row(5, R"({"layers": [{"layer": 0, "routed": true, "routed_fraction": 0.3}]})"));
+    QCOMPARE(e.task, Task::LanguageModel);
+    QVERIFY(!e.flops_ratio);
+    QCOMPARE(e.layers[0].kind, std::string("dense"));
+    QCOMPARE(e.layers[0].flops, 0.0);
+    QVERIFY(e.any_routed());
+    QVERIFY(read_evaluation(eval_row(6, "")).layers.empty());
+  }
+
+  void badDocumentsNameStepAndKey_data() {
+    QTest::addColumn<QString>("doc");
+    QTest::addColumn<QString>("expected");
+    QTest::newRow("not json") << "{oops" << "evaluation at step 7: its document is not JSON";
+    QTest::newRow("array") << "[1]" << "evaluation at step 7: its document is a array, not an object";
+    QTest::newRow("ratio") << R"({"flops_ratio": "fast"})" << "evaluation at step 7: flops_ratio: expected a number, found string";
+    QTest::newRow("layers") << R"({"layers": 3})" << "evaluation at step 7: layers: expected an array, found number";
+    QTest::newRow("layer") << R"({"layers": [{"routed": true}, {"routed_fraction": [1]}]})"
+                           << "evaluation at step 7: layers[1].routed_fraction: expected a number, found array";
+    QTest::newRow("stat") << R"({"layers": [{"stats": {"alpha": "x"}}]})"
+                          << "evaluation at step 7: layers[0].stats.alpha: expected a number, found string";
+    QTest::newRow("task") << R"({"task": "vision"})" << "evaluation at step 7: task: 'vision' (lm or classification)";
+    QTest::newRow("label") << R"({"labels": ["a", 2]})" << "evaluation at step 7: labels[1]: expected a string";
+  }
+
+  void badDocumentsNameStepAndKey() {
+    QFETCH(QString, doc);
+    QFETCH(QString, expected);
+    try {
+      read_evaluation(eval_row(7, doc.toStdString()));
+      QFAIL("no error");
+    } catch (const DataError& e) {
+      QCOMPARE(QString::fromStdString(e.what()), expected);
+    }
+  }
+
+  void storedRunsAreJudgedByTheSameRules() {
+    QTemporaryDir dir;
+    const std::string db = dir.filePath("runs.sqlite").toStdString();
+    RunStore store(db);
+    const auto collapsed = store.create_run(test::sample_run("collapsed"));
+    for (int i = 1; i <= 3; ++i) store.insert_eval(collapsed, eval_row(i * 10, routing_doc({1.0, 0.995, 0.4})));
+    store.insert_eval(collapsed, eval_row(40, "{not json"));  // unreadable: skipped, the rest still judged
+    std::vector<MetricRow> losses;
+    for (int s = 1; s <= 5; ++s) losses.push_back({"train/loss", s, 1000.0 + s, s == 5 ? test::kNan : 3.0});
+    store.insert_metrics(collapsed, losses);
+    store.set_status(collapsed, RunStatus::Finished);
+    const auto alerts = assess_run(store, collapsed, 1e9);
+    QCOMPARE(alerts.size(), std::size_t(2));
+    QCOMPARE(alerts[0].message, std::string("train loss is NaN at step 5"));
+    QVERIFY2(alerts[1].message.find("layer 1 routed ≥99%") != std::string::npos, alerts[1].message.c_str());
+    try {
+      read_evaluations(store, collapsed);
+      QFAIL("an unreadable evaluation was read");
+    } catch (const DataError& e) {
+      QVERIFY2(std::string(e.what()).find(db + ": run " + std::to_string(collapsed) + ": evaluation at step 40") == 0,
+               e.what());
+    }
+
+    // A running run whose last logged step is long past its usual pace has stalled; 2 s later it has not.
+    const auto running = store.create_run(test::sample_run("running"));
+    std::vector<MetricRow> steps;
+    for (int s = 1; s <= 10; ++s) steps.push_back({"train/loss", s, 2000.0 + s, 3.0});
+    store.insert_metrics(running, steps);
+    QCOMPARE(of_kind(assess_run(store, running, 2012.0), "stalled").size(), std::size_t(0));
+    QCOMPARE(of_kind(assess_run(store, running, 2100.0), "stalled").size(), std::size_t(1));
+    store.set_status(running, RunStatus::Stopped);
+    QVERIFY(assess_run(store, running, 2100.0).empty());
+  }
+};
+
+}  // namespace test_run_health
+
+ROUTELAB_TEST_SUITE(test_run_health, TestRunHealth)
+#include "test_run_health.moc"
