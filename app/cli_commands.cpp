@@ -189,6 +189,9 @@ nlohmann::json number_json(double v) {
   return v;
 }
 
+/// number_json of a value that may be absent (null).
+nlohmann::json optional_json(const std::optional<double>& v) { return v ? number_json(*v) : nlohmann::json(); }
+
 nlohmann::json alerts_json(const std::vector<HealthAlert>& alerts) {
   nlohmann::json out = nlohmann::json::array();
   for (const auto& a : alerts) out.push_back({{"severity", to_string(a.severity)}, {"kind", a.kind}, {"message", a.message}});
@@ -383,7 +386,6 @@ int cmd_show(const std::string& db, std::int64_t run_id, bool json) {
   const bool cls = is_classification(r);
   doc["task"] = cls ? "classification" : "lm";
   doc["evals"] = nlohmann::json::array();
-  const auto optional_json = [](const std::optional<double>& v) { return v ? number_json(*v) : nlohmann::json(); };
   for (const auto& e : read_evaluations(store, run_id)) {
     nlohmann::json row = {{"step", e.step}, {"split", e.split}, {"loss", number_json(e.loss)}};
     if (cls) {
@@ -431,26 +433,24 @@ int cmd_compare(const std::string& db, const std::vector<std::int64_t>& run_ids,
   std::size_t max_layers = 0, max_experts = 0;
   for (const auto id : run_ids) {
     const auto r = require_run(store, id);
-    const auto evals = store.evals(id);
+    const auto evals = read_evaluations(store, id);
     if (evals.empty()) throw StoreError("run " + std::to_string(id) + " has no evaluation yet");
     const auto& e = evals.back();
-    const auto extra = nlohmann::json::parse(e.extra_json, nullptr, false);
-    if (is_classification(r)) {
+      if (is_classification(r)) {
       // Classification: accuracy, macro-F1, routing entropy and per-expert loads (mean over layers) of the last
       // evaluation, plus the best validation accuracy.
-      const auto stats = extra.is_object() && extra.contains("stats") ? extra["stats"] : nlohmann::json::object();
       nlohmann::json row = {{"run", id}, {"name", r.name}, {"arch", r.arch}, {"task", "classification"},
                             {"step", e.step}, {"val_loss", number_json(e.loss)}};
-      row["val_accuracy"] = extra.is_object() ? extra.value("accuracy", nlohmann::json()) : nlohmann::json();
-      row["val_macro_f1"] = extra.is_object() ? extra.value("macro_f1", nlohmann::json()) : nlohmann::json();
+      row["val_accuracy"] = optional_json(e.accuracy);
+      row["val_macro_f1"] = optional_json(e.macro_f1);
       const auto best = best_metric(store, id, "val/accuracy");
       row["best_val_accuracy"] = best ? nlohmann::json(*best) : nlohmann::json();
       const auto epoch = last_metric(store, id, "val/epoch");
       row["epoch"] = epoch ? nlohmann::json(*epoch) : nlohmann::json();
-      row["entropy"] = stats.value("entropy", nlohmann::json());
+      row["entropy"] = optional_json(e.stat("entropy"));
       row["load"] = nlohmann::json::array();
-      for (std::size_t i = 0; stats.contains("load/E" + std::to_string(i)); ++i)
-        row["load"].push_back(stats["load/E" + std::to_string(i)]);
+      for (std::size_t i = 0; e.stat("load/E" + std::to_string(i)); ++i)
+        row["load"].push_back(number_json(*e.stat("load/E" + std::to_string(i))));
       max_experts = std::max(max_experts, row["load"].size());
       class_rows.push_back(std::move(row));
       continue;
@@ -459,11 +459,9 @@ int cmd_compare(const std::string& db, const std::vector<std::int64_t>& run_ids,
                           {"val_loss", number_json(e.loss)}, {"val_bpc", number_json(e.bpc)}};
     const auto speed = store.metric(id, "train/tokens_per_s");
     row["train_tokens_per_s"] = speed.empty() ? nlohmann::json() : number_json(speed.back().value);
-    row["flops_ratio"] = extra.is_object() && extra.contains("flops_ratio") ? extra["flops_ratio"] : nlohmann::json();
+    row["flops_ratio"] = optional_json(e.flops_ratio);
     row["routed_fraction"] = nlohmann::json::array();
-    if (extra.is_object() && extra.contains("layers"))
-      for (const auto& l : extra["layers"])
-        row["routed_fraction"].push_back(l.value("routed", false) ? l["routed_fraction"] : nlohmann::json());
+    for (const auto& l : e.layers) row["routed_fraction"].push_back(l.routed ? number_json(l.routed_fraction) : nlohmann::json());
     max_layers = std::max(max_layers, row["routed_fraction"].size());
     rows.push_back(std::move(row));
   }

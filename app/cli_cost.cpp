@@ -70,7 +70,7 @@ int run_flops(const FlopsArgs& a) {
       const auto report = evaluate_run(run, options);
       origin += ", fractions measured on " + report.split + " (" + std::to_string(report.batches) + " batches of " +
                 std::to_string(report.batch_size) + ")";
-      sets.push_back({"measured", fractions_from_trace(report.arch, measured_layers(report.layers))});
+      sets.push_back({"measured", fractions_from_trace(report.arch, report.layers)});
     }
   } else {
     const auto config = a.preset.empty() ? resolve_config(load_json_file(a.config), a.sets, a.config)

@@ -276,10 +276,11 @@ class TestConformance : public QObject {
       if (t.routed && !entry.priced_share_stat.empty())
         QVERIFY2(t.stats.count(entry.priced_share_stat), ("layer " + std::to_string(t.layer)).c_str());
     // A stored evaluation of this forward gives the FLOPs model the same shares.
-    nlohmann::json stored = nlohmann::json::array();
+    std::vector<LayerRouting> routed;
     for (const auto& t : out.trace)
-      if (t.routed) stored.push_back({{"routed_fraction", t.routed_fraction}, {"stats", t.stats}});
-    QCOMPARE(fractions_from_trace(entry.id, measured_layers(stored)), priced_shares(entry, out));
+      if (t.routed) routed.push_back({t.layer, t.kind, true, t.routed_fraction, t.flops, t.dense_flops, t.stats});
+    const auto stored = read_layers(layers_json(routed), "stored layers");  // through the stored document
+    QCOMPARE(fractions_from_trace(entry.id, stored), priced_shares(entry, out));
   }
 
   void forcedShareIsReached_data() {
@@ -353,9 +354,9 @@ class TestConformance : public QObject {
     QVERIFY((lm->decode(*prompt, tokens) - full.logits).abs().max().item<double>() < 1e-4);
     InferenceRouting routing;
     routing.add(full.trace);
-    const auto record = routing.to_json();  // what an evaluation stores
+    const auto stored = read_evaluation({0, "val", 0, 0, 0, evaluation_extra_json(routing.record()).dump()});
     double priced = 0;
-    for (const auto& layer : record.at("layers")) priced += 2 * layer_kv_entries(layer, double(T));
+    for (const auto& layer : stored.layers) priced += 2 * layer_kv_entries(layer, double(T));
     QVERIFY2(near(static_cast<double>(prompt->entries()), priced, 1e-9),
              qPrintable(QString("the cache holds %1 entries, the rule prices %2").arg(prompt->entries()).arg(priced)));
   }
@@ -377,11 +378,11 @@ class TestConformance : public QObject {
     const double traced = traced_flops(out, head);
     QVERIFY2(near(counted, traced, 1e-9),
              qPrintable(QString("inference: counted %1, traced %2").arg(counted, 0, 'g', 12).arg(traced, 0, 'g', 12)));
-    std::vector<MeasuredLayer> measured;
-    for (const auto& t : out.trace) measured.push_back({t.routed_fraction, t.stats});
+    InferenceRouting measured;
+    measured.add(out.trace);
     FlopsQuery q;
     q.seq = T;
-    q.fractions = fractions_from_trace(entry.id, measured);
+    q.fractions = fractions_from_trace(entry.id, measured.layers());
     const auto est = estimate_flops(model, kVocab, q);
     qInfo("%s: counted %.8g, estimated %.8g", qPrintable(arch), counted, est.total_flops());
     QVERIFY2(near(counted, est.total_flops(), 0.01),

@@ -18,6 +18,7 @@
 #include "core/models/radial.h"
 #include "core/models/registry.h"
 #include "core/models/tsa.h"
+#include "core/train/evaluation.h"
 #include "core/util/errors.h"
 #include "tests/suite.h"
 
@@ -43,11 +44,9 @@ void spread(torch::nn::Linear& out, double scale) {
 
 /// The per-layer fractions of a forward's trace, in estimate_flops's form.
 std::vector<double> measured(const std::string& arch, const std::vector<LayerTrace>& trace) {
-  std::vector<MeasuredLayer> layers;
-  for (const auto& t : trace) {
-    layers.push_back({t.routed_fraction, t.stats});
-  }
-  return fractions_from_trace(arch, layers);
+  InferenceRouting routing;
+  routing.add(trace);
+  return fractions_from_trace(arch, routing.layers());
 }
 
 /// A model section: the architecture's schema defaults under the given keys.

@@ -15,6 +15,7 @@
 #include "core/models/language_model.h"
 #include "core/models/registry.h"
 #include "core/models/tsa.h"
+#include "core/store/run_store.h"
 #include "core/train/evaluation.h"
 #include "core/util/errors.h"
 #include "tests/suite.h"
@@ -148,9 +149,9 @@ class TestGeneration : public QObject {
     const auto full = model->forward(tokens, /*trace=*/true);
     InferenceRouting routing;
     routing.add(full.trace);
-    const auto record = routing.to_json();  // what an evaluation stores
+    const auto stored = read_evaluation({0, "val", 0, 0, 0, evaluation_extra_json(routing.record()).dump()});
     double priced = 0;
-    for (const auto& layer : record.at("layers")) priced += layer_kv_entries(layer, double(kSeq));
+    for (const auto& layer : stored.layers) priced += layer_kv_entries(layer, double(kSeq));
     auto state = model->begin_decode(1);
     model->decode(*state, tokens);
     const auto held = static_cast<double>(state->entries());

@@ -363,19 +363,17 @@ void TestGui::costCurvesAreTheRegistrysPricing() {
                           {"train", {{"precision", "fp32"}}}}
         .dump();
   };
-  nlohmann::json layers = nlohmann::json::array();
-  for (int l = 0; l < 4; ++l)
-    layers.push_back({{"layer", l}, {"kind", l % 2 ? "routed" : "dense"}, {"routed", l % 2 == 1},
-                      {"routed_fraction", l % 2 ? 0.25 : 1.0}});
+  std::vector<routelab::LayerRouting> layers(4);
+  for (int l = 0; l < 4; ++l) layers[l] = {l, "dense", l % 2 == 1, l % 2 ? 0.25 : 1.0, 0, 0, {}};
   for (const std::string arch : {"dtrnet", "dllm"}) {
     for (auto& l : layers)
-      if (l["routed"].get<bool>()) l["kind"] = arch;
+      if (l.routed) l.kind = arch;
     const auto model = routelab::costModelFromConfig(config(arch));
     QVERIFY2(model.valid, qPrintable(model.error));
     QCOMPARE(model.context, qint64(100));
     routelab::EvalSnapshot eval;
     eval.step = 10;
-    routelab::setEvalLayers(eval, layers.dump());
+    routelab::setEvalLayers(eval, layers);
     const auto c = routelab::costCurves(model, &eval);
     QVERIFY2(c.error.isEmpty(), qPrintable(c.error));
     const auto lengths = routelab::default_cost_lengths(100);
@@ -400,7 +398,7 @@ void TestGui::costCurvesAreTheRegistrysPricing() {
     QCOMPARE(dense.denseFlops, c.denseFlops);
     // An evaluation whose layers do not fit the model is named, and the dense curves stay.
     routelab::EvalSnapshot odd;
-    routelab::setEvalLayers(odd, R"([{"layer": 0, "routed": true, "routed_fraction": 0.5}])");
+    routelab::setEvalLayers(odd, {{0, "dense", true, 0.5, 0, 0, {}}});
     const auto bad = routelab::costCurves(model, &odd);
     QVERIFY(bad.routedFlops.isEmpty() && bad.error.contains(QStringLiteral("layers")));
     QCOMPARE(bad.denseFlops, c.denseFlops);

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "core/run/evaluation_record.h"
+#include "core/run/probe_record.h"
 #include "core/run/run_health.h"
 #include "core/run/smoothing.h"
 #include "core/store/run_store.h"
@@ -153,6 +154,65 @@ class TestRunHealth : public QObject {
     QFETCH(QString, expected);
     try {
       read_evaluation(eval_row(7, doc.toStdString()));
+      QFAIL("no error");
+    } catch (const DataError& e) {
+      QCOMPARE(QString::fromStdString(e.what()), expected);
+    }
+  }
+
+  void probesReadTyped() {
+    // The documents of token_probe.cpp: a language model's probe text and a classifier's example.
+    const auto lm = read_probe(nlohmann::json::parse(R"({
+        "tokens": ["a", " ", "b"], "next_logprob": [-1.5, -0.5, null],
+        "layers": [{"layer": 0, "kind": "dense", "routed": false},
+                   {"layer": 1, "kind": "dtrnet", "routed": true, "gate": [0.9, 0.1, 0.6], "decision": [1, 0, true]}],
+        "token_data": {"path": [[0, 1], [0, -1], [1, 2]], "depth": [2, 1, 2]},
+        "top_k": [[{"id": 3, "text": "b", "p": 0.7}], [], []], "dropped_tokens": 4})"),
+                               20, "probe at step 20");
+    QCOMPARE(lm.step, std::int64_t(20));
+    QCOMPARE(lm.tokens, (std::vector<std::string>{"a", " ", "b"}));
+    QVERIFY(std::isnan(lm.next_logprob[2]));
+    QCOMPARE(lm.layers[1].gate, (std::vector<double>{0.9, 0.1, 0.6}));
+    QCOMPARE(lm.layers[1].decision, (std::vector<double>{1, 0, 1}));
+    QVERIFY(lm.layers[0].gate.empty());
+    const auto* path = lm.series("path");
+    QVERIFY(path && path->integral);
+    QCOMPARE(path->shape, (std::vector<int>{2}));
+    QCOMPARE(path->at(1, 1), -1.0);
+    QVERIFY(std::isnan(path->at(3, 0)));
+    QCOMPARE(lm.series("depth")->shape.size(), std::size_t(0));
+    QCOMPARE(lm.top_k[0][0].text, std::string("b"));
+    QCOMPARE(lm.dropped_tokens, std::int64_t(4));
+    const auto cls = read_probe(nlohmann::json::parse(R"({"task": "classification", "tokens": ["x"], "labels": ["yes", "no"],
+        "class_probs": [0.2, 0.8], "predicted": 1, "label": 0, "layers": [],
+        "token_data": {"gate": [[[0.25, 0.75], [0.5, 0.5]]]}})"),
+                                0, "probe");
+    QCOMPARE(cls.task, Task::Classification);
+    QCOMPARE(cls.predicted, 1);
+    QCOMPARE(cls.label, 0);
+    const auto* gate = cls.series("gate");  // (T, L, N) = (1, 2, 2)
+    QCOMPARE(gate->shape, (std::vector<int>{2, 2}));
+    QVERIFY(!gate->integral);
+    QCOMPARE(gate->at(0, 1 * 2 + 0), 0.5);
+  }
+
+  void badProbesNameStepAndKey_data() {
+    QTest::addColumn<QString>("doc");
+    QTest::addColumn<QString>("expected");
+    QTest::newRow("not json") << "{" << "probe at step 9: its document is not JSON";
+    QTest::newRow("tokens") << R"({"tokens": ["a", 1]})" << "probe at step 9: tokens[1]: expected a string";
+    QTest::newRow("gate") << R"({"layers": [{"gate": [0.5, "x"]}]})"
+                          << "probe at step 9: layers[0].gate[1]: expected a number, found string";
+    QTest::newRow("series") << R"({"token_data": {"path": [[0], ["a"]]}})"
+                            << "probe at step 9: token_data.path[1][0]: expected a number, found string";
+    QTest::newRow("top_k") << R"({"top_k": [[{"id": "3"}]]})" << "probe at step 9: top_k[0][0].id: expected an integer, found string";
+  }
+
+  void badProbesNameStepAndKey() {
+    QFETCH(QString, doc);
+    QFETCH(QString, expected);
+    try {
+      read_probe(ProbeRow{9, doc.toStdString()});
       QFAIL("no error");
     } catch (const DataError& e) {
       QCOMPARE(QString::fromStdString(e.what()), expected);

@@ -24,6 +24,7 @@
 #include "core/models/radial.h"
 #include "core/models/registry.h"
 #include "core/report/figures.h"
+#include "core/run/evaluation_record.h"
 #include "core/report/seed_figures.h"
 #include "core/store/run_store.h"
 #include "core/train/trainer.h"
@@ -244,7 +245,7 @@ class TestSeedFigures : public QObject {
     const auto config = json::parse(rec.config_json);
     const auto evals = store.evals(dtr_);
     const auto extra = json::parse(evals.back().extra_json);
-    const auto measured = measured_layers(extra["layers"]);
+    const auto measured = read_evaluation(evals.back()).layers;
     double per_token = 0;
     std::vector<double> percent;
     for (const auto& l : extra["layers"]) {

@@ -8,6 +8,9 @@
 #include <QVector>
 
 #include <string>
+#include <vector>
+
+#include "core/run/evaluation_record.h"
 
 namespace routelab {
 
@@ -25,7 +28,7 @@ struct EvalSnapshot {
   QVector<double> routedFraction;  ///< per layer
   QVector<bool> routed;            ///< per layer: makes routing decisions
   QStringList kinds;               ///< per layer: its trace kind
-  std::string layersJson;          ///< the stored per-layer records (JSON array): what the cost curves price
+  std::vector<LayerRouting> layers;  ///< the stored per-layer records: what the cost curves price
 };
 
 /// The probe text's per-token routing at one evaluation.

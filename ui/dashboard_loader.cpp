@@ -11,6 +11,7 @@
 
 #include "core/models/registry.h"
 #include "core/report/figures.h"
+#include "core/run/probe_record.h"
 #include "core/store/run_store.h"
 #include "core/util/logging.h"
 #include "ui/routing_cost.h"
@@ -20,124 +21,73 @@ namespace {
 
 using nlohmann::json;
 
-QVector<double> numbers(const json& array) {
-  QVector<double> out;
-  if (!array.is_array()) return out;
-  out.reserve(static_cast<qsizetype>(array.size()));
-  for (const json& v : array) out.push_back(v.is_number() ? v.get<double>() : std::nan(""));
+QVector<double> toQVector(const std::vector<double>& v) { return {v.begin(), v.end()}; }
+
+QStringList toQStringList(const std::vector<std::string>& v) {
+  QStringList out;
+  for (const auto& s : v) out.push_back(QString::fromStdString(s));
   return out;
 }
 
-bool allIntegral(const json& value) {
-  if (value.is_array()) {
-    for (const json& v : value)
-      if (!allIntegral(v)) return false;
-    return true;
-  }
-  return value.is_number_integer() || value.is_boolean();
-}
-
-double number(const json& v) {
-  if (v.is_boolean()) return v.get<bool>() ? 1.0 : 0.0;
-  return v.is_number() ? v.get<double>() : std::nan("");
-}
-
-/// token_data[key] after the probe took sequence 0: (T) -> one component, (T, K) -> K components; deeper
-/// shapes are flattened per token.
-ProbeSnapshot::Series parseSeries(const std::string& name, const json& data) {
+/// A token series as the dashboard draws it: components[c][t], one component per per-token value.
+ProbeSnapshot::Series seriesSnapshot(const TokenSeries& s) {
   ProbeSnapshot::Series series;
-  series.name = QString::fromStdString(name);
-  series.integral = allIntegral(data);
-  if (!data.is_array()) return series;
-  // The per-token shape from the first token: (T, L, k) -> {L, k}.
-  if (!data.empty())
-    for (const json* d = &data.front(); d->is_array() && !d->empty(); d = &d->front())
-      series.shape.push_back(static_cast<int>(d->size()));
-  std::vector<std::vector<double>> perToken;
+  series.name = QString::fromStdString(s.name);
+  series.integral = s.integral;
+  series.shape = QVector<int>(s.shape.begin(), s.shape.end());
   std::size_t width = 0;
-  for (const json& token : data) {
-    std::vector<double> values;
-    if (token.is_array()) {
-      json flat = token.flatten();
-      for (const auto& item : flat.items()) values.push_back(number(item.value()));
-    } else {
-      values.push_back(number(token));
-    }
-    width = std::max(width, values.size());
-    perToken.push_back(std::move(values));
-  }
+  for (const auto& values : s.values) width = std::max(width, values.size());
   series.components.resize(static_cast<qsizetype>(width));
-  for (std::size_t c = 0; c < width; ++c) {
-    auto& component = series.components[static_cast<qsizetype>(c)];
-    for (const auto& values : perToken) component.push_back(c < values.size() ? values[c] : std::nan(""));
-  }
+  for (std::size_t c = 0; c < width; ++c)
+    for (std::size_t t = 0; t < s.tokens(); ++t) series.components[static_cast<qsizetype>(c)].push_back(s.at(t, c));
   return series;
 }
 
 }  // namespace
 
-ProbeSnapshot parseProbe(qint64 step, const std::string& text) {
+ProbeSnapshot probeSnapshot(const ProbeRecord& record) {
   ProbeSnapshot probe;
-  probe.step = step;
-  const json doc = json::parse(text);
-  if (doc.contains("tokens"))
-    for (const json& t : doc.at("tokens")) probe.tokens.push_back(QString::fromStdString(t.get<std::string>()));
-  if (doc.contains("next_logprob")) probe.nextLogprob = numbers(doc.at("next_logprob"));
-  if (doc.contains("layers")) {
-    for (const json& l : doc.at("layers")) {
-      ProbeSnapshot::Layer layer;
-      layer.layer = l.value("layer", 0);
-      layer.kind = QString::fromStdString(l.value("kind", std::string("dense")));
-      layer.routed = l.value("routed", false);
-      if (l.contains("gate")) layer.gate = numbers(l.at("gate"));
-      if (l.contains("decision")) layer.decision = numbers(l.at("decision"));
-      probe.layers.push_back(std::move(layer));
-    }
+  probe.step = record.step;
+  probe.tokens = toQStringList(record.tokens);
+  probe.nextLogprob = toQVector(record.next_logprob);
+  for (const ProbeLayer& l : record.layers)
+    probe.layers.push_back({l.layer, QString::fromStdString(l.kind), l.routed, toQVector(l.gate), toQVector(l.decision)});
+  for (const TokenSeries& s : record.token_data) probe.tokenData.push_back(seriesSnapshot(s));
+  for (const auto& position : record.top_k) {
+    QVector<ProbeSnapshot::Prediction> ranked;
+    for (const ProbePrediction& p : position) ranked.push_back({QString::fromStdString(p.text), p.prob});
+    probe.topK.push_back(std::move(ranked));
   }
-  if (doc.contains("token_data") && doc.at("token_data").is_object())
-    for (const auto& [key, value] : doc.at("token_data").items()) probe.tokenData.push_back(parseSeries(key, value));
-  if (doc.contains("top_k") && doc.at("top_k").is_array()) {
-    for (const json& position : doc.at("top_k")) {
-      QVector<ProbeSnapshot::Prediction> ranked;
-      if (position.is_array())
-        for (const json& p : position)
-          ranked.push_back({QString::fromStdString(p.value("text", std::string())), p.value("p", 0.0)});
-      probe.topK.push_back(std::move(ranked));
-    }
-  }
-  probe.droppedTokens = doc.value("dropped_tokens", qint64{0});
-  if (doc.value("task", std::string("lm")) == "classification") {
+  probe.droppedTokens = record.dropped_tokens;
+  if (record.task == Task::Classification) {
     probe.task = QStringLiteral("classification");
-    if (doc.contains("labels"))
-      for (const json& l : doc.at("labels")) probe.labels.push_back(QString::fromStdString(l.get<std::string>()));
-    if (doc.contains("class_probs")) probe.classProbs = numbers(doc.at("class_probs"));
-    probe.predicted = doc.value("predicted", -1);
-    probe.label = doc.value("label", -1);
+    probe.labels = toQStringList(record.labels);
+    probe.classProbs = toQVector(record.class_probs);
+    probe.predicted = record.predicted;
+    probe.label = record.label;
   }
   return probe;
 }
 
-EvalSnapshot parseEval(qint64 step, double valLoss, const std::string& extraJson) {
+EvalSnapshot evalSnapshot(const EvaluationRecord& record) {
   EvalSnapshot eval;
-  eval.step = step;
-  eval.valLoss = valLoss;
-  const json extra = json::parse(extraJson);
-  eval.flopsRatio = extra.value("flops_ratio", 1.0);
-  if (extra.contains("layers")) setEvalLayers(eval, extra.at("layers").dump());
+  eval.step = record.step;
+  eval.valLoss = record.loss;
+  eval.flopsRatio = record.flops_ratio.value_or(1.0);
+  setEvalLayers(eval, record.layers);
   return eval;
 }
 
-void setEvalLayers(EvalSnapshot& eval, const std::string& layersJson) {
-  const json layers = json::parse(layersJson);
+void setEvalLayers(EvalSnapshot& eval, std::vector<LayerRouting> layers) {
   eval.routedFraction.clear();
   eval.routed.clear();
   eval.kinds.clear();
-  for (const json& l : layers) {
-    eval.routedFraction.push_back(l.value("routed_fraction", 1.0));
-    eval.routed.push_back(l.value("routed", false));
-    eval.kinds.push_back(QString::fromStdString(l.value("kind", std::string("dense"))));
+  for (const LayerRouting& l : layers) {
+    eval.routedFraction.push_back(l.routed_fraction);
+    eval.routed.push_back(l.routed);
+    eval.kinds.push_back(QString::fromStdString(l.kind));
   }
-  eval.layersJson = layersJson;
+  eval.layers = std::move(layers);
 }
 
 bool isMetricsViewKey(const QString& key) {
@@ -257,23 +207,15 @@ RunDashboardData loadDashboardData(const RunStore& store, qint64 runId) {
     put(h.fraction.back(), row.routed_fraction);
   }
 
-  for (const EvalRow& row : store.evals(runId)) {
-    try {
-      data.evals.push_back(parseEval(row.step, row.loss, row.extra_json));
-    } catch (const std::exception& e) {
-      logger("ui")->warn("run {}: evaluation at step {} has unreadable routing data: {}", runId, row.step, e.what());
-    }
-  }
+  std::vector<std::string> unreadable;
+  for (const EvaluationRecord& e : read_evaluations(store, runId, &unreadable)) data.evals.push_back(evalSnapshot(e));
+  for (const std::string& message : unreadable) logger("ui")->warn("{}", message);
   data.metrics = loadMetricsData(store, runId);
 
-  for (const ProbeRow& row : store.probes(runId)) {
-    try {
-      ProbeSnapshot probe = parseProbe(row.step, row.json);
-      if (!probe.tokens.isEmpty()) data.probes.push_back(std::move(probe));
-    } catch (const std::exception& e) {
-      logger("ui")->warn("run {}: probe at step {} is unreadable: {}", runId, row.step, e.what());
-    }
-  }
+  unreadable.clear();
+  for (const ProbeRecord& record : read_probes(store, runId, &unreadable))
+    if (!record.tokens.empty()) data.probes.push_back(probeSnapshot(record));
+  for (const std::string& message : unreadable) logger("ui")->warn("{}", message);
   return data;
 }
 

@@ -4,6 +4,8 @@
 #pragma once
 #include <string>
 
+#include "core/run/evaluation_record.h"
+#include "core/run/probe_record.h"
 #include "ui/dashboard_data.h"
 
 namespace routelab {
@@ -12,13 +14,12 @@ class RunStore;
 
 RunDashboardData loadDashboardData(const RunStore& store, qint64 runId);
 
-/// Parses one probe document (the trainer's probe_json); throws nlohmann::json::exception on malformed JSON.
-ProbeSnapshot parseProbe(qint64 step, const std::string& json);
-/// Parses one evaluation's extra_json.
-EvalSnapshot parseEval(qint64 step, double valLoss, const std::string& extraJson);
-/// Sets the per-layer routing of `eval` from its stored layer records (a JSON array); throws
-/// nlohmann::json::exception on malformed JSON.
-void setEvalLayers(EvalSnapshot& eval, const std::string& layersJson);
+/// What the dashboard and the token inspector show of one probe.
+ProbeSnapshot probeSnapshot(const ProbeRecord& record);
+/// What the dashboard shows of one stored evaluation.
+EvalSnapshot evalSnapshot(const EvaluationRecord& record);
+/// Sets the per-layer routing of `eval` from its layer records.
+void setEvalLayers(EvalSnapshot& eval, std::vector<LayerRouting> layers);
 
 /// Whether the metrics tab plots `key` as a curve: train/<x> and val/<x> but the losses (the loss plot shows
 /// them), the epoch counter and the per-expert series (load/..., assign/...: the expert-load bars show those).

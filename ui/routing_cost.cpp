@@ -38,14 +38,13 @@ CostCurves costCurves(const CostModel& model, const EvalSnapshot* eval) {
   const auto lengths = default_cost_lengths(model.context);
   const double mib = 1024.0 * 1024.0;
   // Unrouted records price the dense model: every layer every token (the dense figures of any curve are the same).
-  nlohmann::json dense_layers = nlohmann::json::array();
-  for (qint64 l = 0; l < model.nLayer; ++l) dense_layers.push_back({{"layer", l}, {"routed", false}});
-  nlohmann::json layers;
-  if (eval && !eval->layersJson.empty()) layers = nlohmann::json::parse(eval->layersJson, nullptr, false);
+  std::vector<LayerRouting> dense_layers(static_cast<std::size_t>(std::max<qint64>(0, model.nLayer)));
+  for (std::size_t l = 0; l < dense_layers.size(); ++l) dense_layers[l].layer = static_cast<int>(l);
+  const std::vector<LayerRouting> layers = eval ? eval->layers : std::vector<LayerRouting>{};
   std::vector<CostPoint> curve;
   bool routed = false;
   try {
-    if (layers.is_array()) {
+    if (!layers.empty()) {
       // The curve's lengths and, last, the run's context, priced in one pass.
       auto points = lengths;
       points.push_back(std::max<qint64>(1, model.context));

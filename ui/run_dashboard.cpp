@@ -290,12 +290,8 @@ void RunDashboard::appendLiveEval(const EvalSample& e) {
     snap.valLoss = e.valLoss;
     snap.flopsRatio = e.flopsRatio;
     snap.routedFraction = e.routedFraction;
-    if (!e.layersJson.empty()) {
-      try {
-        setEvalLayers(snap, e.layersJson);
-      } catch (const std::exception&) {
-        snap.layersJson.clear();  // the cost curves then stay dense
-      }
+    if (!e.layers.empty()) {
+      setEvalLayers(snap, e.layers);
     } else if (!stored_.evals.isEmpty()) {  // the layers' flags do not change during a run
       snap.routed = stored_.evals.back().routed;
       snap.kinds = stored_.evals.back().kinds;

@@ -9,6 +9,9 @@
 #include <limits>
 #include <optional>
 #include <string>
+#include <vector>
+
+#include "core/run/evaluation_record.h"
 
 namespace routelab {
 
@@ -39,7 +42,7 @@ struct EvalSample {
   double flopsRatio = 1;            ///< layer FLOPs / dense layer FLOPs (inference mode)
   double wallTime = 0;              ///< unix seconds
   QVector<double> routedFraction;   ///< per layer, inference mode
-  std::string layersJson;           ///< the per-layer records the evaluation stores (JSON array)
+  std::vector<LayerRouting> layers; ///< the per-layer records the evaluation stores
 };
 
 struct RunStartInfo {

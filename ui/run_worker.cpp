@@ -45,7 +45,7 @@ class RunWorker::Observer final : public TrainObserver {
   void on_eval(const EvalMetrics& m) override {
     std::lock_guard lock(worker_.mutex_);
     worker_.pending_.evals.push_back(EvalSample{m.step, m.val_loss, m.val_ppl, m.val_bpc, m.flops_ratio, unixNow(),
-                                                toQVector(m.routed_fraction), m.layers.dump()});
+                                                toQVector(m.routed_fraction), m.layers});
   }
 
  private:

@@ -114,7 +114,7 @@ void InspectorWorker::trace(const InspectorRequest& request) {
       }
       TraceableRun& run = *models.front().second;
       const auto trace = trace_text(run, request.text.toStdString(), request.topK);
-      result.trace = parseProbe(run.step, trace.to_json().dump());
+      result.trace = probeSnapshot(read_probe(trace.to_json(), run.step, "trace of the typed text"));
       result.step = run.step;
       result.name = QString::fromStdString(run.name);
       result.arch = QString::fromStdString(run.arch);

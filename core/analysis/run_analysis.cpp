@@ -141,7 +141,7 @@ nlohmann::json RunEvalReport::to_json() const {
   nlohmann::json j = {{"run", run_id},       {"name", name},   {"arch", arch},         {"split", split},
                       {"step", step},        {"sets", sets},   {"batches", batches},   {"batch_size", batch_size},
                       {"loss", loss},        {"ppl", ppl},     {"bpc", bpc},           {"flops_ratio", flops_ratio},
-                      {"routed_fraction", routed_fraction},    {"layers", layers}};
+                      {"routed_fraction", routed_fraction},    {"layers", layers_json(layers)}};
   j["task"] = task;
   if (task == "classification") {
     j["accuracy"] = accuracy;
@@ -174,7 +174,7 @@ RunEvalReport evaluate_run(LoadedRun& run, const RunEvalOptions& options) {
   r.bpc = pass.loss / std::log(2.0) / run.dataset->chars_per_token(options.split);
   r.flops_ratio = pass.routing.flops_ratio();
   r.routed_fraction = pass.routing.any_routed() ? pass.routing.mean_routed_fraction() : 1.0;
-  r.layers = pass.routing.to_json()["layers"];
+  r.layers = pass.routing.layers();
   r.stats = pass.stats;
   return r;
 }
@@ -201,7 +201,7 @@ RunEvalReport evaluate_run(LoadedClassifierRun& run, const RunEvalOptions& optio
   r.macro_f1 = pass.scores.macro_f1;
   r.flops_ratio = pass.routing.flops_ratio();
   r.routed_fraction = pass.routing.any_routed() ? pass.routing.mean_routed_fraction() : 1.0;
-  r.layers = pass.routing.to_json()["layers"];
+  r.layers = pass.routing.layers();
   r.stats = pass.stats;
   return r;
 }

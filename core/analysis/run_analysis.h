@@ -12,6 +12,8 @@
 #include <nlohmann/json.hpp>
 #include <torch/torch.h>
 
+#include "core/run/evaluation_record.h"
+
 #include "core/config/experiment_config.h"
 #include "core/data/classification.h"
 #include "core/data/dataset.h"
@@ -93,7 +95,7 @@ struct RunEvalReport {
   double loss = 0, ppl = 0, bpc = 0, flops_ratio = 1, routed_fraction = 1;  ///< ppl, bpc: NaN for classifiers
   double accuracy = 0, macro_f1 = 0;      ///< classification only
   std::int64_t examples = 0;              ///< classification: the split's pairs (all are evaluated)
-  nlohmann::json layers;                  ///< InferenceRouting::to_json()["layers"]
+  std::vector<LayerRouting> layers;       ///< InferenceRouting::layers()
   std::map<std::string, double> stats;    ///< ModelOutput::stats, mean over the batches
   nlohmann::json to_json() const;
 };

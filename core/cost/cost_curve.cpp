@@ -19,11 +19,11 @@ double kv_entry_bytes(const nlohmann::json& model, double value_bytes) {
   return width * value_bytes;
 }
 
-std::vector<CostPoint> priced_cost_curve(const nlohmann::json& model, const nlohmann::json& layers, double value_bytes,
-                                         const std::vector<std::int64_t>& lengths) {
-  if (!layers.is_array()) throw ConfigError("cost curve: the evaluation has no per-layer records");
+std::vector<CostPoint> priced_cost_curve(const nlohmann::json& model, const std::vector<LayerRouting>& layers,
+                                         double value_bytes, const std::vector<std::int64_t>& lengths) {
+  if (layers.empty()) throw ConfigError("cost curve: the evaluation has no per-layer records");
   const auto arch = model.value("arch", std::string());
-  const auto fractions = fractions_from_trace(arch, measured_layers(layers));
+  const auto fractions = fractions_from_trace(arch, layers);
   const double entry = kv_entry_bytes(model, value_bytes);
   std::vector<CostPoint> curve;
   for (const auto t : lengths) {

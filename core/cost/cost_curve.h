@@ -8,6 +8,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/run/evaluation_record.h"
+
 namespace routelab {
 
 struct CostPoint {
@@ -20,11 +22,11 @@ struct CostPoint {
 /// architecture's FLOPs model states the width (FlopsEstimate::kv_width). ConfigError when it cannot be priced.
 double kv_entry_bytes(const nlohmann::json& model, double value_bytes);
 
-/// The curve at `lengths` for `model` (a complete model section) from the evaluation's per-layer records
-/// ({kind, routed, routed_fraction, stats}, as stored). ConfigError when the architecture has no FLOPs model, the
-/// section no Transformer shape, or the records do not fit the model (another layer count).
-std::vector<CostPoint> priced_cost_curve(const nlohmann::json& model, const nlohmann::json& layers, double value_bytes,
-                                         const std::vector<std::int64_t>& lengths);
+/// The curve at `lengths` for `model` (a complete model section) from an evaluation's per-layer records.
+/// ConfigError when there are none, the architecture has no FLOPs model, the section no Transformer shape, or the
+/// records do not fit the model (another layer count).
+std::vector<CostPoint> priced_cost_curve(const nlohmann::json& model, const std::vector<LayerRouting>& layers,
+                                         double value_bytes, const std::vector<std::int64_t>& lengths);
 
 /// Powers of two from 64 to max(8192, 4 x context): the lengths both views draw by default.
 std::vector<std::int64_t> default_cost_lengths(std::int64_t context);

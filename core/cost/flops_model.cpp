@@ -12,7 +12,6 @@
 #include "core/config/options.h"
 #include "core/models/registry.h"
 #include "core/util/errors.h"
-#include "core/util/json_fields.h"
 
 namespace routelab {
 namespace {
@@ -124,21 +123,7 @@ std::vector<std::string> flops_model_architectures() {
 
 std::string routed_fraction_meaning(const std::string& arch) { return priced_entry(arch).routed_fraction_meaning; }
 
-std::vector<MeasuredLayer> measured_layers(const nlohmann::json& layers) {
-  std::vector<MeasuredLayer> out;
-  if (!layers.is_array()) return out;
-  for (const auto& l : layers) {
-    MeasuredLayer m;
-    m.routed_fraction = json_number(l, "routed_fraction", 1.0);
-    if (const auto stats = l.find("stats"); stats != l.end() && stats->is_object())
-      for (const auto& [key, value] : stats->items())
-        if (value.is_number()) m.stats[key] = value.get<double>();
-    out.push_back(std::move(m));
-  }
-  return out;
-}
-
-std::vector<double> fractions_from_trace(const std::string& arch, const std::vector<MeasuredLayer>& layers) {
+std::vector<double> fractions_from_trace(const std::string& arch, const std::vector<LayerRouting>& layers) {
   const auto& stat = priced_entry(arch).priced_share_stat;
   std::vector<double> out;
   for (const auto& l : layers) {

@@ -11,6 +11,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/run/evaluation_record.h"
+
 namespace routelab {
 
 /// What to price.
@@ -72,16 +74,9 @@ std::vector<std::string> flops_model_architectures();
 /// One line per architecture: what its routed fraction means and its default.
 std::string routed_fraction_meaning(const std::string& arch);
 
-/// One layer as a forward's trace or a stored evaluation record reports it.
-struct MeasuredLayer {
-  double routed_fraction = 1.0;
-  std::map<std::string, double> stats;
-};
-/// Stored evaluation layer records ({routed_fraction, stats}); a missing or malformed value reads as 1 or absent.
-std::vector<MeasuredLayer> measured_layers(const nlohmann::json& layers);
 /// Per-layer fractions in the form estimate_flops takes: the stat the architecture's registry entry names
 /// (ArchitectureEntry::priced_share_stat; TSA's "active_share") where a layer has it, else its routed fraction.
 /// ConfigError for an architecture without a FLOPs model.
-std::vector<double> fractions_from_trace(const std::string& arch, const std::vector<MeasuredLayer>& layers);
+std::vector<double> fractions_from_trace(const std::string& arch, const std::vector<LayerRouting>& layers);
 
 }  // namespace routelab

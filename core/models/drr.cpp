@@ -655,9 +655,12 @@ ArchitectureEntry drr_architecture() {
       },
   };
   // Every layer caches every token, plus the depth-memory entries it attends (short- and long-term, per sequence).
-  entry.kv_entries = [](const nlohmann::json& layer, double seq) {
-    const auto stats = layer.value("stats", nlohmann::json::object());
-    return seq + json_number(stats, "short_entries", 0.0) + json_number(stats, "long_entries", 0.0);
+  entry.kv_entries = [](const LayerRouting& layer, double seq) {
+    const auto entries = [&](const char* key) {
+      const auto it = layer.stats.find(key);
+      return it != layer.stats.end() && std::isfinite(it->second) ? it->second : 0.0;
+    };
+    return seq + entries("short_entries") + entries("long_entries");
   };
   entry.read_back_options = [](const nlohmann::json& m) {
     return read_back(m, drr_transformer_options_table(), drr_options_table());

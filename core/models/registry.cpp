@@ -17,7 +17,6 @@
 #include "core/models/tsa.h"
 #include "core/models/vanilla_classifier.h"
 #include "core/util/errors.h"
-#include "core/util/json_fields.h"
 
 namespace routelab {
 namespace {
@@ -60,16 +59,15 @@ std::vector<ArchitectureEntry>& registry() {
 
 }  // namespace
 
-double kv_entries_of_routed_tokens(const nlohmann::json& layer, double seq) {
-  const double f = json_number(layer, "routed_fraction", 1.0);
+double kv_entries_of_routed_tokens(const LayerRouting& layer, double seq) {
+  const double f = layer.routed_fraction;
   return (std::isfinite(f) ? f : 1.0) * seq;
 }
 
-double layer_kv_entries(const nlohmann::json& layer, double seq) {
-  const auto kind = layer.find("kind");
-  if (!json_flag(layer, "routed", false) || kind == layer.end() || !kind->is_string()) return seq;
+double layer_kv_entries(const LayerRouting& layer, double seq) {
+  if (!layer.routed) return seq;
   for (const auto& e : architectures())
-    if (e.id == kind->get<std::string>()) return e.kv_entries ? e.kv_entries(layer, seq) : seq;
+    if (e.id == layer.kind) return e.kv_entries ? e.kv_entries(layer, seq) : seq;
   return seq;
 }
 

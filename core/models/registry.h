@@ -13,6 +13,7 @@
 
 #include "core/config/options.h"
 #include "core/cost/flops_pricing.h"
+#include "core/run/evaluation_record.h"
 
 namespace at {
 class Tensor;
@@ -73,7 +74,7 @@ struct ArchitectureEntry {
   /// KV-cache entries per sequence that one of its routed layers (trace kind = id) holds after a prompt pass of
   /// `seq` tokens, from the layer's stored evaluation record (routed_fraction, stats). Null: every token, as a
   /// dense layer. The cost-length figure, Figure 6 and the Compare view price memory with it (layer_kv_entries).
-  std::function<double(const nlohmann::json& layer, double seq)> kv_entries = nullptr;
+  std::function<double(const LayerRouting& layer, double seq)> kv_entries = nullptr;
   /// FLOPs of the eval-mode forward, priced as executed (core/cost/flops_pricing.h). Null: no FLOPs model, which
   /// estimate_flops refuses by name (classifiers); every language model has one (the conformance suite checks).
   std::function<FlopsEstimate(const FlopsInput&)> price_flops = nullptr;
@@ -111,7 +112,7 @@ struct ArchitectureEntry {
 
 /// A kv_entries rule: the layer caches the tokens on its attention path, routed_fraction x seq (every token when
 /// the fraction is missing or not finite).
-double kv_entries_of_routed_tokens(const nlohmann::json& layer, double seq);
+double kv_entries_of_routed_tokens(const LayerRouting& layer, double seq);
 
 /// Every registered architecture, sorted by id.
 const std::vector<ArchitectureEntry>& architectures();
@@ -138,7 +139,7 @@ const ArchitectureEntry& architecture(const std::string& id);
 /// KV entries per sequence of one stored evaluation layer record ({kind, routed, routed_fraction, stats}) after a
 /// prompt pass of `seq` tokens: every token for an unrouted layer or a kind without a registered rule, else the
 /// rule of the architecture whose id is the layer's kind.
-double layer_kv_entries(const nlohmann::json& layer, double seq);
+double layer_kv_entries(const LayerRouting& layer, double seq);
 /// Builds a language model; a classification architecture is a ConfigError naming model.arch.
 std::shared_ptr<LanguageModel> create_model(const nlohmann::json& model, const ModelContext& ctx);
 /// Builds a sequence classifier; a language-model architecture is a ConfigError naming model.arch.

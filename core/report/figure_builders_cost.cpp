@@ -24,15 +24,10 @@ double run_cost(const RunStore& store, std::int64_t run_id) {
   const auto points = store.metric(run_id, "val/flops_ratio");
   for (auto it = points.rbegin(); it != points.rend(); ++it)
     if (std::isfinite(it->value)) return it->value;
-  const auto evals = store.evals(run_id);
-  for (auto it = evals.rbegin(); it != evals.rend(); ++it) {
-    try {
-      const auto extra = json::parse(it->extra_json);
-      const double r = json_number(extra, "flops_ratio", kNaN);
-      if (std::isfinite(r)) return r;
-    } catch (const json::exception&) {
-    }
-  }
+  std::vector<std::string> unreadable;  // a point without a cost is left out; the run's other figures name the row
+  const auto evals = read_evaluations(store, run_id, &unreadable);
+  for (auto it = evals.rbegin(); it != evals.rend(); ++it)
+    if (it->flops_ratio && std::isfinite(*it->flops_ratio)) return *it->flops_ratio;
   return kNaN;
 }
 
@@ -119,7 +114,8 @@ std::vector<std::int64_t> cost_lengths(const FigureRequest& request, std::int64_
 Figure build_cost_length(const RunStore& store, const FigureRequest& request) {
   struct RunCost {
     RunRecord run;
-    json model, layers;
+    json model;
+    std::vector<LayerRouting> layers;
     double value_bytes = 4;  ///< of the KV cache: 2 when the run trained in bf16
     std::int64_t context = 0, eval_step = 0;
   };
@@ -193,7 +189,7 @@ Figure build_cost_length(const RunStore& store, const FigureRequest& request) {
       kv_panel.series.push_back(std::move(dense_kv));
     }
     kv_panel.series.push_back(std::move(kv));
-    sources.push_back({{"run", rc.run.id}, {"eval_step", rc.eval_step}, {"fractions", fractions_from_trace(rc.run.arch, measured_layers(rc.layers))}});
+    sources.push_back({{"run", rc.run.id}, {"eval_step", rc.eval_step}, {"fractions", fractions_from_trace(rc.run.arch, rc.layers)}});
   }
   if (dense_kv_drawn.size() > 1)
     for (auto& s : kv_panel.series)

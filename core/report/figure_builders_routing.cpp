@@ -5,6 +5,7 @@
 
 #include "core/report/figure_detail.h"
 #include "core/report/table.h"
+#include "core/run/probe_record.h"
 #include "core/util/errors.h"
 
 namespace routelab::figure_detail {
@@ -30,8 +31,8 @@ Figure build_routed_layers(const RunStore& store, const FigureRequest& request) 
       std::vector<double> fractions;
       std::vector<bool> routed;
       for (const auto& l : layers) {
-        fractions.push_back(json_number(l, "routed_fraction", kNaN));
-        routed.push_back(json_flag(l, "routed", false));
+        fractions.push_back(l.routed_fraction);
+        routed.push_back(l.routed);
       }
       if (gl.routed.empty()) gl.routed = routed;
       n_layers = std::max(n_layers, fractions.size());
@@ -82,50 +83,43 @@ struct ProbeMap {
 };
 
 ProbeMap probe_map(const RunStore& store, std::int64_t run_id, std::int64_t step, bool decisions) {
-  const auto probes = store.probes(run_id);
+  std::vector<ProbeRecord> probes;
+  try {
+    probes = read_probes(store, run_id);
+  } catch (const DataError& e) {
+    throw DataError(std::string("token-maps: ") + e.what());
+  }
   if (probes.empty())
     throw DataError("token-maps: " + store.path() + ": run " + std::to_string(run_id) + " has no probe");
-  const ProbeRow* row = &probes.back();
+  const ProbeRecord* probe = &probes.back();
   if (step != 0) {
-    row = nullptr;
+    probe = nullptr;
     std::string steps;
     for (const auto& p : probes) {
-      if (p.step == step) row = &p;
+      if (p.step == step) probe = &p;
       steps += (steps.empty() ? "" : ", ") + std::to_string(p.step);
     }
-    if (!row)
+    if (!probe)
       throw DataError("token-maps: run " + std::to_string(run_id) + " has no probe at step " + std::to_string(step) +
                       " (probed at: " + steps + ")");
   }
-  json doc;
-  try {
-    doc = json::parse(row->json);
-  } catch (const json::exception& e) {
-    throw DataError("token-maps: run " + std::to_string(run_id) + " step " + std::to_string(row->step) +
-                    ": probe is not JSON: " + e.what());
-  }
-  if (!doc.is_object() || !doc.contains("tokens") || !doc.at("tokens").is_array() || !doc.contains("layers") ||
-      !doc.at("layers").is_array())
-    throw DataError("token-maps: run " + std::to_string(run_id) + " step " + std::to_string(row->step) +
+  if (probe->tokens.empty() || probe->layers.empty())
+    throw DataError("token-maps: run " + std::to_string(run_id) + " step " + std::to_string(probe->step) +
                     ": the probe has no tokens or layers");
   ProbeMap m;
-  m.title = run_label(run_record(store, run_id)) + " (step " + std::to_string(row->step) + ")";
-  for (const auto& t : doc.at("tokens")) m.tokens.push_back(t.is_string() ? t.get<std::string>() : t.dump());
-  const auto& layers = doc.at("layers");
-  m.map.rows = layers.size();
+  m.title = run_label(run_record(store, run_id)) + " (step " + std::to_string(probe->step) + ")";
+  m.tokens = probe->tokens;
+  m.map.rows = probe->layers.size();
   m.map.cols = m.tokens.size();
   m.map.values.assign(m.map.rows * m.map.cols, kNaN);
   m.map.col_labels = m.tokens;
   m.map.colour_label = decisions ? "decision" : "gate";
-  for (std::size_t r = 0; r < layers.size(); ++r) {
-    const auto& l = layers[r];
-    m.map.row_labels.push_back("L" + std::to_string(l.value("layer", static_cast<int>(r))));
-    const char* key = decisions ? "decision" : "gate";
-    if (!l.contains(key) && !decisions) key = "decision";  // a layer with hard decisions only
-    if (!l.contains(key) || !l.at(key).is_array()) continue;
-    const auto& values = l.at(key);
-    for (std::size_t c = 0; c < m.map.cols && c < values.size(); ++c)
-      if (values[c].is_number()) m.map.values[r * m.map.cols + c] = values[c].get<double>();
+  for (std::size_t r = 0; r < probe->layers.size(); ++r) {
+    const auto& l = probe->layers[r];
+    m.map.row_labels.push_back("L" + std::to_string(l.layer));
+    // A layer with hard decisions only shows them on the gate map too.
+    const auto& values = decisions || l.gate.empty() ? l.decision : l.gate;
+    for (std::size_t c = 0; c < m.map.cols && c < values.size(); ++c) m.map.values[r * m.map.cols + c] = values[c];
   }
   return m;
 }

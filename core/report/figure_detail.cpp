@@ -88,8 +88,16 @@ void require_metric_somewhere(const RunStore& store, const FigureRequest& reques
                     std::to_string(request.run_ids.front()) + " has: " + keys + ")");
 }
 
-EvalRow eval_at(const RunStore& store, std::int64_t run_id, std::int64_t step, const std::string& figure) {
-  const auto evals = store.evals(run_id);
+std::vector<EvaluationRecord> evaluations(const RunStore& store, std::int64_t run_id, const std::string& figure) {
+  try {
+    return read_evaluations(store, run_id);
+  } catch (const DataError& e) {
+    throw DataError(figure + ": " + e.what());
+  }
+}
+
+EvaluationRecord eval_at(const RunStore& store, std::int64_t run_id, std::int64_t step, const std::string& figure) {
+  const auto evals = evaluations(store, run_id, figure);
   if (evals.empty())
     throw DataError(figure + ": " + store.path() + ": run " + std::to_string(run_id) + " has no evaluation");
   if (step == 0) return evals.back();
@@ -102,18 +110,12 @@ EvalRow eval_at(const RunStore& store, std::int64_t run_id, std::int64_t step, c
                   " (evaluated at: " + steps + ")");
 }
 
-json eval_layers(const RunStore& store, std::int64_t run_id, const EvalRow& eval, const std::string& figure) {
-  json extra;
-  try {
-    extra = json::parse(eval.extra_json);
-  } catch (const json::exception& e) {
+std::vector<LayerRouting> eval_layers(const RunStore& store, std::int64_t run_id, const EvaluationRecord& eval,
+                                      const std::string& figure) {
+  if (eval.layers.empty())
     throw DataError(figure + ": " + store.path() + ": run " + std::to_string(run_id) + " step " +
-                    std::to_string(eval.step) + ": evaluation extra is not JSON: " + e.what());
-  }
-  if (!extra.is_object() || !extra.contains("layers") || !extra.at("layers").is_array() || extra.at("layers").empty())
-    throw DataError(figure + ": run " + std::to_string(run_id) + " step " + std::to_string(eval.step) +
-                    ": the evaluation stores no per-layer routing (extra.layers)");
-  return extra.at("layers");
+                    std::to_string(eval.step) + ": the evaluation stores no per-layer routing (layers)");
+  return eval.layers;
 }
 
 }  // namespace routelab::figure_detail

@@ -12,6 +12,7 @@
 
 #include "core/report/figures.h"
 #include "core/report/run_tables.h"
+#include "core/run/evaluation_record.h"
 #include "core/store/run_store.h"
 #include "core/util/json_fields.h"
 
@@ -67,9 +68,12 @@ std::vector<StyledGroup> styled_groups(const RunStore& store, const FigureReques
 void require_metric_somewhere(const RunStore& store, const FigureRequest& request, const std::string& figure);
 
 /// The run's evaluation at `step` (0 = the last one), or a DataError naming `figure` and the steps evaluated.
-EvalRow eval_at(const RunStore& store, std::int64_t run_id, std::int64_t step, const std::string& figure);
-/// The evaluation's per-layer routing (extra.layers), or a DataError naming `figure`.
-json eval_layers(const RunStore& store, std::int64_t run_id, const EvalRow& eval, const std::string& figure);
+EvaluationRecord eval_at(const RunStore& store, std::int64_t run_id, std::int64_t step, const std::string& figure);
+/// The evaluation's per-layer routing, or a DataError naming `figure` when it stores none.
+std::vector<LayerRouting> eval_layers(const RunStore& store, std::int64_t run_id, const EvaluationRecord& eval,
+                                      const std::string& figure);
+/// The run's evaluations, read once (core/run/evaluation_record.h); an unreadable one is a DataError naming `figure`.
+std::vector<EvaluationRecord> evaluations(const RunStore& store, std::int64_t run_id, const std::string& figure);
 
 // The builders, by family: figure_builders_curves.cpp, figure_builders_cost.cpp, figure_builders_routing.cpp.
 Figure build_curves(const RunStore& store, const FigureRequest& request);

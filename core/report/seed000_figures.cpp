@@ -99,9 +99,8 @@ std::vector<double> measured_fractions(const RunStore& store, const RunRecord& r
     source = "architecture default (no evaluation stored)";
     return {};
   }
-  const auto extra = parse_json(eval->extra_json, store, rec.id, "evaluation of step " + std::to_string(eval->step));
   source = "evaluation at step " + std::to_string(eval->step);
-  return fractions_from_trace(rec.arch, measured_layers(extra.value("layers", json::array())));
+  return fractions_from_trace(rec.arch, eval->layers);
 }
 
 const char* kFig4Title = "Theoretical FLOPs as the sequence length increases, relative to a dense Transformer of the "
@@ -150,16 +149,14 @@ Figure seed000_fig5(const RunStore& store, const FigureRequest& request) {
     const auto rec = run_record(store, id);
     const auto eval = val_eval(store, id, request.step);
     if (!eval) throw ConfigError(request.name + ": run " + std::to_string(id) + " has no validation evaluation");
-    const auto extra = parse_json(eval->extra_json, store, id, "evaluation of step " + std::to_string(eval->step));
     FigureBars::Member m;
     m.label = run_label(rec);
     m.color = arch_color(rec.arch);
     bool any_routed = false;
-    for (const auto& l : extra.value("layers", json::array())) {
-      const bool routed = l.value("routed", false);
-      any_routed = any_routed || routed;
+    for (const auto& l : eval->layers) {
+      any_routed = any_routed || l.routed;
       // A layer that does not route sends every token through attention.
-      m.values.push_back(routed ? 100.0 * l.value("routed_fraction", 1.0) : 100.0);
+      m.values.push_back(l.routed ? 100.0 * l.routed_fraction : 100.0);
     }
     m.hatched = !any_routed;
     layers = std::max(layers, m.values.size());
@@ -191,14 +188,13 @@ Figure seed000_fig6(const RunStore& store, const FigureRequest& request) {
     // Cache entries after a prompt of t tokens, layer by layer under its architecture's rule (layer_kv_entries):
     // a routed DTRNet or MoD layer caches its attention tokens, a Radial layer its executions; a D-LLM layer's
     // prompt pass writes every slot (the skipped ones masked), as dense does.
-    json layers = json::array();
+    std::vector<LayerRouting> layers;
     const auto eval = val_eval(store, id, request.step);
     if (eval) {
-      const auto extra = parse_json(eval->extra_json, store, id, "evaluation of step " + std::to_string(eval->step));
-      layers = extra.value("layers", json::array());
+      layers = eval->layers;
       f.meta["eval_step"][std::to_string(id)] = eval->step;
     } else {
-      for (std::int64_t l = 0; l < model.value("n_layer", std::int64_t{0}); ++l) layers.push_back(json::object());
+      layers.resize(static_cast<std::size_t>(std::max<std::int64_t>(0, model.value("n_layer", std::int64_t{0}))));
       f.meta["eval_step"][std::to_string(id)] = nullptr;
     }
     FigureSeries s;

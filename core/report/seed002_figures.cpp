@@ -19,14 +19,12 @@ Figure seed002_fig3(const RunStore& store, const FigureRequest& request) {
     const auto rec = run_record(store, id);
     const auto eval = val_eval(store, id, request.step);
     if (!eval) throw ConfigError(request.name + ": run " + std::to_string(id) + " has no validation evaluation");
-    const auto extra = parse_json(eval->extra_json, store, id, "evaluation of step " + std::to_string(eval->step));
-    const auto stats = extra.value("stats", json::object());
     // load/L<l>/E<i>: the mean gate mass of expert i in layer l over the real tokens.
     std::map<int, std::map<int, double>> load;
-    for (const auto& [key, value] : stats.items()) {
+    for (const auto& [key, value] : eval->stats) {
       int l = 0, e = 0;
       char tail = 0;
-      if (std::sscanf(key.c_str(), "load/L%d/E%d%c", &l, &e, &tail) == 2) load[l][e] = value.get<double>();
+      if (std::sscanf(key.c_str(), "load/L%d/E%d%c", &l, &e, &tail) == 2) load[l][e] = value;
     }
     if (load.empty())
       throw ConfigError(request.name + ": run " + std::to_string(id) + " stores no per-layer expert loads "
@@ -89,13 +87,13 @@ Figure seed002_fig4(const RunStore& store, const FigureRequest& request) {
   for (const auto id : request.run_ids) {
     const auto rec = run_record(store, id);
     const auto probe = probe_at(store, id, request.step, request.name);
-    if (!probe.contains("token_data") || !probe["token_data"].contains("gate"))
+    const auto* gate = probe.series("gate");  // (T, L, N)
+    if (!gate || gate->shape.size() != 2)
       throw ConfigError(request.name + ": run " + std::to_string(id) + "'s probe has no token gates (a tagat run)");
-    const auto& gate = probe["token_data"]["gate"];  // (T, L, N)
-    const auto T = gate.size();
-    const auto L = T ? gate[0].size() : 0;
-    const auto N = L ? gate[0][0].size() : 0;
-    const auto tokens = token_labels(probe.value("tokens", json::array()));
+    const auto T = gate->tokens();
+    const auto L = static_cast<std::size_t>(gate->shape[0]);
+    const auto N = static_cast<std::size_t>(gate->shape[1]);
+    const auto tokens = token_labels(probe.tokens);
     for (std::size_t l = 0; l < L; ++l) {
       FigurePanel p;
       p.title = run_label(rec) + ", layer " + std::to_string(l);
@@ -106,7 +104,7 @@ Figure seed002_fig4(const RunStore& store, const FigureRequest& request) {
       h.rows = N;
       h.cols = T;
       for (std::size_t e = 0; e < N; ++e)
-        for (std::size_t t = 0; t < T; ++t) h.values.push_back(gate[t][l][e].get<double>());
+        for (std::size_t t = 0; t < T; ++t) h.values.push_back(gate->at(t, l * N + e));
       for (std::size_t e = 0; e < N; ++e) h.row_labels.push_back(prefixed("E", static_cast<std::int64_t>(e)));
       if (tokens.size() == T) h.col_labels = tokens;
       h.lo = 0;
@@ -115,8 +113,8 @@ Figure seed002_fig4(const RunStore& store, const FigureRequest& request) {
       f.panels.push_back(std::move(p));
     }
     f.columns = static_cast<int>(L);
-    f.meta["probe_step"][std::to_string(id)] = probe["step"];
-    if (probe.contains("label_name")) f.meta["probe_label"][std::to_string(id)] = probe["label_name"];
+    f.meta["probe_step"][std::to_string(id)] = probe.step;
+    if (!probe.label_name.empty()) f.meta["probe_label"][std::to_string(id)] = probe.label_name;
   }
   return f;
 }

@@ -192,28 +192,27 @@ Figure seed003_fig4(const RunStore& store, const FigureRequest& request) {
     const auto rec = run_record(store, id);
     const auto probe = probe_at(store, id, request.step, request.name);
     FigurePanel p;
-    p.title = run_label(rec) + " (step " + std::to_string(probe["step"].get<std::int64_t>()) + ")";
+    p.title = run_label(rec) + " (step " + std::to_string(probe.step) + ")";
     p.x_label = "Token";
     p.y_label = "Routing decision";
     p.legend = false;
     auto& h = p.heatmap;
-    for (const auto& l : probe.value("layers", json::array())) {
-      if (!l.value("routed", false) || !l.contains("gate")) continue;
-      const auto& gate = l["gate"];
-      if (h.cols == 0) h.cols = gate.size();
-      if (gate.size() != h.cols) throw StoreError(store.path() + ": run " + std::to_string(id) + ": probe rows differ");
-      for (const auto& g : gate) h.values.push_back(g.get<double>());
-      h.row_labels.push_back("L" + std::to_string(l.value("layer", 0)));
+    for (const auto& l : probe.layers) {
+      if (!l.routed || l.gate.empty()) continue;
+      if (h.cols == 0) h.cols = l.gate.size();
+      if (l.gate.size() != h.cols) throw StoreError(store.path() + ": run " + std::to_string(id) + ": probe rows differ");
+      h.values.insert(h.values.end(), l.gate.begin(), l.gate.end());
+      h.row_labels.push_back("L" + std::to_string(l.layer));
       ++h.rows;
     }
     if (h.rows == 0)
       throw ConfigError(request.name + ": run " + std::to_string(id) + "'s probe has no routed layer with gates");
-    const auto tokens = token_labels(probe.value("tokens", json::array()));
+    const auto tokens = token_labels(probe.tokens);
     if (tokens.size() == h.cols) h.col_labels = tokens;
     h.lo = 0;
     h.hi = 1;
     h.colour_label = architecture(rec.arch).gate_meaning;
-    f.meta["probe_step"][std::to_string(id)] = probe["step"];
+    f.meta["probe_step"][std::to_string(id)] = probe.step;
     f.panels.push_back(std::move(p));
   }
   f.columns = 1;

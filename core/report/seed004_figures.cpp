@@ -150,31 +150,31 @@ Figure seed004_fig7(const RunStore& store, const FigureRequest& request) {
     auto& h = p.heatmap;
     // A model that routes each token along a path of layers (Radial Networks) stores it in its probe's token data;
     // the others are shown through the residual-ratio oracle.
-    json stored;
+    std::optional<ProbeRecord> stored;
     try {
       stored = probe_at(store, id, request.step, request.name);
     } catch (const ConfigError&) {  // no probe at that step: no stored path
     }
-    if (stored.contains("token_data") && stored["token_data"].contains("path")) {
+    const TokenSeries* path = stored ? stored->series("path") : nullptr;
+    if (path && path->shape.size() == 1) {
       // The model's own routing: the stored probe's path (T, S), layer per step, -1 after the exit.
-      const auto& path = stored["token_data"]["path"];
-      h.cols = path.size();
-      h.rows = h.cols ? path[0].size() : 0;
+      h.cols = path->tokens();
+      h.rows = static_cast<std::size_t>(path->shape[0]);
       const auto layers = run_config(store, rec).at("model").value("n_layer", std::int64_t{1});
       for (std::size_t s = 0; s < h.rows; ++s) {
         h.row_labels.push_back("step " + std::to_string(s));
         for (std::size_t t = 0; t < h.cols; ++t) {
-          const auto layer = path[t][s].get<std::int64_t>();
-          h.values.push_back(layer < 0 ? kNaN : static_cast<double>(layer));
+          const double layer = path->at(t, s);
+          h.values.push_back(layer < 0 ? kNaN : layer);
         }
       }
-      h.col_labels = token_labels(stored.value("tokens", json::array()));
+      h.col_labels = token_labels(stored->tokens);
       if (h.col_labels.size() != h.cols) h.col_labels.clear();
       h.lo = 0;
       h.hi = static_cast<double>(std::max<std::int64_t>(1, layers - 1));
       h.colour_label = "layer";
       p.y_label = "Routing step";
-      f.meta["probe_step"][std::to_string(id)] = stored["step"];
+      f.meta["probe_step"][std::to_string(id)] = stored->step;
     } else {
       // The oracle of §4: a block is skipped for a token whose residual ratio is below tau.
       const auto prof = profile_of(store, id, request.step);

@@ -9,9 +9,9 @@
 
 namespace routelab::figure_detail {
 
-std::optional<EvalRow> val_eval(const RunStore& store, std::int64_t id, std::int64_t step) {
-  std::optional<EvalRow> found;
-  for (auto& e : store.evals(id))
+std::optional<EvaluationRecord> val_eval(const RunStore& store, std::int64_t id, std::int64_t step) {
+  std::optional<EvaluationRecord> found;
+  for (auto& e : read_evaluations(store, id))
     if (e.split == "val" && (step == 0 || e.step == step) && (!found || e.step >= found->step)) found = e;
   return found;
 }
@@ -24,30 +24,37 @@ json parse_json(const std::string& text, const RunStore& store, std::int64_t id,
   }
 }
 
-json probe_at(const RunStore& store, std::int64_t id, std::int64_t step, const std::string& figure) {
+ProbeRecord probe_at(const RunStore& store, std::int64_t id, std::int64_t step, const std::string& figure) {
   std::optional<ProbeRow> found;
   for (auto& p : store.probes(id))
     if ((step == 0 || p.step == step) && (!found || p.step >= found->step)) found = p;
   if (!found)
     throw ConfigError(figure + ": run " + std::to_string(id) + " has no probe" +
                       (step ? " at step " + std::to_string(step) : std::string()));
-  auto doc = parse_json(found->json, store, id, "probe of step " + std::to_string(found->step));
-  doc["step"] = found->step;
-  return doc;
+  try {
+    return read_probe(*found);
+  } catch (const DataError& e) {
+    throw DataError(figure + ": " + store.path() + ": run " + std::to_string(id) + ": " + e.what());
+  }
 }
 
 std::string prefixed(const char* prefix, std::int64_t i) { return std::string(prefix).append(std::to_string(i)); }
 
-std::vector<std::string> token_labels(const json& tokens) {
+std::vector<std::string> token_labels(const std::vector<std::string>& tokens) {
   std::vector<std::string> out;
-  if (!tokens.is_array()) return out;
-  for (const auto& t : tokens) {
-    std::string s = t.is_string() ? t.get<std::string>() : t.dump();
+  for (std::string s : tokens) {
     if (s == " ") s = "\u2423";
     else if (s == "\n") s = "\u21b5";
     out.push_back(s);
   }
   return out;
+}
+
+std::vector<std::string> token_labels(const json& tokens) {
+  std::vector<std::string> texts;
+  if (tokens.is_array())
+    for (const auto& t : tokens) texts.push_back(t.is_string() ? t.get<std::string>() : t.dump());
+  return token_labels(texts);
 }
 
 DataShape data_shape_of(const json& config) {

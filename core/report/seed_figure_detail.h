@@ -8,21 +8,24 @@
 
 #include "core/report/figure_detail.h"
 #include "core/report/figures.h"
+#include "core/run/probe_record.h"
 #include "core/store/run_store.h"
 
 namespace routelab::figure_detail {
 
 /// The run's "val" evaluation at `step` (0 = the last one).
-std::optional<EvalRow> val_eval(const RunStore& store, std::int64_t id, std::int64_t step);
+std::optional<EvaluationRecord> val_eval(const RunStore& store, std::int64_t id, std::int64_t step);
 /// `text` parsed, or a StoreError naming the run and `what` it is.
 json parse_json(const std::string& text, const RunStore& store, std::int64_t id, const std::string& what);
-/// The run's probe at `step` (0 = the last one), parsed; a run without one is a ConfigError naming the figure.
-json probe_at(const RunStore& store, std::int64_t id, std::int64_t step, const std::string& figure);
+/// The run's probe at `step` (0 = the last one); a run without one is a ConfigError naming the figure, an unreadable
+/// one a DataError naming the figure, store, run and key.
+ProbeRecord probe_at(const RunStore& store, std::int64_t id, std::int64_t step, const std::string& figure);
 
 /// "L" + i without GCC 12's -Wstringop-overflow false positive on operator+(const char*, string&&).
 std::string prefixed(const char* prefix, std::int64_t i);
 /// Token texts as column labels: whitespace made visible so that a space is not an empty label.
-std::vector<std::string> token_labels(const json& tokens);
+std::vector<std::string> token_labels(const std::vector<std::string>& tokens);
+std::vector<std::string> token_labels(const json& tokens);  ///< an array of token texts
 
 /// What the model of a stored config was built with: the tokenizer's vocabulary and the dataset's context (a
 /// synthetic task derives its own), as the trainer does.

@@ -60,6 +60,11 @@ EvaluationRecord read_evaluation(const EvalRow& row);
 std::vector<EvaluationRecord> read_evaluations(const RunStore& store, std::int64_t run_id,
                                                std::vector<std::string>* unreadable = nullptr);
 
+/// Per-layer records as an evaluation stores them (an array of {layer, kind, routed, routed_fraction, flops,
+/// dense_flops, stats}); `where` starts the DataError of a malformed one ("evaluation at step 200").
+std::vector<LayerRouting> read_layers(const nlohmann::json& layers, const std::string& where);
+nlohmann::json layers_json(const std::vector<LayerRouting>& layers);
+
 /// The extra document read_evaluation reads back (the writer's half of the same type).
 nlohmann::json evaluation_extra_json(const EvaluationRecord& record);
 

@@ -72,17 +72,23 @@ double InferenceRouting::mean_routed_fraction() const {
   return n ? sum / n : 1.0;
 }
 
-nlohmann::json InferenceRouting::to_json() const {
-  nlohmann::json layers = nlohmann::json::array();
+std::vector<LayerRouting> InferenceRouting::layers() const {
+  std::vector<LayerRouting> out;
   for (std::size_t i = 0; i < layers_.size(); ++i) {
     const auto& l = layers_[i];
-    nlohmann::json j = {{"layer", i}, {"kind", l.kind}, {"routed", l.routed},
-                        {"routed_fraction", l.batches ? l.fraction_sum / l.batches : 1.0},
-                        {"flops", l.flops}, {"dense_flops", l.dense_flops}};
-    for (const auto& [key, value] : l.stats) j["stats"][key] = value / std::max(1, l.batches);
-    layers.push_back(std::move(j));
+    LayerRouting r{static_cast<int>(i), l.kind, l.routed, l.batches ? l.fraction_sum / l.batches : 1.0,
+                   l.flops, l.dense_flops, {}};
+    for (const auto& [key, value] : l.stats) r.stats[key] = value / std::max(1, l.batches);
+    out.push_back(std::move(r));
   }
-  return {{"mode", "inference"}, {"flops_ratio", flops_ratio()}, {"layers", std::move(layers)}};
+  return out;
+}
+
+EvaluationRecord InferenceRouting::record() const {
+  EvaluationRecord r;
+  r.flops_ratio = flops_ratio();
+  r.layers = layers();
+  return r;
 }
 
 EvalPass evaluate_split(LanguageModel& model, const LmDataset& data, Split split, std::int64_t batches,

@@ -13,6 +13,7 @@
 
 #include "core/data/dataset.h"
 #include "core/models/language_model.h"
+#include "core/run/evaluation_record.h"
 
 namespace routelab {
 
@@ -33,9 +34,10 @@ class InferenceRouting {
   std::vector<double> routed_fractions() const;
   bool any_routed() const;
   double mean_routed_fraction() const;
-  /// {"mode": "inference", "flops_ratio", "layers": [{layer, kind, routed, routed_fraction, flops, dense_flops,
-  /// stats}]}
-  nlohmann::json to_json() const;
+  /// Per layer, as an evaluation stores them: mean routed fraction and stats over the batches, summed FLOPs.
+  std::vector<LayerRouting> layers() const;
+  /// The evaluation document of a language model: its FLOPs ratio and layers (core/run/evaluation_record.h).
+  EvaluationRecord record() const;
 
  private:
   struct Layer {

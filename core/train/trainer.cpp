@@ -520,19 +520,17 @@ class Session {
       writer_->add_metric({"val/routed_fraction", step, wall, pass.routing.mean_routed_fraction()});
       writer_->add_metric({"val/flops_ratio", step, wall, e.flops_ratio});
     }
-    auto extra = pass.routing.to_json();
-    e.layers = extra.value("layers", nlohmann::json::array());
-    extra["task"] = "classification";
-    extra["accuracy"] = pass.scores.accuracy;
-    extra["macro_f1"] = pass.scores.macro_f1;
-    extra["f1"] = pass.scores.f1;
-    extra["labels"] = class_data_->label_names();
-    extra["examples"] = pass.examples;
-    for (const auto& [key, value] : e.stats) {
-      writer_->add_metric({"val/" + key, step, wall, value});
-      extra["stats"][key] = value;
-    }
-    writer_->add_eval({step, "val", e.val_loss, e.val_ppl, e.val_bpc, extra.dump()});
+    auto record = pass.routing.record();
+    e.layers = record.layers;
+    record.task = Task::Classification;
+    record.accuracy = pass.scores.accuracy;
+    record.macro_f1 = pass.scores.macro_f1;
+    record.f1 = pass.scores.f1;
+    record.labels = class_data_->label_names();
+    record.examples = pass.examples;
+    record.stats = e.stats;
+    for (const auto& [key, value] : e.stats) writer_->add_metric({"val/" + key, step, wall, value});
+    writer_->add_eval({step, "val", e.val_loss, e.val_ppl, e.val_bpc, evaluation_extra_json(record).dump()});
     {
       torch::NoGradGuard no_grad;
       classifier_->eval();  // the probe shows inference-mode routing, as the evaluation
@@ -564,14 +562,12 @@ class Session {
     writer_->add_metric({"val/bpc", step, wall, e.val_bpc});
     writer_->add_metric({"val/flops_ratio", step, wall, e.flops_ratio});
     if (routing.any_routed()) writer_->add_metric({"val/routed_fraction", step, wall, routing.mean_routed_fraction()});
-    auto extra = routing.to_json();
-    e.layers = extra.value("layers", nlohmann::json::array());
+    auto record = routing.record();
+    e.layers = record.layers;
     e.stats = pass.stats;
-    for (const auto& [key, value] : e.stats) {
-      writer_->add_metric({"val/" + key, step, wall, value});
-      extra["stats"][key] = value;
-    }
-    writer_->add_eval({step, "val", e.val_loss, e.val_ppl, e.val_bpc, extra.dump()});
+    record.stats = e.stats;
+    for (const auto& [key, value] : e.stats) writer_->add_metric({"val/" + key, step, wall, value});
+    writer_->add_eval({step, "val", e.val_loss, e.val_ppl, e.val_bpc, evaluation_extra_json(record).dump()});
     {
       torch::NoGradGuard no_grad;
       model_->eval();  // the probe shows inference-mode routing, as the evaluation

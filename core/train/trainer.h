@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "core/config/experiment_config.h"
+#include "core/run/evaluation_record.h"
 #include "core/store/run_store.h"
 
 namespace routelab {
@@ -38,9 +39,8 @@ struct EvalMetrics {
   double flops_ratio = 1;         ///< layer FLOPs / dense layer FLOPs over the validation batches (inference mode)
   std::vector<double> routed_fraction;  ///< per layer, inference-mode share of tokens on the routed path
   std::map<std::string, double> stats;  ///< model-level statistics (ModelOutput::stats), mean over the batches
-  /// per layer, the record the evaluation stores ({layer, kind, routed, routed_fraction, stats, ...}): what the
-  /// architecture's registry entry prices cost curves from
-  nlohmann::json layers = nlohmann::json::array();
+  /// per layer, the record the evaluation stores: what the architecture's registry entry prices cost curves from
+  std::vector<LayerRouting> layers;
   /// Classification runs (whole validation split; val_ppl and val_bpc are NaN there):
   std::optional<double> val_accuracy, val_macro_f1;
   std::optional<std::int64_t> epoch;  ///< completed epochs at this evaluation
