@@ -24,6 +24,7 @@
 #include "core/models/registry.h"
 #include "core/report/run_tables.h"
 #include "core/run/evaluation_record.h"
+#include "core/run/run_config.h"
 #include "core/run/run_health.h"
 #include "core/train/trainer.h"
 #include "core/util/cpu_allocator.h"
@@ -378,7 +379,7 @@ int cmd_show(const std::string& db, std::int64_t run_id, bool json) {
   RunStore store(resolve_db(db));
   const auto r = require_run(store, run_id);
   auto doc = run_json(r);
-  doc["config"] = nlohmann::json::parse(r.config_json, nullptr, false);
+  doc["config"] = stored_config(r, store.path());
   doc["metric_keys"] = store.metric_keys(run_id);
   doc["checkpoints"] = nlohmann::json::array();
   for (const auto& c : store.checkpoints(run_id))
@@ -533,7 +534,7 @@ int cmd_export(const std::string& db, std::int64_t run_id, const std::string& fo
             << std::defaultfloat << std::setprecision(10) << "," << p.value << "\n";
   } else {
     auto doc = run_json(r);
-    doc["config"] = nlohmann::json::parse(r.config_json, nullptr, false);
+    doc["config"] = stored_config(r, store.path());
     for (const auto& key : store.metric_keys(run_id)) {
       auto& series = doc["metrics"][key];
       series = nlohmann::json::array();

@@ -144,7 +144,7 @@ class TestConfigDiff : public QObject {
     try {
       config_diff(store, {ida, idc});
       QFAIL("a config that is not JSON must throw");
-    } catch (const ConfigError& e) {
+    } catch (const DataError& e) {
       const std::string what = e.what();
       QVERIFY2(what.find("run " + std::to_string(idc)) != std::string::npos &&
                    what.find("broken") != std::string::npos,

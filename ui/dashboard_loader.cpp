@@ -12,6 +12,7 @@
 #include "core/models/registry.h"
 #include "core/report/figures.h"
 #include "core/run/probe_record.h"
+#include "core/run/run_config.h"
 #include "core/store/run_store.h"
 #include "core/util/logging.h"
 #include "ui/routing_cost.h"
@@ -156,7 +157,7 @@ RunDashboardData loadDashboardData(const RunStore& store, qint64 runId) {
     // an architecture this build does not know: treated as a language model, its panels say what is missing
   }
   try {
-    const auto config = json::parse(record->config_json);
+    const auto config = stored_config(*record, store.path());
     data.tokensPerStep = static_cast<double>(config.at("train").at("batch_size").get<std::int64_t>() *
                                              config.at("data").at("context").get<std::int64_t>());
   } catch (const std::exception&) {

@@ -5,6 +5,7 @@
 #include <limits>
 
 #include "core/models/registry.h"
+#include "core/run/run_config.h"
 #include "core/store/run_store.h"
 #include "core/train/checkpoint.h"
 #include "core/train/classification_step.h"
@@ -39,8 +40,7 @@ StoredRun read_stored_run(const std::string& db_path, std::int64_t run_id, const
     run.arch = record->arch;
     origin = record->preset;
     run.expect.config_hash = record->config_hash;
-    doc = nlohmann::json::parse(record->config_json, nullptr, false);
-    if (doc.is_discarded() || !doc.is_object()) throw StoreError(where + " has an unreadable config");
+    doc = stored_config(*record, run.db_path);
     if (step <= 0) {
       checkpoint = store.latest_checkpoint(run_id);
     } else {

@@ -5,6 +5,7 @@
 #include <map>
 #include <stdexcept>
 
+#include "core/run/run_config.h"
 #include "core/store/run_store.h"
 #include "core/util/errors.h"
 
@@ -108,15 +109,7 @@ ConfigDiff config_diff(const RunStore& store, const std::vector<std::int64_t>& r
   for (const std::int64_t id : run_ids) {
     const auto record = store.run(id);
     if (!record) throw StoreError("run store " + store.path() + ": no run " + std::to_string(id));
-    const std::string origin = "run " + std::to_string(id) + " (" + record->name + ")";
-    nlohmann::json doc;
-    try {
-      doc = nlohmann::json::parse(record->config_json);
-    } catch (const nlohmann::json::exception& e) {
-      throw ConfigError(origin + ": stored config is not JSON: " + e.what());
-    }
-    if (!doc.is_object()) throw ConfigError(origin + ": stored config is not a JSON object");
-    configs.push_back(std::move(doc));
+    configs.push_back(stored_config(*record, store.path()));
     labels.push_back("#" + std::to_string(id) + " " + record->name);
   }
   return config_diff(configs, labels);

@@ -6,6 +6,7 @@
 
 #include "core/config/options.h"
 #include "core/models/registry.h"
+#include "core/run/run_config.h"
 #include "core/util/errors.h"
 
 namespace routelab::figure_detail {
@@ -35,16 +36,7 @@ RunRecord run_record(const RunStore& store, std::int64_t id) {
 
 std::string run_label(const RunRecord& run) { return run.name.empty() ? "run " + std::to_string(run.id) : run.name; }
 
-json run_config(const RunStore& store, const RunRecord& run) {
-  try {
-    auto doc = json::parse(run.config_json);
-    if (!doc.is_object()) throw ConfigError("not an object");
-    return doc;
-  } catch (const std::exception& e) {
-    throw ConfigError(store.path() + ": run " + std::to_string(run.id) + ": stored config is not a JSON object (" +
-                      e.what() + ")");
-  }
-}
+json run_config(const RunStore& store, const RunRecord& run) { return stored_config(run, store.path()); }
 
 std::int64_t config_int(const RunStore& store, const RunRecord& run, const json& config, const char* section,
                         const char* key) {

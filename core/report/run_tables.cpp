@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/config/sweep.h"
+#include "core/run/run_config.h"
 #include "core/store/run_store.h"
 #include "core/util/errors.h"
 
@@ -217,13 +218,8 @@ std::vector<RunGroup> group_runs(const RunStore& store, const std::vector<std::i
       groups.push_back({run->name, {id}});
       continue;
     }
-    nlohmann::json config;
-    try {
-      config = nlohmann::json::parse(run->config_json);
-    } catch (const nlohmann::json::exception& e) {
-      throw ConfigError(store.path() + ": run " + std::to_string(id) + ": stored config is not JSON: " + e.what());
-    }
-    if (config.is_object()) config.erase("run");
+    auto config = stored_config(*run, store.path());
+    config.erase("run");
     const auto [it, inserted] = by_config.try_emplace(config.dump(), groups.size());
     if (inserted) groups.push_back({run->name, {}});
     groups[it->second].run_ids.push_back(id);

@@ -21,6 +21,7 @@
 #include "core/models/classifier.h"
 #include "core/models/language_model.h"
 #include "core/models/registry.h"
+#include "core/run/run_config.h"
 #include "core/train/checkpoint.h"
 #include "core/train/classification_step.h"
 #include "core/train/evaluation.h"
@@ -683,12 +684,7 @@ TrainOutcome resume(const std::string& db_path, std::int64_t run_id, TrainObserv
     lease = store.acquire_lease(run_id, takeover_after_s);
   }
   try {
-    nlohmann::json doc;
-    try {
-      doc = nlohmann::json::parse(record->config_json);
-    } catch (const nlohmann::json::exception& e) {
-      throw StoreError(db + ": run " + std::to_string(run_id) + " has an unreadable config (" + e.what() + ")");
-    }
+    auto doc = stored_config(*record, db);
     if (threads >= 0 && doc.contains("run") && doc["run"].is_object()) doc["run"]["threads"] = threads;
     Session session(config_from_resolved(doc, record->preset), db, observer, cancel);
     session.restore(*record, lease);
