@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "core/run/context_curve.h"
 #include "core/run/evaluation_record.h"
 #include "core/run/probe_record.h"
 #include "core/run/run_health.h"
@@ -217,6 +218,40 @@ class TestRunHealth : public QObject {
     } catch (const DataError& e) {
       QCOMPARE(QString::fromStdString(e.what()), expected);
     }
+  }
+
+  void contextCurvesAreTheirOwnDocument() {
+    ContextCurve c;
+    c.run_id = 3;
+    c.step = 500;
+    c.trained_context = 256;
+    c.scaling = "yarn";
+    c.factor = 4;
+    c.points = {{256, 1.4, 4.06, 2.0, 64}, {1024, std::nan(""), std::nan(""), std::nan(""), 16}};
+    const EvalRow row{500, c.split_name(), 0, 0, 0, c.to_json().dump()};
+    QVERIFY(is_context_curve(row));
+    const auto back = read_context_curve(row);
+    QCOMPARE(back.trained_context, std::int64_t(256));
+    QCOMPARE(back.points.size(), std::size_t(2));
+    QCOMPARE(back.points[0].ppl, 4.06);
+    QVERIFY(std::isnan(back.points[1].ppl));  // NaN was stored as null
+    QCOMPARE(back.split_name(), std::string("context:yarnx4"));
+    try {
+      read_context_curve({500, "context:nonex1", 0, 0, 0, R"({"points": [{"length": "long"}]})"});
+      QFAIL("no error");
+    } catch (const DataError& e) {
+      QCOMPARE(std::string(e.what()),
+               std::string("evaluation 'context:nonex1' at step 500: points[0].length: expected an integer, found string"));
+    }
+    // The run's evaluations leave the curves to their reader.
+    QTemporaryDir dir;
+    RunStore store(dir.filePath("runs.sqlite").toStdString());
+    const auto id = store.create_run(test::sample_run());
+    store.insert_eval(id, eval_row(100, routing_doc({1.0, 0.5})));
+    store.insert_eval(id, row);
+    const auto evals = read_evaluations(store, id);
+    QCOMPARE(evals.size(), std::size_t(1));
+    QCOMPARE(evals[0].step, std::int64_t(100));
   }
 
   void storedRunsAreJudgedByTheSameRules() {

@@ -14,28 +14,6 @@
 
 namespace routelab {
 
-nlohmann::json ContextCurve::to_json() const {
-  nlohmann::json points_json = nlohmann::json::array();
-  for (const auto& p : points)
-    points_json.push_back(
-        {{"length", p.length}, {"loss", p.loss}, {"ppl", p.ppl}, {"bpc", p.bpc}, {"windows", p.windows}});
-  return {{"run", run_id}, {"name", name}, {"arch", arch}, {"step", step}, {"trained_context", trained_context},
-          {"rope_scaling", scaling}, {"rope_factor", factor}, {"points", points_json}};
-}
-
-std::string ContextCurve::split_name() const { return fmt::format("context:{}x{:g}", scaling, factor); }
-
-std::string ContextCurve::to_table() const {
-  std::ostringstream out;
-  out << fmt::format("run {} {} ({}), checkpoint step {}, trained context {}, RoPE scaling {} (factor {:g})\n",
-                     run_id, name, arch, step, trained_context, scaling, factor);
-  out << "| length | x trained | loss | ppl | windows |\n|---|---|---|---|---|\n";
-  for (const auto& p : points)
-    out << fmt::format("| {} | {:.2f} | {:.4f} | {:.3f} | {} |\n", p.length,
-                       static_cast<double>(p.length) / static_cast<double>(trained_context), p.loss, p.ppl, p.windows);
-  return out.str();
-}
-
 ContextCurve context_curve(const std::string& db_path, std::int64_t run_id, const ContextCurveOptions& options) {
   if (options.lengths.empty()) throw ConfigError("--lengths: give at least one length");
   // The stored shape: style, training context and max_seq_len decide what may change.

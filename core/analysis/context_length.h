@@ -11,6 +11,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/run/context_curve.h"
+
 namespace routelab {
 
 struct ContextCurveOptions {
@@ -21,22 +23,6 @@ struct ContextCurveOptions {
   std::string split = "val";
   std::int64_t step = 0;                 ///< checkpoint step, 0 = latest
   std::vector<std::string> sets;         ///< further eval-only overrides
-};
-
-struct ContextPoint {
-  std::int64_t length = 0;
-  double loss = 0, ppl = 0, bpc = 0;
-  std::int64_t windows = 0;
-};
-
-struct ContextCurve {
-  std::int64_t run_id = 0, step = 0, trained_context = 0;
-  std::string name, arch, scaling;
-  double factor = 1;
-  std::vector<ContextPoint> points;
-  nlohmann::json to_json() const;
-  std::string to_table() const;
-  std::string split_name() const;  ///< "context:yarnx4"
 };
 
 /// Evaluates the run at every length. Throws ConfigError for a length beyond what learned positions (GPT-2

@@ -8,6 +8,7 @@
 #include "core/cost/flops_model.h"
 #include "core/models/registry.h"
 #include "core/report/seed_figure_detail.h"
+#include "core/run/context_curve.h"
 #include "core/util/errors.h"
 
 namespace routelab::figure_detail {
@@ -65,21 +66,25 @@ Figure seed000_fig3(const RunStore& store, const FigureRequest& request) {
     const auto rec = run_record(store, id);
     std::map<std::string, EvalRow> curves;  // split -> the latest stored curve of that scaling
     for (auto& e : store.evals(id))
-      if (e.split.rfind("context:", 0) == 0 && (!curves.count(e.split) || e.step >= curves[e.split].step))
-        curves[e.split] = e;
+      if (is_context_curve(e) && (!curves.count(e.split) || e.step >= curves[e.split].step)) curves[e.split] = e;
     int dash = 0;
     for (const auto& [split, row] : curves) {
-      const auto doc = parse_json(row.extra_json, store, id, "evaluation '" + split + "'");
+      ContextCurve curve;
+      try {
+        curve = read_context_curve(row);
+      } catch (const DataError& e) {
+        throw DataError(request.name + ": " + store.path() + ": run " + std::to_string(id) + ": " + e.what());
+      }
       FigureSeries s;
       s.label = run_label(rec) + (curves.size() > 1 ? " (" + split.substr(8) + ")" : "");
-      for (const auto& point : doc.at("points")) {
-        s.x.push_back(point.at("length").get<double>());
-        s.y.push_back(point.at("ppl").is_number() ? point.at("ppl").get<double>() : kNaN);
+      for (const auto& point : curve.points) {
+        s.x.push_back(static_cast<double>(point.length));
+        s.y.push_back(point.ppl);
       }
       s.color = arch_color(rec.arch);
       s.dash = dash++ % 4;
       s.marked = true;
-      f.meta["trained_context"][std::to_string(id)] = doc.value("trained_context", 0);
+      f.meta["trained_context"][std::to_string(id)] = curve.trained_context;
       p.series.push_back(std::move(s));
     }
   }

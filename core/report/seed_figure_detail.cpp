@@ -16,14 +16,6 @@ std::optional<EvaluationRecord> val_eval(const RunStore& store, std::int64_t id,
   return found;
 }
 
-json parse_json(const std::string& text, const RunStore& store, std::int64_t id, const std::string& what) {
-  try {
-    return json::parse(text);
-  } catch (const json::exception& e) {
-    throw StoreError(store.path() + ": run " + std::to_string(id) + ": " + what + " is not JSON: " + e.what());
-  }
-}
-
 ProbeRecord probe_at(const RunStore& store, std::int64_t id, std::int64_t step, const std::string& figure) {
   std::optional<ProbeRow> found;
   for (auto& p : store.probes(id))

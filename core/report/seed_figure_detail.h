@@ -15,8 +15,6 @@ namespace routelab::figure_detail {
 
 /// The run's "val" evaluation at `step` (0 = the last one).
 std::optional<EvaluationRecord> val_eval(const RunStore& store, std::int64_t id, std::int64_t step);
-/// `text` parsed, or a StoreError naming the run and `what` it is.
-json parse_json(const std::string& text, const RunStore& store, std::int64_t id, const std::string& what);
 /// The run's probe at `step` (0 = the last one); a run without one is a ConfigError naming the figure, an unreadable
 /// one a DataError naming the figure, store, run and key.
 ProbeRecord probe_at(const RunStore& store, std::int64_t id, std::int64_t step, const std::string& figure);

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <limits>
 
+#include "core/run/context_curve.h"
 #include "core/run/json_reader.h"
 #include "core/store/run_store.h"
 #include "core/util/errors.h"
@@ -102,17 +103,10 @@ EvaluationRecord read_evaluation(const EvalRow& row) {
 
 std::vector<EvaluationRecord> read_evaluations(const RunStore& store, std::int64_t run_id,
                                                std::vector<std::string>* unreadable) {
-  std::vector<EvaluationRecord> out;
-  for (const auto& row : store.evals(run_id)) {
-    try {
-      out.push_back(read_evaluation(row));
-    } catch (const DataError& e) {
-      const std::string message = store.path() + ": run " + std::to_string(run_id) + ": " + e.what();
-      if (!unreadable) throw DataError(message);
-      unreadable->push_back(message);
-    }
-  }
-  return out;
+  auto rows = store.evals(run_id);
+  std::erase_if(rows, [](const EvalRow& row) { return is_context_curve(row); });
+  return run_detail::read_rows(rows, [](const EvalRow& row) { return read_evaluation(row); }, store.path(), run_id,
+                               unreadable);
 }
 
 std::vector<LayerRouting> read_layers(const json& layers, const std::string& where) {

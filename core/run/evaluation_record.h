@@ -55,7 +55,8 @@ struct EvaluationRecord {
 /// older stores take the defaults above.
 EvaluationRecord read_evaluation(const EvalRow& row);
 
-/// Every evaluation of a stored run, in step order. An unreadable one is a DataError naming the store and run, or,
+/// Every evaluation of a stored run, in step order (context-length curves, a document of their own, excepted:
+/// core/run/context_curve.h). An unreadable one is a DataError naming the store and run, or,
 /// where `unreadable` is given, skipped with that message appended (a view that shows what it can).
 std::vector<EvaluationRecord> read_evaluations(const RunStore& store, std::int64_t run_id,
                                                std::vector<std::string>* unreadable = nullptr);

@@ -123,4 +123,22 @@ class Reader {
   std::string where_, path_;
 };
 
+/// Reads each stored row with `read`. An unreadable row is a DataError naming the store and run, or, where
+/// `unreadable` is given, skipped with that message appended.
+template <class Rows, class Read>
+auto read_rows(const Rows& rows, Read read, const std::string& store_path, std::int64_t run_id,
+               std::vector<std::string>* unreadable) {
+  std::vector<decltype(read(rows.front()))> out;
+  for (const auto& row : rows) {
+    try {
+      out.push_back(read(row));
+    } catch (const DataError& e) {
+      const std::string message = store_path + ": run " + std::to_string(run_id) + ": " + e.what();
+      if (!unreadable) throw DataError(message);
+      unreadable->push_back(message);
+    }
+  }
+  return out;
+}
+
 }  // namespace routelab::run_detail

@@ -115,17 +115,8 @@ ProbeRecord read_probe(const ProbeRow& row) {
 }
 
 std::vector<ProbeRecord> read_probes(const RunStore& store, std::int64_t run_id, std::vector<std::string>* unreadable) {
-  std::vector<ProbeRecord> out;
-  for (const auto& row : store.probes(run_id)) {
-    try {
-      out.push_back(read_probe(row));
-    } catch (const DataError& e) {
-      const std::string message = store.path() + ": run " + std::to_string(run_id) + ": " + e.what();
-      if (!unreadable) throw DataError(message);
-      unreadable->push_back(message);
-    }
-  }
-  return out;
+  return run_detail::read_rows(store.probes(run_id), [](const ProbeRow& row) { return read_probe(row); }, store.path(),
+                               run_id, unreadable);
 }
 
 }  // namespace routelab
