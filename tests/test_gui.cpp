@@ -22,6 +22,7 @@
 #include "core/config/experiment_config.h"
 #include "core/cost/cost_curve.h"
 #include "core/report/figures.h"
+#include "core/run/run_health.h"
 #include "core/store/run_store.h"
 #include "core/train/trainer.h"
 #include "core/util/paths.h"
@@ -31,6 +32,7 @@
 #include "ui/routing_cost.h"
 #include "ui/run_dashboard.h"
 #include "ui/store_service.h"
+#include "widgets/alert_bar_widget.h"
 #include "widgets/moving_average.h"
 #include "widgets/routing_bars_widget.h"
 #include "widgets/routing_heatmap_widget.h"
@@ -467,6 +469,17 @@ void TestGui::dashboardShowsRoutingOfATinyDtrnetRun() {
   QCOMPARE(heatmap->layerCount(), 3);
   QVERIFY(std::isnan(heatmap->valueAt(10, 0)));  // dense layers stay blank
   QVERIFY(std::isfinite(heatmap->valueAt(10, 1)));
+
+  // The alerts the dashboard shows are the ones routelab-cli reports for the stored run (core/run/run_health.h):
+  // here none (the dense layers 0 and 2 take every token, which is no collapse).
+  const auto* alerts = dashboard.findChild<routelab::AlertBarWidget*>();
+  QVERIFY(alerts);
+  QStringList reported;
+  {
+    routelab::RunStore store(dbPath_.toStdString());
+    for (const auto& a : routelab::assess_run(store, outcome.run_id, 0)) reported << QString::fromStdString(a.message);
+  }
+  QCOMPARE(alerts->errors() + alerts->warnings(), reported);
 
   QCOMPARE(dashboard.flopsCurves()->curveCount(), 3);  // dense, current routing, measured
   QCOMPARE(dashboard.kvCurves()->curveCount(), 2);

@@ -46,8 +46,10 @@ QString siFlops(double v) {
 double lastOr(const QVector<double>& v, double fallback) { return v.isEmpty() ? fallback : v.back(); }
 
 void addEvaluation(RunHealth& health, const EvalSnapshot& e) {
-  health.add_evaluation(static_cast<double>(e.step), {e.routedFraction.cbegin(), e.routedFraction.cend()},
-                        {e.routed.cbegin(), e.routed.cend()});
+  // Explicit ranges: braces around two QList<bool> iterators would make a two-element initializer list of bools.
+  const std::vector<double> shares(e.routedFraction.cbegin(), e.routedFraction.cend());
+  const std::vector<bool> routed(e.routed.cbegin(), e.routed.cend());
+  health.add_evaluation(static_cast<double>(e.step), shares, routed);
 }
 
 QWidget* titled(QWidget* content, QWidget* parent) {
@@ -565,8 +567,10 @@ void RunDashboard::renderCost() {
 
 void RunDashboard::rebuildHealth() {
   health_.reset();
-  for (qsizetype i = 0; i < data_.trainSteps.size(); ++i) health_.add_train_loss(data_.trainSteps[i], data_.trainLoss[i]);
-  for (qsizetype i = 0; i < data_.valSteps.size(); ++i) health_.add_validation_loss(data_.valSteps[i], data_.valLoss[i]);
+  for (qsizetype i = 0; i < data_.trainSteps.size(); ++i)
+    health_.add_train_loss(data_.trainSteps[i], data_.trainLoss[i]);
+  for (qsizetype i = 0; i < data_.valSteps.size(); ++i)
+    health_.add_validation_loss(data_.valSteps[i], data_.valLoss[i]);
   for (const EvalSnapshot& e : data_.evals) addEvaluation(health_, e);
   if (live_ && !liveSteps_.isEmpty()) health_.note_progress(clock_.elapsed() / 1000.0);
 }
