@@ -33,7 +33,7 @@ std::pair<std::string, std::vector<std::string>> parse_sweep(const std::string& 
 
 void print_reports(const std::vector<RunEvalReport>& reports, const std::string& sweep_key) {
   const auto& first = reports.front();
-  const bool classifier = first.task == "classification";
+  const bool classifier = first.task == Task::Classification;
   std::set<std::string> stat_keys;
   for (const auto& r : reports)
     for (const auto& [key, value] : r.stats)  // classifiers: the layer means (per-layer keys are in --json)

@@ -162,7 +162,7 @@ RunRecord require_run(const RunStore& store, std::int64_t id) {
 /// Whether the run's architecture is a classifier (an architecture no longer registered counts as LM).
 bool is_classification(const RunRecord& r) {
   try {
-    return architecture(r.arch).task == "classification";
+    return architecture(r.arch).task == Task::Classification;
   } catch (const ConfigError&) {
     return false;
   }
@@ -195,7 +195,8 @@ nlohmann::json optional_json(const std::optional<double>& v) { return v ? number
 
 nlohmann::json alerts_json(const std::vector<HealthAlert>& alerts) {
   nlohmann::json out = nlohmann::json::array();
-  for (const auto& a : alerts) out.push_back({{"severity", to_string(a.severity)}, {"kind", a.kind}, {"message", a.message}});
+  for (const auto& a : alerts)
+    out.push_back({{"severity", to_string(a.severity)}, {"kind", a.kind}, {"message", a.message}});
   return out;
 }
 
@@ -328,13 +329,13 @@ int cmd_architectures(bool json) {
   if (json) {
     nlohmann::json out = nlohmann::json::array();
     for (const auto& e : architectures())
-      out.push_back({{"id", e.id}, {"name", e.display_name}, {"task", e.task}, {"source", e.source}, {"description", e.description},
+      out.push_back({{"id", e.id}, {"name", e.display_name}, {"task", to_string(e.task)}, {"source", e.source}, {"description", e.description},
                      {"options", schema_to_json(e.options)}});
     std::cout << out.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
     return 0;
   }
   for (const auto& e : architectures())
-    std::cout << std::left << std::setw(20) << e.id << std::setw(16) << e.task << e.display_name << " — " << e.source
+    std::cout << std::left << std::setw(20) << e.id << std::setw(16) << to_string(e.task) << e.display_name << " — " << e.source
               << "\n";
   return 0;
 }
@@ -462,7 +463,8 @@ int cmd_compare(const std::string& db, const std::vector<std::int64_t>& run_ids,
     row["train_tokens_per_s"] = speed.empty() ? nlohmann::json() : number_json(speed.back().value);
     row["flops_ratio"] = optional_json(e.flops_ratio);
     row["routed_fraction"] = nlohmann::json::array();
-    for (const auto& l : e.layers) row["routed_fraction"].push_back(l.routed ? number_json(l.routed_fraction) : nlohmann::json());
+    for (const auto& l : e.layers)
+      row["routed_fraction"].push_back(l.routed ? number_json(l.routed_fraction) : nlohmann::json());
     max_layers = std::max(max_layers, row["routed_fraction"].size());
     rows.push_back(std::move(row));
   }

@@ -180,7 +180,7 @@ class TestClassificationTrain : public QObject {
     auto run = load_classifier_run(db, outcome.run_id);
     const auto report = evaluate_run(run);
     RunStore store(db);
-    QCOMPARE(report.task, std::string("classification"));
+    QCOMPARE(report.task, Task::Classification);
     QCOMPARE(report.step, std::int64_t(24));
     QCOMPARE(report.examples, std::int64_t(64));
     QCOMPARE(report.accuracy, store.metric(outcome.run_id, "val/accuracy").back().value);

@@ -53,7 +53,7 @@ namespace {
 /// A config document with model section `model`, on data the architecture's task accepts.
 nlohmann::json document(const ArchitectureEntry& entry, nlohmann::json model) {
   nlohmann::json doc = {{"model", std::move(model)}};
-  if (entry.task == "classification") doc["data"] = {{"source", "entailment"}, {"tokenizer", "word"}};
+  if (entry.task == Task::Classification) doc["data"] = {{"source", "entailment"}, {"tokenizer", "word"}};
   return doc;
 }
 
@@ -121,7 +121,7 @@ void add_rows(Keep keep) {
 
 /// One data row per registered language model.
 void add_language_model_rows() {
-  add_rows([](const ArchitectureEntry& e) { return e.task == "lm"; });
+  add_rows([](const ArchitectureEntry& e) { return e.task == Task::LanguageModel; });
 }
 
 /// The share the FLOPs model prices for each routed layer of a traced forward (the entry's priced_share_stat where
@@ -250,7 +250,7 @@ class TestConformance : public QObject {
       QVERIFY2(find_option(entry.options, entry.eval_sweep.option), entry.eval_sweep.option.c_str());
       QVERIFY(!entry.eval_sweep.values.empty());
     }
-    if (entry.task != "lm") {
+    if (entry.task != Task::LanguageModel) {
       QVERIFY(!entry.price_flops && !entry.force_routed_share);  // classifiers are priced by the trace only
       return;
     }
@@ -491,7 +491,7 @@ class TestConformance : public QObject {
     qInfo("%s: built %s", qPrintable(arch), qPrintable(built.join(", ")));
     qInfo("%s: refused %s", qPrintable(arch), qPrintable(refused.join("; ")));
     const std::vector<std::string> generic =
-        entry.task == "lm" ? std::vector<std::string>{"curves", "matched", "pareto", "cost-length", "token-maps"}
+        entry.task == Task::LanguageModel ? std::vector<std::string>{"curves", "matched", "pareto", "cost-length", "token-maps"}
                            : std::vector<std::string>{"curves", "matched", "pareto"};
     for (const auto& name : generic) QVERIFY2(built.contains(QString::fromStdString(name)), name.c_str());
     for (const auto& spec : table_specs()) {  // the same for the named tables: rows, or a refusal naming the table

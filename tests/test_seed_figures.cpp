@@ -179,7 +179,7 @@ class TestSeedFigures : public QObject {
     // Every registered language model, so that a new architecture that forgets record_layer_state fails here.
     int checked = 0;
     for (const auto& entry : architectures()) {
-      if (entry.task != "lm") continue;
+      if (entry.task != Task::LanguageModel) continue;
       const auto& arch = entry.id;
       ++checked;
       std::vector<std::string> sets = {"model.n_layer=4"};

@@ -326,9 +326,9 @@ class TestTagat : public QObject {
   }
 
   void registryTaskSplit() {
-    QCOMPARE(QString::fromStdString(architecture("tagat").task), QString("classification"));
-    QCOMPARE(QString::fromStdString(architecture("vanilla-classifier").task), QString("classification"));
-    QCOMPARE(QString::fromStdString(architecture("dense").task), QString("lm"));
+    QCOMPARE(architecture("tagat").task, Task::Classification);
+    QCOMPARE(architecture("vanilla-classifier").task, Task::Classification);
+    QCOMPARE(architecture("dense").task, Task::LanguageModel);
     const ModelContext ctx{kVocab, kContext, kClasses};
     const auto tagat_json = schema_defaults(architecture("tagat").options);
     auto with_arch = [](nlohmann::json m, const std::string& arch) {

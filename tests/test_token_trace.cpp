@@ -154,7 +154,7 @@ class TestTokenTrace : public QObject {
 
   void openTraceableReadsLanguageModelsToo() {
     auto run = open_traceable(db_, runs_.at("dtrnet"));
-    QCOMPARE(run.task, std::string("lm"));
+    QCOMPARE(run.task, Task::LanguageModel);
     QCOMPARE(run.num_layers, std::int64_t(2));
     QVERIFY(run.step > 0);
     QCOMPARE(trace_text(run, "<bos> 4 2", 2).tokens.size(), std::size_t(3));
@@ -164,7 +164,7 @@ class TestTokenTrace : public QObject {
   void classifierTraceOfAPair() {
     const auto id = runs_.at("tagat");
     auto run = open_traceable(db_, id);
-    QCOMPARE(run.task, std::string("classification"));
+    QCOMPARE(run.task, Task::Classification);
     QCOMPARE(run.labels.size(), std::size_t(3));
     // The stored probe's pair, written back as text: premise, line break, hypothesis.
     auto stored = stored_probe(db_, id);
@@ -181,7 +181,7 @@ class TestTokenTrace : public QObject {
       (seps == 0 ? premise : hypothesis) += word + " ";
     }
     const auto trace = trace_text(run, premise + "\n" + hypothesis, 5);
-    QCOMPARE(trace.task, std::string("classification"));
+    QCOMPARE(trace.task, Task::Classification);
     const auto n = trace.tokens.size();
     QCOMPARE(n, stored["tokens"].size());
     double sum = 0;

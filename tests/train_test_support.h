@@ -36,7 +36,7 @@ inline ExperimentConfig short_run_config(const ArchitectureEntry& entry, int see
                                    "train.log_every=1", "train.warmup_steps=1", "run.threads=2",
                                    "run.seed=" + std::to_string(seed)};
   const std::vector<std::string> task =
-      entry.task == "lm"
+      entry.task == Task::LanguageModel
           ? std::vector<std::string>{"model.n_layer=4", "data.source=copy", "train.batch_size=4", "train.steps=4",
                                      "train.eval_every=2", "train.checkpoint_every=4", "train.eval_batches=1"}
           : std::vector<std::string>{"model.n_layer=1", "data.source=entailment", "data.tokenizer=word",

@@ -52,7 +52,8 @@ ProbeSnapshot probeSnapshot(const ProbeRecord& record) {
   probe.tokens = toQStringList(record.tokens);
   probe.nextLogprob = toQVector(record.next_logprob);
   for (const ProbeLayer& l : record.layers)
-    probe.layers.push_back({l.layer, QString::fromStdString(l.kind), l.routed, toQVector(l.gate), toQVector(l.decision)});
+    probe.layers.push_back(
+        {l.layer, QString::fromStdString(l.kind), l.routed, toQVector(l.gate), toQVector(l.decision)});
   for (const TokenSeries& s : record.token_data) probe.tokenData.push_back(seriesSnapshot(s));
   for (const auto& position : record.top_k) {
     QVector<ProbeSnapshot::Prediction> ranked;
@@ -152,7 +153,7 @@ RunDashboardData loadDashboardData(const RunStore& store, qint64 runId) {
   data.createdAt = record->created_at;
   bool classifier = false;
   try {
-    classifier = architecture(record->arch).task == "classification";
+    classifier = architecture(record->arch).task == Task::Classification;
   } catch (const std::exception&) {
     // an architecture this build does not know: treated as a language model, its panels say what is missing
   }

@@ -65,7 +65,7 @@ StoredRun read_stored_run(const std::string& db_path, std::int64_t run_id, const
 
 namespace {
 
-bool is_classification(const std::string& arch) { return architecture(arch).task == "classification"; }
+bool is_classification(const std::string& arch) { return architecture(arch).task == Task::Classification; }
 
 std::string run_text(const StoredRun& stored, std::int64_t run_id) {
   return stored.db_path + ": run " + std::to_string(run_id) + " (" + stored.arch + ")";
@@ -142,8 +142,8 @@ nlohmann::json RunEvalReport::to_json() const {
                       {"step", step},        {"sets", sets},   {"batches", batches},   {"batch_size", batch_size},
                       {"loss", loss},        {"ppl", ppl},     {"bpc", bpc},           {"flops_ratio", flops_ratio},
                       {"routed_fraction", routed_fraction},    {"layers", layers_json(layers)}};
-  j["task"] = task;
-  if (task == "classification") {
+  j["task"] = to_string(task);
+  if (task == Task::Classification) {
     j["accuracy"] = accuracy;
     j["macro_f1"] = macro_f1;
     j["examples"] = examples;
@@ -182,7 +182,7 @@ RunEvalReport evaluate_run(LoadedRun& run, const RunEvalOptions& options) {
 RunEvalReport evaluate_run(LoadedClassifierRun& run, const RunEvalOptions& options) {
   RunEvalReport r;
   r.run_id = run.run_id;
-  r.task = "classification";
+  r.task = Task::Classification;
   r.name = run.name;
   r.arch = run.config.arch();
   r.split = to_string(options.split);

@@ -87,7 +87,7 @@ struct RunEvalOptions {
 
 struct RunEvalReport {
   std::int64_t run_id = 0;
-  std::string task = "lm";                ///< "lm" or "classification"
+  Task task = Task::LanguageModel;
   std::string name, arch, split;
   std::int64_t step = 0;
   std::vector<std::string> sets;

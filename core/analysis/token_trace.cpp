@@ -77,10 +77,10 @@ TraceableRun open_traceable(const std::string& db_path, std::int64_t run_id, std
   TraceableRun run;
   run.run_id = run_id;
   StoredRun stored = read_stored_run(db_path, run_id, {}, step);
-  if (architecture(stored.arch).task != "classification") {
+  if (architecture(stored.arch).task != Task::Classification) {
     // Language models: the analysis loader (config, dataset, weights) as every other analysis.
     run.lm = std::make_unique<LoadedRun>(load_run(stored.db_path, run_id, {}, step));
-    run.task = "lm";
+    run.task = Task::LanguageModel;
     run.name = run.lm->name;
     run.arch = run.lm->config.arch();
     run.step = run.lm->step;
@@ -89,7 +89,7 @@ TraceableRun open_traceable(const std::string& db_path, std::int64_t run_id, std
     return run;
   }
   auto loaded = load_classifier_run(stored.db_path, run_id, {}, step);
-  run.task = "classification";
+  run.task = Task::Classification;
   run.name = loaded.name;
   run.arch = stored.arch;
   run.device = loaded.device;

@@ -41,7 +41,8 @@ inline TokenTrace trace_text(LoadedRun& run, const std::string& text, int top_k)
 struct TraceableRun {
   std::int64_t run_id = 0;
   std::int64_t step = 0;
-  std::string name, arch, task;  ///< task: "lm" or "classification"
+  std::string name, arch;
+  Task task = Task::LanguageModel;
   std::int64_t num_layers = 0;
   std::unique_ptr<LoadedRun> lm;
   std::shared_ptr<SequenceClassifier> classifier;

@@ -48,9 +48,9 @@ DecodeBenchResult bench_decode(const DecodeBenchOptions& in) {
   if (o.batch < 1) throw ConfigError("bench decode --batch: must be at least 1");
   for (const auto c : o.contexts)
     if (c < 1) throw ConfigError("bench decode --contexts: " + std::to_string(c) + " must be at least 1");
-  if (o.archs.empty()) o.archs = architecture_ids("lm");
+  if (o.archs.empty()) o.archs = architecture_ids(Task::LanguageModel);
   for (const auto& a : o.archs)
-    if (architecture(a).task != "lm")  // unknown ids fail here too, before any work
+    if (architecture(a).task != Task::LanguageModel)  // unknown ids fail here too, before any work
       throw ConfigError("bench decode --archs: '" + a + "' is a classifier, it does not decode");
   const auto device = resolve_device(o.device);
   result.threads = configure_threads(o.threads);

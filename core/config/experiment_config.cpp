@@ -83,10 +83,10 @@ void cross_validate(const nlohmann::json& doc) {
   {  // the architecture's task (registry) must match the data source's
     const auto source = d.at("source").get<std::string>();
     const bool classification_source = source == "entailment" || source == "pairs";
-    if (entry.task == "classification" && !classification_source)
+    if (entry.task == Task::Classification && !classification_source)
       throw ConfigError("data.source: '" + source + "' is a language-modelling source, but model.arch '" + entry.id +
                         "' is a classification architecture (use data.source entailment or pairs)");
-    if (entry.task != "classification" && classification_source)
+    if (entry.task != Task::Classification && classification_source)
       throw ConfigError("data.source: '" + source + "' is a sentence-pair classification source, but model.arch '" +
                         entry.id + "' is a language model (use tagat or vanilla-classifier)");
   }

@@ -88,7 +88,7 @@ ScopedArchitecture::~ScopedArchitecture() {
   entries.erase(std::remove_if(entries.begin(), entries.end(), [&](const auto& e) { return e.id == id_; }), entries.end());
 }
 
-std::vector<std::string> architecture_ids(const std::string& task) {
+std::vector<std::string> architecture_ids(Task task) {
   std::vector<std::string> ids;
   for (const auto& e : architectures())
     if (e.task == task) ids.push_back(e.id);

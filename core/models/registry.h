@@ -63,8 +63,8 @@ struct ArchitectureEntry {
   /// Cross-field checks on the resolved model section; throws ConfigError naming `path.key`.
   std::function<void(const nlohmann::json& model, const std::string& path)> check;
   std::function<std::shared_ptr<LanguageModel>(const nlohmann::json& model, const ModelContext& ctx)> create;
-  /// "lm" (create) or "classification" (create_classifier); the trainer picks data and loop from it.
-  std::string task = "lm";
+  /// Language model (create) or classification (create_classifier); the trainer picks data and loop from it.
+  Task task = Task::LanguageModel;
   std::function<std::shared_ptr<SequenceClassifier>(const nlohmann::json& model, const ModelContext& ctx)>
       create_classifier = nullptr;
   /// The resolved model section as the architecture's options structs hold it: read into them and written back
@@ -132,8 +132,8 @@ class ScopedArchitecture {
   std::string id_;
 };
 
-/// Ids of the registered architectures of `task` ("lm" or "classification"), sorted.
-std::vector<std::string> architecture_ids(const std::string& task);
+/// Ids of the registered architectures of `task`, sorted.
+std::vector<std::string> architecture_ids(Task task);
 /// Throws ConfigError("unsupported architecture: 'x'") for an unknown id.
 const ArchitectureEntry& architecture(const std::string& id);
 /// KV entries per sequence of one stored evaluation layer record ({kind, routed, routed_fraction, stats}) after a

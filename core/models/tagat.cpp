@@ -302,7 +302,7 @@ ArchitectureEntry tagat_architecture() {
   e.options = tagat_options_table().schema();
   e.read_back_options = [](const nlohmann::json& m) { return read_back(m, tagat_options_table()); };
   e.check = check_tagat_options;
-  e.task = "classification";
+  e.task = Task::Classification;
   e.create_classifier = [](const nlohmann::json& m, const ModelContext& ctx) -> std::shared_ptr<SequenceClassifier> {
     return std::make_shared<Tagat>(tagat_options_from_json(m, ctx.vocab_size, ctx.num_classes, ctx.context));
   };

@@ -99,7 +99,7 @@ ArchitectureEntry vanilla_classifier_architecture() {
   e.options = vanilla_classifier_options_table().schema();
   e.read_back_options = [](const nlohmann::json& m) { return read_back(m, vanilla_classifier_options_table()); };
   e.check = check_vanilla_options;
-  e.task = "classification";
+  e.task = Task::Classification;
   e.create_classifier = [](const nlohmann::json& m, const ModelContext& ctx) -> std::shared_ptr<SequenceClassifier> {
     return std::make_shared<VanillaClassifier>(
         vanilla_classifier_options_from_json(m, ctx.vocab_size, ctx.num_classes, ctx.context));

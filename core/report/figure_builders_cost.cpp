@@ -189,7 +189,9 @@ Figure build_cost_length(const RunStore& store, const FigureRequest& request) {
       kv_panel.series.push_back(std::move(dense_kv));
     }
     kv_panel.series.push_back(std::move(kv));
-    sources.push_back({{"run", rc.run.id}, {"eval_step", rc.eval_step}, {"fractions", fractions_from_trace(rc.run.arch, rc.layers)}});
+    sources.push_back({{"run", rc.run.id},
+                       {"eval_step", rc.eval_step},
+                       {"fractions", fractions_from_trace(rc.run.arch, rc.layers)}});
   }
   if (dense_kv_drawn.size() > 1)
     for (auto& s : kv_panel.series)

@@ -200,7 +200,8 @@ Figure seed003_fig4(const RunStore& store, const FigureRequest& request) {
     for (const auto& l : probe.layers) {
       if (!l.routed || l.gate.empty()) continue;
       if (h.cols == 0) h.cols = l.gate.size();
-      if (l.gate.size() != h.cols) throw StoreError(store.path() + ": run " + std::to_string(id) + ": probe rows differ");
+      if (l.gate.size() != h.cols)
+        throw StoreError(store.path() + ": run " + std::to_string(id) + ": probe rows differ");
       h.values.insert(h.values.end(), l.gate.begin(), l.gate.end());
       h.row_labels.push_back("L" + std::to_string(l.layer));
       ++h.rows;

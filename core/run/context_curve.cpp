@@ -53,7 +53,8 @@ ContextCurve read_context_curve(const EvalRow& row) {
   for (std::size_t i = 0; points && i < points->size(); ++i) {
     const Reader p = in.element("points", i);
     c.points.push_back({p.integer("length").value_or(0), p.number("loss").value_or(kNaN),
-                        p.number("ppl").value_or(kNaN), p.number("bpc").value_or(kNaN), p.integer("windows").value_or(0)});
+                        p.number("ppl").value_or(kNaN), p.number("bpc").value_or(kNaN),
+                        p.integer("windows").value_or(0)});
   }
   return c;
 }

@@ -84,7 +84,8 @@ EvaluationRecord read_evaluation(const EvalRow& row) {
   const std::string where = "evaluation at step " + std::to_string(row.step);
   const json doc = json::parse(row.extra_json.empty() ? std::string("{}") : row.extra_json, nullptr, false);
   if (doc.is_discarded()) throw DataError(where + ": its document is not JSON");
-  if (!doc.is_object()) throw DataError(where + ": its document is a " + std::string(doc.type_name()) + ", not an object");
+  if (!doc.is_object())
+    throw DataError(where + ": its document is a " + std::string(doc.type_name()) + ", not an object");
   const Reader in(doc, where, "");
   if (const auto task = in.text("task")) {
     if (*task != "classification" && *task != "lm") in.fail("task", "'" + *task + "' (lm or classification)");

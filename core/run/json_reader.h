@@ -22,7 +22,8 @@ inline constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
 /// Reads keys of one object, naming "<where>: path.key" in its errors ("evaluation at step 200: layers[1].kind").
 class Reader {
  public:
-  Reader(const json& doc, std::string where, std::string path) : doc_(doc), where_(std::move(where)), path_(std::move(path)) {}
+  Reader(const json& doc, std::string where, std::string path)
+      : doc_(doc), where_(std::move(where)), path_(std::move(path)) {}
 
   [[noreturn]] void fail(const std::string& key, const std::string& what) const {
     throw DataError(where_ + ": " + path_ + key + ": " + what);

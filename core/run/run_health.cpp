@@ -54,7 +54,8 @@ void RunHealth::add_train_loss(double step, double loss) {
   last_train_step_ = step;
   if (!std::isfinite(loss)) {
     if (non_finite_.empty())
-      non_finite_ = std::string("train loss is ") + (std::isnan(loss) ? "NaN" : "infinite") + " at step " + number(step);
+      non_finite_ =
+          std::string("train loss is ") + (std::isnan(loss) ? "NaN" : "infinite") + " at step " + number(step);
     return;
   }
   ema_now_ = ema_.add(loss);
@@ -66,7 +67,8 @@ void RunHealth::add_train_loss(double step, double loss) {
 
 void RunHealth::add_validation_loss(double step, double loss) {
   if (!std::isfinite(loss) && non_finite_.empty())
-    non_finite_ = std::string("validation loss is ") + (std::isnan(loss) ? "NaN" : "infinite") + " at step " + number(step);
+    non_finite_ =
+        std::string("validation loss is ") + (std::isnan(loss) ? "NaN" : "infinite") + " at step " + number(step);
 }
 
 void RunHealth::add_evaluation(double step, const std::vector<double>& routed_share, const std::vector<bool>& routed) {
@@ -110,8 +112,9 @@ std::vector<HealthAlert> RunHealth::alerts(double now_seconds) const {
   if (train_points_ >= t_.diverge_min_points && ema_now_ > ema_min_ * t_.diverge_ratio &&
       ema_now_ - ema_min_ > t_.diverge_margin)
     out.push_back({Severity::Warning, "diverging",
-                   "loss diverging: smoothed train loss " + number(ema_now_, 3) + " at step " + number(last_train_step_) +
-                       ", minimum " + number(ema_min_, 3) + " at step " + number(ema_min_step_)});
+                   "loss diverging: smoothed train loss " + number(ema_now_, 3) + " at step " +
+                       number(last_train_step_) + ", minimum " + number(ema_min_, 3) + " at step " +
+                       number(ema_min_step_)});
   if (live_ && last_progress_ >= 0) {
     std::vector<double> sorted = intervals_;
     std::sort(sorted.begin(), sorted.end());
@@ -120,8 +123,8 @@ std::vector<HealthAlert> RunHealth::alerts(double now_seconds) const {
     const double quiet = now_seconds - last_progress_;
     if (quiet > limit)
       out.push_back({Severity::Warning, "stalled",
-                     "stalled: no training step for " + number(quiet) + " s (a step usually takes " + number(typical, 2) +
-                         " s)"});
+                     "stalled: no training step for " + number(quiet) + " s (a step usually takes " +
+                         number(typical, 2) + " s)"});
   }
   return out;
 }
@@ -134,7 +137,8 @@ std::vector<HealthAlert> assess_run(const RunStore& store, std::int64_t run_id, 
     health.add_train_loss(static_cast<double>(p.step), p.value);
     health.note_progress(p.wall_time);
   }
-  for (const auto& p : store.metric(run_id, "val/loss")) health.add_validation_loss(static_cast<double>(p.step), p.value);
+  for (const auto& p : store.metric(run_id, "val/loss"))
+    health.add_validation_loss(static_cast<double>(p.step), p.value);
   std::vector<std::string> unreadable;
   for (const auto& e : read_evaluations(store, run_id, &unreadable))
     health.add_evaluation(static_cast<double>(e.step), e.routed_fractions(), e.routed_layers());

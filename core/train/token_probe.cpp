@@ -35,8 +35,8 @@ nlohmann::json layer_json(const LayerTrace& layer, bool with_stats) {
 
 nlohmann::json TokenTrace::to_json() const {
   nlohmann::json doc;
-  if (task == "classification") {
-    doc["task"] = "classification";
+  if (task == Task::Classification) {
+    doc["task"] = to_string(task);
     doc["tokens"] = tokens;
     doc["labels"] = labels;
     doc["class_probs"] = class_probs;
@@ -118,7 +118,7 @@ TokenTrace trace_pair(SequenceClassifier& model, const ClassBatch& example, cons
   const auto probs = torch::softmax(out.logits.to(torch::kFloat)[0], -1).cpu().contiguous();  // (C)
   const auto real = example.mask[0].sum().item<std::int64_t>();
   TokenTrace trace;
-  trace.task = "classification";
+  trace.task = Task::Classification;
   trace.tokens = tokens;
   trace.labels = labels;
   trace.context = example.input.size(1);

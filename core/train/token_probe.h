@@ -12,6 +12,8 @@
 #include <nlohmann/json.hpp>
 #include <torch/torch.h>
 
+#include "core/run/evaluation_record.h"
+
 namespace routelab {
 
 class LanguageModel;
@@ -26,7 +28,7 @@ struct TokenPrediction {
 };
 
 struct TokenTrace {
-  std::string task = "lm";                 ///< "lm" or "classification"
+  Task task = Task::LanguageModel;
   std::vector<std::string> tokens;         ///< what the model read, as token_text
   std::vector<std::int64_t> ids;
   /// lm: log p(actual next token) per position; NaN at the last position when the text gives no next token.

@@ -84,7 +84,7 @@ class Session {
     device_ = resolve_device(config_.run().at("device").get<std::string>());
     if (device_.is_cuda()) configure_cuda_math(train.at("tf32").get<bool>(), train.at("deterministic").get<bool>());
     threads_.emplace(static_cast<int>(config_.run().at("threads").get<std::int64_t>()));
-    classification_ = architecture(config_.arch()).task == "classification";
+    classification_ = architecture(config_.arch()).task == Task::Classification;
     if (classification_) {
       class_data_ = make_classification_dataset(config_.data());
       torch::manual_seed(static_cast<std::uint64_t>(seed_));
@@ -117,8 +117,8 @@ class Session {
           << " steps per epoch";
     else
       out << model_->describe() << "; " << dataset_->describe();
-    out << "; " << device_.str() << " x" << threads_->threads() << " threads (OpenMP waiting: " << openmp_wait_policy() << "); "
-        << (bf16_ ? "bf16 autocast" : "fp32");
+    out << "; " << device_.str() << " x" << threads_->threads()
+        << " threads (OpenMP waiting: " << openmp_wait_policy() << "); " << (bf16_ ? "bf16 autocast" : "fp32");
     return out.str();
   }
 

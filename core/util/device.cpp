@@ -95,8 +95,8 @@ bool ThreadGovernor::update() {
   const int target = threads_beside_load(available_, others);
   if (target == threads_) return false;
   std::ostringstream why;
-  why << std::fixed << std::setprecision(1) << "Torch threads " << threads_ << " -> " << target << ": other processes kept "
-      << others << " of " << cores << " cores busy";
+  why << std::fixed << std::setprecision(1) << "Torch threads " << threads_ << " -> " << target
+      << ": other processes kept " << others << " of " << cores << " cores busy";
   note_ = why.str();
   threads_ = target;
   at::set_num_threads(threads_);
