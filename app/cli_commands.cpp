@@ -347,7 +347,7 @@ int cmd_runs(const std::string& db, bool json, bool all) {
     nlohmann::json out = nlohmann::json::array();
     for (const auto& r : runs) {
       auto row = run_json(r);
-      row["alerts"] = alerts_json(assess_run(store, r.id, unix_now()));
+      row["alerts"] = alerts_json(assess_run(store, r, unix_now()));
       if (is_classification(r)) {
         row["task"] = "classification";
         const auto acc = last_metric(store, r.id, "val/accuracy"), f1 = last_metric(store, r.id, "val/macro_f1");
@@ -371,7 +371,7 @@ int cmd_runs(const std::string& db, bool json, bool all) {
               << fmt(r.last_train_loss) << std::setw(10) << fmt(r.last_val_loss) << std::setw(10)
               << (cls ? fmt(last_metric(store, r.id, "val/accuracy")) : "-") << std::setw(10)
               << (cls ? fmt(last_metric(store, r.id, "val/macro_f1")) : "-")
-              << alert_kinds(assess_run(store, r.id, unix_now())) << "\n";
+              << alert_kinds(assess_run(store, r, unix_now())) << "\n";
   }
   return 0;
 }
@@ -400,7 +400,7 @@ int cmd_show(const std::string& db, std::int64_t run_id, bool json) {
     }
     doc["evals"].push_back(std::move(row));
   }
-  const auto alerts = assess_run(store, run_id, unix_now());
+  const auto alerts = assess_run(store, r, unix_now());
   doc["alerts"] = alerts_json(alerts);
   if (json) {
     std::cout << doc.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";

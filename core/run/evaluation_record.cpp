@@ -74,6 +74,16 @@ std::optional<double> EvaluationRecord::stat(const std::string& key) const {
   return it->second;
 }
 
+std::optional<Task> run_detail::read_task(const Reader& in) {
+  const auto text = in.text("task");
+  if (!text) return std::nullopt;
+  try {
+    return parse_task(*text);
+  } catch (const ConfigError&) {
+    in.fail("task", "'" + *text + "' (lm or classification)");
+  }
+}
+
 EvaluationRecord read_evaluation(const EvalRow& row) {
   EvaluationRecord r;
   r.step = row.step;
@@ -87,10 +97,7 @@ EvaluationRecord read_evaluation(const EvalRow& row) {
   if (!doc.is_object())
     throw DataError(where + ": its document is a " + std::string(doc.type_name()) + ", not an object");
   const Reader in(doc, where, "");
-  if (const auto task = in.text("task")) {
-    if (*task != "classification" && *task != "lm") in.fail("task", "'" + *task + "' (lm or classification)");
-    r.task = parse_task(*task);
-  }
+  r.task = run_detail::read_task(in).value_or(Task::LanguageModel);
   r.flops_ratio = in.number("flops_ratio");
   if (in.array("layers")) r.layers = read_layers(in, "layers");
   if (const auto stats = in.object("stats")) r.stats = stats->numbers();

@@ -13,6 +13,10 @@
 
 #include "core/util/errors.h"
 
+namespace routelab {
+enum class Task;
+}
+
 namespace routelab::run_detail {
 
 using nlohmann::json;
@@ -123,6 +127,10 @@ class Reader {
   const json& doc_;
   std::string where_, path_;
 };
+
+/// The document's "task" ("lm" or "classification"), none when absent; another word fails naming the key.
+/// Defined with the Task enum (evaluation_record.cpp).
+std::optional<Task> read_task(const Reader& in);
 
 /// Reads each stored row with `read`. An unreadable row is a DataError naming the store and run, or, where
 /// `unreadable` is given, skipped with that message appended.

@@ -65,10 +65,7 @@ ProbeRecord read_probe(const json& doc, std::int64_t step, const std::string& wh
   const Reader in(doc, where, "");
   ProbeRecord p;
   p.step = step;
-  if (const auto task = in.text("task")) {
-    if (*task != "classification" && *task != "lm") in.fail("task", "'" + *task + "' (lm or classification)");
-    p.task = parse_task(*task);
-  }
+  p.task = run_detail::read_task(in).value_or(Task::LanguageModel);
   p.tokens = in.strings_array("tokens");
   p.next_logprob = in.numbers_array("next_logprob");
   const json* layers = in.array("layers");

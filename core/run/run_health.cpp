@@ -129,22 +129,32 @@ std::vector<HealthAlert> RunHealth::alerts(double now_seconds) const {
   return out;
 }
 
-std::vector<HealthAlert> assess_run(const RunStore& store, std::int64_t run_id, double now_unix_seconds,
+std::vector<HealthAlert> assess_run(const RunStore& store, const RunRecord& run, double now_unix_seconds,
                                     const HealthThresholds& thresholds) {
   RunHealth health(thresholds);
-  const auto run = store.run(run_id);
-  for (const auto& p : store.metric(run_id, "train/loss")) {
+  for (const auto& p : store.metric(run.id, "train/loss")) {
     health.add_train_loss(static_cast<double>(p.step), p.value);
     health.note_progress(p.wall_time);
   }
-  for (const auto& p : store.metric(run_id, "val/loss"))
+  for (const auto& p : store.metric(run.id, "val/loss"))
     health.add_validation_loss(static_cast<double>(p.step), p.value);
   std::vector<std::string> unreadable;
-  for (const auto& e : read_evaluations(store, run_id, &unreadable))
+  for (const auto& e : read_evaluations(store, run.id, &unreadable))
     health.add_evaluation(static_cast<double>(e.step), e.routed_fractions(), e.routed_layers());
   for (const auto& message : unreadable) logger("store")->warn("{}", message);
-  health.set_live(run && run->status == RunStatus::Running);
+  health.set_live(run.status == RunStatus::Running);
   return health.alerts(now_unix_seconds);
+}
+
+std::vector<HealthAlert> assess_run(const RunStore& store, std::int64_t run_id, double now_unix_seconds,
+                                    const HealthThresholds& thresholds) {
+  auto run = store.run(run_id);
+  if (!run) {
+    run.emplace();
+    run->id = run_id;
+    run->status = RunStatus::Finished;
+  }
+  return assess_run(store, *run, now_unix_seconds, thresholds);
 }
 
 }  // namespace routelab

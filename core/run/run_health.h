@@ -13,6 +13,7 @@
 namespace routelab {
 
 class RunStore;
+struct RunRecord;
 
 struct HealthThresholds {
   double collapse_low = 0.01, collapse_high = 0.99;  ///< routed share at or beyond these counts as collapsed ...
@@ -67,6 +68,9 @@ class RunHealth {
 /// The alerts of a stored run: its train and validation losses and the routing of its evaluations, in step order;
 /// a run the store marks running is judged for a stall on the wall times of its train-loss rows against
 /// `now_unix_seconds`. An evaluation that cannot be read is skipped with a warning in the log.
+std::vector<HealthAlert> assess_run(const RunStore& store, const RunRecord& run, double now_unix_seconds,
+                                    const HealthThresholds& thresholds = {});
+/// The same for a run id (no such run: judged as not running).
 std::vector<HealthAlert> assess_run(const RunStore& store, std::int64_t run_id, double now_unix_seconds,
                                     const HealthThresholds& thresholds = {});
 
