@@ -16,6 +16,7 @@
 #include "core/config/experiment_config.h"
 #include "core/cost/flops_model.h"
 #include "core/report/figures.h"
+#include "core/report/run_panels.h"
 #include "core/report/table.h"
 #include "core/store/run_store.h"
 #include "core/util/errors.h"
@@ -87,6 +88,12 @@ struct Fixture {
                           {{"layer", 1}, {"kind", "mod"}, {"routed", true}, {"gate", {g, 0.5, 0.0}},
                            {"decision", {1, 0, 0}}}}}};
     store->insert_probe(id, {20, probe.dump()});
+    // Training-mode routing logged at steps 10 and 20: MoD's layer 1 routes 30 %, then 35 %.
+    std::vector<RoutingRow> routing;
+    for (const std::int64_t step : {10, 20})
+      for (int layer = 0; layer < 2; ++layer)
+        routing.push_back({step, layer, routed && layer == 1 ? (step == 10 ? 0.30 : 0.35) : 1.0, 0, 0, 0, 0});
+    store->insert_routing(id, routing);
     return id;
   }
 
@@ -117,7 +124,8 @@ class TestFigures : public QObject {
   void catalogueListsGenericFiguresFirst() {
     const auto& catalog = figure_catalog();
     QVERIFY(catalog.size() >= 6);
-    const std::vector<std::string> generic = {"curves", "matched", "pareto", "routed-layers", "cost-length", "token-maps"};
+    const std::vector<std::string> generic = {"curves",       "matched",     "pareto",    "routed-layers",
+                                               "routing-history", "cost-length", "token-maps", "token-map"};
     for (std::size_t i = 0; i < generic.size(); ++i) {
       QCOMPARE(catalog[i].name, generic[i]);
       QVERIFY(!catalog[i].description.empty() && !catalog[i].title.empty() && catalog[i].build);
@@ -299,7 +307,7 @@ class TestFigures : public QObject {
     QCOMPARE(f.panels.size(), std::size_t{2});
     QCOMPARE(f.columns, 2);
     const auto& flops = f.panels[0].series;
-    QCOMPARE(flops.size(), std::size_t{3});  // dense reference + 2 runs
+    QCOMPARE(flops.size(), std::size_t{5});  // dense reference + per run its line and its measured point
     QCOMPARE(flops[0].label, std::string("dense"));
     QCOMPARE(flops[0].dash, 1);
     QCOMPARE(flops[0].x, (std::vector<double>{16, 64}));
@@ -307,8 +315,13 @@ class TestFigures : public QObject {
     FlopsQuery q;
     q.seq = 64;
     q.fractions = {1.0, 0.25};
-    QVERIFY(near(flops[2].y[1], estimate_flops(fx.mod_model, 256, q).layer_ratio()));
-    QVERIFY(flops[2].y[1] < 1.0);
+    QVERIFY(near(flops[3].y[1], estimate_flops(fx.mod_model, 256, q).layer_ratio()));
+    QVERIFY(flops[3].y[1] < 1.0);
+    // The ratio each evaluation measured, at the run's context (16).
+    QCOMPARE(flops[4].label, std::string("mod (measured)"));
+    QVERIFY(flops[4].kind == SeriesKind::Points && flops[4].marked && flops[4].color == flops[3].color);
+    QCOMPARE(flops[4].x, (std::vector<double>{16}));
+    QCOMPARE(flops[4].y, (std::vector<double>{0.8}));
     const auto& kv = f.panels[1].series;
     QCOMPARE(kv.size(), std::size_t{3});  // one dense reference (same shape) + 2 runs
     const double entry = 2.0 * 32 * 4;     // K and V, d_kv 32, fp32
@@ -316,6 +329,98 @@ class TestFigures : public QObject {
     QVERIFY(near(kv[0].y[1], 2 * 64 * entry / mib));
     QVERIFY(near(kv[2].y[1], (64 + 0.25 * 64) * entry / mib));
     QVERIFY(f.panels[1].log_y && f.panels[1].log_x);
+  }
+
+  void routedLayersDrawTrainingModeFaintBeside() {
+    Fixture fx;
+    auto r = fx.request("routed-layers", {fx.mod});
+    r.metric = "both";
+    const auto bars = build_figure(*fx.store, r).panels.at(0).bars;
+    QCOMPARE(bars.members.size(), std::size_t{3});  // inference, training, the dense layer hatched
+    QCOMPARE(bars.members[0].values[1], 25.0);
+    QVERIFY(!bars.members[0].faint && bars.members[1].faint);
+    QCOMPARE(bars.members[1].label, std::string("mod (training, step 20)"));
+    QVERIFY(std::isnan(bars.members[1].values[0]));  // the dense layer has no training bar of its own
+    QVERIFY(near(bars.members[1].values[1], 35.0));
+    QVERIFY(bars.members[2].hatched);
+    r.metric = "training";
+    r.step = 15;  // the last logged step at or before it: 10
+    const auto training = build_figure(*fx.store, r).panels.at(0).bars;
+    QCOMPARE(training.members[0].label, std::string("mod (training, step 10)"));
+    QVERIFY(near(training.members[0].values[1], 30.0));
+    r.step = 5;  // nothing logged yet: named
+    try {
+      build_figure(*fx.store, r);
+      QFAIL("no training-mode routing at or before step 5 must be refused");
+    } catch (const DataError& e) {
+      QVERIFY2(std::string(e.what()).find("at or before step 5") != std::string::npos, e.what());
+    }
+  }
+
+  void routingHistoryIsLayersByLoggedSteps() {
+    Fixture fx;
+    const auto f = build_figure(*fx.store, fx.request("routing-history", {fx.mod, fx.dense1}));
+    QCOMPARE(f.panels.size(), std::size_t{2});  // one per run
+    const auto& h = f.panels[0].heatmap;
+    QCOMPARE(h.rows, std::size_t{2});
+    QCOMPARE(h.col_labels, (std::vector<std::string>{"10", "20"}));
+    QCOMPARE(h.row_labels, (std::vector<std::string>{"L0", "L1"}));
+    QVERIFY(std::isnan(h.values[0]) && std::isnan(h.values[1]));  // layer 0 does not route: empty
+    QVERIFY(near(h.values[2], 30.0) && near(h.values[3], 35.0));
+    QCOMPARE(f.panels[0].title, std::string("mod"));
+    for (double v : f.panels[1].heatmap.values) QVERIFY(std::isnan(v));  // the dense run routes nowhere
+  }
+
+  void tokenMapRowsKeepTheirOwnRanges() {
+    ProbeRecord probe;
+    probe.tokens = {"a", "b", "c"};
+    probe.layers = {{0, "dense", false, {}, {}, {}}, {1, "mod", true, {0.9, 0.4, 0.1}, {1, 0, 0}, {}}};
+    TokenSeries exit;
+    exit.name = "exit";
+    exit.integral = true;
+    exit.values = {{2}, {-1}, {1}};
+    probe.token_data = {exit};
+    probe.next_logprob = {std::log(0.5), std::log(0.25), std::numeric_limits<double>::quiet_NaN()};
+    const auto gate = token_map_panel("t", probe, TokenMapColour::Gate).heatmap;
+    QCOMPARE(gate.row_labels, (std::vector<std::string>{"L1 mod gate", "exit", "p(next token)"}));
+    QCOMPARE(gate.cols, std::size_t{3});
+    QCOMPARE(gate.row_lo, (std::vector<double>{0, 0, 0}));
+    QCOMPARE(gate.row_hi, (std::vector<double>{1, 2, 1}));
+    QCOMPARE(gate.values[3], 2.0);               // the stored value, as the CSV writes it...
+    QCOMPARE(gate.colour_value(1, 0), 1.0);      // ...coloured over its row's range
+    QVERIFY(std::isnan(gate.colour_value(1, 1)));  // -1: no exit, an empty cell
+    QCOMPARE(gate.colour_value(1, 2), 0.5);
+    QVERIFY(near(gate.values[6], 0.5) && near(gate.values[7], 0.25));
+    const auto decision = token_map_panel("t", probe, TokenMapColour::Decision).heatmap;
+    QCOMPARE(decision.row_labels.front(), std::string("L1 mod decision"));
+    QCOMPARE(decision.values[0], 1.0);
+    // Expert colouring without expert ids falls back to the gate.
+    QCOMPARE(token_map_panel("t", probe, TokenMapColour::Expert).heatmap.row_labels.front(), std::string("L1 mod gate"));
+    QVERIFY(!has_expert_ids(probe));
+    try {
+      parse_token_map_colour("hue", "token-map metric");
+      QFAIL("an unknown colouring must be refused");
+    } catch (const ConfigError& e) {
+      QVERIFY(std::string(e.what()).find("token-map metric: 'hue'") != std::string::npos);
+    }
+  }
+
+  void tokenMapOfAStoredProbe() {
+    Fixture fx;
+    auto r = fx.request("token-map", {fx.mod});
+    r.metric = "decision";
+    const auto f = build_figure(*fx.store, r);
+    const auto& h = f.panels.at(0).heatmap;
+    QCOMPARE(h.row_labels, (std::vector<std::string>{"L0 dense gate", "L1 mod decision"}));
+    QCOMPARE(h.values[3], 1.0);
+    QCOMPARE(f.meta.at("colour").get<std::string>(), std::string("decision"));
+    r.step = 7;
+    try {
+      build_figure(*fx.store, r);
+      QFAIL("a step without a probe must be refused");
+    } catch (const DataError& e) {
+      QVERIFY2(std::string(e.what()).find("no probe at step 7 (probed at: 20)") != std::string::npos, e.what());
+    }
   }
 
   void tokenMapsShowBothRunsAndTheirDifference() {

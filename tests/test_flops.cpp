@@ -9,6 +9,7 @@
 
 #include <torch/torch.h>
 
+#include "core/cost/cost_curve.h"
 #include "core/cost/flop_counter.h"
 #include "core/cost/flops_model.h"
 #include "core/models/dllm.h"
@@ -298,6 +299,40 @@ class TestFlops : public QObject {
     QVERIFY(j.at("convention").get<std::string>().find("2 FLOPs per multiply-add") != std::string::npos);
     QCOMPARE(j.at("layers").size(), std::size_t(4));
     QVERIFY(j.at("layers")[1].at("parts").contains("router"));
+  }
+
+  void pricedCurveFollowsEachArchitecturesKvRule() {
+    // The cost-versus-length curve every view draws (core/cost/cost_curve.h) prices an evaluation's layers by the
+    // registry: D-LLM keeps a dense-sized cache (its prompt pass stores every slot), DTRNet caches its routed tokens.
+    std::vector<routelab::LayerRouting> layers(4);
+    for (int l = 0; l < 4; ++l) layers[l] = {l, "dense", l % 2 == 1, l % 2 ? 0.25 : 1.0, 0, 0, {}};
+    for (const std::string arch : {"dtrnet", "dllm"}) {
+      for (auto& l : layers)
+        if (l.routed) l.kind = arch;
+      const nlohmann::json shape = {
+          {"arch", arch}, {"n_layer", 4}, {"n_embd", 64}, {"n_head", 4}, {"routed_layers", "T-D-T-D"}};
+      auto model = routelab::schema_defaults(routelab::architecture(arch).options);
+      for (const auto& [key, value] : shape.items()) model[key] = value;
+      const auto lengths = routelab::default_cost_lengths(100);
+      QCOMPARE(lengths.front(), std::int64_t{64});
+      QCOMPARE(lengths.back(), std::int64_t{8192});
+      const auto priced = routelab::priced_cost_curve(model, layers, 4.0, lengths);
+      QCOMPARE(priced.size(), lengths.size());
+      for (const auto& p : priced) {
+        QVERIFY(p.flops < p.dense_flops);
+        if (arch == "dllm")
+          QCOMPARE(p.kv_bytes, p.dense_kv_bytes);
+        else
+          QVERIFY(std::abs(p.kv_bytes - p.dense_kv_bytes * (1.0 + 0.25) / 2.0) < 1e-6 * p.dense_kv_bytes);
+      }
+      // Records that do not fit the model (another layer count) are named.
+      try {
+        routelab::priced_cost_curve(model, {{0, "dense", true, 0.5, 0, 0, {}}}, 4.0, lengths);
+        QFAIL("one record for four layers must be refused");
+      } catch (const routelab::ConfigError& e) {
+        QVERIFY2(std::string(e.what()).find("layers") != std::string::npos, e.what());
+      }
+    }
   }
 
   void errors() {

@@ -28,14 +28,12 @@
 #include "core/util/paths.h"
 #include "ui/dashboard_docks.h"
 #include "ui/dashboard_loader.h"
+#include "ui/figure_render.h"
 #include "ui/experiment_designer.h"
-#include "ui/routing_cost.h"
 #include "ui/run_dashboard.h"
 #include "ui/store_service.h"
 #include "widgets/alert_bar_widget.h"
 #include "widgets/moving_average.h"
-#include "widgets/routing_bars_widget.h"
-#include "widgets/routing_heatmap_widget.h"
 #include "widgets/token_routing_widget.h"
 #include "widgets/xy_curves_widget.h"
 #include "ui/app_resources.h"
@@ -61,6 +59,46 @@ namespace {
 constexpr int kRunTimeoutMs = 120000;
 const QString kTinyPreset = QStringLiteral("tiny");
 
+/// The logged steps the dashboard's routing-history panel shows now.
+std::size_t historyColumns(const routelab::RunDashboard& dashboard) {
+  const auto& figure = dashboard.panelFigure(routelab::RunDashboard::Panel::RoutingHistory);
+  return figure.panels.empty() ? 0 : figure.panels[0].heatmap.cols;
+}
+
+bool same(double a, double b) { return a == b || (std::isnan(a) && std::isnan(b)); }
+
+/// Whether the plot on screen holds the figure's numbers: each bar member's finite values as a QCPBars, each heat
+/// map's colour values cell by cell, a graph per line series (the figure renderer, ui/figure_render.h).
+bool screenShowsFigure(QCustomPlot* plot, const routelab::Figure& figure) {
+  QList<QCPBars*> bars;
+  QList<QCPColorMap*> maps;
+  for (int i = 0; i < plot->plottableCount(); ++i) {
+    if (auto* b = qobject_cast<QCPBars*>(plot->plottable(i))) bars << b;
+    if (auto* m = qobject_cast<QCPColorMap*>(plot->plottable(i))) maps << m;
+  }
+  qsizetype nextBars = 0, nextMap = 0;
+  std::size_t lines = 0;
+  for (const auto& panel : figure.panels) {
+    lines += panel.series.size();
+    for (const auto& member : panel.bars.members) {
+      if (nextBars >= bars.size()) return false;
+      const auto* data = bars[nextBars++]->data().data();
+      int k = 0;
+      for (double v : member.values)
+        if (std::isfinite(v) && (k >= data->size() || data->at(k++)->value != v)) return false;
+      if (k != data->size()) return false;
+    }
+    const auto& h = panel.heatmap;
+    if (h.values.empty()) continue;
+    if (nextMap >= maps.size()) return false;
+    QCPColorMapData* cells = maps[nextMap++]->data();
+    for (std::size_t r = 0; r < h.rows; ++r)
+      for (std::size_t c = 0; c < h.cols; ++c)
+        if (!same(cells->cell(static_cast<int>(c), static_cast<int>(r)), h.colour_value(r, c))) return false;
+  }
+  return nextBars == bars.size() && nextMap == maps.size() && static_cast<std::size_t>(plot->graphCount()) >= lines;
+}
+
 }  // namespace
 
 class TestGui : public QObject {
@@ -82,7 +120,6 @@ class TestGui : public QObject {
   void failedStartIsReportedNotFatal();
 
   void movingAverageHasAFiniteWindow();
-  void costCurvesAreTheRegistrysPricing();
   void dashboardShowsRoutingOfATinyDtrnetRun();
   void designerValidatesAsTheUserTypes();
   void designerQueuesArchitecturesTimesSeeds();
@@ -355,59 +392,6 @@ void TestGui::movingAverageHasAFiniteWindow() {
   QCOMPARE(plot.plot()->graph(1)->data()->at(2)->value, 4.0);
 }
 
-void TestGui::costCurvesAreTheRegistrysPricing() {
-  // The dashboard's cost curves are the registry's pricing (core/cost/cost_curve.h) of the evaluation's layers:
-  // D-LLM keeps a dense-sized cache (its prompt pass stores every slot) while DTRNet caches its routed tokens.
-  const auto config = [](const std::string& arch) {
-    return nlohmann::json{{"model", {{"arch", arch}, {"n_layer", 4}, {"n_embd", 64}, {"n_head", 4},
-                                     {"routed_layers", "T-D-T-D"}}},
-                          {"data", {{"context", 100}}},
-                          {"train", {{"precision", "fp32"}}}}
-        .dump();
-  };
-  std::vector<routelab::LayerRouting> layers(4);
-  for (int l = 0; l < 4; ++l) layers[l] = {l, "dense", l % 2 == 1, l % 2 ? 0.25 : 1.0, 0, 0, {}};
-  for (const std::string arch : {"dtrnet", "dllm"}) {
-    for (auto& l : layers)
-      if (l.routed) l.kind = arch;
-    const auto model = routelab::costModelFromConfig(config(arch));
-    QVERIFY2(model.valid, qPrintable(model.error));
-    QCOMPARE(model.context, qint64(100));
-    routelab::EvalSnapshot eval;
-    eval.step = 10;
-    routelab::setEvalLayers(eval, layers);
-    const auto c = routelab::costCurves(model, &eval);
-    QVERIFY2(c.error.isEmpty(), qPrintable(c.error));
-    const auto lengths = routelab::default_cost_lengths(100);
-    const auto priced =
-        routelab::priced_cost_curve(nlohmann::json::parse(model.modelJson), layers, 4.0, lengths);
-    QCOMPARE(c.seqLen.size(), qsizetype(lengths.size()));
-    QCOMPARE(c.seqLen.front(), 64.0);
-    for (qsizetype i = 0; i < c.seqLen.size(); ++i) {
-      const auto& p = priced[static_cast<std::size_t>(i)];
-      QCOMPARE(c.routedFlops[i], p.flops);
-      QCOMPARE(c.denseFlops[i], p.dense_flops);
-      QVERIFY(c.routedFlops[i] < c.denseFlops[i]);
-      if (arch == "dllm")
-        QCOMPARE(c.routedKvMiB[i], c.denseKvMiB[i]);
-      else
-        QCOMPARE(c.routedKvMiB[i], c.denseKvMiB[i] * (1.0 + 0.25) / 2.0);
-    }
-    QVERIFY(c.contextRatio > 0 && c.contextRatio < 1 && c.contextDenseFlops > 0);
-    // Before any evaluation: the dense curves only.
-    const auto dense = routelab::costCurves(model, nullptr);
-    QVERIFY(dense.routedFlops.isEmpty() && dense.error.isEmpty());
-    QCOMPARE(dense.denseFlops, c.denseFlops);
-    // An evaluation whose layers do not fit the model is named, and the dense curves stay.
-    routelab::EvalSnapshot odd;
-    routelab::setEvalLayers(odd, {{0, "dense", true, 0.5, 0, 0, {}}});
-    const auto bad = routelab::costCurves(model, &odd);
-    QVERIFY(bad.routedFlops.isEmpty() && bad.error.contains(QStringLiteral("layers")));
-    QCOMPARE(bad.denseFlops, c.denseFlops);
-  }
-  QVERIFY(!routelab::costModelFromConfig(R"({"model": {"arch": "dense"}})").valid);  // no data.context
-}
-
 void TestGui::dashboardShowsRoutingOfATinyDtrnetRun() {
   // A real tiny DTRNet run (3 layers, Bilayer pattern T-D-T: layer 1 routes), trained here, shown from the store.
   nlohmann::json overrides = routelab::load_preset("tiny");
@@ -459,16 +443,33 @@ void TestGui::dashboardShowsRoutingOfATinyDtrnetRun() {
   QCOMPARE(dashboard.shownProbeStep(), 0);
   QCOMPARE(view->tokenCount(), tokens);
 
-  routelab::RoutingBarsWidget* bars = dashboard.routingBars();
-  QCOMPARE(bars->layerCount(), 3);
-  QVERIFY(std::isfinite(bars->evalShare()[1]) && bars->evalShare()[1] >= 0 && bars->evalShare()[1] <= 1);
-  QVERIFY(bars->toolTipForLayer(0).contains(QStringLiteral("dense")));
-  QVERIFY(bars->toolTipForLayer(1).contains(QStringLiteral("routed")));
-  routelab::RoutingHeatmapWidget* heatmap = dashboard.routingHeatmap();
-  QCOMPARE(heatmap->columnCount(), 6);  // logged steps 1, 2, 4, 6, 8, 10
-  QCOMPARE(heatmap->layerCount(), 3);
-  QVERIFY(std::isnan(heatmap->valueAt(10, 0)));  // dense layers stay blank
-  QVERIFY(std::isfinite(heatmap->valueAt(10, 1)));
+  // Every panel but the loss plot is a catalogue figure: what the dashboard draws is, number for number, what
+  // `routelab-cli figure` exports for the same request (the CSV holds every plotted number), and the plot on
+  // screen holds the figure's numbers.
+  using Panel = routelab::RunDashboard::Panel;
+  dashboard.showProbe(2);
+  for (const Panel panel : {Panel::RoutedLayers, Panel::RoutingHistory, Panel::TokenMap, Panel::Cost}) {
+    const routelab::FigureRequest request = dashboard.panelRequest(panel);
+    const routelab::Figure& shown = dashboard.panelFigure(panel);
+    QVERIFY2(!shown.empty(), request.name.c_str());
+    QCOMPARE(routelab::figure_to_csv(shown), routelab::figure_to_csv(routelab::build_figure(store, request)));
+  }
+  const routelab::Figure& bars = dashboard.panelFigure(Panel::RoutedLayers);
+  QCOMPARE(bars.panels.at(0).bars.categories.size(), std::size_t{3});
+  QCOMPARE(bars.panels.at(0).bars.members.size(), std::size_t{3});  // inference, training (faint), dense hatched
+  QVERIFY(screenShowsFigure(dashboard.routingBars()->plot(), bars));
+  const routelab::FigureHeatmap& history = dashboard.panelFigure(Panel::RoutingHistory).panels.at(0).heatmap;
+  QCOMPARE(history.col_labels, (std::vector<std::string>{"1", "2", "4", "6", "8", "10"}));  // logged steps
+  QCOMPARE(history.rows, std::size_t{3});
+  QVERIFY(std::isnan(history.values[5]) && std::isfinite(history.values[history.cols + 5]));  // dense layers blank
+  QVERIFY(screenShowsFigure(dashboard.routingHistory()->plot(), dashboard.panelFigure(Panel::RoutingHistory)));
+  QVERIFY(screenShowsFigure(dashboard.costView()->plot(), dashboard.panelFigure(Panel::Cost)));
+  const routelab::FigureHeatmap& map = dashboard.panelFigure(Panel::TokenMap).panels.at(0).heatmap;
+  QCOMPARE(view->rowCount(), static_cast<int>(map.rows));
+  for (int r = 0; r < view->rowCount(); ++r)
+    for (int c = 0; c < tokens; ++c) {
+      QVERIFY(same(view->row(r).values.value(c), map.values[static_cast<std::size_t>(r) * map.cols + c]));
+    }
 
   // The alerts the dashboard shows are the ones routelab-cli reports for the stored run (core/run/run_health.h):
   // here none (the dense layers 0 and 2 take every token, which is no collapse).
@@ -481,10 +482,11 @@ void TestGui::dashboardShowsRoutingOfATinyDtrnetRun() {
   }
   QCOMPARE(alerts->errors() + alerts->warnings(), reported);
 
-  QCOMPARE(dashboard.flopsCurves()->curveCount(), 3);  // dense, current routing, measured
-  QCOMPARE(dashboard.kvCurves()->curveCount(), 2);
-  QVERIFY2(dashboard.flopsCurves()->caption().contains(QStringLiteral("eval step 10")),
-           qPrintable(dashboard.flopsCurves()->caption()));
+  const routelab::Figure& cost = dashboard.panelFigure(Panel::Cost);
+  QCOMPARE(cost.panels.size(), std::size_t{2});               // FLOPs ratio and KV cache against length
+  QCOMPARE(cost.panels[0].series.size(), std::size_t{3});     // dense, the run's routing, its measured ratio
+  QVERIFY2(dashboard.costView()->caption().contains(QStringLiteral("eval step 10")),
+           qPrintable(dashboard.costView()->caption()));
   QCOMPARE(dashboard.lossPlot()->pointCount(Series::TrainRaw), 10);
   QCOMPARE(dashboard.lossPlot()->pointCount(Series::Validation), 3);
   dashboard.setXAxis(routelab::RunDashboard::XAxis::Tokens);
@@ -637,18 +639,19 @@ void TestGui::designerLaunchFeedsALiveDashboard() {
   QVERIFY(designer->loadPreset(QStringLiteral("tiny")));
   QVERIFY(designer->setArchitecture(arch));
   const QList<QPair<QString, QString>> fields{{"model.n_layer", "3"},      {"data.context", "32"},
-                                              {"train.batch_size", "8"},   {"train.steps", "12"},
-                                              {"train.warmup_steps", "2"}, {"train.eval_every", "6"},
+                                              {"train.batch_size", "8"},   {"train.steps", "24"},
+                                              {"train.warmup_steps", "2"}, {"train.eval_every", "12"},
                                               {"train.log_every", "2"}};
   for (const auto& [path, text] : fields) QVERIFY(designer->setFieldText(path, text));
   QVERIFY2(designer->isValid(), qPrintable(designer->formError()));
 
-  // Watch the live dashboard while the run is going: the heat map grows from the trainer's own reports.
+  // Watch the live dashboard while the run is going: the heat map grows from the trainer's own reports (redrawn
+  // at most every kRoutingRedrawMs, so the run is long enough to see a redraw before it ends).
   int liveColumns = 0;
   connect(window->runController(), &routelab::RunController::progressReceived, window.get(),
           [&](const routelab::ProgressBatch&) {
             if (auto* d = window->dashboards()->dashboard(window->runController()->currentRunId()); d && d->isLive())
-              liveColumns = std::max(liveColumns, d->routingHeatmap()->columnCount());
+              liveColumns = std::max(liveColumns, static_cast<int>(historyColumns(*d)));
           });
   auto* launch = designer->findChild<QPushButton*>(QStringLiteral("designerLaunch"));
   QVERIFY(launch && launch->isEnabled());
@@ -663,9 +666,10 @@ void TestGui::designerLaunchFeedsALiveDashboard() {
 
   routelab::RunDashboard* dashboard = window->dashboards()->dashboard(runId);
   QVERIFY(dashboard);
-  QTRY_COMPARE_WITH_TIMEOUT(dashboard->probeCount(), 3, 10000);  // evaluations at steps 0, 6, 12
+  QTRY_COMPARE_WITH_TIMEOUT(dashboard->probeCount(), 3, 10000);  // evaluations at steps 0, 12, 24
   QCOMPARE(dashboard->tokenView()->rowCount(), routedRows + 1);   // the routed layers and p(next token)
-  QCOMPARE(dashboard->routingBars()->layerCount(), 3);
+  QCOMPARE(dashboard->panelFigure(routelab::RunDashboard::Panel::RoutedLayers).panels.at(0).bars.categories.size(),
+           std::size_t{3});
   routelab::RunStore store(dbPath_.toStdString(), false);
   QCOMPARE(QString::fromStdString(store.run(runId)->arch), arch);
   const auto probe = nlohmann::json::parse(store.probes(runId).back().json);

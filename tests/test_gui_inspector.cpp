@@ -17,6 +17,8 @@
 #include <nlohmann/json.hpp>
 
 #include "core/config/experiment_config.h"
+#include "core/report/figures.h"
+#include "core/store/run_store.h"
 #include "core/train/trainer.h"
 #include "ui/run_dashboard.h"
 #include "ui/run_metrics_view.h"
@@ -226,11 +228,19 @@ class TestGuiInspector : public QObject {
     QVERIFY(panels.contains(QStringLiteral("routing_change")) && panels.contains(QStringLiteral("routing_change_set")));
     QVERIFY(!panels.contains(QStringLiteral("routing_change/L0")));  // per-layer series stay out of the panels
     // Cost: the measured FLOPs ratio of each evaluation (top-2 of 4 experts: below 1); no KV cache panel.
-    const auto* flops = dashboard.flopsCurves();
-    QCOMPARE(flops->curveCount(), 1);
-    QCOMPARE(flops->curve(0).x.size(), 2);  // step 0 and the end of the epoch
-    QVERIFY(flops->curve(0).y.back() > 0.3 && flops->curve(0).y.back() < 1.0);
-    QVERIFY(!dashboard.kvCurves()->isVisibleTo(&dashboard));
+    // The catalogue's "curves" figure of val/flops_ratio, as `routelab-cli figure` builds it.
+    const routelab::Figure& cost = dashboard.panelFigure(routelab::RunDashboard::Panel::Cost);
+    QCOMPARE(cost.panels.size(), std::size_t{1});
+    QCOMPARE(cost.panels[0].series.size(), std::size_t{1});
+    const auto& ratio = cost.panels[0].series[0];
+    QCOMPARE(ratio.x.size(), std::size_t{2});  // step 0 and the end of the epoch
+    QVERIFY(ratio.y.back() > 0.3 && ratio.y.back() < 1.0);
+    {
+      routelab::RunStore store(db_.toStdString());
+      const auto request = dashboard.panelRequest(routelab::RunDashboard::Panel::Cost);
+      QCOMPARE(request.metric, std::string("val/flops_ratio"));
+      QCOMPARE(routelab::figure_to_csv(cost), routelab::figure_to_csv(routelab::build_figure(store, request)));
+    }
     QVERIFY(!view->expertLoads()->isHidden());
     QCOMPARE(view->expertLoads()->groupCount(), 1);   // one layer
     QCOMPARE(view->expertLoads()->seriesCount(), 4);  // four experts

@@ -1,6 +1,7 @@
-// Plain value types behind a run dashboard: what the store reader extracts from a run (curves, routing history,
-// evaluations with their per-layer routing, the probe's per-token routing at each evaluation, the model shape
-// for the cost curves). Read on the store thread, copied to the GUI thread; nothing here points into core/.
+// Value types behind a run dashboard: what the store reader extracts from a run (curves, routing history,
+// evaluations with their per-layer routing, the probe's per-token routing at each evaluation, the cost figure).
+// Read on the store thread, copied to the GUI thread: core's typed records and Qt values, nothing that points into
+// the store.
 #pragma once
 #include <QMetaType>
 #include <QString>
@@ -10,15 +11,13 @@
 #include <string>
 #include <vector>
 
+#include "core/report/figure.h"
+#include "core/report/figures.h"
 #include "core/run/evaluation_record.h"
+#include "core/run/probe_record.h"
+#include "core/run/routing_history.h"
 
 namespace routelab {
-
-/// Per-layer share of tokens on the routed path at logged training steps.
-struct RoutingHistory {
-  QVector<double> steps;
-  QVector<QVector<double>> fraction;  ///< [step][layer]
-};
 
 /// One evaluation's inference-mode routing (eval extra_json).
 struct EvalSnapshot {
@@ -31,33 +30,19 @@ struct EvalSnapshot {
   std::vector<LayerRouting> layers;  ///< the stored per-layer records: what the cost curves price
 };
 
-/// The probe text's per-token routing at one evaluation.
+/// The probe text's per-token routing at one evaluation: the typed record (what the token map is built from, by
+/// core/report/run_panels.h) and the Qt values the captions and the inspector's tables show.
 struct ProbeSnapshot {
-  struct Layer {
-    int layer = 0;
-    QString kind;
-    bool routed = false;
-    QVector<double> gate;      ///< per token; empty when the layer reports none
-    QVector<double> decision;  ///< per token, 0/1; empty when none
-  };
-  /// A per-token quantity from the model's token_data: components[c][t] (one component for (T) data, K for (T, K)).
-  struct Series {
-    QString name;
-    QVector<QVector<double>> components;
-    bool integral = false;
-    QVector<int> shape;  ///< per-token dimensions, e.g. {L, N} for TAGAT's gate (T, L, N); empty for (T)
-  };
   /// One ranked next-token prediction (the token inspector's traces).
   struct Prediction {
     QString text;
     double prob = 0;
   };
+  ProbeRecord record;
   qint64 step = 0;
   QString task = QStringLiteral("lm");  ///< "lm" or "classification"
   QStringList tokens;
   QVector<double> nextLogprob;  ///< log p(next token) per position; NaN where unknown
-  QVector<Layer> layers;
-  QVector<Series> tokenData;
   QVector<QVector<Prediction>> topK;  ///< per position, most likely first (traces only)
   qint64 droppedTokens = 0;           ///< tokens cut from a traced text that exceeded the context
   // classification
@@ -65,13 +50,6 @@ struct ProbeSnapshot {
   QVector<double> classProbs;
   int predicted = -1;
   int label = -1;  ///< the probe example's gold label (-1 for a typed text)
-
-  /// TAGAT-style per-token experts: the "expert" series (T, L, k) of chosen ids, or nullptr.
-  const Series* experts() const {
-    for (const Series& s : tokenData)
-      if (s.name == QLatin1String("expert") && s.shape.size() == 2 && s.integral) return &s;
-    return nullptr;
-  }
 };
 
 /// One stored metric series.
@@ -88,20 +66,11 @@ struct RunMetricsData {
   QVector<QVector<double>> expertLoad;  ///< [layer][expert] share of routed tokens (val/load/L<l>/E<i>), last eval
 };
 
-/// What the cost curves need about the model (from the resolved config), or why they cannot be drawn.
-struct CostModel {
-  bool valid = false;
-  QString error;
-  std::string modelJson;  ///< the complete model section the architecture's FLOPs model prices
-  qint64 nLayer = 0;
-  qint64 context = 0;
-  double bytesPerValue = 4;  ///< of the KV cache (4 fp32, 2 bf16)
-};
-
 struct RunDashboardData {
   qint64 runId = 0;
   bool found = false;
   QString name, arch, status, message;
+  RunStyle style;  ///< the label and colour every catalogue figure gives this run (the panels use them too)
   qint64 totalSteps = 0;
   double tokensPerStep = 0;  ///< batch_size x context
   /// The cumulative-FLOPs x axis (core/report/figures.h training_flops_axis): 3 x the dense layers' forward
@@ -111,10 +80,13 @@ struct RunDashboardData {
   double createdAt = 0;      ///< unix seconds
   QVector<double> trainSteps, trainLoss, trainWall;  ///< wall: unix seconds
   QVector<double> valSteps, valLoss, valWall;
-  RoutingHistory routing;
+  RoutingHistory routing;  ///< training-mode routing per logged step (core/run/routing_history.h)
   QVector<EvalSnapshot> evals;
   QVector<ProbeSnapshot> probes;
-  CostModel cost;
+  /// The cost panel: the catalogue's "cost-length" figure of this run (language models) or its "curves" of
+  /// val/flops_ratio (classifiers), built by the loader with build_figure; empty with `costError` saying why.
+  Figure cost;
+  QString costError;
   QString task = QStringLiteral("lm");  ///< "classification" when the run reports accuracy
   RunMetricsData metrics;
 };

@@ -3,24 +3,19 @@
 #include "ui/dashboard_loader.h"
 
 #include <cmath>
-#include <map>
 
 #include <QRegularExpression>
-
-#include <nlohmann/json.hpp>
 
 #include "core/models/registry.h"
 #include "core/report/figures.h"
 #include "core/run/probe_record.h"
+#include "core/run/routing_history.h"
 #include "core/run/run_config.h"
 #include "core/store/run_store.h"
 #include "core/util/logging.h"
-#include "ui/routing_cost.h"
 
 namespace routelab {
 namespace {
-
-using nlohmann::json;
 
 QVector<double> toQVector(const std::vector<double>& v) { return {v.begin(), v.end()}; }
 
@@ -30,20 +25,6 @@ QStringList toQStringList(const std::vector<std::string>& v) {
   return out;
 }
 
-/// A token series as the dashboard draws it: components[c][t], one component per per-token value.
-ProbeSnapshot::Series seriesSnapshot(const TokenSeries& s) {
-  ProbeSnapshot::Series series;
-  series.name = QString::fromStdString(s.name);
-  series.integral = s.integral;
-  series.shape = QVector<int>(s.shape.begin(), s.shape.end());
-  std::size_t width = 0;
-  for (const auto& values : s.values) width = std::max(width, values.size());
-  series.components.resize(static_cast<qsizetype>(width));
-  for (std::size_t c = 0; c < width; ++c)
-    for (std::size_t t = 0; t < s.tokens(); ++t) series.components[static_cast<qsizetype>(c)].push_back(s.at(t, c));
-  return series;
-}
-
 }  // namespace
 
 ProbeSnapshot probeSnapshot(const ProbeRecord& record) {
@@ -51,10 +32,6 @@ ProbeSnapshot probeSnapshot(const ProbeRecord& record) {
   probe.step = record.step;
   probe.tokens = toQStringList(record.tokens);
   probe.nextLogprob = toQVector(record.next_logprob);
-  for (const ProbeLayer& l : record.layers)
-    probe.layers.push_back(
-        {l.layer, QString::fromStdString(l.kind), l.routed, toQVector(l.gate), toQVector(l.decision)});
-  for (const TokenSeries& s : record.token_data) probe.tokenData.push_back(seriesSnapshot(s));
   for (const auto& position : record.top_k) {
     QVector<ProbeSnapshot::Prediction> ranked;
     for (const ProbePrediction& p : position) ranked.push_back({QString::fromStdString(p.text), p.prob});
@@ -68,6 +45,7 @@ ProbeSnapshot probeSnapshot(const ProbeRecord& record) {
     probe.predicted = record.predicted;
     probe.label = record.label;
   }
+  probe.record = record;
   return probe;
 }
 
@@ -164,12 +142,22 @@ RunDashboardData loadDashboardData(const RunStore& store, qint64 runId) {
   } catch (const std::exception&) {
     data.tokensPerStep = 0;  // the tokens axis then falls back to what the live run reports
   }
-  if (classifier) {
-    // No KV cache nor length curves; the measured FLOPs ratio is per evaluation (RunDashboard::renderClassifierCost).
-    data.task = QStringLiteral("classification");
-  } else {
-    // Language models: the layer shape prices the FLOPs and KV curves, the FLOPs model the cumulative-FLOPs axis.
-    data.cost = costModelFromConfig(record->config_json);
+  data.style = run_style(store, runId);
+  if (classifier) data.task = QStringLiteral("classification");
+  // The cost panel is the catalogue figure itself: language models price FLOPs and the KV cache against length
+  // from the last evaluation's routing; a classifier encodes each pair once (no cache, no length axis), so its
+  // panel is the FLOPs ratio each evaluation measured.
+  FigureRequest cost;
+  cost.name = classifier ? "curves" : "cost-length";
+  cost.run_ids = {runId};
+  if (classifier) cost.metric = "val/flops_ratio";
+  try {
+    data.cost = build_figure(store, cost);
+  } catch (const std::exception& e) {
+    data.costError = QString::fromUtf8(e.what());
+  }
+  if (!classifier) {
+    // The cumulative-FLOPs x axis of the loss curves.
     try {
       data.denseStepFlops = training_step_dense_flops(store, runId);
       const auto [steps, ratios] = training_flops_ratios(store, runId);
@@ -194,20 +182,7 @@ RunDashboardData loadDashboardData(const RunStore& store, qint64 runId) {
     data.valWall.push_back(p.wall_time);
   }
 
-  // Routing rows arrive ordered by step then layer; one column per step.
-  for (const RoutingRow& row : store.routing(runId)) {
-    auto& h = data.routing;
-    if (h.steps.isEmpty() || h.steps.back() != static_cast<double>(row.step)) {
-      h.steps.push_back(static_cast<double>(row.step));
-      h.fraction.push_back({});
-    }
-    const int layer = row.layer;
-    auto put = [layer](QVector<double>& column, double value) {
-      if (column.size() <= layer) column.resize(layer + 1, std::nan(""));
-      column[layer] = value;
-    };
-    put(h.fraction.back(), row.routed_fraction);
-  }
+  data.routing = read_routing_history(store, runId);
 
   std::vector<std::string> unreadable;
   for (const EvaluationRecord& e : read_evaluations(store, runId, &unreadable)) data.evals.push_back(evalSnapshot(e));

@@ -10,7 +10,9 @@
 #include <QMenu>
 #include <QMessageBox>
 #include <QSettings>
-#include <QToolBar>
+#include <QHBoxLayout>
+#include <QLabel>
+#include <QToolButton>
 #include <QVBoxLayout>
 
 #include <algorithm>
@@ -358,7 +360,8 @@ class PanelRenderer {
       if (members > 1) bars->setBarsGroup(group);
       const QColor color = paletteColor(m.color);
       bars->setPen(QPen(color.darker(120), 0.5));
-      bars->setBrush(m.hatched ? QBrush(color, Qt::BDiagPattern) : QBrush(color));
+      const QColor fill = m.faint ? withAlpha(color, 90) : color;
+      bars->setBrush(m.hatched ? QBrush(fill, Qt::BDiagPattern) : QBrush(fill));
       bars->setName(qs(m.label));
       if (ey.log) bars->setBaseValue(1e-300);
       if (!m.label.empty()) labelled_.push_back(bars);
@@ -391,9 +394,8 @@ class PanelRenderer {
                           rows > 1 ? QCPRange(0, rows - 1) : QCPRange(-0.25, 0.25));
     for (int r = 0; r < dataRows; ++r)
       for (int c = 0; c < dataCols; ++c) {
-        const std::size_t index = static_cast<std::size_t>(std::min(r, rows - 1)) * h.cols +
-                                  static_cast<std::size_t>(std::min(c, cols - 1));
-        map->data()->setCell(c, r, index < h.values.size() ? h.values[index] : kNaN);
+        map->data()->setCell(c, r, h.colour_value(static_cast<std::size_t>(std::min(r, rows - 1)),
+                                                   static_cast<std::size_t>(std::min(c, cols - 1))));
       }
     map->setInterpolate(false);
     map->setTightBoundary(false);
@@ -637,25 +639,43 @@ FigureView::FigureView(QWidget* parent) : QWidget(parent) {
   plot_ = new QCustomPlot(this);
   plot_->setObjectName(QStringLiteral("figurePlot"));
   plot_->setMinimumSize(240, 180);
-  auto* toolbar = new QToolBar(this);
-  toolbar->setToolButtonStyle(Qt::ToolButtonTextOnly);
-  QAction* exportAction = toolbar->addAction(tr("Export figure…"));
+  caption_ = new QLabel(this);
+  caption_->setWordWrap(true);
+  caption_->setTextInteractionFlags(Qt::TextSelectableByMouse);
+  caption_->setVisible(false);
+  auto* exportAction = new QAction(tr("Export figure…"), this);
   exportAction->setObjectName(QStringLiteral("exportFigure"));
   exportAction->setToolTip(tr("PDF, SVG, PNG or a bundle with CSV, pgfplots and JSON, at a size in cm"));
   connect(exportAction, &QAction::triggered, this, &FigureView::exportWithDialog);
+  auto* exportButton = new QToolButton(this);
+  exportButton->setDefaultAction(exportAction);
+  exportButton->setAutoRaise(true);
   plot_->setContextMenuPolicy(Qt::CustomContextMenu);
   connect(plot_, &QWidget::customContextMenuRequested, this, [this, exportAction](const QPoint& position) {
     QMenu menu(this);
     menu.addAction(exportAction);
     menu.exec(plot_->mapToGlobal(position));
   });
+  auto* header = new QHBoxLayout;
+  header->setContentsMargins(2, 0, 0, 0);
+  header->addWidget(caption_, 1);
+  header->addStretch(0);
+  header->addWidget(exportButton, 0, Qt::AlignTop);
   auto* layout = new QVBoxLayout(this);
   layout->setContentsMargins(0, 0, 0, 0);
   layout->setSpacing(0);
-  layout->addWidget(toolbar);
+  layout->addLayout(header);
   layout->addWidget(plot_, 1);
   renderFigure(plot_, figure_);
 }
+
+void FigureView::setCaption(const QString& caption, const QString& toolTip) {
+  caption_->setText(caption);
+  caption_->setToolTip(toolTip);
+  caption_->setVisible(!caption.isEmpty());
+}
+
+QString FigureView::caption() const { return caption_->text(); }
 
 void FigureView::setFigure(Figure figure) {
   figure_ = std::move(figure);

@@ -8,6 +8,7 @@
 #include "core/report/figure.h"
 
 class QCustomPlot;
+class QLabel;
 
 namespace routelab {
 
@@ -30,8 +31,8 @@ QString exportFigure(const Figure& figure, const QString& path, const FigureExpo
 /// write_figure_data_files (`.csv`, `.tex` pgfplots, `.json` sidecar). Returns "" or the first error.
 QString exportFigureBundle(const Figure& figure, const QString& stem, const FigureExportOptions& options = {});
 
-/// A figure on screen with a context menu and a toolbar button "Export figure…" (file dialog: PDF, SVG, PNG or a
-/// bundle; width in cm, font size in pt, DPI).
+/// A figure on screen under a caption line (what it shows; a tooltip for how it was computed), with a button and a
+/// context menu "Export figure…" (file dialog: PDF, SVG, PNG or a bundle; width in cm, font size in pt, DPI).
 class FigureView : public QWidget {
   Q_OBJECT
 
@@ -40,6 +41,8 @@ class FigureView : public QWidget {
 
   void setFigure(Figure figure);
   const Figure& figure() const { return figure_; }
+  void setCaption(const QString& caption, const QString& toolTip = QString());
+  QString caption() const;
   QCustomPlot* plot() const { return plot_; }
 
  public Q_SLOTS:
@@ -52,6 +55,7 @@ class FigureView : public QWidget {
  private:
   Figure figure_;
   QCustomPlot* plot_ = nullptr;
+  QLabel* caption_ = nullptr;
 };
 
 }  // namespace routelab

@@ -15,33 +15,20 @@
 #include <cmath>
 #include <limits>
 
+#include "core/report/run_panels.h"
 #include "core/util/logging.h"
 #include "ui/dashboard_loader.h"
-#include "ui/routing_cost.h"
+#include "ui/figure_render.h"
 #include "ui/run_controller.h"
 #include "ui/run_metrics_view.h"
 #include "ui/store_service.h"
 #include "widgets/alert_bar_widget.h"
-#include "widgets/color_maps.h"
 #include "widgets/loss_plot_widget.h"
-#include "widgets/routing_bars_widget.h"
-#include "widgets/routing_heatmap_widget.h"
-#include "widgets/xy_curves_widget.h"
 
 namespace routelab {
 namespace {
 
 constexpr int kAlertCheckMs = 1000;
-
-QString siFlops(double v) {
-  const char* units[] = {"", "k", "M", "G", "T", "P"};
-  int i = 0;
-  while (std::abs(v) >= 1000 && i < 5) {
-    v /= 1000;
-    ++i;
-  }
-  return QStringLiteral("%1 %2FLOPs").arg(v, 0, 'g', 4).arg(QLatin1String(units[i]));
-}
 
 double lastOr(const QVector<double>& v, double fallback) { return v.isEmpty() ? fallback : v.back(); }
 
@@ -88,8 +75,10 @@ RunDashboard::RunDashboard(qint64 runId, StoreService* store, QWidget* parent)
   alerts_ = new AlertBarWidget(this);
   loss_ = new LossPlotWidget(this);
   loss_->setTitle(tr("loss"));
-  bars_ = new RoutingBarsWidget(this);
-  heatmap_ = new RoutingHeatmapWidget(this);
+  bars_ = new FigureView(this);
+  bars_->setObjectName(QStringLiteral("routedLayersView"));
+  history_ = new FigureView(this);
+  history_->setObjectName(QStringLiteral("routingHistoryView"));
 
   tokens_ = new TokenRoutingWidget(this);
   probeSlider_ = new QSlider(Qt::Horizontal, this);
@@ -115,28 +104,18 @@ RunDashboard::RunDashboard(qint64 runId, StoreService* store, QWidget* parent)
   tokenLayout->addLayout(probeControls);
   tokenLayout->addWidget(tokens_, 1);
 
-  flops_ = new XyCurvesWidget(this);
-  flops_->setObjectName(QStringLiteral("flopsCurves"));
-  flops_->setAxes(tr("sequence length (tokens)"), tr("forward FLOPs / sequence"), true, true);
-  flops_->setValueFormatter(siFlops);
-  kv_ = new XyCurvesWidget(this);
-  kv_->setObjectName(QStringLiteral("kvCurves"));
-  kv_->setAxes(tr("sequence length (tokens)"), tr("KV cache (MiB) / sequence"), true, true);
-  kv_->setValueFormatter([](double v) { return QStringLiteral("%1 MiB").arg(v, 0, 'g', 4); });
+  cost_ = new FigureView(this);
+  cost_->setObjectName(QStringLiteral("costView"));
 
   auto* routing = new QSplitter(Qt::Vertical, this);
   routing->addWidget(titled(bars_, this));
-  routing->addWidget(titled(heatmap_, this));
-  auto* cost = new QSplitter(Qt::Horizontal, this);
-  cost->addWidget(titled(flops_, this));
-  kvPanel_ = titled(kv_, this);
-  cost->addWidget(kvPanel_);
+  routing->addWidget(titled(history_, this));
   auto* top = new QSplitter(Qt::Horizontal, this);
   top->addWidget(titled(loss_, this));
   top->addWidget(routing);
   auto* bottom = new QSplitter(Qt::Horizontal, this);
   bottom->addWidget(tokenPanel);
-  bottom->addWidget(cost);
+  bottom->addWidget(titled(cost_, this));
   bottom->setStretchFactor(0, 3);
   bottom->setStretchFactor(1, 2);
   auto* rows = new QSplitter(Qt::Vertical, this);
@@ -165,6 +144,15 @@ RunDashboard::RunDashboard(qint64 runId, StoreService* store, QWidget* parent)
   reloadTimer_->setSingleShot(true);
   reloadTimer_->setInterval(kReloadAfterEvalMs);
   connect(reloadTimer_, &QTimer::timeout, this, &RunDashboard::reload);
+  routingTimer_ = new QTimer(this);
+  routingTimer_->setSingleShot(true);
+  routingTimer_->setInterval(kRoutingRedrawMs);
+  connect(routingTimer_, &QTimer::timeout, this, [this] {
+    if (!routingPending_) return;
+    routingPending_ = false;
+    renderRouting();
+    routingTimer_->start();
+  });
   alertTimer_ = new QTimer(this);
   alertTimer_->setInterval(kAlertCheckMs);
   connect(alertTimer_, &QTimer::timeout, this, &RunDashboard::updateAlerts);
@@ -222,7 +210,8 @@ void RunDashboard::onLoaded(const RunDashboardData& data) {
   stored_ = data;
   loadedOnce_ = true;
   // Live samples the store now holds are not needed for later merges: keep only the newer ones.
-  const double lastTrain = lastOr(stored_.trainSteps, -1), lastRouting = lastOr(stored_.routing.steps, -1);
+  const double lastTrain = lastOr(stored_.trainSteps, -1);
+  const double lastRouting = stored_.routing.empty() ? -1 : static_cast<double>(stored_.routing.steps.back());
   const double lastVal = lastOr(stored_.valSteps, -1);
   const double lastEval = stored_.evals.isEmpty() ? -1 : static_cast<double>(stored_.evals.back().step);
   liveSteps_.removeIf([&](const StepSample& s) {
@@ -240,7 +229,7 @@ void RunDashboard::onLoaded(const RunDashboardData& data) {
     probeSlider_->setRange(0, std::max(0, probeCount() - 1));
     if (atEnd) probeSlider_->setValue(probeSlider_->maximum());
   }
-  if (!colourChosen_ && !data_.probes.isEmpty() && data_.probes.back().experts()) {
+  if (!colourChosen_ && !data_.probes.isEmpty() && has_expert_ids(data_.probes.back().record)) {
     const QSignalBlocker blocker(colourBy_);  // TAGAT: which experts each token went to, by default
     colourBy_->setCurrentIndex(colourBy_->findData(QStringLiteral("expert")));
   }
@@ -267,10 +256,8 @@ void RunDashboard::appendLiveStep(const StepSample& s) {
     data_.trainLoss.push_back(s.loss);
     data_.trainWall.push_back(s.wallTime);
   }
-  if (!s.routedFraction.isEmpty() && (data_.routing.steps.isEmpty() || step > data_.routing.steps.back())) {
-    data_.routing.steps.push_back(step);
-    data_.routing.fraction.push_back(s.routedFraction);
-  }
+  if (!s.routedFraction.isEmpty())
+    data_.routing.append(s.step, std::vector<double>(s.routedFraction.cbegin(), s.routedFraction.cend()));
   if (std::isfinite(s.flopsRatio) && (data_.flopsRatioSteps.isEmpty() || step > data_.flopsRatioSteps.back())) {
     data_.flopsRatioSteps.push_back(step);
     data_.flopsRatios.push_back(s.flopsRatio);
@@ -354,13 +341,9 @@ void RunDashboard::renderLoss() {
   loss_->setAutoFollow(follow);
 }
 
-QVector<double> RunDashboard::maskDense(const QVector<double>& column) const {
+std::vector<bool> RunDashboard::routedLayers() const {
   const EvalSnapshot* eval = latestEval();
-  if (!eval || eval->routed.isEmpty()) return column;
-  QVector<double> out = column;
-  for (qsizetype l = 0; l < out.size(); ++l)
-    if (!eval->routed.value(l, false)) out[l] = std::nan("");
-  return out;
+  return eval ? std::vector<bool>(eval->routed.cbegin(), eval->routed.cend()) : std::vector<bool>();
 }
 
 const EvalSnapshot* RunDashboard::latestEval() const {
@@ -370,22 +353,37 @@ const EvalSnapshot* RunDashboard::latestEval() const {
 int RunDashboard::evalCount() const { return static_cast<int>(data_.evals.size()); }
 
 void RunDashboard::renderRouting() {
-  QVector<QVector<double>> columns;
-  for (const auto& column : data_.routing.fraction) columns.push_back(maskDense(column));
-  heatmap_->setHistory(data_.routing.steps, columns);
+  // The catalogue's "routed-layers" (metric "both") and "routing-history" figures of this run, from the data
+  // shown now: the last evaluation and the training-mode columns logged since, live ones included.
   const EvalSnapshot* eval = latestEval();
-  const QVector<double> train = data_.routing.fraction.isEmpty() ? QVector<double>() : data_.routing.fraction.back();
-  const bool anyRouted = eval && std::any_of(eval->routed.begin(), eval->routed.end(), [](bool r) { return r; });
-  if (eval && !eval->routed.isEmpty() && !anyRouted) {
-    bars_->setShares(eval->routedFraction, train, eval->routed, tr("every layer is dense: nothing is routed"));
-    heatmap_->setCaption(tr("routed-token % per layer over training: no routed layer"));
-    return;
-  }
+  RoutedLayersGroup group;
+  group.label = data_.style.label;
+  group.color = data_.style.color;
+  group.routed = routedLayers();
+  if (eval) group.inference.push_back(std::vector<double>(eval->routedFraction.cbegin(), eval->routedFraction.cend()));
+  if (const auto* column = data_.routing.column_at(0, &group.training_step)) group.training = *column;
+  Figure bars;
+  bars.name = "routed-layers";
+  if (eval || !group.training.empty()) bars.panels.push_back(routed_layers_panel({group}));
+  bars_->setFigure(std::move(bars));
+  const bool anyRouted = std::any_of(group.routed.begin(), group.routed.end(), [](bool r) { return r; });
   QString caption = tr("routed-token % per layer");
-  if (eval) caption += tr(" · inference at eval step %1").arg(eval->step);
-  if (!data_.routing.steps.isEmpty()) caption += tr(" · training at step %1").arg(data_.routing.steps.back());
-  bars_->setShares(eval ? eval->routedFraction : QVector<double>(), train, eval ? eval->routed : QVector<bool>(), caption);
-  heatmap_->setCaption(tr("routed-token % per layer over training (training mode, logged steps)"));
+  if (!eval && group.training.empty()) caption = tr("routed-token % per layer: no routing logged yet");
+  else if (eval && !group.routed.empty() && !anyRouted) caption = tr("every layer is dense: nothing is routed");
+  else if (eval) caption += tr(" · inference at eval step %1").arg(eval->step);
+  if (!group.training.empty() && (anyRouted || !eval))
+    caption += tr(" · training at step %1 (faint)").arg(group.training_step);
+  bars_->setCaption(caption, tr("Inference mode: the evaluation's share of tokens each layer routed; training mode: "
+                                "the share at the last logged step. Hatched: layers that do not route. "
+                                "Export: the catalogue figure \"routed-layers\" with metric \"both\"."));
+  Figure history;
+  history.name = "routing-history";
+  if (!data_.routing.empty())
+    history.panels.push_back(routing_history_panel(data_.style.label, data_.routing, group.routed));
+  history_->setFigure(std::move(history));
+  history_->setCaption(data_.routing.empty() ? tr("routed-token % over training: nothing logged yet")
+                       : anyRouted || !eval  ? tr("routed-token % per layer over training (training mode, logged steps)")
+                                             : tr("routed-token % over training: no routed layer"));
 }
 
 qint64 RunDashboard::shownProbeStep() const {
@@ -395,85 +393,35 @@ qint64 RunDashboard::shownProbeStep() const {
 
 void RunDashboard::showProbe(int index) { probeSlider_->setValue(index); }
 
-QVector<TokenRoutingWidget::Row> probeRows(const ProbeSnapshot& probe, const QString& colourBy) {
-  const ProbeSnapshot::Series* experts = probe.experts();
-  const QString mode = colourBy == QLatin1String("expert") && !experts ? QStringLiteral("gate") : colourBy;
-  const bool byGate = mode == QLatin1String("gate");
+QVector<TokenRoutingWidget::Row> tokenRows(const FigureHeatmap& map) {
   QVector<TokenRoutingWidget::Row> rows;
-  for (const ProbeSnapshot::Layer& layer : probe.layers) {
-    const bool haveGate = !layer.gate.isEmpty(), haveDecision = !layer.decision.isEmpty();
-    if (!haveGate && !haveDecision) continue;  // a dense layer: nothing to colour
+  for (std::size_t r = 0; r < map.rows; ++r) {
     TokenRoutingWidget::Row row;
-    if ((byGate && haveGate) || !haveDecision) {
-      row.label = QObject::tr("L%1 %2 gate").arg(layer.layer).arg(layer.kind);
-      row.valueName = QObject::tr("gate (routed-path probability)");
-      row.values = layer.gate;
-      row.scale = TokenRoutingWidget::Scale::Unit;
-    } else {
-      row.label = QObject::tr("L%1 %2 decision").arg(layer.layer).arg(layer.kind);
-      row.valueName = QObject::tr("decision");
-      row.values = layer.decision;
-      row.scale = TokenRoutingWidget::Scale::Binary;
-    }
-    rows.push_back(row);
-  }
-  // TAGAT: the gate (T, L, N) and the chosen experts (T, L, k) as one row per layer and expert (gate mode) or
-  // per layer and rank (expert mode), coloured over the expert ids 0..N-1.
-  int numExperts = 0;
-  for (const ProbeSnapshot::Series& s : probe.tokenData)
-    if (s.name == QLatin1String("gate") && s.shape.size() == 2) numExperts = s.shape[1];
-  // Per-token data of any shape the model reports (exit layer, depth, path per step, gate mixtures, ...).
-  for (const ProbeSnapshot::Series& series : probe.tokenData) {
-    const bool perLayer = experts && series.shape.size() == 2;
-    if (perLayer && &series == experts && mode != QLatin1String("expert")) continue;
-    if (perLayer && series.name == QLatin1String("gate") && mode == QLatin1String("expert")) continue;
-    const int components = static_cast<int>(series.components.size());
-    for (int c = 0; c < components; ++c) {
-      TokenRoutingWidget::Row row;
-      if (perLayer && &series == experts) {
-        const int layer = c / series.shape[1], rank = c % series.shape[1];
-        row.label = QObject::tr("L%1 expert #%2").arg(layer).arg(rank + 1);
-        row.valueName = QObject::tr("expert id (rank %1 of the top-%2)").arg(rank + 1).arg(series.shape[1]);
-      } else if (perLayer) {
-        row.label = QObject::tr("L%1 E%2 %3").arg(c / series.shape[1]).arg(c % series.shape[1]).arg(series.name);
-        row.valueName = row.label;
-      } else {
-        row.label = components == 1 ? series.name : QStringLiteral("%1[%2]").arg(series.name).arg(c);
-        row.valueName = row.label;
-      }
-      row.values = series.components[c];
-      double lo = std::numeric_limits<double>::infinity(), hi = -lo;
-      for (double v : row.values)
-        if (std::isfinite(v)) {
-          lo = std::min(lo, v);
-          hi = std::max(hi, v);
-        }
-      if (!series.integral && lo >= 0 && hi <= 1) {
-        row.scale = TokenRoutingWidget::Scale::Unit;
-      } else {
-        row.scale = TokenRoutingWidget::Scale::Integer;
-        // Integral data: negative values mean "none" (e.g. -1 after an exit); the scale spans 0 .. max.
-        row.lo = series.integral ? 0 : (std::isfinite(lo) ? lo : 0);
-        row.hi = std::isfinite(hi) ? hi : 1;
-        if (perLayer && &series == experts && numExperts > 1) row.hi = numExperts - 1;  // stable colour per id
-      }
-      rows.push_back(row);
-    }
-  }
-  if (!probe.nextLogprob.isEmpty()) {
-    TokenRoutingWidget::Row row;
-    row.label = QObject::tr("p(next token)");
-    row.valueName = QObject::tr("model probability of the next token");
-    for (double lp : probe.nextLogprob) row.values.push_back(std::exp(lp));
-    row.scale = TokenRoutingWidget::Scale::Unit;
-    rows.push_back(row);
+    row.label = QString::fromStdString(map.row_labels.at(r));
+    row.valueName = row.label;
+    for (std::size_t c = 0; c < map.cols; ++c) row.values.push_back(map.values[r * map.cols + c]);
+    row.lo = r < map.row_lo.size() ? map.row_lo[r] : map.lo;
+    row.hi = r < map.row_hi.size() ? map.row_hi[r] : map.hi;
+    const bool unit = row.lo == 0 && row.hi == 1;
+    const bool binary = unit && std::all_of(row.values.begin(), row.values.end(),
+                                            [](double v) { return !std::isfinite(v) || v == 0 || v == 1; });
+    row.scale = binary ? TokenRoutingWidget::Scale::Binary
+                : unit ? TokenRoutingWidget::Scale::Unit
+                       : TokenRoutingWidget::Scale::Integer;
+    rows.push_back(std::move(row));
   }
   return rows;
+}
+
+QVector<TokenRoutingWidget::Row> probeRows(const ProbeSnapshot& probe, const QString& colourBy) {
+  const auto colour = parse_token_map_colour(colourBy.toStdString(), "colour by");
+  return tokenRows(token_map_panel("", probe.record, colour).heatmap);
 }
 
 void RunDashboard::renderProbe() {
   const int index = probeSlider_->value();
   if (index < 0 || index >= probeCount()) {
+    tokenFigure_ = Figure();
     tokens_->clear();
     probeLabel_->setText(tr("no probe yet"));
     tokens_->setCaption(tr("The probe text's routing appears at the first evaluation."));
@@ -481,7 +429,13 @@ void RunDashboard::renderProbe() {
   }
   const ProbeSnapshot& probe = data_.probes[index];
   const int n = static_cast<int>(probe.tokens.size());
-  tokens_->setData(probe.tokens, probeRows(probe, colourBy_->currentData().toString()));
+  // The catalogue's "token-map" figure of this probe, drawn as the text it read.
+  tokenFigure_ = Figure();
+  tokenFigure_.name = "token-map";
+  tokenFigure_.panels.push_back(
+      token_map_panel(data_.style.label + " (step " + std::to_string(probe.step) + ")", probe.record,
+                      parse_token_map_colour(colourBy_->currentData().toString().toStdString(), "colour by")));
+  tokens_->setData(probe.tokens, tokenRows(tokenFigure_.panels.front().heatmap));
   probeLabel_->setText(tr("step %1 (%2/%3)").arg(probe.step).arg(index + 1).arg(probeCount()));
   QString prediction;
   if (probe.task == QLatin1String("classification") && probe.predicted >= 0) {
@@ -499,70 +453,63 @@ void RunDashboard::renderProbe() {
                           .arg(prediction));
 }
 
-void RunDashboard::renderClassifierCost() {
-  // A classifier encodes each pair once: no KV cache to hold, no sequence-length axis to price. What its routing
-  // saves is the FLOPs ratio each evaluation measured from the real decisions.
-  kvPanel_->setVisible(false);
-  flops_->setAxes(tr("step"), tr("forward FLOPs ratio"), false, false);
-  flops_->setValueFormatter([](double v) { return QString::number(v, 'f', 3); });
-  QVector<double> steps, ratios;
-  for (const EvalSnapshot& e : data_.evals)
-    if (std::isfinite(e.flopsRatio)) steps.push_back(static_cast<double>(e.step)), ratios.push_back(e.flopsRatio);
-  flops_->setCurves({{tr("measured"), steps, ratios, viridis(0.70), false, true}});
-  const QString last = ratios.isEmpty() ? tr("no evaluation yet") : QString::number(ratios.back(), 'f', 3);
-  flops_->setCaption(tr("forward FLOPs ratio per evaluation · last %1").arg(last),
-                     tr("Forward FLOPs of the routed layers on the validation split, priced from the real routing "
-                        "decisions, over their dense reference: for TAGAT every expert on every real token (the "
-                        "dense oracle); 1 for unrouted models."));
+void RunDashboard::renderCost() {
+  cost_->setFigure(data_.cost);
+  const EvalSnapshot* eval = latestEval();
+  if (!data_.costError.isEmpty()) {
+    cost_->setCaption(tr("cost panel unavailable: %1").arg(data_.costError));
+    return;
+  }
+  if (data_.task == QLatin1String("classification")) {
+    cost_->setCaption(tr("forward FLOPs ratio per evaluation · last %1")
+                          .arg(eval ? QString::number(eval->flopsRatio, 'f', 3) : tr("none yet")),
+                      tr("Forward FLOPs of the routed layers on the validation split, priced from the real routing "
+                         "decisions, over their dense reference: for TAGAT every expert on every real token (the "
+                         "dense oracle); 1 for unrouted models. A classifier encodes each pair once: no KV cache "
+                         "and no length axis. Export: the catalogue figure \"curves\" of val/flops_ratio."));
+    return;
+  }
+  cost_->setCaption(tr("FLOPs ratio and KV cache vs sequence length · routing of eval step %1 · measured %2")
+                        .arg(eval ? eval->step : 0)
+                        .arg(eval ? eval->flopsRatio : 1.0, 0, 'f', 3),
+                    tr("Forward FLOPs of all layers for one sequence over a dense model's (2 FLOPs per "
+                       "multiply-add of every matrix product executed, work computed and then masked included), "
+                       "priced by the architecture's FLOPs model at the per-layer shares the last evaluation "
+                       "measured; the point is the ratio the evaluation measured from the real decisions, at the "
+                       "run's context. Right: the keys and values every layer caches after a prompt of that "
+                       "length, by the architecture's KV rule. Export: the catalogue figure \"cost-length\"."));
 }
 
-void RunDashboard::renderCost() {
-  if (data_.task == QLatin1String("classification")) {
-    renderClassifierCost();
-    return;
+FigureRequest RunDashboard::panelRequest(Panel panel) const {
+  FigureRequest request;
+  request.run_ids = {runId_};
+  switch (panel) {
+    case Panel::RoutedLayers:
+      request.name = "routed-layers";
+      request.metric = "both";
+      break;
+    case Panel::RoutingHistory: request.name = "routing-history"; break;
+    case Panel::TokenMap:
+      request.name = "token-map";
+      request.metric = colourBy_->currentData().toString().toStdString();
+      request.step = shownProbeStep();
+      break;
+    case Panel::Cost:
+      request.name = data_.task == QLatin1String("classification") ? "curves" : "cost-length";
+      if (data_.task == QLatin1String("classification")) request.metric = "val/flops_ratio";
+      break;
   }
-  const EvalSnapshot* eval = latestEval();
-  if (!data_.cost.valid) {
-    flops_->setCurves({});
-    kv_->setCurves({});
-    flops_->setCaption(tr("FLOPs and KV curves unavailable: %1").arg(data_.cost.error));
-    kv_->setCaption(QString());
-    return;
+  return request;
+}
+
+const Figure& RunDashboard::panelFigure(Panel panel) const {
+  switch (panel) {
+    case Panel::RoutedLayers: return bars_->figure();
+    case Panel::RoutingHistory: return history_->figure();
+    case Panel::TokenMap: return tokenFigure_;
+    case Panel::Cost: break;
   }
-  const CostCurves c = costCurves(data_.cost, eval);
-  const bool routed = !c.routedFlops.isEmpty();
-  const QColor denseColor(120, 120, 120), routedColor = viridis(0.30), measuredColor = viridis(0.70);
-  QVector<XyCurvesWidget::Curve> flopCurves{{tr("dense"), c.seqLen, c.denseFlops, denseColor, true, false}};
-  QVector<XyCurvesWidget::Curve> kvCurves{{tr("dense"), c.seqLen, c.denseKvMiB, denseColor, true, false}};
-  if (routed) {
-    flopCurves.push_back({tr("routed"), c.seqLen, c.routedFlops, routedColor, false, false});
-    kvCurves.push_back({tr("routed"), c.seqLen, c.routedKvMiB, routedColor, false, false});
-    // The ratio the evaluation measured from the real decisions, on the dense curve's scale at the run's context.
-    if (c.contextDenseFlops > 0)
-      flopCurves.push_back({tr("measured"), {static_cast<double>(data_.cost.context)},
-                            {eval->flopsRatio * c.contextDenseFlops}, measuredColor, false, true});
-  }
-  flops_->setCurves(flopCurves);
-  kv_->setCurves(kvCurves);
-  const QString when = !eval ? tr("no evaluation yet: dense")
-                       : routed ? tr("routing of eval step %1").arg(eval->step)
-                                : tr("eval step %1 not priced (%2): dense").arg(eval->step).arg(c.error);
-  const QString how = tr("Forward FLOPs of all layers for one sequence (2 FLOPs per multiply-add of every matrix "
-                        "product executed, work computed and then masked included), priced by the architecture's "
-                        "FLOPs model at the per-layer shares the %1 measured: the same numbers as the cost-length "
-                        "figure. The diamond is the ratio the evaluation measured from the real decisions, at the "
-                        "run's context.")
-                         .arg(when);
-  flops_->setCaption(tr("FLOPs / sequence · %1 · measured %2 vs priced %3 at T=%4")
-                         .arg(when)
-                         .arg(eval ? eval->flopsRatio : 1.0, 0, 'f', 3)
-                         .arg(c.contextRatio, 0, 'f', 3)
-                         .arg(data_.cost.context),
-                     how);
-  kv_->setCaption(tr("KV cache / sequence · %1").arg(when),
-                  tr("Keys and values each layer caches after a prompt of that length, by the architecture's KV "
-                     "rule, %1 bytes per value, all layers.")
-                      .arg(data_.cost.bytesPerValue));
+  return cost_->figure();
 }
 
 void RunDashboard::rebuildHealth() {
@@ -602,7 +549,8 @@ void RunDashboard::onProgress(const ProgressBatch& batch) {
   if (batch.steps.isEmpty() && batch.evals.isEmpty()) return;
   // Append the new points to the merged data (O(new points)) and only those to the plots.
   const qsizetype trainBefore = data_.trainSteps.size(), valBefore = data_.valSteps.size();
-  const qsizetype routingBefore = data_.routing.steps.size(), evalsBefore = data_.evals.size();
+  const std::size_t routingBefore = data_.routing.steps.size();
+  const qsizetype evalsBefore = data_.evals.size();
   for (const StepSample& s : batch.steps) appendLiveStep(s);
   for (const EvalSample& e : batch.evals) appendLiveEval(e);
   rebuildFlopsAxis();  // new ratios only price steps at or after them: the points drawn so far keep their x
@@ -619,10 +567,17 @@ void RunDashboard::onProgress(const ProgressBatch& batch) {
   loss_->appendValidation(vx, vy);
   if (xAxis_ == XAxis::Step && data_.totalSteps == 0 && !batch.steps.isEmpty())
     loss_->setExpectedSteps(static_cast<double>(batch.steps.back().totalSteps));
-  for (qsizetype i = routingBefore; i < data_.routing.steps.size(); ++i)
-    heatmap_->appendColumn(data_.routing.steps[i], maskDense(data_.routing.fraction[i]));
   for (qsizetype i = evalsBefore; i < data_.evals.size(); ++i) addEvaluation(health_, data_.evals[i]);
-  if (data_.routing.steps.size() != routingBefore || data_.evals.size() != evalsBefore) renderRouting();
+  // Redrawn at once, then at most every kRoutingRedrawMs (a live run logs faster than a heat map needs); the
+  // timer draws what arrived in between.
+  if (data_.routing.steps.size() != routingBefore || data_.evals.size() != evalsBefore) {
+    if (routingTimer_->isActive()) {
+      routingPending_ = true;
+    } else {
+      renderRouting();
+      routingTimer_->start();
+    }
+  }
   if (evaluated) reloadTimer_->start();  // the probe and the eval's per-layer routing come from the store
   updateAlerts();
 }

@@ -1,14 +1,18 @@
 // RunDashboard: everything about one run in one panel: loss curves (EMA or moving average over the faint raw
-// series; x = step, tokens or wall time), routed-token % per layer (bars and a layer x step heat map), the probe
-// text's per-token routing with a slider over the stored evaluations, FLOPs and KV memory against sequence length
-// for the run's current routing, and alerts; a second tab plots the run's other metrics (RunMetricsView). Fills
-// from the store; follows the live run when it is the one running.
+// series; x = step, tokens, wall time or training FLOPs), routed-token % per layer (bars and a layer x step heat
+// map), the probe text's per-token routing with a slider over the stored evaluations, the FLOPs ratio and KV
+// memory against sequence length for the run's current routing, and alerts; a second tab plots the run's other
+// metrics (RunMetricsView). Every panel but the streaming loss plot is a catalogue figure (core/report/figures.h,
+// core/report/run_panels.h) drawn by the figure renderer, so it exports as the paper figure. Fills from the store;
+// follows the live run when it is the one running.
 #pragma once
 #include <QElapsedTimer>
 #include <QVector>
 #include <QWidget>
 
 #include "core/report/curves.h"
+#include "core/report/figure.h"
+#include "core/report/figures.h"
 #include "ui/dashboard_data.h"
 #include "core/run/run_health.h"
 #include "ui/run_progress.h"
@@ -23,17 +27,20 @@ class QTimer;
 namespace routelab {
 
 class AlertBarWidget;
+class FigureView;
 class LossPlotWidget;
-class RoutingBarsWidget;
-class RoutingHeatmapWidget;
 class RunController;
 class RunMetricsView;
 class StoreService;
-class XyCurvesWidget;
 
-/// The rows of a token view for one probe or trace. `colourBy`: "gate" (gate values; TAGAT: per layer and
-/// expert), "decision" (hard decisions) or "expert" (TAGAT: the chosen expert ids per layer and rank, 0..N-1);
-/// per-token data of other models (exit layer, depth, path, ...) and p(next token) are always added.
+/// The token view's rows: a token map's heat map (core/report/run_panels.h) row by row, each on its range (a
+/// [0, 1] row of only 0s and 1s as decisions, other [0, 1] rows as unit values, the rest as integers or values
+/// over their own range).
+QVector<TokenRoutingWidget::Row> tokenRows(const FigureHeatmap& map);
+/// The rows of a token view for one probe or trace: the "token-map" figure's rows. `colourBy`: "gate" (gate
+/// values; TAGAT: per layer and expert), "decision" (hard decisions) or "expert" (TAGAT: the chosen expert ids per
+/// layer and rank, 0..N-1); per-token data of other models (exit layer, depth, path, ...) and p(next token) are
+/// always added.
 QVector<TokenRoutingWidget::Row> probeRows(const ProbeSnapshot& probe, const QString& colourBy);
 
 class RunDashboard : public QWidget {
@@ -43,6 +50,8 @@ class RunDashboard : public QWidget {
   enum class XAxis { Step, Tokens, WallTime, Flops };
   /// After a live evaluation, the store is read again this much later (the store writer flushes every 0.25 s).
   static constexpr int kReloadAfterEvalMs = 800;
+  /// While live, the routing panels are redrawn at most this often (each redraw rebuilds their figures).
+  static constexpr int kRoutingRedrawMs = 250;
 
   RunDashboard(qint64 runId, StoreService* store, QWidget* parent = nullptr);
   ~RunDashboard() override;
@@ -63,12 +72,19 @@ class RunDashboard : public QWidget {
   qint64 shownProbeStep() const;
   int evalCount() const;
 
+  /// The panels drawn from catalogue figures (core/report/figures.h), each exportable from its view.
+  enum class Panel { RoutedLayers, RoutingHistory, TokenMap, Cost };
+  /// The catalogue request that builds `panel` from the store as shown now (`routelab-cli figure` with these
+  /// fields draws the same numbers for a stored run).
+  FigureRequest panelRequest(Panel panel) const;
+  /// The figure behind `panel` as drawn now (the token map: the rows of the token view).
+  const Figure& panelFigure(Panel panel) const;
+
   LossPlotWidget* lossPlot() const { return loss_; }
-  RoutingBarsWidget* routingBars() const { return bars_; }
-  RoutingHeatmapWidget* routingHeatmap() const { return heatmap_; }
+  FigureView* routingBars() const { return bars_; }
+  FigureView* routingHistory() const { return history_; }
   TokenRoutingWidget* tokenView() const { return tokens_; }
-  XyCurvesWidget* flopsCurves() const { return flops_; }
-  XyCurvesWidget* kvCurves() const { return kv_; }
+  FigureView* costView() const { return cost_; }
   AlertBarWidget* alertBar() const { return alerts_; }
   QSlider* probeSlider() const { return probeSlider_; }
   QComboBox* colourBy() const { return colourBy_; }
@@ -93,15 +109,13 @@ class RunDashboard : public QWidget {
   void renderRouting();
   void renderProbe();
   void renderCost();
-  /// Classifiers: the measured FLOPs ratio per evaluation in place of the length curves; no KV panel.
-  void renderClassifierCost();
   void rebuildHealth();
   void updateAlerts();
   void setTitle(const QString& title);
   double x(double step, double wall) const;
   void rebuildFlopsAxis();
   double wallOrigin() const;
-  QVector<double> maskDense(const QVector<double>& column) const;
+  std::vector<bool> routedLayers() const;
   const EvalSnapshot* latestEval() const;
 
   qint64 runId_ = 0;
@@ -119,6 +133,8 @@ class RunDashboard : public QWidget {
   QElapsedTimer clock_;
   QTimer* reloadTimer_ = nullptr;
   QTimer* alertTimer_ = nullptr;
+  QTimer* routingTimer_ = nullptr;
+  bool routingPending_ = false;  ///< live routing arrived since the last redraw
   QTimer* metricsTimer_ = nullptr;
   bool colourChosen_ = false;  ///< the user picked a colour mode (else TAGAT probes default to expert ids)
 
@@ -126,15 +142,14 @@ class RunDashboard : public QWidget {
   QComboBox* xAxisCombo_ = nullptr;
   AlertBarWidget* alerts_ = nullptr;
   LossPlotWidget* loss_ = nullptr;
-  RoutingBarsWidget* bars_ = nullptr;
-  RoutingHeatmapWidget* heatmap_ = nullptr;
+  FigureView* bars_ = nullptr;
+  FigureView* history_ = nullptr;
   TokenRoutingWidget* tokens_ = nullptr;
+  Figure tokenFigure_;
   QSlider* probeSlider_ = nullptr;
   QLabel* probeLabel_ = nullptr;
   QComboBox* colourBy_ = nullptr;
-  XyCurvesWidget* flops_ = nullptr;
-  XyCurvesWidget* kv_ = nullptr;
-  QWidget* kvPanel_ = nullptr;  ///< kv_ with its title; hidden for classifiers
+  FigureView* cost_ = nullptr;
   QTabWidget* tabs_ = nullptr;
   RunMetricsView* metrics_ = nullptr;
 };

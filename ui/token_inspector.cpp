@@ -119,7 +119,7 @@ void InspectorWorker::trace(const InspectorRequest& request) {
       result.name = QString::fromStdString(run.name);
       result.arch = QString::fromStdString(run.arch);
       result.layerCount = run.num_layers > 0 ? static_cast<int>(run.num_layers)
-                                             : static_cast<int>(result.trace.layers.size());
+                                             : static_cast<int>(result.trace.record.layers.size());
       result.ok = true;
     } catch (const std::exception& e) {
       result.error = QString::fromUtf8(e.what());

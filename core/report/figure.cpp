@@ -1,6 +1,7 @@
 // The figure model's JSON sidecar: written with every field, read back with errors naming the key path.
 #include "core/report/figure.h"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 
@@ -140,7 +141,8 @@ json bars_to_json(const FigureBars& bars) {
                        {"values", numbers_to_json(m.values)},
                        {"errors", numbers_to_json(m.errors)},
                        {"color", m.color},
-                       {"hatched", m.hatched}});
+                       {"hatched", m.hatched},
+                       {"faint", m.faint}});
   return {{"categories", bars.categories}, {"members", members}};
 }
 
@@ -159,6 +161,7 @@ FigureBars bars_from_json(const Reader& r, const json& doc, const std::string& p
       r.fail(p + ".errors", "expected none or one per category");
     m.color = r.integer(members[i], "color", p, 0);
     m.hatched = r.flag(members[i], "hatched", p, false);
+    m.faint = r.flag(members[i], "faint", p, false);
     bars.members.push_back(std::move(m));
   }
   return bars;
@@ -173,7 +176,9 @@ json heatmap_to_json(const FigureHeatmap& h) {
           {"lo", h.lo},
           {"hi", h.hi},
           {"colour_label", h.colour_label},
-          {"diverging", h.diverging}};
+          {"diverging", h.diverging},
+          {"row_lo", numbers_to_json(h.row_lo)},
+          {"row_hi", numbers_to_json(h.row_hi)}};
 }
 
 FigureHeatmap heatmap_from_json(const Reader& r, const json& doc, const std::string& path) {
@@ -194,6 +199,10 @@ FigureHeatmap heatmap_from_json(const Reader& r, const json& doc, const std::str
   h.hi = r.number(doc, "hi", path, 1.0);
   h.colour_label = r.text(doc, "colour_label", path);
   h.diverging = r.flag(doc, "diverging", path, false);
+  h.row_lo = r.numbers(doc, "row_lo", path);
+  h.row_hi = r.numbers(doc, "row_hi", path);
+  if (!(h.row_lo.empty() && h.row_hi.empty()) && (h.row_lo.size() != h.rows || h.row_hi.size() != h.rows))
+    r.fail(path + ".row_lo", "expected none, or one lo and one hi per row");
   return h;
 }
 
@@ -204,6 +213,16 @@ const std::vector<std::string>& figure_palette() {
                                                     "#E69F00", "#56B4E9", "#F0E442", "#000000",
                                                     "#882255", "#44AA99", "#999933", "#AA4499"};
   return kPalette;
+}
+
+double FigureHeatmap::colour_value(std::size_t r, std::size_t c) const {
+  const std::size_t index = r * cols + c;
+  const double v = index < values.size() ? values[index] : kNaN;
+  if (row_lo.empty() || r >= row_lo.size() || r >= row_hi.size()) return v;
+  const double row_lo_r = row_lo[r], span = row_hi[r] - row_lo_r;
+  if (!std::isfinite(v) || v < row_lo_r) return kNaN;
+  const double at = span > 0 ? (v - row_lo_r) / span : 0.5;
+  return lo + std::min(1.0, at) * (hi - lo);
 }
 
 bool Figure::empty() const {

@@ -39,6 +39,7 @@ struct FigureBars {
     std::vector<double> errors;   ///< empty, or one std per category (error bars)
     int color = 0;
     bool hatched = false;         ///< e.g. layers that never route
+    bool faint = false;           ///< drawn light, beside a solid member (e.g. training- beside inference-mode)
   };
   std::vector<Member> members;
 };
@@ -52,6 +53,13 @@ struct FigureHeatmap {
   double lo = 0, hi = 1;                    ///< colour range
   std::string colour_label;                 ///< the colour scale's title, e.g. "gate"
   bool diverging = false;                   ///< a diverging map centred on 0 (differences), else viridis
+  /// Per-row colour ranges (a token map mixes gates in [0, 1] with layer numbers and expert ids): empty, or one
+  /// lo and hi per row, each row coloured over its own range; [lo, hi] is then the scale those map onto.
+  std::vector<double> row_lo, row_hi;
+
+  /// The number a renderer colours cell (r, c) by on the [lo, hi] scale: the value itself, or with row ranges the
+  /// value placed on the scale by its row's range (below the row's lo: NaN, "none", e.g. no exit).
+  double colour_value(std::size_t r, std::size_t c) const;
 };
 
 struct FigurePanel {

@@ -118,6 +118,7 @@ Figure build_cost_length(const RunStore& store, const FigureRequest& request) {
     std::vector<LayerRouting> layers;
     double value_bytes = 4;  ///< of the KV cache: 2 when the run trained in bf16
     std::int64_t context = 0, eval_step = 0;
+    double measured = kNaN;  ///< the FLOPs ratio the evaluation measured from the real decisions
   };
   std::vector<RunCost> runs;
   std::int64_t longest = 0;
@@ -130,6 +131,7 @@ Figure build_cost_length(const RunStore& store, const FigureRequest& request) {
     longest = std::max(longest, rc.context);
     const auto eval = eval_at(store, id, request.step, "cost-length");
     rc.eval_step = eval.step;
+    rc.measured = eval.flops_ratio.value_or(kNaN);
     rc.layers = eval_layers(store, id, eval, "cost-length");
     const bool bf16 = config.contains("train") && config.at("train").value("precision", std::string()) == "bf16";
     rc.value_bytes = bf16 ? 2.0 : 4.0;
@@ -175,6 +177,16 @@ Figure build_cost_length(const RunStore& store, const FigureRequest& request) {
       kv.y.push_back(p.kv_bytes / mib);
     }
     flops_panel.series.push_back(std::move(ratio));
+    if (std::isfinite(rc.measured)) {  // the evaluation's own ratio, at the context it ran
+      FigureSeries measured;
+      measured.label = label + " (measured)";
+      measured.kind = SeriesKind::Points;
+      measured.marked = true;
+      measured.color = color;
+      measured.x = {static_cast<double>(rc.context)};
+      measured.y = {rc.measured};
+      flops_panel.series.push_back(std::move(measured));
+    }
     const auto shape = std::make_pair(static_cast<std::int64_t>(rc.layers.size()), curve.back().dense_kv_bytes);
     if (!dense_kv_drawn[shape]) {
       dense_kv_drawn[shape] = true;

@@ -1,11 +1,14 @@
-// The routing figures: "routed-layers" (routed tokens per layer at an evaluation, seed 000 Figure 5) and
-// "token-maps" (per-token gates or decisions of two runs' probes, and their difference).
+// The routing figures: "routed-layers" (routed tokens per layer at an evaluation, seed 000 Figure 5),
+// "routing-history" (training-mode routing per layer and logged step), "token-map" (one run's probe, every row the
+// dashboard shows) and "token-maps" (per-token gates or decisions of two runs' probes, and their difference).
 #include <algorithm>
 #include <cmath>
 
 #include "core/report/figure_detail.h"
+#include "core/report/run_panels.h"
 #include "core/report/table.h"
 #include "core/run/probe_record.h"
+#include "core/run/routing_history.h"
 #include "core/util/errors.h"
 
 namespace routelab::figure_detail {
@@ -13,61 +16,77 @@ namespace routelab::figure_detail {
 // ---------------------------------------------------------------------------------------------------------------
 // routed-layers
 
+namespace {
+
+/// Which modes "routed-layers" draws: `metric` "training" or "both", else inference only.
+struct RoutedModes {
+  bool inference = true, training = false;
+};
+
+RoutedModes routed_modes(const std::string& metric) {
+  if (metric == "training") return {false, true};
+  if (metric == "both") return {true, true};
+  return {};
+}
+
+}  // namespace
+
 Figure build_routed_layers(const RunStore& store, const FigureRequest& request) {
-  FigurePanel panel;
-  panel.x_label = "layer";
-  panel.y_label = "routed tokens (%)";
-  struct GroupLayers {
-    StyledGroup group;
-    std::vector<std::vector<double>> fractions;  ///< [run][layer]
-    std::vector<bool> routed;                    ///< per layer, from the group's first run
-  };
-  std::vector<GroupLayers> groups;
-  std::size_t n_layers = 0;
+  const RoutedModes modes = routed_modes(request.metric);
+  std::vector<RoutedLayersGroup> groups;
   for (const auto& g : styled_groups(store, request)) {
-    GroupLayers gl{g, {}, {}};
+    RoutedLayersGroup group;
+    group.label = g.group.label;
+    group.color = g.color;
     for (auto id : g.group.run_ids) {
-      const auto layers = eval_layers(store, id, eval_at(store, id, request.step, "routed-layers"), "routed-layers");
+      // Training mode alone takes which layers route from the last evaluation (that does not change in a run).
+      const auto eval = eval_at(store, id, modes.inference ? request.step : 0, "routed-layers");
+      const auto layers = eval_layers(store, id, eval, "routed-layers");
       std::vector<double> fractions;
       std::vector<bool> routed;
       for (const auto& l : layers) {
         fractions.push_back(l.routed_fraction);
         routed.push_back(l.routed);
       }
-      if (gl.routed.empty()) gl.routed = routed;
-      n_layers = std::max(n_layers, fractions.size());
-      gl.fractions.push_back(std::move(fractions));
+      if (group.routed.empty()) group.routed = routed;
+      if (modes.inference) group.inference.push_back(std::move(fractions));
+      if (modes.training && group.training.empty()) {  // the group's first run: seeds log at different steps
+        const auto history = read_routing_history(store, id);
+        const auto* column = history.column_at(request.step, &group.training_step);
+        if (!column)
+          throw DataError("routed-layers: " + store.path() + ": run " + std::to_string(id) +
+                          " logged no training-mode routing" +
+                          (request.step ? " at or before step " + std::to_string(request.step) : std::string()));
+        group.training = *column;
+      }
     }
-    groups.push_back(std::move(gl));
-  }
-  for (std::size_t l = 0; l < n_layers; ++l) panel.bars.categories.push_back("L" + std::to_string(l));
-  for (const auto& gl : groups) {
-    FigureBars::Member routed_member, dense_member;
-    routed_member.label = gl.group.group.label;
-    routed_member.color = dense_member.color = gl.group.color;
-    dense_member.label = gl.group.group.label + " (dense layers)";
-    dense_member.hatched = true;
-    const bool spread = gl.fractions.size() > 1;
-    bool any_dense = false, any_routed = false;
-    for (std::size_t l = 0; l < n_layers; ++l) {
-      std::vector<double> at;
-      for (const auto& run : gl.fractions) at.push_back(l < run.size() ? 100.0 * run[l] : kNaN);
-      const auto cell = summarize(at);
-      const bool exists = l < gl.routed.size();
-      const bool routed = exists && gl.routed[l];
-      routed_member.values.push_back(routed && cell ? cell->mean : kNaN);
-      if (spread) routed_member.errors.push_back(routed && cell ? cell->std : kNaN);
-      // A layer that does not route runs every token: a hatched full bar.
-      dense_member.values.push_back(exists && !routed ? (cell ? cell->mean : 100.0) : kNaN);
-      any_dense = any_dense || (exists && !routed);
-      any_routed = any_routed || routed;
-    }
-    if (any_routed) panel.bars.members.push_back(std::move(routed_member));
-    if (any_dense) panel.bars.members.push_back(std::move(dense_member));
+    groups.push_back(std::move(group));
   }
   Figure f;
-  f.panels.push_back(std::move(panel));
+  f.panels.push_back(routed_layers_panel(groups));
   f.meta["eval_step"] = request.step;
+  f.meta["modes"] = modes.inference && modes.training ? "both" : modes.training ? "training" : "inference";
+  return f;
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// routing-history
+
+Figure build_routing_history(const RunStore& store, const FigureRequest& request) {
+  Figure f;
+  for (auto id : request.run_ids) {
+    const auto history = read_routing_history(store, id);
+    if (history.empty())
+      throw DataError("routing-history: " + store.path() + ": run " + std::to_string(id) +
+                      " logged no training-mode routing");
+    // The layers that do not route, from the last evaluation (none yet: every layer is drawn).
+    std::vector<bool> routed;
+    const auto evals = evaluations(store, id, "routing-history");
+    if (!evals.empty())
+      for (const auto& l : evals.back().layers) routed.push_back(l.routed);
+    f.panels.push_back(routing_history_panel(run_label(run_record(store, id)), history, routed));
+  }
+  f.columns = 1;
   return f;
 }
 
@@ -82,32 +101,34 @@ struct ProbeMap {
   FigureHeatmap map;
 };
 
-ProbeMap probe_map(const RunStore& store, std::int64_t run_id, std::int64_t step, bool decisions) {
+/// The run's probe at `step` (0: the last one); a DataError naming `figure` when there is none.
+ProbeRecord probe_at(const RunStore& store, std::int64_t run_id, std::int64_t step, const std::string& figure) {
   std::vector<ProbeRecord> probes;
   try {
     probes = read_probes(store, run_id);
   } catch (const DataError& e) {
-    throw DataError(std::string("token-maps: ") + e.what());
+    throw DataError(figure + ": " + e.what());
   }
   if (probes.empty())
-    throw DataError("token-maps: " + store.path() + ": run " + std::to_string(run_id) + " has no probe");
-  const ProbeRecord* probe = &probes.back();
-  if (step != 0) {
-    probe = nullptr;
-    std::string steps;
-    for (const auto& p : probes) {
-      if (p.step == step) probe = &p;
-      steps += (steps.empty() ? "" : ", ") + std::to_string(p.step);
-    }
-    if (!probe)
-      throw DataError("token-maps: run " + std::to_string(run_id) + " has no probe at step " + std::to_string(step) +
-                      " (probed at: " + steps + ")");
+    throw DataError(figure + ": " + store.path() + ": run " + std::to_string(run_id) + " has no probe");
+  if (step == 0) return probes.back();
+  std::string steps;
+  for (const auto& p : probes) {
+    if (p.step == step) return p;
+    steps += (steps.empty() ? "" : ", ") + std::to_string(p.step);
   }
+  throw DataError(figure + ": run " + std::to_string(run_id) + " has no probe at step " + std::to_string(step) +
+                  " (probed at: " + steps + ")");
+}
+
+ProbeMap probe_map(const RunStore& store, std::int64_t run_id, std::int64_t step, bool decisions) {
+  const ProbeRecord found = probe_at(store, run_id, step, "token-maps");
+  const ProbeRecord* probe = &found;
   if (probe->tokens.empty() || probe->layers.empty())
     throw DataError("token-maps: run " + std::to_string(run_id) + " step " + std::to_string(probe->step) +
                     ": the probe has no tokens or layers");
   ProbeMap m;
-  m.title = run_label(run_record(store, run_id)) + " (step " + std::to_string(probe->step) + ")";
+  m.title = token_map_title(run_record(store, run_id), probe->step);
   m.tokens = probe->tokens;
   m.map.rows = probe->layers.size();
   m.map.cols = m.tokens.size();
@@ -125,6 +146,21 @@ ProbeMap probe_map(const RunStore& store, std::int64_t run_id, std::int64_t step
 }
 
 }  // namespace
+
+Figure build_token_map(const RunStore& store, const FigureRequest& request) {
+  const auto colour = parse_token_map_colour(request.metric == "val/loss" ? "gate" : request.metric, "token-map metric");
+  Figure f;
+  f.columns = 1;
+  for (auto id : request.run_ids) {
+    const ProbeRecord probe = probe_at(store, id, request.step, "token-map");
+    if (probe.tokens.empty())
+      throw DataError("token-map: run " + std::to_string(id) + " step " + std::to_string(probe.step) +
+                      ": the probe has no tokens");
+    f.panels.push_back(token_map_panel(token_map_title(run_record(store, id), probe.step), probe, colour));
+  }
+  f.meta["colour"] = to_string(colour);
+  return f;
+}
 
 Figure build_token_maps(const RunStore& store, const FigureRequest& request) {
   const bool decisions = request.metric == "decision";

@@ -71,6 +71,10 @@ std::vector<StyledGroup> styled_groups(const RunStore& store, const FigureReques
   return out;
 }
 
+std::string token_map_title(const RunRecord& run, std::int64_t step) {
+  return run_label(run) + " (step " + std::to_string(step) + ")";
+}
+
 void require_metric_somewhere(const RunStore& store, const FigureRequest& request, const std::string& figure) {
   for (auto id : request.run_ids)
     if (!store.metric(id, request.metric).empty()) return;

@@ -67,6 +67,9 @@ std::vector<StyledGroup> styled_groups(const RunStore& store, const FigureReques
 /// A ConfigError naming `figure` and the first run's metric keys unless some run stores `request.metric`.
 void require_metric_somewhere(const RunStore& store, const FigureRequest& request, const std::string& figure);
 
+/// The title of a run's token map at a probe step: "name (step N)".
+std::string token_map_title(const RunRecord& run, std::int64_t step);
+
 /// The run's evaluation at `step` (0 = the last one), or a DataError naming `figure` and the steps evaluated.
 EvaluationRecord eval_at(const RunStore& store, std::int64_t run_id, std::int64_t step, const std::string& figure);
 /// The evaluation's per-layer routing, or a DataError naming `figure` when it stores none.
@@ -82,5 +85,7 @@ Figure build_pareto(const RunStore& store, const FigureRequest& request);
 Figure build_cost_length(const RunStore& store, const FigureRequest& request);
 Figure build_routed_layers(const RunStore& store, const FigureRequest& request);
 Figure build_token_maps(const RunStore& store, const FigureRequest& request);
+Figure build_token_map(const RunStore& store, const FigureRequest& request);
+Figure build_routing_history(const RunStore& store, const FigureRequest& request);
 
 }  // namespace routelab::figure_detail

@@ -304,6 +304,7 @@ std::string figure_to_pgfplots(const Figure& figure, const std::string& csv_file
       std::string style = "ybar, bar width=" + tex_number(width) + ", bar shift=0pt, area legend, draw=" + colour +
                           ", fill=" + colour;
       if (m.hatched) style += "!25, postaction={pattern=north east lines, pattern color=" + colour + "}";
+      if (m.faint) style += ", fill opacity=0.35";
       std::string table = "col sep=comma, x expr=\\thisrow{x}+" + tex_number(shift) + ", y=y, " + row_range(range);
       const bool in_legend = panel.legend && !m.label.empty();
       if (!in_legend) style += ", forget plot";
@@ -321,7 +322,7 @@ std::string figure_to_pgfplots(const Figure& figure, const std::string& csv_file
         << "] table[x=x, y=y, meta=value, row sep=\\\\] {\nx y value\\\\\n";
       for (std::size_t r = 0; r < h.rows; ++r) {
         for (std::size_t c = 0; c < h.cols; ++c)
-          t << c << " " << r << " " << csv_number(h.values[r * h.cols + c]) << "\\\\ ";
+          t << c << " " << r << " " << csv_number(h.colour_value(r, c)) << "\\\\ ";
         t << "\n";
       }
       t << "};\n";

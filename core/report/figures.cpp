@@ -71,19 +71,31 @@ const std::vector<FigureInfo>& figure_catalog() {
         {"routed-layers", "Routed tokens per layer",
          "Per layer, the percentage of tokens on the routed path in the inference-mode evaluation at `step` (0: the "
          "last one), grouped bars with std over seeds as error bars; layers that do not route are hatched full bars "
-         "(seed 000 Figure 5).",
+         "(seed 000 Figure 5). `metric` 'training' draws the training-mode shares logged at or before `step` "
+         "instead, 'both' draws them faint beside the inference bars (the dashboard's panel).",
          1, build_routed_layers},
+        {"routing-history", "Routing over training",
+         "Per run a heat map of layers x logged steps: the percentage of tokens each layer routed in training mode "
+         "at each logged step; layers that do not route (per the last evaluation) are empty (the dashboard's panel).",
+         1, build_routing_history},
         {"cost-length", "FLOPs ratio and KV cache versus sequence length",
          "From the FLOPs model with each run's routed fractions measured at evaluation `step` (0: the last): the "
          "layers' FLOPs ratio to a dense model and the KV cache in MiB of one sequence, per length in `lengths` "
-         "(default 64 .. max(8192, 4 x context), powers of two), one line per run, the dense reference dashed "
-         "(seed 000 Figures 4 and 6).",
+         "(default 64 .. max(8192, 4 x context), powers of two), one line per run, the dense reference dashed, "
+         "and the FLOPs ratio the evaluation measured from the real decisions as a point at the run's context "
+         "(seed 000 Figures 4 and 6; the dashboard's panel).",
          1, build_cost_length},
         {"token-maps", "Per-token routing of the probe text",
          "Heat maps (layers x probe tokens) of the first two runs' probe at `step` (0: the last): the gate, or the "
          "binary decision when `metric` is 'decision' (a layer without a gate shows its decision), and their "
          "difference on a diverging scale. Both runs must have probed the same text.",
          2, build_token_maps},
+        {"token-map", "Per-token routing of one run's probe",
+         "Per run a heat map of rows x probe tokens at probe `step` (0: the last one): each routed layer coloured by "
+         "`metric` 'gate' (default), 'decision' or 'expert' (TAGAT: the chosen experts per rank), then each "
+         "per-token series the model reports (exit layer, depth, path, ...) and p(next token); every row over its "
+         "own range (the dashboard's token view).",
+         1, build_token_map},
     };
     for (auto& f : seed_figures()) c.push_back(std::move(f));
     return c;
@@ -98,6 +110,13 @@ const FigureInfo& figure_info(const std::string& name) {
     known += (known.empty() ? "" : ", ") + info.name;
   }
   throw ConfigError("unknown figure '" + name + "' (known: " + known + ")");
+}
+
+RunStyle run_style(const RunStore& store, std::int64_t run_id) {
+  FigureRequest request;
+  request.run_ids = {run_id};
+  const auto groups = styled_groups(store, request);
+  return {groups.front().group.label, groups.front().color};
 }
 
 Figure build_figure(const RunStore& store, const FigureRequest& request) {

@@ -46,6 +46,13 @@ const std::vector<FigureInfo>& figure_catalog();
 /// Throws ConfigError("unknown figure 'x' (known: ...)").
 const FigureInfo& figure_info(const std::string& name);
 
+/// How every catalogue figure shows a run drawn alone: its label and palette colour (the dashboard's panels too).
+struct RunStyle {
+  std::string label;
+  int color = 0;
+};
+RunStyle run_style(const RunStore& store, std::int64_t run_id);
+
 /// Builds `request.name` from `store`: checks the run count, runs the builder, stamps the physical size and the
 /// sidecar's meta (run ids, request fields, RouteLab version). An unknown run is a StoreError naming the store.
 Figure build_figure(const RunStore& store, const FigureRequest& request);
