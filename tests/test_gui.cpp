@@ -29,6 +29,7 @@
 #include "ui/dashboard_docks.h"
 #include "ui/dashboard_loader.h"
 #include "ui/figure_render.h"
+#include "ui/loss_smoothing.h"
 #include "ui/experiment_designer.h"
 #include "ui/run_dashboard.h"
 #include "ui/store_service.h"
@@ -42,7 +43,6 @@
 #include "ui/run_controller.h"
 #include "ui/runs_panel.h"
 #include "ui/runs_table_model.h"
-#include "widgets/ema_smoother.h"
 #include "widgets/loss_plot_widget.h"
 #include "widgets/qcustomplot_include.h"
 #include "widgets/progress_status_widget.h"
@@ -199,14 +199,25 @@ QString TestGui::statusInStore(qint64 runId) const {
 }
 
 void TestGui::emaIsDebiased() {
-  routelab::EmaSmoother ema(0.9);
-  // Debiased: a constant series stays exactly constant from the first point on.
-  for (int i = 0; i < 5; ++i) QCOMPARE(ema.add(2.5), 2.5);
-  QVERIFY(std::isnan(ema.add(std::nan(""))));  // a gap stays a gap
-  QCOMPARE(ema.current(), 2.5);
-  routelab::EmaSmoother none(0.0);
-  QCOMPARE(none.add(1.0), 1.0);
-  QCOMPARE(none.add(3.0), 3.0);
+  // The live plot's EMA is core's (core/run/smoothing.h), the figures' one: point for point, appended live or
+  // rebuilt for another weight. A constant series stays constant from the first point; a gap stays a gap.
+  LossPlotWidget plot;
+  routelab::useDebiasedEma(&plot);
+  const std::vector<double> raw = {2.5, 2.5, 4.0, std::nan(""), 1.0, 3.0};
+  plot.appendTrain({1, 2, 3}, {raw[0], raw[1], raw[2]});
+  plot.appendTrain({4, 5, 6}, {raw[3], raw[4], raw[5]});
+  for (const double weight : {0.9, 0.5, 0.0}) {
+    plot.setSmoothing(weight);
+    const auto expected = routelab::debiased_ema(raw, weight);
+    const auto* data = plot.plot()->graph(1)->data().data();
+    QCOMPARE(data->size(), 6);
+    for (int i = 0; i < 6; ++i) {
+      const double shown = data->at(i)->value;
+      QVERIFY2(shown == expected[static_cast<std::size_t>(i)] || (std::isnan(shown) && std::isnan(expected[i])),
+               qPrintable(QStringLiteral("weight %1, point %2: %3").arg(weight).arg(i).arg(shown)));
+    }
+    QCOMPARE(data->at(1)->value, 2.5);
+  }
 }
 
 void TestGui::lossPlotAppendsInStepOrderOnly() {

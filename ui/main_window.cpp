@@ -26,6 +26,7 @@
 #include "ui/dashboard_docks.h"
 #include "ui/experiment_designer.h"
 #include "ui/log_bridge.h"
+#include "ui/loss_smoothing.h"
 #include "ui/presets_panel.h"
 #include "ui/run_controller.h"
 #include "ui/run_queue.h"
@@ -77,6 +78,7 @@ MainWindow::MainWindow(MainWindowOptions options, QWidget* parent)
   dashboards_ = new DashboardDocks(this, store_, queue_);
 
   plot_ = new LossPlotWidget(this);
+  useDebiasedEma(plot_);
   setCentralWidget(plot_);
   progress_ = new ProgressStatusWidget(this);
   statusBar()->addPermanentWidget(progress_);

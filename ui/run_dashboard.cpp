@@ -18,6 +18,7 @@
 #include "core/report/run_panels.h"
 #include "core/util/logging.h"
 #include "ui/dashboard_loader.h"
+#include "ui/loss_smoothing.h"
 #include "ui/figure_render.h"
 #include "ui/run_controller.h"
 #include "ui/run_metrics_view.h"
@@ -74,6 +75,7 @@ RunDashboard::RunDashboard(qint64 runId, StoreService* store, QWidget* parent)
 
   alerts_ = new AlertBarWidget(this);
   loss_ = new LossPlotWidget(this);
+  useDebiasedEma(loss_);
   loss_->setTitle(tr("loss"));
   bars_ = new FigureView(this);
   bars_->setObjectName(QStringLiteral("routedLayersView"));
@@ -381,9 +383,10 @@ void RunDashboard::renderRouting() {
   if (!data_.routing.empty())
     history.panels.push_back(routing_history_panel(data_.style.label, data_.routing, group.routed));
   history_->setFigure(std::move(history));
-  history_->setCaption(data_.routing.empty() ? tr("routed-token % over training: nothing logged yet")
-                       : anyRouted || !eval  ? tr("routed-token % per layer over training (training mode, logged steps)")
-                                             : tr("routed-token % over training: no routed layer"));
+  const QString historyCaption = tr("routed-token % per layer over training (training mode, logged steps)");
+  history_->setCaption(data_.routing.empty()  ? tr("routed-token % over training: nothing logged yet")
+                       : anyRouted || !eval ? historyCaption
+                                            : tr("routed-token % over training: no routed layer"));
 }
 
 qint64 RunDashboard::shownProbeStep() const {

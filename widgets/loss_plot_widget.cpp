@@ -1,6 +1,7 @@
 // LossPlotWidget: QCustomPlot set-up, incremental appends with a running EMA, and range following.
 #include "widgets/loss_plot_widget.h"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 
@@ -37,7 +38,7 @@ double lastKey(const QCPGraph* graph) {
 
 LossPlotWidget::LossPlotWidget(QWidget* parent)
     : QWidget(parent),
-      ema_(kDefaultSmoothing),
+      weight_(kDefaultSmoothing),
       yMin_(std::numeric_limits<double>::infinity()),
       yMax_(-std::numeric_limits<double>::infinity()) {
   fullTitle_ = tr("No run");
@@ -234,20 +235,21 @@ void LossPlotWidget::clear() {
 }
 
 void LossPlotWidget::setSmoothing(double weight) {
-  if (std::abs(weight - ema_.weight()) < 1e-9) return;
-  ema_.setWeight(weight);
+  weight = std::isfinite(weight) ? std::clamp(weight, 0.0, 0.999) : 0.0;
+  if (std::abs(weight - weight_) < 1e-9) return;
+  weight_ = weight;
   movingAverage_.setWindow(movingAverageWindow());
   const QSignalBlocker blocker(smoothingSlider_);
-  smoothingSlider_->setValue(static_cast<int>(std::lround(ema_.weight() * 100)));
+  smoothingSlider_->setValue(static_cast<int>(std::lround(weight_ * 100)));
   rebuildSmoothed();
   updateLegendNames();
   scheduleReplot();
 }
 
-double LossPlotWidget::smoothing() const { return ema_.weight(); }
+double LossPlotWidget::smoothing() const { return weight_; }
 
 int LossPlotWidget::movingAverageWindow() const {
-  return std::max(1, static_cast<int>(std::lround(1.0 / (1.0 - ema_.weight()))));
+  return std::max(1, static_cast<int>(std::lround(1.0 / (1.0 - weight_))));
 }
 
 void LossPlotWidget::setSmoothingMode(Smoothing mode) {
@@ -262,12 +264,19 @@ void LossPlotWidget::setSmoothingMode(Smoothing mode) {
   scheduleReplot();
 }
 
+void LossPlotWidget::setEmaSmoother(std::function<RunningSmoother(double weight)> factory) {
+  emaFactory_ = std::move(factory);
+  rebuildSmoothed();
+  scheduleReplot();
+}
+
 double LossPlotWidget::smoothAdd(double value) {
-  return mode_ == Smoothing::Ema ? ema_.add(value) : movingAverage_.add(value);
+  if (mode_ == Smoothing::MovingAverage) return movingAverage_.add(value);
+  return ema_ ? ema_(value) : value;
 }
 
 void LossPlotWidget::resetSmoother() {
-  ema_.reset();
+  ema_ = emaFactory_ ? emaFactory_(weight_) : RunningSmoother();
   movingAverage_.reset();
 }
 
@@ -331,11 +340,11 @@ void LossPlotWidget::rebuildSmoothed() {
 
 void LossPlotWidget::updateLegendNames() {
   trainRaw_->setName(tr("train (raw)"));
-  if (ema_.weight() <= 0) trainSmoothed_->setName(tr("train"));
-  else if (mode_ == Smoothing::Ema) trainSmoothed_->setName(tr("train (EMA %1, debiased)").arg(ema_.weight(), 0, 'f', 2));
+  if (weight_ <= 0) trainSmoothed_->setName(tr("train"));
+  else if (mode_ == Smoothing::Ema) trainSmoothed_->setName(tr("train (EMA %1, debiased)").arg(weight_, 0, 'f', 2));
   else trainSmoothed_->setName(tr("train (moving average of %1)").arg(movingAverageWindow()));
   validation_->setName(tr("validation"));
-  smoothingValue_->setText(mode_ == Smoothing::Ema ? QString::number(ema_.weight(), 'f', 2)
+  smoothingValue_->setText(mode_ == Smoothing::Ema ? QString::number(weight_, 'f', 2)
                                                   : QStringLiteral("n=%1").arg(movingAverageWindow()));
 }
 

@@ -2,10 +2,11 @@
 // raw train series drawn faint under a smoothed line (debiased EMA or trailing moving average), validation points,
 // a legend, auto-follow and a log-y switch.
 #pragma once
+#include <functional>
+
 #include <QVector>
 #include <QWidget>
 
-#include "widgets/ema_smoother.h"
 #include "widgets/moving_average.h"
 
 class QCustomPlot;
@@ -48,6 +49,12 @@ class LossPlotWidget : public QWidget {
   /// Smoothing strength in [0, 1): 0 = no smoothing. The EMA uses it as its weight; the moving average as a
   /// window of round(1 / (1 - weight)) points (0.9 -> 10).
   void setSmoothing(double weight);
+  /// A running smoother: fed the raw values in order, it returns each smoothed value (NaN for a gap).
+  using RunningSmoother = std::function<double(double)>;
+  /// Makes the EMA mode's smoother for a weight. The ui passes core's debiased EMA (core/run/smoothing.h), the one
+  /// the exported figures and the divergence alert use, so the live line is the paper's line; without one, the
+  /// EMA mode draws the raw values. Redraws the smoothed line.
+  void setEmaSmoother(std::function<RunningSmoother(double weight)> factory);
   double smoothing() const;
   void setSmoothingMode(Smoothing mode);
   Smoothing smoothingMode() const { return mode_; }
@@ -95,7 +102,9 @@ class LossPlotWidget : public QWidget {
   double smoothAdd(double value);
   void resetSmoother();
 
-  EmaSmoother ema_;
+  double weight_;  ///< the smoothing strength in [0, 0.999]
+  std::function<RunningSmoother(double)> emaFactory_;
+  RunningSmoother ema_;  ///< emaFactory_(weight_), fresh at each reset
   MovingAverage movingAverage_;
   Smoothing mode_ = Smoothing::Ema;
   double expectedSteps_ = 0;
