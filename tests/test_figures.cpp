@@ -16,6 +16,9 @@
 #include "core/config/experiment_config.h"
 #include "core/cost/flops_model.h"
 #include "core/report/figures.h"
+#include "core/report/paper_figures.h"
+#include "core/report/report_ids.h"
+#include "core/report/run_tables.h"
 #include "core/report/run_panels.h"
 #include "core/report/table.h"
 #include "core/store/run_store.h"
@@ -36,6 +39,12 @@ json resolved(const std::string& arch, std::int64_t seed) {
                           {"train", {{"batch_size", 4}, {"steps", 20}, {"warmup_steps", 2}}},
                           {"run", {{"seed", seed}}}};
   return resolve_config(overrides, {}, "test").doc;
+}
+
+bool is_paper_figure(const std::string& name) {
+  for (const auto& f : paper_figures())
+    if (f.name == name) return true;
+  return false;
 }
 
 bool near(double a, double b, double tol = 1e-9) { return std::abs(a - b) <= tol * std::max(1.0, std::abs(b)); }
@@ -418,9 +427,27 @@ class TestFigures : public QObject {
     try {
       build_figure(*fx.store, r);
       QFAIL("a step without a probe must be refused");
-    } catch (const DataError& e) {
+    } catch (const ConfigError& e) {
       QVERIFY2(std::string(e.what()).find("no probe at step 7 (probed at: 20)") != std::string::npos, e.what());
     }
+  }
+
+  void earlierIdsNameTheRenamedFigureTableOrPreset() {
+    // The papers' figures, tables and presets are named after their methods; every earlier id still names the
+    // same one, and every current id exists (the list cannot go stale).
+    QVERIFY(renamed_ids().size() >= 20);
+    for (const auto& [before, now] : renamed_ids()) {
+      QCOMPARE(current_id(before), now);
+      QVERIFY2(before.rfind("seed", 0) == 0 && now.find("seed") == std::string::npos, now.c_str());
+      bool found = false;
+      for (const auto& info : figure_catalog())
+        if (info.name == now) found = figure_info(before).name == now;
+      for (const auto& spec : table_specs())
+        if (spec.name == now) found = table_spec(before).name == now;
+      if (!found) found = load_preset(before) == load_preset(now);
+      QVERIFY2(found, (before + " -> " + now).c_str());
+    }
+    QCOMPARE(current_id("curves"), std::string("curves"));  // a current id is itself
   }
 
   void tokenMapsShowBothRunsAndTheirDifference() {
@@ -485,7 +512,7 @@ class TestFigures : public QObject {
   void sidecarRoundTrips() {
     Fixture fx;
     for (const auto& info : figure_catalog()) {
-      if (info.name.rfind("seed", 0) == 0) continue;  // the seeds' figures have their own suite
+      if (is_paper_figure(info.name)) continue;  // the papers' figures have their own suite
       const auto f = build_figure(*fx.store, fx.request(info.name, {fx.mod, fx.dense1, fx.dense2}));
       const auto doc = to_json(f);
       QVERIFY2(to_json(figure_from_json(doc, "sidecar")) == doc, info.name.c_str());

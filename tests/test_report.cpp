@@ -176,7 +176,7 @@ class TestReport : public QObject {
                                    {"val/load/E1", 10, 0, 0.3},        {"val/load/E0", 20, 0, 0.55},
                                    {"val/load/E1", 20, 0, 0.45}};
     store.insert_metrics(id, rows);
-    const auto table = build_run_table(store, table_spec("seed002-table1"), {id});
+    const auto table = build_run_table(store, table_spec("tagat-table1"), {id});
     QCOMPARE(table.rows.size(), std::size_t{2});
     QCOMPARE(table.rows[1].label, std::string("2"));
     QCOMPARE(table.columns.size(), std::size_t{8});  // 6 named + 2 experts found in the store
@@ -186,7 +186,7 @@ class TestReport : public QObject {
     QCOMPARE(table.rows[1].cells[7]->mean, 0.45);
     QVERIFY(!table.rows[0].cells[3].has_value());  // no macro-F1 stored
     const auto lm = add_run(store, "dense", R"({"model":{"arch":"dense"},"run":{"seed":1}})", 1, {2.0});
-    QVERIFY_EXCEPTION_THROWN(build_run_table(store, table_spec("seed002-table3"), {lm}), DataError);
+    QVERIFY_EXCEPTION_THROWN(build_run_table(store, table_spec("tagat-table3"), {lm}), DataError);
   }
 
   void interpolationMatchesHandComputation() {

@@ -21,11 +21,11 @@ class TestSweep : public QObject {
       "name": "lam", "base": "tsa-charlm", "train": {"steps": 200},
       "grid": {"model.depth_coeff": [0, 0.01], "run.seed": [1, 2]},
       "baselines": [{"preset": "tsa-charlm-dense", "name": "dense"}],
-      "table": "seed003-table2"})");
+      "table": "tsa-table2"})");
     const auto plan = expand_sweep(doc, "lam.json");
     QCOMPARE(plan.points.size(), std::size_t{6});  // 2 x 2 grid + 2 baseline seeds
     QCOMPARE(plan.tag(), std::string("sweep:lam"));
-    QCOMPARE(plan.table, std::string("seed003-table2"));
+    QCOMPARE(plan.table, std::string("tsa-table2"));
     QCOMPARE(plan.points[0].name, std::string("lam/depth_coeff=0,seed=1"));
     QCOMPARE(plan.points[1].name, std::string("lam/depth_coeff=0,seed=2"));
     QCOMPARE(plan.points[3].name, std::string("lam/depth_coeff=0.01,seed=2"));
@@ -95,7 +95,7 @@ class TestSweep : public QObject {
 
   void shippedSweepsResolve() {
     const QString dir = qEnvironmentVariable("ROUTELAB_EXPERIMENTS") + "/sweeps";
-    for (const char* file : {"tsa-lambda.json", "seed000-compare.json", "seed002-entailment.json", "seed002-routing-ablation.json"}) {
+    for (const char* file : {"tsa-lambda.json", "dtrnet-compare.json", "tagat-entailment.json", "tagat-routing-ablation.json"}) {
       const auto plan = load_sweep((dir + "/" + file).toStdString());
       QVERIFY(plan.points.size() >= 3);
       QVERIFY(!sweep_table(plan).columns.empty());  // the table each names exists

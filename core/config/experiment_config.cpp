@@ -9,6 +9,7 @@
 #include <sstream>
 
 #include "core/models/registry.h"
+#include "core/report/report_ids.h"
 #include "core/util/errors.h"
 #include "core/util/paths.h"
 
@@ -321,7 +322,8 @@ std::vector<PresetInfo> list_presets() {
 }
 
 nlohmann::json load_preset(const std::string& name) {
-  const fs::path path = fs::path(experiments_dir()) / (name + ".json");
+  // An earlier id ("smollm-dense") loads the renamed preset.
+  const fs::path path = fs::path(experiments_dir()) / (current_id(name) + ".json");
   if (!fs::exists(path)) {
     std::string known;
     for (const auto& p : list_presets()) known += (known.empty() ? "" : ", ") + p.name;

@@ -6,7 +6,7 @@
 //   "model"/"data"/"train"/"run": {...overrides of the base...},
 //   "grid": {"model.depth_coeff": [0, 0.001, 0.01], "run.seed": [1, 2]},
 //   "baselines": [{"preset": "tsa-charlm-dense", "name": "dense", "set": {"train.lr": 1e-4}}],
-//   "table": "seed003-table2"}
+//   "table": "tsa-table2"}
 // The grid is the Cartesian product of its keys (sorted by key); baselines take the file's data/train/run
 // overrides and the grid's data/train/run keys (so they share the budget and seeds), never model keys; a
 // baseline's own "set" ("section.key": value) applies last.

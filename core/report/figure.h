@@ -73,7 +73,7 @@ struct FigurePanel {
 };
 
 struct Figure {
-  std::string name;                         ///< catalogue name, e.g. "seed000-fig5" or "curves"
+  std::string name;                         ///< catalogue name, e.g. "dtrnet-fig5" or "curves"
   std::string title;                        ///< human title (not drawn: papers caption their figures)
   std::vector<FigurePanel> panels;          ///< laid out in a grid of `columns` columns, row by row
   int columns = 0;                          ///< 0 = all panels in one row

@@ -101,26 +101,6 @@ struct ProbeMap {
   FigureHeatmap map;
 };
 
-/// The run's probe at `step` (0: the last one); a DataError naming `figure` when there is none.
-ProbeRecord probe_at(const RunStore& store, std::int64_t run_id, std::int64_t step, const std::string& figure) {
-  std::vector<ProbeRecord> probes;
-  try {
-    probes = read_probes(store, run_id);
-  } catch (const DataError& e) {
-    throw DataError(figure + ": " + e.what());
-  }
-  if (probes.empty())
-    throw DataError(figure + ": " + store.path() + ": run " + std::to_string(run_id) + " has no probe");
-  if (step == 0) return probes.back();
-  std::string steps;
-  for (const auto& p : probes) {
-    if (p.step == step) return p;
-    steps += (steps.empty() ? "" : ", ") + std::to_string(p.step);
-  }
-  throw DataError(figure + ": run " + std::to_string(run_id) + " has no probe at step " + std::to_string(step) +
-                  " (probed at: " + steps + ")");
-}
-
 ProbeMap probe_map(const RunStore& store, std::int64_t run_id, std::int64_t step, bool decisions) {
   const ProbeRecord found = probe_at(store, run_id, step, "token-maps");
   const ProbeRecord* probe = &found;
@@ -148,7 +128,9 @@ ProbeMap probe_map(const RunStore& store, std::int64_t run_id, std::int64_t step
 }  // namespace
 
 Figure build_token_map(const RunStore& store, const FigureRequest& request) {
-  const auto colour = parse_token_map_colour(request.metric == "val/loss" ? "gate" : request.metric, "token-map metric");
+  // The request's default metric (val/loss) means the default colouring.
+  const auto colour =
+      parse_token_map_colour(request.metric == "val/loss" ? "gate" : request.metric, "token-map metric");
   Figure f;
   f.columns = 1;
   for (auto id : request.run_ids) {

@@ -3,6 +3,7 @@
 #include "core/report/figure_detail.h"
 
 #include <cstdio>
+#include <optional>
 
 #include "core/config/options.h"
 #include "core/models/registry.h"
@@ -69,6 +70,24 @@ std::vector<StyledGroup> styled_groups(const RunStore& store, const FigureReques
     out.push_back(std::move(s));
   }
   return out;
+}
+
+ProbeRecord probe_at(const RunStore& store, std::int64_t id, std::int64_t step, const std::string& figure) {
+  std::optional<ProbeRow> found;
+  std::string steps;
+  for (auto& p : store.probes(id)) {
+    if ((step == 0 || p.step == step) && (!found || p.step >= found->step)) found = p;
+    steps += (steps.empty() ? "" : ", ") + std::to_string(p.step);
+  }
+  if (!found)
+    throw ConfigError(figure + ": run " + std::to_string(id) + " has no probe" +
+                      (step && !steps.empty() ? " at step " + std::to_string(step) + " (probed at: " + steps + ")"
+                                              : std::string()));
+  try {
+    return read_probe(*found);
+  } catch (const DataError& e) {
+    throw DataError(figure + ": " + store.path() + ": run " + std::to_string(id) + ": " + e.what());
+  }
 }
 
 std::string token_map_title(const RunRecord& run, std::int64_t step) {

@@ -13,6 +13,7 @@
 #include "core/report/figures.h"
 #include "core/report/run_tables.h"
 #include "core/run/evaluation_record.h"
+#include "core/run/probe_record.h"
 #include "core/store/run_store.h"
 #include "core/util/json_fields.h"
 
@@ -66,6 +67,10 @@ struct StyledGroup {
 std::vector<StyledGroup> styled_groups(const RunStore& store, const FigureRequest& request);
 /// A ConfigError naming `figure` and the first run's metric keys unless some run stores `request.metric`.
 void require_metric_somewhere(const RunStore& store, const FigureRequest& request, const std::string& figure);
+
+/// The run's probe at `step` (0 = the last one); a run without one (or none at `step`: the steps it probed are
+/// listed) is a ConfigError naming the figure, an unreadable one a DataError naming the figure, store, run and key.
+ProbeRecord probe_at(const RunStore& store, std::int64_t id, std::int64_t step, const std::string& figure);
 
 /// The title of a run's token map at a probe step: "name (step N)".
 std::string token_map_title(const RunRecord& run, std::int64_t step);

@@ -6,7 +6,8 @@
 
 #include "core/cost/flops_model.h"
 #include "core/report/figure_detail.h"
-#include "core/report/seed_figures.h"
+#include "core/report/report_ids.h"
+#include "core/report/paper_figures.h"
 #include "core/store/run_store.h"
 #include "core/util/errors.h"
 #include "core/util/version.h"
@@ -97,7 +98,7 @@ const std::vector<FigureInfo>& figure_catalog() {
          "own range (the dashboard's token view).",
          1, build_token_map},
     };
-    for (auto& f : seed_figures()) c.push_back(std::move(f));
+    for (auto& f : paper_figures()) c.push_back(std::move(f));
     return c;
   }();
   return catalog;
@@ -105,8 +106,9 @@ const std::vector<FigureInfo>& figure_catalog() {
 
 const FigureInfo& figure_info(const std::string& name) {
   std::string known;
+  const std::string wanted = current_id(name);  // an earlier id ("dtrnet-fig5") names the same figure
   for (const auto& info : figure_catalog()) {
-    if (info.name == name) return info;
+    if (info.name == wanted) return info;
     known += (known.empty() ? "" : ", ") + info.name;
   }
   throw ConfigError("unknown figure '" + name + "' (known: " + known + ")");

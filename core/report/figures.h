@@ -34,14 +34,14 @@ struct FigureRequest {
 using FigureBuilder = std::function<Figure(const RunStore& store, const FigureRequest& request)>;
 
 struct FigureInfo {
-  std::string name;          ///< e.g. "curves", "seed000-fig5"
+  std::string name;          ///< e.g. "curves", "dtrnet-fig5"
   std::string title;         ///< e.g. "Routed tokens per layer (seed 000, Figure 5)"
   std::string description;   ///< what it shows and which request fields it reads
   std::size_t min_runs = 1;  ///< fewer runs is a ConfigError naming the figure
   FigureBuilder build;
 };
 
-/// Every named figure (generic ones first, then the seeds' figures of core/report/seed_figures.h), by name.
+/// Every named figure (generic ones first, then the seeds' figures of core/report/paper_figures.h), by name.
 const std::vector<FigureInfo>& figure_catalog();
 /// Throws ConfigError("unknown figure 'x' (known: ...)").
 const FigureInfo& figure_info(const std::string& name);

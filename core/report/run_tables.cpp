@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/config/sweep.h"
+#include "core/report/report_ids.h"
 #include "core/run/run_config.h"
 #include "core/store/run_store.h"
 #include "core/util/errors.h"
@@ -29,8 +30,8 @@ const ColumnSpec kAlpha = col("val/alpha", "Active fraction", "", Better::None, 
 const ColumnSpec kTlopsSaved = col("val/tlops_saved", "TLOps saved", "%", Better::Higher, 1, 100.0);
 
 /// Seed 000's ablation tables share Table 1's columns; their rows are the variants the caption names.
-TableSpec seed000_ablation(int number, std::string what, std::string caption) {
-  return {"seed000-table" + std::to_string(number),
+TableSpec dtrnet_ablation(int number, std::string what, std::string caption) {
+  return {"dtrnet-table" + std::to_string(number),
           "seed 000 Table " + std::to_string(number) + " layout: " + std::move(what),
           std::move(caption),
           "Model",
@@ -39,7 +40,7 @@ TableSpec seed000_ablation(int number, std::string what, std::string caption) {
 
 /// Seed 002's per-epoch tables (Tables 1-3): training loss and accuracy of the epoch, validation accuracy, macro-F1,
 /// routing entropy, the routing change since the previous epoch and each expert's load.
-TableSpec seed002_epochs(std::string name, std::string what, std::string caption, bool experts) {
+TableSpec tagat_epochs(std::string name, std::string what, std::string caption, bool experts) {
   TableSpec spec{std::move(name), std::move(what), std::move(caption), "Epoch",
                  {col("train/epoch_loss", "Train loss", "", Better::Lower, 4),
                   col("train/epoch_accuracy", "Train acc.", "%", Better::Higher, 2, 100.0),
@@ -121,14 +122,14 @@ ReportTable build_epoch_table(const RunStore& store, const TableSpec& spec, cons
 const std::vector<TableSpec>& table_specs() {
   static const std::vector<TableSpec> specs = [] {
     std::vector<TableSpec> s = {
-        {"seed000-table1", "seed 000 Table 1 layout: architecture x quality and cost",
+        {"dtrnet-table1", "seed 000 Table 1 layout: architecture x quality and cost",
          "Validation loss, perplexity and forward FLOPs relative to a dense model of the same shape (routing "
          "measured on the validation split).",
          "Architecture", {kValLoss, kValPpl, kFlopsRatio, kRouted}},
-        {"seed001-drr", "seed 001: DRR against its PreNorm baseline",
+        {"drr-summary", "seed 001: DRR against its PreNorm baseline",
          "Depth routing residuals against a PreNorm stack of the same shape.", "Model",
          {kValLoss, col("val/bpc", "BPC", "", Better::Lower, 3), kFlopsRatio}},
-        {"seed002-summary", "seed 002 comparison: accuracy, macro-F1, routing entropy, expert balance",
+        {"tagat-summary", "seed 002 comparison: accuracy, macro-F1, routing entropy, expert balance",
          "Sentence-pair classification: validation accuracy and macro-F1, routing entropy and load imbalance.",
          "Model",
          {col("val/accuracy", "Accuracy", "%", Better::Higher, 1, 100.0),
@@ -137,35 +138,35 @@ const std::vector<TableSpec>& table_specs() {
           col("val/load_imbalance", "Load imbalance", "", Better::Lower, 4),
           col("val/load_imbalance_per_layer", "Per-layer imbalance", "", Better::Lower, 4),
           col("val/routing_change", "Routing change", "%", Better::None, 2, 100.0)}},
-        {"seed003-table2", "seed 003 Table 2 layout: loss, active fraction and TLOps saved",
+        {"tsa-table2", "seed 003 Table 2 layout: loss, active fraction and TLOps saved",
          "Validation loss, TSA active fraction alpha and transformer-layer operations saved.", "Model",
          {kValLoss, kAlpha, kTlopsSaved, kFlopsRatio}},
-        {"seed003-table1", "seed 003 Table 1 layout: synthetic tasks (copy, sort), baseline and TSA",
+        {"tsa-table1", "seed 003 Table 1 layout: synthetic tasks (copy, sort), baseline and TSA",
          "Synthetic tasks: validation loss, TSA active fraction alpha and transformer-layer operations saved "
          "(including the mandatory stem block).",
          "Task / model", {kValLoss, kAlpha, kTlopsSaved}},
-        {"seed003-table4", "seed 003 Table 4 layout: TSA against early exit at matched active fraction",
+        {"tsa-table4", "seed 003 Table 4 layout: TSA against early exit at matched active fraction",
          "TSA and the early-exit baseline at matched active fraction alpha (early exit: the threshold chosen at "
          "inference, e.g. routelab-cli eval RUN --set model.exit_threshold=T --store).",
          "Model", {kValLoss, kAlpha, kTlopsSaved, kFlopsRatio}},
-        seed000_ablation(2, "token choice vs expert choice",
+        dtrnet_ablation(2, "token choice vs expert choice",
                          "DTRNet with token-choice and expert-choice routing."),
-        seed000_ablation(3, "DTRNet layer patterns (Trilayer, LaterHalf, 6-Transformer, Bilayer)",
+        dtrnet_ablation(3, "DTRNet layer patterns (Trilayer, LaterHalf, 6-Transformer, Bilayer)",
                          "Four DTRNet layer patterns of the same depth."),
-        seed000_ablation(4, "dense vs DTRNet Bilayer vs DTRNet Skip",
+        dtrnet_ablation(4, "dense vs DTRNet Bilayer vs DTRNet Skip",
                          "The dense baseline, DTRNet Bilayer and DTRNet Skip (the bypass without W_O W_V)."),
-        seed000_ablation(5, "MoD and D-LLM variants vs DTRNet",
+        dtrnet_ablation(5, "MoD and D-LLM variants vs DTRNet",
                          "Mixture-of-Depths and D-LLM at their original and increased compute, against DTRNet "
                          "token choice."),
-        seed000_ablation(6, "DTRNet Bilayer with and without the value/output projections",
+        dtrnet_ablation(6, "DTRNet Bilayer with and without the value/output projections",
                          "DTRNet Bilayer with and without the value and output projections on the bypass path."),
-        seed002_epochs("seed002-table1", "seed 002 Tables 1-2 per-epoch layout: TAGAT (balanced or specialised)",
+        tagat_epochs("tagat-table1", "seed 002 Tables 1-2 per-epoch layout: TAGAT (balanced or specialised)",
                        "Proposed model metrics per epoch: training loss and accuracy, validation accuracy, "
                        "macro-F1, routing entropy and average expert loads.",
                        true),
-        seed002_epochs("seed002-table3", "seed 002 Table 3 per-epoch layout: the vanilla classifier",
+        tagat_epochs("tagat-table3", "seed 002 Table 3 per-epoch layout: the vanilla classifier",
                        "Vanilla Transformer metrics per epoch.", false),
-        {"seed004-depth", "seed 004: Radial Networks' dynamic depth",
+        {"radial-depth", "seed 004: Radial Networks' dynamic depth",
          "Validation loss and the dynamic depth chosen by the router.", "Model",
          {kValLoss, col("val/mean_depth", "Mean depth", "layers", Better::None, 2),
           col("val/distinct_layers", "Distinct layers", "", Better::None, 2),
@@ -183,8 +184,9 @@ const std::vector<TableSpec>& table_specs() {
 
 const TableSpec& table_spec(const std::string& name) {
   std::string known;
+  const std::string wanted = current_id(name);  // an earlier id ("tsa-table2") names the same layout
   for (const auto& spec : table_specs()) {
-    if (spec.name == name) return spec;
+    if (spec.name == wanted) return spec;
     known += (known.empty() ? "" : ", ") + spec.name;
   }
   throw ConfigError("unknown table '" + name + "' (known: " + known + ")");

@@ -22,7 +22,7 @@ struct ColumnSpec {
 };
 
 struct TableSpec {
-  std::string name;       ///< e.g. "seed000-table1"
+  std::string name;       ///< e.g. "dtrnet-table1"
   std::string description;
   std::string caption;
   std::string row_header = "Run";

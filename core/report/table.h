@@ -35,7 +35,7 @@ struct TableRow {
 
 struct ReportTable {
   std::string caption;       ///< plain text
-  std::string label;         ///< LaTeX label, e.g. "tab:seed000-table1"
+  std::string label;         ///< LaTeX label, e.g. "tab:dtrnet-table1"
   std::string row_header = "Run";
   std::vector<TableColumn> columns;
   std::vector<TableRow> rows;

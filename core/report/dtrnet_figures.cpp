@@ -7,7 +7,7 @@
 #include "core/analysis/run_analysis.h"
 #include "core/cost/flops_model.h"
 #include "core/models/registry.h"
-#include "core/report/seed_figure_detail.h"
+#include "core/report/paper_figure_detail.h"
 #include "core/run/context_curve.h"
 #include "core/util/errors.h"
 
@@ -29,7 +29,7 @@ std::vector<std::int64_t> lengths_or_default(const FigureRequest& request) {
 
 const char* kFig1Title = "Average layer-wise cosine similarity of token representations (seed 000, Figure 1)";
 
-Figure seed000_fig1(const RunStore& store, const FigureRequest& request) {
+Figure dtrnet_fig1(const RunStore& store, const FigureRequest& request) {
   auto f = start(request, kFig1Title);
   for (const auto id : request.run_ids) {
     const auto rec = run_record(store, id);
@@ -56,7 +56,7 @@ Figure seed000_fig1(const RunStore& store, const FigureRequest& request) {
 
 const char* kFig3Title = "Perplexity across increasing sequence lengths (seed 000, Figure 3)";
 
-Figure seed000_fig3(const RunStore& store, const FigureRequest& request) {
+Figure dtrnet_fig3(const RunStore& store, const FigureRequest& request) {
   auto f = start(request, kFig3Title);
   FigurePanel p;
   p.x_label = "Sequence length (tokens)";
@@ -111,7 +111,7 @@ std::vector<double> measured_fractions(const RunStore& store, const RunRecord& r
 const char* kFig4Title = "Theoretical FLOPs as the sequence length increases, relative to a dense Transformer of the "
                          "same shape (seed 000, Figure 4)";
 
-Figure seed000_fig4(const RunStore& store, const FigureRequest& request) {
+Figure dtrnet_fig4(const RunStore& store, const FigureRequest& request) {
   auto f = start(request, kFig4Title);
   const auto lengths = lengths_or_default(request);
   FigurePanel p;
@@ -144,7 +144,7 @@ Figure seed000_fig4(const RunStore& store, const FigureRequest& request) {
 
 const char* kFig5Title = "Average percentage of tokens going to attention per layer (seed 000, Figure 5)";
 
-Figure seed000_fig5(const RunStore& store, const FigureRequest& request) {
+Figure dtrnet_fig5(const RunStore& store, const FigureRequest& request) {
   auto f = start(request, kFig5Title);
   FigurePanel p;
   p.x_label = "Layer";
@@ -176,7 +176,7 @@ Figure seed000_fig5(const RunStore& store, const FigureRequest& request) {
 
 const char* kFig6Title = "KV cache memory for different sequence lengths (seed 000, Figure 6)";
 
-Figure seed000_fig6(const RunStore& store, const FigureRequest& request) {
+Figure dtrnet_fig6(const RunStore& store, const FigureRequest& request) {
   auto f = start(request, kFig6Title);
   const auto lengths = lengths_or_default(request);
   FigurePanel p;
@@ -225,31 +225,31 @@ Figure seed000_fig6(const RunStore& store, const FigureRequest& request) {
 
 }  // namespace
 
-std::vector<FigureInfo> seed000_figures() {
+std::vector<FigureInfo> dtrnet_figures() {
   return {
-      {"seed000-fig1", kFig1Title,
+      {"dtrnet-fig1", kFig1Title,
        "Per run a layers x layers heat map of cos(h_i(t), h_j(t)) averaged over the tokens of two fixed validation "
        "batches, from the checkpoint at `step` (0 = latest); dense, drr, dtrnet and mod runs. Reads run_ids, step.",
-       1, seed000_fig1},
-      {"seed000-fig3", kFig3Title,
+       1, dtrnet_fig1},
+      {"dtrnet-fig3", kFig3Title,
        "Perplexity versus evaluation length from the runs' stored context-length curves (evaluation rows "
        "context:<scaling>x<factor> written by `routelab-cli context RUN --store`; the latest of each scaling). "
        "Reads run_ids.",
-       1, seed000_fig3},
-      {"seed000-fig4", kFig4Title,
+       1, dtrnet_fig3},
+      {"dtrnet-fig4", kFig4Title,
        "FLOPs model (whole forward, LM head included) at each length relative to a dense model of the same shape, "
        "priced with each run's per-layer routed fractions of its validation evaluation at `step`. Reads run_ids, "
        "step, lengths (default 128 .. 32768).",
-       1, seed000_fig4},
-      {"seed000-fig5", kFig5Title,
+       1, dtrnet_fig4},
+      {"dtrnet-fig5", kFig5Title,
        "Grouped bars: per layer, the percentage of tokens on the attention path in each run's inference-mode "
        "validation evaluation at `step` (a layer that does not route: 100%). Reads run_ids, step.",
-       1, seed000_fig5},
-      {"seed000-fig6", kFig6Title,
+       1, dtrnet_fig5},
+      {"dtrnet-fig6", kFig6Title,
        "KV cache bytes (fp32 keys and values, batch 1) versus length under the inference rules: routed DTRNet, MoD "
        "and D-LLM layers cache their attention tokens (routed fractions of the evaluation at `step`), Radial layers "
        "their executions, other layers every token. Reads run_ids, step, lengths.",
-       1, seed000_fig6},
+       1, dtrnet_fig6},
   };
 }
 

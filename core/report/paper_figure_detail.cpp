@@ -1,6 +1,6 @@
-// The helpers the seeds' figure files share (core/report/seed_figure_detail.h): reading runs, evaluations and
+// The helpers the seeds' figure files share (core/report/paper_figure_detail.h): reading runs, evaluations and
 // probes, colours and labels, and the data shape a stored config was trained with.
-#include "core/report/seed_figure_detail.h"
+#include "core/report/paper_figure_detail.h"
 
 #include <algorithm>
 
@@ -14,20 +14,6 @@ std::optional<EvaluationRecord> val_eval(const RunStore& store, std::int64_t id,
   for (auto& e : read_evaluations(store, id))
     if (e.split == "val" && (step == 0 || e.step == step) && (!found || e.step >= found->step)) found = e;
   return found;
-}
-
-ProbeRecord probe_at(const RunStore& store, std::int64_t id, std::int64_t step, const std::string& figure) {
-  std::optional<ProbeRow> found;
-  for (auto& p : store.probes(id))
-    if ((step == 0 || p.step == step) && (!found || p.step >= found->step)) found = p;
-  if (!found)
-    throw ConfigError(figure + ": run " + std::to_string(id) + " has no probe" +
-                      (step ? " at step " + std::to_string(step) : std::string()));
-  try {
-    return read_probe(*found);
-  } catch (const DataError& e) {
-    throw DataError(figure + ": " + store.path() + ": run " + std::to_string(id) + ": " + e.what());
-  }
 }
 
 std::string prefixed(const char* prefix, std::int64_t i) { return std::string(prefix).append(std::to_string(i)); }

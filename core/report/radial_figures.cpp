@@ -7,7 +7,7 @@
 
 #include "core/analysis/residual_profile.h"
 #include "core/analysis/run_analysis.h"
-#include "core/report/seed_figure_detail.h"
+#include "core/report/paper_figure_detail.h"
 #include "core/util/errors.h"
 
 namespace routelab::figure_detail {
@@ -49,7 +49,7 @@ std::vector<double> pooled_shares(const ResidualProfile& p, const std::string& b
 const char* kRadial5Title = "Dynamic depth: the share of tokens for which each block contributes (residual ratio >= "
                             "5%) and the distribution of the oracle dynamic depth (seed 004, Figure 5)";
 
-Figure seed004_fig5(const RunStore& store, const FigureRequest& request) {
+Figure radial_fig5(const RunStore& store, const FigureRequest& request) {
   auto f = start(request, kRadial5Title);
   FigurePanel blocks, depth;
   blocks.title = "(a) contributing blocks";
@@ -107,7 +107,7 @@ Figure seed004_fig5(const RunStore& store, const FigureRequest& request) {
 const char* kRadial6Title = "Residual ratio distributions of attention and feed-forward blocks, one value per token "
                             "and block (seed 004, Figure 6)";
 
-Figure seed004_fig6(const RunStore& store, const FigureRequest& request) {
+Figure radial_fig6(const RunStore& store, const FigureRequest& request) {
   auto f = start(request, kRadial6Title);
   FigurePanel att, ffn;
   att.title = "ATT";
@@ -139,7 +139,7 @@ Figure seed004_fig6(const RunStore& store, const FigureRequest& request) {
 const char* kRadial7Title = "Routing of the probe text: blocks each token runs (residual ratio >= 5%, ATT and FFN "
                             "interleaved), or for Radial Networks the layer chosen at each step (seed 004, Figure 7)";
 
-Figure seed004_fig7(const RunStore& store, const FigureRequest& request) {
+Figure radial_fig7(const RunStore& store, const FigureRequest& request) {
   auto f = start(request, kRadial7Title);
   for (const auto id : request.run_ids) {
     const auto rec = run_record(store, id);
@@ -205,7 +205,7 @@ Figure seed004_fig7(const RunStore& store, const FigureRequest& request) {
 const char* kRadial9Title = "Mean residual ratio per layer of attention and feed-forward blocks, p10-p90 across "
                             "tokens shaded (seed 004, Figure 9)";
 
-Figure seed004_fig9(const RunStore& store, const FigureRequest& request) {
+Figure radial_fig9(const RunStore& store, const FigureRequest& request) {
   auto f = start(request, kRadial9Title);
   for (const auto id : request.run_ids) {
     const auto rec = run_record(store, id);
@@ -236,7 +236,7 @@ Figure seed004_fig9(const RunStore& store, const FigureRequest& request) {
 
 const char* kRadial10Title = "Residual ratios of every block and token, median dashed (seed 004, Figure 10)";
 
-Figure seed004_fig10(const RunStore& store, const FigureRequest& request) {
+Figure radial_fig10(const RunStore& store, const FigureRequest& request) {
   auto f = start(request, kRadial10Title);
   for (const auto id : request.run_ids) {
     const auto rec = run_record(store, id);
@@ -283,29 +283,29 @@ Figure seed004_fig10(const RunStore& store, const FigureRequest& request) {
 
 }  // namespace
 
-std::vector<FigureInfo> seed004_figures() {
+std::vector<FigureInfo> radial_figures() {
   return {
-      {"seed004-fig5", kRadial5Title,
+      {"radial-fig5", kRadial5Title,
        "Residual-ratio profile (4 fixed validation batches, checkpoint at `step`): bars of the share of tokens with "
        "r >= 0.05 per block, and the distribution of the oracle dynamic depth. Reads run_ids, step.",
-       1, seed004_fig5},
-      {"seed004-fig6", kRadial6Title,
+       1, radial_fig5},
+      {"radial-fig6", kRadial6Title,
        "Histograms (32 log bins over 1e-3 .. 10) of r pooled over the layers, attention and FFN panels, one line per "
        "run. Reads run_ids, step.",
-       1, seed004_fig6},
-      {"seed004-fig7", kRadial7Title,
+       1, radial_fig6},
+      {"radial-fig7", kRadial7Title,
        "Per run a heat map over the probe text: blocks x tokens, 1 where r >= 0.05 (runs), 0 where the oracle skips, "
        "empty where the model did not run the block; radial runs: steps x tokens of the stored probe's path. "
        "Reads run_ids, step.",
-       1, seed004_fig7},
-      {"seed004-fig9", kRadial9Title,
+       1, radial_fig7},
+      {"radial-fig9", kRadial9Title,
        "Per run the mean residual ratio per layer of ATT and FFN blocks with the p10-p90 range shaded. Reads "
        "run_ids, step.",
-       1, seed004_fig9},
-      {"seed004-fig10", kRadial10Title,
+       1, radial_fig9},
+      {"radial-fig10", kRadial10Title,
        "Per run the histogram of r pooled over every block and token with its median (estimated from the "
        "histogram) dashed. Reads run_ids, step.",
-       1, seed004_fig10},
+       1, radial_fig10},
   };
 }
 

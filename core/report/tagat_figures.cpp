@@ -4,7 +4,7 @@
 #include <cstdio>
 #include <map>
 
-#include "core/report/seed_figure_detail.h"
+#include "core/report/paper_figure_detail.h"
 #include "core/util/errors.h"
 
 namespace routelab::figure_detail {
@@ -12,7 +12,7 @@ namespace {
 
 const char* kTagat3Title = "Average expert balance per layer and per epoch (seed 002, Figures 3 and 6)";
 
-Figure seed002_fig3(const RunStore& store, const FigureRequest& request) {
+Figure tagat_fig3(const RunStore& store, const FigureRequest& request) {
   auto f = start(request, kTagat3Title);
   f.columns = 2;
   for (const auto id : request.run_ids) {
@@ -82,7 +82,7 @@ Figure seed002_fig3(const RunStore& store, const FigureRequest& request) {
 
 const char* kTagat4Title = "Token gating probabilities of the probe example per layer (seed 002, Figures 4 and 7)";
 
-Figure seed002_fig4(const RunStore& store, const FigureRequest& request) {
+Figure tagat_fig4(const RunStore& store, const FigureRequest& request) {
   auto f = start(request, kTagat4Title);
   for (const auto id : request.run_ids) {
     const auto rec = run_record(store, id);
@@ -121,16 +121,16 @@ Figure seed002_fig4(const RunStore& store, const FigureRequest& request) {
 
 }  // namespace
 
-std::vector<FigureInfo> seed002_figures() {
+std::vector<FigureInfo> tagat_figures() {
   return {
-      {"seed002-fig3", kTagat3Title,
+      {"tagat-fig3", kTagat3Title,
        "Per run: bars of each expert's average load per layer (load/L<l>/E<i> of the validation evaluation at "
        "`step`) and the model-wide load of each expert per epoch (val/load/E<i>). Reads run_ids, step.",
-       1, seed002_fig3},
-      {"seed002-fig4", kTagat4Title,
+       1, tagat_fig3},
+      {"tagat-fig4", kTagat4Title,
        "Per run and layer a heat map experts x tokens of the gate probabilities of the stored probe example at "
        "`step` (0 = last). Reads run_ids, step.",
-       1, seed002_fig4},
+       1, tagat_fig4},
   };
 }
 

@@ -7,7 +7,7 @@
 
 #include "core/analysis/run_analysis.h"
 #include "core/models/registry.h"
-#include "core/report/seed_figure_detail.h"
+#include "core/report/paper_figure_detail.h"
 #include "core/util/errors.h"
 
 namespace routelab::figure_detail {
@@ -39,7 +39,7 @@ double step_tlops(double tokens, double layers, double alpha) { return tokens * 
 const char* kTsa2Title = "Validation loss versus step and versus cumulative token-layer operations (seed 003, "
                          "Figures 2 and 5)";
 
-Figure seed003_fig2(const RunStore& store, const FigureRequest& request) {
+Figure tsa_fig2(const RunStore& store, const FigureRequest& request) {
   auto f = start(request, kTsa2Title);
   FigurePanel by_step, by_tlops;
   by_step.title = "(a) convergence";
@@ -95,7 +95,7 @@ std::string sweep_of(const RunRecord& rec) {
 const char* kTsa3Title = "Ablations: TSA across the depth regulariser lambda, and TSA against the early-exit "
                          "threshold sweep at matched active fraction alpha (seed 003, Figure 3)";
 
-Figure seed003_fig3(const RunStore& store, const FigureRequest& request) {
+Figure tsa_fig3(const RunStore& store, const FigureRequest& request) {
   auto f = start(request, kTsa3Title);
   FigurePanel sweep, pareto;
   sweep.title = "(a) lambda sweep";
@@ -186,7 +186,7 @@ Figure seed003_fig3(const RunStore& store, const FigureRequest& request) {
 const char* kTsa4Title = "Per-token active fraction (1 - p_l) across the routing decisions on the probe text (seed "
                          "003, Figure 4)";
 
-Figure seed003_fig4(const RunStore& store, const FigureRequest& request) {
+Figure tsa_fig4(const RunStore& store, const FigureRequest& request) {
   auto f = start(request, kTsa4Title);
   for (const auto id : request.run_ids) {
     const auto rec = run_record(store, id);
@@ -222,21 +222,21 @@ Figure seed003_fig4(const RunStore& store, const FigureRequest& request) {
 
 }  // namespace
 
-std::vector<FigureInfo> seed003_figures() {
+std::vector<FigureInfo> tsa_figures() {
   return {
-      {"seed003-fig2", kTsa2Title,
+      {"tsa-fig2", kTsa2Title,
        "Validation loss (val/loss) versus step, and versus cumulative TLOps = sum over steps of batch x context x "
        "(1 + (L-1) alpha) with alpha from train/alpha (1 without it). Reads run_ids.",
-       1, seed003_fig2},
-      {"seed003-fig3", kTsa3Title,
+       1, tsa_fig2},
+      {"tsa-fig3", kTsa3Title,
        "(a) validation loss of tsa runs versus model.depth_coeff, one line per sweep (tag sweep:<name>); (b) loss "
        "versus alpha: tsa runs as points, each early-exit run's checkpoint evaluated at thresholds 0.3 .. 1 (a "
        "line), other runs at alpha 1. Reads run_ids, step.",
-       1, seed003_fig3},
-      {"seed003-fig4", kTsa4Title,
+       1, tsa_fig3},
+      {"tsa-fig4", kTsa4Title,
        "Per run a heat map routing decisions x probe tokens of the gate of every routed layer of the stored probe "
        "at `step` (TSA: 1 - p_l). Reads run_ids, step.",
-       1, seed003_fig4},
+       1, tsa_fig4},
   };
 }
 

@@ -1,4 +1,4 @@
-// The seeds' named figures (core/report/seed_figures.h): every figure built from a store holding two tiny trained
+// The seeds' named figures (core/report/paper_figures.h): every figure built from a store holding two tiny trained
 // runs (DTRNet, early exit) and synthetic rows (TSA, TAGAT, DRR, Radial, a context-length curve), checked for its
 // panels' shapes and values against the stored numbers or an independent computation; plus the per-layer outputs
 // behind seed 000's Figure 1.
@@ -25,13 +25,13 @@
 #include "core/models/registry.h"
 #include "core/report/figures.h"
 #include "core/run/evaluation_record.h"
-#include "core/report/seed_figures.h"
+#include "core/report/paper_figures.h"
 #include "core/store/run_store.h"
 #include "core/train/trainer.h"
 #include "core/util/errors.h"
 #include "tests/suite.h"
 
-namespace test_seed_figures {
+namespace test_paper_figures {
 
 using namespace routelab;
 using nlohmann::json;
@@ -48,7 +48,7 @@ ExperimentConfig small_config(const std::string& arch, std::vector<std::string> 
 }
 
 const FigureInfo& info(const std::string& name) {
-  static const auto catalog = seed_figures();
+  static const auto catalog = paper_figures();
   for (const auto& f : catalog)
     if (f.name == name) return f;
   throw std::runtime_error("no figure " + name);
@@ -115,7 +115,7 @@ bool near(double a, double b, double tol = 1e-9) { return std::abs(a - b) <= tol
 
 }  // namespace
 
-class TestSeedFigures : public QObject {
+class TestPaperFigures : public QObject {
   Q_OBJECT
   QTemporaryDir home_;
   std::string db_;
@@ -135,7 +135,7 @@ class TestSeedFigures : public QObject {
   }
 
   void catalogIsSortedAndComplete() {
-    const auto catalog = seed_figures();
+    const auto catalog = paper_figures();
     std::vector<std::string> names;
     for (const auto& f : catalog) {
       names.push_back(f.name);
@@ -146,9 +146,9 @@ class TestSeedFigures : public QObject {
     }
     QVERIFY(std::is_sorted(names.begin(), names.end()));
     const std::set<std::string> expected = {
-        "seed000-fig1", "seed000-fig3", "seed000-fig4", "seed000-fig5", "seed000-fig6", "seed001-overhead",
-        "seed002-fig3", "seed002-fig4", "seed003-fig2", "seed003-fig3", "seed003-fig4", "seed004-fig5",
-        "seed004-fig6", "seed004-fig7", "seed004-fig9", "seed004-fig10"};
+        "dtrnet-fig1", "dtrnet-fig3", "dtrnet-fig4", "dtrnet-fig5", "dtrnet-fig6", "drr-overhead",
+        "tagat-fig3", "tagat-fig4", "tsa-fig2", "tsa-fig3", "tsa-fig4", "radial-fig5",
+        "radial-fig6", "radial-fig7", "radial-fig9", "radial-fig10"};
     QCOMPARE(std::set<std::string>(names.begin(), names.end()), expected);
     QCOMPARE(names.size(), expected.size());
   }
@@ -203,7 +203,7 @@ class TestSeedFigures : public QObject {
   }
 
   void fig1CosineMatrix() {
-    const auto f = build(RunStore(db_), "seed000-fig1", {dtr_});
+    const auto f = build(RunStore(db_), "dtrnet-fig1", {dtr_});
     QCOMPARE(f.panels.size(), std::size_t(1));
     const auto& h = f.panels[0].heatmap;
     QCOMPARE(h.rows, std::size_t(4));
@@ -229,14 +229,14 @@ class TestSeedFigures : public QObject {
                            {"points", {{{"length", 64}, {"ppl", 3.5}}, {{"length", 128}, {"ppl", 4.25}}}}})
                          .dump();
     store.insert_eval(id, row);
-    const auto f = build(store, "seed000-fig3", {id, dtr_});  // the DTRNet run has no curve: left out
+    const auto f = build(store, "dtrnet-fig3", {id, dtr_});  // the DTRNet run has no curve: left out
     QCOMPARE(f.panels.size(), std::size_t(1));
     QCOMPARE(f.panels[0].series.size(), std::size_t(1));
     const auto& s = f.panels[0].series[0];
     QCOMPARE(s.x, (std::vector<double>{64, 128}));
     QCOMPARE(s.y, (std::vector<double>{3.5, 4.25}));
     QVERIFY(f.panels[0].log_x);
-    QVERIFY_EXCEPTION_THROWN(build(store, "seed000-fig3", {dtr_}), ConfigError);
+    QVERIFY_EXCEPTION_THROWN(build(store, "dtrnet-fig3", {dtr_}), ConfigError);
   }
 
   void fig4And5And6FromTheEvaluation() {
@@ -254,7 +254,7 @@ class TestSeedFigures : public QObject {
       percent.push_back(routed ? 100.0 * l["routed_fraction"].get<double>() : 100.0);
     }
     FigureRequest r;
-    r.name = "seed000-fig4";
+    r.name = "dtrnet-fig4";
     r.run_ids = {dtr_};
     r.lengths = {64, 256};
     const auto f4 = info(r.name).build(store, r);
@@ -270,14 +270,14 @@ class TestSeedFigures : public QObject {
       QVERIFY(s4.y[i] > 0 && s4.y[i] < 1.5);
     }
 
-    const auto f5 = build(store, "seed000-fig5", {dtr_});
+    const auto f5 = build(store, "dtrnet-fig5", {dtr_});
     const auto& bars = f5.panels.at(0).bars;
     QCOMPARE(bars.categories.size(), std::size_t(4));
     QCOMPARE(bars.members.size(), std::size_t(1));
     QCOMPARE(bars.members[0].values, percent);
     QVERIFY(std::count(percent.begin(), percent.end(), 100.0) >= 2);  // bilayer: dense layers at 100%
 
-    r.name = "seed000-fig6";
+    r.name = "dtrnet-fig6";
     const auto f6 = info(r.name).build(store, r);
     render_once(f6, r.name);
     const auto& s6 = f6.panels.at(0).series.at(0);
@@ -290,7 +290,7 @@ class TestSeedFigures : public QObject {
     RunStore store(db_);
     const auto config = small_config("drr", {"model.n_layer=4"});
     const auto id = synthetic_run(store, "drr", "drr", config.doc);
-    const auto f = build(store, "seed001-overhead", {id});
+    const auto f = build(store, "drr-overhead", {id});
     QCOMPARE(f.panels.size(), std::size_t(2));
     const auto data = make_dataset(config.data());
     const auto t = drr_transformer_options_from_json(config.model(), data->tokenizer().vocab_size(), data->context());
@@ -303,7 +303,7 @@ class TestSeedFigures : public QObject {
     QVERIFY(params.members[1].values[0] > params.members[0].values[0]);  // DRR adds parameters
     QVERIFY(near(f.panels[1].bars.members[1].values[1], o.arch_stack_flops / 1e9));
     QVERIFY(f.panels[1].bars.members[1].values[0] > f.panels[1].bars.members[0].values[0]);
-    QVERIFY_EXCEPTION_THROWN(build(store, "seed001-overhead", {dtr_}), ConfigError);
+    QVERIFY_EXCEPTION_THROWN(build(store, "drr-overhead", {dtr_}), ConfigError);
   }
 
   void tagatBalanceAndGates() {
@@ -329,7 +329,7 @@ class TestSeedFigures : public QObject {
     }
     store.insert_probe(id, {10, json({{"tokens", {"a", " ", "b"}}, {"token_data", {{"gate", gate}}}}).dump()});
 
-    const auto f3 = build(store, "seed002-fig3", {id});
+    const auto f3 = build(store, "tagat-fig3", {id});
     QCOMPARE(f3.panels.size(), std::size_t(2));
     const auto& bars = f3.panels[0].bars;
     QCOMPARE(bars.categories, (std::vector<std::string>{"L0", "L1"}));
@@ -341,7 +341,7 @@ class TestSeedFigures : public QObject {
     QVERIFY(near(epochs.series[3].y[0], 0.28));
     QVERIFY(near(epochs.series[4].y[0], 0.25));
 
-    const auto f4 = build(store, "seed002-fig4", {id});
+    const auto f4 = build(store, "tagat-fig4", {id});
     QCOMPARE(f4.panels.size(), std::size_t(2));
     const auto& h = f4.panels[1].heatmap;
     QCOMPARE(h.rows, std::size_t(4));
@@ -349,7 +349,7 @@ class TestSeedFigures : public QObject {
     QVERIFY(near(h.values[0 * 3 + 2], 0.2));  // expert 0, token 2
     QVERIFY(near(h.values[3 * 3 + 0], 0.5));  // expert 3 in layer 1
     QCOMPARE(h.col_labels.size(), std::size_t(3));
-    QVERIFY_EXCEPTION_THROWN(build(store, "seed002-fig4", {dtr_}), ConfigError);
+    QVERIFY_EXCEPTION_THROWN(build(store, "tagat-fig4", {dtr_}), ConfigError);
   }
 
   void tsaCurvesSweepAndProbe() {
@@ -368,7 +368,7 @@ class TestSeedFigures : public QObject {
       store.insert_eval(id, e);
       ids.push_back(id);
     }
-    const auto f2 = build(store, "seed003-fig2", {ids[0]});
+    const auto f2 = build(store, "tsa-fig2", {ids[0]});
     QCOMPARE(f2.panels.size(), std::size_t(2));
     QCOMPARE(f2.panels[0].series[0].x, (std::vector<double>{10}));
     // steps 1-9 at alpha 0.5 (first logged value until step 10), step 10 at 0.25: 2 x context tokens x (1 + 2 alpha)
@@ -376,7 +376,7 @@ class TestSeedFigures : public QObject {
     QVERIFY(near(f2.panels[1].series[0].x[0], (9 * tokens * 2.0 + tokens * 1.5) / 1e9, 1e-12));
     QVERIFY(near(f2.panels[1].series[0].y[0], 2.05));
 
-    const auto f3 = build(store, "seed003-fig3", {ids[0], ids[1], exit_});
+    const auto f3 = build(store, "tsa-fig3", {ids[0], ids[1], exit_});
     const auto& sweep = f3.panels.at(0);
     QCOMPARE(sweep.series.size(), std::size_t(1));
     QCOMPARE(sweep.series[0].x, (std::vector<double>{0.0, 0.05}));
@@ -397,7 +397,7 @@ class TestSeedFigures : public QObject {
                               {{"layer", 1}, {"routed", true}, {"gate", {0.9, 0.5, 0.1}}},
                               {{"layer", 2}, {"routed", true}, {"gate", {1.0, 0.0, 0.25}}}}}};
     store.insert_probe(ids[0], {10, probe.dump()});
-    const auto f4 = build(store, "seed003-fig4", {ids[0]});
+    const auto f4 = build(store, "tsa-fig4", {ids[0]});
     const auto& h = f4.panels.at(0).heatmap;
     QCOMPARE(h.rows, std::size_t(2));
     QCOMPARE(h.cols, std::size_t(3));
@@ -407,7 +407,7 @@ class TestSeedFigures : public QObject {
 
   void radialProfileFigures() {
     RunStore store(db_);
-    const auto f5 = build(store, "seed004-fig5", {dtr_});
+    const auto f5 = build(store, "radial-fig5", {dtr_});
     const auto& bars = f5.panels.at(0).bars;
     QCOMPARE(bars.categories.size(), std::size_t(8));  // 4 layers x (ATT, FFN)
     QCOMPARE(bars.categories[0], std::string("L0 ATT"));
@@ -417,7 +417,7 @@ class TestSeedFigures : public QObject {
     for (const auto v : f5.panels.at(1).series.at(0).y) depth_total += v;
     QVERIFY(near(depth_total, 100.0, 1e-9));
 
-    const auto f6 = build(store, "seed004-fig6", {dtr_});
+    const auto f6 = build(store, "radial-fig6", {dtr_});
     QCOMPARE(f6.panels.size(), std::size_t(2));
     for (const auto& p : f6.panels) {
       double total = 0;
@@ -426,19 +426,19 @@ class TestSeedFigures : public QObject {
       QCOMPARE(p.series[0].x.size(), std::size_t(32));
     }
 
-    const auto f7 = build(store, "seed004-fig7", {dtr_});
+    const auto f7 = build(store, "radial-fig7", {dtr_});
     const auto& h = f7.panels.at(0).heatmap;
     QCOMPARE(h.rows, std::size_t(8));
     QVERIFY(h.cols > 1);
     for (const auto v : h.values) QVERIFY(std::isnan(v) || v == 0.0 || v == 1.0);
 
-    const auto f9 = build(store, "seed004-fig9", {dtr_});
+    const auto f9 = build(store, "radial-fig9", {dtr_});
     QCOMPARE(f9.panels.at(0).series.size(), std::size_t(2));
     const auto& att = f9.panels[0].series[0];
     QCOMPARE(att.x.size(), std::size_t(4));
     for (std::size_t i = 0; i < att.x.size(); ++i) QVERIFY(att.y_lo[i] <= att.y_hi[i] && att.y[i] > 0);
 
-    const auto f10 = build(store, "seed004-fig10", {dtr_});
+    const auto f10 = build(store, "radial-fig10", {dtr_});
     const auto& series = f10.panels.at(0).series;
     QCOMPARE(series.size(), std::size_t(2));
     const double median = series[1].x[0];
@@ -453,7 +453,7 @@ class TestSeedFigures : public QObject {
     const auto id = synthetic_run(store, "radial", "radial", json({{"model", {{"n_layer", 3}}}}));
     json path = {{0, 2, -1}, {1, -1, -1}};  // (T 2, S 3)
     store.insert_probe(id, {10, json({{"tokens", {"x", "y"}}, {"token_data", {{"path", path}}}}).dump()});
-    const auto f = build(store, "seed004-fig7", {id});
+    const auto f = build(store, "radial-fig7", {id});
     const auto& h = f.panels.at(0).heatmap;
     QCOMPARE(h.rows, std::size_t(3));
     QCOMPARE(h.cols, std::size_t(2));
@@ -466,7 +466,7 @@ class TestSeedFigures : public QObject {
 
   void unknownRunIsAStoreError() {
     RunStore store(db_);
-    QVERIFY_EXCEPTION_THROWN(build(store, "seed000-fig5", {9999}), StoreError);
+    QVERIFY_EXCEPTION_THROWN(build(store, "dtrnet-fig5", {9999}), StoreError);
   }
 
   /// Last: every named figure built above was also drawn to PDF by the GUI's renderer.
@@ -476,11 +476,11 @@ class TestSeedFigures : public QObject {
     std::string failures;
     for (const auto& f : log.failures) failures += f + "\n";
     QVERIFY2(log.failures.empty(), failures.c_str());
-    for (const auto& f : seed_figures()) QVERIFY2(log.rendered.count(f.name), (f.name + " was not rendered").c_str());
+    for (const auto& f : paper_figures()) QVERIFY2(log.rendered.count(f.name), (f.name + " was not rendered").c_str());
   }
 };
 
-}  // namespace test_seed_figures
+}  // namespace test_paper_figures
 
-ROUTELAB_TEST_SUITE(test_seed_figures, TestSeedFigures)
-#include "test_seed_figures.moc"
+ROUTELAB_TEST_SUITE(test_paper_figures, TestPaperFigures)
+#include "test_paper_figures.moc"

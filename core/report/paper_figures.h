@@ -9,6 +9,6 @@
 namespace routelab {
 
 /// The seeds' named figures, sorted by name.
-std::vector<FigureInfo> seed_figures();
+std::vector<FigureInfo> paper_figures();
 
 }  // namespace routelab

@@ -1,5 +1,5 @@
 // Internal to core/report, not part of the figure API: the helpers the seeds' figure files share (reading runs,
-// evaluations and probes; colours and labels) and each seed's catalogue entries, which seed_figures() merges.
+// evaluations and probes; colours and labels) and each seed's catalogue entries, which paper_figures() merges.
 #pragma once
 #include <cstdint>
 #include <optional>
@@ -15,9 +15,6 @@ namespace routelab::figure_detail {
 
 /// The run's "val" evaluation at `step` (0 = the last one).
 std::optional<EvaluationRecord> val_eval(const RunStore& store, std::int64_t id, std::int64_t step);
-/// The run's probe at `step` (0 = the last one); a run without one is a ConfigError naming the figure, an unreadable
-/// one a DataError naming the figure, store, run and key.
-ProbeRecord probe_at(const RunStore& store, std::int64_t id, std::int64_t step, const std::string& figure);
 
 /// "L" + i without GCC 12's -Wstringop-overflow false positive on operator+(const char*, string&&).
 std::string prefixed(const char* prefix, std::int64_t i);
@@ -36,11 +33,11 @@ DataShape data_shape_of(const json& config);
 /// A figure named after the request, with `title` and the request's run ids in its meta.
 Figure start(const FigureRequest& request, const std::string& title);
 
-// Each seed's named figures, one file each (seed000_figures.cpp .. seed004_figures.cpp).
-std::vector<FigureInfo> seed000_figures();  ///< DTRNet
-std::vector<FigureInfo> seed001_figures();  ///< DRR
-std::vector<FigureInfo> seed002_figures();  ///< TAGAT
-std::vector<FigureInfo> seed003_figures();  ///< TSA
-std::vector<FigureInfo> seed004_figures();  ///< Radial Networks
+// Each seed's named figures, one file each (dtrnet_figures.cpp .. radial_figures.cpp).
+std::vector<FigureInfo> dtrnet_figures();  ///< DTRNet
+std::vector<FigureInfo> drr_figures();  ///< DRR
+std::vector<FigureInfo> tagat_figures();  ///< TAGAT
+std::vector<FigureInfo> tsa_figures();  ///< TSA
+std::vector<FigureInfo> radial_figures();  ///< Radial Networks
 
 }  // namespace routelab::figure_detail

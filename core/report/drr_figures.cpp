@@ -1,7 +1,7 @@
 // Seed 001's (DRR) named figure: the parameters and forward FLOPs Depth Routing Residuals add to a PreNorm
 // transformer of the same shape.
 #include "core/models/registry.h"
-#include "core/report/seed_figure_detail.h"
+#include "core/report/paper_figure_detail.h"
 #include "core/util/errors.h"
 
 namespace routelab::figure_detail {
@@ -10,7 +10,7 @@ namespace {
 const char* kDrrTitle = "Added cost of Depth Routing Residuals: parameters and forward FLOPs versus a standard "
                         "PreNorm transformer of the same shape (seed 001, \"Added cost\")";
 
-Figure seed001_overhead(const RunStore& store, const FigureRequest& request) {
+Figure drr_overhead(const RunStore& store, const FigureRequest& request) {
   auto f = start(request, kDrrTitle);
   FigurePanel params, flops;
   params.y_label = "Parameters (M)";
@@ -56,13 +56,13 @@ Figure seed001_overhead(const RunStore& store, const FigureRequest& request) {
 
 }  // namespace
 
-std::vector<FigureInfo> seed001_figures() {
+std::vector<FigureInfo> drr_figures() {
   return {
-      {"seed001-overhead", kDrrTitle,
+      {"drr-overhead", kDrrTitle,
        "Bars: parameters and forward FLOPs of one sequence of the training context, whole model and layers only, "
        "for each run whose architecture states its overhead (drr: against the plain PreNorm, GPT-2 style, stack of "
        "the same shape). Reads run_ids.",
-       1, seed001_overhead},
+       1, drr_overhead},
   };
 }
 
