@@ -348,14 +348,16 @@ class TestFigures : public QObject {
     QCOMPARE(bars.members.size(), std::size_t{3});  // inference, training, the dense layer hatched
     QCOMPARE(bars.members[0].values[1], 25.0);
     QVERIFY(!bars.members[0].faint && bars.members[1].faint);
-    QCOMPARE(bars.members[1].label, std::string("mod (training, step 20)"));
+    QCOMPARE(bars.members[1].label, std::string("mod (training)"));
     QVERIFY(std::isnan(bars.members[1].values[0]));  // the dense layer has no training bar of its own
     QVERIFY(near(bars.members[1].values[1], 35.0));
     QVERIFY(bars.members[2].hatched);
     r.metric = "training";
     r.step = 15;  // the last logged step at or before it: 10
-    const auto training = build_figure(*fx.store, r).panels.at(0).bars;
-    QCOMPARE(training.members[0].label, std::string("mod (training, step 10)"));
+    const auto figure = build_figure(*fx.store, r);
+    const auto training = figure.panels.at(0).bars;
+    QCOMPARE(figure.meta.at("training_steps"), json::array({10}));
+    QCOMPARE(training.members[0].label, std::string("mod (training)"));
     QVERIFY(near(training.members[0].values[1], 30.0));
     r.step = 5;  // nothing logged yet: named
     try {

@@ -640,7 +640,8 @@ FigureView::FigureView(QWidget* parent) : QWidget(parent) {
   plot_->setObjectName(QStringLiteral("figurePlot"));
   plot_->setMinimumSize(240, 180);
   caption_ = new QLabel(this);
-  caption_->setWordWrap(true);
+  // One line, clipped in a narrow panel; the tooltip has the whole caption and how the figure was computed.
+  caption_->setSizePolicy(QSizePolicy::Ignored, QSizePolicy::Preferred);
   caption_->setTextInteractionFlags(Qt::TextSelectableByMouse);
   caption_->setVisible(false);
   auto* exportAction = new QAction(tr("Export figure…"), this);
@@ -671,7 +672,7 @@ FigureView::FigureView(QWidget* parent) : QWidget(parent) {
 
 void FigureView::setCaption(const QString& caption, const QString& toolTip) {
   caption_->setText(caption);
-  caption_->setToolTip(toolTip);
+  caption_->setToolTip(toolTip.isEmpty() ? caption : caption + QStringLiteral("\n\n") + toolTip);
   caption_->setVisible(!caption.isEmpty());
 }
 

@@ -34,6 +34,7 @@ RoutedModes routed_modes(const std::string& metric) {
 Figure build_routed_layers(const RunStore& store, const FigureRequest& request) {
   const RoutedModes modes = routed_modes(request.metric);
   std::vector<RoutedLayersGroup> groups;
+  json training_steps = json::array();
   for (const auto& g : styled_groups(store, request)) {
     RoutedLayersGroup group;
     group.label = g.group.label;
@@ -58,6 +59,7 @@ Figure build_routed_layers(const RunStore& store, const FigureRequest& request) 
                           " logged no training-mode routing" +
                           (request.step ? " at or before step " + std::to_string(request.step) : std::string()));
         group.training = *column;
+        training_steps.push_back(group.training_step);
       }
     }
     groups.push_back(std::move(group));
@@ -66,6 +68,7 @@ Figure build_routed_layers(const RunStore& store, const FigureRequest& request) 
   f.panels.push_back(routed_layers_panel(groups));
   f.meta["eval_step"] = request.step;
   f.meta["modes"] = modes.inference && modes.training ? "both" : modes.training ? "training" : "inference";
+  if (modes.training) f.meta["training_steps"] = training_steps;  // per group, the logged step drawn
   return f;
 }
 

@@ -41,7 +41,7 @@ FigurePanel routed_layers_panel(const std::vector<RoutedLayersGroup>& groups) {
   for (const auto& g : groups) {
     FigureBars::Member inference, training, dense;
     inference.label = g.label;
-    training.label = g.label + " (training, step " + std::to_string(g.training_step) + ")";
+    training.label = g.label + " (training)";
     dense.label = g.label + " (dense layers)";
     inference.color = training.color = dense.color = g.color;
     training.faint = true;

@@ -25,7 +25,8 @@ struct RoutedLayersGroup {
 };
 
 /// Routed tokens per layer (%), grouped bars: per group its inference-mode mean (std over runs as error bars),
-/// its training-mode shares faint beside them, and the layers that do not route as hatched full bars.
+/// its training-mode shares faint beside them ("label (training)"; the step is the caller's to say), and the
+/// layers that do not route as hatched full bars.
 FigurePanel routed_layers_panel(const std::vector<RoutedLayersGroup>& groups);
 
 /// The training-mode routed tokens (%) of each layer at each logged step: a heat map of layers x steps (columns in
