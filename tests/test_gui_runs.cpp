@@ -72,6 +72,7 @@ class TestGuiRuns : public QObject {
   void resumeContinuesAStoppedRunAndCloneFillsTheDesigner();
   void queueRunsThreeTwoAtATime();
   void pendingItemsSurviveARestart();
+  void malformedQueueItemFailsAndTheQueueGoesOn();
   void queuedSweepExpandsIntoItsPoints();
 
  private:
@@ -388,6 +389,23 @@ void TestGuiRuns::pendingItemsSurviveARestart() {
   QTRY_COMPARE_WITH_TIMEOUT(store.queue_items().size(), std::size_t{2}, 10000);
   QTRY_COMPARE_WITH_TIMEOUT(nlohmann::json::parse(store.queue_items()[0].request_json).value("name", std::string()),
                             std::string("waiting"), 10000);
+}
+
+void TestGuiRuns::malformedQueueItemFailsAndTheQueueGoesOn() {
+  {
+    RunStore store(dbPath_.toStdString());
+    store.enqueue(R"({"preset":"tiny","sets":["train.lr=1e-3", 2]})");  // hand-edited: a number among the overrides
+    store.enqueue(R"({"preset":"tiny","steps":10,"name":"after"})");
+  }
+  auto window = makeWindow();
+  RunQueue* queue = window->runQueue();
+  QTRY_VERIFY_WITH_TIMEOUT(queue->isLoaded(), 10000);
+  QTRY_COMPARE_WITH_TIMEOUT(queue->entries().at(1).state, QStringLiteral("done"), kRunTimeoutMs);
+  QCOMPARE(queue->entries().at(0).state, QStringLiteral("failed"));
+  QVERIFY2(queue->entries().at(0).message.startsWith(
+               QStringLiteral("queue item %1: sets[1]: expected a string").arg(queue->entries().at(0).key)),
+           qPrintable(queue->entries().at(0).message));
+  QVERIFY(RunQueue::describe(queue->entries().at(0).requestJson).startsWith(QStringLiteral("unreadable")));
 }
 
 void TestGuiRuns::queuedSweepExpandsIntoItsPoints() {

@@ -11,6 +11,7 @@
 #include "core/run/context_curve.h"
 #include "core/run/evaluation_record.h"
 #include "core/run/probe_record.h"
+#include "core/run/queued_request.h"
 #include "core/run/run_health.h"
 #include "core/run/smoothing.h"
 #include "core/store/run_store.h"
@@ -252,6 +253,46 @@ class TestRunHealth : public QObject {
     const auto evals = read_evaluations(store, id);
     QCOMPARE(evals.size(), std::size_t(1));
     QCOMPARE(evals[0].step, std::int64_t(100));
+  }
+
+  void queuedRequestsRoundTripAndNameBadKeys() {
+    QueuedRequest q;
+    q.preset = "tiny";
+    q.config_json = R"({"model": {"n_layer": 2}})";
+    q.sets = {"train.lr=1e-3", "run.threads=1"};
+    q.steps = 30;
+    q.name = "a";
+    q.tags = "x,y";
+    const auto back = read_queued_request(q.to_json(), "queue item 1");
+    QCOMPARE(back.preset, q.preset);
+    QCOMPARE(back.config_json, q.config_json);
+    QCOMPARE(back.sets, q.sets);
+    QCOMPARE(back.steps, q.steps);
+    QCOMPARE(back.name, q.name);
+    QCOMPARE(back.tags, q.tags);
+    QueuedRequest resume;
+    resume.resume_run = 4;
+    resume.preset = "ignored";
+    QCOMPARE(resume.to_json(), std::string(R"({"resume":4})"));
+    QCOMPARE(read_queued_request(resume.to_json(), "queue item 2").resume_run, std::int64_t{4});
+    // A request stored by an earlier version (the GUI's own JSON writer) reads the same.
+    QCOMPARE(read_queued_request(R"({"preset":"tiny","steps":30,"sets":["a=1"]})", "q").sets,
+             std::vector<std::string>{"a=1"});
+    const std::vector<std::pair<std::string, std::string>> bad = {
+        {"[1]", "queue item 3: the request is not a JSON object"},
+        {"{", "queue item 3: the request is not a JSON object"},
+        {R"({"preset": "tiny", "sets": ["a=1", 2]})", "queue item 3: sets[1]: expected a string"},
+        {R"({"preset": "tiny", "steps": "30"})", "queue item 3: steps: expected an integer"},
+        {R"({"name": "orphan"})", "queue item 3: the request names no preset, config or run to resume"},
+    };
+    for (const auto& [doc, message] : bad) {
+      try {
+        read_queued_request(doc, "queue item 3");
+        QFAIL(("accepted: " + doc).c_str());
+      } catch (const DataError& e) {
+        QVERIFY2(std::string(e.what()).find(message) == 0, e.what());
+      }
+    }
   }
 
   void storedRunsAreJudgedByTheSameRules() {

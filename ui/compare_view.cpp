@@ -53,6 +53,10 @@ constexpr int kIdRole = Qt::UserRole;
 const QString kDefaultMetric = QStringLiteral("val/loss");
 /// The one figure whose `metric` picks gate or decision maps instead of a metric key.
 const QString kTokenMaps = QStringLiteral("token-maps");
+const QString kTokenMap = QStringLiteral("token-map");
+
+/// The figures a "Decisions" box colours: the token maps.
+bool colouredByDecisions(const QString& figure) { return figure == kTokenMaps || figure == kTokenMap; }
 
 QString runText(const RunSummary& run) {
   return QStringLiteral("#%1  %2 · %3 · %4").arg(run.id).arg(run.name, run.arch, run.status);
@@ -165,6 +169,44 @@ CompareView::~CompareView() {
 }
 
 void CompareView::buildUi() {
+  QWidget* left = buildRunList();
+  QGridLayout* controls = buildControls();
+  figureView_ = new FigureView(this);
+  figureView_->setObjectName(QStringLiteral("compareFigureView"));
+  QPushButton* copyDiff = nullptr;
+  tabs_ = new QTabWidget(this);
+  tabs_->addTab(buildTablePage(), tr("Table"));
+  tabs_->addTab(buildDiffPage(&copyDiff), tr("Config diff"));
+
+  status_ = new QLabel(this);
+  status_->setObjectName(QStringLiteral("compareStatus"));
+  status_->setWordWrap(true);
+  status_->setTextInteractionFlags(Qt::TextSelectableByMouse);
+
+  auto* centre = new QSplitter(Qt::Vertical, this);
+  centre->addWidget(figureView_);
+  centre->addWidget(tabs_);
+  centre->setStretchFactor(0, 3);
+  centre->setStretchFactor(1, 1);
+  auto* right = new QWidget(this);
+  auto* rightLayout = new QVBoxLayout(right);
+  rightLayout->setContentsMargins(0, 0, 0, 0);
+  rightLayout->addLayout(controls);
+  rightLayout->addWidget(centre, 1);
+  rightLayout->addWidget(status_);
+
+  auto* split = new QSplitter(Qt::Horizontal, this);
+  split->addWidget(left);
+  split->addWidget(right);
+  split->setStretchFactor(0, 0);
+  split->setStretchFactor(1, 1);
+  auto* layout = new QVBoxLayout(this);
+  layout->setContentsMargins(4, 4, 4, 4);
+  layout->addWidget(split);
+  connectControls(copyDiff);
+}
+
+QWidget* CompareView::buildRunList() {
   filter_ = new QLineEdit(this);
   filter_->setObjectName(QStringLiteral("compareFilter"));
   filter_->setPlaceholderText(tr("Filter runs (name, architecture, id)"));
@@ -184,10 +226,13 @@ void CompareView::buildUi() {
   leftLayout->addWidget(groupSeeds_);
   // Wide enough for "#id  name · arch · status" of a typical run.
   left->setMinimumWidth(fontMetrics().horizontalAdvance(QStringLiteral("#000  dtrnet-bilayer-s1 · dtrnet · finished")));
+  return left;
+}
 
+QGridLayout* CompareView::buildControls() {
   figure_ = new QComboBox(this);
   figure_->setObjectName(QStringLiteral("compareFigure"));
-  // The seeds' figure titles are long: keep the view narrow enough for a dock.
+  // The papers' figure titles are long: keep the view narrow enough for a dock.
   figure_->setSizeAdjustPolicy(QComboBox::AdjustToMinimumContentsLengthWithIcon);
   figure_->setMinimumContentsLength(22);
   for (const FigureInfo& info : figure_catalog()) {
@@ -241,10 +286,10 @@ void CompareView::buildUi() {
   controls->addWidget(decisions_, 1, 6);
   controls->addWidget(refresh_, 1, 7);
   controls->setColumnStretch(3, 1);
+  return controls;
+}
 
-  figureView_ = new FigureView(this);
-  figureView_->setObjectName(QStringLiteral("compareFigureView"));
-
+QWidget* CompareView::buildTablePage() {
   matchedModel_ = new QStandardItemModel(this);
   matchedView_ = new QTableView(this);
   matchedView_->setObjectName(QStringLiteral("compareMatchedTable"));
@@ -260,7 +305,7 @@ void CompareView::buildUi() {
     tableLayout_->addItem(QString::fromStdString(spec.name), QString::fromStdString(spec.name));
     tableLayout_->setItemData(tableLayout_->count() - 1, QString::fromStdString(spec.description), Qt::ToolTipRole);
   }
-  tableLayout_->setToolTip(tr("The table under the figure: matched budgets, or a paper layout (the seeds' tables)"));
+  tableLayout_->setToolTip(tr("The table under the figure: matched budgets, or a paper layout (the papers' tables)"));
   copyLatex_ = new QPushButton(tr("Copy as LaTeX"), this);
   saveTable_ = new QPushButton(tr("Save table…"), this);
   auto* matchedPage = new QWidget(this);
@@ -273,7 +318,10 @@ void CompareView::buildUi() {
   matchedButtons->addWidget(copyLatex_);
   matchedButtons->addWidget(saveTable_);
   matchedLayout->addLayout(matchedButtons);
+  return matchedPage;
+}
 
+QWidget* CompareView::buildDiffPage(QPushButton** copyDiff) {
   diffModel_ = new QStandardItemModel(this);
   diffView_ = new QTableView(this);
   diffView_->setObjectName(QStringLiteral("compareDiffTable"));
@@ -281,52 +329,25 @@ void CompareView::buildUi() {
   diffView_->setEditTriggers(QAbstractItemView::NoEditTriggers);
   diffView_->verticalHeader()->hide();
   diffSummary_ = new QLabel(this);
-  auto* copyDiff = new QPushButton(tr("Copy diff"), this);
+  *copyDiff = new QPushButton(tr("Copy diff"), this);
   auto* diffPage = new QWidget(this);
   auto* diffLayout = new QVBoxLayout(diffPage);
   diffLayout->addWidget(diffView_, 1);
   auto* diffButtons = new QHBoxLayout;
   diffButtons->addWidget(diffSummary_, 1);
-  diffButtons->addWidget(copyDiff);
+  diffButtons->addWidget(*copyDiff);
   diffLayout->addLayout(diffButtons);
+  return diffPage;
+}
 
-  tabs_ = new QTabWidget(this);
-  tabs_->addTab(matchedPage, tr("Table"));
-  tabs_->addTab(diffPage, tr("Config diff"));
-
-  status_ = new QLabel(this);
-  status_->setObjectName(QStringLiteral("compareStatus"));
-  status_->setWordWrap(true);
-  status_->setTextInteractionFlags(Qt::TextSelectableByMouse);
-
-  auto* centre = new QSplitter(Qt::Vertical, this);
-  centre->addWidget(figureView_);
-  centre->addWidget(tabs_);
-  centre->setStretchFactor(0, 3);
-  centre->setStretchFactor(1, 1);
-  auto* right = new QWidget(this);
-  auto* rightLayout = new QVBoxLayout(right);
-  rightLayout->setContentsMargins(0, 0, 0, 0);
-  rightLayout->addLayout(controls);
-  rightLayout->addWidget(centre, 1);
-  rightLayout->addWidget(status_);
-
-  auto* split = new QSplitter(Qt::Horizontal, this);
-  split->addWidget(left);
-  split->addWidget(right);
-  split->setStretchFactor(0, 0);
-  split->setStretchFactor(1, 1);
-  auto* layout = new QVBoxLayout(this);
-  layout->setContentsMargins(4, 4, 4, 4);
-  layout->addWidget(split);
-
+void CompareView::connectControls(QPushButton* copyDiff) {
   connect(filter_, &QLineEdit::textChanged, this, &CompareView::applyFilter);
   connect(runList_, &QListWidget::itemChanged, this, &CompareView::onItemChanged);
   connect(groupSeeds_, &QCheckBox::toggled, this, &CompareView::scheduleUpdate);
   connect(tableLayout_, &QComboBox::currentIndexChanged, this, &CompareView::scheduleUpdate);
   connect(figure_, &QComboBox::currentIndexChanged, this, [this](int index) {
     figure_->setToolTip(figure_->itemData(index, Qt::ToolTipRole).toString());
-    decisions_->setEnabled(figure_->itemData(index).toString() == kTokenMaps);
+    decisions_->setEnabled(colouredByDecisions(figure_->itemData(index).toString()));
     scheduleUpdate();
   });
   connect(metric_, &QComboBox::currentIndexChanged, this, &CompareView::scheduleUpdate);
@@ -579,7 +600,7 @@ void CompareView::sendRequest() {
   figure.name = figureName().toStdString();
   for (const qint64 id : ids) figure.run_ids.push_back(id);
   figure.metric = metric_->currentText().isEmpty() ? kDefaultMetric.toStdString() : metric_->currentText().toStdString();
-  if (figureName() == kTokenMaps) request.figureMetric = decisions_->isChecked() ? "decision" : "gate";
+  if (colouredByDecisions(figureName())) request.figureMetric = decisions_->isChecked() ? "decision" : "gate";
   request.tableName = tableLayout_->currentData().toString().toStdString();
   figure.x_axis = xAxis_->currentData().toString().toStdString();
   figure.smoothing = smoothing_->value();

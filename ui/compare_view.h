@@ -24,6 +24,7 @@
 
 class QCheckBox;
 class QComboBox;
+class QGridLayout;
 class QDoubleSpinBox;
 class QLabel;
 class QLineEdit;
@@ -134,6 +135,13 @@ class CompareView : public QWidget {
 
  private:
   void buildUi();
+  // The parts buildUi lays out: the checkable run list, the figure controls, the table and config-diff pages, and
+  // the signals that rebuild the view.
+  QWidget* buildRunList();
+  QGridLayout* buildControls();
+  QWidget* buildTablePage();
+  QWidget* buildDiffPage(QPushButton** copyDiff);
+  void connectControls(QPushButton* copyDiff);
   void setRuns(const QList<RunSummary>& runs);
   void applyFilter();
   void onItemChanged();

@@ -6,9 +6,6 @@
 #include <QFileDialog>
 #include <QHBoxLayout>
 #include <QHeaderView>
-#include <QJsonArray>
-#include <QJsonDocument>
-#include <QJsonObject>
 #include <QLabel>
 #include <QMessageBox>
 #include <QPushButton>
@@ -22,6 +19,7 @@
 #include <exception>
 
 #include "core/config/sweep.h"
+#include "core/run/queued_request.h"
 #include "core/util/logging.h"
 #include "core/util/paths.h"
 #include "ui/run_controller.h"
@@ -218,7 +216,13 @@ void RunQueue::schedule() {
 }
 
 bool RunQueue::startEntry(QueueEntry& entry, RunController* controller) {
-  RunRequest request = requestFromJson(entry.requestJson);
+  RunRequest request;
+  try {
+    request = requestFromJson(entry.requestJson, nullptr, QStringLiteral("queue item %1").arg(entry.key));
+  } catch (const std::exception& e) {  // a hand-edited or foreign item: it fails, the queue goes on
+    setState(entry.key, kFailed, 0, QString::fromUtf8(e.what()));
+    return false;
+  }
   request.dbPath = store_->dbPath();
   // Side by side, the runs share the cores (Torch's intra-op threads are set per training thread); a resumed
   // run gets the same share instead of the thread count stored with it.
@@ -245,7 +249,13 @@ void RunQueue::onLoaded(const QList<QueueEntry>& stored) {
 void RunQueue::onStarted(RunController* controller, const RunStartInfo& info) {
   if (const qint64 key = active_.value(controller, 0)) {
     QString tags;
-    if (const QueueEntry* e = entry(key)) requestFromJson(e->requestJson, &tags);
+    if (const QueueEntry* e = entry(key)) {
+      try {
+        requestFromJson(e->requestJson, &tags);
+      } catch (const std::exception&) {
+        // it started, so it was read: nothing to add
+      }
+    }
     setState(key, kRunning, info.runId, QString());
     if (!tags.isEmpty()) {
       RunEdit edit;
@@ -361,37 +371,38 @@ void RunQueue::shutdown() {
 }
 
 QString RunQueue::requestToJson(const RunRequest& request, const QString& tags) {
-  QJsonObject o;
-  if (request.resumeRunId > 0) {
-    o.insert(QStringLiteral("resume"), request.resumeRunId);
-    return QString::fromUtf8(QJsonDocument(o).toJson(QJsonDocument::Compact));
-  }
-  o.insert(QStringLiteral("preset"), request.preset);
-  if (!request.configJson.isEmpty()) o.insert(QStringLiteral("configJson"), request.configJson);
-  if (!request.sets.isEmpty()) o.insert(QStringLiteral("sets"), QJsonArray::fromStringList(request.sets));
-  if (request.stepsOverride > 0) o.insert(QStringLiteral("steps"), request.stepsOverride);
-  if (!request.name.isEmpty()) o.insert(QStringLiteral("name"), request.name);
-  if (!tags.isEmpty()) o.insert(QStringLiteral("tags"), tags);
-  return QString::fromUtf8(QJsonDocument(o).toJson(QJsonDocument::Compact));
+  QueuedRequest q;
+  q.resume_run = request.resumeRunId;
+  q.preset = request.preset.toStdString();
+  q.config_json = request.configJson.toStdString();
+  for (const QString& set : request.sets) q.sets.push_back(set.toStdString());
+  q.steps = request.stepsOverride;
+  q.name = request.name.toStdString();
+  q.tags = tags.toStdString();
+  return QString::fromStdString(q.to_json());
 }
 
-RunRequest RunQueue::requestFromJson(const QString& json, QString* tags) {
-  const QJsonObject o = QJsonDocument::fromJson(json.toUtf8()).object();
+RunRequest RunQueue::requestFromJson(const QString& json, QString* tags, const QString& where) {
+  const QueuedRequest q = read_queued_request(json.toStdString(), where.toStdString());
   RunRequest r;
-  r.resumeRunId = o.value(QStringLiteral("resume")).toInteger();
-  r.preset = o.value(QStringLiteral("preset")).toString();
-  r.configJson = o.value(QStringLiteral("configJson")).toString();
-  for (const QJsonValue& v : o.value(QStringLiteral("sets")).toArray()) r.sets << v.toString();
-  r.stepsOverride = o.value(QStringLiteral("steps")).toInteger();
-  r.name = o.value(QStringLiteral("name")).toString();
-  if (tags) *tags = o.value(QStringLiteral("tags")).toString();
-  // A document that is neither (hand-edited, say) fails in the worker with "unknown preset ''": visible, not lost.
+  r.resumeRunId = q.resume_run;
+  r.preset = QString::fromStdString(q.preset);
+  r.configJson = QString::fromStdString(q.config_json);
+  for (const auto& set : q.sets) r.sets << QString::fromStdString(set);
+  r.stepsOverride = q.steps;
+  r.name = QString::fromStdString(q.name);
+  if (tags) *tags = QString::fromStdString(q.tags);
   return r;
 }
 
 QString RunQueue::describe(const QString& requestJson) {
   QString tags;
-  const RunRequest r = requestFromJson(requestJson, &tags);
+  RunRequest r;
+  try {
+    r = requestFromJson(requestJson, &tags);
+  } catch (const std::exception& e) {
+    return tr("unreadable: %1").arg(QString::fromUtf8(e.what()));
+  }
   if (r.resumeRunId > 0) return tr("resume run %1").arg(r.resumeRunId);
   QString text = r.name.isEmpty() ? r.preset : QStringLiteral("%1 (%2)").arg(r.name, r.preset);
   if (!r.configJson.isEmpty() && r.name.isEmpty()) text += tr(" · designer");

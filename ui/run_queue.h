@@ -90,8 +90,10 @@ class RunQueue : public QObject {
   void shutdown();
 
   static QString requestToJson(const RunRequest& request, const QString& tags = {});
-  /// The request of an item; `tags` receives its tags.
-  static RunRequest requestFromJson(const QString& json, QString* tags = nullptr);
+  /// The request of an item (core/run/queued_request.h); `tags` receives its tags. A malformed document is a
+  /// DataError naming `where` and the key.
+  static RunRequest requestFromJson(const QString& json, QString* tags = nullptr,
+                                    const QString& where = QStringLiteral("queued request"));
   /// A one-line description of an item's request ("tiny · 30 steps", "resume run 4").
   static QString describe(const QString& requestJson);
 

@@ -220,6 +220,64 @@ void probe_rows(int layer, const char* block, int step, const torch::Tensor& x, 
   record_residual(layer, block, x_full, u_full, ran, step);
 }
 
+/// What a forward accumulates for its trace: the layer each token ran at each step (-1 after its exit), the
+/// router's layer probabilities summed over the steps a token was alive and their count, the (query, entry) pairs
+/// scored per layer, the expected depth, and how many steps the router ran on every row.
+struct RadialTotals {
+  torch::Tensor path, gate_sum, evaluations, pairs, expected_depth;
+  std::int64_t router_steps = 0;
+};
+
+/// Fills `out.trace` (per layer: its tokens, gates, decisions, FLOPs priced as executed), `out.stats` (depths,
+/// reuse) and `out.token_data` (depth, path) from a forward's totals.
+void write_radial_trace(ModelOutput& out, const RadialTotals& totals, const TransformerOptions& options,
+                        std::int64_t S, std::int64_t router_hidden) {
+  const auto& path = totals.path;
+  const auto& expected_depth = totals.expected_depth;
+  const auto B = path.size(0), T = path.size(1);
+  const auto C = options.n_embd(), L = options.n_layer();
+  // Everything below reads small tensors once on the host.
+  const auto path_cpu = path.to(torch::kCPU);                                       // (B, T, S)
+  const auto depth = path_cpu.ge(0).sum(-1);                                         // (B, T) int64
+  const auto executions = torch::one_hot(path_cpu + 1, L + 1).narrow(-1, 1, L).sum(2);  // (B, T, L) runs per layer
+  const auto gate = (totals.gate_sum / totals.evaluations.unsqueeze(-1)).to(torch::kCPU);  // (B, T, L)
+  const auto pairs_cpu = totals.pairs.to(torch::kCPU).contiguous();
+  const double tokens_total = static_cast<double>(B * T);
+  const auto shape = layer_shape(options);
+  // Priced as executed: the parallel forward evaluates the router on every row at every step until one where no
+  // token runs, exited tokens included. It is shared, so its FLOPs are split evenly over the L layer traces.
+  const double router_evaluations = static_cast<double>(totals.router_steps * B * T);
+  const double router_flops =
+      linear_flops(router_evaluations, C, router_hidden) + linear_flops(router_evaluations, router_hidden, L + 1);
+  for (std::int64_t l = 0; l < L; ++l) {
+    LayerTrace t;
+    t.layer = static_cast<int>(l);
+    t.kind = "radial";
+    t.routed = true;
+    const auto runs = executions.select(-1, l);  // (B, T)
+    const auto n = runs.sum().item<std::int64_t>();
+    t.decision = runs.gt(0);
+    t.gate = gate.select(-1, l).contiguous();
+    t.routed_fraction = static_cast<double>(n) / tokens_total;
+    t.tokens_processed = {{"attn", n}, {"mlp", n}};
+    const double nd = static_cast<double>(n);
+    t.flops = qkv_flops(nd, shape) + attention_core_flops(pairs_cpu[l].item<double>(), shape) +
+              out_proj_flops(nd, shape) + mlp_flops(nd, shape) + router_flops / static_cast<double>(L);
+    t.dense_flops = dense_layer_flops(static_cast<double>(B), static_cast<double>(T), shape);
+    t.stats["repeat_fraction"] = runs.ge(2).to(torch::kDouble).mean().item<double>();
+    out.trace.push_back(std::move(t));
+  }
+  const auto share = [&](const torch::Tensor& mask) { return mask.to(torch::kDouble).mean().item<double>(); };
+  out.stats["mean_depth"] = depth.to(torch::kDouble).mean().item<double>();
+  out.stats["expected_depth"] = expected_depth.detach().mean().item<double>();
+  out.stats["max_depth_share"] = share(depth.eq(S));
+  out.stats["exit_at_0"] = share(depth.eq(0));
+  out.stats["reuse_share"] = share(std::get<0>(executions.max(-1)).ge(2));
+  out.stats["distinct_layers"] = executions.gt(0).sum(-1).to(torch::kDouble).mean().item<double>();
+  out.token_data["depth"] = depth;
+  out.token_data["path"] = path_cpu;
+}
+
 }  // namespace
 
 ModelOutput RadialNetwork::run(const torch::Tensor& tokens, bool trace, RadialRecord* record) {
@@ -383,46 +441,8 @@ ModelOutput RadialNetwork::run(const torch::Tensor& tokens, bool trace, RadialRe
   out.aux_loss = depth_weight() * expected_depth.mean();
   if (!trace) return out;
 
-  // Everything below reads small tensors once on the host.
-  const auto path_cpu = path.to(torch::kCPU);                                       // (B, T, S)
-  const auto depth = path_cpu.ge(0).sum(-1);                                         // (B, T) int64
-  const auto executions = torch::one_hot(path_cpu + 1, L + 1).narrow(-1, 1, L).sum(2);  // (B, T, L) runs per layer
-  const auto gate = (gate_sum / evaluations.unsqueeze(-1)).to(torch::kCPU);         // (B, T, L)
-  const auto pairs_cpu = pairs.to(torch::kCPU).contiguous();
-  const double tokens_total = static_cast<double>(B * T);
-  const auto shape = layer_shape(options_);
-  // Priced as executed: the parallel forward evaluates the router on every row at every step until one where no
-  // token runs, exited tokens included. It is shared, so its FLOPs are split evenly over the L layer traces.
-  const double router_evaluations = static_cast<double>(router_steps * B * T);
-  const double router_flops = linear_flops(router_evaluations, C, router->fc1->options.out_features()) +
-                              linear_flops(router_evaluations, router->fc1->options.out_features(), L + 1);
-  for (std::int64_t l = 0; l < L; ++l) {
-    LayerTrace t;
-    t.layer = static_cast<int>(l);
-    t.kind = "radial";
-    t.routed = true;
-    const auto runs = executions.select(-1, l);  // (B, T)
-    const auto n = runs.sum().item<std::int64_t>();
-    t.decision = runs.gt(0);
-    t.gate = gate.select(-1, l).contiguous();
-    t.routed_fraction = static_cast<double>(n) / tokens_total;
-    t.tokens_processed = {{"attn", n}, {"mlp", n}};
-    const double nd = static_cast<double>(n);
-    t.flops = qkv_flops(nd, shape) + attention_core_flops(pairs_cpu[l].item<double>(), shape) +
-              out_proj_flops(nd, shape) + mlp_flops(nd, shape) + router_flops / static_cast<double>(L);
-    t.dense_flops = dense_layer_flops(static_cast<double>(B), static_cast<double>(T), shape);
-    t.stats["repeat_fraction"] = runs.ge(2).to(torch::kDouble).mean().item<double>();
-    out.trace.push_back(std::move(t));
-  }
-  const auto share = [&](const torch::Tensor& mask) { return mask.to(torch::kDouble).mean().item<double>(); };
-  out.stats["mean_depth"] = depth.to(torch::kDouble).mean().item<double>();
-  out.stats["expected_depth"] = expected_depth.detach().mean().item<double>();
-  out.stats["max_depth_share"] = share(depth.eq(S));
-  out.stats["exit_at_0"] = share(depth.eq(0));
-  out.stats["reuse_share"] = share(std::get<0>(executions.max(-1)).ge(2));
-  out.stats["distinct_layers"] = executions.gt(0).sum(-1).to(torch::kDouble).mean().item<double>();
-  out.token_data["depth"] = depth;
-  out.token_data["path"] = path_cpu;
+  RadialTotals totals{path, gate_sum, evaluations, pairs, expected_depth, router_steps};
+  write_radial_trace(out, totals, options_, S, router->fc1->options.out_features());
   return out;
 }
 

@@ -9,6 +9,7 @@
 #include <fstream>
 #include <optional>
 #include <sstream>
+#include <utility>
 
 #include "core/report/figure_detail.h"
 #include "core/report/table.h"
@@ -166,19 +167,11 @@ std::string figure_to_csv(const Figure& figure) {
   return out;
 }
 
-std::string figure_to_pgfplots(const Figure& figure, const std::string& csv_file) {
-  CsvLayout layout;
-  csv_rows(figure, &layout);
-  const auto n_panels = figure.panels.size();
-  const std::size_t columns = figure.columns > 0 ? static_cast<std::size_t>(figure.columns) : std::max<std::size_t>(1, n_panels);
-  const std::size_t rows = n_panels == 0 ? 1 : (n_panels + columns - 1) / columns;
-  const double panel_w = figure.width_cm / static_cast<double>(std::min(columns, std::max<std::size_t>(1, n_panels)));
-  const double panel_h = figure.height_cm / static_cast<double>(rows);
-  const std::string font = "\\fontsize{" + tex_number(figure.font_pt) + "}{" + tex_number(1.2 * figure.font_pt) +
-                           "}\\selectfont";
-  const std::string table_opts = "col sep=comma, x=x, y=y";
+namespace {
 
-  std::ostringstream t;
+/// The file's head: how to use it, the standalone switch (an article when read before any \documentclass), the
+/// palette's colours and the diverging colour map.
+void write_pgf_preamble(std::ostringstream& t, const Figure& figure, const std::string& csv_file) {
   t << "% RouteLab figure '" << figure.name << "': " << figure.title << "\n"
     << "% Data: " << csv_file << " (tidy CSV: panel,x,y,y_lo,y_hi,value,kind,series,category; each plot reads its\n"
     << "% rows by index). \\input this file in a document that loads pgfplots with\n"
@@ -200,6 +193,144 @@ std::string figure_to_pgfplots(const Figure& figure, const std::string& csv_file
   for (std::size_t i = 0; i < palette.size(); ++i)
     t << "\\definecolor{" << tex_colour_name(static_cast<int>(i)) << "}{HTML}{" << palette[i].substr(1) << "}\n";
   t << "\\pgfplotsset{colormap={routelabdiverging}{rgb255=(33,102,172) rgb255=(247,247,247) rgb255=(178,24,43)}}\n";
+}
+
+/// Tick positions 0..n-1 and their LaTeX-escaped labels.
+std::pair<std::string, std::string> pgf_ticks(const std::vector<std::string>& labels) {
+  std::string pos, text;
+  for (std::size_t i = 0; i < labels.size(); ++i) {
+    if (i > 0) pos += ',', text += ',';
+    pos += std::to_string(i);
+    text += '{';
+    text.append(tex_text(labels[i]));
+    text += '}';
+  }
+  return {pos, text};
+}
+
+/// One panel's axis options: title, labels, log axes, the bars' categories, the heat map's ticks and colour bar.
+std::string pgf_axis_options(const FigurePanel& panel) {
+  std::vector<std::string> axis;
+  if (!panel.title.empty()) axis.push_back("title={" + tex_text(panel.title) + "}");
+  if (!panel.x_label.empty()) axis.push_back("xlabel={" + tex_text(panel.x_label) + "}");
+  if (!panel.y_label.empty()) axis.push_back("ylabel={" + tex_text(panel.y_label) + "}");
+  if (panel.log_x) axis.push_back("xmode=log");
+  if (panel.log_y) axis.push_back("ymode=log");
+  if (!panel.bars.members.empty()) {
+    const auto [pos, text] = pgf_ticks(panel.bars.categories);
+    axis.push_back("xtick={" + pos + "}, xticklabels={" + text + "}, ymin=0, enlarge x limits={abs=0.6}");
+    axis.push_back("legend style={at={(0.5,1.02)}, anchor=south, legend columns=2}");
+  }
+  const auto& h = panel.heatmap;
+  if (!h.values.empty()) {
+    const auto [xpos, xtext] = pgf_ticks(h.col_labels);
+    const auto [ypos, ytext] = pgf_ticks(h.row_labels);
+    if (!h.col_labels.empty())
+      axis.push_back("xtick={" + xpos + "}, xticklabels={" + xtext + "}, x tick label style={rotate=90}");
+    if (!h.row_labels.empty()) axis.push_back("ytick={" + ypos + "}, yticklabels={" + ytext + "}");
+    axis.push_back("y dir=reverse, axis on top, enlargelimits=false, point meta min=" + tex_number(h.lo) +
+                   ", point meta max=" + tex_number(h.hi) + ", colorbar, colorbar style={title={" +
+                   tex_text(h.colour_label) + "}}, " +
+                   (h.diverging ? "colormap name=routelabdiverging" : "colormap name=viridis"));
+  }
+  std::string options;
+  for (const auto& a : axis) options += (options.empty() ? "" : ", ") + a;
+  return options;
+}
+
+/// Panel `p`'s lines, points and bands, each reading its rows of the CSV.
+void write_pgf_series(std::ostringstream& t, const FigurePanel& panel, std::size_t p, const CsvLayout& layout,
+                      const std::string& csv_file) {
+  for (std::size_t k = 0; k < panel.series.size(); ++k) {
+    const auto& s = panel.series[k];
+    const auto range = layout.series[p][k];
+    if (range.second == 0) continue;
+    const std::string colour = tex_colour_name(s.color);
+    const std::string rows_of = row_range(range);
+    if (!s.y_lo.empty()) {
+      const std::string lo = "rlLo" + std::to_string(p) + "x" + std::to_string(k);
+      const std::string hi = "rlHi" + std::to_string(p) + "x" + std::to_string(k);
+      t << "\\addplot[draw=none, forget plot, name path=" << lo << "] table[col sep=comma, x=x, y=y_lo, " << rows_of
+        << "] {" << csv_file << "};\n"
+        << "\\addplot[draw=none, forget plot, name path=" << hi << "] table[col sep=comma, x=x, y=y_hi, " << rows_of
+        << "] {" << csv_file << "};\n"
+        << "\\addplot[fill=" << colour << ", fill opacity=0.2, draw=none, forget plot] fill between[of=" << hi
+        << " and " << lo << "];\n";
+    }
+    std::vector<std::string> style = {"color=" + colour, tex_dash(s.dash)};
+    if (s.kind == SeriesKind::Points) {
+      style.push_back("only marks, mark=*");
+    } else {
+      style.push_back(s.marked ? "mark=*" : "no marks");
+      if (s.kind == SeriesKind::Step) style.push_back("const plot");
+    }
+    if (s.faint) style.push_back("opacity=0.3, thin");
+    else style.push_back("thick");
+    const bool in_legend = panel.legend && !s.label.empty();
+    if (!in_legend) style.push_back("forget plot");
+    std::string st;
+    for (const auto& x : style) st += (st.empty() ? "" : ", ") + x;
+    t << "\\addplot[" << st << "] table[col sep=comma, x=x, y=y, " << rows_of << "] {" << csv_file << "};\n";
+    if (in_legend) t << "\\addlegendentry{" << tex_text(s.label) << "}\n";
+  }
+}
+
+/// Panel `p`'s grouped bars: each member offset within its category, error bars on its own bars.
+void write_pgf_bars(std::ostringstream& t, const FigurePanel& panel, std::size_t p, const CsvLayout& layout,
+                    const std::string& csv_file) {
+  const auto n_members = panel.bars.members.size();
+  for (std::size_t k = 0; k < n_members; ++k) {
+    const auto& m = panel.bars.members[k];
+    const auto range = layout.members[p][k];
+    if (range.second == 0) continue;
+    const double width = 0.8 / static_cast<double>(n_members);
+    const double shift = (static_cast<double>(k) - (static_cast<double>(n_members) - 1) / 2.0) * width;
+    const std::string colour = tex_colour_name(m.color);
+    // The member's offset goes into x itself (not bar shift), so its error bars sit on its bars.
+    std::string style = "ybar, bar width=" + tex_number(width) + ", bar shift=0pt, area legend, draw=" + colour +
+                        ", fill=" + colour;
+    if (m.hatched) style += "!25, postaction={pattern=north east lines, pattern color=" + colour + "}";
+    if (m.faint) style += ", fill opacity=0.35";
+    std::string table = "col sep=comma, x expr=\\thisrow{x}+" + tex_number(shift) + ", y=y, " + row_range(range);
+    const bool in_legend = panel.legend && !m.label.empty();
+    if (!in_legend) style += ", forget plot";
+    if (!m.errors.empty()) {  // last: the keys after /.cd live under error bars
+      style += ", error bars/.cd, y dir=both, y explicit";
+      table += ", y error plus expr=\\thisrow{y_hi}-\\thisrow{y}, y error minus expr=\\thisrow{y}-\\thisrow{y_lo}";
+    }
+    t << "\\addplot[" << style << "] table[" << table << "] {" << csv_file << "};\n";
+    if (in_legend) t << "\\addlegendentry{" << tex_text(m.label) << "}\n";
+  }
+}
+
+/// A heat map: one cell per (row, column), coloured by its colour value. pgfplots' matrix plot takes no slice of a
+/// file (filtered rows count as holes), so the cells (the CSV's "cell" rows of this panel) are written inline.
+void write_pgf_heatmap(std::ostringstream& t, const FigureHeatmap& h) {
+  t << "\\addplot[matrix plot*, point meta=explicit, mesh/cols=" << h.cols << ", mesh/rows=" << h.rows
+    << "] table[x=x, y=y, meta=value, row sep=\\\\] {\nx y value\\\\\n";
+  for (std::size_t r = 0; r < h.rows; ++r) {
+    for (std::size_t c = 0; c < h.cols; ++c) t << c << " " << r << " " << csv_number(h.colour_value(r, c)) << "\\\\ ";
+    t << "\n";
+  }
+  t << "};\n";
+}
+
+}  // namespace
+
+std::string figure_to_pgfplots(const Figure& figure, const std::string& csv_file) {
+  CsvLayout layout;
+  csv_rows(figure, &layout);
+  const auto n_panels = figure.panels.size();
+  const std::size_t columns =
+      figure.columns > 0 ? static_cast<std::size_t>(figure.columns) : std::max<std::size_t>(1, n_panels);
+  const std::size_t rows = n_panels == 0 ? 1 : (n_panels + columns - 1) / columns;
+  const double panel_w = figure.width_cm / static_cast<double>(std::min(columns, std::max<std::size_t>(1, n_panels)));
+  const double panel_h = figure.height_cm / static_cast<double>(rows);
+  const std::string font = "\\fontsize{" + tex_number(figure.font_pt) + "}{" + tex_number(1.2 * figure.font_pt) +
+                           "}\\selectfont";
+
+  std::ostringstream t;
+  write_pgf_preamble(t, figure, csv_file);
   t << "\\begin{tikzpicture}[font=" << font << "]\n";
   const bool grouped = n_panels > 1;
   const std::string common = "width=" + tex_number(panel_w) + "cm, height=" + tex_number(panel_h) +
@@ -215,118 +346,15 @@ std::string figure_to_pgfplots(const Figure& figure, const std::string& csv_file
   }
   for (std::size_t p = 0; p < n_panels; ++p) {
     const auto& panel = figure.panels[p];
-    std::vector<std::string> axis;
-    if (!panel.title.empty()) axis.push_back("title={" + tex_text(panel.title) + "}");
-    if (!panel.x_label.empty()) axis.push_back("xlabel={" + tex_text(panel.x_label) + "}");
-    if (!panel.y_label.empty()) axis.push_back("ylabel={" + tex_text(panel.y_label) + "}");
-    if (panel.log_x) axis.push_back("xmode=log");
-    if (panel.log_y) axis.push_back("ymode=log");
-    const bool has_bars = !panel.bars.members.empty();
-    const auto& h = panel.heatmap;
-    const bool has_map = !h.values.empty();
-    const auto ticks = [](const std::vector<std::string>& labels) {
-      std::string pos, text;
-      for (std::size_t i = 0; i < labels.size(); ++i) {
-        if (i > 0) pos += ',', text += ',';
-        pos += std::to_string(i);
-        text += '{';
-        text.append(tex_text(labels[i]));
-        text += '}';
-      }
-      return std::make_pair(pos, text);
-    };
-    if (has_bars) {
-      const auto [pos, text] = ticks(panel.bars.categories);
-      axis.push_back("xtick={" + pos + "}, xticklabels={" + text + "}, ymin=0, enlarge x limits={abs=0.6}");
-      axis.push_back("legend style={at={(0.5,1.02)}, anchor=south, legend columns=2}");
-    }
-    if (has_map) {
-      const auto [xpos, xtext] = ticks(h.col_labels);
-      const auto [ypos, ytext] = ticks(h.row_labels);
-      if (!h.col_labels.empty())
-        axis.push_back("xtick={" + xpos + "}, xticklabels={" + xtext + "}, x tick label style={rotate=90}");
-      if (!h.row_labels.empty()) axis.push_back("ytick={" + ypos + "}, yticklabels={" + ytext + "}");
-      axis.push_back("y dir=reverse, axis on top, enlargelimits=false, point meta min=" + tex_number(h.lo) +
-                     ", point meta max=" + tex_number(h.hi) + ", colorbar, colorbar style={title={" +
-                     tex_text(h.colour_label) + "}}, " +
-                     (h.diverging ? "colormap name=routelabdiverging" : "colormap name=viridis"));
-    }
-    std::string options;
-    for (const auto& a : axis) options += (options.empty() ? "" : ", ") + a;
+    const std::string options = pgf_axis_options(panel);
     if (grouped) {
       t << "\\nextgroupplot[" << options << "]\n";
     } else {
       t << "\\begin{axis}[" << common << (options.empty() ? "" : ", ") << options << "]\n";
     }
-    // Lines, points and bands.
-    for (std::size_t k = 0; k < panel.series.size(); ++k) {
-      const auto& s = panel.series[k];
-      const auto range = layout.series[p][k];
-      if (range.second == 0) continue;
-      const std::string colour = tex_colour_name(s.color);
-      const std::string rows_of = row_range(range);
-      if (!s.y_lo.empty()) {
-        const std::string lo = "rlLo" + std::to_string(p) + "x" + std::to_string(k);
-        const std::string hi = "rlHi" + std::to_string(p) + "x" + std::to_string(k);
-        t << "\\addplot[draw=none, forget plot, name path=" << lo << "] table[col sep=comma, x=x, y=y_lo, " << rows_of
-          << "] {" << csv_file << "};\n"
-          << "\\addplot[draw=none, forget plot, name path=" << hi << "] table[col sep=comma, x=x, y=y_hi, " << rows_of
-          << "] {" << csv_file << "};\n"
-          << "\\addplot[fill=" << colour << ", fill opacity=0.2, draw=none, forget plot] fill between[of=" << hi
-          << " and " << lo << "];\n";
-      }
-      std::vector<std::string> style = {"color=" + colour, tex_dash(s.dash)};
-      if (s.kind == SeriesKind::Points) {
-        style.push_back("only marks, mark=*");
-      } else {
-        style.push_back(s.marked ? "mark=*" : "no marks");
-        if (s.kind == SeriesKind::Step) style.push_back("const plot");
-      }
-      if (s.faint) style.push_back("opacity=0.3, thin");
-      else style.push_back("thick");
-      const bool in_legend = panel.legend && !s.label.empty();
-      if (!in_legend) style.push_back("forget plot");
-      std::string st;
-      for (const auto& x : style) st += (st.empty() ? "" : ", ") + x;
-      t << "\\addplot[" << st << "] table[" << table_opts << ", " << rows_of << "] {" << csv_file << "};\n";
-      if (in_legend) t << "\\addlegendentry{" << tex_text(s.label) << "}\n";
-    }
-    // Grouped bars.
-    const auto n_members = panel.bars.members.size();
-    for (std::size_t k = 0; k < n_members; ++k) {
-      const auto& m = panel.bars.members[k];
-      const auto range = layout.members[p][k];
-      if (range.second == 0) continue;
-      const double width = 0.8 / static_cast<double>(n_members);
-      const double shift = (static_cast<double>(k) - (static_cast<double>(n_members) - 1) / 2.0) * width;
-      const std::string colour = tex_colour_name(m.color);
-      // The member's offset goes into x itself (not bar shift), so its error bars sit on its bars.
-      std::string style = "ybar, bar width=" + tex_number(width) + ", bar shift=0pt, area legend, draw=" + colour +
-                          ", fill=" + colour;
-      if (m.hatched) style += "!25, postaction={pattern=north east lines, pattern color=" + colour + "}";
-      if (m.faint) style += ", fill opacity=0.35";
-      std::string table = "col sep=comma, x expr=\\thisrow{x}+" + tex_number(shift) + ", y=y, " + row_range(range);
-      const bool in_legend = panel.legend && !m.label.empty();
-      if (!in_legend) style += ", forget plot";
-      if (!m.errors.empty()) {  // last: the keys after /.cd live under error bars
-        style += ", error bars/.cd, y dir=both, y explicit";
-        table += ", y error plus expr=\\thisrow{y_hi}-\\thisrow{y}, y error minus expr=\\thisrow{y}-\\thisrow{y_lo}";
-      }
-      t << "\\addplot[" << style << "] table[" << table << "] {" << csv_file << "};\n";
-      if (in_legend) t << "\\addlegendentry{" << tex_text(m.label) << "}\n";
-    }
-    // The heat map: one cell per (row, column), coloured by its value. pgfplots' matrix plot takes no slice of a
-    // file (filtered rows count as holes), so the cells (the CSV's "cell" rows of this panel) are written inline.
-    if (has_map) {
-      t << "\\addplot[matrix plot*, point meta=explicit, mesh/cols=" << h.cols << ", mesh/rows=" << h.rows
-        << "] table[x=x, y=y, meta=value, row sep=\\\\] {\nx y value\\\\\n";
-      for (std::size_t r = 0; r < h.rows; ++r) {
-        for (std::size_t c = 0; c < h.cols; ++c)
-          t << c << " " << r << " " << csv_number(h.colour_value(r, c)) << "\\\\ ";
-        t << "\n";
-      }
-      t << "};\n";
-    }
+    write_pgf_series(t, panel, p, layout, csv_file);
+    write_pgf_bars(t, panel, p, layout, csv_file);
+    if (!panel.heatmap.values.empty()) write_pgf_heatmap(t, panel.heatmap);
     if (!grouped) t << "\\end{axis}\n";
   }
   if (grouped) t << "\\end{groupplot}\n";
