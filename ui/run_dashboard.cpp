@@ -127,8 +127,6 @@ RunDashboard::RunDashboard(qint64 runId, StoreService* store, QWidget* parent)
   rows->setStretchFactor(1, 1);
   top->setStretchFactor(0, 1);
   top->setStretchFactor(1, 1);
-  top->setSizes({1, 1});  // halves: the loss plot's size hint would take most of the width
-  bottom->setSizes({3, 2});
 
   metrics_ = new RunMetricsView(this);
   tabs_ = new QTabWidget(this);
