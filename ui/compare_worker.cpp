@@ -1,0 +1,86 @@
+// CompareWorker: builds the Compare view's figure, table and config diff on its own thread and store connection
+// (core/report/figures.h, run_tables.h, config_diff.h); the view sends requests and shows results.
+#include <QElapsedTimer>
+
+#include <memory>
+#include <set>
+#include <string>
+
+#include "core/report/config_diff.h"
+#include "core/report/figures.h"
+#include "core/report/run_tables.h"
+#include "core/store/run_store.h"
+#include "core/util/errors.h"
+#include "core/util/logging.h"
+#include "ui/compare_view.h"
+
+namespace routelab {
+
+struct CompareWorker::Impl {
+  std::string path;
+  std::unique_ptr<RunStore> store;
+
+  RunStore& open() {
+    // Read-only use: crashed-run marking is the StoreService's job.
+    if (!store) store = std::make_unique<RunStore>(path, /*mark_crashed=*/false);
+    return *store;
+  }
+};
+
+CompareWorker::CompareWorker(const QString& dbPath) : impl_(new Impl{dbPath.toStdString(), nullptr}) {}
+
+CompareWorker::~CompareWorker() { delete impl_; }
+
+void CompareWorker::build(const CompareRequest& request) {
+  CompareResult result;
+  result.serial = request.serial;
+  QElapsedTimer timer;
+  timer.start();
+  bool storeFailed = false;
+  // Each part fails on its own: a figure that needs data these runs lack still leaves the diff and the table.
+  auto attempt = [&](QString& error, auto&& fn) {
+    try {
+      fn();
+    } catch (const StoreError& e) {
+      storeFailed = true;
+      error = QString::fromUtf8(e.what());
+    } catch (const std::exception& e) {
+      error = QString::fromUtf8(e.what());
+    }
+  };
+  const std::vector<std::int64_t>& ids = request.figure.run_ids;
+  attempt(result.diffError, [&] { result.diff = config_diff(impl_->open(), ids); });
+  if (!request.figure.name.empty())
+    attempt(result.figureError, [&] {
+      FigureRequest figure = request.figure;
+      if (!request.figureMetric.empty()) figure.metric = request.figureMetric;
+      result.figure = build_figure(impl_->open(), figure);
+    });
+  attempt(result.tableError, [&] {
+    result.table = request.tableName.empty()
+                       ? matched_budget_table(impl_->open(), request.figure)
+                       : build_run_table(impl_->open(), table_spec(request.tableName), ids, request.figure.by_seed);
+  });
+  if (storeFailed) impl_->store.reset();  // reopen next time: the file may be replaced or unlocked by then
+  result.seconds = static_cast<double>(timer.nsecsElapsed()) * 1e-9;
+  Q_EMIT built(result);
+}
+
+void CompareWorker::readMetricKeys(quint64 serial, const QList<qint64>& runIds) {
+  std::set<std::string> keys;
+  try {
+    RunStore& store = impl_->open();
+    for (const qint64 id : runIds)
+      for (auto& key : store.metric_keys(id)) keys.insert(std::move(key));
+  } catch (const std::exception& e) {
+    impl_->store.reset();
+    logger("ui")->warn("compare view: metric keys: {}", e.what());
+  }
+  QStringList out;
+  for (const auto& key : keys) out << QString::fromStdString(key);
+  Q_EMIT metricKeysRead(serial, out);
+}
+
+// ------------------------------------------------------------------------------------------------ CompareView
+
+}  // namespace routelab
