@@ -131,7 +131,7 @@ int cmd_profile(const ProfileArgs& args) {
 
 }  // namespace routelab::cli
 
-// `routelab-cli context`: perplexity versus evaluation length (seed 000 Figure 3).
+// `routelab-cli context`: perplexity versus evaluation length (DTRNet Figure 3).
 namespace routelab::cli {
 
 void add_context_commands(CLI::App& app, CLI::App& /*bench*/, CommandAction& action) {

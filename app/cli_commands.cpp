@@ -22,7 +22,7 @@
 #include "core/config/experiment_config.h"
 #include "core/config/sweep.h"
 #include "core/models/registry.h"
-#include "core/report/run_tables.h"
+#include "core/report/tables/run_tables.h"
 #include "core/run/evaluation_record.h"
 #include "core/run/run_config.h"
 #include "core/run/run_health.h"

@@ -1,4 +1,4 @@
-// routelab-cli flops (the FLOPs model: ratio versus sequence length, seed 000 Figure 4, and a per-layer breakdown,
+// routelab-cli flops (the FLOPs model: ratio versus sequence length, DTRNet Figure 4, and a per-layer breakdown,
 // from a stored run's measured routing or from fractions given by hand) and bench forward (sparse execution speed).
 #include <algorithm>
 #include <iomanip>

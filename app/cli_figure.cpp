@@ -13,8 +13,9 @@
 
 #include "app/cli_commands.h"
 #include "app/cli_registration.h"
-#include "core/report/figures.h"
-#include "core/report/table.h"
+#include "core/report/builders/catalog.h"
+#include "core/report/export/figure_files.h"
+#include "core/report/tables/table.h"
 #include "core/store/run_store.h"
 #include "core/util/errors.h"
 #include "core/util/paths.h"
@@ -203,8 +204,8 @@ void add_figure_commands(CLI::App& app, CLI::App& /*bench*/, CommandAction& acti
   list->callback([&action] {
     action = [] {
       for (const auto& info : figure_catalog())
-        std::cout << info.name << "  (" << info.min_runs << "+ run" << (info.min_runs == 1 ? "" : "s") << ")  "
-                  << info.title << "\n";
+        std::cout << info.name << "  (" << info.min_runs << (info.max_runs == info.min_runs ? "" : "+") << " run"
+                  << (info.min_runs == 1 && info.max_runs == 1 ? "" : "s") << ")  " << info.title << "\n";
       return 0;
     };
   });

@@ -234,7 +234,7 @@ void add_generate_commands(CLI::App& app, CLI::App& bench, CommandAction& action
 
   auto kv = std::make_shared<KvArgs>();
   auto* kv_cmd = app.add_subcommand(
-      "kv", "KV-cache bytes vs sequence length, per layer and total: measured, analytic and dense (seed 000 Fig. 6)");
+      "kv", "KV-cache bytes vs sequence length, per layer and total: measured, analytic and dense (DTRNet Fig. 6)");
   kv_cmd->add_option("RUN", kv->run_id, "run id");
   kv_cmd->add_option("--preset", kv->preset, "a preset's model with random weights instead of a run");
   kv_cmd->add_option("--lengths", kv->lengths, "lengths (default: 64, 128, ... up to the context)")->delimiter(',');

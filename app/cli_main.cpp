@@ -236,12 +236,12 @@ void add_layer_benchmarks(CLI::App& bench_cmd, CommandAction& action) {
 
   auto speed = std::make_shared<routelab::SpeedBenchOptions>();
   auto* speed_cmd = bench_cmd.add_subcommand(
-      "speed", "an architecture's speed options at inference (TSA: sparse execution, seed 003 3.6): dense vs the "
+      "speed", "an architecture's speed options at inference (TSA: sparse execution, §3.6): dense vs the "
                "model as configured vs the same weights with its speed options, routers forced to target shares");
   speed_cmd->add_option("--arch", speed->arch,
                         "architecture with speed options (random weights; default: the first registered one)");
-  speed_cmd->add_option("--batch", speed->batch, "batch size (seed 003: 64)");
-  speed_cmd->add_option("--seq", speed->seq, "sequence length (seed 003: 256)");
+  speed_cmd->add_option("--batch", speed->batch, "batch size (TSA: 64)");
+  speed_cmd->add_option("--seq", speed->seq, "sequence length (TSA: 256)");
   speed_cmd->add_option("--fractions", speed->fractions, "routed shares to force")->delimiter(',');
   speed_cmd->add_option("--reps", speed->reps, "timed forwards per model and share (median)");
   speed_cmd->add_option("--warmup", speed->warmup, "untimed forwards per model and share");

@@ -6,7 +6,7 @@
 
 #include "app/cli_commands.h"
 #include "app/cli_registration.h"
-#include "core/report/run_tables.h"
+#include "core/report/tables/run_tables.h"
 #include "core/store/run_store.h"
 #include "core/util/errors.h"
 #include "core/util/paths.h"

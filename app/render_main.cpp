@@ -1,4 +1,4 @@
-// routelab-render: draws a figure sidecar (the JSON of core/report/figure.h) to PDF, SVG or PNG at a physical
+// routelab-render: draws a figure sidecar (the JSON of core/report/figure/figure.h) to PDF, SVG or PNG at a physical
 // size with the GUI's QCustomPlot renderer, offscreen. `routelab-cli figure` calls it for the rendered files.
 // Exit codes: 0 written, 1 export failed, 2 bad command line or sidecar (the message names the file and key).
 #include <QApplication>
@@ -12,7 +12,7 @@
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
-#include "core/report/figure.h"
+#include "core/report/figure/figure.h"
 #include "core/util/errors.h"
 #include "core/util/version.h"
 #include "ui/figure_render.h"

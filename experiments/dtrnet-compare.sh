@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Seed 000's comparison at CPU scale: dense, DTRNet Bilayer, MoD (c 0.7) and D-LLM (Omega 0.85) trained with the
+# DTRNet's comparison at CPU scale: dense, DTRNet Bilayer, MoD (c 0.7) and D-LLM (Omega 0.85) trained with the
 # same step budget, seed and data, then their last evaluations side by side (val loss, FLOPs ratio from the
 # measured inference-mode routing, routed % per layer).
 # Usage: experiments/dtrnet-compare.sh [STEPS=600] [DB=/tmp/routelab-seed000.db] [EXTRA --set ARGS...]

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Seed 003 §3.4 / App. C Table 6: TSA's depth-regulariser sweep lambda in {0, 0.001, 0.005, 0.01, 0.05, 0.1, 0.5}
+# TSA §3.4 / App. C Table 6: TSA's depth-regulariser sweep lambda in {0, 0.001, 0.005, 0.01, 0.05, 0.1, 0.5}
 # on the §3.2 char-LM setting (preset tsa-charlm) with the same steps, seed and data, plus the sweep's own dense
 # baseline (tsa-charlm-dense); then `compare` of all runs and, per run, the last validation loss, alpha (eq. 6)
 # and TLOps saved (eq. 7), both measured in eval mode.

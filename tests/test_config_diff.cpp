@@ -7,7 +7,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "core/report/config_diff.h"
+#include "core/report/tables/config_diff.h"
 #include "core/store/run_store.h"
 #include "core/util/errors.h"
 #include "store_test_support.h"

@@ -1,4 +1,4 @@
-// Depth Routing Residuals: parity with the seed's PyTorch code (tests/data/drr_reference.py run by /usr/bin/python3),
+// Depth Routing Residuals: parity with the paper's PyTorch code (tests/data/drr_reference.py run by /usr/bin/python3),
 // causality of the causal form (train and eval, prefix invariance), the seed form's non-causality, router init,
 // empty and masked memory, causal summaries, overhead against a hand count, config errors, training.
 #include <QDir>
@@ -56,7 +56,7 @@ struct Reference {
   torch::Tensor ids;
 };
 
-/// Runs the seed's code; fails (never skips) when python3 or torch is missing.
+/// Runs the paper's code; fails (never skips) when python3 or torch is missing.
 bool run_reference(const QString& dir, Reference& ref, QString& error) {
   QString script = qEnvironmentVariable("ROUTELAB_TEST_DATA");
   script = script.isEmpty() ? QFINDTESTDATA("data/drr_reference.py") : script + "/drr_reference.py";
@@ -142,7 +142,7 @@ class TestDrr : public QObject {
  private Q_SLOTS:
   void init() { torch::manual_seed(11); }
 
-  // The seed form on the seed's weights reproduces the seed's code: every layer, every gate, the final norm.
+  // The seed form on the paper's weights reproduces the paper's code: every layer, every gate, the final norm.
   void seedParity() {
     QTemporaryDir dir;
     Reference ref;
@@ -172,8 +172,8 @@ class TestDrr : public QObject {
     QVERIFY(max_abs_diff(s.layers[0], s.layers[1]) > 0.1);
 
     // The causal form on the same weights agrees where it must. Layer 0 has no memory yet, so its gates read only
-    // the embeddings and equal the seed's at every position; its output at the last position (whose causal attention
-    // sees the whole sequence) equals the seed's. Earlier positions differ: the seed's attention reads the future.
+    // the embeddings and equal the paper's at every position; its output at the last position (whose causal attention
+    // sees the whole sequence) equals the paper's. Earlier positions differ: the paper's attention reads the future.
     auto causal = model_from_reference(ref, DrrMemory::Causal);
     const auto c = causal->states(ref.ids, true, true);
     const auto T = ref.ids.size(1);
@@ -182,7 +182,7 @@ class TestDrr : public QObject {
     QVERIFY2(max_abs_diff(c.layers[0].select(1, T - 1), seed_layer0.select(1, T - 1)) < 1e-5,
              qPrintable(QString::number(max_abs_diff(c.layers[0].select(1, T - 1), seed_layer0.select(1, T - 1)))));
     QVERIFY(max_abs_diff(c.layers[0].narrow(1, 0, T - 1), seed_layer0.narrow(1, 0, T - 1)) > 1e-3);
-    // From layer 1 on the memories differ (the seed's reads later positions), so does the last position.
+    // From layer 1 on the memories differ (the paper's reads later positions), so does the last position.
     QVERIFY(max_abs_diff(c.layers[1].select(1, T - 1), ref.tensors.at("output.layer.1").select(1, T - 1)) > 1e-3);
   }
 
@@ -306,7 +306,7 @@ class TestDrr : public QObject {
     }
   }
 
-  // Each row of a masked memory attention equals the seed's unmasked attention over only the entries it may see.
+  // Each row of a masked memory attention equals the paper's unmasked attention over only the entries it may see.
   void maskedMemoryMatchesPerRowReference() {
     DepthMemoryAttention attention(16, 4);
     torch::NoGradGuard no_grad;
@@ -436,7 +436,7 @@ class TestDrr : public QObject {
     } catch (const ConfigError& e) {
       QVERIFY2(QString(e.what()).contains("model.memory"), e.what());
     }
-    // Residual projections of the block get the scaled init; the router's last layer keeps the seed's init.
+    // Residual projections of the block get the scaled init; the router's last layer keeps the paper's init.
     const auto params = drr->named_parameters();
     QVERIFY(params["blocks.1.attn.proj.weight"].std().item<double>() < 0.013);
     QVERIFY(params["blocks.1.short_mem_attn.k_proj.weight"].std().item<double>() > 0.017);

@@ -1,4 +1,4 @@
-// DTRNet (seed 000): the compacted attention against the dense-masked oracle, the two paths, the routing
+// DTRNet: the compacted attention against the dense-masked oracle, the two paths, the routing
 // loss, the variants (patterns, expert choice, skip, w/o-VO), router gradients and causality at inference.
 #include <QtTest>
 

@@ -27,8 +27,8 @@
 #include <nlohmann/json.hpp>
 
 #include "core/models/registry.h"
-#include "core/report/figure.h"
-#include "core/report/figures.h"
+#include "core/report/builders/catalog.h"
+#include "core/report/figure/figure.h"
 #include "core/store/run_store.h"
 #include "core/train/trainer.h"
 #include "core/util/errors.h"

@@ -7,6 +7,7 @@
 #include <QTemporaryDir>
 #include <QTest>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <memory>
@@ -15,12 +16,13 @@
 
 #include "core/config/experiment_config.h"
 #include "core/cost/flops_model.h"
-#include "core/report/figures.h"
-#include "core/report/paper_figures.h"
+#include "core/report/builders/catalog.h"
+#include "core/report/builders/papers/paper_figures.h"
+#include "core/report/export/figure_files.h"
+#include "core/report/figure/run_panels.h"
 #include "core/report/report_ids.h"
-#include "core/report/run_tables.h"
-#include "core/report/run_panels.h"
-#include "core/report/table.h"
+#include "core/report/tables/run_tables.h"
+#include "core/report/tables/table.h"
 #include "core/store/run_store.h"
 #include "core/util/errors.h"
 #include "store_test_support.h"
@@ -87,7 +89,10 @@ struct Fixture {
     json layers = json::array({{{"layer", 0}, {"kind", "dense"}, {"routed", false}, {"routed_fraction", 1.0}}});
     layers.push_back(routed ? json{{"layer", 1}, {"kind", "mod"}, {"routed", true}, {"routed_fraction", 0.25}}
                             : json{{"layer", 1}, {"kind", "dense"}, {"routed", false}, {"routed_fraction", 1.0}});
-    const json extra = {{"mode", "inference"}, {"flops_ratio", routed ? 0.8 : 1.0}, {"layers", layers}};
+    // Expert loads (the "expert-loads" figure reads any run's): two experts in layer 1.
+    const json stats = {{"load/L1/E0", routed ? 0.7 : 0.5}, {"load/L1/E1", routed ? 0.3 : 0.5}};
+    const json extra = {{"mode", "inference"}, {"flops_ratio", routed ? 0.8 : 1.0}, {"layers", layers},
+                        {"stats", stats}};
     store->insert_eval(id, {20, "val", val.back(), std::exp(val.back()), 0.0, extra.dump()});
     // Probe: three tokens (one of them a comma), per-layer gates.
     const double g = routed ? 0.9 : 0.2;
@@ -134,7 +139,8 @@ class TestFigures : public QObject {
     const auto& catalog = figure_catalog();
     QVERIFY(catalog.size() >= 6);
     const std::vector<std::string> generic = {"curves",       "matched",     "pareto",    "routed-layers",
-                                               "routing-history", "cost-length", "token-maps", "token-map"};
+                                               "routing-history", "cost-length", "token-maps", "token-map",
+                                               "metrics",   "expert-loads"};
     for (std::size_t i = 0; i < generic.size(); ++i) {
       QCOMPARE(catalog[i].name, generic[i]);
       QVERIFY(!catalog[i].description.empty() && !catalog[i].title.empty() && catalog[i].build);
@@ -382,6 +388,91 @@ class TestFigures : public QObject {
     for (double v : f.panels[1].heatmap.values) QVERIFY(std::isnan(v));  // the dense run routes nowhere
   }
 
+  void metricsFigureHasAPanelPerQuantity() {
+    Fixture fx;
+    const double t0 = fx.store->run(fx.mod)->created_at;
+    std::vector<MetricRow> rows;
+    for (std::int64_t step = 1; step <= 3; ++step) {
+      rows.push_back({"train/lr", step, t0, 1e-3 * static_cast<double>(step)});
+      rows.push_back({"train/grad_norm", step, t0, 2.0});
+    }
+    rows.push_back({"val/ppl", 20, t0, 11.0});
+    rows.push_back({"val/load/L0/E0", 20, t0, 0.5});        // expert loads: not a panel
+    rows.push_back({"val/routing_change/L0", 20, t0, 0.1});  // per layer: not a panel
+    fx.store->insert_metrics(fx.mod, rows);
+    const auto all = build_figure(*fx.store, fx.request("metrics", {fx.mod}));
+    // In order of importance: lr, gradient norm, ..., FLOPs ratio, perplexity; the losses are the loss plot's.
+    QCOMPARE(all.meta.at("panel_ids"), json({"lr", "grad_norm", "flops_ratio", "ppl"}));
+    QCOMPARE(all.panels.size(), std::size_t{4});
+    QCOMPARE(all.panels[0].title, std::string("learning rate"));
+    QCOMPARE(all.panels[0].series[0].y, (std::vector<double>{1e-3, 2e-3, 3e-3}));
+    QCOMPARE(all.panels[0].series[0].label, std::string("train"));
+    QVERIFY(all.panels[3].series[0].marked);  // one point per evaluation
+    // One quantity, by id or by key: that panel alone, the same numbers.
+    auto one = fx.request("metrics", {fx.mod});
+    for (const std::string metric : {"lr", "train/lr"}) {
+      one.metric = metric;
+      const auto lr = build_figure(*fx.store, one);
+      QCOMPARE(lr.panels.size(), std::size_t{1});
+      QCOMPARE(lr.panels[0].series[0].y, all.panels[0].series[0].y);
+    }
+    // The dense run stores train and val FLOPs ratios: one panel, train before val.
+    const auto dense = build_figure(*fx.store, fx.request("metrics", {fx.dense1}));
+    QCOMPARE(dense.panels.size(), std::size_t{1});
+    QCOMPARE(dense.panels[0].series.size(), std::size_t{2});
+    QCOMPARE(dense.panels[0].series[1].label, std::string("val"));
+    one.metric = "accuracy";
+    try {
+      build_figure(*fx.store, one);
+      QFAIL("a quantity the run does not store must throw");
+    } catch (const ConfigError& e) {
+      QVERIFY2(std::string(e.what()).find("metrics: metric 'accuracy' has no panel") != std::string::npos &&
+                   std::string(e.what()).find("lr, grad_norm, flops_ratio, ppl") != std::string::npos,
+               e.what());
+    }
+    try {
+      build_figure(*fx.store, fx.request("metrics", {fx.mod, fx.dense1}));
+      QFAIL("two runs must throw");
+    } catch (const ConfigError& e) {
+      QVERIFY2(std::string(e.what()).find("figure 'metrics' draws at most 1 run, got 2") != std::string::npos,
+               e.what());
+    }
+  }
+
+  void expertLoadsAreBarsAgainstTheUniformShare() {
+    Fixture fx;
+    // An evaluation with TAGAT-style loads: two layers, three experts (layer 1 lacks expert 2).
+    const json stats = {{"load/L0/E0", 0.5}, {"load/L0/E1", 0.3}, {"load/L0/E2", 0.2},
+                        {"load/L1/E0", 0.6}, {"load/L1/E1", 0.4}, {"entropy", 0.9}};
+    fx.store->insert_eval(fx.mod, {30, "val", 2.0, 7.4, 0.0, json{{"stats", stats}}.dump()});
+    const auto f = build_figure(*fx.store, fx.request("expert-loads", {fx.mod}));
+    QCOMPARE(f.panels.size(), std::size_t{1});
+    const auto& panel = f.panels[0];
+    QCOMPARE(panel.title, std::string("per layer, step 30"));
+    QCOMPARE(panel.bars.categories, (std::vector<std::string>{"L0", "L1"}));
+    QCOMPARE(panel.bars.members.size(), std::size_t{3});
+    QCOMPARE(panel.bars.members[0].values, (std::vector<double>{0.5, 0.6}));
+    QVERIFY(panel.bars.members[2].values[0] == 0.2 && std::isnan(panel.bars.members[2].values[1]));
+    QCOMPARE(panel.series.size(), std::size_t{1});
+    QCOMPARE(panel.series[0].label, std::string("uniform 1/3"));
+    QVERIFY(near(panel.series[0].y[0], 1.0 / 3) && panel.series[0].dash == 1);
+    // TAGAT Figure 3's per-layer panel is the same panel.
+    const auto fig3 = build_figure(*fx.store, fx.request("tagat-fig3", {fx.mod}));
+    QCOMPARE(figure_to_csv(Figure{"", "", {fig3.panels[0]}}), figure_to_csv(Figure{"", "", {panel}}));
+    // An evaluation that stored no loads: the refusal says so.
+    fx.store->insert_eval(fx.mod, {40, "val", 2.0, 7.4, 0.0, json{{"stats", {{"entropy", 0.5}}}}.dump()});
+    auto at40 = fx.request("expert-loads", {fx.mod});
+    at40.step = 40;
+    try {
+      build_figure(*fx.store, at40);
+      QFAIL("an evaluation without loads must throw");
+    } catch (const ConfigError& e) {
+      QVERIFY2(std::string(e.what()).find("expert-loads: run " + std::to_string(fx.mod) +
+                                          " stores no per-layer expert loads") != std::string::npos,
+               e.what());
+    }
+  }
+
   void tokenMapRowsKeepTheirOwnRanges() {
     ProbeRecord probe;
     probe.tokens = {"a", "b", "c"};
@@ -515,7 +606,9 @@ class TestFigures : public QObject {
     Fixture fx;
     for (const auto& info : figure_catalog()) {
       if (is_paper_figure(info.name)) continue;  // the papers' figures have their own suite
-      const auto f = build_figure(*fx.store, fx.request(info.name, {fx.mod, fx.dense1, fx.dense2}));
+      std::vector<std::int64_t> runs{fx.mod, fx.dense1, fx.dense2};
+      if (info.max_runs) runs.resize(std::min(runs.size(), info.max_runs));
+      const auto f = build_figure(*fx.store, fx.request(info.name, runs));
       const auto doc = to_json(f);
       QVERIFY2(to_json(figure_from_json(doc, "sidecar")) == doc, info.name.c_str());
     }

@@ -139,7 +139,7 @@ class TestGeneration : public QObject {
   void promptCacheEqualsTheRegistryRule_data() { add_arch_rows(); }
   void promptCacheEqualsTheRegistryRule() {
     // After a prompt pass the cache holds what the architecture's registered KV rule (layer_kv_entries: the
-    // cost-length figure, seed 000 Figure 6 and the Compare view price memory with it) computes from the stored
+    // cost-length figure, DTRNet Figure 6 and the Compare view price memory with it) computes from the stored
     // evaluation record of the same forward. D-LLM's prompt pass writes every slot, so its rule is dense's.
     QFETCH(QString, arch);
     QFETCH(QString, sets);

@@ -21,7 +21,8 @@
 
 #include "core/config/experiment_config.h"
 #include "core/cost/cost_curve.h"
-#include "core/report/figures.h"
+#include "core/report/builders/catalog.h"
+#include "core/report/export/figure_files.h"
 #include "core/run/run_health.h"
 #include "core/store/run_store.h"
 #include "core/train/trainer.h"
@@ -29,6 +30,7 @@
 #include "ui/dashboard_docks.h"
 #include "ui/dashboard_loader.h"
 #include "ui/figure_render.h"
+#include "tests/figure_view_support.h"
 #include "ui/loss_smoothing.h"
 #include "ui/experiment_designer.h"
 #include "ui/run_dashboard.h"
@@ -36,7 +38,6 @@
 #include "widgets/alert_bar_widget.h"
 #include "widgets/moving_average.h"
 #include "widgets/token_routing_widget.h"
-#include "widgets/xy_curves_widget.h"
 #include "ui/app_resources.h"
 #include "ui/main_window.h"
 #include "ui/presets_panel.h"
@@ -63,40 +64,6 @@ const QString kTinyPreset = QStringLiteral("tiny");
 std::size_t historyColumns(const routelab::RunDashboard& dashboard) {
   const auto& figure = dashboard.panelFigure(routelab::RunDashboard::Panel::RoutingHistory);
   return figure.panels.empty() ? 0 : figure.panels[0].heatmap.cols;
-}
-
-bool same(double a, double b) { return a == b || (std::isnan(a) && std::isnan(b)); }
-
-/// Whether the plot on screen holds the figure's numbers: each bar member's finite values as a QCPBars, each heat
-/// map's colour values cell by cell, a graph per line series (the figure renderer, ui/figure_render.h).
-bool screenShowsFigure(QCustomPlot* plot, const routelab::Figure& figure) {
-  QList<QCPBars*> bars;
-  QList<QCPColorMap*> maps;
-  for (int i = 0; i < plot->plottableCount(); ++i) {
-    if (auto* b = qobject_cast<QCPBars*>(plot->plottable(i))) bars << b;
-    if (auto* m = qobject_cast<QCPColorMap*>(plot->plottable(i))) maps << m;
-  }
-  qsizetype nextBars = 0, nextMap = 0;
-  std::size_t lines = 0;
-  for (const auto& panel : figure.panels) {
-    lines += panel.series.size();
-    for (const auto& member : panel.bars.members) {
-      if (nextBars >= bars.size()) return false;
-      const auto* data = bars[nextBars++]->data().data();
-      int k = 0;
-      for (double v : member.values)
-        if (std::isfinite(v) && (k >= data->size() || data->at(k++)->value != v)) return false;
-      if (k != data->size()) return false;
-    }
-    const auto& h = panel.heatmap;
-    if (h.values.empty()) continue;
-    if (nextMap >= maps.size()) return false;
-    QCPColorMapData* cells = maps[nextMap++]->data();
-    for (std::size_t r = 0; r < h.rows; ++r)
-      for (std::size_t c = 0; c < h.cols; ++c)
-        if (!same(cells->cell(static_cast<int>(c), static_cast<int>(r)), h.colour_value(r, c))) return false;
-  }
-  return nextBars == bars.size() && nextMap == maps.size() && static_cast<std::size_t>(plot->graphCount()) >= lines;
 }
 
 }  // namespace
@@ -468,18 +435,18 @@ void TestGui::dashboardShowsRoutingOfATinyDtrnetRun() {
   const routelab::Figure& bars = dashboard.panelFigure(Panel::RoutedLayers);
   QCOMPARE(bars.panels.at(0).bars.categories.size(), std::size_t{3});
   QCOMPARE(bars.panels.at(0).bars.members.size(), std::size_t{3});  // inference, training (faint), dense hatched
-  QVERIFY(screenShowsFigure(dashboard.routingBars()->plot(), bars));
+  QVERIFY(test::screenShowsFigure(dashboard.routingBars()->plot(), bars));
   const routelab::FigureHeatmap& history = dashboard.panelFigure(Panel::RoutingHistory).panels.at(0).heatmap;
   QCOMPARE(history.col_labels, (std::vector<std::string>{"1", "2", "4", "6", "8", "10"}));  // logged steps
   QCOMPARE(history.rows, std::size_t{3});
   QVERIFY(std::isnan(history.values[5]) && std::isfinite(history.values[history.cols + 5]));  // dense layers blank
-  QVERIFY(screenShowsFigure(dashboard.routingHistory()->plot(), dashboard.panelFigure(Panel::RoutingHistory)));
-  QVERIFY(screenShowsFigure(dashboard.costView()->plot(), dashboard.panelFigure(Panel::Cost)));
+  QVERIFY(test::screenShowsFigure(dashboard.routingHistory()->plot(), dashboard.panelFigure(Panel::RoutingHistory)));
+  QVERIFY(test::screenShowsFigure(dashboard.costView()->plot(), dashboard.panelFigure(Panel::Cost)));
   const routelab::FigureHeatmap& map = dashboard.panelFigure(Panel::TokenMap).panels.at(0).heatmap;
   QCOMPARE(view->rowCount(), static_cast<int>(map.rows));
   for (int r = 0; r < view->rowCount(); ++r)
     for (int c = 0; c < tokens; ++c) {
-      QVERIFY(same(view->row(r).values.value(c), map.values[static_cast<std::size_t>(r) * map.cols + c]));
+      QVERIFY(test::sameNumber(view->row(r).values.value(c), map.values[static_cast<std::size_t>(r) * map.cols + c]));
     }
 
   // The alerts the dashboard shows are the ones routelab-cli reports for the stored run (core/run/run_health.h):

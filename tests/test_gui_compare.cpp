@@ -263,7 +263,7 @@ void TestGuiCompare::matchedTableHasRowsPerGroupAndColumnsPerBudget() {
   QTRY_COMPARE_WITH_TIMEOUT(view->matchedView()->model()->columnCount(), 2, kBuildTimeoutMs);
   QCOMPARE(view->matchedView()->model()->index(1, 1).data(CompareView::kValueRole).toDouble(), 2.3);
 
-  // Exports through core/report/table.h.
+  // Exports through core/report/tables/table.h.
   QTemporaryDir out;
   const QString tex = out.filePath(QStringLiteral("m.tex")), md = out.filePath(QStringLiteral("m.md")),
                 csv = out.filePath(QStringLiteral("m.csv"));

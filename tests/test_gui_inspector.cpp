@@ -17,16 +17,17 @@
 #include <nlohmann/json.hpp>
 
 #include "core/config/experiment_config.h"
-#include "core/report/figures.h"
+#include "core/report/builders/catalog.h"
+#include "core/report/export/figure_files.h"
 #include "core/store/run_store.h"
 #include "core/train/trainer.h"
 #include "ui/run_dashboard.h"
 #include "ui/run_metrics_view.h"
 #include "ui/store_service.h"
 #include "ui/token_inspector.h"
-#include "widgets/grouped_bars_widget.h"
+#include "ui/figure_render.h"
 #include "widgets/token_routing_widget.h"
-#include "widgets/xy_curves_widget.h"
+#include "tests/figure_view_support.h"
 #include "tests/suite.h"
 
 namespace test_gui_inspector {
@@ -209,10 +210,21 @@ class TestGuiInspector : public QObject {
     QCOMPARE(panels.value(1), QStringLiteral("grad_norm"));
     QVERIFY(panels.contains(QStringLiteral("tokens_per_s")));
     QVERIFY(!panels.contains(QStringLiteral("loss")));
-    QCOMPARE(view->panel(QStringLiteral("lr"))->curveCount(), 1);
-    QCOMPARE(view->panel(QStringLiteral("lr"))->curve(0).x.size(), 6);  // every step logged
+    const routelab::Figure& lr = view->panel(QStringLiteral("lr"))->figure();
+    QCOMPARE(lr.panels.size(), std::size_t{1});
+    QCOMPARE(lr.panels[0].series.size(), std::size_t{1});       // train/lr only
+    QCOMPARE(lr.panels[0].series[0].x.size(), std::size_t{6});  // every step logged
     QVERIFY(view->panel(QStringLiteral("routed_fraction")));
     QVERIFY(view->expertLoads()->isHidden());
+    // Screen = export: each panel is the catalogue figure `routelab-cli figure metrics --metric ID` builds, and the
+    // plot on screen holds its numbers.
+    routelab::RunStore store(db_.toStdString());
+    for (const QString& id : panels) {
+      const routelab::FigureView* shown = view->panel(id);
+      QCOMPARE(routelab::figure_to_csv(shown->figure()),
+               routelab::figure_to_csv(routelab::build_figure(store, view->panelRequest(id))));
+      QVERIFY2(test::screenShowsFigure(shown->plot(), shown->figure()), qPrintable(id));
+    }
   }
 
   void metricsTabAndTokenViewOfATagatRun() {
@@ -242,11 +254,21 @@ class TestGuiInspector : public QObject {
       QCOMPARE(routelab::figure_to_csv(cost), routelab::figure_to_csv(routelab::build_figure(store, request)));
     }
     QVERIFY(!view->expertLoads()->isHidden());
-    QCOMPARE(view->expertLoads()->groupCount(), 1);   // one layer
-    QCOMPARE(view->expertLoads()->seriesCount(), 4);  // four experts
+    const routelab::Figure& loads = view->expertLoads()->figure();
+    QCOMPARE(loads.panels.size(), std::size_t{1});
+    const auto& bars = loads.panels[0].bars;
+    QCOMPARE(bars.categories.size(), std::size_t{1});  // one layer
+    QCOMPARE(bars.members.size(), std::size_t{4});     // four experts
     double sum = 0;
-    for (int e = 0; e < 4; ++e) sum += view->expertLoads()->series(e).values.value(0);
+    for (const auto& expert : bars.members) sum += expert.values.at(0);
     QVERIFY2(std::abs(sum - 1) < 1e-5, qPrintable(QString::number(sum)));
+    QCOMPARE(loads.panels[0].series.at(0).y.at(0), 0.25);  // the uniform share, dashed
+    {
+      routelab::RunStore store(db_.toStdString());
+      QCOMPARE(routelab::figure_to_csv(loads),
+               routelab::figure_to_csv(routelab::build_figure(store, view->expertLoadsRequest())));
+      QVERIFY(test::screenShowsFigure(view->expertLoads()->plot(), loads));
+    }
     // The probe's token view colours by expert id by default.
     QCOMPARE(dashboard.colourBy()->currentData().toString(), QStringLiteral("expert"));
     QVERIFY2(dashboard.tokenView()->row(0).label.startsWith(QStringLiteral("L0 expert #1")),

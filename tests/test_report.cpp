@@ -9,9 +9,9 @@
 #include <cmath>
 #include <limits>
 
-#include "core/report/curves.h"
-#include "core/report/run_tables.h"
-#include "core/report/table.h"
+#include "core/report/figure/curves.h"
+#include "core/report/tables/run_tables.h"
+#include "core/report/tables/table.h"
 #include "core/store/run_store.h"
 #include "core/util/errors.h"
 #include "store_test_support.h"

@@ -3,7 +3,7 @@
 #include <QTest>
 
 #include "core/config/sweep.h"
-#include "core/report/run_tables.h"
+#include "core/report/tables/run_tables.h"
 #include "core/util/errors.h"
 #include "tests/suite.h"
 

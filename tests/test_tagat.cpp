@@ -1,4 +1,4 @@
-// TAGAT (seed 002) and its vanilla baseline: the top-k gate, sparse dispatch against the dense oracle (forward and
+// TAGAT (TAGAT) and its vanilla baseline: the top-k gate, sparse dispatch against the dense oracle (forward and
 // gradients), the routing losses on hand-computed gates, padding invariance, FiLM parameterisations, mean pooling,
 // overfitting a tiny batch, checkpoint round trips and the registry's task split.
 #include <QTemporaryDir>

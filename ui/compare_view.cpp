@@ -36,8 +36,8 @@
 #include <cmath>
 #include <memory>
 
-#include "core/report/figures.h"
-#include "core/report/run_tables.h"
+#include "core/report/builders/catalog.h"
+#include "core/report/tables/run_tables.h"
 #include "core/store/run_store.h"
 #include "core/util/errors.h"
 #include "core/util/logging.h"

@@ -1,5 +1,5 @@
 // CompareView: stored runs side by side. A checkable run list (filter, "group seeds"), a figure from the
-// catalogue of core/report/figures.h (curves with mean ± std bands, matched budgets, Pareto scatter, routed
+// catalogue of core/report/builders/catalog.h (curves with mean ± std bands, matched budgets, Pareto scatter, routed
 // layers, cost vs length, token maps, the seeds' figures) with its metric, x axis, smoothing, budgets and step,
 // a table (the "loss at matched budgets" table or a named layout such as the seeds' tables; copy as LaTeX, save as
 // LaTeX/Markdown/CSV) and the config diff of the
@@ -16,10 +16,10 @@
 
 #include <optional>
 
-#include "core/report/config_diff.h"
-#include "core/report/figure.h"
-#include "core/report/figures.h"
-#include "core/report/table.h"
+#include "core/report/builders/catalog.h"
+#include "core/report/figure/figure.h"
+#include "core/report/tables/config_diff.h"
+#include "core/report/tables/table.h"
 #include "ui/run_progress.h"
 
 class QCheckBox;
@@ -48,7 +48,7 @@ struct CompareRequest {
   quint64 serial = 0;
   FigureRequest figure;      ///< figure.name empty = no figure (too few runs for it); the table reads it too
   std::string figureMetric;  ///< "" = figure.metric; token maps: "gate" or "decision" for the figure alone
-  std::string tableName;     ///< a layout of core/report/run_tables.h; "" = the matched-budget table
+  std::string tableName;     ///< a layout of core/report/tables/run_tables.h; "" = the matched-budget table
 };
 
 struct CompareResult {
@@ -93,7 +93,7 @@ class CompareView : public QWidget {
   /// "compare/..."), and remembers every later choice (the main window's view; tests start from the defaults).
   void restoreChoices();
 
-  /// The matched-budget table shown (nullopt when none) and its exports (core/report/table.h).
+  /// The matched-budget table shown (nullopt when none) and its exports (core/report/tables/table.h).
   const std::optional<ReportTable>& matchedTable() const { return table_; }
   const ConfigDiff& configDiff() const { return diff_; }
   /// Writes the matched table to `path` as LaTeX (.tex), Markdown (.md) or CSV (.csv); "" or an error text.

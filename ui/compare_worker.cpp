@@ -1,14 +1,14 @@
 // CompareWorker: builds the Compare view's figure, table and config diff on its own thread and store connection
-// (core/report/figures.h, run_tables.h, config_diff.h); the view sends requests and shows results.
+// (core/report/builders/catalog.h, run_tables.h, config_diff.h); the view sends requests and shows results.
 #include <QElapsedTimer>
 
 #include <memory>
 #include <set>
 #include <string>
 
-#include "core/report/config_diff.h"
-#include "core/report/figures.h"
-#include "core/report/run_tables.h"
+#include "core/report/builders/catalog.h"
+#include "core/report/tables/config_diff.h"
+#include "core/report/tables/run_tables.h"
 #include "core/store/run_store.h"
 #include "core/util/errors.h"
 #include "core/util/logging.h"

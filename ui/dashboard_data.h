@@ -11,8 +11,8 @@
 #include <string>
 #include <vector>
 
-#include "core/report/figure.h"
-#include "core/report/figures.h"
+#include "core/report/builders/catalog.h"
+#include "core/report/figure/figure.h"
 #include "core/run/evaluation_record.h"
 #include "core/run/probe_record.h"
 #include "core/run/routing_history.h"
@@ -31,7 +31,7 @@ struct EvalSnapshot {
 };
 
 /// The probe text's per-token routing at one evaluation: the typed record (what the token map is built from, by
-/// core/report/run_panels.h) and the Qt values the captions and the inspector's tables show.
+/// core/report/figure/run_panels.h) and the Qt values the captions and the inspector's tables show.
 struct ProbeSnapshot {
   /// One ranked next-token prediction (the token inspector's traces).
   struct Prediction {
@@ -52,18 +52,12 @@ struct ProbeSnapshot {
   int label = -1;  ///< the probe example's gold label (-1 for a typed text)
 };
 
-/// One stored metric series.
-struct MetricCurve {
-  QString key;  ///< e.g. "train/lr", "val/accuracy"
-  QVector<double> steps, values;
-};
-
-/// The run's metrics besides the losses, for the dashboard's metrics tab.
+/// The run's metrics besides the losses, for the dashboard's metrics tab: the catalogue's figures themselves.
 struct RunMetricsData {
-  QStringList keys;             ///< every metric key the run has
-  QVector<MetricCurve> curves;  ///< the series the tab plots (isMetricsViewKey)
-  qint64 loadStep = -1;         ///< the evaluation step of expertLoad
-  QVector<QVector<double>> expertLoad;  ///< [layer][expert] share of routed tokens (val/load/L<l>/E<i>), last eval
+  QStringList keys;     ///< every metric key the run has
+  Figure panels;        ///< "metrics" (every panel; meta "panel_ids" names each panel's quantity)
+  QString panelsError;  ///< why there are no panels (no metrics besides the loss yet)
+  Figure loads;         ///< "expert-loads" at the last evaluation; no panels when the run reports none
 };
 
 struct RunDashboardData {
@@ -73,7 +67,7 @@ struct RunDashboardData {
   RunStyle style;  ///< the label and colour every catalogue figure gives this run (the panels use them too)
   qint64 totalSteps = 0;
   double tokensPerStep = 0;  ///< batch_size x context
-  /// The cumulative-FLOPs x axis (core/report/figures.h training_flops_axis): 3 x the dense layers' forward
+  /// The cumulative-FLOPs x axis (core/report/builders/catalog.h training_flops_axis): 3 x the dense layers' forward
   /// FLOPs of one step, and the measured train/flops_ratio by step; denseStepFlops 0 when it cannot be priced.
   double denseStepFlops = 0;
   QVector<double> flopsRatioSteps, flopsRatios;

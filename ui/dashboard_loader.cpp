@@ -2,12 +2,8 @@
 // never fatal: a dashboard shows what it can.
 #include "ui/dashboard_loader.h"
 
-#include <cmath>
-
-#include <QRegularExpression>
-
 #include "core/models/registry.h"
-#include "core/report/figures.h"
+#include "core/report/builders/catalog.h"
 #include "core/run/probe_record.h"
 #include "core/run/routing_history.h"
 #include "core/run/run_config.h"
@@ -70,49 +66,39 @@ void setEvalLayers(EvalSnapshot& eval, std::vector<LayerRouting> layers) {
   eval.layers = std::move(layers);
 }
 
-bool isMetricsViewKey(const QString& key) {
-  if (!key.startsWith(QLatin1String("train/")) && !key.startsWith(QLatin1String("val/"))) return false;
-  if (key == QLatin1String("train/loss") || key == QLatin1String("val/loss") || key == QLatin1String("val/epoch"))
-    return false;
-  // Per-expert and per-layer (".../L<l>") series stay out of the panels: the loads chart shows the experts, and
-  // the layer means have panels of their own.
-  static const QRegularExpression perLayer(QStringLiteral("/L\\d+(/|$)"));
-  return !key.contains(QLatin1String("/load/")) && !key.contains(QLatin1String("/assign/")) &&
-         !key.contains(perLayer);
+FigureRequest metricsRequest(qint64 runId, const std::string& panel) {
+  FigureRequest request;
+  request.name = "metrics";
+  request.run_ids = {runId};
+  request.metric = panel;
+  return request;
+}
+
+FigureRequest expertLoadsRequest(qint64 runId) {
+  FigureRequest request;
+  request.name = "expert-loads";
+  request.run_ids = {runId};
+  return request;
 }
 
 RunMetricsData loadMetricsData(const RunStore& store, qint64 runId) {
   RunMetricsData metrics;
-  // val/load/L<l>/E<i>: the share of layer l's routed tokens that expert i took, at each evaluation.
-  const QRegularExpression loadKey(QStringLiteral("^val/load/L(\\d+)/E(\\d+)$"));
-  for (const std::string& k : store.metric_keys(runId)) {
-    const QString key = QString::fromStdString(k);
-    metrics.keys.push_back(key);
-    if (isMetricsViewKey(key)) {
-      MetricCurve curve;
-      curve.key = key;
-      for (const MetricPoint& p : store.metric(runId, k)) {
-        curve.steps.push_back(static_cast<double>(p.step));
-        curve.values.push_back(p.value);
-      }
-      metrics.curves.push_back(std::move(curve));
-      continue;
+  bool loads = false;
+  for (const std::string& key : store.metric_keys(runId)) {
+    metrics.keys.push_back(QString::fromStdString(key));
+    loads = loads || key.rfind("val/load/L", 0) == 0;
+  }
+  try {
+    metrics.panels = build_figure(store, metricsRequest(runId));
+  } catch (const std::exception& e) {
+    metrics.panelsError = QString::fromUtf8(e.what());
+  }
+  if (loads) {
+    try {
+      metrics.loads = build_figure(store, expertLoadsRequest(runId));
+    } catch (const std::exception& e) {
+      logger("ui")->warn("run {}: no expert loads: {}", runId, e.what());
     }
-    const auto match = loadKey.match(key);
-    if (!match.hasMatch()) continue;
-    const auto points = store.metric(runId, k);
-    if (points.empty()) continue;
-    const int layer = match.captured(1).toInt(), expert = match.captured(2).toInt();
-    const qint64 step = points.back().step;
-    if (step < metrics.loadStep) continue;  // a series that stopped earlier than the others
-    if (step > metrics.loadStep) {
-      metrics.loadStep = step;
-      metrics.expertLoad.clear();
-    }
-    if (metrics.expertLoad.size() <= layer) metrics.expertLoad.resize(layer + 1);
-    auto& row = metrics.expertLoad[layer];
-    if (row.size() <= expert) row.resize(expert + 1, std::nan(""));
-    row[expert] = points.back().value;
   }
   return metrics;
 }

@@ -21,11 +21,13 @@ EvalSnapshot evalSnapshot(const EvaluationRecord& record);
 /// Sets the per-layer routing of `eval` from its layer records.
 void setEvalLayers(EvalSnapshot& eval, std::vector<LayerRouting> layers);
 
-/// Whether the metrics tab plots `key` as a curve: train/<x> and val/<x> but the losses (the loss plot shows
-/// them), the epoch counter and the per-expert series (load/..., assign/...: the expert-load bars show those).
-bool isMetricsViewKey(const QString& key);
-/// Reads the metric keys of `runId` and the series the metrics tab shows, with the last evaluation's expert
-/// loads (val/load/L<l>/E<i>).
+/// The catalogue request of the metrics tab's figure: one run's panel of `panel` (a quantity, e.g. "lr"), or
+/// every panel ("all").
+FigureRequest metricsRequest(qint64 runId, const std::string& panel = "all");
+/// The catalogue request of the metrics tab's expert loads: the last evaluation's.
+FigureRequest expertLoadsRequest(qint64 runId);
+/// Reads the metric keys of `runId` and builds the metrics tab's figures (the expert loads when the run stores
+/// val/load/L<l>/E<i>).
 RunMetricsData loadMetricsData(const RunStore& store, qint64 runId);
 
 }  // namespace routelab

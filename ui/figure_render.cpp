@@ -19,7 +19,8 @@
 #include <cmath>
 #include <limits>
 
-#include "core/report/figures.h"
+#include "core/report/builders/catalog.h"
+#include "core/report/export/figure_files.h"
 #include "core/util/errors.h"
 #include "widgets/color_gradients.h"
 #include "widgets/color_maps.h"

@@ -1,11 +1,11 @@
-// Draws the renderer-neutral figures of core/report/figure.h with QCustomPlot: on screen (FigureView, the
+// Draws the renderer-neutral figures of core/report/figure/figure.h with QCustomPlot: on screen (FigureView, the
 // compare view's canvas) and to files at a physical size (PDF with embedded non-Type-3 fonts, SVG, PNG at a
 // chosen DPI), so an exported figure drops into LaTeX without rescaling.
 #pragma once
 #include <QString>
 #include <QWidget>
 
-#include "core/report/figure.h"
+#include "core/report/figure/figure.h"
 
 class QCustomPlot;
 class QLabel;

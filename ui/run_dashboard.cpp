@@ -15,7 +15,7 @@
 #include <cmath>
 #include <limits>
 
-#include "core/report/run_panels.h"
+#include "core/report/figure/run_panels.h"
 #include "core/util/logging.h"
 #include "ui/dashboard_loader.h"
 #include "ui/loss_smoothing.h"
@@ -239,7 +239,7 @@ void RunDashboard::onLoaded(const RunDashboardData& data) {
   renderRouting();
   renderProbe();
   renderCost();
-  metrics_->setData(data_.metrics, data_.task);
+  metrics_->setData(data_.runId, data_.metrics);
   rebuildHealth();
   updateAlerts();
   Q_EMIT dataLoaded();

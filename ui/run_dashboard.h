@@ -2,17 +2,17 @@
 // series; x = step, tokens, wall time or training FLOPs), routed-token % per layer (bars and a layer x step heat
 // map), the probe text's per-token routing with a slider over the stored evaluations, the FLOPs ratio and KV
 // memory against sequence length for the run's current routing, and alerts; a second tab plots the run's other
-// metrics (RunMetricsView). Every panel but the streaming loss plot is a catalogue figure (core/report/figures.h,
-// core/report/run_panels.h) drawn by the figure renderer, so it exports as the paper figure. Fills from the store;
+// metrics (RunMetricsView). Every panel but the streaming loss plot is a catalogue figure (core/report/builders/catalog.h,
+// core/report/figure/run_panels.h) drawn by the figure renderer, so it exports as the paper figure. Fills from the store;
 // follows the live run when it is the one running.
 #pragma once
 #include <QElapsedTimer>
 #include <QVector>
 #include <QWidget>
 
-#include "core/report/curves.h"
-#include "core/report/figure.h"
-#include "core/report/figures.h"
+#include "core/report/builders/catalog.h"
+#include "core/report/figure/curves.h"
+#include "core/report/figure/figure.h"
 #include "ui/dashboard_data.h"
 #include "core/run/run_health.h"
 #include "ui/run_progress.h"
@@ -33,7 +33,7 @@ class RunController;
 class RunMetricsView;
 class StoreService;
 
-/// The token view's rows: a token map's heat map (core/report/run_panels.h) row by row, each on its range (a
+/// The token view's rows: a token map's heat map (core/report/figure/run_panels.h) row by row, each on its range (a
 /// [0, 1] row of only 0s and 1s as decisions, other [0, 1] rows as unit values, the rest as integers or values
 /// over their own range).
 QVector<TokenRoutingWidget::Row> tokenRows(const FigureHeatmap& map);
@@ -72,7 +72,7 @@ class RunDashboard : public QWidget {
   qint64 shownProbeStep() const;
   int evalCount() const;
 
-  /// The panels drawn from catalogue figures (core/report/figures.h), each exportable from its view.
+  /// The panels drawn from catalogue figures (core/report/builders/catalog.h), each exportable from its view.
   enum class Panel { RoutedLayers, RoutingHistory, TokenMap, Cost };
   /// The catalogue request that builds `panel` from the store as shown now (`routelab-cli figure` with these
   /// fields draws the same numbers for a stored run).

@@ -1,102 +1,48 @@
-// RunMetricsView: panels from the metric keys, one XyCurvesWidget each in a scrolled grid, and grouped bars of
-// the last evaluation's expert loads.
+// RunMetricsView: the "metrics" figure split into one FigureView per panel in a scrolled grid, and the
+// "expert-loads" figure above it.
 #include "ui/run_metrics_view.h"
 
 #include <QGridLayout>
-#include <QHash>
 #include <QLabel>
 #include <QScrollArea>
 #include <QVBoxLayout>
 
-#include <algorithm>
-#include <cmath>
-#include <functional>
 #include <utility>
 
-#include "widgets/color_maps.h"
-#include "widgets/grouped_bars_widget.h"
-#include "widgets/xy_curves_widget.h"
+#include "ui/dashboard_loader.h"
+#include "ui/figure_render.h"
 
 namespace routelab {
 namespace {
 
 constexpr int kColumns = 3;
 
-/// The quantity of a key ("train/epoch_accuracy" -> "accuracy") and the series' name in its panel.
-std::pair<QString, QString> quantityOf(const QString& key) {
-  const qsizetype slash = key.indexOf(QLatin1Char('/'));
-  const QString split = key.left(slash), name = key.mid(slash + 1);
-  if (name == QLatin1String("epoch_accuracy")) return {QStringLiteral("accuracy"), QStringLiteral("train (epoch)")};
-  if (name == QLatin1String("epoch_loss")) return {QStringLiteral("epoch_loss"), QStringLiteral("train (epoch)")};
-  return {name, split};
+/// Panel `i` of the "metrics" figure as a figure of its own: what the catalogue builds for that one quantity.
+Figure panelFigure(const Figure& all, std::size_t i, const std::string& id) {
+  Figure one = all;
+  one.panels = {all.panels[i]};
+  one.columns = 1;
+  one.meta["panel_ids"] = nlohmann::json::array({id});
+  if (one.meta.contains("request")) one.meta["request"]["metric"] = id;
+  return one;
 }
 
-QString titleOf(const QString& id) {
-  static const QMap<QString, QString> titles{
-      {QStringLiteral("accuracy"), QStringLiteral("accuracy")},
-      {QStringLiteral("macro_f1"), QStringLiteral("macro-F1")},
-      {QStringLiteral("lr"), QStringLiteral("learning rate")},
-      {QStringLiteral("grad_norm"), QStringLiteral("gradient norm (before clipping)")},
-      {QStringLiteral("tokens_per_s"), QStringLiteral("tokens/s")},
-      {QStringLiteral("aux_loss"), QStringLiteral("auxiliary loss")},
-      {QStringLiteral("entropy"), QStringLiteral("router entropy")},
-      {QStringLiteral("load_imbalance"), QStringLiteral("load imbalance")},
-      {QStringLiteral("load_imbalance_per_layer"), QStringLiteral("load imbalance per layer (mean)")},
-      {QStringLiteral("routing_change"), QStringLiteral("tokens whose top expert changed since the last evaluation")},
-      {QStringLiteral("routing_change_set"), QStringLiteral("tokens whose expert set changed since the last evaluation")},
-      {QStringLiteral("routed_fraction"), QStringLiteral("routed fraction")},
-      {QStringLiteral("flops_ratio"), QStringLiteral("FLOPs ratio")},
-      {QStringLiteral("ppl"), QStringLiteral("perplexity")},
-      {QStringLiteral("bpc"), QStringLiteral("bits per character")},
-      {QStringLiteral("epoch_loss"), QStringLiteral("epoch loss")},
-  };
-  return titles.value(id, id);
-}
-
-int rankOf(const QString& id, const QString& task) {
-  static const QStringList lm{QStringLiteral("lr"),           QStringLiteral("grad_norm"),
-                              QStringLiteral("tokens_per_s"), QStringLiteral("aux_loss"),
-                              QStringLiteral("entropy"),      QStringLiteral("load_imbalance"),
-                              QStringLiteral("load_imbalance_per_layer"),
-                              QStringLiteral("routing_change"), QStringLiteral("routing_change_set"),
-                              QStringLiteral("routed_fraction"), QStringLiteral("flops_ratio"),
-                              QStringLiteral("ppl"),          QStringLiteral("bpc")};
-  static const QStringList classification{QStringLiteral("accuracy"), QStringLiteral("macro_f1")};
-  const bool classifier = task == QLatin1String("classification");
-  if (const qsizetype i = classification.indexOf(id); i >= 0) return classifier ? static_cast<int>(i) : 50 + static_cast<int>(i);
-  if (const qsizetype i = lm.indexOf(id); i >= 0) return 10 + static_cast<int>(i);
-  return 100;
+QStringList panelIdsOf(const Figure& figure) {
+  QStringList ids;
+  if (figure.meta.contains("panel_ids"))
+    for (const auto& id : figure.meta["panel_ids"]) ids << QString::fromStdString(id.get<std::string>());
+  return ids;
 }
 
 }  // namespace
-
-QVector<RunMetricsView::Panel> RunMetricsView::panelsFor(const QVector<MetricCurve>& curves, const QString& task) {
-  QVector<Panel> panels;
-  for (const MetricCurve& c : curves) {
-    if (c.steps.isEmpty()) continue;
-    const QString id = quantityOf(c.key).first;
-    auto it = std::find_if(panels.begin(), panels.end(), [&](const Panel& p) { return p.id == id; });
-    if (it == panels.end()) {
-      panels.push_back({id, titleOf(id), {}});
-      it = panels.end() - 1;
-    }
-    it->keys.push_back(c.key);
-  }
-  std::stable_sort(panels.begin(), panels.end(), [&](const Panel& a, const Panel& b) {
-    const int ra = rankOf(a.id, task), rb = rankOf(b.id, task);
-    return ra != rb ? ra < rb : a.id < b.id;
-  });
-  for (Panel& p : panels) std::sort(p.keys.begin(), p.keys.end(), std::greater<>());  // train before val
-  return panels;
-}
 
 RunMetricsView::RunMetricsView(QWidget* parent) : QWidget(parent) {
   setObjectName(QStringLiteral("runMetricsView"));
   summary_ = new QLabel(tr("No metrics yet."), this);
   summary_->setWordWrap(true);
-  loads_ = new GroupedBarsWidget(this);
+  loads_ = new FigureView(this);
   loads_->setObjectName(QStringLiteral("expertLoads"));
-  loads_->setMinimumHeight(200);
+  loads_->setMinimumHeight(220);
   loads_->setVisible(false);
   auto* content = new QWidget(this);
   grid_ = new QGridLayout(content);
@@ -114,78 +60,55 @@ RunMetricsView::RunMetricsView(QWidget* parent) : QWidget(parent) {
 
 RunMetricsView::~RunMetricsView() = default;
 
-QStringList RunMetricsView::panelIds() const {
-  QStringList ids;
-  for (const Panel& p : panels_) ids << p.id;
-  return ids;
-}
+QStringList RunMetricsView::panelIds() const { return ids_; }
 
-void RunMetricsView::setData(const RunMetricsData& metrics, const QString& task) {
-  const QVector<Panel> panels = panelsFor(metrics.curves, task);
-  const bool same = panels.size() == panels_.size() &&
-                    std::equal(panels.begin(), panels.end(), panels_.begin(), [](const Panel& a, const Panel& b) {
-                      return a.id == b.id && a.keys == b.keys;
-                    });
-  if (!same) {
-    for (XyCurvesWidget* plot : std::as_const(plots_)) {
-      grid_->removeWidget(plot);
-      delete plot;
+FigureRequest RunMetricsView::panelRequest(const QString& id) const { return metricsRequest(runId_, id.toStdString()); }
+
+FigureRequest RunMetricsView::expertLoadsRequest() const { return routelab::expertLoadsRequest(runId_); }
+
+void RunMetricsView::setData(qint64 runId, const RunMetricsData& metrics) {
+  runId_ = runId;
+  const QStringList ids = panelIdsOf(metrics.panels);
+  if (ids != ids_) {
+    for (FigureView* view : std::as_const(views_)) {
+      grid_->removeWidget(view);
+      delete view;
     }
-    plots_.clear();
-    panels_ = panels;
-    for (int i = 0; i < panels_.size(); ++i) {
-      auto* plot = new XyCurvesWidget(grid_->parentWidget());
-      plot->setObjectName(QStringLiteral("metric:%1").arg(panels_[i].id));
-      plot->setMinimumHeight(190);
-      plot->setAxes(tr("step"), panels_[i].title, false, false);
-      plot->setCaption(panels_[i].title);
-      plots_.insert(panels_[i].id, plot);
-      grid_->addWidget(plot, i / kColumns, i % kColumns);
+    views_.clear();
+    ids_ = ids;
+    for (int i = 0; i < ids_.size(); ++i) {
+      auto* view = new FigureView(grid_->parentWidget());
+      view->setObjectName(QStringLiteral("metric:%1").arg(ids_[i]));
+      view->setMinimumHeight(200);
+      views_.insert(ids_[i], view);
+      grid_->addWidget(view, i / kColumns, i % kColumns);
     }
   }
-  QHash<QString, const MetricCurve*> byKey;
-  for (const MetricCurve& c : metrics.curves) byKey.insert(c.key, &c);
-  for (const Panel& p : panels_) {
-    QVector<XyCurvesWidget::Curve> curves;
-    for (int i = 0; i < p.keys.size(); ++i) {
-      const MetricCurve* c = byKey.value(p.keys[i]);
-      if (!c) continue;
-      const QString name = quantityOf(c->key).second;
-      const bool val = name == QLatin1String("val");
-      // Validation points are few (one per evaluation): markers with a line; training series as lines.
-      XyCurvesWidget::Curve curve{name, c->steps, c->values, viridis(val ? 0.72 : 0.25 + 0.2 * i), false, false};
-      curves.push_back(curve);
-    }
-    plots_.value(p.id)->setCurves(curves);
+  for (int i = 0; i < ids_.size(); ++i) {
+    const auto index = static_cast<std::size_t>(i);
+    if (index >= metrics.panels.panels.size()) break;
+    FigureView* view = views_.value(ids_[i]);
+    const FigurePanel& panel = metrics.panels.panels[index];
+    QStringList keys;
+    for (const auto& s : panel.series) keys << QString::fromStdString(s.label);
+    view->setFigure(panelFigure(metrics.panels, index, ids_[i].toStdString()));
+    view->setCaption(QString::fromStdString(panel.title),
+                     tr("%1 (%2) against the training step; `routelab-cli figure metrics --metric %3`")
+                         .arg(QString::fromStdString(panel.title), keys.join(QStringLiteral(", ")), ids_[i]));
   }
 
-  // Expert loads of the last evaluation: one group per layer, one bar per expert, against 1/N.
-  const bool haveLoads = !metrics.expertLoad.isEmpty();
+  const bool haveLoads = !metrics.loads.panels.empty();
   loads_->setVisible(haveLoads);
   if (haveLoads) {
-    int experts = 0;
-    for (const auto& row : metrics.expertLoad) experts = std::max(experts, static_cast<int>(row.size()));
-    QStringList groups;
-    for (int l = 0; l < metrics.expertLoad.size(); ++l) groups << tr("layer %1").arg(l);
-    QVector<GroupedBarsWidget::Series> series;
-    for (int e = 0; e < experts; ++e) {
-      GroupedBarsWidget::Series s{tr("E%1").arg(e), {}, viridis(experts > 1 ? 0.1 + 0.8 * e / (experts - 1) : 0.5)};
-      for (const auto& row : metrics.expertLoad) s.values.push_back(row.value(e, std::nan("")));
-      series.push_back(s);
-    }
-    loads_->setBars(groups, series, tr("share of routed tokens"));
-    loads_->setReference(experts > 0 ? 1.0 / experts : std::nan(""), tr("uniform 1/%1").arg(experts));
-    loads_->setCaption(tr("Expert loads per layer at evaluation step %1 (val/load/L·/E·): the share of each "
-                          "layer's token-expert assignments per expert; dashed: uniform")
-                           .arg(metrics.loadStep));
+    loads_->setFigure(metrics.loads);
+    loads_->setCaption(tr("Expert loads per layer, %1: each expert's share of the layer's token-expert "
+                          "assignments (val/load/L·/E·); dashed: uniform")
+                           .arg(QString::fromStdString(metrics.loads.panels.front().title)));
   }
-  const QStringList ids = panelIds();
-  summary_->setText(panels_.isEmpty() && !haveLoads
-                        ? tr("This run has stored no metrics besides the loss yet.")
-                        : tr("%1 metric keys · %2 plots%3").arg(metrics.keys.size()).arg(panels_.size())
-                              .arg(task == QLatin1String("classification") ? tr(" · classification: accuracy and F1 "
-                                                                                "replace perplexity")
-                                                                           : QString()));
+  summary_->setText(ids_.isEmpty() && !haveLoads
+                        ? (metrics.panelsError.isEmpty() ? tr("This run has stored no metrics besides the loss yet.")
+                                                         : metrics.panelsError)
+                        : tr("%1 metric keys · %2 plots").arg(metrics.keys.size()).arg(ids_.size()));
 }
 
 }  // namespace routelab

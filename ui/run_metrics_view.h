@@ -1,7 +1,8 @@
-// RunMetricsView: the dashboard's metrics tab: small-multiple plots of a run's metrics besides the loss (learning
-// rate, gradient norm, tokens/s, auxiliary loss, router entropy, accuracy and macro-F1 for classifiers, model
-// statistics), one plot per quantity with its train and val series, and the expert loads per layer at the last
-// evaluation (TAGAT) as grouped bars against the uniform share. Built from the keys the run actually has.
+// RunMetricsView: the dashboard's metrics tab: a run's metrics besides the loss (learning rate, gradient norm,
+// tokens/s, auxiliary loss, router entropy, accuracy and macro-F1 for classifiers, ...) as small multiples, one
+// figure per quantity with its train and val series, and the expert loads per layer at the last evaluation (TAGAT)
+// against the uniform share. Each is a panel of the catalogue figures "metrics" and "expert-loads"
+// (core/report/figure/metric_panels.h), drawn by the one renderer with its own "Export figure…".
 #pragma once
 #include <QMap>
 #include <QStringList>
@@ -14,40 +15,34 @@ class QLabel;
 
 namespace routelab {
 
-class GroupedBarsWidget;
-class XyCurvesWidget;
+class FigureView;
 
 class RunMetricsView : public QWidget {
   Q_OBJECT
 
  public:
-  /// One plot: a title and the metric keys it draws.
-  struct Panel {
-    QString id;     ///< the quantity, e.g. "lr", "accuracy"
-    QString title;  ///< e.g. "learning rate"
-    QStringList keys;
-  };
-  /// Groups the plotted keys into panels, in a fixed order of importance (accuracy and F1 first for
-  /// classifiers, then lr, gradient norm, tokens/s, auxiliary loss, entropy, ...; the rest by name).
-  static QVector<Panel> panelsFor(const QVector<MetricCurve>& curves, const QString& task);
-
   explicit RunMetricsView(QWidget* parent = nullptr);
   ~RunMetricsView() override;
 
-  /// Replaces what the tab shows; plots are rebuilt only when the set of panels changes.
-  void setData(const RunMetricsData& metrics, const QString& task);
+  /// Replaces what the tab shows; the views are rebuilt only when the set of panels changes.
+  void setData(qint64 runId, const RunMetricsData& metrics);
 
+  /// The quantities shown, in order (e.g. "lr", "grad_norm", "accuracy").
   QStringList panelIds() const;
-  XyCurvesWidget* panel(const QString& id) const { return plots_.value(id, nullptr); }
+  FigureView* panel(const QString& id) const { return views_.value(id, nullptr); }
   /// The expert-load bars (hidden when the run reports no per-expert loads).
-  GroupedBarsWidget* expertLoads() const { return loads_; }
+  FigureView* expertLoads() const { return loads_; }
+  /// What `routelab-cli figure` takes to draw the panel of `id` ("all": every panel) or the expert loads.
+  FigureRequest panelRequest(const QString& id) const;
+  FigureRequest expertLoadsRequest() const;
 
  private:
   QLabel* summary_ = nullptr;
   QGridLayout* grid_ = nullptr;
-  GroupedBarsWidget* loads_ = nullptr;
-  QVector<Panel> panels_;
-  QMap<QString, XyCurvesWidget*> plots_;
+  FigureView* loads_ = nullptr;
+  qint64 runId_ = 0;
+  QStringList ids_;
+  QMap<QString, FigureView*> views_;
 };
 
 }  // namespace routelab

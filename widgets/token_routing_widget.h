@@ -1,6 +1,6 @@
 // TokenRoutingWidget: a text's tokens in a row per layer (or per per-token quantity), each token coloured by a
 // value: a gate probability, a hard decision, or an integer such as an exit layer, a depth or a layer on a path
-// (the view of seed 003 Figure 4 and seed 002 Figure 4). Hovering a token shows its numbers. Plain data in.
+// (the view of TSA Figure 4 and TAGAT Figure 4). Hovering a token shows its numbers. Plain data in.
 #pragma once
 #include <QStringList>
 #include <QVector>

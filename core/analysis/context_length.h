@@ -1,4 +1,4 @@
-// Long-context evaluation (seed 000 "Length Extrapolation", Figure 3): a stored run's perplexity at sequence
+// Long-context evaluation (DTRNet "Length Extrapolation", Figure 3): a stored run's perplexity at sequence
 // lengths beyond its training context, with RoPE context extension (linear interpolation or YaRN) chosen at
 // evaluation. Each length is evaluated on the same number of validation tokens in strided windows: consecutive,
 // non-overlapping windows of that length from the start of the split, every token scored once (synthetic tasks,

@@ -1,4 +1,4 @@
-// Layer-wise cosine similarity of token representations (seed 000, Figure 1): run a trained model on the
+// Layer-wise cosine similarity of token representations (DTRNet, Figure 1): run a trained model on the
 // trainer's fixed validation batches, take every layer's output hidden state per token and average, over the
 // tokens, the cosine similarity between the states of each pair of layers. The per-layer outputs come from the
 // forward itself, through a LayerStateProbe.

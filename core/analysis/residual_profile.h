@@ -1,4 +1,4 @@
-// The profiling method of Radial Networks (seed 004, §4.1) for any trained RouteLab model: the residual ratio
+// The profiling method of Radial Networks (Dotzel et al. 2024, §4.1) for any trained RouteLab model: the residual ratio
 // r = ||R(x)||_2 / ||x||_2 per token for every attention and every FFN sub-block, its distribution per layer
 // (Figures 5, 6, 9, 10) and the oracle dynamic depth at a threshold tau: the sub-blocks a token would keep if
 // every sub-block with r < tau were skipped (Figure 7). Ratios are measured in inference mode, on the sub-blocks

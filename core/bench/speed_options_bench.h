@@ -1,4 +1,4 @@
-// What an architecture's speed options buy at inference (seed 003 §3.6, App. E Table 8, for TSA's sparse
+// What an architecture's speed options buy at inference (TSA §3.6, App. E Table 8, for TSA's sparse
 // execution): the eval-mode forward of a dense model, of the architecture as configured and of the same weights
 // with its registered speed options (ArchitectureEntry::speed_options), the routers forced to target shares by the
 // architecture's own calibration hook, timed interleaved and priced from their traces.
@@ -13,13 +13,13 @@ struct SpeedBenchOptions {
   /// an architecture with speed options and a benchmark hook; empty: the first registered one (ignored when
   /// `checkpoint` is given)
   std::string arch;
-  /// the paper's bench batch and sequence (seed 003 §3.6: batch 64, seq 256)
+  /// the paper's bench batch and sequence (TSA §3.6: batch 64, seq 256)
   std::int64_t batch = 64, seq = 256;
-  /// the char-LM shape of seed 003 §3.2 (GPT-2 style where the architecture has a style); ignored with `checkpoint`
+  /// the char-LM shape of TSA §3.2 (GPT-2 style where the architecture has a style); ignored with `checkpoint`
   std::int64_t n_embd = 256, n_layer = 6, n_head = 8, d_ff = 1024, vocab = 65;
   int warmup = 2;  ///< untimed forwards of each model per share
   int reps = 5;    ///< timed forwards of each model per share, interleaved (the median is reported)
-  /// shares the routers are forced to (seed 003's operating points 0.726 and 0.833 included)
+  /// shares the routers are forced to (TSA's operating points 0.726 and 0.833 included)
   std::vector<double> fractions{1.0, 0.833, 0.726, 0.5};
   int threads = 0;  ///< 0: all cores
   /// a run's checkpoint: its config gives the architecture and shape, its weights the routers (empty: random)

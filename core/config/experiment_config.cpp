@@ -114,7 +114,7 @@ const OptionSchema& data_schema() {
   static const OptionSchema schema = {
       choice_opt("source", "kjv", {"kjv", "file", "copy", "sort", "entailment", "pairs"},
                  "kjv: the embedded King James Bible corpus; file: any UTF-8 text file (data.path); "
-                 "copy/sort: the synthetic tasks of seed 003 §3.1; entailment: the embedded synthetic entailment "
+                 "copy/sort: the synthetic tasks of TSA §3.1; entailment: the embedded synthetic entailment "
                  "task of issue 5 (sentence-pair classification); pairs: sentence-pair files (data.train_path, "
                  "data.val_path; MultiNLI TSV or JSON lines)"),
       string_opt("path", "", "UTF-8 text file used when data.source is 'file'"),

@@ -30,7 +30,7 @@ struct SweepPlan {
   std::string name;
   std::string description;
   std::string origin;             ///< the file (or name) it was read from, for errors
-  /// the table layout printed at the end: checked by sweep_table (core/report/run_tables.h), not here
+  /// the table layout printed at the end: checked by sweep_table (core/report/tables/run_tables.h), not here
   std::string table = "summary";
   std::vector<SweepPoint> points;  ///< grid points first (in grid order), then the baselines
   std::string tag() const { return "sweep:" + name; }

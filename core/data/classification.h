@@ -1,4 +1,4 @@
-// Sentence-pair classification data (seed 002: MultiNLI-style entailment): pair files in the GLUE TSV and
+// Sentence-pair classification data (TAGAT: MultiNLI-style entailment): pair files in the GLUE TSV and
 // JSON-lines formats, or the embedded synthetic entailment task; word-level or WordPiece tokenization into
 // `[CLS] a [SEP] b [SEP]` with padding, a padding mask and segment ids. Batches are built from example indices,
 // so the trainer owns the epoch order (epoch_order) and a resumed run sees the same batches.

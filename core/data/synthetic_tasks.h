@@ -1,4 +1,4 @@
-// The synthetic copy and sort tasks of the TSA paper (seed 003, §3.1): sequences [BOS] src [SEP] tgt [EOS] over
+// The synthetic copy and sort tasks of the TSA paper (TSA, §3.1): sequences [BOS] src [SEP] tgt [EOS] over
 // V symbols, loss masked on the source, with fixed train/val/test example sets generated from a seed.
 #pragma once
 #include <array>

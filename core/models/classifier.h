@@ -1,4 +1,4 @@
-// The interface the trainer talks to for sequence classification (seed 002: sentence-pair entailment), parallel
+// The interface the trainer talks to for sequence classification (TAGAT: sentence-pair entailment), parallel
 // to LanguageModel: class logits, the auxiliary (routing) loss, the per-layer routing trace and per-token data.
 #pragma once
 #include <cstdint>

@@ -21,8 +21,8 @@ const OptionTable<TransformerOptions>& transformer_options_table() {
   static const auto table = [] {
     OptionTable<TransformerOptions> t;
     t.choice(ROUTELAB_OPTION(style), {"llama", "gpt2"},
-             "llama: RMSNorm, RoPE, SwiGLU, no biases (seed 000); gpt2: LayerNorm, learned positions, GELU, biases "
-             "(seed 003)")
+             "llama: RMSNorm, RoPE, SwiGLU, no biases (DTRNet); gpt2: LayerNorm, learned positions, GELU, biases "
+             "(TSA)")
         .value(ROUTELAB_OPTION(n_layer), T::Int, "number of Transformer blocks", 1, 256)
         .value(ROUTELAB_OPTION(n_embd), T::Int, "model width d", 8, 16384)
         .value(ROUTELAB_OPTION(n_head), T::Int, "query heads (must divide n_embd)", 1, 256)
@@ -44,7 +44,7 @@ const OptionTable<TransformerOptions>& transformer_options_table() {
         .value(ROUTELAB_OPTION(dropout), T::Float,
                "dropout on attention probabilities and residual updates in training", 0, 0.9)
         .choice(ROUTELAB_OPTION(init), {"gpt3", "normal"},
-                "gpt3: N(0,0.02) with residual projections N(0,0.02/sqrt(2L)) (seed 003 App. A); normal: N(0,0.02) "
+                "gpt3: N(0,0.02) with residual projections N(0,0.02/sqrt(2L)) (TSA App. A); normal: N(0,0.02) "
                 "everywhere");
     return t;
   }();
@@ -304,7 +304,7 @@ ArchitectureEntry dense_architecture() {
   ArchitectureEntry entry{
       "dense",
       "Dense Transformer",
-      "baseline of seeds 000 (SmolLM/Llama style) and 003 (GPT-2 style)",
+      "baseline of DTRNet (SmolLM/Llama style) and TSA (GPT-2 style)",
       "Decoder-only pre-norm Transformer: every token runs every attention and MLP sub-layer.",
       transformer_option_schema(),
       check_transformer_options,

@@ -1,5 +1,5 @@
 // The dense decoder-only Transformer baseline in two styles: Llama/SmolLM (RMSNorm, RoPE, SwiGLU, optional
-// GQA, no biases; seed 000) and GPT-2 (LayerNorm, learned positions, GELU, biases; seed 003).
+// GQA, no biases; DTRNet) and GPT-2 (LayerNorm, learned positions, GELU, biases; TSA).
 #pragma once
 #include <nlohmann/json.hpp>
 
@@ -36,7 +36,7 @@ struct TransformerOptions {
   TORCH_ARG(std::int64_t, rope_original_context) = 0;        ///< 0: max_seq_len
   TORCH_ARG(double, norm_eps) = 1e-5;
   TORCH_ARG(double, dropout) = 0.0;
-  /// "gpt3": N(0, 0.02), residual projections N(0, 0.02/sqrt(2L)) (seed 003 App. A); "normal": all N(0, 0.02)
+  /// "gpt3": N(0, 0.02), residual projections N(0, 0.02/sqrt(2L)) (TSA App. A); "normal": all N(0, 0.02)
   TORCH_ARG(std::string, init) = "gpt3";
 
  public:  // TORCH_ARG leaves the section private
@@ -111,7 +111,7 @@ class TransformerTrunk : public LanguageModel {
   torch::Tensor embed(const torch::Tensor& tokens, torch::Tensor& positions);
   /// (B, T, C) -> logits (B, T, V)
   torch::Tensor head(const torch::Tensor& x);
-  /// Seed 003 App. A init (or plain N(0, 0.02)): call at the end of the subclass constructor. Parameters
+  /// TSA App. A init (or plain N(0, 0.02)): call at the end of the subclass constructor. Parameters
   /// whose name ends with one of `residual_suffixes` get the 0.02/sqrt(2L) scale under "gpt3".
   void init_weights(const std::vector<std::string>& residual_suffixes = {"attn.proj.weight", "mlp.down.weight"});
 

@@ -257,7 +257,7 @@ const OptionTable<DLLMOptions>& dllm_options_table() {
         .value(ROUTELAB_OPTION(reserved_tokens), T::Int,
                "first tokens of every sequence that always execute (official 2)", 1, 1 << 20)
         .value(ROUTELAB_OPTION(target), T::Float,
-               "target executed fraction over all layers, the acceleration rate Omega (official 0.5; seed 000's "
+               "target executed fraction over all layers, the acceleration rate Omega (official 0.5; DTRNet's "
                "matched-FLOPs setting 0.85)",
                0, 1)
         .value(ROUTELAB_OPTION(rate_coeff), T::Float,
@@ -320,12 +320,12 @@ FlopsEstimate price_dllm(const FlopsInput& in) {
 }  // namespace
 
 // No kv_entries rule: the prompt pass writes every slot's keys and values (the skipped ones masked out as keys), so
-// a D-LLM cache is dense-sized after a prompt, as seed 000 reports; only generated tokens are cached when executed.
+// a D-LLM cache is dense-sized after a prompt, as DTRNet reports; only generated tokens are cached when executed.
 ArchitectureEntry dllm_architecture() {
   ArchitectureEntry entry{
       "dllm",
       "D-LLM",
-      "Jiang et al. 2024 (baseline of seed 000)",
+      "Jiang et al. 2024 (baseline of DTRNet)",
       "Token-choice layer skipping: a decision module before each dynamic layer lets every token execute or skip "
       "the whole block, skipped tokens are evicted as keys, and a rate loss steers the executed fraction to a target.",
       schema_of(transformer_options_table(), dllm_options_table()),

@@ -1,4 +1,4 @@
-// D-LLM (Jiang et al. 2024; baseline of seed 000): a per-layer decision module lets each token execute or skip
+// D-LLM (Jiang et al. 2024; baseline of DTRNet): a per-layer decision module lets each token execute or skip
 // the whole block, skipped tokens are evicted as keys, and a rate loss steers the executed fraction to a target.
 // Follows the official code (Jyk-122/D-LLM, llama/model_train.py) where the paper is silent.
 #pragma once
@@ -34,7 +34,7 @@ struct DLLMOptions {
   TORCH_ARG(std::int64_t, router_hidden) = 512;
   /// first tokens of every sequence that always execute; 2 (official dynamic_reserve_initials)
   TORCH_ARG(std::int64_t, reserved_tokens) = 2;
-  /// target executed fraction (the seed's acceleration rate Ω); 0.5 (official dynamic_active_target)
+  /// target executed fraction (the paper's acceleration rate Ω); 0.5 (official dynamic_active_target)
   TORCH_ARG(double, target) = 0.5;
   /// λ_max of the rate loss; 5.0 (official lambda_active)
   TORCH_ARG(double, rate_coeff) = 5.0;

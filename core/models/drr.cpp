@@ -1,4 +1,4 @@
-// Depth Routing Residuals: the seed's modules (DepthMemoryAttention, SummaryPool, DRRLayer, the model loop), the
+// Depth Routing Residuals: the paper's modules (DepthMemoryAttention, SummaryPool, DRRLayer, the model loop), the
 // causal memory form for language modelling, FLOPs and parameter overhead, seed-weight loading and the registry entry.
 #include "core/models/drr.h"
 
@@ -28,7 +28,7 @@ const OptionTable<DrrOptions>& drr_options_table() {
         .value(ROUTELAB_OPTION(router_hidden_mult), T::Int, "router hidden width = router_hidden_mult * n_embd", 1, 64)
         .choice(ROUTELAB_OPTION(memory), {"causal", "seed"},
                 "causal: position t reads memory at positions <= t and summaries of complete chunks only (language "
-                "modelling); seed: the seed's non-causal code, refused for a language model");
+                "modelling); seed: the paper's non-causal code, refused for a language model");
     return t;
   }();
   return table;
@@ -49,7 +49,7 @@ const OptionTable<TransformerOptions>& drr_transformer_options_table() {
         .value(ROUTELAB_OPTION(tie_weights), T::Bool, "share the token embedding with the output head")
         .value(ROUTELAB_OPTION(norm_eps), T::Float, "LayerNorm epsilon", 1e-12, 1)
         .value(ROUTELAB_OPTION(dropout), T::Float,
-               "dropout of the seed: attention and memory-attention probabilities, after the MLP's GELU and after its "
+               "dropout of the paper: attention and memory-attention probabilities, after the MLP's GELU and after its "
                "output, in training",
                0, 0.9)
         .choice(ROUTELAB_OPTION(init), {"gpt3", "normal"},
@@ -258,7 +258,7 @@ torch::Tensor DrrLayerImpl::forward(const torch::Tensor& x, const torch::Tensor&
 
   const auto gates = torch::softmax(router_logits(x), -1);  // (B, T, 3)
   if (gates_out) *gates_out = gates.detach();
-  // hybrid = g0 x + g1 short + g2 long; an absent memory is the seed's zero context, so its term is left out.
+  // hybrid = g0 x + g1 short + g2 long; an absent memory is the paper's zero context, so its term is left out.
   auto hybrid = gates.narrow(-1, 0, 1) * x;  // (B, T, C)
   if (short_ctx.defined()) hybrid = hybrid + gates.narrow(-1, 1, 1) * short_ctx;
   if (long_ctx.defined()) hybrid = hybrid + gates.narrow(-1, 2, 1) * long_ctx;
@@ -268,7 +268,7 @@ torch::Tensor DrrLayerImpl::forward(const torch::Tensor& x, const torch::Tensor&
   torch::Tensor attn_out;
   if (memory.causal) {
     attn_out = attn(h, positions);
-  } else {  // the seed's nn.MultiheadAttention: bidirectional
+  } else {  // the paper's nn.MultiheadAttention: bidirectional
     const auto qkv = attn->project(h, positions);
     attn_out = attn->output(attend(qkv.q, qkv.k, qkv.v, {}, dropout, training));
   }
@@ -358,7 +358,7 @@ DrrTransformer::DrrTransformer(TransformerOptions transformer, DrrOptions option
   }
   summary_pool = register_module("summary_pool", SummaryPool(options_.n_embd(), o.summary_tokens(), options_.norm_eps()));
   // The trunk's init (GPT-3 residual scaling on the block's output projections; memory attentions, router hidden
-  // layer and pool N(0, 0.02); biases zero), then the seed's router init, which the generic init overwrote.
+  // layer and pool N(0, 0.02); biases zero), then the paper's router init, which the generic init overwrote.
   init_weights({"attn.proj.weight", "mlp_down.weight"});
   for (auto& layer : layers) layer->reset_router();
 }
@@ -370,7 +370,7 @@ DrrTransformer::States DrrTransformer::states(const torch::Tensor& tokens, bool 
                       std::to_string(options_.max_seq_len()));
   const auto& o = drr_options_;
   const auto positions = torch::arange(T, torch::TensorOptions().dtype(torch::kLong).device(tokens.device()));  // (T)
-  auto x = tok_emb(tokens) + pos_emb(positions);  // (B, T, C): no embedding dropout, as the seed
+  auto x = tok_emb(tokens) + pos_emb(positions);  // (B, T, C): no embedding dropout, as the paper
 
   DrrMemoryBank memory;
   memory.causal = o.memory() == DrrMemory::Causal;
@@ -589,7 +589,7 @@ void load_seed_parameters(DrrTransformer& model, const std::map<std::string, tor
   }
   for (const auto& item : params)
     if (!loaded.count(item.key()) && item.key() != "lm_head.weight")
-      throw ConfigError("DRR parameter '" + item.key() + "' is missing from the seed state");
+      throw ConfigError("DRR parameter '" + item.key() + "' is missing from the reference state");
 }
 
 namespace {
@@ -599,7 +599,7 @@ void check_drr_options(const nlohmann::json& m, const std::string& path) {
   if (n_embd % n_head != 0)
     throw ConfigError(path + ".n_head: " + std::to_string(n_head) + " does not divide n_embd " + std::to_string(n_embd));
   if (m.at("memory") == "seed")
-    throw ConfigError(path + ".memory: 'seed' lets a position read later positions (the seed's memory attention "
+    throw ConfigError(path + ".memory: 'seed' lets a position read later positions (the paper's memory attention "
                              "and pooled summaries see the whole sequence, its block attention is bidirectional); a "
                              "language model needs 'causal'");
 }
@@ -643,7 +643,7 @@ ArchitectureEntry drr_architecture() {
   ArchitectureEntry entry{
       "drr",
       "Depth Routing Residuals",
-      "seed 001 (DRR, its PyTorch code)",
+      "DRR (the paper and its PyTorch code)",
       "Before each PreNorm block a token-wise router mixes the identity, attention over the last W layer outputs and "
       "attention over summary tokens pooled every block_size layers; causal memory for language modelling.",
       schema_of(drr_transformer_options_table(), drr_options_table()),

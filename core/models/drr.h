@@ -1,6 +1,6 @@
-// Depth Routing Residuals (seed 001): before each PreNorm block a token-wise router mixes three paths, the identity,
+// Depth Routing Residuals (DRR): before each PreNorm block a token-wise router mixes three paths, the identity,
 // attention over the last W layer outputs (short-term memory) and attention over summary tokens pooled every
-// block_size layers (long-term memory). Two memory forms: the seed's exact, non-causal one and a causal one for LMs.
+// block_size layers (long-term memory). Two memory forms: the paper's exact, non-causal one and a causal one for LMs.
 #pragma once
 #include <map>
 #include <string>
@@ -18,13 +18,13 @@ enum class DrrMemory {
   /// Language modelling: position t reads layer outputs at positions <= t only, and a summary token only once its
   /// chunk (adaptive_avg_pool1d's boundaries over max_seq_len) has ended at or before t; the block is causal.
   Causal,
-  /// The seed's exact code: every position reads every memory entry, summaries pool the whole sequence and the
+  /// The paper's exact code: every position reads every memory entry, summaries pool the whole sequence and the
   /// block's self-attention is bidirectional (for the classification pipeline of issue 5).
   Seed,
 };
 
 /// Options of the routing on top of the shared TransformerOptions (GPT-2 style: LayerNorm, learned positions,
-/// biased attention and GELU MLP, as the seed's nn.MultiheadAttention block).
+/// biased attention and GELU MLP, as the paper's nn.MultiheadAttention block).
 struct DrrOptions {
   /// 4: the short-term memory holds the last short_window layer outputs (W)
   TORCH_ARG(std::int64_t, short_window) = 4;
@@ -34,7 +34,7 @@ struct DrrOptions {
   TORCH_ARG(std::int64_t, block_size) = 4;
   /// 1: router hidden width = router_hidden_mult * n_embd
   TORCH_ARG(std::int64_t, router_hidden_mult) = 1;
-  /// Causal (language modelling); Seed gives the seed's non-causal form
+  /// Causal (language modelling); Seed gives the paper's non-causal form
   TORCH_ARG(DrrMemory, memory) = DrrMemory::Causal;
 };
 
@@ -57,14 +57,14 @@ std::vector<SummaryChunk> summary_chunks(std::int64_t length, std::int64_t summa
 /// chunks (cut over `max_seq_len`) that are complete within the sequence.
 std::int64_t drr_summary_tokens(const DrrOptions& options, std::int64_t seq, std::int64_t max_seq_len);
 
-/// Multi-head attention of the current states over a memory bank (the seed's DepthMemoryAttention): q, k, v and
+/// Multi-head attention of the current states over a memory bank (the paper's DepthMemoryAttention): q, k, v and
 /// output projections without bias, scaled dot-product attention without a causal mask.
 class DepthMemoryAttentionImpl : public torch::nn::Module {
  public:
   DepthMemoryAttentionImpl(std::int64_t dim, std::int64_t num_heads, double dropout = 0.0);
   void reset();
   /// x: (B, T, C), memory: (B, M, C), visible: (T, M) bool, undefined = every entry -> (B, T, C). An empty
-  /// memory, and a row that sees no entry, give a zero context (the seed's zeros_like for an empty memory).
+  /// memory, and a row that sees no entry, give a zero context (the paper's zeros_like for an empty memory).
   torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& memory, const torch::Tensor& visible = {});
 
   std::int64_t dim, num_heads;
@@ -73,11 +73,11 @@ class DepthMemoryAttentionImpl : public torch::nn::Module {
 };
 TORCH_MODULE(DepthMemoryAttention);
 
-/// The seed's SummaryPool: LayerNorm -> Linear -> average pooling over the sequence into S summary tokens.
+/// The paper's SummaryPool: LayerNorm -> Linear -> average pooling over the sequence into S summary tokens.
 class SummaryPoolImpl : public torch::nn::Module {
  public:
   SummaryPoolImpl(std::int64_t dim, std::int64_t summary_tokens, double norm_eps = 1e-5);
-  /// The seed's form: (B, T, C) -> (B, S, C) through adaptive_avg_pool1d.
+  /// The paper's form: (B, T, C) -> (B, S, C) through adaptive_avg_pool1d.
   torch::Tensor forward(const torch::Tensor& x);
   /// The causal form: the mean over each of `chunks` (all ending within T) -> (B, chunks.size(), C).
   torch::Tensor pool_chunks(const torch::Tensor& x, const std::vector<SummaryChunk>& chunks);
@@ -88,7 +88,7 @@ class SummaryPoolImpl : public torch::nn::Module {
 };
 TORCH_MODULE(SummaryPool);
 
-/// What a DRR layer reads: the seed's two lists, and for the causal form the last position of each summary's chunk.
+/// What a DRR layer reads: the paper's two lists, and for the causal form the last position of each summary's chunk.
 struct DrrMemoryBank {
   bool causal = true;
   std::vector<torch::Tensor> short_term;  ///< the most recent layer outputs, (B, T, C) each, oldest first
@@ -96,7 +96,7 @@ struct DrrMemoryBank {
   torch::Tensor summary_last;             ///< causal: (S') int64, last position of each summary token's chunk
 };
 
-/// One DRR layer (the seed's DRRLayer): router, two memory attentions and a PreNorm block on the routed mix.
+/// One DRR layer (the paper's DRRLayer): router, two memory attentions and a PreNorm block on the routed mix.
 class DrrLayerImpl : public torch::nn::Module {
  public:
   DrrLayerImpl(const TransformerOptions& transformer, const DrrOptions& options, std::int64_t layer_index);
@@ -106,7 +106,7 @@ class DrrLayerImpl : public torch::nn::Module {
                         torch::Tensor* gates = nullptr);
   /// The router's logits: (B, T, C) -> (B, T, 3).
   torch::Tensor router_logits(const torch::Tensor& x);
-  /// The seed's router init: final weight zero, bias [2.0, 0.0, -0.5] (toward the identity).
+  /// The paper's router init: final weight zero, bias [2.0, 0.0, -0.5] (toward the identity).
   void reset_router();
 
   DrrOptions options;
@@ -117,7 +117,7 @@ class DrrLayerImpl : public torch::nn::Module {
   DepthMemoryAttention short_mem_attn{nullptr}, long_mem_attn{nullptr};
   Norm norm1{nullptr}, norm2{nullptr};
   CausalSelfAttention attn{nullptr};  // nn.MultiheadAttention's packed in_proj (q, k, v) and out_proj, with biases
-  torch::nn::Linear mlp_up{nullptr}, mlp_down{nullptr};  // C -> 4C -> C, GELU, dropout after each, as the seed
+  torch::nn::Linear mlp_up{nullptr}, mlp_down{nullptr};  // C -> 4C -> C, GELU, dropout after each, as the paper
 };
 TORCH_MODULE(DrrLayer);
 
@@ -132,13 +132,13 @@ double depth_memory_attention_flops(double batch, double seq, double entries, st
 /// Forward FLOPs of DRR layer work on `batch` x `seq` tokens: router, short-term attention over `short_entries`
 /// and long-term attention over `long_entries` entries per sequence, the PreNorm block, and (`pools`) the summary
 /// pool that runs after it: its projection, and its chunk average when that is a (S', seq) x (seq, C) product per
-/// sequence (the causal form, `pool_product_rows` = S'; the seed's adaptive pooling is additions only, 0).
+/// sequence (the causal form, `pool_product_rows` = S'; the paper's adaptive pooling is additions only, 0).
 double drr_layer_flops(double batch, double seq, const LayerShape& shape, std::int64_t router_hidden,
                        double short_entries, double long_entries, bool pools, double pool_product_rows);
 
 class DrrTransformer : public TransformerTrunk {
  public:
-  /// The trunk is GPT-2 style whatever `transformer.style()` says (the seed's LayerNorm, learned positions, biases).
+  /// The trunk is GPT-2 style whatever `transformer.style()` says (the paper's LayerNorm, learned positions, biases).
   DrrTransformer(TransformerOptions transformer, DrrOptions options = {});
   ModelOutput forward(const torch::Tensor& tokens, bool trace = false) override;
   std::string arch_id() const override { return "drr"; }
@@ -170,7 +170,7 @@ class DrrTransformer : public TransformerTrunk {
   DrrOptions drr_options_;
 };
 
-/// Copies a state dict of the seed's SmallDRRTransformer (its parameter names: embed, pos_embed, layers.<i>.router.0,
+/// Copies a state dict of the paper's SmallDRRTransformer (its parameter names: embed, pos_embed, layers.<i>.router.0,
 /// self_attn.in_proj_weight, mlp.3, ...) into `model`. Throws ConfigError naming the tensor when one is missing,
 /// unknown or of another shape. An untied lm_head (the seed has none) is left as it is.
 void load_seed_parameters(DrrTransformer& model, const std::map<std::string, torch::Tensor>& seed_state);

@@ -1,4 +1,4 @@
-// DTRNet layer and model (seed 000 "DTRNet Layer Structure", "Training and Regularization", App. A1-A5).
+// DTRNet layer and model (DTRNet "DTRNet Layer Structure", "Training and Regularization", App. A1-A5).
 // Where the paper is silent the reference code (architectures.md 1) decides; each such place says so.
 #include "core/models/dtrnet.h"
 
@@ -433,7 +433,7 @@ ArchitectureEntry dtrnet_architecture() {
   ArchitectureEntry entry{
       "dtrnet",
       "DTRNet",
-      "seed 000 (Sharma et al., DTRNet)",
+      "DTRNet (Sharma et al.)",
       "Token routing between causal attention over the routed tokens and a token-local W_O W_V bypass; every "
       "token keeps the MLP.",
       schema_of(transformer_options_table(), dtrnet_options_table()),

@@ -1,4 +1,4 @@
-// DTRNet (seed 000): per routed layer a 2-way token router sends each token either through causal attention
+// DTRNet: per routed layer a 2-way token router sends each token either through causal attention
 // among the routed tokens only (gather -> compacted attention -> scatter, O(k^2)) or through the token-local
 // bypass W_O W_V x_norm; both scaled by the router's score, then every token runs the shared MLP.
 #pragma once

@@ -283,7 +283,7 @@ ArchitectureEntry early_exit_architecture() {
   ArchitectureEntry entry{
       "early-exit",
       "Early exit",
-      "Elbayad et al. 2020 (baseline of seed 003 §3.5)",
+      "Elbayad et al. 2020 (baseline of TSA §3.5)",
       "A dense trunk with a tied output head after every block, trained on the mean cross-entropy of all heads; "
       "at inference a token exits after the first block whose head's max softmax probability reaches "
       "exit_threshold, and deeper blocks read its frozen state as keys and values.",
@@ -298,7 +298,7 @@ ArchitectureEntry early_exit_architecture() {
     return read_back(m, transformer_options_table(), early_exit_options_table());
   };
   entry.price_flops = price_early_exit;
-  // The threshold is eval-only: seed 003 sweeps it on a trained checkpoint (Figure 3, right); 1 is the full model.
+  // The threshold is eval-only: TSA sweeps it on a trained checkpoint (Figure 3, right); 1 is the full model.
   entry.eval_sweep = {"exit_threshold", {0.3, 0.5, 0.6, 0.7, 0.8, 0.9, 0.95, 0.99, 1.0}};
   entry.routed_fraction_meaning =
       "share of tokens still active (executed FLOPs do not depend on it)";

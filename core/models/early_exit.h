@@ -1,4 +1,4 @@
-// Early exit (Elbayad et al. 2020; the baseline of seed 003 §3.5): a dense trunk with an output head after every
+// Early exit (Elbayad et al. 2020; the baseline of TSA §3.5): a dense trunk with an output head after every
 // block, all tied to the token embedding and trained with the uniform mean of their cross-entropies; at inference a
 // token leaves after the first block whose head is confident enough, and its frozen state stays visible to the
 // deeper blocks as keys and values (state copying).

@@ -18,11 +18,11 @@ const OptionTable<MoDOptions>& mod_options_table() {
   static const auto table = [] {
     OptionTable<MoDOptions> t;
     t.value(ROUTELAB_OPTION(routed_layers), T::String,
-            "layers that route: alternate (odd layers, T-M-T-M as the paper and seed 000), another named pattern, a "
+            "layers that route: alternate (odd layers, T-M-T-M as the paper and DTRNet), another named pattern, a "
             "letter per layer (T dense, M routed) or routed indices like 1,3")
         .value(ROUTELAB_OPTION(capacity), T::Float,
                "fraction of each sequence a routed layer processes, k = floor(capacity T) in training (paper 0.125; "
-               "seed 000's matched-FLOPs baseline 0.7); must be above 0",
+               "DTRNet's matched-FLOPs baseline 0.7); must be above 0",
                0.0, 1.0)
         .choice(ROUTELAB_OPTION(router_weight), {"sigmoid", "logit"},
                 "what scales a selected token's update: sigmoid of the router logit (DTRNet repo) or the raw logit "
@@ -268,7 +268,7 @@ ArchitectureEntry mod_architecture() {
   ArchitectureEntry entry{
       "mod",
       "Mixture-of-Depths",
-      "Raposo et al. 2024 (baseline of seed 000)",
+      "Raposo et al. 2024 (baseline of DTRNet)",
       "Routed blocks (every other one by default) run only the top-k tokens of each sequence chosen by a router, "
       "scaled by its weight, while the other tokens skip them; a causal predictor chooses at inference.",
       schema_of(transformer_options_table(), mod_options_table()),

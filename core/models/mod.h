@@ -1,4 +1,4 @@
-// Mixture-of-Depths (Raposo et al. 2024; the MoD baseline of seed 000): on routed layers an expert-choice
+// Mixture-of-Depths (Raposo et al. 2024; the MoD baseline of DTRNet): on routed layers an expert-choice
 // top-k of each sequence runs the whole block, scaled by its router weight; the rest skip it. A causal
 // predictor replaces the non-causal top-k at evaluation and generation.
 #pragma once
@@ -27,7 +27,7 @@ enum class MoDResidual {
 
 /// Options of the routing on top of the shared TransformerOptions.
 struct MoDOptions {
-  /// "alternate": odd layers routed (T-M-T-M, seed 000 and the DTRNet repo); any parse_layer_pattern spec
+  /// "alternate": odd layers routed (T-M-T-M, DTRNet and the DTRNet repo); any parse_layer_pattern spec
   TORCH_ARG(std::string, routed_layers) = "alternate";
   /// 0.125: fraction of each sequence a routed layer processes, k = floor(capacity T) (paper 0.125,
   /// DTRNet's matched-FLOPs baseline 0.7); in (0, 1]

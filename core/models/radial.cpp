@@ -206,6 +206,14 @@ torch::Tensor RadialNetwork::embed_tokens(const torch::Tensor& tokens) {
 
 ModelOutput RadialNetwork::forward(const torch::Tensor& tokens, bool trace) { return run(tokens, trace, nullptr); }
 
+/// What a forward accumulates for its trace: the layer each token ran at each step (-1 after its exit), the
+/// router's layer probabilities summed over the steps a token was alive and their count, the (query, entry) pairs
+/// scored per layer, the expected depth, and how many steps the router ran on every row.
+struct RadialTotals {  // named, not file-local: RadialNetwork::Pass holds one
+  torch::Tensor path, gate_sum, evaluations, pairs, expected_depth;
+  std::int64_t router_steps = 0;
+};
+
 namespace {
 
 /// Reports one sub-block of the tokens that ran `layer` at `step` to the residual probe: rows x, update (n, C)
@@ -219,14 +227,6 @@ void probe_rows(int layer, const char* block, int step, const torch::Tensor& x, 
   const auto ran = torch::zeros({B * T}, tokens.options().dtype(torch::kBool)).index_fill(0, tokens, true).view({B, T});
   record_residual(layer, block, x_full, u_full, ran, step);
 }
-
-/// What a forward accumulates for its trace: the layer each token ran at each step (-1 after its exit), the
-/// router's layer probabilities summed over the steps a token was alive and their count, the (query, entry) pairs
-/// scored per layer, the expected depth, and how many steps the router ran on every row.
-struct RadialTotals {
-  torch::Tensor path, gate_sum, evaluations, pairs, expected_depth;
-  std::int64_t router_steps = 0;
-};
 
 /// Fills `out.trace` (per layer: its tokens, gates, decisions, FLOPs priced as executed), `out.stats` (depths,
 /// reuse) and `out.token_data` (depth, path) from a forward's totals.
@@ -280,169 +280,192 @@ void write_radial_trace(ModelOutput& out, const RadialTotals& totals, const Tran
 
 }  // namespace
 
+/// One forward's per-token routing state: what its trace reads (RadialTotals), which tokens are still routing (no
+/// exit yet) and prod_{j <= s} (1 - q_j) of each.
+struct RadialNetwork::Pass {
+  RadialTotals totals;
+  torch::Tensor alive, survive;
+  bool trace = false, straight_through = false;
+  torch::Tensor flat_offset;  // (B, 1): row b starts at b T in the flat token index
+};
+
+torch::Tensor RadialNetwork::forced_choices(std::int64_t B, std::int64_t T, const torch::TensorOptions& options) const {
+  if (!forced_path_.defined()) return {};
+  const auto S = steps_, L = options_.n_layer();
+  auto forced = forced_path_.to(options);
+  if (forced.dim() == 1 && forced.size(0) == S) forced = forced.view({1, 1, S}).expand({B, T, S});
+  if (forced.sizes() != torch::IntArrayRef({B, T, S}))
+    throw std::invalid_argument("radial forced path: expected (S) or (B, T, S) with S = " + std::to_string(S));
+  return forced.masked_fill(forced.lt(0), L);
+}
+
+torch::Tensor RadialNetwork::route(const torch::Tensor& h, std::int64_t s, const torch::Tensor& forced, Pass& pass,
+                                   torch::Tensor& weight) {
+  const auto L = options_.n_layer();
+  auto z = router(h);  // (B, T, L + 1) float
+  ++pass.totals.router_steps;
+  if (s < radial_.min_depth())
+    z = z.index_fill(-1, torch::full({1}, L, pass.totals.path.options()), -std::numeric_limits<float>::infinity());
+  const auto p = torch::softmax(z, -1);  // the router's probabilities (what the Gumbel-max sample draws from)
+  torch::Tensor noise;
+  if (pass.straight_through && radial_.gumbel_noise() && !forced.defined())
+    noise = -torch::empty_like(z).exponential_().log();  // Gumbel(0, 1), drawn for every token at every step
+  torch::Tensor choice =
+      forced.defined() ? forced.select(2, s) : (noise.defined() ? z.detach() + noise : z.detach()).argmax(-1);
+  choice = choice.masked_fill(pass.alive.logical_not(), L);  // an exited token stays out
+  const auto running = choice.lt(L);                         // (B, T): runs a layer at this step
+
+  // Expected depth along the path taken: E = sum_s [alive at s] prod_{j <= s} (1 - q_j) with q_j the exit
+  // probability at step j; it equals the realised depth when the router is one-hot.
+  const auto alive_f = pass.alive.to(torch::kFloat);
+  pass.survive = torch::where(pass.alive, pass.survive * (1.0 - p.select(-1, L)), pass.survive);
+  pass.totals.expected_depth = pass.totals.expected_depth + alive_f * pass.survive;
+  if (pass.trace) {
+    pass.totals.gate_sum = pass.totals.gate_sum + alive_f.unsqueeze(-1) * p.narrow(-1, 0, L).detach();
+    pass.totals.evaluations = pass.totals.evaluations + alive_f;
+  }
+  // Straight-through Gumbel-softmax: the forward uses the hard choice (weight exactly 1), the backward the
+  // gradient of the chosen option's softmax((z + g) / tau). Only the chosen layer is computed, so the other
+  // options receive gradient only through the softmax normalisation; the exit's update is zero.
+  weight = torch::Tensor();
+  if (pass.straight_through) {
+    const auto soft = torch::softmax((noise.defined() ? z + noise : z) / radial_.temperature(), -1);
+    const auto chosen = soft.gather(-1, choice.unsqueeze(-1)).squeeze(-1);
+    weight = 1.0 + (chosen - chosen.detach());  // (B, T)
+  }
+  pass.totals.path.select(2, s).copy_(choice.masked_fill(running.logical_not(), -1));
+  pass.alive = running;
+  return choice;
+}
+
+bool RadialNetwork::execute(torch::Tensor& h, const torch::Tensor& positions, const torch::Tensor& choice,
+                            const torch::Tensor& weight, std::int64_t s, UnifiedKVStore& store, Pass& pass,
+                            RadialRecord* record) {
+  const auto B = h.size(0), T = h.size(1), C = options_.n_embd(), L = options_.n_layer();
+  const auto H = options_.n_head(), hd = C / H;
+  const auto Hkv = (options_.n_kv_head() > 0 ? options_.n_kv_head() : H);
+  const auto rows = compact(pass.alive);  // the tokens that run at this step, (B, K) in causal order; one host sync
+  if (rows.total == 0) return false;
+  const auto K = rows.max_len, N = B * K;
+  const auto x_rows = gather_rows(h, rows).reshape({N, C});          // (N, C)
+  const auto pos_rows = compacted_positions(positions, rows);        // (B, K)
+  const auto pos_flat = pos_rows.reshape({N});
+  const auto choice_flat = choice.gather(1, rows.index).masked_fill(rows.valid.logical_not(), L).reshape({N});
+  // Rows sorted by layer: layer l owns order[offset_l, offset_l + count_l). One host sync for the counts.
+  const auto order = std::get<1>(choice_flat.sort(/*stable=*/true, 0, false));  // (N)
+  const auto counts_cpu = torch::bincount(choice_flat, {}, L + 1).to(torch::kCPU).contiguous();
+  const auto* counts = counts_cpu.data_ptr<std::int64_t>();
+  std::vector<torch::Tensor> index(static_cast<std::size_t>(L)), x_in(static_cast<std::size_t>(L));
+  std::vector<torch::Tensor> q_parts, k_parts, v_parts;
+  std::int64_t offset = 0;
+  for (std::int64_t l = 0; l < L; ++l) {
+    const auto n = counts[l];
+    if (n == 0) continue;
+    const auto lu = static_cast<std::size_t>(l);
+    index[lu] = order.narrow(0, offset, n);
+    offset += n;
+    x_in[lu] = x_rows.index_select(0, index[lu]);  // (n, C)
+    auto& layer = layers[lu];
+    // Positions by token: relative distances are right whatever step an entry was written at.
+    const auto qkv = layer->attn->project(layer->norm1(x_in[lu]).unsqueeze(0),
+                                          pos_flat.index_select(0, index[lu]).unsqueeze(0));
+    q_parts.push_back(qkv.q.squeeze(0).transpose(0, 1).reshape({n, H * hd}));   // (n, H hd)
+    k_parts.push_back(qkv.k.squeeze(0).transpose(0, 1).reshape({n, Hkv * hd}));
+    v_parts.push_back(qkv.v.squeeze(0).transpose(0, 1).reshape({n, Hkv * hd}));
+  }
+  const auto run_index = order.narrow(0, 0, rows.total);  // the rows of the parts, in their order
+  const auto place = [&](const std::vector<torch::Tensor>& parts, std::int64_t heads) {
+    const auto cat = torch::cat(parts, 0);
+    return torch::zeros({N, heads * hd}, cat.options())
+        .index_copy(0, run_index, cat)
+        .view({B, K, heads, hd})
+        .transpose(1, 2);
+  };
+  const auto q = place(q_parts, H);  // (B, H, K, hd)
+  store.append(place(k_parts, Hkv), place(v_parts, Hkv), pos_rows, s, rows.valid);
+  const auto visible = store.visible(pos_rows, torch::full({B, K}, s, pass.totals.path.options()))
+                           .logical_and(rows.valid.unsqueeze(2));  // (B, K, N_store)
+  double step_pairs = 0;  // (query, entry) pairs the kernel scored at this step
+  const auto heads = unified_attention(q, store, visible, options_.dropout(), is_training(), rows.lengths,
+                                       &step_pairs);  // (B, H, K, hd)
+  const auto heads_rows = heads.transpose(1, 2).reshape({N, C});
+  // Every running query is scored against the whole store, the entries it may not see masked afterwards. Where
+  // the kernel also scores the padding rows (the batched path off the CPU kernel), their pairs go to the layers
+  // that ran at this step, in proportion to their rows (padding rows fall in the unpriced last slot).
+  if (pass.trace)
+    pass.totals.pairs.index_add_(0, choice_flat,
+                          torch::full({N}, step_pairs / static_cast<double>(rows.total), pass.totals.pairs.options()));
+
+  const auto weight_rows = weight.defined() ? weight.gather(1, rows.index).reshape({N}) : torch::Tensor();
+  const bool probing = residual_probe_active();
+  const auto token_flat = probing ? (pass.flat_offset + rows.index).reshape({N}) : torch::Tensor();
+  std::vector<torch::Tensor> out_parts;
+  for (std::int64_t l = 0; l < L; ++l) {
+    const auto lu = static_cast<std::size_t>(l);
+    if (!index[lu].defined()) continue;
+    auto& layer = layers[lu];
+    const auto& x = x_in[lu];
+    auto a = linear(heads_rows.index_select(0, index[lu]), layer->attn->proj);  // (n, C)
+    const auto w = weight_rows.defined() ? weight_rows.index_select(0, index[lu]).unsqueeze(-1) : torch::Tensor();
+    if (w.defined()) a = a * w;
+    const auto x1 = x + a;
+    auto m = layer->mlp(layer->norm2(x1));
+    if (w.defined()) m = m * w;
+    out_parts.push_back(x1 + m);
+    if (probing) {
+      const auto token_index = token_flat.index_select(0, index[lu]);
+      probe_rows(static_cast<int>(l), "attn", static_cast<int>(s), x, a, token_index, B, T);
+      probe_rows(static_cast<int>(l), "mlp", static_cast<int>(s), x1, m, token_index, B, T);
+    }
+  }
+  const auto new_rows = x_rows.index_copy(0, run_index, torch::cat(out_parts, 0).to(x_rows.scalar_type()));
+  h = scatter_rows(h, rows, new_rows.view({B, K, C}));  // (B, T, C)
+  if (record) record->steps.push_back({choice, rows.index, rows.valid, q, heads, store.size(), h});
+  return true;
+}
+
 ModelOutput RadialNetwork::run(const torch::Tensor& tokens, bool trace, RadialRecord* record) {
   torch::Tensor positions;
   // The first routing step reads the token embedding (the paper's t_0: every token enters at the router).
   auto h = embed(tokens, positions);  // (B, T, C)
   const auto B = tokens.size(0), T = tokens.size(1);
-  const auto C = options_.n_embd(), L = options_.n_layer(), S = steps_;
-  const auto H = options_.n_head(), hd = C / H;
-  const auto Hkv = (options_.n_kv_head() > 0 ? options_.n_kv_head() : H);
+  const auto L = options_.n_layer(), S = steps_;
   const auto long_options = torch::TensorOptions().dtype(torch::kLong).device(tokens.device());
   const auto float_options = torch::TensorOptions().dtype(torch::kFloat).device(tokens.device());
-  const bool straight_through = is_training();
-  const auto exit_column = torch::full({1}, L, long_options);
+  const auto forced = forced_choices(B, T, long_options);  // (B, T, S) int64 in [0, L], or undefined
 
-  torch::Tensor forced;  // (B, T, S) int64 in [0, L]
-  if (forced_path_.defined()) {
-    forced = forced_path_.to(long_options);
-    if (forced.dim() == 1 && forced.size(0) == S) forced = forced.view({1, 1, S}).expand({B, T, S});
-    if (forced.sizes() != torch::IntArrayRef({B, T, S}))
-      throw std::invalid_argument("radial forced path: expected (S) or (B, T, S) with S = " + std::to_string(S));
-    forced = forced.masked_fill(forced.lt(0), L);
-  }
-
-  auto alive = torch::ones({B, T}, long_options.dtype(torch::kBool));  // still routing (no exit yet)
-  auto path = torch::full({B, T, S}, -1, long_options);                 // layer run at each step, -1 after the exit
-  auto survive = torch::ones({B, T}, float_options);                    // prod_{j <= s} (1 - q_j)
-  auto expected_depth = torch::zeros({B, T}, float_options);
-  torch::Tensor gate_sum, evaluations, pairs;  // trace only
+  Pass pass;
+  pass.trace = trace;
+  pass.straight_through = is_training();
+  pass.alive = torch::ones({B, T}, long_options.dtype(torch::kBool));
+  pass.totals.path = torch::full({B, T, S}, -1, long_options);
+  pass.survive = torch::ones({B, T}, float_options);
+  pass.totals.expected_depth = torch::zeros({B, T}, float_options);
+  pass.flat_offset = torch::arange(B, long_options).unsqueeze(1) * T;
   if (trace) {
-    gate_sum = torch::zeros({B, T, L}, float_options);
-    evaluations = torch::zeros({B, T}, float_options);
-    // (query, entry) pairs computed, per layer of the query (the last slot collects the padding rows, unpriced).
-    pairs = torch::zeros({L + 1}, float_options.dtype(torch::kDouble));
+    pass.totals.gate_sum = torch::zeros({B, T, L}, float_options);
+    pass.totals.evaluations = torch::zeros({B, T}, float_options);
+    pass.totals.pairs = torch::zeros({L + 1}, float_options.dtype(torch::kDouble));
   }
-  std::int64_t router_steps = 0;  // steps at which the router ran on all B T rows
   UnifiedKVStore store;
-  const auto flat_offset = torch::arange(B, long_options).unsqueeze(1) * T;  // (B, 1): row b starts at b T
-
   for (std::int64_t s = 0; s < S; ++s) {
-    auto z = router(h);  // (B, T, L + 1) float
-    ++router_steps;
-    if (s < radial_.min_depth()) z = z.index_fill(-1, exit_column, -std::numeric_limits<float>::infinity());
-    const auto p = torch::softmax(z, -1);  // the router's probabilities (what the Gumbel-max sample draws from)
-    torch::Tensor noise;
-    if (straight_through && radial_.gumbel_noise() && !forced.defined())
-      noise = -torch::empty_like(z).exponential_().log();  // Gumbel(0, 1), drawn for every token at every step
-    torch::Tensor choice;  // (B, T) int64
-    if (forced.defined()) {
-      choice = forced.select(2, s);
-    } else {
-      choice = (noise.defined() ? z.detach() + noise : z.detach()).argmax(-1);
-    }
-    choice = choice.masked_fill(alive.logical_not(), L);  // an exited token stays out
-    const auto running = choice.lt(L);                    // (B, T): runs a layer at this step
-
-    // Expected depth along the path taken: E = sum_s [alive at s] prod_{j <= s} (1 - q_j) with q_j the exit
-    // probability at step j; it equals the realised depth when the router is one-hot.
-    const auto alive_f = alive.to(torch::kFloat);
-    survive = torch::where(alive, survive * (1.0 - p.select(-1, L)), survive);
-    expected_depth = expected_depth + alive_f * survive;
-    if (trace) {
-      gate_sum = gate_sum + alive_f.unsqueeze(-1) * p.narrow(-1, 0, L).detach();
-      evaluations = evaluations + alive_f;
-    }
-    // Straight-through Gumbel-softmax: the forward uses the hard choice (weight exactly 1), the backward the
-    // gradient of the chosen option's softmax((z + g) / tau). Only the chosen layer is computed, so the other
-    // options receive gradient only through the softmax normalisation; the exit's update is zero.
-    torch::Tensor weight;  // (B, T)
-    if (straight_through) {
-      const auto soft = torch::softmax((noise.defined() ? z + noise : z) / radial_.temperature(), -1);
-      const auto chosen = soft.gather(-1, choice.unsqueeze(-1)).squeeze(-1);
-      weight = 1.0 + (chosen - chosen.detach());
-    }
-    path.select(2, s).copy_(choice.masked_fill(running.logical_not(), -1));
-    alive = running;
-
-    const auto rows = compact(running);  // the tokens that run at this step, (B, K) in causal order; one host sync
-    if (rows.total == 0) {  // every token has exited: the remaining steps leave the stream as it is
+    torch::Tensor weight;
+    const auto choice = route(h, s, forced, pass, weight);
+    if (!execute(h, positions, choice, weight, s, store, pass, record)) {
+      // Every token has exited: the remaining steps leave the stream as it is.
       for (auto rest = s; rest < S; ++rest) record_layer_state(h);
       break;
     }
-    const auto K = rows.max_len, N = B * K;
-    const auto x_rows = gather_rows(h, rows).reshape({N, C});          // (N, C)
-    const auto pos_rows = compacted_positions(positions, rows);        // (B, K)
-    const auto pos_flat = pos_rows.reshape({N});
-    const auto choice_flat = choice.gather(1, rows.index).masked_fill(rows.valid.logical_not(), L).reshape({N});
-    // Rows sorted by layer: layer l owns order[offset_l, offset_l + count_l). One host sync for the counts.
-    const auto order = std::get<1>(choice_flat.sort(/*stable=*/true, 0, false));  // (N)
-    const auto counts_cpu = torch::bincount(choice_flat, {}, L + 1).to(torch::kCPU).contiguous();
-    const auto* counts = counts_cpu.data_ptr<std::int64_t>();
-    std::vector<torch::Tensor> index(static_cast<std::size_t>(L)), x_in(static_cast<std::size_t>(L));
-    std::vector<torch::Tensor> q_parts, k_parts, v_parts;
-    std::int64_t offset = 0;
-    for (std::int64_t l = 0; l < L; ++l) {
-      const auto n = counts[l];
-      if (n == 0) continue;
-      const auto lu = static_cast<std::size_t>(l);
-      index[lu] = order.narrow(0, offset, n);
-      offset += n;
-      x_in[lu] = x_rows.index_select(0, index[lu]);  // (n, C)
-      auto& layer = layers[lu];
-      // Positions by token: relative distances are right whatever step an entry was written at.
-      const auto qkv = layer->attn->project(layer->norm1(x_in[lu]).unsqueeze(0),
-                                            pos_flat.index_select(0, index[lu]).unsqueeze(0));
-      q_parts.push_back(qkv.q.squeeze(0).transpose(0, 1).reshape({n, H * hd}));   // (n, H hd)
-      k_parts.push_back(qkv.k.squeeze(0).transpose(0, 1).reshape({n, Hkv * hd}));
-      v_parts.push_back(qkv.v.squeeze(0).transpose(0, 1).reshape({n, Hkv * hd}));
-    }
-    const auto run_index = order.narrow(0, 0, rows.total);  // the rows of the parts, in their order
-    const auto place = [&](const std::vector<torch::Tensor>& parts, std::int64_t heads) {
-      const auto cat = torch::cat(parts, 0);
-      return torch::zeros({N, heads * hd}, cat.options()).index_copy(0, run_index, cat).view({B, K, heads, hd}).transpose(1, 2);
-    };
-    const auto q = place(q_parts, H);  // (B, H, K, hd)
-    store.append(place(k_parts, Hkv), place(v_parts, Hkv), pos_rows, s, rows.valid);
-    const auto visible = store.visible(pos_rows, torch::full({B, K}, s, long_options))
-                             .logical_and(rows.valid.unsqueeze(2));  // (B, K, N_store)
-    double step_pairs = 0;  // (query, entry) pairs the kernel scored at this step
-    const auto heads = unified_attention(q, store, visible, options_.dropout(), is_training(), rows.lengths,
-                                         &step_pairs);  // (B, H, K, hd)
-    const auto heads_rows = heads.transpose(1, 2).reshape({N, C});
-    // Every running query is scored against the whole store, the entries it may not see masked afterwards. Where
-    // the kernel also scores the padding rows (the batched path off the CPU kernel), their pairs go to the layers
-    // that ran at this step, in proportion to their rows (padding rows fall in the unpriced last slot).
-    if (trace)
-      pairs.index_add_(0, choice_flat,
-                       torch::full({N}, step_pairs / static_cast<double>(rows.total), pairs.options()));
-
-    const auto weight_rows = straight_through ? weight.gather(1, rows.index).reshape({N}) : torch::Tensor();
-    const bool probing = residual_probe_active();
-    const auto token_flat = probing ? (flat_offset + rows.index).reshape({N}) : torch::Tensor();
-    std::vector<torch::Tensor> out_parts;
-    for (std::int64_t l = 0; l < L; ++l) {
-      const auto lu = static_cast<std::size_t>(l);
-      if (!index[lu].defined()) continue;
-      auto& layer = layers[lu];
-      const auto& x = x_in[lu];
-      auto a = linear(heads_rows.index_select(0, index[lu]), layer->attn->proj);  // (n, C)
-      const auto w = straight_through ? weight_rows.index_select(0, index[lu]).unsqueeze(-1) : torch::Tensor();
-      if (w.defined()) a = a * w;
-      const auto x1 = x + a;
-      auto m = layer->mlp(layer->norm2(x1));
-      if (w.defined()) m = m * w;
-      out_parts.push_back(x1 + m);
-      if (probing) {
-        const auto token_index = token_flat.index_select(0, index[lu]);
-        probe_rows(static_cast<int>(l), "attn", static_cast<int>(s), x, a, token_index, B, T);
-        probe_rows(static_cast<int>(l), "mlp", static_cast<int>(s), x1, m, token_index, B, T);
-      }
-    }
-    const auto new_rows = x_rows.index_copy(0, run_index, torch::cat(out_parts, 0).to(x_rows.scalar_type()));
-    h = scatter_rows(h, rows, new_rows.view({B, K, C}));  // (B, T, C)
     record_layer_state(h);
-    if (record) record->steps.push_back({choice, rows.index, rows.valid, q, heads, store.size(), h});
   }
   if (record) record->store = store;
 
   ModelOutput out;
   out.logits = head(h);
-  out.aux_loss = depth_weight() * expected_depth.mean();
+  out.aux_loss = depth_weight() * pass.totals.expected_depth.mean();
   if (!trace) return out;
 
-  RadialTotals totals{path, gate_sum, evaluations, pairs, expected_depth, router_steps};
-  write_radial_trace(out, totals, options_, S, router->fc1->options.out_features());
+  write_radial_trace(out, pass.totals, options_, S, router->fc1->options.out_features());
   return out;
 }
 
@@ -650,7 +673,7 @@ ArchitectureEntry radial_architecture() {
   ArchitectureEntry entry{
       "radial",
       "Radial Networks",
-      "seed 004 (Dotzel et al. 2024) §5",
+      "Radial Networks (Dotzel et al. 2024) §5",
       "L distinct pre-norm layers and a router that picks, token by token and step by step, the next layer to run "
       "(layers may be reused) or the exit, up to a maximum depth; every executed (token, step) writes its keys and "
       "values to one unified store that later steps and later tokens attend to. Straight-through Gumbel-softmax "

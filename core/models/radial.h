@@ -1,4 +1,4 @@
-// Radial Networks (seed 004 §5): a router picks, for every token at every routing step, which of L layers runs next
+// Radial Networks (Dotzel et al. 2024, §5): a router picks, for every token at every routing step, which of L layers runs next
 // or the exit (layers may be reused); the keys/values of every executed (token, step) share one unified store
 // (§5.2) that later steps and later tokens attend to.
 #pragma once
@@ -133,6 +133,19 @@ class RadialNetwork : public TransformerTrunk {
   RadialRouter router{nullptr};
 
  private:
+  struct Pass;  // one forward's per-token routing state (radial.cpp)
+  /// The forced path (set_forced_path) as (B, T, S) choices in [0, L]; undefined when none is set.
+  torch::Tensor forced_choices(std::int64_t B, std::int64_t T, const torch::TensorOptions& options) const;
+  /// The router's step `s` on the stream `h`: every token's choice (L = exit; an exited token stays out), with
+  /// the straight-through weight of the chosen option when training; updates the pass's depth and gate sums.
+  torch::Tensor route(const torch::Tensor& h, std::int64_t s, const torch::Tensor& forced, Pass& pass,
+                      torch::Tensor& weight);
+  /// Runs at step `s` the chosen layer of every token still routing, attending over the unified store; returns
+  /// false (and leaves `h`) when every token has exited.
+  bool execute(torch::Tensor& h, const torch::Tensor& positions, const torch::Tensor& choice,
+               const torch::Tensor& weight, std::int64_t s, UnifiedKVStore& store, Pass& pass,
+               RadialRecord* record);
+
   RadialOptions radial_;
   std::int64_t steps_ = 0;
   double progress_ = 1.0;  // a model used outside the trainer gets the full coefficient

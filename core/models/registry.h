@@ -83,7 +83,7 @@ struct ArchitectureEntry {
   /// The per-layer trace stat holding the fraction price_flops takes (TSA: "active_share", the share that runs the
   /// FFN); empty: the layer's routed_fraction.
   std::string priced_share_stat = {};
-  /// Palette index (core/report/figure.h) every figure draws the architecture in; distinct among the language
+  /// Palette index (core/report/figure/figure.h) every figure draws the architecture in; distinct among the language
   /// models and among the classifiers.
   int color = 0;
   /// One calibration pass of a speed benchmark (bench forward): sets the routers of `model` (this architecture's,
@@ -91,10 +91,10 @@ struct ArchitectureEntry {
   /// forward; repeated passes converge where a layer's input moves with the decisions before it. Null: the
   /// architecture has no router a benchmark can force.
   std::function<void(LanguageModel& model, const at::Tensor& tokens, double fraction)> force_routed_share = nullptr;
-  /// The option weighing its compute regulariser (TSA: depth_coeff): the x of a sweep over it (seed 003 Figure 3).
+  /// The option weighing its compute regulariser (TSA: depth_coeff): the x of a sweep over it (TSA Figure 3).
   std::string regulariser_option = {};
   /// An eval-only option whose values trade depth for quality on a trained checkpoint, each re-evaluated (early
-  /// exit: its confidence threshold; seed 003 Figure 3's baseline curve). Empty option: none.
+  /// exit: its confidence threshold; TSA Figure 3's baseline curve). Empty option: none.
   struct EvalSweep {
     std::string option;
     std::vector<double> values;
@@ -102,7 +102,7 @@ struct ArchitectureEntry {
   /// What a probe's per-token gate value means: the colour-bar label of a token map.
   std::string gate_meaning = "gate";
   /// Its parameters and forward FLOPs against the plain stack of the same shape, from the shapes alone, for a
-  /// resolved model section and the data's vocabulary and context (seed 001's overhead figure). Null: not stated.
+  /// resolved model section and the data's vocabulary and context (DRR's overhead figure). Null: not stated.
   std::function<ArchitectureOverhead(const nlohmann::json& model, std::int64_t vocab, std::int64_t context)> overhead =
       nullptr;
   /// Model options a speed benchmark sets so that the eval forward skips the work its routing saves (TSA:

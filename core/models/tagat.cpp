@@ -1,5 +1,5 @@
 // TAGAT: the top-k gate, sparse (gather -> expert -> index_add) and dense dispatch, FiLM, the routing losses,
-// traces and the registry entry. Equations from seed 002 §4 (main.tex), not the notebook (architectures.md §5).
+// traces and the registry entry. Equations from TAGAT §4 (main.tex), not the notebook (architectures.md §5).
 #include "core/models/tagat.h"
 
 #include <sstream>
@@ -14,7 +14,7 @@ const OptionTable<TagatOptions>& tagat_options_table() {
   using T = OptionType;
   static const auto table = [] {
     OptionTable<TagatOptions> t([] { return TagatOptions(0, 0, 0); });
-    t.value(ROUTELAB_OPTION(n_layer), T::Int, "gated modular layers (the seed's Config: 1)", 1, 64)
+    t.value(ROUTELAB_OPTION(n_layer), T::Int, "gated modular layers (the paper's Config: 1)", 1, 64)
         .value(ROUTELAB_OPTION(n_embd), T::Int, "model width d", 8, 8192)
         .value(ROUTELAB_OPTION(n_head), T::Int, "attention heads per expert (must divide n_embd)", 1, 256)
         .value(ROUTELAB_OPTION(n_experts), T::Int, "attention experts N per layer", 1, 64)
@@ -30,13 +30,13 @@ const OptionTable<TagatOptions>& tagat_options_table() {
         .value(ROUTELAB_OPTION(lambda_bal), T::Float,
                "weight of the L2 load balance sum_i (u_i - 1/N)^2; paper: 3 balanced, 1 specialised", 0, 1e4)
         .choice(ROUTELAB_OPTION(balance), {"mean_load", "per_layer"},
-                "mean_load: sum_i (u_i - 1/N)^2 of the loads averaged over the layers (the seed's Listing 9; a layer "
+                "mean_load: sum_i (u_i - 1/N)^2 of the loads averaged over the layers (the paper's Listing 9; a layer "
                 "may keep dead experts if the mean is even); per_layer: the mean over layers of each layer's sum")
         .choice(ROUTELAB_OPTION(dispatch), {"sparse", "dense"},
                 "sparse: an expert's queries and FFN run only on its routed tokens (keys/values cover the sequence); "
                 "dense: every expert on every token (the test oracle, same result)")
         .choice(ROUTELAB_OPTION(positional), {"sinusoidal", "learned"},
-                "sinusoidal (the seed's code) or learned positions")
+                "sinusoidal (the paper's code) or learned positions")
         .value(ROUTELAB_OPTION(segments), T::Bool,
                "add a learned segment embedding (sentence a / b); the seed uses none");
     return t;
@@ -202,8 +202,8 @@ ClassifierOutput Tagat::forward(const torch::Tensor& input, const torch::Tensor&
     outs.push_back(std::move(o));
   }
   // L_ent: the mean over layers of the per-layer mean token entropy (the seed sums layers; with its one layer the
-  // same, and a mean keeps λ_ent's meaning across depths). L_bal: the seed's Listing 9, u averaged over layers
-  // first, then Σ_i (u_i - 1/N)². u_i is the seed's soft load Σ_t g~_{t,i} / T (§4.6.3) over the real tokens:
+  // same, and a mean keeps λ_ent's meaning across depths). L_bal: the paper's Listing 9, u averaged over layers
+  // first, then Σ_i (u_i - 1/N)². u_i is the paper's soft load Σ_t g~_{t,i} / T (§4.6.3) over the real tokens:
   // differentiable and summing to one over the experts; a count of (token, slot) assignments would carry no
   // gradient. The hard assignment shares are reported as stats ("assign/...").
   const auto entropy_loss = torch::stack(entropies).mean();
@@ -222,7 +222,7 @@ ClassifierOutput Tagat::forward(const torch::Tensor& input, const torch::Tensor&
   torch::NoGradGuard no_grad;
   const double real = std::max(1.0, mask.sum().item<double>());
   out.stats["entropy"] = entropy_loss.item<double>();
-  out.stats["load_imbalance"] = imbalance.item<double>();  // the seed's Listing 9, whatever the loss uses
+  out.stats["load_imbalance"] = imbalance.item<double>();  // the paper's Listing 9, whatever the loss uses
   out.stats["load_imbalance_per_layer"] = layer_imbalance.item<double>();
   const auto mean_load_cpu = mean_load.cpu();
   for (std::int64_t i = 0; i < N; ++i) out.stats["load/E" + std::to_string(i)] = mean_load_cpu[i].item<double>();
@@ -294,7 +294,7 @@ ArchitectureEntry tagat_architecture() {
   ArchitectureEntry e;
   e.id = "tagat";
   e.display_name = "Token-Adaptive Gated Attention";
-  e.source = "seed 002 (TAGAT, shreelg/TAGAT)";
+  e.source = "TAGAT (TAGAT, shreelg/TAGAT)";
   e.description =
       "Sequence classifier: per layer a token-wise gate picks the top-k of N attention experts (full post-LN encoder "
       "blocks); FiLM modulates each expert's output per token; h = LayerNorm(x + sum of weighted experts); head on "

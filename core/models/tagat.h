@@ -1,4 +1,4 @@
-// Token-Adaptive Gated Attention Transformer (seed 002 §4-§5, architectures.md §5): per layer a token-wise gate
+// Token-Adaptive Gated Attention Transformer (TAGAT §4-§5, architectures.md §5): per layer a token-wise gate
 // picks the top-k of N attention experts (complete post-LN encoder blocks), each expert's output is FiLM-modulated
 // per token, the renormalised gate weights mix them, h = LayerNorm(x + y); the [CLS] state feeds a linear head.
 #pragma once
@@ -24,7 +24,7 @@ enum class TagatDispatch {
 };
 enum class PositionalKind { Sinusoidal, Learned };
 enum class BalanceScope {
-  MeanLoad,  ///< Σ_i (ū_i − 1/N)² of the loads averaged over the layers: the seed's Listing 9
+  MeanLoad,  ///< Σ_i (ū_i − 1/N)² of the loads averaged over the layers: the paper's Listing 9
   PerLayer,  ///< the mean over layers of each layer's Σ_i (u_i − 1/N)²: no layer can hide a dead expert
 };
 
@@ -35,7 +35,7 @@ struct TagatOptions {
   TORCH_ARG(std::int64_t, num_classes);
   /// longest sequence (positional table size)
   TORCH_ARG(std::int64_t, context);
-  /// 1: gated modular layers (the seed's Config)
+  /// 1: gated modular layers (the paper's Config)
   TORCH_ARG(std::int64_t, n_layer) = 1;
   /// 128: width d
   TORCH_ARG(std::int64_t, n_embd) = 128;
@@ -53,11 +53,11 @@ struct TagatOptions {
   TORCH_ARG(double, lambda_ent) = 1.0;
   /// 1: λ_bal of the L2 load-balance loss
   TORCH_ARG(double, lambda_bal) = 1.0;
-  /// MeanLoad (the seed's Listing 9)
+  /// MeanLoad (the paper's Listing 9)
   TORCH_ARG(BalanceScope, balance) = BalanceScope::MeanLoad;
   /// Sparse
   TORCH_ARG(TagatDispatch, dispatch) = TagatDispatch::Sparse;
-  /// Sinusoidal (the seed's code)
+  /// Sinusoidal (the paper's code)
   TORCH_ARG(PositionalKind, positional) = PositionalKind::Sinusoidal;
   /// false: a learned segment embedding (sentence a / b) added to the input; the seed uses none
   TORCH_ARG(bool, segments) = false;
@@ -68,7 +68,7 @@ const OptionTable<TagatOptions>& tagat_options_table();
 TagatOptions tagat_options_from_json(const nlohmann::json& model, std::int64_t vocab_size, std::int64_t num_classes,
                                      std::int64_t context);
 
-/// What one gate decided: the seed's sparse softmax over the top-k logits (§4.2).
+/// What one gate decided: the paper's sparse softmax over the top-k logits (§4.2).
 struct TopKGate {
   torch::Tensor weights;  ///< (B, T, k) renormalised g~ of the selected experts, summing to one
   torch::Tensor log_weights;  ///< (B, T, k) their logs (log-softmax over the k logits)

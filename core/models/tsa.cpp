@@ -323,7 +323,7 @@ ArchitectureEntry tsa_architecture() {
   ArchitectureEntry entry{
       "tsa",
       "Token-Selective Attention",
-      "seed 003 (Abdalla Mohammed, arXiv 2605.05222)",
+      "TSA (Abdalla Mohammed, arXiv 2605.05222)",
       "A stem block, then after every block a small router whose halting probability p scales both residual "
       "updates of the next block by (1 - p); a depth regulariser lambda mean(1 - p). At inference the soft gate or "
       "sparse execution (tokens with p > 0.5 skip the FFN).",

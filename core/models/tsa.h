@@ -1,4 +1,4 @@
-// Token-Selective Attention (seed 003, §2 and §3.6): a stem block, then a small router after every block whose
+// Token-Selective Attention (TSA, §2 and §3.6): a stem block, then a small router after every block whose
 // halting probability p softly gates both residual updates of the next block; at inference either the same soft
 // gate or sparse execution, where halted tokens (p > 0.5) skip the FFN through gather/scatter.
 #pragma once

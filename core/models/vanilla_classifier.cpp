@@ -1,4 +1,4 @@
-// The seed's baseline classifier (§6.1.3, notebook cell 4), with the encoder layers of
+// The paper's baseline classifier (§6.1.3, notebook cell 4), with the encoder layers of
 // torch.nn.TransformerEncoderLayer (post-LN, ReLU). The notebook pools over padding too; we pool over real tokens
 // only, so padding never changes a prediction.
 #include "core/models/vanilla_classifier.h"
@@ -12,7 +12,7 @@ const OptionTable<VanillaClassifierOptions>& vanilla_classifier_options_table() 
   using T = OptionType;
   static const auto table = [] {
     OptionTable<VanillaClassifierOptions> t([] { return VanillaClassifierOptions(0, 0, 0); });
-    t.value(ROUTELAB_OPTION(n_layer), T::Int, "Transformer encoder layers (seed 002 §6.1.3: 2)", 1, 64)
+    t.value(ROUTELAB_OPTION(n_layer), T::Int, "Transformer encoder layers (TAGAT §6.1.3: 2)", 1, 64)
         .value(ROUTELAB_OPTION(n_embd), T::Int, "model width d", 8, 8192)
         .value(ROUTELAB_OPTION(n_head), T::Int, "attention heads (must divide n_embd)", 1, 256)
         .value(ROUTELAB_OPTION(d_ff), T::Int, "feed-forward width (notebook: 512)", 1, 1 << 20)
@@ -92,7 +92,7 @@ ArchitectureEntry vanilla_classifier_architecture() {
   ArchitectureEntry e;
   e.id = "vanilla-classifier";
   e.display_name = "Vanilla Transformer classifier";
-  e.source = "seed 002 §6.1.3 baseline";
+  e.source = "TAGAT §6.1.3 baseline";
   e.description =
       "Embeddings + sinusoidal positions, post-LN Transformer encoder layers (torch style), mean pooling over real "
       "tokens, dropout, linear head.";

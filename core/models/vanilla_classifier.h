@@ -1,4 +1,4 @@
-// The vanilla Transformer classifier of seed 002 §6.1.3: embeddings + sinusoidal positions, torch-style post-LN
+// The vanilla Transformer classifier of TAGAT §6.1.3: embeddings + sinusoidal positions, torch-style post-LN
 // encoder layers, mean pooling over the real (non-padding) tokens, dropout, a linear head.
 #pragma once
 #include <string>

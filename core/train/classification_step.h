@@ -1,4 +1,4 @@
-// The classification pieces of the training loop (seed 002, issue 5): the epoch schedule (a shuffled order per
+// The classification pieces of the training loop (TAGAT, issue 5): the epoch schedule (a shuffled order per
 // epoch from the run seed, so a resumed run sees the same batches), the training step (CE + the model's aux
 // loss), the whole-split evaluation with accuracy and macro-F1, and the per-token probe.
 //
@@ -7,10 +7,10 @@
 //   train/aux_loss (λ-weighted), train/tokens_per_s (real tokens) and train/<stat> for every model stat; at the
 //   end of each epoch train/epoch_loss and train/epoch_accuracy (example-weighted over the epoch); at evaluations
 //   val/loss, val/accuracy, val/macro_f1, val/epoch and val/<stat>. TAGAT's stats: entropy (mean routing entropy, the
-//   L_ent term before λ_ent), load_imbalance (the seed's L_bal = Σ_i (ū_i - 1/N)² of the layer-mean loads, before
-//   λ_bal), load_imbalance_per_layer (the mean over layers of each layer's sum), load/L<l>/E<i> (the seed's
+//   L_ent term before λ_ent), load_imbalance (the paper's L_bal = Σ_i (ū_i - 1/N)² of the layer-mean loads, before
+//   λ_bal), load_imbalance_per_layer (the mean over layers of each layer's sum), load/L<l>/E<i> (the paper's
 //   soft load u_i of expert i in layer l: mean gate weight over real tokens), load/E<i> (u_i averaged over the
-//   layers, the seed's Table 1-2 column), assign/L<l>/E<i> (the hard share of (token, slot) assignments) and,
+//   layers, the paper's Table 1-2 column), assign/L<l>/E<i> (the hard share of (token, slot) assignments) and,
 //   from the second evaluation on, routing_change and routing_change_set (per layer /L<l>: the share of
 //   validation tokens whose top expert, or set of experts, changed since the previous evaluation; 0 = frozen;
 //   not after a resume's first evaluation, whose predecessor's choices were not kept).

@@ -1,4 +1,4 @@
-// Parameter groups follow GPT-style practice (seed 003 App. A): no decay on biases, norms and embeddings.
+// Parameter groups follow GPT-style practice (TSA App. A): no decay on biases, norms and embeddings.
 // The update is torch::optim::AdamW's, issued once per parameter group (PyTorch's foreach / fused AdamW).
 #include "core/train/optimizer.h"
 

@@ -1,4 +1,4 @@
-# Reference for the DRR parity test (tests/test_drr.cpp): the classes of seed 001
+# Reference for the DRR parity test (tests/test_drr.cpp): the classes of DRR
 # (/work/shared/seeds/001_52550f844ad617f6.txt, "3. PyTorch Implementation") copied verbatim (the seed text lost its
 # indentation; it is restored here, nothing else is changed), then a driver that builds a small SmallDRRTransformer
 # with every parameter randomised, runs it on fixed ids and writes weights, ids and per-layer outputs for the C++ test.
@@ -16,7 +16,7 @@ except Exception as error:  # the test reports this message
     sys.exit(3)
 
 # ---------------------------------------------------------------------------------------------------------------
-# Seed 001, verbatim.
+# DRR, verbatim.
 # ---------------------------------------------------------------------------------------------------------------
 import math
 from dataclasses import dataclass
@@ -271,7 +271,7 @@ BATCH, SEQ = 2, 12
 
 def randomise(model):
     """Every parameter drawn at a scale that keeps activations of order one and makes the three gates differ per
-    token (the seed's router starts at zero weights, which would give the same gates everywhere)."""
+    token (the paper's router starts at zero weights, which would give the same gates everywhere)."""
     with torch.no_grad():
         for name, p in model.named_parameters():
             if p.dim() == 1 and ("norm" in name or name.endswith("router.0.weight")):
@@ -300,7 +300,7 @@ def main():
     model.eval()
     ids = torch.randint(0, CONFIG["vocab_size"], (BATCH, SEQ))
 
-    # Per-layer outputs and gates through forward hooks on the seed's own modules (the forward runs unchanged).
+    # Per-layer outputs and gates through forward hooks on the paper's own modules (the forward runs unchanged).
     layer_outputs, layer_gates = [], []
     hooks = [layer.register_forward_hook(lambda module, inputs, output: layer_outputs.append(output.detach().clone()))
              for layer in model.layers]

@@ -1,6 +1,6 @@
 // The bidirectional post-LN Transformer encoder block of torch.nn.TransformerEncoderLayer (ReLU FFN), with
 // padding keys masked, runnable on every token or only on a compacted subset of query tokens (their keys and
-// values still cover the whole sequence). Used by TAGAT's experts and the vanilla classifier (seed 002).
+// values still cover the whole sequence). Used by TAGAT's experts and the vanilla classifier (TAGAT).
 #pragma once
 #include <torch/torch.h>
 
@@ -22,7 +22,7 @@ struct EncoderBlockOptions {
   TORCH_ARG(bool, attn_output_dropout) = false;
 };
 
-/// The fixed sinusoidal table of "Attention is all you need" (seed 002 Listing 2): (T, d), sin on even
+/// The fixed sinusoidal table of "Attention is all you need" (TAGAT Listing 2): (T, d), sin on even
 /// channels, cos on odd ones.
 torch::Tensor sinusoidal_positions(std::int64_t T, std::int64_t d);
 

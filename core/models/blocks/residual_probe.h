@@ -1,8 +1,8 @@
-// The residual-ratio probe of Radial Networks (seed 004, §4.1): r = ||R(x)||_2 / ||x||_2 per token for every
+// The residual-ratio probe of Radial Networks (Dotzel et al. 2024, §4.1): r = ||R(x)||_2 / ||x||_2 per token for every
 // residual sub-block (attention, FFN), where x is the residual stream entering the sub-block and R(x) the update
 // it adds to the stream. Blocks report their (x, update) pairs; nothing is computed unless a ResidualProbe is
 // collecting on the calling thread, so training and ordinary evaluation pay one thread-local check. The
-// LayerStateProbe does the same for the stream after each layer (seed 000 Figure 1).
+// LayerStateProbe does the same for the stream after each layer (DTRNet Figure 1).
 #pragma once
 #include <string>
 #include <vector>
@@ -44,7 +44,7 @@ void record_residual(int layer, const std::string& block, const torch::Tensor& x
 
 /// Collects, while alive, the residual stream after every layer of the forward passes run on this thread (Radial
 /// Networks: after every routing step; tokens that skipped or exited keep their state): the per-layer outputs of
-/// seed 000 Figure 1 as the model's own forward computes them. One at a time per thread.
+/// DTRNet Figure 1 as the model's own forward computes them. One at a time per thread.
 class LayerStateProbe {
  public:
   LayerStateProbe();

@@ -18,7 +18,7 @@ std::string lower(std::string s) {
   return s;
 }
 
-/// Named patterns; first and last layer dense where seed 000 App. A2 says so.
+/// Named patterns; first and last layer dense where DTRNet App. A2 says so.
 bool named_pattern(const std::string& name, std::int64_t L, std::vector<bool>& routed) {
   routed.assign(static_cast<std::size_t>(L), false);
   const auto ends_dense = [&] {

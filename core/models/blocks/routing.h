@@ -12,7 +12,7 @@ namespace routelab {
 /// Which layers route. `spec` is one of
 ///  - a name: "bilayer" (T-D-T-D-...-T), "trilayer" (T-D-D-T-D-D-...-T), "laterhalf" (second half routed),
 ///    "6-transformer" (first two, middle two and last two dense), all four with the first and last layer dense
-///    (seed 000 App. A2); "alternate" (odd layers, MoD's T-M-T-M); "after-2" (every layer from the third on,
+///    (DTRNet App. A2); "alternate" (odd layers, MoD's T-M-T-M); "after-2" (every layer from the third on,
 ///    D-LLM); "all"; "none"; "dtrnet-code" (the reference code's list [2, 4, ..., L-2] read as it reads it:
 ///    those dense, every other layer routed; architectures.md 1.5);
 ///  - one letter per layer, optionally dash-separated: T = dense, any of D/M/R = routed ("T-D-T-D");
@@ -73,7 +73,7 @@ torch::Tensor masked_attention(const torch::Tensor& q, const torch::Tensor& k, c
                                const torch::Tensor& allowed);
 
 /// The small classifier that predicts, from the past only, whether a token would be in its sequence's top-k
-/// (Raposo et al. 2024 option b; seed 000 reproduces it "with a linear layer"). It reads the residual stream
+/// (Raposo et al. 2024 option b; DTRNet reproduces it "with a linear layer"). It reads the residual stream
 /// with stop-gradient, so its BCE loss does not touch the language model.
 class CausalPredictorImpl : public torch::nn::Module {
  public:

@@ -1,0 +1,180 @@
+// The figure catalogue (the generic figures of figure_builders_*.cpp, then the seeds' figures), dispatch by name,
+// and the training-FLOPs axis the curves and the dashboard share. The CSV / pgfplots files: figure_export_text.cpp.
+#include "core/report/builders/catalog.h"
+
+#include <cmath>
+
+#include "core/cost/flops_model.h"
+#include "core/report/builders/builder_detail.h"
+#include "core/report/builders/papers/paper_figures.h"
+#include "core/report/report_ids.h"
+#include "core/store/run_store.h"
+#include "core/util/errors.h"
+#include "core/util/version.h"
+
+namespace routelab {
+
+using namespace figure_detail;
+
+double training_step_dense_flops(const RunStore& store, std::int64_t run_id) {
+  const auto run = run_record(store, run_id);
+  const auto config = run_config(store, run);
+  FlopsQuery q;
+  q.batch = config_int(store, run, config, "train", "batch_size");
+  q.seq = config_int(store, run, config, "data", "context");
+  try {
+    return 3.0 * estimate_flops(full_model(store, run, config), 256, q).dense_layer_flops();
+  } catch (const ConfigError& e) {
+    throw ConfigError(store.path() + ": run " + std::to_string(run_id) + ": " + e.what());
+  }
+}
+
+std::pair<std::vector<std::int64_t>, std::vector<double>> training_flops_ratios(const RunStore& store,
+                                                                                 std::int64_t run_id) {
+  auto points = store.metric(run_id, "train/flops_ratio");
+  if (points.empty()) points = store.metric(run_id, "val/flops_ratio");
+  std::pair<std::vector<std::int64_t>, std::vector<double>> out;
+  for (const auto& p : points)
+    if (std::isfinite(p.value)) out.first.push_back(p.step), out.second.push_back(p.value);
+  return out;
+}
+
+CumulativeFlops training_flops_axis(const RunStore& store, std::int64_t run_id) {
+  const double dense_step = training_step_dense_flops(store, run_id);
+  auto [steps, ratios] = training_flops_ratios(store, run_id);
+  if (ratios.empty())
+    throw DataError(store.path() + ": run " + std::to_string(run_id) +
+                    " stores neither train/flops_ratio nor val/flops_ratio: no FLOPs axis");
+  return CumulativeFlops(dense_step, std::move(steps), std::move(ratios));
+}
+
+const std::vector<FigureInfo>& figure_catalog() {
+  static const std::vector<FigureInfo> catalog = [] {
+    std::vector<FigureInfo> c = {
+        {"curves", "Metric versus training progress",
+         "`metric` (default val/loss) against `x_axis`: step, tokens (step x train.batch_size x data.context), flops "
+         "(cumulative training FLOPs of the layers: 3 x the FLOPs model's dense forward per step x the measured "
+         "train/flops_ratio) or wall (seconds since the run started). With `by_seed`, runs differing only in their "
+         "seed become one mean +- std line over the x range all of them cover. `smoothing` in (0, 1) on a train/* "
+         "metric draws a debiased EMA over a faint raw line. One colour per architecture, one dash per variant.",
+         1, build_curves},
+        {"matched", "Quality at matched budgets",
+         "`metric` linearly interpolated at `budgets` on `x_axis` (the CLI defaults to flops here; no extrapolation: "
+         "a budget outside a run's range is missing for that run), points and lines per group, mean +- std over "
+         "seeds. Empty `budgets`: five evenly spaced budgets up to the largest value every run reaches. The same "
+         "numbers as a table: matched_budget_table().",
+         1, build_matched},
+        {"pareto", "Quality versus cost",
+         "`metric`'s last value against the FLOPs ratio at evaluation (last val/flops_ratio, else the last "
+         "evaluation's flops_ratio), one point per group (mean over seeds, std as error), and the Pareto front "
+         "(higher is better for accuracy, F1, throughput and 'saved' metrics, else lower).",
+         1, build_pareto},
+        {"routed-layers", "Routed tokens per layer",
+         "Per layer, the percentage of tokens on the routed path in the inference-mode evaluation at `step` (0: the "
+         "last one), grouped bars with std over seeds as error bars; layers that do not route are hatched full bars "
+         "(DTRNet Figure 5). `metric` 'training' draws the training-mode shares logged at or before `step` "
+         "instead, 'both' draws them faint beside the inference bars (the dashboard's panel).",
+         1, build_routed_layers},
+        {"routing-history", "Routing over training",
+         "Per run a heat map of layers x logged steps: the percentage of tokens each layer routed in training mode "
+         "at each logged step; layers that do not route (per the last evaluation) are empty (the dashboard's panel).",
+         1, build_routing_history},
+        {"cost-length", "FLOPs ratio and KV cache versus sequence length",
+         "From the FLOPs model with each run's routed fractions measured at evaluation `step` (0: the last): the "
+         "layers' FLOPs ratio to a dense model and the KV cache in MiB of one sequence, per length in `lengths` "
+         "(default 64 .. max(8192, 4 x context), powers of two), one line per run, the dense reference dashed, "
+         "and the FLOPs ratio the evaluation measured from the real decisions as a point at the run's context "
+         "(DTRNet Figures 4 and 6; the dashboard's panel).",
+         1, build_cost_length},
+        {"token-maps", "Per-token routing of the probe text",
+         "Heat maps (layers x probe tokens) of the first two runs' probe at `step` (0: the last): the gate, or the "
+         "binary decision when `metric` is 'decision' (a layer without a gate shows its decision), and their "
+         "difference on a diverging scale. Both runs must have probed the same text.",
+         2, build_token_maps},
+        {"token-map", "Per-token routing of one run's probe",
+         "Per run a heat map of rows x probe tokens at probe `step` (0: the last one): each routed layer coloured by "
+         "`metric` 'gate' (default), 'decision' or 'expert' (TAGAT: the chosen experts per rank), then each "
+         "per-token series the model reports (exit layer, depth, path, ...) and p(next token); every row over its "
+         "own range (the dashboard's token view).",
+         1, build_token_map},
+        {"metrics", "A run's other metrics",
+         "One run's metrics besides the loss as small multiples, one panel per quantity (learning rate, gradient "
+         "norm, tokens/s, auxiliary loss, router entropy, load imbalance, routed fraction, FLOPs ratio; accuracy "
+         "and macro-F1 first for classifiers), its train series a line, its val points marked, against step. "
+         "`metric` a quantity ('lr') or key ('train/lr') draws its panel alone; 'all' (the default) every panel "
+         "(the dashboard's Metrics tab).",
+         1, build_metrics, 1},
+        {"expert-loads", "Expert loads per layer",
+         "Per run, each expert's share of a layer's token-expert assignments at the validation evaluation `step` "
+         "(0: the last), grouped bars per layer against the uniform share 1/N (TAGAT Figure 3, left; the "
+         "dashboard's Metrics tab).",
+         1, build_expert_loads},
+    };
+    for (auto& f : paper_figures()) c.push_back(std::move(f));
+    return c;
+  }();
+  return catalog;
+}
+
+const FigureInfo& figure_info(const std::string& name) {
+  std::string known;
+  const std::string wanted = current_id(name);  // an earlier id ("dtrnet-fig5") names the same figure
+  for (const auto& info : figure_catalog()) {
+    if (info.name == wanted) return info;
+    known += (known.empty() ? "" : ", ") + info.name;
+  }
+  throw ConfigError("unknown figure '" + name + "' (known: " + known + ")");
+}
+
+RunStyle run_style(const RunStore& store, std::int64_t run_id) {
+  FigureRequest request;
+  request.run_ids = {run_id};
+  const auto groups = styled_groups(store, request);
+  return {groups.front().group.label, groups.front().color};
+}
+
+Figure build_figure(const RunStore& store, const FigureRequest& request) {
+  const auto& info = figure_info(request.name);
+  if (request.run_ids.size() < info.min_runs)
+    throw ConfigError("figure '" + info.name + "' needs at least " + std::to_string(info.min_runs) + " run" +
+                      (info.min_runs == 1 ? "" : "s") + ", got " + std::to_string(request.run_ids.size()));
+  if (info.max_runs && request.run_ids.size() > info.max_runs)
+    throw ConfigError("figure '" + info.name + "' draws at most " + std::to_string(info.max_runs) + " run" +
+                      (info.max_runs == 1 ? "" : "s") + ", got " + std::to_string(request.run_ids.size()));
+  for (auto id : request.run_ids)
+    if (!store.run(id)) throw StoreError(store.path() + ": no run " + std::to_string(id));
+  if (!(request.width_cm > 0) || !(request.height_cm > 0) || !(request.font_pt > 0))
+    throw ConfigError("figure '" + info.name + "': width, height and font size must be > 0");
+  // Every refusal names the figure (a builder's helpers may not), and a figure with nothing to draw is one.
+  const auto named = [&](const std::exception& e) {
+    const std::string what = e.what();
+    return what.find(info.name) != std::string::npos ? what : info.name + ": " + what;
+  };
+  Figure figure;
+  try {
+    figure = info.build(store, request);
+  } catch (const ConfigError& e) {
+    throw ConfigError(named(e));
+  } catch (const DataError& e) {
+    throw DataError(named(e));
+  }
+  if (figure.empty()) throw DataError(info.name + ": the runs hold nothing this figure draws");
+  figure.name = info.name;
+  if (figure.title.empty()) figure.title = info.title;
+  figure.width_cm = request.width_cm;
+  figure.height_cm = request.height_cm;
+  figure.font_pt = request.font_pt;
+  if (!figure.meta.is_object()) figure.meta = json::object();
+  figure.meta["run_ids"] = request.run_ids;
+  figure.meta["request"] = {{"name", request.name},         {"run_ids", request.run_ids},
+                            {"metric", request.metric},     {"x_axis", request.x_axis},
+                            {"smoothing", request.smoothing}, {"by_seed", request.by_seed},
+                            {"budgets", request.budgets},   {"step", request.step},
+                            {"lengths", request.lengths},   {"width_cm", request.width_cm},
+                            {"height_cm", request.height_cm}, {"font_pt", request.font_pt}};
+  figure.meta["routelab_version"] = ROUTELAB_VERSION;
+  figure.meta["store"] = store.path();
+  return figure;
+}
+
+}  // namespace routelab

@@ -1,0 +1,51 @@
+// The helpers the seeds' figure files share (core/report/builders/papers/paper_detail.h): reading runs, evaluations and
+// probes, colours and labels, and the data shape a stored config was trained with.
+#include "core/report/builders/papers/paper_detail.h"
+
+#include <algorithm>
+
+#include "core/data/dataset.h"
+#include "core/util/errors.h"
+
+namespace routelab::figure_detail {
+
+std::optional<EvaluationRecord> val_eval(const RunStore& store, std::int64_t id, std::int64_t step) {
+  std::optional<EvaluationRecord> found;
+  for (auto& e : read_evaluations(store, id))
+    if (e.split == "val" && (step == 0 || e.step == step) && (!found || e.step >= found->step)) found = e;
+  return found;
+}
+
+std::string prefixed(const char* prefix, std::int64_t i) { return std::string(prefix).append(std::to_string(i)); }
+
+std::vector<std::string> token_labels(const std::vector<std::string>& tokens) {
+  std::vector<std::string> out;
+  for (std::string s : tokens) {
+    if (s == " ") s = "\u2423";
+    else if (s == "\n") s = "\u21b5";
+    out.push_back(s);
+  }
+  return out;
+}
+
+std::vector<std::string> token_labels(const json& tokens) {
+  std::vector<std::string> texts;
+  if (tokens.is_array())
+    for (const auto& t : tokens) texts.push_back(t.is_string() ? t.get<std::string>() : t.dump());
+  return token_labels(texts);
+}
+
+DataShape data_shape_of(const json& config) {
+  const auto data = make_dataset(config.at("data"));
+  return {data->tokenizer().vocab_size(), data->context()};
+}
+
+Figure start(const FigureRequest& request, const std::string& title) {
+  Figure f;
+  f.name = request.name;
+  f.title = title;
+  f.meta["runs"] = request.run_ids;
+  return f;
+}
+
+}  // namespace routelab::figure_detail

@@ -1,0 +1,197 @@
+// The routing figures: "routed-layers" (routed tokens per layer at an evaluation, DTRNet Figure 5),
+// "routing-history" (training-mode routing per layer and logged step), "token-map" (one run's probe, every row the
+// dashboard shows) and "token-maps" (per-token gates or decisions of two runs' probes, and their difference).
+#include <algorithm>
+#include <cmath>
+
+#include "core/report/builders/builder_detail.h"
+#include "core/report/figure/run_panels.h"
+#include "core/report/tables/table.h"
+#include "core/run/probe_record.h"
+#include "core/run/routing_history.h"
+#include "core/util/errors.h"
+
+namespace routelab::figure_detail {
+
+// ---------------------------------------------------------------------------------------------------------------
+// routed-layers
+
+namespace {
+
+/// Which modes "routed-layers" draws: `metric` "training" or "both", else inference only.
+struct RoutedModes {
+  bool inference = true, training = false;
+};
+
+RoutedModes routed_modes(const std::string& metric) {
+  if (metric == "training") return {false, true};
+  if (metric == "both") return {true, true};
+  return {};
+}
+
+}  // namespace
+
+Figure build_routed_layers(const RunStore& store, const FigureRequest& request) {
+  const RoutedModes modes = routed_modes(request.metric);
+  std::vector<RoutedLayersGroup> groups;
+  json training_steps = json::array();
+  for (const auto& g : styled_groups(store, request)) {
+    RoutedLayersGroup group;
+    group.label = g.group.label;
+    group.color = g.color;
+    for (auto id : g.group.run_ids) {
+      // Training mode alone takes which layers route from the last evaluation (that does not change in a run).
+      const auto eval = eval_at(store, id, modes.inference ? request.step : 0, "routed-layers");
+      const auto layers = eval_layers(store, id, eval, "routed-layers");
+      std::vector<double> fractions;
+      std::vector<bool> routed;
+      for (const auto& l : layers) {
+        fractions.push_back(l.routed_fraction);
+        routed.push_back(l.routed);
+      }
+      if (group.routed.empty()) group.routed = routed;
+      if (modes.inference) group.inference.push_back(std::move(fractions));
+      if (modes.training && group.training.empty()) {  // the group's first run: seeds log at different steps
+        const auto history = read_routing_history(store, id);
+        const auto* column = history.column_at(request.step, &group.training_step);
+        if (!column)
+          throw DataError("routed-layers: " + store.path() + ": run " + std::to_string(id) +
+                          " logged no training-mode routing" +
+                          (request.step ? " at or before step " + std::to_string(request.step) : std::string()));
+        group.training = *column;
+        training_steps.push_back(group.training_step);
+      }
+    }
+    groups.push_back(std::move(group));
+  }
+  Figure f;
+  f.panels.push_back(routed_layers_panel(groups));
+  f.meta["eval_step"] = request.step;
+  f.meta["modes"] = modes.inference && modes.training ? "both" : modes.training ? "training" : "inference";
+  if (modes.training) f.meta["training_steps"] = training_steps;  // per group, the logged step drawn
+  return f;
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// routing-history
+
+Figure build_routing_history(const RunStore& store, const FigureRequest& request) {
+  Figure f;
+  for (auto id : request.run_ids) {
+    const auto history = read_routing_history(store, id);
+    if (history.empty())
+      throw DataError("routing-history: " + store.path() + ": run " + std::to_string(id) +
+                      " logged no training-mode routing");
+    // The layers that do not route, from the last evaluation (none yet: every layer is drawn).
+    std::vector<bool> routed;
+    const auto evals = evaluations(store, id, "routing-history");
+    if (!evals.empty())
+      for (const auto& l : evals.back().layers) routed.push_back(l.routed);
+    f.panels.push_back(routing_history_panel(run_label(run_record(store, id)), history, routed));
+  }
+  f.columns = 1;
+  return f;
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// token-maps
+
+namespace {
+
+struct ProbeMap {
+  std::string title;
+  std::vector<std::string> tokens;
+  FigureHeatmap map;
+};
+
+ProbeMap probe_map(const RunStore& store, std::int64_t run_id, std::int64_t step, bool decisions) {
+  const ProbeRecord found = probe_at(store, run_id, step, "token-maps");
+  const ProbeRecord* probe = &found;
+  if (probe->tokens.empty() || probe->layers.empty())
+    throw DataError("token-maps: run " + std::to_string(run_id) + " step " + std::to_string(probe->step) +
+                    ": the probe has no tokens or layers");
+  ProbeMap m;
+  m.title = token_map_title(run_record(store, run_id), probe->step);
+  m.tokens = probe->tokens;
+  m.map.rows = probe->layers.size();
+  m.map.cols = m.tokens.size();
+  m.map.values.assign(m.map.rows * m.map.cols, kNaN);
+  m.map.col_labels = m.tokens;
+  m.map.colour_label = decisions ? "decision" : "gate";
+  for (std::size_t r = 0; r < probe->layers.size(); ++r) {
+    const auto& l = probe->layers[r];
+    m.map.row_labels.push_back("L" + std::to_string(l.layer));
+    // A layer with hard decisions only shows them on the gate map too.
+    const auto& values = decisions || l.gate.empty() ? l.decision : l.gate;
+    for (std::size_t c = 0; c < m.map.cols && c < values.size(); ++c) m.map.values[r * m.map.cols + c] = values[c];
+  }
+  return m;
+}
+
+}  // namespace
+
+Figure build_token_map(const RunStore& store, const FigureRequest& request) {
+  // The request's default metric (val/loss) means the default colouring.
+  const auto colour =
+      parse_token_map_colour(request.metric == "val/loss" ? "gate" : request.metric, "token-map metric");
+  Figure f;
+  f.columns = 1;
+  for (auto id : request.run_ids) {
+    const ProbeRecord probe = probe_at(store, id, request.step, "token-map");
+    if (probe.tokens.empty())
+      throw DataError("token-map: run " + std::to_string(id) + " step " + std::to_string(probe.step) +
+                      ": the probe has no tokens");
+    f.panels.push_back(token_map_panel(token_map_title(run_record(store, id), probe.step), probe, colour));
+  }
+  f.meta["colour"] = to_string(colour);
+  return f;
+}
+
+Figure build_token_maps(const RunStore& store, const FigureRequest& request) {
+  const bool decisions = request.metric == "decision";
+  auto a = probe_map(store, request.run_ids[0], request.step, decisions);
+  auto b = probe_map(store, request.run_ids[1], request.step, decisions);
+  if (a.tokens != b.tokens)
+    throw DataError("token-maps: runs " + std::to_string(request.run_ids[0]) + " and " +
+                    std::to_string(request.run_ids[1]) + " probed different texts (" + std::to_string(a.tokens.size()) +
+                    " and " + std::to_string(b.tokens.size()) + " tokens); their maps cannot be subtracted");
+  FigureHeatmap diff;
+  diff.rows = std::max(a.map.rows, b.map.rows);
+  diff.cols = a.map.cols;
+  diff.values.assign(diff.rows * diff.cols, kNaN);
+  diff.row_labels = a.map.rows >= b.map.rows ? a.map.row_labels : b.map.row_labels;
+  diff.col_labels = a.tokens;
+  diff.diverging = true;
+  diff.colour_label = "difference";
+  double largest = 0;
+  for (std::size_t r = 0; r < std::min(a.map.rows, b.map.rows); ++r)
+    for (std::size_t c = 0; c < diff.cols; ++c) {
+      const double d = a.map.values[r * diff.cols + c] - b.map.values[r * diff.cols + c];
+      diff.values[r * diff.cols + c] = d;
+      if (std::isfinite(d)) largest = std::max(largest, std::abs(d));
+    }
+  diff.lo = largest > 0 ? -largest : -1.0;
+  diff.hi = largest > 0 ? largest : 1.0;
+  Figure f;
+  f.columns = 3;
+  for (auto* m : {&a, &b}) {
+    FigurePanel p;
+    p.title = m->title;
+    p.x_label = "probe token";
+    p.y_label = "layer";
+    p.legend = false;
+    p.heatmap = std::move(m->map);
+    f.panels.push_back(std::move(p));
+  }
+  FigurePanel d;
+  d.title = "difference (first - second)";
+  d.x_label = "probe token";
+  d.y_label = "layer";
+  d.legend = false;
+  d.heatmap = std::move(diff);
+  f.panels.push_back(std::move(d));
+  f.meta["map"] = decisions ? "decision" : "gate";
+  return f;
+}
+
+}  // namespace routelab::figure_detail
