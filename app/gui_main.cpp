@@ -8,6 +8,7 @@
 #include <QDockWidget>
 #include <QFileInfo>
 #include <QPlainTextEdit>
+#include <QTabWidget>
 #include <QThread>
 #include <QTimer>
 
@@ -179,6 +180,15 @@ int main(int argc, char** argv) {
   window.show();
   const QStringList dashboards = parser.values(dashboardOption);
   for (const QString& id : dashboards) window.dashboards()->open(id.toLongLong());
+  // Scripted screenshots of a tab other than the first: ROUTELAB_SCREENSHOT_TAB=Metrics shows the tab of that name
+  // in the dashboards opened with --dashboard.
+  if (const QString tab = qEnvironmentVariable("ROUTELAB_SCREENSHOT_TAB"); !tab.isEmpty())
+    for (const QString& id : dashboards)
+      if (QWidget* dashboard = window.dashboards()->dashboard(id.toLongLong()))
+        for (QTabWidget* tabs : dashboard->findChildren<QTabWidget*>())
+          for (int i = 0; i < tabs->count(); ++i)
+            if (tabs->tabText(i).remove(QLatin1Char('&')).compare(tab, Qt::CaseInsensitive) == 0)
+              tabs->setCurrentIndex(i);
   if (parser.isSet(compareOption)) {
     QList<qint64> ids;
     for (const QString& id : parser.value(compareOption).split(QLatin1Char(','), Qt::SkipEmptyParts))

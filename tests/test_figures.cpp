@@ -68,7 +68,7 @@ struct Fixture {
   }
 
   std::int64_t add(const std::string& name, const std::string& arch, std::int64_t seed, const std::vector<double>& val,
-                   const std::vector<std::pair<std::int64_t, double>>& ratios, bool routed) {
+                   const std::vector<std::pair<std::int64_t, double>>& ratios, bool routed, bool log_routing = true) {
     auto r = test::sample_run(name);
     r.arch = arch;
     r.seed = seed;
@@ -107,7 +107,7 @@ struct Fixture {
     for (const std::int64_t step : {10, 20})
       for (int layer = 0; layer < 2; ++layer)
         routing.push_back({step, layer, routed && layer == 1 ? (step == 10 ? 0.30 : 0.35) : 1.0, 0, 0, 0, 0});
-    store->insert_routing(id, routing);
+    if (log_routing) store->insert_routing(id, routing);
     return id;
   }
 
@@ -372,6 +372,14 @@ class TestFigures : public QObject {
     } catch (const DataError& e) {
       QVERIFY2(std::string(e.what()).find("at or before step 5") != std::string::npos, e.what());
     }
+    // "both" for a run that logged no training-mode routing: its inference bars alone (what the dashboard shows).
+    const auto quiet = fx.add("mod-quiet", "mod", 3, {4.0, 3.0, 2.5}, {{1, 0.5}}, true, /*log_routing=*/false);
+    auto both = fx.request("routed-layers", {quiet});
+    both.metric = "both";
+    const auto alone = build_figure(*fx.store, both);
+    QCOMPARE(alone.meta.at("training_steps"), json::array({nullptr}));
+    QCOMPARE(alone.panels.at(0).bars.members.size(), std::size_t{2});  // inference and the hatched dense layer
+    QVERIFY(!alone.panels.at(0).bars.members[0].faint && alone.panels.at(0).bars.members[1].hatched);
   }
 
   void routingHistoryIsLayersByLoggedSteps() {

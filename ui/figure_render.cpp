@@ -346,7 +346,7 @@ class PanelRenderer {
       for (std::size_t i = 0; i < n && i < m.values.size(); ++i) {
         const double v = m.values[i];
         if (!std::isfinite(v) || (ey.log && v <= 0)) continue;
-        keys.push_back(static_cast<double>(i) + 1);
+        keys.push_back(static_cast<double>(i));  // the category's index, as in the CSV (x of a "bar" row)
         values.push_back(v);
         const double e = i < m.errors.size() ? m.errors[i] : kNaN;
         errors.push_back(std::isfinite(e) ? e : kNaN);
@@ -375,13 +375,13 @@ class PanelRenderer {
         err->setWhiskerWidth(std::clamp(0.4 * barPt, 2.0, 8.0));
       }
     }
-    x_->setRange(0.5, static_cast<double>(n) + 0.5);
+    x_->setRange(-0.5, static_cast<double>(n) - 0.5);
     x_->grid()->setVisible(false);
     const double slot = geometry_.widthPt / std::max<double>(1, n);
     const double labelW = labelWidthPt(b.categories, fontPt_);
     const bool rotate = labelW > slot;
     x_->setTickLabelRotation(rotate ? -90 : 0);
-    x_->setTicker(categoryTicker(b.categories, 1.0, geometry_.widthPt, rotate ? 1.3 * fontPt_ : labelW + 2));
+    x_->setTicker(categoryTicker(b.categories, 0.0, geometry_.widthPt, rotate ? 1.3 * fontPt_ : labelW + 2));
   }
 
   QCPColorScale* heatmap() {

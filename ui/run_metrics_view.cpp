@@ -23,6 +23,7 @@ Figure panelFigure(const Figure& all, std::size_t i, const std::string& id) {
   one.panels = {all.panels[i]};
   one.columns = 1;
   one.meta["panel_ids"] = nlohmann::json::array({id});
+  if (one.meta.contains("panel_keys")) one.meta["panel_keys"] = nlohmann::json::array({all.meta["panel_keys"][i]});
   if (one.meta.contains("request")) one.meta["request"]["metric"] = id;
   return one;
 }
@@ -89,21 +90,24 @@ void RunMetricsView::setData(qint64 runId, const RunMetricsData& metrics) {
     if (index >= metrics.panels.panels.size()) break;
     FigureView* view = views_.value(ids_[i]);
     const FigurePanel& panel = metrics.panels.panels[index];
-    QStringList keys;
-    for (const auto& s : panel.series) keys << QString::fromStdString(s.label);
     view->setFigure(panelFigure(metrics.panels, index, ids_[i].toStdString()));
-    view->setCaption(QString::fromStdString(panel.title),
-                     tr("%1 (%2) against the training step; `routelab-cli figure metrics --metric %3`")
-                         .arg(QString::fromStdString(panel.title), keys.join(QStringLiteral(", ")), ids_[i]));
+    // The plot's title names the quantity; the caption says which stored series it draws.
+    QStringList keys;
+    if (metrics.panels.meta.contains("panel_keys"))
+      for (const auto& key : metrics.panels.meta["panel_keys"][index])
+        keys << QString::fromStdString(key.get<std::string>());
+    view->setCaption(keys.join(QStringLiteral(" · ")),
+                     tr("%1 against the training step: `routelab-cli figure metrics --runs %2 --metric %3`")
+                         .arg(QString::fromStdString(panel.title)).arg(runId_).arg(ids_[i]));
   }
 
   const bool haveLoads = !metrics.loads.panels.empty();
   loads_->setVisible(haveLoads);
   if (haveLoads) {
     loads_->setFigure(metrics.loads);
-    loads_->setCaption(tr("Expert loads per layer, %1: each expert's share of the layer's token-expert "
-                          "assignments (val/load/L·/E·); dashed: uniform")
-                           .arg(QString::fromStdString(metrics.loads.panels.front().title)));
+    loads_->setCaption(tr("Expert loads: each expert's share of a layer's token-expert assignments at the last "
+                          "evaluation (val/load/L·/E·); dashed: the uniform share"),
+                       tr("`routelab-cli figure expert-loads --runs %1`").arg(runId_));
   }
   summary_->setText(ids_.isEmpty() && !haveLoads
                         ? (metrics.panelsError.isEmpty() ? tr("This run has stored no metrics besides the loss yet.")

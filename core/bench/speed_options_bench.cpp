@@ -54,7 +54,13 @@ std::pair<nlohmann::json, ModelContext> checkpoint_model(const std::string& path
   } catch (const c10::Error& e) {
     throw CheckpointError(path + ": not a readable RouteLab checkpoint (" + e.what_without_backtrace() + ")");
   }
-  const auto config = config_from_resolved(nlohmann::json::parse(config_json), path);
+  nlohmann::json doc;
+  try {
+    doc = nlohmann::json::parse(config_json);
+  } catch (const nlohmann::json::parse_error& e) {
+    throw CheckpointError(path + ": config: not JSON (" + e.what() + ")");
+  }
+  const auto config = config_from_resolved(doc, path);
   const auto data = make_dataset(config.data());
   return {config.model(), {data->tokenizer().vocab_size(), data->context()}};
 }

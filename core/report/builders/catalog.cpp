@@ -73,7 +73,8 @@ const std::vector<FigureInfo>& figure_catalog() {
          "Per layer, the percentage of tokens on the routed path in the inference-mode evaluation at `step` (0: the "
          "last one), grouped bars with std over seeds as error bars; layers that do not route are hatched full bars "
          "(DTRNet Figure 5). `metric` 'training' draws the training-mode shares logged at or before `step` "
-         "instead, 'both' draws them faint beside the inference bars (the dashboard's panel).",
+         "instead, 'both' draws them faint beside the inference bars where the run logged them (the dashboard's "
+         "panel).",
          1, build_routed_layers},
         {"routing-history", "Routing over training",
          "Per run a heat map of layers x logged steps: the percentage of tokens each layer routed in training mode "

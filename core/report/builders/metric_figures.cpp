@@ -48,9 +48,11 @@ Figure build_metrics(const RunStore& store, const FigureRequest& request) {
   Figure f;
   f.columns = specs.size() > 1 ? 3 : 1;
   f.meta["panel_ids"] = json::array();
+  f.meta["panel_keys"] = json::array();  // per panel, the stored keys it draws
   for (const auto& spec : specs) {
     f.panels.push_back(metric_panel(spec, series));
     f.meta["panel_ids"].push_back(spec.id);
+    f.meta["panel_keys"].push_back(spec.keys);
   }
   return f;
 }

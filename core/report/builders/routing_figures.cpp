@@ -39,6 +39,7 @@ Figure build_routed_layers(const RunStore& store, const FigureRequest& request) 
     RoutedLayersGroup group;
     group.label = g.group.label;
     group.color = g.color;
+    bool training_read = false;
     for (auto id : g.group.run_ids) {
       // Training mode alone takes which layers route from the last evaluation (that does not change in a run).
       const auto eval = eval_at(store, id, modes.inference ? request.step : 0, "routed-layers");
@@ -51,15 +52,19 @@ Figure build_routed_layers(const RunStore& store, const FigureRequest& request) 
       }
       if (group.routed.empty()) group.routed = routed;
       if (modes.inference) group.inference.push_back(std::move(fractions));
-      if (modes.training && group.training.empty()) {  // the group's first run: seeds log at different steps
+      if (modes.training && !training_read) {  // the group's first run: seeds log at different steps
+        training_read = true;
         const auto history = read_routing_history(store, id);
-        const auto* column = history.column_at(request.step, &group.training_step);
-        if (!column)
+        if (const auto* column = history.column_at(request.step, &group.training_step)) {
+          group.training = *column;
+          training_steps.push_back(group.training_step);
+        } else if (modes.inference) {
+          training_steps.push_back(nullptr);  // "both": a run that logged none shows its inference bars alone
+        } else {
           throw DataError("routed-layers: " + store.path() + ": run " + std::to_string(id) +
                           " logged no training-mode routing" +
                           (request.step ? " at or before step " + std::to_string(request.step) : std::string()));
-        group.training = *column;
-        training_steps.push_back(group.training_step);
+        }
       }
     }
     groups.push_back(std::move(group));

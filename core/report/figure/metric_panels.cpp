@@ -88,8 +88,7 @@ FigurePanel metric_panel(const MetricPanelSpec& spec,
                          const std::map<std::string, std::vector<MetricPoint>>& series) {
   FigurePanel panel;
   panel.title = spec.title;
-  panel.x_label = "step";
-  panel.y_label = spec.title;
+  panel.x_label = "step";  // the title names the quantity: no y label to repeat (and clip) it
   for (const auto& key : spec.keys) {
     const auto it = series.find(key);
     if (it == series.end() || it->second.empty()) continue;
