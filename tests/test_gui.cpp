@@ -93,6 +93,7 @@ class TestGui : public QObject {
   void designerLaunchFeedsALiveDashboard_data();
   void designerLaunchFeedsALiveDashboard();
   void guiThreadStallIsMeasured();
+  void mainPlotDrawsTheRunItNames();
 
  private:
   std::unique_ptr<MainWindow> makeWindow();
@@ -653,6 +654,33 @@ void TestGui::designerLaunchFeedsALiveDashboard() {
   const auto probe = nlohmann::json::parse(store.probes(runId).back().json);
   QCOMPARE(dashboard->tokenView()->tokenCount(), static_cast<int>(probe["tokens"].size()));
   QVERIFY(launch->isEnabled());
+}
+
+void TestGui::mainPlotDrawsTheRunItNames() {
+  // The main view once drew the previous run's curve under the next run's title, and a deleted run's curve.
+  auto window = makeWindow();
+  routelab::LossPlotWidget* plot = window->lossPlot();
+  const auto storedPoints = [this](qint64 runId, const char* key) {
+    routelab::RunStore store(dbPath_.toStdString(), false);
+    return static_cast<int>(store.metric(runId, key).size());
+  };
+  startTiny(*window, 6);
+  QTRY_VERIFY_WITH_TIMEOUT(!window->runController()->isRunning(), kRunTimeoutMs);
+  const qint64 first = window->runController()->currentRunId();
+  QCOMPARE(plot->pointCount(Series::TrainRaw), storedPoints(first, "train/loss"));
+  startTiny(*window, 8);
+  QTRY_VERIFY_WITH_TIMEOUT(!window->runController()->isRunning(), kRunTimeoutMs);
+  const qint64 second = window->runController()->currentRunId();
+  QVERIFY(second != first);
+  QVERIFY2(plot->title().startsWith(QStringLiteral("run %1").arg(second)), qPrintable(plot->title()));
+  // Only the second run's points: none of the first run's left under them.
+  QCOMPARE(plot->pointCount(Series::TrainRaw), storedPoints(second, "train/loss"));
+  QCOMPARE(plot->pointCount(Series::Validation), storedPoints(second, "val/loss"));
+  QCOMPARE(plot->lastStep(Series::TrainRaw), 8.0);
+  // Deleting the run it shows empties the main view.
+  QVERIFY(window->runsPanel()->deleteRuns({second}).isEmpty());
+  QTRY_COMPARE_WITH_TIMEOUT(plot->pointCount(Series::TrainRaw), 0, 10000);
+  QCOMPARE(plot->title(), QStringLiteral("No run"));
 }
 
 void TestGui::guiThreadStallIsMeasured() {

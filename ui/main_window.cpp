@@ -1,6 +1,8 @@
 // MainWindow: layout, actions, settings, and the glue between panels, RunController and StoreService.
 #include "ui/main_window.h"
 
+#include <algorithm>
+
 #include <QAction>
 #include <QApplication>
 #include <QCloseEvent>
@@ -402,6 +404,11 @@ void MainWindow::showRun(qint64 runId) {
 
 void MainWindow::onRunsLoaded(const QList<RunSummary>& runs) {
   runs_->setRuns(runs);
+  // A deleted run leaves the main view (a running one is drawn from its live curve, listed yet or not).
+  const bool stored = std::any_of(runs.begin(), runs.end(), [this](const RunSummary& r) {
+    return r.id == displayedRunId_;
+  });
+  if (displayedRunId_ != 0 && !stored && !queue_->controllerOf(displayedRunId_)) showRun(0);
   updateActions();  // a selection restored with the rows enables "Open dashboard"
   if (firstRunsLoad_) {
     firstRunsLoad_ = false;
@@ -418,7 +425,10 @@ void MainWindow::onCurvesLoaded(const RunCurves& curves) {
 }
 
 void MainWindow::onRunStarted(const RunStartInfo& info) {
-  displayedRunId_ = info.runId;
+  // The main view draws the run its title names: the starting run's own curve from its first point, never the
+  // previous run's curve with the new run's points appended.
+  displayedRunId_ = 0;
+  showRun(info.runId);
   // The description reads "model; data; device": the model part is the title, all of it the tooltip.
   plot_->setTitle(tr("run %1 · %2").arg(info.runId).arg(info.description.section(QLatin1Char(';'), 0, 0)),
                   info.description);
