@@ -4,6 +4,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cctype>
 #include <chrono>
 #include <csignal>
@@ -320,8 +321,18 @@ int cmd_presets(bool json) {
     std::cout << out.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
     return 0;
   }
-  std::cout << std::left << std::setw(22) << "PRESET" << std::setw(12) << "ARCH" << "DESCRIPTION\n";
-  for (const auto& p : presets) std::cout << std::setw(22) << p.name << std::setw(12) << p.arch << p.description << "\n";
+  // Columns as wide as their longest entry plus two spaces, so no name runs into the next column.
+  std::size_t name_width = std::string("PRESET").size(), arch_width = std::string("ARCH").size();
+  for (const auto& p : presets) {
+    name_width = std::max(name_width, p.name.size());
+    arch_width = std::max(arch_width, p.arch.size());
+  }
+  const auto row = [&](const std::string& name, const std::string& arch, const std::string& description) {
+    std::cout << std::left << std::setw(static_cast<int>(name_width + 2)) << name
+              << std::setw(static_cast<int>(arch_width + 2)) << arch << description << "\n";
+  };
+  row("PRESET", "ARCH", "DESCRIPTION");
+  for (const auto& p : presets) row(p.name, p.arch, p.description);
   return 0;
 }
 

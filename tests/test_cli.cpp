@@ -72,6 +72,21 @@ class TestCli : public QObject {
     QVERIFY(!QFile::exists(home_.filePath("checkpoints")));  // nothing trained (the slots below train later)
   }
 
+  void presetListKeepsItsColumnsApart() {
+    // Each row: the preset, the architecture and the description, separated by at least two spaces and aligned.
+    const auto [code, output] = run({"presets"});
+    QCOMPARE(code, 0);
+    const QStringList lines = output.split(QLatin1Char('\n'), Qt::SkipEmptyParts);
+    QVERIFY(lines.size() > 10);
+    const qsizetype description = lines.front().indexOf(QStringLiteral("DESCRIPTION"));
+    QVERIFY(description > 0);
+    for (const QString& line : lines) {
+      QVERIFY2(line.mid(description - 2, 2) == QStringLiteral("  "), qPrintable(line));
+      QVERIFY2(line.simplified().split(QLatin1Char(' ')).size() >= 3, qPrintable(line));
+    }
+    QVERIFY(output.contains(QRegularExpression(QStringLiteral("\\nvanilla-classifier +vanilla-classifier  +TAGAT"))));
+  }
+
   void benchForwardInBothPrecisions_data() {
     QTest::addColumn<QString>("precision");
     QTest::newRow("fp32") << "fp32";

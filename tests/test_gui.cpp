@@ -677,7 +677,8 @@ void TestGui::mainPlotDrawsTheRunItNames() {
   QCOMPARE(plot->pointCount(Series::TrainRaw), storedPoints(second, "train/loss"));
   QCOMPARE(plot->pointCount(Series::Validation), storedPoints(second, "val/loss"));
   QCOMPARE(plot->lastStep(Series::TrainRaw), 8.0);
-  // Deleting the run it shows empties the main view.
+  // Deleting the run it shows empties the main view (once the table knows the run has ended).
+  QTRY_COMPARE_WITH_TIMEOUT(statusInTable(*window, second), QStringLiteral("finished"), 10000);
   QVERIFY(window->runsPanel()->deleteRuns({second}).isEmpty());
   QTRY_COMPARE_WITH_TIMEOUT(plot->pointCount(Series::TrainRaw), 0, 10000);
   QCOMPARE(plot->title(), QStringLiteral("No run"));

@@ -126,7 +126,7 @@ const std::vector<TableSpec>& table_specs() {
          "Validation loss, perplexity and forward FLOPs relative to a dense model of the same shape (routing "
          "measured on the validation split).",
          "Architecture", {kValLoss, kValPpl, kFlopsRatio, kRouted}},
-        {"drr-summary", "DRR: DRR against its PreNorm baseline",
+        {"drr-summary", "DRR against its PreNorm baseline",
          "Depth routing residuals against a PreNorm stack of the same shape.", "Model",
          {kValLoss, col("val/bpc", "BPC", "", Better::Lower, 3), kFlopsRatio}},
         {"tagat-summary", "TAGAT comparison: accuracy, macro-F1, routing entropy, expert balance",
