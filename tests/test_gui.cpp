@@ -10,6 +10,7 @@
 #include <QTimer>
 #include <QSpinBox>
 #include <QTableView>
+#include <QTableWidget>
 #include <QStandardPaths>
 #include <QTemporaryDir>
 #include <QtTest>
@@ -44,6 +45,7 @@
 #include "ui/run_controller.h"
 #include "ui/runs_panel.h"
 #include "ui/runs_table_model.h"
+#include "ui/shortcuts_dialog.h"
 #include "widgets/loss_plot_widget.h"
 #include "widgets/qcustomplot_include.h"
 #include "widgets/progress_status_widget.h"
@@ -94,6 +96,7 @@ class TestGui : public QObject {
   void designerLaunchFeedsALiveDashboard();
   void guiThreadStallIsMeasured();
   void mainPlotDrawsTheRunItNames();
+  void helpListsKeyboardShortcuts();
 
  private:
   std::unique_ptr<MainWindow> makeWindow();
@@ -682,6 +685,34 @@ void TestGui::mainPlotDrawsTheRunItNames() {
   QVERIFY(window->runsPanel()->deleteRuns({second}).isEmpty());
   QTRY_COMPARE_WITH_TIMEOUT(plot->pointCount(Series::TrainRaw), 0, 10000);
   QCOMPARE(plot->title(), QStringLiteral("No run"));
+}
+
+void TestGui::helpListsKeyboardShortcuts() {
+  auto window = makeWindow();
+  QVERIFY(QTest::qWaitForWindowExposed(window.get()));
+  window->shortcutsAction()->trigger();
+  auto* dialog = window->findChild<routelab::ShortcutsDialog*>(QStringLiteral("shortcutsDialog"));
+  QVERIFY(dialog && dialog->isVisible());
+  QMap<QString, QString> listed;
+  QTableWidget* table = dialog->table();
+  for (int r = 0; r < table->rowCount(); ++r) listed.insert(table->item(r, 0)->text(), table->item(r, 1)->text());
+  const auto native = [](const QKeySequence& keys) { return keys.toString(QKeySequence::NativeText); };
+  QCOMPARE(listed.value(QStringLiteral("Compare runs")), native(QKeySequence(Qt::CTRL | Qt::SHIFT | Qt::Key_C)));
+  // The main window's and the runs browser's "Open dashboard" share a row.
+  QVERIFY2(listed.value(QStringLiteral("Open dashboard")).contains(native(QKeySequence(Qt::CTRL | Qt::Key_D))),
+           qPrintable(listed.value(QStringLiteral("Open dashboard"))));
+  QVERIFY(listed.contains(QStringLiteral("Keyboard shortcuts")));
+  // Every key sequence of every action of the window is listed.
+  QString all;
+  for (const QString& keys : listed) all += keys + QStringLiteral(", ");
+  for (const QAction* action : window->findChildren<QAction*>())
+    for (const QKeySequence& keys : action->shortcuts())
+      QVERIFY2(all.contains(native(keys) + QStringLiteral(", ")), qPrintable(action->text()));
+  dialog->filter()->setText(QStringLiteral("compare"));
+  int shown = 0;
+  for (int r = 0; r < table->rowCount(); ++r) shown += table->isRowHidden(r) ? 0 : 1;
+  QVERIFY2(shown >= 1 && shown < table->rowCount(), qPrintable(QString::number(shown)));
+  dialog->close();
 }
 
 void TestGui::guiThreadStallIsMeasured() {

@@ -71,9 +71,13 @@ class TestRunHealth : public QObject {
 
     RunHealth live;
     live.set_live(true);
-    for (int i = 0; i < 10; ++i) live.note_progress(i * 0.5);
+    // Reports every 0.5 s, each of 5 steps (a live batch): 0.1 s per step.
+    for (int i = 0; i < 10; ++i) live.note_progress(i * 0.5, 5.0 * (i + 1));
     QVERIFY(live.alerts(10).empty());
-    QCOMPARE(of_kind(live.alerts(100), "stalled").size(), std::size_t(1));
+    const auto stalled = of_kind(live.alerts(100), "stalled");
+    QCOMPARE(stalled.size(), std::size_t(1));
+    QVERIFY2(stalled[0].find("no training step for 96 s (a step usually takes 0.1 s)") != std::string::npos,
+             stalled[0].c_str());
     live.set_live(false);
     QVERIFY(live.alerts(100).empty());  // a finished run never stalls
   }

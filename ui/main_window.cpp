@@ -34,6 +34,7 @@
 #include "ui/run_queue.h"
 #include "ui/runs_panel.h"
 #include "ui/runs_table_model.h"
+#include "ui/shortcuts_dialog.h"
 #include "ui/store_service.h"
 #include "ui/token_inspector.h"
 #include "widgets/log_view_widget.h"
@@ -128,6 +129,9 @@ void MainWindow::buildActions() {
   quitAction_ = new QAction(tr("&Quit"), this);
   quitAction_->setShortcut(QKeySequence::Quit);
   aboutAction_ = new QAction(tr("&About RouteLab"), this);
+  shortcutsAction_ = new QAction(tr("&Keyboard shortcuts"), this);
+  shortcutsAction_->setObjectName(QStringLiteral("shortcutsAction"));
+  shortcutsAction_->setShortcut(QKeySequence::HelpContents);
   dashboardAction_ = new QAction(tr("Open &dashboard"), this);
   dashboardAction_->setObjectName(QStringLiteral("dashboardAction"));
   dashboardAction_->setShortcut(QKeySequence(Qt::CTRL | Qt::Key_D));
@@ -159,6 +163,11 @@ void MainWindow::buildActions() {
   connect(refreshAction_, &QAction::triggered, this, &MainWindow::refreshRuns);
   connect(quitAction_, &QAction::triggered, this, &QWidget::close);
   connect(aboutAction_, &QAction::triggered, this, &MainWindow::showAbout);
+  connect(shortcutsAction_, &QAction::triggered, this, [this] {
+    auto* dialog = new ShortcutsDialog(this);
+    dialog->setAttribute(Qt::WA_DeleteOnClose);
+    dialog->show();
+  });
   connect(dashboardAction_, &QAction::triggered, this, &MainWindow::openDashboard);
 }
 
@@ -218,6 +227,7 @@ void MainWindow::buildMenus() {
   compare->setToolTip(tr("Overlay runs, matched-budget tables and the config diff (Ctrl+Shift+C)"));
   view->addAction(compare);
   QMenu* help = menuBar()->addMenu(tr("&Help"));
+  help->addAction(shortcutsAction_);
   help->addAction(aboutAction_);
   help->addAction(tr("About &Qt"), qApp, &QApplication::aboutQt);
 }

@@ -64,6 +64,7 @@ class MainWindow : public QMainWindow {
   QAction* stopAction() const { return stopAction_; }
   QAction* stopAllAction() const { return stopAllAction_; }
   QAction* dashboardAction() const { return dashboardAction_; }
+  QAction* shortcutsAction() const { return shortcutsAction_; }
   DashboardDocks* dashboards() const { return dashboards_; }
   ExperimentDesigner* designer() const { return designer_; }
   TokenInspector* inspector() const { return inspector_; }
@@ -145,6 +146,7 @@ class MainWindow : public QMainWindow {
   QAction* dashboardAction_ = nullptr;
   QAction* quitAction_ = nullptr;
   QAction* aboutAction_ = nullptr;
+  QAction* shortcutsAction_ = nullptr;
   QSpinBox* steps_ = nullptr;
 };
 

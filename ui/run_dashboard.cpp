@@ -522,19 +522,25 @@ void RunDashboard::rebuildHealth() {
   for (qsizetype i = 0; i < data_.valSteps.size(); ++i)
     health_.add_validation_loss(data_.valSteps[i], data_.valLoss[i]);
   for (const EvalSnapshot& e : data_.evals) addEvaluation(health_, e);
-  if (live_ && !liveSteps_.isEmpty()) health_.note_progress(clock_.elapsed() / 1000.0);
+  if (live_ && !liveSteps_.isEmpty())
+    health_.note_progress(clock_.elapsed() / 1000.0, static_cast<double>(liveSteps_.back().step));
 }
 
 void RunDashboard::updateAlerts() {
-  QStringList errors, warnings;
-  for (const HealthAlert& a : health_.alerts(clock_.elapsed() / 1000.0))
+  QStringList errors, warnings, episode;
+  for (const HealthAlert& a : health_.alerts(clock_.elapsed() / 1000.0)) {
     (a.severity == HealthAlert::Severity::Error ? errors : warnings) << QString::fromStdString(a.message);
-  if (!live_ && stored_.status == QLatin1String("failed") && !stored_.message.isEmpty())
+    // A stall's message counts its seconds up: it is one episode until it ends, logged once.
+    episode << QString::fromStdString(a.kind == "stalled" ? a.kind : a.message);
+  }
+  if (!live_ && stored_.status == QLatin1String("failed") && !stored_.message.isEmpty()) {
     warnings.prepend(tr("run failed: %1").arg(stored_.message));
-  const bool changed = errors != alerts_->errors() || warnings != alerts_->warnings();
+    episode.prepend(warnings.front());
+  }
   alerts_->setAlerts(errors, warnings);
-  if (changed)
-    for (const QString& a : errors + warnings) logger("ui")->warn("run {}: {}", runId_, a.toStdString());
+  if (episode == alertEpisode_) return;
+  alertEpisode_ = episode;
+  for (const QString& a : errors + warnings) logger("ui")->warn("run {}: {}", runId_, a.toStdString());
 }
 
 void RunDashboard::onProgress(const ProgressBatch& batch) {
@@ -543,8 +549,10 @@ void RunDashboard::onProgress(const ProgressBatch& batch) {
   for (const StepSample& s : batch.steps) {
     liveSteps_.push_back(s);
     health_.add_train_loss(static_cast<double>(s.step), s.loss);
-    health_.note_progress(clock_.elapsed() / 1000.0);
   }
+  // One report per batch: the time since the last one is spread over the steps this batch covers.
+  if (!batch.steps.isEmpty())
+    health_.note_progress(clock_.elapsed() / 1000.0, static_cast<double>(batch.steps.back().step));
   for (const EvalSample& e : batch.evals) {
     liveEvals_.push_back(e);
     evaluated = true;

@@ -130,6 +130,7 @@ class RunDashboard : public QWidget {
   QVector<StepSample> liveSteps_;
   QVector<EvalSample> liveEvals_;
   RunHealth health_;
+  QStringList alertEpisode_;  ///< what the alerts last logged said (a stall by its kind: its seconds count up)
   QElapsedTimer clock_;
   QTimer* reloadTimer_ = nullptr;
   QTimer* alertTimer_ = nullptr;

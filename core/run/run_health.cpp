@@ -25,6 +25,13 @@ std::string number(double v, int digits = 0) {
   return buf;
 }
 
+/// Two significant digits: a step of 3 ms reads "0.003", not "0.00".
+std::string significant(double v) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.2g", v);
+  return buf;
+}
+
 std::string percent(double share) {
   char buf[32];
   std::snprintf(buf, sizeof buf, "%g%%", share * 100.0);
@@ -85,12 +92,17 @@ void RunHealth::add_evaluation(double step, const std::vector<double>& routed_sh
   }
 }
 
-void RunHealth::note_progress(double seconds) {
-  if (last_progress_ >= 0 && seconds > last_progress_) {
-    intervals_.push_back(seconds - last_progress_);
-    if (intervals_.size() > 64) intervals_.erase(intervals_.begin());
+void RunHealth::note_progress(double seconds, double step) {
+  if (last_progress_ >= 0 && seconds > last_progress_ && step > last_progress_step_) {
+    const auto keep = [](std::vector<double>& window, double value) {
+      window.push_back(value);
+      if (window.size() > 64) window.erase(window.begin());
+    };
+    keep(intervals_, seconds - last_progress_);
+    keep(step_times_, (seconds - last_progress_) / (step - last_progress_step_));
   }
   last_progress_ = seconds;
+  last_progress_step_ = step;
 }
 
 std::vector<HealthAlert> RunHealth::alerts(double now_seconds) const {
@@ -116,15 +128,17 @@ std::vector<HealthAlert> RunHealth::alerts(double now_seconds) const {
                        number(last_train_step_) + ", minimum " + number(ema_min_, 3) + " at step " +
                        number(ema_min_step_)});
   if (live_ && last_progress_ >= 0) {
-    std::vector<double> sorted = intervals_;
-    std::sort(sorted.begin(), sorted.end());
-    const double typical = sorted.empty() ? 0 : sorted[sorted.size() / 2];
-    const double limit = std::max(t_.stall_seconds, t_.stall_intervals * typical);
+    const auto median = [](std::vector<double> values) {
+      std::sort(values.begin(), values.end());
+      return values.empty() ? 0.0 : values[values.size() / 2];
+    };
+    const double limit = std::max(t_.stall_seconds, t_.stall_intervals * median(intervals_));
     const double quiet = now_seconds - last_progress_;
     if (quiet > limit)
       out.push_back({Severity::Warning, "stalled",
-                     "stalled: no training step for " + number(quiet) + " s (a step usually takes " +
-                         number(typical, 2) + " s)"});
+                     "stalled: no training step for " + number(quiet) + " s" +
+                         (step_times_.empty() ? std::string()
+                                              : " (a step usually takes " + significant(median(step_times_)) + " s)")});
   }
   return out;
 }
@@ -134,7 +148,7 @@ std::vector<HealthAlert> assess_run(const RunStore& store, const RunRecord& run,
   RunHealth health(thresholds);
   for (const auto& p : store.metric(run.id, "train/loss")) {
     health.add_train_loss(static_cast<double>(p.step), p.value);
-    health.note_progress(p.wall_time);
+    health.note_progress(p.wall_time, static_cast<double>(p.step));
   }
   for (const auto& p : store.metric(run.id, "val/loss"))
     health.add_validation_loss(static_cast<double>(p.step), p.value);

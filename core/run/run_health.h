@@ -44,8 +44,9 @@ class RunHealth {
   void add_validation_loss(double step, double loss);
   /// One evaluation's inference-mode routed share per layer, and which layers route (dense layers never collapse).
   void add_evaluation(double step, const std::vector<double>& routed_share, const std::vector<bool>& routed);
-  /// A step arrived at `seconds` (any clock that the `now_seconds` of alerts() shares).
-  void note_progress(double seconds);
+  /// Training reached `step` at `seconds` (any clock that the `now_seconds` of alerts() shares). Call it once per
+  /// report (a batch of steps, a stored row): the time a step takes is the gap over the steps it covers.
+  void note_progress(double seconds, double step);
   /// Live runs only: whether the stall check applies (a finished run never stalls).
   void set_live(bool live) { live_ = live; }
 
@@ -61,8 +62,9 @@ class RunHealth {
   double ema_min_ = 0, ema_min_step_ = 0, ema_now_ = 0, last_train_step_ = 0;
   std::vector<int> low_run_, high_run_;  ///< per layer: consecutive evaluations at the low / high extreme
   double last_eval_step_ = -1;
-  double last_progress_ = -1;
-  std::vector<double> intervals_;  ///< the last 64 gaps between steps
+  double last_progress_ = -1, last_progress_step_ = 0;
+  std::vector<double> intervals_;   ///< the last 64 gaps between reports
+  std::vector<double> step_times_;  ///< the last 64 seconds per step (a gap over the steps it covered)
 };
 
 /// The alerts of a stored run: its train and validation losses and the routing of its evaluations, in step order;
