@@ -4,14 +4,13 @@
 #include <cmath>
 
 #include "core/report/figure/figure.h"
+#include "tests/store_test_support.h"
 #include "widgets/qcustomplot_include.h"
 
 namespace test {
 
 /// Whether the plot on screen holds the figure's numbers: each bar member's finite values as a QCPBars, each heat
 /// map's colour values cell by cell, a graph per line series (the figure renderer, ui/figure_render.h).
-inline bool sameNumber(double a, double b) { return a == b || (std::isnan(a) && std::isnan(b)); }
-
 inline bool screenShowsFigure(QCustomPlot* plot, const routelab::Figure& figure) {
   QList<QCPBars*> bars;
   QList<QCPColorMap*> maps;
@@ -37,7 +36,7 @@ inline bool screenShowsFigure(QCustomPlot* plot, const routelab::Figure& figure)
     QCPColorMapData* cells = maps[nextMap++]->data();
     for (std::size_t r = 0; r < h.rows; ++r)
       for (std::size_t c = 0; c < h.cols; ++c)
-        if (!sameNumber(cells->cell(static_cast<int>(c), static_cast<int>(r)), h.colour_value(r, c))) return false;
+        if (!routelab::test::same(cells->cell(static_cast<int>(c), static_cast<int>(r)), h.colour_value(r, c))) return false;
   }
   return nextBars == bars.size() && nextMap == maps.size() && static_cast<std::size_t>(plot->graphCount()) >= lines;
 }

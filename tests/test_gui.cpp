@@ -450,7 +450,7 @@ void TestGui::dashboardShowsRoutingOfATinyDtrnetRun() {
   QCOMPARE(view->rowCount(), static_cast<int>(map.rows));
   for (int r = 0; r < view->rowCount(); ++r)
     for (int c = 0; c < tokens; ++c) {
-      QVERIFY(test::sameNumber(view->row(r).values.value(c), map.values[static_cast<std::size_t>(r) * map.cols + c]));
+      QVERIFY(routelab::test::same(view->row(r).values.value(c), map.values[static_cast<std::size_t>(r) * map.cols + c]));
     }
 
   // The alerts the dashboard shows are the ones routelab-cli reports for the stored run (core/run/run_health.h):

@@ -111,6 +111,13 @@ std::vector<EvaluationRecord> evaluations(const RunStore& store, std::int64_t ru
   }
 }
 
+std::optional<EvaluationRecord> val_eval(const RunStore& store, std::int64_t id, std::int64_t step) {
+  std::optional<EvaluationRecord> found;
+  for (auto& e : read_evaluations(store, id))
+    if (e.split == "val" && (step == 0 || e.step == step) && (!found || e.step >= found->step)) found = e;
+  return found;
+}
+
 EvaluationRecord eval_at(const RunStore& store, std::int64_t run_id, std::int64_t step, const std::string& figure) {
   const auto evals = evaluations(store, run_id, figure);
   if (evals.empty())

@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <limits>
 #include <map>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -80,6 +81,8 @@ EvaluationRecord eval_at(const RunStore& store, std::int64_t run_id, std::int64_
 /// The evaluation's per-layer routing, or a DataError naming `figure` when it stores none.
 std::vector<LayerRouting> eval_layers(const RunStore& store, std::int64_t run_id, const EvaluationRecord& eval,
                                       const std::string& figure);
+/// The run's "val" evaluation at `step` (0 = the last one); none when it has none there.
+std::optional<EvaluationRecord> val_eval(const RunStore& store, std::int64_t id, std::int64_t step);
 /// The run's evaluations, read once (core/run/evaluation_record.h); an unreadable one is a DataError naming `figure`.
 std::vector<EvaluationRecord> evaluations(const RunStore& store, std::int64_t run_id, const std::string& figure);
 

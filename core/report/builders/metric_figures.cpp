@@ -1,7 +1,6 @@
 // The metric figures: "metrics" (a run's other metrics as small multiples, the dashboard's Metrics tab) and
 // "expert-loads" (per layer, each expert's load at an evaluation), both from core/report/figure/metric_panels.h.
 #include <algorithm>
-#include <optional>
 
 #include "core/models/registry.h"
 #include "core/report/builders/builder_detail.h"
@@ -62,9 +61,7 @@ Figure build_expert_loads(const RunStore& store, const FigureRequest& request) {
   f.columns = 1;
   for (const auto id : request.run_ids) {
     const auto run = run_record(store, id);
-    std::optional<EvaluationRecord> eval;
-    for (auto& e : evaluations(store, id, request.name))
-      if (e.split == "val" && (request.step == 0 || e.step == request.step)) eval = std::move(e);
+    const auto eval = val_eval(store, id, request.step);
     if (!eval)
       throw ConfigError("run " + std::to_string(id) + " has no validation evaluation" +
                         (request.step ? " at step " + std::to_string(request.step) : std::string()));

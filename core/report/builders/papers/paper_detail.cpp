@@ -9,13 +9,6 @@
 
 namespace routelab::figure_detail {
 
-std::optional<EvaluationRecord> val_eval(const RunStore& store, std::int64_t id, std::int64_t step) {
-  std::optional<EvaluationRecord> found;
-  for (auto& e : read_evaluations(store, id))
-    if (e.split == "val" && (step == 0 || e.step == step) && (!found || e.step >= found->step)) found = e;
-  return found;
-}
-
 std::string prefixed(const char* prefix, std::int64_t i) { return std::string(prefix).append(std::to_string(i)); }
 
 std::vector<std::string> token_labels(const std::vector<std::string>& tokens) {

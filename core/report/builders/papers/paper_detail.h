@@ -13,8 +13,6 @@
 
 namespace routelab::figure_detail {
 
-/// The run's "val" evaluation at `step` (0 = the last one).
-std::optional<EvaluationRecord> val_eval(const RunStore& store, std::int64_t id, std::int64_t step);
 
 /// "L" + i without GCC 12's -Wstringop-overflow false positive on operator+(const char*, string&&).
 std::string prefixed(const char* prefix, std::int64_t i);
