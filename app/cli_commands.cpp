@@ -20,6 +20,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/bench/train_step_bench.h"
+#include "core/train/cuda_graph_step.h"
 #include "core/config/experiment_config.h"
 #include "core/config/sweep.h"
 #include "core/models/registry.h"
@@ -586,6 +587,9 @@ int cmd_bench_train_step(const BenchArgs& a) {
   o.tf32 = a.tf32;
   o.profile_path = a.profile;
   resolve_device(o.device);  // a clear error before the peer starts
+  if (a.cuda_graph && (o.device.rfind("cuda", 0) != 0 || !cuda_graphs_available()))
+    throw ConfigError("bench train-step --cuda-graph: needs --device cuda and a CUDA LibTorch (this one: " +
+                      torch_version_string() + ")");
   const std::string python = a.python.empty() ? default_peer_python() : a.python;
   const std::string script = a.script.empty() ? default_peer_script(python) : a.script;
   std::cout << "train-step benchmark on " << o.device << ": GPT-2 style d " << o.n_embd << ", L " << o.n_layer << ", H "
@@ -617,16 +621,20 @@ int cmd_bench_train_step(const BenchArgs& a) {
       print_mfu(train_step_flops(o) / (peer.ms_per_step / 1000.0) / 1e12);
       std::cout << "\n";
     }
-    const auto r = bench_train_step(o);
-    std::cout << "routelab " << precision << " (" << r.threads << " threads, " << r.parameters << " params, " << r.optimizer
-              << " AdamW): " << std::fixed << std::setprecision(1) << r.ms_per_step << " ms/step  "
-              << std::setprecision(0) << r.tokens_per_s << " tokens/s  loss " << std::setprecision(3) << r.first_loss
-              << " -> " << r.last_loss;
-    print_mfu(r.tflops);
-    for (const auto& [mode, peer] : peers)
-      if (peer.ok)
-        std::cout << "  ratio vs " << mode << " " << std::setprecision(2) << r.tokens_per_s / peer.tokens_per_s << "x";
-    std::cout << "\n";
+    for (const bool graph : {false, true}) {
+      if (graph && !a.cuda_graph) continue;
+      o.cuda_graph = graph;
+      const auto r = bench_train_step(o);
+      std::cout << "routelab " << precision << (graph ? " CUDA graph" : "") << " (" << r.threads << " threads, "
+                << r.parameters << " params, " << r.optimizer << " AdamW): " << std::fixed << std::setprecision(1)
+                << r.ms_per_step << " ms/step  " << std::setprecision(0) << r.tokens_per_s << " tokens/s  loss "
+                << std::setprecision(3) << r.first_loss << " -> " << r.last_loss;
+      print_mfu(r.tflops);
+      for (const auto& [mode, peer] : peers)
+        if (peer.ok)
+          std::cout << "  ratio vs " << mode << " " << std::setprecision(2) << r.tokens_per_s / peer.tokens_per_s << "x";
+      std::cout << "\n";
+    }
   }
   if (o.device == "cpu") {
     const auto cache = cpu_cache_stats();

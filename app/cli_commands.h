@@ -20,6 +20,7 @@ struct BenchArgs {
   std::int64_t steps = 10, warmup = 3, threads = 0, batch = 0, context = 0;  ///< batch, context 0: the shape's
   bool compile = false;     ///< also time the peer under torch.compile
   bool tf32 = false;        ///< CUDA fp32 on TF32 tensor cores, both sides
+  bool cuda_graph = false;  ///< also time RouteLab's step replayed as a CUDA graph
   double peak_tflops = 0;   ///< the device's peak for MFU (e.g. 989 for an H100's dense bf16)
 };
 

@@ -175,6 +175,8 @@ void add_step_benchmarks(CLI::App& bench_cmd, CommandAction& action) {
   step_cmd->add_option("--shape", bench->shape, "small (d 256, L 6, vocab 65) or gpt2-small (d 768, L 12, vocab 50257)")
       ->check(CLI::IsMember({"small", "gpt2-small"}));
   step_cmd->add_flag("--compile", bench->compile, "also time the peer under torch.compile (PyTorch 2.x)");
+  step_cmd->add_flag("--cuda-graph", bench->cuda_graph,
+                     "CUDA: also time RouteLab's step captured once as a CUDA graph and replayed (train.cuda_graph)");
   step_cmd->add_flag("--tf32", bench->tf32, "CUDA: fp32 matmuls on TF32 tensor cores on both sides, as train.tf32 does");
   step_cmd->add_option("--peak-tflops", bench->peak_tflops, "the device's peak TFLOP/s, to print MFU (H100 bf16: 989)");
   step_cmd->add_option("--steps", bench->steps, "timed steps")->check(CLI::Range(1, 1000000000));

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The GPU checks of issue 18 in one call, for a lent GPU machine (../shared/research/gpu-build.md): the training step
-# against the PyTorch 2.x peer at both shapes (fp32, bf16, torch.compile), exact resume on CUDA with dropout (a run
-# stopped by SIGINT and resumed must repeat the uninterrupted run's losses bit for bit), routed forwards against dense
-# at T 2048/4096, 360M-parameter training throughput and the quick-start run. Every step prints what it measured
+# against the PyTorch 2.x peer at both shapes (fp32, bf16, torch.compile; RouteLab eager and replayed as a CUDA graph),
+# the graphed step against the eager one (the same losses) and across a resume, exact resume on CUDA with dropout (a
+# run stopped by SIGINT and resumed must repeat the uninterrupted run's losses bit for bit), routed forwards against
+# dense at T 2048/4096, 360M-parameter training throughput (dense eager and graphed) and the quick-start run. Every step prints what it measured
 # into one log; a step that fails is reported and the next one still runs; steps that no longer fit the time budget
 # are skipped, and the log says so.
 #
@@ -53,16 +54,18 @@ step() {
 
 # Exact resume on CUDA with dropout and deterministic kernels: an uninterrupted run, then the same run stopped by
 # SIGINT once its first checkpoint exists and resumed; the two train/loss and val/loss series must be identical.
+# Arguments: a name for its store (default resume), then further settings for both runs.
 resume_check() {
-  local db="$work/resume.sqlite"
+  local name="${1:-resume}"
+  local db="$work/$name.sqlite"
   local steps="${GPU_CHECK_RESUME_STEPS:-400}"
   local common=(--preset quickstart --device "$dev" --steps "$steps" --set model.dropout=0.1 --set train.deterministic=true
                 --set train.eval_every=$((steps / 4)) --set train.checkpoint_every=$((steps / 4)) --set train.log_every=1
-                --db "$db" --quiet)
+                --db "$db" --quiet "${@:2}")
   "$cli" train "${common[@]}" --name full || return 1
   "$cli" train "${common[@]}" --name part &
   local pid=$! waited=0
-  until ls "$work"/checkpoints/resume/run-2/* > /dev/null 2>&1 || [ "$waited" -gt 600 ]; do
+  until ls "$work/checkpoints/$name/run-2/"* > /dev/null 2>&1 || [ "$waited" -gt 600 ]; do
     sleep 0.05
     waited=$((waited + 1))
   done
@@ -86,6 +89,33 @@ resume_check() {
   echo "exact resume on CUDA with dropout: identical"
 }
 
+# train.cuda_graph against the eager step: quick-start with dropout and deterministic kernels, once eager and once
+# replayed as a CUDA graph; the graph replays the eager step's kernels, so the losses should agree bit for bit (the
+# largest difference is printed where they do not). The resume check runs again with the graph (resume-cuda-graph).
+graph_check() {
+  local db="$work/graph.sqlite" steps=300
+  local common=(--preset quickstart --device "$dev" --steps "$steps" --set model.dropout=0.1 --set train.deterministic=true
+                --set train.eval_every=100 --set train.checkpoint_every=150 --set train.log_every=1 --db "$db" --quiet)
+  "$cli" train "${common[@]}" --name eager || return 1
+  "$cli" train "${common[@]}" --name graph --set train.cuda_graph=true || return 1
+  "$cli" runs --db "$db" | head -5
+  local rc=0
+  for key in train/loss val/loss; do
+    "$cli" export 1 --db "$db" | grep ",$key," | cut -d, -f2,3,5 > "$work/e.csv"
+    "$cli" export 2 --db "$db" | grep ",$key," | cut -d, -f2,3,5 > "$work/g.csv"
+    if cmp -s "$work/e.csv" "$work/g.csv"; then
+      echo "$key: eager and CUDA graph identical ($(wc -l < "$work/e.csv") values)"
+    else
+      rc=1
+      echo "$key: eager and CUDA graph differ ($(wc -l < "$work/e.csv") vs $(wc -l < "$work/g.csv") values)"
+      paste -d, "$work/e.csv" "$work/g.csv" | awk -F, '{ d = $3 - $6; if (d < 0) d = -d; if (d > m) { m = d; s = $2 } }
+        END { printf "largest |difference| %.3g at step %s\n", m, s }'
+      diff "$work/e.csv" "$work/g.csv" | head -6
+    fi
+  done
+  return $rc
+}
+
 say "=== gpu-check $(date -u +%FT%TZ), budget ${budget}s"
 nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.max.sm --format=csv 2>&1 | tee -a "$log"
 "$python" -c 'import torch; print("peer torch", torch.__version__, torch.version.cuda, torch.cuda.get_device_name(0))' 2>&1 |
@@ -94,13 +124,16 @@ nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.max.sm --format=c
 
 # The goals are set in bf16 (>= 1.1x eager, >= 1.0x torch.compile, MFU >= 35%); fp32 without the compile's minute.
 step train-step-gpt2-small-bf16 180 "$cli" bench train-step --device "$dev" --shape gpt2-small --precision bf16 \
-  --compile --peak-tflops "$peak" --steps 20 --warmup 5 --python "$python" --script "$peer"
-step train-step-gpt2-small-fp32 60 "$cli" bench train-step --device "$dev" --shape gpt2-small --precision fp32 \
-  --peak-tflops "$peak" --steps 20 --warmup 5 --python "$python" --script "$peer"
+  --compile --cuda-graph --peak-tflops "$peak" --steps 20 --warmup 5 --python "$python" --script "$peer"
+export -f graph_check
+step graph-equals-eager 90 bash -c graph_check
 step train-step-small 90 "$cli" bench train-step --device "$dev" --shape small --precision both --steps 30 --warmup 5 \
-  --peak-tflops "$peak" --python "$python" --script "$peer"
+  --cuda-graph --peak-tflops "$peak" --python "$python" --script "$peer"
+step train-step-gpt2-small-fp32 60 "$cli" bench train-step --device "$dev" --shape gpt2-small --precision fp32 \
+  --cuda-graph --peak-tflops "$peak" --steps 20 --warmup 5 --python "$python" --script "$peer"
 export -f resume_check
 step resume-cuda-dropout 90 bash -c resume_check
+step resume-cuda-graph 90 bash -c 'resume_check graph-resume --set train.cuda_graph=true' 
 step forward-batch8 120 "$cli" bench forward --device "$dev" --lengths 2048,4096 --fractions 0.1,0.3 --batch 8 --reps 5 \
   --warmup 2
 step forward-batch1 90 "$cli" bench forward --device "$dev" --lengths 2048,4096 --fractions 0.1,0.3 --batch 1 --reps 5 \
@@ -110,6 +143,9 @@ for cfg in smollm-360m-dense dtrnet-360m-bilayer mod-360m dllm-360m; do
     --set train.eval_every=1000 --set train.checkpoint_every=1000 --set train.warmup_steps=10 --set train.log_every=5 \
     --db "$work/360m.sqlite"
 done
+step "train-360m-smollm-360m-dense-graph" 60 "$cli" train --config "$root/experiments/smollm-360m-dense.json" \
+  --device "$dev" --steps 30 --set train.cuda_graph=true --set train.eval_every=1000 --set train.checkpoint_every=1000 \
+  --set train.warmup_steps=10 --set train.log_every=5 --db "$work/360m.sqlite"
 "$cli" runs --db "$work/360m.sqlite" 2>&1 | tee -a "$log"
 step quickstart 60 "$cli" train --preset quickstart --device "$dev" --steps 200 --db "$work/quick.sqlite"
 

@@ -308,6 +308,41 @@ class TestConformance : public QObject {
     }
   }
 
+  void graphStepTraceIsShapeOnly_data() {
+    add_rows([](const ArchitectureEntry& e) { return e.cuda_graph_step; });
+  }
+  void graphStepTraceIsShapeOnly() {
+    // A step declared capturable as a CUDA graph is traced once, at capture: its training trace must hold no tensors
+    // and follow from the batch's shape alone, and the host-side progress must not reach the computation.
+    QFETCH(QString, arch);
+    const auto& entry = architecture(arch.toStdString());
+    QCOMPARE(entry.task, Task::LanguageModel);
+    torch::manual_seed(9);
+    auto lm = create_model(small_model(entry), {kVocab, 32});
+    lm->train();
+    const auto a = torch::randint(0, kVocab, {2, 24}, torch::kLong), b = torch::randint(0, kVocab, {2, 24}, torch::kLong);
+    const auto traced = [&](const torch::Tensor& tokens, double progress) {
+      lm->set_progress(progress);
+      torch::manual_seed(3);  // the same dropout masks
+      return lm->forward(tokens, true);
+    };
+    const auto first = traced(a, 0.05), other = traced(b, 0.95), again = traced(a, 0.95);
+    QVERIFY(torch::equal(first.logits, again.logits));
+    QCOMPARE(first.stats, other.stats);
+    QCOMPARE(first.trace.size(), other.trace.size());
+    for (std::size_t i = 0; i < first.trace.size(); ++i) {
+      const auto &x = first.trace[i], &y = other.trace[i];
+      QVERIFY(!x.gate.defined() && !x.decision.defined());
+      QCOMPARE(x.kind, y.kind);
+      QCOMPARE(x.routed, y.routed);
+      QCOMPARE(x.routed_fraction, y.routed_fraction);
+      QCOMPARE(x.aux_loss, y.aux_loss);
+      QCOMPARE(x.tokens_processed, y.tokens_processed);
+      QCOMPARE(x.flops, y.flops);
+      QCOMPARE(x.stats, y.stats);
+    }
+  }
+
   void causalityAtInference_data() { add_language_model_rows(); }
   void causalityAtInference() {
     // Changing the tokens after position t changes no output up to t: routing at inference uses the past only.

@@ -81,6 +81,50 @@ class TestOptimizer : public QObject {
     QVERIFY(!torch::equal(ours.params[2].detach(), untouched));
   }
 
+  void learningRateOnTheDeviceMatches() {
+    // A CUDA graph's optimizer reads its rate from a tensor staged before each step: the same trajectory as the
+    // rate passed by value, through a schedule (the tensor is fp32, the value double: within rounding).
+    if (!MultiTensorAdamW::fused_available()) QSKIP("this LibTorch has no fused AdamW kernel");
+    Problem by_value(11), staged(11);
+    MultiTensorAdamW a(by_value.groups(0.1), Problem::options(0.1));
+    MultiTensorAdamW b(staged.groups(0.1), Problem::options(0.1));
+    b.keep_learning_rates_on_device();
+    for (int step = 1; step <= 8; ++step) {
+      const double lr = 3e-2 * step / 8.0;
+      set_learning_rate(a, lr);
+      set_learning_rate(b, lr);
+      b.stage_learning_rates();
+      by_value.backward(step);
+      staged.backward(step);
+      a.step();
+      b.step();
+      const double diff = max_diff(by_value.params, staged.params);
+      QVERIFY2(diff <= 1e-6, qPrintable(QString("step %1: max |diff| %2").arg(step).arg(diff)));
+    }
+    // Without staging, a new rate does not reach the kernel: the tensor keeps the last staged one.
+    set_learning_rate(b, 0.0);
+    const auto before = staged.params[0].detach().clone();
+    staged.backward(9);
+    b.step();
+    QVERIFY(!torch::equal(staged.params[0].detach(), before));
+  }
+
+  void replayedStepsAreCounted() {
+    // A replayed graph steps on the device only; count_replayed_step keeps the host's counts (checkpoints) in step.
+    Problem p(13);
+    MultiTensorAdamW opt(p.groups(0.1), Problem::options(0.1));
+    for (int step = 1; step <= 2; ++step) {
+      p.backward(step);
+      opt.step();
+    }
+    opt.count_replayed_step();  // every parameter has a gradient after step 2
+    std::vector<std::int64_t> steps;
+    for (const auto& [key, state] : opt.state())
+      steps.push_back(static_cast<torch::optim::AdamWParamState&>(*state).step());
+    std::sort(steps.begin(), steps.end());
+    QCOMPARE(steps, (std::vector<std::int64_t>{2, 3, 3}));
+  }
+
   void stateSavesAndLoadsAcrossImplementations() {
     // Train 5 steps, save, load into a fresh optimizer (of either class), continue: the same as never stopping.
     Problem straight(3), resumed(3);

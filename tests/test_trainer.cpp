@@ -251,6 +251,27 @@ class TestTrainer : public QObject {
     QVERIFY(RunStore(db).list_runs().empty());  // nothing stored for a run that never started
   }
 
+  void cudaGraphIsRefusedByName_data() {
+    QTest::addColumn<QString>("set");
+    QTest::addColumn<QString>("expected");
+    QTest::newRow("on the CPU") << "model.arch=dense" << "run.device is cpu";
+    // MoD's routed batch changes with its decisions: its step is not declared capturable.
+    QTest::newRow("routed model") << "model.arch=mod" << "Mixture-of-Depths";
+  }
+  void cudaGraphIsRefusedByName() {
+    QFETCH(QString, set);
+    QFETCH(QString, expected);
+    const auto db = home_.filePath("graph.sqlite").toStdString();
+    try {
+      train({copy_config({"train.cuda_graph=true", set.toStdString(), "train.steps=2", "train.warmup_steps=0"}), db,
+             "graph", ""});
+      QFAIL("no error");
+    } catch (const ConfigError& e) {
+      QVERIFY2(QString(e.what()).startsWith("train.cuda_graph: ") && QString(e.what()).contains(expected), e.what());
+    }
+    QVERIFY(!QFile::exists(QString::fromStdString(db)) || RunStore(db).list_runs().empty());
+  }
+
   void cudaRunOpensOnTheCpu() {
     if (torch::cuda::is_available()) QSKIP("a CUDA device is available here: the run would open on it");
     // A run stored as trained on cuda:0 (its config says so) opens where no GPU is, on the CPU.

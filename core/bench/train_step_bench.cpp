@@ -14,6 +14,7 @@
 
 #include "core/bench/bench_timing.h"
 #include "core/models/dense_transformer.h"
+#include "core/train/cuda_graph_step.h"
 #include "core/train/optimizer.h"
 #include "core/train/step.h"
 #include "core/util/device.h"
@@ -60,9 +61,17 @@ TrainStepBenchResult bench_train_step(const TrainStepBenchOptions& o) {
   const auto ids = torch::TensorOptions().dtype(torch::kLong).device(device);
   Batch batch{torch::randint(0, o.vocab, {o.batch, o.context}, ids), torch::randint(0, o.vocab, {o.batch, o.context}, ids),
               torch::Tensor()};
+  // The graph's eager steps and its capture are part of the warm-up: the timed steps are replays.
+  constexpr int kGraphEagerSteps = 3;
+  std::unique_ptr<CudaGraphStep> graph;
+  if (o.cuda_graph) graph = std::make_unique<CudaGraphStep>(model, optimizer, 1.0, o.bf16, kGraphEagerSteps);
+  const auto step = [&] {
+    return graph ? graph->run(batch, false) : train_step(model, optimizer, batch, 1.0, o.bf16, false);
+  };
   // Warm-up pays for first-call costs (CUDA context, cuBLAS handles, kernel selection, allocator growth).
-  for (std::int64_t i = 0; i < std::max<std::int64_t>(1, o.warmup); ++i) {
-    train_step(model, optimizer, batch, 1.0, o.bf16, false);
+  const std::int64_t warmup = std::max<std::int64_t>(graph ? kGraphEagerSteps + 2 : 1, o.warmup);
+  for (std::int64_t i = 0; i < warmup; ++i) {
+    step();
     threads.update();
   }
   synchronize(device);
@@ -71,7 +80,7 @@ TrainStepBenchResult bench_train_step(const TrainStepBenchOptions& o) {
   std::vector<torch::Tensor> losses;
   const auto t0 = std::chrono::steady_clock::now();
   for (std::int64_t i = 0; i < o.steps; ++i) {
-    losses.push_back(train_step(model, optimizer, batch, 1.0, o.bf16, false).loss);
+    losses.push_back(step().loss);
     threads.update();
   }
   synchronize(device);

@@ -13,6 +13,7 @@ struct TrainStepBenchOptions {
   int threads = 0;             ///< 0: all cores, following the load as a training run does (ThreadGovernor)
   bool bf16 = false;
   bool tf32 = false;           ///< CUDA: fp32 matmuls on TF32 tensor cores, both sides (train.tf32's default)
+  bool cuda_graph = false;     ///< CUDA: RouteLab's step captured as a CUDA graph (train.cuda_graph)
   std::string device = "cpu";  ///< cpu, cuda or cuda:N
   std::string profile_path;    ///< when set, the timed steps are recorded as a Chrome trace (autograd profiler)
 };

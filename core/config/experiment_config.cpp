@@ -183,6 +183,10 @@ const OptionSchema& train_schema() {
                "CUDA: deterministic kernels (cuBLAS fixed workspace, deterministic cuDNN, scatter and index ops), so a "
                "rerun or a resume repeats the losses bit for bit, at some speed; ops without a deterministic kernel warn "
                "once. The CPU is deterministic already"),
+      bool_opt("cuda_graph", false,
+               "CUDA: capture the training step once as a CUDA graph and replay it every step, so the host launches "
+               "one graph instead of every kernel; architectures with a fixed-shape step only (the dense baseline). "
+               "The first 3 steps run eagerly; the losses are those of an eager run"),
   };
   return schema;
 }

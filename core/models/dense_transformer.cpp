@@ -316,6 +316,7 @@ ArchitectureEntry dense_architecture() {
   entry.price_flops = price_dense;
   entry.routed_fraction_meaning = "no routing: fractions are ignored";
   entry.color = 7;  // black: the baseline every figure compares with
+  entry.cuda_graph_step = true;
   return entry;
 }
 

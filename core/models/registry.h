@@ -108,6 +108,11 @@ struct ArchitectureEntry {
   /// Model options a speed benchmark sets so that the eval forward skips the work its routing saves (TSA:
   /// {"inference": "sparse"}); empty for an architecture whose eval forward always does.
   nlohmann::json speed_options = nlohmann::json::object();
+  /// Whether its language-model training step can be captured once as a CUDA graph and replayed (train.cuda_graph):
+  /// the same shapes every step, nothing read back to the host during the step, no per-step host state
+  /// (set_progress), and a trace (ModelOutput::trace, stats) that is a function of the batch's shape alone and holds
+  /// no tensors, since it is taken once, at capture. The conformance suite checks the trace part on the CPU.
+  bool cuda_graph_step = false;
 };
 
 /// A kv_entries rule: the layer caches the tokens on its attention path, routed_fraction x seq (every token when

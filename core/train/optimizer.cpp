@@ -65,6 +65,34 @@ AdamWKernel MultiTensorAdamW::default_kernel() {
   return fused_available() ? AdamWKernel::Fused : AdamWKernel::Foreach;
 }
 
+void MultiTensorAdamW::keep_learning_rates_on_device() {
+  if (kernel_ != AdamWKernel::Fused)
+    throw ConfigError("MultiTensorAdamW: learning rates on the device need the fused kernel (LibTorch >= 2.4)");
+  device_lrs_.clear();
+  for (auto& group : param_groups()) {
+    const auto device = group.params().empty() ? torch::Device(torch::kCPU) : group.params().front().device();
+    // fp32: what the kernel reads (the scalar path's double rate is rounded to fp32 there too).
+    device_lrs_.push_back(torch::zeros({}, torch::TensorOptions().dtype(torch::kFloat).device(device)));
+  }
+  stage_learning_rates();
+}
+
+void MultiTensorAdamW::stage_learning_rates() {
+  for (std::size_t i = 0; i < device_lrs_.size(); ++i)
+    device_lrs_[i].fill_(static_cast<const torch::optim::AdamWOptions&>(param_groups()[i].options()).lr());
+}
+
+void MultiTensorAdamW::count_replayed_step() {
+  for (auto& group : param_groups())
+    for (auto& p : group.params()) {
+      if (!p.grad().defined()) continue;
+      auto& state = static_cast<torch::optim::AdamWParamState&>(*state_.at(state_key(state_, p)));
+      state.step(state.step() + 1);
+      if (auto found = step_tensors_.find(p.unsafeGetTensorImpl()); found != step_tensors_.end())
+        found->second.first = state.step();
+    }
+}
+
 torch::Tensor MultiTensorAdamW::step(LossClosure closure) {
   torch::NoGradGuard no_grad;
   torch::Tensor loss;
@@ -72,7 +100,8 @@ torch::Tensor MultiTensorAdamW::step(LossClosure closure) {
     at::AutoGradMode enable_grad(true);
     loss = closure();
   }
-  for (auto& group : param_groups()) {
+  for (std::size_t group_index = 0; group_index < param_groups().size(); ++group_index) {
+    auto& group = param_groups()[group_index];
     const auto& o = static_cast<const torch::optim::AdamWOptions&>(group.options());
     const double lr = o.lr(), wd = o.weight_decay(), eps = o.eps();
     const auto [beta1, beta2] = o.betas();
@@ -111,8 +140,12 @@ torch::Tensor MultiTensorAdamW::step(LossClosure closure) {
           steps.push_back(tensor);
         }
         at::_foreach_add_(steps, 1);  // the kernel reads the count after this step, as PyTorch's fused AdamW
-        at::_fused_adamw_(b.params, b.grads, b.exp_avgs, b.exp_avg_sqs, {}, steps, lr, beta1, beta2, wd, eps,
-                          /*amsgrad=*/false, /*maximize=*/false);
+        if (!device_lrs_.empty())
+          at::_fused_adamw_(b.params, b.grads, b.exp_avgs, b.exp_avg_sqs, {}, steps, device_lrs_[group_index], beta1,
+                            beta2, wd, eps, /*amsgrad=*/false, /*maximize=*/false);
+        else
+          at::_fused_adamw_(b.params, b.grads, b.exp_avgs, b.exp_avg_sqs, {}, steps, lr, beta1, beta2, wd, eps,
+                            /*amsgrad=*/false, /*maximize=*/false);
         continue;
       }
 #endif

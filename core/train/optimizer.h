@@ -35,8 +35,21 @@ class MultiTensorAdamW : public torch::optim::AdamW {
   static AdamWKernel default_kernel();
   static bool fused_available();
 
+  /// For a step captured as a CUDA graph (core/train/cuda_graph_step.h): from now on the fused kernel reads each
+  /// group's learning rate from a tensor on the parameters' device, filled by stage_learning_rates() (not by step(),
+  /// so a captured step replays with the rate staged before each replay). Needs the fused kernel.
+  void keep_learning_rates_on_device();
+  /// Copies each group's learning rate (its options) into its device tensor; a no-op before
+  /// keep_learning_rates_on_device().
+  void stage_learning_rates();
+  /// Counts one more step for every parameter with a gradient, as step() does on the host, for a replayed graph whose
+  /// step() ran on the device only: the state's step counts (checkpoints) stay the truth.
+  void count_replayed_step();
+
  private:
   AdamWKernel kernel_;
+  /// keep_learning_rates_on_device(): one 0-dim tensor per group (on its first parameter's device).
+  std::vector<torch::Tensor> device_lrs_;
   /// Fused kernel: each parameter's step count as a float tensor on its device, and the count it was made from
   /// (the AdamWParamState's integer step stays the truth, so a loaded optimizer re-creates these).
   std::unordered_map<const void*, std::pair<std::int64_t, torch::Tensor>> step_tensors_;

@@ -24,6 +24,7 @@
 #include "core/run/run_config.h"
 #include "core/train/checkpoint.h"
 #include "core/train/classification_step.h"
+#include "core/train/cuda_graph_step.h"
 #include "core/train/evaluation.h"
 #include "core/train/optimizer.h"
 #include "core/train/step.h"
@@ -85,6 +86,8 @@ class Session {
     if (device_.is_cuda()) configure_cuda_math(train.at("tf32").get<bool>(), train.at("deterministic").get<bool>());
     threads_.emplace(static_cast<int>(config_.run().at("threads").get<std::int64_t>()));
     classification_ = architecture(config_.arch()).task == Task::Classification;
+    cuda_graph_ = train.at("cuda_graph").get<bool>();
+    if (cuda_graph_) check_cuda_graph();
     if (classification_) {
       class_data_ = make_classification_dataset(config_.data());
       torch::manual_seed(static_cast<std::uint64_t>(seed_));
@@ -110,6 +113,23 @@ class Session {
     }
   }
 
+  /// train.cuda_graph: refused, naming the setting, where the step cannot be captured (before the run is created).
+  void check_cuda_graph() const {
+    const auto& entry = architecture(config_.arch());
+    if (!entry.cuda_graph_step) {
+      std::string capturable;
+      for (const auto& e : architectures())
+        if (e.cuda_graph_step) capturable += (capturable.empty() ? "" : ", ") + e.id;
+      throw ConfigError("train.cuda_graph: the training step of " + entry.display_name + " (model.arch=" + entry.id +
+                        ") cannot be captured as a CUDA graph (its shapes or host-side state change from step to "
+                        "step); architectures that can: " + capturable);
+    }
+    if (!device_.is_cuda())
+      throw ConfigError("train.cuda_graph: run.device is " + device_.str() + "; CUDA graphs need a GPU (run.device=cuda)");
+    if (!cuda_graphs_available())
+      throw ConfigError("train.cuda_graph: this build's LibTorch has no CUDA (packaging/build.sh --torch pip)");
+  }
+
   std::string description() const {
     std::ostringstream out;
     if (classification_)
@@ -118,7 +138,8 @@ class Session {
     else
       out << model_->describe() << "; " << dataset_->describe();
     out << "; " << device_.str() << " x" << threads_->threads()
-        << " threads (OpenMP waiting: " << openmp_wait_policy() << "); " << (bf16_ ? "bf16 autocast" : "fp32");
+        << " threads (OpenMP waiting: " << openmp_wait_policy() << "); " << (bf16_ ? "bf16 autocast" : "fp32")
+        << (cuda_graph_ ? "; step replayed as a CUDA graph" : "");
     return out.str();
   }
 
@@ -410,7 +431,10 @@ class Session {
     const auto batch =
         to_device(dataset_->sample(Split::Train, batch_size_, mix_seed(seed_, kTrainStream, step)), device_);
     model_->set_progress(static_cast<double>(step - 1) / static_cast<double>(total_steps_));
-    auto result = train_step(*model_, *optimizer_, batch, grad_clip, bf16_, /*trace=*/log_step);
+    // Made at the first step, after a resume has loaded the optimizer's state.
+    if (cuda_graph_ && !graph_step_) graph_step_ = std::make_unique<CudaGraphStep>(*model_, *optimizer_, grad_clip, bf16_);
+    auto result = graph_step_ ? graph_step_->run(batch, /*trace=*/log_step)
+                              : train_step(*model_, *optimizer_, batch, grad_clip, bf16_, /*trace=*/log_step);
     StepRecord r;
     r.loss_t = result.loss;
     r.aux_loss_t = result.aux_loss;
@@ -631,6 +655,8 @@ class Session {
   double epoch_loss_sum_ = 0;
   std::int64_t epoch_correct_ = 0, epoch_examples_ = 0;
   std::unique_ptr<MultiTensorAdamW> optimizer_;
+  bool cuda_graph_ = false;                     ///< train.cuda_graph
+  std::unique_ptr<CudaGraphStep> graph_step_;  ///< made at the first step when cuda_graph_
   std::unique_ptr<StoreWriter> writer_;
   std::vector<PendingStep> pending_;  ///< steps run but not yet read back (GPU)
   std::chrono::steady_clock::time_point t_start_, t_window_;

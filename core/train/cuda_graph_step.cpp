@@ -1,0 +1,173 @@
+// Capture and replay follow PyTorch's whole-network recipe (torch.cuda.graph): warm up on a side stream, capture
+// there with the autocast cache off, keep the captured inputs and outputs alive, and copy new data into the inputs
+// before each replay. The CUDA part is compiled only against a CUDA LibTorch (ROUTELAB_WITH_CUDA).
+#include "core/train/cuda_graph_step.h"
+
+#include <sstream>
+
+#include <torch/version.h>
+
+#include "core/train/optimizer.h"
+#include "core/util/errors.h"
+
+#ifndef ROUTELAB_WITH_CUDA
+#define ROUTELAB_WITH_CUDA 0
+#endif
+#if ROUTELAB_WITH_CUDA
+#include <ATen/autocast_mode.h>
+#include <ATen/cuda/CUDAGraph.h>
+#include <c10/cuda/CUDAFunctions.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
+#endif
+
+namespace routelab {
+
+bool cuda_graphs_available() { return ROUTELAB_WITH_CUDA != 0; }
+
+#if ROUTELAB_WITH_CUDA
+
+namespace {
+
+std::string shape_text(const torch::Tensor& t) {
+  if (!t.defined()) return "none";
+  std::ostringstream out;
+  out << t.sizes();
+  return out.str();
+}
+
+/// The batch must look like the captured one: same shapes, and a loss mask exactly when the captured step had one.
+void check_same_shape(const Batch& captured, const Batch& batch) {
+  const auto same = [](const torch::Tensor& a, const torch::Tensor& b) {
+    return a.defined() == b.defined() && (!a.defined() || (a.sizes() == b.sizes() && a.device() == b.device()));
+  };
+  if (!same(captured.input, batch.input) || !same(captured.target, batch.target) ||
+      !same(captured.loss_mask, batch.loss_mask))
+    throw ConfigError("train.cuda_graph: the captured step takes batches of " + shape_text(captured.input) +
+                      " (loss mask " + shape_text(captured.loss_mask) + "); this batch is " + shape_text(batch.input) +
+                      " (loss mask " + shape_text(batch.loss_mask) + ")");
+}
+
+}  // namespace
+
+struct CudaGraphStep::Impl {
+  Impl(LanguageModel& m, MultiTensorAdamW& o, double clip, bool b, int eager, c10::cuda::CUDAStream stream)
+      : model(m), optimizer(o), grad_clip(clip), bf16(b), eager_steps(eager), side(stream) {}
+
+  LanguageModel& model;
+  MultiTensorAdamW& optimizer;
+  double grad_clip;
+  bool bf16;
+  int eager_steps;
+  int eager_done = 0;
+  c10::cuda::CUDAStream side;  ///< warm-up and capture run here, never on the legacy default stream
+  at::cuda::CUDAGraph graph;
+  bool captured = false;
+  Batch inputs;        ///< the captured step's inputs: each replay reads what was copied into them
+  StepResult outputs;  ///< the captured step's outputs, overwritten by each replay
+
+  /// Warm-up and capture on the side stream; the host waits for the work queued before (once per run, not per step).
+  StepResult eager_step(const Batch& batch, bool trace) {
+    c10::cuda::device_synchronize();
+    StepResult r;
+    {
+      c10::cuda::CUDAStreamGuard on_side(side);
+      r = train_step(model, optimizer, batch, grad_clip, bf16, trace);
+      side.synchronize();
+    }
+    ++eager_done;
+    return r;
+  }
+
+  void capture(const Batch& batch) {
+    inputs = {batch.input.clone(), batch.target.clone(),
+              batch.loss_mask.defined() ? batch.loss_mask.clone() : torch::Tensor()};
+    c10::cuda::device_synchronize();
+    c10::cuda::CUDAStreamGuard on_side(side);
+    // Casts cached during capture would live in the graph's pool and be reused outside it (PyTorch's advice).
+    const bool cache = at::autocast::is_autocast_cache_enabled();
+    at::autocast::set_autocast_cache_enabled(false);
+    graph.capture_begin();
+    try {
+      outputs = train_step(model, optimizer, inputs, grad_clip, bf16, /*trace=*/true);
+      graph.capture_end();
+    } catch (const std::exception& e) {
+      try {
+        graph.capture_end();  // ends the stream's capture so the stream stays usable
+      } catch (const std::exception&) {
+      }
+      at::autocast::set_autocast_cache_enabled(cache);
+      throw ConfigError(std::string("train.cuda_graph: the training step could not be captured as a CUDA graph: ") +
+                        e.what());
+    }
+    at::autocast::set_autocast_cache_enabled(cache);
+    side.synchronize();
+    captured = true;
+  }
+};
+
+CudaGraphStep::CudaGraphStep(LanguageModel& model, MultiTensorAdamW& optimizer, double grad_clip, bool bf16,
+                             int eager_steps) {
+  const auto params = model.parameters();
+  if (params.empty() || !params.front().is_cuda())
+    throw ConfigError("train.cuda_graph: the model is on " +
+                      (params.empty() ? std::string("no device") : params.front().device().str()) +
+                      "; CUDA graphs need run.device=cuda");
+  optimizer.keep_learning_rates_on_device();  // throws without the fused kernel
+  impl_ = std::make_unique<Impl>(model, optimizer, grad_clip, bf16, std::max(1, eager_steps),
+                                 c10::cuda::getStreamFromPool(/*isHighPriority=*/false, params.front().device().index()));
+}
+
+CudaGraphStep::~CudaGraphStep() = default;
+
+bool CudaGraphStep::captured() const { return impl_->captured; }
+
+StepResult CudaGraphStep::run(const Batch& batch, bool trace) {
+  auto& s = *impl_;
+  if (!batch.input.is_cuda())
+    throw ConfigError("train.cuda_graph: the batch is on " + batch.input.device().str() + "; the model is on a GPU");
+  s.optimizer.stage_learning_rates();
+  if (!s.captured && s.eager_done < s.eager_steps) return s.eager_step(batch, trace);
+  if (!s.captured) {
+    // The capture records this step without running it (the optimizer counted it on the host); the replay below runs
+    // it.
+    s.capture(batch);
+  } else {
+    check_same_shape(s.inputs, batch);
+    s.inputs.input.copy_(batch.input, /*non_blocking=*/true);
+    s.inputs.target.copy_(batch.target, /*non_blocking=*/true);
+    if (batch.loss_mask.defined()) s.inputs.loss_mask.copy_(batch.loss_mask, /*non_blocking=*/true);
+    s.optimizer.count_replayed_step();
+  }
+  s.graph.replay();
+  StepResult r;
+  r.loss = s.outputs.loss.clone();
+  r.aux_loss = s.outputs.aux_loss.clone();
+  r.grad_norm = s.outputs.grad_norm.clone();
+  if (trace) {
+    r.output.trace = s.outputs.output.trace;
+    r.output.stats = s.outputs.output.stats;
+  }
+  return r;
+}
+
+#else  // a LibTorch without CUDA
+
+struct CudaGraphStep::Impl {};
+
+CudaGraphStep::CudaGraphStep(LanguageModel&, MultiTensorAdamW&, double, bool, int) {
+  throw ConfigError("train.cuda_graph: this build's LibTorch (" TORCH_VERSION
+                    ") has no CUDA; build against a CUDA LibTorch (packaging/build.sh --torch pip)");
+}
+
+CudaGraphStep::~CudaGraphStep() = default;
+
+bool CudaGraphStep::captured() const { return false; }
+
+StepResult CudaGraphStep::run(const Batch&, bool) {
+  throw ConfigError("train.cuda_graph: this build's LibTorch has no CUDA");
+}
+
+#endif
+
+}  // namespace routelab

@@ -1,0 +1,42 @@
+// The language-model training step captured once as a CUDA graph and replayed (train.cuda_graph): forward, loss,
+// backward, clip and AdamW launched as one graph instead of some thousand kernels from the host, which is where an
+// eager step loses time when the host cannot queue kernels as fast as the GPU runs them.
+#pragma once
+#include <memory>
+
+#include "core/train/step.h"
+
+namespace routelab {
+
+class MultiTensorAdamW;
+
+/// Whether this build can capture CUDA graphs (it was built against a CUDA LibTorch).
+bool cuda_graphs_available();
+
+/// train_step for an architecture whose step has fixed shapes (ArchitectureEntry::cuda_graph_step). The first
+/// `eager_steps` calls run train_step eagerly on a side stream (real training steps, which also create the
+/// gradients, the optimizer's state and the libraries' workspaces the graph reuses); the next call captures the step
+/// and replays it, and every later call copies its batch into the captured inputs and replays. The arithmetic is
+/// train_step's (fused AdamW, learning rate read from the device, staged before each replay), so a run repeats an
+/// eager run's losses. Each call returns copies of the step's scalars (the graph overwrites its own on every
+/// replay) and, when `trace` is asked for, the trace taken at capture. The optimizer must be MultiTensorAdamW with
+/// the fused kernel; the model must stay in training mode between calls (evaluations may switch it and back).
+/// Throws ConfigError where this build has no CUDA, the model is not on a GPU, or a batch's shape or mask differs
+/// from the captured one.
+class CudaGraphStep {
+ public:
+  CudaGraphStep(LanguageModel& model, MultiTensorAdamW& optimizer, double grad_clip, bool bf16, int eager_steps = 3);
+  ~CudaGraphStep();
+  CudaGraphStep(const CudaGraphStep&) = delete;
+  CudaGraphStep& operator=(const CudaGraphStep&) = delete;
+
+  StepResult run(const Batch& batch, bool trace);
+  /// Whether the graph has been captured (after eager_steps + 1 calls).
+  bool captured() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace routelab
