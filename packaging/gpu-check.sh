@@ -131,6 +131,8 @@ step train-step-small 90 "$cli" bench train-step --device "$dev" --shape small -
   --cuda-graph --peak-tflops "$peak" --python "$python" --script "$peer"
 step train-step-gpt2-small-fp32 60 "$cli" bench train-step --device "$dev" --shape gpt2-small --precision fp32 \
   --cuda-graph --peak-tflops "$peak" --steps 20 --warmup 5 --python "$python" --script "$peer"
+step train-step-gpt2-small-tf32 60 "$cli" bench train-step --device "$dev" --shape gpt2-small --precision fp32 --tf32 \
+  --cuda-graph --peak-tflops "$peak" --steps 20 --warmup 5 --python "$python" --script "$peer"
 export -f resume_check
 step resume-cuda-dropout 90 bash -c resume_check
 step resume-cuda-graph 90 bash -c 'resume_check graph-resume --set train.cuda_graph=true' 

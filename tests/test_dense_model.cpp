@@ -136,6 +136,27 @@ class TestDenseModel : public QObject {
     QCOMPARE(params["blocks.0.norm1.weight"].mean().item<double>(), 1.0);
   }
 
+  void paddedHeadEqualsPlainHead() {
+    // The GPU's padded LM head (vocab_logits) against the plain product: the same logits and the same gradients of
+    // h and W, for a vocabulary that needs padding (GPT-2's 50257 pads by 47 to 50304; 67 by 61 to 128).
+    torch::manual_seed(3);
+    const auto h0 = torch::randn({2, 5, 16}), w0 = torch::randn({67, 16});
+    const auto h1 = h0.clone().requires_grad_(), w1 = w0.clone().requires_grad_();
+    const auto h2 = h0.clone().requires_grad_(), w2 = w0.clone().requires_grad_();
+    const auto plain = at::linear(h1, w1), padded = padded_vocab_logits(h2, w2, 64);
+    QCOMPARE(padded.sizes(), plain.sizes());
+    QVERIFY(torch::allclose(plain, padded, 1e-6, 1e-6));
+    const auto upstream = torch::randn(plain.sizes());
+    (plain * upstream).sum().backward();
+    (padded * upstream).sum().backward();
+    QVERIFY(torch::allclose(h1.grad(), h2.grad(), 1e-6, 1e-6));
+    QCOMPARE(w2.grad().sizes(), w1.grad().sizes());
+    QVERIFY(torch::allclose(w1.grad(), w2.grad(), 1e-6, 1e-6));
+    // The next-token loss reads the strided view as it reads contiguous logits.
+    const auto target = torch::randint(0, 67, {2, 5}, torch::kLong);
+    QVERIFY(torch::allclose(lm_loss(plain, target, {}), lm_loss(padded, target, {}), 1e-6, 1e-6));
+  }
+
   void decayGroups() {
     DenseTransformer model(small(ModelStyle::GPT2));
     const auto params = model.named_parameters();

@@ -221,9 +221,22 @@ torch::Tensor TransformerTrunk::embed_decode(const torch::Tensor& tokens, const 
   return x;
 }
 
+torch::Tensor padded_vocab_logits(const torch::Tensor& h, const torch::Tensor& weight, std::int64_t align) {
+  const auto V = weight.size(0);
+  if (V % align == 0) return at::linear(h, weight);
+  const auto padded = torch::constant_pad_nd(weight, {0, 0, 0, align - V % align});  // zero rows after row V-1
+  return at::linear(h, padded).narrow(-1, 0, V);
+}
+
+torch::Tensor vocab_logits(const torch::Tensor& h, const torch::Tensor& weight) {
+  constexpr std::int64_t kAlign = 64, kMinRows = 128;
+  if (!h.is_cuda() || h.numel() < kMinRows * h.size(-1)) return at::linear(h, weight);
+  return padded_vocab_logits(h, weight, kAlign);
+}
+
 torch::Tensor TransformerTrunk::head(const torch::Tensor& x) {
   const auto h = final_norm(x);
-  return at::linear(h, options_.tie_weights() ? tok_emb->weight : lm_head->weight);  // (B, T, V)
+  return vocab_logits(h, options_.tie_weights() ? tok_emb->weight : lm_head->weight);  // (B, T, V)
 }
 
 void TransformerTrunk::init_weights(const std::vector<std::string>& residual_suffixes) {

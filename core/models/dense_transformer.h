@@ -58,6 +58,15 @@ LayerShape layer_shape(const TransformerOptions& options);
 /// The trunk a FLOPs pricing function prices: the model section's shared options for the query's vocabulary and
 /// sequence length.
 TransformerOptions flops_trunk(const FlopsInput& in);
+/// The LM head's product h Wᵀ, (..., V), for a head weight W of (V, d). On a GPU, for a vocabulary that is not a
+/// multiple of 64 (GPT-2's 50257) and at least 128 rows of h, W is padded with zero rows to the next multiple of 64
+/// and the logits are the first V columns of the padded product (a view with the padded row stride): cuBLAS then
+/// runs its aligned tensor-core kernels instead of far slower unaligned ones (PyTorch's inductor pads the same
+/// way). The logits and gradients are the same numbers; the padding columns (at most 63) are computed and dropped,
+/// which the FLOPs model does not price (0.13% of the head at GPT-2's vocabulary).
+torch::Tensor vocab_logits(const torch::Tensor& h, const torch::Tensor& weight);
+/// h Wᵀ through W padded to a multiple of `align` rows, on any device (vocab_logits' GPU path; tested on the CPU).
+torch::Tensor padded_vocab_logits(const torch::Tensor& h, const torch::Tensor& weight, std::int64_t align);
 /// The trace of a dense layer that ran every token of a (batch, seq) input.
 LayerTrace dense_layer_trace(int layer, std::int64_t batch, std::int64_t seq, const LayerShape& shape);
 

@@ -437,7 +437,7 @@ DrrTransformer::States DrrTransformer::states(const torch::Tensor& tokens, bool 
 ModelOutput DrrTransformer::forward(const torch::Tensor& tokens, bool trace) {
   auto s = states(tokens, trace);
   ModelOutput out;
-  out.logits = at::linear(s.final, options_.tie_weights() ? tok_emb->weight : lm_head->weight);  // (B, T, V)
+  out.logits = vocab_logits(s.final, options_.tie_weights() ? tok_emb->weight : lm_head->weight);  // (B, T, V)
   out.aux_loss = torch::zeros({}, out.logits.options().dtype(torch::kFloat));  // DRR has no auxiliary loss
   if (trace) {
     double sums[3] = {0, 0, 0};
@@ -541,7 +541,7 @@ torch::Tensor DrrTransformer::decode(DecodeState& state, const torch::Tensor& to
     }
   }
   state.advance(n);
-  return at::linear(final_norm(x), options_.tie_weights() ? tok_emb->weight : lm_head->weight);
+  return vocab_logits(final_norm(x), options_.tie_weights() ? tok_emb->weight : lm_head->weight);
 }
 
 std::string DrrTransformer::describe() const {

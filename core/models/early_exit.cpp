@@ -51,7 +51,7 @@ EarlyExitTransformer::EarlyExitTransformer(TransformerOptions transformer, Early
 torch::Tensor EarlyExitTransformer::exit_head(std::size_t l, const torch::Tensor& x) {
   if (l + 1 == blocks.size()) return head(x);
   const auto h = exit_options_.shared_exit_norm() ? final_norm(x) : exit_norms[l](x);
-  return at::linear(h, options_.tie_weights() ? tok_emb->weight : lm_head->weight);  // (B, T, V)
+  return vocab_logits(h, options_.tie_weights() ? tok_emb->weight : lm_head->weight);  // (B, T, V)
 }
 
 ModelOutput EarlyExitTransformer::forward(const torch::Tensor& tokens, bool trace) {
