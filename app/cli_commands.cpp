@@ -662,6 +662,20 @@ int cmd_bench_routing(const RoutingBenchOptions& o) {
   return 0;
 }
 
+int cmd_bench_loss(const LossBenchOptions& o) {
+  std::cout << "next-token loss, forward + backward on " << o.device << ": " << o.rows << " rows x " << o.vocab
+            << " columns (a view of a product padded to a multiple of 64), median of " << o.reps << " after "
+            << o.warmup << " warm-up\n"
+            << "| logits | unfused ms | fused ms | speed-up | max |loss diff| | max |grad diff| | max |grad| |\n"
+               "|---|---|---|---|---|---|---|\n";
+  for (const auto& r : bench_loss(o))
+    std::cout << "| " << r.precision << " | " << std::fixed << std::setprecision(2) << r.unfused_ms << " | "
+              << r.fused_ms << " | " << r.unfused_ms / r.fused_ms << "x | " << std::scientific << std::setprecision(2)
+              << r.loss_diff << " | " << r.grad_diff << " | " << r.grad_max << " |\n"
+              << std::defaultfloat;
+  return 0;
+}
+
 std::string fixed(double v, int precision) {
   std::ostringstream s;
   s << std::fixed << std::setprecision(precision) << v;

@@ -4,6 +4,7 @@
 #include <string>
 #include <vector>
 
+#include "core/bench/loss_bench.h"
 #include "core/bench/routing_bench.h"
 
 namespace routelab::cli {
@@ -75,5 +76,6 @@ int cmd_eval(const EvalArgs& args);
 int cmd_profile(const ProfileArgs& args);
 
 int cmd_bench_routing(const routelab::RoutingBenchOptions& options);
+int cmd_bench_loss(const routelab::LossBenchOptions& options);
 
 }  // namespace routelab::cli

@@ -236,6 +236,18 @@ void add_layer_benchmarks(CLI::App& bench_cmd, CommandAction& action) {
     action = [routing] { return cmd_bench_routing(*routing); };
   });
 
+  auto loss = std::make_shared<routelab::LossBenchOptions>();
+  auto* loss_cmd = bench_cmd.add_subcommand(
+      "loss", "the next-token loss on a GPU: RouteLab's fused cross-entropy kernels vs the unfused fp32 path");
+  loss_cmd->add_option("--device", loss->device, "cuda or cuda:N");
+  loss_cmd->add_option("--rows", loss->rows, "rows (batch x context)")->check(CLI::Range(1, 1 << 30));
+  loss_cmd->add_option("--vocab", loss->vocab, "columns (vocabulary)")->check(CLI::Range(1, 1 << 24));
+  loss_cmd->add_option("--precision", loss->precision, "fp32, bf16 or both")
+      ->check(CLI::IsMember({"fp32", "bf16", "both"}));
+  loss_cmd->add_option("--reps", loss->reps, "timed repetitions (median)")->check(CLI::Range(1, 1000000));
+  loss_cmd->add_option("--warmup", loss->warmup, "untimed repetitions first")->check(CLI::Range(0, 1000000));
+  loss_cmd->callback([loss, &action] { action = [loss] { return cmd_bench_loss(*loss); }; });
+
   auto speed = std::make_shared<routelab::SpeedBenchOptions>();
   auto* speed_cmd = bench_cmd.add_subcommand(
       "speed", "an architecture's speed options at inference (TSA: sparse execution, §3.6): dense vs the "

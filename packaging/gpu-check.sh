@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
-# The GPU checks of issue 18 in one call, for a lent GPU machine (../shared/research/gpu-build.md): the training step
-# against the PyTorch 2.x peer at both shapes (fp32, bf16, torch.compile; RouteLab eager and replayed as a CUDA graph),
-# the graphed step against the eager one (the same losses) and across a resume, exact resume on CUDA with dropout (a
-# run stopped by SIGINT and resumed must repeat the uninterrupted run's losses bit for bit), routed forwards against
-# dense at T 2048/4096, 360M-parameter training throughput (dense eager and graphed) and the quick-start run. Every step prints what it measured
-# into one log; a step that fails is reported and the next one still runs; steps that no longer fit the time budget
-# are skipped, and the log says so.
+# The GPU checks of issue 18 in one call, for a lent GPU machine (../shared/research/gpu-build.md): the fused loss
+# kernels against the unfused loss, the training step against the PyTorch 2.x peer at both shapes (fp32, bf16,
+# torch.compile; RouteLab eager and replayed as a CUDA graph), the graphed step against the eager one (the same
+# losses) and across a resume, exact resume on CUDA with dropout (a run stopped by SIGINT and resumed must repeat the
+# uninterrupted run's losses bit for bit), routed forwards against dense at T 2048/4096, 360M-parameter training
+# throughput (dense eager and graphed) and the quick-start run. Every step prints what it measured into one log; a
+# step that fails is reported and the next one still runs; steps that no longer fit the time budget are skipped, and
+# the log says so.
 #
 # Usage: bash packaging/gpu-check.sh CLI LOG [PYTHON] [PEER_SCRIPT]
 #   CLI     a routelab-cli built against a CUDA LibTorch
@@ -122,6 +123,8 @@ nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.max.sm --format=c
   tee -a "$log"
 "$cli" --version 2>&1 | tee -a "$log"
 
+# RouteLab's fused next-token loss against the unfused path: times and the largest differences.
+step loss-kernels 60 "$cli" bench loss --device "$dev" --rows 16384 --vocab 50257 --reps 10
 # The goals are set in bf16 (>= 1.1x eager, >= 1.0x torch.compile, MFU >= 35%); fp32 without the compile's minute.
 step train-step-gpt2-small-bf16 180 "$cli" bench train-step --device "$dev" --shape gpt2-small --precision bf16 \
   --compile --cuda-graph --peak-tflops "$peak" --steps 20 --warmup 5 --python "$python" --script "$peer"

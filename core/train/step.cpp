@@ -4,12 +4,19 @@
 #include <ATen/autocast_mode.h>
 #include <torch/version.h>
 
+#include "core/train/fused_cross_entropy.h"
 #include "core/train/optimizer.h"
 
 namespace routelab {
 
 torch::Tensor lm_loss(const torch::Tensor& logits, const torch::Tensor& target, const torch::Tensor& mask) {
   const auto V = logits.size(-1);
+  if (logits.is_cuda() && fused_cross_entropy_available()) {  // RouteLab's kernels: fp32 arithmetic, no fp32 copy
+    const auto per_token = fused_cross_entropy_rows(logits.reshape({-1, V}), target.reshape({-1}));
+    if (!mask.defined()) return per_token.mean();
+    const auto m = mask.reshape({-1}).to(torch::kFloat);
+    return (per_token * m).sum() / m.sum().clamp_min(1.0);
+  }
   const auto flat_logits = logits.reshape({-1, V}).to(torch::kFloat);  // (B*T, V)
   const auto flat_target = target.reshape({-1});                       // (B*T)
   if (!mask.defined()) return torch::nn::functional::cross_entropy(flat_logits, flat_target);

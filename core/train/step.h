@@ -8,7 +8,8 @@
 
 namespace routelab {
 
-/// Mean next-token cross-entropy over the positions where `mask` is 1 (all when undefined), in fp32.
+/// Mean next-token cross-entropy over the positions where `mask` is 1 (all when undefined), in fp32. On a GPU of a
+/// CUDA build through the fused kernels (core/train/fused_cross_entropy.h), else log_softmax on an fp32 copy.
 torch::Tensor lm_loss(const torch::Tensor& logits, const torch::Tensor& target, const torch::Tensor& mask);
 
 /// Enables bf16 autocast for the current thread (CPU or CUDA) while alive.
