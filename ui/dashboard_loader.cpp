@@ -123,7 +123,7 @@ RunDashboardData loadDashboardData(const RunStore& store, qint64 runId) {
   }
   try {
     const auto config = stored_config(*record, store.path());
-    data.tokensPerStep = static_cast<double>(config.at("train").at("batch_size").get<std::int64_t>() *
+    data.tokensPerStep = static_cast<double>(sequences_per_step(config) *
                                              config.at("data").at("context").get<std::int64_t>());
   } catch (const std::exception&) {
     data.tokensPerStep = 0;  // the tokens axis then falls back to what the live run reports

@@ -64,7 +64,7 @@ TrainStepBenchResult bench_train_step(const TrainStepBenchOptions& o) {
   // The graph's eager steps and its capture are part of the warm-up: the timed steps are replays.
   constexpr int kGraphEagerSteps = 3;
   std::unique_ptr<CudaGraphStep> graph;
-  if (o.cuda_graph) graph = std::make_unique<CudaGraphStep>(model, optimizer, 1.0, o.bf16, kGraphEagerSteps);
+  if (o.cuda_graph) graph = std::make_unique<CudaGraphStep>(model, optimizer, 1.0, o.bf16, 1, kGraphEagerSteps);
   const auto step = [&] {
     return graph ? graph->run(batch, false) : train_step(model, optimizer, batch, 1.0, o.bf16, false);
   };

@@ -158,7 +158,11 @@ const OptionSchema& train_schema() {
               "passes over the training split (0: train.steps). Classification: steps = epochs x "
               "ceil(train examples / batch_size), with a validation pass after each epoch; language modelling "
               "(random windows): steps = epochs x ceil(train tokens / (batch_size x context))"),
-      int_opt("batch_size", 32, 1, 1 << 20, "sequences per step"),
+      int_opt("batch_size", 32, 1, 1 << 20, "sequences per forward pass (a micro-batch when train.grad_accum > 1)"),
+      int_opt("grad_accum", 1, 1, 1 << 16,
+              "gradient accumulation: micro-batches of train.batch_size sequences per optimizer step, so a step "
+              "trains on grad_accum x batch_size sequences (the same update as one batch of that size, in fp32 "
+              "within rounding; routing auxiliary losses are taken per micro-batch). Language models"),
       float_opt("lr", 1e-3, 0, 1e6, "peak learning rate"),
       float_opt("min_lr", 1e-4, 0, 1e6, "learning rate at the end of the cosine decay"),
       int_opt("warmup_steps", 100, 0, 1e9, "linear warm-up steps from 0 to train.lr"),

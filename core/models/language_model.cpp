@@ -13,6 +13,75 @@ bool LanguageModel::decays(const std::string& name, const torch::Tensor& paramet
   return parameter.dim() >= 2 && !is_embedding;
 }
 
+namespace {
+
+/// The mean of each key over `maps` (a key missing from some counts over those that have it).
+std::map<std::string, double> mean_by_key(const std::vector<const std::map<std::string, double>*>& maps) {
+  std::map<std::string, std::pair<double, int>> sums;
+  for (const auto* m : maps)
+    for (const auto& [key, value] : *m) {
+      auto& [sum, n] = sums[key];
+      sum += value;
+      ++n;
+    }
+  std::map<std::string, double> mean;
+  for (const auto& [key, sum_n] : sums) mean[key] = sum_n.first / sum_n.second;
+  return mean;
+}
+
+torch::Tensor cat_defined(const std::vector<torch::Tensor>& parts) {
+  for (const auto& t : parts)
+    if (!t.defined()) return torch::Tensor();
+  return parts.empty() ? torch::Tensor() : torch::cat(parts, 0);
+}
+
+}  // namespace
+
+ModelOutput merge_micro_batches(std::vector<ModelOutput> parts) {
+  if (parts.size() == 1) return std::move(parts.front());
+  ModelOutput out;
+  if (parts.empty()) return out;
+  const double n = static_cast<double>(parts.size());
+  std::vector<torch::Tensor> aux;
+  for (const auto& p : parts)
+    if (p.aux_loss.defined()) aux.push_back(p.aux_loss);
+  if (aux.size() == parts.size()) out.aux_loss = torch::stack(aux).mean();
+  std::vector<const std::map<std::string, double>*> stats;
+  for (const auto& p : parts) stats.push_back(&p.stats);
+  out.stats = mean_by_key(stats);
+  for (const auto& [key, first] : parts.front().token_data) {
+    std::vector<torch::Tensor> pieces;
+    for (const auto& p : parts) pieces.push_back(p.token_data.count(key) ? p.token_data.at(key) : torch::Tensor());
+    out.token_data[key] = cat_defined(pieces);
+  }
+  out.trace = parts.front().trace;
+  for (std::size_t layer = 0; layer < out.trace.size(); ++layer) {
+    auto& t = out.trace[layer];
+    std::vector<torch::Tensor> gates, decisions;
+    std::vector<const std::map<std::string, double>*> layer_stats;
+    double fraction = 0, aux_term = 0;
+    t.tokens_processed.clear();
+    t.flops = t.dense_flops = 0;
+    for (const auto& p : parts) {
+      const auto& pt = p.trace.at(layer);
+      gates.push_back(pt.gate);
+      decisions.push_back(pt.decision);
+      layer_stats.push_back(&pt.stats);
+      fraction += pt.routed_fraction;
+      aux_term += pt.aux_loss;
+      for (const auto& [sub, count] : pt.tokens_processed) t.tokens_processed[sub] += count;
+      t.flops += pt.flops;
+      t.dense_flops += pt.dense_flops;
+    }
+    t.gate = cat_defined(gates);
+    t.decision = cat_defined(decisions);
+    t.routed_fraction = fraction / n;
+    t.aux_loss = aux_term / n;
+    t.stats = mean_by_key(layer_stats);
+  }
+  return out;
+}
+
 std::int64_t LanguageModel::parameter_count() const {
   std::int64_t n = 0;
   for (const auto& p : parameters()) n += p.numel();

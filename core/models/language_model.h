@@ -49,6 +49,12 @@ struct ModelOutput {
   std::map<std::string, torch::Tensor> token_data;
 };
 
+/// One batch's forward output from those of its equal-sized micro-batches, in order (gradient accumulation, logged
+/// as one step): per layer, gates and decisions concatenated along the batch, token counts and FLOPs summed, routed
+/// fractions, auxiliary terms and stats averaged; model-level stats averaged, token data concatenated, the auxiliary
+/// loss averaged. Logits and exit logits are not merged (left empty).
+ModelOutput merge_micro_batches(std::vector<ModelOutput> parts);
+
 class LanguageModel : public torch::nn::Module {
  public:
   /// tokens: (B, T) int64. With `trace` the per-layer routing trace is filled (cheap: no host syncs

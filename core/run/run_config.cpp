@@ -14,4 +14,14 @@ nlohmann::json stored_config(const RunRecord& run, const std::string& store_path
   return doc;
 }
 
+std::int64_t sequences_per_step(const nlohmann::json& config) {
+  const auto train = config.contains("train") ? config.at("train") : nlohmann::json();
+  const auto integer = [&](const char* key) -> std::int64_t {
+    if (!train.is_object() || !train.contains(key) || !train.at(key).is_number_integer())
+      throw DataError(std::string("the stored config has no integer train.") + key);
+    return train.at(key).get<std::int64_t>();
+  };
+  return integer("batch_size") * (train.is_object() && train.contains("grad_accum") ? integer("grad_accum") : 1);
+}
+
 }  // namespace routelab

@@ -8,11 +8,9 @@
 #include <torch/version.h>
 
 #include "core/train/optimizer.h"
+#include "core/util/cuda_build.h"
 #include "core/util/errors.h"
 
-#ifndef ROUTELAB_WITH_CUDA
-#define ROUTELAB_WITH_CUDA 0
-#endif
 #if ROUTELAB_WITH_CUDA
 #include <ATen/autocast_mode.h>
 #include <ATen/cuda/CUDAGraph.h>
@@ -51,13 +49,15 @@ void check_same_shape(const Batch& captured, const Batch& batch) {
 }  // namespace
 
 struct CudaGraphStep::Impl {
-  Impl(LanguageModel& m, MultiTensorAdamW& o, double clip, bool b, int eager, c10::cuda::CUDAStream stream)
-      : model(m), optimizer(o), grad_clip(clip), bf16(b), eager_steps(eager), side(stream) {}
+  Impl(LanguageModel& m, MultiTensorAdamW& o, double clip, bool b, std::int64_t micro, int eager,
+       c10::cuda::CUDAStream stream)
+      : model(m), optimizer(o), grad_clip(clip), bf16(b), micro_batches(micro), eager_steps(eager), side(stream) {}
 
   LanguageModel& model;
   MultiTensorAdamW& optimizer;
   double grad_clip;
   bool bf16;
+  std::int64_t micro_batches;
   int eager_steps;
   int eager_done = 0;
   c10::cuda::CUDAStream side;  ///< warm-up and capture run here, never on the legacy default stream
@@ -72,7 +72,7 @@ struct CudaGraphStep::Impl {
     StepResult r;
     {
       c10::cuda::CUDAStreamGuard on_side(side);
-      r = train_step(model, optimizer, batch, grad_clip, bf16, trace);
+      r = train_step(model, optimizer, batch, grad_clip, bf16, trace, micro_batches);
       side.synchronize();
     }
     ++eager_done;
@@ -89,7 +89,7 @@ struct CudaGraphStep::Impl {
     at::autocast::set_autocast_cache_enabled(false);
     graph.capture_begin();
     try {
-      outputs = train_step(model, optimizer, inputs, grad_clip, bf16, /*trace=*/true);
+      outputs = train_step(model, optimizer, inputs, grad_clip, bf16, /*trace=*/true, micro_batches);
       graph.capture_end();
     } catch (const std::exception& e) {
       try {
@@ -107,14 +107,14 @@ struct CudaGraphStep::Impl {
 };
 
 CudaGraphStep::CudaGraphStep(LanguageModel& model, MultiTensorAdamW& optimizer, double grad_clip, bool bf16,
-                             int eager_steps) {
+                             std::int64_t micro_batches, int eager_steps) {
   const auto params = model.parameters();
   if (params.empty() || !params.front().is_cuda())
     throw ConfigError("train.cuda_graph: the model is on " +
                       (params.empty() ? std::string("no device") : params.front().device().str()) +
                       "; CUDA graphs need run.device=cuda");
   optimizer.keep_learning_rates_on_device();  // throws without the fused kernel
-  impl_ = std::make_unique<Impl>(model, optimizer, grad_clip, bf16, std::max(1, eager_steps),
+  impl_ = std::make_unique<Impl>(model, optimizer, grad_clip, bf16, micro_batches, std::max(1, eager_steps),
                                  c10::cuda::getStreamFromPool(/*isHighPriority=*/false, params.front().device().index()));
 }
 
@@ -155,7 +155,7 @@ StepResult CudaGraphStep::run(const Batch& batch, bool trace) {
 
 struct CudaGraphStep::Impl {};
 
-CudaGraphStep::CudaGraphStep(LanguageModel&, MultiTensorAdamW&, double, bool, int) {
+CudaGraphStep::CudaGraphStep(LanguageModel&, MultiTensorAdamW&, double, bool, std::int64_t, int) {
   throw ConfigError("train.cuda_graph: this build's LibTorch (" TORCH_VERSION
                     ") has no CUDA; build against a CUDA LibTorch (packaging/build.sh --torch pip)");
 }

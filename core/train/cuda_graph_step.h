@@ -25,7 +25,9 @@ bool cuda_graphs_available();
 /// from the captured one.
 class CudaGraphStep {
  public:
-  CudaGraphStep(LanguageModel& model, MultiTensorAdamW& optimizer, double grad_clip, bool bf16, int eager_steps = 3);
+  /// `micro_batches`: train_step's gradient accumulation, captured with the step.
+  CudaGraphStep(LanguageModel& model, MultiTensorAdamW& optimizer, double grad_clip, bool bf16,
+                std::int64_t micro_batches = 1, int eager_steps = 3);
   ~CudaGraphStep();
   CudaGraphStep(const CudaGraphStep&) = delete;
   CudaGraphStep& operator=(const CudaGraphStep&) = delete;

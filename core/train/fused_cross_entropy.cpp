@@ -2,11 +2,9 @@
 // (ROUTELAB_WITH_CUDA), else it says so.
 #include "core/train/fused_cross_entropy.h"
 
+#include "core/util/cuda_build.h"
 #include "core/util/errors.h"
 
-#ifndef ROUTELAB_WITH_CUDA
-#define ROUTELAB_WITH_CUDA 0
-#endif
 #if ROUTELAB_WITH_CUDA
 #include <c10/cuda/CUDAStream.h>
 

@@ -6,6 +6,7 @@
 
 #include "core/train/fused_cross_entropy.h"
 #include "core/train/optimizer.h"
+#include "core/util/errors.h"
 
 namespace routelab {
 
@@ -71,41 +72,101 @@ AutocastGuard::~AutocastGuard() {
   at::autocast::clear_cache();
 }
 
-torch::Tensor backward_and_step(const torch::Tensor& total, torch::nn::Module& model,
-                                torch::optim::Optimizer& optimizer, double grad_clip) {
-  // Gradients are zeroed in place, not dropped (LibTorch 2.x's zero_grad default): a parameter that no token reached
-  // this step still gets AdamW's decay and momentum update, the same on every LibTorch.
-  const auto params = model.parameters();
+void zero_grads(torch::nn::Module& model) {
+  // Zeroed in place, not dropped (LibTorch 2.x's zero_grad default): a parameter that no token reached this step
+  // still gets AdamW's decay and momentum update, the same on every LibTorch.
   std::vector<torch::Tensor> grads;
-  for (const auto& p : params)
+  for (const auto& p : model.parameters())
     if (p.grad().defined()) grads.push_back(p.grad());
   if (!grads.empty()) at::_foreach_zero_(grads);
-  total.backward();
-  const auto grad_norm = clip_grad_norm(params, grad_clip);
+}
+
+torch::Tensor clip_and_step(torch::nn::Module& model, torch::optim::Optimizer& optimizer, double grad_clip) {
+  const auto grad_norm = clip_grad_norm(model.parameters(), grad_clip);
   optimizer.step();
   return grad_norm;
 }
 
-StepResult train_step(LanguageModel& model, torch::optim::Optimizer& optimizer, const Batch& batch, double grad_clip,
-                      bool bf16, bool trace) {
-  StepResult result;
-  torch::Tensor loss, total;
-  {
-    AutocastGuard autocast(bf16, batch.input.device());
-    result.output = model.forward(batch.input, trace);
-    loss = lm_loss(result.output.logits, batch.target, batch.loss_mask);
-    total = loss;
-    if (!result.output.exit_logits.empty()) {  // uniform mean over every head (early exit)
-      for (const auto& exit : result.output.exit_logits) total = total + lm_loss(exit, batch.target, batch.loss_mask);
-      total = total / static_cast<double>(result.output.exit_logits.size() + 1);
-      result.output.exit_logits.clear();
-    }
-    total = total + result.output.aux_loss.to(torch::kFloat);
+torch::Tensor backward_and_step(const torch::Tensor& total, torch::nn::Module& model,
+                                torch::optim::Optimizer& optimizer, double grad_clip) {
+  zero_grads(model);
+  total.backward();
+  return clip_and_step(model, optimizer, grad_clip);
+}
+
+namespace {
+
+/// Rows [start, start + rows) of every tensor of the batch (views).
+Batch batch_rows(const Batch& b, std::int64_t start, std::int64_t rows) {
+  return {b.input.narrow(0, start, rows), b.target.narrow(0, start, rows),
+          b.loss_mask.defined() ? b.loss_mask.narrow(0, start, rows) : torch::Tensor()};
+}
+
+/// The forward of one (micro-)batch and its losses: the final head's CE, and the CE term to back-propagate (the
+/// mean over every head for early exit).
+struct MicroPass {
+  ModelOutput output;
+  torch::Tensor loss, lm_total, aux;
+};
+
+MicroPass forward_losses(LanguageModel& model, const Batch& batch, bool bf16, bool trace) {
+  MicroPass p;
+  AutocastGuard autocast(bf16, batch.input.device());
+  p.output = model.forward(batch.input, trace);
+  p.loss = lm_loss(p.output.logits, batch.target, batch.loss_mask);
+  p.lm_total = p.loss;
+  if (!p.output.exit_logits.empty()) {  // uniform mean over every head (early exit)
+    for (const auto& exit : p.output.exit_logits)
+      p.lm_total = p.lm_total + lm_loss(exit, batch.target, batch.loss_mask);
+    p.lm_total = p.lm_total / static_cast<double>(p.output.exit_logits.size() + 1);
+    p.output.exit_logits.clear();
   }
-  result.output.logits = torch::Tensor();
-  result.grad_norm = backward_and_step(total, model, optimizer, grad_clip);
-  result.loss = loss.detach();
-  result.aux_loss = result.output.aux_loss.detach();
+  p.aux = p.output.aux_loss.to(torch::kFloat);
+  return p;
+}
+
+}  // namespace
+
+StepResult train_step(LanguageModel& model, torch::optim::Optimizer& optimizer, const Batch& batch, double grad_clip,
+                      bool bf16, bool trace, std::int64_t micro_batches) {
+  const auto rows = batch.input.size(0);
+  if (micro_batches < 1 || rows % micro_batches != 0)
+    throw ConfigError("train.grad_accum: " + std::to_string(micro_batches) + " micro-batches do not divide a batch of " +
+                      std::to_string(rows) + " sequences");
+  StepResult result;
+  if (micro_batches == 1) {
+    auto p = forward_losses(model, batch, bf16, trace);
+    p.output.logits = torch::Tensor();
+    result.grad_norm = backward_and_step(p.lm_total + p.aux, model, optimizer, grad_clip);
+    result.loss = p.loss.detach();
+    result.aux_loss = p.output.aux_loss.detach();
+    result.output = std::move(p.output);
+    return result;
+  }
+  const auto rows_each = rows / micro_batches;
+  // Each micro-batch's mean loss weighs by its share of the batch's counted positions (1/k without a mask), so the
+  // accumulated gradient is that of the batch's mean.
+  const auto counted = batch.loss_mask.defined() ? batch.loss_mask.sum().to(torch::kFloat).clamp_min(1.0) : torch::Tensor();
+  zero_grads(model);
+  std::vector<ModelOutput> outputs;
+  torch::Tensor loss, aux;
+  for (std::int64_t i = 0; i < micro_batches; ++i) {
+    const auto micro = batch_rows(batch, i * rows_each, rows_each);
+    auto p = forward_losses(model, micro, bf16, trace);
+    p.output.logits = torch::Tensor();
+    const auto k = static_cast<double>(micro_batches);
+    const auto share = counted.defined() ? micro.loss_mask.sum().to(torch::kFloat) / counted : torch::Tensor();
+    const auto weigh = [&](const torch::Tensor& t) { return share.defined() ? t * share : t / k; };
+    (weigh(p.lm_total) + p.aux / k).backward();
+    const auto weighted = weigh(p.loss.detach()), aux_part = p.output.aux_loss.detach() / k;
+    loss = loss.defined() ? loss + weighted : weighted;
+    aux = aux.defined() ? aux + aux_part : aux_part;
+    outputs.push_back(std::move(p.output));
+  }
+  result.grad_norm = clip_and_step(model, optimizer, grad_clip);
+  result.loss = loss;
+  result.aux_loss = aux;
+  result.output = merge_micro_batches(std::move(outputs));
   return result;
 }
 

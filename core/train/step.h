@@ -34,13 +34,23 @@ struct StepResult {
   ModelOutput output;      ///< with the routing trace when asked for (logits dropped)
 };
 
-/// Zeroes the gradients, back-propagates `total`, clips the global gradient norm at `grad_clip` (0: no clip) and
-/// steps the optimizer; returns the gradient norm before clipping as a 0-dim tensor on the model's device, so the
-/// step never waits for the device. Shared by the LM and classification steps.
+/// Zeroes the gradients of `model` in place (they stay allocated: the same on every LibTorch, and a captured CUDA
+/// graph keeps their addresses).
+void zero_grads(torch::nn::Module& model);
+/// Clips the global gradient norm at `grad_clip` (0: no clip) and steps the optimizer; returns the norm before
+/// clipping as a 0-dim tensor on the model's device, so the step never waits for the device.
+torch::Tensor clip_and_step(torch::nn::Module& model, torch::optim::Optimizer& optimizer, double grad_clip);
+/// zero_grads, back-propagates `total`, clip_and_step. Shared by the LM and classification steps.
 torch::Tensor backward_and_step(const torch::Tensor& total, torch::nn::Module& model, torch::optim::Optimizer& optimizer,
                          double grad_clip);
 
+/// One optimizer step on `batch`. With `micro_batches` k > 1 (train.grad_accum) the batch's rows are split into k
+/// equal micro-batches run one after another, their gradients accumulated before the one update: each micro-batch's
+/// loss weighs by its share of the batch's counted positions, so the update is the one batch's (in fp32 within
+/// rounding), while only a micro-batch's activations are alive at a time. Auxiliary losses are taken per
+/// micro-batch and averaged; the loss returned is the batch's, the trace that of the whole batch
+/// (merge_micro_batches). Throws ConfigError naming train.grad_accum where k does not divide the batch's rows.
 StepResult train_step(LanguageModel& model, torch::optim::Optimizer& optimizer, const Batch& batch, double grad_clip,
-                      bool bf16, bool trace);
+                      bool bf16, bool trace, std::int64_t micro_batches = 1);
 
 }  // namespace routelab

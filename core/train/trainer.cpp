@@ -80,6 +80,7 @@ class Session {
     const auto& train = config_.train();
     total_steps_ = train.at("steps").get<std::int64_t>();
     batch_size_ = train.at("batch_size").get<std::int64_t>();
+    grad_accum_ = train.at("grad_accum").get<std::int64_t>();
     seed_ = config_.run().at("seed").get<std::int64_t>();
     bf16_ = train.at("precision") == "bf16";
     device_ = resolve_device(config_.run().at("device").get<std::string>());
@@ -88,6 +89,10 @@ class Session {
     classification_ = architecture(config_.arch()).task == Task::Classification;
     cuda_graph_ = train.at("cuda_graph").get<bool>();
     if (cuda_graph_) check_cuda_graph();
+    if (classification_ && grad_accum_ > 1)
+      throw ConfigError("train.grad_accum: " + std::to_string(grad_accum_) + ", but " + config_.arch() +
+                        " is a classifier, which trains one batch per step (gradient accumulation is for language "
+                        "models)");
     if (classification_) {
       class_data_ = make_classification_dataset(config_.data());
       torch::manual_seed(static_cast<std::uint64_t>(seed_));
@@ -108,9 +113,19 @@ class Session {
     optimizer_ = make_optimizer(*model_, train);
     // Language modelling draws random windows, so an epoch is a budget: as many tokens as the training split holds.
     if (const auto epochs = train.at("epochs").get<std::int64_t>(); epochs > 0) {
-      const auto per_step = batch_size_ * dataset_->context();
+      const auto per_step = batch_size_ * grad_accum_ * dataset_->context();
       total_steps_ = epochs * std::max<std::int64_t>(1, (dataset_->split_tokens(Split::Train) + per_step - 1) / per_step);
     }
+  }
+
+  /// "batch 32 x 128 = 4096 tokens a step"; with accumulation "batch 32 (4 micro-batches of 8) x 128 = ...".
+  std::string global_batch_text() const {
+    const auto sequences = batch_size_ * grad_accum_;
+    std::ostringstream out;
+    out << "batch " << sequences;
+    if (grad_accum_ > 1) out << " (" << grad_accum_ << " micro-batches of " << batch_size_ << ")";
+    out << " x " << dataset_->context() << " = " << sequences * dataset_->context() << " tokens a step";
+    return out.str();
   }
 
   /// train.cuda_graph: refused, naming the setting, where the step cannot be captured (before the run is created).
@@ -136,7 +151,7 @@ class Session {
       out << classifier_->describe() << "; " << class_data_->describe() << "; " << schedule_->steps_per_epoch()
           << " steps per epoch";
     else
-      out << model_->describe() << "; " << dataset_->describe();
+      out << model_->describe() << "; " << dataset_->describe() << "; " << global_batch_text();
     out << "; " << device_.str() << " x" << threads_->threads()
         << " threads (OpenMP waiting: " << openmp_wait_policy() << "); " << (bf16_ ? "bf16 autocast" : "fp32")
         << (cuda_graph_ ? "; step replayed as a CUDA graph" : "");
@@ -428,18 +443,22 @@ class Session {
 
   /// One language-modelling step on the batch of (seed, step).
   StepRecord lm_step(std::int64_t step, double grad_clip, bool log_step) {
-    const auto batch =
-        to_device(dataset_->sample(Split::Train, batch_size_, mix_seed(seed_, kTrainStream, step)), device_);
+    // The step's whole batch: grad_accum micro-batches of batch_size, drawn as one, so a run with accumulation sees
+    // the batches of a run with one batch of that size.
+    const auto batch = to_device(
+        dataset_->sample(Split::Train, batch_size_ * grad_accum_, mix_seed(seed_, kTrainStream, step)), device_);
     model_->set_progress(static_cast<double>(step - 1) / static_cast<double>(total_steps_));
     // Made at the first step, after a resume has loaded the optimizer's state.
-    if (cuda_graph_ && !graph_step_) graph_step_ = std::make_unique<CudaGraphStep>(*model_, *optimizer_, grad_clip, bf16_);
-    auto result = graph_step_ ? graph_step_->run(batch, /*trace=*/log_step)
-                              : train_step(*model_, *optimizer_, batch, grad_clip, bf16_, /*trace=*/log_step);
+    if (cuda_graph_ && !graph_step_)
+      graph_step_ = std::make_unique<CudaGraphStep>(*model_, *optimizer_, grad_clip, bf16_, grad_accum_);
+    auto result = graph_step_
+                      ? graph_step_->run(batch, /*trace=*/log_step)
+                      : train_step(*model_, *optimizer_, batch, grad_clip, bf16_, /*trace=*/log_step, grad_accum_);
     StepRecord r;
     r.loss_t = result.loss;
     r.aux_loss_t = result.aux_loss;
     r.grad_norm_t = result.grad_norm;
-    r.tokens = batch_size_ * dataset_->context();
+    r.tokens = batch_size_ * grad_accum_ * dataset_->context();
     r.trace = std::move(result.output.trace);
     r.stats = std::move(result.output.stats);
     return r;
@@ -641,7 +660,7 @@ class Session {
   TrainObserver* observer_;
   const std::atomic<bool>* cancel_;
   std::shared_ptr<spdlog::logger> log_;
-  std::int64_t total_steps_ = 0, batch_size_ = 0, seed_ = 0;
+  std::int64_t total_steps_ = 0, batch_size_ = 0, grad_accum_ = 1, seed_ = 0;
   bool bf16_ = false;
   torch::Device device_{torch::kCPU};
   std::optional<ThreadGovernor> threads_;  ///< Torch threads; a run on "every core" follows the load

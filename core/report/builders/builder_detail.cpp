@@ -48,6 +48,14 @@ std::int64_t config_int(const RunStore& store, const RunRecord& run, const json&
   return config.at(section).at(key).get<std::int64_t>();
 }
 
+std::int64_t sequences_per_step(const RunStore& store, const RunRecord& run, const json& config) {
+  try {
+    return routelab::sequences_per_step(config);
+  } catch (const DataError& e) {
+    throw ConfigError(store.path() + ": run " + std::to_string(run.id) + ": " + e.what());
+  }
+}
+
 json full_model(const RunStore& store, const RunRecord& run, const json& config) {
   if (!config.contains("model") || !config.at("model").is_object() || !config.at("model").contains("arch"))
     throw ConfigError(store.path() + ": run " + std::to_string(run.id) + ": the stored config has no model.arch");

@@ -37,6 +37,9 @@ json run_config(const RunStore& store, const RunRecord& run);
 /// `config.section.key` as an integer, or a ConfigError naming the run and the key.
 std::int64_t config_int(const RunStore& store, const RunRecord& run, const json& config, const char* section,
                         const char* key);
+/// Sequences one optimizer step trained on: train.batch_size x train.grad_accum (1 where a run stored before
+/// accumulation existed has no such key), or a ConfigError naming the run and the key.
+std::int64_t sequences_per_step(const RunStore& store, const RunRecord& run, const json& config);
 /// The model section with the architecture's defaults filled in (stored configs are resolved; this keeps partial
 /// ones usable).
 json full_model(const RunStore& store, const RunRecord& run, const json& config);

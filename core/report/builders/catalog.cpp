@@ -20,7 +20,7 @@ double training_step_dense_flops(const RunStore& store, std::int64_t run_id) {
   const auto run = run_record(store, run_id);
   const auto config = run_config(store, run);
   FlopsQuery q;
-  q.batch = config_int(store, run, config, "train", "batch_size");
+  q.batch = sequences_per_step(store, run, config);
   q.seq = config_int(store, run, config, "data", "context");
   try {
     return 3.0 * estimate_flops(full_model(store, run, config), 256, q).dense_layer_flops();
@@ -52,7 +52,7 @@ const std::vector<FigureInfo>& figure_catalog() {
   static const std::vector<FigureInfo> catalog = [] {
     std::vector<FigureInfo> c = {
         {"curves", "Metric versus training progress",
-         "`metric` (default val/loss) against `x_axis`: step, tokens (step x train.batch_size x data.context), flops "
+         "`metric` (default val/loss) against `x_axis`: step, tokens (step x train.batch_size x train.grad_accum x data.context), flops "
          "(cumulative training FLOPs of the layers: 3 x the FLOPs model's dense forward per step x the measured "
          "train/flops_ratio) or wall (seconds since the run started). With `by_seed`, runs differing only in their "
          "seed become one mean +- std line over the x range all of them cover. `smoothing` in (0, 1) on a train/* "

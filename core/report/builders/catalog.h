@@ -59,7 +59,8 @@ RunStyle run_style(const RunStore& store, std::int64_t run_id);
 Figure build_figure(const RunStore& store, const FigureRequest& request);
 
 /// A run's cumulative training FLOPs by step, the figures' and the dashboard's "flops" x axis: every step costs 3 x
-/// (the FLOPs model's dense forward of the layers on train.batch_size x data.context tokens; forward + backward)
+/// (the FLOPs model's dense forward of the layers on train.batch_size x train.grad_accum x data.context tokens;
+/// forward + backward)
 /// x the `train/flops_ratio` logged at or before it (`val/flops_ratio` when the run logged no training ratio).
 /// Embeddings and the LM head are left out, as in the trainer's ratio. A run with neither metric is a DataError.
 CumulativeFlops training_flops_axis(const RunStore& store, std::int64_t run_id);

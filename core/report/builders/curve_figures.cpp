@@ -32,7 +32,7 @@ std::string x_axis_label(const std::string& x_axis) {
 }
 
 /// Maps a run's steps (and wall times) to the requested x axis.
-///  tokens: step x train.batch_size x data.context (the nominal tokens of a step);
+///  tokens: step x train.batch_size x train.grad_accum x data.context (the nominal tokens of a step);
 ///  flops:  cumulative training FLOPs of the layers from the measured ratios (training_flops_axis, figures.h);
 ///  wall:   seconds since the run was created.
 class XMap {
@@ -43,7 +43,7 @@ class XMap {
     created_at_ = run.created_at;
     if (axis_ == "tokens" || axis_ == "flops") {
       const auto config = run_config(store, run);
-      const auto batch = config_int(store, run, config, "train", "batch_size");
+      const auto batch = sequences_per_step(store, run, config);
       const auto context = config_int(store, run, config, "data", "context");
       tokens_per_step_ = static_cast<double>(batch * context);
       if (axis_ == "flops") flops_ = training_flops_axis(store, run_id);

@@ -1,0 +1,214 @@
+// Gradient accumulation (train.grad_accum): k micro-batches of b sequences give the loss and gradient of one batch of
+// k·b, in fp32 within 1e-5, step by step (with and without a loss mask) and through the trainer; the trace of an accumulated
+// step is the whole batch's; the tokens axis of the figures counts the global batch; classifiers refuse it by name.
+#include <QTemporaryDir>
+#include <QtTest>
+
+#include <torch/torch.h>
+
+#include "core/config/experiment_config.h"
+#include "core/models/dense_transformer.h"
+#include "core/report/builders/catalog.h"
+#include "core/store/run_store.h"
+#include "core/train/optimizer.h"
+#include "core/train/step.h"
+#include "core/train/trainer.h"
+#include "core/util/errors.h"
+#include "tests/suite.h"
+
+namespace test_grad_accum {
+
+using namespace routelab;
+
+namespace {
+
+constexpr std::int64_t kVocab = 29, kContext = 16, kBatch = 8;
+
+std::shared_ptr<DenseTransformer> small_dense() {
+  torch::manual_seed(21);
+  TransformerOptions o;
+  o.style(ModelStyle::GPT2).vocab_size(kVocab).max_seq_len(kContext).n_layer(2).n_embd(32).n_head(4).d_ff(64)
+      .tie_weights(true).init("normal");
+  return std::make_shared<DenseTransformer>(o);
+}
+
+std::unique_ptr<MultiTensorAdamW> adamw(LanguageModel& model) {
+  std::vector<torch::optim::OptimizerParamGroup> groups{torch::optim::OptimizerParamGroup(model.parameters())};
+  return std::make_unique<MultiTensorAdamW>(std::move(groups), torch::optim::AdamWOptions(1e-2).weight_decay(0.1));
+}
+
+double max_param_diff(LanguageModel& a, LanguageModel& b) {
+  const auto pa = a.parameters(), pb = b.parameters();
+  double m = 0;
+  for (std::size_t i = 0; i < pa.size(); ++i) m = std::max(m, (pa[i] - pb[i]).abs().max().item<double>());
+  return m;
+}
+
+double max_grad_diff(LanguageModel& a, LanguageModel& b) {
+  const auto pa = a.parameters(), pb = b.parameters();
+  double m = 0;
+  for (std::size_t i = 0; i < pa.size(); ++i)
+    m = std::max(m, (pa[i].grad() - pb[i].grad()).abs().max().item<double>());
+  return m;
+}
+
+/// A copy-task run of a small dense model with `batch` sequences a forward and `accum` of them a step.
+ExperimentConfig copy_run(std::int64_t batch, std::int64_t accum) {
+  return resolve_config(nlohmann::json::object(),
+                        {"model.n_layer=2", "model.n_embd=32", "model.n_head=4", "model.style=gpt2", "model.dropout=0",
+                         "data.source=copy", "train.steps=6", "train.warmup_steps=2", "train.lr=3e-3",
+                         "train.log_every=1", "train.eval_every=6", "train.eval_batches=1", "run.threads=2",
+                         "train.batch_size=" + std::to_string(batch), "train.grad_accum=" + std::to_string(accum)},
+                        "test");
+}
+
+}  // namespace
+
+class TestGradAccum : public QObject {
+  Q_OBJECT
+  QTemporaryDir home_;
+
+ private Q_SLOTS:
+  void initTestCase() { qputenv("ROUTELAB_HOME", home_.path().toUtf8()); }
+
+  void stepEqualsOneBatch_data() {
+    QTest::addColumn<int>("micro");
+    QTest::addColumn<bool>("masked");
+    for (const int k : {2, 4, 8}) {
+      QTest::newRow(qPrintable(QString("%1 micro-batches").arg(k))) << k << false;
+      QTest::newRow(qPrintable(QString("%1 micro-batches, loss mask").arg(k))) << k << true;
+    }
+  }
+  void stepEqualsOneBatch() {
+    QFETCH(int, micro);
+    QFETCH(bool, masked);
+    auto one = small_dense(), accumulated = small_dense();
+    auto opt_one = adamw(*one), opt_accumulated = adamw(*accumulated);
+    torch::manual_seed(5);
+    for (int step = 1; step <= 3; ++step) {
+      // A mask that leaves micro-batches different numbers of counted positions: the weighting must follow them.
+      const Batch batch{torch::randint(0, kVocab, {kBatch, kContext}, torch::kLong),
+                        torch::randint(0, kVocab, {kBatch, kContext}, torch::kLong),
+                        masked ? (torch::rand({kBatch, kContext}) < torch::linspace(0.2, 0.9, kBatch).unsqueeze(1))
+                                     .to(torch::kFloat)
+                               : torch::Tensor()};
+      const auto a = train_step(*one, *opt_one, batch, 1.0, false, true, 1);
+      const auto b = train_step(*accumulated, *opt_accumulated, batch, 1.0, false, true, micro);
+      const double loss_diff = std::abs(a.loss.item<double>() - b.loss.item<double>());
+      QVERIFY2(loss_diff <= 1e-5, qPrintable(QString("step %1: loss differs by %2").arg(step).arg(loss_diff)));
+      QVERIFY(std::abs(a.grad_norm.item<double>() - b.grad_norm.item<double>()) <= 1e-5);
+      // The accumulated gradient (what the optimizer stepped on) is the one batch's; the parameters then agree
+      // within AdamW's amplification of rounding in gradients near zero (it divides by their running size).
+      const double grad_diff = max_grad_diff(*one, *accumulated);
+      QVERIFY2(grad_diff <= 1e-5, qPrintable(QString("step %1: gradients differ by %2").arg(step).arg(grad_diff)));
+      const double diff = max_param_diff(*one, *accumulated);
+      QVERIFY2(diff <= 1e-4, qPrintable(QString("step %1: parameters differ by %2").arg(step).arg(diff)));
+      QCOMPARE(b.output.trace.size(), a.output.trace.size());
+      for (std::size_t i = 0; i < a.output.trace.size(); ++i) {
+        QCOMPARE(b.output.trace[i].tokens_processed, a.output.trace[i].tokens_processed);
+        QCOMPARE(b.output.trace[i].flops, a.output.trace[i].flops);
+      }
+    }
+  }
+
+  void microBatchesMustDivideTheBatch() {
+    auto model = small_dense();
+    auto opt = adamw(*model);
+    const Batch batch{torch::zeros({6, kContext}, torch::kLong), torch::zeros({6, kContext}, torch::kLong), {}};
+    try {
+      train_step(*model, *opt, batch, 1.0, false, false, 4);
+      QFAIL("no error");
+    } catch (const ConfigError& e) {
+      QVERIFY2(QString(e.what()).startsWith("train.grad_accum: 4 micro-batches"), e.what());
+    }
+  }
+
+  void mergeJoinsTheBatch() {
+    // Two micro-batches of 2 sequences: gates and token data join along the batch, counts and FLOPs add up,
+    // fractions and stats average.
+    std::vector<ModelOutput> parts(2);
+    for (int i = 0; i < 2; ++i) {
+      auto& p = parts[static_cast<std::size_t>(i)];
+      LayerTrace t;
+      t.layer = 1;
+      t.kind = "mod";
+      t.routed = true;
+      t.gate = torch::full({2, 3}, static_cast<double>(i));
+      t.decision = torch::full({2, 3}, i == 1, torch::kBool);
+      t.routed_fraction = i == 0 ? 0.25 : 0.75;
+      t.aux_loss = i == 0 ? 1.0 : 3.0;
+      t.tokens_processed = {{"attn", 2 + i}, {"mlp", 6}};
+      t.flops = 10.0 * (i + 1);
+      t.dense_flops = 40;
+      t.stats = {{"agreement", i == 0 ? 0.5 : 1.0}};
+      p.trace.push_back(t);
+      p.stats = {{"alpha", i == 0 ? 0.2 : 0.4}};
+      p.token_data["depth"] = torch::full({2, 3}, i + 1, torch::kLong);
+      p.aux_loss = torch::full({}, i == 0 ? 0.1 : 0.3);
+    }
+    const auto merged = merge_micro_batches(std::move(parts));
+    QCOMPARE(merged.trace.size(), std::size_t(1));
+    const auto& t = merged.trace.front();
+    QCOMPARE(t.kind, std::string("mod"));
+    QVERIFY(t.routed);
+    QCOMPARE(t.gate.sizes(), (c10::IntArrayRef{4, 3}));
+    QCOMPARE(t.gate[3][0].item<double>(), 1.0);
+    QCOMPARE(t.decision.sum().item<std::int64_t>(), std::int64_t(6));
+    QCOMPARE(t.routed_fraction, 0.5);
+    QCOMPARE(t.aux_loss, 2.0);
+    QCOMPARE(t.tokens_processed.at("attn"), std::int64_t(5));
+    QCOMPARE(t.tokens_processed.at("mlp"), std::int64_t(12));
+    QCOMPARE(t.flops, 30.0);
+    QCOMPARE(t.dense_flops, 80.0);
+    QCOMPARE(t.stats.at("agreement"), 0.75);
+    QCOMPARE(merged.stats.at("alpha"), 0.3);
+    QCOMPARE(merged.token_data.at("depth").sizes(), (c10::IntArrayRef{4, 3}));
+    QVERIFY(std::abs(merged.aux_loss.item<double>() - 0.2) < 1e-7);
+  }
+
+  void runsMatchOneBatch() {
+    // The trainer draws one step's batch as a whole: 2 x 4 sequences train as 8 do, and the figures' tokens axis
+    // counts the 8.
+    const auto db = home_.filePath("accum.sqlite").toStdString();
+    const auto one = train({copy_run(8, 1), db, "one batch", ""});
+    const auto accumulated = train({copy_run(4, 2), db, "accumulated", ""});
+    QCOMPARE(accumulated.status, RunStatus::Finished);
+    RunStore store(db);
+    const auto a = store.metric(one.run_id, "train/loss"), b = store.metric(accumulated.run_id, "train/loss");
+    QCOMPARE(b.size(), a.size());
+    for (std::size_t i = 0; i < a.size(); ++i)
+      QVERIFY2(std::abs(a[i].value - b[i].value) <= 1e-5,
+               qPrintable(QString("step %1: %2 vs %3").arg(a[i].step).arg(a[i].value).arg(b[i].value)));
+    FigureRequest request;
+    request.name = "curves";
+    request.run_ids = {one.run_id, accumulated.run_id};
+    request.metric = "train/loss";
+    request.x_axis = "tokens";
+    request.by_seed = false;
+    const auto figure = build_figure(store, request);
+    std::vector<std::vector<double>> xs;
+    for (const auto& s : figure.panels.front().series)
+      if (!s.x.empty()) xs.push_back(s.x);
+    QVERIFY(xs.size() >= 2);
+    QCOMPARE(xs.back(), xs.front());
+    QCOMPARE(xs.front().front(), 8.0 * copy_run(8, 1).data().at("context").get<double>());
+  }
+
+  void classifierRefusesAccumulation() {
+    const auto db = home_.filePath("classifier.sqlite").toStdString();
+    try {
+      train({resolve_config(nlohmann::json::object(),
+                            {"model.arch=tagat", "data.source=entailment", "data.tokenizer=word", "train.grad_accum=2"},
+                            "test"),
+             db, "", ""});
+      QFAIL("no error");
+    } catch (const ConfigError& e) {
+      QVERIFY2(QString(e.what()).startsWith("train.grad_accum: 2") && QString(e.what()).contains("tagat"), e.what());
+    }
+  }
+};
+
+}  // namespace test_grad_accum
+
+ROUTELAB_TEST_SUITE(test_grad_accum, TestGradAccum)
+#include "test_grad_accum.moc"
