@@ -15,6 +15,7 @@
 #include <ATen/Parallel.h>
 
 #include "core/config/experiment_config.h"
+#include "core/config/run_name.h"
 #include "core/models/registry.h"
 #include "core/util/cpu_load.h"
 #include "core/util/device.h"
@@ -255,6 +256,35 @@ class TestConfig : public QObject {
       const QString message = e.what();
       QVERIFY2(message.contains("unknown preset 'no-such-preset'") && message.contains("quickstart"), qPrintable(message));
     }
+  }
+
+  void defaultRunNamesTellRunsApart_data() {
+    QTest::addColumn<QString>("preset");
+    QTest::addColumn<QStringList>("sets");
+    QTest::addColumn<QString>("expected");
+    QTest::newRow("a preset as it is") << "quickstart" << QStringList{} << "dense-quickstart";
+    QTest::newRow("named by its architecture") << "mod-0.7" << QStringList{} << "mod-0.7";
+    QTest::newRow("a changed option") << "mod-0.7" << QStringList{"model.capacity=0.5"} << "mod-0.7-c0.5";
+    QTest::newRow("another seed") << "quickstart" << QStringList{"run.seed=2"} << "dense-quickstart-s2";
+    QTest::newRow("another architecture") << "dtrnet-bilayer" << QStringList{"model.arch=mod", "run.seed=3"}
+                                          << "mod-s3";
+    QTest::newRow("a string and a flag") << "quickstart" << QStringList{"model.style=gpt2", "model.tie_weights=false"}
+                                         << "dense-quickstart-gpt2-notie_weights";
+    QTest::newRow("more than three changes")
+        << "quickstart" << QStringList{"model.n_layer=6", "model.n_head=8", "train.lr=0.001", "train.precision=bf16"}
+        << "dense-quickstart-nh8-nl6-lr0.001+1";
+    QTest::newRow("bookkeeping is not a difference") << "quickstart" << QStringList{"train.steps=700", "train.log_every=5"}
+                                                     << "dense-quickstart";
+    QTest::newRow("no preset") << "" << QStringList{"model.n_layer=3"} << "dense";
+  }
+  void defaultRunNamesTellRunsApart() {
+    QFETCH(QString, preset);
+    QFETCH(QStringList, sets);
+    QFETCH(QString, expected);
+    std::vector<std::string> s;
+    for (const auto& item : sets) s.push_back(item.toStdString());
+    const auto config = preset.isEmpty() ? resolve_config(nlohmann::json::object(), s) : preset_config(preset.toStdString(), s);
+    QCOMPARE(QString::fromStdString(default_run_name(config)), expected);
   }
 
   void everyPresetResolves() {

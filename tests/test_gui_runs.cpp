@@ -67,6 +67,7 @@ class TestGuiRuns : public QObject {
   void cleanup();
 
   void filterBoxNarrowsRows();
+  void tabLeavesTheRunsTable();
   void editsRoundTripThroughTheStore();
   void deleteRemovesRowsAndCheckpoints();
   void resumeContinuesAStoppedRunAndCloneFillsTheDesigner();
@@ -78,7 +79,7 @@ class TestGuiRuns : public QObject {
  private:
   std::unique_ptr<MainWindow> makeWindow();
   std::int64_t seedRun(RunStore& store, const std::string& name, const std::string& arch,
-                       routelab::RunStatus status);
+                       routelab::RunStatus status, std::int64_t seed = 1337);
   qint64 stoppedTinyRun(std::int64_t stopAt);
 
   QTemporaryDir home_;
@@ -114,9 +115,10 @@ std::unique_ptr<MainWindow> TestGuiRuns::makeWindow() {
 }
 
 std::int64_t TestGuiRuns::seedRun(RunStore& store, const std::string& name, const std::string& arch,
-                                  routelab::RunStatus status) {
+                                  routelab::RunStatus status, std::int64_t seed) {
   routelab::NewRun run;
   run.name = name;
+  run.seed = seed;
   run.arch = arch;
   run.preset = "tiny";
   run.total_steps = 30;
@@ -142,7 +144,7 @@ void TestGuiRuns::filterBoxNarrowsRows() {
     RunStore store(dbPath_.toStdString());
     seedRun(store, "alpha-run", "dense", routelab::RunStatus::Finished);
     const auto beta = seedRun(store, "beta-run", "dtrnet", routelab::RunStatus::Stopped);
-    seedRun(store, "gamma-run", "mod", routelab::RunStatus::Failed);
+    seedRun(store, "gamma-run", "mod", routelab::RunStatus::Failed, 42);
     routelab::RunPatch patch;
     patch.notes = "the interesting one";
     store.patch_run(beta, patch);
@@ -158,6 +160,11 @@ void TestGuiRuns::filterBoxNarrowsRows() {
   QCOMPARE(panel->proxy()->rowCount(), 1);
   QCOMPARE(panel->proxy()->index(0, routelab::RunsTableModel::NameColumn).data().toString(),
            QStringLiteral("gamma-run"));
+  panel->searchBox()->setText(QStringLiteral("seed 42"));  // the seed column, searchable
+  QCOMPARE(panel->proxy()->rowCount(), 1);
+  QCOMPARE(panel->proxy()->index(0, routelab::RunsTableModel::SeedColumn).data().toLongLong(), 42LL);
+  QCOMPARE(panel->proxy()->headerData(routelab::RunsTableModel::SeedColumn, Qt::Horizontal).toString(),
+           QStringLiteral("Seed"));
   panel->searchBox()->setText(QStringLiteral("nothing-matches"));
   QCOMPARE(panel->proxy()->rowCount(), 0);
   panel->searchBox()->clear();
@@ -166,6 +173,29 @@ void TestGuiRuns::filterBoxNarrowsRows() {
   panel->view()->sortByColumn(routelab::RunsTableModel::NameColumn, Qt::AscendingOrder);
   QCOMPARE(panel->proxy()->index(0, routelab::RunsTableModel::NameColumn).data().toString(),
            QStringLiteral("alpha-run"));
+}
+
+void TestGuiRuns::tabLeavesTheRunsTable() {
+  // Tab moves the keyboard focus on to the next widget; the arrow keys move between rows.
+  {
+    RunStore store(dbPath_.toStdString());
+    seedRun(store, "first", "dense", routelab::RunStatus::Finished);
+    seedRun(store, "second", "mod", routelab::RunStatus::Finished);
+  }
+  auto window = makeWindow();
+  routelab::RunsPanel* panel = window->runsPanel();
+  QTRY_COMPARE_WITH_TIMEOUT(panel->proxy()->rowCount(), 2, 10000);
+  window->activateWindow();
+  if (!QTest::qWaitForWindowActive(window.get())) QSKIP("this platform does not activate windows");
+  QTableView* view = panel->view();
+  view->setFocus(Qt::OtherFocusReason);
+  QTRY_VERIFY(view->hasFocus());
+  view->setCurrentIndex(panel->proxy()->index(0, routelab::RunsTableModel::NameColumn));
+  QTest::keyClick(view, Qt::Key_Down);
+  QCOMPARE(view->currentIndex().row(), 1);
+  QTest::keyClick(view, Qt::Key_Tab);
+  QTRY_VERIFY(!view->hasFocus());
+  QCOMPARE(view->currentIndex().row(), 1);  // the selection stayed where it was
 }
 
 void TestGuiRuns::editsRoundTripThroughTheStore() {

@@ -224,6 +224,7 @@ QWidget* CompareView::buildTablePage() {
   matchedView_->setObjectName(QStringLiteral("compareMatchedTable"));
   matchedView_->setModel(matchedModel_);
   matchedView_->setEditTriggers(QAbstractItemView::NoEditTriggers);
+  matchedView_->setTabKeyNavigation(false);
   matchedView_->verticalHeader()->hide();
   tableLayout_ = new QComboBox(this);
   tableLayout_->setObjectName(QStringLiteral("compareTableLayout"));
@@ -256,6 +257,7 @@ QWidget* CompareView::buildDiffPage(QPushButton** copyDiff) {
   diffView_->setObjectName(QStringLiteral("compareDiffTable"));
   diffView_->setModel(diffModel_);
   diffView_->setEditTriggers(QAbstractItemView::NoEditTriggers);
+  diffView_->setTabKeyNavigation(false);
   diffView_->verticalHeader()->hide();
   diffSummary_ = new QLabel(this);
   *copyDiff = new QPushButton(tr("Copy diff"), this);

@@ -74,6 +74,7 @@ struct RunSummary {
   qint64 id = 0;
   QString name, arch, preset, status, message;
   qint64 lastStep = 0, totalSteps = 0;
+  qint64 seed = 0;                    ///< run.seed
   double lastTrainLoss = kNoValue, lastValLoss = kNoValue, bestValLoss = kNoValue;
   double createdAt = 0, endedAt = 0;  ///< unix seconds
   std::optional<qint64> resumedFromStep;

@@ -34,6 +34,7 @@ RunsPanel::RunsPanel(QWidget* parent) : QWidget(parent) {
   view_->setSelectionBehavior(QAbstractItemView::SelectRows);
   view_->setSelectionMode(QAbstractItemView::ExtendedSelection);
   view_->setEditTriggers(QAbstractItemView::NoEditTriggers);
+  view_->setTabKeyNavigation(false);  // Tab leaves the table (arrows move between rows)
   view_->setAlternatingRowColors(true);
   view_->setWordWrap(false);
   view_->setContextMenuPolicy(Qt::CustomContextMenu);
@@ -48,7 +49,7 @@ RunsPanel::RunsPanel(QWidget* parent) : QWidget(parent) {
 
   search_ = new QLineEdit(this);
   search_->setObjectName(QStringLiteral("runsSearch"));
-  search_->setPlaceholderText(tr("Search name, architecture, tags, notes, status, id…"));
+  search_->setPlaceholderText(tr("Search name, architecture, seed, tags, notes, status, id…"));
   search_->setClearButtonEnabled(true);
   showArchived_ = new QCheckBox(tr("Show archived"), this);
   showArchived_->setObjectName(QStringLiteral("showArchived"));

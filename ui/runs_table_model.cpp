@@ -63,11 +63,13 @@ QVariant RunsTableModel::data(const QModelIndex& index, int role) const {
   if (role == StatusRole) return run.status;
   if (role == ArchivedRole) return run.archived;
   if (role == SearchRole)
-    return QStringList{QString::number(run.id), run.name, run.arch, run.status, run.tags, run.notes}.join(
+    return QStringList{QString::number(run.id), run.name, run.arch, QStringLiteral("seed %1").arg(run.seed),
+                       run.status, run.tags, run.notes}.join(
         QLatin1Char('\n'));
   if (role == SortRole) {
     switch (index.column()) {
       case IdColumn: return run.id;
+      case SeedColumn: return run.seed;
       case StepsColumn: return run.lastStep;
       case TrainLossColumn: return run.lastTrainLoss;
       case ValLossColumn: return run.lastValLoss;
@@ -83,6 +85,7 @@ QVariant RunsTableModel::data(const QModelIndex& index, int role) const {
         case IdColumn: return run.id;
         case NameColumn: return run.name;
         case ArchColumn: return run.arch;
+        case SeedColumn: return run.seed;
         case StatusColumn: return run.status;
         case StepsColumn:
           return run.totalSteps > 0 ? QStringLiteral("%1 / %2").arg(run.lastStep).arg(run.totalSteps)
@@ -115,11 +118,13 @@ QVariant RunsTableModel::data(const QModelIndex& index, int role) const {
       }
       break;
     case Qt::TextAlignmentRole:
-      if (index.column() == IdColumn || (index.column() >= StepsColumn && index.column() <= DurationColumn))
+      if (index.column() == IdColumn || index.column() == SeedColumn ||
+          (index.column() >= StepsColumn && index.column() <= DurationColumn))
         return QVariant::fromValue(Qt::AlignRight | Qt::AlignVCenter);
       break;
     case Qt::ToolTipRole: {
       QStringList lines{QStringLiteral("run %1: %2").arg(run.id).arg(run.name)};
+      lines << tr("%1, seed %2").arg(run.arch).arg(run.seed);
       if (!run.preset.isEmpty()) lines << tr("preset: %1").arg(run.preset);
       lines << tr("status: %1").arg(run.status);
       if (!run.message.isEmpty()) lines << run.message;
@@ -144,6 +149,7 @@ QVariant RunsTableModel::headerData(int section, Qt::Orientation orientation, in
     case IdColumn: return tr("ID");
     case NameColumn: return tr("Name");
     case ArchColumn: return tr("Architecture");
+    case SeedColumn: return tr("Seed");
     case StatusColumn: return tr("Status");
     case StepsColumn: return tr("Steps");
     case TrainLossColumn: return tr("Train loss");

@@ -29,6 +29,7 @@ RunSummary toSummary(const RunRecord& r) {
   s.status = QString::fromStdString(to_string(r.status));
   s.message = QString::fromStdString(r.message);
   s.lastStep = r.last_step;
+  s.seed = r.seed;
   s.totalSteps = r.total_steps;
   s.lastTrainLoss = r.last_train_loss.value_or(kNoValue);
   s.lastValLoss = r.last_val_loss.value_or(kNoValue);

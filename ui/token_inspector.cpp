@@ -218,6 +218,7 @@ TokenInspector::TokenInspector(StoreService* store, QWidget* parent) : QWidget(p
   table_ = new QTableWidget(this);
   table_->setObjectName(QStringLiteral("inspectorPredictions"));
   table_->setEditTriggers(QAbstractItemView::NoEditTriggers);
+  table_->setTabKeyNavigation(false);
   table_->verticalHeader()->setVisible(false);
   table_->horizontalHeader()->setStretchLastSection(true);
 

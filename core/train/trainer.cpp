@@ -21,6 +21,7 @@
 #include "core/models/classifier.h"
 #include "core/models/language_model.h"
 #include "core/models/registry.h"
+#include "core/config/run_name.h"
 #include "core/run/run_config.h"
 #include "core/train/checkpoint.h"
 #include "core/train/classification_step.h"
@@ -164,20 +165,12 @@ class Session {
     return *model_;
   }
 
-  /// "mod-0.7" for the preset mod-0.7, "dense-quickstart" for quickstart, "dense-my" for the file my.json.
-  std::string default_run_name() const {
-    const auto& origin = config_.origin;
-    if (origin.empty()) return config_.arch();
-    const auto preset = fs::path(origin).extension() == ".json" ? fs::path(origin).stem().string() : origin;
-    return preset.rfind(config_.arch(), 0) == 0 ? preset : config_.arch() + "-" + preset;
-  }
-
   std::int64_t create_run(const std::string& name, const std::string& qt_version) {
     RunStore store(db_path_);
     NewRun row;
     row.name = !name.empty() ? name
                : !config_.run().at("name").get<std::string>().empty() ? config_.run().at("name").get<std::string>()
-                                                                      : default_run_name();
+                                                                      : default_run_name(config_);
     row.arch = config_.arch();
     row.preset = config_.origin;
     row.config_json = config_.doc.dump();
