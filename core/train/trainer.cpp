@@ -16,12 +16,12 @@
 #include <torch/torch.h>
 #include <torch/version.h>
 
+#include "core/config/run_name.h"
 #include "core/data/classification.h"
 #include "core/data/dataset.h"
 #include "core/models/classifier.h"
 #include "core/models/language_model.h"
 #include "core/models/registry.h"
-#include "core/config/run_name.h"
 #include "core/run/run_config.h"
 #include "core/train/checkpoint.h"
 #include "core/train/classification_step.h"
