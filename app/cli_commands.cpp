@@ -632,7 +632,8 @@ int cmd_bench_train_step(const BenchArgs& a) {
       print_mfu(r.tflops);
       for (const auto& [mode, peer] : peers)
         if (peer.ok)
-          std::cout << "  ratio vs " << mode << " " << std::setprecision(2) << r.tokens_per_s / peer.tokens_per_s << "x";
+          std::cout << "  ratio vs " << mode << " " << std::setprecision(2) << r.tokens_per_s / peer.tokens_per_s
+                    << "x";
       std::cout << "\n";
     }
   }
