@@ -5,6 +5,7 @@
 #include <optional>
 #include <vector>
 
+#include "core/config/options.h"
 #include "core/models/registry.h"
 #include "core/util/errors.h"
 
@@ -101,7 +102,7 @@ std::string default_run_name(const ExperimentConfig& config) {
     const auto stem = is_config_file(origin) ? fs::path(origin).stem().string() : origin;
     name = stem.rfind(arch, 0) == 0 ? stem : arch + "-" + stem;
   }
-  std::int64_t origin_seed = resolve_config(nlohmann::json::object()).run().at("seed").get<std::int64_t>();
+  std::int64_t origin_seed = schema_defaults(run_schema()).at("seed").get<std::int64_t>();
   if (overrides) {
     try {
       auto with_arch = *overrides;
