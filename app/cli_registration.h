@@ -25,4 +25,7 @@ void add_context_commands(CLI::App& app, CLI::App& bench, CommandAction& action)
 /// JSON sidecar) and `figures` (the catalogue).
 void add_figure_commands(CLI::App& app, CLI::App& bench, CommandAction& action);
 
+/// `tokenizer train` (a SentencePiece model from a corpus on disk), `tokenizer show`, and `prepare` (token shards).
+void add_data_commands(CLI::App& app, CLI::App& bench, CommandAction& action);
+
 }  // namespace routelab::cli

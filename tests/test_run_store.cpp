@@ -29,8 +29,11 @@ namespace test_run_store {
 using namespace routelab;
 using namespace routelab::test;
 
-/// Takes a current store back to schema v2's tables (SQLite >= 3.35 drops columns).
+/// Takes a current store back to schema v3's tables (SQLite >= 3.35 drops columns).
+constexpr const char* kDropV4 = "DROP TABLE tokenizers; ALTER TABLE runs DROP COLUMN tokenizer_hash; ";
+/// Takes a current store back to schema v2's tables.
 constexpr const char* kDropV3 =
+    "DROP TABLE tokenizers; ALTER TABLE runs DROP COLUMN tokenizer_hash; "
     "ALTER TABLE runs DROP COLUMN lease_token; ALTER TABLE runs DROP COLUMN lease_pid; "
     "ALTER TABLE runs DROP COLUMN lease_host; ALTER TABLE runs DROP COLUMN lease_boot; "
     "ALTER TABLE runs DROP COLUMN lease_start; ALTER TABLE runs DROP COLUMN lease_at; "
@@ -423,7 +426,7 @@ class TestRunStore : public QObject {
                                       << "not a RouteLab run store (it is an SQLite database of another application)";
     QTest::newRow("other application id") << "app_id" << "not a RouteLab run store";
     QTest::newRow("newer schema") << "newer"
-                                  << "schema version 99 is newer than this RouteLab supports (3); upgrade RouteLab";
+                                  << "schema version 99 is newer than this RouteLab supports (4); upgrade RouteLab";
   }
   void refusesForeignFile() {
     QFETCH(QString, kind);
@@ -677,7 +680,54 @@ class TestRunStore : public QObject {
     QVERIFY(!store.latest_checkpoint(id)->crc32.has_value());  // no hash was recorded before v3
     const auto token = store.acquire_lease(id);
     QCOMPARE(store.lease(id)->token, token);
-    QCOMPARE(RawDb(path).text("PRAGMA user_version"), std::string("3"));
+    QCOMPARE(RawDb(path).text("PRAGMA user_version"), std::to_string(RunStore::kSchemaVersion));
+  }
+
+  // Schema v4: the tokenizer each run trained with, once per content.
+  void storesEachTokenizerOnce() {
+    RunStore store(db_path());
+    auto a = sample_run("a"), b = sample_run("b"), c = sample_run("c"), none = sample_run("none");
+    a.tokenizer_json = b.tokenizer_json = R"({"kind":"char","vocab":[97,98]})";
+    c.tokenizer_json = R"({"kind":"byte"})";
+    const auto ida = store.create_run(a), idb = store.create_run(b), idc = store.create_run(c);
+    const auto idn = store.create_run(none);
+    QCOMPARE(store.run_tokenizer(ida), a.tokenizer_json);
+    QCOMPARE(store.run_tokenizer(idb), a.tokenizer_json);
+    QCOMPARE(store.run_tokenizer(idc), c.tokenizer_json);
+    QCOMPARE(store.run_tokenizer(idn), std::string());
+    QCOMPARE(RawDb(db_path()).text("SELECT count(*) FROM tokenizers"), std::string("2"));
+    // Deleting a run keeps a tokenizer another run names.
+    store.delete_run(ida);
+    QCOMPARE(store.run_tokenizer(idb), a.tokenizer_json);
+    auto bad = sample_run("bad");
+    bad.tokenizer_json = "{not json";
+    std::string error;
+    try {
+      store.create_run(bad);
+    } catch (const StoreError& e) {
+      error = e.what();
+    }
+    QVERIFY2(error.find("tokenizer of run 'bad' is not JSON") != std::string::npos, error.c_str());
+    QCOMPARE(store.list_runs().size(), std::size_t{3});  // a, the deleted one gone; b, c, none stay
+  }
+
+  void migratesV3StoreToStoredTokenizers() {
+    const std::string path = db_path();
+    std::int64_t id = 0;
+    {
+      RunStore store(path);
+      id = store.create_run(sample_run("v3"));
+      store.insert_checkpoint(id, {1, "/tmp/ckpt-1.pt", 123, 12.0, 7u});
+    }
+    RawDb(path).exec(std::string(kDropV4) + "PRAGMA user_version = 3");
+    RunStore store(path, /*mark_crashed=*/false);
+    QCOMPARE(store.run(id)->name, std::string("v3"));
+    QCOMPARE(store.run_tokenizer(id), std::string());  // runs of v3 name none
+    QCOMPARE(*store.latest_checkpoint(id)->crc32, 7u);
+    auto next = sample_run("v4");
+    next.tokenizer_json = R"({"kind":"byte"})";
+    QCOMPARE(store.run_tokenizer(store.create_run(next)), next.tokenizer_json);
+    QCOMPARE(RawDb(path).text("PRAGMA user_version"), std::to_string(RunStore::kSchemaVersion));
   }
 
   void queueKeepsOrderStateAndRequests() {

@@ -41,6 +41,7 @@ StoredRun read_stored_run(const std::string& db_path, std::int64_t run_id, const
     origin = record->preset;
     run.expect.config_hash = record->config_hash;
     doc = stored_config(*record, run.db_path);
+    run.tokenizer = parse_stored_tokenizer(store.run_tokenizer(run_id), where);
     if (step <= 0) {
       checkpoint = store.latest_checkpoint(run_id);
     } else {
@@ -113,7 +114,7 @@ LoadedRun load_run(const std::string& db_path, std::int64_t run_id, const std::v
                       "token inspector open classifiers)");
   LoadedRun run;
   open_common(run, stored, run_id, sets);
-  run.dataset = make_dataset(run.config.data());
+  run.dataset = make_dataset(run.config.data(), stored.tokenizer);
   run.model = create_model(run.config.model(), {run.dataset->tokenizer().vocab_size(), run.dataset->context()});
   run.model->to(run.device);
   run.step = load_stored_checkpoint(stored, *run.model, run.device);

@@ -56,6 +56,8 @@ struct StoredRun {
   /// recorded, before the weights are used.
   CheckpointExpectation expect;
   std::optional<std::uint32_t> crc32;
+  /// The tokenizer the run trained with (Tokenizer::to_json; null for a run stored before schema v4).
+  nlohmann::json tokenizer;
 };
 
 /// Reads run `run_id` of `db_path` ("" = the default store): its config with `sets` applied and its checkpoint at

@@ -10,6 +10,7 @@
 
 #include "core/models/registry.h"
 #include "core/report/report_ids.h"
+#include "core/util/content_hash.h"
 #include "core/util/errors.h"
 #include "core/util/paths.h"
 
@@ -56,8 +57,8 @@ void cross_validate(const nlohmann::json& doc) {
     throw ConfigError("train.warmup_steps: " + t.at("warmup_steps").dump() + " exceeds train.steps " +
                       t.at("steps").dump());
   const auto& d = doc.at("data");
-  if (d.at("source") == "file" && d.at("path").get<std::string>().empty())
-    throw ConfigError("data.path: required when data.source is 'file'");
+  if ((d.at("source") == "file" || d.at("source") == "shards") && d.at("path").get<std::string>().empty())
+    throw ConfigError("data.path: required when data.source is '" + d.at("source").get<std::string>() + "'");
   if (d.at("train_fraction").get<double>() + d.at("val_fraction").get<double>() >= 1.0)
     throw ConfigError("data.val_fraction: train_fraction + val_fraction must stay below 1 (the rest is the test split)");
   {  // sentence-pair sources (issue 5) and their tokenizers
@@ -69,6 +70,9 @@ void cross_validate(const nlohmann::json& doc) {
       throw ConfigError("data.train_path: required when data.source is 'pairs'");
     if (source == "pairs" && d.at("val_path").get<std::string>().empty())
       throw ConfigError("data.val_path: required when data.source is 'pairs'");
+    if (tokenizer == "sentencepiece" && d.at("tokenizer_model").get<std::string>().empty())
+      throw ConfigError("data.tokenizer_model: required when data.tokenizer is 'sentencepiece' (a SentencePiece "
+                        ".model file; `routelab-cli tokenizer train` makes one)");
     if (tokenizer == "wordpiece" && d.at("vocab_path").get<std::string>().empty())
       throw ConfigError("data.vocab_path: required when data.tokenizer is 'wordpiece' (a BERT vocab.txt)");
     if (pair_source && !pair_tokenizer)
@@ -76,7 +80,7 @@ void cross_validate(const nlohmann::json& doc) {
                         source + "' needs word or wordpiece");
     if (!pair_source && pair_tokenizer)
       throw ConfigError("data.tokenizer: '" + tokenizer + "' is for sentence pairs; data.source '" + source +
-                        "' needs char or byte");
+                        "' needs char, byte or sentencepiece");
   }
   const auto& m = doc.at("model");
   const auto& entry = architecture(m.at("arch").get<std::string>());
@@ -93,15 +97,6 @@ void cross_validate(const nlohmann::json& doc) {
   }
 }
 
-std::uint64_t fnv1a(const std::string& s) {
-  std::uint64_t h = 1469598103934665603ULL;
-  for (unsigned char c : s) {
-    h ^= c;
-    h *= 1099511628211ULL;
-  }
-  return h;
-}
-
 }  // namespace
 
 bool is_device_name(const std::string& name) {
@@ -112,16 +107,25 @@ bool is_device_name(const std::string& name) {
 
 const OptionSchema& data_schema() {
   static const OptionSchema schema = {
-      choice_opt("source", "kjv", {"kjv", "file", "copy", "sort", "entailment", "pairs"},
-                 "kjv: the embedded King James Bible corpus; file: any UTF-8 text file (data.path); "
+      choice_opt("source", "kjv", {"kjv", "file", "shards", "copy", "sort", "entailment", "pairs"},
+                 "kjv: the embedded King James Bible corpus; file: any UTF-8 text file (data.path); shards: a "
+                 "folder of token shards (data.path; `routelab-cli prepare` makes one; llm.c's and nanoGPT's load "
+                 "too), memory-mapped; "
                  "copy/sort: the synthetic tasks of TSA §3.1; entailment: the embedded synthetic entailment "
                  "task of issue 5 (sentence-pair classification); pairs: sentence-pair files (data.train_path, "
                  "data.val_path; MultiNLI TSV or JSON lines)"),
-      string_opt("path", "", "UTF-8 text file used when data.source is 'file'"),
-      choice_opt("tokenizer", "char", {"char", "byte", "word", "wordpiece"},
-                 "char: Unicode code points seen in the training split (+ unknown id); byte: 256 byte values "
-                 "(both for language modelling); word: words of the training pairs; wordpiece: BERT WordPiece over "
-                 "data.vocab_path (both for sentence pairs)"),
+      string_opt("path", "", "UTF-8 text file (data.source 'file') or folder of token shards ('shards')"),
+      int_opt("shard_vocab", 0, 0, 1 << 24,
+              "shards made elsewhere without a tokenizer (llm.c, nanoGPT): their vocabulary size (50257 for "
+              "GPT-2's); 0: from RouteLab's manifest or data.tokenizer_model"),
+      choice_opt("tokenizer", "char", {"char", "byte", "sentencepiece", "word", "wordpiece"},
+                 "char: Unicode code points seen in the training split (+ unknown id); byte: 256 byte values; "
+                 "sentencepiece: subwords of the SentencePiece model data.tokenizer_model (all three for language "
+                 "modelling); word: words of the training pairs; wordpiece: BERT WordPiece over data.vocab_path "
+                 "(both for sentence pairs)"),
+      string_opt("tokenizer_model", "",
+                 "SentencePiece .model file used when data.tokenizer is 'sentencepiece' (`routelab-cli tokenizer "
+                 "train` makes one; the Llama-2 tokenizer.model works too); the run stores a copy"),
       float_opt("train_fraction", 0.8, 0.01, 0.98, "leading fraction of the text used for training"),
       float_opt("val_fraction", 0.1, 0.01, 0.98, "fraction after the training part used for validation"),
       int_opt("context", 128, 2, 1 << 20, "tokens per training window (sequence length T)"),
@@ -207,9 +211,7 @@ const OptionSchema& run_schema() {
 }
 
 std::string ExperimentConfig::hash() const {
-  char buf[17];
-  std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(fnv1a(doc.dump())));
-  return buf;
+  return content_hash(doc.dump());
 }
 
 ExperimentConfig resolve_config(const nlohmann::json& overrides, const std::vector<std::string>& sets,

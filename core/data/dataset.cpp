@@ -12,6 +12,7 @@
 #include <filesystem>
 #include <sstream>
 
+#include "core/data/shard_dataset.h"
 #include "core/data/synthetic_tasks.h"
 #include "core/data/text_corpus.h"
 #include "core/data/detail.h"
@@ -95,15 +96,22 @@ void generate_kjv(const fs::path& target) {
 }
 
 /// The options are checked before the path is resolved, so a bad config never triggers the corpus generation.
-std::unique_ptr<LmDataset> make_corpus(const nlohmann::json& data, const std::string& source) {
+std::unique_ptr<LmDataset> make_corpus(const nlohmann::json& data, const std::string& source,
+                                       const nlohmann::json& stored_tokenizer) {
   TextCorpusOptions options;
   options.tokenizer = get<std::string>(data, "tokenizer");
+  options.stored_tokenizer = stored_tokenizer;
   options.train_fraction = get<double>(data, "train_fraction");
   options.val_fraction = get<double>(data, "val_fraction");
   options.context = get<std::int64_t>(data, "context");
   options.probe_chars = get<std::int64_t>(data, "probe_chars");
-  require(options.tokenizer == "char" || options.tokenizer == "byte", "tokenizer",
-          "unknown tokenizer '" + options.tokenizer + "' (expected char or byte)");
+  require(options.tokenizer == "char" || options.tokenizer == "byte" || options.tokenizer == "sentencepiece",
+          "tokenizer", "unknown tokenizer '" + options.tokenizer + "' (expected char, byte or sentencepiece)");
+  if (options.tokenizer == "sentencepiece") {
+    options.tokenizer_model = data.value("tokenizer_model", std::string());
+    require(!options.tokenizer_model.empty() || !stored_tokenizer.is_null(), "tokenizer_model",
+            "required when data.tokenizer is 'sentencepiece' (a SentencePiece .model file)");
+  }
   require(options.train_fraction > 0 && options.train_fraction < 1, "train_fraction",
           std::to_string(options.train_fraction) + " must be in (0, 1)");
   require(options.val_fraction > 0 && options.val_fraction < 1, "val_fraction",
@@ -120,6 +128,20 @@ std::unique_ptr<LmDataset> make_corpus(const nlohmann::json& data, const std::st
     options.path = default_corpus_path();
   }
   return std::make_unique<TextCorpusDataset>(options);
+}
+
+std::unique_ptr<LmDataset> make_shards(const nlohmann::json& data, const nlohmann::json& stored_tokenizer) {
+  ShardDatasetOptions options;
+  options.path = get<std::string>(data, "path");
+  options.context = get<std::int64_t>(data, "context");
+  options.probe_chars = get<std::int64_t>(data, "probe_chars");
+  options.tokenizer = get<std::string>(data, "tokenizer");
+  options.tokenizer_model = data.value("tokenizer_model", std::string());
+  options.vocab = data.value("shard_vocab", std::int64_t{0});
+  options.stored_tokenizer = stored_tokenizer;
+  require(!options.path.empty(), "path", "required when data.source is 'shards' (a folder of token shards)");
+  require(options.context >= 1, "context", std::to_string(options.context) + " must be >= 1");
+  return std::make_unique<ShardDataset>(options);
 }
 
 std::unique_ptr<LmDataset> make_task(const nlohmann::json& data, SyntheticTask task) {
@@ -149,10 +171,11 @@ std::string to_string(Split split) {
   return "unknown";
 }
 
-std::unique_ptr<LmDataset> make_dataset(const nlohmann::json& data) {
+std::unique_ptr<LmDataset> make_dataset(const nlohmann::json& data, const nlohmann::json& stored_tokenizer) {
   if (!data.is_object()) throw ConfigError("data: expected an object");
   const auto source = get<std::string>(data, "source");
-  if (source == "kjv" || source == "file") return make_corpus(data, source);
+  if (source == "kjv" || source == "file") return make_corpus(data, source, stored_tokenizer);
+  if (source == "shards") return make_shards(data, stored_tokenizer);
   if (source == "copy") return make_task(data, SyntheticTask::Copy);
   if (source == "sort") return make_task(data, SyntheticTask::Sort);
   if (source == "entailment" || source == "pairs") {
@@ -160,7 +183,7 @@ std::unique_ptr<LmDataset> make_dataset(const nlohmann::json& data) {
                       "' holds sentence pairs for classification models (tagat, vanilla-classifier), not a "
                       "language-modelling corpus");
   }
-  throw ConfigError("data.source: unknown source '" + source + "' (expected kjv, file, copy or sort)");
+  throw ConfigError("data.source: unknown source '" + source + "' (expected kjv, file, shards, copy or sort)");
 }
 
 std::string default_corpus_path() {

@@ -50,7 +50,10 @@ class LmDataset {
 
 /// Builds the dataset of a resolved `data` config section (see data_schema()). Throws DataError naming the
 /// file for an unreadable, empty, non-UTF-8 or too-short corpus, ConfigError for inconsistent options.
-std::unique_ptr<LmDataset> make_dataset(const nlohmann::json& data);
+/// `stored_tokenizer` (Tokenizer::to_json of a stored run, or null) replaces the tokenizer a corpus would build or
+/// load, so a stored run reads its corpus exactly as it did when it trained.
+std::unique_ptr<LmDataset> make_dataset(const nlohmann::json& data,
+                                        const nlohmann::json& stored_tokenizer = nlohmann::json());
 
 /// The embedded default corpus: the King James Bible from Debian's bible-kjv, generated once with
 /// `bible "Genesis 1:1-Revelation 22:21"` and cached in data_dir()/corpora/kjv.txt. Returns the file path.

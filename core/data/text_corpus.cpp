@@ -11,6 +11,7 @@
 #include <random>
 
 #include "core/data/detail.h"
+#include "core/data/sentencepiece_tokenizer.h"
 #include "core/util/errors.h"
 #include "core/util/logging.h"
 
@@ -109,17 +110,25 @@ TextCorpusDataset::TextCorpusDataset(const TextCorpusOptions& options) : options
                                                  all.substr(val_begin, test_begin - val_begin), all.substr(test_begin)};
   chars_ = {train_chars, val_chars, total_chars_ - train_chars - val_chars};
 
-  if (options_.tokenizer == "char") {
+  if (!options_.stored_tokenizer.is_null()) {
+    tokenizer_ = Tokenizer::from_json(options_.stored_tokenizer);
+    if (tokenizer_->kind() != options_.tokenizer)
+      throw DataError(path + ": the stored tokenizer is " + tokenizer_->kind() + ", the config's data.tokenizer " +
+                      options_.tokenizer);
+  } else if (options_.tokenizer == "char") {
     tokenizer_ = std::make_unique<CharTokenizer>(CharTokenizer::build(parts[0]));
   } else if (options_.tokenizer == "byte") {
     tokenizer_ = std::make_unique<ByteTokenizer>();
+  } else if (options_.tokenizer == "sentencepiece") {
+    try {
+      tokenizer_ = SentencePieceTokenizer::from_file(options_.tokenizer_model);
+    } catch (const DataError& e) {
+      throw DataError(std::string("data.tokenizer_model: ") + e.what());
+    }
   } else {
-    throw DataError(path + ": unknown tokenizer '" + options_.tokenizer + "' (expected char or byte)");
+    throw DataError(path + ": unknown tokenizer '" + options_.tokenizer + "' (expected char, byte or sentencepiece)");
   }
-  for (std::size_t s = 0; s < parts.size(); ++s) {
-    tokens_[s] = tokenizer_->encode(parts[s]);
-    bytes_[s] = static_cast<std::int64_t>(parts[s].size());
-  }
+  for (std::size_t s = 0; s < parts.size(); ++s) tokens_[s] = tokenizer_->encode(parts[s]);
   for (Split split : {Split::Train, Split::Val}) {
     if (split_tokens(split) < options_.context + 1) throw_too_short(split);
   }
@@ -158,9 +167,9 @@ std::int64_t TextCorpusDataset::split_tokens(Split split) const {
 std::int64_t TextCorpusDataset::split_chars(Split split) const { return chars_[split_index(split)]; }
 
 double TextCorpusDataset::chars_per_token(Split split) const {
-  if (tokenizer_->kind() == "char") return 1.0;
-  const std::int64_t bytes = bytes_[split_index(split)];
-  return bytes == 0 ? 1.0 : static_cast<double>(split_chars(split)) / static_cast<double>(bytes);
+  if (tokenizer_->kind() == "char") return 1.0;  // unknown characters are one token each too
+  const std::int64_t tokens = split_tokens(split);
+  return tokens == 0 ? 1.0 : static_cast<double>(split_chars(split)) / static_cast<double>(tokens);
 }
 
 Batch TextCorpusDataset::sample(Split split, std::int64_t batch_size, std::uint64_t seed) const {

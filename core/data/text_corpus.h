@@ -1,5 +1,5 @@
 // A UTF-8 text file as a language-modelling dataset: split by position in code points into train/val/test,
-// tokenized once (char or byte), batches of random windows of context() + 1 tokens.
+// tokenized once (char, byte or SentencePiece subwords), batches of random windows of context() + 1 tokens.
 #pragma once
 #include <array>
 #include <cstdint>
@@ -14,7 +14,11 @@ namespace routelab {
 
 struct TextCorpusOptions {
   std::string path;               ///< the UTF-8 text file
-  std::string tokenizer = "char"; ///< "char" (vocabulary of the train split) or "byte"
+  std::string tokenizer = "char"; ///< "char" (vocabulary of the train split), "byte" or "sentencepiece"
+  std::string tokenizer_model;    ///< the SentencePiece .model file ("sentencepiece")
+  /// A run's stored tokenizer (Tokenizer::to_json), used instead of building one from the corpus or the model
+  /// file, so a stored run tokenizes as it trained; null for a new run.
+  nlohmann::json stored_tokenizer;
   double train_fraction = 0.8;    ///< first part of the text, in code points
   double val_fraction = 0.1;      ///< next part; the rest is the test split
   std::int64_t context = 128;     ///< T
@@ -52,7 +56,6 @@ class TextCorpusDataset final : public LmDataset {
   std::int64_t total_chars_ = 0;
   std::array<std::vector<std::int64_t>, 3> tokens_;  ///< per split
   std::array<std::int64_t, 3> chars_{};              ///< code points per split
-  std::array<std::int64_t, 3> bytes_{};              ///< UTF-8 bytes per split
   std::vector<std::int64_t> probe_;
 };
 

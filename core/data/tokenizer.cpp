@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cstdio>
 
+#include "core/data/sentencepiece_tokenizer.h"
 #include "core/data/synthetic_tasks.h"
 #include "core/util/errors.h"
 
@@ -238,6 +239,31 @@ nlohmann::json CharTokenizer::to_json() const {
   return {{"kind", "char"}, {"vocab", std::move(codes)}};
 }
 
+// ---- Ids without text ------------------------------------------------------------------------------------------
+
+IdTokenizer::IdTokenizer(std::int64_t vocab) : vocab_(vocab) {
+  if (vocab_ < 1) throw DataError("ids tokenizer: the vocabulary must hold at least one id");
+}
+
+std::vector<std::int64_t> IdTokenizer::encode(std::string_view /*text*/) const {
+  throw DataError("these token shards came without their tokenizer, so text cannot be encoded (prepare the corpus "
+                  "with `routelab-cli prepare`, or give data.tokenizer=sentencepiece with the model they were made "
+                  "with)");
+}
+
+std::string IdTokenizer::decode(const std::vector<std::int64_t>& ids) const {
+  std::string text;
+  for (auto id : ids) text += token_text(id);
+  return text;
+}
+
+std::string IdTokenizer::token_text(std::int64_t id) const {
+  if (id < 0 || id >= vocab_) throw_bad_id(kind(), id, vocab_);
+  return "⟨" + std::to_string(id) + "⟩";
+}
+
+nlohmann::json IdTokenizer::to_json() const { return {{"kind", "ids"}, {"vocab", vocab_}}; }
+
 // ---- JSON dispatch ------------------------------------------------------------------------------------------
 
 std::unique_ptr<Tokenizer> Tokenizer::from_json(const nlohmann::json& doc) {
@@ -266,7 +292,26 @@ std::unique_ptr<Tokenizer> Tokenizer::from_json(const nlohmann::json& doc) {
     }
     return std::make_unique<TaskTokenizer>(symbols_it->get<std::int64_t>());
   }
-  throw_bad_document("unknown kind '" + kind + "' (expected byte, char or task)");
+  if (kind == "sentencepiece") return SentencePieceTokenizer::from_json(doc);
+  if (kind == "ids") {
+    auto vocab_it = doc.find("vocab");
+    if (vocab_it == doc.end() || !vocab_it->is_number_integer() || vocab_it->get<std::int64_t>() < 1)
+      throw_bad_document("ids: \"vocab\" must be a positive integer");
+    return std::make_unique<IdTokenizer>(vocab_it->get<std::int64_t>());
+  }
+  throw_bad_document("unknown kind '" + kind + "' (expected byte, char, task, sentencepiece or ids)");
+}
+
+nlohmann::json parse_stored_tokenizer(const std::string& text, const std::string& where) {
+  if (text.empty()) return nullptr;
+  nlohmann::json doc;
+  try {
+    doc = nlohmann::json::parse(text);
+  } catch (const nlohmann::json::exception& e) {
+    throw DataError(where + ": the stored tokenizer is not JSON (" + e.what() + ")");
+  }
+  if (!doc.is_object()) throw DataError(where + ": the stored tokenizer is not a JSON object");
+  return doc;
 }
 
 }  // namespace routelab

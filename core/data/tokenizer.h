@@ -14,7 +14,7 @@ namespace routelab {
 class Tokenizer {
  public:
   virtual ~Tokenizer() = default;
-  virtual std::string kind() const = 0;                 ///< "byte", "char" or "task"
+  virtual std::string kind() const = 0;  ///< "byte", "char", "task" or "sentencepiece"
   virtual std::int64_t vocab_size() const = 0;
   /// Throws DataError on invalid UTF-8 (char tokenizer); the byte tokenizer accepts any bytes.
   virtual std::vector<std::int64_t> encode(std::string_view text) const = 0;
@@ -24,6 +24,26 @@ class Tokenizer {
   virtual nlohmann::json to_json() const = 0;           ///< persisted in checkpoints and the run store
   static std::unique_ptr<Tokenizer> from_json(const nlohmann::json& doc);  ///< throws DataError
 };
+
+/// Token ids without a text form: shards prepared elsewhere (llm.c, nanoGPT) that came without their tokenizer.
+/// Decoding shows ids ("⟨464⟩"); encoding text is a DataError that says why.
+class IdTokenizer final : public Tokenizer {
+ public:
+  explicit IdTokenizer(std::int64_t vocab);  ///< vocab >= 1
+  std::string kind() const override { return "ids"; }
+  std::int64_t vocab_size() const override { return vocab_; }
+  std::vector<std::int64_t> encode(std::string_view text) const override;
+  std::string decode(const std::vector<std::int64_t>& ids) const override;
+  std::string token_text(std::int64_t id) const override;
+  nlohmann::json to_json() const override;
+
+ private:
+  std::int64_t vocab_;
+};
+
+/// A run's stored tokenizer document (RunStore::run_tokenizer): null for "", the parsed object otherwise; DataError
+/// naming `where` when it is not a JSON object.
+nlohmann::json parse_stored_tokenizer(const std::string& text, const std::string& where);
 
 class ByteTokenizer final : public Tokenizer {
  public:

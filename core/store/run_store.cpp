@@ -17,7 +17,10 @@
 #include <system_error>
 #include <utility>
 
+#include <nlohmann/json.hpp>
+
 #include "core/store/sqlite_detail.h"
+#include "core/util/content_hash.h"
 #include "core/util/errors.h"
 #include "core/util/logging.h"
 #include "core/util/paths.h"
@@ -144,10 +147,24 @@ ALTER TABLE runs ADD COLUMN lease_at    REAL;
 ALTER TABLE checkpoints ADD COLUMN crc32 INTEGER;                  -- of the file's bytes as written
 )sql";
 
+// v4: the tokenizer each run trained with, stored once per content (a SentencePiece model is hundreds of KB) and
+// named by its hash from the run, so a run decodes as it trained wherever its tokenizer file went. Runs of v3 name
+// none and rebuild theirs from the config.
+constexpr const char* kSchemaV4 = R"sql(
+CREATE TABLE tokenizers (
+  hash        TEXT PRIMARY KEY,  -- content_hash of the document
+  kind        TEXT NOT NULL,
+  document    TEXT NOT NULL,     -- Tokenizer::to_json
+  created_at  REAL NOT NULL
+);
+ALTER TABLE runs ADD COLUMN tokenizer_hash TEXT NOT NULL DEFAULT '';  -- '' for none
+)sql";
+
 constexpr Migration kMigrations[] = {
     {1, kSchemaV1},
     {2, kSchemaV2},
     {3, kSchemaV3},
+    {4, kSchemaV4},
 };
 static_assert(std::size(kMigrations) == RunStore::kSchemaVersion, "one migration step per schema version");
 
@@ -445,15 +462,29 @@ std::int64_t RunStore::create_run(const NewRun& run) {
 }
 
 std::int64_t RunStore::insert_run(const NewRun& run) {
+  std::string tokenizer_hash;
+  if (!run.tokenizer_json.empty()) {
+    nlohmann::json doc;
+    try {
+      doc = nlohmann::json::parse(run.tokenizer_json);
+    } catch (const nlohmann::json::exception& e) {
+      throw StoreError(path_ + ": the tokenizer of run '" + run.name + "' is not JSON (" + e.what() + ")");
+    }
+    tokenizer_hash = content_hash(run.tokenizer_json);
+    Statement t(db_, path_,
+                "INSERT OR IGNORE INTO tokenizers (hash, kind, document, created_at) VALUES (?1, ?2, ?3, ?4)");
+    t.bind(1, tokenizer_hash).bind(2, doc.value("kind", std::string())).bind(3, run.tokenizer_json);
+    t.bind(4, now_seconds()).run();
+  }
   Statement s(db_, path_,
               "INSERT INTO runs (name, arch, preset, config_json, config_hash, seed, device, routelab_version, "
               "torch_version, qt_version, status, message, created_at, heartbeat_at, parent_run_id, "
-              "resumed_from_step, total_steps, rank, world_size) "
-              "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, 'running', '', ?11, ?11, ?12, ?13, ?14, ?15, ?16)");
+              "resumed_from_step, total_steps, rank, world_size, tokenizer_hash) "
+              "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, 'running', '', ?11, ?11, ?12, ?13, ?14, ?15, ?16, ?17)");
   s.bind(1, run.name).bind(2, run.arch).bind(3, run.preset).bind(4, run.config_json).bind(5, run.config_hash);
   s.bind(6, run.seed).bind(7, run.device).bind(8, run.routelab_version).bind(9, run.torch_version);
   s.bind(10, run.qt_version).bind(11, now_seconds()).bind(12, run.parent_run_id).bind(13, run.resumed_from_step);
-  s.bind(14, run.total_steps).bind(15, run.rank).bind(16, run.world_size);
+  s.bind(14, run.total_steps).bind(15, run.rank).bind(16, run.world_size).bind(17, tokenizer_hash);
   s.run();
   return sqlite3_last_insert_rowid(db_);
 }
@@ -655,6 +686,13 @@ std::vector<CheckpointRow> RunStore::checkpoints(std::int64_t run_id) const {
     out.back().path = resolve_checkpoint_path(run_id, out.back().path);
   }
   return out;
+}
+
+std::string RunStore::run_tokenizer(std::int64_t run_id) const {
+  Statement s(db_, path_,
+              "SELECT t.document FROM runs r JOIN tokenizers t ON t.hash = r.tokenizer_hash WHERE r.id = ?1");
+  s.bind(1, run_id);
+  return s.step() ? s.text(0) : std::string();
 }
 
 std::optional<CheckpointRow> RunStore::latest_checkpoint(std::int64_t run_id) const {

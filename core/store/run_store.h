@@ -37,6 +37,8 @@ struct NewRun {
   int world_size = 1;
   /// When set (new_lease_token()), the run is created leased to this process: it is the run's one writer.
   std::string lease_token;
+  /// Tokenizer::to_json of the tokenizer the run trains with ("" for none), stored once per content (schema v4).
+  std::string tokenizer_json;
 };
 
 /// The process that writes a run (schema v3). One process at a time holds a run's lease: `train` takes it when it
@@ -146,7 +148,7 @@ struct RunPatch {
 
 class RunStore {
  public:
-  static constexpr int kSchemaVersion = 3;
+  static constexpr int kSchemaVersion = 4;
   /// Only for runs without a lease (written before schema v3): a heartbeat older than this means the writer died.
   static constexpr double kStaleHeartbeatSeconds = 30.0;
   /// acquire_lease: never take a lease from a holder on another host, however long it has been silent.
@@ -213,6 +215,9 @@ class RunStore {
   std::vector<EvalRow> evals(std::int64_t run_id) const;
   std::vector<CheckpointRow> checkpoints(std::int64_t run_id) const;
   std::optional<CheckpointRow> latest_checkpoint(std::int64_t run_id) const;
+  /// The stored tokenizer of the run (Tokenizer::to_json), "" when it has none (a run of schema v3 or earlier, or a
+  /// classifier).
+  std::string run_tokenizer(std::int64_t run_id) const;
   std::vector<ProbeRow> probes(std::int64_t run_id) const;
 
   // The run queue (schema v2).

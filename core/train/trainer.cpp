@@ -75,7 +75,9 @@ constexpr std::int64_t kGpuSyncEvery = 32;
 /// Everything one run needs while it trains.
 class Session {
  public:
-  Session(ExperimentConfig config, std::string db_path, TrainObserver* observer, const std::atomic<bool>* cancel)
+  /// `stored_tokenizer`: the tokenizer a resumed run trained with (null for a new run).
+  Session(ExperimentConfig config, std::string db_path, TrainObserver* observer, const std::atomic<bool>* cancel,
+          const nlohmann::json& stored_tokenizer = nullptr)
       : config_(std::move(config)), db_path_(std::move(db_path)), observer_(observer), cancel_(cancel),
         log_(logger("train")) {
     const auto& train = config_.train();
@@ -107,7 +109,7 @@ class Session {
         total_steps_ = epochs * schedule_->steps_per_epoch();
       return;
     }
-    dataset_ = make_dataset(config_.data());
+    dataset_ = make_dataset(config_.data(), stored_tokenizer);
     torch::manual_seed(static_cast<std::uint64_t>(seed_));
     model_ = create_model(config_.model(), {dataset_->tokenizer().vocab_size(), dataset_->context()});
     model_->to(device_);
@@ -182,6 +184,7 @@ class Session {
     row.qt_version = qt_version;
     row.total_steps = total_steps_;
     row.lease_token = lease_token_ = new_lease_token();
+    if (!classification_) row.tokenizer_json = dataset_->tokenizer().to_json().dump();
     config_hash_ = row.config_hash;
     run_id_ = store.create_run(row);
     if (const auto notes = config_.run().at("notes").get<std::string>(); !notes.empty()) {
@@ -710,11 +713,12 @@ TrainOutcome resume(const std::string& db_path, std::int64_t run_id, TrainObserv
   init_logging();
   const auto db = resolve_db(db_path);
   std::optional<RunRecord> record;
-  std::string lease;
+  std::string lease, tokenizer;
   {
     RunStore store(db);
     record = store.run(run_id);
     if (!record) throw StoreError(db + ": no run with id " + std::to_string(run_id));
+    tokenizer = store.run_tokenizer(run_id);
     if (record->status == RunStatus::Finished)
       throw StoreError("run " + std::to_string(run_id) + " already finished all " +
                        std::to_string(record->total_steps) + " steps");
@@ -724,7 +728,8 @@ TrainOutcome resume(const std::string& db_path, std::int64_t run_id, TrainObserv
   try {
     auto doc = stored_config(*record, db);
     if (threads >= 0 && doc.contains("run") && doc["run"].is_object()) doc["run"]["threads"] = threads;
-    Session session(config_from_resolved(doc, record->preset), db, observer, cancel);
+    Session session(config_from_resolved(doc, record->preset), db, observer, cancel,
+                    parse_stored_tokenizer(tokenizer, db + ": run " + std::to_string(run_id)));
     session.restore(*record, lease);
     return session.run();
   } catch (...) {

@@ -1,0 +1,51 @@
+// Opens libroutelab_spm.so once: ROUTELAB_SPM_MODULE when set, else the build tree's module, else the installed
+// one (spm_api.h says why SentencePiece is not linked directly).
+#include <dlfcn.h>
+
+#include <filesystem>
+#include <cstdlib>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "core/data/spm_api.h"
+#include "core/util/errors.h"
+#include "core/data/spm_module_paths.h"  // generated: where the module is built and installed
+
+namespace routelab {
+
+const SpmApi& spm_api() {
+  static const SpmApi* api = nullptr;
+  static std::string failure;
+  static std::once_flag once;
+  std::call_once(once, [] {
+    std::vector<std::string> candidates;
+    if (const char* env = std::getenv("ROUTELAB_SPM_MODULE"); env && *env) candidates.emplace_back(env);
+    candidates.emplace_back(kSpmModuleBuildPath);
+    candidates.emplace_back(kSpmModuleInstallPath);
+    for (const auto& path : candidates) {
+      std::error_code ec;
+      if (!std::filesystem::exists(path, ec)) {
+        failure += "\n  " + path + ": no such file";
+        continue;
+      }
+      void* handle = ::dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL | RTLD_DEEPBIND);
+      if (!handle) {
+        failure += "\n  " + path + ": " + ::dlerror();
+        continue;
+      }
+      using Entry = const SpmApi* (*)();
+      auto entry = reinterpret_cast<Entry>(::dlsym(handle, "routelab_spm_api"));
+      if (!entry || entry()->version != kSpmApiVersion) {
+        failure += "\n  " + path + ": not RouteLab's SentencePiece module of this version";
+        continue;
+      }
+      api = entry();  // the module stays loaded for the process's life
+      return;
+    }
+  });
+  if (!api) throw DataError("SentencePiece is not available: RouteLab's module libroutelab_spm.so was not found" + failure);
+  return *api;
+}
+
+}  // namespace routelab

@@ -1,0 +1,284 @@
+// Token shards (issue 22): the llm.c shard writer and memory-mapped reader (uint16 and uint32), reads across shard
+// ends, the three folder layouts (RouteLab's prepared folder, llm.c's shards, nanoGPT's train.bin/val.bin), damaged
+// and out-of-vocabulary shards, `prepare` (the same shards on one thread and two, its manifest's counts), and a run
+// on prepared shards whose stopped-and-resumed loss curve equals the uninterrupted one.
+#include <QtTest/QtTest>
+#include <QTemporaryDir>
+
+#include <cmath>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "core/data/corpus_prepare.h"
+#include "core/data/dataset.h"
+#include "core/data/shard_dataset.h"
+#include "core/data/token_shards.h"
+#include "core/data/tokenizer_training.h"
+#include "core/store/run_store.h"
+#include "core/train/trainer.h"
+#include "core/util/errors.h"
+#include "tests/suite.h"
+
+namespace test_shards {
+
+using namespace routelab;
+
+namespace {
+
+template <typename E, typename F>
+std::string error_of(F&& f) {
+  try {
+    f();
+  } catch (const E& e) {
+    return e.what();
+  }
+  return "no error";
+}
+
+bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
+
+/// An llm.c shard as its Python writer makes it: 256 int32 header (magic, version, count), then the tokens.
+void write_llmc(const std::string& path, const std::vector<std::uint32_t>& tokens, bool wide = false,
+                std::int32_t count_override = -1) {
+  std::vector<std::int32_t> header(256, 0);
+  header[0] = wide ? kLlmcMagic32 : kLlmcMagic16;
+  header[1] = wide ? 7 : 1;
+  header[2] = count_override >= 0 ? count_override : static_cast<std::int32_t>(tokens.size());
+  std::ofstream out(path, std::ios::binary);
+  out.write(reinterpret_cast<const char*>(header.data()), 1024);
+  for (auto t : tokens) {
+    if (wide) {
+      out.write(reinterpret_cast<const char*>(&t), 4);
+    } else {
+      const auto v = static_cast<std::uint16_t>(t);
+      out.write(reinterpret_cast<const char*>(&v), 2);
+    }
+  }
+}
+
+std::vector<std::uint32_t> ramp(std::size_t n, std::uint32_t modulo, std::uint32_t offset = 0) {
+  std::vector<std::uint32_t> v(n);
+  for (std::size_t i = 0; i < n; ++i) v[i] = static_cast<std::uint32_t>((i + offset) % modulo);
+  return v;
+}
+
+std::string read_bytes(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+}
+
+/// The first `bytes` of the embedded corpus, cut at a line end.
+std::string corpus_head(std::size_t bytes) {
+  std::ifstream in(default_corpus_path(), std::ios::binary);
+  std::string text(bytes, '\0');
+  in.read(text.data(), static_cast<std::streamsize>(bytes));
+  text.resize(static_cast<std::size_t>(in.gcount()));
+  return text.substr(0, text.rfind('\n') + 1);
+}
+
+}  // namespace
+
+class TestShards : public QObject {
+  Q_OBJECT
+
+ private:
+  QTemporaryDir dir_;
+  std::string corpus_, model_;
+
+  std::string path(const QString& name) const { return dir_.filePath(name).toStdString(); }
+
+  PrepareResult prepare(const std::string& out, int threads) {
+    PrepareOptions options;
+    options.corpus = {corpus_};
+    options.tokenizer_model = model_;
+    options.out = out;
+    options.val_fraction = 0.1;
+    options.shard_tokens = 20'000;  // several shards, so windows cross shard ends
+    options.threads = threads;
+    return prepare_shards(options, nullptr);
+  }
+
+ private slots:
+  void initTestCase() {
+    QVERIFY(dir_.isValid());
+    corpus_ = path("kjv-head.txt");
+    std::ofstream(corpus_, std::ios::binary) << corpus_head(300'000);
+    TokenizerTrainingOptions options;
+    options.corpus = {corpus_};
+    options.out = model_ = path("tok.model");
+    options.vocab_size = 400;
+    options.threads = 2;
+    options.log = false;
+    train_sentencepiece(options, nullptr);
+  }
+
+  void writerAndReaderRoundTrip() {
+    for (int width : {2, 4}) {
+      const auto folder = path(QString("written-%1").arg(width));
+      ShardWriter writer(folder, "x", width, 1000);
+      std::vector<std::int32_t> tokens(2500);
+      for (std::size_t i = 0; i < tokens.size(); ++i) tokens[i] = static_cast<std::int32_t>(i * 37 % 70000 % (width == 2 ? 65536 : 70000));
+      writer.append("val", {tokens.begin(), tokens.begin() + 300});
+      writer.append("train", {tokens.begin() + 300, tokens.end()});
+      const auto written = writer.finish();
+      QCOMPARE(written.size(), std::size_t{4});  // val 300; train 1000 + 1000 + 200
+      QCOMPARE(written[0].at("file").get<std::string>(), std::string("x_val_000000.bin"));
+      QCOMPARE(written[3].at("tokens").get<std::int64_t>(), std::int64_t{200});
+      ShardStream train;
+      for (int i = 1; i <= 3; ++i)
+        train.add(MappedShard(folder + "/" + written[i].at("file").get<std::string>(), MappedShard::Layout::Llmc));
+      QCOMPARE(train.tokens(), std::int64_t{2200});
+      QCOMPARE(train.shard(0).token_bytes(), width);
+      std::vector<std::int64_t> got(50);
+      train.copy(980, 50, got.data());  // across the first shard's end
+      for (std::size_t i = 0; i < got.size(); ++i) QCOMPARE(got[i], static_cast<std::int64_t>(tokens[300 + 980 + i]));
+      QVERIFY(contains(error_of<DataError>([&] { train.copy(2190, 20, got.data()); }), "outside the split's 2200"));
+    }
+  }
+
+  void llmcAndNanoGptFoldersLoadAsTheyAre() {
+    const auto llmc = path("llmc");
+    QDir().mkpath(QString::fromStdString(llmc));
+    write_llmc(llmc + "/tiny_val_000000.bin", ramp(3000, 500));
+    write_llmc(llmc + "/tiny_train_000001.bin", ramp(5000, 500, 7));
+    write_llmc(llmc + "/tiny_train_000002.bin", ramp(4000, 500, 11));
+    ShardDatasetOptions options;
+    options.path = llmc;
+    options.context = 64;
+    const auto no_vocab = error_of<ConfigError>([&] { ShardDataset{options}; });
+    QVERIFY2(contains(no_vocab, "data.shard_vocab") && contains(no_vocab, "llm.c"), no_vocab.c_str());
+    options.vocab = 500;
+    const ShardDataset data(options);
+    QCOMPARE(data.layout(), std::string("llm.c"));
+    QCOMPARE(data.split_tokens(Split::Train), std::int64_t{9000});
+    QCOMPARE(data.split_tokens(Split::Val), std::int64_t{3000});
+    QCOMPARE(data.split_tokens(Split::Test), std::int64_t{0});
+    QCOMPARE(data.tokenizer().token_text(42), std::string("⟨42⟩"));
+    // Sampling is a function of the seed alone; windows tile the split.
+    const auto a = data.sample(Split::Train, 8, 123), b = data.sample(Split::Train, 8, 123);
+    QVERIFY(torch::equal(a.input, b.input));
+    QVERIFY(!torch::equal(a.input, data.sample(Split::Train, 8, 124).input));
+    QVERIFY(torch::equal(a.target.slice(1, 0, 63), a.input.slice(1, 1, 64)));
+    const auto w = data.windows(Split::Val, 0, 2);
+    QVERIFY(w.has_value());
+    QCOMPARE(w->input[1][0].item<std::int64_t>(), std::int64_t{64});  // window 1 starts at token 64 of the ramp
+    QVERIFY(!data.windows(Split::Test, 0, 1).has_value());
+    QVERIFY(contains(error_of<DataError>([&] { data.sample(Split::Test, 1, 1); }), "no test split"));
+
+    // Ids beyond the vocabulary are refused, naming the shard.
+    options.vocab = 400;
+    const auto outside = error_of<DataError>([&] { ShardDataset{options}; });
+    QVERIFY2(contains(outside, "tiny_val_000000.bin: token id 499 is outside the vocabulary of 400"), outside.c_str());
+
+    // uint32 shards (llm.c's Llama-3 layout).
+    const auto wide = path("llmc32");
+    QDir().mkpath(QString::fromStdString(wide));
+    write_llmc(wide + "/w_val_000000.bin", ramp(2000, 100000), true);
+    write_llmc(wide + "/w_train_000001.bin", ramp(2000, 100000, 3), true);
+    options.path = wide;
+    options.vocab = 100000;
+    QCOMPARE(ShardDataset(options).sample(Split::Val, 1, 5).input.size(1), std::int64_t{64});
+
+    // nanoGPT: raw uint16 train.bin and val.bin.
+    const auto nano = path("nanogpt");
+    QDir().mkpath(QString::fromStdString(nano));
+    for (const auto& [name, n] : {std::pair{"train.bin", 6000}, std::pair{"val.bin", 1000}}) {
+      std::ofstream out(nano + "/" + name, std::ios::binary);
+      for (auto t : ramp(static_cast<std::size_t>(n), 300)) {
+        const auto v = static_cast<std::uint16_t>(t);
+        out.write(reinterpret_cast<const char*>(&v), 2);
+      }
+    }
+    options.path = nano;
+    options.vocab = 300;
+    const ShardDataset nanogpt(options);
+    QCOMPARE(nanogpt.layout(), std::string("nanogpt"));
+    QCOMPARE(nanogpt.split_tokens(Split::Train), std::int64_t{6000});
+  }
+
+  void damagedShardsNameTheFile() {
+    const auto folder = path("damaged");
+    QDir().mkpath(QString::fromStdString(folder));
+    const auto shard = folder + "/d_val_000000.bin";
+    write_llmc(shard, ramp(100, 50), false, 150);  // the header states more tokens than the file holds
+    auto error = error_of<DataError>([&] { MappedShard(shard, MappedShard::Layout::Llmc); });
+    QVERIFY2(contains(error, shard + ": the header") && contains(error, "states 150 tokens"), error.c_str());
+    std::ofstream(shard, std::ios::binary) << std::string(2048, 'x');
+    error = error_of<DataError>([&] { MappedShard(shard, MappedShard::Layout::Llmc); });
+    QVERIFY2(contains(error, "is not llm.c's"), error.c_str());
+    error = error_of<DataError>([&] { find_shards(folder); });
+    QVERIFY2(contains(error, "without a training shard"), error.c_str());
+    QVERIFY(contains(error_of<DataError>([&] { find_shards(path("nowhere")); }), "not a folder of token shards"));
+  }
+
+  void prepareIsDeterministicAndCounted() {
+    const auto one = prepare(path("prepared-1"), 1);
+    const auto two = prepare(path("prepared-2"), 2);
+    QVERIFY(one.shards >= 3);
+    QCOMPARE(one.train_tokens, two.train_tokens);
+    QCOMPARE(one.val_tokens, two.val_tokens);
+    const auto manifest = nlohmann::json::parse(read_bytes(one.manifest));
+    std::int64_t listed = 0;
+    for (const auto& s : manifest.at("shards")) {
+      listed += s.at("tokens").get<std::int64_t>();
+      const auto file = s.at("file").get<std::string>();
+      QCOMPARE(read_bytes(path("prepared-1/" + QString::fromStdString(file))),
+               read_bytes(path("prepared-2/" + QString::fromStdString(file))));
+    }
+    QCOMPARE(listed, one.train_tokens + one.val_tokens);
+    QCOMPARE(manifest.at("tokenizer").at("kind").get<std::string>(), std::string("sentencepiece"));
+    // Each document starts with <s>: here one file, so the validation split's first token only.
+    ShardDatasetOptions options;
+    options.path = one.folder;
+    options.context = 64;
+    const ShardDataset data(options);
+    QCOMPARE(data.layout(), std::string("routelab"));
+    const auto probe = data.probe_tokens();
+    QCOMPARE(probe.front(), std::int64_t{1});
+    QVERIFY(data.chars_per_token(Split::Val) > 1.5);
+    const auto text = data.tokenizer().decode(std::vector<std::int64_t>(probe.begin() + 1, probe.end()));
+    QVERIFY2(corpus_head(300'000).rfind(text, 0) == 0, text.c_str());  // the corpus's first words
+    const auto again = error_of<ConfigError>([&] { prepare(path("prepared-1"), 1); });
+    QVERIFY2(contains(again, "is not empty"), again.c_str());
+  }
+
+  void resumedRunOnShardsEqualsUninterrupted() {
+    const auto prepared = path("prepared-1");
+    const auto db = path("runs.sqlite");
+    const auto config = resolve_config(
+        nlohmann::json::object(),
+        {"data.source=shards", "data.path=" + prepared, "data.context=32", "model.n_layer=1", "model.n_embd=32",
+         "model.n_head=2", "model.dropout=0", "train.steps=6", "train.batch_size=4", "train.eval_every=3",
+         "train.eval_batches=1", "train.checkpoint_every=3", "train.log_every=1", "train.warmup_steps=1",
+         "run.threads=2"},
+        "test");
+    const auto whole = train({config, db, "whole", ""});
+    QCOMPARE(whole.status, RunStatus::Finished);
+    std::atomic<bool> cancel{false};
+    struct StopAt3 : TrainObserver {
+      std::atomic<bool>* flag = nullptr;
+      void on_step(const StepMetrics& m) override {
+        if (m.step >= 3) *flag = true;
+      }
+    } stop;
+    stop.flag = &cancel;
+    const auto first = train({config, db, "halves", ""}, &stop, &cancel);
+    QCOMPARE(first.status, RunStatus::Stopped);
+    const auto resumed = resume(db, first.run_id);
+    QCOMPARE(resumed.status, RunStatus::Finished);
+    RunStore store(db, false);
+    const auto a = store.metric(whole.run_id, "train/loss"), b = store.metric(first.run_id, "train/loss");
+    QCOMPARE(a.size(), std::size_t{6});
+    QCOMPARE(b.size(), a.size());
+    for (std::size_t i = 0; i < a.size(); ++i) {
+      QCOMPARE(b[i].step, a[i].step);
+      QVERIFY2(a[i].value == b[i].value, (std::to_string(a[i].value) + " vs " + std::to_string(b[i].value)).c_str());
+    }
+  }
+};
+
+}  // namespace test_shards
+
+ROUTELAB_TEST_SUITE(test_shards, TestShards)
+#include "test_shards.moc"
