@@ -11,6 +11,7 @@
 #include <QtTest>
 
 #include <memory>
+#include <string>
 
 #ifdef QT_TESTCASE_BUILDDIR
 #define ROUTELAB_TEST_SOURCE_PATH QTest::setMainSourcePath(__FILE__, QT_TESTCASE_BUILDDIR)
@@ -27,6 +28,19 @@ struct SuiteEntry {
 /// The executable's suites, in tests/CMakeLists.txt's order (the file CMake generates defines them).
 extern const SuiteEntry suites[];
 extern const int suite_count;
+
+/// The message of the exception `f` throws as E, or "<no exception>" (which no expected message contains).
+template <typename E, typename F>
+std::string error_of(F&& f) {
+  try {
+    f();
+  } catch (const E& e) {
+    return e.what();
+  }
+  return "<no exception>";
+}
+
+inline bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
 }  // namespace routelab::test
 
 /// Defines the factory the executable's main calls to run suite `name` (the file's stem), as QTEST_MAIN would.

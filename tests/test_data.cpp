@@ -59,16 +59,7 @@ std::vector<std::int64_t> row(const torch::Tensor& t, std::int64_t r) {
   return {x.data_ptr<std::int64_t>(), x.data_ptr<std::int64_t>() + x.numel()};
 }
 
-/// The message of the exception `f` throws as E, or a test failure.
-template <typename E, typename F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const E& e) {
-    return e.what();
-  }
-  return "<no exception>";
-}
+using test::error_of;
 
 /// Code points in the train split and in the val split of n (the defaults 0.8 and 0.1, as the dataset rounds).
 std::size_t train_chars(std::size_t n) { return static_cast<std::size_t>(std::floor(static_cast<double>(n) * 0.8)); }

@@ -18,6 +18,7 @@
 #include "core/store/run_store.h"
 #include "core/train/trainer.h"
 #include "core/util/errors.h"
+#include "tests/data_test_support.h"
 #include "tests/suite.h"
 
 namespace test_shards {
@@ -26,17 +27,9 @@ using namespace routelab;
 
 namespace {
 
-template <typename E, typename F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const E& e) {
-    return e.what();
-  }
-  return "no error";
-}
-
-bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
+using test::contains;
+using test::corpus_head;
+using test::error_of;
 
 /// An llm.c shard as its Python writer makes it: 256 int32 header (magic, version, count), then the tokens.
 void write_llmc(const std::string& path, const std::vector<std::uint32_t>& tokens, bool wide = false,
@@ -66,15 +59,6 @@ std::vector<std::uint32_t> ramp(std::size_t n, std::uint32_t modulo, std::uint32
 std::string read_bytes(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
-}
-
-/// The first `bytes` of the embedded corpus, cut at a line end.
-std::string corpus_head(std::size_t bytes) {
-  std::ifstream in(default_corpus_path(), std::ios::binary);
-  std::string text(bytes, '\0');
-  in.read(text.data(), static_cast<std::streamsize>(bytes));
-  text.resize(static_cast<std::size_t>(in.gcount()));
-  return text.substr(0, text.rfind('\n') + 1);
 }
 
 }  // namespace
@@ -135,6 +119,13 @@ class TestShards : public QObject {
       for (std::size_t i = 0; i < got.size(); ++i) QCOMPARE(got[i], static_cast<std::int64_t>(tokens[300 + 980 + i]));
       QVERIFY(contains(error_of<DataError>([&] { train.copy(2190, 20, got.data()); }), "outside the split's 2200"));
     }
+    // A writer stopped before finish() (an error, Ctrl-C) leaves no shard behind, full ones included.
+    const auto stopped = path("stopped");
+    {
+      ShardWriter writer(stopped, "x", 2, 100);
+      writer.append("val", std::vector<std::int32_t>(250, 7));
+    }
+    QVERIFY(QDir(QString::fromStdString(stopped)).isEmpty());
   }
 
   void llmcAndNanoGptFoldersLoadAsTheyAre() {

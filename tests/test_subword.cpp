@@ -19,6 +19,7 @@
 #include "core/train/trainer.h"
 #include "core/util/base64.h"
 #include "core/util/errors.h"
+#include "tests/data_test_support.h"
 #include "tests/suite.h"
 
 namespace test_subword {
@@ -31,15 +32,6 @@ std::string write_file(const QTemporaryDir& dir, const QString& name, const std:
   const auto path = dir.filePath(name).toStdString();
   std::ofstream(path, std::ios::binary) << bytes;
   return path;
-}
-
-/// The first `bytes` of the embedded corpus, cut at a line end.
-std::string corpus_head(std::size_t bytes) {
-  std::ifstream in(default_corpus_path(), std::ios::binary);
-  std::string text(bytes, '\0');
-  in.read(text.data(), static_cast<std::streamsize>(bytes));
-  text.resize(static_cast<std::size_t>(in.gcount()));
-  return text.substr(0, text.rfind('\n') + 1);
 }
 
 /// Trains a quiet two-thread model on `corpus`.
@@ -56,17 +48,9 @@ TokenizerTrainingResult train_model(const std::string& corpus, const std::string
   return train_sentencepiece(options, nullptr);
 }
 
-template <typename E, typename F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const E& e) {
-    return e.what();
-  }
-  return "no error";
-}
-
-bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
+using test::contains;
+using test::corpus_head;
+using test::error_of;
 
 const std::string kUnseen = "naïve café — 日本語 🙂\n\ttabs  and   spaces \n\nIn the beginning";
 

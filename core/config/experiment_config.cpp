@@ -195,6 +195,14 @@ const OptionSchema& train_schema() {
                "CUDA: capture the training step once as a CUDA graph and replay it every step, so the host launches "
                "one graph instead of every kernel; architectures with a fixed-shape step only (the dense baseline). "
                "The first 3 steps run eagerly; the losses are those of an eager run"),
+      int_opt("distill_from", 0, 0, 1e12,
+              "distillation (Radial Networks' post-training route): the id of a stored language model in the same "
+              "run store, the teacher; the new model starts from its weights (embedding, layers, head) and trains to "
+              "match its next-token distribution (KL), beside the data's loss. 0: none"),
+      float_opt("distill_weight", 1.0, 0, 1e6, "weight of KL(teacher || student) in the loss when distilling"),
+      bool_opt("distill_layers", false,
+               "when distilling: train the copied layers, embedding and head too (false: only what the teacher does "
+               "not have, the router, trains)"),
   };
   return schema;
 }

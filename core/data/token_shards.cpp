@@ -212,10 +212,11 @@ ShardWriter::ShardWriter(std::string folder, std::string prefix, int token_bytes
 }
 
 ShardWriter::~ShardWriter() {
-  for (auto& open : open_) {  // abandoned: no torn shard stays
+  for (auto& open : open_) {  // abandoned: no shard of the unfinished set stays
     if (open->out) std::fclose(open->out);
     std::remove(open->temp.c_str());
   }
+  for (const auto& temp : closed_temps_) std::remove(temp.c_str());
 }
 
 void ShardWriter::append(const std::string& split, const std::vector<std::int32_t>& tokens) {
@@ -273,10 +274,7 @@ void ShardWriter::close(Open& open) {
   std::fclose(open.out);
   open.out = nullptr;
   if (!ok) throw DataError(open.temp + ": cannot write (" + errno_text() + ")");
-  const auto final_path = (fs::path(folder_) / open.file).string();
-  std::error_code ec;
-  fs::rename(open.temp, final_path, ec);
-  if (ec) throw DataError(final_path + ": cannot write (" + ec.message() + ")");
+  closed_temps_.push_back(open.temp);
   written_.push_back({{"file", open.file}, {"split", open.split}, {"tokens", open.tokens}});
 }
 
@@ -289,6 +287,14 @@ nlohmann::json ShardWriter::finish() {
       std::remove(open->temp.c_str());
     }
   open_.clear();
+  // Every shard takes its name only now, so a stopped writer leaves no shard that could pass for a finished set.
+  for (const auto& shard : written_) {
+    const auto final_path = (fs::path(folder_) / shard.at("file").get<std::string>()).string();
+    std::error_code ec;
+    fs::rename(final_path + ".tmp", final_path, ec);
+    if (ec) throw DataError(final_path + ": cannot write (" + ec.message() + ")");
+  }
+  closed_temps_.clear();
   // In index order: names end in "_<6-digit index>.bin".
   const auto index_of = [](const nlohmann::json& shard) {
     const auto file = shard.at("file").get<std::string>();

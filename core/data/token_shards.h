@@ -79,8 +79,8 @@ struct ShardFolder {
 ShardFolder find_shards(const std::string& path);
 
 /// Writes llm.c shard files of at most `shard_tokens` tokens: `<prefix>_<split>_<index>.bin` with 6-digit indexes
-/// counted across splits, as llm.c names them. The header's count is written when a shard is closed; each file
-/// is written under a temporary name and renamed when complete, so a stopped `prepare` leaves no torn shard.
+/// counted across splits, as llm.c names them. The header's count is written when a shard is closed; every file is
+/// written under a temporary name and renamed by finish(), so a writer stopped before it leaves no shard behind.
 class ShardWriter {
  public:
   ShardWriter(std::string folder, std::string prefix, int token_bytes, std::int64_t shard_tokens);
@@ -98,6 +98,7 @@ class ShardWriter {
   std::int64_t shard_tokens_;
   int next_index_ = 0;
   std::vector<std::unique_ptr<Open>> open_;  ///< one per split being written
+  std::vector<std::string> closed_temps_;    ///< full shards still under their temporary names
   nlohmann::json written_ = nlohmann::json::array();
 };
 

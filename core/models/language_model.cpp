@@ -1,6 +1,7 @@
 // Shared behaviour of every language model: parameter counting and the weight-decay rule.
 #include "core/models/language_model.h"
 
+#include <map>
 #include <sstream>
 
 #include "core/inference/kv_cache.h"
@@ -100,6 +101,44 @@ std::string LanguageModel::describe() const {
   std::ostringstream out;
   out << arch_id() << ", " << num_layers() << " layers, " << parameter_count() / 1.0e6 << "M parameters";
   return out.str();
+}
+
+std::int64_t copy_matching_weights(torch::nn::Module& student, const torch::nn::Module& teacher,
+                                   const std::vector<std::pair<std::string, std::string>>& renames,
+                                   const std::vector<std::string>& own) {
+  std::map<std::string, torch::Tensor> source;
+  const auto add = [&](const std::string& name, const torch::Tensor& t) {
+    std::string renamed = name;
+    for (const auto& [from, to] : renames)
+      if (renamed.rfind(from, 0) == 0) renamed = to + renamed.substr(from.size());
+    source[renamed] = t;
+  };
+  for (const auto& item : teacher.named_parameters()) add(item.key(), item.value());
+  for (const auto& item : teacher.named_buffers()) add(item.key(), item.value());
+  torch::NoGradGuard no_grad;
+  std::int64_t copied = 0;
+  std::vector<std::string> missing;
+  const auto take = [&](const std::string& name, torch::Tensor t) {
+    for (const auto& prefix : own)
+      if (name.rfind(prefix, 0) == 0) return;
+    const auto it = source.find(name);
+    if (it == source.end() || !it->second.sizes().equals(t.sizes())) {
+      missing.push_back(name + (it == source.end() ? "" : " (teacher's shape differs)"));
+      return;
+    }
+    t.copy_(it->second);
+    ++copied;
+  };
+  for (auto& item : student.named_parameters()) take(item.key(), item.value());
+  for (auto& item : student.named_buffers()) take(item.key(), item.value());
+  if (!missing.empty()) {
+    std::string list;
+    for (std::size_t i = 0; i < missing.size() && i < 6; ++i) list += (i ? ", " : "") + missing[i];
+    if (missing.size() > 6) list += ", ... (" + std::to_string(missing.size()) + " in all)";
+    throw ConfigError("train.distill_from: the teacher has no counterpart for " + list +
+                      " (it needs the same n_layer, n_embd, heads, d_ff and style)");
+  }
+  return copied;
 }
 
 }  // namespace routelab

@@ -81,4 +81,12 @@ class LanguageModel : public torch::nn::Module {
   std::int64_t parameter_count() const;
 };
 
+/// Copies every parameter and buffer of `student` from the one of `teacher` with the same name after `renames`
+/// (teacher prefix -> student prefix, e.g. {"blocks.", "layers."}) and the same shape; names starting with one of
+/// `own` (the student's own parts, e.g. "router.") are left as they are. ConfigError listing the student's tensors
+/// that found no counterpart. Returns how many tensors were copied.
+std::int64_t copy_matching_weights(torch::nn::Module& student, const torch::nn::Module& teacher,
+                                   const std::vector<std::pair<std::string, std::string>>& renames,
+                                   const std::vector<std::string>& own);
+
 }  // namespace routelab

@@ -695,6 +695,12 @@ ArchitectureEntry radial_architecture() {
   entry.routed_fraction_meaning =
       "executions of each layer per token (sum = mean depth; default: max depth / n_layer)";
   entry.color = 5;
+  // Post-training distillation (§5): the sequential model's embedding, layers (its blocks, in order, as the L
+  // layers the router picks from), final norm and head; the router is the Radial network's own.
+  entry.adopt_teacher = [](LanguageModel& student, const LanguageModel& teacher) {
+    copy_matching_weights(student, teacher, {{"blocks.", "layers."}}, {"router."});
+    return std::vector<std::string>{"router."};
+  };
   return entry;
 }
 

@@ -113,6 +113,12 @@ struct ArchitectureEntry {
   /// (set_progress), and a trace (ModelOutput::trace, stats) that is a function of the batch's shape alone and holds
   /// no tensors, since it is taken once, at capture. The conformance suite checks the trace part on the CPU.
   bool cuda_graph_step = false;
+  /// Distillation (train.distill_from): starts `student`, a new model of this architecture, from the weights of a
+  /// stored sequential model `teacher` (copy_matching_weights); ConfigError when the shapes do not correspond.
+  /// Returns the prefixes of the student's own parts (trained even when train.distill_layers is false). Null: the
+  /// architecture cannot start from a teacher (train.distill_from is refused by name).
+  std::function<std::vector<std::string>(LanguageModel& student, const LanguageModel& teacher)> adopt_teacher =
+      nullptr;
 };
 
 /// A kv_entries rule: the layer caches the tokens on its attention path, routed_fraction x seq (every token when

@@ -109,12 +109,22 @@ struct MicroPass {
   torch::Tensor loss, lm_total, aux;
 };
 
-MicroPass forward_losses(LanguageModel& model, const Batch& batch, bool bf16, bool trace) {
+MicroPass forward_losses(LanguageModel& model, const Batch& batch, bool bf16, bool trace, const Teacher* teacher) {
   MicroPass p;
   AutocastGuard autocast(bf16, batch.input.device());
   p.output = model.forward(batch.input, trace);
   p.loss = lm_loss(p.output.logits, batch.target, batch.loss_mask);
   p.lm_total = p.loss;
+  if (teacher) {
+    torch::Tensor teacher_logits;
+    {
+      torch::NoGradGuard no_grad;
+      teacher_logits = teacher->model->forward(batch.input, false).logits;  // (B, T, V)
+    }
+    const auto kl = distill_kl(p.output.logits, teacher_logits, batch.loss_mask);
+    p.lm_total = p.lm_total + teacher->weight * kl;
+    if (trace) p.output.stats["distill_kl"] = kl.item<double>();
+  }
   if (!p.output.exit_logits.empty()) {  // uniform mean over every head (early exit)
     for (const auto& exit : p.output.exit_logits)
       p.lm_total = p.lm_total + lm_loss(exit, batch.target, batch.loss_mask);
@@ -128,14 +138,14 @@ MicroPass forward_losses(LanguageModel& model, const Batch& batch, bool bf16, bo
 }  // namespace
 
 StepResult train_step(LanguageModel& model, torch::optim::Optimizer& optimizer, const Batch& batch, double grad_clip,
-                      bool bf16, bool trace, std::int64_t micro_batches) {
+                      bool bf16, bool trace, std::int64_t micro_batches, const Teacher* teacher) {
   const auto rows = batch.input.size(0);
   if (micro_batches < 1 || rows % micro_batches != 0)
     throw ConfigError("train.grad_accum: " + std::to_string(micro_batches) + " micro-batches do not divide a batch of " +
                       std::to_string(rows) + " sequences");
   StepResult result;
   if (micro_batches == 1) {
-    auto p = forward_losses(model, batch, bf16, trace);
+    auto p = forward_losses(model, batch, bf16, trace, teacher);
     p.output.logits = torch::Tensor();
     result.grad_norm = backward_and_step(p.lm_total + p.aux, model, optimizer, grad_clip);
     result.loss = p.loss.detach();
@@ -152,7 +162,7 @@ StepResult train_step(LanguageModel& model, torch::optim::Optimizer& optimizer, 
   torch::Tensor loss, aux;
   for (std::int64_t i = 0; i < micro_batches; ++i) {
     const auto micro = batch_rows(batch, i * rows_each, rows_each);
-    auto p = forward_losses(model, micro, bf16, trace);
+    auto p = forward_losses(model, micro, bf16, trace, teacher);
     p.output.logits = torch::Tensor();
     const auto k = static_cast<double>(micro_batches);
     const auto share = counted.defined() ? micro.loss_mask.sum().to(torch::kFloat) / counted : torch::Tensor();

@@ -5,6 +5,7 @@
 
 #include "core/data/dataset.h"
 #include "core/models/language_model.h"
+#include "core/train/distillation.h"
 
 namespace routelab {
 
@@ -50,7 +51,9 @@ torch::Tensor backward_and_step(const torch::Tensor& total, torch::nn::Module& m
 /// rounding), while only a micro-batch's activations are alive at a time. Auxiliary losses are taken per
 /// micro-batch and averaged; the loss returned is the batch's, the trace that of the whole batch
 /// (merge_micro_batches). Throws ConfigError naming train.grad_accum where k does not divide the batch's rows.
+/// With `teacher` (distillation), each micro-batch's loss adds teacher->weight x KL(teacher || model) of the two
+/// models' next-token distributions (distill_kl); the KL is reported in the trace's stats ("distill_kl").
 StepResult train_step(LanguageModel& model, torch::optim::Optimizer& optimizer, const Batch& batch, double grad_clip,
-                      bool bf16, bool trace, std::int64_t micro_batches = 1);
+                      bool bf16, bool trace, std::int64_t micro_batches = 1, const Teacher* teacher = nullptr);
 
 }  // namespace routelab

@@ -26,6 +26,7 @@
 #include "core/train/checkpoint.h"
 #include "core/train/classification_step.h"
 #include "core/train/cuda_graph_step.h"
+#include "core/train/distillation.h"
 #include "core/train/evaluation.h"
 #include "core/train/optimizer.h"
 #include "core/train/step.h"
@@ -113,6 +114,7 @@ class Session {
     torch::manual_seed(static_cast<std::uint64_t>(seed_));
     model_ = create_model(config_.model(), {dataset_->tokenizer().vocab_size(), dataset_->context()});
     model_->to(device_);
+    if (train.at("distill_from").get<std::int64_t>() > 0) adopt_teacher();
     optimizer_ = make_optimizer(*model_, train);
     // Language modelling draws random windows, so an epoch is a budget: as many tokens as the training split holds.
     if (const auto epochs = train.at("epochs").get<std::int64_t>(); epochs > 0) {
@@ -129,6 +131,34 @@ class Session {
     if (grad_accum_ > 1) out << " (" << grad_accum_ << " micro-batches of " << batch_size_ << ")";
     out << " x " << dataset_->context() << " = " << sequences * dataset_->context() << " tokens a step";
     return out.str();
+  }
+
+  /// train.distill_from: opens the teacher, starts the model from its weights (a resumed run's checkpoint replaces
+  /// them) and, without train.distill_layers, leaves only the model's own parts (its router) to train.
+  void adopt_teacher() {
+    const auto& train = config_.train();
+    const auto& entry = architecture(config_.arch());
+    if (!entry.adopt_teacher) {
+      std::string can;
+      for (const auto& e : architectures())
+        if (e.adopt_teacher) can += (can.empty() ? "" : ", ") + e.id;
+      throw ConfigError("train.distill_from: " + entry.display_name + " (model.arch=" + entry.id +
+                        ") cannot start from a teacher; architectures that can: " + can);
+    }
+    teacher_ = open_teacher(db_path_, train.at("distill_from").get<std::int64_t>(),
+                            dataset_->tokenizer().vocab_size(), train.at("distill_weight").get<double>());
+    teacher_->model->to(device_);
+    threads_.emplace(static_cast<int>(config_.run().at("threads").get<std::int64_t>()));  // opening it set its own
+    const auto own = entry.adopt_teacher(*model_, *teacher_->model);
+    const bool layers = train.at("distill_layers").get<bool>();
+    if (!layers) {
+      for (auto& item : model_->named_parameters()) {
+        const bool mine = std::any_of(own.begin(), own.end(), [&](const auto& p) { return item.key().rfind(p, 0) == 0; });
+        item.value().set_requires_grad(mine);
+      }
+    }
+    log_->info("distilling from run {} ({}, {}): its weights copied; training {}", teacher_->run_id, teacher_->name,
+               teacher_->arch, layers ? "every weight" : "the router only");
   }
 
   /// train.cuda_graph: refused, naming the setting, where the step cannot be captured (before the run is created).
@@ -184,10 +214,15 @@ class Session {
     row.qt_version = qt_version;
     row.total_steps = total_steps_;
     row.lease_token = lease_token_ = new_lease_token();
+    if (teacher_) row.parent_run_id = teacher_->run_id;  // a distilled run's lineage is its teacher
     if (!classification_) row.tokenizer_json = dataset_->tokenizer().to_json().dump();
     config_hash_ = row.config_hash;
     run_id_ = store.create_run(row);
-    if (const auto notes = config_.run().at("notes").get<std::string>(); !notes.empty()) {
+    auto notes = config_.run().at("notes").get<std::string>();
+    if (teacher_)
+      notes = "distilled from run " + std::to_string(teacher_->run_id) + " (" + teacher_->name + ", " + teacher_->arch +
+              ")" + (notes.empty() ? "" : "; " + notes);
+    if (!notes.empty()) {
       RunPatch patch;
       patch.notes = notes;
       store.patch_run(run_id_, patch);
@@ -449,7 +484,8 @@ class Session {
       graph_step_ = std::make_unique<CudaGraphStep>(*model_, *optimizer_, grad_clip, bf16_, grad_accum_);
     auto result = graph_step_
                       ? graph_step_->run(batch, /*trace=*/log_step)
-                      : train_step(*model_, *optimizer_, batch, grad_clip, bf16_, /*trace=*/log_step, grad_accum_);
+                      : train_step(*model_, *optimizer_, batch, grad_clip, bf16_, /*trace=*/log_step, grad_accum_,
+                                   teacher_ ? &*teacher_ : nullptr);
     StepRecord r;
     r.loss_t = result.loss;
     r.aux_loss_t = result.aux_loss;
@@ -659,6 +695,7 @@ class Session {
   std::int64_t total_steps_ = 0, batch_size_ = 0, grad_accum_ = 1, seed_ = 0;
   bool bf16_ = false;
   torch::Device device_{torch::kCPU};
+  std::optional<Teacher> teacher_;  ///< train.distill_from
   std::optional<ThreadGovernor> threads_;  ///< Torch threads; a run on "every core" follows the load
   bool classification_ = false;
   std::unique_ptr<LmDataset> dataset_;               ///< language modelling
