@@ -49,8 +49,9 @@ void print_prepare_progress(const PrepareProgress& p) {
   const double mb = p.bytes_read / 1e6, total = p.bytes_total / 1e6;
   const double rate = p.seconds > 0 ? mb / p.seconds : 0;
   const double left = rate > 0 ? (total - mb) / rate : 0;
-  std::fprintf(stderr, "\rtokenizing: %.1f MB of %.1f MB (%.0f%%), %.1f MB/s, %.0f s left, %lld tokens, %lld documents   ",
-               mb, total, total > 0 ? 100.0 * mb / total : 100.0, rate, left, static_cast<long long>(p.tokens),
+  std::fprintf(stderr,
+               "\rtokenizing: %.1f MB of %.1f MB (%.0f%%), %.1f MB/s, %.0f s left, %lld tokens, %lld documents   ", mb,
+               total, total > 0 ? 100.0 * mb / total : 100.0, rate, left, static_cast<long long>(p.tokens),
                static_cast<long long>(p.documents));
   std::fflush(stderr);
 }
@@ -128,7 +129,8 @@ void add_data_commands(CLI::App& app, CLI::App& bench, CommandAction& action) {
 
   auto prep = std::make_shared<PrepareArgs>();
   auto* prep_cmd = app.add_subcommand(
-      "prepare", "tokenize a corpus on every core into token shards (llm.c's files plus a manifest) for data.source=shards");
+      "prepare",
+      "tokenize a corpus on every core into token shards (llm.c's files plus a manifest) for data.source=shards");
   prep_cmd->add_option("--corpus", prep->options.corpus, "text files, folders of them, or JSON lines (.jsonl)")
       ->required();
   prep_cmd->add_option("--tokenizer", prep->tokenizer, "a SentencePiece .model file (`tokenizer train`), or byte")

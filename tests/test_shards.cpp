@@ -102,7 +102,8 @@ class TestShards : public QObject {
       const auto folder = path(QString("written-%1").arg(width));
       ShardWriter writer(folder, "x", width, 1000);
       std::vector<std::int32_t> tokens(2500);
-      for (std::size_t i = 0; i < tokens.size(); ++i) tokens[i] = static_cast<std::int32_t>(i * 37 % 70000 % (width == 2 ? 65536 : 70000));
+      const std::size_t top = width == 2 ? 65536 : 70000;  // ids above uint16 in the wide shards
+      for (std::size_t i = 0; i < tokens.size(); ++i) tokens[i] = static_cast<std::int32_t>(i * 37 % top);
       writer.append("val", {tokens.begin(), tokens.begin() + 300});
       writer.append("train", {tokens.begin() + 300, tokens.end()});
       const auto written = writer.finish();

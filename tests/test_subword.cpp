@@ -105,6 +105,13 @@ class TestSubword : public QObject {
     std::string shown;
     for (auto id : ids) shown += tok->token_text(id);
     QCOMPARE(shown, std::string(" the LORD⏎"));  // the word-start mark as a space, the newline's byte as ⏎
+    // Generated tokens read after their prompt: the word-start space SentencePiece drops at a sequence's start stays.
+    const auto sentence = tok->encode("In the beginning God created"), prompt = tok->encode("In the beginning");
+    QVERIFY(std::equal(prompt.begin(), prompt.end(), sentence.begin()));  // words are split one by one
+    const std::vector<std::int64_t> rest(sentence.begin() + static_cast<std::ptrdiff_t>(prompt.size()), sentence.end());
+    QCOMPARE(tok->decode(rest), std::string("God created"));  // decoded alone, the word-start space is gone
+    QCOMPARE(tok->decode_after(prompt, rest), std::string(" God created"));
+    QCOMPARE(ByteTokenizer().decode_after({65}, {32, 66}), std::string(" B"));
     QVERIFY(contains(error_of<DataError>([&] { tok->token_text(600); }), "outside 0..599"));
     QVERIFY(contains(error_of<DataError>([&] { tok->decode({-1}); }), "outside 0..599"));
   }

@@ -36,6 +36,7 @@ struct PrepareResult {
 /// Tokenizes and writes the shards, then the manifest (last, so a folder without one was not finished).
 /// ConfigError for bad options or an `out` folder that is not empty; DataError naming the file for an unreadable
 /// corpus or tokenizer.
-PrepareResult prepare_shards(const PrepareOptions& options, const std::function<void(const PrepareProgress&)>& progress);
+PrepareResult prepare_shards(const PrepareOptions& options,
+                             const std::function<void(const PrepareProgress&)>& progress);
 
 }  // namespace routelab

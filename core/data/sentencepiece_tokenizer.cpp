@@ -90,6 +90,16 @@ std::string SentencePieceTokenizer::decode(const std::vector<std::int64_t>& ids)
   return text;
 }
 
+std::string SentencePieceTokenizer::decode_after(const std::vector<std::int64_t>& context,
+                                                 const std::vector<std::int64_t>& ids) const {
+  if (context.empty()) return decode(ids);
+  std::vector<std::int64_t> both(context);
+  both.insert(both.end(), ids.begin(), ids.end());
+  const auto head = decode(context), all = decode(both);
+  // A UTF-8 character split between the two (byte pieces) changes the context's own text: decode the rest alone.
+  return all.compare(0, head.size(), head) == 0 ? all.substr(head.size()) : decode(ids);
+}
+
 std::string SentencePieceTokenizer::token_text(std::int64_t id) const {
   check_id(id);
   const int i = static_cast<int>(id);

@@ -26,6 +26,8 @@ class SentencePieceTokenizer final : public Tokenizer {
   std::int64_t vocab_size() const override;
   std::vector<std::int64_t> encode(std::string_view text) const override;
   std::string decode(const std::vector<std::int64_t>& ids) const override;
+  std::string decode_after(const std::vector<std::int64_t>& context,
+                           const std::vector<std::int64_t>& ids) const override;
   /// The piece with SentencePiece's word-start mark shown as a space ("▁the" -> " the"), byte pieces of a newline
   /// and a tab as "⏎" and "⇥", other byte pieces as "<0xE2>", control pieces as they are ("<s>").
   std::string token_text(std::int64_t id) const override;

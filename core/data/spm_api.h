@@ -29,8 +29,9 @@ struct SpmApi {
   int (*eos_id)(const void* processor);
   /// Trains on the lines `next_line` gives (false at the end) with SentencePiece's trainer options `spec`; the
   /// serialized model in `model`, or false with `error` set.
-  bool (*train)(const std::unordered_map<std::string, std::string>& spec, bool (*next_line)(void* context, std::string* line),
-                void* context, std::string* model, std::string* error);
+  bool (*train)(const std::unordered_map<std::string, std::string>& spec,
+                bool (*next_line)(void* context, std::string* line), void* context, std::string* model,
+                std::string* error);
 };
 
 /// The loaded module (opened once per process). DataError naming the paths tried when it cannot be opened.

@@ -44,7 +44,8 @@ const SpmApi& spm_api() {
       return;
     }
   });
-  if (!api) throw DataError("SentencePiece is not available: RouteLab's module libroutelab_spm.so was not found" + failure);
+  if (!api)
+    throw DataError("SentencePiece is not available: RouteLab's module libroutelab_spm.so was not found" + failure);
   return *api;
 }
 

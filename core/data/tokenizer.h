@@ -19,6 +19,13 @@ class Tokenizer {
   /// Throws DataError on invalid UTF-8 (char tokenizer); the byte tokenizer accepts any bytes.
   virtual std::vector<std::int64_t> encode(std::string_view text) const = 0;
   virtual std::string decode(const std::vector<std::int64_t>& ids) const = 0;
+  /// The text of `ids` as it reads after `context` (generated tokens after a prompt). The same as decode(ids) for
+  /// tokenizers whose tokens decode alone; SentencePiece drops a leading word-start space when it decodes a sequence,
+  /// so it decodes the two together and returns what follows the context's text.
+  virtual std::string decode_after(const std::vector<std::int64_t>& /*context*/,
+                                   const std::vector<std::int64_t>& ids) const {
+    return decode(ids);
+  }
   /// Human-readable text of one token for the GUI ("\n" shown as "⏎", unknown as "<unk>").
   virtual std::string token_text(std::int64_t id) const = 0;
   virtual nlohmann::json to_json() const = 0;           ///< persisted in checkpoints and the run store

@@ -144,7 +144,7 @@ GenerationResult generate(LanguageModel& model, const std::vector<std::vector<st
         result.stop_reason[bu] = "stop_id";
       }
       if (tokenizer && !options.stop_strings.empty()) {
-        const auto text = tokenizer->decode(result.new_ids[bu]);
+        const auto text = tokenizer->decode_after(prompts[bu], result.new_ids[bu]);
         for (const auto& stop : options.stop_strings) {
           const auto at = stop.empty() ? std::string::npos : text.find(stop);
           if (at == std::string::npos) continue;
@@ -164,7 +164,8 @@ GenerationResult generate(LanguageModel& model, const std::vector<std::vector<st
   if (tokenizer)
     for (std::int64_t b = 0; b < B; ++b) {
       const auto bu = static_cast<std::size_t>(b);
-      if (result.stop_reason[bu] != "stop_string") result.text[bu] = tokenizer->decode(result.new_ids[bu]);
+      if (result.stop_reason[bu] != "stop_string")
+        result.text[bu] = tokenizer->decode_after(prompts[bu], result.new_ids[bu]);
     }
   result.cache_live_bytes = state->live_bytes();
   result.cache_allocated_bytes = state->allocated_bytes();

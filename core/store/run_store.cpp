@@ -480,7 +480,8 @@ std::int64_t RunStore::insert_run(const NewRun& run) {
               "INSERT INTO runs (name, arch, preset, config_json, config_hash, seed, device, routelab_version, "
               "torch_version, qt_version, status, message, created_at, heartbeat_at, parent_run_id, "
               "resumed_from_step, total_steps, rank, world_size, tokenizer_hash) "
-              "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, 'running', '', ?11, ?11, ?12, ?13, ?14, ?15, ?16, ?17)");
+              "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, 'running', '', ?11, ?11, ?12, ?13, ?14, ?15, ?16, "
+              "?17)");
   s.bind(1, run.name).bind(2, run.arch).bind(3, run.preset).bind(4, run.config_json).bind(5, run.config_hash);
   s.bind(6, run.seed).bind(7, run.device).bind(8, run.routelab_version).bind(9, run.torch_version);
   s.bind(10, run.qt_version).bind(11, now_seconds()).bind(12, run.parent_run_id).bind(13, run.resumed_from_step);

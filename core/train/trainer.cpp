@@ -153,8 +153,9 @@ class Session {
     const bool layers = train.at("distill_layers").get<bool>();
     if (!layers) {
       for (auto& item : model_->named_parameters()) {
-        const bool mine = std::any_of(own.begin(), own.end(), [&](const auto& p) { return item.key().rfind(p, 0) == 0; });
-        item.value().set_requires_grad(mine);
+        const auto& name = item.key();
+        item.value().set_requires_grad(
+            std::any_of(own.begin(), own.end(), [&](const auto& prefix) { return name.rfind(prefix, 0) == 0; }));
       }
     }
     log_->info("distilling from run {} ({}, {}): its weights copied; training {}", teacher_->run_id, teacher_->name,
