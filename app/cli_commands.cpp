@@ -155,6 +155,22 @@ nlohmann::json run_json(const RunRecord& r) {
           {"resumed_from_step", r.resumed_from_step ? nlohmann::json(*r.resumed_from_step) : nlohmann::json(nullptr)}};
 }
 
+/// What `show` says of a run's stored tokenizer: its kind and size, and for SentencePiece its content hash and the
+/// file it came from (the model's bytes stay in the store); null for a run stored without one.
+nlohmann::json tokenizer_summary(const std::string& stored) {
+  if (stored.empty()) return nullptr;
+  const auto doc = nlohmann::json::parse(stored, nullptr, /*allow_exceptions=*/false);
+  if (!doc.is_object()) return nullptr;
+  nlohmann::json out = {{"kind", doc.value("kind", std::string())}};
+  const auto vocab = doc.find("vocab");
+  if (vocab != doc.end() && vocab->is_array()) out["vocab"] = vocab->size() + 1;  // char: + the unknown id
+  else if (vocab != doc.end()) out["vocab"] = *vocab;
+  else if (out["kind"] == "byte") out["vocab"] = 256;
+  for (const char* key : {"hash", "source"})
+    if (doc.contains(key)) out[key] = doc[key];
+  return out;
+}
+
 RunRecord require_run(const RunStore& store, std::int64_t id) {
   auto r = store.run(id);
   if (!r) throw StoreError(store.path() + ": no run with id " + std::to_string(id));
@@ -399,6 +415,7 @@ int cmd_show(const std::string& db, std::int64_t run_id, bool json) {
     doc["checkpoints"].push_back({{"step", c.step}, {"path", c.path}, {"bytes", c.bytes}});
   const bool cls = is_classification(r);
   doc["task"] = cls ? "classification" : "lm";
+  doc["tokenizer"] = tokenizer_summary(store.run_tokenizer(run_id));
   doc["evals"] = nlohmann::json::array();
   for (const auto& e : read_evaluations(store, run_id)) {
     nlohmann::json row = {{"step", e.step}, {"split", e.split}, {"loss", number_json(e.loss)}};
@@ -423,6 +440,13 @@ int cmd_show(const std::string& db, std::int64_t run_id, bool json) {
             << r.last_step << "/" << r.total_steps << "\nloss     train " << fmt(r.last_train_loss) << ", val "
             << fmt(r.last_val_loss) << " (best " << fmt(r.best_val_loss) << ")\ndevice   " << r.device << ", seed "
             << r.seed;
+  if (r.parent_run_id) std::cout << "\nparent   run " << *r.parent_run_id;
+  if (const auto& t = doc["tokenizer"]; t.is_object()) {
+    std::cout << "\ntokenizer " << t["kind"].get<std::string>();
+    if (t.contains("vocab")) std::cout << ", " << t["vocab"] << " symbols";
+    if (t.contains("hash")) std::cout << ", hash " << t["hash"].get<std::string>();
+    if (t.contains("source")) std::cout << ", from " << t["source"].get<std::string>();
+  }
   for (const auto& a : alerts) std::cout << "\n" << std::left << std::setw(9) << to_string(a.severity) << a.message;
   if (cls)
     std::cout << "\naccuracy val " << fmt(last_metric(store, run_id, "val/accuracy")) << " (best "

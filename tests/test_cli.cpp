@@ -12,6 +12,7 @@
 
 #include "core/store/run_store.h"
 
+#include "tests/data_test_support.h"
 #include "tests/suite.h"
 
 namespace test_cli {
@@ -160,6 +161,39 @@ class TestCli : public QObject {
     QVERIFY2(output.contains("error    train loss is NaN at step 3"), qPrintable(output));
     std::tie(code, output) = run({"runs", "--db", db});
     QVERIFY2(code == 0 && output.contains("NON_FINITE,router_collapse"), qPrintable(output));
+  }
+
+  void corpusToSubwordRunThroughTheCommands() {
+    // README's path from a text corpus on disk to a run on subwords: tokenizer train, prepare, train on the shards;
+    // `show` names the stored tokenizer by the hash `tokenizer show` prints.
+    const auto corpus = home_.filePath("corpus.txt");
+    {
+      QFile file(corpus);
+      QVERIFY(file.open(QIODevice::WriteOnly));
+      file.write(QByteArray::fromStdString(routelab::test::corpus_head(200'000)));
+    }
+    const auto model = home_.filePath("tok.model"), shards = home_.filePath("shards"),
+               db = home_.filePath("subword.sqlite");
+    auto [code, output] = run({"tokenizer", "train", "--corpus", corpus, "--vocab", "400", "--out", model, "--quiet",
+                               "--threads", "2"});
+    QVERIFY2(code == 0 && output.contains("400 pieces"), qPrintable(output));
+    std::tie(code, output) = run({"tokenizer", "show", model, "--text", "And God said"});
+    QVERIFY2(code == 0 && output.contains("decodes to the text: yes"), qPrintable(output));
+    const auto hash = output.section("hash ", 1).section(",", 0, 0);
+    std::tie(code, output) = run({"prepare", "--corpus", corpus, "--tokenizer", model, "--out", shards,
+                                  "--val-fraction", "0.1"});
+    QVERIFY2(code == 0 && output.contains("routelab-shards.json"), qPrintable(output));
+    std::tie(code, output) = run({"train", "--preset", "tiny", "--steps", "2", "--db", db, "--quiet", "--set",
+                                  "data.source=shards", "--set", "data.path=" + shards});
+    QVERIFY2(code == 0, qPrintable(output));
+    std::tie(code, output) = run({"show", "1", "--db", db, "--json"});
+    const auto tokenizer = QJsonDocument::fromJson(output.toUtf8()).object().value("tokenizer").toObject();
+    QCOMPARE(tokenizer.value("kind").toString(), QString("sentencepiece"));
+    QCOMPARE(tokenizer.value("hash").toString(), hash);
+    QCOMPARE(tokenizer.value("vocab").toInt(), 400);
+    // A folder that is not empty is refused, naming it; the shards already there stay.
+    std::tie(code, output) = run({"prepare", "--corpus", corpus, "--tokenizer", model, "--out", shards});
+    QVERIFY2(code == 2 && output.contains("is not empty"), qPrintable(output));
   }
 };
 

@@ -77,9 +77,8 @@ ShardDataset::ShardDataset(const ShardDatasetOptions& options) : options_(option
   if (!(chars_per_token_val_ > 0)) chars_per_token_val_ = 1;
 
   // The probe: the first validation tokens covering about probe_chars characters.
-  const auto probe_tokens = std::clamp<std::int64_t>(
-      static_cast<std::int64_t>(static_cast<double>(options_.probe_chars) / chars_per_token_val_), 8,
-      std::min(options_.context, val_.tokens()));
+  const auto wanted = static_cast<std::int64_t>(static_cast<double>(options_.probe_chars) / chars_per_token_val_);
+  const auto probe_tokens = std::min(std::max<std::int64_t>(wanted, 8), std::min(options_.context, val_.tokens()));
   probe_.resize(static_cast<std::size_t>(probe_tokens));
   val_.copy(0, probe_tokens, probe_.data());
   logger("data")->info("mapped shards {}: {}", options_.path, describe());

@@ -31,7 +31,7 @@ Figure drr_overhead(const RunStore& store, const FigureRequest& request) {
       arch_p.color = arch_f.color = arch_color(entry.id);
     }
     const auto config = run_config(store, rec);
-    const auto shape = data_shape_of(config);
+    const auto shape = data_shape_of(store, rec, config);
     const auto o = entry.overhead(config.at("model"), shape.vocab, shape.context);
     const auto prefix = request.run_ids.size() > 1 ? run_label(rec) + ": " : std::string();
     for (auto* panel : {&params, &flops}) {

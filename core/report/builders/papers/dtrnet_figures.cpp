@@ -123,7 +123,7 @@ Figure dtrnet_fig4(const RunStore& store, const FigureRequest& request) {
     const auto config = run_config(store, rec);
     json source;
     const auto fractions = measured_fractions(store, rec, request.step, source);
-    const auto vocab = data_shape_of(config).vocab;
+    const auto vocab = data_shape_of(store, rec, config).vocab;
     FigureSeries s;
     s.label = run_label(rec);
     s.color = arch_color(rec.arch);

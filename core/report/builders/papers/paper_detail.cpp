@@ -5,6 +5,7 @@
 #include <algorithm>
 
 #include "core/data/dataset.h"
+#include "core/data/tokenizer.h"
 #include "core/util/errors.h"
 
 namespace routelab::figure_detail {
@@ -28,9 +29,16 @@ std::vector<std::string> token_labels(const json& tokens) {
   return token_labels(texts);
 }
 
-DataShape data_shape_of(const json& config) {
-  const auto data = make_dataset(config.at("data"));
-  return {data->tokenizer().vocab_size(), data->context()};
+DataShape data_shape_of(const RunStore& store, const RunRecord& run, const json& config) {
+  const auto& data = config.at("data");
+  const auto source = data.value("source", std::string());
+  const bool corpus = source == "kjv" || source == "file" || source == "shards";  // windows of data.context tokens
+  if (const auto stored = store.run_tokenizer(run.id); corpus && !stored.empty()) {
+    const auto tokenizer = Tokenizer::from_json(parse_stored_tokenizer(stored, "run " + std::to_string(run.id)));
+    return {tokenizer->vocab_size(), data.at("context").get<std::int64_t>()};
+  }
+  const auto dataset = make_dataset(data);
+  return {dataset->tokenizer().vocab_size(), dataset->context()};
 }
 
 Figure start(const FigureRequest& request, const std::string& title) {

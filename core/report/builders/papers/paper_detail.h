@@ -20,13 +20,14 @@ std::string prefixed(const char* prefix, std::int64_t i);
 std::vector<std::string> token_labels(const std::vector<std::string>& tokens);
 std::vector<std::string> token_labels(const json& tokens);  ///< an array of token texts
 
-/// What the model of a stored config was built with: the tokenizer's vocabulary and the dataset's context (a
-/// synthetic task derives its own), as the trainer does.
+/// What the model of a stored run was built with: the tokenizer's vocabulary and the dataset's context (a
+/// synthetic task derives its own), as the trainer does. A corpus run that stored its tokenizer (schema v4) is read
+/// from the store, without the corpus or the tokenizer's file; others rebuild the dataset from `config`.
 struct DataShape {
   std::int64_t vocab = 0, context = 0;
 };
 
-DataShape data_shape_of(const json& config);
+DataShape data_shape_of(const RunStore& store, const RunRecord& run, const json& config);
 
 /// A figure named after the request, with `title` and the request's run ids in its meta.
 Figure start(const FigureRequest& request, const std::string& title);

@@ -55,7 +55,8 @@ Figure tsa_fig2(const RunStore& store, const FigureRequest& request) {
     val.label = run_label(rec);
     val.color = arch_color(rec.arch);
     val.marked = true;
-    const double tokens = static_cast<double>(sequences_per_step(store, rec, config) * data_shape_of(config).context);
+    const double tokens =
+        static_cast<double>(sequences_per_step(store, rec, config) * data_shape_of(store, rec, config).context);
     const double layers = static_cast<double>(config.at("model").value("n_layer", std::int64_t{1}));
     // alpha is logged every log step (train/alpha); a step between two logs takes the last logged value, steps
     // before the first log the first one; a model without the statistic runs every block (alpha = 1).
