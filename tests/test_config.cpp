@@ -287,6 +287,28 @@ class TestConfig : public QObject {
     QCOMPARE(QString::fromStdString(default_run_name(config)), expected);
   }
 
+  void dataFilesAreCheckedByKey() {
+    QTemporaryDir dir;
+    const auto folder = dir.path().toStdString(), file = dir.filePath("corpus.txt").toStdString();
+    QFile(QString::fromStdString(file)).open(QIODevice::WriteOnly);
+    const auto check = [](const std::vector<std::string>& sets) {
+      try {
+        check_data_files(resolve_config(nlohmann::json::object(), sets, "test"));
+      } catch (const ConfigError& e) {
+        return std::string(e.what());
+      }
+      return std::string("ok");
+    };
+    QCOMPARE(check({"data.source=file", "data.path=" + file}), std::string("ok"));
+    QCOMPARE(check({"data.source=shards", "data.path=" + folder}), std::string("ok"));
+    QCOMPARE(check({"data.source=file", "data.path=" + folder}), "data.path: " + folder + " is a folder; give a file");
+    QCOMPARE(check({"data.source=shards", "data.path=" + file}),
+             "data.path: " + file + " is a file; give the folder of token shards");
+    QCOMPARE(check({"data.tokenizer=sentencepiece", "data.tokenizer_model=" + folder + "/tok.model"}),
+             "data.tokenizer_model: " + folder + "/tok.model: no such file");
+    QCOMPARE(check({}), std::string("ok"));  // the embedded corpus names no file
+  }
+
   void everyPresetResolves() {
     const auto presets = list_presets();
     QVERIFY(presets.size() >= 3);

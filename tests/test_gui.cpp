@@ -3,6 +3,7 @@
 // the run dashboard on a tiny real DTRNet run (routing bars, heat map, token view, cost curves), run-health
 // alerts, the cost adapter, and the schema-generated experiment designer.
 #include <QAction>
+#include <QDir>
 #include <QPushButton>
 #include <QFont>
 #include <QElapsedTimer>
@@ -559,6 +560,19 @@ void TestGui::designerValidatesAsTheUserTypes() {
            qPrintable(designer.fieldError(QStringLiteral("model.n_head")) + " | " + designer.formError()));
   QVERIFY(!designer.isValid());
   designer.setFieldText(QStringLiteral("model.n_head"), QStringLiteral("4"));
+  QVERIFY(designer.isValid());
+
+  // Files are checked before launch: a missing corpus or shard folder is flagged under data.path.
+  designer.setFieldText(QStringLiteral("data.source"), QStringLiteral("file"));
+  designer.setFieldText(QStringLiteral("data.path"), QStringLiteral("/nowhere/corpus.txt"));
+  QVERIFY2(designer.fieldError(QStringLiteral("data.path")).contains(QStringLiteral("/nowhere/corpus.txt: no such file")),
+           qPrintable(designer.fieldError(QStringLiteral("data.path")) + " | " + designer.formError()));
+  QVERIFY(!designer.isValid());
+  designer.setFieldText(QStringLiteral("data.source"), QStringLiteral("shards"));
+  designer.setFieldText(QStringLiteral("data.path"), QDir::tempPath());
+  QVERIFY(designer.isValid());  // a folder exists; its shards are read at launch
+  designer.setFieldText(QStringLiteral("data.source"), QStringLiteral("kjv"));
+  designer.setFieldText(QStringLiteral("data.path"), QString());
   QVERIFY(designer.isValid());
 
   designer.setFieldText(QStringLiteral("train.steps"), QStringLiteral("7"));

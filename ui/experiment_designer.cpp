@@ -443,6 +443,7 @@ void ExperimentDesigner::validate() {
     try {
       const ExperimentConfig config =
           resolve_config(json::parse(overridesJson().toStdString()), {}, "designer");
+      check_data_files(config);  // a missing corpus, shard folder or tokenizer is flagged at its field, not at launch
       d_->resolved = QString::fromStdString(config.doc.dump());
       d_->status->setText(tr("Valid: %1 layers of %2 · config hash %3")
                               .arg(QString::number(config.model().value("n_layer", 0)), architecture(),

@@ -218,6 +218,29 @@ const OptionSchema& run_schema() {
   return schema;
 }
 
+void check_data_files(const ExperimentConfig& config) {
+  const auto& d = config.data();
+  const auto source = d.at("source").get<std::string>();
+  const auto tokenizer = d.at("tokenizer").get<std::string>();
+  const auto require = [&](const char* key, bool folder) {
+    const auto path = d.value(key, std::string());
+    if (path.empty()) return;  // required keys are checked by resolve_config
+    std::error_code ec;
+    const auto status = std::filesystem::status(path, ec);
+    if (ec || !std::filesystem::exists(status))
+      throw ConfigError(std::string("data.") + key + ": " + path + ": no such " + (folder ? "folder" : "file"));
+    if (folder && !std::filesystem::is_directory(status))
+      throw ConfigError(std::string("data.") + key + ": " + path + " is a file; give the folder of token shards");
+    if (!folder && std::filesystem::is_directory(status))
+      throw ConfigError(std::string("data.") + key + ": " + path + " is a folder; give a file");
+  };
+  if (source == "file" || source == "shards") require("path", source == "shards");
+  if (source == "pairs")
+    for (const char* key : {"train_path", "val_path", "test_path"}) require(key, false);
+  if (tokenizer == "sentencepiece") require("tokenizer_model", false);
+  if (tokenizer == "wordpiece") require("vocab_path", false);
+}
+
 std::string ExperimentConfig::hash() const {
   return content_hash(doc.dump());
 }

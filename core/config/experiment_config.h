@@ -39,6 +39,12 @@ struct ExperimentConfig {
 ExperimentConfig resolve_config(const nlohmann::json& overrides, const std::vector<std::string>& sets = {},
                                 const std::string& origin = "");
 
+/// The files and folders a resolved config's `data` section names exist and are of the right kind: data.path (a
+/// file for source 'file', a folder for 'shards'), data.tokenizer_model (sentencepiece), data.vocab_path
+/// (wordpiece), data.train_path / val_path / test_path ('pairs'). A ConfigError naming the key and the path
+/// otherwise, so a form can flag the field before anything is launched. Their contents are read when the data is.
+void check_data_files(const ExperimentConfig& config);
+
 /// Re-validates a stored resolved config (e.g. from a checkpoint or the run store).
 ExperimentConfig config_from_resolved(const nlohmann::json& doc, const std::string& origin);
 
