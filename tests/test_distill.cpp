@@ -4,6 +4,7 @@
 #include <QtTest/QtTest>
 #include <QTemporaryDir>
 
+#include <cmath>
 #include <string>
 #include <vector>
 
@@ -67,6 +68,28 @@ class TestDistill : public QObject {
     auto mask = torch::zeros({2, 5});
     mask[1][2] = 1;
     QVERIFY(std::abs(distill_kl(s, t, mask).item<double>() - expected[1][2].item<double>()) < 1e-6);
+  }
+
+  void hiddenLossIsRelativeSquaredError() {
+    torch::manual_seed(4);
+    const std::vector<torch::Tensor> t = {torch::randn({2, 3, 4}), torch::randn({2, 3, 4})};
+    QVERIFY(distill_hidden_loss(t, t, {}).item<double>() < 1e-12);
+    const std::vector<torch::Tensor> doubled = {t[0] * 2, t[1] * 2};  // off by the teacher's own norm everywhere
+    QVERIFY(std::abs(distill_hidden_loss(doubled, t, {}).item<double>() - 1.0) < 1e-5);
+    // Only the first min(S, L) are compared: an extra student step is ignored.
+    const std::vector<torch::Tensor> longer = {t[0], t[1], torch::randn({2, 3, 4})};
+    QVERIFY(distill_hidden_loss(longer, t, {}).item<double>() < 1e-12);
+  }
+
+  void matchingLayerOutputsTrainsTheRouterTowardTheTeacher() {
+    const auto outcome = train({config_of("radial", {"train.distill_from=" + std::to_string(teacher_),
+                                                     "train.distill_hidden=1"}),
+                                db_, "distilled-hidden", ""});
+    QCOMPARE(outcome.status, RunStatus::Finished);
+    RunStore store(db_, false);
+    const auto hidden = store.metric(outcome.run_id, "train/distill_hidden");
+    QCOMPARE(hidden.size(), std::size_t{6});
+    QVERIFY(std::isfinite(hidden.back().value) && hidden.back().value >= 0);
   }
 
   void radialStartsFromTheTeacherAndTrainsItsRouter() {

@@ -200,6 +200,10 @@ const OptionSchema& train_schema() {
               "run store, the teacher; the new model starts from its weights (embedding, layers, head) and trains to "
               "match its next-token distribution (KL), beside the data's loss. 0: none"),
       float_opt("distill_weight", 1.0, 0, 1e6, "weight of KL(teacher || student) in the loss when distilling"),
+      float_opt("distill_hidden", 0.0, 0, 1e6,
+                "when distilling: weight of matching the teacher's layer outputs, the student's stream after its step "
+                "s against the teacher's after its layer s (squared error relative to the teacher's norm, mean over "
+                "steps and positions); 0: outputs only"),
       bool_opt("distill_layers", false,
                "when distilling: train the copied layers, embedding and head too (false: only what the teacher does "
                "not have, the router, trains)"),

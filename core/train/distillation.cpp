@@ -1,6 +1,8 @@
 // The distillation loss and the teacher's opening.
 #include "core/train/distillation.h"
 
+#include <algorithm>
+
 #include "core/analysis/run_analysis.h"
 #include "core/models/registry.h"
 #include "core/util/errors.h"
@@ -17,7 +19,24 @@ torch::Tensor distill_kl(const torch::Tensor& student_logits, const torch::Tenso
   return (per_position * m).sum() / m.sum().clamp_min(1.0);
 }
 
-Teacher open_teacher(const std::string& db_path, std::int64_t run_id, std::int64_t vocab, double weight) {
+torch::Tensor distill_hidden_loss(const std::vector<torch::Tensor>& student, const std::vector<torch::Tensor>& teacher,
+                                  const torch::Tensor& mask) {
+  const auto n = std::min(student.size(), teacher.size());
+  if (n == 0) throw ConfigError("train.distill_hidden: the student or the teacher recorded no layer outputs");
+  torch::Tensor total;
+  for (std::size_t s = 0; s < n; ++s) {
+    const auto t = teacher[s].to(torch::kFloat);
+    const auto per_position =
+        (student[s].to(torch::kFloat) - t).pow(2).sum(-1) / t.pow(2).sum(-1).clamp_min(1e-12);  // (B, T)
+    const auto term = mask.defined() ? (per_position * mask.to(torch::kFloat)).sum() / mask.sum().clamp_min(1.0)
+                                     : per_position.mean();
+    total = total.defined() ? total + term : term;
+  }
+  return total / static_cast<double>(n);
+}
+
+Teacher open_teacher(const std::string& db_path, std::int64_t run_id, std::int64_t vocab, double weight,
+                     double hidden_weight) {
   const auto where = "train.distill_from: run " + std::to_string(run_id);
   LoadedRun run;
   try {
@@ -37,6 +56,7 @@ Teacher open_teacher(const std::string& db_path, std::int64_t run_id, std::int64
   teacher.name = run.name;
   teacher.arch = run.config.arch();
   teacher.weight = weight;
+  teacher.hidden_weight = hidden_weight;
   return teacher;
 }
 

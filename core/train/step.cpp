@@ -1,9 +1,12 @@
 // The training step: autocast forward, fp32 loss, backward, global-norm clip, optimizer step.
 #include "core/train/step.h"
 
+#include <optional>
+
 #include <ATen/autocast_mode.h>
 #include <torch/version.h>
 
+#include "core/models/blocks/residual_probe.h"
 #include "core/train/fused_cross_entropy.h"
 #include "core/train/optimizer.h"
 #include "core/util/errors.h"
@@ -112,18 +115,34 @@ struct MicroPass {
 MicroPass forward_losses(LanguageModel& model, const Batch& batch, bool bf16, bool trace, const Teacher* teacher) {
   MicroPass p;
   AutocastGuard autocast(bf16, batch.input.device());
-  p.output = model.forward(batch.input, trace);
+  const bool match_layers = teacher && teacher->hidden_weight > 0;
+  std::vector<torch::Tensor> student_states;
+  {
+    std::optional<LayerStateProbe> probe;
+    if (match_layers) probe.emplace(/*keep_graph=*/true);
+    p.output = model.forward(batch.input, trace);
+    if (probe) student_states = std::move(probe->states);
+  }
   p.loss = lm_loss(p.output.logits, batch.target, batch.loss_mask);
   p.lm_total = p.loss;
   if (teacher) {
     torch::Tensor teacher_logits;
+    std::vector<torch::Tensor> teacher_states;
     {
       torch::NoGradGuard no_grad;
+      std::optional<LayerStateProbe> probe;
+      if (match_layers) probe.emplace();
       teacher_logits = teacher->model->forward(batch.input, false).logits;  // (B, T, V)
+      if (probe) teacher_states = std::move(probe->states);
     }
     const auto kl = distill_kl(p.output.logits, teacher_logits, batch.loss_mask);
     p.lm_total = p.lm_total + teacher->weight * kl;
     if (trace) p.output.stats["distill_kl"] = kl.item<double>();
+    if (match_layers) {
+      const auto hidden = distill_hidden_loss(student_states, teacher_states, batch.loss_mask);
+      p.lm_total = p.lm_total + teacher->hidden_weight * hidden;
+      if (trace) p.output.stats["distill_hidden"] = hidden.item<double>();
+    }
   }
   if (!p.output.exit_logits.empty()) {  // uniform mean over every head (early exit)
     for (const auto& exit : p.output.exit_logits)

@@ -146,7 +146,8 @@ class Session {
                         ") cannot start from a teacher; architectures that can: " + can);
     }
     teacher_ = open_teacher(db_path_, train.at("distill_from").get<std::int64_t>(),
-                            dataset_->tokenizer().vocab_size(), train.at("distill_weight").get<double>());
+                            dataset_->tokenizer().vocab_size(), train.at("distill_weight").get<double>(),
+                            train.at("distill_hidden").get<double>());
     teacher_->model->to(device_);
     threads_.emplace(static_cast<int>(config_.run().at("threads").get<std::int64_t>()));  // opening it set its own
     const auto own = entry.adopt_teacher(*model_, *teacher_->model);

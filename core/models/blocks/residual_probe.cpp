@@ -53,7 +53,7 @@ void record_residual(int layer, const std::string& block, const torch::Tensor& x
   t_probe->samples.push_back({layer, block, step, full});
 }
 
-LayerStateProbe::LayerStateProbe() {
+LayerStateProbe::LayerStateProbe(bool keep) : keep_graph(keep) {
   if (t_states) throw std::logic_error("a LayerStateProbe is already collecting on this thread");
   t_states = this;
 }
@@ -61,7 +61,7 @@ LayerStateProbe::LayerStateProbe() {
 LayerStateProbe::~LayerStateProbe() { t_states = nullptr; }
 
 void record_layer_state(const torch::Tensor& x) {
-  if (t_states) t_states->states.push_back(x.detach());
+  if (t_states) t_states->states.push_back(t_states->keep_graph ? x : x.detach());
 }
 
 }  // namespace routelab

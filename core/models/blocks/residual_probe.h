@@ -47,12 +47,15 @@ void record_residual(int layer, const std::string& block, const torch::Tensor& x
 /// DTRNet Figure 1 as the model's own forward computes them. One at a time per thread.
 class LayerStateProbe {
  public:
-  LayerStateProbe();
+  /// With `keep_graph` the states stay attached to the autograd graph (a loss on them trains the model: distillation
+  /// matching a teacher's layer outputs); otherwise they are detached.
+  explicit LayerStateProbe(bool keep_graph = false);
   ~LayerStateProbe();
   LayerStateProbe(const LayerStateProbe&) = delete;
   LayerStateProbe& operator=(const LayerStateProbe&) = delete;
 
-  std::vector<torch::Tensor> states;  ///< (B, T, C) each, detached, in the order recorded
+  std::vector<torch::Tensor> states;  ///< (B, T, C) each, in the order recorded
+  bool keep_graph = false;
 };
 
 /// Records x (B, T, C) as the next layer's output when a LayerStateProbe collects on this thread.
