@@ -132,6 +132,32 @@ class TestDistill : public QObject {
                           param(*student.model, "layers.0.mlp.down.weight")));
   }
 
+  void resumedDistillationEqualsUninterrupted() {
+    // The teacher is opened again on resume and the frozen weights stay frozen: the curve continues exactly.
+    const auto config = config_of("radial", {"train.distill_from=" + std::to_string(teacher_),
+                                             "train.distill_hidden=0.5", "train.checkpoint_every=3"});
+    const auto whole = train({config, db_, "whole", ""});
+    std::atomic<bool> cancel{false};
+    struct StopAt3 : TrainObserver {
+      std::atomic<bool>* flag = nullptr;
+      void on_step(const StepMetrics& m) override {
+        if (m.step >= 3) *flag = true;
+      }
+    } stop;
+    stop.flag = &cancel;
+    const auto first = train({config, db_, "halves", ""}, &stop, &cancel);
+    QCOMPARE(first.status, RunStatus::Stopped);
+    QCOMPARE(resume(db_, first.run_id).status, RunStatus::Finished);
+    RunStore store(db_, false);
+    for (const char* key : {"train/loss", "train/distill_kl", "train/distill_hidden"}) {
+      const auto a = store.metric(whole.run_id, key), b = store.metric(first.run_id, key);
+      QCOMPARE(b.size(), a.size());
+      for (std::size_t i = 0; i < a.size(); ++i)
+        QVERIFY2(a[i].step == b[i].step && a[i].value == b[i].value,
+                 (std::string(key) + " step " + std::to_string(a[i].step)).c_str());
+    }
+  }
+
   void refusalsNameTheSetting() {
     auto error = error_of<ConfigError>(
         [&] { train({config_of("dense", {"train.distill_from=" + std::to_string(teacher_)}), db_, "", ""}); });
