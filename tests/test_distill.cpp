@@ -14,6 +14,7 @@
 #include "core/train/trainer.h"
 #include "core/util/errors.h"
 #include "tests/suite.h"
+#include "tests/train_test_support.h"
 
 namespace test_distill {
 
@@ -138,13 +139,7 @@ class TestDistill : public QObject {
                                              "train.distill_hidden=0.5", "train.checkpoint_every=3"});
     const auto whole = train({config, db_, "whole", ""});
     std::atomic<bool> cancel{false};
-    struct StopAt3 : TrainObserver {
-      std::atomic<bool>* flag = nullptr;
-      void on_step(const StepMetrics& m) override {
-        if (m.step >= 3) *flag = true;
-      }
-    } stop;
-    stop.flag = &cancel;
+    test::StopAfter stop(cancel, 3);
     const auto first = train({config, db_, "halves", ""}, &stop, &cancel);
     QCOMPARE(first.status, RunStatus::Stopped);
     QCOMPARE(resume(db_, first.run_id).status, RunStatus::Finished);

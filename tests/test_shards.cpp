@@ -20,6 +20,7 @@
 #include "core/util/errors.h"
 #include "tests/data_test_support.h"
 #include "tests/suite.h"
+#include "tests/train_test_support.h"
 
 namespace test_shards {
 
@@ -248,13 +249,7 @@ class TestShards : public QObject {
     const auto whole = train({config, db, "whole", ""});
     QCOMPARE(whole.status, RunStatus::Finished);
     std::atomic<bool> cancel{false};
-    struct StopAt3 : TrainObserver {
-      std::atomic<bool>* flag = nullptr;
-      void on_step(const StepMetrics& m) override {
-        if (m.step >= 3) *flag = true;
-      }
-    } stop;
-    stop.flag = &cancel;
+    test::StopAfter stop(cancel, 3);
     const auto first = train({config, db, "halves", ""}, &stop, &cancel);
     QCOMPARE(first.status, RunStatus::Stopped);
     const auto resumed = resume(db, first.run_id);

@@ -21,6 +21,7 @@
 #include "core/util/errors.h"
 #include "tests/data_test_support.h"
 #include "tests/suite.h"
+#include "tests/train_test_support.h"
 
 namespace test_subword {
 
@@ -231,13 +232,7 @@ class TestSubword : public QObject {
          "train.warmup_steps=1", "run.threads=2"},
         "test");
     std::atomic<bool> cancel{false};
-    struct StopAt3 : TrainObserver {
-      std::atomic<bool>* flag;
-      void on_step(const StepMetrics& m) override {
-        if (m.step >= 3) *flag = true;
-      }
-    } stop;
-    stop.flag = &cancel;
+    test::StopAfter stop(cancel, 3);
     const auto outcome = train({config, db, "subword", ""}, &stop, &cancel);
     QCOMPARE(outcome.status, RunStatus::Stopped);
 

@@ -6,6 +6,7 @@
 #include <chrono>
 #include <cmath>
 #include <filesystem>
+#include <functional>
 #include <iomanip>
 #include <limits>
 #include <map>
@@ -59,6 +60,14 @@ struct StepRecord {
   std::optional<double> accuracy;        ///< classification
   std::int64_t correct = 0, examples = 0;
 };
+
+/// The ids of the registered architectures that `can`, comma-separated (for errors that list the alternatives).
+std::string architectures_with(const std::function<bool(const ArchitectureEntry&)>& can) {
+  std::string ids;
+  for (const auto& e : architectures())
+    if (can(e)) ids += (ids.empty() ? "" : ", ") + e.id;
+  return ids;
+}
 
 /// A step whose scalars have not been read back yet.
 struct PendingStep {
@@ -138,13 +147,10 @@ class Session {
   void adopt_teacher() {
     const auto& train = config_.train();
     const auto& entry = architecture(config_.arch());
-    if (!entry.adopt_teacher) {
-      std::string can;
-      for (const auto& e : architectures())
-        if (e.adopt_teacher) can += (can.empty() ? "" : ", ") + e.id;
+    if (!entry.adopt_teacher)
       throw ConfigError("train.distill_from: " + entry.display_name + " (model.arch=" + entry.id +
-                        ") cannot start from a teacher; architectures that can: " + can);
-    }
+                        ") cannot start from a teacher; architectures that can: " +
+                        architectures_with([](const ArchitectureEntry& e) { return e.adopt_teacher != nullptr; }));
     teacher_ = open_teacher(db_path_, train.at("distill_from").get<std::int64_t>(),
                             dataset_->tokenizer().vocab_size(), train.at("distill_weight").get<double>(),
                             train.at("distill_hidden").get<double>());
@@ -166,14 +172,11 @@ class Session {
   /// train.cuda_graph: refused, naming the setting, where the step cannot be captured (before the run is created).
   void check_cuda_graph() const {
     const auto& entry = architecture(config_.arch());
-    if (!entry.cuda_graph_step) {
-      std::string capturable;
-      for (const auto& e : architectures())
-        if (e.cuda_graph_step) capturable += (capturable.empty() ? "" : ", ") + e.id;
+    if (!entry.cuda_graph_step)
       throw ConfigError("train.cuda_graph: the training step of " + entry.display_name + " (model.arch=" + entry.id +
                         ") cannot be captured as a CUDA graph (its shapes or host-side state change from step to "
-                        "step); architectures that can: " + capturable);
-    }
+                        "step); architectures that can: " +
+                        architectures_with([](const ArchitectureEntry& e) { return e.cuda_graph_step; }));
     if (!device_.is_cuda())
       throw ConfigError("train.cuda_graph: run.device is " + device_.str() + "; CUDA graphs need a GPU (run.device=cuda)");
     if (!cuda_graphs_available())
