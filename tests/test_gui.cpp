@@ -3,6 +3,7 @@
 // the run dashboard on a tiny real DTRNet run (routing bars, heat map, token view, cost curves), run-health
 // alerts, the cost adapter, and the schema-generated experiment designer.
 #include <QAction>
+#include <QMessageBox>
 #include <QDir>
 #include <QPushButton>
 #include <QFont>
@@ -29,6 +30,7 @@
 #include "core/store/run_store.h"
 #include "core/train/trainer.h"
 #include "core/util/paths.h"
+#include "ui/run_queue.h"
 #include "ui/dashboard_docks.h"
 #include "ui/dashboard_loader.h"
 #include "ui/figure_render.h"
@@ -356,6 +358,21 @@ void TestGui::failedStartIsReportedNotFatal() {
   QVERIFY2(result.message.contains(QStringLiteral("no-such-preset")), qPrintable(result.message));
   QVERIFY(!window->runController()->isRunning());
   QVERIFY(window->startAction()->isEnabled());
+  auto* box = window->findChild<QMessageBox*>(QStringLiteral("errorBox"));
+  QVERIFY(box != nullptr);
+  QVERIFY2(box->text().contains(QStringLiteral("no-such-preset")), qPrintable(box->text()));
+
+  // Further failures while the box is open join it, each named, instead of stacking boxes (issue 24, item 7).
+  routelab::RunResult seven;
+  seven.runId = 7;
+  seven.status = QStringLiteral("failed");
+  seven.message = QStringLiteral("data.path: /nowhere/corpus.txt: no such file");
+  Q_EMIT window->runQueue()->runFinished(seven);
+  const auto boxes = window->findChildren<QMessageBox*>();
+  QCOMPARE(std::count_if(boxes.begin(), boxes.end(), [](QMessageBox* b) { return b->isVisible(); }), 1);
+  QVERIFY2(box->text().contains(QStringLiteral("run 7 failed: data.path: /nowhere/corpus.txt")),
+           qPrintable(box->text()));
+  QCOMPARE(box->windowTitle(), QStringLiteral("2 messages"));
 }
 
 void TestGui::movingAverageHasAFiniteWindow() {

@@ -467,7 +467,7 @@ void MainWindow::onRunFinished(const RunResult& result) {
   progress_->setState(tr("%1 %2").arg(who, result.status), RunsTableModel::statusColor(result.status));
   if (result.failed()) {
     statusBar()->showMessage(tr("%1 failed: %2").arg(who, result.message));
-    if (!closeAfterRun_) showError(tr("Run failed"), result.message);
+    if (!closeAfterRun_) showError(tr("%1 failed").arg(who), result.message);
   } else {
     QString text = tr("%1 %2 at step %3").arg(who, result.status).arg(result.lastStep);
     if (!std::isnan(result.lastValLoss)) text += tr(", val loss %1").arg(result.lastValLoss, 0, 'f', 4);
@@ -480,10 +480,20 @@ void MainWindow::onRunFinished(const RunResult& result) {
 
 void MainWindow::showError(const QString& title, const QString& message) {
   statusBar()->showMessage(message, 15000);
+  // One box at a time: a message that arrives while it is open (each failed run of a launch) is added to it
+  // instead of stacking another box on top.
+  if (errorBox_ && errorBox_->isVisible()) {
+    ++errorCount_;
+    errorBox_->setWindowTitle(tr("%1 messages").arg(errorCount_));
+    errorBox_->setText(errorBox_->text() + QStringLiteral("\n\n") + title + QStringLiteral(": ") + message);
+    return;
+  }
+  errorCount_ = 1;
   // Non-blocking: training and tests carry on while the box is open.
-  auto* box = new QMessageBox(QMessageBox::Warning, title, message, QMessageBox::Close, this);
-  box->setAttribute(Qt::WA_DeleteOnClose);
-  box->open();
+  errorBox_ = new QMessageBox(QMessageBox::Warning, title, message, QMessageBox::Close, this);
+  errorBox_->setObjectName(QStringLiteral("errorBox"));
+  errorBox_->setAttribute(Qt::WA_DeleteOnClose);
+  errorBox_->open();
 }
 
 void MainWindow::closeEvent(QCloseEvent* event) {

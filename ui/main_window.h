@@ -2,6 +2,8 @@
 // to the run controller and the store service. Logic lives in those; this file only connects and shows.
 #pragma once
 #include <QMainWindow>
+#include <QMessageBox>
+#include <QPointer>
 #include <QString>
 
 #include "ui/run_progress.h"
@@ -148,6 +150,8 @@ class MainWindow : public QMainWindow {
   QAction* aboutAction_ = nullptr;
   QAction* shortcutsAction_ = nullptr;
   QSpinBox* steps_ = nullptr;
+  QPointer<QMessageBox> errorBox_;  ///< the open error box, which later messages join
+  int errorCount_ = 0;
 };
 
 }  // namespace routelab
