@@ -149,6 +149,36 @@ class TestGuiInspector : public QObject {
              qPrintable(inspector.statusLabel()->text()));
   }
 
+  void checkpointListFollowsTheStore() {
+    // A run listed before its first checkpoint: the message says so, and the step list fills (and the message
+    // goes) once the store holds one, without choosing the run again (issue 24, item 6).
+    const auto db = home_.filePath(QStringLiteral("growing.sqlite"));
+    qint64 id = 0;
+    {
+      routelab::RunStore store(db.toStdString());
+      routelab::NewRun run;
+      run.name = "growing";
+      run.arch = "dense";
+      id = store.create_run(run);
+    }
+    routelab::StoreService service(db);
+    TokenInspector inspector(&service);
+    inspector.show();
+    QSignalSpy loaded(&inspector, &TokenInspector::checkpointsLoaded);
+    QVERIFY(QTest::qWaitFor([&] { return inspector.runCombo(0)->count() == 1; }, kTimeoutMs));
+    QVERIFY(inspector.selectRun(0, id));
+    QVERIFY(QTest::qWaitFor([&] { return loaded.count() > 0; }, kTimeoutMs));
+    QCOMPARE(inspector.stepCombo(0)->count(), 0);
+    QVERIFY2(inspector.statusLabel()->text().contains(QStringLiteral("has no checkpoint yet")),
+             qPrintable(inspector.statusLabel()->text()));
+    routelab::RunStore(db.toStdString()).insert_checkpoint(id, {7, "/tmp/ckpt-7.pt", 1, 0, std::nullopt});
+    service.requestRuns();
+    QVERIFY(QTest::qWaitFor([&] { return inspector.stepCombo(0)->count() == 1; }, kTimeoutMs));
+    QCOMPARE(inspector.stepCombo(0)->currentData().toLongLong(), 7);
+    QVERIFY2(!inspector.statusLabel()->text().contains(QStringLiteral("no checkpoint")),
+             qPrintable(inspector.statusLabel()->text()));
+  }
+
   void comparingTwoRunsShowsTwoMapsAndTheirDifference() {
     routelab::StoreService service(db_);
     TokenInspector inspector(&service);

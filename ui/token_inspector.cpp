@@ -270,8 +270,12 @@ void TokenInspector::onRunsLoaded(const QList<RunSummary>& runs) {
     for (int i = 0; i < combo->count(); ++i) listed << combo->itemData(i).toLongLong();
     QList<qint64> ids;
     for (const RunSummary& r : runs) ids << r.id;
-    if (ids == listed) {  // same runs: refresh the labels (status) only
-      for (int i = 0; i < runs.size(); ++i) combo->setItemText(i, runLabel(runs[i]));
+    if (ids == listed) {  // same runs: refresh the labels (status), and the steps once a newer checkpoint is stored
+      const int side = combo == runs_[0] ? 0 : 1;
+      for (int i = 0; i < runs.size(); ++i) {
+        combo->setItemText(i, runLabel(runs[i]));
+        if (runs[i].id == current && runs[i].checkpointStep != newestListedStep(side)) requestCheckpoints(side);
+      }
       continue;
     }
     const QSignalBlocker blocker(combo);
@@ -300,12 +304,23 @@ void TokenInspector::requestCheckpoints(int side) {
                             Qt::QueuedConnection);
 }
 
+qint64 TokenInspector::newestListedStep(int side) const {
+  qint64 newest = -1;
+  for (int i = 0; i < steps_[side]->count(); ++i) newest = std::max(newest, steps_[side]->itemData(i).toLongLong());
+  return newest;
+}
+
 void TokenInspector::onCheckpoints(int side, qint64 runId, const QVector<qint64>& steps, const QString& error) {
   if (runs_[side]->currentData().toLongLong() != runId) return;  // the choice changed meanwhile
+  const QVariant chosen = steps_[side]->currentData();  // kept when the list grows
   steps_[side]->clear();
   for (qint64 step : steps) steps_[side]->addItem(tr("step %1").arg(step), step);
+  if (const int kept = chosen.isValid() ? steps_[side]->findData(chosen) : -1; kept >= 0)
+    steps_[side]->setCurrentIndex(kept);
+  const QString none = tr("Run %1 has no checkpoint yet.").arg(runId);
   if (!error.isEmpty()) status_->setText(tr("Run %1: cannot list its checkpoints: %2").arg(runId).arg(error));
-  else if (steps.isEmpty()) status_->setText(tr("Run %1 has no checkpoint yet.").arg(runId));
+  else if (steps.isEmpty()) status_->setText(none);
+  else if (status_->text() == none) status_->clear();  // the message no longer holds
   updateControls();
   Q_EMIT checkpointsLoaded(side);
 }

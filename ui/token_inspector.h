@@ -114,6 +114,8 @@ class TokenInspector : public QWidget {
   void onCheckpoints(int side, qint64 runId, const QVector<qint64>& steps, const QString& error);
   void onTraced(qint64 requestId, const QVector<InspectorResult>& results);
   void requestCheckpoints(int side);
+  /// The newest checkpoint step listed on `side`, -1 when none.
+  qint64 newestListedStep(int side) const;
   void render();
   void renderTable();
   void updateControls();
