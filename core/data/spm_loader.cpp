@@ -1,5 +1,6 @@
-// Opens libroutelab_spm.so once: ROUTELAB_SPM_MODULE when set, else the build tree's module, else the installed
-// one (spm_api.h says why SentencePiece is not linked directly).
+// Opens libroutelab_spm.so once: ROUTELAB_SPM_MODULE when set, else the one beside the running program (or in
+// ../lib/routelab), else the build tree's, else the installed one (spm_api.h says why SentencePiece is not linked
+// directly).
 #include <dlfcn.h>
 
 #include <filesystem>
@@ -21,10 +22,17 @@ const SpmApi& spm_api() {
   std::call_once(once, [] {
     std::vector<std::string> candidates;
     if (const char* env = std::getenv("ROUTELAB_SPM_MODULE"); env && *env) candidates.emplace_back(env);
+    // Beside the running program (a copied binary takes its module along), then where the build and install put it.
+    std::error_code ec;
+    const auto exe = std::filesystem::read_symlink("/proc/self/exe", ec);
+    if (!ec) {
+      const auto name = std::filesystem::path(kSpmModuleInstallPath).filename();
+      candidates.push_back((exe.parent_path() / name).string());
+      candidates.push_back((exe.parent_path() / ".." / "lib" / "routelab" / name).lexically_normal().string());
+    }
     candidates.emplace_back(kSpmModuleBuildPath);
     candidates.emplace_back(kSpmModuleInstallPath);
     for (const auto& path : candidates) {
-      std::error_code ec;
       if (!std::filesystem::exists(path, ec)) {
         failure += "\n  " + path + ": no such file";
         continue;
