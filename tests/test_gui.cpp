@@ -44,6 +44,7 @@
 #include "widgets/token_routing_widget.h"
 #include "ui/app_resources.h"
 #include "ui/main_window.h"
+#include "widgets/plot_hover.h"
 #include "ui/presets_panel.h"
 #include "ui/run_controller.h"
 #include "ui/runs_panel.h"
@@ -91,6 +92,7 @@ class TestGui : public QObject {
   void closeDuringRunStopsItCleanly();
   void failedStartIsReportedNotFatal();
 
+  void plotsReadOutTheValueUnderTheCursor();
   void movingAverageHasAFiniteWindow();
   void dashboardShowsRoutingOfATinyDtrnetRun();
   void designerValidatesAsTheUserTypes();
@@ -373,6 +375,27 @@ void TestGui::failedStartIsReportedNotFatal() {
   QVERIFY2(box->text().contains(QStringLiteral("run 7 failed: data.path: /nowhere/corpus.txt")),
            qPrintable(box->text()));
   QCOMPARE(box->windowTitle(), QStringLiteral("2 messages"));
+}
+
+void TestGui::plotsReadOutTheValueUnderTheCursor() {
+  LossPlotWidget widget;
+  widget.resize(640, 400);
+  widget.show();
+  QVERIFY(QTest::qWaitForWindowExposed(&widget));
+  widget.appendTrain({10, 20, 30}, {3.0, 2.5, 2.25});
+  widget.appendValidation({20}, {2.75});
+  QCustomPlot* plot = widget.plot();
+  plot->replot();
+  const QCPGraph* val = nullptr;
+  for (int g = 0; g < plot->graphCount(); ++g)
+    if (plot->graph(g)->dataCount() == 1) val = plot->graph(g);
+  QVERIFY(val != nullptr);
+  const QPointF at(val->keyAxis()->coordToPixel(20), val->valueAxis()->coordToPixel(2.75));
+  const QString text = routelab::plotReadoutAt(plot, at + QPointF(3, -2));
+  QVERIFY2(text.startsWith(val->name()) && text.contains(QStringLiteral("step 20")) &&
+               text.contains(QStringLiteral("2.75")),
+           qPrintable(text));
+  QVERIFY(routelab::plotReadoutAt(plot, QPointF(2, 2)).isEmpty());  // outside the axes: nothing
 }
 
 void TestGui::movingAverageHasAFiniteWindow() {

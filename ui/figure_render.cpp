@@ -25,6 +25,7 @@
 #include "widgets/color_gradients.h"
 #include "widgets/color_maps.h"
 #include "widgets/plot_export.h"
+#include "widgets/plot_hover.h"
 #include "widgets/qcustomplot_include.h"
 
 namespace routelab {
@@ -639,6 +640,7 @@ QString exportFigureBundle(const Figure& figure, const QString& stem, const Figu
 FigureView::FigureView(QWidget* parent) : QWidget(parent) {
   plot_ = new QCustomPlot(this);
   plot_->setObjectName(QStringLiteral("figurePlot"));
+  installPlotHoverReadout(plot_);
   plot_->setMinimumSize(240, 180);
   caption_ = new QLabel(this);
   // One line, clipped in a narrow panel; the tooltip has the whole caption and how the figure was computed.

@@ -14,6 +14,7 @@
 #include <QVBoxLayout>
 
 #include "widgets/plot_export.h"
+#include "widgets/plot_hover.h"
 #include "widgets/plot_theme.h"
 #include "widgets/qcustomplot_include.h"
 
@@ -87,6 +88,7 @@ LossPlotWidget::LossPlotWidget(QWidget* parent)
   addExportMenu(plot_, this);
   followPalette(plot_);  // dark plots under a dark palette; exports stay black on white
   plot_->setObjectName(QStringLiteral("lossPlot"));
+  installPlotHoverReadout(plot_);
   plot_->setMinimumSize(320, 220);
   plot_->setInteractions(QCP::iRangeDrag | QCP::iRangeZoom);
   plot_->xAxis->setLabel(tr("step"));
