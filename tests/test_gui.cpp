@@ -1,5 +1,6 @@
-// Qt Test suite for the GUI (offscreen): the loss plot's smoothing, a real run of preset "tiny" driven through
-// the Start action to `finished`, Stop leading to `stopped`, closing the window mid-run, and a failing start;
+// Qt Test suite for the GUI (offscreen; the plot widgets alone are in test_gui_plots): a real run of preset "tiny"
+// driven through the Start action to `finished`, Stop leading to `stopped`, closing the window mid-run, and failing
+// starts joining one error box;
 // the run dashboard on a tiny real DTRNet run (routing bars, heat map, token view, cost curves), run-health
 // alerts, the cost adapter, and the schema-generated experiment designer.
 #include <QAction>
@@ -35,16 +36,13 @@
 #include "ui/dashboard_loader.h"
 #include "ui/figure_render.h"
 #include "tests/figure_view_support.h"
-#include "ui/loss_smoothing.h"
 #include "ui/experiment_designer.h"
 #include "ui/run_dashboard.h"
 #include "ui/store_service.h"
 #include "widgets/alert_bar_widget.h"
-#include "widgets/moving_average.h"
 #include "widgets/token_routing_widget.h"
 #include "ui/app_resources.h"
 #include "ui/main_window.h"
-#include "widgets/plot_hover.h"
 #include "ui/presets_panel.h"
 #include "ui/run_controller.h"
 #include "ui/runs_panel.h"
@@ -81,9 +79,6 @@ class TestGui : public QObject {
   void initTestCase();
   void init();
 
-  void emaIsDebiased();
-  void lossPlotAppendsInStepOrderOnly();
-  void lossPlotFollowsUntilTheUserZooms();
   void aboutNamesVersions();
   void runsTableShowsStoredRunsAndCurves();
 
@@ -92,8 +87,6 @@ class TestGui : public QObject {
   void closeDuringRunStopsItCleanly();
   void failedStartIsReportedNotFatal();
 
-  void plotsReadOutTheValueUnderTheCursor();
-  void movingAverageHasAFiniteWindow();
   void dashboardShowsRoutingOfATinyDtrnetRun();
   void designerValidatesAsTheUserTypes();
   void designerQueuesArchitecturesTimesSeeds();
@@ -172,66 +165,6 @@ QString TestGui::statusInStore(qint64 runId) const {
   routelab::RunStore store(dbPath_.toStdString(), /*mark_crashed=*/false);
   const auto run = store.run(runId);
   return run ? QString::fromStdString(routelab::to_string(run->status)) : QString();
-}
-
-void TestGui::emaIsDebiased() {
-  // The live plot's EMA is core's (core/run/smoothing.h), the figures' one: point for point, appended live or
-  // rebuilt for another weight. A constant series stays constant from the first point; a gap stays a gap.
-  LossPlotWidget plot;
-  routelab::useDebiasedEma(&plot);
-  const std::vector<double> raw = {2.5, 2.5, 4.0, std::nan(""), 1.0, 3.0};
-  plot.appendTrain({1, 2, 3}, {raw[0], raw[1], raw[2]});
-  plot.appendTrain({4, 5, 6}, {raw[3], raw[4], raw[5]});
-  for (const double weight : {0.9, 0.5, 0.0}) {
-    plot.setSmoothing(weight);
-    const auto expected = routelab::debiased_ema(raw, weight);
-    const auto* data = plot.plot()->graph(1)->data().data();
-    QCOMPARE(data->size(), 6);
-    for (int i = 0; i < 6; ++i) {
-      const double shown = data->at(i)->value;
-      QVERIFY2(shown == expected[static_cast<std::size_t>(i)] || (std::isnan(shown) && std::isnan(expected[i])),
-               qPrintable(QStringLiteral("weight %1, point %2: %3").arg(weight).arg(i).arg(shown)));
-    }
-    QCOMPARE(data->at(1)->value, 2.5);
-  }
-}
-
-void TestGui::lossPlotAppendsInStepOrderOnly() {
-  LossPlotWidget plot;
-  plot.appendTrain({1, 2, 3}, {3.0, 2.0, 1.5});
-  plot.appendTrain({2, 3, 4}, {9.0, 9.0, 1.2});  // overlap with what is plotted is ignored
-  QCOMPARE(plot.pointCount(Series::TrainRaw), 4);
-  QCOMPARE(plot.pointCount(Series::TrainSmoothed), 4);
-  QCOMPARE(plot.lastStep(Series::TrainRaw), 4.0);
-  plot.appendValidation({4}, {1.4});
-  QCOMPARE(plot.pointCount(Series::Validation), 1);
-  plot.setSmoothing(0.5);
-  QCOMPARE(plot.pointCount(Series::TrainSmoothed), 4);
-  plot.clear();
-  QCOMPARE(plot.pointCount(Series::TrainRaw), 0);
-  QCOMPARE(plot.lastStep(Series::Validation), -1.0);
-}
-
-void TestGui::lossPlotFollowsUntilTheUserZooms() {
-  LossPlotWidget plot;
-  QSignalSpy followChanged(&plot, &LossPlotWidget::autoFollowChanged);
-  plot.appendTrain({1, 2, 3, 4}, {3.0, 2.0, 1.5, 1.2});
-  QVERIFY(plot.autoFollow());
-  QCOMPARE(plot.plot()->xAxis->range().lower, 0.0);
-  QVERIFY(plot.plot()->xAxis->range().upper >= 4.0);
-  QVERIFY(plot.plot()->yAxis->range().contains(3.0) && plot.plot()->yAxis->range().contains(1.2));
-  QCOMPARE(followChanged.count(), 0);  // its own range changes do not count as the user's
-
-  plot.plot()->xAxis->setRange(1, 2);  // what a drag or wheel zoom does
-  QVERIFY(!plot.autoFollow());
-  plot.appendTrain({5}, {1.1});
-  QCOMPARE(plot.plot()->xAxis->range().upper, 2.0);  // the user's view stays put
-
-  plot.setAutoFollow(true);
-  QVERIFY(plot.plot()->xAxis->range().upper >= 5.0);
-  plot.setLogScaleY(true);
-  QVERIFY(plot.autoFollow());
-  QVERIFY(plot.plot()->yAxis->range().lower > 0);
 }
 
 void TestGui::aboutNamesVersions() {
@@ -375,44 +308,6 @@ void TestGui::failedStartIsReportedNotFatal() {
   QVERIFY2(box->text().contains(QStringLiteral("run 7 failed: data.path: /nowhere/corpus.txt")),
            qPrintable(box->text()));
   QCOMPARE(box->windowTitle(), QStringLiteral("2 messages"));
-}
-
-void TestGui::plotsReadOutTheValueUnderTheCursor() {
-  LossPlotWidget widget;
-  widget.resize(640, 400);
-  widget.show();
-  QVERIFY(QTest::qWaitForWindowExposed(&widget));
-  widget.appendTrain({10, 20, 30}, {3.0, 2.5, 2.25});
-  widget.appendValidation({20}, {2.75});
-  QCustomPlot* plot = widget.plot();
-  plot->replot();
-  const QCPGraph* val = nullptr;
-  for (int g = 0; g < plot->graphCount(); ++g)
-    if (plot->graph(g)->dataCount() == 1) val = plot->graph(g);
-  QVERIFY(val != nullptr);
-  const QPointF at(val->keyAxis()->coordToPixel(20), val->valueAxis()->coordToPixel(2.75));
-  const QString text = routelab::plotReadoutAt(plot, at + QPointF(3, -2));
-  QVERIFY2(text.startsWith(val->name()) && text.contains(QStringLiteral("step 20")) &&
-               text.contains(QStringLiteral("2.75")),
-           qPrintable(text));
-  QVERIFY(routelab::plotReadoutAt(plot, QPointF(2, 2)).isEmpty());  // outside the axes: nothing
-}
-
-void TestGui::movingAverageHasAFiniteWindow() {
-  routelab::MovingAverage ma(3);
-  QCOMPARE(ma.add(3.0), 3.0);
-  QCOMPARE(ma.add(6.0), 4.5);
-  QCOMPARE(ma.add(9.0), 6.0);
-  QCOMPARE(ma.add(12.0), 9.0);  // the first value has left the window
-  QVERIFY(std::isnan(ma.add(std::nan(""))));
-  QCOMPARE(ma.add(15.0), 12.0);
-
-  LossPlotWidget plot;
-  plot.setSmoothingMode(LossPlotWidget::Smoothing::MovingAverage);
-  plot.setSmoothing(0.5);  // window round(1 / 0.5) = 2
-  QCOMPARE(plot.movingAverageWindow(), 2);
-  plot.appendTrain({1, 2, 3}, {4.0, 2.0, 6.0});
-  QCOMPARE(plot.plot()->graph(1)->data()->at(2)->value, 4.0);
 }
 
 void TestGui::dashboardShowsRoutingOfATinyDtrnetRun() {
@@ -605,8 +500,9 @@ void TestGui::designerValidatesAsTheUserTypes() {
   // Files are checked before launch: a missing corpus or shard folder is flagged under data.path.
   designer.setFieldText(QStringLiteral("data.source"), QStringLiteral("file"));
   designer.setFieldText(QStringLiteral("data.path"), QStringLiteral("/nowhere/corpus.txt"));
-  QVERIFY2(designer.fieldError(QStringLiteral("data.path")).contains(QStringLiteral("/nowhere/corpus.txt: no such file")),
-           qPrintable(designer.fieldError(QStringLiteral("data.path")) + " | " + designer.formError()));
+  const QString pathError = designer.fieldError(QStringLiteral("data.path"));
+  QVERIFY2(pathError.contains(QStringLiteral("/nowhere/corpus.txt: no such file")),
+           qPrintable(pathError + " | " + designer.formError()));
   QVERIFY(!designer.isValid());
   designer.setFieldText(QStringLiteral("data.source"), QStringLiteral("shards"));
   designer.setFieldText(QStringLiteral("data.path"), QDir::tempPath());
