@@ -23,6 +23,7 @@
 #include "core/train/cuda_graph_step.h"
 #include "core/config/experiment_config.h"
 #include "core/config/sweep.h"
+#include "core/data/tokenizer.h"
 #include "core/models/registry.h"
 #include "core/report/tables/run_tables.h"
 #include "core/run/evaluation_record.h"
@@ -157,18 +158,18 @@ nlohmann::json run_json(const RunRecord& r) {
 
 /// What `show` says of a run's stored tokenizer: its kind and size, and for SentencePiece its content hash and the
 /// file it came from (the model's bytes stay in the store); null for a run stored without one.
-nlohmann::json tokenizer_summary(const std::string& stored) {
-  if (stored.empty()) return nullptr;
-  const auto doc = nlohmann::json::parse(stored, nullptr, /*allow_exceptions=*/false);
-  if (!doc.is_object()) return nullptr;
-  nlohmann::json out = {{"kind", doc.value("kind", std::string())}};
-  const auto vocab = doc.find("vocab");
-  if (vocab != doc.end() && vocab->is_array()) out["vocab"] = vocab->size() + 1;  // char: + the unknown id
-  else if (vocab != doc.end()) out["vocab"] = *vocab;
-  else if (out["kind"] == "byte") out["vocab"] = 256;
-  for (const char* key : {"hash", "source"})
-    if (doc.contains(key)) out[key] = doc[key];
-  return out;
+nlohmann::json tokenizer_summary(const std::string& stored, std::int64_t run_id) {
+  try {
+    const auto doc = parse_stored_tokenizer(stored, "run " + std::to_string(run_id));
+    if (doc.is_null()) return nullptr;
+    const auto tokenizer = Tokenizer::from_json(doc);
+    nlohmann::json out = {{"kind", tokenizer->kind()}, {"vocab", tokenizer->vocab_size()}};
+    for (const char* key : {"hash", "source"})
+      if (doc.contains(key)) out[key] = doc[key];
+    return out;
+  } catch (const DataError& e) {  // a damaged stored tokenizer is reported; the rest of the run still shows
+    return {{"kind", "unreadable"}, {"error", e.what()}};
+  }
 }
 
 RunRecord require_run(const RunStore& store, std::int64_t id) {
@@ -415,7 +416,7 @@ int cmd_show(const std::string& db, std::int64_t run_id, bool json) {
     doc["checkpoints"].push_back({{"step", c.step}, {"path", c.path}, {"bytes", c.bytes}});
   const bool cls = is_classification(r);
   doc["task"] = cls ? "classification" : "lm";
-  doc["tokenizer"] = tokenizer_summary(store.run_tokenizer(run_id));
+  doc["tokenizer"] = tokenizer_summary(store.run_tokenizer(run_id), run_id);
   doc["evals"] = nlohmann::json::array();
   for (const auto& e : read_evaluations(store, run_id)) {
     nlohmann::json row = {{"step", e.step}, {"split", e.split}, {"loss", number_json(e.loss)}};
@@ -446,6 +447,7 @@ int cmd_show(const std::string& db, std::int64_t run_id, bool json) {
     if (t.contains("vocab")) std::cout << ", " << t["vocab"] << " symbols";
     if (t.contains("hash")) std::cout << ", hash " << t["hash"].get<std::string>();
     if (t.contains("source")) std::cout << ", from " << t["source"].get<std::string>();
+    if (t.contains("error")) std::cout << ": " << t["error"].get<std::string>();
   }
   for (const auto& a : alerts) std::cout << "\n" << std::left << std::setw(9) << to_string(a.severity) << a.message;
   if (cls)

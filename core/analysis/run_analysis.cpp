@@ -114,7 +114,11 @@ LoadedRun load_run(const std::string& db_path, std::int64_t run_id, const std::v
                       "token inspector open classifiers)");
   LoadedRun run;
   open_common(run, stored, run_id, sets);
-  run.dataset = make_dataset(run.config.data(), stored.tokenizer);
+  try {
+    run.dataset = make_dataset(run.config.data(), stored.tokenizer);
+  } catch (const DataError& e) {  // its corpus, shards or stored tokenizer: name the run they belong to
+    throw DataError(run_text(stored, run_id) + ": " + e.what());
+  }
   run.model = create_model(run.config.model(), {run.dataset->tokenizer().vocab_size(), run.dataset->context()});
   run.model->to(run.device);
   run.step = load_stored_checkpoint(stored, *run.model, run.device);

@@ -48,8 +48,10 @@ ShardDataset::ShardDataset(const ShardDatasetOptions& options) : options_(option
                       " shards without a tokenizer: give their vocabulary size (50257 for GPT-2's) or "
                       "data.tokenizer=sentencepiece with data.tokenizer_model");
   }
+  // Shards made elsewhere are scanned once (their validation split) for ids their stated vocabulary cannot hold;
+  // RouteLab's were written by the manifest's tokenizer. Every batch is checked either way.
   const std::int64_t vocab = tokenizer_->vocab_size();
-  for (std::size_t i = 0; i < val_.shards(); ++i) {
+  for (std::size_t i = 0; manifest.is_null() && i < val_.shards(); ++i) {
     const auto& shard = val_.shard(i);
     if (const auto top = shard.max_token(); top >= vocab)
       throw DataError(shard.path() + ": token id " + std::to_string(top) + " is outside the vocabulary of " +

@@ -27,7 +27,8 @@ struct ShardDatasetOptions {
 class ShardDataset final : public LmDataset {
  public:
   /// Maps every shard. DataError naming the folder or file for a missing or damaged shard, a split shorter than one
-  /// window, or token ids beyond the vocabulary (checked over the validation shards, and in every batch);
+  /// window, or token ids beyond the vocabulary (in every batch, and over the validation shards of shards made
+  /// elsewhere at start-up);
   /// ConfigError naming data.shard_vocab when foreign shards come with neither a tokenizer nor a vocabulary size.
   explicit ShardDataset(const ShardDatasetOptions& options);
 
