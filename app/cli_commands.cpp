@@ -147,7 +147,7 @@ nlohmann::json run_json(const RunRecord& r) {
   auto opt = [](const std::optional<double>& v) { return v ? nlohmann::json(*v) : nlohmann::json(nullptr); };
   return {{"id", r.id}, {"name", r.name}, {"arch", r.arch}, {"preset", r.preset}, {"status", to_string(r.status)},
           {"message", r.message}, {"steps", r.last_step}, {"total_steps", r.total_steps}, {"seed", r.seed},
-          {"device", r.device}, {"config_hash", r.config_hash}, {"created_at", r.created_at}, {"ended_at", r.ended_at},
+          {"device", r.device}, {"world_size", r.world_size}, {"backend", r.backend}, {"config_hash", r.config_hash}, {"created_at", r.created_at}, {"ended_at", r.ended_at},
           {"last_train_loss", opt(r.last_train_loss)}, {"last_val_loss", opt(r.last_val_loss)},
           {"best_val_loss", opt(r.best_val_loss)}, {"routelab_version", r.routelab_version},
           {"torch_version", r.torch_version}, {"qt_version", r.qt_version}, {"tags", r.tags}, {"notes", r.notes},
@@ -256,16 +256,21 @@ int cmd_train(const TrainArgs& a) {
       sets.push_back("train.warmup_steps=" + std::to_string(a.steps / 10));
   }
   ExperimentConfig config = resolve_config(overrides, sets, origin);
+  const auto rank = launched_rank(a.nproc);
+  if (a.nproc > 0) return run_nproc(a.nproc);  // the config was checked once here, before any rank starts
   TrainRequest request{config, resolve_db(a.db), a.name, ""};
-  ProgressPrinter progress(a.quiet);
+  ProgressPrinter progress(a.quiet || (rank && rank->rank != 0));  // rank 0 speaks for the run
   SignalScope signals;
-  return report(train(request, &progress, &g_cancel));
+  return report(train(request, &progress, &g_cancel, rank ? &*rank : nullptr));
 }
 
-int cmd_resume(const std::string& db, std::int64_t run_id, bool quiet, double takeover_after_s) {
-  ProgressPrinter progress(quiet);
+int cmd_resume(const std::string& db, std::int64_t run_id, bool quiet, double takeover_after_s, int nproc) {
+  const auto rank = launched_rank(nproc);
+  if (nproc > 0) return run_nproc(nproc);
+  ProgressPrinter progress(quiet || (rank && rank->rank != 0));
   SignalScope signals;
-  return report(resume(resolve_db(db), run_id, &progress, &g_cancel, /*threads=*/-1, takeover_after_s));
+  return report(resume(resolve_db(db), run_id, &progress, &g_cancel, /*threads=*/-1, takeover_after_s,
+                       rank ? &*rank : nullptr));
 }
 
 namespace {
@@ -275,9 +280,11 @@ class SweepTagger : public ProgressPrinter {
  public:
   SweepTagger(bool quiet, std::string db, std::string tag) : ProgressPrinter(quiet), db_(std::move(db)), tag_(std::move(tag)) {}
   void on_started(std::int64_t run_id, const std::string& description, std::int64_t total_steps) override {
-    RunPatch patch;
-    patch.tags = tag_;
-    RunStore(db_, /*mark_crashed=*/false).patch_run(run_id, patch);
+    if (!tag_.empty()) {  // "": a data-parallel rank other than 0, which writes nothing
+      RunPatch patch;
+      patch.tags = tag_;
+      RunStore(db_, /*mark_crashed=*/false).patch_run(run_id, patch);
+    }
     ProgressPrinter::on_started(run_id, description, total_steps);
   }
 
@@ -306,6 +313,7 @@ int cmd_sweep(const SweepArgs& a) {
   }
   std::vector<std::int64_t> ids;
   SignalScope signals;
+  const auto rank = launched_rank(0);  // under torchrun or srun every point trains on every rank
   for (const auto& point : plan.points) {
     if (a.skip_done) {
       RunStore store(db, /*mark_crashed=*/false);
@@ -315,8 +323,10 @@ int cmd_sweep(const SweepArgs& a) {
         continue;
       }
     }
-    SweepTagger progress(a.quiet, db, plan.tag());
-    const auto outcome = train(TrainRequest{point.config, db, point.name, ""}, &progress, &g_cancel);
+    const bool follower = rank && rank->rank != 0;
+    SweepTagger progress(a.quiet || follower, db, follower ? "" : plan.tag());
+    const auto outcome = train(TrainRequest{point.config, db, point.name, ""}, &progress, &g_cancel,
+                               rank ? &*rank : nullptr);
     const int code = report(outcome);
     ids.push_back(outcome.run_id);
     if (code != 0) {
@@ -441,6 +451,8 @@ int cmd_show(const std::string& db, std::int64_t run_id, bool json) {
             << r.last_step << "/" << r.total_steps << "\nloss     train " << fmt(r.last_train_loss) << ", val "
             << fmt(r.last_val_loss) << " (best " << fmt(r.best_val_loss) << ")\ndevice   " << r.device << ", seed "
             << r.seed;
+  if (r.world_size > 1 || !r.backend.empty())
+    std::cout << "\nranks    " << r.world_size << " (data parallel" << (r.backend.empty() ? "" : ", " + r.backend) << ")";
   if (r.parent_run_id) std::cout << "\nparent   run " << *r.parent_run_id;
   if (const auto& t = doc["tokenizer"]; t.is_object()) {
     std::cout << "\ntokenizer " << t["kind"].get<std::string>();

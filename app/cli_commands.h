@@ -4,7 +4,10 @@
 #include <string>
 #include <vector>
 
+#include <optional>
+
 #include "core/bench/loss_bench.h"
+#include "core/dist/launch_env.h"
 #include "core/bench/routing_bench.h"
 
 namespace routelab::cli {
@@ -13,6 +16,7 @@ struct TrainArgs {
   std::string preset, config_file, db, device, name, precision;
   std::vector<std::string> sets;
   std::int64_t steps = 0, seed = -1, threads = -1;
+  int nproc = 0;  ///< --nproc: this many local data-parallel processes (0: one process, or the launcher's)
   bool quiet = false;
 };
 
@@ -57,7 +61,16 @@ int cmd_train(const TrainArgs& args);
 /// Runs every point of a sweep file (core/config/sweep.h) one after another, tags the runs "sweep:<name>", then
 /// prints the sweep's table (mean ± std over seeds).
 int cmd_sweep(const SweepArgs& args);
-int cmd_resume(const std::string& db, std::int64_t run_id, bool quiet, double takeover_after_s);
+int cmd_resume(const std::string& db, std::int64_t run_id, bool quiet, double takeover_after_s, int nproc = 0);
+
+/// The command line this process was started with (main keeps it for --nproc, which starts it again).
+void remember_arguments(int argc, char** argv);
+/// `--nproc N`: this command line without --nproc, started as N local ranks of one data-parallel run; their exit
+/// status (app/cli_dist.cpp).
+int run_nproc(int nproc);
+/// This process's rank when a launcher (torchrun, srun, --nproc) started it, else nullopt; a ConfigError for
+/// --nproc inside a launched rank.
+std::optional<DistEnv> launched_rank(int nproc);
 int cmd_presets(bool json);
 int cmd_architectures(bool json);
 int cmd_runs(const std::string& db, bool json, bool all);

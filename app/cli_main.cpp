@@ -28,6 +28,7 @@ struct StoreArgs {
   bool json = false, all = false, quiet = false;
   double takeover_after = routelab::RunStore::kNeverTakeOver;
   std::string format = "csv", out;
+  int nproc = 0;
 };
 
 /// `train`, `resume` and `sweep`: the commands that train.
@@ -49,6 +50,11 @@ void add_training_commands(CLI::App& app, CommandAction& action) {
   train_cmd->add_option("--precision", train->precision, "fp32 or bf16")->check(CLI::IsMember({"fp32", "bf16"}));
   train_cmd->add_option("--name", train->name, "run name");
   train_cmd->add_flag("--quiet", train->quiet, "no progress line");
+  train_cmd
+      ->add_option("--nproc", train->nproc,
+                   "data parallel on this machine: start this many ranks (Gloo on the CPU, NCCL on GPUs); torchrun "
+                   "and srun start ranks themselves")
+      ->check(CLI::Range(1, 1024));
   train_cmd->callback([train, &action] {
     if (train->preset.empty() && train->config_file.empty()) train->preset = "quickstart";
     action = [train] { return cmd_train(*train); };
@@ -64,8 +70,10 @@ void add_training_commands(CLI::App& app, CommandAction& action) {
                    "take the run over from a writer on another host silent for this many seconds (by default a run "
                    "another process holds is never taken)")
       ->check(CLI::Range(0.0, 1e9));
+  resume_cmd->add_option("--nproc", a->nproc, "continue as this many local data-parallel ranks")
+      ->check(CLI::Range(1, 1024));
   resume_cmd->callback([a, &action] {
-    action = [a] { return cmd_resume(a->db, a->run_id, a->quiet, a->takeover_after); };
+    action = [a] { return cmd_resume(a->db, a->run_id, a->quiet, a->takeover_after, a->nproc); };
   });
 
   auto sweep = std::make_shared<SweepArgs>();
@@ -273,6 +281,7 @@ void add_layer_benchmarks(CLI::App& bench_cmd, CommandAction& action) {
 
 int main(int argc, char** argv) {
   routelab::relaunch_with_passive_openmp(argv);
+  routelab::cli::remember_arguments(argc, argv);
   CLI::App app{"RouteLab " ROUTELAB_VERSION ": train and inspect token-routing transformers"};
   app.require_subcommand(1);
   app.set_version_flag("--version", ROUTELAB_VERSION);

@@ -15,6 +15,8 @@ PACKAGES=(
   qt6-base-dev qt6-base-dev-tools qt6-qpa-plugins qt6-svg-dev libqt6svg6 libgl-dev fonts-dejavu-core
   libqcustomplot-dev libqcustomplot2.1-qt6
   libspdlog-dev libfmt-dev libsqlite3-dev sqlite3 zlib1g-dev nlohmann-json3-dev libcli11-dev libsentencepiece-dev
+  # Gloo's headers: data-parallel training on c10d's ProcessGroupGloo (core/dist)
+  libgloo-dev
   bible-kjv xvfb xauth poppler-utils
   # pdflatex, booktabs and pgfplots: the suites compile the exported LaTeX tables and pgfplots figures
   texlive-latex-base texlive-latex-recommended texlive-pictures

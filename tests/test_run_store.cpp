@@ -29,11 +29,14 @@ namespace test_run_store {
 using namespace routelab;
 using namespace routelab::test;
 
-/// Takes a current store back to schema v3's tables (SQLite >= 3.35 drops columns).
-constexpr const char* kDropV4 = "DROP TABLE tokenizers; ALTER TABLE runs DROP COLUMN tokenizer_hash; ";
+/// Takes a current store back to schema v4's tables (SQLite >= 3.35 drops columns).
+constexpr const char* kDropV5 = "ALTER TABLE runs DROP COLUMN backend; ";
+/// Takes a current store back to schema v3's tables.
+constexpr const char* kDropV4 =
+    "ALTER TABLE runs DROP COLUMN backend; DROP TABLE tokenizers; ALTER TABLE runs DROP COLUMN tokenizer_hash; ";
 /// Takes a current store back to schema v2's tables.
 constexpr const char* kDropV3 =
-    "DROP TABLE tokenizers; ALTER TABLE runs DROP COLUMN tokenizer_hash; "
+    "ALTER TABLE runs DROP COLUMN backend; DROP TABLE tokenizers; ALTER TABLE runs DROP COLUMN tokenizer_hash; "
     "ALTER TABLE runs DROP COLUMN lease_token; ALTER TABLE runs DROP COLUMN lease_pid; "
     "ALTER TABLE runs DROP COLUMN lease_host; ALTER TABLE runs DROP COLUMN lease_boot; "
     "ALTER TABLE runs DROP COLUMN lease_start; ALTER TABLE runs DROP COLUMN lease_at; "
@@ -426,7 +429,7 @@ class TestRunStore : public QObject {
                                       << "not a RouteLab run store (it is an SQLite database of another application)";
     QTest::newRow("other application id") << "app_id" << "not a RouteLab run store";
     QTest::newRow("newer schema") << "newer"
-                                  << "schema version 99 is newer than this RouteLab supports (4); upgrade RouteLab";
+                                  << "schema version 99 is newer than this RouteLab supports (5); upgrade RouteLab";
   }
   void refusesForeignFile() {
     QFETCH(QString, kind);
@@ -727,6 +730,34 @@ class TestRunStore : public QObject {
     auto next = sample_run("v4");
     next.tokenizer_json = R"({"kind":"byte"})";
     QCOMPARE(store.run_tokenizer(store.create_run(next)), next.tokenizer_json);
+    QCOMPARE(RawDb(path).text("PRAGMA user_version"), std::to_string(RunStore::kSchemaVersion));
+  }
+
+  /// v5: a data-parallel run's backend beside its world size; runs of v4 read with none, and a resume on another
+  /// number of ranks patches both.
+  void migratesV4StoreToDataParallelRuns() {
+    const std::string path = db_path();
+    std::int64_t id = 0;
+    {
+      RunStore store(path);
+      id = store.create_run(sample_run("v4"));
+    }
+    RawDb(path).exec(std::string(kDropV5) + "PRAGMA user_version = 4");
+    RunStore store(path, /*mark_crashed=*/false);
+    QCOMPARE(store.run(id)->backend, std::string());  // its world size stays as written (sample_run's 2)
+    QCOMPARE(store.run(id)->world_size, 2);
+    auto wide = sample_run("wide");
+    wide.world_size = 4;
+    wide.backend = "gloo";
+    const auto wide_id = store.create_run(wide);
+    QCOMPARE(store.run(wide_id)->backend, std::string("gloo"));
+    QCOMPARE(store.run(wide_id)->world_size, 4);
+    RunPatch patch;
+    patch.world_size = 2;
+    patch.backend = "nccl";
+    store.patch_run(wide_id, patch);
+    QCOMPARE(store.run(wide_id)->backend, std::string("nccl"));
+    QCOMPARE(store.run(wide_id)->world_size, 2);
     QCOMPARE(RawDb(path).text("PRAGMA user_version"), std::to_string(RunStore::kSchemaVersion));
   }
 

@@ -218,6 +218,15 @@ const OptionSchema& run_schema() {
       string_opt("device", "cpu", "compute device: cpu, cuda or cuda:N"),
       int_opt("threads", 0, 0, 1024, "CPU threads for Torch (0: all cores, fewer while other processes keep cores busy)"),
       string_opt("notes", "", "free text stored with the run"),
+      choice_opt("backend", "auto", {"auto", "gloo", "nccl"},
+                 "data parallel (started by torchrun, srun or --nproc): the c10d backend; auto is NCCL on CUDA, "
+                 "Gloo on the CPU"),
+      float_opt("dist_timeout_s", 600, 1, 86400,
+                "data parallel: seconds a rank waits for the others (rendezvous, every collective) before the run "
+                "fails; rank 0's evaluations and checkpoints must fit in it"),
+      float_opt("dist_bucket_mb", 25, 0.001, 4096, "data parallel: size of the gradient buckets summed over the ranks"),
+      bool_opt("dist_overlap", true,
+               "data parallel: send each gradient bucket while the backward pass runs (false: after it)"),
   };
   return schema;
 }

@@ -160,11 +160,17 @@ CREATE TABLE tokenizers (
 ALTER TABLE runs ADD COLUMN tokenizer_hash TEXT NOT NULL DEFAULT '';  -- '' for none
 )sql";
 
+// v5: the c10d backend a data-parallel run's ranks talked over ('' for a run of one process).
+constexpr const char* kSchemaV5 = R"sql(
+ALTER TABLE runs ADD COLUMN backend TEXT NOT NULL DEFAULT '';
+)sql";
+
 constexpr Migration kMigrations[] = {
     {1, kSchemaV1},
     {2, kSchemaV2},
     {3, kSchemaV3},
     {4, kSchemaV4},
+    {5, kSchemaV5},
 };
 static_assert(std::size(kMigrations) == RunStore::kSchemaVersion, "one migration step per schema version");
 
@@ -180,7 +186,7 @@ constexpr const char* kRunColumns =
     "  ORDER BY m.step DESC, m.rowid DESC LIMIT 1), "
     "(SELECT MIN(m.value) FROM metrics m WHERE m.run_id = r.id AND m.key = 'val/loss' "
     "  AND typeof(m.value) = 'real'), "
-    "(SELECT MAX(c.step) FROM checkpoints c WHERE c.run_id = r.id)";
+    "(SELECT MAX(c.step) FROM checkpoints c WHERE c.run_id = r.id), r.backend";
 
 /// Well-formed UTF-8 (no overlong forms, surrogates or code points above U+10FFFF).
 bool valid_utf8(const std::string& text) {
@@ -300,6 +306,7 @@ RunRecord read_run(const Statement& s) {
   r.last_val_loss = s.optional_real(25);
   r.best_val_loss = s.optional_real(26);
   r.checkpoint_step = s.optional_int64(27);
+  r.backend = s.text(28);
   return r;
 }
 
@@ -479,13 +486,14 @@ std::int64_t RunStore::insert_run(const NewRun& run) {
   Statement s(db_, path_,
               "INSERT INTO runs (name, arch, preset, config_json, config_hash, seed, device, routelab_version, "
               "torch_version, qt_version, status, message, created_at, heartbeat_at, parent_run_id, "
-              "resumed_from_step, total_steps, rank, world_size, tokenizer_hash) "
+              "resumed_from_step, total_steps, rank, world_size, tokenizer_hash, backend) "
               "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, 'running', '', ?11, ?11, ?12, ?13, ?14, ?15, ?16, "
-              "?17)");
+              "?17, ?18)");
   s.bind(1, run.name).bind(2, run.arch).bind(3, run.preset).bind(4, run.config_json).bind(5, run.config_hash);
   s.bind(6, run.seed).bind(7, run.device).bind(8, run.routelab_version).bind(9, run.torch_version);
   s.bind(10, run.qt_version).bind(11, now_seconds()).bind(12, run.parent_run_id).bind(13, run.resumed_from_step);
   s.bind(14, run.total_steps).bind(15, run.rank).bind(16, run.world_size).bind(17, tokenizer_hash);
+  s.bind(18, run.backend);
   s.run();
   return sqlite3_last_insert_rowid(db_);
 }
@@ -505,6 +513,8 @@ void RunStore::patch_run(std::int64_t run_id, const RunPatch& patch) {
   column("notes", patch.notes.has_value());
   column("archived", patch.archived.has_value());
   column("resumed_from_step", patch.resumed_from_step.has_value());
+  column("world_size", patch.world_size.has_value());
+  column("backend", patch.backend.has_value());
   if (n == 0) return;
   sql += " WHERE id = ?" + std::to_string(n + 1);
   Statement s(db_, path_, sql.c_str());
@@ -514,6 +524,8 @@ void RunStore::patch_run(std::int64_t run_id, const RunPatch& patch) {
   if (patch.notes) s.bind(++i, *patch.notes);
   if (patch.archived) s.bind(++i, *patch.archived);
   if (patch.resumed_from_step) s.bind(++i, *patch.resumed_from_step);
+  if (patch.world_size) s.bind(++i, static_cast<std::int64_t>(*patch.world_size));
+  if (patch.backend) s.bind(++i, *patch.backend);
   s.bind(++i, run_id).run();
   if (sqlite3_changes(db_) == 0) throw StoreError(path_ + ": no run " + std::to_string(run_id));
 }

@@ -35,6 +35,7 @@ struct NewRun {
   std::optional<std::int64_t> resumed_from_step;
   int rank = 0;                  ///< data-parallel rank of the writer (only rank 0 writes; kept for scale-out)
   int world_size = 1;
+  std::string backend;           ///< data parallel: "gloo" or "nccl" (schema v5); "" for one process
   /// When set (new_lease_token()), the run is created leased to this process: it is the run's one writer.
   std::string lease_token;
   /// Tokenizer::to_json of the tokenizer the run trains with ("" for none), stored once per content (schema v4).
@@ -70,6 +71,7 @@ struct RunRecord {
   std::optional<std::int64_t> parent_run_id, resumed_from_step;
   std::int64_t total_steps = 0, last_step = 0;            ///< last_step = highest step with a train/loss metric
   int world_size = 1;
+  std::string backend;  ///< data parallel: the c10d backend ("gloo", "nccl"); "" for a run of one process
   std::string tags;    ///< comma-separated
   std::string notes;
   bool archived = false;
@@ -144,11 +146,13 @@ struct RunPatch {
   std::optional<std::string> name, tags, notes;
   std::optional<bool> archived;
   std::optional<std::int64_t> resumed_from_step;
+  std::optional<int> world_size;  ///< a run resumed on another number of ranks
+  std::optional<std::string> backend;
 };
 
 class RunStore {
  public:
-  static constexpr int kSchemaVersion = 4;
+  static constexpr int kSchemaVersion = 5;
   /// Only for runs without a lease (written before schema v3): a heartbeat older than this means the writer died.
   static constexpr double kStaleHeartbeatSeconds = 30.0;
   /// acquire_lease: never take a lease from a holder on another host, however long it has been silent.

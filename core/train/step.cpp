@@ -6,6 +6,7 @@
 #include <ATen/autocast_mode.h>
 #include <torch/version.h>
 
+#include "core/dist/grad_sync.h"
 #include "core/models/blocks/residual_probe.h"
 #include "core/train/fused_cross_entropy.h"
 #include "core/train/optimizer.h"
@@ -157,13 +158,14 @@ MicroPass forward_losses(LanguageModel& model, const Batch& batch, bool bf16, bo
 }  // namespace
 
 StepResult train_step(LanguageModel& model, torch::optim::Optimizer& optimizer, const Batch& batch, double grad_clip,
-                      bool bf16, bool trace, std::int64_t micro_batches, const Teacher* teacher) {
+                      bool bf16, bool trace, std::int64_t micro_batches, const Teacher* teacher,
+                      const StepShare* share) {
   const auto rows = batch.input.size(0);
   if (micro_batches < 1 || rows % micro_batches != 0)
     throw ConfigError("train.grad_accum: " + std::to_string(micro_batches) + " micro-batches do not divide a batch of " +
                       std::to_string(rows) + " sequences");
   StepResult result;
-  if (micro_batches == 1) {
+  if (micro_batches == 1 && !share) {
     auto p = forward_losses(model, batch, bf16, trace, teacher);
     p.output.logits = torch::Tensor();
     result.grad_norm = backward_and_step(p.lm_total + p.aux, model, optimizer, grad_clip);
@@ -173,9 +175,12 @@ StepResult train_step(LanguageModel& model, torch::optim::Optimizer& optimizer, 
     return result;
   }
   const auto rows_each = rows / micro_batches;
-  // Each micro-batch's mean loss weighs by its share of the batch's counted positions (1/k without a mask), so the
-  // accumulated gradient is that of the batch's mean.
-  const auto counted = batch.loss_mask.defined() ? batch.loss_mask.sum().to(torch::kFloat).clamp_min(1.0) : torch::Tensor();
+  // Each micro-batch's mean loss weighs by its share of the step's counted positions (1/k without a mask, or its
+  // share of the step's rows over every rank), so the accumulated gradient is that of the step's mean.
+  const auto counted = share ? share->global_counted
+                       : batch.loss_mask.defined() ? batch.loss_mask.sum().to(torch::kFloat).clamp_min(1.0)
+                                                   : torch::Tensor();
+  const double row_share = share ? static_cast<double>(rows_each) / static_cast<double>(share->global_rows) : 0.0;
   zero_grads(model);
   std::vector<ModelOutput> outputs;
   torch::Tensor loss, aux;
@@ -184,14 +189,19 @@ StepResult train_step(LanguageModel& model, torch::optim::Optimizer& optimizer, 
     auto p = forward_losses(model, micro, bf16, trace, teacher);
     p.output.logits = torch::Tensor();
     const auto k = static_cast<double>(micro_batches);
-    const auto share = counted.defined() ? micro.loss_mask.sum().to(torch::kFloat) / counted : torch::Tensor();
-    const auto weigh = [&](const torch::Tensor& t) { return share.defined() ? t * share : t / k; };
-    (weigh(p.lm_total) + p.aux / k).backward();
-    const auto weighted = weigh(p.loss.detach()), aux_part = p.output.aux_loss.detach() / k;
+    const auto weight = counted.defined() ? micro.loss_mask.sum().to(torch::kFloat) / counted : torch::Tensor();
+    const auto weigh = [&](const torch::Tensor& t) {
+      return weight.defined() ? t * weight : share ? t * row_share : t / k;
+    };
+    const auto weigh_aux = [&](const torch::Tensor& t) { return share ? t * row_share : t / k; };
+    if (share && share->sync && i + 1 == micro_batches) share->sync->arm();  // the last pass sends the gradients
+    (weigh(p.lm_total) + weigh_aux(p.aux)).backward();
+    const auto weighted = weigh(p.loss.detach()), aux_part = weigh_aux(p.output.aux_loss.detach());
     loss = loss.defined() ? loss + weighted : weighted;
     aux = aux.defined() ? aux + aux_part : aux_part;
     outputs.push_back(std::move(p.output));
   }
+  if (share && share->sync) share->sync->finish();
   result.grad_norm = clip_and_step(model, optimizer, grad_clip);
   result.loss = loss;
   result.aux_loss = aux;

@@ -9,6 +9,16 @@
 
 namespace routelab {
 
+class GradientSync;
+
+/// A rank's part of a data-parallel step (core/dist): how its rows weigh in the step's global mean, and what sums
+/// the gradients over the ranks before the update.
+struct StepShare {
+  std::int64_t global_rows = 0;   ///< sequences of the whole step, over every rank
+  torch::Tensor global_counted;   ///< counted positions of the whole step (float, 0-dim), when the batch has a mask
+  GradientSync* sync = nullptr;
+};
+
 /// Mean next-token cross-entropy over the positions where `mask` is 1 (all when undefined), in fp32. On a GPU of a
 /// CUDA build through the fused kernels (core/train/fused_cross_entropy.h), else log_softmax on an fp32 copy.
 torch::Tensor lm_loss(const torch::Tensor& logits, const torch::Tensor& target, const torch::Tensor& mask);
@@ -53,7 +63,11 @@ torch::Tensor backward_and_step(const torch::Tensor& total, torch::nn::Module& m
 /// (merge_micro_batches). Throws ConfigError naming train.grad_accum where k does not divide the batch's rows.
 /// With `teacher` (distillation), each micro-batch's loss adds teacher->weight x KL(teacher || model) of the two
 /// models' next-token distributions (distill_kl); the KL is reported in the trace's stats ("distill_kl").
+/// With `share` (data parallel) `batch` is this rank's rows of the step: each micro-batch weighs by its share of
+/// the whole step's rows (or counted positions), the gradients are summed over the ranks (share->sync) before the
+/// one update, and the loss returned is this rank's part of the step's mean (reduce_step_scalars sums them).
 StepResult train_step(LanguageModel& model, torch::optim::Optimizer& optimizer, const Batch& batch, double grad_clip,
-                      bool bf16, bool trace, std::int64_t micro_batches = 1, const Teacher* teacher = nullptr);
+                      bool bf16, bool trace, std::int64_t micro_batches = 1, const Teacher* teacher = nullptr,
+                      const StepShare* share = nullptr);
 
 }  // namespace routelab

@@ -12,6 +12,7 @@
 #include <map>
 #include <optional>
 #include <sstream>
+#include <thread>
 
 #include <torch/cuda.h>
 #include <torch/torch.h>
@@ -27,6 +28,7 @@
 #include "core/train/checkpoint.h"
 #include "core/train/classification_step.h"
 #include "core/train/cuda_graph_step.h"
+#include "core/train/data_parallel.h"
 #include "core/train/distillation.h"
 #include "core/train/evaluation.h"
 #include "core/train/optimizer.h"
@@ -85,11 +87,12 @@ constexpr std::int64_t kGpuSyncEvery = 32;
 /// Everything one run needs while it trains.
 class Session {
  public:
-  /// `stored_tokenizer`: the tokenizer a resumed run trained with (null for a new run).
+  /// `stored_tokenizer`: the tokenizer a resumed run trained with (null for a new run). `collective`: the process
+  /// group of a data-parallel run (null for a run on one process).
   Session(ExperimentConfig config, std::string db_path, TrainObserver* observer, const std::atomic<bool>* cancel,
-          const nlohmann::json& stored_tokenizer = nullptr)
+          const nlohmann::json& stored_tokenizer = nullptr, std::shared_ptr<Collective> collective = nullptr)
       : config_(std::move(config)), db_path_(std::move(db_path)), observer_(observer), cancel_(cancel),
-        log_(logger("train")) {
+        log_(logger("train")), collective_(std::move(collective)) {
     const auto& train = config_.train();
     total_steps_ = train.at("steps").get<std::int64_t>();
     batch_size_ = train.at("batch_size").get<std::int64_t>();
@@ -97,11 +100,18 @@ class Session {
     seed_ = config_.run().at("seed").get<std::int64_t>();
     bf16_ = train.at("precision") == "bf16";
     device_ = resolve_device(config_.run().at("device").get<std::string>());
+    if (collective_ && device_.is_cuda())  // each rank binds to its node's GPU local_rank
+      device_ = torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(collective_->env().local_rank));
     if (device_.is_cuda()) configure_cuda_math(train.at("tf32").get<bool>(), train.at("deterministic").get<bool>());
-    threads_.emplace(static_cast<int>(config_.run().at("threads").get<std::int64_t>()));
+    threads_.emplace(thread_count());
     classification_ = architecture(config_.arch()).task == Task::Classification;
     cuda_graph_ = train.at("cuda_graph").get<bool>();
     if (cuda_graph_) check_cuda_graph();
+    if (collective_ && (classification_ || cuda_graph_))
+      throw ConfigError(std::string(classification_ ? "model.arch: " + config_.arch() + " is a classifier"
+                                                    : "train.cuda_graph: a captured step")
+                        + "; data-parallel training (WORLD_SIZE " + std::to_string(collective_->world_size()) +
+                        ") runs language models with eager steps; start it as one process");
     if (classification_ && grad_accum_ > 1)
       throw ConfigError("train.grad_accum: " + std::to_string(grad_accum_) + ", but " + config_.arch() +
                         " is a classifier, which trains one batch per step (gradient accumulation is for language "
@@ -125,12 +135,24 @@ class Session {
     model_->to(device_);
     if (train.at("distill_from").get<std::int64_t>() > 0) adopt_teacher();
     optimizer_ = make_optimizer(*model_, train);
+    if (collective_) dp_.emplace(collective_, batch_size_ * grad_accum_, batch_size_);
     // Language modelling draws random windows, so an epoch is a budget: as many tokens as the training split holds.
     if (const auto epochs = train.at("epochs").get<std::int64_t>(); epochs > 0) {
       const auto per_step = batch_size_ * grad_accum_ * dataset_->context();
       total_steps_ = epochs * std::max<std::int64_t>(1, (dataset_->split_tokens(Split::Train) + per_step - 1) / per_step);
     }
   }
+
+  /// run.threads; "every core" (0) on a node shared by several ranks is each rank's share of its cores.
+  int thread_count() const {
+    const auto threads = static_cast<int>(config_.run().at("threads").get<std::int64_t>());
+    if (threads > 0 || !collective_ || collective_->env().local_world_size <= 1) return threads;
+    const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+    return std::max(1, cores / collective_->env().local_world_size);
+  }
+
+  /// Whether this process writes the run (rank 0 of a data-parallel run, or the only process).
+  bool writes() const { return !dp_ || dp_->writes(); }
 
   /// "batch 32 x 128 = 4096 tokens a step"; with accumulation "batch 32 (4 micro-batches of 8) x 128 = ...".
   std::string global_batch_text() const {
@@ -139,6 +161,7 @@ class Session {
     out << "batch " << sequences;
     if (grad_accum_ > 1) out << " (" << grad_accum_ << " micro-batches of " << batch_size_ << ")";
     out << " x " << dataset_->context() << " = " << sequences * dataset_->context() << " tokens a step";
+    if (dp_) out << " over " << dp_->describe();
     return out.str();
   }
 
@@ -155,7 +178,7 @@ class Session {
                             dataset_->tokenizer().vocab_size(), train.at("distill_weight").get<double>(),
                             train.at("distill_hidden").get<double>());
     teacher_->model->to(device_);
-    threads_.emplace(static_cast<int>(config_.run().at("threads").get<std::int64_t>()));  // opening it set its own
+    threads_.emplace(thread_count());  // opening it set its own
     const auto own = entry.adopt_teacher(*model_, *teacher_->model);
     const bool layers = train.at("distill_layers").get<bool>();
     if (!layers) {
@@ -218,6 +241,10 @@ class Session {
     row.torch_version = torch_version_string();
     row.qt_version = qt_version;
     row.total_steps = total_steps_;
+    if (collective_) {
+      row.world_size = collective_->world_size();
+      row.backend = collective_->backend();
+    }
     row.lease_token = lease_token_ = new_lease_token();
     if (teacher_) row.parent_run_id = teacher_->run_id;  // a distilled run's lineage is its teacher
     if (!classification_) row.tokenizer_json = dataset_->tokenizer().to_json().dump();
@@ -255,7 +282,7 @@ class Session {
         if (it->crc32) verify_checkpoint_file(it->path, *it->crc32);
         const CheckpointExpectation expect{it->step, run_id_, config_hash_};
         meta = load_checkpoint(it->path, module(), optimizer_.get(), device_, &expect);
-        used = it->path;
+        used = resumed_from_ = it->path;
       } catch (const CheckpointError& e) {
         log_->warn("run {}: cannot resume from the checkpoint of step {}: {}", run_id_, it->step, e.what());
         passed_over.push_back("step " + std::to_string(it->step) + ": " + e.what());
@@ -275,9 +302,16 @@ class Session {
       resume_note_ = "resumed from step " + std::to_string(meta->step) + ", passing over " +
                 std::to_string(passed_over.size()) + " unusable checkpoint" + (passed_over.size() == 1 ? "" : "s") +
                 " (" + passed_over.front() + (passed_over.size() > 1 ? "; ..." : "") + ")";
-    store.set_status(run_id_, RunStatus::Running, resume_note_, lease_token_);
     RunPatch patch;
     patch.resumed_from_step = meta->step;
+    patch.backend = collective_ ? collective_->backend() : "";
+    if (const int ranks = collective_ ? collective_->world_size() : 1; ranks != record.world_size) {
+      patch.world_size = ranks;
+      resume_note_ += std::string(resume_note_.empty() ? "" : "; ") + "continued on " + std::to_string(ranks) +
+                      " rank" + (ranks == 1 ? "" : "s") + " after " + std::to_string(record.world_size) +
+                      " (the same " + std::to_string(batch_size_ * grad_accum_) + " sequences a step)";
+    }
+    store.set_status(run_id_, RunStatus::Running, resume_note_, lease_token_);
     store.patch_run(run_id_, patch);
     log_->info("run {}: resumed from {} at step {}", run_id_, used, meta->step);
   }
@@ -287,11 +321,12 @@ class Session {
     outcome.run_id = run_id_;
     outcome.db_path = db_path_;
     outcome.last_step = start_step_;
-    writer_ = std::make_unique<StoreWriter>(db_path_, run_id_, lease_token_);
+    if (writes()) writer_.open(db_path_, run_id_, lease_token_);
     const std::string desc = description();
     if (observer_) observer_->on_started(run_id_, desc, total_steps_);
     log_->info("run {}: {}", run_id_, desc);
     try {
+      if (dp_) join_ranks(outcome);
       loop(outcome);
     } catch (const std::exception& e) {
       // The steps that ran before the error but were not read back yet are still recorded, where the device allows.
@@ -317,6 +352,29 @@ class Session {
   }
 
  private:
+  /// Data parallel, before the first step: rank 0 tells the other ranks the run and the checkpoint it resumed from
+  /// (they load it too), then every rank checks that it runs the same config and build and takes rank 0's weights.
+  void join_ranks(TrainOutcome& outcome) {
+    const auto from = dp_->collective().broadcast_string(std::to_string(run_id_) + "\n" + resumed_from_);
+    const auto newline = from.find('\n');
+    run_id_ = std::stoll(from.substr(0, newline));
+    outcome.run_id = run_id_;
+    if (const auto checkpoint = from.substr(newline + 1); !writes() && !checkpoint.empty()) {
+      const auto meta = load_checkpoint(checkpoint, module(), optimizer_.get(), device_, nullptr);
+      start_step_ = outcome.last_step = meta.step;
+      tokens_seen_ = meta.tokens_seen;
+      elapsed_before_ = meta.elapsed_s;
+      resumed_ = true;
+    }
+    const auto& run = config_.run();
+    dp_->start(module(), config_.hash() + ", RouteLab " + ROUTELAB_VERSION + ", " + torch_version_string(),
+               run.at("dist_bucket_mb").get<double>(), run.at("dist_overlap").get<bool>());
+    log_->info("run {}: {}", run_id_, collective_->describe());
+  }
+
+  /// The user's stop; in a data-parallel run any rank's, seen by every rank after the same step.
+  bool stop_requested() const { return dp_ ? ranks_stop_ : cancel_ && cancel_->load(); }
+
   void loop(TrainOutcome& outcome) {
     const auto& train = config_.train();
     const auto warmup = train.at("warmup_steps").get<std::int64_t>();
@@ -328,7 +386,7 @@ class Session {
     const auto sync_setting = train.at("sync_every").get<std::int64_t>();
     const std::int64_t sync_every = sync_setting > 0 ? sync_setting : device_.is_cuda() ? kGpuSyncEvery : 1;
 
-    if (start_step_ == 0 && !resumed_) {
+    if (start_step_ == 0 && !resumed_ && writes()) {
       // The untrained model's validation loss: every curve starts from a measured point, not from step 1.
       const auto eval = evaluate(0);
       outcome.first_val_loss = eval.val_loss;
@@ -343,7 +401,7 @@ class Session {
     pending_.clear();
 
     for (std::int64_t step = start_step_ + 1; step <= total_steps_; ++step) {
-      if (cancel_ && cancel_->load()) {
+      if (stop_requested()) {
         if (!settle(outcome)) return;
         checkpoint(step - 1, t_start_);
         outcome.status = RunStatus::Stopped;
@@ -367,7 +425,7 @@ class Session {
                               static_cast<std::int64_t>(pending_.size()) >= sync_every;
       if (settle_now && !settle(outcome)) return;
 
-      if (eval_step || step == total_steps_) {
+      if ((eval_step || step == total_steps_) && writes()) {  // data parallel: rank 0 evaluates
         const auto eval = evaluate(step);
         if (!outcome.first_val_loss) outcome.first_val_loss = eval.val_loss;
         outcome.last_val_loss = eval.val_loss;
@@ -487,10 +545,19 @@ class Session {
     // Made at the first step, after a resume has loaded the optimizer's state.
     if (cuda_graph_ && !graph_step_)
       graph_step_ = std::make_unique<CudaGraphStep>(*model_, *optimizer_, grad_clip, bf16_, grad_accum_);
-    auto result = graph_step_
-                      ? graph_step_->run(batch, /*trace=*/log_step)
-                      : train_step(*model_, *optimizer_, batch, grad_clip, bf16_, /*trace=*/log_step, grad_accum_,
-                                   teacher_ ? &*teacher_ : nullptr);
+    const Teacher* teacher = teacher_ ? &*teacher_ : nullptr;
+    StepResult result;
+    if (dp_) {  // this rank's rows of the step; gradients, losses and the trace summed over the ranks
+      const auto share = dp_->share_of(batch);
+      result = train_step(*model_, *optimizer_, dp_->local_part(batch), grad_clip, bf16_, log_step,
+                          dp_->micro_batches(), teacher, &share);
+      ranks_stop_ = dp_->finish_step(result, log_step, cancel_ && cancel_->load());
+      if (log_step) result.output.stats["dist_wait_ms"] = dp_->last_wait_s() * 1000.0;
+    } else {
+      result = graph_step_ ? graph_step_->run(batch, /*trace=*/log_step)
+                           : train_step(*model_, *optimizer_, batch, grad_clip, bf16_, /*trace=*/log_step, grad_accum_,
+                                        teacher);
+    }
     StepRecord r;
     r.loss_t = result.loss;
     r.aux_loss_t = result.aux_loss;
@@ -673,8 +740,8 @@ class Session {
   }
 
   void checkpoint(std::int64_t step, std::chrono::steady_clock::time_point t_start) {
-    // Step 0 too: a run stopped before its first step can be resumed.
-    if (step < 0 || step == last_checkpoint_step_) return;
+    // Step 0 too: a run stopped before its first step can be resumed. Data parallel: rank 0's is the run's.
+    if (step < 0 || step == last_checkpoint_step_ || !writes()) return;
     std::ostringstream name;
     name << "step-" << std::setw(8) << std::setfill('0') << step << ".pt";
     const auto path = (fs::path(checkpoint_dir(db_path_, run_id_)) / name.str()).string();
@@ -714,7 +781,11 @@ class Session {
   std::unique_ptr<MultiTensorAdamW> optimizer_;
   bool cuda_graph_ = false;                     ///< train.cuda_graph
   std::unique_ptr<CudaGraphStep> graph_step_;  ///< made at the first step when cuda_graph_
-  std::unique_ptr<StoreWriter> writer_;
+  RankWriter writer_;  ///< rank 0's (or the only process's) writer of the run
+  std::shared_ptr<Collective> collective_;  ///< data parallel: the process group (null: one process)
+  std::optional<DataParallel> dp_;
+  bool ranks_stop_ = false;  ///< data parallel: a rank asked to stop at the last step
+  std::string resumed_from_;  ///< the checkpoint restore() loaded
   std::vector<PendingStep> pending_;  ///< steps run but not yet read back (GPU)
   std::chrono::steady_clock::time_point t_start_, t_window_;
   std::int64_t window_tokens_ = 0;
@@ -728,6 +799,15 @@ class Session {
 };
 
 std::string resolve_db(const std::string& db_path) { return db_path.empty() ? default_db_path() : db_path; }
+
+/// The process group of a data-parallel rank (null for a process alone), joined before anything is stored.
+std::shared_ptr<Collective> join_group(const DistEnv* dist, const ExperimentConfig& config) {
+  if (!dist) return nullptr;
+  const auto& run = config.run();
+  auto device = resolve_device(run.at("device").get<std::string>());
+  if (device.is_cuda()) device = torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(dist->local_rank));
+  return Collective::join(*dist, device, run.at("backend").get<std::string>(), run.at("dist_timeout_s").get<double>());
+}
 
 }  // namespace
 
@@ -743,35 +823,44 @@ std::string torch_version_string() {
   return v;
 }
 
-TrainOutcome train(const TrainRequest& request, TrainObserver* observer, const std::atomic<bool>* cancel) {
+TrainOutcome train(const TrainRequest& request, TrainObserver* observer, const std::atomic<bool>* cancel,
+                   const DistEnv* dist) {
   init_logging();
-  Session session(request.config, resolve_db(request.db_path), observer, cancel);
-  session.create_run(request.name, request.qt_version);
+  auto group = join_group(dist, request.config);
+  Session session(request.config, resolve_db(request.db_path), observer, cancel, nullptr, std::move(group));
+  if (session.writes()) session.create_run(request.name, request.qt_version);
   return session.run();
 }
 
 TrainOutcome resume(const std::string& db_path, std::int64_t run_id, TrainObserver* observer,
-                    const std::atomic<bool>* cancel, int threads, double takeover_after_s) {
+                    const std::atomic<bool>* cancel, int threads, double takeover_after_s, const DistEnv* dist) {
   init_logging();
   const auto db = resolve_db(db_path);
+  const bool follower = dist && dist->rank != 0;  // a data-parallel rank other than 0 only reads the store
   std::optional<RunRecord> record;
   std::string lease, tokenizer;
   {
-    RunStore store(db);
+    RunStore store(db, /*mark_crashed=*/!follower);
     record = store.run(run_id);
     if (!record) throw StoreError(db + ": no run with id " + std::to_string(run_id));
     tokenizer = store.run_tokenizer(run_id);
     if (record->status == RunStatus::Finished)
       throw StoreError("run " + std::to_string(run_id) + " already finished all " +
                        std::to_string(record->total_steps) + " steps");
-    // From here this process is the run's one writer, or nothing happens: a second resume is refused here.
-    lease = store.acquire_lease(run_id, takeover_after_s);
   }
+  auto doc = stored_config(*record, db);
+  if (threads >= 0 && doc.contains("run") && doc["run"].is_object()) doc["run"]["threads"] = threads;
+  const auto config = config_from_resolved(doc, record->preset);
+  auto group = join_group(dist, config);
+  const auto stored_tokenizer = parse_stored_tokenizer(tokenizer, db + ": run " + std::to_string(run_id));
+  if (follower) {
+    Session session(config, db, observer, cancel, stored_tokenizer, std::move(group));
+    return session.run();
+  }
+  // From here this process is the run's one writer, or nothing happens: a second resume is refused here.
+  lease = RunStore(db).acquire_lease(run_id, takeover_after_s);
   try {
-    auto doc = stored_config(*record, db);
-    if (threads >= 0 && doc.contains("run") && doc["run"].is_object()) doc["run"]["threads"] = threads;
-    Session session(config_from_resolved(doc, record->preset), db, observer, cancel,
-                    parse_stored_tokenizer(tokenizer, db + ": run " + std::to_string(run_id)));
+    Session session(config, db, observer, cancel, stored_tokenizer, std::move(group));
     session.restore(*record, lease);
     return session.run();
   } catch (...) {

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "core/config/experiment_config.h"
+#include "core/dist/launch_env.h"
 #include "core/run/evaluation_record.h"
 #include "core/store/run_store.h"
 
@@ -79,8 +80,11 @@ struct TrainRequest {
 /// metrics. Errors in the config, data or device are reported as a `failed` outcome when the run
 /// row exists, and thrown (ConfigError, DataError, DeviceError, StoreError) when nothing was stored yet.
 /// `cancel` set to true stops after the current step with status `stopped` and a final checkpoint.
+/// With `dist` this process is one rank of a data-parallel run (core/dist/launch_env.h): every rank trains its share
+/// of each step; rank 0 alone evaluates, checkpoints and writes the store, and the other ranks' outcome has rank 0's
+/// run_id.
 TrainOutcome train(const TrainRequest& request, TrainObserver* observer = nullptr,
-                   const std::atomic<bool>* cancel = nullptr);
+                   const std::atomic<bool>* cancel = nullptr, const DistEnv* dist = nullptr);
 
 /// Continues run `run_id` from its newest intact checkpoint in the same run row: rows after the checkpoint's step
 /// are dropped, resumed_from_step is recorded, status goes back to running. On CPU the continued loss curve
@@ -89,9 +93,12 @@ TrainOutcome train(const TrainRequest& request, TrainObserver* observer = nullpt
 /// (RunStore::acquire_lease, with `takeover_after_s`): while another live process writes the run, resume is a
 /// StoreError and nothing changes. A damaged checkpoint, or one of another run, config or step, is passed over for
 /// the one before it; none intact is a CheckpointError.
+/// With `dist`, every rank calls it: rank 0 restores and takes the lease, the other ranks load the checkpoint it
+/// chose; the number of ranks may differ from the run's last (the global batch stays the config's), which the
+/// run's message says.
 TrainOutcome resume(const std::string& db_path, std::int64_t run_id, TrainObserver* observer = nullptr,
                     const std::atomic<bool>* cancel = nullptr, int threads = -1,
-                    double takeover_after_s = RunStore::kNeverTakeOver);
+                    double takeover_after_s = RunStore::kNeverTakeOver, const DistEnv* dist = nullptr);
 
 /// Versions recorded with every run.
 std::string torch_version_string();

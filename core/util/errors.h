@@ -35,6 +35,12 @@ class StoreError : public Error {
   using Error::Error;
 };
 
+/// A data-parallel peer failed: a rank died, did not answer in time, or runs another config or build.
+class DistError : public Error {
+ public:
+  using Error::Error;
+};
+
 /// The requested device (e.g. cuda) is not available.
 class DeviceError : public Error {
  public:

@@ -1,0 +1,125 @@
+// posix_spawn of the workers with the launch variables added to this process's environment; waitpid watches them.
+#include "core/dist/local_launch.h"
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+#include <map>
+#include <thread>
+
+#include "core/util/errors.h"
+
+extern char** environ;
+
+namespace routelab {
+namespace {
+
+/// This process's environment with `overrides` replacing or adding variables, as "KEY=VALUE" strings.
+std::vector<std::string> environment_with(const std::map<std::string, std::string>& overrides) {
+  std::vector<std::string> out;
+  for (char** e = environ; *e; ++e) {
+    const std::string entry(*e);
+    if (!overrides.count(entry.substr(0, entry.find('=')))) out.push_back(entry);
+  }
+  for (const auto& [key, value] : overrides) out.push_back(key + "=" + value);
+  return out;
+}
+
+std::vector<char*> pointers(std::vector<std::string>& strings) {
+  std::vector<char*> out;
+  for (auto& s : strings) out.push_back(s.data());
+  out.push_back(nullptr);
+  return out;
+}
+
+/// The exit status of a waited-for child: its code, or 128 + the signal that ended it.
+int exit_status(int status) { return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status); }
+
+}  // namespace
+
+int free_local_port() {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  if (fd < 0) throw Error(std::string("cannot open a socket to find a free port: ") + std::strerror(errno));
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  addr.sin_port = 0;
+  socklen_t len = sizeof addr;
+  const bool ok = ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0 &&
+                  ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0;
+  ::close(fd);
+  if (!ok) throw Error(std::string("cannot find a free port on 127.0.0.1: ") + std::strerror(errno));
+  return ntohs(addr.sin_port);
+}
+
+int run_local_workers(int n, const std::vector<std::string>& argv, double grace_s,
+                      const std::function<void(const std::string&)>& say) {
+  if (n < 1) throw ConfigError("--nproc " + std::to_string(n) + ": needs at least 1 process");
+  if (argv.empty()) throw Error("run_local_workers: no program to run");
+  const auto port = std::to_string(free_local_port());
+  std::map<pid_t, int> rank_of;
+  for (int rank = 0; rank < n; ++rank) {
+    auto env = environment_with({{"RANK", std::to_string(rank)},
+                                 {"WORLD_SIZE", std::to_string(n)},
+                                 {"LOCAL_RANK", std::to_string(rank)},
+                                 {"LOCAL_WORLD_SIZE", std::to_string(n)},
+                                 {"MASTER_ADDR", "127.0.0.1"},
+                                 {"MASTER_PORT", port},
+                                 {"ROUTELAB_LAUNCHER", "routelab --nproc"}});
+    auto args = argv;
+    pid_t pid = 0;
+    const int rc = ::posix_spawn(&pid, args.front().c_str(), nullptr, nullptr, pointers(args).data(),
+                                 pointers(env).data());
+    if (rc != 0) {
+      for (const auto& [p, r] : rank_of) ::kill(p, SIGKILL);
+      for (const auto& [p, r] : rank_of) ::waitpid(p, nullptr, 0);
+      throw Error("cannot start worker " + std::to_string(rank) + " (" + args.front() + "): " + std::strerror(rc));
+    }
+    rank_of[pid] = rank;
+  }
+  int first_failure = 0;
+  bool grace = false, killed = false;  // after a failure: the others' grace period runs until `deadline`
+  auto deadline = std::chrono::steady_clock::now();
+  while (!rank_of.empty()) {
+    int status = 0;
+    const pid_t pid = ::waitpid(-1, &status, grace ? WNOHANG : 0);
+    if (pid > 0 && rank_of.count(pid)) {
+      const int code = exit_status(status);
+      const int rank = rank_of[pid];
+      rank_of.erase(pid);
+      if (code != 0) {
+        say("rank " + std::to_string(rank) + " of " + std::to_string(n) + " ended with exit status " +
+            std::to_string(code) + (WIFSIGNALED(status) ? std::string(" (") + ::strsignal(WTERMSIG(status)) + ")" : ""));
+        if (first_failure == 0) first_failure = code;
+        if (!grace && !killed) {
+          grace = true;
+          deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(static_cast<long long>(grace_s * 1000));
+        }
+      }
+      continue;
+    }
+    if (pid < 0 && errno != EINTR) break;
+    if (grace && std::chrono::steady_clock::now() >= deadline) {
+      for (const auto& [p, rank] : rank_of) {
+        say("rank " + std::to_string(rank) + " did not end within " + std::to_string(static_cast<int>(grace_s)) +
+            " s of the failure: killed");
+        ::kill(p, SIGKILL);
+      }
+      grace = false;  // now wait for the killed ones without a limit
+      killed = true;
+    } else if (grace) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+  }
+  return first_failure;
+}
+
+}  // namespace routelab

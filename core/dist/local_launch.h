@@ -1,0 +1,21 @@
+// `routelab-cli train --nproc N`: the N processes of a data-parallel run on this machine, started and watched as
+// torchrun --standalone does (no Torch here).
+#pragma once
+#include <functional>
+#include <string>
+#include <vector>
+
+namespace routelab {
+
+/// A TCP port on 127.0.0.1 that was free a moment ago (the kernel's pick).
+int free_local_port();
+
+/// Runs `argv` (the program first) as `n` workers of one run: each gets RANK, WORLD_SIZE, LOCAL_RANK,
+/// LOCAL_WORLD_SIZE, MASTER_ADDR=127.0.0.1, a free MASTER_PORT and ROUTELAB_LAUNCHER. Waits for all of them. When
+/// one fails, the others have `grace_s` to end on their own (their next collective tells them, and rank 0 records
+/// the run's status) before they are killed. `say` receives a line for each worker that failed. Returns 0 when
+/// every worker succeeded, else the first failure's exit status (128 + signal for a killed one).
+int run_local_workers(int n, const std::vector<std::string>& argv, double grace_s,
+                      const std::function<void(const std::string&)>& say);
+
+}  // namespace routelab

@@ -1,0 +1,31 @@
+// What a data-parallel step reports, made global: every rank ran an equal share of the step's sequences, so a
+// 4-rank run stores the numbers a 1-rank run of the same global batch would.
+#pragma once
+#include <map>
+#include <string>
+#include <vector>
+
+#include <torch/torch.h>
+
+#include "core/dist/collective.h"
+#include "core/models/language_model.h"
+
+namespace routelab {
+
+/// Sums each rank's share of the step's mean loss and auxiliary loss (0-dim tensors, replaced by the sums), and
+/// says whether any rank asked to stop (`stop` on any rank), in one all-reduce.
+bool reduce_step_scalars(Collective& collective, torch::Tensor& loss, torch::Tensor& aux_loss, bool stop);
+
+/// A log step's routing trace and model statistics over every rank, in one all-reduce: per layer the routed share,
+/// the auxiliary term and the gate's mean are averaged (the trace's gate becomes that mean, one element), token
+/// counts and FLOPs summed; statistics averaged over the ranks that report them (rank 0's keys).
+void reduce_trace(Collective& collective, std::vector<LayerTrace>& trace, std::map<std::string, double>& stats);
+
+/// Rank `root`'s values of every tensor of `module` (parameters and buffers) on every rank.
+void broadcast_module(Collective& collective, torch::nn::Module& module, int root = 0);
+
+/// Every rank's `fingerprint` (config and build) against rank 0's: a DistError on every rank, naming the ranks
+/// that differ and `what`, when any does.
+void check_same_everywhere(Collective& collective, const std::string& fingerprint, const std::string& what);
+
+}  // namespace routelab

@@ -1,0 +1,76 @@
+// A training run's part in data-parallel training (core/dist): which rows of each step's batch this rank trains on,
+// the gradient sum, the step's numbers made global, and the one writer (rank 0).
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include <torch/torch.h>
+
+#include "core/data/dataset.h"
+#include "core/dist/collective.h"
+#include "core/dist/grad_sync.h"
+#include "core/store/run_store.h"
+#include "core/train/step.h"
+
+namespace routelab {
+
+class DataParallel {
+ public:
+  /// A step's `global_rows` sequences (train.batch_size x train.grad_accum) split over the ranks: each takes an
+  /// equal, disjoint block of rows, run as micro-batches of at most `batch_size` rows. A ConfigError naming
+  /// train.batch_size and train.grad_accum when the ranks do not divide the step.
+  DataParallel(std::shared_ptr<Collective> collective, std::int64_t global_rows, std::int64_t batch_size);
+
+  Collective& collective() { return *collective_; }
+  int rank() const { return collective_->rank(); }
+  bool writes() const { return collective_->rank() == 0; }
+  std::int64_t local_rows() const { return local_rows_; }
+  std::int64_t micro_batches() const { return micro_batches_; }
+  /// "2 ranks (gloo), 16 sequences each as 2 micro-batches of 8".
+  std::string describe() const;
+
+  /// Before the first step: checks that every rank runs the same `fingerprint` (config, versions), makes every rank
+  /// start from rank 0's weights, and prepares the gradient sum over `model`'s trainable parameters.
+  void start(torch::nn::Module& model, const std::string& fingerprint, double bucket_mb, bool overlap);
+  /// This rank's rows of the step's whole `batch`, and how they weigh in it (StepShare::sync included).
+  Batch local_part(const Batch& batch) const;
+  StepShare share_of(const Batch& batch) const;
+  /// After the step: loss and aux loss summed over the ranks, the trace made global at log steps; true when any
+  /// rank asked to stop (`stop`), so that every rank stops after the same step.
+  bool finish_step(StepResult& result, bool traced, bool stop);
+  /// Seconds the last step waited for the gradient sum after its backward pass.
+  double last_wait_s() const { return sync_ ? sync_->last_wait_s() : 0.0; }
+
+ private:
+  std::shared_ptr<Collective> collective_;
+  std::int64_t global_rows_ = 0, local_rows_ = 0, micro_batches_ = 1;
+  std::unique_ptr<GradientSync> sync_;
+};
+
+/// The run's store writer, on rank 0; on the other ranks of a data-parallel run the same calls write nothing (only
+/// rank 0 writes the run store and the checkpoints).
+class RankWriter {
+ public:
+  void open(const std::string& db_path, std::int64_t run_id, const std::string& lease_token) {
+    writer_ = std::make_unique<StoreWriter>(db_path, run_id, lease_token);
+  }
+  void reset() { writer_.reset(); }
+  bool writes() const { return writer_ != nullptr; }
+  RankWriter* operator->() { return this; }
+  void add_metric(const MetricRow& row) { if (writer_) writer_->add_metric(row); }
+  void add_routing(const RoutingRow& row) { if (writer_) writer_->add_routing(row); }
+  void add_eval(const EvalRow& row) { if (writer_) writer_->add_eval(row); }
+  void add_checkpoint(const CheckpointRow& row) { if (writer_) writer_->add_checkpoint(row); }
+  void add_probe(const ProbeRow& row) { if (writer_) writer_->add_probe(row); }
+  void flush() { if (writer_) writer_->flush(); }
+  void check() { if (writer_) writer_->check(); }
+  void set_status(RunStatus status, const std::string& message = "") {
+    if (writer_) writer_->set_status(status, message);
+  }
+
+ private:
+  std::unique_ptr<StoreWriter> writer_;
+};
+
+}  // namespace routelab

@@ -1,0 +1,292 @@
+// Data-parallel training on c10d with Gloo: the launch variables (torchrun's, Slurm's) and their errors; two ranks
+// (routelab-cli train --nproc 2, or two processes given torchrun's variables by the test) store the curve, routing
+// and evaluations of one process training the same global batch; rank 0 alone writes; a killed rank ends the other
+// with a clear error, the store stays intact and the run resumes, on another number of ranks too; ranks of
+// different configs or an uneven split are refused by name.
+#include <QProcess>
+#include <QTemporaryDir>
+#include <QtTest>
+
+#include <signal.h>
+#include <sqlite3.h>
+
+#include <chrono>
+#include <map>
+#include <thread>
+
+#include "core/dist/launch_env.h"
+#include "core/dist/local_launch.h"
+#include "core/store/run_store.h"
+#include "core/util/errors.h"
+#include "tests/suite.h"
+
+namespace test_dist {
+
+using namespace routelab;
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using routelab::test::contains;
+using routelab::test::error_of;
+
+/// SQLite's own verdict on a store file ("ok" when intact).
+QString integrity(const QString& db) {
+  sqlite3* handle = nullptr;
+  sqlite3_open_v2(db.toUtf8().constData(), &handle, SQLITE_OPEN_READONLY, nullptr);
+  sqlite3_stmt* s = nullptr;
+  QString out = "(cannot read)";
+  if (sqlite3_prepare_v2(handle, "PRAGMA integrity_check", -1, &s, nullptr) == SQLITE_OK && sqlite3_step(s) == SQLITE_ROW)
+    out = QString::fromUtf8(reinterpret_cast<const char*>(sqlite3_column_text(s, 0)));
+  sqlite3_finalize(s);
+  sqlite3_close(handle);
+  return out;
+}
+
+EnvLookup lookup_in(std::map<std::string, std::string> vars) {
+  return [vars = std::move(vars)](const std::string& name) -> std::optional<std::string> {
+    const auto it = vars.find(name);
+    if (it == vars.end()) return std::nullopt;
+    return it->second;
+  };
+}
+
+/// A metric of a run as (step, value), in step order.
+std::vector<std::pair<std::int64_t, double>> curve(const QString& db, std::int64_t run, const std::string& key) {
+  std::vector<std::pair<std::int64_t, double>> out;
+  for (const auto& p : RunStore(db.toStdString(), false).metric(run, key)) out.emplace_back(p.step, p.value);
+  return out;
+}
+
+void expect_same_curve(const QString& db_a, std::int64_t run_a, const QString& db_b, std::int64_t run_b,
+                       const std::string& key, double tolerance) {
+  const auto a = curve(db_a, run_a, key), b = curve(db_b, run_b, key);
+  QVERIFY2(!a.empty(), key.c_str());
+  QCOMPARE(a.size(), b.size());
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    QCOMPARE(a[i].first, b[i].first);
+    QVERIFY2(std::abs(a[i].second - b[i].second) <= tolerance,
+             qPrintable(QString("%1 step %2: %3 vs %4").arg(key.c_str()).arg(a[i].first).arg(a[i].second, 0, 'g', 12)
+                            .arg(b[i].second, 0, 'g', 12)));
+  }
+}
+
+}  // namespace
+
+class TestDist : public QObject {
+  Q_OBJECT
+  QTemporaryDir home_;
+
+  QProcessEnvironment environment(const std::map<QString, QString>& extra = {}) const {
+    auto env = QProcessEnvironment::systemEnvironment();
+    env.insert("ROUTELAB_HOME", home_.path());
+    for (const auto& [k, v] : extra) env.insert(k, v);
+    return env;
+  }
+
+  std::unique_ptr<QProcess> start(const QStringList& args, const std::map<QString, QString>& extra = {}) {
+    auto p = std::make_unique<QProcess>();
+    p->setProcessEnvironment(environment(extra));
+    p->setProcessChannelMode(QProcess::MergedChannels);
+    p->start(qEnvironmentVariable("ROUTELAB_CLI"), args);
+    p->waitForStarted();
+    return p;
+  }
+
+  static std::pair<int, QString> finish(QProcess& p, int timeout_ms = 300000) {
+    if (!p.waitForFinished(timeout_ms)) return {-1, "timed out: " + QString::fromUtf8(p.readAll())};
+    return {p.exitStatus() == QProcess::NormalExit ? p.exitCode() : -2, QString::fromUtf8(p.readAll())};
+  }
+
+  std::pair<int, QString> run(const QStringList& args) { return finish(*start(args)); }
+
+  /// A small run: dropout off, 2 sequences of 4 a step as 2 micro-batches (so one process runs the very
+  /// micro-batches the two ranks split), one thread per process.
+  static QStringList train_args(const QString& db, const QString& arch, int steps = 8) {
+    return {"train", "--preset", "tiny", "--steps", QString::number(steps), "--db", db, "--quiet", "--threads", "1",
+            "--set", "model.arch=" + arch, "--set", "model.dropout=0", "--set", "train.batch_size=4", "--set",
+            "train.grad_accum=2", "--set", "train.log_every=1", "--set", "train.eval_every=4", "--set",
+            "train.checkpoint_every=4", "--set", "run.dist_bucket_mb=0.02", "--set", "run.dist_timeout_s=60"};
+  }
+
+  /// Two ranks started as torchrun starts them: the launch variables set by the test itself.
+  std::vector<std::unique_ptr<QProcess>> start_ranks(const QStringList& args, int port) {
+    std::vector<std::unique_ptr<QProcess>> ranks;
+    for (int r = 0; r < 2; ++r)
+      ranks.push_back(start(args, {{"RANK", QString::number(r)}, {"WORLD_SIZE", "2"}, {"LOCAL_RANK", QString::number(r)},
+                                   {"MASTER_ADDR", "127.0.0.1"}, {"MASTER_PORT", QString::number(port)}}));
+    return ranks;
+  }
+
+  /// The single-process run of `arch` every two-rank run is held to (trained once per architecture).
+  std::pair<QString, std::int64_t> reference(const QString& arch) {
+    const auto db = home_.filePath("one-" + arch + ".sqlite");
+    if (!QFile::exists(db)) {
+      const auto [code, out] = run(train_args(db, arch));
+      if (code != 0) qWarning("%s", qPrintable(out));
+    }
+    return {db, 1};
+  }
+
+ private Q_SLOTS:
+  void initTestCase() { QVERIFY2(QFile::exists(qEnvironmentVariable("ROUTELAB_CLI")), "ROUTELAB_CLI not set"); }
+
+  void torchrunAndSlurmVariables() {
+    QVERIFY(!dist_env_from(lookup_in({})));
+    auto env = dist_env_from(lookup_in({{"RANK", "1"}, {"WORLD_SIZE", "2"}, {"LOCAL_RANK", "1"},
+                                        {"MASTER_ADDR", "10.0.0.7"}, {"MASTER_PORT", "29400"},
+                                        {"TORCHELASTIC_RUN_ID", "x"}, {"TORCHELASTIC_USE_AGENT_STORE", "True"}}));
+    QVERIFY(env);
+    QCOMPARE(env->rank, 1);
+    QCOMPARE(env->world_size, 2);
+    QCOMPARE(env->master_addr, std::string("10.0.0.7"));
+    QCOMPARE(env->master_port, 29400);
+    QVERIFY(env->agent_store);
+    QCOMPARE(env->launcher, std::string("torchrun"));
+    env = dist_env_from(lookup_in({{"SLURM_PROCID", "5"}, {"SLURM_NTASKS", "8"}, {"SLURM_STEP_ID", "0"},
+                                   {"SLURM_LOCALID", "1"}, {"SLURM_STEP_TASKS_PER_NODE", "4(x2)"},
+                                   {"SLURM_STEP_NODELIST", "gpu[003-004]"}}));
+    QVERIFY(env);
+    QCOMPARE(env->rank, 5);
+    QCOMPARE(env->world_size, 8);
+    QCOMPARE(env->local_rank, 1);
+    QCOMPARE(env->local_world_size, 4);
+    QCOMPARE(env->master_addr, std::string("gpu003"));
+    QCOMPARE(env->master_port, 29500);
+    QCOMPARE(env->launcher, std::string("slurm"));
+    QVERIFY(!dist_env_from(lookup_in({{"SLURM_PROCID", "0"}, {"SLURM_NTASKS", "8"}})));  // a batch script, not srun
+    QCOMPARE(first_slurm_host("node7,node8"), std::string("node7"));
+    QCOMPARE(first_slurm_host("a[10,12],b1"), std::string("a10"));
+    // Each error names the variable at fault.
+    const std::map<std::string, std::string> good = {{"RANK", "0"}, {"WORLD_SIZE", "2"}, {"MASTER_ADDR", "h"},
+                                                     {"MASTER_PORT", "1234"}};
+    const std::vector<std::pair<std::pair<std::string, std::string>, std::string>> bad = {
+        {{"RANK", "two"}, "RANK=two: not a whole number"},   {{"RANK", "2"}, "RANK=2: outside 0..1"},
+        {{"MASTER_PORT", "0"}, "MASTER_PORT=0: outside"},     {{"WORLD_SIZE", "0"}, "WORLD_SIZE=0: outside"},
+        {{"MASTER_ADDR", ""}, "MASTER_ADDR is not set"}};
+    for (const auto& [change, expected] : bad) {
+      auto vars = good;
+      vars[change.first] = change.second;
+      const auto message = error_of<ConfigError>([&] { dist_env_from(lookup_in(vars)); });
+      QVERIFY2(contains(message, expected), qPrintable(QString::fromStdString(message)));
+    }
+    auto no_rank = good;
+    no_rank.erase("RANK");
+    QVERIFY(contains(error_of<ConfigError>([&] { dist_env_from(lookup_in(no_rank)); }), "RANK is not set"));
+  }
+
+  /// --nproc 2 of the dense model and of MoD: the curve, the evaluations and the routing of one process, one run row
+  /// with world size 2, one set of checkpoints.
+  void twoRanksStoreTheCurveOfOne_data() {
+    QTest::addColumn<QString>("arch");
+    QTest::newRow("dense") << "dense";
+    QTest::newRow("mod") << "mod";
+  }
+  void twoRanksStoreTheCurveOfOne() {
+    QFETCH(QString, arch);
+    const auto [one_db, one_run] = reference(arch);
+    const auto db = home_.filePath("two-" + arch + ".sqlite");
+    const auto [code, out] = run(train_args(db, arch) + QStringList{"--nproc", "2"});
+    QVERIFY2(code == 0, qPrintable(out));
+    RunStore store(db.toStdString(), false);
+    const auto runs = store.list_runs(true);
+    QCOMPARE(runs.size(), std::size_t(1));
+    QCOMPARE(runs[0].world_size, 2);
+    QCOMPARE(runs[0].status, RunStatus::Finished);
+    QCOMPARE(store.checkpoints(runs[0].id).size(), store.checkpoints(one_run).size() > 0
+                                                       ? RunStore(one_db.toStdString(), false).checkpoints(one_run).size()
+                                                       : std::size_t(0));
+    expect_same_curve(one_db, one_run, db, runs[0].id, "train/loss", 1e-5);
+    expect_same_curve(one_db, one_run, db, runs[0].id, "train/grad_norm", 1e-4);
+    expect_same_curve(one_db, one_run, db, runs[0].id, "val/loss", 1e-5);
+    expect_same_curve(one_db, one_run, db, runs[0].id, "train/flops_ratio", 1e-9);
+    const auto routing_one = RunStore(one_db.toStdString(), false).routing(one_run);
+    const auto routing_two = store.routing(runs[0].id);
+    QCOMPARE(routing_two.size(), routing_one.size());
+    for (std::size_t i = 0; i < routing_one.size(); ++i) {
+      QCOMPARE(routing_two[i].step, routing_one[i].step);
+      QCOMPARE(routing_two[i].tokens_attn, routing_one[i].tokens_attn);
+      QCOMPARE(routing_two[i].tokens_mlp, routing_one[i].tokens_mlp);
+      QVERIFY(std::abs(routing_two[i].routed_fraction - routing_one[i].routed_fraction) < 1e-9);
+      QVERIFY(std::abs(routing_two[i].gate_mean - routing_one[i].gate_mean) < 1e-5);
+    }
+    QVERIFY(!curve(db, runs[0].id, "train/dist_wait_ms").empty());
+  }
+
+  /// Two processes given torchrun's variables by the test take the path --nproc takes: the same stored curve.
+  void torchrunVariablesTakeTheSamePath() {
+    const auto [one_db, one_run] = reference("dense");
+    const auto db = home_.filePath("torchrun.sqlite");
+    auto ranks = start_ranks(train_args(db, "dense"), free_local_port());
+    for (auto& r : ranks) {
+      const auto [code, out] = finish(*r);
+      QVERIFY2(code == 0, qPrintable(out));
+    }
+    expect_same_curve(one_db, one_run, db, 1, "train/loss", 1e-5);
+    QCOMPARE(RunStore(db.toStdString(), false).list_runs(true).size(), std::size_t(1));
+  }
+
+  /// Killing rank 1 mid-run ends rank 0 within its timeout with an error naming the failed collective; the run is
+  /// stored as failed, the store is intact, and the run resumes on one process (saying so) to the end.
+  void aKilledRankEndsTheRunAndItResumes() {
+    const auto db = home_.filePath("killed.sqlite");
+    auto args = train_args(db, "dense", 400);
+    auto ranks = start_ranks(args, free_local_port());
+    const auto t0 = Clock::now();
+    bool trained = false;
+    while (!trained && Clock::now() - t0 < std::chrono::seconds(120)) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(200));
+      if (QFile::exists(db)) trained = RunStore(db.toStdString(), false).metric(1, "train/loss").size() >= 6;
+    }
+    QVERIFY2(trained, "the two ranks did not train");
+    ::kill(static_cast<pid_t>(ranks[1]->processId()), SIGKILL);
+    const auto killed_at = Clock::now();
+    const auto [code, out] = finish(*ranks[0], 120000);
+    const double took = std::chrono::duration<double>(Clock::now() - killed_at).count();
+    QVERIFY2(code != 0, qPrintable(out));
+    QVERIFY2(took < 60.0, qPrintable(QString("rank 0 took %1 s to stop").arg(took)));
+    QVERIFY2(out.contains("rank 0 of 2 (gloo)") && out.contains("failed"), qPrintable(out));
+    finish(*ranks[1]);
+    {
+      RunStore store(db.toStdString(), false);
+      const auto record = store.run(1);
+      QCOMPARE(record->status, RunStatus::Failed);
+      QVERIFY2(contains(record->message, "another rank stopped"), record->message.c_str());
+      QVERIFY(!store.checkpoints(1).empty());
+      QCOMPARE(integrity(db), QString("ok"));
+    }
+    const auto [resumed, resume_out] = run({"resume", "1", "--db", db, "--quiet"});
+    QVERIFY2(resumed == 0, qPrintable(resume_out));
+    RunStore store(db.toStdString(), false);
+    const auto record = store.run(1);
+    QCOMPARE(record->status, RunStatus::Finished);
+    QCOMPARE(record->world_size, 1);
+    QVERIFY2(contains(record->message, "continued on 1 rank after 2"), record->message.c_str());
+    QCOMPARE(curve(db, 1, "train/loss").size(), std::size_t(400));
+  }
+
+  /// Ranks of different configs are refused at start-up on every rank; so is a step the ranks do not divide.
+  void mismatchedRanksAndUnevenBatchesAreRefused() {
+    const auto db = home_.filePath("mismatch.sqlite");
+    const int port = free_local_port();
+    auto args = train_args(db, "dense");
+    std::vector<std::unique_ptr<QProcess>> ranks;
+    for (int r = 0; r < 2; ++r)
+      ranks.push_back(start(args + QStringList{"--set", r == 0 ? "train.lr=0.003" : "train.lr=0.002"},
+                            {{"RANK", QString::number(r)}, {"WORLD_SIZE", "2"}, {"MASTER_ADDR", "127.0.0.1"},
+                             {"MASTER_PORT", QString::number(port)}}));
+    for (auto& r : ranks) {
+      const auto [code, out] = finish(*r);
+      QVERIFY2(code != 0 && out.contains("rank 1 of 2 run another config or build than rank 0"), qPrintable(out));
+    }
+    const auto [code, out] = run({"train", "--preset", "tiny", "--steps", "2", "--db", home_.filePath("uneven.sqlite"),
+                                  "--quiet", "--threads", "1", "--set", "train.batch_size=3", "--nproc", "2"});
+    QVERIFY2(code != 0 && out.contains("train.batch_size x train.grad_accum") && out.contains("over 2 ranks"),
+             qPrintable(out));
+  }
+};
+
+}  // namespace test_dist
+
+ROUTELAB_TEST_SUITE(test_dist, TestDist)
+#include "test_dist.moc"
