@@ -40,6 +40,9 @@ RunSummary toSummary(const RunRecord& r) {
   s.tags = QString::fromStdString(r.tags);
   s.notes = QString::fromStdString(r.notes);
   s.device = QString::fromStdString(r.device);
+  if (r.world_size > 1 || !r.backend.empty())  // data parallel: "cpu, 2 ranks (gloo)"
+    s.device += QString(", %1 rank%2%3").arg(r.world_size).arg(r.world_size == 1 ? "" : "s")
+                    .arg(r.backend.empty() ? QString() : " (" + QString::fromStdString(r.backend) + ")");
   s.archived = r.archived;
   s.heartbeatAt = r.heartbeat_at;
   s.checkpointStep = r.checkpoint_step.value_or(-1);
