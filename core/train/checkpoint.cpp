@@ -18,6 +18,7 @@
 #include <torch/cuda.h>
 
 #include "core/util/errors.h"
+#include "core/util/logging.h"
 
 namespace fs = std::filesystem;
 
@@ -252,6 +253,29 @@ CheckpointMeta load_checkpoint(const std::string& path, torch::nn::Module& model
     throw CheckpointError(path + ": does not match the model (" + e.what_without_backtrace() + ")");
   }
   return meta;
+}
+
+ResumePoint load_newest_intact(const std::vector<CheckpointRow>& rows, std::int64_t run_id,
+                               const std::string& config_hash, torch::nn::Module& model,
+                               torch::optim::Optimizer* optimizer, torch::Device device) {
+  const auto run = "run " + std::to_string(run_id);
+  if (rows.empty()) throw CheckpointError(run + " has no checkpoint to resume from");
+  ResumePoint point;
+  for (auto it = rows.rbegin(); it != rows.rend(); ++it) {
+    try {
+      if (it->crc32) verify_checkpoint_file(it->path, *it->crc32);
+      const CheckpointExpectation expect{it->step, run_id, config_hash};
+      point.meta = load_checkpoint(it->path, model, optimizer, device, &expect);
+      point.path = it->path;
+      return point;
+    } catch (const CheckpointError& e) {
+      logger("train")->warn("{}: cannot resume from the checkpoint of step {}: {}", run, it->step, e.what());
+      point.passed_over.push_back("step " + std::to_string(it->step) + ": " + e.what());
+    }
+  }
+  std::string why;
+  for (const auto& p : point.passed_over) why += "; " + p;
+  throw CheckpointError(run + " has no intact checkpoint to resume from" + why);
 }
 
 }  // namespace routelab

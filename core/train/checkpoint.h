@@ -6,6 +6,7 @@
 #include <torch/torch.h>
 
 #include "core/models/language_model.h"
+#include "core/store/run_store.h"
 
 namespace routelab {
 
@@ -47,5 +48,19 @@ void verify_checkpoint_file(const std::string& path, std::uint32_t expected_crc3
 /// `expect`, a checkpoint of another run, config or step (checked before the model is touched).
 CheckpointMeta load_checkpoint(const std::string& path, torch::nn::Module& model, torch::optim::Optimizer* optimizer,
                                torch::Device device = torch::kCPU, const CheckpointExpectation* expect = nullptr);
+
+/// The checkpoint a stored run resumes from.
+struct ResumePoint {
+  CheckpointMeta meta;
+  std::string path;
+  std::vector<std::string> passed_over;  ///< "step 40: <why>" for each newer one that could not be used
+};
+
+/// Loads the newest of run `run_id`'s checkpoint rows (oldest first, as RunStore::checkpoints lists them) that is
+/// intact (its CRC-32), of this run and config, and of its row's step; the newer ones are passed over, each with a
+/// warning. A CheckpointError naming every reason when none can be used.
+ResumePoint load_newest_intact(const std::vector<CheckpointRow>& rows, std::int64_t run_id,
+                               const std::string& config_hash, torch::nn::Module& model,
+                               torch::optim::Optimizer* optimizer, torch::Device device);
 
 }  // namespace routelab

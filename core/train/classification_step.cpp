@@ -177,4 +177,24 @@ std::string classification_probe_json(SequenceClassifier& model, const Classific
   return doc.dump();
 }
 
+void EpochTally::add(double loss, std::int64_t correct, std::int64_t examples) {
+  loss_sum_ += loss * static_cast<double>(examples);
+  correct_ += correct;
+  examples_ += examples;
+}
+
+void EpochTally::restore(const std::vector<std::pair<std::int64_t, double>>& losses,
+                         const std::vector<std::pair<std::int64_t, double>>& accuracies,
+                         const EpochSchedule& schedule, std::int64_t step) {
+  clear();
+  if (step == 0 || schedule.ends_epoch(step)) return;
+  const auto first = schedule.epoch_of(step) * schedule.steps_per_epoch() + 1;
+  std::map<std::int64_t, double> accuracy_at(accuracies.begin(), accuracies.end());
+  for (const auto& [at, loss] : losses) {
+    if (at < first || at > step) continue;
+    const auto b = schedule.batch_size_at(at);
+    add(loss, std::llround(accuracy_at[at] * static_cast<double>(b)), b);
+  }
+}
+
 }  // namespace routelab

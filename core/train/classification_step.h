@@ -56,6 +56,27 @@ class EpochSchedule {
   std::vector<std::int64_t> order_;
 };
 
+/// The training loss and accuracy of the epoch so far, weighted by examples (train/epoch_loss, train/epoch_accuracy).
+class EpochTally {
+ public:
+  /// One step's mean loss, correct answers and examples.
+  void add(double loss, std::int64_t correct, std::int64_t examples);
+  double loss() const { return loss_sum_ / static_cast<double>(std::max<std::int64_t>(1, examples_)); }
+  double accuracy() const {
+    return static_cast<double>(correct_) / static_cast<double>(std::max<std::int64_t>(1, examples_));
+  }
+  void clear() { *this = EpochTally(); }
+  /// After a resume at `step` inside an epoch: the epoch's steps so far, from their stored per-step loss and
+  /// accuracy ((step, value) points of train/loss and train/accuracy) and the schedule's batch sizes.
+  void restore(const std::vector<std::pair<std::int64_t, double>>& losses,
+               const std::vector<std::pair<std::int64_t, double>>& accuracies, const EpochSchedule& schedule,
+               std::int64_t step);
+
+ private:
+  double loss_sum_ = 0;
+  std::int64_t correct_ = 0, examples_ = 0;
+};
+
 struct ClassStepResult {
   torch::Tensor loss;       ///< detached scalar CE (aux loss excluded)
   torch::Tensor aux_loss;   ///< detached scalar

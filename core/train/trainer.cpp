@@ -30,6 +30,7 @@
 #include "core/train/cuda_graph_step.h"
 #include "core/train/data_parallel.h"
 #include "core/train/distillation.h"
+#include "core/train/eval_records.h"
 #include "core/train/evaluation.h"
 #include "core/train/optimizer.h"
 #include "core/train/step.h"
@@ -271,39 +272,29 @@ class Session {
     config_hash_ = record.config_hash;
     resumed_ = true;
     RunStore store(db_path_, /*mark_crashed=*/false);
-    auto checkpoints = store.checkpoints(run_id_);
-    if (checkpoints.empty())
-      throw CheckpointError("run " + std::to_string(run_id_) + " has no checkpoint to resume from");
-    std::vector<std::string> passed_over;
-    std::optional<CheckpointMeta> meta;
-    std::string used;
-    for (auto it = checkpoints.rbegin(); it != checkpoints.rend() && !meta; ++it) {
-      try {
-        if (it->crc32) verify_checkpoint_file(it->path, *it->crc32);
-        const CheckpointExpectation expect{it->step, run_id_, config_hash_};
-        meta = load_checkpoint(it->path, module(), optimizer_.get(), device_, &expect);
-        used = resumed_from_ = it->path;
-      } catch (const CheckpointError& e) {
-        log_->warn("run {}: cannot resume from the checkpoint of step {}: {}", run_id_, it->step, e.what());
-        passed_over.push_back("step " + std::to_string(it->step) + ": " + e.what());
-      }
+    const auto point = load_newest_intact(store.checkpoints(run_id_), run_id_, config_hash_, module(),
+                                          optimizer_.get(), device_);
+    const auto& meta = point.meta;
+    const auto& passed_over = point.passed_over;
+    resumed_from_ = point.path;
+    start_step_ = meta.step;
+    tokens_seen_ = meta.tokens_seen;
+    elapsed_before_ = meta.elapsed_s;
+    store.truncate_after(run_id_, meta.step);
+    if (classification_) {  // the epoch's sums so far, from the stored per-step loss and accuracy
+      const auto points = [&](const char* key) {
+        std::vector<std::pair<std::int64_t, double>> out;
+        for (const auto& p : store.metric(run_id_, key)) out.emplace_back(p.step, p.value);
+        return out;
+      };
+      epoch_.restore(points("train/loss"), points("train/accuracy"), *schedule_, start_step_);
     }
-    if (!meta) {
-      std::string why;
-      for (const auto& p : passed_over) why += "; " + p;
-      throw CheckpointError("run " + std::to_string(run_id_) + " has no intact checkpoint to resume from" + why);
-    }
-    start_step_ = meta->step;
-    tokens_seen_ = meta->tokens_seen;
-    elapsed_before_ = meta->elapsed_s;
-    store.truncate_after(run_id_, meta->step);
-    if (classification_) restore_epoch_sums(store);
     if (!passed_over.empty())
-      resume_note_ = "resumed from step " + std::to_string(meta->step) + ", passing over " +
+      resume_note_ = "resumed from step " + std::to_string(meta.step) + ", passing over " +
                 std::to_string(passed_over.size()) + " unusable checkpoint" + (passed_over.size() == 1 ? "" : "s") +
                 " (" + passed_over.front() + (passed_over.size() > 1 ? "; ..." : "") + ")";
     RunPatch patch;
-    patch.resumed_from_step = meta->step;
+    patch.resumed_from_step = meta.step;
     patch.backend = collective_ ? collective_->backend() : "";
     if (const int ranks = collective_ ? collective_->world_size() : 1; ranks != record.world_size) {
       patch.world_size = ranks;
@@ -313,7 +304,7 @@ class Session {
     }
     store.set_status(run_id_, RunStatus::Running, resume_note_, lease_token_);
     store.patch_run(run_id_, patch);
-    log_->info("run {}: resumed from {} at step {}", run_id_, used, meta->step);
+    log_->info("run {}: resumed from {} at step {}", run_id_, point.path, meta.step);
   }
 
   TrainOutcome run() {
@@ -528,7 +519,7 @@ class Session {
     if (p.log_step) {
       writer_->add_metric({"train/tokens_per_s", step, wall, tokens_per_s_});
       writer_->add_metric({"train/aux_loss", step, wall, m.aux_loss});
-      record_routing(step, result.trace, result.stats, m);
+      record_train_routing(writer_, step, result.trace, result.stats, m);
     }
     if (classification_) add_to_epoch(step, result, wall);
     if (observer_) observer_->on_step(m);
@@ -587,59 +578,11 @@ class Session {
 
   /// Accumulates the epoch's example-weighted training loss and accuracy; stores them when the epoch ends.
   void add_to_epoch(std::int64_t step, const StepRecord& r, double wall) {
-    epoch_loss_sum_ += r.loss * static_cast<double>(r.examples);
-    epoch_correct_ += r.correct;
-    epoch_examples_ += r.examples;
+    epoch_.add(r.loss, r.correct, r.examples);
     if (!schedule_->ends_epoch(step)) return;
-    const auto n = static_cast<double>(std::max<std::int64_t>(1, epoch_examples_));
-    writer_->add_metric({"train/epoch_loss", step, wall, epoch_loss_sum_ / n});
-    writer_->add_metric({"train/epoch_accuracy", step, wall, static_cast<double>(epoch_correct_) / n});
-    epoch_loss_sum_ = 0;
-    epoch_correct_ = epoch_examples_ = 0;
-  }
-
-  /// After a resume inside an epoch: the epoch's sums so far, from the stored per-step loss and accuracy.
-  void restore_epoch_sums(const RunStore& store) {
-    epoch_loss_sum_ = 0;
-    epoch_correct_ = epoch_examples_ = 0;
-    if (start_step_ == 0 || schedule_->ends_epoch(start_step_)) return;
-    const auto first = schedule_->epoch_of(start_step_) * schedule_->steps_per_epoch() + 1;
-    const auto losses = store.metric(run_id_, "train/loss"), accuracies = store.metric(run_id_, "train/accuracy");
-    std::map<std::int64_t, double> accuracy_at;
-    for (const auto& p : accuracies) accuracy_at[p.step] = p.value;
-    for (const auto& p : losses) {
-      if (p.step < first || p.step > start_step_) continue;
-      const auto b = schedule_->batch_size_at(p.step);
-      epoch_loss_sum_ += p.value * static_cast<double>(b);
-      epoch_correct_ += std::llround(accuracy_at[p.step] * static_cast<double>(b));
-      epoch_examples_ += b;
-    }
-  }
-
-  void record_routing(std::int64_t step, const std::vector<LayerTrace>& trace, const std::map<std::string, double>& stats,
-                      StepMetrics& m) {
-    double flops = 0, dense_flops = 0;
-    for (const auto& layer : trace) {
-      flops += layer.flops;
-      dense_flops += layer.dense_flops;
-      m.routed_fraction.push_back(layer.routed_fraction);
-      RoutingRow row;
-      row.step = step;
-      row.layer = layer.layer;
-      row.routed_fraction = layer.routed_fraction;
-      row.gate_mean = layer.gate.defined() ? layer.gate.to(torch::kFloat).mean().item<double>() : 1.0;
-      row.aux_loss = layer.aux_loss;
-      const auto attn = layer.tokens_processed.find("attn");
-      const auto mlp = layer.tokens_processed.find("mlp");
-      row.tokens_attn = attn == layer.tokens_processed.end() ? 0 : attn->second;
-      row.tokens_mlp = mlp == layer.tokens_processed.end() ? 0 : mlp->second;
-      writer_->add_routing(row);
-    }
-    if (dense_flops > 0) {
-      m.flops_ratio = flops / dense_flops;
-      writer_->add_metric({"train/flops_ratio", step, now_s(), *m.flops_ratio});
-    }
-    for (const auto& [key, value] : stats) writer_->add_metric({"train/" + key, step, now_s(), value});
+    writer_->add_metric({"train/epoch_loss", step, wall, epoch_.loss()});
+    writer_->add_metric({"train/epoch_accuracy", step, wall, epoch_.accuracy()});
+    epoch_.clear();
   }
 
   EvalMetrics evaluate(std::int64_t step) { return classification_ ? evaluate_classification(step) : evaluate_lm(step); }
@@ -649,36 +592,7 @@ class Session {
     auto pass = evaluate_classifier(*classifier_, *class_data_, Split::Val, batch_size_, device_, bf16_,
                                     previous_assignments_);
     previous_assignments_ = std::move(pass.assignments);
-    EvalMetrics e;
-    e.step = step;
-    e.val_loss = pass.loss;
-    e.val_ppl = e.val_bpc = std::numeric_limits<double>::quiet_NaN();  // no next-token prediction here
-    e.val_accuracy = pass.scores.accuracy;
-    e.val_macro_f1 = pass.scores.macro_f1;
-    e.epoch = step / schedule_->steps_per_epoch();
-    e.flops_ratio = pass.routing.flops_ratio();
-    e.routed_fraction = pass.routing.routed_fractions();
-    e.stats = pass.stats;
-    const double wall = now_s();
-    writer_->add_metric({"val/loss", step, wall, e.val_loss});
-    writer_->add_metric({"val/accuracy", step, wall, *e.val_accuracy});
-    writer_->add_metric({"val/macro_f1", step, wall, *e.val_macro_f1});
-    writer_->add_metric({"val/epoch", step, wall, static_cast<double>(step) / schedule_->steps_per_epoch()});
-    if (pass.routing.any_routed()) {
-      writer_->add_metric({"val/routed_fraction", step, wall, pass.routing.mean_routed_fraction()});
-      writer_->add_metric({"val/flops_ratio", step, wall, e.flops_ratio});
-    }
-    auto record = pass.routing.record();
-    e.layers = record.layers;
-    record.task = Task::Classification;
-    record.accuracy = pass.scores.accuracy;
-    record.macro_f1 = pass.scores.macro_f1;
-    record.f1 = pass.scores.f1;
-    record.labels = class_data_->label_names();
-    record.examples = pass.examples;
-    record.stats = e.stats;
-    for (const auto& [key, value] : e.stats) writer_->add_metric({"val/" + key, step, wall, value});
-    writer_->add_eval({step, "val", e.val_loss, e.val_ppl, e.val_bpc, evaluation_extra_json(record).dump()});
+    auto e = record_classification_eval(writer_, step, pass, schedule_->steps_per_epoch(), class_data_->label_names());
     {
       torch::NoGradGuard no_grad;
       classifier_->eval();  // the probe shows inference-mode routing, as the evaluation
@@ -696,26 +610,7 @@ class Session {
     // The same validation batches at every evaluation, so successive values are comparable.
     const auto pass = evaluate_split(*model_, *dataset_, Split::Val, n_batches, batch_size_,
                                      static_cast<std::uint64_t>(seed_), device_, bf16_);
-    const auto& routing = pass.routing;
-    EvalMetrics e;
-    e.step = step;
-    e.val_loss = pass.loss;
-    e.val_ppl = std::exp(e.val_loss);
-    e.val_bpc = e.val_loss / std::log(2.0) / dataset_->chars_per_token(Split::Val);
-    e.flops_ratio = routing.flops_ratio();
-    e.routed_fraction = routing.routed_fractions();
-    const double wall = now_s();
-    writer_->add_metric({"val/loss", step, wall, e.val_loss});
-    writer_->add_metric({"val/ppl", step, wall, e.val_ppl});
-    writer_->add_metric({"val/bpc", step, wall, e.val_bpc});
-    writer_->add_metric({"val/flops_ratio", step, wall, e.flops_ratio});
-    if (routing.any_routed()) writer_->add_metric({"val/routed_fraction", step, wall, routing.mean_routed_fraction()});
-    auto record = routing.record();
-    e.layers = record.layers;
-    e.stats = pass.stats;
-    record.stats = e.stats;
-    for (const auto& [key, value] : e.stats) writer_->add_metric({"val/" + key, step, wall, value});
-    writer_->add_eval({step, "val", e.val_loss, e.val_ppl, e.val_bpc, evaluation_extra_json(record).dump()});
+    const auto e = record_lm_eval(writer_, step, pass, dataset_->chars_per_token(Split::Val));
     {
       torch::NoGradGuard no_grad;
       model_->eval();  // the probe shows inference-mode routing, as the evaluation
@@ -776,8 +671,7 @@ class Session {
   std::shared_ptr<SequenceClassifier> classifier_;
   torch::Tensor previous_assignments_;  ///< the last validation pass's expert choices (routing_change)
   std::unique_ptr<EpochSchedule> schedule_;
-  double epoch_loss_sum_ = 0;
-  std::int64_t epoch_correct_ = 0, epoch_examples_ = 0;
+  EpochTally epoch_;  ///< classification: the epoch's training loss and accuracy so far
   std::unique_ptr<MultiTensorAdamW> optimizer_;
   bool cuda_graph_ = false;                     ///< train.cuda_graph
   std::unique_ptr<CudaGraphStep> graph_step_;  ///< made at the first step when cuda_graph_

@@ -1,0 +1,166 @@
+// Migrations of the run store: a store of each earlier schema (a current one taken back with SQLite's DROP) opens
+// with every row kept and gains what the later schemas add. The rest of the store: test_run_store.cpp.
+#include <QTemporaryDir>
+#include <QTest>
+
+#include <sqlite3.h>
+
+#include <string>
+
+#include "core/store/run_store.h"
+#include "core/util/errors.h"
+#include "core/util/logging.h"
+#include "tests/store_test_support.h"
+#include "tests/suite.h"
+
+namespace test_store_migrations {
+
+using namespace routelab;
+using namespace routelab::test;
+
+/// Takes a current store back to schema v4's tables (SQLite >= 3.35 drops columns).
+constexpr const char* kDropV5 = "ALTER TABLE runs DROP COLUMN backend; ";
+/// Takes a current store back to schema v3's tables.
+constexpr const char* kDropV4 =
+    "ALTER TABLE runs DROP COLUMN backend; DROP TABLE tokenizers; ALTER TABLE runs DROP COLUMN tokenizer_hash; ";
+/// Takes a current store back to schema v2's tables.
+constexpr const char* kDropV3 =
+    "ALTER TABLE runs DROP COLUMN backend; DROP TABLE tokenizers; ALTER TABLE runs DROP COLUMN tokenizer_hash; "
+    "ALTER TABLE runs DROP COLUMN lease_token; ALTER TABLE runs DROP COLUMN lease_pid; "
+    "ALTER TABLE runs DROP COLUMN lease_host; ALTER TABLE runs DROP COLUMN lease_boot; "
+    "ALTER TABLE runs DROP COLUMN lease_start; ALTER TABLE runs DROP COLUMN lease_at; "
+    "ALTER TABLE checkpoints DROP COLUMN crc32; ";
+
+class TestStoreMigrations : public QObject {
+  Q_OBJECT
+
+ private:
+  std::unique_ptr<QTemporaryDir> dir_;
+  std::string db_path() const { return dir_->filePath("runs.sqlite").toStdString(); }
+
+ private slots:
+  void initTestCase() { init_logging({.log_dir = "-", .console = true, .level = "warn"}); }
+
+  void init() {
+    dir_ = std::make_unique<QTemporaryDir>();
+    QVERIFY(dir_->isValid());
+  }
+
+  void cleanup() { dir_.reset(); }
+
+  void migratesV1StoreKeepingEveryRow() {
+    const std::string path = db_path();
+    std::int64_t id = 0;
+    {
+      RunStore store(path);
+      id = store.create_run(sample_run("old"));
+      store.insert_metrics(id, {{"train/loss", 1, 10.0, 2.5}, {"val/loss", 1, 11.0, 2.75}});
+      store.insert_checkpoint(id, {1, "/tmp/ckpt-1.pt", 123, 12.0, std::nullopt});
+      RunPatch patch;
+      patch.tags = "a,b";
+      patch.notes = "kept";
+      store.patch_run(id, patch);
+      store.set_status(id, RunStatus::Stopped, "by hand");
+    }
+    {
+      // Turn the file into exactly what RouteLab 1 wrote: the v1 tables and user_version 1.
+      RawDb raw(path);
+      raw.exec(std::string("DROP TABLE queue; ") + kDropV3 + "PRAGMA user_version = 1");
+      QCOMPARE(raw.text("SELECT count(*) FROM sqlite_master WHERE name = 'queue'"), std::string("0"));
+    }
+    RunStore store(path, /*mark_crashed=*/false);
+    const auto run = store.run(id);
+    QVERIFY(run.has_value());
+    QCOMPARE(run->name, std::string("old"));
+    QCOMPARE(run->tags, std::string("a,b"));
+    QCOMPARE(run->notes, std::string("kept"));
+    QCOMPARE(run->status, RunStatus::Stopped);
+    QCOMPARE(run->message, std::string("by hand"));
+    QCOMPARE(run->last_step, std::int64_t{1});
+    QVERIFY(run->checkpoint_step.has_value());
+    QCOMPARE(*run->checkpoint_step, std::int64_t{1});
+    QCOMPARE(store.metric(id, "train/loss").size(), std::size_t{1});
+    QCOMPARE(store.checkpoints(id).size(), std::size_t{1});
+    QVERIFY(store.queue_items().empty());
+    RawDb raw(path);
+    QCOMPARE(raw.text("PRAGMA user_version"), std::to_string(RunStore::kSchemaVersion));
+    store.enqueue(R"({"preset":"tiny"})");
+    QCOMPARE(store.queue_items().size(), std::size_t{1});
+  }
+
+  void migratesV2StoreToLeasesAndHashes() {
+    const std::string path = db_path();
+    std::int64_t id = 0;
+    {
+      RunStore store(path);
+      id = store.create_run(sample_run("v2"));
+      store.insert_checkpoint(id, {1, "/tmp/ckpt-1.pt", 123, 12.0, 7u});
+      store.set_status(id, RunStatus::Stopped, "by hand");
+    }
+    {
+      RawDb raw(path);
+      raw.exec(std::string(kDropV3) + "PRAGMA user_version = 2");
+    }
+    RunStore store(path, /*mark_crashed=*/false);
+    QCOMPARE(store.run(id)->name, std::string("v2"));
+    QCOMPARE(store.run(id)->status, RunStatus::Stopped);
+    QVERIFY(!store.lease(id).has_value());
+    QVERIFY(!store.latest_checkpoint(id)->crc32.has_value());  // no hash was recorded before v3
+    const auto token = store.acquire_lease(id);
+    QCOMPARE(store.lease(id)->token, token);
+    QCOMPARE(RawDb(path).text("PRAGMA user_version"), std::to_string(RunStore::kSchemaVersion));
+  }
+
+  // Schema v4: the tokenizer each run trained with, once per content.
+  void migratesV3StoreToStoredTokenizers() {
+    const std::string path = db_path();
+    std::int64_t id = 0;
+    {
+      RunStore store(path);
+      id = store.create_run(sample_run("v3"));
+      store.insert_checkpoint(id, {1, "/tmp/ckpt-1.pt", 123, 12.0, 7u});
+    }
+    RawDb(path).exec(std::string(kDropV4) + "PRAGMA user_version = 3");
+    RunStore store(path, /*mark_crashed=*/false);
+    QCOMPARE(store.run(id)->name, std::string("v3"));
+    QCOMPARE(store.run_tokenizer(id), std::string());  // runs of v3 name none
+    QCOMPARE(*store.latest_checkpoint(id)->crc32, 7u);
+    auto next = sample_run("v4");
+    next.tokenizer_json = R"({"kind":"byte"})";
+    QCOMPARE(store.run_tokenizer(store.create_run(next)), next.tokenizer_json);
+    QCOMPARE(RawDb(path).text("PRAGMA user_version"), std::to_string(RunStore::kSchemaVersion));
+  }
+
+  /// v5: a data-parallel run's backend beside its world size; runs of v4 read with none, and a resume on another
+  /// number of ranks patches both.
+  void migratesV4StoreToDataParallelRuns() {
+    const std::string path = db_path();
+    std::int64_t id = 0;
+    {
+      RunStore store(path);
+      id = store.create_run(sample_run("v4"));
+    }
+    RawDb(path).exec(std::string(kDropV5) + "PRAGMA user_version = 4");
+    RunStore store(path, /*mark_crashed=*/false);
+    QCOMPARE(store.run(id)->backend, std::string());  // its world size stays as written (sample_run's 2)
+    QCOMPARE(store.run(id)->world_size, 2);
+    auto wide = sample_run("wide");
+    wide.world_size = 4;
+    wide.backend = "gloo";
+    const auto wide_id = store.create_run(wide);
+    QCOMPARE(store.run(wide_id)->backend, std::string("gloo"));
+    QCOMPARE(store.run(wide_id)->world_size, 4);
+    RunPatch patch;
+    patch.world_size = 2;
+    patch.backend = "nccl";
+    store.patch_run(wide_id, patch);
+    QCOMPARE(store.run(wide_id)->backend, std::string("nccl"));
+    QCOMPARE(store.run(wide_id)->world_size, 2);
+    QCOMPARE(RawDb(path).text("PRAGMA user_version"), std::to_string(RunStore::kSchemaVersion));
+  }
+};
+
+}  // namespace test_store_migrations
+
+ROUTELAB_TEST_SUITE(test_store_migrations, TestStoreMigrations)
+#include "test_store_migrations.moc"
