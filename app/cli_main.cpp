@@ -304,6 +304,7 @@ int main(int argc, char** argv) {
   routelab::cli::add_context_commands(app, *bench_cmd, action);
   routelab::cli::add_figure_commands(app, *bench_cmd, action);
   routelab::cli::add_data_commands(app, *bench_cmd, action);
+  routelab::cli::add_dist_commands(*bench_cmd, action);
 
   CLI11_PARSE(app, argc, argv);
   routelab::init_logging({.log_dir = "", .console = true, .level = log_level});

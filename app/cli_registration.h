@@ -28,4 +28,7 @@ void add_figure_commands(CLI::App& app, CLI::App& bench, CommandAction& action);
 /// `tokenizer train` (a SentencePiece model from a corpus on disk), `tokenizer show`, and `prepare` (token shards).
 void add_data_commands(CLI::App& app, CLI::App& bench, CommandAction& action);
 
+/// `bench dist` (data parallel's cost per step; the commands that train take --nproc themselves).
+void add_dist_commands(CLI::App& bench, CommandAction& action);
+
 }  // namespace routelab::cli

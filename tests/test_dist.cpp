@@ -226,12 +226,20 @@ class TestDist : public QObject {
     QCOMPARE(RunStore(db.toStdString(), false).list_runs(true).size(), std::size_t(1));
   }
 
-  /// Killing rank 1 mid-run ends rank 0 within its timeout with an error naming the failed collective; the run is
-  /// stored as failed, the store is intact, and the run resumes on one process (saying so) to the end.
+  /// Killing a rank mid-run ends the other within its timeout with an error naming the failed collective. Rank 1
+  /// killed: rank 0 stores the run as failed. Rank 0 killed: the run's writer is gone, so the store marks it crashed.
+  /// Either way the store is intact and the run resumes to the end, on one process (saying so) or on two again.
+  void aKilledRankEndsTheRunAndItResumes_data() {
+    QTest::addColumn<int>("killed");
+    QTest::addColumn<int>("resume_ranks");
+    QTest::newRow("rank 1 killed, resumed on 1") << 1 << 1;
+    QTest::newRow("rank 0 killed, resumed on 2") << 0 << 2;
+  }
   void aKilledRankEndsTheRunAndItResumes() {
-    const auto db = home_.filePath("killed.sqlite");
-    auto args = train_args(db, "dense", 400);
-    auto ranks = start_ranks(args, free_local_port());
+    QFETCH(int, killed);
+    QFETCH(int, resume_ranks);
+    const auto db = home_.filePath(QString("killed-%1.sqlite").arg(killed));
+    auto ranks = start_ranks(train_args(db, "dense", 400), free_local_port());
     const auto t0 = Clock::now();
     bool trained = false;
     while (!trained && Clock::now() - t0 < std::chrono::seconds(120)) {
@@ -239,29 +247,34 @@ class TestDist : public QObject {
       if (QFile::exists(db)) trained = RunStore(db.toStdString(), false).metric(1, "train/loss").size() >= 6;
     }
     QVERIFY2(trained, "the two ranks did not train");
-    ::kill(static_cast<pid_t>(ranks[1]->processId()), SIGKILL);
+    ::kill(static_cast<pid_t>(ranks[static_cast<std::size_t>(killed)]->processId()), SIGKILL);
     const auto killed_at = Clock::now();
-    const auto [code, out] = finish(*ranks[0], 120000);
+    auto& survivor = *ranks[static_cast<std::size_t>(1 - killed)];
+    const auto [code, out] = finish(survivor, 120000);
     const double took = std::chrono::duration<double>(Clock::now() - killed_at).count();
     QVERIFY2(code != 0, qPrintable(out));
-    QVERIFY2(took < 60.0, qPrintable(QString("rank 0 took %1 s to stop").arg(took)));
-    QVERIFY2(out.contains("rank 0 of 2 (gloo)") && out.contains("failed"), qPrintable(out));
-    finish(*ranks[1]);
+    QVERIFY2(took < 60.0, qPrintable(QString("the surviving rank took %1 s to stop").arg(took)));
+    QVERIFY2(out.contains(QString("rank %1 of 2 (gloo)").arg(1 - killed)) && out.contains("another rank stopped"),
+             qPrintable(out));
+    finish(*ranks[static_cast<std::size_t>(killed)]);
     {
-      RunStore store(db.toStdString(), false);
+      RunStore store(db.toStdString());  // marks a run whose writer is gone as crashed
       const auto record = store.run(1);
-      QCOMPARE(record->status, RunStatus::Failed);
-      QVERIFY2(contains(record->message, "another rank stopped"), record->message.c_str());
+      QCOMPARE(record->status, killed == 1 ? RunStatus::Failed : RunStatus::Crashed);
+      if (killed == 1) QVERIFY2(contains(record->message, "another rank stopped"), record->message.c_str());
       QVERIFY(!store.checkpoints(1).empty());
-      QCOMPARE(integrity(db), QString("ok"));
     }
-    const auto [resumed, resume_out] = run({"resume", "1", "--db", db, "--quiet"});
+    QCOMPARE(integrity(db), QString("ok"));
+    QStringList resume_args{"resume", "1", "--db", db, "--quiet"};
+    if (resume_ranks > 1) resume_args << "--nproc" << QString::number(resume_ranks);
+    const auto [resumed, resume_out] = run(resume_args);
     QVERIFY2(resumed == 0, qPrintable(resume_out));
     RunStore store(db.toStdString(), false);
     const auto record = store.run(1);
     QCOMPARE(record->status, RunStatus::Finished);
-    QCOMPARE(record->world_size, 1);
-    QVERIFY2(contains(record->message, "continued on 1 rank after 2"), record->message.c_str());
+    QCOMPARE(record->world_size, resume_ranks);
+    QCOMPARE(record->backend, std::string(resume_ranks > 1 ? "gloo" : ""));
+    QCOMPARE(contains(record->message, "continued on 1 rank after 2"), resume_ranks == 1);
     QCOMPARE(curve(db, 1, "train/loss").size(), std::size_t(400));
   }
 

@@ -2,6 +2,7 @@
 #include "core/dist/local_launch.h"
 
 #include <arpa/inet.h>
+#include <fcntl.h>
 #include <netinet/in.h>
 #include <signal.h>
 #include <spawn.h>
@@ -44,6 +45,22 @@ std::vector<char*> pointers(std::vector<std::string>& strings) {
 int exit_status(int status) { return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status); }
 
 }  // namespace
+
+int run_process(const std::vector<std::string>& argv, bool discard_output) {
+  if (argv.empty()) throw Error("run_process: no program to run");
+  auto args = argv;
+  posix_spawn_file_actions_t actions;
+  ::posix_spawn_file_actions_init(&actions);
+  if (discard_output) ::posix_spawn_file_actions_addopen(&actions, STDOUT_FILENO, "/dev/null", O_WRONLY, 0);
+  pid_t pid = 0;
+  const int rc = ::posix_spawn(&pid, args.front().c_str(), &actions, nullptr, pointers(args).data(), environ);
+  ::posix_spawn_file_actions_destroy(&actions);
+  if (rc != 0) throw Error("cannot start " + args.front() + ": " + std::strerror(rc));
+  int status = 0;
+  while (::waitpid(pid, &status, 0) < 0)
+    if (errno != EINTR) throw Error("cannot wait for " + args.front() + ": " + std::strerror(errno));
+  return exit_status(status);
+}
 
 int free_local_port() {
   const int fd = ::socket(AF_INET, SOCK_STREAM, 0);

@@ -7,6 +7,10 @@
 
 namespace routelab {
 
+/// Runs `argv` (the program first) in this process's environment and waits: its exit status (128 + signal). With
+/// `discard_output` its standard output goes to /dev/null (its errors still reach this process's).
+int run_process(const std::vector<std::string>& argv, bool discard_output = false);
+
 /// A TCP port on 127.0.0.1 that was free a moment ago (the kernel's pick).
 int free_local_port();
 
