@@ -101,15 +101,24 @@ std::shared_ptr<Collective> Collective::join(const DistEnv& env, const torch::De
                                                  "pip); gloo runs everywhere"
                                                : ""));
   impl->device = impl->backend == "nccl" ? device : torch::Device(torch::kCPU);
-  const auto where = env.master_addr + ":" + std::to_string(env.master_port);
+  auto meet = env;
+#if TORCH_VERSION_MAJOR < 2
+  // torchrun 2.x's agent serves its store in a newer protocol than LibTorch 1.13's client speaks (it drops the
+  // connection): rank 0 serves one of its own on the next port, as with a launcher that has no store.
+  if (meet.agent_store) {
+    meet.agent_store = false;
+    meet.master_port += 1;
+  }
+#endif
+  const auto where = meet.master_addr + ":" + std::to_string(meet.master_port);
   try {
     c10d::TCPStoreOptions options;
-    options.port = static_cast<std::uint16_t>(env.master_port);
-    options.isServer = env.rank == 0 && !env.agent_store;
-    options.numWorkers = env.world_size;
-    options.waitWorkers = !env.agent_store;
+    options.port = static_cast<std::uint16_t>(meet.master_port);
+    options.isServer = meet.rank == 0 && !meet.agent_store;
+    options.numWorkers = meet.world_size;
+    options.waitWorkers = !meet.agent_store;
     options.timeout = impl->timeout;
-    auto tcp = c10::make_intrusive<c10d::TCPStore>(env.master_addr, options);
+    auto tcp = c10::make_intrusive<c10d::TCPStore>(meet.master_addr, options);
     impl->store = c10::make_intrusive<c10d::PrefixStore>("routelab", tcp);
   } catch (const std::exception& e) {
     throw DistError("rank " + std::to_string(env.rank) + " of " + std::to_string(env.world_size) +
