@@ -1,6 +1,7 @@
 // GUI suite for the runs browser and the run queue (offscreen, a temporary store per test, preset "tiny" with a
 // few steps): filtering, rename/tags/note/archive round trips, delete with files, resume, clone into the
-// designer, a queue of three runs two at a time, persistence of pending items, and a queued sweep.
+// designer, a queue of three runs two at a time, persistence of pending items, a queued sweep, and a data-parallel
+// run of two processes (the GUI trains rank 0, routelab-cli rank 1).
 #include <QCheckBox>
 #include <QDir>
 #include <QFile>
@@ -75,6 +76,7 @@ class TestGuiRuns : public QObject {
   void pendingItemsSurviveARestart();
   void malformedQueueItemFailsAndTheQueueGoesOn();
   void queuedSweepExpandsIntoItsPoints();
+  void queueRunsADataParallelRun();
 
  private:
   std::unique_ptr<MainWindow> makeWindow();
@@ -474,6 +476,37 @@ void TestGuiRuns::queuedSweepExpandsIntoItsPoints() {
   }
   std::sort(seeds.begin(), seeds.end());
   QCOMPARE(seeds, (QList<qint64>{1, 2}));
+}
+
+void TestGuiRuns::queueRunsADataParallelRun() {
+  QVERIFY2(QFile::exists(qEnvironmentVariable("ROUTELAB_CLI")), "ROUTELAB_CLI not set");
+  auto window = makeWindow();
+  RunQueue* queue = window->runQueue();
+  QTRY_VERIFY_WITH_TIMEOUT(queue->isLoaded(), 10000);
+  routelab::RunRequest request;
+  request.preset = QStringLiteral("tiny");
+  request.stepsOverride = 10;
+  request.sets = {QStringLiteral("run.threads=1")};
+  request.processes = 2;
+  const auto json = RunQueue::requestToJson(request, {});
+  QCOMPARE(RunQueue::requestFromJson(json).processes, 2);
+  QVERIFY(RunQueue::describe(json).contains(QStringLiteral("2 processes")));
+  int steps = 0;
+  connect(queue, &RunQueue::progressReceived, this,
+          [&](qint64, const routelab::ProgressBatch& batch) { steps += static_cast<int>(batch.steps.size()); });
+  queue->submit(request);
+  QTRY_VERIFY_WITH_TIMEOUT(queue->entries().first().state == QStringLiteral("done") ||
+                               queue->entries().first().state == QStringLiteral("failed"),
+                           kRunTimeoutMs);
+  QVERIFY2(queue->entries().first().state == QStringLiteral("done"), qPrintable(queue->entries().first().message));
+  QVERIFY(steps > 0);  // rank 0's progress reached the window live
+  RunStore store(dbPath_.toStdString(), false);
+  const auto runs = store.list_runs();
+  QCOMPARE(runs.size(), std::size_t{1});
+  QCOMPARE(runs[0].status, routelab::RunStatus::Finished);
+  QCOMPARE(runs[0].last_step, std::int64_t{10});
+  QCOMPARE(runs[0].world_size, 2);
+  QCOMPARE(runs[0].backend, std::string("gloo"));
 }
 
 }  // namespace test_gui_runs

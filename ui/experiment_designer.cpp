@@ -11,6 +11,7 @@
 #include <QListWidget>
 #include <QPushButton>
 #include <QScrollArea>
+#include <QSpinBox>
 #include <QTabWidget>
 #include <QVBoxLayout>
 
@@ -71,6 +72,7 @@ struct ExperimentDesigner::Impl {
   QPushButton* launch = nullptr;
   QListWidget* also = nullptr;  ///< further architectures Launch starts with the same settings
   QLineEdit* seeds = nullptr;   ///< "1,2,3" / "1-3": one run per seed
+  QSpinBox* processes = nullptr;  ///< data-parallel ranks on this machine (1: one process)
   std::map<QString, QWidget*> pages;  ///< section -> its form page
   std::map<QString, Field> fields;    ///< "section.key" -> field
   QString formError, resolved;
@@ -135,10 +137,17 @@ ExperimentDesigner::ExperimentDesigner(QWidget* parent) : QWidget(parent), d_(st
   d_->seeds->setObjectName(QStringLiteral("designerSeeds"));
   d_->seeds->setPlaceholderText(tr("run.seed of the form; or 1,2,3 or 1-3: one run per seed"));
 
+  d_->processes = new QSpinBox(this);
+  d_->processes->setObjectName(QStringLiteral("designerProcesses"));
+  d_->processes->setRange(1, 64);
+  d_->processes->setToolTip(tr("Data parallel on this machine: the run's global batch (batch size x accumulation) "
+                               "is split over this many processes (Gloo on the CPU, NCCL on GPUs); 1: one process"));
+
   auto* top = new QFormLayout;
   top->addRow(tr("Architecture"), d_->arch);
   top->addRow(tr("Also as"), d_->also);
   top->addRow(tr("Seeds"), d_->seeds);
+  top->addRow(tr("Processes"), d_->processes);
   top->addRow(tr("Preset"), d_->preset);
   auto* bottom = new QHBoxLayout;
   bottom->addWidget(d_->status, 1);
@@ -348,6 +357,7 @@ RunRequest ExperimentDesigner::request() const {
   RunRequest r;
   r.preset = d_->presetName.isEmpty() ? QStringLiteral("designer") : d_->presetName;
   r.configJson = overridesJson();
+  r.processes = d_->processes->value();
   return r;
 }
 

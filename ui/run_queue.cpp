@@ -60,11 +60,13 @@ RunQueue::~RunQueue() {
   for (auto it = active.begin(); it != active.end(); ++it) {
     RunController* controller = it.key();
     const qint64 runId = controller->currentRunId();
+    const int processes = controller->currentRequest().processes;
     controllers_.removeAll(controller);
     delete controller;  // stops the run and waits for its thread; the run ends `stopped`
     if (runId > 0) {
       RunRequest resume;
       resume.resumeRunId = runId;
+      resume.processes = processes;
       setState(it.value(), kPending, runId, tr("stopped when RouteLab closed; continues at the next start"),
                requestToJson(resume));
     } else {
@@ -274,6 +276,7 @@ void RunQueue::onFinished(RunController* controller, const RunResult& result) {
     } else if (result.status == QLatin1String("stopped") && shuttingDown_ && result.runId > 0) {
       RunRequest resume;
       resume.resumeRunId = result.runId;
+      resume.processes = controller->currentRequest().processes;
       setState(key, kPending, result.runId,
                tr("stopped at step %1 when RouteLab closed; continues at the next start").arg(result.lastStep),
                requestToJson(resume));
@@ -373,6 +376,7 @@ void RunQueue::shutdown() {
 QString RunQueue::requestToJson(const RunRequest& request, const QString& tags) {
   QueuedRequest q;
   q.resume_run = request.resumeRunId;
+  q.processes = request.processes;
   q.preset = request.preset.toStdString();
   q.config_json = request.configJson.toStdString();
   for (const QString& set : request.sets) q.sets.push_back(set.toStdString());
@@ -386,6 +390,7 @@ RunRequest RunQueue::requestFromJson(const QString& json, QString* tags, const Q
   const QueuedRequest q = read_queued_request(json.toStdString(), where.toStdString());
   RunRequest r;
   r.resumeRunId = q.resume_run;
+  r.processes = q.processes;
   r.preset = QString::fromStdString(q.preset);
   r.configJson = QString::fromStdString(q.config_json);
   for (const auto& set : q.sets) r.sets << QString::fromStdString(set);
@@ -403,12 +408,13 @@ QString RunQueue::describe(const QString& requestJson) {
   } catch (const std::exception& e) {
     return tr("unreadable: %1").arg(QString::fromUtf8(e.what()));
   }
-  if (r.resumeRunId > 0) return tr("resume run %1").arg(r.resumeRunId);
+  const QString ranks = r.processes > 1 ? tr(" · %1 processes").arg(r.processes) : QString();
+  if (r.resumeRunId > 0) return tr("resume run %1").arg(r.resumeRunId) + ranks;
   QString text = r.name.isEmpty() ? r.preset : QStringLiteral("%1 (%2)").arg(r.name, r.preset);
   if (!r.configJson.isEmpty() && r.name.isEmpty()) text += tr(" · designer");
   if (r.stepsOverride > 0) text += tr(" · %1 steps").arg(r.stepsOverride);
   if (!r.sets.isEmpty()) text += QStringLiteral(" · ") + r.sets.join(QLatin1Char(' '));
-  return text;
+  return text + ranks;
 }
 
 RunQueuePanel::RunQueuePanel(RunQueue* queue, QWidget* parent) : QWidget(parent), queue_(queue) {

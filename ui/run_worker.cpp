@@ -1,14 +1,20 @@
 // RunWorker: the only place the GUI calls routelab::train(); errors end here as a `failed` result.
 #include "ui/run_worker.h"
 
+#include <QCoreApplication>
+#include <QFileInfo>
+#include <QTemporaryFile>
 #include <QThread>
 #include <QtGlobal>
 
+#include <algorithm>
 #include <chrono>
 #include <exception>
+#include <optional>
 
 #include <nlohmann/json.hpp>
 
+#include "core/dist/local_launch.h"
 #include "core/train/trainer.h"
 #include "core/util/errors.h"
 #include "core/util/logging.h"
@@ -21,6 +27,34 @@ double unixNow() {
 }
 
 QVector<double> toQVector(const std::vector<double>& values) { return QVector<double>(values.begin(), values.end()); }
+
+/// routelab-cli beside this executable ($ROUTELAB_CLI where set): the other ranks of a data-parallel run started
+/// from the GUI.
+std::string cliBesideApp() {
+  const QString path = qEnvironmentVariableIsSet("ROUTELAB_CLI")
+                           ? qEnvironmentVariable("ROUTELAB_CLI")
+                           : QCoreApplication::applicationDirPath() + QStringLiteral("/routelab-cli");
+  if (!QFileInfo(path).isExecutable())
+    throw ConfigError("data-parallel run: " + path.toStdString() +
+                      " not found; the GUI starts the other ranks with the routelab-cli installed beside it");
+  return path.toStdString();
+}
+
+/// Ranks 1 .. n-1 of a data-parallel run whose rank 0 the worker trains: routelab-cli with `args`.
+std::unique_ptr<LocalRanks> startOtherRanks(int n, std::vector<std::string> args) {
+  args.insert(args.begin(), cliBesideApp());
+  auto ranks = std::make_unique<LocalRanks>(n, std::move(args), "routelab GUI");
+  for (int rank = 1; rank < n; ++rank) ranks->start(rank);
+  return ranks;
+}
+
+/// After rank 0's run: the other ranks end on their own (a minute at most, then they are killed); a failure of
+/// theirs goes to the log.
+void awaitOtherRanks(LocalRanks* ranks) {
+  if (!ranks) return;
+  ranks->wait(60.0, [](const std::string& line) { logger("ui")->warn("data-parallel run: {}", line); },
+              /*grace_from_start=*/true);
+}
 
 }  // namespace
 
@@ -78,8 +112,17 @@ void RunWorker::run() {
   try {
     Observer observer(*this);
     TrainOutcome outcome;
+    const int n = std::max(1, request_.processes);
+    std::unique_ptr<LocalRanks> others;  // data parallel: ranks 1 .. n-1
+    std::optional<DistEnv> rank0;
+    const auto db = request_.dbPath.toStdString();
     if (request_.resumeRunId > 0) {
-      outcome = resume(request_.dbPath.toStdString(), request_.resumeRunId, &observer, &cancel_, request_.resumeThreads);
+      if (n > 1) {
+        others = startOtherRanks(n, {"resume", std::to_string(request_.resumeRunId), "--db", db, "--quiet"});
+        rank0 = local_rank_env(0, n, others->port(), "routelab GUI");
+      }
+      outcome = resume(db, request_.resumeRunId, &observer, &cancel_, request_.resumeThreads,
+                       RunStore::kNeverTakeOver, rank0 ? &*rank0 : nullptr);
     } else {
       std::vector<std::string> sets;
       if (request_.stepsOverride > 0) sets.push_back("train.steps=" + std::to_string(request_.stepsOverride));
@@ -100,8 +143,19 @@ void RunWorker::run() {
       train_request.db_path = request_.dbPath.toStdString();
       train_request.name = request_.name.toStdString();
       train_request.qt_version = qVersion();
-      outcome = train(train_request, &observer, &cancel_);
+      QTemporaryFile config_file;  // the other ranks read the resolved config rank 0 trains
+      if (n > 1) {
+        if (!config_file.open() || config_file.write(QByteArray::fromStdString(train_request.config.doc.dump())) < 0 ||
+            !config_file.flush())
+          throw ConfigError("data-parallel run: cannot write the config for the other ranks to " +
+                            config_file.fileName().toStdString());
+        others = startOtherRanks(n, {"train", "--config", config_file.fileName().toStdString(), "--db",
+                                     train_request.db_path, "--quiet"});
+        rank0 = local_rank_env(0, n, others->port(), "routelab GUI");
+      }
+      outcome = train(train_request, &observer, &cancel_, rank0 ? &*rank0 : nullptr);
     }
+    awaitOtherRanks(others.get());
     result.runId = outcome.run_id;
     result.status = QString::fromStdString(to_string(outcome.status));
     result.message = QString::fromStdString(outcome.message);

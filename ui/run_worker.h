@@ -28,6 +28,9 @@ struct RunRequest {
   qint64 resumeRunId = 0;
   /// With resumeRunId: Torch threads for the continued run (0 = every core); -1 keeps the stored run.threads.
   int resumeThreads = -1;
+  /// > 1: a data-parallel run on this machine; the worker trains rank 0 (its progress is this run's) and starts
+  /// the other ranks as routelab-cli processes beside this executable.
+  int processes = 1;
 };
 
 class RunWorker : public QObject {

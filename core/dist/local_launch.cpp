@@ -77,34 +77,61 @@ int free_local_port() {
   return ntohs(addr.sin_port);
 }
 
-int run_local_workers(int n, const std::vector<std::string>& argv, double grace_s,
-                      const std::function<void(const std::string&)>& say) {
+DistEnv local_rank_env(int rank, int n, int port, const std::string& launcher) {
+  DistEnv env;
+  env.rank = env.local_rank = rank;
+  env.world_size = env.local_world_size = n;
+  env.master_addr = "127.0.0.1";
+  env.master_port = port;
+  env.launcher = launcher;
+  return env;
+}
+
+struct LocalRanks::State {
+  std::vector<std::string> argv;
+  int n = 0, port = 0;
+  std::string launcher;
+  std::map<pid_t, int> rank_of;  ///< running ranks
+};
+
+LocalRanks::LocalRanks(int n, std::vector<std::string> argv, const std::string& launcher)
+    : state_(std::make_unique<State>()) {
   if (n < 1) throw ConfigError("--nproc " + std::to_string(n) + ": needs at least 1 process");
-  if (argv.empty()) throw Error("run_local_workers: no program to run");
-  const auto port = std::to_string(free_local_port());
-  std::map<pid_t, int> rank_of;
-  for (int rank = 0; rank < n; ++rank) {
-    auto env = environment_with({{"RANK", std::to_string(rank)},
-                                 {"WORLD_SIZE", std::to_string(n)},
-                                 {"LOCAL_RANK", std::to_string(rank)},
-                                 {"LOCAL_WORLD_SIZE", std::to_string(n)},
-                                 {"MASTER_ADDR", "127.0.0.1"},
-                                 {"MASTER_PORT", port},
-                                 {"ROUTELAB_LAUNCHER", "routelab --nproc"}});
-    auto args = argv;
-    pid_t pid = 0;
-    const int rc = ::posix_spawn(&pid, args.front().c_str(), nullptr, nullptr, pointers(args).data(),
-                                 pointers(env).data());
-    if (rc != 0) {
-      for (const auto& [p, r] : rank_of) ::kill(p, SIGKILL);
-      for (const auto& [p, r] : rank_of) ::waitpid(p, nullptr, 0);
-      throw Error("cannot start worker " + std::to_string(rank) + " (" + args.front() + "): " + std::strerror(rc));
-    }
-    rank_of[pid] = rank;
-  }
+  if (argv.empty()) throw Error("LocalRanks: no program to run");
+  state_->argv = std::move(argv);
+  state_->n = n;
+  state_->port = free_local_port();
+  state_->launcher = launcher;
+}
+
+LocalRanks::~LocalRanks() {
+  for (const auto& [pid, rank] : state_->rank_of) ::kill(pid, SIGKILL);
+  for (const auto& [pid, rank] : state_->rank_of) ::waitpid(pid, nullptr, 0);
+}
+
+int LocalRanks::port() const { return state_->port; }
+
+void LocalRanks::start(int rank) {
+  const auto env_of = local_rank_env(rank, state_->n, state_->port, state_->launcher);
+  auto env = environment_with({{"RANK", std::to_string(rank)},
+                               {"WORLD_SIZE", std::to_string(state_->n)},
+                               {"LOCAL_RANK", std::to_string(rank)},
+                               {"LOCAL_WORLD_SIZE", std::to_string(state_->n)},
+                               {"MASTER_ADDR", env_of.master_addr},
+                               {"MASTER_PORT", std::to_string(state_->port)},
+                               {"ROUTELAB_LAUNCHER", state_->launcher}});
+  auto args = state_->argv;
+  pid_t pid = 0;
+  const int rc = ::posix_spawn(&pid, args.front().c_str(), nullptr, nullptr, pointers(args).data(), pointers(env).data());
+  if (rc != 0) throw Error("cannot start rank " + std::to_string(rank) + " (" + args.front() + "): " + std::strerror(rc));
+  state_->rank_of[pid] = rank;
+}
+
+int LocalRanks::wait(double grace_s, const std::function<void(const std::string&)>& say, bool grace_from_start) {
+  auto& rank_of = state_->rank_of;
   int first_failure = 0;
-  bool grace = false, killed = false;  // after a failure: the others' grace period runs until `deadline`
-  auto deadline = std::chrono::steady_clock::now();
+  bool grace = grace_from_start, killed = false;  // the grace period runs until `deadline`
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(static_cast<long long>(grace_s * 1000));
   while (!rank_of.empty()) {
     int status = 0;
     const pid_t pid = ::waitpid(-1, &status, grace ? WNOHANG : 0);
@@ -113,7 +140,7 @@ int run_local_workers(int n, const std::vector<std::string>& argv, double grace_
       const int rank = rank_of[pid];
       rank_of.erase(pid);
       if (code != 0) {
-        say("rank " + std::to_string(rank) + " of " + std::to_string(n) + " ended with exit status " +
+        say("rank " + std::to_string(rank) + " of " + std::to_string(state_->n) + " ended with exit status " +
             std::to_string(code) + (WIFSIGNALED(status) ? std::string(" (") + ::strsignal(WTERMSIG(status)) + ")" : ""));
         if (first_failure == 0) first_failure = code;
         if (!grace && !killed) {
@@ -127,7 +154,7 @@ int run_local_workers(int n, const std::vector<std::string>& argv, double grace_
     if (grace && std::chrono::steady_clock::now() >= deadline) {
       for (const auto& [p, rank] : rank_of) {
         say("rank " + std::to_string(rank) + " did not end within " + std::to_string(static_cast<int>(grace_s)) +
-            " s of the failure: killed");
+            " s: killed");
         ::kill(p, SIGKILL);
       }
       grace = false;  // now wait for the killed ones without a limit
@@ -137,6 +164,13 @@ int run_local_workers(int n, const std::vector<std::string>& argv, double grace_
     }
   }
   return first_failure;
+}
+
+int run_local_workers(int n, const std::vector<std::string>& argv, double grace_s,
+                      const std::function<void(const std::string&)>& say) {
+  LocalRanks ranks(n, argv, "routelab --nproc");
+  for (int rank = 0; rank < n; ++rank) ranks.start(rank);
+  return ranks.wait(grace_s, say, /*grace_from_start=*/false);
 }
 
 }  // namespace routelab

@@ -2,8 +2,11 @@
 // torchrun --standalone does (no Torch here).
 #pragma once
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
+
+#include "core/dist/launch_env.h"
 
 namespace routelab {
 
@@ -13,6 +16,32 @@ int run_process(const std::vector<std::string>& argv, bool discard_output = fals
 
 /// A TCP port on 127.0.0.1 that was free a moment ago (the kernel's pick).
 int free_local_port();
+
+/// The launch environment of rank `rank` of `n` on this machine meeting at 127.0.0.1:`port`.
+DistEnv local_rank_env(int rank, int n, int port, const std::string& launcher);
+
+/// The processes of one data-parallel run on this machine: each started rank runs `argv` (the program first) with
+/// RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR=127.0.0.1, MASTER_PORT (a free port, port()) and
+/// ROUTELAB_LAUNCHER=`launcher` added to this process's environment. The GUI starts ranks 1.. and trains rank 0
+/// itself; the destructor kills the ranks still running.
+class LocalRanks {
+ public:
+  LocalRanks(int n, std::vector<std::string> argv, const std::string& launcher);
+  ~LocalRanks();
+  LocalRanks(const LocalRanks&) = delete;
+  LocalRanks& operator=(const LocalRanks&) = delete;
+
+  int port() const;
+  void start(int rank);
+  /// Waits for the started ranks. After a failure (or at once with `grace_from_start`) the others have `grace_s` to
+  /// end before they are killed. `say` receives a line for each rank that failed or was killed. The first
+  /// failure's exit status (128 + signal for a killed one), or 0.
+  int wait(double grace_s, const std::function<void(const std::string&)>& say, bool grace_from_start);
+
+ private:
+  struct State;
+  std::unique_ptr<State> state_;
+};
 
 /// Runs `argv` (the program first) as `n` workers of one run: each gets RANK, WORLD_SIZE, LOCAL_RANK,
 /// LOCAL_WORLD_SIZE, MASTER_ADDR=127.0.0.1, a free MASTER_PORT and ROUTELAB_LAUNCHER. Waits for all of them. When

@@ -6,6 +6,7 @@ namespace routelab {
 
 std::string QueuedRequest::to_json() const {
   nlohmann::json doc = nlohmann::json::object();
+  if (processes > 1) doc["processes"] = processes;
   if (resume_run > 0) {
     doc["resume"] = resume_run;
     return doc.dump();
@@ -31,6 +32,9 @@ QueuedRequest read_queued_request(const std::string& json, const std::string& wh
   q.steps = r.integer("steps").value_or(0);
   q.name = r.text("name").value_or("");
   q.tags = r.text("tags").value_or("");
+  q.processes = static_cast<int>(r.integer("processes").value_or(1));
+  if (q.processes < 1 || q.processes > 1024)
+    throw DataError(where + ": processes: " + std::to_string(q.processes) + " is outside 1..1024");
   if (q.resume_run <= 0 && q.preset.empty() && q.config_json.empty())
     throw DataError(where + ": the request names no preset, config or run to resume");
   return q;

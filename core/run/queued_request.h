@@ -15,6 +15,7 @@ struct QueuedRequest {
   std::string name;                  ///< run name; "" = the trainer's default
   std::string tags;                  ///< comma-separated tags given to the run when it starts
   std::int64_t resume_run = 0;       ///< > 0: continue this stored run (the other fields are ignored)
+  int processes = 1;                 ///< > 1: data-parallel ranks on this machine (resumes too)
 
   /// The stored document: {"resume": id} for a resume, else the fields that are set.
   std::string to_json() const;
