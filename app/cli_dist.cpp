@@ -74,10 +74,11 @@ int cmd_bench_dist(const DistBenchArgs& a) {
   char pattern[] = "/tmp/routelab-bench-dist-XXXXXX";
   if (!::mkdtemp(pattern)) throw Error("cannot make a temporary folder for the benchmark's run stores");
   const std::filesystem::path dir(pattern);
-  const std::vector<BenchMode> modes = {{"one process", 0, true},
-                                        {"data parallel, 1 rank", 1, true},
-                                        {std::to_string(a.nproc) + " ranks, overlapped", a.nproc, true},
-                                        {std::to_string(a.nproc) + " ranks, after backward", a.nproc, false}};
+  std::vector<BenchMode> modes = {{"one process", 0, true}, {"data parallel, 1 rank", 1, true}};
+  if (a.nproc > 1) {  // --nproc 1: a group of one against the plain path only (one GPU: NCCL's cost)
+    modes.push_back({std::to_string(a.nproc) + " ranks, overlapped", a.nproc, true});
+    modes.push_back({std::to_string(a.nproc) + " ranks, after backward", a.nproc, false});
+  }
   std::cout << "bench dist: preset " << a.preset << ", " << a.steps << " steps (medians of steps " << a.skip + 1
             << ".." << a.steps << "), " << cores << " cores shared by the ranks; wait = the gradient sum's time "
             << "after the backward pass\n\n"
@@ -122,10 +123,12 @@ void add_dist_commands(CLI::App& bench, CommandAction& action) {
       "dist", "data parallel's cost per step: one process, a group of one, and N ranks with the gradient sum "
               "overlapped with the backward pass or after it (each a real training run)");
   cmd->add_option("--preset", a->preset, "model and data (default: d 256, L 6, batch 64 x 128)")->capture_default_str();
-  cmd->add_option("--set", a->sets, "override, e.g. --set train.batch_size=32 (repeatable)");
+  cmd->add_option("--set", a->sets, "override, e.g. --set run.device=cuda (repeatable)");
   cmd->add_option("--steps", a->steps, "optimizer steps per run")->capture_default_str();
   cmd->add_option("--skip", a->skip, "first steps left out of the medians")->capture_default_str();
-  cmd->add_option("--nproc", a->nproc, "ranks of the data-parallel runs")->check(CLI::Range(2, 64))->capture_default_str();
+  cmd->add_option("--nproc", a->nproc, "ranks of the data-parallel runs (1: only a group of one against one process)")
+      ->check(CLI::Range(1, 64))
+      ->capture_default_str();
   cmd->add_option("--threads", a->threads, "cores the runs share (0: every core)");
   cmd->callback([a, &action] { action = [a] { return cmd_bench_dist(*a); }; });
 }

@@ -4,7 +4,8 @@
 # torch.compile; RouteLab eager and replayed as a CUDA graph), the graphed step against the eager one (the same
 # losses) and across a resume, exact resume on CUDA with dropout (a run stopped by SIGINT and resumed must repeat the
 # uninterrupted run's losses bit for bit), routed forwards against dense at T 2048/4096, 360M-parameter training
-# throughput (dense eager and graphed) and the quick-start run. Every step prints what it measured into one log; a
+# throughput (dense eager and graphed), the quick-start run and the data-parallel step in a group of one (NCCL) against
+# the plain one. Every step prints what it measured into one log; a
 # step that fails is reported and the next one still runs; steps that no longer fit the time budget are skipped, and
 # the log says so.
 #
@@ -153,6 +154,8 @@ step "train-360m-smollm-360m-dense-graph" 60 "$cli" train --config "$root/experi
   --set train.warmup_steps=10 --set train.log_every=5 --db "$work/360m.sqlite"
 "$cli" runs --db "$work/360m.sqlite" 2>&1 | tee -a "$log"
 step quickstart 60 "$cli" train --preset quickstart --device "$dev" --steps 200 --db "$work/quick.sqlite"
+# Data parallel (issue 23): the step with NCCL active in a group of one against the plain path, d 256, L 6.
+step dist-world-1 150 "$cli" bench dist --nproc 1 --steps 30 --skip 10 --set run.device="$dev" --set train.precision=bf16
 
 say "=== gpu-check done; failed or skipped: ${failed[*]:-none}"
 rm -rf "$work"

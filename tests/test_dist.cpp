@@ -1,4 +1,5 @@
-// Data-parallel training on c10d with Gloo: the launch variables (torchrun's, Slurm's) and their errors; two ranks
+// Data-parallel training on c10d with Gloo: the launch variables (torchrun's, Slurm's) and their errors; the
+// gradient sum when one rank's tokens never reach a parameter (two ranks as threads of this process); two ranks
 // (routelab-cli train --nproc 2, or two processes given torchrun's variables by the test) store the curve, routing
 // and evaluations of one process training the same global batch; rank 0 alone writes; a killed rank ends the other
 // with a clear error, the store stays intact and the run resumes, on another number of ranks too; ranks of
@@ -12,8 +13,13 @@
 
 #include <chrono>
 #include <map>
+#include <mutex>
 #include <thread>
 
+#include <torch/torch.h>
+
+#include "core/dist/collective.h"
+#include "core/dist/grad_sync.h"
 #include "core/dist/launch_env.h"
 #include "core/dist/local_launch.h"
 #include "core/store/run_store.h"
@@ -173,6 +179,79 @@ class TestDist : public QObject {
     auto no_rank = good;
     no_rank.erase("RANK");
     QVERIFY(contains(error_of<ConfigError>([&] { dist_env_from(lookup_in(no_rank)); }), "RANK is not set"));
+  }
+
+  /// Two ranks (threads here, each its own group member over Gloo) whose models differ in the parameters their
+  /// tokens reach: rank 1 never uses `skipped` in the first steps, then rank 0 skips it too. Small buckets, sent while
+  /// the backward pass runs. Every step ends on both ranks with the same summed gradients (a parameter nobody
+  /// reached sums to zero), in order, without hanging.
+  void unusedParametersOnOneRankNeitherHangNorDesync() {
+    const int port = free_local_port();
+    std::vector<std::vector<torch::Tensor>> grads(2);  // per rank: every step's gradients, flattened
+    std::vector<std::string> errors(2);
+    std::mutex rng;  // the global generator: each rank draws its weights and inputs alone
+    const auto rank_main = [&](int rank) {
+      try {
+        auto group = Collective::join(local_rank_env(rank, 2, port, "test"), torch::kCPU, "gloo", 30.0);
+        std::unique_lock<std::mutex> drawing(rng);
+        torch::manual_seed(5);
+        torch::nn::Linear used(8, 8), skipped(8, 8), head(8, 1);
+        std::vector<torch::Tensor> inputs;
+        for (int step = 0; step < 4; ++step) {
+          torch::manual_seed(100 + 10 * step + rank);
+          inputs.push_back(torch::randn({4, 8}));
+        }
+        drawing.unlock();
+        std::vector<torch::Tensor> params;
+        for (auto* m : std::vector<torch::nn::Module*>{used.get(), skipped.get(), head.get()})
+          for (const auto& p : m->parameters()) params.push_back(p);
+        GradientSync sync(group, params, /*bucket_mb=*/0.0002, /*overlap=*/true);
+        if (sync.buckets() < 3) throw std::runtime_error("expected at least 3 buckets");
+        for (int step = 0; step < 4; ++step) {
+          for (auto& p : params)
+            if (p.grad().defined()) p.mutable_grad().zero_();
+          auto h = used(inputs[static_cast<std::size_t>(step)]);
+          const bool skips = rank == 1 ? step < 2 : step >= 3;  // step 3: rank 0 skips, rank 1 does not
+          if (!skips) h = h + skipped(h);
+          sync.arm();
+          head(torch::tanh(h)).sum().backward();
+          sync.finish();
+          std::vector<torch::Tensor> flat;
+          for (const auto& p : params)
+            flat.push_back(p.grad().defined() ? p.grad().reshape({-1}).clone() : torch::zeros({p.numel()}));
+          grads[static_cast<std::size_t>(rank)].push_back(torch::cat(flat));
+        }
+      } catch (const std::exception& e) {
+        errors[static_cast<std::size_t>(rank)] = e.what();
+      }
+    };
+    std::thread other(rank_main, 1);
+    rank_main(0);
+    other.join();
+    QVERIFY2(errors[0].empty() && errors[1].empty(), (errors[0] + " | " + errors[1]).c_str());
+    QCOMPARE(grads[0].size(), std::size_t(4));
+    QCOMPARE(grads[1].size(), std::size_t(4));
+    // The reference: each rank's gradients computed alone (no group), summed.
+    for (int step = 0; step < 4; ++step) {
+      torch::Tensor expected;
+      for (int rank = 0; rank < 2; ++rank) {
+        torch::manual_seed(5);
+        torch::nn::Linear used(8, 8), skipped(8, 8), head(8, 1);
+        torch::manual_seed(100 + 10 * step + rank);
+        auto h = used(torch::randn({4, 8}));
+        if (!(rank == 1 ? step < 2 : step >= 3)) h = h + skipped(h);
+        head(torch::tanh(h)).sum().backward();
+        std::vector<torch::Tensor> flat;
+        for (auto* m : std::vector<torch::nn::Module*>{used.get(), skipped.get(), head.get()})
+          for (const auto& p : m->parameters())
+            flat.push_back(p.grad().defined() ? p.grad().reshape({-1}) : torch::zeros({p.numel()}));
+        const auto local = torch::cat(flat);
+        expected = expected.defined() ? expected + local : local;
+      }
+      const auto s = static_cast<std::size_t>(step);
+      QVERIFY2(torch::equal(grads[0][s], grads[1][s]), qPrintable(QString("step %1: the ranks differ").arg(step)));
+      QVERIFY2(torch::allclose(grads[0][s], expected, 1e-6, 1e-7), qPrintable(QString("step %1: not the sum").arg(step)));
+    }
   }
 
   /// --nproc 2 of the dense model and of MoD: the curve, the evaluations and the routing of one process, one run row
