@@ -35,18 +35,16 @@ class TestStoreMigrations : public QObject {
   Q_OBJECT
 
  private:
-  std::unique_ptr<QTemporaryDir> dir_;
-  std::string db_path() const { return dir_->filePath("runs.sqlite").toStdString(); }
+  QTemporaryDir dir_;
+  int stores_ = 0;
+  /// A new store file for each test.
+  std::string db_path() { return dir_.filePath(QString("runs-%1.sqlite").arg(++stores_)).toStdString(); }
 
  private slots:
-  void initTestCase() { init_logging({.log_dir = "-", .console = true, .level = "warn"}); }
-
-  void init() {
-    dir_ = std::make_unique<QTemporaryDir>();
-    QVERIFY(dir_->isValid());
+  void initTestCase() {
+    init_logging({.log_dir = "-", .console = true, .level = "warn"});
+    QVERIFY(dir_.isValid());
   }
-
-  void cleanup() { dir_.reset(); }
 
   void migratesV1StoreKeepingEveryRow() {
     const std::string path = db_path();

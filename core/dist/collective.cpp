@@ -56,6 +56,16 @@ struct Collective::Impl {
       fail(what, e);
     }
   }
+
+  /// The work `start` begins (a c10d call), with its failures, starting or waiting, as DistErrors naming `what`.
+  template <typename Start>
+  c10::intrusive_ptr<c10d::Work> begin(const std::string& what, Start&& start) const {
+    try {
+      return start();
+    } catch (const std::exception& e) {
+      fail(what, e);
+    }
+  }
 };
 
 namespace {
@@ -165,39 +175,17 @@ std::string Collective::describe() const {
 
 std::unique_ptr<PendingCollective> Collective::all_reduce_sum_async(torch::Tensor& tensor) {
   std::vector<at::Tensor> tensors{tensor};
-  try {
-    return std::make_unique<PendingWork>(impl_.get(), impl_->group->allreduce(tensors));
-  } catch (const std::exception& e) {
-    impl_->fail("all-reduce", e);
-  }
+  return std::make_unique<PendingWork>(impl_.get(),
+                                       impl_->begin("all-reduce", [&] { return impl_->group->allreduce(tensors); }));
 }
 
 void Collective::all_reduce_sum(torch::Tensor& tensor) { all_reduce_sum_async(tensor)->wait(); }
-
-void Collective::all_reduce_max(torch::Tensor& tensor) {
-  std::vector<at::Tensor> tensors{tensor};
-  c10d::AllreduceOptions options;
-  options.reduceOp = c10d::ReduceOp::MAX;
-  try {
-    impl_->wait(impl_->group->allreduce(tensors, options), "all-reduce (max)");
-  } catch (const DistError&) {
-    throw;
-  } catch (const std::exception& e) {
-    impl_->fail("all-reduce (max)", e);
-  }
-}
 
 void Collective::broadcast(torch::Tensor& tensor, int root) {
   std::vector<at::Tensor> tensors{tensor};
   c10d::BroadcastOptions options;
   options.rootRank = root;
-  try {
-    impl_->wait(impl_->group->broadcast(tensors, options), "broadcast");
-  } catch (const DistError&) {
-    throw;
-  } catch (const std::exception& e) {
-    impl_->fail("broadcast", e);
-  }
+  impl_->wait(impl_->begin("broadcast", [&] { return impl_->group->broadcast(tensors, options); }), "broadcast");
 }
 
 std::string Collective::broadcast_string(const std::string& text, int root) {

@@ -43,7 +43,6 @@ class Collective {
   /// Sums `tensor` over the ranks in place; the work runs on the backend's threads or stream until waited for.
   std::unique_ptr<PendingCollective> all_reduce_sum_async(torch::Tensor& tensor);
   void all_reduce_sum(torch::Tensor& tensor);
-  void all_reduce_max(torch::Tensor& tensor);
   /// Rank `root`'s values of `tensor` on every rank.
   void broadcast(torch::Tensor& tensor, int root = 0);
   /// Rank `root`'s `text` on every rank.
