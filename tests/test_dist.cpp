@@ -319,13 +319,7 @@ class TestDist : public QObject {
     QFETCH(int, resume_ranks);
     const auto db = home_.filePath(QString("killed-%1.sqlite").arg(killed));
     auto ranks = start_ranks(train_args(db, "dense", 400), free_local_port());
-    const auto t0 = Clock::now();
-    bool trained = false;
-    while (!trained && Clock::now() - t0 < std::chrono::seconds(120)) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(200));
-      if (QFile::exists(db)) trained = RunStore(db.toStdString(), false).metric(1, "train/loss").size() >= 6;
-    }
-    QVERIFY2(trained, "the two ranks did not train");
+    QVERIFY2(trained(db, 6), "the two ranks did not train");
     ::kill(static_cast<pid_t>(ranks[static_cast<std::size_t>(killed)]->processId()), SIGKILL);
     const auto killed_at = Clock::now();
     auto& survivor = *ranks[static_cast<std::size_t>(1 - killed)];
@@ -355,6 +349,49 @@ class TestDist : public QObject {
     QCOMPARE(record->backend, std::string(resume_ranks > 1 ? "gloo" : ""));
     QCOMPARE(contains(record->message, "continued on 1 rank after 2"), resume_ranks == 1);
     QCOMPARE(curve(db, 1, "train/loss").size(), std::size_t(400));
+  }
+
+  /// Waits until run 1 of `db` has stored `steps` training steps.
+  static bool trained(const QString& db, std::size_t steps) {
+    const auto t0 = Clock::now();
+    while (Clock::now() - t0 < std::chrono::seconds(120)) {
+      if (QFile::exists(db) && RunStore(db.toStdString(), false).metric(1, "train/loss").size() >= steps) return true;
+      std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    }
+    return false;
+  }
+
+  /// A stop (SIGINT) sent to rank 1 alone stops both ranks after the same step with a checkpoint there; a SIGTERM to
+  /// the --nproc launcher reaches its ranks, which stop the same way, and the launcher exits as a stopped run does.
+  void aStopOnOneRankStopsEveryRank() {
+    const auto db = home_.filePath("stop-one.sqlite");
+    auto ranks = start_ranks(train_args(db, "dense", 400), free_local_port());
+    QVERIFY2(trained(db, 6), "the two ranks did not train");
+    ::kill(static_cast<pid_t>(ranks[1]->processId()), SIGINT);
+    QStringList outputs;
+    for (auto& r : ranks) {
+      const auto [code, out] = finish(*r, 120000);
+      QVERIFY2(code == 130, qPrintable(out));
+      outputs << out;
+    }
+    {
+      RunStore store(db.toStdString(), false);
+      const auto record = store.run(1);
+      QCOMPARE(record->status, RunStatus::Stopped);
+      QVERIFY(record->last_step < 400);
+      QCOMPARE(store.checkpoints(1).back().step, record->last_step);
+      const auto at = QString("stopped at step %1").arg(record->last_step);
+      QVERIFY2(outputs[0].contains(at) && outputs[1].contains(at), qPrintable(outputs.join("\n")));
+    }
+    const auto launched_db = home_.filePath("stop-launcher.sqlite");
+    auto launcher = start(train_args(launched_db, "dense", 400) + QStringList{"--nproc", "2"});
+    QVERIFY2(trained(launched_db, 6), "the launched ranks did not train");
+    ::kill(static_cast<pid_t>(launcher->processId()), SIGTERM);
+    const auto [code, out] = finish(*launcher, 120000);
+    QVERIFY2(code == 130, qPrintable(out));
+    RunStore store(launched_db.toStdString(), false);
+    QCOMPARE(store.run(1)->status, RunStatus::Stopped);
+    QCOMPARE(store.checkpoints(1).back().step, store.run(1)->last_step);
   }
 
   /// Ranks of different configs are refused at start-up on every rank; so is a step the ranks do not divide.

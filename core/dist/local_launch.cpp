@@ -10,8 +10,10 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
 #include <chrono>
+#include <csignal>
 #include <cstring>
 #include <map>
 #include <thread>
@@ -22,6 +24,10 @@ extern char** environ;
 
 namespace routelab {
 namespace {
+
+/// The stop signal (SIGINT, SIGTERM) the --nproc launcher received and has not passed on yet; 0 for none.
+std::atomic<int> g_stop_signal{0};
+extern "C" void note_stop_signal(int sig) { g_stop_signal.store(sig); }
 
 /// This process's environment with `overrides` replacing or adding variables, as "KEY=VALUE" strings.
 std::vector<std::string> environment_with(const std::map<std::string, std::string>& overrides) {
@@ -127,19 +133,32 @@ void LocalRanks::start(int rank) {
   state_->rank_of[pid] = rank;
 }
 
-int LocalRanks::wait(double grace_s, const std::function<void(const std::string&)>& say, bool grace_from_start) {
+int LocalRanks::wait(double grace_s, const std::function<void(const std::string&)>& say, bool grace_from_start,
+                     bool pass_on_stops) {
   auto& rank_of = state_->rank_of;
+  using Handler = void (*)(int);
+  Handler previous_int = nullptr, previous_term = nullptr;
+  if (pass_on_stops) {
+    g_stop_signal.store(0);
+    previous_int = std::signal(SIGINT, note_stop_signal);
+    previous_term = std::signal(SIGTERM, note_stop_signal);
+  }
   int first_failure = 0;
   bool grace = grace_from_start, killed = false;  // the grace period runs until `deadline`
+  bool stopping = false;  // a stop was passed on: a rank's "stopped" status (130) is what was asked for
+  int stop_status = 0;
   auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(static_cast<long long>(grace_s * 1000));
   while (!rank_of.empty()) {
     int status = 0;
-    const pid_t pid = ::waitpid(-1, &status, grace ? WNOHANG : 0);
+    // Polled while a grace period runs or signals are passed on (a handler does not interrupt a blocking wait).
+    const bool poll = grace || pass_on_stops;
+    const pid_t pid = ::waitpid(-1, &status, poll ? WNOHANG : 0);
     if (pid > 0 && rank_of.count(pid)) {
       const int code = exit_status(status);
       const int rank = rank_of[pid];
       rank_of.erase(pid);
-      if (code != 0) {
+      if (stopping && code == 130) stop_status = code;
+      if (code != 0 && !(stopping && code == 130)) {
         say("rank " + std::to_string(rank) + " of " + std::to_string(state_->n) + " ended with exit status " +
             std::to_string(code) + (WIFSIGNALED(status) ? std::string(" (") + ::strsignal(WTERMSIG(status)) + ")" : ""));
         if (first_failure == 0) first_failure = code;
@@ -151,6 +170,10 @@ int LocalRanks::wait(double grace_s, const std::function<void(const std::string&
       continue;
     }
     if (pid < 0 && errno != EINTR) break;
+    if (const int sig = g_stop_signal.exchange(0); pass_on_stops && sig != 0) {
+      for (const auto& [p, rank] : rank_of) ::kill(p, sig);  // each rank stops after the same step, checkpointed
+      stopping = true;
+    }
     if (grace && std::chrono::steady_clock::now() >= deadline) {
       for (const auto& [p, rank] : rank_of) {
         say("rank " + std::to_string(rank) + " did not end within " + std::to_string(static_cast<int>(grace_s)) +
@@ -159,18 +182,22 @@ int LocalRanks::wait(double grace_s, const std::function<void(const std::string&
       }
       grace = false;  // now wait for the killed ones without a limit
       killed = true;
-    } else if (grace) {
+    } else if (poll) {
       std::this_thread::sleep_for(std::chrono::milliseconds(50));
     }
   }
-  return first_failure;
+  if (pass_on_stops) {
+    std::signal(SIGINT, previous_int);
+    std::signal(SIGTERM, previous_term);
+  }
+  return first_failure != 0 ? first_failure : stop_status;
 }
 
 int run_local_workers(int n, const std::vector<std::string>& argv, double grace_s,
                       const std::function<void(const std::string&)>& say) {
   LocalRanks ranks(n, argv, "routelab --nproc");
   for (int rank = 0; rank < n; ++rank) ranks.start(rank);
-  return ranks.wait(grace_s, say, /*grace_from_start=*/false);
+  return ranks.wait(grace_s, say, /*grace_from_start=*/false, /*pass_on_stops=*/true);
 }
 
 }  // namespace routelab

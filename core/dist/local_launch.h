@@ -34,9 +34,11 @@ class LocalRanks {
   int port() const;
   void start(int rank);
   /// Waits for the started ranks. After a failure (or at once with `grace_from_start`) the others have `grace_s` to
-  /// end before they are killed. `say` receives a line for each rank that failed or was killed. The first
-  /// failure's exit status (128 + signal for a killed one), or 0.
-  int wait(double grace_s, const std::function<void(const std::string&)>& say, bool grace_from_start);
+  /// end before they are killed. With `pass_on_stops`, a SIGINT or SIGTERM this process receives meanwhile goes on
+  /// to every rank (which stop after the same step) instead of ending it. `say` receives a line for each rank that
+  /// failed or was killed. The first failure's exit status (128 + signal for a killed one), or 0.
+  int wait(double grace_s, const std::function<void(const std::string&)>& say, bool grace_from_start,
+           bool pass_on_stops = false);
 
  private:
   struct State;
@@ -47,7 +49,8 @@ class LocalRanks {
 /// LOCAL_WORLD_SIZE, MASTER_ADDR=127.0.0.1, a free MASTER_PORT and ROUTELAB_LAUNCHER. Waits for all of them. When
 /// one fails, the others have `grace_s` to end on their own (their next collective tells them, and rank 0 records
 /// the run's status) before they are killed. `say` receives a line for each worker that failed. Returns 0 when
-/// every worker succeeded, else the first failure's exit status (128 + signal for a killed one).
+/// every worker succeeded, else the first failure's exit status (128 + signal for a killed one). A SIGINT or
+/// SIGTERM sent to this process goes on to the workers.
 int run_local_workers(int n, const std::vector<std::string>& argv, double grace_s,
                       const std::function<void(const std::string&)>& say);
 

@@ -16,7 +16,7 @@ std::vector<double> sum_over_ranks(Collective& collective, const std::vector<dou
 
 }  // namespace
 
-bool reduce_step_scalars(Collective& collective, torch::Tensor& loss, torch::Tensor& aux_loss, bool stop) {
+torch::Tensor reduce_step_scalars(Collective& collective, torch::Tensor& loss, torch::Tensor& aux_loss, bool stop) {
   const auto dev = collective.device();
   auto packed = torch::stack({loss.detach().to(dev, torch::kDouble).reshape({}),
                               aux_loss.defined() ? aux_loss.detach().to(dev, torch::kDouble).reshape({})
@@ -26,7 +26,7 @@ bool reduce_step_scalars(Collective& collective, torch::Tensor& loss, torch::Ten
   const auto out_device = loss.device();
   loss = packed[0].to(out_device, torch::kFloat);
   aux_loss = packed[1].to(out_device, torch::kFloat);
-  return packed[2].item<double>() > 0;
+  return packed[2];
 }
 
 void reduce_trace(Collective& collective, std::vector<LayerTrace>& trace, std::map<std::string, double>& stats) {

@@ -12,9 +12,10 @@
 
 namespace routelab {
 
-/// Sums each rank's share of the step's mean loss and auxiliary loss (0-dim tensors, replaced by the sums), and
-/// says whether any rank asked to stop (`stop` on any rank), in one all-reduce.
-bool reduce_step_scalars(Collective& collective, torch::Tensor& loss, torch::Tensor& aux_loss, bool stop);
+/// Sums each rank's share of the step's mean loss and auxiliary loss (0-dim tensors, replaced by the sums) and the
+/// ranks' stop requests (`stop` on this one), in one all-reduce. Returns the number of ranks asking to stop as a
+/// 0-dim tensor, left unread: on a GPU nothing here waits for the device.
+torch::Tensor reduce_step_scalars(Collective& collective, torch::Tensor& loss, torch::Tensor& aux_loss, bool stop);
 
 /// A log step's routing trace and model statistics over every rank, in one all-reduce: per layer the routed share,
 /// the auxiliary term and the gate's mean are averaged (the trace's gate becomes that mean, one element), token

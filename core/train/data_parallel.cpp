@@ -53,10 +53,10 @@ StepShare DataParallel::share_of(const Batch& batch) const {
   return share;
 }
 
-bool DataParallel::finish_step(StepResult& result, bool traced, bool stop) {
-  const bool any_stop = reduce_step_scalars(*collective_, result.loss, result.aux_loss, stop);
+torch::Tensor DataParallel::finish_step(StepResult& result, bool traced, bool stop) {
+  auto stops = reduce_step_scalars(*collective_, result.loss, result.aux_loss, stop);
   if (traced) reduce_trace(*collective_, result.output.trace, result.output.stats);
-  return any_stop;
+  return stops;
 }
 
 }  // namespace routelab

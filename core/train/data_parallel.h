@@ -36,9 +36,10 @@ class DataParallel {
   /// This rank's rows of the step's whole `batch`, and how they weigh in it (StepShare::sync included).
   Batch local_part(const Batch& batch) const;
   StepShare share_of(const Batch& batch) const;
-  /// After the step: loss and aux loss summed over the ranks, the trace made global at log steps; true when any
-  /// rank asked to stop (`stop`), so that every rank stops after the same step.
-  bool finish_step(StepResult& result, bool traced, bool stop);
+  /// After the step: loss and aux loss summed over the ranks, the trace made global at log steps. Returns how many
+  /// ranks asked to stop (`stop` on this one), a 0-dim tensor read when the step is settled: every rank settles at
+  /// the same steps, so every rank stops after the same step.
+  torch::Tensor finish_step(StepResult& result, bool traced, bool stop);
   /// Seconds the last step waited for the gradient sum after its backward pass.
   double last_wait_s() const { return sync_ ? sync_->last_wait_s() : 0.0; }
 

@@ -54,6 +54,7 @@ double now_s() {
 /// What one training step reports, whichever the task. The scalars stay on the device until the step is settled.
 struct StepRecord {
   torch::Tensor loss_t, aux_loss_t, grad_norm_t;  ///< 0-dim, on the model's device
+  torch::Tensor stops_t;  ///< data parallel: 0-dim, how many ranks asked to stop after this step
   double loss = 0;                                ///< filled when settled
   double aux_loss = 0;
   double grad_norm = 0;
@@ -363,7 +364,8 @@ class Session {
     log_->info("run {}: {}", run_id_, collective_->describe());
   }
 
-  /// The user's stop; in a data-parallel run any rank's, seen by every rank after the same step.
+  /// The user's stop; in a data-parallel run any rank's, seen by every rank when it settles the step (every step on
+  /// the CPU; on a GPU at the next settling, which all ranks reach at the same step).
   bool stop_requested() const { return dp_ ? ranks_stop_ : cancel_ && cancel_->load(); }
 
   void loop(TrainOutcome& outcome) {
@@ -439,8 +441,8 @@ class Session {
     if (pending_.empty()) return true;
     std::vector<torch::Tensor> scalars;
     for (const auto& p : pending_)
-      for (const auto* t : {&p.record.loss_t, &p.record.aux_loss_t, &p.record.grad_norm_t})
-        scalars.push_back(t->defined() ? t->detach().to(torch::kFloat).reshape({}) : torch::zeros({}, device_));
+      for (const auto* t : {&p.record.loss_t, &p.record.aux_loss_t, &p.record.grad_norm_t, &p.record.stops_t})
+        scalars.push_back(t->defined() ? t->detach().to(device_, torch::kFloat).reshape({}) : torch::zeros({}, device_));
     const auto host = torch::stack(scalars).to(torch::kCPU, torch::kDouble);  // waits for the device
     const auto* values = host.data_ptr<double>();
     auto steps = std::move(pending_);
@@ -449,9 +451,10 @@ class Session {
     for (std::size_t i = 0; i < steps.size(); ++i) {
       auto& p = steps[i];
       auto& result = p.record;
-      result.loss = values[3 * i];
-      result.aux_loss = values[3 * i + 1];
-      result.grad_norm = values[3 * i + 2];
+      result.loss = values[4 * i];
+      result.aux_loss = values[4 * i + 1];
+      result.grad_norm = values[4 * i + 2];
+      ranks_stop_ = ranks_stop_ || values[4 * i + 3] > 0;
       if (!record_step(p, outcome)) return false;
     }
     return true;
@@ -538,11 +541,12 @@ class Session {
       graph_step_ = std::make_unique<CudaGraphStep>(*model_, *optimizer_, grad_clip, bf16_, grad_accum_);
     const Teacher* teacher = teacher_ ? &*teacher_ : nullptr;
     StepResult result;
+    torch::Tensor stops;
     if (dp_) {  // this rank's rows of the step; gradients, losses and the trace summed over the ranks
       const auto share = dp_->share_of(batch);
       result = train_step(*model_, *optimizer_, dp_->local_part(batch), grad_clip, bf16_, log_step,
                           dp_->micro_batches(), teacher, &share);
-      ranks_stop_ = dp_->finish_step(result, log_step, cancel_ && cancel_->load());
+      stops = dp_->finish_step(result, log_step, cancel_ && cancel_->load());
       if (log_step) result.output.stats["dist_wait_ms"] = dp_->last_wait_s() * 1000.0;
     } else {
       result = graph_step_ ? graph_step_->run(batch, /*trace=*/log_step)
@@ -553,6 +557,7 @@ class Session {
     r.loss_t = result.loss;
     r.aux_loss_t = result.aux_loss;
     r.grad_norm_t = result.grad_norm;
+    r.stops_t = stops;
     r.tokens = batch_size_ * grad_accum_ * dataset_->context();
     r.trace = std::move(result.output.trace);
     r.stats = std::move(result.output.stats);
@@ -678,7 +683,7 @@ class Session {
   RankWriter writer_;  ///< rank 0's (or the only process's) writer of the run
   std::shared_ptr<Collective> collective_;  ///< data parallel: the process group (null: one process)
   std::optional<DataParallel> dp_;
-  bool ranks_stop_ = false;  ///< data parallel: a rank asked to stop at the last step
+  bool ranks_stop_ = false;  ///< data parallel: a rank asked to stop at a settled step
   std::string resumed_from_;  ///< the checkpoint restore() loaded
   std::vector<PendingStep> pending_;  ///< steps run but not yet read back (GPU)
   std::chrono::steady_clock::time_point t_start_, t_window_;
