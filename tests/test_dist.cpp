@@ -115,12 +115,19 @@ class TestDist : public QObject {
             "train.checkpoint_every=4", "--set", "run.dist_bucket_mb=0.02", "--set", "run.dist_timeout_s=60"};
   }
 
-  /// Two ranks started as torchrun starts them: the launch variables set by the test itself.
-  std::vector<std::unique_ptr<QProcess>> start_ranks(const QStringList& args, int port) {
+  /// Two ranks started as torchrun starts them (or srun, with `slurm`): the launch variables set by the test itself.
+  std::vector<std::unique_ptr<QProcess>> start_ranks(const QStringList& args, int port, bool slurm = false) {
     std::vector<std::unique_ptr<QProcess>> ranks;
-    for (int r = 0; r < 2; ++r)
-      ranks.push_back(start(args, {{"RANK", QString::number(r)}, {"WORLD_SIZE", "2"}, {"LOCAL_RANK", QString::number(r)},
-                                   {"MASTER_ADDR", "127.0.0.1"}, {"MASTER_PORT", QString::number(port)}}));
+    for (int r = 0; r < 2; ++r) {
+      const auto rank = QString::number(r);
+      if (slurm)  // srun's variables; the rendezvous host is the first of the step's nodes
+        ranks.push_back(start(args, {{"SLURM_PROCID", rank}, {"SLURM_STEP_NUM_TASKS", "2"}, {"SLURM_LOCALID", rank},
+                                     {"SLURM_STEP_ID", "0"}, {"SLURM_STEP_TASKS_PER_NODE", "2"},
+                                     {"SLURM_STEP_NODELIST", "127.0.0.1"}, {"MASTER_PORT", QString::number(port)}}));
+      else
+        ranks.push_back(start(args, {{"RANK", rank}, {"WORLD_SIZE", "2"}, {"LOCAL_RANK", rank},
+                                     {"MASTER_ADDR", "127.0.0.1"}, {"MASTER_PORT", QString::number(port)}}));
+    }
     return ranks;
   }
 
@@ -292,14 +299,23 @@ class TestDist : public QObject {
     QVERIFY(!curve(db, runs[0].id, "train/dist_wait_ms").empty());
   }
 
-  /// Two processes given torchrun's variables by the test take the path --nproc takes: the same stored curve.
-  void torchrunVariablesTakeTheSamePath() {
+  /// Two processes given torchrun's (or srun's) variables by the test take the path --nproc takes: the same stored
+  /// curve.
+  void launcherVariablesTakeTheSamePath_data() {
+    QTest::addColumn<bool>("slurm");
+    QTest::newRow("torchrun") << false;
+    QTest::newRow("srun") << true;
+  }
+  void launcherVariablesTakeTheSamePath() {
+    QFETCH(bool, slurm);
     const auto [one_db, one_run] = reference("dense");
-    const auto db = home_.filePath("torchrun.sqlite");
-    auto ranks = start_ranks(train_args(db, "dense"), free_local_port());
+    const auto db = home_.filePath(slurm ? "srun.sqlite" : "torchrun.sqlite");
+    auto ranks = start_ranks(train_args(db, "dense"), free_local_port(), slurm);
     for (auto& r : ranks) {
       const auto [code, out] = finish(*r);
       QVERIFY2(code == 0, qPrintable(out));
+      // The log names the launcher each rank recognised (srun's rendezvous: the first host of the node list).
+      QVERIFY2(out.contains(slurm ? ", slurm" : ", environment"), qPrintable(out));
     }
     expect_same_curve(one_db, one_run, db, 1, "train/loss", 1e-5);
     QCOMPARE(RunStore(db.toStdString(), false).list_runs(true).size(), std::size_t(1));
