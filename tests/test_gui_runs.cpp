@@ -68,6 +68,7 @@ class TestGuiRuns : public QObject {
   void cleanup();
 
   void filterBoxNarrowsRows();
+  void configColumnsGroupRunsByAnyKey();
   void tabLeavesTheRunsTable();
   void editsRoundTripThroughTheStore();
   void deleteRemovesRowsAndCheckpoints();
@@ -175,6 +176,49 @@ void TestGuiRuns::filterBoxNarrowsRows() {
   panel->view()->sortByColumn(routelab::RunsTableModel::NameColumn, Qt::AscendingOrder);
   QCOMPARE(panel->proxy()->index(0, routelab::RunsTableModel::NameColumn).data().toString(),
            QStringLiteral("alpha-run"));
+}
+
+void TestGuiRuns::configColumnsGroupRunsByAnyKey() {
+  {
+    RunStore store(dbPath_.toStdString());
+    const std::vector<std::pair<double, double>> settings = {{0.002, 0.5}, {0.003, 0.7}, {0.002, 0.7}};
+    for (std::size_t i = 0; i < settings.size(); ++i) {
+      routelab::NewRun run;
+      run.name = "run-" + std::to_string(i);
+      run.arch = "mod";
+      run.config_json = nlohmann::json{{"train", {{"lr", settings[i].first}}},
+                                       {"model", {{"capacity", settings[i].second}, {"arch", "mod"}}}}
+                            .dump();
+      store.create_run(run);
+    }
+  }
+  using routelab::RunsTableModel;
+  {
+    auto window = makeWindow();
+    routelab::RunsPanel* panel = window->runsPanel();
+    QTRY_COMPARE_WITH_TIMEOUT(panel->proxy()->rowCount(), 3, 10000);
+    panel->configColumnsBox()->setText(QStringLiteral("train.lr, model.capacity model.missing"));
+    const int lr = RunsTableModel::ColumnCount, capacity = lr + 1, missing = lr + 2;
+    QCOMPARE(panel->proxy()->columnCount(), RunsTableModel::ColumnCount + 3);
+    QCOMPARE(panel->proxy()->headerData(lr, Qt::Horizontal).toString(), QStringLiteral("train.lr"));
+    QCOMPARE(panel->proxy()->headerData(capacity, Qt::Horizontal).toString(), QStringLiteral("model.capacity"));
+    // Sorting by a config column groups the runs by its value (numbers by value), the name breaking no ties here.
+    panel->view()->sortByColumn(lr, Qt::DescendingOrder);
+    QCOMPARE(panel->proxy()->index(0, lr).data().toString(), QStringLiteral("0.003"));
+    QCOMPARE(panel->proxy()->index(1, lr).data().toString(), QStringLiteral("0.002"));
+    QCOMPARE(panel->proxy()->index(2, lr).data().toString(), QStringLiteral("0.002"));
+    QCOMPARE(panel->proxy()->index(0, missing).data().toString(), QString());  // a key no run has: empty cells
+    // The search box matches a config column's "key=value".
+    panel->searchBox()->setText(QStringLiteral("lr=0.002 capacity=0.7"));
+    QCOMPARE(panel->proxy()->rowCount(), 1);
+    QCOMPARE(panel->proxy()->index(0, RunsTableModel::NameColumn).data().toString(), QStringLiteral("run-2"));
+    panel->searchBox()->clear();
+  }
+  // The columns come back at the next start.
+  auto window = makeWindow();
+  QCOMPARE(window->runsPanel()->configColumnsBox()->text(), QStringLiteral("train.lr, model.capacity model.missing"));
+  QTRY_COMPARE_WITH_TIMEOUT(window->runsPanel()->proxy()->columnCount(), RunsTableModel::ColumnCount + 3, 10000);
+  window->runsPanel()->configColumnsBox()->clear();
 }
 
 void TestGuiRuns::tabLeavesTheRunsTable() {

@@ -3,7 +3,9 @@
 #pragma once
 #include <QList>
 #include <QMetaType>
+#include <QHash>
 #include <QString>
+#include <QVariant>
 #include <QVector>
 
 #include <limits>
@@ -82,6 +84,8 @@ struct RunSummary {
   bool archived = false;
   double heartbeatAt = 0;             ///< unix seconds; a running run's duration ends here
   qint64 checkpointStep = -1;         ///< step of the latest checkpoint, -1 when none
+  /// The run's resolved config by "section.key" ("train.lr" -> 0.003): numbers as double, flags as bool, else text.
+  QHash<QString, QVariant> config;
 };
 
 /// The stored loss curves of one run.

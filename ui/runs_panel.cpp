@@ -10,6 +10,8 @@
 #include <QLineEdit>
 #include <QMenu>
 #include <QMessageBox>
+#include <QRegularExpression>
+#include <QSettings>
 #include <QTableView>
 #include <QVBoxLayout>
 
@@ -21,6 +23,16 @@
 #include "ui/store_service.h"
 
 namespace routelab {
+namespace {
+
+const char* const kSettingsConfigColumns = "runs/configColumns";
+
+/// "train.lr, model.capacity" -> the keys.
+QStringList configKeys(const QString& text) {
+  return text.split(QRegularExpression(QStringLiteral("[\\s,]+")), Qt::SkipEmptyParts);
+}
+
+}  // namespace
 
 RunsPanel::RunsPanel(QWidget* parent) : QWidget(parent) {
   model_ = new RunsTableModel(this);
@@ -53,6 +65,14 @@ RunsPanel::RunsPanel(QWidget* parent) : QWidget(parent) {
   search_->setClearButtonEnabled(true);
   showArchived_ = new QCheckBox(tr("Show archived"), this);
   showArchived_->setObjectName(QStringLiteral("showArchived"));
+  configColumns_ = new QLineEdit(this);
+  configColumns_->setObjectName(QStringLiteral("runsConfigColumns"));
+  configColumns_->setPlaceholderText(tr("Config columns, e.g. train.lr model.capacity"));
+  configColumns_->setToolTip(tr("Any config keys (section.key) as columns of the table: sort by one to group the runs "
+                                "by it; the search box then matches \"lr=0.003\" too"));
+  configColumns_->setClearButtonEnabled(true);
+  configColumns_->setText(QSettings().value(kSettingsConfigColumns).toString());
+  model_->setConfigColumns(configKeys(configColumns_->text()));
 
   summary_ = new QLabel(tr("No runs stored yet"), this);
   summary_->setObjectName(QStringLiteral("runsSummary"));
@@ -60,7 +80,8 @@ RunsPanel::RunsPanel(QWidget* parent) : QWidget(parent) {
 
   auto* filterRow = new QHBoxLayout;
   filterRow->setContentsMargins(0, 0, 0, 0);
-  filterRow->addWidget(search_, 1);
+  filterRow->addWidget(search_, 2);
+  filterRow->addWidget(configColumns_, 1);
   filterRow->addWidget(showArchived_);
   auto* layout = new QVBoxLayout(this);
   layout->setContentsMargins(0, 0, 0, 0);
@@ -73,6 +94,12 @@ RunsPanel::RunsPanel(QWidget* parent) : QWidget(parent) {
 
   connect(search_, &QLineEdit::textChanged, this, [this](const QString& text) {
     proxy_->setSearchText(text);
+    applySelection();
+    updateSummary();
+  });
+  connect(configColumns_, &QLineEdit::textChanged, this, [this](const QString& text) {
+    model_->setConfigColumns(configKeys(text));
+    QSettings().setValue(kSettingsConfigColumns, text);
     applySelection();
     updateSummary();
   });

@@ -43,6 +43,8 @@ class RunsPanel : public QWidget {
   RunsFilterProxy* proxy() const { return proxy_; }
   QTableView* view() const { return view_; }
   QLineEdit* searchBox() const { return search_; }
+  /// Config keys shown as further columns ("train.lr model.capacity"); remembered across starts.
+  QLineEdit* configColumnsBox() const { return configColumns_; }
   QCheckBox* showArchivedBox() const { return showArchived_; }
 
   // The operations behind the menu, without dialogs (the menu asks first).
@@ -80,6 +82,7 @@ class RunsPanel : public QWidget {
   RunsFilterProxy* proxy_ = nullptr;
   QTableView* view_ = nullptr;
   QLineEdit* search_ = nullptr;
+  QLineEdit* configColumns_ = nullptr;
   QCheckBox* showArchived_ = nullptr;
   QLabel* summary_ = nullptr;
   StoreService* store_ = nullptr;

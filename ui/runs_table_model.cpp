@@ -45,7 +45,9 @@ RunsTableModel::RunsTableModel(QObject* parent) : QAbstractTableModel(parent) {}
 
 int RunsTableModel::rowCount(const QModelIndex& parent) const { return parent.isValid() ? 0 : runs_.size(); }
 
-int RunsTableModel::columnCount(const QModelIndex& parent) const { return parent.isValid() ? 0 : ColumnCount; }
+int RunsTableModel::columnCount(const QModelIndex& parent) const {
+  return parent.isValid() ? 0 : ColumnCount + static_cast<int>(configKeys_.size());
+}
 
 QColor RunsTableModel::statusColor(const QString& status) {
   if (status == QLatin1String("running")) return QColor(31, 119, 180);
@@ -62,10 +64,23 @@ QVariant RunsTableModel::data(const QModelIndex& index, int role) const {
   if (role == RunIdRole) return run.id;
   if (role == StatusRole) return run.status;
   if (role == ArchivedRole) return run.archived;
-  if (role == SearchRole)
-    return QStringList{QString::number(run.id), run.name, run.arch, QStringLiteral("seed %1").arg(run.seed),
-                       run.status, run.tags, run.notes}.join(
-        QLatin1Char('\n'));
+  if (role == SearchRole) {
+    QStringList words{QString::number(run.id), run.name, run.arch, QStringLiteral("seed %1").arg(run.seed),
+                      run.status, run.tags, run.notes};
+    for (int k = 0; k < configKeys_.size(); ++k) {  // "train.lr=0.003": "lr=0.003" matches too
+      const QVariant v = configValue(run, ColumnCount + k);
+      if (v.isValid()) words << configKeys_[k] + QLatin1Char('=') + v.toString();
+    }
+    return words.join(QLatin1Char('\n'));
+  }
+  if (index.column() >= ColumnCount) {
+    const QVariant v = configValue(run, index.column());
+    if (role == Qt::DisplayRole) return v.isValid() ? v.toString() : QString();
+    if (role == SortRole) return v.typeId() == QMetaType::Double ? v : QVariant(v.toString().toLower());
+    if (role == Qt::TextAlignmentRole && v.typeId() == QMetaType::Double)
+      return QVariant::fromValue(Qt::AlignRight | Qt::AlignVCenter);
+    if (role != Qt::ToolTipRole && role != Qt::FontRole) return {};
+  }
   if (role == SortRole) {
     switch (index.column()) {
       case IdColumn: return run.id;
@@ -159,6 +174,7 @@ QVariant RunsTableModel::headerData(int section, Qt::Orientation orientation, in
     case DeviceColumn: return tr("Device");
     case TagsColumn: return tr("Tags");
   }
+  if (section >= ColumnCount && section - ColumnCount < configKeys_.size()) return configKeys_[section - ColumnCount];
   return {};
 }
 
@@ -184,12 +200,25 @@ void RunsTableModel::setRuns(QList<RunSummary> runs) {
   if (sameRows) {
     // Keep selection and scroll position: a periodic refresh only changes values.
     runs_ = std::move(runs);
-    if (!runs_.isEmpty()) Q_EMIT dataChanged(index(0, 0), index(runs_.size() - 1, ColumnCount - 1));
+    if (!runs_.isEmpty()) Q_EMIT dataChanged(index(0, 0), index(runs_.size() - 1, columnCount() - 1));
     return;
   }
   beginResetModel();
   runs_ = std::move(runs);
   endResetModel();
+}
+
+void RunsTableModel::setConfigColumns(const QStringList& keys) {
+  if (keys == configKeys_) return;
+  beginResetModel();
+  configKeys_ = keys;
+  endResetModel();
+}
+
+QVariant RunsTableModel::configValue(const RunSummary& run, int column) const {
+  const int k = column - ColumnCount;
+  if (k < 0 || k >= configKeys_.size()) return {};
+  return run.config.value(configKeys_[k]);
 }
 
 int RunsTableModel::rowOf(qint64 id) const {

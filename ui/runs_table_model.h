@@ -1,6 +1,7 @@
 // RunsTableModel: the stored runs (newest first) as a table model: id, name, architecture, status (coloured),
-// steps, last train, last and best validation loss, duration, device, tags. Updates in place when the set of
-// runs is unchanged. RunsFilterProxy sorts it by value and filters it by a search text and the archived flag.
+// steps, last train, last and best validation loss, duration, device, tags, then one column per config key asked
+// for (setConfigColumns: "train.lr", "model.capacity"; sorting by one groups the runs by it). Updates in place
+// when the set of runs is unchanged. RunsFilterProxy sorts it by value and filters it by a search text and the archived flag.
 #pragma once
 #include <QAbstractTableModel>
 #include <QList>
@@ -28,6 +29,10 @@ class RunsTableModel : public QAbstractTableModel {
   QVariant headerData(int section, Qt::Orientation orientation, int role = Qt::DisplayRole) const override;
 
   void setRuns(QList<RunSummary> runs);
+  /// Further columns, one per "section.key" of the runs' configs, after TagsColumn. The search box matches their
+  /// "key=value" too ("lr=0.003").
+  void setConfigColumns(const QStringList& keys);
+  const QStringList& configColumns() const { return configKeys_; }
   const QList<RunSummary>& runs() const { return runs_; }
   /// Row of run `id`, or -1.
   int rowOf(qint64 id) const;
@@ -42,7 +47,11 @@ class RunsTableModel : public QAbstractTableModel {
   static QString formatDuration(double seconds);
 
  private:
+  /// The run's value of config column `column` (>= ColumnCount), invalid when its config has none.
+  QVariant configValue(const RunSummary& run, int column) const;
+
   QList<RunSummary> runs_;
+  QStringList configKeys_;
 };
 
 class RunsFilterProxy : public QSortFilterProxyModel {

@@ -8,6 +8,8 @@
 
 #include <memory>
 
+#include <nlohmann/json.hpp>
+
 #include "core/store/run_store.h"
 #include "core/util/errors.h"
 #include "core/util/logging.h"
@@ -19,6 +21,24 @@ namespace {
 
 /// Crashed-run detection writes; once every few reads is plenty (the stale threshold is 30 s).
 constexpr int kMarkCrashedEveryNthRead = 5;
+
+/// The run's stored config by "section.key"; an unreadable one gives none (the store's own checks report it).
+QHash<QString, QVariant> flatConfig(const std::string& configJson) {
+  QHash<QString, QVariant> out;
+  const auto doc = nlohmann::json::parse(configJson, nullptr, /*allow_exceptions=*/false);
+  if (!doc.is_object()) return out;
+  for (const auto& [section, values] : doc.items()) {
+    if (!values.is_object()) continue;
+    for (const auto& [key, value] : values.items()) {
+      const QString path = QString::fromStdString(section + "." + key);
+      if (value.is_number()) out.insert(path, value.get<double>());
+      else if (value.is_boolean()) out.insert(path, value.get<bool>());
+      else if (value.is_string()) out.insert(path, QString::fromStdString(value.get<std::string>()));
+      else out.insert(path, QString::fromStdString(value.dump()));
+    }
+  }
+  return out;
+}
 
 RunSummary toSummary(const RunRecord& r) {
   RunSummary s;
@@ -39,6 +59,7 @@ RunSummary toSummary(const RunRecord& r) {
   s.resumedFromStep = r.resumed_from_step;
   s.tags = QString::fromStdString(r.tags);
   s.notes = QString::fromStdString(r.notes);
+  s.config = flatConfig(r.config_json);
   s.device = QString::fromStdString(r.device);
   if (r.world_size > 1 || !r.backend.empty())  // data parallel: "cpu, 2 ranks (gloo)"
     s.device += QString(", %1 rank%2%3").arg(r.world_size).arg(r.world_size == 1 ? "" : "s")
