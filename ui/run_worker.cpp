@@ -121,7 +121,9 @@ void RunWorker::run() {
         others = startOtherRanks(n, {"resume", std::to_string(request_.resumeRunId), "--db", db, "--quiet"});
         rank0 = local_rank_env(0, n, others->port(), "routelab GUI");
       }
-      outcome = resume(db, request_.resumeRunId, &observer, &cancel_, request_.resumeThreads,
+      // Data parallel: every rank keeps the stored run.threads (the ranks' configs must agree; "every core" is split
+      // between the ranks), not this slot's share.
+      outcome = resume(db, request_.resumeRunId, &observer, &cancel_, n > 1 ? -1 : request_.resumeThreads,
                        RunStore::kNeverTakeOver, rank0 ? &*rank0 : nullptr);
     } else {
       std::vector<std::string> sets;
