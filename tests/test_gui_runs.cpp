@@ -78,6 +78,7 @@ class TestGuiRuns : public QObject {
   void malformedQueueItemFailsAndTheQueueGoesOn();
   void queuedSweepExpandsIntoItsPoints();
   void queueRunsADataParallelRun();
+  void routingQuickstartQueuesDtrnetBesideDense();
 
  private:
   std::unique_ptr<MainWindow> makeWindow();
@@ -551,6 +552,28 @@ void TestGuiRuns::queueRunsADataParallelRun() {
   QCOMPARE(runs[0].last_step, std::int64_t{10});
   QCOMPARE(runs[0].world_size, 2);
   QCOMPARE(runs[0].backend, std::string("gloo"));
+}
+
+void TestGuiRuns::routingQuickstartQueuesDtrnetBesideDense() {
+  auto window = makeWindow();
+  RunQueue* queue = window->runQueue();
+  queue->stopAll();  // hold: the two requests stay pending to be read
+  QTRY_VERIFY_WITH_TIMEOUT(queue->isLoaded(), 10000);
+  // A fresh store points at routing.
+  QTRY_VERIFY_WITH_TIMEOUT(window->statusBar()->currentMessage().contains(QStringLiteral("Quick start with routing")),
+                           10000);
+  window->routingQuickstartAction()->trigger();
+  QCOMPARE(queue->entries().size(), 2);
+  QStringList presets;
+  for (const auto& e : queue->entries()) presets << RunQueue::requestFromJson(e.requestJson).preset;
+  QCOMPARE(presets, (QStringList{QStringLiteral("quickstart-dtrnet"), QStringLiteral("quickstart")}));
+  // The routed preset resolves to DTRNet at the dense quick-start's shape.
+  const auto routed = routelab::preset_config("quickstart-dtrnet", {});
+  const auto dense = routelab::preset_config("quickstart", {});
+  QCOMPARE(routed.arch(), std::string("dtrnet"));
+  for (const char* key : {"n_layer", "n_embd", "n_head", "style"})
+    QCOMPARE(routed.model().at(key), dense.model().at(key));
+  QCOMPARE(routed.train().at("batch_size"), dense.train().at("batch_size"));
 }
 
 }  // namespace test_gui_runs

@@ -45,6 +45,7 @@ namespace routelab {
 namespace {
 
 const QString kQuickstartPreset = QStringLiteral("quickstart");
+const QString kRoutedQuickstartPreset = QStringLiteral("quickstart-dtrnet");  ///< DTRNet at the quick-start shape
 const char* const kSettingsGeometry = "mainWindow/geometry";
 const char* const kSettingsState = "mainWindow/state";
 const char* const kSettingsPreset = "run/lastPreset";
@@ -115,6 +116,11 @@ void MainWindow::buildActions() {
   startAction_->setObjectName(QStringLiteral("startAction"));
   startAction_->setShortcut(QKeySequence(Qt::CTRL | Qt::Key_R));
   startAction_->setToolTip(tr("Train the selected preset (Ctrl+R)"));
+  routingQuickstartAction_ = new QAction(tr("&Quick start with routing"), this);
+  routingQuickstartAction_->setObjectName(QStringLiteral("routingQuickstartAction"));
+  routingQuickstartAction_->setToolTip(tr("Queue DTRNet at the quick-start shape and its dense twin (side by side "
+                                          "when the queue runs two at a time): routed tokens per layer, gates over "
+                                          "text and FLOPs within minutes"));
   stopAction_ = new QAction(style()->standardIcon(QStyle::SP_MediaStop), tr("S&top"), this);
   stopAction_->setObjectName(QStringLiteral("stopAction"));
   stopAction_->setShortcut(QKeySequence(Qt::CTRL | Qt::Key_Period));
@@ -158,6 +164,14 @@ void MainWindow::buildActions() {
   toolbar->addAction(dashboardAction_);
 
   connect(startAction_, &QAction::triggered, this, &MainWindow::startRun);
+  connect(routingQuickstartAction_, &QAction::triggered, this, [this] {
+    for (const QString& preset : {kRoutedQuickstartPreset, kQuickstartPreset}) {
+      RunRequest request;
+      request.preset = preset;
+      request.stepsOverride = steps_->value();
+      startRequest(request);
+    }
+  });
   connect(stopAction_, &QAction::triggered, this, &MainWindow::stopRun);
   connect(stopAllAction_, &QAction::triggered, this, &MainWindow::stopAllRuns);
   connect(refreshAction_, &QAction::triggered, this, &MainWindow::refreshRuns);
@@ -208,6 +222,7 @@ void MainWindow::buildMenus() {
   file->addAction(quitAction_);
   QMenu* run = menuBar()->addMenu(tr("&Run"));
   run->addAction(startAction_);
+  run->addAction(routingQuickstartAction_);
   run->addAction(stopAction_);
   run->addAction(stopAllAction_);
   run->addSeparator();
@@ -422,8 +437,12 @@ void MainWindow::onRunsLoaded(const QList<RunSummary>& runs) {
   updateActions();  // a selection restored with the rows enables "Open dashboard"
   if (firstRunsLoad_) {
     firstRunsLoad_ = false;
-    // A fresh store: point newcomers at the ready quick-start experiment.
-    if (runs.isEmpty() && options_.preset.isEmpty()) presets_->selectPreset(kQuickstartPreset);
+    // A fresh store: point newcomers at the ready quick-start experiment, and at routing beside it.
+    if (runs.isEmpty() && options_.preset.isEmpty()) {
+      presets_->selectPreset(kQuickstartPreset);
+      statusBar()->showMessage(tr("New here? Run > Quick start with routing trains DTRNet beside its dense twin"),
+                               30000);
+    }
   }
 }
 

@@ -63,6 +63,8 @@ class MainWindow : public QMainWindow {
   ProgressStatusWidget* progressStatus() const { return progress_; }
   LogViewWidget* logView() const { return log_; }
   QAction* startAction() const { return startAction_; }
+  /// Run > Quick start with routing: DTRNet at the quick-start shape and the dense quick-start, queued together.
+  QAction* routingQuickstartAction() const { return routingQuickstartAction_; }
   QAction* stopAction() const { return stopAction_; }
   QAction* stopAllAction() const { return stopAllAction_; }
   QAction* dashboardAction() const { return dashboardAction_; }
@@ -142,6 +144,7 @@ class MainWindow : public QMainWindow {
   QDockWidget* logDock_ = nullptr;
 
   QAction* startAction_ = nullptr;
+  QAction* routingQuickstartAction_ = nullptr;
   QAction* stopAction_ = nullptr;
   QAction* stopAllAction_ = nullptr;
   QAction* refreshAction_ = nullptr;
