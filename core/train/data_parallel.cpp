@@ -40,9 +40,7 @@ void DataParallel::start(torch::nn::Module& model, const std::string& fingerprin
 }
 
 Batch DataParallel::local_part(const Batch& batch) const {
-  const auto start = local_rows_ * collective_->rank();
-  return {batch.input.narrow(0, start, local_rows_), batch.target.narrow(0, start, local_rows_),
-          batch.loss_mask.defined() ? batch.loss_mask.narrow(0, start, local_rows_) : torch::Tensor()};
+  return batch_rows(batch, local_rows_ * collective_->rank(), local_rows_);
 }
 
 StepShare DataParallel::share_of(const Batch& batch) const {

@@ -98,13 +98,12 @@ torch::Tensor backward_and_step(const torch::Tensor& total, torch::nn::Module& m
   return clip_and_step(model, optimizer, grad_clip);
 }
 
-namespace {
-
-/// Rows [start, start + rows) of every tensor of the batch (views).
 Batch batch_rows(const Batch& b, std::int64_t start, std::int64_t rows) {
   return {b.input.narrow(0, start, rows), b.target.narrow(0, start, rows),
           b.loss_mask.defined() ? b.loss_mask.narrow(0, start, rows) : torch::Tensor()};
 }
+
+namespace {
 
 /// The forward of one (micro-)batch and its losses: the final head's CE, and the CE term to back-propagate (the
 /// mean over every head for early exit).

@@ -19,6 +19,9 @@ struct StepShare {
   GradientSync* sync = nullptr;
 };
 
+/// Rows [start, start + rows) of every tensor of the batch (views): a micro-batch, or a rank's share of a step.
+Batch batch_rows(const Batch& b, std::int64_t start, std::int64_t rows);
+
 /// Mean next-token cross-entropy over the positions where `mask` is 1 (all when undefined), in fp32. On a GPU of a
 /// CUDA build through the fused kernels (core/train/fused_cross_entropy.h), else log_softmax on an fp32 copy.
 torch::Tensor lm_loss(const torch::Tensor& logits, const torch::Tensor& target, const torch::Tensor& mask);
