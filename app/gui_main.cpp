@@ -28,12 +28,13 @@
 #include "core/util/version.h"
 #include "ui/app_resources.h"
 #include "ui/compare_view.h"
-#include "ui/dashboard_docks.h"
 #include "ui/run_dashboard.h"
 #include "ui/main_window.h"
 #include "ui/run_controller.h"
 #include "ui/run_queue.h"
+#include "ui/runs_panel.h"
 #include "ui/token_inspector.h"
+#include "ui/workspace_tabs.h"
 
 namespace {
 
@@ -93,8 +94,7 @@ void queueSweep(routelab::MainWindow& window, const QString& path) {
 /// traces `text` (the inspector's default text when empty) when their checkpoints are listed.
 void openInspector(routelab::MainWindow& window, qint64 runId, qint64 withId, const QString& text) {
   routelab::TokenInspector* inspector = window.inspector();
-  window.inspectorDock()->show();
-  window.inspectorDock()->raise();
+  window.workspace()->showPage(inspector);
   if (!text.isEmpty()) inspector->textEdit()->setPlainText(text);
   // Trace once both chosen runs have their checkpoints listed (earlier lists may belong to a default choice).
   auto traced = std::make_shared<bool>(false);
@@ -161,11 +161,15 @@ int main(int argc, char** argv) {
   const QCommandLineOption inspectTextOption(QStringLiteral("inspect-text"),
                                              QStringLiteral("The text the inspector traces at start-up."),
                                              QStringLiteral("TEXT"));
+  const QCommandLineOption selectOption(QStringLiteral("select"),
+                                        QStringLiteral("Select stored runs IDS in the runs browser (comma-separated; the "
+                                                       "overview draws the first with the others over it)."),
+                                        QStringLiteral("IDS"));
   const QCommandLineOption sweepOption(QStringLiteral("sweep"),
                                        QStringLiteral("Queue every point of sweep FILE (experiments/sweeps/)."),
                                        QStringLiteral("FILE"));
   parser.addOptions({dbOption, presetOption, autostartOption, dashboardOption, compareOption, figureOption,
-                     inspectOption, inspectWithOption, inspectTextOption, sweepOption});
+                     inspectOption, inspectWithOption, inspectTextOption, selectOption, sweepOption});
   parser.process(app);
 
   routelab::init_logging();
@@ -179,12 +183,12 @@ int main(int argc, char** argv) {
   routelab::MainWindow window(options);
   window.show();
   const QStringList dashboards = parser.values(dashboardOption);
-  for (const QString& id : dashboards) window.dashboards()->open(id.toLongLong());
+  for (const QString& id : dashboards) window.workspace()->open(id.toLongLong());
   // Scripted screenshots of a tab other than the first: ROUTELAB_SCREENSHOT_TAB=Metrics shows the tab of that name
   // in the dashboards opened with --dashboard.
   if (const QString tab = qEnvironmentVariable("ROUTELAB_SCREENSHOT_TAB"); !tab.isEmpty())
     for (const QString& id : dashboards)
-      if (QWidget* dashboard = window.dashboards()->dashboard(id.toLongLong()))
+      if (QWidget* dashboard = window.workspace()->dashboard(id.toLongLong()))
         for (QTabWidget* tabs : dashboard->findChildren<QTabWidget*>())
           for (int i = 0; i < tabs->count(); ++i)
             if (tabs->tabText(i).remove(QLatin1Char('&')).compare(tab, Qt::CaseInsensitive) == 0)
@@ -196,8 +200,18 @@ int main(int argc, char** argv) {
     if (parser.isSet(figureOption) && !window.compareView()->setFigureName(parser.value(figureOption)))
       routelab::logger("ui")->warn("--figure: unknown figure '{}'", parser.value(figureOption).toStdString());
     window.compareView()->showRuns(ids);
-    window.compareDock()->show();
-    window.compareDock()->raise();
+    window.workspace()->showPage(window.compareView());
+  }
+  if (parser.isSet(selectOption)) {
+    QList<qint64> ids;
+    for (const QString& id : parser.value(selectOption).split(QLatin1Char(','), Qt::SkipEmptyParts)) ids << id.trimmed().toLongLong();
+    auto* poll = new QTimer(&window);  // until the runs list has arrived
+    QObject::connect(poll, &QTimer::timeout, &window, [&window, poll, ids] {
+      if (!window.runsPanel()->selectRuns(ids)) return;
+      poll->stop();
+      poll->deleteLater();
+    });
+    poll->start(200);
   }
   if (parser.isSet(sweepOption)) queueSweep(window, QFileInfo(parser.value(sweepOption)).absoluteFilePath());
   if (parser.isSet(inspectOption)) openInspector(window, parser.value(inspectOption).toLongLong(),
@@ -214,15 +228,7 @@ int main(int argc, char** argv) {
   // after ROUTELAB_SCREENSHOT_AFTER_MS (default 30 s), whichever comes first; then close (stopping the run).
   const QString screenshot = qEnvironmentVariable("ROUTELAB_SCREENSHOT");
   if (!screenshot.isEmpty()) {
-    // A dock grabbed alone floats at the window's size, so the picture is not squeezed beside the other docks.
     const QString targetName = qEnvironmentVariable("ROUTELAB_SCREENSHOT_TARGET");
-    QDockWidget* dock = targetName == QLatin1String("compare")     ? window.compareDock()
-                        : targetName == QLatin1String("inspector") ? window.inspectorDock()
-                                                                   : nullptr;
-    if (dock != nullptr) {
-      dock->setFloating(true);
-      dock->resize(window.size());
-    }
     bool ok = false;
     int afterMs = qEnvironmentVariableIntValue("ROUTELAB_SCREENSHOT_AFTER_MS", &ok);
     if (!ok) afterMs = 30000;
@@ -231,13 +237,13 @@ int main(int argc, char** argv) {
       if (taken) return;
       taken = true;
       QDir().mkpath(QFileInfo(screenshot).absolutePath());
-      // ROUTELAB_SCREENSHOT_TARGET=dashboard grabs the first dashboard opened with --dashboard instead; compare
-      // and inspector grab those docks.
+      // ROUTELAB_SCREENSHOT_TARGET=dashboard grabs the tab of the first dashboard opened with --dashboard alone;
+      // compare and inspector those tabs (opened with --compare and --inspect).
       QWidget* target = &window;
       if (targetName == QLatin1String("dashboard") && !dashboards.isEmpty())
-        if (QWidget* d = window.dashboards()->dashboard(dashboards.first().toLongLong())) target = d;
-      if (targetName == QLatin1String("compare")) target = window.compareDock()->widget();
-      if (targetName == QLatin1String("inspector")) target = window.inspectorDock()->widget();
+        if (QWidget* d = window.workspace()->dashboard(dashboards.first().toLongLong())) target = d;
+      if (targetName == QLatin1String("compare")) target = window.compareView();
+      if (targetName == QLatin1String("inspector")) target = window.inspector();
       const bool saved = target->grab().save(screenshot);
       routelab::logger("ui")->info("screenshot {} {}", screenshot.toStdString(), saved ? "saved" : "NOT saved");
       window.setConfirmOnClose(false);

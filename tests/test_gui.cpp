@@ -32,7 +32,7 @@
 #include "core/train/trainer.h"
 #include "core/util/paths.h"
 #include "ui/run_queue.h"
-#include "ui/dashboard_docks.h"
+#include "ui/workspace_tabs.h"
 #include "ui/dashboard_loader.h"
 #include "ui/figure_render.h"
 #include "tests/figure_view_support.h"
@@ -245,7 +245,7 @@ void TestGui::startTrainsTinyPresetToFinished() {
   QCOMPARE(static_cast<qint64>(plot->lastStep(Series::TrainRaw)), store.run(runId)->last_step);
   QVERIFY(!window->progressStatus()->progressText().isEmpty());
   // The run's live dashboard opened with the run and holds its whole curve after the final store read.
-  routelab::RunDashboard* dashboard = window->dashboards()->dashboard(runId);
+  routelab::RunDashboard* dashboard = window->workspace()->dashboard(runId);
   QVERIFY(dashboard);
   QVERIFY(!dashboard->isLive());
   QTRY_COMPARE_WITH_TIMEOUT(dashboard->lossPlot()->pointCount(Series::TrainRaw), plot->pointCount(Series::TrainRaw),
@@ -582,7 +582,7 @@ void TestGui::designerLaunchFeedsALiveDashboard() {
   int liveColumns = 0;
   connect(window->runController(), &routelab::RunController::progressReceived, window.get(),
           [&](const routelab::ProgressBatch&) {
-            if (auto* d = window->dashboards()->dashboard(window->runController()->currentRunId()); d && d->isLive())
+            if (auto* d = window->workspace()->dashboard(window->runController()->currentRunId()); d && d->isLive())
               liveColumns = std::max(liveColumns, static_cast<int>(historyColumns(*d)));
           });
   auto* launch = designer->findChild<QPushButton*>(QStringLiteral("designerLaunch"));
@@ -596,7 +596,7 @@ void TestGui::designerLaunchFeedsALiveDashboard() {
   QCOMPARE(statusInStore(runId), QStringLiteral("finished"));
   QVERIFY2(liveColumns > 0, "the dashboard received no live routing");
 
-  routelab::RunDashboard* dashboard = window->dashboards()->dashboard(runId);
+  routelab::RunDashboard* dashboard = window->workspace()->dashboard(runId);
   QVERIFY(dashboard);
   QTRY_COMPARE_WITH_TIMEOUT(dashboard->probeCount(), 3, 10000);  // evaluations at steps 0, 12, 24
   QCOMPARE(dashboard->tokenView()->rowCount(), routedRows + 1);   // the routed layers and p(next token)

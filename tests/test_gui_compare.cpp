@@ -7,7 +7,6 @@
 #include <QApplication>
 #include <QClipboard>
 #include <QComboBox>
-#include <QDockWidget>
 #include <QFile>
 #include <QListWidget>
 #include <QSignalSpy>
@@ -25,8 +24,10 @@
 #include "ui/main_window.h"
 #include "ui/runs_panel.h"
 #include "ui/store_service.h"
+#include "ui/workspace_tabs.h"
 #include "widgets/qcustomplot_include.h"
 #include "tests/suite.h"
+#include "tests/synthetic_runs.h"
 
 namespace test_gui_compare {
 
@@ -36,45 +37,10 @@ namespace {
 
 constexpr int kBuildTimeoutMs = 30000;
 
-struct SyntheticRun {
-  std::string name, arch, config;
-  std::vector<double> valLoss;  ///< at steps 100, 200, 300
-  double flopsRatio = 1.0;
-  std::string layers;           ///< extra.layers of the evaluation at step 300
-  std::string probe;            ///< the probe at step 300 ("" = none)
-};
+using test::SyntheticRun;
 
-std::int64_t addRun(routelab::RunStore& store, const SyntheticRun& spec, std::int64_t seed) {
-  routelab::NewRun run;
-  run.name = spec.name;
-  run.arch = spec.arch;
-  run.preset = "synthetic";
-  run.config_json = spec.config;
-  run.seed = seed;
-  run.total_steps = 300;
-  const std::int64_t id = store.create_run(run);
-  std::vector<routelab::MetricRow> rows;
-  for (std::size_t i = 0; i < spec.valLoss.size(); ++i) {
-    const auto step = static_cast<std::int64_t>(100 * (i + 1));
-    rows.push_back({"val/loss", step, 1000.0 + static_cast<double>(step), spec.valLoss[i]});
-    rows.push_back({"train/loss", step, 1000.0 + static_cast<double>(step), spec.valLoss[i] + 0.1});
-    rows.push_back({"val/flops_ratio", step, 1000.0 + static_cast<double>(step), spec.flopsRatio});
-  }
-  store.insert_metrics(id, rows);
-  routelab::EvalRow eval;
-  eval.step = 300;
-  eval.loss = spec.valLoss.back();
-  eval.extra_json = R"({"flops_ratio":)" + std::to_string(spec.flopsRatio) + R"(,"layers":)" + spec.layers + "}";
-  store.insert_eval(id, eval);
-  if (!spec.probe.empty()) store.insert_probe(id, {300, spec.probe});
-  store.set_status(id, routelab::RunStatus::Finished);
-  return id;
-}
-
-std::string config(const std::string& model, const std::string& lr, int seed) {
-  return R"({"model":)" + model + R"(,"train":{"lr":)" + lr + R"(,"batch_size":4},"data":{"context":8},)" +
-         R"("run":{"seed":)" + std::to_string(seed) + "}}";
-}
+using test::addSyntheticRun;
+using test::syntheticConfig;
 
 QStringList diffKeys(const CompareView& view) {
   QStringList keys;
@@ -129,24 +95,24 @@ void TestGuiCompare::initTestCase() {
   routelab::RunStore store(dbPath_.toStdString(), /*mark_crashed=*/false);
   const std::string dense = R"({"arch":"dense","n_layer":2,"n_embd":32})";
   const std::string denseLayers = R"([{"routed":false,"routed_fraction":1.0},{"routed":false,"routed_fraction":1.0}])";
-  denseA_ = addRun(store, {"dense/seed=1", "dense", config(dense, "0.001", 1), {3.0, 2.0, 1.0}, 1.0, denseLayers, ""}, 1);
-  denseB_ = addRun(store, {"dense/seed=2", "dense", config(dense, "0.001", 2), {3.2, 2.2, 1.2}, 1.0, denseLayers, ""}, 2);
-  dtr_ = addRun(store,
+  denseA_ = addSyntheticRun(store, {"dense/seed=1", "dense", syntheticConfig(dense, "0.001", 1), {3.0, 2.0, 1.0}, 1.0, denseLayers, ""}, 1);
+  denseB_ = addSyntheticRun(store, {"dense/seed=2", "dense", syntheticConfig(dense, "0.001", 2), {3.2, 2.2, 1.2}, 1.0, denseLayers, ""}, 2);
+  dtr_ = addSyntheticRun(store,
                 {"dtrnet-bilayer", "dtrnet",
-                 config(R"({"arch":"dtrnet","n_layer":2,"n_embd":32,"pattern":"bilayer"})", "0.001", 1),
+                 syntheticConfig(R"({"arch":"dtrnet","n_layer":2,"n_embd":32,"pattern":"bilayer"})", "0.001", 1),
                  {2.8, 1.8, 0.9}, 0.6,
                  R"([{"routed":false,"routed_fraction":1.0},{"routed":true,"routed_fraction":0.25}])",
                  R"({"tokens":["I","n"," ","t"],"layers":[{"layer":1,"gate":[0.9,0.2,0.1,0.7],)"
                  R"("decision":[1,0,0,1]}]})"},
                 1);
-  mod_ = addRun(store,
-                {"mod-12.5", "mod", config(R"({"arch":"mod","n_layer":2,"n_embd":32,"capacity":0.125})", "0.002", 1),
+  mod_ = addSyntheticRun(store,
+                {"mod-12.5", "mod", syntheticConfig(R"({"arch":"mod","n_layer":2,"n_embd":32,"capacity":0.125})", "0.002", 1),
                  {3.4, 2.6, 2.0}, 0.5,
                  R"([{"routed":false,"routed_fraction":1.0},{"routed":true,"routed_fraction":0.125}])",
                  R"({"tokens":["I","n"," ","t"],"layers":[{"layer":1,"gate":[0.4,0.6,0.1,0.2],)"
                  R"("decision":[0,1,0,0]}]})"},
                 1);
-  other_ = addRun(store, {"unrelated", "tsa", config(R"({"arch":"tsa","n_layer":2})", "0.001", 1), {4.0}, 0.9,
+  other_ = addSyntheticRun(store, {"unrelated", "tsa", syntheticConfig(R"({"arch":"tsa","n_layer":2})", "0.001", 1), {4.0}, 0.9,
                           R"([{"routed":true,"routed_fraction":0.5}])", ""},
                   1);
   service_ = std::make_unique<routelab::StoreService>(dbPath_);
@@ -416,22 +382,30 @@ void TestGuiCompare::mainWindowHasTheDockShortcutAndCompareRequest() {
   routelab::MainWindow window(options);
   window.show();
   QVERIFY(QTest::qWaitForWindowExposed(&window));
-  QDockWidget* dock = window.findChild<QDockWidget*>(QStringLiteral("compareDock"));
-  QVERIFY(dock);
-  QCOMPARE(dock, window.compareDock());
-  QVERIFY(!dock->isVisible());
+  // Compare is a tab of the workspace, opened and closed from View (and its tab's close button).
+  routelab::WorkspaceTabs* tabs = window.workspace();
+  CompareView* view = window.compareView();
+  QVERIFY(!tabs->isPageOpen(view));
   auto* action = window.findChild<QAction*>(QStringLiteral("compareAction"));
   QVERIFY(action);
+  QCOMPARE(action, window.compareAction());
   QCOMPARE(action->shortcut(), QKeySequence(Qt::CTRL | Qt::SHIFT | Qt::Key_C));
   action->trigger();
-  QVERIFY(dock->isVisible());
-  CompareView* view = window.compareView();
+  QVERIFY(tabs->isPageOpen(view));
+  QCOMPARE(tabs->currentIndex(), tabs->tabOf(view));
+  QVERIFY(view->isVisible());
   QTRY_COMPARE_WITH_TIMEOUT(view->runList()->count(), 5, kBuildTimeoutMs);
 
   action->trigger();
-  QVERIFY(!dock->isVisible());
+  QVERIFY(!tabs->isPageOpen(view));
+  QVERIFY(!view->isVisible());
   Q_EMIT window.runsPanel()->compareRequested({dtr_, mod_});
-  QVERIFY(dock->isVisible());
+  QVERIFY(tabs->isPageOpen(view));
+  QVERIFY(action->isChecked());
+  Q_EMIT tabs->tabCloseRequested(tabs->tabOf(view));
+  QVERIFY(!tabs->isPageOpen(view));
+  QVERIFY(!action->isChecked());
+  Q_EMIT window.runsPanel()->compareRequested({dtr_, mod_});
   QCOMPARE(view->checkedRuns(), (QList<qint64>{dtr_, mod_}));
   QTRY_COMPARE_WITH_TIMEOUT(view->diffView()->model()->columnCount(), 3, kBuildTimeoutMs);
 }

@@ -10,7 +10,6 @@
 #include <QFileDialog>
 #include <QFileInfo>
 #include <QFont>
-#include <QGridLayout>
 #include <QHash>
 #include <QGuiApplication>
 #include <QHBoxLayout>
@@ -99,7 +98,7 @@ CompareView::~CompareView() {
 
 void CompareView::buildUi() {
   QWidget* left = buildRunList();
-  QGridLayout* controls = buildControls();
+  QVBoxLayout* controls = buildControls();
   figureView_ = new FigureView(this);
   figureView_->setObjectName(QStringLiteral("compareFigureView"));
   QPushButton* copyDiff = nullptr;
@@ -117,6 +116,7 @@ void CompareView::buildUi() {
   centre->addWidget(tabs_);
   centre->setStretchFactor(0, 3);
   centre->setStretchFactor(1, 1);
+  centre->setSizes({300, 100});  // the figure first, the table a few rows under it
   auto* right = new QWidget(this);
   auto* rightLayout = new QVBoxLayout(right);
   rightLayout->setContentsMargins(0, 0, 0, 0);
@@ -153,12 +153,12 @@ QWidget* CompareView::buildRunList() {
   leftLayout->addWidget(filter_);
   leftLayout->addWidget(runList_, 1);
   leftLayout->addWidget(groupSeeds_);
-  // Wide enough for "#id  name · arch · status" of a typical run.
-  left->setMinimumWidth(fontMetrics().horizontalAdvance(QStringLiteral("#000  dtrnet-bilayer-s1 · dtrnet · finished")));
+  // Wide enough for "#id  name · arch" of a typical run (each item's tooltip has the rest).
+  left->setMinimumWidth(fontMetrics().horizontalAdvance(QStringLiteral("#000  dtrnet-bilayer-s1 · dtrnet")));
   return left;
 }
 
-QGridLayout* CompareView::buildControls() {
+QVBoxLayout* CompareView::buildControls() {
   figure_ = new QComboBox(this);
   figure_->setObjectName(QStringLiteral("compareFigure"));
   // The papers' figure titles are long: keep the view narrow enough for a dock.
@@ -199,22 +199,21 @@ QGridLayout* CompareView::buildControls() {
   refresh_ = new QPushButton(tr("Refresh"), this);
   refresh_->setToolTip(tr("Read the checked runs again"));
 
-  auto* controls = new QGridLayout;
-  controls->addWidget(new QLabel(tr("Figure"), this), 0, 0);
-  controls->addWidget(figure_, 0, 1, 1, 3);
-  controls->addWidget(new QLabel(tr("Metric"), this), 0, 4);
-  controls->addWidget(metric_, 0, 5);
-  controls->addWidget(new QLabel(tr("x"), this), 0, 6);
-  controls->addWidget(xAxis_, 0, 7);
-  controls->addWidget(new QLabel(tr("Smoothing"), this), 1, 0);
-  controls->addWidget(smoothing_, 1, 1);
-  controls->addWidget(new QLabel(tr("Budgets"), this), 1, 2);
-  controls->addWidget(budgets_, 1, 3);
-  controls->addWidget(new QLabel(tr("Step"), this), 1, 4);
-  controls->addWidget(step_, 1, 5);
-  controls->addWidget(decisions_, 1, 6);
-  controls->addWidget(refresh_, 1, 7);
-  controls->setColumnStretch(3, 1);
+  // Three short rows rather than two long ones: the view fits a laptop's workspace beside the left column.
+  const auto row = [this](std::initializer_list<std::pair<QString, QWidget*>> items, QWidget* stretching) {
+    auto* line = new QHBoxLayout;
+    for (const auto& [label, widget] : items) {
+      if (!label.isEmpty()) line->addWidget(new QLabel(label, this));
+      line->addWidget(widget, widget == stretching ? 1 : 0);
+    }
+    if (!stretching) line->addStretch(1);
+    return line;
+  };
+  auto* controls = new QVBoxLayout;
+  controls->addLayout(row({{tr("Figure"), figure_}}, figure_));
+  controls->addLayout(row({{tr("Metric"), metric_}, {tr("x"), xAxis_}, {tr("Smoothing"), smoothing_}}, nullptr));
+  controls->addLayout(row({{tr("Budgets"), budgets_}, {tr("Step"), step_}, {QString(), decisions_}, {QString(), refresh_}},
+                          budgets_));
   return controls;
 }
 
@@ -240,6 +239,7 @@ QWidget* CompareView::buildTablePage() {
   saveTable_ = new QPushButton(tr("Save table…"), this);
   auto* matchedPage = new QWidget(this);
   auto* matchedLayout = new QVBoxLayout(matchedPage);
+  matchedLayout->setContentsMargins(2, 2, 2, 2);
   matchedLayout->addWidget(matchedView_, 1);
   auto* matchedButtons = new QHBoxLayout;
   matchedButtons->addWidget(new QLabel(tr("Layout"), this));
@@ -263,6 +263,7 @@ QWidget* CompareView::buildDiffPage(QPushButton** copyDiff) {
   *copyDiff = new QPushButton(tr("Copy diff"), this);
   auto* diffPage = new QWidget(this);
   auto* diffLayout = new QVBoxLayout(diffPage);
+  diffLayout->setContentsMargins(2, 2, 2, 2);
   diffLayout->addWidget(diffView_, 1);
   auto* diffButtons = new QHBoxLayout;
   diffButtons->addWidget(diffSummary_, 1);

@@ -24,7 +24,7 @@
 
 class QCheckBox;
 class QComboBox;
-class QGridLayout;
+class QVBoxLayout;
 class QDoubleSpinBox;
 class QLabel;
 class QLineEdit;
@@ -138,7 +138,7 @@ class CompareView : public QWidget {
   // The parts buildUi lays out: the checkable run list, the figure controls, the table and config-diff pages, and
   // the signals that rebuild the view.
   QWidget* buildRunList();
-  QGridLayout* buildControls();
+  QVBoxLayout* buildControls();
   QWidget* buildTablePage();
   QWidget* buildDiffPage(QPushButton** copyDiff);
   void connectControls(QPushButton* copyDiff);

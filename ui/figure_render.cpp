@@ -641,7 +641,7 @@ FigureView::FigureView(QWidget* parent) : QWidget(parent) {
   plot_ = new QCustomPlot(this);
   plot_->setObjectName(QStringLiteral("figurePlot"));
   installPlotHoverReadout(plot_);
-  plot_->setMinimumSize(240, 180);
+  plot_->setMinimumSize(220, 130);
   caption_ = new QLabel(this);
   // One line, clipped in a narrow panel; the tooltip has the whole caption and how the figure was computed.
   caption_->setSizePolicy(QSizePolicy::Ignored, QSizePolicy::Preferred);

@@ -11,6 +11,7 @@
 #include <QLabel>
 #include <QMenuBar>
 #include <QMessageBox>
+#include <QScreen>
 #include <QSettings>
 #include <QSpinBox>
 #include <QStatusBar>
@@ -25,7 +26,6 @@
 #include "core/util/paths.h"
 #include "ui/app_resources.h"
 #include "ui/compare_view.h"
-#include "ui/dashboard_docks.h"
 #include "ui/experiment_designer.h"
 #include "ui/log_bridge.h"
 #include "ui/loss_smoothing.h"
@@ -37,6 +37,7 @@
 #include "ui/shortcuts_dialog.h"
 #include "ui/store_service.h"
 #include "ui/token_inspector.h"
+#include "ui/workspace_tabs.h"
 #include "widgets/log_view_widget.h"
 #include "widgets/loss_plot_widget.h"
 #include "widgets/progress_status_widget.h"
@@ -46,8 +47,8 @@ namespace {
 
 const QString kQuickstartPreset = QStringLiteral("quickstart");
 const QString kRoutedQuickstartPreset = QStringLiteral("quickstart-dtrnet");  ///< DTRNet at the quick-start shape
-const char* const kSettingsGeometry = "mainWindow/geometry";
-const char* const kSettingsState = "mainWindow/state";
+// Window geometry and dock layout are remembered per screen size ("mainWindow/1280x720/state").
+const char* const kSettingsLayoutGroup = "mainWindow";
 const char* const kSettingsPreset = "run/lastPreset";
 const char* const kSettingsSmoothing = "plot/smoothing";
 const char* const kSettingsSteps = "run/steps";
@@ -79,11 +80,15 @@ MainWindow::MainWindow(MainWindowOptions options, QWidget* parent)
   store_ = new StoreService(dbPath_, this);
   queue_ = new RunQueue(store_, this);
   controller_ = queue_->controller(0);
-  dashboards_ = new DashboardDocks(this, store_, queue_);
-
+  // Central: the overview plot, then Compare, the token inspector and the run dashboards as tabs; side docks
+  // hold the browser, designer and presets (left) and the log and queue (below the tabs).
+  workspace_ = new WorkspaceTabs(store_, queue_, this);
   plot_ = new LossPlotWidget(this);
+  plot_->setObjectName(QStringLiteral("overviewPlot"));
+  plot_->setToolTip(tr("The runs selected in the runs browser (Ctrl+click or Shift+click several to overlay them)"));
   useDebiasedEma(plot_);
-  setCentralWidget(plot_);
+  workspace_->setOverview(plot_, tr("Overview"));
+  setCentralWidget(workspace_);
   progress_ = new ProgressStatusWidget(this);
   statusBar()->addPermanentWidget(progress_);
 
@@ -188,33 +193,36 @@ void MainWindow::buildActions() {
 void MainWindow::buildDocks() {
   presets_ = new PresetsPanel(this);
   runs_ = new RunsPanel(this);
-  log_ = new LogViewWidget(this);
-  presetsDock_ = makeDock(tr("Presets"), QStringLiteral("presetsDock"), presets_, this);
-  runsDock_ = makeDock(tr("Runs"), QStringLiteral("runsDock"), runs_, this);
-  logDock_ = makeDock(tr("Log"), QStringLiteral("logDock"), log_, this);
-  designer_ = new ExperimentDesigner(this);
-  designerDock_ = makeDock(tr("Designer"), QStringLiteral("designerDock"), designer_, this);
-
-  setCorner(Qt::BottomLeftCorner, Qt::LeftDockWidgetArea);
-  addDockWidget(Qt::LeftDockWidgetArea, presetsDock_);
-  splitDockWidget(presetsDock_, runsDock_, Qt::Vertical);
-  tabifyDockWidget(presetsDock_, designerDock_);
-  presetsDock_->raise();
-  addDockWidget(Qt::BottomDockWidgetArea, logDock_);
   runs_->setServices(store_, queue_);
+  designer_ = new ExperimentDesigner(this);
+  log_ = new LogViewWidget(this);
   queuePanel_ = new RunQueuePanel(queue_, this);
+  runsDock_ = makeDock(tr("Runs"), QStringLiteral("runsDock"), runs_, this);
+  designerDock_ = makeDock(tr("Designer"), QStringLiteral("designerDock"), designer_, this);
+  presetsDock_ = makeDock(tr("Presets"), QStringLiteral("presetsDock"), presets_, this);
+  logDock_ = makeDock(tr("Log"), QStringLiteral("logDock"), log_, this);
   queueDock_ = makeDock(tr("Queue"), QStringLiteral("queueDock"), queuePanel_, this);
+
+  // The left column takes the window's whole height, its docks tabbed so that each gets all of it (the runs
+  // table's rows, the designer's form); the log and the queue are a strip under the workspace.
+  setCorner(Qt::TopLeftCorner, Qt::LeftDockWidgetArea);
+  setCorner(Qt::BottomLeftCorner, Qt::LeftDockWidgetArea);
+  setTabPosition(Qt::LeftDockWidgetArea, QTabWidget::North);
+  setTabPosition(Qt::BottomDockWidgetArea, QTabWidget::North);
+  addDockWidget(Qt::LeftDockWidgetArea, runsDock_);
+  tabifyDockWidget(runsDock_, designerDock_);
+  tabifyDockWidget(designerDock_, presetsDock_);
+  runsDock_->raise();
+  addDockWidget(Qt::BottomDockWidgetArea, logDock_);
   tabifyDockWidget(logDock_, queueDock_);
   logDock_->raise();
+
   inspector_ = new TokenInspector(store_, this);
-  inspectorDock_ = makeDock(tr("Token inspector"), QStringLiteral("inspectorDock"), inspector_, this);
-  addDockWidget(Qt::RightDockWidgetArea, inspectorDock_);
-  inspectorDock_->hide();  // View > Token inspector (Ctrl+I)
+  inspectorAction_ = workspace_->addPage(inspector_, tr("Token inspector"));
   compare_ = new CompareView(store_, this);
   compare_->restoreChoices();
-  compareDock_ = makeDock(tr("Compare"), QStringLiteral("compareDock"), compare_, this);
-  addDockWidget(Qt::RightDockWidgetArea, compareDock_);
-  compareDock_->hide();  // View > Compare runs (Ctrl+Shift+C)
+  compareAction_ = workspace_->addPage(compare_, tr("Compare"));
+  defaultLayout_ = saveState();  // View > Reset layout returns to it
 }
 
 void MainWindow::buildMenus() {
@@ -230,17 +238,22 @@ void MainWindow::buildMenus() {
   run->addAction(dashboardAction_);
   QMenu* view = menuBar()->addMenu(tr("&View"));
   for (QDockWidget* dock : {presetsDock_, designerDock_, runsDock_, logDock_, queueDock_}) view->addAction(dock->toggleViewAction());
-  QAction* inspect = inspectorDock_->toggleViewAction();
-  inspect->setObjectName(QStringLiteral("inspectorAction"));
-  inspect->setShortcut(QKeySequence(Qt::CTRL | Qt::Key_I));
-  inspect->setToolTip(tr("Trace any text through one or two stored runs (Ctrl+I)"));
-  view->addAction(inspect);
-  QAction* compare = compareDock_->toggleViewAction();
-  compare->setObjectName(QStringLiteral("compareAction"));
-  compare->setText(tr("&Compare runs"));
-  compare->setShortcut(QKeySequence(Qt::CTRL | Qt::SHIFT | Qt::Key_C));
-  compare->setToolTip(tr("Overlay runs, matched-budget tables and the config diff (Ctrl+Shift+C)"));
-  view->addAction(compare);
+  view->addSeparator();
+  inspectorAction_->setObjectName(QStringLiteral("inspectorAction"));
+  inspectorAction_->setText(tr("&Token inspector"));
+  inspectorAction_->setShortcut(QKeySequence(Qt::CTRL | Qt::Key_I));
+  inspectorAction_->setToolTip(tr("Trace any text through one or two stored runs (Ctrl+I)"));
+  view->addAction(inspectorAction_);
+  compareAction_->setObjectName(QStringLiteral("compareAction"));
+  compareAction_->setText(tr("&Compare runs"));
+  compareAction_->setShortcut(QKeySequence(Qt::CTRL | Qt::SHIFT | Qt::Key_C));
+  compareAction_->setToolTip(tr("Seed bands, matched-budget tables and the config diff (Ctrl+Shift+C)"));
+  view->addAction(compareAction_);
+  view->addSeparator();
+  QAction* reset = view->addAction(tr("&Reset layout"), this, &MainWindow::resetLayout);
+  reset->setObjectName(QStringLiteral("resetLayoutAction"));
+  reset->setToolTip(tr("Every panel back in its place: docks unfloated, the left column and the log at their "
+                       "default sizes"));
   QMenu* help = menuBar()->addMenu(tr("&Help"));
   help->addAction(shortcutsAction_);
   help->addAction(aboutAction_);
@@ -271,7 +284,7 @@ void MainWindow::connectParts() {
       }
   });
   connect(runs_, &RunsPanel::dashboardRequested, this, [this](qint64 runId) {
-    dashboards_->open(runId, queue_->controllerOf(runId) != nullptr);
+    workspace_->open(runId, queue_->controllerOf(runId) != nullptr);
   });
   connect(runs_, &RunsPanel::cloneRequested, this, [this](const QString& configJson, const QString& origin) {
     if (designer_->loadConfig(configJson, origin)) {
@@ -281,10 +294,14 @@ void MainWindow::connectParts() {
   });
   connect(runs_, &RunsPanel::compareRequested, this, [this](const QList<qint64>& runIds) {
     compare_->showRuns(runIds);
-    compareDock_->show();
-    compareDock_->raise();
+    workspace_->showPage(compare_);
   });
   connect(runs_, &RunsPanel::runSelected, this, &MainWindow::showRun);
+  connect(runs_, &RunsPanel::runsSelected, this, &MainWindow::updateOverlays);
+  overlayTimer_ = new QTimer(this);
+  overlayTimer_->setSingleShot(true);
+  overlayTimer_->setInterval(1000);
+  connect(overlayTimer_, &QTimer::timeout, this, &MainWindow::drawOverlays);
   connect(runs_, &RunsPanel::runSelected, this, &MainWindow::updateActions);
   connect(presets_, &PresetsPanel::presetSelected, this, &MainWindow::updateActions);
   connect(runs_->view(), &QTableView::doubleClicked, this, [this](const QModelIndex&) { openDashboard(); });
@@ -304,17 +321,12 @@ void MainWindow::selectInitialPreset(const QString& requested) {
 
 void MainWindow::restoreSettings() {
   QSettings settings;
-  if (settings.contains(kSettingsGeometry)) restoreGeometry(settings.value(kSettingsGeometry).toByteArray());
-  if (settings.contains(kSettingsState)) {
-    restoreState(settings.value(kSettingsState).toByteArray());
-  } else {
-    // First start: give the left docks room for every column (QMainWindow sizes docks once it is shown).
-    QTimer::singleShot(0, this, [this] {
-      resizeDocks({presetsDock_}, {width() * 2 / 5}, Qt::Horizontal);
-      resizeDocks({presetsDock_, runsDock_}, {height() / 4, height() * 3 / 4}, Qt::Vertical);
-      resizeDocks({logDock_}, {height() / 5}, Qt::Vertical);
-    });
-  }
+  const QString layout = layoutKey();
+  if (settings.contains(layout + QStringLiteral("geometry")))
+    restoreGeometry(settings.value(layout + QStringLiteral("geometry")).toByteArray());
+  if (!settings.contains(layout + QStringLiteral("state")) ||
+      !restoreState(settings.value(layout + QStringLiteral("state")).toByteArray()))
+    QTimer::singleShot(0, this, &MainWindow::applyDefaultDockSizes);  // docks are sized once the window is shown
   plot_->setSmoothing(settings.value(kSettingsSmoothing, plot_->smoothing()).toDouble());
   steps_->setValue(settings.value(kSettingsSteps, steps_->value()).toInt());
   // The designer's last form (an invalid one comes back with its errors under the fields, as it was left).
@@ -324,13 +336,33 @@ void MainWindow::restoreSettings() {
 
 void MainWindow::saveSettings() const {
   QSettings settings;
-  settings.setValue(kSettingsGeometry, saveGeometry());
-  settings.setValue(kSettingsState, saveState());
+  const QString layout = layoutKey();
+  settings.setValue(layout + QStringLiteral("geometry"), saveGeometry());
+  settings.setValue(layout + QStringLiteral("state"), saveState());
   settings.setValue(kSettingsPreset, presets_->currentPreset());
   settings.setValue(kSettingsSmoothing, plot_->smoothing());
   settings.setValue(kSettingsSteps, steps_->value());
   settings.setValue(kSettingsDesignerForm, designer_->overridesJson());
   settings.setValue(kSettingsDesignerOrigin, designer_->request().preset);
+}
+
+QString MainWindow::layoutKey() const {
+  const QScreen* shown = screen();
+  const QSize size = shown ? shown->availableGeometry().size() : QSize();
+  return QStringLiteral("%1/%2x%3/").arg(QLatin1String(kSettingsLayoutGroup)).arg(size.width()).arg(size.height());
+}
+
+void MainWindow::resetLayout() {
+  restoreState(defaultLayout_);
+  for (QDockWidget* dock : findChildren<QDockWidget*>()) dock->setFloating(false);
+  applyDefaultDockSizes();
+}
+
+void MainWindow::applyDefaultDockSizes() {
+  // The left column wide enough for the runs table's key columns and the designer's labels, the rest to the
+  // workspace; the log a strip of a few lines.
+  resizeDocks({runsDock_}, {std::clamp(width() * 21 / 50, 360, 640)}, Qt::Horizontal);
+  resizeDocks({logDock_}, {std::clamp(height() / 6, 90, 220)}, Qt::Vertical);
 }
 
 void MainWindow::updateActions() {
@@ -370,7 +402,7 @@ bool MainWindow::startRequest(const RunRequest& given) {
   displayedRunId_ = 0;  // the live run takes the plot as soon as the trainer reports its id
   plot_->clear();
   plot_->setAutoFollow(true);
-  plot_->setTitle(tr("starting %1 …").arg(preset));
+  setMainTitle(tr("starting %1 …").arg(preset));
   progress_->setState(tr("starting"), RunsTableModel::statusColor(QStringLiteral("running")));
   progress_->clearProgress();
   updateActions();
@@ -397,7 +429,7 @@ void MainWindow::refreshRuns() { store_->requestRuns(); }
 void MainWindow::openDashboard() {
   const qint64 runId = runs_->selectedRunId();
   if (runId <= 0) return;
-  dashboards_->open(runId, queue_->controllerOf(runId) != nullptr);
+  workspace_->open(runId, queue_->controllerOf(runId) != nullptr);
 }
 
 void MainWindow::showAbout() {
@@ -412,19 +444,76 @@ void MainWindow::showAbout() {
 void MainWindow::showRun(qint64 runId) {
   if (runId == displayedRunId_) return;
   displayedRunId_ = runId;
+  mainCurvesPending_ = false;
   if (const RunCurves* liveCurves = queue_->liveCurves(runId)) {
     // A live (or the last) run of a queue slot: its curve is already here, complete and fresher than the store.
     const RunCurves& live = *liveCurves;
     plot_->setCurves(live.trainSteps, live.trainLoss, live.valSteps, live.valLoss);
     if (const RunSummary* run = runs_->model()->run(runId)) {
-      plot_->setTitle(tr("run %1 · %2 · %3").arg(runId).arg(run->name, run->arch));
+      setMainTitle(tr("run %1 · %2 · %3").arg(runId).arg(run->name, run->arch));
       plot_->setExpectedSteps(static_cast<double>(run->totalSteps));
     }
+  } else {
+    plot_->clear();
+    setMainTitle(runId ? tr("run %1 (loading…)").arg(runId) : tr("No run"));
+    mainCurvesPending_ = runId > 0;
+  }
+  overlayIds_.clear();  // the main run may have been one of them
+  updateOverlays();
+  requestStoredCurves();
+}
+
+void MainWindow::setMainTitle(const QString& title, const QString& toolTip) {
+  mainTitle_ = title;
+  mainToolTip_ = toolTip;
+  if (plot_->overlayCount() == 0) {
+    plot_->setTitle(title, toolTip);
     return;
   }
-  plot_->clear();
-  plot_->setTitle(runId ? tr("run %1 (loading…)").arg(runId) : tr("No run"));
-  if (runId) store_->requestCurves(runId);
+  QStringList runs{runLabel(displayedRunId_)};
+  for (const qint64 id : overlayIds_) runs << runLabel(id);
+  plot_->setTitle(tr("%1 + %n more · solid: training, smoothed · dashed: validation", nullptr, plot_->overlayCount())
+                      .arg(title),
+                  runs.join(QLatin1Char('\n')));
+}
+
+QString MainWindow::runLabel(qint64 runId) const {
+  const RunSummary* run = runs_->model()->run(runId);
+  return run ? tr("run %1 · %2").arg(runId).arg(run->name) : tr("run %1").arg(runId);
+}
+
+void MainWindow::updateOverlays() {
+  // Several runs selected: the others over the main (current) one, as W&B overlays the runs ticked in a table.
+  QList<qint64> ids;
+  for (const qint64 id : runs_->selectedRunIds())
+    if (id != displayedRunId_ && displayedRunId_ > 0 && ids.size() < kMaxOverlays) ids << id;
+  if (ids == overlayIds_ && plot_->overlayCount() == overlayCurves_.size()) return;
+  overlayIds_ = ids;
+  for (auto it = overlayCurves_.begin(); it != overlayCurves_.end();)
+    it = ids.contains(it.key()) ? std::next(it) : overlayCurves_.erase(it);
+  drawOverlays();
+  requestStoredCurves();
+}
+
+void MainWindow::requestStoredCurves() {
+  QList<qint64> wanted;  // one request: a newer one supersedes the runs of the last
+  if (mainCurvesPending_) wanted << displayedRunId_;
+  for (const qint64 id : overlayIds_) {
+    if (overlayCurves_.contains(id)) continue;
+    if (const RunCurves* live = queue_->liveCurves(id)) overlayCurves_.insert(id, *live);
+    else wanted << id;
+  }
+  if (!wanted.isEmpty()) store_->requestCurves(wanted);
+  drawOverlays();
+}
+
+void MainWindow::drawOverlays() {
+  QList<LossPlotWidget::OverlayRun> runs;
+  for (const qint64 id : overlayIds_)
+    if (const auto it = overlayCurves_.constFind(id); it != overlayCurves_.constEnd())
+      runs.append({runLabel(id), it->trainSteps, it->trainLoss, it->valSteps, it->valLoss});
+  plot_->setOverlays(runLabel(displayedRunId_), runs);
+  setMainTitle(mainTitle_, mainToolTip_);
 }
 
 void MainWindow::onRunsLoaded(const QList<RunSummary>& runs) {
@@ -447,10 +536,16 @@ void MainWindow::onRunsLoaded(const QList<RunSummary>& runs) {
 }
 
 void MainWindow::onCurvesLoaded(const RunCurves& curves) {
-  if (curves.runId != displayedRunId_) return;
+  if (overlayIds_.contains(curves.runId)) {
+    overlayCurves_.insert(curves.runId, curves);
+    drawOverlays();
+    return;
+  }
+  if (curves.runId != displayedRunId_ || !mainCurvesPending_) return;
+  mainCurvesPending_ = false;
   plot_->setCurves(curves.trainSteps, curves.trainLoss, curves.valSteps, curves.valLoss);
   plot_->setExpectedSteps(static_cast<double>(curves.totalSteps));
-  plot_->setTitle(curves.title);
+  setMainTitle(curves.title);
 }
 
 void MainWindow::onRunStarted(const RunStartInfo& info) {
@@ -459,12 +554,12 @@ void MainWindow::onRunStarted(const RunStartInfo& info) {
   displayedRunId_ = 0;
   showRun(info.runId);
   // The description reads "model; data; device": the model part is the title, all of it the tooltip.
-  plot_->setTitle(tr("run %1 · %2").arg(info.runId).arg(info.description.section(QLatin1Char(';'), 0, 0)),
-                  info.description);
+  setMainTitle(tr("run %1 · %2").arg(info.runId).arg(info.description.section(QLatin1Char(';'), 0, 0)),
+               info.description);
   plot_->setExpectedSteps(static_cast<double>(info.totalSteps));
   progress_->setState(tr("running run %1").arg(info.runId), RunsTableModel::statusColor(QStringLiteral("running")));
   runs_->selectRun(info.runId);
-  dashboards_->open(info.runId, /*live=*/true);
+  workspace_->open(info.runId, /*live=*/true);
   refreshRuns();
 }
 
@@ -475,6 +570,11 @@ void MainWindow::onProgress(qint64 runId, const ProgressBatch& batch) {
     plot_->appendTrain(increment.trainSteps, increment.trainLoss);  // both append calls end in one queued replot
     plot_->appendValidation(increment.valSteps, increment.valLoss);
   }
+  if (overlayIds_.contains(runId))
+    if (const RunCurves* live = queue_->liveCurves(runId)) {
+      overlayCurves_.insert(runId, *live);
+      if (!overlayTimer_->isActive()) overlayTimer_->start();  // redrawn at most once a second
+    }
   if (!batch.steps.isEmpty() && (displayedRunId_ == runId || queue_->runningCount() == 1)) {
     const StepSample& s = batch.steps.back();
     progress_->setProgress(s.step, s.totalSteps, s.loss, s.tokensPerSecond, s.etaSeconds);

@@ -1,6 +1,8 @@
 // MainWindow: a view that composes the panels (presets, runs, loss plot, log, status strip) and wires them
 // to the run controller and the store service. Logic lives in those; this file only connects and shows.
 #pragma once
+#include <QByteArray>
+#include <QHash>
 #include <QMainWindow>
 #include <QMessageBox>
 #include <QPointer>
@@ -18,7 +20,7 @@ class QTimer;
 namespace routelab {
 
 class CompareView;
-class DashboardDocks;
+class WorkspaceTabs;
 class ExperimentDesigner;
 class LogBridge;
 class LogViewWidget;
@@ -69,12 +71,15 @@ class MainWindow : public QMainWindow {
   QAction* stopAllAction() const { return stopAllAction_; }
   QAction* dashboardAction() const { return dashboardAction_; }
   QAction* shortcutsAction() const { return shortcutsAction_; }
-  DashboardDocks* dashboards() const { return dashboards_; }
+  /// The central tabs: the overview plot, Compare, the token inspector and the run dashboards.
+  WorkspaceTabs* workspace() const { return workspace_; }
   ExperimentDesigner* designer() const { return designer_; }
   TokenInspector* inspector() const { return inspector_; }
-  QDockWidget* inspectorDock() const { return inspectorDock_; }
+  /// View > Token inspector: checked while its tab is open.
+  QAction* inspectorAction() const { return inspectorAction_; }
   CompareView* compareView() const { return compare_; }
-  QDockWidget* compareDock() const { return compareDock_; }
+  /// View > Compare runs: checked while its tab is open.
+  QAction* compareAction() const { return compareAction_; }
   QSpinBox* stepsSpinBox() const { return steps_; }
   /// The run whose curves the plot shows (0 = none).
   qint64 displayedRunId() const { return displayedRunId_; }
@@ -103,8 +108,20 @@ class MainWindow : public QMainWindow {
   void restoreSettings();
   void saveSettings() const;
   void updateActions();
+  /// The settings group of this screen size's layout ("mainWindow/1280x720/").
+  QString layoutKey() const;
+  void resetLayout();
+  void applyDefaultDockSizes();
 
   void showRun(qint64 runId);
+  /// The main view's title: the main run's, and how many runs are drawn over it.
+  void setMainTitle(const QString& title, const QString& toolTip = QString());
+  /// The runs selected beside the main one become the overlays (at most kMaxOverlays).
+  void updateOverlays();
+  /// Asks the store for the curves the main view still lacks: the main run's and the overlays'.
+  void requestStoredCurves();
+  void drawOverlays();
+  QString runLabel(qint64 runId) const;
   void onRunsLoaded(const QList<RunSummary>& runs);
   void onCurvesLoaded(const RunCurves& curves);
   void onRunStarted(const RunStartInfo& info);
@@ -118,6 +135,12 @@ class MainWindow : public QMainWindow {
   bool closeAfterRun_ = false;
   bool firstRunsLoad_ = true;
   qint64 displayedRunId_ = 0;
+  bool mainCurvesPending_ = false;  ///< the main run's curves are asked of the store
+  QString mainTitle_, mainToolTip_;
+  static constexpr int kMaxOverlays = 9;
+  QList<qint64> overlayIds_;              ///< runs drawn over the main one, in table order
+  QHash<qint64, RunCurves> overlayCurves_;  ///< those of them read (or live)
+  QTimer* overlayTimer_ = nullptr;        ///< redraws live overlays at most once a second
 
   StoreService* store_ = nullptr;
   RunController* controller_ = nullptr;
@@ -126,13 +149,14 @@ class MainWindow : public QMainWindow {
   QDockWidget* queueDock_ = nullptr;
   LogBridge* logBridge_ = nullptr;
   QTimer* refreshTimer_ = nullptr;
-  DashboardDocks* dashboards_ = nullptr;
+  WorkspaceTabs* workspace_ = nullptr;
   ExperimentDesigner* designer_ = nullptr;
   QDockWidget* designerDock_ = nullptr;
   TokenInspector* inspector_ = nullptr;
-  QDockWidget* inspectorDock_ = nullptr;
+  QAction* inspectorAction_ = nullptr;
   CompareView* compare_ = nullptr;
-  QDockWidget* compareDock_ = nullptr;
+  QAction* compareAction_ = nullptr;
+  QByteArray defaultLayout_;  ///< the docks as built, for View > Reset layout
 
   LossPlotWidget* plot_ = nullptr;
   PresetsPanel* presets_ = nullptr;

@@ -449,23 +449,23 @@ RunQueuePanel::RunQueuePanel(RunQueue* queue, QWidget* parent) : QWidget(parent)
   parallel_->setValue(std::clamp(QSettings().value(kSettingsParallel, 1).toInt(), 1, RunQueue::maxParallel()));
   queue_->setParallel(parallel_->value());
   summary_ = new QLabel(this);
+  summary_->setSizePolicy(QSizePolicy::Ignored, QSizePolicy::Preferred);  // clipped, not widening the strip
 
+  // One row of controls under the table: the panel is a strip under the workspace.
   auto* buttons = new QHBoxLayout;
   for (QPushButton* b : {up_, down_, remove_, cancel_, clear_}) buttons->addWidget(b);
+  buttons->addSpacing(12);
+  buttons->addWidget(new QLabel(tr("Parallel runs"), this));
+  buttons->addWidget(parallel_);
+  buttons->addWidget(sweep_);
+  buttons->addWidget(release_);
   buttons->addStretch(1);
-  auto* lower = new QHBoxLayout;
-  lower->addWidget(new QLabel(tr("Parallel runs"), this));
-  lower->addWidget(parallel_);
-  lower->addWidget(sweep_);
-  lower->addWidget(release_);
-  lower->addStretch(1);
+  buttons->addWidget(summary_);
   auto* layout = new QVBoxLayout(this);
   layout->setContentsMargins(0, 0, 0, 0);
   layout->setSpacing(2);
   layout->addWidget(table_, 1);
   layout->addLayout(buttons);
-  layout->addLayout(lower);
-  layout->addWidget(summary_);
 
   connect(up_, &QPushButton::clicked, this, [this] {
     for (qint64 key : selectedKeys()) queue_->move(key, -1);
@@ -529,6 +529,7 @@ void RunQueuePanel::rebuild() {
   if (queue_->isHeld() && pending > 0) text += tr(" · held");
   if (!queue_->isLoaded()) text += tr(" · loading the stored queue…");
   summary_->setText(text);
+  summary_->setToolTip(text);
   updateButtons();
 }
 

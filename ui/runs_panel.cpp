@@ -116,7 +116,10 @@ RunsPanel::RunsPanel(QWidget* parent) : QWidget(parent) {
             wanted_ = id;
             Q_EMIT runSelected(id);
           });
-  connect(view_->selectionModel(), &QItemSelectionModel::selectionChanged, this, &RunsPanel::updateActions);
+  connect(view_->selectionModel(), &QItemSelectionModel::selectionChanged, this, [this] {
+    updateActions();
+    Q_EMIT runsSelected(selectedRunIds());
+  });
   connect(view_, &QWidget::customContextMenuRequested, this, &RunsPanel::showMenu);
   connect(model_, &QAbstractItemModel::modelReset, this, &RunsPanel::applySelection);
   updateActions();
@@ -268,6 +271,20 @@ void RunsPanel::updateSummary() {
 void RunsPanel::selectRun(qint64 id) {
   wanted_ = id;
   applySelection();
+}
+
+bool RunsPanel::selectRuns(const QList<qint64>& ids) {
+  QList<QModelIndex> rows;
+  for (const qint64 id : ids) {
+    const int row = model_->rowOf(id);
+    const QModelIndex index = row >= 0 ? proxy_->mapFromSource(model_->index(row, 0)) : QModelIndex();
+    if (!index.isValid()) return false;
+    rows << index;
+  }
+  if (rows.isEmpty()) return false;
+  view_->selectionModel()->setCurrentIndex(rows.first(), QItemSelectionModel::ClearAndSelect | QItemSelectionModel::Rows);
+  for (const QModelIndex& index : rows) view_->selectionModel()->select(index, QItemSelectionModel::Select | QItemSelectionModel::Rows);
+  return true;
 }
 
 qint64 RunsPanel::selectedRunId() const {

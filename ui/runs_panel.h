@@ -35,6 +35,9 @@ class RunsPanel : public QWidget {
   void setRuns(const QList<RunSummary>& runs);
   /// Selects run `id` (now, or as soon as a refresh brings it); 0 clears the selection.
   void selectRun(qint64 id);
+  /// Selects the listed runs as a user's clicks would (the first current: the main view's run, the others drawn
+  /// over it). False when one of them is not listed (yet).
+  bool selectRuns(const QList<qint64>& ids);
   /// The current run when it is selected, else 0.
   qint64 selectedRunId() const;
   /// Every selected run, in table order.
@@ -63,6 +66,8 @@ class RunsPanel : public QWidget {
 
  Q_SIGNALS:
   void runSelected(qint64 runId);
+  /// The selection changed: every selected run, in table order (the main view overlays them).
+  void runsSelected(const QList<qint64>& runIds);
   void compareRequested(const QList<qint64>& runIds);
   void dashboardRequested(qint64 runId);
   void cloneRequested(const QString& configJson, const QString& origin);

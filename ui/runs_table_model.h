@@ -15,8 +15,8 @@ class RunsTableModel : public QAbstractTableModel {
   Q_OBJECT
 
  public:
-  enum Column { IdColumn, NameColumn, ArchColumn, SeedColumn, StatusColumn, StepsColumn, TrainLossColumn, ValLossColumn,
-                BestValLossColumn, DurationColumn, DeviceColumn, TagsColumn, ColumnCount };
+  enum Column { IdColumn, NameColumn, ArchColumn, SeedColumn, StatusColumn, StepsColumn, BestValLossColumn, ValLossColumn,
+                TrainLossColumn, DurationColumn, DeviceColumn, TagsColumn, ColumnCount };
   /// SortRole: the column's value as a number or text (NaN losses sort last); SearchRole: the text the search
   /// box matches (id, name, architecture, status, tags, notes).
   enum Role { RunIdRole = Qt::UserRole + 1, StatusRole, SortRole, SearchRole, ArchivedRole };

@@ -297,7 +297,7 @@ StoreService::StoreService(const QString& dbPath, QObject* parent) : QObject(par
   connect(reader_, &StoreReader::runsRead, this, &StoreService::onRunsLoaded, Qt::QueuedConnection);
   connect(reader_, &StoreReader::curvesRead, this,
           [this](const RunCurves& curves) {
-            if (curves.runId == wantedCurves_) Q_EMIT curvesLoaded(curves);
+            if (wantedCurves_.contains(curves.runId)) Q_EMIT curvesLoaded(curves);
           },
           Qt::QueuedConnection);
   connect(reader_, &StoreReader::dashboardRead, this,
@@ -342,10 +342,11 @@ void StoreService::requestRuns() {
   QMetaObject::invokeMethod(reader_, &StoreReader::readRuns, Qt::QueuedConnection);
 }
 
-void StoreService::requestCurves(qint64 runId) {
-  wantedCurves_ = runId;
-  QMetaObject::invokeMethod(reader_, [reader = reader_, runId] { reader->readCurves(runId); },
-                            Qt::QueuedConnection);
+void StoreService::requestCurves(const QList<qint64>& runIds) {
+  wantedCurves_ = QSet<qint64>(runIds.begin(), runIds.end());
+  for (const qint64 runId : runIds)
+    QMetaObject::invokeMethod(reader_, [reader = reader_, runId] { reader->readCurves(runId); },
+                              Qt::QueuedConnection);
 }
 
 void StoreService::requestDashboard(qint64 runId) {

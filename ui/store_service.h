@@ -48,8 +48,9 @@ class StoreService : public QObject {
 
   /// Asks for the runs table; a request while one is in flight is folded into one more read afterwards.
   void requestRuns();
-  /// Asks for the curves of `runId`; a newer request supersedes one not yet answered.
-  void requestCurves(qint64 runId);
+  /// Asks for the curves of each of `runIds` (curvesLoaded once per run); a newer request supersedes the runs of
+  /// one not yet answered.
+  void requestCurves(const QList<qint64>& runIds);
   /// Asks for everything a dashboard shows of `runId`; requests for a run already being read are folded into
   /// one more read after it. Several runs may be asked for at once; answers carry the run id.
   void requestDashboard(qint64 runId);
@@ -91,7 +92,7 @@ class StoreService : public QObject {
   StoreReader* reader_ = nullptr;
   bool runsInFlight_ = false;
   bool runsAgain_ = false;
-  qint64 wantedCurves_ = 0;
+  QSet<qint64> wantedCurves_;
   QSet<qint64> dashboardsInFlight_, dashboardsAgain_;
 };
 

@@ -34,6 +34,7 @@ LogViewWidget::LogViewWidget(QWidget* parent) : QWidget(parent) {
   view_->setLineWrapMode(QPlainTextEdit::NoWrap);
   view_->setMaximumBlockCount(maximumLines_);
   view_->setFont(QFontDatabase::systemFont(QFontDatabase::FixedFont));
+  view_->setMinimumHeight(view_->fontMetrics().lineSpacing() * 3 + 8);  // a strip of three lines may do
 
   levelFilter_ = new QComboBox(this);
   levelFilter_->setObjectName(QStringLiteral("logLevelFilter"));

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <iterator>
 #include <limits>
 
 #include <QCheckBox>
@@ -13,6 +14,7 @@
 #include <QSlider>
 #include <QVBoxLayout>
 
+#include "widgets/captioned_layout.h"
 #include "widgets/plot_export.h"
 #include "widgets/plot_hover.h"
 #include "widgets/plot_theme.h"
@@ -24,6 +26,10 @@ namespace {
 constexpr double kDefaultSmoothing = 0.9;
 const QColor kTrainColor(31, 119, 180);
 const QColor kValidationColor(230, 110, 20);
+/// One colour per run while several are drawn (the main run first), the usual ten-colour cycle.
+const QColor kRunColors[] = {{31, 119, 180}, {255, 127, 14}, {44, 160, 44},  {214, 39, 40},  {148, 103, 189},
+                             {140, 86, 75},  {227, 119, 194}, {127, 127, 127}, {188, 189, 34}, {23, 190, 207}};
+constexpr int kRunColorCount = static_cast<int>(std::size(kRunColors));
 
 /// Steps are integers: never place ticks closer than one step apart (no "2.5" on the step axis).
 class StepTicker : public QCPAxisTicker {
@@ -57,7 +63,8 @@ LossPlotWidget::LossPlotWidget(QWidget* parent)
   smoothingSlider_->setObjectName(QStringLiteral("smoothingSlider"));
   smoothingSlider_->setRange(0, 99);
   smoothingSlider_->setValue(static_cast<int>(std::lround(kDefaultSmoothing * 100)));
-  smoothingSlider_->setFixedWidth(120);
+  smoothingSlider_->setMinimumWidth(50);  // narrower in a narrow panel, never wider than this
+  smoothingSlider_->setMaximumWidth(120);
   smoothingSlider_->setToolTip(tr("EMA weight of the smoothed train line (0 = raw), debiased"));
   smoothingMode_ = new QComboBox(this);
   smoothingMode_->setObjectName(QStringLiteral("smoothingMode"));
@@ -73,9 +80,10 @@ LossPlotWidget::LossPlotWidget(QWidget* parent)
   follow_->setChecked(true);
   follow_->setToolTip(tr("Keep the whole run in view; dragging or zooming turns it off, double-click turns it on"));
 
+  // The title on a line of its own and the controls under it: the plot's minimum width is the controls' row.
   auto* controls = new QHBoxLayout;
-  controls->setContentsMargins(6, 4, 6, 0);
-  controls->addWidget(title_, 1);
+  controls->setContentsMargins(6, 0, 6, 0);
+  controls->addStretch(1);
   controls->addWidget(new QLabel(tr("Smoothing"), this));
   controls->addWidget(smoothingMode_);
   controls->addWidget(smoothingSlider_);
@@ -89,7 +97,7 @@ LossPlotWidget::LossPlotWidget(QWidget* parent)
   followPalette(plot_);  // dark plots under a dark palette; exports stay black on white
   plot_->setObjectName(QStringLiteral("lossPlot"));
   installPlotHoverReadout(plot_);
-  plot_->setMinimumSize(320, 220);
+  plot_->setMinimumSize(240, 150);
   plot_->setInteractions(QCP::iRangeDrag | QCP::iRangeZoom);
   plot_->xAxis->setLabel(tr("step"));
   plot_->xAxis->setTicker(QSharedPointer<QCPAxisTicker>(new StepTicker));
@@ -98,18 +106,12 @@ LossPlotWidget::LossPlotWidget(QWidget* parent)
   plot_->yAxis->grid()->setSubGridVisible(true);
 
   trainRaw_ = plot_->addGraph();
-  QColor faint = kTrainColor;
-  faint.setAlpha(70);
-  trainRaw_->setPen(QPen(faint, 1));
   trainSmoothed_ = plot_->addGraph();
-  trainSmoothed_->setPen(QPen(kTrainColor, 2));
   validation_ = plot_->addGraph();
-  validation_->setPen(QPen(kValidationColor, 2));
-  validation_->setScatterStyle(QCPScatterStyle(QCPScatterStyle::ssCircle, kValidationColor, Qt::white, 6));
-  updateLegendNames();
-
-  plot_->legend->setVisible(true);
-  plot_->axisRect()->insetLayout()->setInsetAlignment(0, Qt::AlignTop | Qt::AlignRight);
+  // Above the axes, three entries a row: an inset legend sat where every run starts, over its first points.
+  putLegendAbove(plot_, this, 3);
+  rebuildOverlays();  // none yet: sets their empty ranges
+  styleSeries();
 
   emptyHint_ = new QCPItemText(plot_);
   emptyHint_->position->setType(QCPItemPosition::ptAxisRectRatio);
@@ -121,6 +123,8 @@ LossPlotWidget::LossPlotWidget(QWidget* parent)
   auto* layout = new QVBoxLayout(this);
   layout->setContentsMargins(0, 0, 0, 0);
   layout->setSpacing(2);
+  title_->setContentsMargins(6, 4, 6, 0);
+  layout->addWidget(title_);
   layout->addLayout(controls);
   layout->addWidget(plot_, 1);
 
@@ -244,7 +248,8 @@ void LossPlotWidget::setSmoothing(double weight) {
   const QSignalBlocker blocker(smoothingSlider_);
   smoothingSlider_->setValue(static_cast<int>(std::lround(weight_ * 100)));
   rebuildSmoothed();
-  updateLegendNames();
+  rebuildOverlays();
+  styleSeries();
   scheduleReplot();
 }
 
@@ -262,13 +267,16 @@ void LossPlotWidget::setSmoothingMode(Smoothing mode) {
   if (mode == mode_) return;
   mode_ = mode;
   rebuildSmoothed();
-  updateLegendNames();
+  rebuildOverlays();
+  styleSeries();
   scheduleReplot();
 }
 
 void LossPlotWidget::setEmaSmoother(std::function<RunningSmoother(double weight)> factory) {
   emaFactory_ = std::move(factory);
   rebuildSmoothed();
+  rebuildOverlays();
+  styleSeries();
   scheduleReplot();
 }
 
@@ -340,35 +348,125 @@ void LossPlotWidget::rebuildSmoothed() {
   trainSmoothed_->setData(keys, smoothed, true);
 }
 
+QVector<double> LossPlotWidget::smoothedCopy(const QVector<double>& raw) const {
+  QVector<double> out;
+  out.reserve(raw.size());
+  if (mode_ == Smoothing::MovingAverage) {
+    MovingAverage average(movingAverageWindow());
+    for (double v : raw) out.push_back(average.add(v));
+    return out;
+  }
+  RunningSmoother ema = emaFactory_ ? emaFactory_(weight_) : RunningSmoother();
+  for (double v : raw) out.push_back(!std::isfinite(v) ? std::numeric_limits<double>::quiet_NaN() : ema ? ema(v) : v);
+  return out;
+}
+
+void LossPlotWidget::setOverlays(const QString& mainLabel, const QList<OverlayRun>& runs) {
+  mainLabel_ = mainLabel;
+  overlays_ = runs;
+  rebuildOverlays();
+  styleSeries();
+  updateRanges();
+  scheduleReplot();
+}
+
+void LossPlotWidget::rebuildOverlays() {
+  for (QCPGraph* g : overlayGraphs_) plot_->removeGraph(g);
+  overlayGraphs_.clear();
+  overlayYMin_ = std::numeric_limits<double>::infinity();
+  overlayYMax_ = -std::numeric_limits<double>::infinity();
+  overlayYMinPositive_ = 0;
+  overlayLastX_ = -1;
+  const auto finite = [](QVector<double> values) {
+    for (double& v : values)
+      if (!std::isfinite(v)) v = std::numeric_limits<double>::quiet_NaN();  // a gap, as in the main run
+    return values;
+  };
+  for (const OverlayRun& run : overlays_) {
+    QCPGraph* train = plot_->addGraph();
+    train->setData(run.trainSteps, smoothedCopy(finite(run.trainLoss)), true);
+    QCPGraph* validation = plot_->addGraph();
+    validation->setData(run.valSteps, finite(run.valLoss), true);
+    overlayGraphs_ << train << validation;
+    for (const QVector<double>* values : {&run.trainLoss, &run.valLoss})
+      for (double v : *values) {
+        if (!std::isfinite(v)) continue;
+        overlayYMin_ = std::min(overlayYMin_, v);
+        overlayYMax_ = std::max(overlayYMax_, v);
+        if (v > 0 && (overlayYMinPositive_ <= 0 || v < overlayYMinPositive_)) overlayYMinPositive_ = v;
+      }
+    for (const QVector<double>* steps : {&run.trainSteps, &run.valSteps})
+      if (!steps->isEmpty()) overlayLastX_ = std::max(overlayLastX_, steps->back());
+  }
+}
+
+void LossPlotWidget::styleSeries() {
+  const bool several = !overlays_.isEmpty();
+  const QColor train = several ? kRunColors[0] : kTrainColor;
+  const QColor validation = several ? kRunColors[0] : kValidationColor;
+  QColor faint = train;
+  faint.setAlpha(several ? 40 : 70);
+  trainRaw_->setPen(QPen(faint, 1));
+  trainSmoothed_->setPen(QPen(train, 2));
+  validation_->setPen(several ? QPen(validation, 1.5, Qt::DashLine) : QPen(validation, 2));
+  validation_->setScatterStyle(QCPScatterStyle(QCPScatterStyle::ssCircle, validation, Qt::white, 6));
+  for (qsizetype k = 0; k < overlays_.size(); ++k) {
+    const QColor colour = kRunColors[(k + 1) % kRunColorCount];
+    overlayGraphs_[2 * k]->setPen(QPen(colour, 2));
+    overlayGraphs_[2 * k + 1]->setPen(QPen(colour, 1.5, Qt::DashLine));
+    overlayGraphs_[2 * k + 1]->setScatterStyle(QCPScatterStyle(QCPScatterStyle::ssCircle, colour, Qt::white, 6));
+  }
+  updateLegendNames();
+}
+
 void LossPlotWidget::updateLegendNames() {
-  trainRaw_->setName(tr("train (raw)"));
-  if (weight_ <= 0) trainSmoothed_->setName(tr("train"));
-  else if (mode_ == Smoothing::Ema) trainSmoothed_->setName(tr("train (EMA %1, debiased)").arg(weight_, 0, 'f', 2));
-  else trainSmoothed_->setName(tr("train (moving average of %1)").arg(movingAverageWindow()));
-  validation_->setName(tr("validation"));
+  QString smoothed = tr("train");
+  if (weight_ > 0 && mode_ == Smoothing::Ema) smoothed = tr("train (EMA %1, debiased)").arg(weight_, 0, 'f', 2);
+  else if (weight_ > 0) smoothed = tr("train (moving average of %1)").arg(movingAverageWindow());
+  if (overlays_.isEmpty()) {
+    trainRaw_->setName(tr("train (raw)"));
+    trainSmoothed_->setName(smoothed);
+    validation_->setName(tr("validation"));
+    trainRaw_->addToLegend();
+    validation_->addToLegend();
+  } else {
+    // One entry per run, its colour; the caller's title says which line is training and which validation.
+    trainRaw_->removeFromLegend();
+    validation_->removeFromLegend();
+    trainSmoothed_->setName(mainLabel_);
+    for (qsizetype k = 0; k < overlays_.size(); ++k) {
+      overlayGraphs_[2 * k]->setName(overlays_[k].label);
+      overlayGraphs_[2 * k + 1]->removeFromLegend();
+    }
+  }
   smoothingValue_->setText(mode_ == Smoothing::Ema ? QString::number(weight_, 'f', 2)
                                                   : QStringLiteral("n=%1").arg(movingAverageWindow()));
 }
 
 void LossPlotWidget::updateRanges() {
-  const bool empty = trainRaw_->data()->isEmpty() && validation_->data()->isEmpty();
+  const bool empty = trainRaw_->data()->isEmpty() && validation_->data()->isEmpty() && overlays_.isEmpty();
   emptyHint_->setVisible(empty);
   if (!follow_->isChecked()) return;
   const QScopedValueRollback<bool> applying(applyingRange_, true);
-  // Fit the data (a live curve uses the whole width); the planned length only frames an empty plot.
-  const double lastX = std::max(lastKey(trainRaw_), lastKey(validation_));
+  // Fit the data (a live curve uses the whole width); the planned length only frames an empty plot. A margin
+  // on both sides keeps the markers at step 0 and at the last step whole.
+  const double lastX = std::max({lastKey(trainRaw_), lastKey(validation_), overlayLastX_});
   const double xMax = lastX > 0 ? lastX : std::max(expectedSteps_, 1.0);
-  plot_->xAxis->setRange(0, xMax * 1.03);
+  plot_->xAxis->setRange(-xMax * 0.02, xMax * 1.03);
 
-  const bool haveY = yMin_ <= yMax_;
+  const double yMin = std::min(yMin_, overlayYMin_), yMax = std::max(yMax_, overlayYMax_);
+  double yMinPositive = yMinPositive_;
+  if (overlayYMinPositive_ > 0 && (yMinPositive <= 0 || overlayYMinPositive_ < yMinPositive))
+    yMinPositive = overlayYMinPositive_;
+  const bool haveY = yMin <= yMax;
   if (logScaleY()) {
-    const double low = yMinPositive_ > 0 ? yMinPositive_ : 0.1;
-    const double high = haveY && yMax_ > low ? yMax_ : low * 10;
+    const double low = yMinPositive > 0 ? yMinPositive : 0.1;
+    const double high = haveY && yMax > low ? yMax : low * 10;
     plot_->yAxis->setRange(low / 1.15, high * 1.15);
   } else if (haveY) {
-    const double pad = std::max((yMax_ - yMin_) * 0.06, 1e-3);
-    const double low = yMin_ >= 0 ? std::max(0.0, yMin_ - pad) : yMin_ - pad;
-    plot_->yAxis->setRange(low, yMax_ + pad);
+    const double pad = std::max((yMax - yMin) * 0.06, 1e-3);
+    const double low = yMin >= 0 ? std::max(0.0, yMin - pad) : yMin - pad;
+    plot_->yAxis->setRange(low, yMax + pad);
   } else {
     plot_->yAxis->setRange(0, 5);
   }

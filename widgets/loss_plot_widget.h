@@ -1,6 +1,6 @@
 // LossPlotWidget: training and validation loss against step (or tokens, or wall time) on a QCustomPlot, with the
 // raw train series drawn faint under a smoothed line (debiased EMA or trailing moving average), validation points,
-// a legend, auto-follow and a log-y switch.
+// a legend above the axes, auto-follow and a log-y switch; further runs can be drawn over the main one.
 #pragma once
 #include <functional>
 
@@ -46,6 +46,17 @@ class LossPlotWidget : public QWidget {
                  const QVector<double>& valSteps, const QVector<double>& valLosses);
   void clear();
 
+  /// A further run drawn over the main one (several runs selected in the browser).
+  struct OverlayRun {
+    QString label;  ///< its legend entry, e.g. "run 9 · mod-c0.7-s2"
+    QVector<double> trainSteps, trainLoss, valSteps, valLoss;
+  };
+  /// Replaces the runs drawn over the main run; `mainLabel` names the main run in the legend while there are
+  /// any. With overlays every run has one colour: its smoothed training line solid, its validation points on a
+  /// dashed line; without, the main run is drawn as before (raw, smoothed and validation in their own colours).
+  void setOverlays(const QString& mainLabel, const QList<OverlayRun>& runs);
+  int overlayCount() const { return static_cast<int>(overlays_.size()); }
+
   /// Smoothing strength in [0, 1): 0 = no smoothing. The EMA uses it as its weight; the moving average as a
   /// window of round(1 / (1 - weight)) points (0.9 -> 10).
   void setSmoothing(double weight);
@@ -83,6 +94,12 @@ class LossPlotWidget : public QWidget {
   void rebuildSmoothed();
   void updateRanges();
   void updateLegendNames();
+  /// Colours and legend entries of every series, for the single-run or the overlay style.
+  void styleSeries();
+  /// Rebuilds the overlay graphs from overlays_ (after they change, or the smoothing does).
+  void rebuildOverlays();
+  /// `raw` smoothed from its start by a fresh smoother of the current mode and strength.
+  QVector<double> smoothedCopy(const QVector<double>& raw) const;
   void scheduleReplot();
   QCPGraph* graph(Series series) const;
 
@@ -98,6 +115,9 @@ class LossPlotWidget : public QWidget {
   QComboBox* smoothingMode_ = nullptr;
   QCheckBox* logY_ = nullptr;
   QCheckBox* follow_ = nullptr;
+  QList<OverlayRun> overlays_;
+  QString mainLabel_;
+  QList<QCPGraph*> overlayGraphs_;  ///< two per overlay: smoothed training, validation
 
   double smoothAdd(double value);
   void resetSmoother();
@@ -110,6 +130,7 @@ class LossPlotWidget : public QWidget {
   double expectedSteps_ = 0;
   double yMin_ = 0, yMax_ = 0;  ///< over the finite values of every series; yMin_ > yMax_ when none
   double yMinPositive_ = 0;     ///< smallest positive value, for the log axis
+  double overlayYMin_ = 0, overlayYMax_ = 0, overlayYMinPositive_ = 0, overlayLastX_ = -1;  ///< the same, of overlays
   bool applyingRange_ = false;  ///< true while this widget itself sets axis ranges
 };
 
