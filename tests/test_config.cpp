@@ -264,6 +264,8 @@ class TestConfig : public QObject {
     QTest::addColumn<QString>("expected");
     QTest::newRow("a preset as it is") << "quickstart" << QStringList{} << "dense-quickstart";
     QTest::newRow("named by its architecture") << "mod-0.7" << QStringList{} << "mod-0.7";
+    QTest::newRow("its architecture last") << "quickstart-dtrnet" << QStringList{"run.seed=2"} << "quickstart-dtrnet-s2";
+    QTest::newRow("a dense twin named for its pair") << "tsa-charlm-dense" << QStringList{} << "tsa-charlm-dense";
     QTest::newRow("a changed option") << "mod-0.7" << QStringList{"model.capacity=0.5"} << "mod-0.7-c0.5";
     QTest::newRow("another seed") << "quickstart" << QStringList{"run.seed=2"} << "dense-quickstart-s2";
     QTest::newRow("another architecture") << "dtrnet-bilayer" << QStringList{"model.arch=mod", "run.seed=3"}

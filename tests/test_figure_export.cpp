@@ -651,6 +651,56 @@ class TestFigureExport : public QObject {
     QVERIFY(rendered >= 3);  // curves, matched and pareto apply to every run
   }
 
+  void legendsCoverNoData_data() {
+    QTest::addColumn<QSize>("pixels");
+    QTest::newRow("exported column, 8.5 x 6 cm at 96 dpi") << QSize(321, 227);
+    QTest::newRow("dashboard panel") << QSize(420, 260);
+    QTest::newRow("compare view") << QSize(900, 480);
+  }
+  /// A loss spike at the end of a curve (where the top-right legend sits) and bars to 100%: each legend is placed
+  /// where no point, line segment or bar top lies under it.
+  void legendsCoverNoData() {
+    QFETCH(QSize, pixels);
+    FigurePanel lines = linesPanel(false);
+    lines.series[2].y.back() = 9.0;  // the spike
+    Figure figure = figureOf({lines, barsPanel()}, 2, 17.0, 6.0);
+    QCustomPlot plot;
+    plot.resize(pixels.width() * 2, pixels.height());
+    routelab::renderFigure(&plot, figure);
+    plot.replot();
+    QList<QCPLegend*> legends;
+    for (QCPAxisRect* rect : plot.axisRects())
+      for (int i = 0; i < rect->insetLayout()->elementCount(); ++i)
+        if (auto* legend = qobject_cast<QCPLegend*>(rect->insetLayout()->elementAt(i))) legends << legend;
+    QVERIFY(!legends.isEmpty());
+    int checked = 0;
+    for (QCPLegend* legend : legends) {
+      const QRectF box = legend->outerRect();
+      for (int i = 0; i < plot.graphCount(); ++i) {
+        const QCPGraph* graph = plot.graph(i);
+        if (!graph->visible() || graph->keyAxis()->axisRect()->rect().intersected(box.toRect()).isEmpty()) continue;
+        for (auto it = graph->data()->constBegin(); it != graph->data()->constEnd(); ++it) {
+          if (!std::isfinite(it->value)) continue;
+          const QPointF point = graph->coordsToPixels(it->key, it->value);
+          QVERIFY2(!box.contains(point), qPrintable(QStringLiteral("a point of '%1' at (%2, %3) under the legend")
+                                                          .arg(graph->name()).arg(it->key).arg(it->value)));
+          ++checked;
+        }
+      }
+      for (int i = 0; i < plot.plottableCount(); ++i) {
+        auto* bars = qobject_cast<QCPBars*>(plot.plottable(i));
+        if (!bars || bars->keyAxis()->axisRect()->rect().intersected(box.toRect()).isEmpty()) continue;
+        for (auto it = bars->data()->constBegin(); it != bars->data()->constEnd(); ++it) {
+          if (!std::isfinite(it->value)) continue;
+          const QPointF top = bars->coordsToPixels(it->key, it->value);
+          QVERIFY2(!box.contains(top), qPrintable(QStringLiteral("bar '%1' at %2 under the legend").arg(bars->name()).arg(it->key)));
+          ++checked;
+        }
+      }
+    }
+    QVERIFY(checked > 0);
+  }
+
   void figureViewShowsFigure() {
     routelab::FigureView view;
     view.resize(600, 400);

@@ -100,7 +100,11 @@ std::string default_run_name(const ExperimentConfig& config) {
   std::string name = arch;
   if (!origin.empty() && origin_arch == arch) {
     const auto stem = is_config_file(origin) ? fs::path(origin).stem().string() : origin;
-    name = stem.rfind(arch, 0) == 0 ? stem : arch + "-" + stem;
+    // A preset whose name holds the architecture as a word ("mod-0.7", "quickstart-dtrnet") is named as it is.
+    const bool named = stem.rfind(arch + "-", 0) == 0 || stem == arch ||
+                       stem.find("-" + arch + "-") != std::string::npos ||
+                       (stem.size() > arch.size() && stem.compare(stem.size() - arch.size() - 1, std::string::npos, "-" + arch) == 0);
+    name = named ? stem : arch + "-" + stem;
   }
   std::int64_t origin_seed = schema_defaults(run_schema()).at("seed").get<std::int64_t>();
   if (overrides) {
