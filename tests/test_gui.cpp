@@ -449,6 +449,12 @@ void TestGui::designerQueuesArchitecturesTimesSeeds() {
                 .arg(doc["run"]["seed"].get<int>());
   }
   QCOMPARE(seen, (QStringList{"dense/1", "dense/2", "dtrnet/1", "dtrnet/2", "mod/1", "mod/2"}));
+  // Each queued run reads as its own name (architecture, changed options, seed), not "tiny · designer" six times.
+  QStringList described;
+  for (const routelab::RunRequest& r : runs) described << routelab::RunQueue::describe(routelab::RunQueue::requestToJson(r));
+  QCOMPARE(QSet<QString>(described.begin(), described.end()).size(), 6);
+  QVERIFY2(described[3].startsWith(QStringLiteral("dtrnet-")) && described[3].contains(QStringLiteral("-s2 (designer, from tiny)")),
+           qPrintable(described[3]));
   const auto mod = nlohmann::json::parse(runs[4].configJson.toStdString());
   QVERIFY(!mod["model"].contains("routed_layers"));  // routing options keep MoD's defaults
 

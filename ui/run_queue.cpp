@@ -410,8 +410,10 @@ QString RunQueue::describe(const QString& requestJson) {
   }
   const QString ranks = r.processes > 1 ? tr(" · %1 processes").arg(r.processes) : QString();
   if (r.resumeRunId > 0) return tr("resume run %1").arg(r.resumeRunId) + ranks;
-  QString text = r.name.isEmpty() ? r.preset : QStringLiteral("%1 (%2)").arg(r.name, r.preset);
-  if (!r.configJson.isEmpty() && r.name.isEmpty()) text += tr(" · designer");
+  // The run's own name (architecture, distinguishing options, seed), then where it comes from.
+  const QString name = runNameOf(r);
+  const QString origin = r.configJson.isEmpty() ? r.preset : tr("designer, from %1").arg(r.preset);
+  QString text = name.isEmpty() || name == r.preset ? origin : QStringLiteral("%1 (%2)").arg(name, origin);
   if (r.stepsOverride > 0) text += tr(" · %1 steps").arg(r.stepsOverride);
   if (!r.sets.isEmpty()) text += QStringLiteral(" · ") + r.sets.join(QLatin1Char(' '));
   return text + ranks;

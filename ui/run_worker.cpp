@@ -14,6 +14,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/config/run_name.h"
 #include "core/dist/local_launch.h"
 #include "core/train/trainer.h"
 #include "core/util/errors.h"
@@ -56,7 +57,31 @@ void awaitOtherRanks(LocalRanks* ranks) {
               /*grace_from_start=*/true);
 }
 
+/// The config `request` trains: its preset or designer document, then the steps override and further sets.
+ExperimentConfig requestConfig(const RunRequest& request) {
+  std::vector<std::string> sets;
+  if (request.stepsOverride > 0) sets.push_back("train.steps=" + std::to_string(request.stepsOverride));
+  for (const QString& set : request.sets) sets.push_back(set.toStdString());
+  if (request.configJson.isEmpty()) return preset_config(request.preset.toStdString(), sets);
+  nlohmann::json overrides;
+  try {
+    overrides = nlohmann::json::parse(request.configJson.toStdString());
+  } catch (const nlohmann::json::exception& e) {
+    throw ConfigError("designer config: " + std::string(e.what()));
+  }
+  return resolve_config(overrides, sets, request.preset.toStdString());
+}
+
 }  // namespace
+
+QString runNameOf(const RunRequest& request) {
+  if (!request.name.isEmpty()) return request.name;
+  try {
+    return QString::fromStdString(default_run_name(requestConfig(request)));
+  } catch (const std::exception&) {
+    return QString();  // the launch reports what is wrong
+  }
+}
 
 /// Runs on the training thread: copies values under the worker's mutex and returns.
 class RunWorker::Observer final : public TrainObserver {
@@ -126,22 +151,8 @@ void RunWorker::run() {
       outcome = resume(db, request_.resumeRunId, &observer, &cancel_, n > 1 ? -1 : request_.resumeThreads,
                        RunStore::kNeverTakeOver, rank0 ? &*rank0 : nullptr);
     } else {
-      std::vector<std::string> sets;
-      if (request_.stepsOverride > 0) sets.push_back("train.steps=" + std::to_string(request_.stepsOverride));
-      for (const QString& set : request_.sets) sets.push_back(set.toStdString());
-
       TrainRequest train_request;
-      if (request_.configJson.isEmpty()) {
-        train_request.config = preset_config(request_.preset.toStdString(), sets);
-      } else {
-        nlohmann::json overrides;
-        try {
-          overrides = nlohmann::json::parse(request_.configJson.toStdString());
-        } catch (const nlohmann::json::exception& e) {
-          throw ConfigError("designer config: " + std::string(e.what()));
-        }
-        train_request.config = resolve_config(overrides, sets, request_.preset.toStdString());
-      }
+      train_request.config = requestConfig(request_);
       train_request.db_path = request_.dbPath.toStdString();
       train_request.name = request_.name.toStdString();
       train_request.qt_version = qVersion();

@@ -33,6 +33,10 @@ struct RunRequest {
   int processes = 1;
 };
 
+/// The name the run of `request` gets: its own name, else the trainer's default (architecture, distinguishing
+/// options, seed: "mod-c0.7-s2"); "" when the request does not resolve (its launch reports why).
+QString runNameOf(const RunRequest& request);
+
 class RunWorker : public QObject {
   Q_OBJECT
 
