@@ -229,6 +229,9 @@ int main(int argc, char** argv) {
   const QString screenshot = qEnvironmentVariable("ROUTELAB_SCREENSHOT");
   if (!screenshot.isEmpty()) {
     const QString targetName = qEnvironmentVariable("ROUTELAB_SCREENSHOT_TARGET");
+    // ROUTELAB_SCREENSHOT_RAISE=designerDock,queueDock: docks (by object name) raised in their tab groups first.
+    for (const QString& name : qEnvironmentVariable("ROUTELAB_SCREENSHOT_RAISE").split(QLatin1Char(','), Qt::SkipEmptyParts))
+      if (auto* dock = window.findChild<QDockWidget*>(name.trimmed())) dock->raise();
     bool ok = false;
     int afterMs = qEnvironmentVariableIntValue("ROUTELAB_SCREENSHOT_AFTER_MS", &ok);
     if (!ok) afterMs = 30000;

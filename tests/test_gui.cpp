@@ -453,7 +453,7 @@ void TestGui::designerQueuesArchitecturesTimesSeeds() {
   QStringList described;
   for (const routelab::RunRequest& r : runs) described << routelab::RunQueue::describe(routelab::RunQueue::requestToJson(r));
   QCOMPARE(QSet<QString>(described.begin(), described.end()).size(), 6);
-  QVERIFY2(described[3].startsWith(QStringLiteral("dtrnet-")) && described[3].contains(QStringLiteral("-s2 (designer, from tiny)")),
+  QVERIFY2(described[3].startsWith(QStringLiteral("dtrnet-")) && described[3].contains(QStringLiteral("-s2 (from tiny)")),
            qPrintable(described[3]));
   const auto mod = nlohmann::json::parse(runs[4].configJson.toStdString());
   QVERIFY(!mod["model"].contains("routed_layers"));  // routing options keep MoD's defaults

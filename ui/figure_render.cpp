@@ -12,6 +12,7 @@
 #include <QSettings>
 #include <QHBoxLayout>
 #include <QLabel>
+#include <QTimer>
 #include <QToolButton>
 #include <QVBoxLayout>
 
@@ -117,7 +118,7 @@ QSharedPointer<QCPAxisTickerText> categoryTicker(const std::vector<std::string>&
   return ticker;
 }
 
-/// Width of a label in points, roughly (0.55 em per character, DejaVu/Helvetica-like fonts).
+/// Width of a label in points, roughly (0.6 em per character: DejaVu Sans' lower case and digits, a little over).
 /// `text` shortened to `chars` characters by an ellipsis in the middle (both ends usually say the most).
 QString elideMiddle(const QString& text, int chars) {
   if (text.size() <= chars) return text;
@@ -128,7 +129,7 @@ QString elideMiddle(const QString& text, int chars) {
 double labelWidthPt(const std::vector<std::string>& labels, double fontPt) {
   std::size_t longest = 0;
   for (const auto& l : labels) longest = std::max(longest, static_cast<std::size_t>(displayLabel(l).size()));
-  return 0.55 * fontPt * static_cast<double>(longest) + 2;
+  return 0.6 * fontPt * static_cast<double>(longest) + 2;
 }
 
 /// ColorBrewer RdBu (colour-blind safe), blue for negative, white at 0, red for positive.
@@ -463,8 +464,11 @@ class PanelRenderer {
     return std::clamp(static_cast<int>(geometry_.widthPt / legendEntryPt(labels)), 1, kBarLegendColumns);
   }
   /// One legend entry's width: icon, icon-text padding, the longest label, margins (as legend() sets them up).
+  /// Legend labels are drawn whole (tick labels are cut to kMaxLabelChars: labelWidthPt).
   double legendEntryPt(const std::vector<std::string>& labels) const {
-    return 14 + 3 + labelWidthPt(labels, fontPt_) + 6;
+    std::size_t longest = 0;
+    for (const auto& l : labels) longest = std::max(longest, static_cast<std::size_t>(qs(l).size()));
+    return 14 + 3 + 0.6 * fontPt_ * static_cast<double>(longest) + 2 + 6;
   }
   int legendRows() const {
     const int entries = static_cast<int>(panel_.bars.members.size());
@@ -515,7 +519,16 @@ class PanelRenderer {
     legend->setIconTextPadding(3);
     legend->setRowSpacing(0);
     legend->setMargins(QMargins(3, 1, 3, 1));
-    for (QCPAbstractPlottable* p : labelled_) p->addToLegend(legend);
+    // An entry wider than the panel would be cut at the panel's edge: its label is shortened in the middle to fit,
+    // deliberately (the hover readout, the CSV and the JSON sidecar keep the whole label).
+    const int maxChars = std::max(6, static_cast<int>((geometry_.widthPt * 0.95 - 23 - 2) / (0.6 * fontPt_)));
+    for (QCPAbstractPlottable* p : labelled_) {
+      if (p->name().size() > maxChars) {
+        p->setProperty("fullName", p->name());
+        p->setName(elideMiddle(p->name(), maxChars));
+      }
+      p->addToLegend(legend);
+    }
     for (int i = 0; i < legend->itemCount(); ++i)
       if (QCPAbstractLegendItem* item = legend->item(i)) item->setFont(font_);  // wrapped rows leave empty cells
   }
@@ -567,7 +580,7 @@ void renderFigure(QCustomPlot* plot, const Figure& figure) {
   geometry.widthPt = std::max(20.0, figure.width_cm * kPtPerCm / columns - 4.5 * fontPt);
   geometry.heightPt = std::max(20.0, figure.height_cm * kPtPerCm / rows - (titled ? 5.0 : 3.8) * fontPt);
 
-  // Bold title characters are ~0.65 em wide (the labels' 0.55 em, bolder).
+  // Bold title characters are ~0.65 em wide (the labels' 0.6 em, bolder).
   const int titleChars = std::max(8, static_cast<int>((figure.width_cm * kPtPerCm / columns - 6.0) / (0.65 * fontPt)));
   // Axis rects of a column share left and right margins, those of a row top and bottom, so panels align.
   std::vector<QCPMarginGroup*> columnGroups, rowGroups;
@@ -642,6 +655,10 @@ FigureView::FigureView(QWidget* parent) : QWidget(parent) {
   plot_->setObjectName(QStringLiteral("figurePlot"));
   installPlotHoverReadout(plot_);
   plot_->setMinimumSize(220, 130);
+  relayout_ = new QTimer(this);
+  relayout_->setSingleShot(true);
+  relayout_->setInterval(60);
+  connect(relayout_, &QTimer::timeout, this, &FigureView::render);
   caption_ = new QLabel(this);
   // One line, clipped in a narrow panel; the tooltip has the whole caption and how the figure was computed.
   caption_->setSizePolicy(QSizePolicy::Ignored, QSizePolicy::Preferred);
@@ -683,8 +700,22 @@ QString FigureView::caption() const { return caption_->text(); }
 
 void FigureView::setFigure(Figure figure) {
   figure_ = std::move(figure);
-  renderFigure(plot_, figure_);
+  render();
+}
+
+void FigureView::render() {
+  Figure shown = figure_;
+  if (plot_->width() > 40 && plot_->height() > 40) {
+    shown.width_cm = plot_->width() * 2.54 / plot_->logicalDpiX();
+    shown.height_cm = plot_->height() * 2.54 / plot_->logicalDpiY();
+  }
+  renderFigure(plot_, shown);
   plot_->replot(QCustomPlot::rpQueuedReplot);
+}
+
+void FigureView::resizeEvent(QResizeEvent* event) {
+  QWidget::resizeEvent(event);
+  if (!figure_.panels.empty()) relayout_->start();
 }
 
 void FigureView::exportWithDialog() {

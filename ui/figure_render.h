@@ -9,6 +9,7 @@
 
 class QCustomPlot;
 class QLabel;
+class QTimer;
 
 namespace routelab {
 
@@ -52,7 +53,15 @@ class FigureView : public QWidget {
  Q_SIGNALS:
   void exported(const QString& path);
 
+ protected:
+  void resizeEvent(QResizeEvent* event) override;
+
  private:
+  /// Draws figure_ laid out for the size it has on screen (legend columns, headroom, shortened labels and titles
+  /// follow the panel's width); exports lay it out at the figure's own physical size.
+  void render();
+
+  QTimer* relayout_ = nullptr;  ///< a resize re-lays the figure out once it settles
   Figure figure_;
   QCustomPlot* plot_ = nullptr;
   QLabel* caption_ = nullptr;

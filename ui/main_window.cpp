@@ -74,7 +74,9 @@ MainWindow::MainWindow(MainWindowOptions options, QWidget* parent)
   setObjectName(QStringLiteral("mainWindow"));
   setWindowTitle(tr("RouteLab — %1").arg(QFileInfo(dbPath_).fileName()));
   setWindowIcon(appIcon());
-  resize(1400, 900);
+  // A first start fits the screen (a laptop's 1280x720 too); later starts restore the size of this screen's layout.
+  const QScreen* shown = screen();
+  resize(shown ? QSize(1400, 900).boundedTo(shown->availableGeometry().size()) : QSize(1400, 900));
 
   logBridge_ = new LogBridge(this);
   store_ = new StoreService(dbPath_, this);

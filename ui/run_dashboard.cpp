@@ -127,6 +127,9 @@ RunDashboard::RunDashboard(qint64 runId, StoreService* store, QWidget* parent)
   rows->setStretchFactor(1, 1);
   top->setStretchFactor(0, 1);
   top->setStretchFactor(1, 1);
+  // Shares of the width from the start, not from the panels' size hints (the token view's is its whole text).
+  top->setSizes({500, 500});
+  bottom->setSizes({600, 400});
 
   metrics_ = new RunMetricsView(this);
   tabs_ = new QTabWidget(this);

@@ -412,7 +412,8 @@ QString RunQueue::describe(const QString& requestJson) {
   if (r.resumeRunId > 0) return tr("resume run %1").arg(r.resumeRunId) + ranks;
   // The run's own name (architecture, distinguishing options, seed), then where it comes from.
   const QString name = runNameOf(r);
-  const QString origin = r.configJson.isEmpty() ? r.preset : tr("designer, from %1").arg(r.preset);
+  // A config document (the designer's, a sweep point's) names the preset it started from.
+  const QString origin = r.configJson.isEmpty() ? r.preset : tr("from %1").arg(r.preset);
   QString text = name.isEmpty() || name == r.preset ? origin : QStringLiteral("%1 (%2)").arg(name, origin);
   if (r.stepsOverride > 0) text += tr(" · %1 steps").arg(r.stepsOverride);
   if (!r.sets.isEmpty()) text += QStringLiteral(" · ") + r.sets.join(QLatin1Char(' '));

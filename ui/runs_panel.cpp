@@ -3,6 +3,7 @@
 
 #include <QAction>
 #include <QCheckBox>
+#include <QEvent>
 #include <QHBoxLayout>
 #include <QHeaderView>
 #include <QItemSelectionModel>
@@ -13,6 +14,7 @@
 #include <QRegularExpression>
 #include <QSettings>
 #include <QTableView>
+#include <QTimer>
 #include <QVBoxLayout>
 
 #include <algorithm>
@@ -52,12 +54,21 @@ RunsPanel::RunsPanel(QWidget* parent) : QWidget(parent) {
   view_->setContextMenuPolicy(Qt::CustomContextMenu);
   view_->verticalHeader()->setVisible(false);
   view_->verticalHeader()->setDefaultSectionSize(view_->fontMetrics().height() + 6);
-  // Numbers and words that must stay readable fit their contents; the name takes what is left.
+  // Numbers and words that must stay readable fit their contents; the name takes what is left (fitNameColumn).
   QHeaderView* header = view_->horizontalHeader();
   header->setHighlightSections(false);
   header->setMinimumSectionSize(36);
   header->setSectionResizeMode(QHeaderView::ResizeToContents);
-  header->setSectionResizeMode(RunsTableModel::NameColumn, QHeaderView::Stretch);
+  header->setSectionResizeMode(RunsTableModel::NameColumn, QHeaderView::Interactive);
+  view_->viewport()->installEventFilter(this);
+  connect(header, &QHeaderView::sectionResized, this, [this](int column) {
+    if (column != RunsTableModel::NameColumn) fitNameColumn();
+  });
+  const auto refit = [this] { QTimer::singleShot(0, this, &RunsPanel::fitNameColumn); };
+  connect(proxy_, &QAbstractItemModel::modelReset, this, refit);
+  connect(proxy_, &QAbstractItemModel::layoutChanged, this, refit);
+  connect(proxy_, &QAbstractItemModel::dataChanged, this, refit);
+  connect(proxy_, &QAbstractItemModel::rowsInserted, this, refit);
 
   search_ = new QLineEdit(this);
   search_->setObjectName(QStringLiteral("runsSearch"));
@@ -285,6 +296,24 @@ bool RunsPanel::selectRuns(const QList<qint64>& ids) {
   view_->selectionModel()->setCurrentIndex(rows.first(), QItemSelectionModel::ClearAndSelect | QItemSelectionModel::Rows);
   for (const QModelIndex& index : rows) view_->selectionModel()->select(index, QItemSelectionModel::Select | QItemSelectionModel::Rows);
   return true;
+}
+
+bool RunsPanel::eventFilter(QObject* watched, QEvent* event) {
+  if (watched == view_->viewport() && event->type() == QEvent::Resize) fitNameColumn();
+  return QWidget::eventFilter(watched, event);
+}
+
+void RunsPanel::fitNameColumn() {
+  int others = 0;
+  for (int c = 0; c <= RunsTableModel::BestValLossColumn; ++c)
+    if (c != RunsTableModel::NameColumn && !view_->isColumnHidden(c)) others += view_->columnWidth(c);
+  const int minimum = view_->fontMetrics().horizontalAdvance(QStringLiteral("dtrnet-bilay…"));
+  int contents = view_->horizontalHeader()->sectionSizeHint(RunsTableModel::NameColumn);
+  for (int row = 0; row < proxy_->rowCount(); ++row)
+    contents = std::max(contents, view_->fontMetrics().horizontalAdvance(
+                                      proxy_->index(row, RunsTableModel::NameColumn).data().toString()) + 12);
+  const int room = view_->viewport()->width() - others;
+  view_->setColumnWidth(RunsTableModel::NameColumn, std::max(minimum, std::min(room, contents)));
 }
 
 qint64 RunsPanel::selectedRunId() const {

@@ -74,7 +74,13 @@ class RunsPanel : public QWidget {
   /// A store edit ended; `error` is empty on success.
   void editFinished(const QString& error);
 
+ protected:
+  bool eventFilter(QObject* watched, QEvent* event) override;
+
  private:
+  /// The name column takes the room the columns up to "Best val" leave in the view, between a readable minimum
+  /// and its contents' width: whole names on a wide screen, the key columns in view on a narrow one.
+  void fitNameColumn();
   void buildActions();
   void updateActions();
   void showMenu(const QPoint& pos);

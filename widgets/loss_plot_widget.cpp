@@ -159,6 +159,18 @@ QString LossPlotWidget::title() const { return fullTitle_; }
 void LossPlotWidget::resizeEvent(QResizeEvent* event) {
   QWidget::resizeEvent(event);
   elideTitle();
+  fitLegend();
+  scheduleReplot();
+}
+
+void LossPlotWidget::fitLegend() {
+  // As many entries a row as the plot's width holds (three at most): a row wider than the plot would be cut.
+  for (int columns = 3; columns >= 1; --columns) {
+    plot_->legend->setWrap(columns);
+    plot_->legend->setFillOrder(QCPLayoutGrid::foColumnsFirst, /*rearrange=*/true);
+    if (plot_->legend->minimumOuterSizeHint().width() <= plot_->width() - 8) break;
+  }
+  plot_->plotLayout()->simplify();
 }
 
 void LossPlotWidget::elideTitle() {
@@ -417,6 +429,7 @@ void LossPlotWidget::styleSeries() {
     overlayGraphs_[2 * k + 1]->setScatterStyle(QCPScatterStyle(QCPScatterStyle::ssCircle, colour, Qt::white, 6));
   }
   updateLegendNames();
+  fitLegend();
 }
 
 void LossPlotWidget::updateLegendNames() {

@@ -91,6 +91,8 @@ class LossPlotWidget : public QWidget {
 
  private:
   void elideTitle();
+  /// Wraps the legend row to the plot's width.
+  void fitLegend();
   void rebuildSmoothed();
   void updateRanges();
   void updateLegendNames();

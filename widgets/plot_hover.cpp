@@ -39,7 +39,11 @@ QString plotReadoutAt(const QCustomPlot* plot, const QPointF& pixel, double radi
       const double d2 = dx * dx + dy * dy;
       if (d2 > best) continue;
       best = d2;
-      const QString series = graph->name().isEmpty() ? QObject::tr("series %1").arg(g + 1) : graph->name();
+      // A legend may show a shortened name; the readout says the whole one ("fullName", where the renderer kept it).
+      const QString full = graph->property("fullName").toString();
+      const QString series = !full.isEmpty()         ? full
+                             : graph->name().isEmpty() ? QObject::tr("series %1").arg(g + 1)
+                                                       : graph->name();
       const QString xl = x->label().isEmpty() ? QStringLiteral("x") : x->label();
       const QString yl = y->label().isEmpty() ? QStringLiteral("y") : y->label();
       readout = QStringLiteral("%1\n%2 %3 · %4 %5").arg(series, xl, number(it->key), yl, number(it->value));
