@@ -577,8 +577,8 @@ void TestGui::designerLaunchFeedsALiveDashboard() {
   QVERIFY(designer->loadPreset(QStringLiteral("tiny")));
   QVERIFY(designer->setArchitecture(arch));
   const QList<QPair<QString, QString>> fields{{"model.n_layer", "3"},      {"data.context", "32"},
-                                              {"train.batch_size", "8"},   {"train.steps", "24"},
-                                              {"train.warmup_steps", "2"}, {"train.eval_every", "12"},
+                                              {"train.batch_size", "8"},   {"train.steps", "48"},
+                                              {"train.warmup_steps", "2"}, {"train.eval_every", "24"},
                                               {"train.log_every", "2"}};
   for (const auto& [path, text] : fields) QVERIFY(designer->setFieldText(path, text));
   QVERIFY2(designer->isValid(), qPrintable(designer->formError()));
@@ -604,7 +604,10 @@ void TestGui::designerLaunchFeedsALiveDashboard() {
 
   routelab::RunDashboard* dashboard = window->workspace()->dashboard(runId);
   QVERIFY(dashboard);
-  QTRY_COMPARE_WITH_TIMEOUT(dashboard->probeCount(), 3, 10000);  // evaluations at steps 0, 12, 24
+  QTRY_COMPARE_WITH_TIMEOUT(dashboard->probeCount(), 3, 10000);  // evaluations at steps 0, 24, 48
+  // The cost panel follows the store to the last evaluation (it once said "no evaluation yet" after one).
+  QTRY_VERIFY2_WITH_TIMEOUT(dashboard->costView()->caption().contains(QStringLiteral("eval step 48 ")),
+                            qPrintable(dashboard->costView()->caption()), 10000);
   QCOMPARE(dashboard->tokenView()->rowCount(), routedRows + 1);   // the routed layers and p(next token)
   QCOMPARE(dashboard->panelFigure(routelab::RunDashboard::Panel::RoutedLayers).panels.at(0).bars.categories.size(),
            std::size_t{3});
