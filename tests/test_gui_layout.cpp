@@ -265,12 +265,15 @@ void TestGuiLayout::selectedRunsOverlayInTheOverview() {
   QVERIFY(dtr->pen().color() != mod->pen().color());
   QCOMPARE(dtr->data()->size(), 4);
   QCOMPARE(mod->data()->size(), 4);
-  bool validationPoint = false;  // mod's validation graph (not in the legend) holds 1.8 at step 400
+  // Its validation points (off the legend, named for the hover readout) in its colour: 1.8 at step 400.
+  const QCPGraph* modValidation = nullptr;
   for (int i = 0; i < plot->graphCount(); ++i)
-    if (plot->graph(i)->pen().color() == mod->pen().color() && plot->graph(i) != mod)
-      for (auto it = plot->graph(i)->data()->constBegin(); it != plot->graph(i)->data()->constEnd(); ++it)
-        validationPoint = validationPoint || (it->key == 400 && std::abs(it->value - 1.8) < 1e-12);
-  QVERIFY(validationPoint);
+    if (plot->graph(i)->name() == QStringLiteral("run %1 · mod-c0.125-s1 · validation").arg(mod_)) modValidation = plot->graph(i);
+  QVERIFY(modValidation);
+  QCOMPARE(modValidation->pen().color(), mod->pen().color());
+  QCOMPARE(modValidation->data()->size(), 4);
+  QCOMPARE((modValidation->data()->constEnd() - 1)->key, 400.0);
+  QCOMPARE((modValidation->data()->constEnd() - 1)->value, 1.8);
   QVERIFY(plot->yAxis->range().contains(3.5));  // mod's first training loss (3.4 + 0.1) is in view
   plot->replot();
   QVERIFY(!plot->legend->outerRect().intersects(plot->axisRect()->rect()));

@@ -87,6 +87,7 @@ RunDashboard::RunDashboard(qint64 runId, StoreService* store, QWidget* parent)
   probeSlider_->setObjectName(QStringLiteral("probeSlider"));
   probeSlider_->setRange(0, 0);
   probeSlider_->setToolTip(tr("Scrub the stored evaluations: the probe text's routing at each"));
+  probeSlider_->setMinimumWidth(100);  // a handle to drag, not a stub, in a narrow panel
   probeLabel_ = new QLabel(tr("no probe yet"), this);
   colourBy_ = new QComboBox(this);
   colourBy_->setObjectName(QStringLiteral("colourBy"));

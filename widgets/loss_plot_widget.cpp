@@ -443,12 +443,16 @@ void LossPlotWidget::updateLegendNames() {
     trainRaw_->addToLegend();
     validation_->addToLegend();
   } else {
-    // One entry per run, its colour; the caller's title says which line is training and which validation.
+    // One entry per run, its colour; the caller's title says which line is training and which validation. The
+    // series off the legend are named too, for the hover readout.
+    trainRaw_->setName(tr("%1 · train (raw)").arg(mainLabel_));
+    validation_->setName(tr("%1 · validation").arg(mainLabel_));
     trainRaw_->removeFromLegend();
     validation_->removeFromLegend();
     trainSmoothed_->setName(mainLabel_);
     for (qsizetype k = 0; k < overlays_.size(); ++k) {
       overlayGraphs_[2 * k]->setName(overlays_[k].label);
+      overlayGraphs_[2 * k + 1]->setName(tr("%1 · validation").arg(overlays_[k].label));
       overlayGraphs_[2 * k + 1]->removeFromLegend();
     }
   }
