@@ -15,6 +15,8 @@
 #include <QTemporaryDir>
 #include <QtTest>
 
+#include <memory>
+
 #include "core/store/run_store.h"
 #include "ui/compare_view.h"
 #include "ui/experiment_designer.h"
@@ -95,6 +97,17 @@ class TestGuiLayout : public QObject {
   void selectedRunsOverlayInTheOverview();
 
  private:
+  /// A main window on the test store at `size`, shown.
+  std::unique_ptr<MainWindow> openWindow(QSize size) const {
+    routelab::MainWindowOptions options;
+    options.dbPath = dbPath_;
+    options.confirmClose = false;
+    auto window = std::make_unique<MainWindow>(options);
+    window->resize(size);
+    window->show();
+    return window;
+  }
+
   QTemporaryDir home_;
   QString dbPath_;
   std::int64_t dense_ = 0, dtr_ = 0, mod_ = 0;
@@ -133,12 +146,8 @@ void TestGuiLayout::everyViewFitsTheScreen_data() {
 
 void TestGuiLayout::everyViewFitsTheScreen() {
   QFETCH(QSize, screen);
-  routelab::MainWindowOptions options;
-  options.dbPath = dbPath_;
-  options.confirmClose = false;
-  MainWindow window(options);
-  window.resize(screen);
-  window.show();
+  const auto shown = openWindow(screen);
+  MainWindow& window = *shown;
   QVERIFY(QTest::qWaitForWindowExposed(&window));
   QTRY_COMPARE_WITH_TIMEOUT(window.runsPanel()->model()->rowCount(), 3, kLoadTimeoutMs);
 
@@ -207,12 +216,8 @@ void TestGuiLayout::everyViewFitsTheScreen() {
 }
 
 void TestGuiLayout::resetLayoutBringsBackTheDocks() {
-  routelab::MainWindowOptions options;
-  options.dbPath = dbPath_;
-  options.confirmClose = false;
-  MainWindow window(options);
-  window.resize(1280, 720);
-  window.show();
+  const auto shown = openWindow(QSize(1280, 720));
+  MainWindow& window = *shown;
   QVERIFY(QTest::qWaitForWindowExposed(&window));
   auto* runsDock = window.findChild<QDockWidget*>(QStringLiteral("runsDock"));
   auto* logDock = window.findChild<QDockWidget*>(QStringLiteral("logDock"));
@@ -232,12 +237,8 @@ void TestGuiLayout::resetLayoutBringsBackTheDocks() {
 }
 
 void TestGuiLayout::selectedRunsOverlayInTheOverview() {
-  routelab::MainWindowOptions options;
-  options.dbPath = dbPath_;
-  options.confirmClose = false;
-  MainWindow window(options);
-  window.resize(1280, 720);
-  window.show();
+  const auto shown = openWindow(QSize(1280, 720));
+  MainWindow& window = *shown;
   QVERIFY(QTest::qWaitForWindowExposed(&window));
   QTRY_COMPARE_WITH_TIMEOUT(window.runsPanel()->model()->rowCount(), 3, kLoadTimeoutMs);
   routelab::LossPlotWidget* overview = window.lossPlot();
