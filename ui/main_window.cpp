@@ -32,6 +32,7 @@
 #include "ui/presets_panel.h"
 #include "ui/run_controller.h"
 #include "ui/run_queue.h"
+#include "ui/runs_overview.h"
 #include "ui/runs_panel.h"
 #include "ui/runs_table_model.h"
 #include "ui/shortcuts_dialog.h"
@@ -96,6 +97,7 @@ MainWindow::MainWindow(MainWindowOptions options, QWidget* parent)
 
   buildActions();
   buildDocks();
+  overview_ = new RunsOverview(plot_, store_, queue_, runs_->model(), this);
   buildMenus();
   connectParts();
 
@@ -265,7 +267,6 @@ void MainWindow::buildMenus() {
 void MainWindow::connectParts() {
   connect(logBridge_, &LogBridge::linesLogged, log_, &LogViewWidget::appendLines);
   connect(store_, &StoreService::runsLoaded, this, &MainWindow::onRunsLoaded);
-  connect(store_, &StoreService::curvesLoaded, this, &MainWindow::onCurvesLoaded);
   connect(store_, &StoreService::storeFailed, this, [this](const QString& message) {
     statusBar()->showMessage(tr("Run store: %1").arg(message), 10000);
     logger("ui")->warn("run store: {}", message.toStdString());
@@ -298,12 +299,8 @@ void MainWindow::connectParts() {
     compare_->showRuns(runIds);
     workspace_->showPage(compare_);
   });
-  connect(runs_, &RunsPanel::runSelected, this, &MainWindow::showRun);
-  connect(runs_, &RunsPanel::runsSelected, this, &MainWindow::updateOverlays);
-  overlayTimer_ = new QTimer(this);
-  overlayTimer_->setSingleShot(true);
-  overlayTimer_->setInterval(1000);
-  connect(overlayTimer_, &QTimer::timeout, this, &MainWindow::drawOverlays);
+  connect(runs_, &RunsPanel::runSelected, overview_, &RunsOverview::showRun);
+  connect(runs_, &RunsPanel::runsSelected, overview_, &RunsOverview::setSelection);
   connect(runs_, &RunsPanel::runSelected, this, &MainWindow::updateActions);
   connect(presets_, &PresetsPanel::presetSelected, this, &MainWindow::updateActions);
   connect(runs_->view(), &QTableView::doubleClicked, this, [this](const QModelIndex&) { openDashboard(); });
@@ -401,10 +398,7 @@ bool MainWindow::startRequest(const RunRequest& given) {
     updateActions();
     return true;
   }
-  displayedRunId_ = 0;  // the live run takes the plot as soon as the trainer reports its id
-  plot_->clear();
-  plot_->setAutoFollow(true);
-  setMainTitle(tr("starting %1 …").arg(preset));
+  overview_->showStarting(preset);
   progress_->setState(tr("starting"), RunsTableModel::statusColor(QStringLiteral("running")));
   progress_->clearProgress();
   updateActions();
@@ -414,7 +408,7 @@ bool MainWindow::startRequest(const RunRequest& given) {
 void MainWindow::stopRun() {
   if (!queue_->canStop()) return;
   // The run the main plot follows (or the only one); the queue goes on. Several runs and none shown: all stop.
-  if (!queue_->stopRun(displayedRunId_)) queue_->stopAll();
+  if (!queue_->stopRun(overview_->runId())) queue_->stopAll();
   progress_->setState(tr("stopping after this step"), RunsTableModel::statusColor(QStringLiteral("stopped")));
   updateActions();
 }
@@ -427,6 +421,8 @@ void MainWindow::stopAllRuns() {
 }
 
 void MainWindow::refreshRuns() { store_->requestRuns(); }
+
+qint64 MainWindow::displayedRunId() const { return overview_->runId(); }
 
 void MainWindow::openDashboard() {
   const qint64 runId = runs_->selectedRunId();
@@ -443,88 +439,9 @@ void MainWindow::showAbout() {
   showAboutDialog(this, inUse.join(QStringLiteral(", ")));
 }
 
-void MainWindow::showRun(qint64 runId) {
-  if (runId == displayedRunId_) return;
-  displayedRunId_ = runId;
-  mainCurvesPending_ = false;
-  if (const RunCurves* liveCurves = queue_->liveCurves(runId)) {
-    // A live (or the last) run of a queue slot: its curve is already here, complete and fresher than the store.
-    const RunCurves& live = *liveCurves;
-    plot_->setCurves(live.trainSteps, live.trainLoss, live.valSteps, live.valLoss);
-    if (const RunSummary* run = runs_->model()->run(runId)) {
-      setMainTitle(tr("run %1 · %2 · %3").arg(runId).arg(run->name, run->arch));
-      plot_->setExpectedSteps(static_cast<double>(run->totalSteps));
-    }
-  } else {
-    plot_->clear();
-    setMainTitle(runId ? tr("run %1 (loading…)").arg(runId) : tr("No run"));
-    mainCurvesPending_ = runId > 0;
-  }
-  overlayIds_.clear();  // the main run may have been one of them
-  updateOverlays();
-  requestStoredCurves();
-}
-
-void MainWindow::setMainTitle(const QString& title, const QString& toolTip) {
-  mainTitle_ = title;
-  mainToolTip_ = toolTip;
-  if (plot_->overlayCount() == 0) {
-    plot_->setTitle(title, toolTip);
-    return;
-  }
-  QStringList runs{runLabel(displayedRunId_)};
-  for (const qint64 id : overlayIds_) runs << runLabel(id);
-  plot_->setTitle(tr("%1 + %n more · solid: training, smoothed · dashed: validation", nullptr, plot_->overlayCount())
-                      .arg(title),
-                  runs.join(QLatin1Char('\n')));
-}
-
-QString MainWindow::runLabel(qint64 runId) const {
-  const RunSummary* run = runs_->model()->run(runId);
-  return run ? tr("run %1 · %2").arg(runId).arg(run->name) : tr("run %1").arg(runId);
-}
-
-void MainWindow::updateOverlays() {
-  // Several runs selected: the others over the main (current) one, as W&B overlays the runs ticked in a table.
-  QList<qint64> ids;
-  for (const qint64 id : runs_->selectedRunIds())
-    if (id != displayedRunId_ && displayedRunId_ > 0 && ids.size() < kMaxOverlays) ids << id;
-  if (ids == overlayIds_ && plot_->overlayCount() == overlayCurves_.size()) return;
-  overlayIds_ = ids;
-  for (auto it = overlayCurves_.begin(); it != overlayCurves_.end();)
-    it = ids.contains(it.key()) ? std::next(it) : overlayCurves_.erase(it);
-  drawOverlays();
-  requestStoredCurves();
-}
-
-void MainWindow::requestStoredCurves() {
-  QList<qint64> wanted;  // one request: a newer one supersedes the runs of the last
-  if (mainCurvesPending_) wanted << displayedRunId_;
-  for (const qint64 id : overlayIds_) {
-    if (overlayCurves_.contains(id)) continue;
-    if (const RunCurves* live = queue_->liveCurves(id)) overlayCurves_.insert(id, *live);
-    else wanted << id;
-  }
-  if (!wanted.isEmpty()) store_->requestCurves(wanted);
-  drawOverlays();
-}
-
-void MainWindow::drawOverlays() {
-  QList<LossPlotWidget::OverlayRun> runs;
-  for (const qint64 id : overlayIds_)
-    if (const auto it = overlayCurves_.constFind(id); it != overlayCurves_.constEnd())
-      runs.append({runLabel(id), it->trainSteps, it->trainLoss, it->valSteps, it->valLoss});
-  plot_->setOverlays(runLabel(displayedRunId_), runs);
-  setMainTitle(mainTitle_, mainToolTip_);
-}
-
 void MainWindow::onRunsLoaded(const QList<RunSummary>& runs) {
   runs_->setRuns(runs);
-  // A deleted run leaves the main view (a running one is drawn from its live curve, listed yet or not).
-  const bool stored = std::any_of(runs.begin(), runs.end(), [this](const RunSummary& r) {
-    return r.id == displayedRunId_;
-  });
-  if (displayedRunId_ != 0 && !stored && !queue_->controllerOf(displayedRunId_)) showRun(0);
+  overview_->runsRefreshed(runs);  // a deleted run leaves the overview
   updateActions();  // a selection restored with the rows enables "Open dashboard"
   if (firstRunsLoad_) {
     firstRunsLoad_ = false;
@@ -537,28 +454,8 @@ void MainWindow::onRunsLoaded(const QList<RunSummary>& runs) {
   }
 }
 
-void MainWindow::onCurvesLoaded(const RunCurves& curves) {
-  if (overlayIds_.contains(curves.runId)) {
-    overlayCurves_.insert(curves.runId, curves);
-    drawOverlays();
-    return;
-  }
-  if (curves.runId != displayedRunId_ || !mainCurvesPending_) return;
-  mainCurvesPending_ = false;
-  plot_->setCurves(curves.trainSteps, curves.trainLoss, curves.valSteps, curves.valLoss);
-  plot_->setExpectedSteps(static_cast<double>(curves.totalSteps));
-  setMainTitle(curves.title);
-}
-
 void MainWindow::onRunStarted(const RunStartInfo& info) {
-  // The main view draws the run its title names: the starting run's own curve from its first point, never the
-  // previous run's curve with the new run's points appended.
-  displayedRunId_ = 0;
-  showRun(info.runId);
-  // The description reads "model; data; device": the model part is the title, all of it the tooltip.
-  setMainTitle(tr("run %1 · %2").arg(info.runId).arg(info.description.section(QLatin1Char(';'), 0, 0)),
-               info.description);
-  plot_->setExpectedSteps(static_cast<double>(info.totalSteps));
+  overview_->showStarted(info);
   progress_->setState(tr("running run %1").arg(info.runId), RunsTableModel::statusColor(QStringLiteral("running")));
   runs_->selectRun(info.runId);
   workspace_->open(info.runId, /*live=*/true);
@@ -566,18 +463,8 @@ void MainWindow::onRunStarted(const RunStartInfo& info) {
 }
 
 void MainWindow::onProgress(qint64 runId, const ProgressBatch& batch) {
-  if (displayedRunId_ != 0 && displayedRunId_ == runId) {
-    RunCurves increment;
-    appendCurves(batch, increment);
-    plot_->appendTrain(increment.trainSteps, increment.trainLoss);  // both append calls end in one queued replot
-    plot_->appendValidation(increment.valSteps, increment.valLoss);
-  }
-  if (overlayIds_.contains(runId))
-    if (const RunCurves* live = queue_->liveCurves(runId)) {
-      overlayCurves_.insert(runId, *live);
-      if (!overlayTimer_->isActive()) overlayTimer_->start();  // redrawn at most once a second
-    }
-  if (!batch.steps.isEmpty() && (displayedRunId_ == runId || queue_->runningCount() == 1)) {
+  overview_->onProgress(runId, batch);
+  if (!batch.steps.isEmpty() && (overview_->runId() == runId || queue_->runningCount() == 1)) {
     const StepSample& s = batch.steps.back();
     progress_->setProgress(s.step, s.totalSteps, s.loss, s.tokensPerSecond, s.etaSeconds);
   }

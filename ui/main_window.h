@@ -2,7 +2,6 @@
 // to the run controller and the store service. Logic lives in those; this file only connects and shows.
 #pragma once
 #include <QByteArray>
-#include <QHash>
 #include <QMainWindow>
 #include <QMessageBox>
 #include <QPointer>
@@ -20,6 +19,7 @@ class QTimer;
 namespace routelab {
 
 class CompareView;
+class RunsOverview;
 class WorkspaceTabs;
 class ExperimentDesigner;
 class LogBridge;
@@ -82,7 +82,7 @@ class MainWindow : public QMainWindow {
   QAction* compareAction() const { return compareAction_; }
   QSpinBox* stepsSpinBox() const { return steps_; }
   /// The run whose curves the plot shows (0 = none).
-  qint64 displayedRunId() const { return displayedRunId_; }
+  qint64 displayedRunId() const;
 
  public Q_SLOTS:
   void startRun();
@@ -113,17 +113,7 @@ class MainWindow : public QMainWindow {
   void resetLayout();
   void applyDefaultDockSizes();
 
-  void showRun(qint64 runId);
-  /// The main view's title: the main run's, and how many runs are drawn over it.
-  void setMainTitle(const QString& title, const QString& toolTip = QString());
-  /// The runs selected beside the main one become the overlays (at most kMaxOverlays).
-  void updateOverlays();
-  /// Asks the store for the curves the main view still lacks: the main run's and the overlays'.
-  void requestStoredCurves();
-  void drawOverlays();
-  QString runLabel(qint64 runId) const;
   void onRunsLoaded(const QList<RunSummary>& runs);
-  void onCurvesLoaded(const RunCurves& curves);
   void onRunStarted(const RunStartInfo& info);
   void onProgress(qint64 runId, const ProgressBatch& batch);
   void onRunFinished(const RunResult& result);
@@ -134,13 +124,6 @@ class MainWindow : public QMainWindow {
   bool confirmClose_ = true;
   bool closeAfterRun_ = false;
   bool firstRunsLoad_ = true;
-  qint64 displayedRunId_ = 0;
-  bool mainCurvesPending_ = false;  ///< the main run's curves are asked of the store
-  QString mainTitle_, mainToolTip_;
-  static constexpr int kMaxOverlays = 9;
-  QList<qint64> overlayIds_;              ///< runs drawn over the main one, in table order
-  QHash<qint64, RunCurves> overlayCurves_;  ///< those of them read (or live)
-  QTimer* overlayTimer_ = nullptr;        ///< redraws live overlays at most once a second
 
   StoreService* store_ = nullptr;
   RunController* controller_ = nullptr;
@@ -150,6 +133,7 @@ class MainWindow : public QMainWindow {
   LogBridge* logBridge_ = nullptr;
   QTimer* refreshTimer_ = nullptr;
   WorkspaceTabs* workspace_ = nullptr;
+  RunsOverview* overview_ = nullptr;  ///< what the overview plot draws
   ExperimentDesigner* designer_ = nullptr;
   QDockWidget* designerDock_ = nullptr;
   TokenInspector* inspector_ = nullptr;
