@@ -181,9 +181,12 @@ void TestGuiLayout::everyViewFitsTheScreen() {
   tabs->showPage(window.lossPlot());
   QVERIFY(window.lossPlot()->plot()->width() >= 500);
   QVERIFY(window.lossPlot()->plot()->height() >= 300);
-  // Dashboard: its loss plot and the routed-% view whole on screen.
+  // Dashboard: its tab names the run in full (not "run 2 · dtr…"), its loss plot whole on screen.
   tabs->showPage(dashboard);
   QTest::qWait(50);
+  QTRY_COMPARE_WITH_TIMEOUT(tabs->tabText(tabs->tabOf(dashboard)),
+                            QStringLiteral("run %1 · dtrnet-bilayer-with-a-long-name-s2").arg(dtr_), kLoadTimeoutMs);
+  QCOMPARE(tabs->elideMode(), Qt::ElideNone);
   QVERIFY(wholeOnScreen(dashboard->lossPlot()->plot()));
   QVERIFY(dashboard->lossPlot()->plot()->height() >= 150);
   // Compare: the figure at a readable size (its controls, the table under it), the run list beside it.
