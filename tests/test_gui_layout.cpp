@@ -216,6 +216,16 @@ void TestGuiLayout::everyViewFitsTheScreen() {
   designerDock->raise();
   QTest::qWait(50);
   QVERIFY2(visibleFormRows(window.designer()) >= 8, qPrintable(QString::number(visibleFormRows(window.designer()))));
+
+  // View > Close tab (Ctrl+W): the current dashboard goes, the overview stays.
+  auto* closeTab = window.findChild<QAction*>(QStringLiteral("closeTabAction"));
+  QVERIFY(closeTab);
+  tabs->showPage(dashboard);
+  closeTab->trigger();
+  QCOMPARE(tabs->dashboardCount(), 0);
+  tabs->showPage(window.lossPlot());
+  closeTab->trigger();
+  QCOMPARE(tabs->tabOf(window.lossPlot()), 0);
 }
 
 void TestGuiLayout::resetLayoutBringsBackTheDocks() {

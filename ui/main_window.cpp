@@ -253,6 +253,10 @@ void MainWindow::buildMenus() {
   compareAction_->setShortcut(QKeySequence(Qt::CTRL | Qt::SHIFT | Qt::Key_C));
   compareAction_->setToolTip(tr("Seed bands, matched-budget tables and the config diff (Ctrl+Shift+C)"));
   view->addAction(compareAction_);
+  QAction* closeTab = view->addAction(tr("Close &tab"), workspace_, &WorkspaceTabs::closeCurrentTab);
+  closeTab->setObjectName(QStringLiteral("closeTabAction"));
+  closeTab->setShortcut(QKeySequence::Close);
+  closeTab->setToolTip(tr("Close the workspace's current tab: a dashboard, Compare or the inspector (Ctrl+W)"));
   view->addSeparator();
   QAction* reset = view->addAction(tr("&Reset layout"), this, &MainWindow::resetLayout);
   reset->setObjectName(QStringLiteral("resetLayoutAction"));

@@ -39,6 +39,10 @@ class WorkspaceTabs : public QTabWidget {
   RunDashboard* dashboard(qint64 runId) const;
   int dashboardCount() const;
 
+ public Q_SLOTS:
+  /// Closes the current tab (a dashboard is deleted, a page kept); the overview stays.
+  void closeCurrentTab() { closeTab(currentIndex()); }
+
  private:
   QScrollArea* wrap(QWidget* page);
   void closeTab(int index);
