@@ -445,6 +445,42 @@ class TestFigureExport : public QObject {
     }
   }
 
+  /// In the SVG each legend line ends before its label starts (QCustomPlot draws a graph's legend line 5 units past
+  /// its icon: with a tight icon-text padding it crossed the label's first letters).
+  void svgLegendLinesEndBeforeTheirLabels() {
+    const Figure figure = figureOf({linesPanel(false)}, 1, 8.5, 6.0);
+    const QString svg = dir_.filePath(QStringLiteral("legend.svg"));
+    const QString error = routelab::exportFigure(figure, svg);
+    QVERIFY2(error.isEmpty(), qPrintable(error));
+    QFile file(svg);
+    QVERIFY(file.open(QIODevice::ReadOnly));
+    const QString content = QString::fromUtf8(file.readAll());
+    // Horizontal two-point polylines (legend lines, in the same coordinates as the text) and the texts.
+    struct Line { double x1, x2, y; };
+    QList<Line> lines;
+    const QRegularExpression polyline(QStringLiteral(R"re(points="([-\d.]+),([-\d.]+) ([-\d.]+),([-\d.]+) ")re"));
+    for (auto it = polyline.globalMatch(content); it.hasNext();) {
+      const auto m = it.next();
+      if (m.captured(2) == m.captured(4)) lines.append({m.captured(1).toDouble(), m.captured(3).toDouble(), m.captured(2).toDouble()});
+    }
+    const QRegularExpression text(QStringLiteral(R"re(<text[^>]* x="([-\d.]+)" y="([-\d.]+)"[^>]*>([^<]*)</text>)re"));
+    int checked = 0;
+    for (const char* label : {"dense", "MoD 12.5%", "DTRNet", "Pareto front"}) {
+      for (auto it = text.globalMatch(content); it.hasNext();) {
+        const auto m = it.next();
+        if (m.captured(3) != QLatin1String(label)) continue;
+        const double x = m.captured(1).toDouble(), baseline = m.captured(2).toDouble();
+        for (const Line& line : lines)  // the legend line left of the label, on its row
+          if (line.y < baseline && line.y > baseline - 10 && line.x1 < x && line.x1 > x - 40) {
+            QVERIFY2(line.x2 < x, qPrintable(QStringLiteral("'%1': its legend line ends at %2, the label starts at %3")
+                                                 .arg(QLatin1String(label)).arg(line.x2).arg(x)));
+            ++checked;
+          }
+      }
+    }
+    QVERIFY(checked >= 2);  // points-only series draw a marker, not a line
+  }
+
   void pngHasPixelsForDpi_data() {
     QTest::addColumn<double>("widthCm");
     QTest::addColumn<int>("dpi");

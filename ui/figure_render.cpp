@@ -40,6 +40,8 @@ constexpr double kGridPt = 0.35;
 constexpr double kPtPerCm = 72.0 / 2.54;
 constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
 constexpr std::size_t kMaxLabelChars = 12;
+/// A graph's legend line runs 5 units past its icon (QCPGraph::drawLegendIcon): its label starts 2 units after that.
+constexpr int kLegendIconTextPadding = 7;
 
 QString qs(const std::string& text) { return QString::fromStdString(text); }
 
@@ -468,7 +470,7 @@ class PanelRenderer {
   double legendEntryPt(const std::vector<std::string>& labels) const {
     std::size_t longest = 0;
     for (const auto& l : labels) longest = std::max(longest, static_cast<std::size_t>(qs(l).size()));
-    return 14 + 3 + 0.6 * fontPt_ * static_cast<double>(longest) + 2 + 6;
+    return 14 + kLegendIconTextPadding + 0.6 * fontPt_ * static_cast<double>(longest) + 2 + 6;
   }
   int legendRows() const {
     const int entries = static_cast<int>(panel_.bars.members.size());
@@ -516,7 +518,7 @@ class PanelRenderer {
     legend->setBrush(QColor(255, 255, 255, 215));
     legend->setBorderPen(QPen(QColor(190, 190, 190), 0.4));
     legend->setIconSize(14, 6);
-    legend->setIconTextPadding(3);
+    legend->setIconTextPadding(kLegendIconTextPadding);
     legend->setRowSpacing(0);
     legend->setMargins(QMargins(3, 1, 3, 1));
     // An entry wider than the panel would be cut at the panel's edge: its label is shortened in the middle to fit,

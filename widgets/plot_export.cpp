@@ -123,7 +123,9 @@ class FontOverride {
     const int rowSpacing = legend->rowSpacing();
     const QMargins margins = legend->margins();
     legend->setIconSize(std::min(icon.width(), 14), std::min(icon.height(), 6));
-    legend->setIconTextPadding(std::min(padding, 3));
+    // Not below 7: a graph's legend line runs 5 units past its icon (QCPGraph::drawLegendIcon) and would cross
+    // the first letters of its label.
+    legend->setIconTextPadding(std::min(padding, 7));
     legend->setRowSpacing(std::min(rowSpacing, 0));
     legend->setMargins(QMargins(std::min(margins.left(), 3), std::min(margins.top(), 1), std::min(margins.right(), 3),
                                 std::min(margins.bottom(), 1)));
