@@ -709,6 +709,11 @@ class TestFigureExport : public QObject {
       for (int i = 0; i < rect->insetLayout()->elementCount(); ++i)
         if (auto* legend = qobject_cast<QCPLegend*>(rect->insetLayout()->elementAt(i))) legends << legend;
     QVERIFY(!legends.isEmpty());
+    // The lines panel has point series (markers): its x axis leaves a margin beyond the first and last x (100, 4000)
+    // so that they are drawn whole.
+    QVERIFY(plot.graphCount() > 0);
+    const QCPRange x = plot.graph(0)->keyAxis()->range();
+    QVERIFY2(x.lower < 100 && x.upper > 4000, qPrintable(QStringLiteral("%1 .. %2").arg(x.lower).arg(x.upper)));
     int checked = 0;
     for (QCPLegend* legend : legends) {
       const QRectF box = legend->outerRect();

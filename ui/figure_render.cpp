@@ -256,7 +256,11 @@ class PanelRenderer {
       if (!panel_.bars.members.empty()) bars(ey);
       series(ex, ey);
       if (panel_.bars.members.empty()) {
-        const QCPRange xr = ex.range(0.0);
+        // Lines reach the axes; markers at the first and last x need a margin to be drawn whole.
+        const bool markers = std::any_of(panel_.series.begin(), panel_.series.end(), [](const FigureSeries& s) {
+          return s.kind == SeriesKind::Points || s.marked;
+        });
+        const QCPRange xr = ex.range(markers ? 0.02 : 0.0);
         x_->setRange(xr);
         if (ex.log) setLog(x_, xr);
       }
