@@ -3,6 +3,7 @@
 #include "ui/run_dashboard.h"
 
 #include <QComboBox>
+#include <QEvent>
 #include <QGridLayout>
 #include <QHBoxLayout>
 #include <QLabel>
@@ -126,6 +127,8 @@ RunDashboard::RunDashboard(qint64 runId, StoreService* store, QWidget* parent)
   rows->addWidget(bottom);
   rows->setStretchFactor(0, 1);
   rows->setStretchFactor(1, 1);
+  rows_ = rows;
+  lower_ = bottom;
   top->setStretchFactor(0, 1);
   top->setStretchFactor(1, 1);
   // Shares of the width from the start, not from the panels' size hints (the token view's is its whole text).
@@ -186,6 +189,40 @@ RunDashboard::RunDashboard(qint64 runId, StoreService* store, QWidget* parent)
 RunDashboard::~RunDashboard() = default;
 
 void RunDashboard::reload() { store_->requestDashboard(runId_); }
+
+void RunDashboard::showEvent(QShowEvent* event) {
+  QWidget::showEvent(event);
+  if (QWidget* room = parentWidget(); room && room != room_) {
+    if (room_) room_->removeEventFilter(this);
+    room_ = room;
+    room->installEventFilter(this);
+  }
+  fitToRoom();
+}
+
+bool RunDashboard::eventFilter(QObject* watched, QEvent* event) {
+  if (watched == room_ && event->type() == QEvent::Resize) fitToRoom();
+  return QWidget::eventFilter(watched, event);
+}
+
+void RunDashboard::fitToRoom() {
+  // The room, not the dashboard's own height: in a scroll area the dashboard never gets smaller than its minimum.
+  const int room = room_ ? room_->height() : height();
+  if (!compact_ && room < kCompactHeight) setCompact(true);
+  else if (compact_ && room >= kCompactHeight + 60) setCompact(false);
+}
+
+void RunDashboard::setCompact(bool compact) {
+  compact_ = compact;
+  if (compact) {
+    tabs_->insertTab(1, lower_, tr("Tokens and cost"));  // taken out of the Routing tab's splitter
+  } else {
+    tabs_->removeTab(tabs_->indexOf(lower_));
+    rows_->addWidget(lower_);
+    lower_->show();  // the tab widget had hidden it
+    rows_->setSizes({500, 500});
+  }
+}
 
 void RunDashboard::followLive(RunController* controller) {
   live_ = true;

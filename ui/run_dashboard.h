@@ -7,6 +7,7 @@
 // follows the live run when it is the one running.
 #pragma once
 #include <QElapsedTimer>
+#include <QPointer>
 #include <QVector>
 #include <QWidget>
 
@@ -21,6 +22,7 @@
 class QComboBox;
 class QLabel;
 class QSlider;
+class QSplitter;
 class QTabWidget;
 class QTimer;
 
@@ -92,6 +94,17 @@ class RunDashboard : public QWidget {
   RunMetricsView* metricsView() const { return metrics_; }
   /// While live, the store is read this often with the metrics tab shown (its curves follow the run).
   static constexpr int kLiveMetricsReloadMs = 3000;
+  /// Where the dashboard is shown less than this high (a laptop's workspace), the token view and the cost panel
+  /// move from under the loss and routing panels to a tab of their own, so every panel keeps a readable height;
+  /// they move back above kCompactHeight + 60.
+  static constexpr int kCompactHeight = 600;
+  bool isCompact() const { return compact_; }
+  /// The token view and the cost panel (under the loss and routing panels, or a tab of their own when compact).
+  QWidget* lowerPanels() const { return lower_; }
+
+ protected:
+  void showEvent(QShowEvent* event) override;
+  bool eventFilter(QObject* watched, QEvent* event) override;
 
  Q_SIGNALS:
   void titleChanged(const QString& title);
@@ -153,6 +166,14 @@ class RunDashboard : public QWidget {
   FigureView* cost_ = nullptr;
   QTabWidget* tabs_ = nullptr;
   RunMetricsView* metrics_ = nullptr;
+  QSplitter* rows_ = nullptr;   ///< the Routing tab: upper panels over lower_
+  QWidget* lower_ = nullptr;
+  bool compact_ = false;
+  QPointer<QWidget> room_;      ///< what the dashboard is shown in (a scroll area's viewport), watched for resizes
+
+  /// Compact or not for the height there is to show the dashboard in.
+  void fitToRoom();
+  void setCompact(bool compact);
 };
 
 }  // namespace routelab
