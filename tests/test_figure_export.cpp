@@ -742,6 +742,32 @@ class TestFigureExport : public QObject {
     QVERIFY(checked > 0);
   }
 
+  /// A heat map with more rows than room for their labels: the rows that hold data are the labelled ones (routed
+  /// layers 1, 3, 5 of 8 were drawn under the labels L0, L2, L4, L6).
+  void heatmapLabelsTheRowsWithData() {
+    FigurePanel p;
+    p.title = "routed share";
+    auto& h = p.heatmap;
+    h.rows = 8;
+    h.cols = 10;
+    for (std::size_t r = 0; r < h.rows; ++r) {
+      std::string label = "L";
+      h.row_labels.push_back(label += std::to_string(r));
+      for (std::size_t c = 0; c < h.cols; ++c) h.values.push_back(r % 2 == 1 ? 0.1 * static_cast<double>(c) : kNaN);
+    }
+    QCustomPlot plot;
+    plot.resize(400, 120);
+    routelab::renderFigure(&plot, figureOf({p}, 1, 10.0, 3.2));
+    plot.replot();
+    QCPAxis* y = plot.axisRect(0)->axis(QCPAxis::atLeft);
+    const auto ticker = y->ticker().dynamicCast<QCPAxisTickerText>();
+    QVERIFY(ticker);
+    QStringList labels;
+    for (auto it = ticker->ticks().constBegin(); it != ticker->ticks().constEnd(); ++it) labels << it.value();
+    QVERIFY2(labels.size() < 8, qPrintable(labels.join(QLatin1Char(' '))));  // too little room for all eight
+    QCOMPARE(labels, (QStringList{"L1", "L3", "L5", "L7"}));
+  }
+
   void figureViewShowsFigure() {
     routelab::FigureView view;
     view.resize(600, 400);

@@ -109,13 +109,19 @@ QString displayLabel(const std::string& raw) {
 /// A text ticker for categories at positions first, first + 1, ...: labels thinned to every k-th one so that
 /// they fit `axisPt` (each label needs `perLabelPt`).
 QSharedPointer<QCPAxisTickerText> categoryTicker(const std::vector<std::string>& labels, double first,
-                                                 double axisPt, double perLabelPt) {
+                                                 double axisPt, double perLabelPt,
+                                                 const std::vector<bool>& withData = {}) {
   QSharedPointer<QCPAxisTickerText> ticker(new QCPAxisTickerText);
   const double n = static_cast<double>(labels.size());
   const std::size_t stride =
       std::max<std::size_t>(1, static_cast<std::size_t>(std::ceil(n * perLabelPt / std::max(axisPt, 1.0))));
-  for (std::size_t i = 0; i < labels.size(); i += stride)
-    ticker->addTick(first + static_cast<double>(i), displayLabel(labels[i]));
+  // Too little room for every label: when the categories that hold data fit, they are the ones labelled (a heat
+  // map of routed layers 1, 3, 5 would otherwise label the empty rows 0, 2, 4, 6 only).
+  const auto room = static_cast<std::size_t>(std::max(1.0, std::floor(std::max(axisPt, 1.0) / perLabelPt)));
+  const auto filled = static_cast<std::size_t>(std::count(withData.begin(), withData.end(), true));
+  const bool byData = stride > 1 && withData.size() == labels.size() && filled > 0 && filled <= room;
+  for (std::size_t i = 0; i < labels.size(); i += byData ? 1 : stride)
+    if (!byData || withData[i]) ticker->addTick(first + static_cast<double>(i), displayLabel(labels[i]));
   ticker->setSubTickCount(0);
   return ticker;
 }
@@ -446,7 +452,11 @@ class PanelRenderer {
       x_->setTicker(integerTicker());
     }
     if (!h.row_labels.empty()) {
-      y_->setTicker(categoryTicker(h.row_labels, 0.0, geometry_.heightPt, 1.3 * fontPt_));
+      std::vector<bool> rowHasData(h.rows, false);
+      for (std::size_t r = 0; r < h.rows; ++r)
+        for (std::size_t c = 0; c < h.cols && !rowHasData[r] && r * h.cols + c < h.values.size(); ++c)
+          rowHasData[r] = std::isfinite(h.values[r * h.cols + c]);
+      y_->setTicker(categoryTicker(h.row_labels, 0.0, geometry_.heightPt, 1.3 * fontPt_, rowHasData));
     } else {
       y_->setTicker(integerTicker());
     }
