@@ -42,6 +42,9 @@ constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
 constexpr std::size_t kMaxLabelChars = 12;
 /// A graph's legend line runs 5 units past its icon (QCPGraph::drawLegendIcon): its label starts 2 units after that.
 constexpr int kLegendIconTextPadding = 7;
+constexpr int kLegendIconPt = 14;         ///< a legend icon's width (its height is 6)
+constexpr int kLegendMarginsPt = 6;       ///< a legend's left and right margins together
+constexpr double kCharEm = 0.6;           ///< a label character's width in em, roughly (DejaVu Sans, a little over)
 
 QString qs(const std::string& text) { return QString::fromStdString(text); }
 
@@ -126,7 +129,6 @@ QSharedPointer<QCPAxisTickerText> categoryTicker(const std::vector<std::string>&
   return ticker;
 }
 
-/// Width of a label in points, roughly (0.6 em per character: DejaVu Sans' lower case and digits, a little over).
 /// `text` shortened to `chars` characters by an ellipsis in the middle (both ends usually say the most).
 QString elideMiddle(const QString& text, int chars) {
   if (text.size() <= chars) return text;
@@ -134,10 +136,13 @@ QString elideMiddle(const QString& text, int chars) {
   return text.left(head) + QChar(0x2026) + text.right(tail);
 }
 
-double labelWidthPt(const std::vector<std::string>& labels, double fontPt) {
+/// Width of the longest label in points, roughly (kCharEm per character). `whole`: legend labels, drawn whole;
+/// else tick labels, cut to kMaxLabelChars by displayLabel.
+double labelWidthPt(const std::vector<std::string>& labels, double fontPt, bool whole = false) {
   std::size_t longest = 0;
-  for (const auto& l : labels) longest = std::max(longest, static_cast<std::size_t>(displayLabel(l).size()));
-  return 0.6 * fontPt * static_cast<double>(longest) + 2;
+  for (const auto& l : labels)
+    longest = std::max(longest, static_cast<std::size_t>(whole ? qs(l).size() : displayLabel(l).size()));
+  return kCharEm * fontPt * static_cast<double>(longest) + 2;
 }
 
 /// ColorBrewer RdBu (colour-blind safe), blue for negative, white at 0, red for positive.
@@ -480,11 +485,8 @@ class PanelRenderer {
     return std::clamp(static_cast<int>(geometry_.widthPt / legendEntryPt(labels)), 1, kBarLegendColumns);
   }
   /// One legend entry's width: icon, icon-text padding, the longest label, margins (as legend() sets them up).
-  /// Legend labels are drawn whole (tick labels are cut to kMaxLabelChars: labelWidthPt).
   double legendEntryPt(const std::vector<std::string>& labels) const {
-    std::size_t longest = 0;
-    for (const auto& l : labels) longest = std::max(longest, static_cast<std::size_t>(qs(l).size()));
-    return 14 + kLegendIconTextPadding + 0.6 * fontPt_ * static_cast<double>(longest) + 2 + 6;
+    return kLegendIconPt + kLegendIconTextPadding + labelWidthPt(labels, fontPt_, /*whole=*/true) + kLegendMarginsPt;
   }
   int legendRows() const {
     const int entries = static_cast<int>(panel_.bars.members.size());
@@ -531,13 +533,15 @@ class PanelRenderer {
     legend->setFont(font_);
     legend->setBrush(QColor(255, 255, 255, 215));
     legend->setBorderPen(QPen(QColor(190, 190, 190), 0.4));
-    legend->setIconSize(14, 6);
+    legend->setIconSize(kLegendIconPt, 6);
     legend->setIconTextPadding(kLegendIconTextPadding);
     legend->setRowSpacing(0);
     legend->setMargins(QMargins(3, 1, 3, 1));
     // An entry wider than the panel would be cut at the panel's edge: its label is shortened in the middle to fit,
     // deliberately (the hover readout, the CSV and the JSON sidecar keep the whole label).
-    const int maxChars = std::max(6, static_cast<int>((geometry_.widthPt * 0.95 - 23 - 2) / (0.6 * fontPt_)));
+    // (The inverse of legendEntryPt: the characters an entry as wide as the panel holds.)
+    const double entryFrame = kLegendIconPt + kLegendIconTextPadding + 2 + kLegendMarginsPt;
+    const int maxChars = std::max(6, static_cast<int>((geometry_.widthPt * 0.95 - entryFrame) / (kCharEm * fontPt_)));
     for (QCPAbstractPlottable* p : labelled_) {
       if (p->name().size() > maxChars) {
         p->setProperty("fullName", p->name());
