@@ -215,8 +215,9 @@ void add_cost_commands(CLI::App& app, CLI::App& bench, CommandAction& action) {
   auto b = std::make_shared<BenchForwardArgs>();
   auto& o = b->options;
   auto* fwd = bench.add_subcommand(
-      "forward", "eval-mode forward time of dense vs DTRNet, MoD, D-LLM and TSA (sparse) with routers forced to "
-                 "routed fractions: time ratio next to FLOPs ratio, and where they part, which op class costs what");
+      "forward", "eval-mode forward (--train: training-step) time of dense vs DTRNet, MoD, D-LLM and TSA (sparse) "
+                 "with routers forced to routed fractions: time ratio next to FLOPs ratio, and where they part, "
+                 "which op class costs what");
   fwd->add_option("--lengths", o.lengths, "sequence lengths (default 512,1024,2048,4096,8192)")->delimiter(',');
   fwd->add_option("--fractions", o.fractions, "routed fractions to force (default 0.1,0.3,0.7)")->delimiter(',');
   fwd->add_option("--archs", o.archs, "routed architectures (default: every one whose routers can be forced)")->delimiter(',');
@@ -233,6 +234,9 @@ void add_cost_commands(CLI::App& app, CLI::App& bench, CommandAction& action) {
       ->check(CLI::IsMember({"fp32", "bf16"}));
   fwd->add_option("--calibration-passes", o.calibration_passes, "router bias calibration passes per fraction");
   fwd->add_option("--breakdown-above", o.breakdown_threshold, "print a breakdown where time/FLOPs ratio exceeds this");
+  fwd->add_flag("--train", o.train,
+                "time training steps (training-mode forward, loss, backward, clipping, AdamW at learning rate 0) "
+                "instead of eval-mode forwards");
   fwd->add_flag("--quick", o.quick, "smoke test: T 128 and 256, d 128, 4 layers, 1 rep");
   fwd->add_flag("--json", b->json, "machine-readable output");
   fwd->callback([&action, b] { action = [b] { return run_bench_forward(*b); }; });

@@ -16,7 +16,9 @@
 #   PEER    the peer script (default ../shared/tools/pyref2_gpt_step.py)
 # Environment: GPU_CHECK_BUDGET_S (seconds for all steps, default 420), GPU_CHECK_PEAK_TFLOPS (bf16 dense peak for
 # MFU, default 989: H100/H200 SXM), GPU_CHECK_ONLY (a regular expression: only the steps it matches),
-# GPU_CHECK_RESUME_STEPS (default 400), GPU_CHECK_DEVICE (default cuda; cpu rehearses the script), ROUTELAB_HOME (corpora; a temporary folder by default).
+# GPU_CHECK_RESUME_STEPS (default 400), GPU_CHECK_DEVICE (default cuda; cpu rehearses the script), ROUTELAB_HOME
+# (corpora; a temporary folder by default), GPU_CHECK_SHARDS (a folder `routelab-cli prepare` wrote with a subword
+# tokenizer: the 360M presets train on it too, the seeds' regime; those steps are skipped without it).
 set -uo pipefail
 cli="$1"
 log="$2"
@@ -144,11 +146,27 @@ step forward-batch8 120 "$cli" bench forward --device "$dev" --lengths 2048,4096
   --warmup 2
 step forward-batch1 90 "$cli" bench forward --device "$dev" --lengths 2048,4096 --fractions 0.1,0.3 --batch 1 --reps 5 \
   --warmup 2
+step forward-batch8-bf16 90 "$cli" bench forward --device "$dev" --lengths 2048,4096 --fractions 0.1,0.3 --batch 8 \
+  --reps 5 --warmup 2 --precision bf16
+# The training step of routed models against dense's (forward, loss, backward, clip, AdamW), routers forced.
+for precision in fp32 bf16; do
+  step "train-step-routed-batch8-$precision" 120 "$cli" bench forward --train --device "$dev" --lengths 2048,4096 \
+    --fractions 0.1,0.3 --batch 8 --reps 5 --warmup 2 --precision "$precision"
+done
 for cfg in smollm-360m-dense dtrnet-360m-bilayer mod-360m dllm-360m; do
   step "train-360m-$cfg" 60 "$cli" train --config "$root/experiments/$cfg.json" --device "$dev" --steps 30 \
     --set train.eval_every=1000 --set train.checkpoint_every=1000 --set train.warmup_steps=10 --set train.log_every=5 \
     --db "$work/360m.sqlite"
 done
+# The seeds' regime: the same presets on token shards with a subword vocabulary (32,000 pieces: 31M more parameters
+# in the embedding and as many in the head than byte level).
+if [ -n "${GPU_CHECK_SHARDS:-}" ]; then
+  for cfg in smollm-360m-dense dtrnet-360m-bilayer mod-360m; do
+    step "train-360m-shards-$cfg" 60 "$cli" train --config "$root/experiments/$cfg.json" --device "$dev" --steps 30 \
+      --set data.source=shards --set data.path="$GPU_CHECK_SHARDS" --set train.eval_every=1000 \
+      --set train.checkpoint_every=1000 --set train.warmup_steps=10 --set train.log_every=5 --db "$work/360m.sqlite"
+  done
+fi
 step "train-360m-smollm-360m-dense-graph" 60 "$cli" train --config "$root/experiments/smollm-360m-dense.json" \
   --device "$dev" --steps 30 --set train.cuda_graph=true --set train.eval_every=1000 --set train.checkpoint_every=1000 \
   --set train.warmup_steps=10 --set train.log_every=5 --db "$work/360m.sqlite"

@@ -90,23 +90,30 @@ class TestCli : public QObject {
 
   void benchForwardInBothPrecisions_data() {
     QTest::addColumn<QString>("precision");
-    QTest::newRow("fp32") << "fp32";
-    QTest::newRow("bf16") << "bf16";
+    QTest::addColumn<bool>("train");
+    QTest::newRow("fp32") << "fp32" << false;
+    QTest::newRow("bf16") << "bf16" << false;
+    QTest::newRow("fp32 training step") << "fp32" << true;
+    QTest::newRow("bf16 training step") << "bf16" << true;
   }
   void benchForwardInBothPrecisions() {
-    // A small shape: every row timed and priced below dense, the precision reported. In fp32 the routers land on
-    // the forced fraction; under bf16 autocast their logits (and biases) are bf16, so the forcing misses and the
-    // routed column reports what ran instead.
+    // A small shape: every row timed and priced below dense, the precision and mode reported. In fp32 the routers
+    // land on the forced fraction; under bf16 autocast their logits (and biases) are bf16, so the forcing misses and
+    // the routed column reports what ran instead. A training step routes MoD by its top-k at the forced capacity and
+    // DTRNet by the forced biases, so both price below dense in training too.
     QFETCH(QString, precision);
-    const auto [code, output] =
-        run({"bench", "forward", "--lengths", "64,128", "--embd", "64", "--layers", "4", "--heads", "4", "--reps", "1",
-             "--warmup", "0", "--archs", "mod,dtrnet", "--fractions", "0.3", "--precision", precision, "--threads",
-             "1", "--json"});
+    QFETCH(bool, train);
+    QStringList args{"bench", "forward", "--lengths", "64,128", "--embd", "64", "--layers", "4", "--heads", "4",
+                     "--reps", "1", "--warmup", "0", "--archs", "mod,dtrnet", "--fractions", "0.3", "--precision",
+                     precision, "--threads", "1", "--json"};
+    if (train) args << "--train";
+    const auto [code, output] = run(args);
     QVERIFY2(code == 0, qPrintable(output));
     const auto begin = output.indexOf('{');
     const auto json = QJsonDocument::fromJson(output.mid(begin, output.lastIndexOf('}') - begin + 1).toUtf8());
     QVERIFY2(json.isObject(), qPrintable(output));
     QCOMPARE(json["precision"].toString(), precision);
+    QCOMPARE(json["mode"].toString(), train ? "train-step" : "forward");
     const auto rows = json["rows"].toArray();
     QCOMPARE(rows.size(), 4);  // 2 lengths x 1 fraction x 2 architectures
     for (const auto& value : rows) {

@@ -151,6 +151,28 @@ class TestRouting : public QObject {
     }
   }
 
+  void topkRoutingCompactsLikeItsDecision() {
+    // The sync-free compaction of expert-choice routing: the decision topk_decision takes and the index, validity
+    // and lengths compact() builds from it without rounding, k tokens in every sequence.
+    const auto scores = torch::rand({3, 11});
+    for (std::int64_t k : {0, 1, 4, 11, 20}) {
+      const auto r = topk_routing(scores, k);
+      const auto decision = topk_decision(scores, k);
+      const auto c = compact(decision, 1);
+      QVERIFY(torch::equal(r.decision, decision));
+      QCOMPARE(r.compaction.lengths, c.lengths);
+      QCOMPARE(r.compaction.max_len, c.max_len);
+      QCOMPARE(r.compaction.total, c.total);
+      QCOMPARE(r.compaction.sum_sq, c.sum_sq);
+      QCOMPARE(r.compaction.seq_len, c.seq_len);
+      QVERIFY(torch::equal(r.compaction.index, c.index));
+      QVERIFY(torch::equal(r.compaction.valid, c.valid));
+      const auto x = torch::randn({3, 11, 2});
+      QVERIFY(torch::equal(scatter_rows(x, r.compaction, gather_rows(x, r.compaction) * 3),
+                           scatter_rows(x, c, gather_rows(x, c) * 3)));
+    }
+  }
+
   void varlenAttentionMatchesPerSequence_data() {
     QTest::addColumn<bool>("fp64");  // fp32 takes the CPU kernel, fp64 the padded fallback
     QTest::addColumn<int>("kvHeads");

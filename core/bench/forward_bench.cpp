@@ -21,6 +21,7 @@
 #include "core/cost/flop_counter.h"
 #include "core/models/language_model.h"
 #include "core/models/registry.h"
+#include "core/train/optimizer.h"
 #include "core/train/step.h"
 #include "core/util/device.h"
 #include "core/util/errors.h"
@@ -33,6 +34,8 @@ struct TracedForward {
   double fraction = 1.0;
 };
 
+/// Routing and FLOPs of one forward in the mode the model is timed in (training mode for --train: the FLOPs ratio
+/// of a step's forward, which its backward repeats in proportion).
 TracedForward traced(LanguageModel& model, const ArchitectureEntry& arch, const torch::Tensor& tokens) {
   torch::NoGradGuard no_grad;
   const auto out = model.forward(tokens, true);
@@ -50,15 +53,15 @@ TracedForward traced(LanguageModel& model, const ArchitectureEntry& arch, const 
   return {d > 0 ? f / d : 1.0, n > 0 ? routed / n : 1.0};
 }
 
-/// Median over `runs` profiled forwards of the ms of each op class (one forward is too noisy on a shared machine).
-std::vector<std::pair<std::string, double>> profile(LanguageModel& model, const torch::Tensor& tokens,
-                                                    const torch::Device& device, int runs) {
-  torch::NoGradGuard no_grad;
+/// Median over `runs` profiled calls of `run` (a forward or a training step) of the ms of each op class (one call
+/// is too noisy on a shared machine).
+std::vector<std::pair<std::string, double>> profile(const std::function<void()>& run, const torch::Device& device,
+                                                    int runs) {
   std::map<std::string, std::vector<double>> samples;
   for (int r = 0; r < runs; ++r) {
     synchronize(device);
     OpClassProfiler profiler;
-    model.forward(tokens);
+    run();
     synchronize(device);
     profiler.stop();
     for (const auto& [k, v] : profiler.classes_ms()) samples[k].push_back(v);
@@ -134,27 +137,45 @@ ForwardBenchResult bench_forward(const ForwardBenchOptions& in) {
     torch::manual_seed(0);
     models.push_back(create_model(model_json(o, a, max_len), ctx));
   }
-  dense->to(device);
-  dense->eval();
-  for (auto& m : models) {
+  std::vector<std::shared_ptr<LanguageModel>> all = {dense};
+  all.insert(all.end(), models.begin(), models.end());
+  // --train: AdamW at learning rate 0 (the update's arithmetic runs, the weights and so the forced routing stay).
+  std::vector<std::unique_ptr<MultiTensorAdamW>> optimizers;
+  for (auto& m : all) {
     m->to(device);
     m->eval();
+    if (o.train)
+      optimizers.push_back(make_optimizer(*m, {{"lr", 0.0}, {"beta1", 0.9}, {"beta2", 0.95}, {"eps", 1e-8},
+                                               {"weight_decay", 0.1}}));
   }
 
   torch::NoGradGuard no_grad;
   const AutocastGuard autocast(o.bf16, device);  // this thread's forwards: calibration, traces, timing, profiles
   for (const auto T : o.lengths) {
     const auto tokens = torch::randint(0, o.vocab, {o.batch, T}, torch::TensorOptions().dtype(torch::kLong)).to(device);
+    const Batch batch{tokens, torch::randint(0, o.vocab, {o.batch, T}, tokens.options()), {}};
+    std::vector<std::function<void()>> runs;  // dense first, then every routed model
+    for (std::size_t i = 0; i < all.size(); ++i) {
+      if (!o.train) {
+        runs.push_back([&m = *all[i], &tokens] { m.forward(tokens); });
+        continue;
+      }
+      runs.push_back([&m = *all[i], &opt = *optimizers[i], &batch, bf16 = o.bf16] {
+        const torch::AutoGradMode grad(true);
+        train_step(m, opt, batch, /*grad_clip=*/1.0, bf16, /*trace=*/false);
+      });
+    }
     std::vector<std::pair<std::string, double>> dense_breakdown;  // profiled once per length, when needed
     for (const double fraction : o.fractions) {
       std::vector<TracedForward> traces;
       for (std::size_t i = 0; i < models.size(); ++i) {
         const auto& arch = architecture(o.archs[i]);
+        models[i]->eval();  // the routers are forced from eval-mode forwards (ArchitectureEntry::force_routed_share)
         for (int p = 0; p < o.calibration_passes; ++p) arch.force_routed_share(*models[i], tokens, fraction);
+        models[i]->train(o.train);
         traces.push_back(traced(*models[i], arch, tokens));
       }
-      std::vector<std::function<void()>> runs = {[&] { dense->forward(tokens); }};
-      for (auto& m : models) runs.push_back([&m, &tokens] { m->forward(tokens); });
+      dense->train(o.train);
       // On a GPU the first calls pay for the context, cuBLAS handles and kernel selection: never timed.
       for (int w = 0; w < (device.is_cuda() ? std::max(1, o.warmup) : o.warmup); ++w)
         for (const auto& run : runs) run();
@@ -174,8 +195,8 @@ ForwardBenchResult bench_forward(const ForwardBenchOptions& in) {
         row.flops_ratio = traces[i].flops_ratio;
         row.quotient = row.time_ratio / row.flops_ratio;
         if (row.quotient > o.breakdown_threshold && T >= o.breakdown_min_seq) {
-          if (dense_breakdown.empty()) dense_breakdown = profile(*dense, tokens, device, std::max(3, o.reps));
-          row.breakdown = profile(*models[i], tokens, device, std::max(3, o.reps));
+          if (dense_breakdown.empty()) dense_breakdown = profile(runs[0], device, std::max(3, o.reps));
+          row.breakdown = profile(runs[i + 1], device, std::max(3, o.reps));
           row.dense_breakdown = dense_breakdown;
         }
         result.rows.push_back(std::move(row));
@@ -190,7 +211,9 @@ std::string ForwardBenchResult::to_table() const {
   const auto& o = options;
   s << "bench forward: " << device << ", " << threads << " threads, batch " << o.batch << ", d " << o.n_embd << ", "
     << o.n_layer << " layers, " << o.n_head << " heads (llama style), " << (o.bf16 ? "bf16 autocast" : "fp32")
-    << "; eval-mode forward, median of " << o.reps
+    << (o.train ? "; training step (training-mode forward, loss, backward, clip, AdamW at lr 0)"
+                : "; eval-mode forward")
+    << ", median of " << o.reps
     << " interleaved reps after " << o.warmup << " warm-up\n"
     << "routed = measured mean routed fraction of the routed layers (TSA: FFN share) after forcing the routers to "
        "the target; FLOPs ratio = sum of LayerTrace flops / dense_flops of that forward (layers; LM head excluded); "
@@ -243,6 +266,7 @@ nlohmann::json ForwardBenchResult::to_json() const {
   const auto& o = options;
   return {{"device", device}, {"threads", threads}, {"batch", o.batch}, {"n_embd", o.n_embd},
           {"n_layer", o.n_layer}, {"n_head", o.n_head}, {"precision", o.bf16 ? "bf16" : "fp32"}, {"reps", o.reps},
+          {"mode", o.train ? "train-step" : "forward"},
           {"warmup", o.warmup},
           {"rows", rows_json}};
 }

@@ -1,4 +1,5 @@
-// Sparse execution speed (issue 6): the eval-mode forward of a dense model against the routed architectures whose
+// Sparse execution speed (issue 6): the eval-mode forward (or, with `train`, the training step) of a dense model
+// against the routed architectures whose
 // routers a benchmark can force (ArchitectureEntry::force_routed_share: DTRNet, MoD, D-LLM, TSA in sparse inference)
 // of equal shape, routers forced to target fractions, timed interleaved; the measured time
 // ratio next to the FLOPs ratio of the very forward timed (from its trace), and where they disagree by more than
@@ -26,6 +27,11 @@ struct ForwardBenchOptions {
   int threads = 0;  ///< 0: all cores
   std::string device = "cpu";  ///< cpu or cuda
   bool bf16 = false;           ///< every forward under bf16 autocast (as training's train.precision=bf16)
+  /// time training steps instead of eval-mode forwards: train_step (forward in training mode, loss, backward,
+  /// clipping, AdamW) with the learning rate 0, so the forced routers stay where they were put. Routing follows each
+  /// architecture's training rule (MoD: the top-k at the forced capacity; D-LLM and TSA compute every block in
+  /// training, as their papers train).
+  bool train = false;
   /// bias calibration passes (each: one traced forward, then every router's bias set from its own scores)
   int calibration_passes = 2;
   /// a breakdown is printed where time ratio / FLOPs ratio exceeds this at a length >= breakdown_min_seq

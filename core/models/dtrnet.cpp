@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <optional>
 #include <sstream>
 
 #include "core/inference/kv_cache.h"
@@ -39,6 +40,7 @@ DTRNetLayerImpl::Output DTRNetLayerImpl::forward(const torch::Tensor& x, const t
   out.gate_attn = G.select(-1, 0);                 // (B, T)
   const auto gate_bypass = G.select(-1, 1);
 
+  std::optional<Compaction> topk_compaction;  // expert choice in training
   switch (forced_decision.defined() ? DtrRouting::Skip : options.routing()) {
     case DtrRouting::Token:  // Eq. 2, the same rule in training and inference
       out.decision = logits.select(-1, 0) > logits.select(-1, 1);
@@ -47,11 +49,14 @@ DTRNetLayerImpl::Output DTRNetLayerImpl::forward(const torch::Tensor& x, const t
       // Top-k over a sequence sees the future, so inference uses a causal predictor trained on the top-k
       // membership (as MoD does); the paper (App. A1) notes the train/inference mismatch of this variant.
       out.predictor_logits = predictor(x);  // (B, T)
-      out.topk = topk_decision(out.gate_attn.detach(), static_cast<std::int64_t>(options.capacity() * T));
+      const auto k = static_cast<std::int64_t>(options.capacity() * T);
       if (is_training()) {
-        out.decision = out.topk;
+        auto routing = topk_routing(out.gate_attn.detach(), k);
+        out.topk = out.decision = routing.decision;
+        topk_compaction = std::move(routing.compaction);
         out.predictor_loss = CausalPredictorImpl::loss(out.predictor_logits, out.topk);
       } else {
+        out.topk = topk_decision(out.gate_attn.detach(), k);
         out.decision = out.predictor_logits > 0;
       }
       break;
@@ -68,7 +73,7 @@ DTRNetLayerImpl::Output DTRNetLayerImpl::forward(const torch::Tensor& x, const t
     out.routed = counts.total;
     update = attend_masked(n, positions, out.decision);
   } else {
-    update = attend_compact(n, positions, out.decision, out);
+    update = attend_compact(n, positions, out.decision, out, topk_compaction ? &*topk_compaction : nullptr);
   }
   // Eq. 3 and 5: the path's output is scaled by the router score of the path the token took.
   const auto gate = torch::where(out.decision, out.gate_attn, gate_bypass).unsqueeze(-1);  // (B, T, 1)
@@ -140,11 +145,12 @@ DTRNetLayerImpl::Output DTRNetLayerImpl::decode(const torch::Tensor& x, const to
 }
 
 torch::Tensor DTRNetLayerImpl::attend_compact(const torch::Tensor& n, const torch::Tensor& positions,
-                                              const torch::Tensor& decision_in, Output& out) {
+                                              const torch::Tensor& decision_in, Output& out,
+                                              const Compaction* known) {
   const auto B = n.size(0), T = n.size(1), C = n.size(2);
   const auto H = attn->options.n_head(), Hkv = attn->kv_heads(), hd = attn->head_dim();
   auto decision = decision_in;
-  auto c = compact(decision);
+  auto c = known ? *known : compact(decision);
   if (c.total == 0 && is_training() && options.routing() == DtrRouting::Token && options.fallback_fraction() > 0) {
     // Reference code (paper silent): a batch that routes nothing trains a random 15% of its tokens through
     // attention so the attention weights keep receiving gradient. Inference allows an all-bypass layer.

@@ -74,8 +74,10 @@ class DTRNetLayerImpl : public torch::nn::Module {
   CausalPredictor predictor{nullptr};                          // expert choice only
 
  private:
+  /// `known`: the decision's compaction where the router built it already (expert choice in training, k tokens a
+  /// sequence: no wait for the device); else compacted here.
   torch::Tensor attend_compact(const torch::Tensor& n, const torch::Tensor& positions, const torch::Tensor& decision,
-                               Output& out);
+                               Output& out, const Compaction* known = nullptr);
   torch::Tensor attend_masked(const torch::Tensor& n, const torch::Tensor& positions, const torch::Tensor& decision);
 };
 TORCH_MODULE(DTRNetLayer);

@@ -67,12 +67,18 @@ torch::Tensor MoDLayerImpl::forward(const torch::Tensor& x, const torch::Tensor&
   const auto predicted = predictor(x);   // (B, T), reads x.detach()
   // Top-k over the whole sequence looks at the future: it decides only in training. Evaluation still
   // computes it when tracing, to report how well the predictor imitates it.
-  torch::Tensor topk;  // (B, T) bool
-  if (is_training() || trace) topk = topk_decision(logits.detach(), k);
-  const auto decision = is_training() ? topk : predicted.detach().gt(0);  // (B, T) bool: sigmoid > 0.5
-  if (is_training()) predictor_loss = CausalPredictorImpl::loss(predicted, topk);
-
-  const auto c = compact(decision);
+  torch::Tensor topk, decision;  // (B, T) bool
+  Compaction c;
+  if (is_training()) {  // k tokens a sequence: compacted without waiting for the device
+    auto routing = topk_routing(logits.detach(), k);
+    topk = decision = routing.decision;
+    c = std::move(routing.compaction);
+    predictor_loss = CausalPredictorImpl::loss(predicted, topk);
+  } else {
+    if (trace) topk = topk_decision(logits.detach(), k);
+    decision = predicted.detach().gt(0);  // sigmoid > 0.5
+    c = compact(decision);
+  }
   auto out = x;       // unselected tokens pass unchanged
   double pairs = 0;   // (query, key) pairs per head the compacted attention computed
   if (c.total > 0) {
@@ -230,10 +236,12 @@ void check_mod_options(const nlohmann::json& m, const std::string& path) {
 
 /// One calibration pass (ArchitectureEntry::force_routed_share): the causal predictor decides at inference, so each
 /// routed layer's predictor becomes its router minus the threshold on the router's logit that selects `fraction`
-/// of the tokens of one traced forward.
+/// of the tokens of one traced forward; in training the top-k decides, so each layer's capacity becomes `fraction`.
 void force_mod_share(LanguageModel& model, const torch::Tensor& tokens, double fraction) {
   torch::NoGradGuard no_grad;
   auto& net = dynamic_cast<MixtureOfDepths&>(model);
+  for (auto& layer : net.mod_layers)
+    if (layer) layer->options.capacity(fraction);
   for (const auto& t : net.forward(tokens, true).trace) {
     if (!t.routed || !t.gate.defined()) continue;
     auto& layer = net.mod_layers[static_cast<std::size_t>(t.layer)];

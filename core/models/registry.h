@@ -88,8 +88,10 @@ struct ArchitectureEntry {
   int color = 0;
   /// One calibration pass of a speed benchmark (bench forward): sets the routers of `model` (this architecture's,
   /// eval mode) so that `fraction` of the tokens of `tokens` (B, T) take the routed path, from the scores of one
-  /// forward; repeated passes converge where a layer's input moves with the decisions before it. Null: the
-  /// architecture has no router a benchmark can force.
+  /// forward; repeated passes converge where a layer's input moves with the decisions before it. Where training
+  /// decides by another rule (MoD's top-k at a capacity), that rule is set to the same share too, so a training step
+  /// of the forced model (bench forward --train) routes it. Null: the architecture has no router a benchmark can
+  /// force.
   std::function<void(LanguageModel& model, const at::Tensor& tokens, double fraction)> force_routed_share = nullptr;
   /// The option weighing its compute regulariser (TSA: depth_coeff): the x of a sweep over it (TSA Figure 3).
   std::string regulariser_option = {};

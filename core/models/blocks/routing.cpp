@@ -160,6 +160,30 @@ torch::Tensor topk_decision(const torch::Tensor& scores, std::int64_t k) {
   return decision.scatter(1, top, true);
 }
 
+TopKRouting topk_routing(const torch::Tensor& scores, std::int64_t k) {
+  const auto B = scores.size(0), T = scores.size(1);
+  k = std::clamp<std::int64_t>(k, 0, T);
+  TopKRouting r;
+  auto& c = r.compaction;
+  c.seq_len = T;
+  c.lengths.assign(static_cast<std::size_t>(B), k);
+  c.max_len = k;
+  c.total = B * k;
+  c.sum_sq = static_cast<double>(B) * static_cast<double>(k) * static_cast<double>(k);
+  const auto index_options = scores.options().dtype(torch::kLong);
+  r.decision = torch::zeros({B, T}, scores.options().dtype(torch::kBool));
+  if (k == 0) {
+    c.index = torch::zeros({B, 0}, index_options);
+    c.valid = torch::zeros({B, 0}, index_options.dtype(torch::kBool));
+    return r;
+  }
+  const auto top = std::get<1>(scores.topk(k, 1));  // (B, k), by score
+  r.decision = r.decision.scatter(1, top, true);
+  c.index = std::get<0>(top.sort(1));  // (B, k): causal order
+  c.valid = torch::ones({B, k}, index_options.dtype(torch::kBool));
+  return r;
+}
+
 double threshold_for_top(const torch::Tensor& scores, std::int64_t k) {
   const auto sorted = std::get<0>(scores.reshape({-1}).to(torch::kDouble).cpu().sort());  // ascending
   const auto n = sorted.size(0);

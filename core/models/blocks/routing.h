@@ -56,6 +56,16 @@ torch::Tensor scatter_rows(const torch::Tensor& base, const Compaction& c, const
 /// (B, T) bool: the k highest scores of each sequence (expert choice), k clamped to [0, T].
 torch::Tensor topk_decision(const torch::Tensor& scores, std::int64_t k);
 
+/// Expert-choice top-k as a decision and its compaction at once. Every sequence routes exactly k tokens, so the
+/// compacted length is known on the host and nothing waits for the device (compact() reads the counts back, which
+/// stalls a GPU's queue once per routed layer). The index is the one compact(topk_decision(scores, k), 1) builds;
+/// no bucket rounding: K = k is the same every step.
+struct TopKRouting {
+  torch::Tensor decision;  ///< (B, T) bool
+  Compaction compaction;
+};
+TopKRouting topk_routing(const torch::Tensor& scores, std::int64_t k);
+
 /// Forcing a routed share (ArchitectureEntry::force_routed_share): the threshold that puts exactly `k` of `scores`
 /// strictly above it (midway between neighbours; k clamped to [0, n]).
 double threshold_for_top(const torch::Tensor& scores, std::int64_t k);
