@@ -87,7 +87,20 @@ class PendingWork : public PendingCollective {
 }  // namespace
 
 Collective::Collective(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
-Collective::~Collective() = default;
+Collective::~Collective() {
+#ifdef ROUTELAB_WITH_NCCL
+  // A ProcessGroupNCCL left to its destructor warns that destroy_process_group() was never called and tears its
+  // communicators down with the process: shut it down while the CUDA context and the store are alive, as PyTorch's
+  // destroy_process_group does.
+  if (impl_ && impl_->backend == "nccl" && impl_->group) {
+    try {
+      static_cast<c10d::ProcessGroupNCCL*>(impl_->group.get())->shutdown();
+    } catch (const std::exception& e) {
+      logger("dist")->warn("shutting NCCL down: {}", first_line(e.what()));
+    }
+  }
+#endif
+}
 
 bool Collective::backend_available(const std::string& backend) {
   if (backend == "gloo") return true;

@@ -2,8 +2,6 @@
 // inference, the rate loss, and the registry entry. "official" below means Jyk-122/D-LLM llama/model_train.py.
 #include "core/models/dllm.h"
 
-#include <c10/core/impl/LocalDispatchKeySet.h>
-
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -22,9 +20,7 @@ DecisionModuleImpl::DecisionModuleImpl(std::int64_t n_embd, std::int64_t hidden,
 }
 
 torch::Tensor DecisionModuleImpl::forward(const torch::Tensor& x) {
-  // fp32 even under bf16 autocast, as the official router casts x.float(): a near-tie between skip and execute
-  // must not be decided by bf16 rounding.
-  c10::impl::ExcludeDispatchKeyGuard no_autocast(c10::autocast_dispatch_keyset);
+  const Fp32Router fp32;  // as the official router casts x.float()
   const auto h = torch::silu(norm(linear(x.to(torch::kFloat), fc1)));  // (B, T, hidden)
   return linear(h, fc2);                                                  // (B, T, 2)
 }

@@ -28,7 +28,8 @@ DTRNetLayerImpl::DTRNetLayerImpl(const TransformerOptions& o, const DTRNetOption
 
 torch::Tensor DTRNetLayerImpl::router_logits(const torch::Tensor& x) {
   // Eq. 1 on the raw residual stream (the router reads x before input_layernorm; architectures.md 1.2).
-  return linear(torch::silu(linear(x, router_in)), router_out).to(torch::kFloat);  // (B, T, 2)
+  const Fp32Router fp32;
+  return linear(torch::silu(linear(x.to(torch::kFloat), router_in)), router_out);  // (B, T, 2)
 }
 
 DTRNetLayerImpl::Output DTRNetLayerImpl::forward(const torch::Tensor& x, const torch::Tensor& positions,

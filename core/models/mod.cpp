@@ -56,7 +56,8 @@ MoDLayerImpl::MoDLayerImpl(const TransformerOptions& transformer, const MoDOptio
 }
 
 torch::Tensor MoDLayerImpl::router_logits(const torch::Tensor& x) {
-  return linear(x, router).squeeze(-1).to(torch::kFloat);  // (B, T)
+  const Fp32Router fp32;
+  return linear(x.to(torch::kFloat), router).squeeze(-1);  // (B, T)
 }
 
 torch::Tensor MoDLayerImpl::forward(const torch::Tensor& x, const torch::Tensor& positions,

@@ -8,6 +8,7 @@
 #include "core/inference/kv_cache.h"
 #include "core/models/blocks/attention.h"
 #include "core/models/blocks/residual_probe.h"
+#include "core/models/blocks/routing.h"
 #include "core/util/errors.h"
 
 namespace routelab {
@@ -41,7 +42,8 @@ TsaRouterImpl::TsaRouterImpl(std::int64_t n_embd) {
 }
 
 torch::Tensor TsaRouterImpl::logits(const torch::Tensor& h) {
-  return linear(torch::relu(linear(h, fc1)), fc2).squeeze(-1).to(torch::kFloat);  // (B, T)
+  const Fp32Router fp32;
+  return linear(torch::relu(linear(h.to(torch::kFloat), fc1)), fc2).squeeze(-1);  // (B, T)
 }
 
 TokenSelectiveAttention::TokenSelectiveAttention(TransformerOptions transformer, TsaOptions options)

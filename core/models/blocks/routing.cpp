@@ -225,7 +225,8 @@ CausalPredictorImpl::CausalPredictorImpl(std::int64_t n_embd) {
 }
 
 torch::Tensor CausalPredictorImpl::forward(const torch::Tensor& x) {
-  return routelab::linear(x.detach(), linear).squeeze(-1).to(torch::kFloat);  // (B, T)
+  const Fp32Router fp32;
+  return routelab::linear(x.detach().to(torch::kFloat), linear).squeeze(-1);  // (B, T)
 }
 
 torch::Tensor CausalPredictorImpl::loss(const torch::Tensor& logits, const torch::Tensor& target) {

@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include <c10/core/impl/LocalDispatchKeySet.h>
 #include <torch/torch.h>
 
 namespace routelab {
@@ -21,6 +22,14 @@ namespace routelab {
 std::vector<bool> parse_layer_pattern(const std::string& spec, std::int64_t n_layer, const std::string& key);
 /// "T-D-T-D" form of a pattern.
 std::string pattern_string(const std::vector<bool>& routed);
+
+/// While alive, bf16 autocast leaves this thread's ops alone: a router computes in fp32 from an fp32 copy of its input
+/// (`x.to(torch::kFloat)`), so a decision near a tie, or a benchmark's forced threshold, is not made by bf16 rounding
+/// (a bias of 3 moves by 0.01 in bf16, more than the spread of an untrained router's logits). D-LLM's official
+/// router computes in fp32 (x.float()); Switch Transformer's "selective precision" does the same for its router.
+class Fp32Router {
+  c10::impl::ExcludeDispatchKeyGuard no_autocast_{c10::autocast_dispatch_keyset};
+};
 
 /// The routed tokens of a batch, compacted per sequence in their original (causal) order.
 struct Compaction {
