@@ -377,6 +377,35 @@ class TestRadial : public QObject {
     QVERIFY(torch::equal(out0.logits, shallow.output_logits(shallow.embed_tokens(tokens))));
   }
 
+  void sequentialPriorStartsOnTheSequentialPath() {
+    // model.sequential_prior: a step bias that prefers layer s at step s (and the exit after the last layer) over an
+    // untrained router, so the network starts as the sequential stack (a distilled network: its teacher's path).
+    const auto tokens = torch::randint(0, kVocab, {2, 8}, torch::kLong);
+    for (const std::int64_t max_depth : {0, 5}) {
+      RadialNetwork model(small(), RadialOptions().max_depth(max_depth).sequential_prior(30.0));
+      const auto L = model.exit_choice();
+      QVERIFY(model.step_bias.defined());
+      QCOMPARE(model.step_bias.size(0), model.max_depth());
+      QVERIFY(!model.decays("step_bias", model.step_bias));
+      model.eval();
+      const auto out = model.forward(tokens, true);
+      QVERIFY(torch::equal(out.token_data.at("depth"), torch::full({2, 8}, L, torch::kLong)));
+      const auto sequential = torch::arange(L, torch::kLong);
+      QVERIFY(torch::equal(path_of(out).narrow(2, 0, L), sequential.view({1, 1, L}).expand({2, 8, L})));
+      model.set_forced_path(torch::cat({sequential, torch::full({model.max_depth() - L}, -1, torch::kLong)}));
+      QVERIFY(torch::equal(out.logits, model.forward(tokens).logits));
+      model.set_forced_path(torch::Tensor());
+    }
+    // It is learned: the language-model loss reaches it through the straight-through weights.
+    RadialNetwork model(small(), RadialOptions().sequential_prior(2.0).depth_coeff(0.0));
+    model.train();
+    const auto out = model.forward(tokens);
+    torch::nn::functional::cross_entropy(out.logits.reshape({-1, kVocab}), tokens.reshape({-1})).backward();
+    QVERIFY(model.step_bias.grad().defined() && model.step_bias.grad().abs().sum().item<double>() > 0);
+    RadialNetwork plain(small(), RadialOptions());
+    QVERIFY(!plain.step_bias.defined());
+  }
+
   void layerReuse() {
     RadialNetwork model(small(), RadialOptions().max_depth(4));
     spread(model);

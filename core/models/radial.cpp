@@ -3,7 +3,6 @@
 #include "core/models/radial.h"
 
 #include <ATen/Parallel.h>
-#include <c10/core/impl/LocalDispatchKeySet.h>
 
 #include <algorithm>
 #include <cmath>
@@ -13,6 +12,7 @@
 #include "core/inference/kv_cache.h"
 #include "core/models/blocks/attention.h"
 #include "core/models/blocks/residual_probe.h"
+#include "core/models/blocks/routing.h"
 #include "core/util/errors.h"
 
 namespace routelab {
@@ -163,8 +163,7 @@ RadialRouterImpl::RadialRouterImpl(const TransformerOptions& o, std::int64_t hid
 }
 
 torch::Tensor RadialRouterImpl::forward(const torch::Tensor& x) {
-  // fp32 even under bf16 autocast: a near-tie between two layers must not be decided by bf16 rounding.
-  c10::impl::ExcludeDispatchKeyGuard no_autocast(c10::autocast_dispatch_keyset);
+  const Fp32Router fp32;  // a near-tie between two layers is not decided by bf16 rounding
   const auto hidden = torch::silu(linear(norm(x.to(torch::kFloat)), fc1));  // (..., hidden)
   return linear(hidden, fc2);                                               // (..., L + 1)
 }
@@ -196,7 +195,22 @@ RadialNetwork::RadialNetwork(TransformerOptions transformer, RadialOptions optio
   // matrices and zero biases, so it starts close to uniform over the L + 1 choices, apart from the exit bias.
   init_weights();
   torch::NoGradGuard no_grad;
-  router->fc2->bias[options_.n_layer()].fill_(radial_.exit_bias());
+  const auto L = options_.n_layer();
+  router->fc2->bias[L].fill_(radial_.exit_bias());
+  if (radial_.sequential_prior() > 0) {
+    auto bias = torch::zeros({steps_, L + 1});
+    for (std::int64_t s = 0; s < steps_; ++s) bias[s][std::min(s, L)] = radial_.sequential_prior();
+    step_bias = register_parameter("step_bias", bias);
+  }
+}
+
+bool RadialNetwork::decays(const std::string& name, const torch::Tensor& parameter) const {
+  return name != "step_bias" && LanguageModel::decays(name, parameter);
+}
+
+torch::Tensor RadialNetwork::step_logits(const torch::Tensor& h, std::int64_t s) {
+  auto z = router(h);
+  return step_bias.defined() ? z + step_bias[s] : z;
 }
 
 torch::Tensor RadialNetwork::embed_tokens(const torch::Tensor& tokens) {
@@ -302,7 +316,7 @@ torch::Tensor RadialNetwork::forced_choices(std::int64_t B, std::int64_t T, cons
 torch::Tensor RadialNetwork::route(const torch::Tensor& h, std::int64_t s, const torch::Tensor& forced, Pass& pass,
                                    torch::Tensor& weight) {
   const auto L = options_.n_layer();
-  auto z = router(h);  // (B, T, L + 1) float
+  auto z = step_logits(h, s);  // (B, T, L + 1) float
   ++pass.totals.router_steps;
   if (s < radial_.min_depth())
     z = z.index_fill(-1, torch::full({1}, L, pass.totals.path.options()), -std::numeric_limits<float>::infinity());
@@ -501,7 +515,7 @@ torch::Tensor RadialNetwork::decode(DecodeState& state, const torch::Tensor& tok
     evaluations = torch::zeros({B, n}, long_options.dtype(torch::kFloat));
   }
   for (std::int64_t s = 0; s < S; ++s) {
-    auto z = router(h);  // (B, n, L + 1)
+    auto z = step_logits(h, s);  // (B, n, L + 1)
     if (s < radial_.min_depth()) z = z.index_fill(-1, exit_column, -std::numeric_limits<float>::infinity());
     auto choice = forced.defined() ? forced[s].expand({B, n}).clone() : z.argmax(-1);  // (B, n)
     choice = choice.masked_fill(alive.logical_not(), L);
@@ -605,7 +619,12 @@ const OptionTable<RadialOptions>& radial_options_table() {
                "first step)",
                0.0, 1.0)
         .value(ROUTELAB_OPTION(exit_bias), T::Float,
-               "initial bias of the router's exit logit (layer logits start at 0)", -100.0, 100.0);
+               "initial bias of the router's exit logit (layer logits start at 0)", -100.0, 100.0)
+        .value(ROUTELAB_OPTION(sequential_prior), T::Float,
+               "> 0: a learned bias per routing step and choice on the router's logits, starting with layer s "
+               "preferred at step s (the exit after the last layer) by this many logits, so a distilled network "
+               "starts on its teacher's path; 0: none (the router sees the hidden state only, as in the paper)",
+               0.0, 100.0);
     return t;
   }();
   return table;
@@ -696,10 +715,11 @@ ArchitectureEntry radial_architecture() {
       "executions of each layer per token (sum = mean depth; default: max depth / n_layer)";
   entry.color = 5;
   // Post-training distillation (§5): the sequential model's embedding, layers (its blocks, in order, as the L
-  // layers the router picks from), final norm and head; the router is the Radial network's own.
+  // layers the router picks from), final norm and head; the router and its step bias are the Radial network's own.
   entry.adopt_teacher = [](LanguageModel& student, const LanguageModel& teacher) {
-    copy_matching_weights(student, teacher, {{"blocks.", "layers."}}, {"router."});
-    return std::vector<std::string>{"router."};
+    const std::vector<std::string> own{"router.", "step_bias"};
+    copy_matching_weights(student, teacher, {{"blocks.", "layers."}}, own);
+    return own;
   };
   return entry;
 }

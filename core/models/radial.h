@@ -30,6 +30,10 @@ struct RadialOptions {
   TORCH_ARG(double, depth_warmup) = 0.0;
   /// 0.0: initial bias of the router's exit logit (the layer logits start at 0)
   TORCH_ARG(double, exit_bias) = 0.0;
+  /// 0.0: > 0 adds a learned bias per routing step and choice to the router's logits, initialised so that step s
+  /// prefers layer s (and the exit after the last layer) by this many logits: the router starts on the sequential
+  /// path of the stack it was distilled from. 0: none (the paper's router sees the hidden state only)
+  TORCH_ARG(double, sequential_prior) = 0.0;
 
  public:  // TORCH_ARG leaves the section private
   /// S for a model of n_layer layers.
@@ -131,9 +135,16 @@ class RadialNetwork : public TransformerTrunk {
 
   std::vector<DenseBlock> layers;  ///< module list "layers": layers.<l>.norm1 / attn / norm2 / mlp
   RadialRouter router{nullptr};
+  /// (S, L + 1) learned bias of the router's logits per step (model.sequential_prior > 0; undefined otherwise).
+  torch::Tensor step_bias;
+
+  /// The step bias is a bias: never decayed.
+  bool decays(const std::string& name, const torch::Tensor& parameter) const override;
 
  private:
   struct Pass;  // one forward's per-token routing state (radial.cpp)
+  /// The router's logits at step `s`: router(h) plus the step's bias where there is one. (..., C) -> (..., L + 1)
+  torch::Tensor step_logits(const torch::Tensor& h, std::int64_t s);
   /// The forced path (set_forced_path) as (B, T, S) choices in [0, L]; undefined when none is set.
   torch::Tensor forced_choices(std::int64_t B, std::int64_t T, const torch::TensorOptions& options) const;
   /// The router's step `s` on the stream `h`: every token's choice (L = exit; an exited token stays out), with
