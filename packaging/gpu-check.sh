@@ -153,13 +153,15 @@ for precision in fp32 bf16; do
   step "train-step-routed-batch8-$precision" 120 "$cli" bench forward --train --device "$dev" --lengths 2048,4096 \
     --fractions 0.1,0.3 --batch 8 --reps 5 --warmup 2 --precision "$precision"
 done
+# The 360M presets byte-level on the embedded corpus (they default to subword shards, which a GPU box may not have).
+byte_level=(--set data.source=kjv --set data.tokenizer=byte)
 for cfg in smollm-360m-dense dtrnet-360m-bilayer mod-360m dllm-360m; do
   step "train-360m-$cfg" 60 "$cli" train --config "$root/experiments/$cfg.json" --device "$dev" --steps 30 \
-    --set train.eval_every=1000 --set train.checkpoint_every=1000 --set train.warmup_steps=10 --set train.log_every=5 \
+    "${byte_level[@]}" --set train.eval_every=1000 --set train.checkpoint_every=1000 --set train.warmup_steps=10 --set train.log_every=5 \
     --db "$work/360m.sqlite"
 done
-# The seeds' regime: the same presets on token shards with a subword vocabulary (32,000 pieces: 31M more parameters
-# in the embedding and as many in the head than byte level).
+# The seeds' regime, the presets' default: token shards with a subword vocabulary (32,000 pieces: 31M more parameters
+# in the embedding and as many in the head than byte level), from the folder GPU_CHECK_SHARDS.
 if [ -n "${GPU_CHECK_SHARDS:-}" ]; then
   for cfg in smollm-360m-dense dtrnet-360m-bilayer mod-360m; do
     step "train-360m-shards-$cfg" 60 "$cli" train --config "$root/experiments/$cfg.json" --device "$dev" --steps 30 \
@@ -168,7 +170,7 @@ if [ -n "${GPU_CHECK_SHARDS:-}" ]; then
   done
 fi
 step "train-360m-smollm-360m-dense-graph" 60 "$cli" train --config "$root/experiments/smollm-360m-dense.json" \
-  --device "$dev" --steps 30 --set train.cuda_graph=true --set train.eval_every=1000 --set train.checkpoint_every=1000 \
+  --device "$dev" --steps 30 "${byte_level[@]}" --set train.cuda_graph=true --set train.eval_every=1000 --set train.checkpoint_every=1000 \
   --set train.warmup_steps=10 --set train.log_every=5 --db "$work/360m.sqlite"
 "$cli" runs --db "$work/360m.sqlite" 2>&1 | tee -a "$log"
 step quickstart 60 "$cli" train --preset quickstart --device "$dev" --steps 200 --db "$work/quick.sqlite"

@@ -203,6 +203,16 @@ class TestShards : public QObject {
     error = error_of<DataError>([&] { find_shards(folder); });
     QVERIFY2(contains(error, "without a training shard"), error.c_str());
     QVERIFY(contains(error_of<DataError>([&] { find_shards(path("nowhere")); }), "not a folder of token shards"));
+    // A run's dataset names the key, and says how to make the folder (the 360M presets name one by default).
+    ShardDatasetOptions options;
+    options.path = path("fineweb-edu-shards");
+    options.context = 64;
+    error = error_of<DataError>([&] { ShardDataset{options}; });
+    QVERIFY2(contains(error, "data.path: " + options.path + ": no such folder") && contains(error, "prepare"),
+             error.c_str());
+    options.path = folder;
+    error = error_of<DataError>([&] { ShardDataset{options}; });
+    QVERIFY2(contains(error, "data.path: ") && contains(error, "without a training shard"), error.c_str());
   }
 
   void prepareIsDeterministicAndCounted() {

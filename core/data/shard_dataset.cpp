@@ -23,7 +23,15 @@ std::int64_t code_points(const std::string& text) {
 }  // namespace
 
 ShardDataset::ShardDataset(const ShardDatasetOptions& options) : options_(options) {
-  folder_ = find_shards(options_.path);
+  std::error_code ec;
+  if (!std::filesystem::exists(options_.path, ec))
+    throw DataError("data.path: " + options_.path + ": no such folder; `routelab-cli prepare --corpus TEXT --out " +
+                    options_.path + "` makes one (README: the seeds' regime)");
+  try {
+    folder_ = find_shards(options_.path);
+  } catch (const DataError& e) {
+    throw DataError(std::string("data.path: ") + e.what());
+  }
   for (const auto& file : folder_.train) train_.add(MappedShard(file, folder_.file_layout));
   for (const auto& file : folder_.val) val_.add(MappedShard(file, folder_.file_layout));
   const auto& manifest = folder_.manifest;
