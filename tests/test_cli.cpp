@@ -125,6 +125,20 @@ class TestCli : public QObject {
     }
   }
 
+  void cppRuntimeBindsBeforeLibTorch() {
+    // PyPI's libtorch.so exports copies of std::filesystem; the dynamic linker binds to the first library of the
+    // DT_NEEDED list that defines a symbol, and libtorch's remove_all crashed on Ubuntu 24.04. The CLI (like every
+    // RouteLab binary: CMakeLists.txt) names libstdc++ before any LibTorch library.
+    QProcess readelf;
+    readelf.start("readelf", {"-d", qEnvironmentVariable("ROUTELAB_CLI")});
+    if (!readelf.waitForFinished(30000) || readelf.exitCode() != 0) QSKIP("readelf (binutils) is not available");
+    const auto dynamic = QString::fromUtf8(readelf.readAllStandardOutput());
+    const auto cxx = dynamic.indexOf("[libstdc++.so"), torch = dynamic.indexOf("[libtorch");
+    QVERIFY2(cxx >= 0, qPrintable(dynamic));
+    QVERIFY2(torch < 0 || cxx < torch, qPrintable(dynamic));
+    QVERIFY2(torch < 0 || cxx < dynamic.indexOf("[libc10"), qPrintable(dynamic));
+  }
+
   void openmpWaitsPassivelyUnlessTold_data() {
     QTest::addColumn<QString>("set");
     QTest::addColumn<QString>("shown");
