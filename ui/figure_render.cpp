@@ -540,7 +540,7 @@ class PanelRenderer {
     // An entry wider than the panel would be cut at the panel's edge: its label is shortened in the middle to fit,
     // deliberately (the hover readout, the CSV and the JSON sidecar keep the whole label).
     // (The inverse of legendEntryPt: the characters an entry as wide as the panel holds.)
-    const double entryFrame = kLegendIconPt + kLegendIconTextPadding + 2 + kLegendMarginsPt;
+    const double entryFrame = legendEntryPt({std::string()});
     const int maxChars = std::max(6, static_cast<int>((geometry_.widthPt * 0.95 - entryFrame) / (kCharEm * fontPt_)));
     for (QCPAbstractPlottable* p : labelled_) {
       if (p->name().size() > maxChars) {

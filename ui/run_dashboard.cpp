@@ -209,7 +209,7 @@ void RunDashboard::fitToRoom() {
   // The room, not the dashboard's own height: in a scroll area the dashboard never gets smaller than its minimum.
   const int room = room_ ? room_->height() : height();
   if (!compact_ && room < kCompactHeight) setCompact(true);
-  else if (compact_ && room >= kCompactHeight + 60) setCompact(false);
+  else if (compact_ && room >= kExpandHeight) setCompact(false);
 }
 
 void RunDashboard::setCompact(bool compact) {

@@ -96,8 +96,9 @@ class RunDashboard : public QWidget {
   static constexpr int kLiveMetricsReloadMs = 3000;
   /// Where the dashboard is shown less than this high (a laptop's workspace), the token view and the cost panel
   /// move from under the loss and routing panels to a tab of their own, so every panel keeps a readable height;
-  /// they move back above kCompactHeight + 60.
+  /// they move back from kExpandHeight (a margin, so a height near the threshold does not flip them to and fro).
   static constexpr int kCompactHeight = 600;
+  static constexpr int kExpandHeight = kCompactHeight + 60;
   bool isCompact() const { return compact_; }
   /// The token view and the cost panel (under the loss and routing panels, or a tab of their own when compact).
   QWidget* lowerPanels() const { return lower_; }

@@ -18,6 +18,7 @@
 #include <torch/torch.h>
 
 #include "core/bench/bench_timing.h"
+#include "core/config/experiment_config.h"
 #include "core/cost/flop_counter.h"
 #include "core/models/language_model.h"
 #include "core/models/registry.h"
@@ -141,12 +142,13 @@ ForwardBenchResult bench_forward(const ForwardBenchOptions& in) {
   all.insert(all.end(), models.begin(), models.end());
   // --train: AdamW at learning rate 0 (the update's arithmetic runs, the weights and so the forced routing stay).
   std::vector<std::unique_ptr<MultiTensorAdamW>> optimizers;
+  auto train = schema_defaults(train_schema());  // the training defaults, at learning rate 0
+  train["lr"] = 0.0;
   for (auto& m : all) {
     m->to(device);
     m->eval();
     if (o.train)
-      optimizers.push_back(make_optimizer(*m, {{"lr", 0.0}, {"beta1", 0.9}, {"beta2", 0.95}, {"eps", 1e-8},
-                                               {"weight_decay", 0.1}}));
+      optimizers.push_back(make_optimizer(*m, train));
   }
 
   torch::NoGradGuard no_grad;

@@ -151,14 +151,7 @@ torch::Tensor scatter_rows(const torch::Tensor& base, const Compaction& c, const
       .narrow(1, 0, T);
 }
 
-torch::Tensor topk_decision(const torch::Tensor& scores, std::int64_t k) {
-  const auto T = scores.size(1);
-  k = std::clamp<std::int64_t>(k, 0, T);
-  auto decision = torch::zeros(scores.sizes(), scores.options().dtype(torch::kBool));
-  if (k == 0) return decision;
-  const auto top = std::get<1>(scores.topk(k, 1));  // (B, k)
-  return decision.scatter(1, top, true);
-}
+torch::Tensor topk_decision(const torch::Tensor& scores, std::int64_t k) { return topk_routing(scores, k).decision; }
 
 TopKRouting topk_routing(const torch::Tensor& scores, std::int64_t k) {
   const auto B = scores.size(0), T = scores.size(1);
