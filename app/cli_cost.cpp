@@ -1,5 +1,6 @@
 // routelab-cli flops (the FLOPs model: ratio versus sequence length, DTRNet Figure 4, and a per-layer breakdown,
-// from a stored run's measured routing or from fractions given by hand) and bench forward (sparse execution speed).
+// from a stored run's measured routing or from fractions given by hand), bench forward (sparse execution speed) and
+// bench eviction (D-LLM's training attention, chunked vs materialised).
 #include <algorithm>
 #include <iomanip>
 #include <iostream>
@@ -8,8 +9,10 @@
 
 #include <nlohmann/json.hpp>
 
+#include "app/cli_commands.h"
 #include "app/cli_registration.h"
 #include "core/analysis/run_analysis.h"
+#include "core/bench/eviction_bench.h"
 #include "core/bench/forward_bench.h"
 #include "core/config/experiment_config.h"
 #include "core/cost/flops_model.h"
@@ -186,6 +189,31 @@ int run_bench_forward(const BenchForwardArgs& a) {
   return 0;
 }
 
+int run_bench_eviction(const EvictionBenchOptions& o) {
+  std::cout << "D-LLM training attention (multiplicative eviction), forward + backward on " << o.device << ": batch "
+            << o.batch << ", " << o.heads << " heads of " << o.head_dim << ", " << 100.0 * o.executed
+            << "% of keys executed, median of " << o.reps << " after " << o.warmup << " warm-up\n"
+            << "(peak: the most held above the inputs; saved: held after the forward, until the backward)\n"
+            << "| precision | T | chunked ms | materialised ms | speed-up | chunked peak / saved MB | "
+               "materialised peak / saved MB | max |out diff| | max |grad diff| | max |grad| |\n"
+               "|---|---|---|---|---|---|---|---|---|---|\n";
+  const auto num = [](double v, int precision) { return v < 0 ? std::string("-") : fixed(v, precision); };
+  for (const auto& r : bench_eviction(o)) {
+    std::cout << "| " << r.precision << " | " << r.context << " | " << num(r.chunked_ms, 1) << " | "
+              << num(r.materialised_ms, 1) << " | "
+              << (r.materialised_ms < 0 ? std::string("-") : fixed(r.materialised_ms / r.chunked_ms, 2) + "x") << " | "
+              << num(r.chunked_peak_mb, 0) << " / " << num(r.chunked_saved_mb, 0) << " | "
+              << num(r.materialised_peak_mb, 0) << " / " << num(r.materialised_saved_mb, 0) << " | " << std::scientific
+              << std::setprecision(2);
+    if (r.output_diff < 0)
+      std::cout << "- | - | - |\n";
+    else
+      std::cout << r.output_diff << " | " << r.grad_diff << " | " << r.grad_max << " |\n";
+    std::cout << std::defaultfloat;
+  }
+  return 0;
+}
+
 }  // namespace
 
 void add_cost_commands(CLI::App& app, CLI::App& bench, CommandAction& action) {
@@ -240,6 +268,26 @@ void add_cost_commands(CLI::App& app, CLI::App& bench, CommandAction& action) {
   fwd->add_flag("--quick", o.quick, "smoke test: T 128 and 256, d 128, 4 layers, 1 rep");
   fwd->add_flag("--json", b->json, "machine-readable output");
   fwd->callback([&action, b] { action = [b] { return run_bench_forward(*b); }; });
+
+  auto e = std::make_shared<EvictionBenchOptions>();
+  auto* eviction = bench.add_subcommand(
+      "eviction", "D-LLM's training attention (skipped tokens evicted as keys): the chunked kernel vs the "
+                  "materialised (B, H, T, T) form, forward + backward: time, peak memory, differences");
+  eviction->add_option("--batch", e->batch, "sequences")->check(CLI::Range(1, 1000000000));
+  eviction->add_option("--heads", e->heads, "attention heads")->check(CLI::Range(1, 1000000));
+  eviction->add_option("--head-dim", e->head_dim, "head width")->check(CLI::Range(1, 1000000));
+  eviction->add_option("--lengths", e->contexts, "sequence lengths (default 1024,2048)")->delimiter(',')
+      ->check(CLI::Range(1, 1000000000));
+  eviction->add_option("--executed", e->executed, "share of keys that execute")->check(CLI::Range(0.0, 1.0));
+  eviction->add_option("--device", e->device, "cpu, cuda or cuda:N");
+  eviction->add_option("--precision", e->precision, "fp32, bf16 or both")
+      ->check(CLI::IsMember({"fp32", "bf16", "both"}));
+  eviction->add_option("--reps", e->reps, "timed repetitions (median)")->check(CLI::Range(1, 1000000));
+  eviction->add_option("--warmup", e->warmup, "untimed repetitions first")->check(CLI::Range(0, 1000000));
+  eviction->add_option("--threads", e->threads, "threads (0: all cores)")->check(CLI::Range(0, 1024));
+  eviction->add_flag("--chunked-only", [e](std::int64_t n) { e->materialised = n == 0; },
+                     "time the chunked kernel alone (the materialised form needs O(B H T^2) memory)");
+  eviction->callback([&action, e] { action = [e] { return run_bench_eviction(*e); }; });
 }
 
 }  // namespace routelab::cli

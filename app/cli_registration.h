@@ -10,7 +10,7 @@ namespace routelab::cli {
 
 using CommandAction = std::function<int()>;
 
-/// `flops` (the FLOPs model: ratio versus sequence length, per-layer breakdown) and `bench forward`.
+/// `flops` (the FLOPs model: ratio versus sequence length, per-layer breakdown), `bench forward` and `bench eviction`.
 void add_cost_commands(CLI::App& app, CLI::App& bench, CommandAction& action);
 /// `generate`, `score`, `kv` (KV bytes versus length) and `bench decode`.
 void add_generate_commands(CLI::App& app, CLI::App& bench, CommandAction& action);

@@ -3,7 +3,8 @@
 # kernels against the unfused loss, the training step against the PyTorch 2.x peer at both shapes (fp32, bf16,
 # torch.compile; RouteLab eager and replayed as a CUDA graph), the graphed step against the eager one (the same
 # losses) and across a resume, exact resume on CUDA with dropout (a run stopped by SIGINT and resumed must repeat the
-# uninterrupted run's losses bit for bit), routed forwards against dense at T 2048/4096, 360M-parameter training
+# uninterrupted run's losses bit for bit), routed forwards against dense at T 2048/4096, D-LLM's chunked training
+# attention against the materialised one (time and memory at the 360M layer), 360M-parameter training
 # throughput (dense eager and graphed), the quick-start run and the data-parallel step in a group of one (NCCL) against
 # the plain one. Every step prints what it measured into one log; a
 # step that fails is reported and the next one still runs; steps that no longer fit the time budget are skipped, and
@@ -153,6 +154,8 @@ for precision in fp32 bf16; do
   step "train-step-routed-batch8-$precision" 120 "$cli" bench forward --train --device "$dev" --lengths 2048,4096 \
     --fractions 0.1,0.3 --batch 8 --reps 5 --warmup 2 --precision "$precision"
 done
+# D-LLM's training attention at the 360M layer (batch 8, 15 heads of 64): chunked kernel vs materialised form.
+step eviction-360m 90 "$cli" bench eviction --device "$dev" --lengths 2048 --precision both --reps 5 --warmup 2
 # The 360M presets byte-level on the embedded corpus (they default to subword shards, which a GPU box may not have).
 byte_level=(--set data.source=kjv --set data.tokenizer=byte)
 for cfg in smollm-360m-dense dtrnet-360m-bilayer mod-360m dllm-360m; do

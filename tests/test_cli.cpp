@@ -125,6 +125,22 @@ class TestCli : public QObject {
     }
   }
 
+  void benchEvictionHoldsLessForTheBackward() {
+    // D-LLM's training attention: the chunked kernel agrees with the materialised form and keeps no (B, H, T, T)
+    // tensor for the backward (the materialised form keeps several: 8 x 4 x 512 x 512 fp32 is 32 MiB each).
+    const auto [code, output] = run({"bench", "eviction", "--batch", "8", "--heads", "4", "--head-dim", "16",
+                                     "--lengths", "512", "--reps", "1", "--warmup", "0", "--threads", "1"});
+    QVERIFY2(code == 0, qPrintable(output));
+    const auto row = output.split('\n').filter("| fp32 | 512 |");
+    QVERIFY2(row.size() == 1, qPrintable(output));
+    const auto cells = row[0].split('|');  // "", precision, T, ms, ms, speed-up, chunked, materialised, diffs...
+    QVERIFY2(cells.size() >= 11, qPrintable(output));
+    const auto saved = [&](int cell) { return cells[cell].split('/').last().trimmed().toDouble(); };
+    QVERIFY2(saved(6) < 4, qPrintable(output));
+    QVERIFY2(saved(7) > 64, qPrintable(output));
+    QVERIFY2(cells[8].trimmed().toDouble() < 1e-5, qPrintable(output));
+  }
+
   void cppRuntimeBindsBeforeLibTorch() {
     // PyPI's libtorch.so exports copies of std::filesystem; the dynamic linker binds to the first library of the
     // DT_NEEDED list that defines a symbol, and libtorch's remove_all crashed on Ubuntu 24.04. The CLI (like every

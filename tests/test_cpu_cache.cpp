@@ -70,6 +70,25 @@ class TestCpuCache : public QObject {
     QCOMPARE(cpu_cache_stats().cached_bytes, std::int64_t{0});
   }
 
+  void livePeakCountsLargeBlocksHeld() {
+    release_cpu_cache();
+    const auto base = cpu_cache_stats().live_bytes;
+    reset_cpu_peak();
+    {
+      auto a = torch::empty({8 << 20}, torch::kFloat);  // 32 MiB
+      {
+        auto b = torch::empty({4 << 20}, torch::kFloat);  // 16 MiB: 48 live at once
+        QCOMPARE(cpu_cache_stats().live_bytes, base + (std::int64_t{48} << 20));
+      }
+      auto c = torch::empty({4 << 20}, torch::kFloat);  // the cached 16 MiB block again: still 48 at most
+      { auto small = torch::ones({1000}, torch::kFloat); }  // not counted
+    }
+    QCOMPARE(cpu_cache_stats().live_bytes, base);
+    QCOMPARE(cpu_cache_stats().peak_live_bytes, base + (std::int64_t{48} << 20));
+    reset_cpu_peak();
+    QCOMPARE(cpu_cache_stats().peak_live_bytes, base);
+  }
+
   void trainingArithmeticIsUnchanged() {
     torch::manual_seed(3);
     const auto a = torch::randn({1024, 1024}), b = torch::randn({1024, 1024});

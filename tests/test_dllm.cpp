@@ -246,6 +246,70 @@ class TestDLLM : public QObject {
     QVERIFY((visible - compacted).abs().max().item<double>() > 1e-3);
   }
 
+  void chunkedEvictionEqualsMaterialised_data() {
+    QTest::addColumn<int>("eviction");
+    QTest::addColumn<int>("chunk");
+    QTest::addColumn<bool>("bf16");
+    QTest::addColumn<bool>("soft");  // flags strictly between 0 and 1 (the multiplicative form takes any weight)
+    for (const auto& [name, eviction] : {std::pair{"multiplicative", Eviction::Multiplicative},
+                                         std::pair{"additive", Eviction::Additive}}) {
+      for (const int chunk : {1, 5, 13, 0})
+        QTest::addRow("%s-chunk%d", name, chunk) << int(eviction) << chunk << false << false;
+      QTest::addRow("%s-bf16", name) << int(eviction) << 4 << true << false;
+    }
+    QTest::addRow("multiplicative-soft") << int(Eviction::Multiplicative) << 3 << false << true;
+  }
+  void chunkedEvictionEqualsMaterialised() {
+    QFETCH(int, eviction);
+    QFETCH(int, chunk);
+    QFETCH(bool, bf16);
+    QFETCH(bool, soft);
+    torch::manual_seed(11);
+    const std::int64_t B = 2, H = 3, T = 13, hd = 8;
+    const auto dtype = bf16 ? torch::kBFloat16 : torch::kDouble;
+    auto flags = soft ? torch::rand({B, T}, torch::kDouble) : random_decisions(B, T, 2).to(torch::kDouble);
+    flags.narrow(1, 0, 2).fill_(1.0);
+    const std::vector<torch::Tensor> inputs = {torch::randn({B, H, T, hd}, torch::kDouble).mul_(2),
+                                               torch::randn({B, H, T, hd}, torch::kDouble),
+                                               torch::randn({B, H, T, hd}, torch::kDouble), flags};
+    const auto upstream = torch::randn({B, H, T, hd}, torch::kDouble);
+    // Output and gradients of <out, upstream> with respect to q, k, v and w, through one of the two forms.
+    const auto run = [&](bool chunked, torch::ScalarType type) {
+      std::vector<torch::Tensor> leaves;
+      for (std::size_t i = 0; i < inputs.size(); ++i)
+        leaves.push_back(inputs[i].to(i < 3 ? type : torch::kFloat).requires_grad_());
+      const auto out = chunked ? evicting_attention(leaves[0], leaves[1], leaves[2], leaves[3], Eviction(eviction), chunk)
+                               : evicting_attention_materialised(leaves[0], leaves[1], leaves[2], leaves[3],
+                                                                 Eviction(eviction));
+      (out.to(torch::kDouble) * upstream).sum().backward();
+      std::vector<torch::Tensor> results = {out.detach().to(torch::kDouble)};
+      for (const auto& leaf : leaves)
+        results.push_back(leaf.grad().defined() ? leaf.grad().to(torch::kDouble) : torch::zeros_like(upstream));
+      return results;
+    };
+    const auto error = [](const torch::Tensor& a, const torch::Tensor& b) { return (a - b).abs().max().item<double>(); };
+    // Both forms compute scores and probabilities in fp32: in double inputs they agree to fp32 rounding. In bf16
+    // the scores are rounded to bf16 (as the materialised form rounds them), so the chunked form is held to the
+    // materialised form's own distance from the double result.
+    const auto chunked = run(true, dtype), reference = run(false, torch::kDouble);
+    const auto materialised = bf16 ? run(false, dtype) : reference;
+    const char* names[] = {"output", "dq", "dk", "dv", "dw"};
+    for (std::size_t i = 0; i < chunked.size(); ++i) {
+      const double scale = std::max(reference[i].abs().max().item<double>(), 1.0);
+      const double diff = error(chunked[i], reference[i]);
+      const double allowed = bf16 ? std::max(1.5 * error(materialised[i], reference[i]), 1e-2 * scale) : 1e-5 * scale;
+      QVERIFY2(diff <= allowed, qPrintable(QString("%1: max difference %2 (allowed %3)").arg(names[i]).arg(diff).arg(allowed)));
+    }
+    // The flags reach the output, and only the multiplicative form passes a gradient to them.
+    if (eviction == int(Eviction::Multiplicative))
+      QVERIFY(chunked[4].abs().max().item<double>() > 1e-3);
+    else
+      QCOMPARE(chunked[4].abs().max().item<double>(), 0.0);
+    const auto all_keys = evicting_attention(inputs[0], inputs[1], inputs[2], torch::ones({B, T}, torch::kDouble),
+                                             Eviction(eviction), chunk);
+    QVERIFY((all_keys - chunked[0]).abs().max().item<double>() > 1e-3);
+  }
+
   void rateLossByHand() {
     // Four layers, two always executed. Dynamic flags for one sequence of four tokens:
     // layer 2: 1 1 0 1, layer 3: 1 1 0 0 -> activation (2 + w2 + w3) / 4 = 1, 1, 0.5, 0.75.

@@ -72,24 +72,13 @@ torch::Tensor DLLM::evicting_layer(std::size_t layer, const torch::Tensor& x, co
                                    const torch::Tensor& w) {
   auto& block = blocks[layer];
   const auto [q, k, v] = block->attn->project(block->norm1(x), positions);  // (B, H, T, hd), (B, Hkv, T, hd)
-  const auto B = q.size(0), H = q.size(1), T = q.size(2), hd = q.size(3);
+  const auto H = q.size(1);
   const auto keys = repeat_kv(k, H / k.size(1)), values = repeat_kv(v, H / v.size(1));  // (B, H, T, hd)
-  // The scores are materialised (not the fused kernel) because the eviction acts on the probabilities.
-  auto scores = torch::matmul(q, keys.transpose(-2, -1)).to(torch::kFloat) / std::sqrt(static_cast<double>(hd));
-  auto masked = torch::ones({T, T}, q.options().dtype(torch::kBool)).triu(1).view({1, 1, T, T});  // future keys
-  const auto w_key = w.view({B, 1, 1, T});  // the execute flag of each key
-  if (dllm_.eviction() == Eviction::Additive) masked = masked.logical_or(w_key.detach().lt(0.5));  // (B, 1, T, T)
-  scores = scores.masked_fill(masked, -std::numeric_limits<float>::infinity());                   // (B, H, T, T)
-  auto probs = torch::softmax(scores, -1);
-  if (dllm_.eviction() == Eviction::Multiplicative) {
-    // Official: probabilities times the key's flag, renormalised by (row sum + 1e-6). The reserved first tokens
-    // keep every row non-empty.
-    probs = probs * w_key.to(torch::kFloat);
-    probs = probs / (probs.sum(-1, /*keepdim=*/true) + 1e-6);
-  }
-  const double dropout = block->attn->options.dropout();
-  if (is_training() && dropout > 0) probs = torch::dropout(probs, dropout, true);
-  const auto heads = torch::matmul(probs.to(values.scalar_type()), values);  // (B, H, T, hd)
+  // The eviction acts on the probabilities, so no fused attention kernel applies: the chunked form never holds a
+  // (B, H, T, T) tensor; attention dropout needs the materialised one.
+  const double dropout = is_training() ? block->attn->options.dropout() : 0.0;
+  const auto heads = dropout > 0 ? evicting_attention_materialised(q, keys, values, w, dllm_.eviction(), dropout)
+                                 : evicting_attention(q, keys, values, w, dllm_.eviction());  // (B, H, T, hd)
   const auto a = block->attn->output(heads);                                // (B, T, C)
   const auto f = a + block->mlp(block->norm2(x + a));                       // (B, T, C)
   // Official: w Block(x) + (1 - w) x with Block including its residual, i.e. x + w f(x).

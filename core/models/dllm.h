@@ -7,17 +7,10 @@
 
 #include "core/models/blocks/routing.h"
 #include "core/models/dense_transformer.h"
+#include "core/models/dllm_eviction.h"
 #include "core/models/registry.h"
 
 namespace routelab {
-
-/// How a skipped token is hidden as a key from the queries of its layer during training.
-enum class Eviction {
-  /// official: attention probabilities times the key's execute flag, renormalised (router gets a gradient)
-  Multiplicative,
-  /// DTRNet port: -inf on skipped keys before the softmax (no gradient through the mask)
-  Additive,
-};
 
 /// How the rate-loss weight λ grows over training.
 enum class RateSchedule {

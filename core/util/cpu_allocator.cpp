@@ -53,7 +53,12 @@ class CachingCpuAllocator final : public at::Allocator {
   }
   CpuCacheStats stats() const {
     std::lock_guard lock(mutex_);
-    return {static_cast<std::int64_t>(cached_), hits_, misses_};
+    return {static_cast<std::int64_t>(cached_), hits_, misses_, static_cast<std::int64_t>(live_),
+            static_cast<std::int64_t>(peak_live_)};
+  }
+  void reset_peak() {
+    std::lock_guard lock(mutex_);
+    peak_live_ = live_;
   }
 
   static CachingCpuAllocator& instance() {
@@ -72,6 +77,7 @@ class CachingCpuAllocator final : public at::Allocator {
       if (it != free_.end() && it->first <= size + size / 4) {
         void* p = it->second;
         cached_ -= it->first;
+        note_live(it->first);
         free_.erase(it);
         ++hits_;
         return p;
@@ -81,7 +87,13 @@ class CachingCpuAllocator final : public at::Allocator {
     void* p = c10::alloc_cpu(size);
     std::lock_guard lock(mutex_);
     sizes_[p] = size;
+    note_live(size);
     return p;
+  }
+
+  void note_live(std::size_t size) const {
+    live_ += size;
+    peak_live_ = std::max(peak_live_, live_);
   }
 
   /// A block this allocator handed out: large ones are cached, small ones (not in sizes_) go back to the system.
@@ -95,6 +107,7 @@ class CachingCpuAllocator final : public at::Allocator {
       return;
     }
     const std::size_t size = known->second;
+    live_ -= size;
     if (size > cap_) {  // never fits: back to the system
       sizes_.erase(p);
       lock.unlock();
@@ -121,6 +134,7 @@ class CachingCpuAllocator final : public at::Allocator {
   mutable std::multimap<std::size_t, void*> free_;        // size -> cached block
   mutable std::unordered_map<void*, std::size_t> sizes_;  // every live or cached large block
   mutable std::size_t cached_ = 0;
+  mutable std::size_t live_ = 0, peak_live_ = 0;
   mutable std::int64_t hits_ = 0, misses_ = 0;
   std::size_t cap_ = 0;
 };
@@ -150,8 +164,12 @@ void install_cpu_cache(std::int64_t cap_bytes) {
   (void)installed;
 }
 
+bool cpu_cache_installed() { return c10::GetCPUAllocator() == &CachingCpuAllocator::instance(); }
+
 void release_cpu_cache() { CachingCpuAllocator::instance().trim(0); }
 
 CpuCacheStats cpu_cache_stats() { return CachingCpuAllocator::instance().stats(); }
+
+void reset_cpu_peak() { CachingCpuAllocator::instance().reset_peak(); }
 
 }  // namespace routelab

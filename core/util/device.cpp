@@ -11,8 +11,12 @@
 #include <ATen/Context.h>
 #include <ATen/Parallel.h>
 #include <ATen/detail/CUDAHooksInterface.h>
+#if ROUTELAB_WITH_CUDA
+#include <c10/cuda/CUDACachingAllocator.h>
+#endif
 
 #include "core/util/cpu_allocator.h"
+#include "core/util/cuda_build.h"
 #include "core/util/errors.h"
 #include "core/util/process.h"
 
@@ -51,6 +55,35 @@ torch::Tensor copy_to_device(const torch::Tensor& t, const torch::Device& device
   if (!t.defined() || t.device() == device) return t;
   if (device.is_cuda() && t.is_cpu()) return t.pin_memory().to(device, /*non_blocking=*/true);
   return t.to(device);
+}
+
+void reset_peak_memory(const torch::Device& device) {
+  if (device.is_cpu()) reset_cpu_peak();
+#if ROUTELAB_WITH_CUDA
+  if (device.is_cuda()) c10::cuda::CUDACachingAllocator::resetPeakStats(device.has_index() ? device.index() : 0);
+#endif
+}
+
+std::int64_t peak_memory_bytes(const torch::Device& device) {
+  if (device.is_cpu()) return cpu_cache_installed() ? cpu_cache_stats().peak_live_bytes : -1;
+#if ROUTELAB_WITH_CUDA
+  if (device.is_cuda()) {
+    const auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(device.has_index() ? device.index() : 0);
+    return stats.allocated_bytes[0].peak;  // StatType::AGGREGATE
+  }
+#endif
+  return -1;
+}
+
+std::int64_t memory_allocated_bytes(const torch::Device& device) {
+  if (device.is_cpu()) return cpu_cache_installed() ? cpu_cache_stats().live_bytes : -1;
+#if ROUTELAB_WITH_CUDA
+  if (device.is_cuda()) {
+    const auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(device.has_index() ? device.index() : 0);
+    return stats.allocated_bytes[0].current;
+  }
+#endif
+  return -1;
 }
 
 void configure_cuda_math(bool tf32, bool deterministic) {

@@ -203,7 +203,8 @@ Figure tsa_fig4(const RunStore& store, const FigureRequest& request) {
       if (l.gate.size() != h.cols)
         throw StoreError(store.path() + ": run " + std::to_string(id) + ": probe rows differ");
       h.values.insert(h.values.end(), l.gate.begin(), l.gate.end());
-      h.row_labels.push_back("L" + std::to_string(l.layer));
+      std::string label = "L";  // appended, not "L" + ...: GCC 12 warns falsely on that insert (-Wstringop-overflow)
+      h.row_labels.push_back(label.append(std::to_string(l.layer)));
       ++h.rows;
     }
     if (h.rows == 0)
