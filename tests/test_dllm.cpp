@@ -9,6 +9,7 @@
 #include <torch/torch.h>
 
 #include "core/config/experiment_config.h"
+#include "core/cost/flop_counter.h"
 #include "core/models/dllm.h"
 #include "core/train/checkpoint.h"
 #include "core/train/optimizer.h"
@@ -308,6 +309,19 @@ class TestDLLM : public QObject {
     const auto all_keys = evicting_attention(inputs[0], inputs[1], inputs[2], torch::ones({B, T}, torch::kDouble),
                                              Eviction(eviction), chunk);
     QVERIFY((all_keys - chunked[0]).abs().max().item<double>() > 1e-3);
+  }
+
+  void chunksPricedAsComputed() {
+    // Chunks of 5 rows over T 13: rows 0-4 against keys 0-4, 5-9 against 0-9, 10-12 against 0-12.
+    const std::int64_t B = 2, H = 3, T = 13, hd = 8;
+    QCOMPARE(evicting_attention_pairs(B, H, T, 5), 2.0 * (5 * 5 + 5 * 10 + 3 * 13));
+    QCOMPARE(evicting_attention_pairs(B, H, T, 0), 2.0 * T * T);  // one chunk at this size: the full square
+    const auto q = torch::randn({B, H, T, hd}), k = torch::randn({B, H, T, hd}), v = torch::randn({B, H, T, hd});
+    FlopCounter counter;
+    evicting_attention(q, k, v, torch::ones({B, T}), Eviction::Multiplicative, 5);
+    counter.stop();
+    // Scores and the weighted sum: 2 products of 2 FLOPs per multiply-add over hd, for every head and pair.
+    QCOMPARE(counter.flops(), 4.0 * hd * H * evicting_attention_pairs(B, H, T, 5));
   }
 
   void rateLossByHand() {

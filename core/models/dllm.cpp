@@ -76,13 +76,22 @@ torch::Tensor DLLM::evicting_layer(std::size_t layer, const torch::Tensor& x, co
   const auto keys = repeat_kv(k, H / k.size(1)), values = repeat_kv(v, H / v.size(1));  // (B, H, T, hd)
   // The eviction acts on the probabilities, so no fused attention kernel applies: the chunked form never holds a
   // (B, H, T, T) tensor; attention dropout needs the materialised one.
-  const double dropout = is_training() ? block->attn->options.dropout() : 0.0;
+  const double dropout = training_dropout();
   const auto heads = dropout > 0 ? evicting_attention_materialised(q, keys, values, w, dllm_.eviction(), dropout)
                                  : evicting_attention(q, keys, values, w, dllm_.eviction());  // (B, H, T, hd)
   const auto a = block->attn->output(heads);                                // (B, T, C)
   const auto f = a + block->mlp(block->norm2(x + a));                       // (B, T, C)
   // Official: w Block(x) + (1 - w) x with Block including its residual, i.e. x + w f(x).
   return x + w.unsqueeze(-1) * f;
+}
+
+double DLLM::training_dropout() const {
+  return is_training() && !blocks.empty() ? blocks.front()->attn->options.dropout() : 0.0;
+}
+
+double DLLM::evicting_pairs(std::int64_t B, std::int64_t T) const {
+  if (training_dropout() > 0) return static_cast<double>(B) * static_cast<double>(T) * static_cast<double>(T);
+  return evicting_attention_pairs(B, options_.n_head(), T);
 }
 
 torch::Tensor DLLM::skipping_layer(std::size_t layer, const torch::Tensor& x, const torch::Tensor& positions,
@@ -116,14 +125,15 @@ LayerTrace DLLM::routed_layer_trace(int layer, const torch::Tensor& p_exec, cons
   t.routed_fraction = total / tokens;
   // Priced as executed. Inference runs the decisions: executed tokens only, compacted attention, over the padded
   // (B, K) rows of the compacted sequences (`pairs`: what the attention kernel computed). Training computes
-  // the block for every token (the straight-through estimator needs f(x) of skipped tokens too) with the full
-  // T x T scores, and masks afterwards: a dense layer's work whatever the decisions.
+  // the block for every token (the straight-through estimator needs f(x) of skipped tokens too) and the scores of
+  // every key up to each query chunk's end (evicting_attention), masking afterwards: the decisions change nothing.
   const bool full_block = is_training();
   const auto executed_rows = full_block ? B * T : static_cast<std::int64_t>(total);
   t.tokens_processed = {{"attn", executed_rows}, {"mlp", executed_rows}, {"router", B * T}};
   const double hidden = static_cast<double>(dllm_.router_hidden());
   const double router = linear_flops(tokens, static_cast<double>(shape.d), hidden) + linear_flops(tokens, hidden, 2.0);
-  t.flops = (full_block ? dense_layer_flops(static_cast<double>(B), static_cast<double>(T), shape)
+  if (full_block) pairs = evicting_pairs(B, T);
+  t.flops = (full_block ? block_flops(tokens, pairs, shape)
                         : total > 0 ? block_flops(counts.padded_rows(), pairs, shape) : 0.0) +
             router;
   t.dense_flops = dense_layer_flops(static_cast<double>(B), static_cast<double>(T), shape);

@@ -96,6 +96,10 @@ class DLLM : public TransformerTrunk {
   std::vector<DecisionModule> routers;  ///< per layer; empty holder where the layer always executes
 
  private:
+  /// Attention dropout in training mode (0 in eval): with it the evicting attention runs materialised.
+  double training_dropout() const;
+  /// The score pairs one evicting layer computes over B sequences of T tokens (a trace's price).
+  double evicting_pairs(std::int64_t B, std::int64_t T) const;
   LayerTrace routed_layer_trace(int layer, const torch::Tensor& p_exec, const torch::Tensor& executed,
                                 const Compaction& counts, double pairs) const;
 

@@ -17,13 +17,6 @@ constexpr double kRenormaliseEps = 1e-6;
 /// fp32 elements of one chunk's scores (B, H, rows, T): 256 MB.
 constexpr std::int64_t kEvictionChunkElements = std::int64_t{1} << 26;
 
-std::int64_t eviction_chunk_rows(const torch::Tensor& q, std::int64_t asked) {
-  const auto B = q.size(0), H = q.size(1), T = q.size(2);
-  if (asked > 0) return std::min(asked, T);
-  const auto rows = kEvictionChunkElements / std::max<std::int64_t>(1, B * H * T);
-  return rows >= T ? T : std::max<std::int64_t>(64, rows / 64 * 64);
-}
-
 /// (B, T) fp32: the weight each key's probability is multiplied by. Multiplicative: w itself (its gradient is
 /// taken separately); additive: 1 for w >= 0.5, else 0 (the -inf mask, no gradient).
 torch::Tensor eviction_key_weights(const torch::Tensor& w, Eviction eviction) {
@@ -57,7 +50,7 @@ class EvictingAttentionFunction : public torch::autograd::Function<EvictingAtten
     // recomputes exactly the forward's scores.
     const c10::impl::ExcludeDispatchKeyGuard no_autocast(c10::autocast_dispatch_keyset);
     const auto B = q.size(0), H = q.size(1), T = q.size(2);
-    const auto rows = eviction_chunk_rows(q, query_chunk);
+    const auto rows = evicting_attention_chunk_rows(B, H, T, query_chunk);
     const auto weights = eviction_key_weights(w, multiplicative ? Eviction::Multiplicative : Eviction::Additive);
     const double eps = multiplicative ? kRenormaliseEps : 0.0;
     auto out = torch::empty(q.sizes(), v.options());                          // (B, H, T, hd)
@@ -122,6 +115,22 @@ class EvictingAttentionFunction : public torch::autograd::Function<EvictingAtten
 };
 
 }  // namespace
+
+std::int64_t evicting_attention_chunk_rows(std::int64_t B, std::int64_t H, std::int64_t T, std::int64_t query_chunk) {
+  if (query_chunk > 0) return std::min(query_chunk, T);
+  const auto rows = kEvictionChunkElements / std::max<std::int64_t>(1, B * H * T);
+  return rows >= T ? T : std::max<std::int64_t>(64, rows / 64 * 64);
+}
+
+double evicting_attention_pairs(std::int64_t B, std::int64_t H, std::int64_t T, std::int64_t query_chunk) {
+  const auto rows = evicting_attention_chunk_rows(B, H, T, query_chunk);
+  double pairs = 0;
+  for (std::int64_t i0 = 0; i0 < T; i0 += rows) {
+    const auto n = std::min(rows, T - i0);
+    pairs += static_cast<double>(n) * static_cast<double>(i0 + n);
+  }
+  return static_cast<double>(B) * pairs;
+}
 
 torch::Tensor evicting_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
                                  const torch::Tensor& w, Eviction eviction, std::int64_t query_chunk) {

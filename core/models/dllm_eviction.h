@@ -31,6 +31,13 @@ enum class Eviction {
 torch::Tensor evicting_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
                                  const torch::Tensor& w, Eviction eviction, std::int64_t query_chunk = 0);
 
+/// The query rows of one chunk of evicting_attention for q of shape (B, H, T, hd) when `query_chunk` are asked (0:
+/// the automatic size).
+std::int64_t evicting_attention_chunk_rows(std::int64_t B, std::int64_t H, std::int64_t T, std::int64_t query_chunk = 0);
+/// The (query, key) score pairs per head that evicting_attention computes over a batch of B sequences (each chunk's
+/// rows against the keys up to its last row): B T^2 in one chunk, towards B T^2 / 2 in many. What a trace prices.
+double evicting_attention_pairs(std::int64_t B, std::int64_t H, std::int64_t T, std::int64_t query_chunk = 0);
+
 /// The same attention materialised at once (every (B, H, T, T) intermediate kept by autograd), with attention
 /// dropout `dropout` when > 0: the form D-LLM trains with when dropout is on, and the reference of the tests.
 torch::Tensor evicting_attention_materialised(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
