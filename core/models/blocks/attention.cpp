@@ -201,21 +201,42 @@ torch::Tensor zero_padding(const torch::Tensor& out, const std::vector<std::int6
 }
 
 #if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 3)
-/// While alive, scaled_dot_product_attention leaves cuDNN's attention out (flash or memory-efficient attention run
-/// instead): cuDNN builds an execution plan per new sequence length (127 ms a call on an H100), and compacted routed
-/// sequences change length from step to step. The backward follows the forward's choice.
+/// While one is alive, scaled_dot_product_attention leaves cuDNN's attention out (flash or memory-efficient
+/// attention run instead): cuDNN builds an execution plan per new sequence length (127 ms a call on an H100), and
+/// compacted routed sequences change length from step to step. The backward follows the forward's choice.
+/// LibTorch's switch is process-wide, so the guards of every thread share one count: the first turns cuDNN off, the
+/// last restores the user's setting, and no compacted call sees it turned back on by another thread's guard. A
+/// dense call on another thread meanwhile runs flash or memory-efficient attention too (the same result, to rounding).
 class WithoutCuDnnAttention {
  public:
-  explicit WithoutCuDnnAttention(bool active) : active_(active && at::globalContext().userEnabledCuDNNSDP()) {
-    if (active_) at::globalContext().setSDPUseCuDNN(false);
+  explicit WithoutCuDnnAttention(bool active) : active_(active) {
+    if (!active_) return;
+    auto& shared = holders();
+    std::lock_guard lock(shared.mutex);
+    if (shared.count++ == 0) {
+      shared.restore = at::globalContext().userEnabledCuDNNSDP();
+      if (shared.restore) at::globalContext().setSDPUseCuDNN(false);
+    }
   }
   ~WithoutCuDnnAttention() {
-    if (active_) at::globalContext().setSDPUseCuDNN(true);
+    if (!active_) return;
+    auto& shared = holders();
+    std::lock_guard lock(shared.mutex);
+    if (--shared.count == 0 && shared.restore) at::globalContext().setSDPUseCuDNN(true);
   }
   WithoutCuDnnAttention(const WithoutCuDnnAttention&) = delete;
   WithoutCuDnnAttention& operator=(const WithoutCuDnnAttention&) = delete;
 
  private:
+  struct Holders {
+    std::mutex mutex;
+    int count = 0;         ///< guards alive, every thread
+    bool restore = false;  ///< cuDNN attention was on when the first of them started
+  };
+  static Holders& holders() {
+    static Holders shared;
+    return shared;
+  }
   bool active_;
 };
 #endif
