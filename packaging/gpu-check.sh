@@ -163,6 +163,14 @@ for cfg in smollm-360m-dense dtrnet-360m-bilayer mod-360m dllm-360m; do
     "${byte_level[@]}" --set train.eval_every=1000 --set train.checkpoint_every=1000 --set train.warmup_steps=10 --set train.log_every=5 \
     --db "$work/360m.sqlite"
 done
+# D-LLM at batch 8 in one micro-batch (its preset accumulates 4 x 2, chosen before the chunked eviction), and the
+# routed training steps at the 360M shape with D-LLM among them (it stopped the benchmark while materialised).
+step train-360m-dllm-360m-batch8 60 "$cli" train --config "$root/experiments/dllm-360m.json" --device "$dev" \
+  --steps 30 "${byte_level[@]}" --set train.batch_size=8 --set train.grad_accum=1 --set train.eval_every=1000 \
+  --set train.checkpoint_every=1000 --set train.warmup_steps=10 --set train.log_every=5 --db "$work/360m.sqlite"
+step train-step-routed-360m-bf16 150 "$cli" bench forward --train --device "$dev" --archs dtrnet,mod,tsa,dllm \
+  --embd 960 --layers 32 --heads 15 --kv-heads 5 --lengths 2048 --fractions 0.1,0.3 --batch 8 --reps 3 --warmup 1 \
+  --precision bf16
 # The seeds' regime, the presets' default: token shards with a subword vocabulary (32,000 pieces: 31M more parameters
 # in the embedding and as many in the head than byte level), from the folder GPU_CHECK_SHARDS.
 if [ -n "${GPU_CHECK_SHARDS:-}" ]; then
