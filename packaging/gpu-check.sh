@@ -4,7 +4,8 @@
 # torch.compile; RouteLab eager and replayed as a CUDA graph), the graphed step against the eager one (the same
 # losses) and across a resume, exact resume on CUDA with dropout (a run stopped by SIGINT and resumed must repeat the
 # uninterrupted run's losses bit for bit), routed forwards against dense at T 2048/4096, D-LLM's chunked training
-# attention against the materialised one (time and memory at the 360M layer), 360M-parameter training
+# attention against the materialised one (time and memory at the 360M layer), variable-length flash attention for
+# compacted sequences against the padded path (losses and routed training steps), 360M-parameter training
 # throughput (dense eager and graphed), the quick-start run and the data-parallel step in a group of one (NCCL) against
 # the plain one. Every step prints what it measured into one log; a
 # step that fails is reported and the next one still runs; steps that no longer fit the time budget are skipped, and
@@ -121,6 +122,22 @@ graph_check() {
   return $rc
 }
 
+# Variable-length flash attention for compacted sequences against the padded path: the routed quick-start in bf16
+# trained twice from the same seed, once with ROUTELAB_VARLEN_ATTENTION=0. Other kernels take part, so the curves
+# agree to bf16 rounding, not bit for bit; the check fails on a validation-loss gap above 0.05.
+varlen_check() {
+  local db="$work/varlen.sqlite"
+  local common=(--preset quickstart-dtrnet --device "$dev" --precision bf16 --steps 200 --set train.eval_every=50
+                --db "$db" --quiet)
+  ROUTELAB_VARLEN_ATTENTION=0 "$cli" train "${common[@]}" --name padded || return 1
+  "$cli" train "${common[@]}" --name varlen || return 1
+  "$cli" runs --db "$db" | head -5
+  for run in 1 2; do "$cli" export "$run" --db "$db" | grep ",val/loss," | cut -d, -f3,5 > "$work/varlen$run.csv"; done
+  paste -d, "$work/varlen1.csv" "$work/varlen2.csv" | awk -F, '{ d = $2 - $4; if (d < 0) d = -d; if (d > m) m = d
+    printf "step %s: val loss padded %.4f, varlen %.4f\n", $1, $2, $4 }
+    END { printf "largest |val loss difference| %.4f\n", m; exit (NR == 0 || m > 0.05) }'
+}
+
 say "=== gpu-check $(date -u +%FT%TZ), budget ${budget}s"
 nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.max.sm --format=csv 2>&1 | tee -a "$log"
 "$python" -c 'import torch; print("peer torch", torch.__version__, torch.version.cuda, torch.cuda.get_device_name(0))' 2>&1 |
@@ -154,6 +171,8 @@ for precision in fp32 bf16; do
   step "train-step-routed-batch8-$precision" 120 "$cli" bench forward --train --device "$dev" --lengths 2048,4096 \
     --fractions 0.1,0.3 --batch 8 --reps 5 --warmup 2 --precision "$precision"
 done
+export -f varlen_check
+step varlen-equals-padded 120 bash -c varlen_check
 # D-LLM's training attention at the 360M layer (batch 8, 15 heads of 64): chunked kernel vs materialised form.
 step eviction-360m 90 "$cli" bench eviction --device "$dev" --lengths 2048 --precision both --reps 5 --warmup 2
 # The 360M presets byte-level on the embedded corpus (they default to subword shards, which a GPU box may not have).
@@ -171,6 +190,9 @@ step train-360m-dllm-360m-batch8 60 "$cli" train --config "$root/experiments/dll
 step train-step-routed-360m-bf16 150 "$cli" bench forward --train --device "$dev" --archs dtrnet,mod,tsa,dllm \
   --embd 960 --layers 32 --heads 15 --kv-heads 5 --lengths 2048 --fractions 0.1,0.3 --batch 8 --reps 3 --warmup 1 \
   --precision bf16
+step train-step-routed-360m-bf16-padded 120 env ROUTELAB_VARLEN_ATTENTION=0 "$cli" bench forward --train \
+  --device "$dev" --archs dtrnet,mod --embd 960 --layers 32 --heads 15 --kv-heads 5 --lengths 2048 --fractions 0.1,0.3 \
+  --batch 8 --reps 3 --warmup 1 --precision bf16
 # The seeds' regime, the presets' default: token shards with a subword vocabulary (32,000 pieces: 31M more parameters
 # in the embedding and as many in the head than byte level), from the folder GPU_CHECK_SHARDS.
 if [ -n "${GPU_CHECK_SHARDS:-}" ]; then

@@ -114,6 +114,8 @@ class TestCli : public QObject {
     QVERIFY2(json.isObject(), qPrintable(output));
     QCOMPARE(json["precision"].toString(), precision);
     QCOMPARE(json["mode"].toString(), train ? "train-step" : "forward");
+    // On the CPU compacted sequences run unpadded through RouteLab's fp32 kernel; bf16 takes the padded kernels.
+    QCOMPARE(json["compacted_attention"].toString(), precision == "fp32" ? "unpadded CPU kernel" : "padded");
     const auto rows = json["rows"].toArray();
     QCOMPARE(rows.size(), 4);  // 2 lengths x 1 fraction x 2 architectures
     for (const auto& value : rows) {

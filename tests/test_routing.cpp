@@ -6,6 +6,7 @@
 
 #include "core/models/blocks/attention.h"
 #include "core/models/blocks/routing.h"
+#include "core/models/blocks/varlen_packing.h"
 #include "core/util/errors.h"
 #include "tests/suite.h"
 
@@ -210,6 +211,31 @@ class TestRouting : public QObject {
       QVERIFY(torch::allclose(dk[b].narrow(1, 0, n), kb.grad(), tol, tol));
       QVERIFY(torch::allclose(dv[b].narrow(1, 0, n), vb.grad(), tol, tol));
     }
+  }
+
+  void varlenPackingFollowsCumulativeLengths() {
+    // What a GPU's varlen flash attention receives and returns (it runs on CUDA only): the real rows packed one
+    // sequence after another, cumulative lengths over the non-empty sequences, and the result put back. Attention run
+    // segment by segment over the packed rows, then unpacked, equals the padded causal attention of the sequences.
+    const std::int64_t B = 4, H = 4, Hkv = 2, K = 9, hd = 8;
+    const std::vector<std::int64_t> lengths{9, 0, 4, 1};
+    const auto packing = varlen_packing(lengths, K, torch::kCPU);
+    QCOMPARE(packing.longest, std::int64_t{9});
+    QVERIFY(torch::equal(packing.starts, torch::tensor({0, 9, 13, 14}, torch::kInt)));
+    QCOMPARE(packing.rows.size(0), std::int64_t{14});
+    const auto q = torch::randn({B, H, K, hd}), k = torch::randn({B, Hkv, K, hd}), v = torch::randn({B, Hkv, K, hd});
+    const auto pq = pack_rows(q, packing), pk = pack_rows(k, packing), pv = pack_rows(v, packing);  // (14, heads, hd)
+    QVERIFY(torch::equal(pq.narrow(0, 9, 4), q[2].narrow(1, 0, 4).transpose(0, 1)));  // sequence 2's rows, in order
+    std::vector<torch::Tensor> segments;
+    for (std::int64_t s = 0; s + 1 < packing.starts.size(0); ++s) {
+      const auto from = packing.starts[s].item<std::int64_t>(), n = packing.starts[s + 1].item<std::int64_t>() - from;
+      const auto part = [&](const torch::Tensor& x) { return x.narrow(0, from, n).transpose(0, 1).unsqueeze(0); };
+      segments.push_back(causal_attention(part(pq), part(pk), part(pv)).squeeze(0).transpose(0, 1));  // (n, H, hd)
+    }
+    const auto out = unpack_rows(torch::cat(segments), packing);  // (B, H, K, hd)
+    QVERIFY(torch::allclose(out, causal_attention(q, k, v, 0.0, false, lengths), 1e-5, 1e-5));
+    QCOMPARE(out[1].abs().sum().item<double>(), 0.0);  // the empty sequence
+    QVERIFY(!varlen_attention_active(q.to(torch::kBFloat16)));  // a CPU tensor never takes the GPU kernel
   }
 };
 

@@ -20,6 +20,7 @@
 #include "core/bench/bench_timing.h"
 #include "core/config/experiment_config.h"
 #include "core/cost/flop_counter.h"
+#include "core/models/blocks/attention.h"
 #include "core/models/language_model.h"
 #include "core/models/registry.h"
 #include "core/train/optimizer.h"
@@ -205,6 +206,13 @@ ForwardBenchResult bench_forward(const ForwardBenchOptions& in) {
       }
     }
   }
+  // After the runs: a GPU without flash attention's varlen kernel has fallen back to padded by now.
+  const auto head_dim = o.n_embd / o.n_head;
+  const auto probe = torch::empty({1, o.n_head, 1, head_dim},
+                                  torch::TensorOptions().device(device).dtype(o.bf16 ? torch::kBFloat16 : torch::kFloat));
+  result.compacted_attention = varlen_attention_active(probe) ? "varlen flash"
+                               : device.is_cpu() && !o.bf16   ? "unpadded CPU kernel"
+                                                              : "padded";
   return result;
 }
 
@@ -216,7 +224,8 @@ std::string ForwardBenchResult::to_table() const {
     << (o.train ? "; training step (training-mode forward, loss, backward, clip, AdamW at lr 0)"
                 : "; eval-mode forward")
     << ", median of " << o.reps
-    << " interleaved reps after " << o.warmup << " warm-up\n"
+    << " interleaved reps after " << o.warmup << " warm-up; compacted sequences attended " << compacted_attention
+    << "\n"
     << "routed = measured mean routed fraction of the routed layers (TSA: FFN share) after forcing the routers to "
        "the target; FLOPs ratio = sum of LayerTrace flops / dense_flops of that forward (layers; LM head excluded); "
        "quotient = time ratio / FLOPs ratio\n";
@@ -269,6 +278,7 @@ nlohmann::json ForwardBenchResult::to_json() const {
   return {{"device", device}, {"threads", threads}, {"batch", o.batch}, {"n_embd", o.n_embd},
           {"n_layer", o.n_layer}, {"n_head", o.n_head}, {"precision", o.bf16 ? "bf16" : "fp32"}, {"reps", o.reps},
           {"mode", o.train ? "train-step" : "forward"},
+          {"compacted_attention", compacted_attention},
           {"warmup", o.warmup},
           {"rows", rows_json}};
 }

@@ -58,6 +58,9 @@ struct ForwardBenchResult {
   ForwardBenchOptions options;  ///< as run (quick applied)
   int threads = 0;
   std::string device;
+  /// How compacted sequences were attended: "varlen flash" (a GPU in half precision), "padded" (to the longest
+  /// sequence), "unpadded CPU kernel" (CPU fp32).
+  std::string compacted_attention;
   std::vector<ForwardBenchRow> rows;
   std::string to_table() const;
   nlohmann::json to_json() const;

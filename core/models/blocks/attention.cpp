@@ -5,7 +5,9 @@
 #include "core/models/blocks/attention.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
+#include <cstdlib>
 #include <limits>
 #include <map>
 #include <mutex>
@@ -17,7 +19,9 @@
 #include <torch/version.h>
 
 #include "core/inference/kv_cache.h"
+#include "core/models/blocks/varlen_packing.h"
 #include "core/util/device.h"
+#include "core/util/logging.h"
 
 namespace routelab {
 namespace {
@@ -239,9 +243,43 @@ class WithoutCuDnnAttention {
   }
   bool active_;
 };
+
+/// Compacted sequences attended without their padding (varlen_packing.h): flash attention over the cumulative
+/// lengths of their real rows, grouped key/value heads served natively (without repeat_kv's copies). -> (B, H, K, hd)
+torch::Tensor flash_varlen_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
+                                     const std::vector<std::int64_t>& lengths, double dropout) {
+  const auto packing = varlen_packing(lengths, q.size(2), q.device());
+  const auto packed = std::get<0>(at::_flash_attention_forward(
+      pack_rows(q, packing), pack_rows(k, packing), pack_rows(v, packing), packing.starts, packing.starts,
+      packing.longest, packing.longest, dropout, /*is_causal=*/true, /*return_debug_mask=*/false));  // (total, H, hd)
+  return unpack_rows(packed, packing);
+}
+
+/// Whether compacted sequences take flash_varlen_attention: on a GPU in half precision with a head width flash
+/// attention takes, unless ROUTELAB_VARLEN_ATTENTION=0 (the padded path, for comparisons) or a call failed before
+/// (a GPU without flash attention's kernels: padded from then on, said once in the log).
+std::atomic<bool> varlen_attention_failed{false};
+
+bool use_varlen_attention(const torch::Tensor& q) {
+  static const bool disabled = [] {
+    const char* env = std::getenv("ROUTELAB_VARLEN_ATTENTION");
+    return env != nullptr && std::string(env) == "0";
+  }();
+  const auto type = q.scalar_type();
+  return q.is_cuda() && !disabled && !varlen_attention_failed.load() &&
+         (type == torch::kBFloat16 || type == torch::kHalf) && q.size(3) % 8 == 0 && q.size(3) <= 256;
+}
 #endif
 
 }  // namespace
+
+bool varlen_attention_active(const torch::Tensor& q) {
+#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 3)
+  return use_varlen_attention(q);
+#else
+  return false;
+#endif
+}
 
 torch::Tensor causal_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
                                double dropout, bool training, const std::vector<std::int64_t>& lengths,
@@ -260,6 +298,22 @@ torch::Tensor causal_attention(const torch::Tensor& q, const torch::Tensor& k, c
     }
     return CpuCausalAttention::apply(q, kf, vf, lengths);
   }
+#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 3)
+  if (!lengths.empty() && Tq == Tk && use_varlen_attention(q)) {
+    try {
+      auto out = flash_varlen_attention(q, k, v, lengths, dropping ? dropout : 0.0);
+      if (pairs) {
+        *pairs = 0;
+        for (const auto n : lengths) *pairs += std::pow(static_cast<double>(n), 2);
+      }
+      return out;
+    } catch (const c10::Error& e) {
+      varlen_attention_failed = true;
+      logger("core")->warn("variable-length flash attention failed ({}); compacted sequences run padded from now on",
+                           e.what_without_backtrace());
+    }
+  }
+#endif
   if (pairs) *pairs = static_cast<double>(B) * static_cast<double>(Tq) * static_cast<double>(Tk);
   // Elsewhere compacted sequences run padded to the longest one: padding sits after every real token, so the
   // causal mask already hides it from real queries, and the padded rows are zeroed.

@@ -40,12 +40,18 @@ inline constexpr const char* kCpuAttentionEvent = "routelab::cpu_attention";
 /// Scaled dot-product attention of q (B, H, Tq, hd) over k, v (B, Hkv, Tk, hd), causal with the queries
 /// aligned to the last Tq keys; Hkv divides H (key/value head h/(H/Hkv) serves query head h). -> (B, H, Tq, hd)
 /// With `lengths` (one per sequence, Tq == Tk) sequence b holds lengths[b] real tokens followed by padding:
-/// its attention costs lengths[b]^2 on CPU fp32 (B Tq Tk elsewhere: the kernels run the padded rectangle), and
-/// the output rows of the padding are zero. `pairs`, when given, receives the (query, key) pairs per head the
+/// its attention costs lengths[b]^2 on CPU fp32 and on a GPU in half precision (varlen_attention_active; B Tq Tk
+/// elsewhere: the kernels run the padded rectangle), and the output rows of the padding are zero. `pairs`, when given, receives the (query, key) pairs per head the
 /// kernel computed: what a trace prices (attention_core_flops).
 torch::Tensor causal_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
                                double dropout = 0.0, bool training = false,
                                const std::vector<std::int64_t>& lengths = {}, double* pairs = nullptr);
+
+/// Whether compacted sequences like q's (B, H, K, hd) are attended without their padding on a GPU: flash attention
+/// over cumulative sequence lengths (LibTorch 2.x's at::_flash_attention_forward), taken for bf16/fp16 on CUDA with
+/// head widths a multiple of 8 up to 256. ROUTELAB_VARLEN_ATTENTION=0 keeps them padded (for comparisons); a GPU
+/// whose LibTorch lacks the kernel falls back to padded after the first failed call, with a warning.
+bool varlen_attention_active(const torch::Tensor& q);
 
 /// y = x W^T + b through at::linear (one addmm for contiguous 2-D/3-D input), not the C++ frontend's
 /// functional linear (matmul followed by a separate bias add in LibTorch 1.13).
