@@ -194,12 +194,12 @@ int run_bench_eviction(const EvictionBenchOptions& o) {
             << o.batch << ", " << o.heads << " heads of " << o.head_dim << ", " << 100.0 * o.executed
             << "% of keys executed, median of " << o.reps << " after " << o.warmup << " warm-up\n"
             << "(peak: the most held above the inputs; saved: held after the forward, until the backward)\n"
-            << "| precision | T | chunked ms | materialised ms | speed-up | chunked peak / saved MB | "
+            << "| precision | T | chunk rows | chunked ms | materialised ms | speed-up | chunked peak / saved MB | "
                "materialised peak / saved MB | max |out diff| | max |grad diff| | max |grad| |\n"
-               "|---|---|---|---|---|---|---|---|---|---|\n";
+               "|---|---|---|---|---|---|---|---|---|---|---|\n";
   const auto num = [](double v, int precision) { return v < 0 ? std::string("-") : fixed(v, precision); };
   for (const auto& r : bench_eviction(o)) {
-    std::cout << "| " << r.precision << " | " << r.context << " | " << num(r.chunked_ms, 1) << " | "
+    std::cout << "| " << r.precision << " | " << r.context << " | " << r.chunk_rows << " | " << num(r.chunked_ms, 1) << " | "
               << num(r.materialised_ms, 1) << " | "
               << (r.materialised_ms < 0 ? std::string("-") : fixed(r.materialised_ms / r.chunked_ms, 2) + "x") << " | "
               << num(r.chunked_peak_mb, 0) << " / " << num(r.chunked_saved_mb, 0) << " | "
@@ -285,6 +285,8 @@ void add_cost_commands(CLI::App& app, CLI::App& bench, CommandAction& action) {
   eviction->add_option("--reps", e->reps, "timed repetitions (median)")->check(CLI::Range(1, 1000000));
   eviction->add_option("--warmup", e->warmup, "untimed repetitions first")->check(CLI::Range(0, 1000000));
   eviction->add_option("--threads", e->threads, "threads (0: all cores)")->check(CLI::Range(0, 1024));
+  eviction->add_option("--chunk", e->query_chunk, "query rows per chunk of the chunked kernel (0: automatic)")
+      ->check(CLI::Range(0, 1000000000));
   eviction->add_flag("--chunked-only", [e](std::int64_t n) { e->materialised = n == 0; },
                      "time the chunked kernel alone (the materialised form needs O(B H T^2) memory)");
   eviction->callback([&action, e] { action = [e] { return run_bench_eviction(*e); }; });

@@ -18,11 +18,13 @@ struct EvictionBenchOptions {
   int reps = 5, warmup = 2;
   int threads = 0;                 ///< CPU threads (0: all cores)
   bool materialised = true;        ///< also time the materialised form (O(B H T^2) memory)
+  std::int64_t query_chunk = 0;    ///< rows per chunk of the chunked kernel (0: its automatic size)
 };
 
 struct EvictionBenchRow {
   std::string precision;
   std::int64_t context = 0;
+  std::int64_t chunk_rows = 0;                               ///< rows per chunk the chunked kernel ran
   double chunked_ms = 0, materialised_ms = -1;               ///< forward + backward, median; -1: not run
   double chunked_peak_mb = -1, materialised_peak_mb = -1;    ///< above the inputs; -1: not tracked or not run
   double chunked_saved_mb = -1, materialised_saved_mb = -1;  ///< held after the forward, output included

@@ -125,7 +125,8 @@ ProbeMap probe_map(const RunStore& store, std::int64_t run_id, std::int64_t step
   m.map.colour_label = decisions ? "decision" : "gate";
   for (std::size_t r = 0; r < probe->layers.size(); ++r) {
     const auto& l = probe->layers[r];
-    m.map.row_labels.push_back("L" + std::to_string(l.layer));
+    std::string label = "L";  // appended: "L" + to_string() here draws GCC 12's false -Warray-bounds from insert()
+    m.map.row_labels.push_back(label.append(std::to_string(l.layer)));
     // A layer with hard decisions only shows them on the gate map too.
     const auto& values = decisions || l.gate.empty() ? l.decision : l.gate;
     for (std::size_t c = 0; c < m.map.cols && c < values.size(); ++c) m.map.values[r * m.map.cols + c] = values[c];

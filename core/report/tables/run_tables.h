@@ -31,7 +31,7 @@ struct TableSpec {
   /// last step), each column's value at the last step of that epoch at or before its end; cells over seeds.
   bool per_epoch = false;
   /// Adds one column per expert i from the metrics `<expert_prefix><i>` (e.g. val/load/E0, E1, ...), per epoch.
-  std::string expert_prefix;
+  std::string expert_prefix{};  // an initializer: specs that leave it out are not "missing" it (-Wextra)
 };
 
 /// The named layouts, sorted by name.
