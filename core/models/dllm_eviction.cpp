@@ -14,7 +14,7 @@ namespace {
 
 /// Official model_train.py: probs / (probs.sum(-1) + 1e-6).
 constexpr double kRenormaliseEps = 1e-6;
-/// fp32 elements of one chunk's scores (B, H, rows, T): 256 MB.
+/// fp32 elements of one chunk's scores (B, H, rows, T) at most: 256 MB.
 constexpr std::int64_t kEvictionChunkElements = std::int64_t{1} << 26;
 
 /// (B, T) fp32: the weight each key's probability is multiplied by. Multiplicative: w itself (its gradient is
@@ -118,8 +118,11 @@ class EvictingAttentionFunction : public torch::autograd::Function<EvictingAtten
 
 std::int64_t evicting_attention_chunk_rows(std::int64_t B, std::int64_t H, std::int64_t T, std::int64_t query_chunk) {
   if (query_chunk > 0) return std::min(query_chunk, T);
-  const auto rows = kEvictionChunkElements / std::max<std::int64_t>(1, B * H * T);
-  return rows >= T ? T : std::max<std::int64_t>(64, rows / 64 * 64);
+  // At least four chunks from T 1024 on (5/8 of the square computed instead of all of it: 1.39x the materialised
+  // form's speed at T 2048 on the CPU, against 1.00x in one chunk), none under 256 rows, and within the budget.
+  const auto quarter = std::max<std::int64_t>(256, ((T + 3) / 4 + 63) / 64 * 64);
+  const auto budget = std::max<std::int64_t>(64, kEvictionChunkElements / std::max<std::int64_t>(1, B * H * T) / 64 * 64);
+  return std::min({T, quarter, budget});
 }
 
 double evicting_attention_pairs(std::int64_t B, std::int64_t H, std::int64_t T, std::int64_t query_chunk) {

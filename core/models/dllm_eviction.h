@@ -26,7 +26,7 @@ enum class Eviction {
 /// Computed query chunk by query chunk against the keys up to the chunk's last position (the causal half only); the
 /// backward recomputes each chunk's scores from q, k and the saved per-row log-normaliser, flash-attention style, so
 /// the memory held for the backward is O(B H T hd) rather than O(B H T^2). `query_chunk` rows per chunk; 0 picks
-/// as many as keep one chunk's (B, H, rows, T) fp32 scores near 256 MB. Attention dropout is not supported here
+/// a quarter of T (at least 256 rows), fewer where one chunk's (B, H, rows, T) fp32 scores would pass 256 MB. Attention dropout is not supported here
 /// (evicting_attention_materialised takes it).
 torch::Tensor evicting_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
                                  const torch::Tensor& w, Eviction eviction, std::int64_t query_chunk = 0);
