@@ -13,6 +13,7 @@
 #include <ATen/detail/CUDAHooksInterface.h>
 #if ROUTELAB_WITH_CUDA
 #include <c10/cuda/CUDACachingAllocator.h>
+#include <c10/cuda/CUDAFunctions.h>
 #endif
 
 #include "core/util/cpu_allocator.h"
@@ -57,20 +58,34 @@ torch::Tensor copy_to_device(const torch::Tensor& t, const torch::Device& device
   return t.to(device);
 }
 
+#if ROUTELAB_WITH_CUDA
+namespace {
+
+c10::DeviceIndex cuda_index(const torch::Device& device) {
+  return device.has_index() ? device.index() : c10::cuda::current_device();
+}
+
+/// Bytes held by tensors on a GPU, now or at their peak (PyTorch's memory_allocated / max_memory_allocated).
+std::int64_t cuda_allocated_bytes(const torch::Device& device, bool peak) {
+  const auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(cuda_index(device));
+  const auto& all_pools = stats.allocated_bytes[0];  // StatType::AGGREGATE
+  return peak ? all_pools.peak : all_pools.current;
+}
+
+}  // namespace
+#endif
+
 void reset_peak_memory(const torch::Device& device) {
   if (device.is_cpu()) reset_cpu_peak();
 #if ROUTELAB_WITH_CUDA
-  if (device.is_cuda()) c10::cuda::CUDACachingAllocator::resetPeakStats(device.has_index() ? device.index() : 0);
+  if (device.is_cuda()) c10::cuda::CUDACachingAllocator::resetPeakStats(cuda_index(device));
 #endif
 }
 
 std::int64_t peak_memory_bytes(const torch::Device& device) {
   if (device.is_cpu()) return cpu_cache_installed() ? cpu_cache_stats().peak_live_bytes : -1;
 #if ROUTELAB_WITH_CUDA
-  if (device.is_cuda()) {
-    const auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(device.has_index() ? device.index() : 0);
-    return stats.allocated_bytes[0].peak;  // StatType::AGGREGATE
-  }
+  if (device.is_cuda()) return cuda_allocated_bytes(device, /*peak=*/true);
 #endif
   return -1;
 }
@@ -78,10 +93,7 @@ std::int64_t peak_memory_bytes(const torch::Device& device) {
 std::int64_t memory_allocated_bytes(const torch::Device& device) {
   if (device.is_cpu()) return cpu_cache_installed() ? cpu_cache_stats().live_bytes : -1;
 #if ROUTELAB_WITH_CUDA
-  if (device.is_cuda()) {
-    const auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(device.has_index() ? device.index() : 0);
-    return stats.allocated_bytes[0].current;
-  }
+  if (device.is_cuda()) return cuda_allocated_bytes(device, /*peak=*/false);
 #endif
   return -1;
 }
