@@ -105,6 +105,34 @@ class TestDenseModel : public QObject {
     for (int i = 0; i < 3; ++i) QVERIFY(torch::allclose(grads_fast[i], grads_ref[i], 1e-5, 1e-6));
   }
 
+  void rmsNormIsLlamas_data() {
+    QTest::addColumn<bool>("bf16");
+    QTest::newRow("fp32") << false;  // LibTorch 2.4+ runs its rms_norm (one kernel on CUDA): the same arithmetic
+    QTest::newRow("bf16-input") << true;  // Llama's order: normalised in fp32, cast back, then the weight
+  }
+  void rmsNormIsLlamas() {
+    QFETCH(bool, bf16);
+    Norm norm(NormOptions(48).eps(1e-5));
+    {
+      torch::NoGradGuard no_grad;
+      norm->weight.uniform_(0.5, 1.5);
+    }
+    const auto input = (torch::randn({3, 7, 48}) * 4).to(bf16 ? torch::kBFloat16 : torch::kFloat);
+    const auto upstream = torch::randn({3, 7, 48});
+    const auto x = input.clone().requires_grad_(), x_ref = input.clone().requires_grad_();
+    const auto w_ref = norm->weight.detach().clone().requires_grad_();
+    const auto out = norm(x);
+    const auto xf = x_ref.to(torch::kFloat);
+    const auto ref = (xf * torch::rsqrt(xf.pow(2).mean(-1, true) + 1e-5)).to(input.scalar_type()) * w_ref;
+    QCOMPARE(out.scalar_type(), ref.scalar_type());
+    (out.to(torch::kFloat) * upstream).sum().backward();
+    (ref.to(torch::kFloat) * upstream).sum().backward();
+    const double tol = bf16 ? 1e-2 : 1e-5;
+    QVERIFY(torch::allclose(out.to(torch::kFloat), ref.to(torch::kFloat), tol, tol));
+    QVERIFY(torch::allclose(x.grad().to(torch::kFloat), x_ref.grad().to(torch::kFloat), tol, tol));
+    QVERIFY(torch::allclose(norm->weight.grad(), w_ref.grad(), tol, tol));
+  }
+
   void valueOnlyIsSelfAttention() {
     // A token that attends only to itself gets W_O W_V x: the same as attention over a one-token sequence.
     CausalSelfAttention attn(AttentionOptions(32, 4).n_kv_head(2).max_positions(8));
