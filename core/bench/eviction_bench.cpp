@@ -10,49 +10,41 @@ namespace routelab {
 
 namespace {
 
-/// The forward of one form on fresh leaves (`chunk`: the chunked kernel's rows per chunk, 0 automatic).
-torch::Tensor eviction_forward(const std::vector<torch::Tensor>& leaves, bool chunked, std::int64_t chunk) {
-  return chunked ? evicting_attention(leaves[0], leaves[1], leaves[2], leaves[3], Eviction::Multiplicative, chunk)
-                 : evicting_attention_materialised(leaves[0], leaves[1], leaves[2], leaves[3], Eviction::Multiplicative);
-}
-
-std::vector<torch::Tensor> eviction_leaves(const std::vector<torch::Tensor>& inputs) {
-  std::vector<torch::Tensor> leaves;
-  for (const auto& t : inputs) leaves.push_back(t.detach().requires_grad_());
-  return leaves;
-}
-
-/// Output and the gradients of <output, upstream> with respect to q, k, v and w, through one form.
-std::vector<torch::Tensor> eviction_pass(const std::vector<torch::Tensor>& inputs, const torch::Tensor& upstream,
-                                         bool chunked, std::int64_t chunk) {
-  const auto leaves = eviction_leaves(inputs);
-  const auto out = eviction_forward(leaves, chunked, chunk);
-  (out * upstream).sum().backward();
-  std::vector<torch::Tensor> results = {out.detach()};
-  for (const auto& leaf : leaves) results.push_back(leaf.grad());
-  return results;
-}
-
 struct EvictionMemory {
   double peak_mb = -1, saved_mb = -1;
 };
 
-/// What one forward + backward holds above the memory allocated before it: at its peak, and after the forward
-/// (the output and everything autograd keeps for the backward). -1 where the device is not tracked.
-EvictionMemory eviction_memory(const std::vector<torch::Tensor>& inputs, const torch::Tensor& upstream, bool chunked,
-                               std::int64_t chunk, const torch::Device& device) {
-  synchronize(device);
-  reset_peak_memory(device);
-  const auto before = memory_allocated_bytes(device);
-  if (before < 0) return {};
-  const auto leaves = eviction_leaves(inputs);
-  const auto out = eviction_forward(leaves, chunked, chunk);
-  synchronize(device);
-  const auto saved = memory_allocated_bytes(device);
+/// Output and the gradients of <output, upstream> with respect to q, k, v and w, through one form (`chunk`: the
+/// chunked kernel's rows per chunk, 0 automatic). With `memory`, also what the pass holds above the memory allocated
+/// before it: at its peak, and after the forward (the output and all autograd keeps for the backward); -1 where the
+/// device is not tracked.
+std::vector<torch::Tensor> eviction_pass(const std::vector<torch::Tensor>& inputs, const torch::Tensor& upstream,
+                                         bool chunked, std::int64_t chunk, const torch::Device& device,
+                                         EvictionMemory* memory = nullptr) {
+  std::int64_t before = -1, saved = -1;
+  if (memory) {
+    synchronize(device);
+    reset_peak_memory(device);
+    before = device_memory(device).allocated;
+  }
+  std::vector<torch::Tensor> leaves;
+  for (const auto& t : inputs) leaves.push_back(t.detach().requires_grad_());
+  const auto out = chunked ? evicting_attention(leaves[0], leaves[1], leaves[2], leaves[3], Eviction::Multiplicative, chunk)
+                           : evicting_attention_materialised(leaves[0], leaves[1], leaves[2], leaves[3],
+                                                             Eviction::Multiplicative);
+  if (memory) {
+    synchronize(device);
+    saved = device_memory(device).allocated;
+  }
   (out * upstream).sum().backward();
-  synchronize(device);
-  const auto mb = [&](std::int64_t bytes) { return static_cast<double>(bytes - before) / (1 << 20); };
-  return {mb(peak_memory_bytes(device)), mb(saved)};
+  if (memory && before >= 0) {
+    synchronize(device);
+    const auto mb = [&](std::int64_t bytes) { return static_cast<double>(bytes - before) / (1 << 20); };
+    *memory = {mb(device_memory(device).peak), mb(saved)};
+  }
+  std::vector<torch::Tensor> results = {out.detach()};
+  for (const auto& leaf : leaves) results.push_back(leaf.grad());
+  return results;
 }
 
 }  // namespace
@@ -78,14 +70,14 @@ std::vector<EvictionBenchRow> bench_eviction(const EvictionBenchOptions& o) {
       r.context = T;
       r.chunk_rows = evicting_attention_chunk_rows(o.batch, o.heads, T, o.query_chunk);
       const auto chunk = o.query_chunk;
-      const auto chunked_memory = eviction_memory(inputs, upstream, true, chunk, device);
-      r.chunked_peak_mb = chunked_memory.peak_mb;
-      r.chunked_saved_mb = chunked_memory.saved_mb;
+      EvictionMemory memory;
+      const auto a = eviction_pass(inputs, upstream, true, chunk, device, &memory);
+      r.chunked_peak_mb = memory.peak_mb;
+      r.chunked_saved_mb = memory.saved_mb;
       if (o.materialised) {
-        const auto materialised_memory = eviction_memory(inputs, upstream, false, chunk, device);
-        r.materialised_peak_mb = materialised_memory.peak_mb;
-        r.materialised_saved_mb = materialised_memory.saved_mb;
-        const auto a = eviction_pass(inputs, upstream, true, chunk), b = eviction_pass(inputs, upstream, false, chunk);
+        const auto b = eviction_pass(inputs, upstream, false, chunk, device, &memory);
+        r.materialised_peak_mb = memory.peak_mb;
+        r.materialised_saved_mb = memory.saved_mb;
         r.output_diff = (a[0] - b[0]).abs().max().item<double>();
         r.grad_diff = 0;
         for (std::size_t i = 1; i < a.size(); ++i) {
@@ -95,8 +87,8 @@ std::vector<EvictionBenchRow> bench_eviction(const EvictionBenchOptions& o) {
       }
       std::vector<double> chunked, materialised;  // interleaved, after warm-up
       for (int i = 0; i < o.warmup + o.reps; ++i) {
-        const double tc = time_ms([&] { eviction_pass(inputs, upstream, true, chunk); }, device);
-        const double tm = o.materialised ? time_ms([&] { eviction_pass(inputs, upstream, false, chunk); }, device) : -1;
+        const double tc = time_ms([&] { eviction_pass(inputs, upstream, true, chunk, device); }, device);
+        const double tm = o.materialised ? time_ms([&] { eviction_pass(inputs, upstream, false, chunk, device); }, device) : -1;
         if (i < o.warmup) continue;
         chunked.push_back(tc);
         materialised.push_back(tm);

@@ -207,10 +207,8 @@ ForwardBenchResult bench_forward(const ForwardBenchOptions& in) {
     }
   }
   // After the runs: a GPU without flash attention's varlen kernel has fallen back to padded by now.
-  const auto head_dim = o.n_embd / o.n_head;
-  const auto probe = torch::empty({1, o.n_head, 1, head_dim},
-                                  torch::TensorOptions().device(device).dtype(o.bf16 ? torch::kBFloat16 : torch::kFloat));
-  result.compacted_attention = varlen_attention_active(probe) ? "varlen flash"
+  const auto type = o.bf16 ? torch::kBFloat16 : torch::kFloat;
+  result.compacted_attention = varlen_attention_active(device, type, o.n_embd / o.n_head) ? "varlen flash"
                                : device.is_cpu() && !o.bf16   ? "unpadded CPU kernel"
                                                               : "padded";
   return result;

@@ -85,9 +85,7 @@ torch::Tensor DLLM::evicting_layer(std::size_t layer, const torch::Tensor& x, co
   return x + w.unsqueeze(-1) * f;
 }
 
-double DLLM::training_dropout() const {
-  return is_training() && !blocks.empty() ? blocks.front()->attn->options.dropout() : 0.0;
-}
+double DLLM::training_dropout() const { return is_training() ? options_.dropout() : 0.0; }
 
 double DLLM::evicting_pairs(std::int64_t B, std::int64_t T) const {
   if (training_dropout() > 0) return static_cast<double>(B) * static_cast<double>(T) * static_cast<double>(T);

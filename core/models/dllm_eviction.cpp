@@ -44,15 +44,15 @@ torch::Tensor eviction_chunk_scores(const torch::Tensor& q, const torch::Tensor&
 class EvictingAttentionFunction : public torch::autograd::Function<EvictingAttentionFunction> {
  public:
   static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& q, const torch::Tensor& k,
-                               const torch::Tensor& v, const torch::Tensor& w, bool multiplicative,
+                               const torch::Tensor& v, const torch::Tensor& w, Eviction eviction,
                                std::int64_t query_chunk) {
     // Both passes run in the inputs' dtypes with autocast off, so the backward (which autocast does not reach)
     // recomputes exactly the forward's scores.
     const c10::impl::ExcludeDispatchKeyGuard no_autocast(c10::autocast_dispatch_keyset);
     const auto B = q.size(0), H = q.size(1), T = q.size(2);
     const auto rows = evicting_attention_chunk_rows(B, H, T, query_chunk);
-    const auto weights = eviction_key_weights(w, multiplicative ? Eviction::Multiplicative : Eviction::Additive);
-    const double eps = multiplicative ? kRenormaliseEps : 0.0;
+    const auto weights = eviction_key_weights(w, eviction);
+    const double eps = eviction == Eviction::Multiplicative ? kRenormaliseEps : 0.0;
     auto out = torch::empty(q.sizes(), v.options());                          // (B, H, T, hd)
     auto lse = torch::empty({B, H, T}, q.options().dtype(torch::kFloat));  // log of R's denominator, per row
     for (std::int64_t i0 = 0; i0 < T; i0 += rows) {
@@ -69,7 +69,7 @@ class EvictingAttentionFunction : public torch::autograd::Function<EvictingAtten
       lse.narrow(2, i0, n).copy_((top + denominator.log()).squeeze(-1));
     }
     ctx->save_for_backward({q, k, v, w, lse});
-    ctx->saved_data["multiplicative"] = multiplicative;
+    ctx->saved_data["eviction"] = static_cast<std::int64_t>(eviction);
     ctx->saved_data["rows"] = rows;
     return out;
   }
@@ -79,12 +79,13 @@ class EvictingAttentionFunction : public torch::autograd::Function<EvictingAtten
     const c10::impl::ExcludeDispatchKeyGuard no_autocast(c10::autocast_dispatch_keyset);
     const auto saved = ctx->get_saved_variables();
     const auto &q = saved[0], &k = saved[1], &v = saved[2], &w = saved[3], &lse = saved[4];
-    const bool multiplicative = ctx->saved_data["multiplicative"].toBool();
+    const auto eviction = static_cast<Eviction>(ctx->saved_data["eviction"].toInt());
+    const bool multiplicative = eviction == Eviction::Multiplicative;
     const auto rows = ctx->saved_data["rows"].toInt();
     const auto B = q.size(0), T = q.size(2);
     const double eps = multiplicative ? kRenormaliseEps : 0.0;
     const double scale = 1.0 / std::sqrt(static_cast<double>(q.size(3)));
-    const auto weights = eviction_key_weights(w, multiplicative ? Eviction::Multiplicative : Eviction::Additive);
+    const auto weights = eviction_key_weights(w, eviction);
     const auto grad_out = grads[0].to(v.scalar_type());  // (B, H, T, hd)
     const auto f32 = q.options().dtype(torch::kFloat);
     auto dq = torch::empty(q.sizes(), q.options());
@@ -139,7 +140,7 @@ torch::Tensor evicting_attention(const torch::Tensor& q, const torch::Tensor& k,
                                  const torch::Tensor& w, Eviction eviction, std::int64_t query_chunk) {
   TORCH_CHECK(k.size(2) == q.size(2) && v.size(2) == q.size(2) && w.size(1) == q.size(2),
               "evicting_attention: queries, keys, values and flags must cover the same positions");
-  return EvictingAttentionFunction::apply(q, k, v, w, eviction == Eviction::Multiplicative, query_chunk);
+  return EvictingAttentionFunction::apply(q, k, v, w, eviction, query_chunk);
 }
 
 torch::Tensor evicting_attention_materialised(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,

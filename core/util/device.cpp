@@ -65,37 +65,30 @@ c10::DeviceIndex cuda_index(const torch::Device& device) {
   return device.has_index() ? device.index() : c10::cuda::current_device();
 }
 
-/// Bytes held by tensors on a GPU, now or at their peak (PyTorch's memory_allocated / max_memory_allocated).
-std::int64_t cuda_allocated_bytes(const torch::Device& device, bool peak) {
-  const auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(cuda_index(device));
-  const auto& all_pools = stats.allocated_bytes[0];  // StatType::AGGREGATE
-  return peak ? all_pools.peak : all_pools.current;
-}
-
 }  // namespace
 #endif
+
+DeviceMemory device_memory(const torch::Device& device) {
+  if (device.is_cpu()) {
+    if (!cpu_cache_installed()) return {};
+    const auto stats = cpu_cache_stats();
+    return {stats.live_bytes, stats.peak_live_bytes};
+  }
+#if ROUTELAB_WITH_CUDA
+  if (device.is_cuda()) {
+    const auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(cuda_index(device));
+    const auto& all_pools = stats.allocated_bytes[0];  // StatType::AGGREGATE
+    return {all_pools.current, all_pools.peak};
+  }
+#endif
+  return {};
+}
 
 void reset_peak_memory(const torch::Device& device) {
   if (device.is_cpu()) reset_cpu_peak();
 #if ROUTELAB_WITH_CUDA
   if (device.is_cuda()) c10::cuda::CUDACachingAllocator::resetPeakStats(cuda_index(device));
 #endif
-}
-
-std::int64_t peak_memory_bytes(const torch::Device& device) {
-  if (device.is_cpu()) return cpu_cache_installed() ? cpu_cache_stats().peak_live_bytes : -1;
-#if ROUTELAB_WITH_CUDA
-  if (device.is_cuda()) return cuda_allocated_bytes(device, /*peak=*/true);
-#endif
-  return -1;
-}
-
-std::int64_t memory_allocated_bytes(const torch::Device& device) {
-  if (device.is_cpu()) return cpu_cache_installed() ? cpu_cache_stats().live_bytes : -1;
-#if ROUTELAB_WITH_CUDA
-  if (device.is_cuda()) return cuda_allocated_bytes(device, /*peak=*/false);
-#endif
-  return -1;
 }
 
 void configure_cuda_math(bool tf32, bool deterministic) {

@@ -30,14 +30,15 @@ void configure_cuda_math(bool tf32, bool deterministic = false);
 /// buffer alive until the copy is done.
 torch::Tensor copy_to_device(const torch::Tensor& t, const torch::Device& device);
 
-/// Starts `device`'s peak-memory count again from the bytes allocated now.
+/// Bytes held by tensors on a device: now, and the most since reset_peak_memory. On CUDA, PyTorch's
+/// memory_allocated / max_memory_allocated (a CUDA LibTorch); on the CPU, the large blocks (>= 1 MiB) of the caching
+/// CPU allocator. -1 where not tracked (a CPU with ROUTELAB_CPU_CACHE_MB=0, CUDA without a CUDA build).
+struct DeviceMemory {
+  std::int64_t allocated = -1, peak = -1;
+};
+DeviceMemory device_memory(const torch::Device& device);
+/// Starts `device`'s peak count again from the bytes allocated now.
 void reset_peak_memory(const torch::Device& device);
-/// The most bytes held by tensors on `device` since reset_peak_memory: on CUDA, PyTorch's max_memory_allocated (a
-/// CUDA LibTorch); on the CPU, the large blocks (>= 1 MiB) of the caching CPU allocator. -1 where not tracked (a
-/// CPU with ROUTELAB_CPU_CACHE_MB=0, CUDA without a CUDA build).
-std::int64_t peak_memory_bytes(const torch::Device& device);
-/// The bytes held by tensors on `device` now, counted as peak_memory_bytes counts them; -1 where not tracked.
-std::int64_t memory_allocated_bytes(const torch::Device& device);
 
 /// Sets Torch's intra-op threads: `requested` > 0, else every core (std::thread::hardware_concurrency) but the
 /// reserved ones (reserve_cores), at most ROUTELAB_MAX_THREADS; and installs the caching CPU allocator

@@ -90,6 +90,14 @@ std::int64_t softmax_group(std::int64_t H, std::int64_t T) {
   return H * T * T <= (std::int64_t{1} << 22) ? H : 1;
 }
 
+/// sum_b lengths[b]^2, each length T where `lengths` is empty (B sequences): the pairs an unpadded kernel computes.
+double squared_lengths(const std::vector<std::int64_t>& lengths, std::int64_t B, std::int64_t T) {
+  if (lengths.empty()) return static_cast<double>(B) * static_cast<double>(T) * static_cast<double>(T);
+  double pairs = 0;
+  for (const auto n : lengths) pairs += static_cast<double>(n) * static_cast<double>(n);
+  return pairs;
+}
+
 /// Causal attention on CPU for q, k, v of shape (B, H, T, hd) with any strides (inner stride 1). Sequence b
 /// uses only its first lengths[b] positions (all T when `lengths` is empty): a (len, len) problem per head, so
 /// compacted routed sequences cost sum_b len_b^2, and rows past len_b are zero. The output is laid out
@@ -104,8 +112,7 @@ class CpuCausalAttention : public torch::autograd::Function<CpuCausalAttention> 
     // The products bypass ATen's matmul ops, so the kernel is one profiler event carrying its multiply-adds (Q K^T
     // and P V, n^2 hd each per head) for whoever counts work (core/cost/flop_counter.h reads kCpuAttentionEvent);
     // the ATen ops it runs inside are nested in it.
-    double sum_sq = 0;
-    for (std::int64_t b = 0; b < B; ++b) sum_sq += std::pow(static_cast<double>(varlen ? lengths[b] : T), 2);
+    const double sum_sq = squared_lengths(lengths, B, T);
     const std::vector<c10::IValue> work = {c10::IValue(2.0 * static_cast<double>(H * hd) * sum_sq)};
     RECORD_FUNCTION(kCpuAttentionEvent, work);
     // (B, H, T, T); the heads of sequence b use (n, n) blocks packed from the start of probs[b]
@@ -255,27 +262,21 @@ torch::Tensor flash_varlen_attention(const torch::Tensor& q, const torch::Tensor
   return unpack_rows(packed, packing);
 }
 
-/// Whether compacted sequences take flash_varlen_attention: on a GPU in half precision with a head width flash
-/// attention takes, unless ROUTELAB_VARLEN_ATTENTION=0 (the padded path, for comparisons) or a call failed before
-/// (a GPU without flash attention's kernels: padded from then on, said once in the log).
+/// A varlen call failed (a GPU without flash attention's kernels): compacted sequences run padded from then on.
 std::atomic<bool> varlen_attention_failed{false};
 
-bool use_varlen_attention(const torch::Tensor& q) {
-  static const bool disabled = [] {
-    const char* env = std::getenv("ROUTELAB_VARLEN_ATTENTION");
-    return env != nullptr && std::string(env) == "0";
-  }();
-  const auto type = q.scalar_type();
-  return q.is_cuda() && !disabled && !varlen_attention_failed.load() &&
-         (type == torch::kBFloat16 || type == torch::kHalf) && q.size(3) % 8 == 0 && q.size(3) <= 256;
-}
 #endif
 
 }  // namespace
 
-bool varlen_attention_active(const torch::Tensor& q) {
+bool varlen_attention_active(const torch::Device& device, torch::ScalarType type, std::int64_t head_dim) {
 #if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 3)
-  return use_varlen_attention(q);
+  static const bool disabled = [] {
+    const char* env = std::getenv("ROUTELAB_VARLEN_ATTENTION");
+    return env != nullptr && std::string(env) == "0";
+  }();
+  return device.is_cuda() && !disabled && !varlen_attention_failed.load() &&
+         (type == torch::kBFloat16 || type == torch::kHalf) && head_dim % 8 == 0 && head_dim <= 256;
 #else
   return false;
 #endif
@@ -291,21 +292,14 @@ torch::Tensor causal_attention(const torch::Tensor& q, const torch::Tensor& k, c
   // fp32 only: under bf16 autocast oneDNN's batched kernels beat one small bf16 GEMM per head.
   if (q.device().is_cpu() && Tq == Tk && !dropping && q.stride(3) == 1 && kf.stride(3) == 1 && vf.stride(3) == 1 &&
       q.scalar_type() == torch::kFloat && kf.scalar_type() == torch::kFloat && vf.scalar_type() == torch::kFloat) {
-    if (pairs) {
-      *pairs = 0;
-      for (std::int64_t b = 0; b < B; ++b)
-        *pairs += std::pow(static_cast<double>(lengths.empty() ? Tq : lengths[static_cast<std::size_t>(b)]), 2);
-    }
+    if (pairs) *pairs = squared_lengths(lengths, B, Tq);
     return CpuCausalAttention::apply(q, kf, vf, lengths);
   }
 #if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 3)
-  if (!lengths.empty() && Tq == Tk && use_varlen_attention(q)) {
+  if (!lengths.empty() && Tq == Tk && varlen_attention_active(q.device(), q.scalar_type(), hd)) {
     try {
       auto out = flash_varlen_attention(q, k, v, lengths, dropping ? dropout : 0.0);
-      if (pairs) {
-        *pairs = 0;
-        for (const auto n : lengths) *pairs += std::pow(static_cast<double>(n), 2);
-      }
+      if (pairs) *pairs = squared_lengths(lengths, B, Tq);
       return out;
     } catch (const c10::Error& e) {
       varlen_attention_failed = true;

@@ -47,11 +47,12 @@ torch::Tensor causal_attention(const torch::Tensor& q, const torch::Tensor& k, c
                                double dropout = 0.0, bool training = false,
                                const std::vector<std::int64_t>& lengths = {}, double* pairs = nullptr);
 
-/// Whether compacted sequences like q's (B, H, K, hd) are attended without their padding on a GPU: flash attention
-/// over cumulative sequence lengths (LibTorch 2.x's at::_flash_attention_forward), taken for bf16/fp16 on CUDA with
-/// head widths a multiple of 8 up to 256. ROUTELAB_VARLEN_ATTENTION=0 keeps them padded (for comparisons); a GPU
-/// whose LibTorch lacks the kernel falls back to padded after the first failed call, with a warning.
-bool varlen_attention_active(const torch::Tensor& q);
+/// Whether compacted sequences with queries on `device` of `type` and width `head_dim` are attended without their
+/// padding on a GPU: flash attention over cumulative sequence lengths (LibTorch 2.x's at::_flash_attention_forward),
+/// taken for bf16/fp16 on CUDA with head widths a multiple of 8 up to 256. ROUTELAB_VARLEN_ATTENTION=0 keeps them
+/// padded (for comparisons); a GPU whose LibTorch lacks the kernel falls back to padded after the first failed call,
+/// with a warning.
+bool varlen_attention_active(const torch::Device& device, torch::ScalarType type, std::int64_t head_dim);
 
 /// y = x W^T + b through at::linear (one addmm for contiguous 2-D/3-D input), not the C++ frontend's
 /// functional linear (matmul followed by a separate bias add in LibTorch 1.13).
