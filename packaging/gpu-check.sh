@@ -5,7 +5,8 @@
 # losses) and across a resume, exact resume on CUDA with dropout (a run stopped by SIGINT and resumed must repeat the
 # uninterrupted run's losses bit for bit), routed forwards against dense at T 2048/4096, D-LLM's chunked training
 # attention against the materialised one (time and memory at the 360M layer), variable-length flash attention for
-# compacted sequences against the padded path (losses and routed training steps), 360M-parameter training
+# compacted sequences against the padded path (losses and routed training steps), the fused add + norm kernels
+# against LibTorch's norms (losses, and the GPT-2-small step without them), 360M-parameter training
 # throughput (dense eager and graphed), the quick-start run and the data-parallel step in a group of one (NCCL) against
 # the plain one. Every step prints what it measured into one log; a
 # step that fails is reported and the next one still runs; steps that no longer fit the time budget are skipped, and
@@ -122,20 +123,33 @@ graph_check() {
   return $rc
 }
 
-# Variable-length flash attention for compacted sequences against the padded path: the routed quick-start in bf16
-# trained twice from the same seed, once with ROUTELAB_VARLEN_ATTENTION=0. Other kernels take part, so the curves
-# agree to bf16 rounding, not bit for bit; the check fails on a validation-loss gap above 0.05.
-varlen_check() {
-  local db="$work/varlen.sqlite"
-  local common=(--preset quickstart-dtrnet --device "$dev" --precision bf16 --steps 200 --set train.eval_every=50
-                --db "$db" --quiet)
-  ROUTELAB_VARLEN_ATTENTION=0 "$cli" train "${common[@]}" --name padded || return 1
-  "$cli" train "${common[@]}" --name varlen || return 1
+# A GPU path against LibTorch's own, switched off by an environment variable (VAR=0): the same run trained twice from
+# the same seed. Other kernels take part, so the curves agree to rounding, not bit for bit; the check fails on a
+# validation-loss gap above 0.05. Usage: switch_check VAR NAME TRAIN-ARGS...
+switch_check() {
+  local var="$1" name="$2"
+  shift 2
+  local db="$work/$name.sqlite"
+  local common=(--device "$dev" --steps 200 --set train.eval_every=50 --db "$db" --quiet "$@")
+  env "$var=0" "$cli" train "${common[@]}" --name "$name-off" || return 1
+  "$cli" train "${common[@]}" --name "$name-on" || return 1
   "$cli" runs --db "$db" | head -5
-  for run in 1 2; do "$cli" export "$run" --db "$db" | grep ",val/loss," | cut -d, -f3,5 > "$work/varlen$run.csv"; done
-  paste -d, "$work/varlen1.csv" "$work/varlen2.csv" | awk -F, '{ d = $2 - $4; if (d < 0) d = -d; if (d > m) m = d
-    printf "step %s: val loss padded %.4f, varlen %.4f\n", $1, $2, $4 }
+  for run in 1 2; do "$cli" export "$run" --db "$db" | grep ",val/loss," | cut -d, -f3,5 > "$work/$name$run.csv"; done
+  paste -d, "$work/${name}1.csv" "$work/${name}2.csv" | awk -F, -v var="$var" '{ d = $2 - $4; if (d < 0) d = -d
+    if (d > m) m = d; printf "step %s: val loss %s=0 %.4f, on %.4f\n", $1, var, $2, $4 }
     END { printf "largest |val loss difference| %.4f\n", m; exit (NR == 0 || m > 0.05) }'
+}
+
+# Variable-length flash attention for compacted sequences against the padded path (the routed quick-start in bf16).
+varlen_check() { switch_check ROUTELAB_VARLEN_ATTENTION varlen --preset quickstart-dtrnet --precision bf16; }
+
+# RouteLab's fused add + norm kernels against LibTorch's norms: RMSNorm (the quick-start), LayerNorm with biases
+# (GPT-2 style) in bf16 and fp32, and DTRNet's routed layers.
+fused_norm_check() {
+  switch_check ROUTELAB_FUSED_NORM norm-rms --preset quickstart --precision bf16 || return 1
+  switch_check ROUTELAB_FUSED_NORM norm-layer --preset quickstart --precision bf16 --set model.style=gpt2 || return 1
+  switch_check ROUTELAB_FUSED_NORM norm-layer-fp32 --preset quickstart --set model.style=gpt2 || return 1
+  switch_check ROUTELAB_FUSED_NORM norm-dtrnet --preset quickstart-dtrnet --precision bf16
 }
 
 say "=== gpu-check $(date -u +%FT%TZ), budget ${budget}s"
@@ -149,7 +163,11 @@ step loss-kernels 60 "$cli" bench loss --device "$dev" --rows 16384 --vocab 5025
 # The goals are set in bf16 (>= 1.1x eager, >= 1.0x torch.compile, MFU >= 35%); fp32 without the compile's minute.
 step train-step-gpt2-small-bf16 180 "$cli" bench train-step --device "$dev" --shape gpt2-small --precision bf16 \
   --compile --cuda-graph --peak-tflops "$peak" --steps 20 --warmup 5 --python "$python" --script "$peer"
-export -f graph_check
+export -f graph_check switch_check fused_norm_check varlen_check
+# The fused add + norm kernels: the same losses as LibTorch's norms, and the step without them (MFU's gain).
+step fused-norm-equals-unfused 150 bash -c fused_norm_check
+step train-step-gpt2-small-bf16-unfused-norm 60 env ROUTELAB_FUSED_NORM=0 "$cli" bench train-step --device "$dev" \
+  --shape gpt2-small --precision bf16 --cuda-graph --peak-tflops "$peak" --steps 20 --warmup 5
 step graph-equals-eager 90 bash -c graph_check
 step train-step-small 90 "$cli" bench train-step --device "$dev" --shape small --precision both --steps 30 --warmup 5 \
   --cuda-graph --peak-tflops "$peak" --python "$python" --script "$peer"
@@ -171,7 +189,6 @@ for precision in fp32 bf16; do
   step "train-step-routed-batch8-$precision" 120 "$cli" bench forward --train --device "$dev" --lengths 2048,4096 \
     --fractions 0.1,0.3 --batch 8 --reps 5 --warmup 2 --precision "$precision"
 done
-export -f varlen_check
 step varlen-equals-padded 120 bash -c varlen_check
 # D-LLM's training attention at the 360M layer (batch 8, 15 heads of 64): chunked kernel vs materialised form.
 step eviction-360m 90 "$cli" bench eviction --device "$dev" --lengths 2048 --precision both --reps 5 --warmup 2

@@ -121,9 +121,9 @@ DenseBlockImpl::DenseBlockImpl(const TransformerOptions& o, std::int64_t layer) 
 }
 
 torch::Tensor DenseBlockImpl::forward(const torch::Tensor& x, const torch::Tensor& positions) {
-  const auto a = attn(norm1(x), positions);  // (B, T, C)
-  const auto h = x + a;
-  const auto m = mlp(norm2(h));
+  const auto a = attn(norm1->into_matmul(x), positions);  // (B, T, C)
+  const auto [h, n2] = norm2->add_into_matmul(x, a);      // h = x + a and its norm, in one pass on a GPU
+  const auto m = mlp(n2);
   if (residual_probe_active()) {
     record_residual(layer_index, "attn", x, a);
     record_residual(layer_index, "mlp", h, m);
@@ -133,9 +133,10 @@ torch::Tensor DenseBlockImpl::forward(const torch::Tensor& x, const torch::Tenso
 
 torch::Tensor DenseBlockImpl::update(const torch::Tensor& x, const torch::Tensor& positions, const Compaction* rows,
                                      double* pairs) {
-  const auto a = attn(norm1(x), positions, rows ? rows->lengths : std::vector<std::int64_t>{}, pairs);  // (B, T, C)
-  const auto h = x + a;
-  const auto m = mlp(norm2(h));
+  const auto a = attn(norm1->into_matmul(x), positions, rows ? rows->lengths : std::vector<std::int64_t>{},
+                      pairs);                                // (B, T, C)
+  const auto [h, n2] = norm2->add_into_matmul(x, a);
+  const auto m = mlp(n2);
   if (residual_probe_active()) {
     if (rows) {
       record_residual(layer_index, "attn", x, a, *rows);
@@ -235,7 +236,7 @@ torch::Tensor vocab_logits(const torch::Tensor& h, const torch::Tensor& weight) 
 }
 
 torch::Tensor TransformerTrunk::head(const torch::Tensor& x) {
-  const auto h = final_norm(x);
+  const auto h = final_norm->into_matmul(x);
   return vocab_logits(h, options_.tie_weights() ? tok_emb->weight : lm_head->weight);  // (B, T, V)
 }
 

@@ -67,7 +67,7 @@ DTRNetLayerImpl::Output DTRNetLayerImpl::forward(const torch::Tensor& x, const t
       break;
   }
 
-  const auto n = norm1(x);  // (B, T, C): both paths read the normalised input
+  const auto n = norm1->into_matmul(x);  // (B, T, C): both paths read the normalised input, through projections
   torch::Tensor update;     // (B, T, C) before the gate
   if (options.attention() == DtrAttention::Masked) {
     const auto counts = count_routed(out.decision);
@@ -79,8 +79,8 @@ DTRNetLayerImpl::Output DTRNetLayerImpl::forward(const torch::Tensor& x, const t
   // Eq. 3 and 5: the path's output is scaled by the router score of the path the token took.
   const auto gate = torch::where(out.decision, out.gate_attn, gate_bypass).unsqueeze(-1);  // (B, T, 1)
   const auto gated = gate.to(x.scalar_type()) * update;
-  const auto h = x + gated;
-  const auto m = mlp(norm2(h));  // the shared MLP for every token
+  const auto [h, n2] = norm2->add_into_matmul(x, gated);
+  const auto m = mlp(n2);  // the shared MLP for every token
   if (residual_probe_active()) {
     record_residual(layer_index, "attn", x, gated);
     record_residual(layer_index, "mlp", h, m);

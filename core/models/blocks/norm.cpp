@@ -3,6 +3,8 @@
 
 #include <torch/version.h>
 
+#include "core/models/blocks/fused_norm.h"
+
 namespace routelab {
 
 NormImpl::NormImpl(NormOptions options_) : options(std::move(options_)) { reset(); }
@@ -26,6 +28,20 @@ torch::Tensor NormImpl::forward(const torch::Tensor& x) {
   const auto xf = x.to(torch::kFloat);
   const auto normed = xf * torch::rsqrt(xf.pow(2).mean(-1, /*keepdim=*/true) + options.eps());
   return normed.to(x.scalar_type()) * weight;
+}
+
+torch::Tensor NormImpl::into_matmul(const torch::Tensor& x) {
+  if (const auto type = fused_norm_output_type(x, {}, weight))
+    return fused_norm(x, {weight, bias, options.eps(), options.kind() == NormKind::RMS, *type});
+  return forward(x);
+}
+
+std::pair<torch::Tensor, torch::Tensor> NormImpl::add_into_matmul(const torch::Tensor& x, const torch::Tensor& y) {
+  if (const auto type = fused_norm_output_type(x, y, weight))
+    return fused_add_norm(x, y, {weight, bias, options.eps(), options.kind() == NormKind::RMS, *type});
+  auto s = x + y;
+  auto n = forward(s);
+  return {std::move(s), std::move(n)};
 }
 
 }  // namespace routelab

@@ -2,6 +2,8 @@
 #pragma once
 #include <torch/torch.h>
 
+#include <utility>
+
 namespace routelab {
 
 enum class NormKind { RMS, Layer };
@@ -22,6 +24,11 @@ class NormImpl : public torch::nn::Module {
   explicit NormImpl(NormOptions options);
   void reset();
   torch::Tensor forward(const torch::Tensor& x);  // (..., C) -> (..., C)
+  /// forward(x) as the input of a matrix product: on a GPU with RouteLab's kernels (fused_norm.h) one fused pass,
+  /// written in bf16 under bf16 autocast (the type the product reads; forward writes fp32 there), else forward(x).
+  torch::Tensor into_matmul(const torch::Tensor& x);
+  /// {x + y, into_matmul(x + y)}: the residual add and the next norm, one pass where the kernels run.
+  std::pair<torch::Tensor, torch::Tensor> add_into_matmul(const torch::Tensor& x, const torch::Tensor& y);
 
   NormOptions options;
   torch::Tensor weight;  // (C)

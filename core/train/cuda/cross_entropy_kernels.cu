@@ -3,6 +3,7 @@
 // log-sum-exp. Both are memory-bound: the forward reads the logits once, the backward reads them once and writes
 // the gradient once (the unfused path casts to fp32, runs log_softmax, its backward and a cast back: six passes).
 #include "core/train/cuda/cross_entropy_kernels.h"
+#include "core/util/cuda_launch.h"
 
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
@@ -106,12 +107,13 @@ const char* cross_entropy_forward(const void* logits, LogitsType type, std::int6
                                   void* stream) {
   if (rows == 0) return "";
   const auto s = static_cast<cudaStream_t>(stream);
+  const auto blocks = static_cast<unsigned>(rows);
   if (type == LogitsType::BFloat16)
-    forward_kernel<<<static_cast<unsigned>(rows), kThreads, 0, s>>>(static_cast<const __nv_bfloat16*>(logits), V,
-                                                                       row_stride, target, loss, lse);
+    ROUTELAB_LAUNCH(blocks, kThreads, s, forward_kernel<__nv_bfloat16>)(static_cast<const __nv_bfloat16*>(logits), V,
+                                                                        row_stride, target, loss, lse);
   else
-    forward_kernel<<<static_cast<unsigned>(rows), kThreads, 0, s>>>(static_cast<const float*>(logits), V, row_stride,
-                                                                       target, loss, lse);
+    ROUTELAB_LAUNCH(blocks, kThreads, s, forward_kernel<float>)(static_cast<const float*>(logits), V, row_stride,
+                                                                target, loss, lse);
   return launched();
 }
 
@@ -120,15 +122,15 @@ const char* cross_entropy_backward(const void* logits, LogitsType type, std::int
                                    const float* grad_loss, void* grad, std::int64_t grad_row_stride, void* stream) {
   if (rows == 0) return "";
   const auto s = static_cast<cudaStream_t>(stream);
+  const auto blocks = static_cast<unsigned>(rows);
   if (type == LogitsType::BFloat16)
-    backward_kernel<<<static_cast<unsigned>(rows), kThreads, 0, s>>>(static_cast<const __nv_bfloat16*>(logits), V,
-                                                                        row_stride, target, lse, grad_loss,
-                                                                        static_cast<__nv_bfloat16*>(grad),
-                                                                        grad_row_stride);
+    ROUTELAB_LAUNCH(blocks, kThreads, s, backward_kernel<__nv_bfloat16>)(
+        static_cast<const __nv_bfloat16*>(logits), V, row_stride, target, lse, grad_loss,
+        static_cast<__nv_bfloat16*>(grad), grad_row_stride);
   else
-    backward_kernel<<<static_cast<unsigned>(rows), kThreads, 0, s>>>(static_cast<const float*>(logits), V,
-                                                                        row_stride, target, lse, grad_loss,
-                                                                        static_cast<float*>(grad), grad_row_stride);
+    ROUTELAB_LAUNCH(blocks, kThreads, s, backward_kernel<float>)(static_cast<const float*>(logits), V, row_stride,
+                                                                 target, lse, grad_loss, static_cast<float*>(grad),
+                                                                 grad_row_stride);
   return launched();
 }
 

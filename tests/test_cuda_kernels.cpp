@@ -1,0 +1,208 @@
+// RouteLab's CUDA kernels, run on the CPU through tests/cuda_emulation/ (every thread of a block a thread, barriers
+// for __syncthreads and the warp shuffles): the fused next-token loss and the fused add + norm, forward and backward,
+// against references computed in double, at widths that leave threads idle, give each thread several elements and
+// end mid-block, with rows enough for several weight-gradient slices. On a GPU, packaging/gpu-check.sh compares the
+// same kernels with LibTorch's paths (bench loss; fused-norm-equals-unfused).
+#include <QtTest>
+
+#include <torch/torch.h>
+
+#include <cmath>
+
+#include "core/models/blocks/cuda/norm_kernels.h"
+#include "core/models/blocks/fused_norm.h"
+#include "core/train/cuda/cross_entropy_kernels.h"
+#include "core/util/errors.h"
+#include "tests/suite.h"
+
+namespace test_cuda_kernels {
+
+using namespace routelab;
+
+namespace {
+
+double max_abs_diff(const torch::Tensor& a, const torch::Tensor& b) {
+  return (a.to(torch::kDouble) - b.to(torch::kDouble)).abs().max().item<double>();
+}
+
+/// The largest difference in units of bf16's last place at the reference's magnitude (0: bit for bit).
+double bf16_ulps(const torch::Tensor& got, const torch::Tensor& reference) {
+  const auto r = reference.to(torch::kDouble);
+  const auto ulp = torch::exp2(torch::floor(torch::log2(r.abs().clamp_min(1e-30))) - 7);
+  return ((got.to(torch::kDouble) - r).abs() / ulp).max().item<double>();
+}
+
+/// LayerNorm (or RMSNorm) of s in double: (s - mean) / sqrt(var + eps) * w + b, the biased variance.
+torch::Tensor reference_norm(const torch::Tensor& s, const torch::Tensor& w, const torch::Tensor& b, double eps,
+                             bool rms) {
+  const auto mean = rms ? torch::zeros_like(s.select(-1, 0)).unsqueeze(-1) : s.mean(-1, true);
+  const auto centred = s - mean;
+  const auto var = rms ? (s * s).mean(-1, true) : (centred * centred).mean(-1, true);
+  auto out = centred / torch::sqrt(var + eps) * w;
+  return b.defined() ? out + b : out;
+}
+
+}  // namespace
+
+class TestCudaKernels : public QObject {
+  Q_OBJECT
+
+ private slots:
+  void crossEntropyMatchesLogSoftmax() {
+    // V 1000 (not a multiple of the 512 threads), rows stored 1024 apart, a masked logit, a target outside [0, V).
+    torch::manual_seed(1);
+    const std::int64_t rows = 3, V = 1000, stride = 1024;
+    for (const auto type : {torch::kFloat, torch::kBFloat16}) {
+      auto storage = (torch::randn({rows, stride}) * 4).to(type);
+      storage[1][7] = -std::numeric_limits<float>::infinity();
+      const auto logits = storage.narrow(1, 0, V);
+      const auto target = torch::tensor({5, 999, 1000}, torch::kLong);
+      auto loss = torch::empty({rows}), lse = torch::empty({rows});
+      const auto kind = type == torch::kFloat ? cuda::LogitsType::Float32 : cuda::LogitsType::BFloat16;
+      QCOMPARE(std::string(cuda::cross_entropy_forward(storage.data_ptr(), kind, rows, V, stride,
+                                                       target.data_ptr<std::int64_t>(), loss.data_ptr<float>(),
+                                                       lse.data_ptr<float>(), nullptr)),
+               std::string());
+      const auto x = logits.to(torch::kDouble);
+      const auto ref_lse = torch::logsumexp(x, 1);
+      QVERIFY(max_abs_diff(lse, ref_lse) < 1e-4);
+      QVERIFY(max_abs_diff(loss.narrow(0, 0, 2), ref_lse.narrow(0, 0, 2) - x.gather(1, target.narrow(0, 0, 2).unsqueeze(1)).squeeze(1)) < 1e-4);
+      QVERIFY(std::isnan(loss[2].item<float>()));
+
+      const auto grad_loss = torch::tensor({1.0f, -0.5f, 0.0f});
+      auto grad = torch::full({rows, V}, 7.0).to(type);
+      QCOMPARE(std::string(cuda::cross_entropy_backward(storage.data_ptr(), kind, rows, V, stride,
+                                                        target.data_ptr<std::int64_t>(), lse.data_ptr<float>(),
+                                                        grad_loss.data_ptr<float>(), grad.data_ptr(), V, nullptr)),
+               std::string());
+      auto expected = torch::softmax(x, 1);
+      for (std::int64_t r = 0; r < 2; ++r) expected[r][target[r].item<std::int64_t>()] -= 1.0;
+      expected = expected * grad_loss.to(torch::kDouble).unsqueeze(1);
+      const double tolerance = type == torch::kFloat ? 1e-6 : 4e-3;  // bf16: the gradient's own rounding
+      QVERIFY2(max_abs_diff(grad.narrow(0, 0, 2), expected.narrow(0, 0, 2)) < tolerance,
+               c10::toString(type));
+      QCOMPARE(grad[1][7].item<float>(), 0.0f);  // a masked logit has probability 0
+    }
+  }
+
+  void addNormForwardMatchesReference() {
+    torch::manual_seed(2);
+    for (const bool rms : {false, true})
+      for (const std::int64_t C : {64, 300, 1000})
+        for (const auto y_type : {torch::kFloat, torch::kBFloat16})
+          for (const auto out_type : {torch::kFloat, torch::kBFloat16}) {
+            const auto x = torch::randn({2, 3, C}) * 3 + 1;
+            const auto y = torch::randn({2, 3, C}).to(y_type);
+            const auto w = torch::rand({C}) + 0.5;
+            const auto b = rms ? torch::Tensor() : torch::randn({C});
+            const FusedNormSpec spec{w, b, 1e-5, rms, out_type};
+            const auto [sum, out] = fused_add_norm(x, y, spec);
+            const auto s_ref = x.to(torch::kDouble) + y.to(torch::kDouble);
+            const auto expected = reference_norm(s_ref, w.to(torch::kDouble),
+                                                 b.defined() ? b.to(torch::kDouble) : torch::Tensor(), 1e-5, rms);
+            const auto label = QString("rms %1 C %2 y %3 out %4")
+                                   .arg(rms)
+                                   .arg(C)
+                                   .arg(c10::toString(y_type))
+                                   .arg(c10::toString(out_type))
+                                   .toStdString();
+            QVERIFY2(sum.scalar_type() == torch::kFloat && max_abs_diff(sum, s_ref) < 1e-5, label.c_str());
+            QVERIFY2(out.scalar_type() == out_type, label.c_str());
+            if (out_type == torch::kFloat)
+              QVERIFY2(max_abs_diff(out, expected) < 2e-5, label.c_str());
+            else  // rounded once from fp32 arithmetic: at most one bf16 place off the rounded reference
+              QVERIFY2(bf16_ulps(out, expected) <= 1.0, label.c_str());
+            // Without y: the norm of x alone.
+            const auto alone = fused_norm(x, spec);
+            const auto expected_alone = reference_norm(x.to(torch::kDouble), w.to(torch::kDouble),
+                                                       b.defined() ? b.to(torch::kDouble) : torch::Tensor(), 1e-5, rms);
+            QVERIFY2(out_type == torch::kFloat ? max_abs_diff(alone, expected_alone) < 2e-5
+                                               : bf16_ulps(alone, expected_alone) <= 1.0,
+                     label.c_str());
+          }
+  }
+
+  void addNormBackwardMatchesAutograd() {
+    // 300 rows: three weight-gradient slices of 100; C 200: a partial column block. Both outputs feed the loss, as
+    // in a block where s continues the residual stream and norm(s) enters the next matrix product.
+    torch::manual_seed(3);
+    for (const bool rms : {false, true})
+      for (const auto y_type : {torch::kFloat, torch::kBFloat16})
+        for (const auto out_type : {torch::kFloat, torch::kBFloat16}) {
+          const bool big = !rms && y_type == torch::kBFloat16 && out_type == torch::kBFloat16;
+          const std::int64_t rows = big ? 300 : 5, C = big ? 200 : 96;
+          const auto x0 = torch::randn({rows, C}) * 2, y0 = torch::randn({rows, C}).to(y_type);
+          const auto w0 = torch::rand({C}) + 0.5, b0 = rms ? torch::Tensor() : torch::randn({C});
+          const auto r_out = torch::randn({rows, C}), r_sum = torch::randn({rows, C});
+          auto x = x0.clone().requires_grad_(), y = y0.clone().requires_grad_(), w = w0.clone().requires_grad_();
+          auto b = rms ? torch::Tensor() : b0.clone().requires_grad_();
+          const auto [sum, out] = fused_add_norm(x, y, FusedNormSpec{w, b, 1e-5, rms, out_type});
+          ((out.to(torch::kFloat) * r_out).sum() + (sum * r_sum).sum()).backward();
+
+          auto xd = x0.to(torch::kDouble).requires_grad_(), yd = y0.to(torch::kDouble).requires_grad_();
+          auto wd = w0.to(torch::kDouble).requires_grad_();
+          auto bd = rms ? torch::Tensor() : b0.to(torch::kDouble).requires_grad_();
+          const auto sd = xd + yd;
+          auto outd = reference_norm(sd, wd, bd, 1e-5, rms);
+          // The fused backward reads the output's gradient in the output's type, as autograd hands it over.
+          const auto g_out = r_out.to(out_type).to(torch::kDouble);
+          ((outd * g_out).sum() + (sd * r_sum.to(torch::kDouble)).sum()).backward();
+
+          const auto label = QString("rms %1 y %2 out %3 rows %4")
+                                 .arg(rms)
+                                 .arg(c10::toString(y_type))
+                                 .arg(c10::toString(out_type))
+                                 .arg(rows)
+                                 .toStdString();
+          QVERIFY2(x.grad().scalar_type() == torch::kFloat && y.grad().scalar_type() == y_type, label.c_str());
+          const auto scale = xd.grad().abs().max().item<double>();
+          QVERIFY2(max_abs_diff(x.grad(), xd.grad()) < 1e-5 * scale, label.c_str());
+          if (y_type == torch::kFloat)
+            QVERIFY2(max_abs_diff(y.grad(), yd.grad()) < 1e-5 * scale, label.c_str());
+          else
+            QVERIFY2(bf16_ulps(y.grad(), yd.grad()) <= 1.0, label.c_str());
+          const auto w_scale = wd.grad().abs().max().item<double>();
+          QVERIFY2(max_abs_diff(w.grad(), wd.grad()) < 1e-5 * w_scale, label.c_str());
+          if (!rms) QVERIFY2(max_abs_diff(b.grad(), bd.grad()) < 1e-5 * bd.grad().abs().max().item<double>(), label.c_str());
+        }
+  }
+
+  void addNormSumOnlyPassesTheGradientThrough() {
+    const auto x = torch::randn({4, 64}).requires_grad_(), y = torch::randn({4, 64}).requires_grad_();
+    const auto w = torch::ones({64}).requires_grad_();
+    const auto [sum, out] = fused_add_norm(x, y, FusedNormSpec{w, {}, 1e-5, true, torch::kFloat});
+    (sum * 3).sum().backward();
+    QCOMPARE(max_abs_diff(x.grad(), torch::full({4, 64}, 3.0)), 0.0);
+    QCOMPARE(max_abs_diff(y.grad(), torch::full({4, 64}, 3.0)), 0.0);
+    QVERIFY(!w.grad().defined() || w.grad().abs().max().item<double>() == 0.0);
+  }
+
+  void noRowsGiveZeroGradients() {  // a compacted batch where no token runs the block
+    const auto x = torch::randn({2, 0, 32}).requires_grad_(), y = torch::randn({2, 0, 32}).requires_grad_();
+    const auto w = torch::ones({32}).requires_grad_(), b = torch::zeros({32}).requires_grad_();
+    const auto [sum, out] = fused_add_norm(x, y, FusedNormSpec{w, b, 1e-5, false, torch::kBFloat16});
+    QCOMPARE(out.numel(), 0);
+    ((out.to(torch::kFloat) * 2).sum() + sum.sum()).backward();
+    QCOMPARE(w.grad().abs().sum().item<double>(), 0.0);
+    QCOMPARE(b.grad().abs().sum().item<double>(), 0.0);
+  }
+
+  void badInputsAreRefusedByName() {
+    const auto w = torch::ones({8});
+    const FusedNormSpec spec{w, {}, 1e-5, false, torch::kFloat};
+    QVERIFY(test::error_of<ConfigError>([&] { fused_norm(torch::ones({2, 8}, torch::kDouble), spec); })
+                .find("fp32 rows") != std::string::npos);
+    QVERIFY(test::error_of<ConfigError>([&] { fused_add_norm(torch::ones({2, 8}), torch::ones({2, 4}), spec); })
+                .find("x's shape") != std::string::npos);
+    QVERIFY(test::error_of<ConfigError>([&] { fused_norm(torch::ones({2, 6}), spec); }).find("width") !=
+            std::string::npos);
+    const FusedNormSpec rms_with_bias{w, torch::zeros({8}), 1e-5, true, torch::kFloat};
+    QVERIFY(test::error_of<ConfigError>([&] { fused_norm(torch::ones({2, 8}), rms_with_bias); }).find("no bias") !=
+            std::string::npos);
+  }
+};
+
+}  // namespace test_cuda_kernels
+
+ROUTELAB_TEST_SUITE(test_cuda_kernels, TestCudaKernels)
+#include "test_cuda_kernels.moc"
