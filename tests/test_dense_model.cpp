@@ -10,6 +10,7 @@
 
 #include <torch/torch.h>
 
+#include "core/models/blocks/residual_probe.h"
 #include "core/models/dense_transformer.h"
 #include "core/train/checkpoint.h"
 #include "core/train/optimizer.h"
@@ -131,6 +132,35 @@ class TestDenseModel : public QObject {
     QVERIFY(torch::allclose(out.to(torch::kFloat), ref.to(torch::kFloat), tol, tol));
     QVERIFY(torch::allclose(x.grad().to(torch::kFloat), x_ref.grad().to(torch::kFloat), tol, tol));
     QVERIFY(torch::allclose(norm->weight.grad(), w_ref.grad(), tol, tol));
+  }
+
+  void deferredResidualsEqualBlockByBlock_data() { forwardShapes_data(); }
+  void deferredResidualsEqualBlockByBlock() {
+    // The model leaves each block's residual adds to the norms beside it (one fused pass on a GPU); its logits and
+    // the layer states it reports must be those of running forward() block after block and the head after them.
+    QFETCH(int, style);
+    QFETCH(int, kv);
+    auto o = small(ModelStyle(style), kv);
+    o.n_layer(3);
+    DenseTransformer model(o);
+    model.eval();
+    torch::NoGradGuard no_grad;
+    const auto tokens = torch::randint(0, 37, {2, 9}, torch::kLong);
+    LayerStateProbe probe;
+    const auto logits = model.forward(tokens).logits;
+    const auto states = std::move(probe.states);
+    QCOMPARE(states.size(), std::size_t(3));
+    const auto params = model.named_parameters();
+    const auto positions = torch::arange(9, torch::kLong);
+    auto x = params["tok_emb.weight"].index_select(0, tokens.reshape({-1})).view({2, 9, 32});
+    if (ModelStyle(style) == ModelStyle::GPT2) x = x + params["pos_emb.weight"].narrow(0, 0, 9);
+    for (std::size_t i = 0; i < 3; ++i) {
+      x = model.blocks[i]->forward(x, positions);
+      QVERIFY(torch::allclose(states[i], x, 1e-6, 1e-6));
+    }
+    // The final norm is still at its initial ones (and zeros), as every block's norm is.
+    const auto head = params.contains("lm_head.weight") ? params["lm_head.weight"] : params["tok_emb.weight"];
+    QVERIFY(torch::allclose(logits, at::linear(model.blocks[0]->norm1(x), head), 1e-5, 1e-6));
   }
 
   void valueOnlyIsSelfAttention() {

@@ -2,6 +2,8 @@
 #include "core/models/dense_transformer.h"
 
 #include <cmath>
+#include <tuple>
+#include <utility>
 
 #include "core/inference/kv_cache.h"
 #include "core/models/blocks/residual_probe.h"
@@ -121,14 +123,29 @@ DenseBlockImpl::DenseBlockImpl(const TransformerOptions& o, std::int64_t layer) 
 }
 
 torch::Tensor DenseBlockImpl::forward(const torch::Tensor& x, const torch::Tensor& positions) {
-  const auto a = attn(norm1->into_matmul(x), positions);  // (B, T, C)
-  const auto [h, n2] = norm2->add_into_matmul(x, a);      // h = x + a and its norm, in one pass on a GPU
-  const auto m = mlp(n2);
-  if (residual_probe_active()) {
-    record_residual(layer_index, "attn", x, a);
-    record_residual(layer_index, "mlp", h, m);
+  const auto d = forward_deferred(x, {}, positions);
+  return d.h + d.m;
+}
+
+DenseBlockImpl::Deferred DenseBlockImpl::forward_deferred(const torch::Tensor& x, const torch::Tensor& pending,
+                                                          const torch::Tensor& positions) {
+  Deferred d;
+  torch::Tensor n1;
+  if (pending.defined()) {
+    std::tie(d.input, n1) = norm1->add_into_matmul(x, pending);
+  } else {
+    d.input = x;
+    n1 = norm1->into_matmul(x);
   }
-  return h + m;
+  const auto a = attn(n1, positions);  // (B, T, C)
+  torch::Tensor n2;
+  std::tie(d.h, n2) = norm2->add_into_matmul(d.input, a);  // h = input + a and its norm, in one pass on a GPU
+  d.m = mlp(n2);
+  if (residual_probe_active()) {
+    record_residual(layer_index, "attn", d.input, a);
+    record_residual(layer_index, "mlp", d.h, d.m);
+  }
+  return d;
 }
 
 torch::Tensor DenseBlockImpl::update(const torch::Tensor& x, const torch::Tensor& positions, const Compaction* rows,
@@ -240,6 +257,16 @@ torch::Tensor TransformerTrunk::head(const torch::Tensor& x) {
   return vocab_logits(h, options_.tie_weights() ? tok_emb->weight : lm_head->weight);  // (B, T, V)
 }
 
+torch::Tensor TransformerTrunk::head(const torch::Tensor& x, const torch::Tensor& pending, torch::Tensor& stream) {
+  if (!pending.defined()) {
+    stream = x;
+    return head(x);
+  }
+  torch::Tensor h;
+  std::tie(stream, h) = final_norm->add_into_matmul(x, pending);
+  return vocab_logits(h, options_.tie_weights() ? tok_emb->weight : lm_head->weight);
+}
+
 void TransformerTrunk::init_weights(const std::vector<std::string>& residual_suffixes) {
   torch::NoGradGuard no_grad;
   const double std_base = 0.02;
@@ -287,12 +314,19 @@ ModelOutput DenseTransformer::forward(const torch::Tensor& tokens, bool trace) {
   torch::Tensor positions;
   auto x = embed(tokens, positions);  // (B, T, C)
   ModelOutput out;
+  // Each block's output x + pending is added by the next norm's pass (forward_deferred), so a layer's state is
+  // recorded once the next block (or the head) has formed it.
+  torch::Tensor pending;
   for (std::size_t i = 0; i < blocks.size(); ++i) {
-    x = blocks[i]->forward(x, positions);
-    record_layer_state(x);
+    auto d = blocks[i]->forward_deferred(x, pending, positions);
+    if (i > 0) record_layer_state(d.input);
+    x = std::move(d.h);
+    pending = std::move(d.m);
     if (trace) out.trace.push_back(dense_layer_trace(static_cast<int>(i), tokens.size(0), tokens.size(1), layer_shape(options_)));
   }
-  out.logits = head(x);
+  torch::Tensor last;
+  out.logits = head(x, pending, last);
+  if (!blocks.empty()) record_layer_state(last);
   out.aux_loss = torch::zeros({}, out.logits.options().dtype(torch::kFloat));
   return out;
 }

@@ -75,6 +75,14 @@ class DenseBlockImpl : public torch::nn::Module {
  public:
   DenseBlockImpl(const TransformerOptions& options, std::int64_t layer_index);
   torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& positions);  // (B, T, C) -> (B, T, C)
+  /// forward() with both residual adds left to the norms beside them: the block's input is x + pending (the previous
+  /// block's MLP update, not yet added; undefined: x alone), added by norm1 in its pass, and the output is h + m,
+  /// left for the next norm to add. On a GPU each add is then part of a fused norm pass (norm.h: add_into_matmul).
+  struct Deferred {
+    torch::Tensor input;  ///< x + pending: the block's input (the previous block's output)
+    torch::Tensor h, m;   ///< forward(input) = h + m
+  };
+  Deferred forward_deferred(const torch::Tensor& x, const torch::Tensor& pending, const torch::Tensor& positions);
   /// The block's residual update f(x) = a + MLP(Norm(x + a)) with a = Attn(Norm(x)), so forward(x) = x + f(x).
   /// With `rows`, x holds the compacted sequences of those routed rows (see causal_attention). `pairs`, when
   /// given, receives the attention's executed (query, key) pairs per head.
@@ -120,6 +128,9 @@ class TransformerTrunk : public LanguageModel {
   torch::Tensor embed(const torch::Tensor& tokens, torch::Tensor& positions);
   /// (B, T, C) -> logits (B, T, V)
   torch::Tensor head(const torch::Tensor& x);
+  /// head(x + pending), the add done by the final norm's pass (DenseBlockImpl::forward_deferred); `stream` receives
+  /// x + pending.
+  torch::Tensor head(const torch::Tensor& x, const torch::Tensor& pending, torch::Tensor& stream);
   /// TSA App. A init (or plain N(0, 0.02)): call at the end of the subclass constructor. Parameters
   /// whose name ends with one of `residual_suffixes` get the 0.02/sqrt(2L) scale under "gpt3".
   void init_weights(const std::vector<std::string>& residual_suffixes = {"attn.proj.weight", "mlp.down.weight"});
