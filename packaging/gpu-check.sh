@@ -5,8 +5,8 @@
 # losses) and across a resume, exact resume on CUDA with dropout (a run stopped by SIGINT and resumed must repeat the
 # uninterrupted run's losses bit for bit), routed forwards against dense at T 2048/4096, D-LLM's chunked training
 # attention against the materialised one (time and memory at the 360M layer), variable-length flash attention for
-# compacted sequences against the padded path (losses and routed training steps), the fused add + norm kernels
-# against LibTorch's norms (losses, and the GPT-2-small step without them), 360M-parameter training
+# compacted sequences against the padded path (losses and routed training steps), the fused add + norm and rotary
+# kernels against LibTorch's ops (losses; the GPT-2-small and 360M steps without them), 360M-parameter training
 # throughput (dense eager and graphed), the quick-start run and the data-parallel step in a group of one (NCCL) against
 # the plain one. Every step prints what it measured into one log; a
 # step that fails is reported and the next one still runs; steps that no longer fit the time budget are skipped, and
@@ -152,6 +152,13 @@ fused_norm_check() {
   switch_check ROUTELAB_FUSED_NORM norm-dtrnet --preset quickstart-dtrnet --precision bf16
 }
 
+# RouteLab's rotary-embedding kernel against LibTorch's ops: positions shared (dense) and per sequence (DTRNet's
+# compacted rows).
+fused_rope_check() {
+  switch_check ROUTELAB_FUSED_ROPE rope --preset quickstart --precision bf16 || return 1
+  switch_check ROUTELAB_FUSED_ROPE rope-dtrnet --preset quickstart-dtrnet --precision bf16
+}
+
 say "=== gpu-check $(date -u +%FT%TZ), budget ${budget}s"
 nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.max.sm --format=csv 2>&1 | tee -a "$log"
 "$python" -c 'import torch; print("peer torch", torch.__version__, torch.version.cuda, torch.cuda.get_device_name(0))' 2>&1 |
@@ -163,11 +170,12 @@ step loss-kernels 60 "$cli" bench loss --device "$dev" --rows 16384 --vocab 5025
 # The goals are set in bf16 (>= 1.1x eager, >= 1.0x torch.compile, MFU >= 35%); fp32 without the compile's minute.
 step train-step-gpt2-small-bf16 180 "$cli" bench train-step --device "$dev" --shape gpt2-small --precision bf16 \
   --compile --cuda-graph --peak-tflops "$peak" --steps 20 --warmup 5 --python "$python" --script "$peer"
-export -f graph_check switch_check fused_norm_check varlen_check
+export -f graph_check switch_check fused_norm_check fused_rope_check varlen_check
 # The fused add + norm kernels: the same losses as LibTorch's norms, and the step without them (MFU's gain).
 step fused-norm-equals-unfused 150 bash -c fused_norm_check
 step train-step-gpt2-small-bf16-unfused-norm 60 env ROUTELAB_FUSED_NORM=0 "$cli" bench train-step --device "$dev" \
   --shape gpt2-small --precision bf16 --cuda-graph --peak-tflops "$peak" --steps 20 --warmup 5
+step fused-rope-equals-unfused 90 bash -c fused_rope_check
 step graph-equals-eager 90 bash -c graph_check
 step train-step-small 90 "$cli" bench train-step --device "$dev" --shape small --precision both --steps 30 --warmup 5 \
   --cuda-graph --peak-tflops "$peak" --python "$python" --script "$peer"
@@ -219,6 +227,11 @@ if [ -n "${GPU_CHECK_SHARDS:-}" ]; then
       --set train.checkpoint_every=1000 --set train.warmup_steps=10 --set train.log_every=5 --db "$work/360m.sqlite"
   done
 fi
+# The 360M dense step without RouteLab's norm and rotary kernels (LibTorch's ops): their gain at the seeds' shape.
+step "train-360m-smollm-360m-dense-unfused" 60 env ROUTELAB_FUSED_NORM=0 ROUTELAB_FUSED_ROPE=0 "$cli" train \
+  --config "$root/experiments/smollm-360m-dense.json" --device "$dev" --steps 30 "${byte_level[@]}" \
+  --set train.eval_every=1000 --set train.checkpoint_every=1000 --set train.warmup_steps=10 --set train.log_every=5 \
+  --db "$work/360m.sqlite"
 step "train-360m-smollm-360m-dense-graph" 60 "$cli" train --config "$root/experiments/smollm-360m-dense.json" \
   --device "$dev" --steps 30 "${byte_level[@]}" --set train.cuda_graph=true --set train.eval_every=1000 --set train.checkpoint_every=1000 \
   --set train.warmup_steps=10 --set train.log_every=5 --db "$work/360m.sqlite"

@@ -1,8 +1,9 @@
 // RouteLab's CUDA kernels, run on the CPU through tests/cuda_emulation/ (every thread of a block a thread, barriers
-// for __syncthreads and the warp shuffles): the fused next-token loss and the fused add + norm, forward and backward,
-// against references computed in double, at widths that leave threads idle, give each thread several elements and
-// end mid-block, with rows enough for several weight-gradient slices. On a GPU, packaging/gpu-check.sh compares the
-// same kernels with LibTorch's paths (bench loss; fused-norm-equals-unfused).
+// for __syncthreads and the warp shuffles): the fused next-token loss, the fused add + norm and the rotary
+// embedding, forward and backward, against references computed in double, at widths that leave threads idle, give
+// each thread several elements and end mid-block, with rows enough for several weight-gradient slices. On a GPU,
+// packaging/gpu-check.sh compares the same kernels with LibTorch's paths (bench loss; fused-norm-equals-unfused,
+// fused-rope-equals-unfused).
 #include <QtTest>
 
 #include <torch/torch.h>
@@ -11,6 +12,7 @@
 
 #include "core/models/blocks/cuda/norm_kernels.h"
 #include "core/models/blocks/fused_norm.h"
+#include "core/models/blocks/fused_rope.h"
 #include "core/train/cuda/cross_entropy_kernels.h"
 #include "core/util/errors.h"
 #include "tests/suite.h"
@@ -30,6 +32,29 @@ double bf16_ulps(const torch::Tensor& got, const torch::Tensor& reference) {
   const auto r = reference.to(torch::kDouble);
   const auto ulp = torch::exp2(torch::floor(torch::log2(r.abs().clamp_min(1e-30))) - 7);
   return ((got.to(torch::kDouble) - r).abs() / ulp).max().item<double>();
+}
+
+/// RoPE tables as core/models/blocks/rope.h builds them: angles (P, hd/2) twice, fp32.
+std::pair<torch::Tensor, torch::Tensor> rope_tables(std::int64_t P, std::int64_t hd) {
+  const auto inv_freq = torch::pow(10000.0, -torch::arange(0, hd, 2, torch::kDouble) / static_cast<double>(hd));
+  const auto angles = torch::outer(torch::arange(P, torch::kDouble), inv_freq);
+  const auto full = torch::cat({angles, angles}, -1);
+  return {full.cos().to(torch::kFloat), full.sin().to(torch::kFloat)};
+}
+
+/// "Rotate half" in double: x cos + (-x2, x1) sin, tables gathered at positions (T) or (B, T).
+torch::Tensor reference_rope(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin,
+                             const torch::Tensor& positions) {
+  const auto hd = x.size(3), half = hd / 2;
+  auto c = cos.to(torch::kDouble).index_select(0, positions.reshape({-1}));
+  auto s = sin.to(torch::kDouble).index_select(0, positions.reshape({-1}));
+  const std::vector<std::int64_t> shape =
+      positions.dim() == 1 ? std::vector<std::int64_t>{1, 1, positions.size(0), hd}
+                           : std::vector<std::int64_t>{positions.size(0), 1, positions.size(1), hd};
+  c = c.view(shape);
+  s = s.view(shape);
+  const auto xd = x.to(torch::kDouble);
+  return xd * c + torch::cat({-xd.narrow(3, half, half), xd.narrow(3, 0, half)}, 3) * s;
 }
 
 /// LayerNorm (or RMSNorm) of s in double: (s - mean) / sqrt(var + eps) * w + b, the biased variance.
@@ -185,6 +210,42 @@ class TestCudaKernels : public QObject {
     ((out.to(torch::kFloat) * 2).sum() + sum.sum()).backward();
     QCOMPARE(w.grad().abs().sum().item<double>(), 0.0);
     QCOMPARE(b.grad().abs().sum().item<double>(), 0.0);
+  }
+
+  void ropeMatchesRotateHalf() {
+    // q read where the projection leaves it: a (B, H, T, hd) view of the fused QKV rows; positions shared (T) or
+    // per sequence (B, T), as compacted routed rows have. hd 12: pairs that do not fill a warp's worth of lanes.
+    torch::manual_seed(4);
+    const std::int64_t B = 2, T = 7, H = 3, hd = 12, P = 40;
+    const auto [cos, sin] = rope_tables(P, hd);
+    for (const auto type : {torch::kFloat, torch::kBFloat16})
+      for (const bool per_sequence : {false, true}) {
+        const auto label = QString("%1 per sequence %2").arg(c10::toString(type)).arg(per_sequence).toStdString();
+        const auto positions = per_sequence ? std::get<0>(torch::randperm(P).narrow(0, 0, B * T).view({B, T}).sort(1))
+                                            : torch::arange(3, 3 + T, torch::kLong);
+        auto qkv = torch::randn({B, T, 3 * H * hd}).to(type).requires_grad_();
+        const auto q = qkv.narrow(2, 0, H * hd).view({B, T, H, hd}).transpose(1, 2);  // (B, H, T, hd), strided
+        const auto out = fused_rope(q, cos, sin, positions.contiguous());
+        QVERIFY2(out.is_contiguous() && out.scalar_type() == type, label.c_str());
+        const auto expected = reference_rope(q, cos, sin, positions);
+        if (type == torch::kFloat)
+          QVERIFY2(max_abs_diff(out, expected) < 1e-5, label.c_str());
+        else
+          QVERIFY2(bf16_ulps(out, expected) <= 1.0, label.c_str());
+        // Backward: the rotation reversed, into the view's rows of the QKV gradient (the rest untouched: zero).
+        const auto upstream = torch::randn({B, H, T, hd});
+        (out.to(torch::kFloat) * upstream).sum().backward();
+        auto qd = q.detach().to(torch::kDouble).requires_grad_();
+        (reference_rope(qd, cos, sin, positions) * upstream.to(type).to(torch::kDouble)).sum().backward();
+        const auto grad_q = qkv.grad().narrow(2, 0, H * hd).view({B, T, H, hd}).transpose(1, 2);
+        if (type == torch::kFloat)
+          QVERIFY2(max_abs_diff(grad_q, qd.grad()) < 1e-5, label.c_str());
+        else
+          QVERIFY2(bf16_ulps(grad_q, qd.grad()) <= 1.0, label.c_str());
+        QCOMPARE(qkv.grad().narrow(2, H * hd, 2 * H * hd).abs().max().item<double>(), 0.0);
+      }
+    QVERIFY(test::error_of<ConfigError>([&] { fused_rope(torch::ones({1, 1, 2, 5}), cos, sin, torch::arange(2)); })
+                .find("even width") != std::string::npos);
   }
 
   void badInputsAreRefusedByName() {

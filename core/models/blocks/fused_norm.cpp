@@ -9,14 +9,13 @@
 #if ROUTELAB_WITH_CUDA || defined(ROUTELAB_CUDA_EMULATION)
 #define ROUTELAB_FUSED_NORM_KERNELS 1
 #include "core/models/blocks/cuda/norm_kernels.h"
+#include "core/models/blocks/fused_support.h"
 #else
 #define ROUTELAB_FUSED_NORM_KERNELS 0
 #endif
 #if ROUTELAB_WITH_CUDA && !defined(ROUTELAB_CUDA_EMULATION)
 #include <ATen/autocast_mode.h>
 #include <c10/core/impl/LocalDispatchKeySet.h>
-#include <c10/cuda/CUDAGuard.h>
-#include <c10/cuda/CUDAStream.h>
 #include <torch/version.h>
 
 #include <cstdlib>
@@ -55,39 +54,13 @@ std::optional<torch::ScalarType> fused_norm_output_type(const torch::Tensor& x, 
 
 namespace {
 
+using kernels::check_launch;
+using kernels::data_or_null;
+using kernels::KernelPlace;
+
 cuda::ElementType element_type(torch::ScalarType t, const char* what) {
-  if (t == torch::kBFloat16) return cuda::ElementType::BFloat16;
-  if (t == torch::kFloat) return cuda::ElementType::Float32;
-  throw ConfigError(std::string("fused norm: ") + what + " of type " + c10::toString(t) + " (bf16 or fp32)");
+  return kernels::element_type(t, std::string("fused norm: ") + what);
 }
-
-void check_launch(const char* error, const char* what) {
-  if (error && *error) throw std::runtime_error(std::string("fused norm ") + what + ": " + error);
-}
-
-/// The kernels' stream on the tensor's device (the current one there), and that device made current while alive.
-class KernelPlace {
- public:
-  explicit KernelPlace(const torch::Tensor& t)
-#if ROUTELAB_WITH_CUDA && !defined(ROUTELAB_CUDA_EMULATION)
-      : guard_(t.device()) {
-    stream_ = c10::cuda::getCurrentCUDAStream(t.device().index()).stream();
-  }
-#else
-  {
-    if (!t.device().is_cpu()) throw ConfigError("fused norm (CPU emulation): tensors on " + t.device().str());
-  }
-#endif
-  void* stream() const { return stream_; }
-
- private:
-#if ROUTELAB_WITH_CUDA && !defined(ROUTELAB_CUDA_EMULATION)
-  c10::cuda::CUDAGuard guard_;
-#endif
-  void* stream_ = nullptr;
-};
-
-float* data_or_null(const torch::Tensor& t) { return t.defined() ? t.data_ptr<float>() : nullptr; }
 
 /// Inputs x, y, weight, bias; outputs {norm(s)} without y, {s, norm(s)} with. A missing y or bias is an empty
 /// tensor and a false flag (LibTorch 1.13's custom functions take no undefined inputs).
@@ -111,7 +84,7 @@ class FusedAddNorm : public torch::autograd::Function<FusedAddNorm> {
                                         weight.data_ptr<float>(), data_or_null(bias), static_cast<float>(eps), rms,
                                         data_or_null(sum), out.data_ptr(), element_type(type, "the output"),
                                         mean.data_ptr<float>(), rstd.data_ptr<float>(), place.stream()),
-                 "forward");
+                 "fused norm forward");
     ctx->save_for_backward({y.defined() ? sum : x, weight, mean, rstd});
     ctx->saved_data["rms"] = rms;
     ctx->saved_data["with_y"] = y.defined();
@@ -157,7 +130,7 @@ class FusedAddNorm : public torch::autograd::Function<FusedAddNorm> {
                                          element_type(separate_y ? y_type : torch::kFloat, "y"),
                                          weight_partials.data_ptr<float>(), data_or_null(bias_partials),
                                          place.stream()),
-                 "backward");
+                 "fused norm backward");
     if (with_y && !separate_y) grad_y = grad_s;  // fp32 y: the same gradient, as x + y's own backward gives
     return {grad_s, grad_y, weight_partials.sum(0), with_bias ? bias_partials.sum(0) : none, none, none, none,
             none, none};

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <numbers>
 
+#include "core/models/blocks/fused_rope.h"
 #include "core/util/errors.h"
 
 namespace routelab {
@@ -48,12 +49,16 @@ Rope::Rope(std::int64_t head_dim, std::int64_t max_positions, double theta, Rope
   sin_ = (full.sin() * mscale).to(torch::kFloat);
 }
 
+void Rope::follow(const torch::Device& device) const {
+  if (cos_.device() != device) {  // moved once, on the first forward on a new device
+    cos_ = cos_.to(device);
+    sin_ = sin_.to(device);
+  }
+}
+
 std::pair<torch::Tensor, torch::Tensor> Rope::tables(const torch::Tensor& positions, const torch::Tensor& like) const {
   // Callers check positions < max_positions() once per forward (no host sync per layer here).
-  if (cos_.device() != like.device()) {  // moved once, on the first forward on a new device
-    cos_ = cos_.to(like.device());
-    sin_ = sin_.to(like.device());
-  }
+  follow(like.device());
   auto cos = cos_.index_select(0, positions.reshape(-1));
   auto sin = sin_.index_select(0, positions.reshape(-1));
   const auto hd = cos_.size(1);
@@ -77,12 +82,21 @@ torch::Tensor rotate(const torch::Tensor& x, const torch::Tensor& cos, const tor
 }  // namespace
 
 torch::Tensor Rope::apply(const torch::Tensor& x, const torch::Tensor& positions) const {
+  if (fused_rope_applies(x)) {
+    follow(x.device());
+    return fused_rope(x, cos_, sin_, positions.contiguous());
+  }
   const auto [cos, sin] = tables(positions, x);
   return rotate(x, cos, sin);
 }
 
 std::pair<torch::Tensor, torch::Tensor> Rope::apply(const torch::Tensor& q, const torch::Tensor& k,
                                                     const torch::Tensor& positions) const {
+  if (fused_rope_applies(q) && fused_rope_applies(k)) {  // on a GPU: one pass each, from the projection's layout
+    follow(q.device());
+    const auto p = positions.contiguous();
+    return {fused_rope(q, cos_, sin_, p), fused_rope(k, cos_, sin_, p)};
+  }
   const auto [cos, sin] = tables(positions, q);
   return {rotate(q, cos, sin), rotate(k, cos, sin)};
 }

@@ -28,7 +28,8 @@ class Rope {
   Rope(std::int64_t head_dim, std::int64_t max_positions, double theta, RopeScaling scaling = RopeScaling::None,
        double factor = 1.0, std::int64_t original_positions = 0);
 
-  /// x: (B, H, T, hd); positions: (T) or (B, T) int64 absolute positions. Returns x rotated.
+  /// x: (B, H, T, hd); positions: (T) or (B, T) int64 absolute positions. Returns x rotated (on a GPU by RouteLab's
+  /// kernel, fused_rope.h, in one pass computed in fp32; elsewhere by LibTorch's ops in x's type).
   torch::Tensor apply(const torch::Tensor& x, const torch::Tensor& positions) const;
   /// Rotates q and k with the same positions (one table gather for both).
   std::pair<torch::Tensor, torch::Tensor> apply(const torch::Tensor& q, const torch::Tensor& k,
@@ -37,6 +38,8 @@ class Rope {
   std::int64_t max_positions() const { return cos_.defined() ? cos_.size(0) : 0; }
 
  private:
+  /// The tables moved to `device` (once, on the first forward there).
+  void follow(const torch::Device& device) const;
   std::pair<torch::Tensor, torch::Tensor> tables(const torch::Tensor& positions, const torch::Tensor& like) const;
   mutable torch::Tensor cos_, sin_;  // (max_positions, hd), each half repeated; follow the input's device
 };

@@ -6,9 +6,9 @@
 #pragma once
 #include <cstdint>
 
-namespace routelab::cuda {
+#include "core/models/blocks/cuda/kernel_types.h"
 
-enum class ElementType { Float32, BFloat16 };
+namespace routelab::cuda {
 
 /// Per row r of `rows` rows of C contiguous elements: s = x + y (y may be null: s = x; `sum` receives s when not
 /// null), mean and rstd of s (mean 0 for RMSNorm), and out = (s - mean) * rstd * weight + bias (bias may be null),
