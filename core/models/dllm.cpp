@@ -71,7 +71,8 @@ torch::Tensor DLLM::sample_execute(const torch::Tensor& logits) const {
 torch::Tensor DLLM::evicting_layer(std::size_t layer, const torch::Tensor& x, const torch::Tensor& positions,
                                    const torch::Tensor& w) {
   auto& block = blocks[layer];
-  const auto [q, k, v] = block->attn->project(block->norm1(x), positions);  // (B, H, T, hd), (B, Hkv, T, hd)
+  // q (B, H, T, hd); k, v (B, Hkv, T, hd)
+  const auto [q, k, v] = block->attn->project(block->norm1->into_matmul(x), positions);
   const auto H = q.size(1);
   const auto keys = repeat_kv(k, H / k.size(1)), values = repeat_kv(v, H / v.size(1));  // (B, H, T, hd)
   // The eviction acts on the probabilities, so no fused attention kernel applies: the chunked form never holds a
@@ -80,7 +81,7 @@ torch::Tensor DLLM::evicting_layer(std::size_t layer, const torch::Tensor& x, co
   const auto heads = dropout > 0 ? evicting_attention_materialised(q, keys, values, w, dllm_.eviction(), dropout)
                                  : evicting_attention(q, keys, values, w, dllm_.eviction());  // (B, H, T, hd)
   const auto a = block->attn->output(heads);                                // (B, T, C)
-  const auto f = a + block->mlp(block->norm2(x + a));                       // (B, T, C)
+  const auto f = a + block->mlp(block->norm2->add_into_matmul(x, a).second);  // (B, T, C)
   // Official: w Block(x) + (1 - w) x with Block including its residual, i.e. x + w f(x).
   return x + w.unsqueeze(-1) * f;
 }

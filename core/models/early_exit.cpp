@@ -84,9 +84,9 @@ ModelOutput EarlyExitTransformer::forward(const torch::Tensor& tokens, bool trac
     } else {
       // State copying: the block runs over the whole sequence so that active queries read the exited tokens'
       // frozen states as keys and values; exited tokens themselves keep their state.
-      const auto a = block->attn(block->norm1(x), positions);  // (B, T, C)
-      const auto h = x + a;
-      const auto m = block->mlp(block->norm2(h));
+      const auto a = block->attn(block->norm1->into_matmul(x), positions);  // (B, T, C)
+      const auto [h, n2] = block->norm2->add_into_matmul(x, a);
+      const auto m = block->mlp(n2);
       if (residual_probe_active()) {
         record_residual(block->layer_index, "attn", x, a, active);
         record_residual(block->layer_index, "mlp", h, m, active);

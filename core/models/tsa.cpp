@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <sstream>
+#include <tuple>
 
 #include "core/inference/kv_cache.h"
 #include "core/models/blocks/attention.h"
@@ -83,14 +84,19 @@ torch::Tensor TokenSelectiveAttention::gated_block(std::size_t index, const torc
   const auto w3 = w.unsqueeze(-1);  // (B, T, 1)
 
   // Attention is dense in both modes: every token's keys and values stay exact for the later queries.
-  const auto a = block->attn(block->norm1(x), positions);  // (B, T, C)
+  const auto a = block->attn(block->norm1->into_matmul(x), positions);  // (B, T, C)
   const auto attn_update = w3 * a;
-  const auto h = x + attn_update;  // (B, T, C)
+  // h = x + Δattn (B, T, C); the dense mode takes its norm in the same pass (on a GPU, one fused kernel)
+  torch::Tensor h, n2;
+  if (sparse)
+    h = x + attn_update;
+  else
+    std::tie(h, n2) = block->norm2->add_into_matmul(x, attn_update);
 
   torch::Tensor out;
   std::int64_t ffn_tokens = B * T;
   if (!sparse) {
-    const auto ffn_update = w3 * block->mlp(block->norm2(h));  // Δffn on the updated h (eq. 4)
+    const auto ffn_update = w3 * block->mlp(n2);  // Δffn on the updated h (eq. 4)
     if (residual_probe_active()) {
       record_residual(block->layer_index, "attn", x, attn_update);
       record_residual(block->layer_index, "mlp", h, ffn_update);
