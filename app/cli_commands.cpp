@@ -664,7 +664,7 @@ int cmd_bench_train_step(const BenchArgs& a) {
       o.cuda_graph = graph;
       const auto r = bench_train_step(o);
       std::cout << "routelab " << precision << (graph ? " CUDA graph" : "") << " (" << r.threads << " threads, "
-                << r.parameters << " params, " << r.optimizer << " AdamW): " << std::fixed << std::setprecision(1)
+                << r.parameters << " params, " << r.optimizer << " AdamW, kernels: " << r.kernels << "): " << std::fixed << std::setprecision(1)
                 << r.ms_per_step << " ms/step  " << std::setprecision(0) << r.tokens_per_s << " tokens/s  loss "
                 << std::setprecision(3) << r.first_loss << " -> " << r.last_loss;
       print_mfu(r.tflops);

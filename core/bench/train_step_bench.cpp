@@ -13,8 +13,10 @@
 #include <torch/csrc/autograd/profiler_legacy.h>
 
 #include "core/bench/bench_timing.h"
+#include "core/models/blocks/fused_norm.h"
 #include "core/models/dense_transformer.h"
 #include "core/train/cuda_graph_step.h"
+#include "core/train/fused_cross_entropy.h"
 #include "core/train/optimizer.h"
 #include "core/train/step.h"
 #include "core/util/device.h"
@@ -58,6 +60,12 @@ TrainStepBenchResult bench_train_step(const TrainStepBenchOptions& o) {
   std::vector<torch::optim::OptimizerParamGroup> groups{torch::optim::OptimizerParamGroup(model.parameters())};
   MultiTensorAdamW optimizer(std::move(groups), torch::optim::AdamWOptions(3e-4).weight_decay(0.01));
   r.optimizer = optimizer.kernel() == AdamWKernel::Fused ? "fused" : "foreach";
+  // The benchmark's model is GPT-2 style (LayerNorm, learned positions): no rotary embedding to fuse.
+  std::vector<std::string> kernels;
+  if (device.is_cuda() && fused_cross_entropy_available()) kernels.push_back("loss");
+  if (fused_norm_enabled(device)) kernels.push_back("add+norm");
+  for (const auto& k : kernels) r.kernels += (r.kernels.empty() ? "" : ", ") + k;
+  if (r.kernels.empty()) r.kernels = "none";
   const auto ids = torch::TensorOptions().dtype(torch::kLong).device(device);
   Batch batch{torch::randint(0, o.vocab, {o.batch, o.context}, ids), torch::randint(0, o.vocab, {o.batch, o.context}, ids),
               torch::Tensor()};

@@ -35,6 +35,7 @@ struct TrainStepBenchResult {
   std::int64_t parameters = 0;
   int threads = 0;                       ///< Torch threads at the end of the timed steps
   std::string optimizer;                 ///< which AdamW kernel ran ("fused", "foreach")
+  std::string kernels;                   ///< RouteLab's own kernels in the step ("loss, add+norm"; "none")
 };
 
 TrainStepBenchResult bench_train_step(const TrainStepBenchOptions& options);

@@ -26,15 +26,24 @@ namespace routelab {
 
 bool fused_norm_available() { return ROUTELAB_FUSED_NORM_KERNELS != 0; }
 
-std::optional<torch::ScalarType> fused_norm_output_type(const torch::Tensor& x, const torch::Tensor& y,
-                                                        const torch::Tensor& weight) {
+bool fused_norm_enabled(const torch::Device& device) {
 #if ROUTELAB_WITH_CUDA && !defined(ROUTELAB_CUDA_EMULATION) && \
     (TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 4))
   static const bool disabled = [] {
     const char* env = std::getenv("ROUTELAB_FUSED_NORM");
     return env != nullptr && std::string(env) == "0";
   }();
-  if (disabled || !x.is_cuda() || x.scalar_type() != torch::kFloat || !x.is_contiguous() || x.dim() == 0 ||
+  return !disabled && device.is_cuda();
+#else
+  return false;
+#endif
+}
+
+std::optional<torch::ScalarType> fused_norm_output_type(const torch::Tensor& x, const torch::Tensor& y,
+                                                        const torch::Tensor& weight) {
+#if ROUTELAB_WITH_CUDA && !defined(ROUTELAB_CUDA_EMULATION) && \
+    (TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 4))
+  if (!fused_norm_enabled(x.device()) || x.scalar_type() != torch::kFloat || !x.is_contiguous() || x.dim() == 0 ||
       weight.scalar_type() != torch::kFloat || weight.device() != x.device())
     return std::nullopt;
   if (y.defined() && (y.sizes() != x.sizes() || !y.is_contiguous() || y.device() != x.device() ||

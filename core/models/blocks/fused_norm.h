@@ -13,6 +13,9 @@ namespace routelab {
 /// Whether this build has the kernels (a CUDA LibTorch, or the kernel suite's CPU emulation).
 bool fused_norm_available();
 
+/// Whether the kernels run on `device`: a build with them, a GPU, and ROUTELAB_FUSED_NORM not 0 in the environment.
+bool fused_norm_enabled(const torch::Device& device);
+
 /// The type the fused kernels would write norm(x) or norm(x + y) in for a matrix product, or nothing where they do
 /// not run: a build without them, a tensor off the GPU, x not contiguous fp32, y of another shape or type than fp32
 /// or bf16, fp16 autocast, or ROUTELAB_FUSED_NORM=0 in the environment (LibTorch's path, for comparisons). bf16

@@ -18,17 +18,21 @@
 
 namespace routelab {
 
-bool fused_rope_applies(const torch::Tensor& x) {
+bool fused_rope_enabled(const torch::Device& device) {
 #if ROUTELAB_WITH_CUDA && !defined(ROUTELAB_CUDA_EMULATION)
   static const bool disabled = [] {
     const char* env = std::getenv("ROUTELAB_FUSED_ROPE");
     return env != nullptr && std::string(env) == "0";
   }();
-  return !disabled && x.is_cuda() && x.dim() == 4 && x.size(3) % 2 == 0 && x.stride(3) == 1 &&
-         (x.scalar_type() == torch::kBFloat16 || x.scalar_type() == torch::kFloat);
+  return !disabled && device.is_cuda();
 #else
   return false;
 #endif
+}
+
+bool fused_rope_applies(const torch::Tensor& x) {
+  return fused_rope_enabled(x.device()) && x.dim() == 4 && x.size(3) % 2 == 0 && x.stride(3) == 1 &&
+         (x.scalar_type() == torch::kBFloat16 || x.scalar_type() == torch::kFloat);
 }
 
 #if ROUTELAB_FUSED_ROPE_KERNEL

@@ -6,9 +6,12 @@
 
 namespace routelab {
 
-/// Whether `x` (B, H, T, hd) would be rotated by the kernel: a build with it (a CUDA LibTorch), x on the GPU in bf16
-/// or fp32 with contiguous rows of even width, and ROUTELAB_FUSED_ROPE not 0 in the environment (0: LibTorch's ops,
-/// for comparisons).
+/// Whether the kernel runs on `device`: a build with it (a CUDA LibTorch), a GPU, and ROUTELAB_FUSED_ROPE not 0 in
+/// the environment (0: LibTorch's ops, for comparisons).
+bool fused_rope_enabled(const torch::Device& device);
+
+/// Whether `x` (B, H, T, hd) would be rotated by the kernel: enabled on its device, bf16 or fp32, contiguous rows of
+/// even width.
 bool fused_rope_applies(const torch::Tensor& x);
 
 /// x (B, H, T, hd) with contiguous rows rotated by the tables cos and sin (P, hd), fp32 with repeated halves, at
