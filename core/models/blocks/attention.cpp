@@ -7,7 +7,6 @@
 #include <algorithm>
 #include <atomic>
 #include <cmath>
-#include <cstdlib>
 #include <limits>
 #include <map>
 #include <mutex>
@@ -22,6 +21,7 @@
 #include "core/models/blocks/varlen_packing.h"
 #include "core/util/device.h"
 #include "core/util/logging.h"
+#include "core/util/process.h"
 
 namespace routelab {
 namespace {
@@ -271,10 +271,7 @@ std::atomic<bool> varlen_attention_failed{false};
 
 bool varlen_attention_active(const torch::Device& device, torch::ScalarType type, std::int64_t head_dim) {
 #if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 3)
-  static const bool disabled = [] {
-    const char* env = std::getenv("ROUTELAB_VARLEN_ATTENTION");
-    return env != nullptr && std::string(env) == "0";
-  }();
+  static const bool disabled = switched_off_in_environment("ROUTELAB_VARLEN_ATTENTION");
   return device.is_cuda() && !disabled && !varlen_attention_failed.load() &&
          (type == torch::kBFloat16 || type == torch::kHalf) && head_dim % 8 == 0 && head_dim <= 256;
 #else

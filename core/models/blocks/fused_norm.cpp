@@ -5,6 +5,7 @@
 
 #include "core/util/cuda_build.h"
 #include "core/util/errors.h"
+#include "core/util/process.h"
 
 #if ROUTELAB_WITH_CUDA || defined(ROUTELAB_CUDA_EMULATION)
 #define ROUTELAB_FUSED_NORM_KERNELS 1
@@ -18,7 +19,6 @@
 #include <c10/core/impl/LocalDispatchKeySet.h>
 #include <torch/version.h>
 
-#include <cstdlib>
 #include <string>
 #endif
 
@@ -29,10 +29,7 @@ bool fused_norm_available() { return ROUTELAB_FUSED_NORM_KERNELS != 0; }
 bool fused_norm_enabled(const torch::Device& device) {
 #if ROUTELAB_WITH_CUDA && !defined(ROUTELAB_CUDA_EMULATION) && \
     (TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 4))
-  static const bool disabled = [] {
-    const char* env = std::getenv("ROUTELAB_FUSED_NORM");
-    return env != nullptr && std::string(env) == "0";
-  }();
+  static const bool disabled = switched_off_in_environment("ROUTELAB_FUSED_NORM");
   return !disabled && device.is_cuda();
 #else
   return false;

@@ -4,6 +4,7 @@
 
 #include "core/util/cuda_build.h"
 #include "core/util/errors.h"
+#include "core/util/process.h"
 
 #if ROUTELAB_WITH_CUDA || defined(ROUTELAB_CUDA_EMULATION)
 #define ROUTELAB_FUSED_ROPE_KERNEL 1
@@ -13,17 +14,12 @@
 #define ROUTELAB_FUSED_ROPE_KERNEL 0
 #endif
 
-#include <cstdlib>
-#include <string>
 
 namespace routelab {
 
 bool fused_rope_enabled(const torch::Device& device) {
 #if ROUTELAB_WITH_CUDA && !defined(ROUTELAB_CUDA_EMULATION)
-  static const bool disabled = [] {
-    const char* env = std::getenv("ROUTELAB_FUSED_ROPE");
-    return env != nullptr && std::string(env) == "0";
-  }();
+  static const bool disabled = switched_off_in_environment("ROUTELAB_FUSED_ROPE");
   return !disabled && device.is_cuda();
 #else
   return false;
