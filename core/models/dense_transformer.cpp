@@ -131,12 +131,7 @@ DenseBlockImpl::Deferred DenseBlockImpl::forward_deferred(const torch::Tensor& x
                                                           const torch::Tensor& positions) {
   Deferred d;
   torch::Tensor n1;
-  if (pending.defined()) {
-    std::tie(d.input, n1) = norm1->add_into_matmul(x, pending);
-  } else {
-    d.input = x;
-    n1 = norm1->into_matmul(x);
-  }
+  std::tie(d.input, n1) = norm1->add_into_matmul(x, pending);
   const auto a = attn(n1, positions);  // (B, T, C)
   torch::Tensor n2;
   std::tie(d.h, n2) = norm2->add_into_matmul(d.input, a);  // h = input + a and its norm, in one pass on a GPU
@@ -258,10 +253,6 @@ torch::Tensor TransformerTrunk::head(const torch::Tensor& x) {
 }
 
 torch::Tensor TransformerTrunk::head(const torch::Tensor& x, const torch::Tensor& pending, torch::Tensor& stream) {
-  if (!pending.defined()) {
-    stream = x;
-    return head(x);
-  }
   torch::Tensor h;
   std::tie(stream, h) = final_norm->add_into_matmul(x, pending);
   return vocab_logits(h, options_.tie_weights() ? tok_emb->weight : lm_head->weight);

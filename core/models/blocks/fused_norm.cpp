@@ -24,8 +24,6 @@
 
 namespace routelab {
 
-bool fused_norm_available() { return ROUTELAB_FUSED_NORM_KERNELS != 0; }
-
 bool fused_norm_enabled(const torch::Device& device) {
 #if ROUTELAB_WITH_CUDA && !defined(ROUTELAB_CUDA_EMULATION) && \
     (TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 4))

@@ -10,9 +10,6 @@
 
 namespace routelab {
 
-/// Whether this build has the kernels (a CUDA LibTorch, or the kernel suite's CPU emulation).
-bool fused_norm_available();
-
 /// Whether the kernels run on `device`: a build with them, a GPU, and ROUTELAB_FUSED_NORM not 0 in the environment.
 bool fused_norm_enabled(const torch::Device& device);
 

@@ -3,9 +3,11 @@
 
 #include <torch/version.h>
 
-#include "core/models/blocks/fused_norm.h"
-
 namespace routelab {
+
+FusedNormSpec NormImpl::fused_spec(torch::ScalarType out_type) const {
+  return {weight, bias, options.eps(), options.kind() == NormKind::RMS, out_type};
+}
 
 NormImpl::NormImpl(NormOptions options_) : options(std::move(options_)) { reset(); }
 
@@ -31,14 +33,13 @@ torch::Tensor NormImpl::forward(const torch::Tensor& x) {
 }
 
 torch::Tensor NormImpl::into_matmul(const torch::Tensor& x) {
-  if (const auto type = fused_norm_output_type(x, {}, weight))
-    return fused_norm(x, {weight, bias, options.eps(), options.kind() == NormKind::RMS, *type});
+  if (const auto type = fused_norm_output_type(x, {}, weight)) return fused_norm(x, fused_spec(*type));
   return forward(x);
 }
 
 std::pair<torch::Tensor, torch::Tensor> NormImpl::add_into_matmul(const torch::Tensor& x, const torch::Tensor& y) {
-  if (const auto type = fused_norm_output_type(x, y, weight))
-    return fused_add_norm(x, y, {weight, bias, options.eps(), options.kind() == NormKind::RMS, *type});
+  if (!y.defined()) return {x, into_matmul(x)};
+  if (const auto type = fused_norm_output_type(x, y, weight)) return fused_add_norm(x, y, fused_spec(*type));
   auto s = x + y;
   auto n = forward(s);
   return {std::move(s), std::move(n)};

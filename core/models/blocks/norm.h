@@ -2,6 +2,8 @@
 #pragma once
 #include <torch/torch.h>
 
+#include "core/models/blocks/fused_norm.h"
+
 #include <utility>
 
 namespace routelab {
@@ -27,12 +29,16 @@ class NormImpl : public torch::nn::Module {
   /// forward(x) as the input of a matrix product: on a GPU with RouteLab's kernels (fused_norm.h) one fused pass,
   /// written in bf16 under bf16 autocast (the type the product reads; forward writes fp32 there), else forward(x).
   torch::Tensor into_matmul(const torch::Tensor& x);
-  /// {x + y, into_matmul(x + y)}: the residual add and the next norm, one pass where the kernels run.
+  /// {x + y, into_matmul(x + y)}: the residual add and the next norm, one pass where the kernels run. An undefined
+  /// y: {x, into_matmul(x)}.
   std::pair<torch::Tensor, torch::Tensor> add_into_matmul(const torch::Tensor& x, const torch::Tensor& y);
 
   NormOptions options;
   torch::Tensor weight;  // (C)
   torch::Tensor bias;    // (C) or undefined
+
+ private:
+  FusedNormSpec fused_spec(torch::ScalarType out_type) const;
 };
 TORCH_MODULE(Norm);
 
