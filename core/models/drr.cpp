@@ -264,7 +264,7 @@ torch::Tensor DrrLayerImpl::forward(const torch::Tensor& x, const torch::Tensor&
   if (long_ctx.defined()) hybrid = hybrid + gates.narrow(-1, 2, 1) * long_ctx;
 
   // PreNorm block on the routed input: x = hybrid + Attn(LN(hybrid)); x = x + MLP(LN(x)).
-  const auto h = norm1(hybrid);
+  const auto h = norm1->into_matmul(hybrid);
   torch::Tensor attn_out;
   if (memory.causal) {
     attn_out = attn(h, positions);
@@ -272,8 +272,8 @@ torch::Tensor DrrLayerImpl::forward(const torch::Tensor& x, const torch::Tensor&
     const auto qkv = attn->project(h, positions);
     attn_out = attn->output(attend(qkv.q, qkv.k, qkv.v, {}, dropout, training));
   }
-  const auto mid = hybrid + attn_out;
-  auto up = torch::gelu(linear(norm2(mid), mlp_up));  // (B, T, 4C)
+  const auto [mid, n2] = norm2->add_into_matmul(hybrid, attn_out);  // mid = hybrid + attn_out and its norm
+  auto up = torch::gelu(linear(n2, mlp_up));                          // (B, T, 4C)
   if (training && dropout > 0) up = torch::dropout(up, dropout, true);
   auto mlp_out = linear(up, mlp_down);
   if (training && dropout > 0) mlp_out = torch::dropout(mlp_out, dropout, true);
@@ -502,9 +502,9 @@ torch::Tensor DrrTransformer::decode(DecodeState& state, const torch::Tensor& to
     auto hybrid = gates.narrow(-1, 0, 1) * x;
     if (short_ctx.defined()) hybrid = hybrid + gates.narrow(-1, 1, 1) * short_ctx;
     if (long_ctx.defined()) hybrid = hybrid + gates.narrow(-1, 2, 1) * long_ctx;
-    const auto attn_out = layer->attn->forward_cached(layer->norm1(hybrid), positions, cache(i, 0));
-    const auto mid = hybrid + attn_out;
-    x = mid + linear(torch::gelu(linear(layer->norm2(mid), layer->mlp_up)), layer->mlp_down);
+    const auto attn_out = layer->attn->forward_cached(layer->norm1->into_matmul(hybrid), positions, cache(i, 0));
+    const auto [mid, n2] = layer->norm2->add_into_matmul(hybrid, attn_out);
+    x = mid + linear(torch::gelu(linear(n2, layer->mlp_up)), layer->mlp_down);
     outputs.push_back(x);
     if (trace) {
       LayerTrace t;

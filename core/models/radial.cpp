@@ -381,7 +381,7 @@ bool RadialNetwork::execute(torch::Tensor& h, const torch::Tensor& positions, co
     x_in[lu] = x_rows.index_select(0, index[lu]);  // (n, C)
     auto& layer = layers[lu];
     // Positions by token: relative distances are right whatever step an entry was written at.
-    const auto qkv = layer->attn->project(layer->norm1(x_in[lu]).unsqueeze(0),
+    const auto qkv = layer->attn->project(layer->norm1->into_matmul(x_in[lu]).unsqueeze(0),
                                           pos_flat.index_select(0, index[lu]).unsqueeze(0));
     q_parts.push_back(qkv.q.squeeze(0).transpose(0, 1).reshape({n, H * hd}));   // (n, H hd)
     k_parts.push_back(qkv.k.squeeze(0).transpose(0, 1).reshape({n, Hkv * hd}));
@@ -422,8 +422,8 @@ bool RadialNetwork::execute(torch::Tensor& h, const torch::Tensor& positions, co
     auto a = linear(heads_rows.index_select(0, index[lu]), layer->attn->proj);  // (n, C)
     const auto w = weight_rows.defined() ? weight_rows.index_select(0, index[lu]).unsqueeze(-1) : torch::Tensor();
     if (w.defined()) a = a * w;
-    const auto x1 = x + a;
-    auto m = layer->mlp(layer->norm2(x1));
+    const auto [x1, n2] = layer->norm2->add_into_matmul(x, a);  // x1 = x + a and its norm
+    auto m = layer->mlp(n2);
     if (w.defined()) m = m * w;
     out_parts.push_back(x1 + m);
     if (probing) {
@@ -537,7 +537,7 @@ torch::Tensor RadialNetwork::decode(DecodeState& state, const torch::Tensor& tok
       auto& layer = layers[static_cast<std::size_t>(l)];
       const auto mask = choice.eq(l);  // (B, n)
       masks.push_back(mask);
-      const auto qkv = layer->attn->project(layer->norm1(h), positions);
+      const auto qkv = layer->attn->project(layer->norm1->into_matmul(h), positions);
       const auto m4 = mask.view({B, 1, n, 1});
       q = q.defined() ? torch::where(m4, qkv.q, q) : qkv.q;
       k = k.defined() ? torch::where(m4, qkv.k, k) : qkv.k;
@@ -549,8 +549,8 @@ torch::Tensor RadialNetwork::decode(DecodeState& state, const torch::Tensor& tok
     auto next = h;
     for (std::size_t u = 0; u < used.size(); ++u) {
       auto& layer = layers[static_cast<std::size_t>(used[u])];
-      const auto x1 = h + linear(heads_rows, layer->attn->proj);
-      next = torch::where(masks[u].unsqueeze(-1), x1 + layer->mlp(layer->norm2(x1)), next);
+      const auto [x1, n2] = layer->norm2->add_into_matmul(h, linear(heads_rows, layer->attn->proj));
+      next = torch::where(masks[u].unsqueeze(-1), x1 + layer->mlp(n2), next);
     }
     h = next;
   }
