@@ -624,7 +624,8 @@ int cmd_bench_train_step(const BenchArgs& a) {
   o.device = a.device;
   o.tf32 = a.tf32;
   o.profile_path = a.profile;
-  resolve_device(o.device);  // a clear error before the peer starts
+  o.kernel_top = a.kernels;
+  check_train_step_bench(o);  // a clear error before the peer starts
   if (a.cuda_graph && (o.device.rfind("cuda", 0) != 0 || !cuda_graphs_available()))
     throw ConfigError("bench train-step --cuda-graph: needs --device cuda and a CUDA LibTorch (this one: " +
                       torch_version_string() + ")");
@@ -672,7 +673,7 @@ int cmd_bench_train_step(const BenchArgs& a) {
         if (peer.ok)
           std::cout << "  ratio vs " << mode << " " << std::setprecision(2) << r.tokens_per_s / peer.tokens_per_s
                     << "x";
-      std::cout << "\n";
+      std::cout << "\n" << r.kernel_table;
     }
   }
   if (o.device == "cpu") {

@@ -27,6 +27,7 @@ struct BenchArgs {
   bool tf32 = false;        ///< CUDA fp32 on TF32 tensor cores, both sides
   bool cuda_graph = false;  ///< also time RouteLab's step replayed as a CUDA graph
   double peak_tflops = 0;   ///< the device's peak for MFU (e.g. 989 for an H100's dense bf16)
+  int kernels = 0;          ///< CUDA: print kernel time by class and this many of the longest kernels
 };
 
 struct EvalArgs {

@@ -195,7 +195,12 @@ void add_step_benchmarks(CLI::App& bench_cmd, CommandAction& action) {
   step_cmd
       ->add_option("--context", bench->context, "sequence length (default: the shape's, 128 small, 1024 gpt2-small)")
       ->check(CLI::Range(1, 1000000000));
-  step_cmd->add_option("--profile", bench->profile, "write a Chrome trace of RouteLab's timed steps (autograd profiler)");
+  step_cmd->add_option("--profile", bench->profile,
+                       "write a Chrome trace of three RouteLab steps after the timed ones (host ops, and GPU kernels "
+                       "with LibTorch 2.x)");
+  step_cmd->add_option("--kernels", bench->kernels,
+                       "CUDA: after the timed steps, GPU time by kernel class and the N longest kernels, per step")
+      ->check(CLI::Range(1, 1000));
   step_cmd->add_option("--precision", bench->precision, "fp32, bf16 or both")
       ->check(CLI::IsMember({"fp32", "bf16", "both"}));
   step_cmd->callback([bench, &action] { action = [bench] { return cmd_bench_train_step(*bench); }; });

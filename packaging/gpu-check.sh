@@ -8,7 +8,8 @@
 # compacted sequences against the padded path (losses and routed training steps), the fused add + norm and rotary
 # kernels against LibTorch's ops (losses; the GPT-2-small and 360M steps without them), 360M-parameter training
 # throughput (dense eager and graphed), the quick-start run and the data-parallel step in a group of one (NCCL) against
-# the plain one. Every step prints what it measured into one log; a
+# the plain one; GPU time by kernel class for the GPT-2-small bf16 step and for the routed 360M bf16 steps whose
+# time/FLOPs quotient is above 1.1. Every step prints what it measured into one log; a
 # step that fails is reported and the next one still runs; steps that no longer fit the time budget are skipped, and
 # the log says so.
 #
@@ -30,6 +31,8 @@ root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 peer="${4:-$root/../shared/tools/pyref2_gpt_step.py}"
 budget="${GPU_CHECK_BUDGET_S:-420}"
 dev="${GPU_CHECK_DEVICE:-cuda}"
+kernels=()  # GPU time by kernel class and the longest kernels, after the timed steps (a GPU's table only)
+[[ $dev == cuda* ]] && kernels=(--kernels 25)
 peak="${GPU_CHECK_PEAK_TFLOPS:-989}"
 work="$(mktemp -d)"
 export ROUTELAB_HOME="${ROUTELAB_HOME:-$work/home}" ROUTELAB_EXPERIMENTS="$root/experiments" cli work dev
@@ -169,7 +172,7 @@ nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.max.sm --format=c
 step loss-kernels 60 "$cli" bench loss --device "$dev" --rows 16384 --vocab 50257 --reps 10
 # The goals are set in bf16 (>= 1.1x eager, >= 1.0x torch.compile, MFU >= 35%); fp32 without the compile's minute.
 step train-step-gpt2-small-bf16 180 "$cli" bench train-step --device "$dev" --shape gpt2-small --precision bf16 \
-  --compile --cuda-graph --peak-tflops "$peak" --steps 20 --warmup 5 --python "$python" --script "$peer"
+  --compile --cuda-graph --peak-tflops "$peak" --steps 20 --warmup 5 --python "$python" --script "$peer" "${kernels[@]}"
 export -f graph_check switch_check fused_norm_check fused_rope_check varlen_check
 # The fused add + norm kernels: the same losses as LibTorch's norms, and the step without them (MFU's gain).
 step fused-norm-equals-unfused 150 bash -c fused_norm_check
@@ -214,7 +217,7 @@ step train-360m-dllm-360m-batch8 60 "$cli" train --config "$root/experiments/dll
   --set train.checkpoint_every=1000 --set train.warmup_steps=10 --set train.log_every=5 --db "$work/360m.sqlite"
 step train-step-routed-360m-bf16 150 "$cli" bench forward --train --device "$dev" --archs dtrnet,mod,tsa,dllm \
   --embd 960 --layers 32 --heads 15 --kv-heads 5 --lengths 2048 --fractions 0.1,0.3 --batch 8 --reps 3 --warmup 1 \
-  --precision bf16
+  --precision bf16 --breakdown-above 1.1
 step train-step-routed-360m-bf16-padded 120 env ROUTELAB_VARLEN_ATTENTION=0 "$cli" bench forward --train \
   --device "$dev" --archs dtrnet,mod --embd 960 --layers 32 --heads 15 --kv-heads 5 --lengths 2048 --fractions 0.1,0.3 \
   --batch 8 --reps 3 --warmup 1 --precision bf16

@@ -18,6 +18,7 @@
 #include <torch/torch.h>
 
 #include "core/bench/bench_timing.h"
+#include "core/bench/kernel_profile.h"
 #include "core/config/experiment_config.h"
 #include "core/cost/flop_counter.h"
 #include "core/models/blocks/attention.h"
@@ -55,13 +56,25 @@ TracedForward traced(LanguageModel& model, const ArchitectureEntry& arch, const 
   return {d > 0 ? f / d : 1.0, n > 0 ? routed / n : 1.0};
 }
 
-/// Median over `runs` profiled calls of `run` (a forward or a training step) of the ms of each op class (one call
-/// is too noisy on a shared machine).
+/// Whether breakdowns on `device` are the GPU's kernel time (Kineto) rather than the host's time per op.
+bool kernel_breakdowns(const torch::Device& device) {
+  return device.is_cuda() && kernel_profiling_unavailable().empty();
+}
+
+/// Median over `runs` profiled calls of `run` (a forward or a training step) of the ms of each class (one call is
+/// too noisy on a shared machine): kernel classes on a GPU (kernel_breakdowns), else op classes on the host.
 std::vector<std::pair<std::string, double>> profile(const std::function<void()>& run, const torch::Device& device,
                                                     int runs) {
   std::map<std::string, std::vector<double>> samples;
   for (int r = 0; r < runs; ++r) {
     synchronize(device);
+    if (kernel_breakdowns(device)) {
+      KernelProfiler profiler(true);
+      run();
+      synchronize(device);
+      for (const auto& [k, v] : profiler.stop().classes_ms()) samples[k].push_back(v);
+      continue;
+    }
     OpClassProfiler profiler;
     run();
     synchronize(device);
@@ -208,6 +221,7 @@ ForwardBenchResult bench_forward(const ForwardBenchOptions& in) {
   }
   // After the runs: a GPU without flash attention's varlen kernel has fallen back to padded by now.
   const auto type = o.bf16 ? torch::kBFloat16 : torch::kFloat;
+  result.kernel_breakdowns = kernel_breakdowns(device);
   result.compacted_attention = varlen_attention_active(device, type, o.n_embd / o.n_head) ? "varlen flash"
                                : device.is_cpu() && !o.bf16   ? "unpadded CPU kernel"
                                                               : "padded";
@@ -242,10 +256,16 @@ std::string ForwardBenchResult::to_table() const {
     if (r.breakdown.empty()) continue;
     if (!any)
       s << "\n* quotient above " << o.breakdown_threshold << " at T >= " << o.breakdown_min_seq
-        << ": ms by op class, median of max(3, reps) profiled forwards each (top-level ops on the calling thread, RecordFunction "
-           "callbacks, the custom CPU attention kernel its own class; 'outside ops' = wall time not inside any op)"
-        << (device == "cuda" ? "; on cuda these are host-side launch times, the final synchronisation landing in "
-                               "'outside ops'" : "")
+        << (kernel_breakdowns
+                ? ": GPU kernel ms by class, median of max(3, reps) profiled calls each (PyTorch's Kineto profiler; "
+                  "'idle' = profiled wall time with no kernel running: the GPU waiting for the host)"
+                : std::string(": ms by op class, median of max(3, reps) profiled calls each (top-level ops on the "
+                              "calling thread, RecordFunction callbacks, the custom CPU attention kernel its own "
+                              "class; 'outside ops' = wall time not inside any op)") +
+                      (device.rfind("cuda", 0) == 0
+                           ? "; on cuda these are host-side launch times, the final synchronisation landing in "
+                             "'outside ops' (" + kernel_profiling_unavailable() + ")"
+                           : ""))
         << "\n";
     any = true;
     s << "T " << r.seq << ", target " << std::setprecision(2) << r.target << ", " << r.arch << " (quotient "
@@ -277,6 +297,7 @@ nlohmann::json ForwardBenchResult::to_json() const {
           {"n_layer", o.n_layer}, {"n_head", o.n_head}, {"precision", o.bf16 ? "bf16" : "fp32"}, {"reps", o.reps},
           {"mode", o.train ? "train-step" : "forward"},
           {"compacted_attention", compacted_attention},
+          {"breakdown", kernel_breakdowns ? "gpu kernels" : "host ops"},
           {"warmup", o.warmup},
           {"rows", rows_json}};
 }

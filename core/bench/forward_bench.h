@@ -61,6 +61,8 @@ struct ForwardBenchResult {
   /// How compacted sequences were attended: "varlen flash" (a GPU in half precision), "padded" (to the longest
   /// sequence), "unpadded CPU kernel" (CPU fp32).
   std::string compacted_attention;
+  /// Breakdowns are GPU kernel time by class (a CUDA device, LibTorch 2.x), else host time by op class.
+  bool kernel_breakdowns = false;
   std::vector<ForwardBenchRow> rows;
   std::string to_table() const;
   nlohmann::json to_json() const;

@@ -6,6 +6,7 @@
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
+#include <functional>
 #include <sstream>
 
 #include <torch/cuda.h>
@@ -13,6 +14,7 @@
 #include <torch/csrc/autograd/profiler_legacy.h>
 
 #include "core/bench/bench_timing.h"
+#include "core/bench/kernel_profile.h"
 #include "core/models/blocks/fused_norm.h"
 #include "core/models/dense_transformer.h"
 #include "core/train/cuda_graph_step.h"
@@ -44,9 +46,42 @@ double train_step_flops(const TrainStepBenchOptions& o) {
   return per_token * double(o.batch) * T;
 }
 
+void check_train_step_bench(const TrainStepBenchOptions& o) {
+  const auto device = resolve_device(o.device);
+  if (o.kernel_top > 0 && !device.is_cuda())
+    throw ConfigError("bench train-step --kernels: the kernel table is a GPU's (--device cuda); on the CPU, --profile "
+                      "writes a trace of the ops");
+  if (o.kernel_top > 0 && !kernel_profiling_unavailable().empty())
+    throw ConfigError("bench train-step --kernels: " + kernel_profiling_unavailable());
+}
+
+namespace {
+
+/// kKernelProfileSteps more steps after the timed ones, recorded: the kernel table (CUDA) and the Chrome trace.
+std::string profile_steps(const TrainStepBenchOptions& o, const torch::Device& device,
+                          const std::function<StepResult()>& step) {
+  constexpr int kKernelProfileSteps = 3;
+  if (!kernel_profiling_unavailable().empty()) {  // LibTorch 1.x: the legacy profiler's trace of the host's ops
+    const torch::autograd::profiler::RecordProfile trace(o.profile_path);
+    for (int i = 0; i < kKernelProfileSteps; ++i) step();
+    synchronize(device);
+    return "";
+  }
+  KernelProfiler profiler(device.is_cuda());
+  for (int i = 0; i < kKernelProfileSteps; ++i) step();
+  synchronize(device);
+  const auto profile = profiler.stop(o.profile_path);
+  if (o.kernel_top <= 0) return "";
+  return "RouteLab, " + std::to_string(kKernelProfileSteps) + " steps after the timed ones (PyTorch's Kineto profiler): " +
+         profile.to_table(o.kernel_top, kKernelProfileSteps, "per step");
+}
+
+}  // namespace
+
 TrainStepBenchResult bench_train_step(const TrainStepBenchOptions& o) {
   TrainStepBenchResult r;
   ThreadGovernor threads(o.threads);  // as a training run: "all cores" follows the machine's load
+  check_train_step_bench(o);
   const auto device = resolve_device(o.device);
   if (device.is_cuda()) configure_cuda_math(o.tf32);
   torch::manual_seed(0);
@@ -83,8 +118,6 @@ TrainStepBenchResult bench_train_step(const TrainStepBenchOptions& o) {
     threads.update();
   }
   synchronize(device);
-  std::unique_ptr<torch::autograd::profiler::RecordProfile> profile;
-  if (!o.profile_path.empty()) profile = std::make_unique<torch::autograd::profiler::RecordProfile>(o.profile_path);
   std::vector<torch::Tensor> losses;
   const auto t0 = std::chrono::steady_clock::now();
   for (std::int64_t i = 0; i < o.steps; ++i) {
@@ -93,7 +126,7 @@ TrainStepBenchResult bench_train_step(const TrainStepBenchOptions& o) {
   }
   synchronize(device);
   const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / double(o.steps);
-  profile.reset();
+  if (o.kernel_top > 0 || !o.profile_path.empty()) r.kernel_table = profile_steps(o, device, step);
   r.first_loss = losses.front().item<double>();
   r.last_loss = losses.back().item<double>();
   r.threads = threads.threads();

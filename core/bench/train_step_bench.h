@@ -15,7 +15,10 @@ struct TrainStepBenchOptions {
   bool tf32 = false;           ///< CUDA: fp32 matmuls on TF32 tensor cores, both sides (train.tf32's default)
   bool cuda_graph = false;     ///< CUDA: RouteLab's step captured as a CUDA graph (train.cuda_graph)
   std::string device = "cpu";  ///< cpu, cuda or cuda:N
-  std::string profile_path;    ///< when set, the timed steps are recorded as a Chrome trace (autograd profiler)
+  /// when set, three steps after the timed ones are recorded as a Chrome trace (PyTorch's Kineto profiler on
+  /// LibTorch 2.x: host ops and GPU kernels; the legacy autograd profiler's host ops on 1.x)
+  std::string profile_path;
+  int kernel_top = 0;          ///< CUDA, > 0: a table of kernel time by class and the kernel_top longest kernels
 };
 
 /// The named benchmark shapes: "small" (d 256, L 6, H 8, d_ff 1024, vocab 65, B 64, T 128: the peer's default) and
@@ -36,7 +39,12 @@ struct TrainStepBenchResult {
   int threads = 0;                       ///< Torch threads at the end of the timed steps
   std::string optimizer;                 ///< which AdamW kernel ran ("fused", "foreach")
   std::string kernels;                   ///< RouteLab's own kernels in the step ("loss, add+norm"; "none")
+  std::string kernel_table;              ///< kernel_top > 0: KernelProfile::to_table per step
 };
+
+/// Throws ConfigError for options that cannot run here (a device LibTorch lacks; --kernels off a GPU or without
+/// Kineto); bench_train_step checks them too, the CLI before it starts the peer.
+void check_train_step_bench(const TrainStepBenchOptions& options);
 
 TrainStepBenchResult bench_train_step(const TrainStepBenchOptions& options);
 

@@ -178,14 +178,21 @@ const char* op_class(std::string_view name) {
 struct TimedOp : at::ObserverContext {
   Clock::time_point start;
   const char* cls = nullptr;
+  bool transparent = false;  ///< a wrapper whose inner ops are the top level (the autograd engine's)
 };
 
 std::unique_ptr<at::ObserverContext> on_profiler_start(const at::RecordFunction& fn) {
   auto* p = g_profiler.load();
   if (!p || std::this_thread::get_id() != p->thread || at::in_parallel_region()) return nullptr;
   auto ctx = std::make_unique<TimedOp>();
+  const auto name = op_name(fn);
+  // The backward's "autograd::engine::evaluate_function: MmBackward0" wraps the products and the rest it runs.
+  if (name.rfind("autograd::engine::", 0) == 0) {
+    ctx->transparent = true;
+    return ctx;
+  }
   if (p->depth++ == 0) {
-    ctx->cls = op_class(op_name(fn));
+    ctx->cls = op_class(name);
     ctx->start = Clock::now();
   }
   return ctx;
@@ -194,8 +201,9 @@ std::unique_ptr<at::ObserverContext> on_profiler_start(const at::RecordFunction&
 void on_profiler_end(const at::RecordFunction& /*fn*/, at::ObserverContext* ctx) {
   auto* p = g_profiler.load();
   if (!p || !ctx) return;
-  --p->depth;
   auto* timed = static_cast<TimedOp*>(ctx);
+  if (timed->transparent) return;
+  --p->depth;
   if (timed->cls)
     p->ms[timed->cls] += std::chrono::duration<double, std::milli>(Clock::now() - timed->start).count();
 }

@@ -1,0 +1,207 @@
+// The benchmarks' profiles: where a GPU's time goes (KernelProfile: kernel names as Kineto reports them, sorted into
+// classes; busy time as the union of kernel intervals; the idle rest) and the host-side op classes
+// (OpClassProfiler). No GPU here: the kernel names are real ones from H200 profiles of PyTorch 2.x, and the Kineto
+// recording itself is exercised on the CPU's ops where the LibTorch has it.
+#include <QtTest>
+
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include <nlohmann/json.hpp>
+#include <torch/torch.h>
+
+#include "core/bench/kernel_profile.h"
+#include "core/cost/flop_counter.h"
+#include "core/util/errors.h"
+#include "tests/suite.h"
+
+namespace test_profiles {
+
+using namespace routelab;
+using routelab::test::contains;
+using routelab::test::error_of;
+
+/// The ms of `cls` in a breakdown, 0 where the class is absent.
+double ms_of(const std::map<std::string, double>& classes, const std::string& cls) {
+  const auto it = classes.find(cls);
+  return it == classes.end() ? 0.0 : it->second;
+}
+
+class TestProfiles : public QObject {
+  Q_OBJECT
+
+ private Q_SLOTS:
+  void displayNamesDropParametersAndAnonymousNamespaces() {
+    QCOMPARE(kernel_display_name("void at::native::(anonymous namespace)::indexSelectLargeIndex<float, long, "
+                                 "unsigned int, 2, 2, -2, true>(at::cuda::detail::TensorInfo<float, unsigned int>, long)"),
+             std::string("at::native::indexSelectLargeIndex<float, long, unsigned int, 2, 2, -2, true>"));
+    QCOMPARE(kernel_display_name("nvjet_tst_128x256_64x4_1x2_h_bz_coopA_NNT"),
+             std::string("nvjet_tst_128x256_64x4_1x2_h_bz_coopA_NNT"));
+    QCOMPARE(kernel_display_name("Memcpy DtoD (Device -> Device)"), std::string("Memcpy DtoD"));
+    QCOMPARE(kernel_display_name("void routelab::cuda::(anonymous namespace)::rope_kernel<__nv_bfloat16>(const "
+                                 "__nv_bfloat16*, long)"),
+             std::string("routelab::cuda::rope_kernel<__nv_bfloat16>"));
+  }
+
+  void kernelsFallIntoTheirClasses_data() {
+    QTest::addColumn<QString>("name");
+    QTest::addColumn<QString>("cls");
+    const QString mm = "matrix products", attn = "attention", ours = "RouteLab kernels", idx = "routing index ops",
+                  copy = "copies, casts, fills", red = "norms, softmax, reductions", ew = "elementwise",
+                  opt = "optimizer", other = "other";
+    QTest::newRow("nvjet") << "nvjet_tst_128x256_64x4_1x2_h_bz_coopA_NNT" << mm;
+    QTest::newRow("xmma") << "sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x128x64_warpgroupsize1x1x1" << mm;
+    QTest::newRow("cutlass") << "void cutlass::Kernel2<cutlass_80_wmma_tensorop_bf16_s161616gemm_bf16_32x32_128x2_tn_"
+                                "align8>(cutlass_80_wmma_tensorop_bf16_s161616gemm_bf16_32x32_128x2_tn_align8::Params)"
+                             << mm;
+    QTest::newRow("flash") << "void pytorch_flash::flash_fwd_kernel<Flash_fwd_kernel_traits<64, 128, 128, 4, false, "
+                              "false, cutlass::bfloat16_t>, false, true, false>(pytorch_flash::Flash_fwd_params)"
+                           << attn;
+    QTest::newRow("cudnn") << "cudnn_generated_fort_native_sdpa_sm90_flash_fprop_wgmma_f16_knob_3_64x64x64" << attn;
+    QTest::newRow("efficient") << "fmha_cutlassF_bf16_aligned_64x64_rf_sm80(PyTorchMemEffAttention::AttentionKernel<"
+                                  "cutlass::bfloat16_t, cutlass::arch::Sm80, true, 64, 64, 64, true, true>::Params)"
+                               << attn;
+    QTest::newRow("ours") << "void routelab::cuda::(anonymous namespace)::forward_kernel<float>(const float*, long)"
+                          << ours;
+    QTest::newRow("index select") << "void at::native::(anonymous namespace)::indexSelectLargeIndex<float, long, "
+                                     "unsigned int, 2, 2, -2, true>(at::cuda::detail::TensorInfo<float, unsigned int>)"
+                                  << idx;
+    QTest::newRow("index put") << "void at::native::index_elementwise_kernel<128, 4, at::native::gpu_index_kernel<"
+                                  "at::native::index_put_kernel_impl<at::native::OpaqueType<4> >>(int)"
+                               << idx;
+    QTest::newRow("cat") << "void at::native::(anonymous namespace)::CatArrayBatchedCopy<at::native::(anonymous "
+                            "namespace)::OpaqueType<4u>, unsigned int, 3, 128, 1>(int)"
+                         << idx;
+    QTest::newRow("topk") << "void at::native::sbtopk::gatherTopK<float, unsigned int, 2, false>(int)" << idx;
+    QTest::newRow("radix sort") << "void at_cuda_detail::cub::DeviceRadixSortOnesweepKernel<int>(int)" << idx;
+    QTest::newRow("memcpy") << "Memcpy DtoD (Device -> Device)" << copy;
+    QTest::newRow("memset") << "Memset (Device)" << copy;
+    QTest::newRow("cast") << "void at::native::unrolled_elementwise_kernel<at::native::direct_copy_kernel_cuda("
+                             "at::TensorIteratorBase&)::{lambda()#3}::operator()() const::{lambda(float)#1}, "
+                             "at::detail::Array<char*, 2> >(int)"
+                          << copy;
+    QTest::newRow("fill") << "void at::native::vectorized_elementwise_kernel<4, at::native::FillFunctor<float>, "
+                             "at::detail::Array<char*, 1> >(int, at::native::FillFunctor<float>)"
+                          << copy;
+    QTest::newRow("layer norm") << "void at::native::(anonymous namespace)::vectorized_layer_norm_kernel<float, float>"
+                                   "(int, float, float const*)"
+                                << red;
+    QTest::newRow("reduce") << "void at::native::reduce_kernel<512, 1, at::native::ReduceOp<float, at::native::"
+                               "func_wrapper_t<float, at::native::sum_functor<float, float, float>::operator()>, "
+                               "unsigned int, float, 4> >(int)"
+                            << red;
+    QTest::newRow("softmax") << "void (anonymous namespace)::cunn_SoftMaxForward<4, float, float, float>(float*)" << red;
+    QTest::newRow("gelu") << "void at::native::vectorized_elementwise_kernel<4, at::native::GeluCUDAKernelImpl("
+                             "at::TensorIteratorBase&, at::native::GeluType)::{lambda()#2}, at::detail::Array<char*, 2> >(int)"
+                          << ew;
+    QTest::newRow("add") << "void at::native::vectorized_elementwise_kernel<4, at::native::CUDAFunctor_add<float>, "
+                            "at::detail::Array<char*, 3> >(int, at::native::CUDAFunctor_add<float>)"
+                         << ew;
+    QTest::newRow("fused adamw") << "void at::native::(anonymous namespace)::multi_tensor_apply_kernel<at::native::"
+                                    "(anonymous namespace)::TensorListMetadata<4>, at::native::FusedAdamMathFunctor<float, 4>"
+                                    ">(int)"
+                                 << opt;
+    QTest::newRow("unknown") << "my_kernel" << other;
+  }
+
+  void kernelsFallIntoTheirClasses() {
+    QFETCH(QString, name);
+    QFETCH(QString, cls);
+    const std::string got = kernel_class(name.toStdString());
+    QVERIFY2(got.rfind(cls.toStdString(), 0) == 0, got.c_str());
+  }
+
+  void busyTimeIsTheUnionOfKernelIntervals() {
+    const std::string mm = "nvjet_tst_128x256_64x4_1x2_h_bz_coopA_NNT";
+    const std::string add = "void at::native::vectorized_elementwise_kernel<4, at::native::CUDAFunctor_add<float>, "
+                            "at::detail::Array<char*, 3> >(int, at::native::CUDAFunctor_add<float>)";
+    const std::vector<KernelEvent> events = {
+        {mm, 0, 4'000'000},               // 0-4 ms
+        {add, 3'000'000, 5'000'000},      // overlaps: busy to 5 ms
+        {mm, 8'000'000, 10'000'000},      // a 3 ms gap, then 2 ms
+        {add, 8'500'000, 9'000'000},      // inside the previous
+        {add, 20'000'000, 19'000'000}};   // ends before it starts: ignored
+    const auto p = KernelProfile::from_events(events, 12.0);
+    QCOMPARE(p.busy_ms, 7.0);
+    QCOMPARE(p.kernels.size(), std::size_t{2});
+    QCOMPARE(p.kernels[0].name, mm);  // 6 ms, longest first
+    QCOMPARE(p.kernels[0].calls, std::int64_t{2});
+    QCOMPARE(p.kernels[0].ms, 6.0);
+    QCOMPARE(p.kernels[1].calls, std::int64_t{2});
+    QCOMPARE(p.kernels[1].ms, 2.5);
+    const auto classes = p.classes_ms();
+    QCOMPARE(classes.at(kKernelIdleClass), 5.0);
+    QCOMPARE(classes.at(kernel_class(mm)), 6.0);
+    QCOMPARE(classes.at(kernel_class(add)), 2.5);
+    // Per step of two: halves; the longest kernel named; the list cut at `top`.
+    const auto table = p.to_table(1, 2.0, "per step");
+    QVERIFY2(contains(table, "device busy 3.50 ms of 6.00 ms per step (58.33%)"), table.c_str());
+    QVERIFY2(contains(table, "3.00     1.0  " + mm), table.c_str());
+    QVERIFY2(!contains(table, "CUDAFunctor_add<float>, at::detail"), table.c_str());
+    // A device that ran nothing was idle the whole time.
+    QCOMPARE(KernelProfile::from_events({}, 3.0).classes_ms().at(kKernelIdleClass), 3.0);
+  }
+
+  void recordsTheOpsTheCpuRuns() {
+    if (!kernel_profiling_unavailable().empty()) {
+      // LibTorch 1.x: a clear refusal naming what is missing.
+      QVERIFY(contains(error_of<ConfigError>([] { KernelProfiler p(false); }), "LibTorch 2.x"));
+      return;
+    }
+    const auto trace = std::filesystem::temp_directory_path() /
+                       ("routelab-kernel-trace-" + std::to_string(::getpid()) + ".json");
+    KernelProfiler profiler(false);
+    QVERIFY(contains(error_of<ConfigError>([] { KernelProfiler second(false); }), "already being recorded"));
+    const auto a = torch::randn({64, 64});
+    for (int i = 0; i < 5; ++i) (void)torch::mm(a, a);
+    const auto p = profiler.stop(trace.string());
+    const auto mm = std::find_if(p.kernels.begin(), p.kernels.end(), [](const auto& k) { return k.name == "aten::mm"; });
+    QVERIFY2(mm != p.kernels.end(), "no aten::mm recorded");
+    QCOMPARE(mm->calls, std::int64_t{5});
+    QVERIFY(p.busy_ms > 0 && p.busy_ms <= p.wall_ms);
+    std::ifstream in(trace);
+    const auto doc = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
+    std::filesystem::remove(trace);
+    QVERIFY2(!doc.is_discarded() && doc.contains("traceEvents"), "the trace is not a Chrome trace");
+    QVERIFY(contains(doc.dump(), "aten::mm"));
+    QVERIFY(contains(error_of<ConfigError>([&] { profiler.stop(); }), "stopped twice"));
+    KernelProfiler again(false);  // the first released the profiler
+    (void)again.stop();
+  }
+
+  void hostOpClassesSplitMatmulsFromIndexOps() {
+    const auto a = torch::randn({128, 128});
+    const auto index = torch::randint(0, 128, {4096}, torch::kLong);
+    OpClassProfiler profiler;
+    for (int i = 0; i < 3; ++i) (void)torch::mm(a, a);
+    for (int i = 0; i < 3; ++i) (void)a.index_select(0, index);
+    profiler.stop();
+    const auto classes = profiler.classes_ms();
+    double sum = 0;
+    for (const auto& [k, v] : classes) sum += v;
+    QVERIFY(ms_of(classes, "matmul (projections, MLP, routers, head)") > 0);
+    QVERIFY(ms_of(classes, "routing index ops (gather/scatter/index/sort/where/cat)") > 0);
+    QVERIFY(std::abs(sum - profiler.wall_ms()) < 1e-6 * std::max(1.0, sum));
+  }
+
+  void backwardProductsCountAsProducts() {
+    // A training step's backward runs inside the autograd engine's wrappers; its matrix products are still products.
+    const auto a = torch::randn({256, 256}, torch::requires_grad());
+    const auto b = torch::randn({256, 256}, torch::requires_grad());
+    const auto loss = torch::mm(torch::mm(a, b), b).sum();
+    OpClassProfiler profiler;
+    loss.backward();
+    profiler.stop();
+    const auto classes = profiler.classes_ms();
+    const double products = ms_of(classes, "matmul (projections, MLP, routers, head)");
+    const double rest = ms_of(classes, "elementwise, softmax, norms, reductions");
+    QVERIFY2(products > rest, ("matmul " + std::to_string(products) + " ms, elementwise " + std::to_string(rest) + " ms").c_str());
+  }
+};
+
+}  // namespace test_profiles
+
+ROUTELAB_TEST_SUITE(test_profiles, TestProfiles)
+#include "test_profiles.moc"
