@@ -14,6 +14,7 @@
 
 #include "core/bench/kernel_profile.h"
 #include "core/cost/flop_counter.h"
+#include "core/models/blocks/attention.h"
 #include "core/util/errors.h"
 #include "tests/suite.h"
 
@@ -197,6 +198,19 @@ class TestProfiles : public QObject {
     const auto classes = profiler.classes_ms();
     // Wrapped, every op of the backward was one top-level "elementwise" op and products had no time at all.
     QVERIFY(ms_of(classes, "matmul (projections, MLP, routers, head)") > 0);
+  }
+
+  void theCpuAttentionBackwardIsAttention() {
+    // The custom CPU kernel's backward calls BLAS directly: without its own event its time was "outside ops".
+    const auto q = torch::randn({2, 4, 96, 16}, torch::requires_grad());
+    const auto k = torch::randn({2, 4, 96, 16}, torch::requires_grad());
+    const auto v = torch::randn({2, 4, 96, 16}, torch::requires_grad());
+    const auto loss = causal_attention(q, k, v).sum();
+    OpClassProfiler profiler;
+    loss.backward();
+    profiler.stop();
+    QVERIFY(ms_of(profiler.classes_ms(), "attention (the custom CPU kernel, forward and backward)") > 0);
+    QVERIFY(q.grad().defined() && k.grad().defined() && v.grad().defined());
   }
 };
 

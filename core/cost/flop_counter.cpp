@@ -168,7 +168,8 @@ const char* op_class(std::string_view name) {
   const auto in = [&](const std::vector<std::string_view>& set) {
     return std::find(set.begin(), set.end(), name) != set.end();
   };
-  if (name == kCpuAttentionEvent) return "attention (the custom CPU kernel: scores, softmax, values)";
+  if (name == kCpuAttentionEvent || name == kCpuAttentionBackwardEvent)
+    return "attention (the custom CPU kernel, forward and backward)";
   if (in(matmul) || name.rfind("_scaled_dot_product_", 0) == 0) return "matmul (projections, MLP, routers, head)";
   if (in(index)) return "routing index ops (gather/scatter/index/sort/where/cat)";
   if (in(copy)) return "copies, views, allocation";

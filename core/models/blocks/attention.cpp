@@ -152,6 +152,7 @@ class CpuCausalAttention : public torch::autograd::Function<CpuCausalAttention> 
     const auto d_out = grads[0].stride(3) == 1 ? grads[0] : grads[0].contiguous();  // (B, H, T, hd)
     const auto B = q.size(0), H = q.size(1), T = q.size(2), hd = q.size(3);
     const auto scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(hd)));
+    RECORD_FUNCTION(kCpuAttentionBackwardEvent, std::vector<c10::IValue>{});  // its ATen ops nest inside
     // Gradients in (B, T, H, hd) buffers: the backward of the head split reads them without a transpose copy.
     const auto make = [&] {
       return (varlen ? torch::zeros({B, T, H, hd}, q.options()) : torch::empty({B, T, H, hd}, q.options()))

@@ -36,6 +36,8 @@ struct AttentionOptions {
 /// The profiler event (at::RecordFunction) of the custom CPU attention kernel; its one input is the kernel's
 /// multiply-adds, which the FLOP counter reads since the kernel's products bypass ATen's matmul ops.
 inline constexpr const char* kCpuAttentionEvent = "routelab::cpu_attention";
+/// The profiler event of that kernel's backward (no inputs: nothing counts the backward's multiply-adds).
+inline constexpr const char* kCpuAttentionBackwardEvent = "routelab::cpu_attention_backward";
 
 /// Scaled dot-product attention of q (B, H, Tq, hd) over k, v (B, Hkv, Tk, hd), causal with the queries
 /// aligned to the last Tq keys; Hkv divides H (key/value head h/(H/Hkv) serves query head h). -> (B, H, Tq, hd)
