@@ -88,22 +88,30 @@ class TestDenseModel : public QObject {
 
   void attentionMatchesNaive_data() {
     QTest::addColumn<int>("kv");
-    QTest::newRow("mha") << 4;
-    QTest::newRow("gqa") << 2;
-    QTest::newRow("mqa") << 1;
+    QTest::addColumn<int>("T");
+    QTest::newRow("mha") << 4 << 9;
+    QTest::newRow("gqa") << 2 << 9;
+    QTest::newRow("mqa") << 1 << 9;
+    // Past two blocks of 128 query rows the CPU kernel scores each block against the keys it can see only.
+    QTest::newRow("blocks, last short") << 2 << 300;
+    QTest::newRow("blocks, one row left") << 4 << 257;
+    QTest::newRow("blocks, whole") << 1 << 512;
   }
   void attentionMatchesNaive() {
     QFETCH(int, kv);
-    const auto q = torch::randn({2, 4, 9, 8}, torch::requires_grad());
-    const auto k = torch::randn({2, kv, 9, 8}, torch::requires_grad());
-    const auto v = torch::randn({2, kv, 9, 8}, torch::requires_grad());
+    QFETCH(int, T);
+    const auto q = torch::randn({2, 4, T, 8}, torch::requires_grad());
+    const auto k = torch::randn({2, kv, T, 8}, torch::requires_grad());
+    const auto v = torch::randn({2, kv, T, 8}, torch::requires_grad());
     const auto fast = causal_attention(q, k, v);
     const auto ref = naive_attention(q, k, v);
     QVERIFY(torch::allclose(fast, ref, 1e-5, 1e-6));
     const auto g = torch::randn_like(fast);
     const auto grads_fast = torch::autograd::grad({fast}, {q, k, v}, {g});
     const auto grads_ref = torch::autograd::grad({ref}, {q, k, v}, {g});
-    for (int i = 0; i < 3; ++i) QVERIFY(torch::allclose(grads_fast[i], grads_ref[i], 1e-5, 1e-6));
+    // Key gradients summed block by block over hundreds of keys: fp32 rounding of a few 1e-6 on gradients up to ~7.
+    const double atol = T > 256 ? 1e-5 : 1e-6;
+    for (int i = 0; i < 3; ++i) QVERIFY(torch::allclose(grads_fast[i], grads_ref[i], 1e-5, atol));
   }
 
   void rmsNormIsLlamas_data() {

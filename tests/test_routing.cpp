@@ -177,16 +177,20 @@ class TestRouting : public QObject {
   void varlenAttentionMatchesPerSequence_data() {
     QTest::addColumn<bool>("fp64");  // fp32 takes the CPU kernel, fp64 the padded fallback
     QTest::addColumn<int>("kvHeads");
-    QTest::newRow("fp32") << false << 4;
-    QTest::newRow("fp32-gqa") << false << 2;
-    QTest::newRow("fp64-fallback") << true << 4;
+    QTest::addColumn<int>("T");
+    QTest::newRow("fp32") << false << 4 << 9;
+    QTest::newRow("fp32-gqa") << false << 2 << 9;
+    QTest::newRow("fp64-fallback") << true << 4 << 9;
+    // Padded past two blocks: the CPU kernel's query blocks, with sequences of one, two and three blocks.
+    QTest::newRow("fp32-blocks") << false << 2 << 300;
   }
   void varlenAttentionMatchesPerSequence() {
     QFETCH(bool, fp64);
     QFETCH(int, kvHeads);
+    QFETCH(int, T);
     const auto dtype = fp64 ? torch::kDouble : torch::kFloat;
-    const std::int64_t B = 3, H = 4, T = 9, hd = 8;
-    const std::vector<std::int64_t> lengths{9, 4, 0};
+    const std::int64_t B = 3, H = 4, hd = 8;
+    const std::vector<std::int64_t> lengths = T == 9 ? std::vector<std::int64_t>{9, 4, 0} : std::vector<std::int64_t>{300, 200, 129};
     const auto q = torch::randn({B, H, T, hd}, dtype).requires_grad_();
     const auto k = torch::randn({B, kvHeads, T, hd}, dtype).requires_grad_();
     const auto v = torch::randn({B, kvHeads, T, hd}, dtype).requires_grad_();

@@ -57,10 +57,10 @@ Mat head(const torch::Tensor& t, std::int64_t b, std::int64_t h, std::int64_t n)
   return {t.data_ptr<float>() + b * t.stride(0) + h * t.stride(1), n, t.size(3), t.stride(2)};
 }
 
-/// C = alpha op(A) op(B), row-major (C is overwritten). The same BLAS sgemm ATen calls, without ATen's per-call
-/// dispatch and tensor bookkeeping (a few microseconds each, against ~10 us for one 128 x 128 x 32 product).
-/// Inside at::parallel_for the OpenMP BLAS runs single-threaded.
-void gemm(bool ta, bool tb, const Mat& A, const Mat& B, Mat C, float alpha) {
+/// C = alpha op(A) op(B) + beta C, row-major (beta 0: C is overwritten). The same BLAS sgemm ATen calls, without
+/// ATen's per-call dispatch and tensor bookkeeping (a few microseconds each, against ~10 us for one 128 x 128 x 32
+/// product). Inside at::parallel_for the OpenMP BLAS runs single-threaded.
+void gemm(bool ta, bool tb, const Mat& A, const Mat& B, Mat C, float alpha, float beta = 0.0f) {
 #ifdef ROUTELAB_DIRECT_BLAS
   const auto k = ta ? A.rows : A.cols;
   // Row-major C = op(A) op(B) is column-major C^T = op(B)^T op(A)^T, and a row-major matrix is its column-major
@@ -68,20 +68,56 @@ void gemm(bool ta, bool tb, const Mat& A, const Mat& B, Mat C, float alpha) {
   const char a_flag = tb ? 'T' : 'N', b_flag = ta ? 'T' : 'N';
   const int m = static_cast<int>(C.cols), n = static_cast<int>(C.rows), kk = static_cast<int>(k);
   const int lda = static_cast<int>(B.ld), ldb = static_cast<int>(A.ld), ldc = static_cast<int>(C.ld);
-  const float beta = 0.0f;
   sgemm_(&a_flag, &b_flag, &m, &n, &kk, &alpha, B.data, &lda, A.data, &ldb, &beta, C.data, &ldc);
 #else
   const auto opts = torch::TensorOptions().dtype(torch::kFloat);
   const auto view = [&](const Mat& M) { return torch::from_blob(M.data, {M.rows, M.cols}, {M.ld, 1}, opts); };
   auto c = view(C);
-  at::addmm_out(c, c, ta ? view(A).t() : view(A), tb ? view(B).t() : view(B), /*beta=*/0.0, alpha);
+  at::addmm_out(c, c, ta ? view(A).t() : view(A), tb ? view(B).t() : view(B), beta, alpha);
 #endif
 }
 
-/// Rows [0, n) x cols [0, n) of `m` past the diagonal (j > i) set to -inf: the causal mask.
-void mask_upper(const Mat& m) {
+/// Rows `count` from row `start` of head h of batch b (as head(), from a later row).
+Mat rows(const torch::Tensor& t, std::int64_t b, std::int64_t h, std::int64_t start, std::int64_t count) {
+  auto m = head(t, b, h, count);
+  m.data += start * t.stride(2);
+  return m;
+}
+
+/// Query rows per block of the CPU kernel on sequences longer than two blocks.
+constexpr std::int64_t kCausalBlockRows = 128;
+
+/// ROUTELAB_CAUSAL_BLOCKS=0 computes the whole square again (for comparisons; read once).
+bool causal_blocks_enabled() {
+  static const bool off = switched_off_in_environment("ROUTELAB_CAUSAL_BLOCKS");
+  return !off;
+}
+
+/// The query blocks of a causal sequence of n rows in a batch padded to T: block i holds rows [start(i), end(i))
+/// and scores them against keys [0, end(i)) only, so a long sequence computes about n^2 / 2 + n kCausalBlockRows / 2
+/// (query, key) pairs instead of n^2. Where T is at most two blocks, every sequence is one block (the whole square).
+/// The block size follows T, not n, so that no sequence of the batch needs more room than a full one: each head's
+/// blocks lie one after another in a packed buffer, block i's (rows, end(i)) scores at offset(i).
+struct CausalBlocks {
+  std::int64_t n, block;
+  CausalBlocks(std::int64_t length, std::int64_t padded)
+      : n(length),
+        block(padded <= 2 * kCausalBlockRows || !causal_blocks_enabled() ? std::max<std::int64_t>(padded, 1)
+                                                                          : kCausalBlockRows) {}
+  std::int64_t count() const { return (n + block - 1) / block; }
+  std::int64_t start(std::int64_t i) const { return i * block; }
+  std::int64_t end(std::int64_t i) const { return std::min(n, (i + 1) * block); }
+  /// Floats before block i (every earlier block is full: only the last may be short).
+  std::int64_t offset(std::int64_t i) const { return block * block * i * (i + 1) / 2; }
+  /// Floats of every block of one head.
+  std::int64_t packed() const { return n == 0 ? 0 : offset(count() - 1) + (n - start(count() - 1)) * n; }
+};
+
+/// Row a of the (rows, end) scores of a block starting at query `start` sees keys [0, start + a]: the rest -inf.
+void mask_causal(const Mat& m, std::int64_t start) {
   const float inf = -std::numeric_limits<float>::infinity();
-  for (std::int64_t i = 0; i + 1 < m.rows; ++i) std::fill(m.data + i * m.ld + i + 1, m.data + i * m.ld + m.cols, inf);
+  for (std::int64_t a = 0; a < m.rows && start + a + 1 < m.cols; ++a)
+    std::fill(m.data + a * m.ld + start + a + 1, m.data + a * m.ld + m.cols, inf);
 }
 
 /// Heads handled per softmax call: every head of a sequence when their (n, n) scores fit in 4 M floats (one call
@@ -100,8 +136,10 @@ double squared_lengths(const std::vector<std::int64_t>& lengths, std::int64_t B,
 
 /// Causal attention on CPU for q, k, v of shape (B, H, T, hd) with any strides (inner stride 1). Sequence b
 /// uses only its first lengths[b] positions (all T when `lengths` is empty): a (len, len) problem per head, so
-/// compacted routed sequences cost sum_b len_b^2, and rows past len_b are zero. The output is laid out
-/// (B, T, H, hd) so the output projection reads it without a copy; probabilities are saved for backward.
+/// compacted routed sequences cost sum_b len_b^2, and rows past len_b are zero. Query blocks (CausalBlocks) leave
+/// out the keys past each block's last row, as flash attention's causal kernels do; the work is priced, as theirs
+/// is, at the full square. The output is laid out (B, T, H, hd) so the output projection reads it without a copy;
+/// the probabilities of the computed blocks are saved for backward.
 class CpuCausalAttention : public torch::autograd::Function<CpuCausalAttention> {
  public:
   static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& q, const torch::Tensor& k,
@@ -110,32 +148,37 @@ class CpuCausalAttention : public torch::autograd::Function<CpuCausalAttention> 
     const auto scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(hd)));
     const bool varlen = !lengths.empty();
     // The products bypass ATen's matmul ops, so the kernel is one profiler event carrying its multiply-adds (Q K^T
-    // and P V, n^2 hd each per head) for whoever counts work (core/cost/flop_counter.h reads kCpuAttentionEvent);
-    // the ATen ops it runs inside are nested in it.
+    // and P V, n^2 hd each per head: the priced square) for whoever counts work (core/cost/flop_counter.h reads
+    // kCpuAttentionEvent); the ATen ops it runs inside are nested in it.
     const double sum_sq = squared_lengths(lengths, B, T);
     const std::vector<c10::IValue> work = {c10::IValue(2.0 * static_cast<double>(H * hd) * sum_sq)};
     RECORD_FUNCTION(kCpuAttentionEvent, work);
-    // (B, H, T, T); the heads of sequence b use (n, n) blocks packed from the start of probs[b]
-    auto probs = torch::empty({B, H, T, T}, q.options());
+    // Head group (b, h0)'s probabilities start at (b H + h0) P: block i of its G heads is (G, rows, end(i)) at
+    // G offset(i) from there (the layout the per-block softmax reads).
+    const auto P = CausalBlocks(T, T).packed();
+    auto probs = torch::empty({B * H * P}, q.options());
     auto out = (varlen ? torch::zeros({B, T, H, hd}, q.options()) : torch::empty({B, T, H, hd}, q.options()))
                    .transpose(1, 2);  // (B, H, T, hd) over a (B, T, H, hd) buffer
     const auto G = softmax_group(H, T);
     at::parallel_for(0, B * (H / G), 1, [&](std::int64_t begin, std::int64_t end) {
-      auto scores = torch::empty({G * T * T}, q.options());
+      auto scores = torch::empty({G * CausalBlocks(T, T).block * T}, q.options());  // one block's, all G heads
       for (std::int64_t i = begin; i < end; ++i) {
         const auto b = i / (H / G), h0 = (i % (H / G)) * G;
-        const auto n = varlen ? lengths[b] : T;
-        if (n == 0) continue;
-        for (std::int64_t g = 0; g < G; ++g) {
-          const Mat s{scores.data_ptr<float>() + g * n * n, n, n, n};
-          gemm(false, true, head(q, b, h0 + g, n), head(k, b, h0 + g, n), s, scale);  // S = scale Q K^T
-          mask_upper(s);
+        const CausalBlocks blocks(varlen ? lengths[b] : T, T);
+        const auto group = (b * H + h0) * P;
+        for (std::int64_t x = 0; x < blocks.count(); ++x) {
+          const auto s = blocks.start(x), e = blocks.end(x), r = e - s;
+          for (std::int64_t g = 0; g < G; ++g) {
+            const Mat sc{scores.data_ptr<float>() + g * r * e, r, e, e};
+            gemm(false, true, rows(q, b, h0 + g, s, r), head(k, b, h0 + g, e), sc, scale);  // S = scale Q K^T
+            mask_causal(sc, s);
+          }
+          auto p = probs.narrow(0, group + G * blocks.offset(x), G * r * e).view({G, r, e});
+          at::_softmax_out(p, scores.narrow(0, 0, G * r * e).view({G, r, e}), -1, false);
+          for (std::int64_t g = 0; g < G; ++g)  // O = P V, written into the (B, T, H, hd) buffer
+            gemm(false, false, {p.data_ptr<float>() + g * r * e, r, e, e}, head(v, b, h0 + g, e),
+                 rows(out, b, h0 + g, s, r), 1.0f);
         }
-        auto p = probs[b].view(-1).narrow(0, h0 * T * T, G * n * n).view({G, n, n});
-        at::_softmax_out(p, scores.narrow(0, 0, G * n * n).view({G, n, n}), -1, false);
-        for (std::int64_t g = 0; g < G; ++g)  // O = P V, written into the (B, T, H, hd) buffer
-          gemm(false, false, {p.data_ptr<float>() + g * n * n, n, n, n}, head(v, b, h0 + g, n),
-               head(out, b, h0 + g, n), 1.0f);
       }
     });
     ctx->save_for_backward({q, k, v, probs});
@@ -159,28 +202,36 @@ class CpuCausalAttention : public torch::autograd::Function<CpuCausalAttention> 
           .transpose(1, 2);
     };
     auto dq = make(), dk = make(), dv = make();
+    const auto P = CausalBlocks(T, T).packed();
     const auto G = softmax_group(H, T);
     at::parallel_for(0, B * (H / G), 1, [&](std::int64_t begin, std::int64_t end) {
-      auto d_probs = torch::empty({G * T * T}, q.options());
-      auto d_scores = torch::empty({G * T * T}, q.options());
+      const auto scratch = G * CausalBlocks(T, T).block * T;
+      auto d_probs = torch::empty({scratch}, q.options());
+      auto d_scores = torch::empty({scratch}, q.options());
       for (std::int64_t i = begin; i < end; ++i) {
         const auto b = i / (H / G), h0 = (i % (H / G)) * G;
-        const auto n = varlen ? lengths[b] : T;
-        if (n == 0) continue;
-        const auto p = probs[b].view(-1).narrow(0, h0 * T * T, G * n * n).view({G, n, n});
-        for (std::int64_t g = 0; g < G; ++g) {
-          const Mat pg{p.data_ptr<float>() + g * n * n, n, n, n};
-          const auto gi = head(d_out, b, h0 + g, n);
-          gemm(true, false, pg, gi, head(dv, b, h0 + g, n), 1.0f);                  // dV = P^T dO
-          gemm(false, true, gi, head(v, b, h0 + g, n), {d_probs.data_ptr<float>() + g * n * n, n, n, n}, 1.0f);  // dP = dO V^T
-        }
-        auto ds = d_scores.narrow(0, 0, G * n * n).view({G, n, n});
-        at::_softmax_backward_data_out(ds, d_probs.narrow(0, 0, G * n * n).view({G, n, n}), p, -1,
-                                       p.scalar_type());  // dS = P (dP - rowsum(dP P))
-        for (std::int64_t g = 0; g < G; ++g) {
-          const Mat dsg{ds.data_ptr<float>() + g * n * n, n, n, n};
-          gemm(false, false, dsg, head(k, b, h0 + g, n), head(dq, b, h0 + g, n), scale);  // dQ = scale dS K
-          gemm(true, false, dsg, head(q, b, h0 + g, n), head(dk, b, h0 + g, n), scale);   // dK = scale dS^T Q
+        const CausalBlocks blocks(varlen ? lengths[b] : T, T);
+        const auto group = (b * H + h0) * P;
+        // The last block first: it reaches every key, so its dK and dV products write rows [0, n) and the earlier
+        // blocks add to the rows they reach.
+        for (auto x = blocks.count() - 1; x >= 0; --x) {
+          const auto s = blocks.start(x), e = blocks.end(x), r = e - s;
+          const float accumulate = x == blocks.count() - 1 ? 0.0f : 1.0f;
+          const auto p = probs.narrow(0, group + G * blocks.offset(x), G * r * e).view({G, r, e});
+          for (std::int64_t g = 0; g < G; ++g) {
+            const Mat pg{p.data_ptr<float>() + g * r * e, r, e, e};
+            const auto gi = rows(d_out, b, h0 + g, s, r);
+            gemm(true, false, pg, gi, head(dv, b, h0 + g, e), 1.0f, accumulate);                  // dV += P^T dO
+            gemm(false, true, gi, head(v, b, h0 + g, e), {d_probs.data_ptr<float>() + g * r * e, r, e, e}, 1.0f);  // dP = dO V^T
+          }
+          auto ds = d_scores.narrow(0, 0, G * r * e).view({G, r, e});
+          at::_softmax_backward_data_out(ds, d_probs.narrow(0, 0, G * r * e).view({G, r, e}), p, -1,
+                                         p.scalar_type());  // dS = P (dP - rowsum(dP P))
+          for (std::int64_t g = 0; g < G; ++g) {
+            const Mat dsg{ds.data_ptr<float>() + g * r * e, r, e, e};
+            gemm(false, false, dsg, head(k, b, h0 + g, e), rows(dq, b, h0 + g, s, r), scale);       // dQ = scale dS K
+            gemm(true, false, dsg, rows(q, b, h0 + g, s, r), head(dk, b, h0 + g, e), scale, accumulate);  // dK += scale dS^T Q
+          }
         }
       }
     });
