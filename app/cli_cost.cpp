@@ -262,6 +262,8 @@ void add_cost_commands(CLI::App& app, CLI::App& bench, CommandAction& action) {
       ->check(CLI::IsMember({"fp32", "bf16"}));
   fwd->add_option("--calibration-passes", o.calibration_passes, "router bias calibration passes per fraction");
   fwd->add_option("--breakdown-above", o.breakdown_threshold, "print a breakdown where time/FLOPs ratio exceeds this");
+  fwd->add_option("--breakdown-from", o.breakdown_min_seq, "breakdowns at sequence lengths from this one (default 2048)")
+      ->check(CLI::Range(0, 1000000000));
   fwd->add_flag("--train", o.train,
                 "time training steps (training-mode forward, loss, backward, clipping, AdamW at learning rate 0) "
                 "instead of eval-mode forwards");
