@@ -197,7 +197,7 @@ void add_step_benchmarks(CLI::App& bench_cmd, CommandAction& action) {
       ->check(CLI::Range(1, 1000000000));
   step_cmd->add_option("--profile", bench->profile,
                        "write a Chrome trace of three RouteLab steps after the timed ones (host ops, and GPU kernels "
-                       "with LibTorch 2.x)");
+                       "with LibTorch 2.4+)");
   step_cmd->add_option("--kernels", bench->kernels,
                        "CUDA: after the timed steps, GPU time by kernel class and the N longest kernels, per step")
       ->check(CLI::Range(1, 1000));

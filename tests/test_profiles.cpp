@@ -147,8 +147,8 @@ class TestProfiles : public QObject {
 
   void recordsTheOpsTheCpuRuns() {
     if (!kernel_profiling_unavailable().empty()) {
-      // LibTorch 1.x: a clear refusal naming what is missing.
-      QVERIFY(contains(error_of<ConfigError>([] { KernelProfiler p(false); }), "LibTorch 2.x"));
+      // LibTorch 1.13: a clear refusal naming what is missing.
+      QVERIFY(contains(error_of<ConfigError>([] { KernelProfiler p(false); }), "LibTorch 2.4 or later"));
       return;
     }
     const auto trace = std::filesystem::temp_directory_path() /

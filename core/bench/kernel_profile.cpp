@@ -11,7 +11,9 @@
 #include <torch/torch.h>
 #include <torch/version.h>
 
-#if TORCH_VERSION_MAJOR >= 2
+// KinetoEvent's nanosecond times and hidden events are those of LibTorch 2.4 and later (the pinned wheel is newer).
+#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 4)
+#define ROUTELAB_KINETO 1
 #include <torch/csrc/autograd/profiler_kineto.h>
 #endif
 
@@ -138,10 +140,10 @@ std::string KernelProfile::to_table(int top, double per, const std::string& unit
 }
 
 std::string kernel_profiling_unavailable() {
-#if TORCH_VERSION_MAJOR >= 2
+#ifdef ROUTELAB_KINETO
   return "";
 #else
-  return "kernel profiles need LibTorch 2.x (PyTorch's Kineto profiler); this build has " TORCH_VERSION;
+  return "kernel profiles need LibTorch 2.4 or later (PyTorch's Kineto profiler); this build has " TORCH_VERSION;
 #endif
 }
 
@@ -160,7 +162,7 @@ KernelProfiler::KernelProfiler(bool cuda) : state_(std::make_unique<State>()) {
   if (g_kernel_profiler_live.exchange(true))
     throw ConfigError("kernel profile: another profile is already being recorded in this process");
   state_->cuda = cuda;
-#if TORCH_VERSION_MAJOR >= 2
+#ifdef ROUTELAB_KINETO
   namespace prof = torch::autograd::profiler;
   try {
     const prof::ProfilerConfig config(prof::ProfilerState::KINETO);
@@ -192,7 +194,7 @@ KernelProfile KernelProfiler::stop(const std::string& trace_path) {
   const double wall_ms =
       std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - state_->begin).count();
   std::vector<KernelEvent> events;
-#if TORCH_VERSION_MAJOR >= 2
+#ifdef ROUTELAB_KINETO
   std::unique_ptr<torch::autograd::profiler::ProfilerResult> result;
   try {
     result = torch::autograd::profiler::disableProfiler();

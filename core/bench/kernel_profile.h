@@ -1,5 +1,5 @@
 // Where a GPU's time goes (issue 18): the kernels a device ran between two points of a benchmark, from PyTorch's
-// profiler (Kineto, LibTorch 2.x), summed by kernel and by class (matrix products, attention, RouteLab's kernels,
+// profiler (Kineto, LibTorch 2.4+), summed by kernel and by class (matrix products, attention, RouteLab's kernels,
 // routing index ops, copies, norms and reductions, elementwise, the optimizer), with the time the device sat idle
 // waiting for the host. The host-side view (time per ATen op on the calling thread) is OpClassProfiler's. No Torch
 // in this header.
@@ -47,7 +47,7 @@ std::string kernel_display_name(std::string_view name);
 /// index ops, copies and fills, norms and reductions, elementwise, the optimizer's multi-tensor kernels, other.
 const char* kernel_class(std::string_view name);
 
-/// Why kernel profiling cannot run with this build ("" when it can): it needs LibTorch 2.x (Kineto).
+/// Why kernel profiling cannot run with this build ("" when it can): it needs LibTorch 2.4+ (Kineto).
 std::string kernel_profiling_unavailable();
 
 /// Records the kernels a CUDA device runs from construction to stop() (cuda = false: the ATen ops the CPU runs,

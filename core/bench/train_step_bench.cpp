@@ -61,7 +61,7 @@ namespace {
 std::string profile_steps(const TrainStepBenchOptions& o, const torch::Device& device,
                           const std::function<StepResult()>& step) {
   constexpr int kKernelProfileSteps = 3;
-  if (!kernel_profiling_unavailable().empty()) {  // LibTorch 1.x: the legacy profiler's trace of the host's ops
+  if (!kernel_profiling_unavailable().empty()) {  // before LibTorch 2.4: the legacy profiler's trace of the host's ops
     const torch::autograd::profiler::RecordProfile trace(o.profile_path);
     for (int i = 0; i < kKernelProfileSteps; ++i) step();
     synchronize(device);

@@ -16,7 +16,7 @@ struct TrainStepBenchOptions {
   bool cuda_graph = false;     ///< CUDA: RouteLab's step captured as a CUDA graph (train.cuda_graph)
   std::string device = "cpu";  ///< cpu, cuda or cuda:N
   /// when set, three steps after the timed ones are recorded as a Chrome trace (PyTorch's Kineto profiler on
-  /// LibTorch 2.x: host ops and GPU kernels; the legacy autograd profiler's host ops on 1.x)
+  /// LibTorch 2.4+: host ops and GPU kernels; the legacy autograd profiler's host ops before)
   std::string profile_path;
   int kernel_top = 0;          ///< CUDA, > 0: a table of kernel time by class and the kernel_top longest kernels
 };
