@@ -92,10 +92,11 @@ class TestDenseModel : public QObject {
     QTest::newRow("mha") << 4 << 9;
     QTest::newRow("gqa") << 2 << 9;
     QTest::newRow("mqa") << 1 << 9;
-    // Past two blocks of 128 query rows the CPU kernel scores each block against the keys it can see only.
+    // Past one block of 256 query rows the CPU kernel scores each block against the keys it can see only.
     QTest::newRow("blocks, last short") << 2 << 300;
     QTest::newRow("blocks, one row left") << 4 << 257;
     QTest::newRow("blocks, whole") << 1 << 512;
+    QTest::newRow("three blocks") << 2 << 600;
   }
   void attentionMatchesNaive() {
     QFETCH(int, kv);
