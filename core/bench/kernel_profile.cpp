@@ -191,6 +191,9 @@ KernelProfiler::~KernelProfiler() {
 KernelProfile KernelProfiler::stop(const std::string& trace_path) {
   if (!state_->active) throw ConfigError("kernel profile: stopped twice");
   state_->active = false;
+  struct Release {  // however stop() ends, the next recording may start
+    ~Release() { g_kernel_profiler_live = false; }
+  } release;
   const double wall_ms =
       std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - state_->begin).count();
   std::vector<KernelEvent> events;
@@ -199,10 +202,8 @@ KernelProfile KernelProfiler::stop(const std::string& trace_path) {
   try {
     result = torch::autograd::profiler::disableProfiler();
   } catch (const c10::Error& e) {
-    g_kernel_profiler_live = false;
     throw ConfigError(std::string("kernel profile: PyTorch's profiler did not stop: ") + e.what_without_backtrace());
   }
-  g_kernel_profiler_live = false;
   const auto wanted = state_->cuda ? c10::DeviceType::CUDA : c10::DeviceType::CPU;
   for (const auto& e : result->events()) {
     if (e.deviceType() != wanted || e.isHiddenEvent()) continue;
@@ -216,7 +217,6 @@ KernelProfile KernelProfiler::stop(const std::string& trace_path) {
     }
   }
 #else
-  g_kernel_profiler_live = false;
   (void)trace_path;
 #endif
   return KernelProfile::from_events(events, wall_ms);
