@@ -634,7 +634,8 @@ int cmd_bench_train_step(const BenchArgs& a) {
   std::cout << "train-step benchmark on " << o.device << ": GPT-2 style d " << o.n_embd << ", L " << o.n_layer << ", H "
             << o.n_head << ", d_ff " << o.d_ff << ", vocab " << o.vocab << ", B " << o.batch << ", T " << o.context
             << ", " << o.steps << " timed steps after " << o.warmup << " warm-up"
-            << (o.tf32 ? ", fp32 matmuls on TF32" : "") << "; " << torch_version_string() << "\n"
+            << (o.tf32 ? ", fp32 matmuls on TF32" : "") << "; " << torch_version_string()
+            << (blas_kernels().empty() ? "" : "; " + blas_kernels()) << "\n"
             << "peer: " << python << " " << script << "\n";
   auto print_mfu = [&](double tflops) {
     if (tflops < 1.0)
@@ -749,7 +750,8 @@ int cmd_bench_contention(const BenchArgs& a) {
   std::cout << "contention benchmark: RouteLab's training step (d " << o.n_embd << ", L " << o.n_layer << ", B "
             << o.batch << ", T " << o.context << ", " << (o.bf16 ? "bf16" : "fp32") << ", " << o.steps
             << " timed steps) idle, then beside one busy process, then idle again; " << ::sysconf(_SC_NPROCESSORS_ONLN)
-            << " cores, OpenMP waiting: " << openmp_wait_policy() << "; " << torch_version_string() << "\n";
+            << " cores, OpenMP waiting: " << openmp_wait_policy() << "; " << torch_version_string()
+            << (blas_kernels().empty() ? "" : "; " + blas_kernels()) << "\n";
   std::cout << std::fixed << std::setprecision(1);
   auto measure = [&](const char* label) {
     const auto r = bench_train_step(o);

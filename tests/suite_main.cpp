@@ -10,6 +10,7 @@
 #include <memory>
 #include <vector>
 
+#include "core/util/process.h"
 #include "tests/suite.h"
 
 namespace {
@@ -23,6 +24,7 @@ void print_suites(std::FILE* out, const char* program) {
 }  // namespace
 
 int main(int argc, char* argv[]) {
+  routelab::relaunch_with_native_blas(argv);  // the suites run with the kernels RouteLab's programs choose
   using routelab::test::suites;
   if (argc < 2 || argv[1][0] == '-') {
     print_suites(argc < 2 ? stderr : stdout, argv[0]);

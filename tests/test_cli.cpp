@@ -4,6 +4,7 @@
 #include <QJsonDocument>
 #include <QJsonObject>
 #include <QProcess>
+#include <QRegularExpression>
 #include <QTemporaryDir>
 #include <QtTest>
 
@@ -11,6 +12,7 @@
 #include <tuple>
 
 #include "core/store/run_store.h"
+#include "core/util/process.h"
 
 #include "tests/data_test_support.h"
 #include "tests/suite.h"
@@ -22,13 +24,15 @@ class TestCli : public QObject {
   QTemporaryDir home_;
 
   /// Runs the CLI with `args` (ROUTELAB_HOME in a scratch folder); returns exit code and everything it printed.
-  std::pair<int, QString> run(const QStringList& args, const QString& wait_policy = {}) {
+  /// `wait_policy` and `blas_core` set OMP_WAIT_POLICY and OPENBLAS_CORETYPE as a user would (unset when empty).
+  std::pair<int, QString> run(const QStringList& args, const QString& wait_policy = {}, const QString& blas_core = {}) {
     QProcess p;
     auto env = QProcessEnvironment::systemEnvironment();
     env.insert("ROUTELAB_HOME", home_.path());
-    env.remove("OMP_WAIT_POLICY");
-    env.remove("ROUTELAB_RELAUNCHED");
+    for (const auto* name : {"OMP_WAIT_POLICY", "ROUTELAB_RELAUNCHED", "OPENBLAS_CORETYPE", "ROUTELAB_OPENBLAS_CHOSE"})
+      env.remove(name);
     if (!wait_policy.isEmpty()) env.insert("OMP_WAIT_POLICY", wait_policy);
+    if (!blas_core.isEmpty()) env.insert("OPENBLAS_CORETYPE", blas_core);
     p.setProcessEnvironment(env);
     p.setProcessChannelMode(QProcess::MergedChannels);
     p.start(qEnvironmentVariable("ROUTELAB_CLI"), args);
@@ -174,6 +178,58 @@ class TestCli : public QObject {
              "--set", "train.eval_batches=1"}, set);
     QVERIFY2(code == 0, qPrintable(output));
     QVERIFY2(output.contains(shown), qPrintable(output));
+  }
+
+  void openblasKernelsUpgradeOnlyGenericOnes_data() {
+    QTest::addColumn<QString>("chosen");
+    QTest::addColumn<int>("cpu_level");
+    QTest::addColumn<bool>("bf16");
+    QTest::addColumn<QString>("asked");
+    // OpenBLAS 0.3.21 on an Intel Xeon it does not know (family 6, model 207): Prescott on an AVX-512 BF16 CPU.
+    QTest::newRow("prescott on avx-512 bf16") << "Prescott" << 3 << true << "Cooperlake";
+    QTest::newRow("prescott on avx-512") << "PRESCOTT" << 3 << false << "SkylakeX";
+    QTest::newRow("nehalem on avx2") << "Nehalem" << 2 << false << "Haswell";
+    QTest::newRow("haswell on avx-512") << "Haswell" << 3 << false << "SkylakeX";
+    QTest::newRow("zen on avx2 stays") << "Zen" << 2 << false << "";
+    QTest::newRow("skylakex on avx-512 stays") << "SkylakeX" << 3 << true << "";
+    QTest::newRow("sapphirerapids stays") << "SapphireRapids" << 3 << true << "";
+    QTest::newRow("prescott on an sse cpu stays") << "Prescott" << 0 << false << "";
+    QTest::newRow("a family not ranked stays") << "Neoversev1" << 3 << false << "";
+  }
+  void openblasKernelsUpgradeOnlyGenericOnes() {
+    QFETCH(QString, chosen);
+    QFETCH(int, cpu_level);
+    QFETCH(bool, bf16);
+    QFETCH(QString, asked);
+    QCOMPARE(QString::fromStdString(routelab::openblas_core_upgrade(chosen.toStdString(), cpu_level, bf16)), asked);
+  }
+
+  void runsNameTheirBlasKernels_data() {
+    QTest::addColumn<QString>("set");
+    QTest::newRow("unset: the CPU's best") << QString();
+    QTest::newRow("the user's choice stays") << "Prescott";
+  }
+  void runsNameTheirBlasKernels() {
+    QFETCH(QString, set);
+    const auto db = home_.filePath("blas.sqlite");
+    const auto [code, output] = run({"--log-level", "info", "train", "--preset", "tiny", "--steps", "1", "--db", db,
+                                     "--quiet", "--set", "train.eval_batches=1"},
+                                    {}, set);
+    QVERIFY2(code == 0, qPrintable(output));
+    const auto named = QRegularExpression("OpenBLAS (\\w+) kernels").match(output);
+    if (qEnvironmentVariable("ROUTELAB_EXPECT_OPENBLAS") != "1") {  // PyPI's LibTorch: MKL
+      QVERIFY2(!named.hasMatch(), qPrintable(output));
+      return;
+    }
+    QVERIFY2(named.hasMatch(), qPrintable(output));
+    const auto core = named.captured(1).toStdString();
+    if (!set.isEmpty()) {
+      QCOMPARE(QString::fromStdString(core), set);
+      QVERIFY2(!output.contains("set by RouteLab"), qPrintable(output));
+      return;
+    }
+    // Whatever OpenBLAS chose on this machine, the run used kernels RouteLab would not upgrade.
+    QVERIFY2(routelab::openblas_core_upgrade(core, routelab::cpu_vector_level(), false).empty(), qPrintable(output));
   }
 
   void alertsAreReported() {

@@ -216,7 +216,8 @@ class Session {
     else
       out << model_->describe() << "; " << dataset_->describe() << "; " << global_batch_text();
     out << "; " << device_.str() << " x" << threads_->threads()
-        << " threads (OpenMP waiting: " << openmp_wait_policy() << "); " << (bf16_ ? "bf16 autocast" : "fp32")
+        << " threads (OpenMP waiting: " << openmp_wait_policy()
+        << (device_.is_cpu() && !blas_kernels().empty() ? "; " + blas_kernels() : "") << "); " << (bf16_ ? "bf16 autocast" : "fp32")
         << (cuda_graph_ ? "; step replayed as a CUDA graph" : "");
     return out.str();
   }

@@ -1,6 +1,7 @@
 // The restart happens before anything else runs, so nothing is done twice.
 #include "core/util/process.h"
 
+#include <dlfcn.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -10,20 +11,98 @@
 #include <fstream>
 #include <mutex>
 #include <sstream>
+#include <utility>
+#include <vector>
 
 namespace routelab {
 
+namespace {
+
 #ifdef ROUTELAB_PASSIVE_OPENMP
-void relaunch_with_passive_openmp(char** argv) {
-  if (std::getenv("OMP_WAIT_POLICY") != nullptr || std::getenv("ROUTELAB_RELAUNCHED") != nullptr) return;
-  ::setenv("OMP_WAIT_POLICY", "PASSIVE", 1);
-  ::setenv("ROUTELAB_RELAUNCHED", "1", 1);  // never twice, whatever happens to the variable
-  ::execv("/proc/self/exe", argv);
-  ::unsetenv("OMP_WAIT_POLICY");  // exec failed: go on as started, with the default policy
-}
+constexpr bool kPassiveOpenMP = true;
 #else
-void relaunch_with_passive_openmp(char**) {}  // this LibTorch keeps OpenMP's default (ROUTELAB_PASSIVE_OPENMP)
+constexpr bool kPassiveOpenMP = false;  // this LibTorch keeps OpenMP's default (ROUTELAB_PASSIVE_OPENMP)
 #endif
+
+/// OpenBLAS's name for the kernels it runs, where this process has OpenBLAS loaded ("" otherwise).
+std::string openblas_corename() {
+  using Corename = char* (*)();
+  const auto get = reinterpret_cast<Corename>(::dlsym(RTLD_DEFAULT, "openblas_get_corename"));
+  const char* name = get ? get() : nullptr;
+  return name ? name : "";
+}
+
+std::string lowercase_ascii(std::string s) {
+  std::transform(s.begin(), s.end(), s.begin(), [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+  return s;
+}
+
+/// The vector level of an OpenBLAS kernel family (as cpu_vector_level()); -1 for families not ranked here.
+int openblas_core_level(const std::string& chosen) {
+  static const std::vector<std::pair<const char*, int>> levels = {
+      {"sapphirerapids", 3}, {"cooperlake", 3}, {"skylakex", 3}, {"haswell", 2},     {"zen", 2},
+      {"excavator", 2},      {"sandybridge", 1}, {"bulldozer", 1}, {"piledriver", 1}, {"steamroller", 1},
+      {"prescott", 0},       {"core2", 0},      {"penryn", 0},     {"dunnington", 0}, {"nehalem", 0},
+      {"atom", 0},           {"barcelona", 0},  {"opteron", 0},    {"nano", 0},       {"katmai", 0},
+      {"coppermine", 0},     {"northwood", 0},  {"banias", 0}};
+  const auto name = lowercase_ascii(chosen);
+  for (const auto& [family, level] : levels)
+    if (name == family) return level;
+  return -1;
+}
+
+void relaunch(char** argv, bool passive_openmp) {
+  if (std::getenv("ROUTELAB_RELAUNCHED") != nullptr) return;
+  std::vector<std::pair<const char*, std::string>> settings;
+  if (passive_openmp && std::getenv("OMP_WAIT_POLICY") == nullptr) settings.emplace_back("OMP_WAIT_POLICY", "PASSIVE");
+  const auto chosen = openblas_corename();
+  if (std::getenv("OPENBLAS_CORETYPE") == nullptr && !chosen.empty()) {
+    if (const auto core = openblas_core_upgrade(chosen, cpu_vector_level(), __builtin_cpu_supports("avx512bf16"));
+        !core.empty()) {
+      settings.emplace_back("OPENBLAS_CORETYPE", core);
+      settings.emplace_back("ROUTELAB_OPENBLAS_CHOSE", chosen);  // for blas_kernels()
+    }
+  }
+  if (settings.empty()) return;
+  for (const auto& [name, value] : settings) ::setenv(name, value.c_str(), 1);
+  ::setenv("ROUTELAB_RELAUNCHED", "1", 1);  // never twice, whatever happens to the variables
+  ::execv("/proc/self/exe", argv);
+  for (const auto& setting : settings) ::unsetenv(setting.first);  // exec failed: go on as started
+}
+
+}  // namespace
+
+void relaunch_with_process_settings(char** argv) { relaunch(argv, kPassiveOpenMP); }
+void relaunch_with_native_blas(char** argv) { relaunch(argv, false); }
+
+std::string openblas_core_upgrade(const std::string& chosen, int cpu_level, bool avx512_bf16) {
+  const int level = openblas_core_level(chosen);
+  if (level < 0 || level >= cpu_level) return "";
+  if (cpu_level >= 3) return avx512_bf16 ? "Cooperlake" : "SkylakeX";
+  if (cpu_level == 2) return "Haswell";
+  return "Sandybridge";
+}
+
+int cpu_vector_level() {
+#if defined(__x86_64__) || defined(__i386__)
+  if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512dq") &&
+      __builtin_cpu_supports("avx512vl"))
+    return 3;
+  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return 2;
+  if (__builtin_cpu_supports("avx")) return 1;
+#endif
+  return 0;
+}
+
+std::string blas_kernels() {
+  const auto name = openblas_corename();
+  if (name.empty()) return "";
+  std::string text = "OpenBLAS " + name + " kernels";
+  const char* chose = std::getenv("ROUTELAB_OPENBLAS_CHOSE");
+  const char* set = std::getenv("OPENBLAS_CORETYPE");
+  if (chose != nullptr && set != nullptr) text += std::string(" (set by RouteLab; OpenBLAS chose ") + chose + ")";
+  return text;
+}
 
 namespace {
 std::atomic<int> g_reserved_cores{0};
@@ -47,9 +126,7 @@ bool switched_off_in_environment(const char* name) {
 std::string openmp_wait_policy() {
   const char* policy = std::getenv("OMP_WAIT_POLICY");
   if (policy == nullptr || *policy == '\0') return "default (active spinning)";
-  std::string s = policy;
-  std::transform(s.begin(), s.end(), s.begin(), [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
-  return s;
+  return lowercase_ascii(policy);
 }
 
 }  // namespace routelab

@@ -1,15 +1,35 @@
-// How the process runs beside others: OpenMP's wait policy (Torch-free, for every entry point).
+// How the process runs beside others and on its CPU: OpenMP's wait policy, the BLAS kernels (Torch-free, for every
+// entry point).
 #pragma once
 #include <string>
 
 namespace routelab {
 
-/// GNU OpenMP (LibTorch's thread pool) reads OMP_WAIT_POLICY once, when the process loads it, and by default its
-/// threads spin at every barrier: with one other busy process on the machine (or the GUI beside a run) training ran
-/// ~5x slower. Where the user has not set the variable, the process starts itself again with PASSIVE (threads sleep
-/// at barriers; no cost measured on an idle machine). Call first thing in main; returns unless it restarted.
-/// Only with Debian's LibTorch: PyPI's (MKL's threads) ran small models 11x slower with it on an idle machine.
-void relaunch_with_passive_openmp(char** argv);
+/// Settings a process takes only when it loads its libraries, so main() starts itself again with them (first thing
+/// in main; returns unless it restarted, and it restarts once at most). Variables the user has set are never changed.
+/// - OMP_WAIT_POLICY=PASSIVE (Debian's LibTorch only): GNU OpenMP's threads spin at every barrier by default, and
+///   with one other busy process on the machine (or the GUI beside a run) training ran ~5x slower; passive threads
+///   sleep there (no cost measured on an idle machine). PyPI's LibTorch (MKL's threads) ran small models 11x slower
+///   with it, so it keeps the default.
+/// - OPENBLAS_CORETYPE, where OpenBLAS (Debian's LibTorch's BLAS) chose kernels below what the CPU runs: OpenBLAS
+///   0.3.21 does not know CPUs newer than itself and falls back to its generic Prescott (SSE3) kernels, on an Intel
+///   Xeon of 2023 (family 6, model 207, AVX-512) 31 GFLOP/s against 146 for its SkylakeX kernels (one thread, 2048^3
+///   sgemm), and RouteLab's training step ran 4x slower.
+void relaunch_with_process_settings(char** argv);
+/// The same restart for the BLAS kernels only (the test suites, whose OpenMP policy ctest sets).
+void relaunch_with_native_blas(char** argv);
+
+/// The OpenBLAS kernel family to ask for (OPENBLAS_CORETYPE) on a CPU of `cpu_level` (cpu_vector_level()) when
+/// OpenBLAS chose the kernels named `chosen` (its openblas_get_corename(), any case): "" keeps them (they use the
+/// widest vectors the CPU has, or are a family RouteLab does not rank); `avx512_bf16`: the CPU has AVX-512 BF16
+/// (OpenBLAS's Cooperlake kernels, else SkylakeX).
+std::string openblas_core_upgrade(const std::string& chosen, int cpu_level, bool avx512_bf16);
+/// 3: AVX-512 (F, BW, DQ and VL), 2: AVX2 and FMA, 1: AVX, 0: less (or not x86).
+int cpu_vector_level();
+/// The BLAS kernels this process runs, for run descriptions and benchmark headers: "OpenBLAS SkylakeX kernels", with
+/// "(set by RouteLab; OpenBLAS chose Prescott)" after a restart above; "" where no OpenBLAS is loaded (PyPI's
+/// LibTorch brings MKL).
+std::string blas_kernels();
 
 /// Cores a run started with run.threads = 0 ("every core") leaves free: the GUI reserves one on machines with four
 /// or more, so its plots and store reads stay responsive beside a run. An explicit run.threads is never changed.
