@@ -60,7 +60,7 @@ class CpuStoreAttention : public torch::autograd::Function<CpuStoreAttention> {
     const double scale = 1.0 / std::sqrt(static_cast<double>(hd));
     auto probs = torch::empty({B, H, Tq, N}, q.options());
     auto out = torch::zeros({B, Tq, H, hd}, q.options()).transpose(1, 2);  // (B, H, Tq, hd) over (B, Tq, H, hd)
-    at::parallel_for(0, B * H, 1, [&](std::int64_t begin, std::int64_t end) {
+    parallel_for_as_caller(0, B * H, 1, [&](std::int64_t begin, std::int64_t end) {
       auto scores_buf = torch::empty({Tq * N}, q.options());
       for (std::int64_t i = begin; i < end; ++i) {
         const auto b = i / H, h = i % H, n = rows[static_cast<std::size_t>(b)];
@@ -92,7 +92,7 @@ class CpuStoreAttention : public torch::autograd::Function<CpuStoreAttention> {
     auto dq = torch::zeros({B, Tq, H, hd}, q.options()).transpose(1, 2);
     // Per query head; the heads sharing a key/value head are summed afterwards (no two threads write one buffer).
     auto dk = torch::zeros({B, H, N, hd}, q.options()), dv = torch::zeros({B, H, N, hd}, q.options());
-    at::parallel_for(0, B * H, 1, [&](std::int64_t begin, std::int64_t end) {
+    parallel_for_as_caller(0, B * H, 1, [&](std::int64_t begin, std::int64_t end) {
       auto d_probs_buf = torch::empty({Tq * N}, q.options());
       auto d_scores_buf = torch::empty({Tq * N}, q.options());
       for (std::int64_t i = begin; i < end; ++i) {

@@ -59,7 +59,7 @@ Mat head(const torch::Tensor& t, std::int64_t b, std::int64_t h, std::int64_t n)
 
 /// C = alpha op(A) op(B) + beta C, row-major (beta 0: C is overwritten). The same BLAS sgemm ATen calls, without
 /// ATen's per-call dispatch and tensor bookkeeping (a few microseconds each, against ~10 us for one 128 x 128 x 32
-/// product). Inside at::parallel_for the OpenMP BLAS runs single-threaded.
+/// product). Inside the kernel's parallel loop the OpenMP BLAS runs single-threaded.
 void gemm(bool ta, bool tb, const Mat& A, const Mat& B, Mat C, float alpha, float beta = 0.0f) {
 #ifdef ROUTELAB_DIRECT_BLAS
   const auto k = ta ? A.rows : A.cols;
@@ -84,10 +84,10 @@ Mat rows(const torch::Tensor& t, std::int64_t b, std::int64_t h, std::int64_t st
   return m;
 }
 
-/// Query rows per block of the CPU kernel on sequences longer than one block. 256 rather than 128: half the BLAS
-/// calls for a little more work (at T 1024, 5/8 of the square instead of 9/16), 5-10% faster on two threads, where
-/// OpenBLAS's per-call overhead between the threads shows, and 1-2% slower on one.
-constexpr std::int64_t kCausalBlockRows = 256;
+/// Query rows per block of the CPU kernel on sequences longer than one block. 128 rather than 256 (at T 1024, 9/16 of
+/// the square instead of 5/8): a dense training step 12-18% faster at T 1024 on two threads, even at T 2048 (B 4,
+/// 2026-11-28). 64 was slower: twice the BLAS and softmax calls.
+constexpr std::int64_t kCausalBlockRows = 128;
 
 /// ROUTELAB_CAUSAL_BLOCKS=0 computes the whole square again (for comparisons; read once).
 bool causal_blocks_enabled() {
@@ -162,7 +162,7 @@ class CpuCausalAttention : public torch::autograd::Function<CpuCausalAttention> 
     auto out = (varlen ? torch::zeros({B, T, H, hd}, q.options()) : torch::empty({B, T, H, hd}, q.options()))
                    .transpose(1, 2);  // (B, H, T, hd) over a (B, T, H, hd) buffer
     const auto G = softmax_group(H, T);
-    at::parallel_for(0, B * (H / G), 1, [&](std::int64_t begin, std::int64_t end) {
+    parallel_for_as_caller(0, B * (H / G), 1, [&](std::int64_t begin, std::int64_t end) {
       auto scores = torch::empty({G * CausalBlocks(T, T).block * T}, q.options());  // one block's, all G heads
       for (std::int64_t i = begin; i < end; ++i) {
         const auto b = i / (H / G), h0 = (i % (H / G)) * G;
@@ -206,7 +206,7 @@ class CpuCausalAttention : public torch::autograd::Function<CpuCausalAttention> 
     auto dq = make(), dk = make(), dv = make();
     const auto P = CausalBlocks(T, T).packed();
     const auto G = softmax_group(H, T);
-    at::parallel_for(0, B * (H / G), 1, [&](std::int64_t begin, std::int64_t end) {
+    parallel_for_as_caller(0, B * (H / G), 1, [&](std::int64_t begin, std::int64_t end) {
       const auto scratch = G * CausalBlocks(T, T).block * T;
       auto d_probs = torch::empty({scratch}, q.options());
       auto d_scores = torch::empty({scratch}, q.options());

@@ -1,6 +1,8 @@
 // Causal multi-head self-attention with optional grouped-query heads and RoPE, as a module whose pieces
 // (projections, core attention, output projection, the value-only path) routed layers reuse.
 #pragma once
+#include <ATen/Parallel.h>
+#include <ATen/ThreadLocalState.h>
 #include <torch/torch.h>
 
 #include "core/models/blocks/rope.h"
@@ -38,6 +40,19 @@ struct AttentionOptions {
 inline constexpr const char* kCpuAttentionEvent = "routelab::cpu_attention";
 /// The profiler event of that kernel's backward (no inputs: nothing counts the backward's multiply-adds).
 inline constexpr const char* kCpuAttentionBackwardEvent = "routelab::cpu_attention_backward";
+
+/// at::parallel_for with the calling thread's thread-local state (grad mode, dispatch keys, the profiler) on every
+/// worker, so the ATen ops a CPU kernel runs inside its loop behave as on the caller (inside an autograd Function's
+/// forward, grad mode is off there; on a fresh OpenMP worker it is on). The loop is parallel only in a translation
+/// unit compiled with OpenMP (at::parallel_for is a header template around `#pragma omp parallel`; core/CMakeLists.txt).
+template <class F>
+void parallel_for_as_caller(std::int64_t begin, std::int64_t end, std::int64_t grain, const F& f) {
+  const at::ThreadLocalState state;
+  at::parallel_for(begin, end, grain, [&](std::int64_t from, std::int64_t to) {
+    const at::ThreadLocalStateGuard guard(state);
+    f(from, to);
+  });
+}
 
 /// Scaled dot-product attention of q (B, H, Tq, hd) over k, v (B, Hkv, Tk, hd), causal with the queries
 /// aligned to the last Tq keys; Hkv divides H (key/value head h/(H/Hkv) serves query head h). -> (B, H, Tq, hd)
