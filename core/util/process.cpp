@@ -51,6 +51,19 @@ int openblas_core_level(const std::string& chosen) {
   return -1;
 }
 
+/// This program's file, so the restarted process keeps its name in ps and top (exec of /proc/self/exe names it
+/// "exe"); /proc/self/exe itself where the file is gone (rebuilt or deleted while it runs).
+std::string executable_path() {
+  char path[4096];
+  const auto n = ::readlink("/proc/self/exe", path, sizeof path - 1);
+  const std::string resolved = n > 0 ? std::string(path, static_cast<std::size_t>(n)) : "";
+  const std::string deleted = " (deleted)";
+  if (resolved.empty() || (resolved.size() > deleted.size() &&
+                           resolved.compare(resolved.size() - deleted.size(), deleted.size(), deleted) == 0))
+    return "/proc/self/exe";
+  return resolved;
+}
+
 void relaunch(char** argv, bool passive_openmp) {
   if (std::getenv("ROUTELAB_RELAUNCHED") != nullptr) return;
   std::vector<std::pair<const char*, std::string>> settings;
@@ -66,7 +79,7 @@ void relaunch(char** argv, bool passive_openmp) {
   if (settings.empty()) return;
   for (const auto& [name, value] : settings) ::setenv(name, value.c_str(), 1);
   ::setenv("ROUTELAB_RELAUNCHED", "1", 1);  // never twice, whatever happens to the variables
-  ::execv("/proc/self/exe", argv);
+  ::execv(executable_path().c_str(), argv);
   for (const auto& setting : settings) ::unsetenv(setting.first);  // exec failed: go on as started
 }
 
