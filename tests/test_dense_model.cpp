@@ -7,6 +7,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <thread>
 
 #include <torch/torch.h>
 
@@ -84,6 +85,17 @@ class TestDenseModel : public QObject {
       QVERIFY(torch::allclose(la.narrow(1, 0, t + 1), lb.narrow(1, 0, t + 1), 1e-5, 1e-6));
       QVERIFY(!torch::allclose(la.narrow(1, t + 1, 16 - t - 1), lb.narrow(1, t + 1, 16 - t - 1)));
     }
+  }
+
+  void cpuAttentionLoopRunsOnEveryThread() {
+    // at::parallel_for is a header around `#pragma omp parallel`: built without OpenMP, the kernel's loop ran on one
+    // thread (and every small BLAS call in it forked the BLAS's own threads; 2.5x slower at T 1024 on two cores).
+    if (std::thread::hardware_concurrency() < 2) QSKIP("one core: nothing to run in parallel");
+    const int before = at::get_num_threads();
+    at::set_num_threads(2);
+    const int threads = routelab::cpu_attention_loop_threads();
+    at::set_num_threads(before);
+    QCOMPARE(threads, 2);
   }
 
   void attentionMatchesNaive_data() {

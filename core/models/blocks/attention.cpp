@@ -243,6 +243,18 @@ class CpuCausalAttention : public torch::autograd::Function<CpuCausalAttention> 
 
 }  // namespace
 
+int cpu_attention_loop_threads() {
+  std::atomic<int> seen{1};
+  const auto n = std::int64_t{4} * at::get_num_threads();
+  parallel_for_as_caller(0, n, 1, [&](std::int64_t, std::int64_t) {
+    int current = seen.load();
+    const int mine = at::get_thread_num() + 1;
+    while (mine > current && !seen.compare_exchange_weak(current, mine)) {
+    }
+  });
+  return seen.load();
+}
+
 torch::Tensor linear(const torch::Tensor& x, const torch::nn::Linear& layer) {
   return at::linear(x, layer->weight, layer->bias.defined() ? c10::optional<at::Tensor>(layer->bias) : c10::nullopt);
 }

@@ -54,6 +54,10 @@ void parallel_for_as_caller(std::int64_t begin, std::int64_t end, std::int64_t g
   });
 }
 
+/// The threads the CPU attention kernel's parallel loop runs on, at most at::get_num_threads(): 1 where its
+/// translation unit was built without OpenMP (the build's mistake this guards against).
+int cpu_attention_loop_threads();
+
 /// Scaled dot-product attention of q (B, H, Tq, hd) over k, v (B, Hkv, Tk, hd), causal with the queries
 /// aligned to the last Tq keys; Hkv divides H (key/value head h/(H/Hkv) serves query head h). -> (B, H, Tq, hd)
 /// With `lengths` (one per sequence, Tq == Tk) sequence b holds lengths[b] real tokens followed by padding:
