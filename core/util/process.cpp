@@ -64,14 +64,21 @@ std::string executable_path() {
   return resolved;
 }
 
+bool cpu_has_avx512_bf16() {
+#if defined(__x86_64__) || defined(__i386__)
+  return __builtin_cpu_supports("avx512bf16");
+#else
+  return false;
+#endif
+}
+
 void relaunch(char** argv, bool passive_openmp) {
   if (std::getenv("ROUTELAB_RELAUNCHED") != nullptr) return;
   std::vector<std::pair<const char*, std::string>> settings;
   if (passive_openmp && std::getenv("OMP_WAIT_POLICY") == nullptr) settings.emplace_back("OMP_WAIT_POLICY", "PASSIVE");
   const auto chosen = openblas_corename();
   if (std::getenv("OPENBLAS_CORETYPE") == nullptr && !chosen.empty()) {
-    if (const auto core = openblas_core_upgrade(chosen, cpu_vector_level(), __builtin_cpu_supports("avx512bf16"));
-        !core.empty()) {
+    if (const auto core = openblas_core_upgrade(chosen, cpu_vector_level(), cpu_has_avx512_bf16()); !core.empty()) {
       settings.emplace_back("OPENBLAS_CORETYPE", core);
       settings.emplace_back("ROUTELAB_OPENBLAS_CHOSE", chosen);  // for blas_kernels()
     }

@@ -14,7 +14,7 @@ namespace routelab {
 /// - OPENBLAS_CORETYPE, where OpenBLAS (Debian's LibTorch's BLAS) chose kernels below what the CPU runs: OpenBLAS
 ///   0.3.21 does not know CPUs newer than itself and falls back to its generic Prescott (SSE3) kernels, on an Intel
 ///   Xeon of 2023 (family 6, model 207, AVX-512) 31 GFLOP/s against 146 for its SkylakeX kernels (one thread, 2048^3
-///   sgemm), and RouteLab's training step ran 4x slower.
+///   sgemm), and RouteLab's training step ran 2.5x slower.
 void relaunch_with_process_settings(char** argv);
 /// The same restart for the BLAS kernels only (the test suites, whose OpenMP policy ctest sets).
 void relaunch_with_native_blas(char** argv);
