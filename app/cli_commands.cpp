@@ -617,6 +617,12 @@ TrainStepBenchOptions step_bench_options(const BenchArgs& a) {
   return o;
 }
 
+/// "; OpenBLAS ... kernels" for a benchmark header, "" where no OpenBLAS is loaded.
+std::string blas_kernels_note() {
+  const auto blas = blas_kernels();
+  return blas.empty() ? "" : "; " + blas;
+}
+
 }  // namespace
 
 int cmd_bench_train_step(const BenchArgs& a) {
@@ -634,8 +640,7 @@ int cmd_bench_train_step(const BenchArgs& a) {
   std::cout << "train-step benchmark on " << o.device << ": GPT-2 style d " << o.n_embd << ", L " << o.n_layer << ", H "
             << o.n_head << ", d_ff " << o.d_ff << ", vocab " << o.vocab << ", B " << o.batch << ", T " << o.context
             << ", " << o.steps << " timed steps after " << o.warmup << " warm-up"
-            << (o.tf32 ? ", fp32 matmuls on TF32" : "") << "; " << torch_version_string()
-            << (blas_kernels().empty() ? "" : "; " + blas_kernels()) << "\n"
+            << (o.tf32 ? ", fp32 matmuls on TF32" : "") << "; " << torch_version_string() << blas_kernels_note() << "\n"
             << "peer: " << python << " " << script << "\n";
   auto print_mfu = [&](double tflops) {
     if (tflops < 1.0)
@@ -751,7 +756,7 @@ int cmd_bench_contention(const BenchArgs& a) {
             << o.batch << ", T " << o.context << ", " << (o.bf16 ? "bf16" : "fp32") << ", " << o.steps
             << " timed steps) idle, then beside one busy process, then idle again; " << ::sysconf(_SC_NPROCESSORS_ONLN)
             << " cores, OpenMP waiting: " << openmp_wait_policy() << "; " << torch_version_string()
-            << (blas_kernels().empty() ? "" : "; " + blas_kernels()) << "\n";
+            << blas_kernels_note() << "\n";
   std::cout << std::fixed << std::setprecision(1);
   auto measure = [&](const char* label) {
     const auto r = bench_train_step(o);
