@@ -127,6 +127,44 @@ class TestDenseModel : public QObject {
     for (int i = 0; i < 3; ++i) QVERIFY(torch::allclose(grads_fast[i], grads_ref[i], 1e-5, atol));
   }
 
+  void halfPrecisionAttentionRunsTheFp32Kernel_data() {
+    QTest::addColumn<bool>("bf16");
+    QTest::addColumn<int>("T");
+    QTest::newRow("bf16") << true << 9;
+    QTest::newRow("bf16, blocks") << true << 300;
+    QTest::newRow("fp16") << false << 9;
+  }
+  void halfPrecisionAttentionRunsTheFp32Kernel() {
+    // On the CPU bf16/fp16 attention is RouteLab's kernel up-cast: it computes the real rows of each compacted
+    // sequence only (LibTorch's kernels would run the padded square), returns the input's type, and matches fp32
+    // attention of the same (rounded) inputs to the output's rounding.
+    QFETCH(bool, bf16);
+    QFETCH(int, T);
+    const auto type = bf16 ? torch::kBFloat16 : torch::kHalf;
+    const std::vector<std::int64_t> lengths{T, T / 2};
+    const auto q = torch::randn({2, 4, T, 8}).to(type).requires_grad_();
+    const auto k = torch::randn({2, 2, T, 8}).to(type).requires_grad_();
+    const auto v = torch::randn({2, 2, T, 8}).to(type).requires_grad_();
+    double pairs = 0;
+    const auto out = causal_attention(q, k, v, 0.0, false, lengths, &pairs);
+    QCOMPARE(out.scalar_type(), type);
+    QCOMPARE(pairs, double(T) * T + double(T / 2) * (T / 2));
+    QCOMPARE(out[1].narrow(1, T / 2, T - T / 2).abs().sum().item<double>(), 0.0);  // padding rows
+    const auto g = torch::randn_like(out);
+    const auto grads = torch::autograd::grad({out}, {q, k, v}, {g});
+    const auto fq = q.detach().select(0, 0).unsqueeze(0).to(torch::kFloat).requires_grad_();
+    const auto fk = k.detach().select(0, 0).unsqueeze(0).to(torch::kFloat).requires_grad_();
+    const auto fv = v.detach().select(0, 0).unsqueeze(0).to(torch::kFloat).requires_grad_();
+    const auto ref = naive_attention(fq, fk, fv);
+    const auto ref_grads = torch::autograd::grad({ref}, {fq, fk, fv}, {g[0].unsqueeze(0).to(torch::kFloat)});
+    const double tol = bf16 ? 2e-2 : 4e-3;  // the result's rounding: 8 or 11 significant bits
+    QVERIFY(torch::allclose(out[0].to(torch::kFloat), ref[0], tol, tol));
+    for (int i = 0; i < 3; ++i) {
+      QCOMPARE(grads[i].scalar_type(), type);
+      QVERIFY(torch::allclose(grads[i][0].to(torch::kFloat), ref_grads[i][0], tol, 5 * tol));
+    }
+  }
+
   void rmsNormIsLlamas_data() {
     QTest::addColumn<bool>("bf16");
     QTest::newRow("fp32") << false;  // LibTorch 2.4+ runs its rms_norm (one kernel on CUDA): the same arithmetic

@@ -1,6 +1,7 @@
 // Causal attention. On CPU a fused autograd function parallelises over (batch, head) itself and calls one
 // single-threaded BLAS GEMM per head product on strided rows (no permute copies, no BLAS fork/join per tiny GEMM,
-// no ATen dispatch per head), with one softmax call per sequence for all its heads. Elsewhere LibTorch 2.x's
+// no ATen dispatch per head), with one softmax call per sequence for all its heads; in fp32, which bf16 and fp16
+// inputs reach up-cast. Elsewhere (and with attention dropout) LibTorch 2.x's
 // scaled_dot_product_attention, or baddbmm into a cached additive mask on 1.13.
 #include "core/models/blocks/attention.h"
 
@@ -92,6 +93,13 @@ constexpr std::int64_t kCausalBlockRows = 128;
 /// ROUTELAB_CAUSAL_BLOCKS=0 computes the whole square again (for comparisons; read once).
 bool causal_blocks_enabled() {
   static const bool off = switched_off_in_environment("ROUTELAB_CAUSAL_BLOCKS");
+  return !off;
+}
+
+/// ROUTELAB_CPU_ATTENTION_UPCAST=0 sends bf16/fp16 attention on the CPU to LibTorch's kernels again (for
+/// comparisons; read once).
+bool cpu_attention_upcast_enabled() {
+  static const bool off = switched_off_in_environment("ROUTELAB_CPU_ATTENTION_UPCAST");
   return !off;
 }
 
@@ -352,11 +360,17 @@ torch::Tensor causal_attention(const torch::Tensor& q, const torch::Tensor& k, c
   const auto kf = repeat_kv(k, H / k.size(1));
   const auto vf = repeat_kv(v, H / v.size(1));
   const bool dropping = training && dropout > 0;
-  // fp32 only: under bf16 autocast oneDNN's batched kernels beat one small bf16 GEMM per head.
+  const auto type = q.scalar_type();
   if (q.device().is_cpu() && Tq == Tk && !dropping && q.stride(3) == 1 && kf.stride(3) == 1 && vf.stride(3) == 1 &&
-      q.scalar_type() == torch::kFloat && kf.scalar_type() == torch::kFloat && vf.scalar_type() == torch::kFloat) {
+      kf.scalar_type() == type && vf.scalar_type() == type &&
+      (type == torch::kFloat || ((type == torch::kBFloat16 || type == torch::kHalf) && cpu_attention_upcast_enabled()))) {
     if (pairs) *pairs = squared_lengths(lengths, B, Tq);
-    return CpuCausalAttention::apply(q, kf, vf, lengths);
+    if (type == torch::kFloat) return CpuCausalAttention::apply(q, kf, vf, lengths);
+    // Half-precision inputs go through the fp32 kernel, up-cast (exact) and the result rounded back: what the fused
+    // kernels do inside (fp32 scores, softmax and accumulation). On CPUs without AMX a bf16 GEMM of head size runs
+    // slower than an fp32 one, and LibTorch 2.11's CPU flash attention backward took 10x its forward (B 64, T 128).
+    return CpuCausalAttention::apply(q.to(torch::kFloat), kf.to(torch::kFloat), vf.to(torch::kFloat), lengths)
+        .to(type);
   }
 #if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 3)
   if (!lengths.empty() && Tq == Tk && varlen_attention_active(q.device(), q.scalar_type(), hd)) {

@@ -61,8 +61,9 @@ int cpu_attention_loop_threads();
 /// Scaled dot-product attention of q (B, H, Tq, hd) over k, v (B, Hkv, Tk, hd), causal with the queries
 /// aligned to the last Tq keys; Hkv divides H (key/value head h/(H/Hkv) serves query head h). -> (B, H, Tq, hd)
 /// With `lengths` (one per sequence, Tq == Tk) sequence b holds lengths[b] real tokens followed by padding:
-/// its attention costs lengths[b]^2 on CPU fp32 and on a GPU in half precision (varlen_attention_active; B Tq Tk
-/// elsewhere: the kernels run the padded rectangle), and the output rows of the padding are zero. `pairs`, when given, receives the (query, key) pairs per head the
+/// its attention costs lengths[b]^2 on CPU (RouteLab's fp32 kernel, which half-precision inputs reach up-cast) and on
+/// a GPU in half precision (varlen_attention_active; B Tq Tk elsewhere: the kernels run the padded rectangle), and
+/// the output rows of the padding are zero. `pairs`, when given, receives the (query, key) pairs per head the
 /// kernel computed: what a trace prices (attention_core_flops).
 torch::Tensor causal_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
                                double dropout = 0.0, bool training = false,
