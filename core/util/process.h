@@ -9,8 +9,9 @@ namespace routelab {
 /// in main; returns unless it restarted, and it restarts once at most). Variables the user has set are never changed.
 /// - OMP_WAIT_POLICY=PASSIVE (Debian's LibTorch only): GNU OpenMP's threads spin at every barrier by default, and
 ///   with one other busy process on the machine (or the GUI beside a run) training ran ~5x slower; passive threads
-///   sleep there (no cost measured on an idle machine). PyPI's LibTorch (MKL's threads) ran small models 11x slower
-///   with it, so it keeps the default.
+///   sleep there (no cost measured on an idle AMD EPYC; 1.4x slower on the quick-start's small model on an idle
+///   Intel Xeon, where a spin before sleeping slowed side-by-side processes on fixed threads 3x: README, Measured).
+///   PyPI's LibTorch (MKL's threads) ran small models 11x slower with it, so it keeps the default.
 /// - OPENBLAS_CORETYPE, where OpenBLAS (Debian's LibTorch's BLAS) chose kernels below what the CPU runs: OpenBLAS
 ///   0.3.21 does not know CPUs newer than itself and falls back to its generic Prescott (SSE3) kernels, on an Intel
 ///   Xeon of 2023 (family 6, model 207, AVX-512) 31 GFLOP/s against 146 for its SkylakeX kernels (one thread, 2048^3
