@@ -361,6 +361,10 @@ torch::Tensor causal_attention(const torch::Tensor& q, const torch::Tensor& k, c
   const auto vf = repeat_kv(v, H / v.size(1));
   const bool dropping = training && dropout > 0;
   const auto type = q.scalar_type();
+  // Compacted sequences that all fill the padded length (MoD's top-k in training) have no padding to skip or zero:
+  // they take the plain fused path, with cuDNN's attention where LibTorch picks it (one length, one plan).
+  const bool ragged =
+      !lengths.empty() && std::any_of(lengths.begin(), lengths.end(), [&](std::int64_t n) { return n != Tq; });
   if (q.device().is_cpu() && Tq == Tk && !dropping && q.stride(3) == 1 && kf.stride(3) == 1 && vf.stride(3) == 1 &&
       kf.scalar_type() == type && vf.scalar_type() == type &&
       (type == torch::kFloat || ((type == torch::kBFloat16 || type == torch::kHalf) && cpu_attention_upcast_enabled()))) {
@@ -373,7 +377,7 @@ torch::Tensor causal_attention(const torch::Tensor& q, const torch::Tensor& k, c
         .to(type);
   }
 #if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 3)
-  if (!lengths.empty() && Tq == Tk && varlen_attention_active(q.device(), q.scalar_type(), hd)) {
+  if (ragged && Tq == Tk && varlen_attention_active(q.device(), q.scalar_type(), hd)) {
     try {
       auto out = flash_varlen_attention(q, k, v, lengths, dropping ? dropout : 0.0);
       if (pairs) *pairs = squared_lengths(lengths, B, Tq);
@@ -392,7 +396,7 @@ torch::Tensor causal_attention(const torch::Tensor& q, const torch::Tensor& k, c
 #if TORCH_VERSION_MAJOR >= 2
   if (Tq == Tk) {
 #if TORCH_VERSION_MAJOR > 2 || TORCH_VERSION_MINOR >= 3
-    const WithoutCuDnnAttention backend(q.is_cuda() && !lengths.empty());
+    const WithoutCuDnnAttention backend(q.is_cuda() && ragged);
 #endif
     out = at::scaled_dot_product_attention(q, kf, vf, {}, dropping ? dropout : 0.0, /*is_causal=*/true);
   }
@@ -409,7 +413,7 @@ torch::Tensor causal_attention(const torch::Tensor& q, const torch::Tensor& k, c
     if (dropping) probs = torch::dropout(probs, dropout, true);
     out = torch::bmm(probs, v3).view({B, H, Tq, hd});
   }
-  return lengths.empty() ? out : zero_padding(out, lengths);
+  return ragged ? zero_padding(out, lengths) : out;
 }
 
 CausalSelfAttentionImpl::CausalSelfAttentionImpl(AttentionOptions options_) : options(std::move(options_)) {
