@@ -194,23 +194,27 @@ int run_bench_eviction(const EvictionBenchOptions& o) {
             << o.batch << ", " << o.heads << " heads of " << o.head_dim << ", " << 100.0 * o.executed
             << "% of keys executed, median of " << o.reps << " after " << o.warmup << " warm-up\n"
             << "(peak: the most held above the inputs; saved: held after the forward, until the backward)\n"
-            << "| precision | T | chunk rows | chunked ms | materialised ms | speed-up | chunked peak / saved MB | "
-               "materialised peak / saved MB | max |out diff| | max |grad diff| | max |grad| |\n"
-               "|---|---|---|---|---|---|---|---|---|---|---|\n";
+            << "| precision | T | chunk rows | chunked ms | flash ms | materialised ms | materialised / chunked | "
+               "chunked / flash | chunked peak / saved MB | flash peak / saved MB | materialised peak / saved MB | "
+               "chunked max |out diff| / |grad diff| | flash max |out diff| / |grad diff| | max |grad| |\n"
+               "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n";
   const auto num = [](double v, int precision) { return v < 0 ? std::string("-") : fixed(v, precision); };
-  for (const auto& r : bench_eviction(o)) {
-    std::cout << "| " << r.precision << " | " << r.context << " | " << r.chunk_rows << " | " << num(r.chunked_ms, 1) << " | "
-              << num(r.materialised_ms, 1) << " | "
-              << (r.materialised_ms < 0 ? std::string("-") : fixed(r.materialised_ms / r.chunked_ms, 2) + "x") << " | "
-              << num(r.chunked_peak_mb, 0) << " / " << num(r.chunked_saved_mb, 0) << " | "
-              << num(r.materialised_peak_mb, 0) << " / " << num(r.materialised_saved_mb, 0) << " | " << std::scientific
-              << std::setprecision(2);
-    if (r.output_diff < 0)
-      std::cout << "- | - | - |\n";
-    else
-      std::cout << r.output_diff << " | " << r.grad_diff << " | " << r.grad_max << " |\n";
-    std::cout << std::defaultfloat;
-  }
+  const auto ratio = [](double a, double b) { return a < 0 || b <= 0 ? std::string("-") : fixed(a / b, 2) + "x"; };
+  const auto sci = [](double v) {
+    if (v < 0) return std::string("-");
+    std::ostringstream s;
+    s << std::scientific << std::setprecision(2) << v;
+    return s.str();
+  };
+  for (const auto& r : bench_eviction(o))
+    std::cout << "| " << r.precision << " | " << r.context << " | " << r.chunk_rows << " | " << num(r.chunked_ms, 1)
+              << " | " << num(r.flash_ms, 1) << " | " << num(r.materialised_ms, 1) << " | "
+              << ratio(r.materialised_ms, r.chunked_ms) << " | " << ratio(r.chunked_ms, r.flash_ms) << " | "
+              << num(r.chunked_peak_mb, 0) << " / " << num(r.chunked_saved_mb, 0) << " | " << num(r.flash_peak_mb, 0)
+              << " / " << num(r.flash_saved_mb, 0) << " | " << num(r.materialised_peak_mb, 0) << " / "
+              << num(r.materialised_saved_mb, 0) << " | " << sci(r.output_diff) << " / " << sci(r.grad_diff) << " | "
+              << sci(r.flash_output_diff) << " / " << sci(r.flash_grad_diff) << " | "
+              << (r.output_diff < 0 ? std::string("-") : sci(r.grad_max)) << " |\n";
   return 0;
 }
 

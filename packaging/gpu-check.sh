@@ -4,7 +4,8 @@
 # torch.compile; RouteLab eager and replayed as a CUDA graph), the graphed step against the eager one (the same
 # losses) and across a resume, exact resume on CUDA with dropout (a run stopped by SIGINT and resumed must repeat the
 # uninterrupted run's losses bit for bit), routed forwards against dense at T 2048/4096, D-LLM's chunked training
-# attention against the materialised one (time and memory at the 360M layer), variable-length flash attention for
+# attention and its flash form against the materialised one (time and memory at the 360M layer; the flash form's
+# training curve against the chunked one's), variable-length flash attention for
 # compacted sequences against the padded path (losses and routed training steps), the fused add + norm and rotary
 # kernels against LibTorch's ops (losses; the GPT-2-small and 360M steps without them), 360M-parameter training
 # throughput (dense eager and graphed), the quick-start run and the data-parallel step in a group of one (NCCL) against
@@ -143,6 +144,9 @@ switch_check() {
     END { printf "largest |val loss difference| %.4f\n", m; exit (NR == 0 || m > 0.05) }'
 }
 
+# D-LLM's evicting attention through flash attention against the chunked form (the D-LLM preset in bf16).
+flash_eviction_check() { switch_check ROUTELAB_FLASH_EVICTION flash-eviction --preset dllm --precision bf16; }
+
 # Variable-length flash attention for compacted sequences against the padded path (the routed quick-start in bf16).
 varlen_check() { switch_check ROUTELAB_VARLEN_ATTENTION varlen --preset quickstart-dtrnet --precision bf16; }
 
@@ -173,7 +177,7 @@ step loss-kernels 60 "$cli" bench loss --device "$dev" --rows 16384 --vocab 5025
 # The goals are set in bf16 (>= 1.1x eager, >= 1.0x torch.compile, MFU >= 35%); fp32 without the compile's minute.
 step train-step-gpt2-small-bf16 180 "$cli" bench train-step --device "$dev" --shape gpt2-small --precision bf16 \
   --compile --cuda-graph --peak-tflops "$peak" --steps 20 --warmup 5 --python "$python" --script "$peer" "${kernels[@]}"
-export -f graph_check switch_check fused_norm_check fused_rope_check varlen_check
+export -f graph_check switch_check fused_norm_check fused_rope_check varlen_check flash_eviction_check
 # The fused add + norm kernels: the same losses as LibTorch's norms, and the step without them (MFU's gain).
 step fused-norm-equals-unfused 150 bash -c fused_norm_check
 step train-step-gpt2-small-bf16-unfused-norm 60 env ROUTELAB_FUSED_NORM=0 "$cli" bench train-step --device "$dev" \
@@ -201,7 +205,9 @@ for precision in fp32 bf16; do
     --fractions 0.1,0.3 --batch 8 --reps 5 --warmup 2 --precision "$precision"
 done
 step varlen-equals-padded 120 bash -c varlen_check
-# D-LLM's training attention at the 360M layer (batch 8, 15 heads of 64): chunked kernel vs materialised form.
+step flash-eviction-equals-chunked 90 bash -c flash_eviction_check
+# D-LLM's training attention at the 360M layer (batch 8, 15 heads of 64): chunked kernel and flash form vs
+# materialised form.
 step eviction-360m 90 "$cli" bench eviction --device "$dev" --lengths 2048 --precision both --reps 5 --warmup 2
 # The 360M presets byte-level on the embedded corpus (they default to subword shards, which a GPU box may not have).
 byte_level=(--set data.source=kjv --set data.tokenizer=byte)

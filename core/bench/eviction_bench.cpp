@@ -14,12 +14,14 @@ struct EvictionMemory {
   double peak_mb = -1, saved_mb = -1;
 };
 
+enum class Form { Chunked, Flash, Materialised };
+
 /// Output and the gradients of <output, upstream> with respect to q, k, v and w, through one form (`chunk`: the
 /// chunked kernel's rows per chunk, 0 automatic). With `memory`, also what the pass holds above the memory allocated
 /// before it: at its peak, and after the forward (the output and all autograd keeps for the backward); -1 where the
 /// device is not tracked.
 std::vector<torch::Tensor> eviction_pass(const std::vector<torch::Tensor>& inputs, const torch::Tensor& upstream,
-                                         bool chunked, std::int64_t chunk, const torch::Device& device,
+                                         Form form, std::int64_t chunk, const torch::Device& device,
                                          EvictionMemory* memory = nullptr) {
   std::int64_t before = -1, saved = -1;
   if (memory) {
@@ -29,9 +31,11 @@ std::vector<torch::Tensor> eviction_pass(const std::vector<torch::Tensor>& input
   }
   std::vector<torch::Tensor> leaves;
   for (const auto& t : inputs) leaves.push_back(t.detach().requires_grad_());
-  const auto out = chunked ? evicting_attention(leaves[0], leaves[1], leaves[2], leaves[3], Eviction::Multiplicative, chunk)
-                           : evicting_attention_materialised(leaves[0], leaves[1], leaves[2], leaves[3],
-                                                             Eviction::Multiplicative);
+  const auto eviction = Eviction::Multiplicative;
+  const auto out =
+      form == Form::Chunked ? evicting_attention_chunked(leaves[0], leaves[1], leaves[2], leaves[3], eviction, chunk)
+      : form == Form::Flash ? evicting_attention_flash(leaves[0], leaves[1], leaves[2], leaves[3], eviction)
+                            : evicting_attention_materialised(leaves[0], leaves[1], leaves[2], leaves[3], eviction);
   if (memory) {
     synchronize(device);
     saved = device_memory(device).allocated;
@@ -70,30 +74,47 @@ std::vector<EvictionBenchRow> bench_eviction(const EvictionBenchOptions& o) {
       r.context = T;
       r.chunk_rows = evicting_attention_chunk_rows(o.batch, o.heads, T, o.query_chunk);
       const auto chunk = o.query_chunk;
+      // Flash attention on a GPU takes bf16/fp16 only; the CPU's takes fp32 too.
+      const bool flash = flash_eviction_available() && (!device.is_cuda() || type != torch::kFloat);
       EvictionMemory memory;
-      const auto a = eviction_pass(inputs, upstream, true, chunk, device, &memory);
+      const auto a = eviction_pass(inputs, upstream, Form::Chunked, chunk, device, &memory);
       r.chunked_peak_mb = memory.peak_mb;
       r.chunked_saved_mb = memory.saved_mb;
+      std::vector<torch::Tensor> f;
+      if (flash) {
+        f = eviction_pass(inputs, upstream, Form::Flash, chunk, device, &memory);
+        r.flash_peak_mb = memory.peak_mb;
+        r.flash_saved_mb = memory.saved_mb;
+      }
       if (o.materialised) {
-        const auto b = eviction_pass(inputs, upstream, false, chunk, device, &memory);
+        const auto b = eviction_pass(inputs, upstream, Form::Materialised, chunk, device, &memory);
         r.materialised_peak_mb = memory.peak_mb;
         r.materialised_saved_mb = memory.saved_mb;
-        r.output_diff = (a[0] - b[0]).abs().max().item<double>();
-        r.grad_diff = 0;
-        for (std::size_t i = 1; i < a.size(); ++i) {
-          r.grad_diff = std::max(r.grad_diff, (a[i] - b[i]).abs().max().item<double>());
-          r.grad_max = std::max(r.grad_max, b[i].abs().max().item<double>());
-        }
+        // The largest differences from the materialised form: output, then the gradients of q, k, v and w.
+        const auto differences = [&](const std::vector<torch::Tensor>& x, double& output, double& grad) {
+          output = (x[0] - b[0]).abs().max().item<double>();
+          grad = 0;
+          for (std::size_t i = 1; i < x.size(); ++i) grad = std::max(grad, (x[i] - b[i]).abs().max().item<double>());
+        };
+        differences(a, r.output_diff, r.grad_diff);
+        if (flash) differences(f, r.flash_output_diff, r.flash_grad_diff);
+        for (std::size_t i = 1; i < b.size(); ++i) r.grad_max = std::max(r.grad_max, b[i].abs().max().item<double>());
       }
-      std::vector<double> chunked, materialised;  // interleaved, after warm-up
+      std::vector<double> chunked, flashed, materialised;  // interleaved, after warm-up
+      const auto timed = [&](Form form) {
+        return time_ms([&] { eviction_pass(inputs, upstream, form, chunk, device); }, device);
+      };
       for (int i = 0; i < o.warmup + o.reps; ++i) {
-        const double tc = time_ms([&] { eviction_pass(inputs, upstream, true, chunk, device); }, device);
-        const double tm = o.materialised ? time_ms([&] { eviction_pass(inputs, upstream, false, chunk, device); }, device) : -1;
+        const double tc = timed(Form::Chunked);
+        const double tf = flash ? timed(Form::Flash) : -1;
+        const double tm = o.materialised ? timed(Form::Materialised) : -1;
         if (i < o.warmup) continue;
         chunked.push_back(tc);
+        flashed.push_back(tf);
         materialised.push_back(tm);
       }
       r.chunked_ms = median(chunked);
+      if (flash) r.flash_ms = median(flashed);
       if (o.materialised) r.materialised_ms = median(materialised);
       rows.push_back(r);
     }

@@ -1,7 +1,8 @@
-// D-LLM's training attention (skipped tokens evicted as keys, official multiplicative form): the chunked kernel
-// against the materialised one, forward + backward, at one layer's shape. Prints measured times, the peak memory each
-// holds above its inputs, what the forward leaves held for the backward (what a model holds per layer until its
-// backward reaches it), and the largest differences of output and gradients.
+// D-LLM's training attention (skipped tokens evicted as keys, official multiplicative form): the chunked kernel and
+// the flash form (where LibTorch has flash attention for the device and precision) against the materialised one,
+// forward + backward, at one layer's shape. Prints measured times, the peak memory each holds above its inputs, what
+// the forward leaves held for the backward (what a model holds per layer until its backward reaches it), and the
+// largest differences of output and gradients.
 #pragma once
 #include <cstdint>
 #include <string>
@@ -29,6 +30,8 @@ struct EvictionBenchRow {
   double chunked_peak_mb = -1, materialised_peak_mb = -1;    ///< above the inputs; -1: not tracked or not run
   double chunked_saved_mb = -1, materialised_saved_mb = -1;  ///< held after the forward, output included
   double output_diff = -1, grad_diff = -1, grad_max = 0;     ///< largest |difference| (output; q, k, v, w grads)
+  double flash_ms = -1, flash_peak_mb = -1, flash_saved_mb = -1;  ///< the flash form; -1: not run
+  double flash_output_diff = -1, flash_grad_diff = -1;            ///< its largest differences from materialised
 };
 
 std::vector<EvictionBenchRow> bench_eviction(const EvictionBenchOptions& options);

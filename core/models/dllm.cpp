@@ -69,17 +69,22 @@ torch::Tensor DLLM::sample_execute(const torch::Tensor& logits) const {
 }
 
 torch::Tensor DLLM::evicting_layer(std::size_t layer, const torch::Tensor& x, const torch::Tensor& positions,
-                                   const torch::Tensor& w) {
+                                   const torch::Tensor& w, double* pairs) {
   auto& block = blocks[layer];
   // q (B, H, T, hd); k, v (B, Hkv, T, hd)
   const auto [q, k, v] = block->attn->project(block->norm1->into_matmul(x), positions);
   const auto H = q.size(1);
   const auto keys = repeat_kv(k, H / k.size(1)), values = repeat_kv(v, H / v.size(1));  // (B, H, T, hd)
-  // The eviction acts on the probabilities, so no fused attention kernel applies: the chunked form never holds a
-  // (B, H, T, T) tensor; attention dropout needs the materialised one.
+  // Flash attention with the eviction in two extra head dimensions on a GPU, the chunked form elsewhere: neither
+  // holds a (B, H, T, T) tensor; attention dropout needs the materialised one.
   const double dropout = training_dropout();
-  const auto heads = dropout > 0 ? evicting_attention_materialised(q, keys, values, w, dllm_.eviction(), dropout)
-                                 : evicting_attention(q, keys, values, w, dllm_.eviction());  // (B, H, T, hd)
+  torch::Tensor heads;  // (B, H, T, hd)
+  if (dropout > 0) {
+    heads = evicting_attention_materialised(q, keys, values, w, dllm_.eviction(), dropout);
+    if (pairs) *pairs = static_cast<double>(q.size(0)) * static_cast<double>(q.size(2)) * static_cast<double>(q.size(2));
+  } else {
+    heads = evicting_attention(q, keys, values, w, dllm_.eviction(), pairs);
+  }
   const auto a = block->attn->output(heads);                                // (B, T, C)
   const auto f = a + block->mlp(block->norm2->add_into_matmul(x, a).second);  // (B, T, C)
   // Official: w Block(x) + (1 - w) x with Block including its residual, i.e. x + w f(x).
@@ -87,11 +92,6 @@ torch::Tensor DLLM::evicting_layer(std::size_t layer, const torch::Tensor& x, co
 }
 
 double DLLM::training_dropout() const { return is_training() ? options_.dropout() : 0.0; }
-
-double DLLM::evicting_pairs(std::int64_t B, std::int64_t T) const {
-  if (training_dropout() > 0) return static_cast<double>(B) * static_cast<double>(T) * static_cast<double>(T);
-  return evicting_attention_pairs(B, options_.n_head(), T);
-}
 
 torch::Tensor DLLM::skipping_layer(std::size_t layer, const torch::Tensor& x, const torch::Tensor& positions,
                                    const Compaction& executed, double* pairs) {
@@ -125,13 +125,13 @@ LayerTrace DLLM::routed_layer_trace(int layer, const torch::Tensor& p_exec, cons
   // Priced as executed. Inference runs the decisions: executed tokens only, compacted attention, over the padded
   // (B, K) rows of the compacted sequences (`pairs`: what the attention kernel computed). Training computes
   // the block for every token (the straight-through estimator needs f(x) of skipped tokens too) and the scores of
-  // every key up to each query chunk's end (evicting_attention), masking afterwards: the decisions change nothing.
+  // every key the evicting attention's kernel computed (`pairs` again), masking afterwards: the decisions change
+  // nothing.
   const bool full_block = is_training();
   const auto executed_rows = full_block ? B * T : static_cast<std::int64_t>(total);
   t.tokens_processed = {{"attn", executed_rows}, {"mlp", executed_rows}, {"router", B * T}};
   const double hidden = static_cast<double>(dllm_.router_hidden());
   const double router = linear_flops(tokens, static_cast<double>(shape.d), hidden) + linear_flops(tokens, hidden, 2.0);
-  if (full_block) pairs = evicting_pairs(B, T);
   t.flops = (full_block ? block_flops(tokens, pairs, shape)
                         : total > 0 ? block_flops(counts.padded_rows(), pairs, shape) : 0.0) +
             router;
@@ -158,11 +158,11 @@ ModelOutput DLLM::forward(const torch::Tensor& tokens, bool trace) {
     const auto logits = routers[i]->forward(x);  // (B, T, 2) fp32, on the raw residual (before norm1)
     torch::Tensor p_exec, executed;              // (B, T) float, (B, T) bool
     Compaction counts;                           // of the executed tokens
-    double pairs = 0;                            // attention pairs the compacted block computed (inference)
+    double pairs = 0;                            // attention pairs the layer's attention computed
     if (trace || !training) p_exec = torch::softmax(logits.detach(), -1).select(-1, 1);
     if (training) {
       const auto w = sample_execute(logits).masked_fill(always, 1.0);  // (B, T), exactly 0/1
-      x = evicting_layer(i, x, positions, w);
+      x = evicting_layer(i, x, positions, w, &pairs);
       executed_sum = executed_sum.defined() ? executed_sum + w : w;
       if (trace) {
         executed = w.detach().gt(0.5);

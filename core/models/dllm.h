@@ -75,8 +75,9 @@ class DLLM : public TransformerTrunk {
   /// Straight-through hard Gumbel-softmax sample of the execute flag: exactly 0/1 forward, soft gradient. -> (B, T)
   torch::Tensor sample_execute(const torch::Tensor& logits) const;
   /// Training form: every token runs the block, skipped keys are evicted by `w` (B, T), x + w f(x). -> (B, T, C)
+  /// `pairs`, when given, receives the attention's computed (query, key) pairs per head.
   torch::Tensor evicting_layer(std::size_t layer, const torch::Tensor& x, const torch::Tensor& positions,
-                               const torch::Tensor& w);
+                               const torch::Tensor& w, double* pairs = nullptr);
   /// The inference rule: a token executes layer `layer` when its execute probability reaches the threshold, or
   /// when it is one of the reserved first tokens. x (B, T, C) on the raw residual, positions (T). -> (B, T) bool;
   /// `p_exec` receives the probabilities (B, T) when given.
@@ -98,8 +99,6 @@ class DLLM : public TransformerTrunk {
  private:
   /// Attention dropout in training mode (0 in eval): with it the evicting attention runs materialised.
   double training_dropout() const;
-  /// The score pairs one evicting layer computes over B sequences of T tokens (a trace's price).
-  double evicting_pairs(std::int64_t B, std::int64_t T) const;
   LayerTrace routed_layer_trace(int layer, const torch::Tensor& p_exec, const torch::Tensor& executed,
                                 const Compaction& counts, double pairs) const;
 

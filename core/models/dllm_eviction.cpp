@@ -136,10 +136,10 @@ double evicting_attention_pairs(std::int64_t B, std::int64_t H, std::int64_t T, 
   return static_cast<double>(B) * pairs;
 }
 
-torch::Tensor evicting_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
-                                 const torch::Tensor& w, Eviction eviction, std::int64_t query_chunk) {
+torch::Tensor evicting_attention_chunked(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
+                                         const torch::Tensor& w, Eviction eviction, std::int64_t query_chunk) {
   TORCH_CHECK(k.size(2) == q.size(2) && v.size(2) == q.size(2) && w.size(1) == q.size(2),
-              "evicting_attention: queries, keys, values and flags must cover the same positions");
+              "evicting_attention_chunked: queries, keys, values and flags must cover the same positions");
   return EvictingAttentionFunction::apply(q, k, v, w, eviction, query_chunk);
 }
 

@@ -1,5 +1,5 @@
-// D-LLM's training-time attention: causal attention in which skipped tokens are evicted as keys, computed over query
-// chunks so that no (B, H, T, T) tensor is ever held (the materialised form keeps five of them per layer for the
+// D-LLM's training-time attention: causal attention in which skipped tokens are evicted as keys, computed through
+// flash attention on a GPU and over query chunks elsewhere, so that no (B, H, T, T) tensor is ever held (the materialised form keeps five of them per layer for the
 // backward: 10 GB a layer at the 360M shape, batch 8 x 2048).
 #pragma once
 #include <cstdint>
@@ -20,21 +20,43 @@ enum class Eviction {
 /// (already repeated to H heads) and w (B, T) the keys' execute flags:
 ///  - Multiplicative: P = softmax(causal scores) * w, renormalised by (row sum + 1e-6); w gets the gradient of P.
 ///  - Additive: keys with w < 0.5 masked to -inf before the softmax; w gets no gradient.
-/// Scores and probabilities are fp32 whatever q's dtype (the materialised form casts them so); the product with v
-/// runs in v's dtype. -> (B, H, T, hd) in v's dtype.
+/// Neither form ever holds a (B, H, T, T) tensor. Where flash_eviction_active (a GPU, bf16 or fp16) it runs
+/// evicting_attention_flash, else evicting_attention_chunked. `pairs`, when given, receives the (query, key) score
+/// pairs per head the kernel computed over the batch (a trace's price). -> (B, H, T, hd) in v's dtype.
+torch::Tensor evicting_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
+                                 const torch::Tensor& w, Eviction eviction, double* pairs = nullptr);
+
+/// The chunked form, in LibTorch ops on any device. Scores and probabilities are fp32 whatever q's dtype (the
+/// materialised form casts them so); the product with v runs in v's dtype.
 ///
 /// Computed query chunk by query chunk against the keys up to the chunk's last position (the causal half only); the
 /// backward recomputes each chunk's scores from q, k and the saved per-row log-normaliser, flash-attention style, so
 /// the memory held for the backward is O(B H T hd) rather than O(B H T^2). `query_chunk` rows per chunk; 0 picks
 /// a quarter of T (at least 256 rows), fewer where one chunk's (B, H, rows, T) fp32 scores would pass 256 MB. Attention dropout is not supported here
 /// (evicting_attention_materialised takes it).
-torch::Tensor evicting_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
-                                 const torch::Tensor& w, Eviction eviction, std::int64_t query_chunk = 0);
+torch::Tensor evicting_attention_chunked(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
+                                         const torch::Tensor& w, Eviction eviction, std::int64_t query_chunk = 0);
 
-/// The query rows of one chunk of evicting_attention for q of shape (B, H, T, hd) when `query_chunk` are asked (0:
+/// The form through LibTorch's flash attention (LibTorch >= 2.3; on a GPU in bf16/fp16, on the CPU in any float
+/// type): the eviction as an additive log w_j on each key's scores, carried by two extra head dimensions, and the
+/// flags' gradient from a second flash backward over every key (dllm_eviction_flash.cpp). q, k and v share one
+/// dtype. The multiplicative form leaves out the official 1e-6 in the denominator (a relative 1e-6 / executed
+/// share). Throws where LibTorch has no flash attention.
+torch::Tensor evicting_attention_flash(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
+                                       const torch::Tensor& w, Eviction eviction);
+/// Whether this LibTorch has the flash attention evicting_attention_flash calls (2.3 or later).
+bool flash_eviction_available();
+/// Whether evicting_attention takes the flash form for q of this device, dtype and head size: a GPU, bf16 or
+/// fp16, head size + 2 at most 256, ROUTELAB_FLASH_EVICTION not 0, and no earlier flash call failed.
+bool flash_eviction_active(const torch::Device& device, torch::ScalarType type, std::int64_t head_dim);
+/// The score pairs per head the flash form is priced at over B sequences of T: the whole square, as the dense
+/// model's flash call, scaled by the padded head size over the real one.
+double flash_eviction_pairs(std::int64_t B, std::int64_t T, std::int64_t head_dim);
+
+/// The query rows of one chunk of evicting_attention_chunked for q of shape (B, H, T, hd) when `query_chunk` are asked (0:
 /// the automatic size).
 std::int64_t evicting_attention_chunk_rows(std::int64_t B, std::int64_t H, std::int64_t T, std::int64_t query_chunk = 0);
-/// The (query, key) score pairs per head that evicting_attention computes over a batch of B sequences (each chunk's
+/// The (query, key) score pairs per head that evicting_attention_chunked computes over a batch of B sequences (each chunk's
 /// rows against the keys up to its last row): B T^2 in one chunk, towards B T^2 / 2 in many. What a trace prices.
 double evicting_attention_pairs(std::int64_t B, std::int64_t H, std::int64_t T, std::int64_t query_chunk = 0);
 

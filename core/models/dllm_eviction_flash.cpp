@@ -1,0 +1,223 @@
+// D-LLM's evicting attention through LibTorch's flash attention (LibTorch >= 2.3): the eviction rides in two extra
+// head dimensions, and the flags' gradient comes from a second flash backward over every key.
+#include <atomic>
+#include <cmath>
+
+#include <c10/core/impl/LocalDispatchKeySet.h>
+#include <torch/version.h>
+
+#include "core/models/dllm_eviction.h"
+#include "core/util/logging.h"
+#include "core/util/process.h"
+
+namespace routelab {
+
+#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 3)
+#define ROUTELAB_FLASH_EVICTION 1
+#endif
+
+namespace {
+
+/// An evicted key's log weight: exp(-1e4) is 0 in any precision, and unlike -inf it keeps the backward's products
+/// with it finite (0 * -inf would put NaN into the discarded gradient columns).
+constexpr double kEvictedLogWeight = -1e4;
+
+/// The head size flash attention runs at: the real one plus the two eviction columns, to a multiple of 8.
+std::int64_t flash_eviction_head_dim(std::int64_t head_dim) { return (head_dim + 2 + 7) / 8 * 8; }
+
+#ifdef ROUTELAB_FLASH_EVICTION
+
+/// x (B, H, T, hd) followed by the columns `extra` (B, H, T, 2) and zeros up to `padded`.
+torch::Tensor with_columns(const torch::Tensor& x, const torch::Tensor& extra, std::int64_t padded) {
+  const auto hd = x.size(3);
+  auto out = torch::zeros({x.size(0), x.size(1), x.size(2), padded}, x.options());
+  out.narrow(3, 0, hd).copy_(x);
+  if (extra.defined()) out.narrow(3, hd, 2).copy_(extra);
+  return out;
+}
+
+/// x (fp32) as a pair of `type` values whose sum is x to about 2^-16 relative (hi = x rounded, lo = the rest),
+/// stacked on a last dimension of 2.
+torch::Tensor split_pair(const torch::Tensor& x, torch::ScalarType type) {
+  const auto hi = x.to(type);
+  return torch::stack({hi, (x - hi.to(torch::kFloat)).to(type)}, -1);
+}
+
+/// One flash forward's results that its backward needs (the random state only matters with dropout, unused here).
+struct FlashForward {
+  torch::Tensor out, lse, cum_q, cum_k, seed, offset;
+  std::int64_t max_q = 0, max_k = 0;
+};
+
+FlashForward flash_forward(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v, double scale) {
+  FlashForward f;
+  if (q.is_cuda()) {
+    auto r = at::_scaled_dot_product_flash_attention(q, k, v, 0.0, /*is_causal=*/true, false, scale);
+    f.out = std::get<0>(r);
+    f.lse = std::get<1>(r);
+    f.cum_q = std::get<2>(r);
+    f.cum_k = std::get<3>(r);
+    f.max_q = std::get<4>(r).expect_int();
+    f.max_k = std::get<5>(r).expect_int();
+    f.seed = std::get<6>(r);
+    f.offset = std::get<7>(r);
+  } else {
+    std::tie(f.out, f.lse) = at::_scaled_dot_product_flash_attention_for_cpu(q, k, v, 0.0, /*is_causal=*/true, {}, scale);
+  }
+  return f;
+}
+
+/// The flash backward of q, k, v for the forward `f`, with upstream gradient g. -> dq, dk, dv
+std::tuple<torch::Tensor, torch::Tensor, torch::Tensor> flash_backward(const FlashForward& f, const torch::Tensor& g,
+                                                                       const torch::Tensor& q, const torch::Tensor& k,
+                                                                       const torch::Tensor& v, double scale) {
+  if (q.is_cuda())
+    return at::_scaled_dot_product_flash_attention_backward(g, q, k, v, f.out, f.lse, f.cum_q, f.cum_k, f.max_q, f.max_k,
+                                                            0.0, /*is_causal=*/true, f.seed, f.offset, scale);
+  return at::_scaled_dot_product_flash_attention_for_cpu_backward(g, q, k, v, f.out, f.lse, 0.0, /*is_causal=*/true,
+                                                                  {}, scale);
+}
+
+/// Causal flash attention in which key j's scores gain log w_j: q carries two columns of ones, k the pair
+/// (hi, lo) of log(w_j) / scale, so softmax(s + log w) = a w / sum_j a w with a = exp(s - max s), the official
+/// multiplicative form without its 1e-6 in the denominator (a relative 1e-6 / executed share), and the additive
+/// form for flags 0/1. Keys with w = 0 take kEvictedLogWeight.
+///
+/// The flags' gradient (multiplicative): with R = exp(s - lse) over every causal key, lse the evicted rows'
+/// log-normaliser, dw_j = sum over heads and queries i of R_ij (dO_i . v_j - Delta_i), Delta_i = dO_i . O_i. A
+/// flash backward over the same q and k without the eviction columns, given that lse, recomputes exactly R, and
+/// its dv of the upstream rows (dO_i, -Delta_i as a hi/lo pair) is (sum_i R_ij dO_i, -sum_i R_ij Delta_i): dotted
+/// with (v_j, 1, 1) it is dw_j. Its dq and dk are discarded (a third of a backward's products).
+class FlashEvictingAttentionFunction : public torch::autograd::Function<FlashEvictingAttentionFunction> {
+ public:
+  static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& q, const torch::Tensor& k,
+                               const torch::Tensor& v, const torch::Tensor& w, Eviction eviction) {
+    // Autocast off: both passes run in the inputs' dtype, and the backward sees the forward's scores.
+    const c10::impl::ExcludeDispatchKeyGuard no_autocast(c10::autocast_dispatch_keyset);
+    const auto B = q.size(0), H = q.size(1), T = q.size(2), hd = q.size(3);
+    const auto padded = flash_eviction_head_dim(hd);
+    const double scale = 1.0 / std::sqrt(static_cast<double>(hd));
+    const auto type = q.scalar_type();
+    TORCH_CHECK(k.scalar_type() == type && v.scalar_type() == type,
+                "evicting_attention_flash: queries, keys and values must share one dtype");
+    const auto flags = w.detach().to(torch::kFloat);
+    const auto log_w = eviction == Eviction::Multiplicative
+                           ? flags.clamp_min(0.0).log().clamp_min(kEvictedLogWeight)
+                           : torch::where(flags.ge(0.5), torch::zeros_like(flags), torch::full_like(flags, kEvictedLogWeight));
+    const auto key_columns = split_pair(log_w / scale, type).view({B, 1, T, 2}).expand({B, H, T, 2});
+    const auto qp = with_columns(q, torch::ones({B, H, T, 2}, q.options()), padded);
+    const auto kp = with_columns(k, key_columns, padded);
+    const auto vp = with_columns(v, torch::Tensor(), padded);
+    const auto f = flash_forward(qp, kp, vp, scale);
+    ctx->save_for_backward({qp, kp, vp, f.out, f.lse, w});
+    ctx->saved_data["cum_q"] = f.cum_q;
+    ctx->saved_data["cum_k"] = f.cum_k;
+    ctx->saved_data["seed"] = f.seed;
+    ctx->saved_data["offset"] = f.offset;
+    ctx->saved_data["max_q"] = f.max_q;
+    ctx->saved_data["max_k"] = f.max_k;
+    ctx->saved_data["eviction"] = static_cast<std::int64_t>(eviction);
+    return f.out.narrow(3, 0, hd);
+  }
+
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grads) {
+    const c10::impl::ExcludeDispatchKeyGuard no_autocast(c10::autocast_dispatch_keyset);
+    const auto saved = ctx->get_saved_variables();
+    const auto &qp = saved[0], &kp = saved[1], &vp = saved[2], &w = saved[5];
+    FlashForward f;
+    f.out = saved[3];
+    f.lse = saved[4];
+    f.cum_q = ctx->saved_data["cum_q"].toTensor();
+    f.cum_k = ctx->saved_data["cum_k"].toTensor();
+    f.seed = ctx->saved_data["seed"].toTensor();
+    f.offset = ctx->saved_data["offset"].toTensor();
+    f.max_q = ctx->saved_data["max_q"].toInt();
+    f.max_k = ctx->saved_data["max_k"].toInt();
+    const auto eviction = static_cast<Eviction>(ctx->saved_data["eviction"].toInt());
+    const auto hd = grads[0].size(3), padded = qp.size(3);
+    const double scale = 1.0 / std::sqrt(static_cast<double>(hd));
+    const auto type = qp.scalar_type();
+    const auto g = grads[0].to(type);  // (B, H, T, hd)
+    const auto gp = with_columns(g, torch::Tensor(), padded);
+    const auto [dq, dk, dv] = flash_backward(f, gp, qp, kp, vp, scale);
+    torch::Tensor dw;
+    if (eviction == Eviction::Multiplicative) {
+      const auto delta = (g.to(torch::kFloat) * f.out.narrow(3, 0, hd).to(torch::kFloat)).sum(-1);  // (B, H, T)
+      auto every_key = kp.clone();
+      every_key.narrow(3, hd, padded - hd).zero_();
+      const auto upstream = with_columns(g, split_pair(-delta, type), padded);
+      const auto sums = std::get<2>(flash_backward(f, upstream, qp, every_key, vp, scale)).to(torch::kFloat);
+      dw = ((sums.narrow(3, 0, hd) * vp.narrow(3, 0, hd).to(torch::kFloat)).sum(-1) + sums.narrow(3, hd, 2).sum(-1)).sum(1);  // (B, T)
+      dw = dw.to(w.scalar_type());
+    }
+    return {dq.narrow(3, 0, hd).contiguous(), dk.narrow(3, 0, hd).contiguous(),
+            dv.narrow(3, 0, hd).contiguous(), dw, torch::Tensor()};
+  }
+};
+
+/// A flash call failed (a GPU without flash attention's kernels): the chunked form runs from then on.
+std::atomic<bool> flash_eviction_failed{false};
+
+#endif
+
+}  // namespace
+
+bool flash_eviction_available() {
+#ifdef ROUTELAB_FLASH_EVICTION
+  return true;
+#else
+  return false;
+#endif
+}
+
+bool flash_eviction_active(const torch::Device& device, torch::ScalarType type, std::int64_t head_dim) {
+#ifdef ROUTELAB_FLASH_EVICTION
+  static const bool disabled = switched_off_in_environment("ROUTELAB_FLASH_EVICTION");
+  return device.is_cuda() && !disabled && !flash_eviction_failed.load() &&
+         (type == torch::kBFloat16 || type == torch::kHalf) && flash_eviction_head_dim(head_dim) <= 256;
+#else
+  (void)device, (void)type, (void)head_dim;
+  return false;
+#endif
+}
+
+double flash_eviction_pairs(std::int64_t B, std::int64_t T, std::int64_t head_dim) {
+  // Priced as the dense model's flash call is (the whole square), at the padded head size.
+  return static_cast<double>(B) * static_cast<double>(T) * static_cast<double>(T) *
+         static_cast<double>(flash_eviction_head_dim(head_dim)) / static_cast<double>(head_dim);
+}
+
+torch::Tensor evicting_attention_flash(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
+                                       const torch::Tensor& w, Eviction eviction) {
+#ifdef ROUTELAB_FLASH_EVICTION
+  TORCH_CHECK(k.size(2) == q.size(2) && v.size(2) == q.size(2) && w.size(1) == q.size(2),
+              "evicting_attention_flash: queries, keys, values and flags must cover the same positions");
+  return FlashEvictingAttentionFunction::apply(q, k, v, w, eviction);
+#else
+  (void)q, (void)k, (void)v, (void)w, (void)eviction;
+  throw std::runtime_error("evicting_attention_flash needs LibTorch 2.3 or later (flash attention)");
+#endif
+}
+
+torch::Tensor evicting_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
+                                 const torch::Tensor& w, Eviction eviction, double* pairs) {
+  const auto B = q.size(0), H = q.size(1), T = q.size(2), hd = q.size(3);
+#ifdef ROUTELAB_FLASH_EVICTION
+  if (flash_eviction_active(q.device(), q.scalar_type(), hd)) {
+    try {
+      auto out = evicting_attention_flash(q, k, v, w, eviction);
+      if (pairs) *pairs = flash_eviction_pairs(B, T, hd);
+      return out;
+    } catch (const c10::Error& e) {
+      flash_eviction_failed = true;
+      logger("core")->warn("D-LLM's flash eviction attention failed ({}); the chunked form runs from now on",
+                           e.what_without_backtrace());
+    }
+  }
+#endif
+  if (pairs) *pairs = evicting_attention_pairs(B, H, T);
+  return evicting_attention_chunked(q, k, v, w, eviction);
+}
+
+}  // namespace routelab
