@@ -1,6 +1,6 @@
 // D-LLM's training-time attention: causal attention in which skipped tokens are evicted as keys, computed through
-// flash attention on a GPU and over query chunks elsewhere, so that no (B, H, T, T) tensor is ever held (the materialised form keeps five of them per layer for the
-// backward: 10 GB a layer at the 360M shape, batch 8 x 2048).
+// flash attention on a GPU and over query chunks elsewhere, so that no (B, H, T, T) tensor is ever held (the
+// materialised form keeps five of them per layer for the backward: 10 GB a layer at the 360M shape, batch 8 x 2048).
 #pragma once
 #include <cstdint>
 
@@ -40,8 +40,8 @@ torch::Tensor evicting_attention_chunked(const torch::Tensor& q, const torch::Te
 /// The form through LibTorch's flash attention (LibTorch >= 2.3; on a GPU in bf16/fp16, on the CPU in any float
 /// type): the eviction as an additive log w_j on each key's scores, carried by two extra head dimensions, and the
 /// flags' gradient from a second flash backward over every key (dllm_eviction_flash.cpp). q, k and v share one
-/// dtype. The multiplicative form leaves out the official 1e-6 in the denominator (a relative 1e-6 / executed
-/// share). Throws where LibTorch has no flash attention.
+/// dtype. The multiplicative form leaves out the official 1e-6 in the denominator (a relative 1e-6 / m, m a row's
+/// softmax mass on executed keys). Throws where LibTorch has no flash attention.
 torch::Tensor evicting_attention_flash(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
                                        const torch::Tensor& w, Eviction eviction);
 /// Whether this LibTorch has the flash attention evicting_attention_flash calls (2.3 or later).
@@ -53,11 +53,11 @@ bool flash_eviction_active(const torch::Device& device, torch::ScalarType type, 
 /// model's flash call, scaled by the padded head size over the real one.
 double flash_eviction_pairs(std::int64_t B, std::int64_t T, std::int64_t head_dim);
 
-/// The query rows of one chunk of evicting_attention_chunked for q of shape (B, H, T, hd) when `query_chunk` are asked (0:
-/// the automatic size).
+/// The query rows of one chunk of evicting_attention_chunked for q of shape (B, H, T, hd) when `query_chunk` are
+/// asked (0: the automatic size).
 std::int64_t evicting_attention_chunk_rows(std::int64_t B, std::int64_t H, std::int64_t T, std::int64_t query_chunk = 0);
-/// The (query, key) score pairs per head that evicting_attention_chunked computes over a batch of B sequences (each chunk's
-/// rows against the keys up to its last row): B T^2 in one chunk, towards B T^2 / 2 in many. What a trace prices.
+/// The (query, key) score pairs per head that evicting_attention_chunked computes over a batch of B sequences (each
+/// chunk's rows against the keys up to its last row): B T^2 in one chunk, towards B T^2 / 2 in many. What a trace prices.
 double evicting_attention_pairs(std::int64_t B, std::int64_t H, std::int64_t T, std::int64_t query_chunk = 0);
 
 /// The same attention materialised at once (every (B, H, T, T) intermediate kept by autograd), with attention

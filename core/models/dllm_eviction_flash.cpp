@@ -80,8 +80,8 @@ std::tuple<torch::Tensor, torch::Tensor, torch::Tensor> flash_backward(const Fla
 
 /// Causal flash attention in which key j's scores gain log w_j: q carries two columns of ones, k the pair
 /// (hi, lo) of log(w_j) / scale, so softmax(s + log w) = a w / sum_j a w with a = exp(s - max s), the official
-/// multiplicative form without its 1e-6 in the denominator (a relative 1e-6 / executed share), and the additive
-/// form for flags 0/1. Keys with w = 0 take kEvictedLogWeight.
+/// multiplicative form without its 1e-6 in the denominator (a relative 1e-6 / m, m the row's softmax mass on
+/// executed keys), and the additive form for flags 0/1. Keys with w = 0 take kEvictedLogWeight.
 ///
 /// The flags' gradient (multiplicative): with R = exp(s - lse) over every causal key, lse the evicted rows'
 /// log-normaliser, dw_j = sum over heads and queries i of R_ij (dO_i . v_j - Delta_i), Delta_i = dO_i . O_i. A
@@ -101,9 +101,10 @@ class FlashEvictingAttentionFunction : public torch::autograd::Function<FlashEvi
     TORCH_CHECK(k.scalar_type() == type && v.scalar_type() == type,
                 "evicting_attention_flash: queries, keys and values must share one dtype");
     const auto flags = w.detach().to(torch::kFloat);
-    const auto log_w = eviction == Eviction::Multiplicative
-                           ? flags.clamp_min(0.0).log().clamp_min(kEvictedLogWeight)
-                           : torch::where(flags.ge(0.5), torch::zeros_like(flags), torch::full_like(flags, kEvictedLogWeight));
+    const auto log_w =
+        eviction == Eviction::Multiplicative
+            ? flags.clamp_min(0.0).log().clamp_min(kEvictedLogWeight)
+            : torch::where(flags.ge(0.5), torch::zeros_like(flags), torch::full_like(flags, kEvictedLogWeight));
     const auto key_columns = split_pair(log_w / scale, type).view({B, 1, T, 2}).expand({B, H, T, 2});
     const auto qp = with_columns(q, torch::ones({B, H, T, 2}, q.options()), padded);
     const auto kp = with_columns(k, key_columns, padded);
@@ -148,8 +149,9 @@ class FlashEvictingAttentionFunction : public torch::autograd::Function<FlashEvi
       every_key.narrow(3, hd, padded - hd).zero_();
       const auto upstream = with_columns(g, split_pair(-delta, type), padded);
       const auto sums = std::get<2>(flash_backward(f, upstream, qp, every_key, vp, scale)).to(torch::kFloat);
-      dw = ((sums.narrow(3, 0, hd) * vp.narrow(3, 0, hd).to(torch::kFloat)).sum(-1) + sums.narrow(3, hd, 2).sum(-1)).sum(1);  // (B, T)
-      dw = dw.to(w.scalar_type());
+      const auto per_head = (sums.narrow(3, 0, hd) * vp.narrow(3, 0, hd).to(torch::kFloat)).sum(-1) +
+                            sums.narrow(3, hd, 2).sum(-1);  // (B, H, T)
+      dw = per_head.sum(1).to(w.scalar_type());             // (B, T)
     }
     return {dq.narrow(3, 0, hd).contiguous(), dk.narrow(3, 0, hd).contiguous(),
             dv.narrow(3, 0, hd).contiguous(), dw, torch::Tensor()};
@@ -202,9 +204,9 @@ torch::Tensor evicting_attention_flash(const torch::Tensor& q, const torch::Tens
 
 torch::Tensor evicting_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
                                  const torch::Tensor& w, Eviction eviction, double* pairs) {
-  const auto B = q.size(0), H = q.size(1), T = q.size(2), hd = q.size(3);
+  const auto B = q.size(0), H = q.size(1), T = q.size(2);
 #ifdef ROUTELAB_FLASH_EVICTION
-  if (flash_eviction_active(q.device(), q.scalar_type(), hd)) {
+  if (const auto hd = q.size(3); flash_eviction_active(q.device(), q.scalar_type(), hd)) {
     try {
       auto out = evicting_attention_flash(q, k, v, w, eviction);
       if (pairs) *pairs = flash_eviction_pairs(B, T, hd);
