@@ -110,7 +110,7 @@ class FlashEvictingAttentionFunction : public torch::autograd::Function<FlashEvi
     const auto kp = with_columns(k, key_columns, padded);
     const auto vp = with_columns(v, torch::Tensor(), padded);
     const auto f = flash_forward(qp, kp, vp, scale);
-    ctx->save_for_backward({qp, kp, vp, f.out, f.lse, w});
+    ctx->save_for_backward({qp, kp, vp, f.out, f.lse});
     ctx->saved_data["cum_q"] = f.cum_q;
     ctx->saved_data["cum_k"] = f.cum_k;
     ctx->saved_data["seed"] = f.seed;
@@ -118,6 +118,7 @@ class FlashEvictingAttentionFunction : public torch::autograd::Function<FlashEvi
     ctx->saved_data["max_q"] = f.max_q;
     ctx->saved_data["max_k"] = f.max_k;
     ctx->saved_data["eviction"] = static_cast<std::int64_t>(eviction);
+    ctx->saved_data["flags_type"] = static_cast<std::int64_t>(w.scalar_type());
     return f.out.narrow(3, 0, hd);
   }
 
@@ -125,7 +126,7 @@ class FlashEvictingAttentionFunction : public torch::autograd::Function<FlashEvi
                                                  torch::autograd::variable_list grads) {
     const c10::impl::ExcludeDispatchKeyGuard no_autocast(c10::autocast_dispatch_keyset);
     const auto saved = ctx->get_saved_variables();
-    const auto &qp = saved[0], &kp = saved[1], &vp = saved[2], &w = saved[5];
+    const auto &qp = saved[0], &kp = saved[1], &vp = saved[2];
     FlashForward f;
     f.out = saved[3];
     f.lse = saved[4];
@@ -151,7 +152,8 @@ class FlashEvictingAttentionFunction : public torch::autograd::Function<FlashEvi
       const auto sums = std::get<2>(flash_backward(f, upstream, qp, every_key, vp, scale)).to(torch::kFloat);
       const auto per_head = (sums.narrow(3, 0, hd) * vp.narrow(3, 0, hd).to(torch::kFloat)).sum(-1) +
                             sums.narrow(3, hd, 2).sum(-1);  // (B, H, T)
-      dw = per_head.sum(1).to(w.scalar_type());             // (B, T)
+      const auto flags_type = static_cast<torch::ScalarType>(ctx->saved_data["flags_type"].toInt());
+      dw = per_head.sum(1).to(flags_type);  // (B, T)
     }
     return {dq.narrow(3, 0, hd).contiguous(), dk.narrow(3, 0, hd).contiguous(),
             dv.narrow(3, 0, hd).contiguous(), dw, torch::Tensor()};
