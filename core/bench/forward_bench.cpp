@@ -222,7 +222,8 @@ ForwardBenchResult bench_forward(const ForwardBenchOptions& in) {
   // After the runs: a GPU without flash attention's varlen kernel has fallen back to padded by now.
   const auto type = o.bf16 ? torch::kBFloat16 : torch::kFloat;
   result.kernel_breakdowns = kernel_breakdowns(device);
-  result.compacted_attention = varlen_attention_active(device, type, o.n_embd / o.n_head) ? "varlen flash"
+  result.compacted_attention = varlen_attention_active(device, type, o.n_embd / o.n_head)
+                                   ? "varlen flash (batches that fill their length: plain)"
                                : device.is_cpu() && !o.bf16   ? "unpadded CPU kernel"
                                                               : "padded";
   return result;
