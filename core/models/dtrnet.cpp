@@ -176,11 +176,8 @@ torch::Tensor DTRNetLayerImpl::attend_compact(const torch::Tensor& n, const torc
 
   // Bypass heads: a token attending only to itself receives its own value, each KV head repeated for the query
   // heads it serves exactly as repeat_kv does (query head h reads KV head h / n_rep).
-  torch::Tensor v_all, heads;  // (B, T, Hkv hd), (B, T, C)
-  if (vo) {
-    v_all = at::linear(n, w_v, b_v);
-    heads = v_all.view({B, T, Hkv, 1, hd}).expand({B, T, Hkv, H / Hkv, hd}).reshape({B, T, C});
-  }
+  torch::Tensor v_all;  // (B, T, Hkv hd)
+  if (vo) v_all = at::linear(n, w_v, b_v);
   torch::Tensor routed_heads;  // (B, K, C)
   if (c.max_len > 0) {
     const auto K = c.max_len;
@@ -195,7 +192,18 @@ torch::Tensor DTRNetLayerImpl::attend_compact(const torch::Tensor& n, const torc
                        .transpose(1, 2)
                        .reshape({B, K, C});  // (B, K, C)
   }
+  if (vo && Hkv < H) {
+    // Grouped heads: W_O applied to a KV head repeated n_rep times is W_O with those heads' column blocks summed, so
+    // bypass tokens take a (Hkv hd -> C) product of their values (no repeated heads built) and only the routed rows
+    // the full W_O. The bypass product also runs over routed rows, whose results are then replaced (priced so).
+    const auto& w_o = attn->proj->weight;  // (C, H hd)
+    const auto& b_o = attn->proj->bias;
+    const auto folded = w_o.view({C, Hkv, H / Hkv, hd}).sum(2).reshape({C, Hkv * hd});
+    const auto bypass = at::linear(v_all, folded, b_o.defined() ? c10::optional<at::Tensor>(b_o) : c10::nullopt);
+    return routed_heads.defined() ? scatter_rows(bypass, c, linear(routed_heads, attn->proj)) : bypass;
+  }
   if (vo) {
+    auto heads = v_all;  // (B, T, C): with as many KV heads as query heads, each token's own value is its heads
     if (routed_heads.defined()) heads = scatter_rows(heads, c, routed_heads);
     return linear(heads, attn->proj);  // (B, T, C): one W_O over every token
   }
@@ -226,6 +234,8 @@ double DTRNetLayerImpl::flops(std::int64_t batch, std::int64_t seq, const Output
   if (options.attention() == DtrAttention::Masked)  // the oracle computes every pair
     return f + dense_layer_flops(static_cast<double>(batch), static_cast<double>(seq), s) - mlp_flops(all, s);
   f += q_k_flops(k, s) + attention_core_flops(out.pairs, s);
+  if (options.bypass() == DtrBypass::ValueOutput && s.d_kv < s.d)  // grouped heads: the folded W_O (attend_compact)
+    return f + v_flops(all, s) + linear_flops(all, s.d_kv, s.d) + out_proj_flops(k, s);
   if (options.bypass() == DtrBypass::ValueOutput) return f + v_flops(all, s) + out_proj_flops(all, s);
   return f + v_flops(k, s) + out_proj_flops(k, s);
 }
@@ -413,7 +423,11 @@ FlopsEstimate price_dtrnet(const FlopsInput& in) {
     } else {
       FlopsBuilder::part(l, "attn_qk", q_k_flops(routed_rows, s));
       FlopsBuilder::part(l, "attn_core", attention_core_flops(b.B * k * k, s));  // compacted: O(k^2)
-      if (vo) {
+      if (vo && s.d_kv < s.d) {  // grouped heads: the folded W_O over every token, the full one over routed rows
+        FlopsBuilder::part(l, "attn_v", v_flops(b.N, s));
+        FlopsBuilder::part(l, "attn_out",
+                           linear_flops(b.N, static_cast<double>(s.d_kv), d) + out_proj_flops(routed_rows, s));
+      } else if (vo) {
         FlopsBuilder::part(l, "attn_v", v_flops(b.N, s));      // W_V of every token (bypass and attention share it)
         FlopsBuilder::part(l, "attn_out", out_proj_flops(b.N, s));  // one W_O over every token
       } else {

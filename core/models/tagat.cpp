@@ -115,13 +115,11 @@ GatedModularLayerImpl::Output GatedModularLayerImpl::forward(const torch::Tensor
     const auto selected = torch::zeros({B, T, N}, mask.options().dtype(torch::kBool))
                               .scatter(-1, out.gate.experts, true)
                               .logical_and(mask.unsqueeze(-1));  // (B, T, N)
-    const auto offsets = (torch::arange(B, mask.options().dtype(torch::kLong)) * T).unsqueeze(1);  // (B, 1)
     for (std::int64_t i = 0; i < N; ++i) {
       const auto rows_of = compact(selected.select(-1, i));  // the tokens routed to expert i, per sequence
       out.tokens_per_expert[i] = rows_of.total;
       if (rows_of.total == 0) continue;
-      const auto valid = rows_of.valid.reshape({-1}).nonzero().squeeze(1);
-      const auto token = (rows_of.index + offsets).reshape({-1}).index_select(0, valid);  // (n) flat token ids
+      const auto& token = rows_of.real_flat;                                            // (n) flat token ids
       const auto rows = experts[i]->forward_rows(x, mask, rows_of);                    // (n, C)
       const auto modulated = modulate(static_cast<std::size_t>(i), rows, x_flat.index_select(0, token));
       const auto w = weights.select(1, i).index_select(0, token).unsqueeze(1);         // (n, 1)

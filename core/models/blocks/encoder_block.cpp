@@ -81,8 +81,8 @@ torch::Tensor EncoderBlockImpl::forward_rows(const torch::Tensor& x, const torch
   const auto B = x.size(0), C = x.size(2);
   if (rows.total == 0) return torch::zeros({0, C}, x.options());
   const auto h1 = attend(gather_rows(x, rows), x, key_mask);                 // (B, K, C)
-  const auto valid = rows.valid.reshape({-1}).nonzero().squeeze(1);          // (n)
-  const auto h1_rows = h1.reshape({B * rows.max_len, C}).index_select(0, valid);  // (n, C): padding rows dropped
+  auto h1_rows = h1.reshape({B * rows.max_len, C});                          // (n, C): padding rows dropped
+  if (rows.real.defined()) h1_rows = h1_rows.index_select(0, rows.real);
   return feed_forward(h1_rows);                                               // (n, C)
 }
 

@@ -8,6 +8,7 @@
 #include <sstream>
 
 #include "core/models/blocks/attention.h"
+#include "core/util/device.h"
 #include "core/util/errors.h"
 
 namespace routelab {
@@ -115,6 +116,23 @@ Compaction count_routed(const torch::Tensor& decision, const torch::Tensor& devi
   return c;
 }
 
+/// c.flat, c.real and c.real_flat from c.index and the host's lengths. The real rows' places are listed on the host
+/// (it holds the lengths) and staged to the device without waiting for its queue.
+void index_rows(Compaction& c) {
+  const auto B = c.index.size(0), K = c.index.size(1);
+  c.flat = (c.index + torch::arange(B, c.index.options()).unsqueeze(1) * c.seq_len).reshape({-1});  // (B K)
+  if (c.total == B * K) {
+    c.real_flat = c.flat;
+    return;
+  }
+  std::vector<std::int64_t> real;
+  real.reserve(static_cast<std::size_t>(c.total));
+  for (std::int64_t b = 0; b < B; ++b)
+    for (std::int64_t j = 0; j < c.lengths[static_cast<std::size_t>(b)]; ++j) real.push_back(b * K + j);
+  c.real = copy_to_device(torch::tensor(real, torch::TensorOptions().dtype(torch::kLong)), c.index.device());
+  c.real_flat = c.flat.index_select(0, c.real);
+}
+
 }  // namespace
 
 Compaction count_routed(const torch::Tensor& decision) { return count_routed(decision, decision.sum(1)); }
@@ -130,6 +148,7 @@ Compaction compact(const torch::Tensor& decision, std::int64_t bucket) {
   const auto key = torch::where(decision, pos, pos + T);
   c.index = std::get<0>(key.sort(1)).narrow(1, 0, c.max_len) % T;  // (B, K)
   c.valid = torch::arange(c.max_len, counts.options()).unsqueeze(0) < counts.unsqueeze(1);  // (B, K)
+  index_rows(c);
   return c;
 }
 
@@ -139,16 +158,15 @@ torch::Tensor compacted_positions(const torch::Tensor& positions, const Compacti
 }
 
 torch::Tensor gather_rows(const torch::Tensor& x, const Compaction& c) {
-  return x.gather(1, c.index.unsqueeze(-1).expand({c.index.size(0), c.index.size(1), x.size(2)}));  // (B, K, C)
+  const auto B = x.size(0), T = x.size(1), C = x.size(2);
+  return x.reshape({B * T, C}).index_select(0, c.flat).view({B, c.max_len, C});  // (B, K, C)
 }
 
 torch::Tensor scatter_rows(const torch::Tensor& base, const Compaction& c, const torch::Tensor& rows) {
   const auto B = base.size(0), T = base.size(1), C = base.size(2);
-  // Padding rows go to a scratch row T that is cut off again.
-  const auto target = torch::where(c.valid, c.index, torch::full_like(c.index, T));  // (B, K)
-  const auto padded = torch::cat({base, torch::zeros({B, 1, C}, base.options())}, 1);  // (B, T+1, C)
-  return padded.scatter(1, target.unsqueeze(-1).expand({B, c.max_len, C}), rows.to(base.scalar_type()))
-      .narrow(1, 0, T);
+  auto real = rows.to(base.scalar_type()).reshape({B * c.max_len, C});
+  if (c.real.defined()) real = real.index_select(0, c.real);  // (total, C): padding rows left out
+  return base.reshape({B * T, C}).index_copy(0, c.real_flat, real).view({B, T, C});
 }
 
 torch::Tensor topk_decision(const torch::Tensor& scores, std::int64_t k) { return topk_routing(scores, k).decision; }
@@ -168,12 +186,14 @@ TopKRouting topk_routing(const torch::Tensor& scores, std::int64_t k) {
   if (k == 0) {
     c.index = torch::zeros({B, 0}, index_options);
     c.valid = torch::zeros({B, 0}, index_options.dtype(torch::kBool));
+    index_rows(c);
     return r;
   }
   const auto top = std::get<1>(scores.topk(k, 1));  // (B, k), by score
   r.decision = r.decision.scatter(1, top, true);
   c.index = std::get<0>(top.sort(1));  // (B, k): causal order
   c.valid = torch::ones({B, k}, index_options.dtype(torch::kBool));
+  index_rows(c);
   return r;
 }
 

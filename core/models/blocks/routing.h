@@ -35,6 +35,9 @@ class Fp32Router {
 struct Compaction {
   torch::Tensor index;                ///< (B, K) int64: positions of routed tokens ascending, then padding
   torch::Tensor valid;                ///< (B, K) bool: false on padding
+  torch::Tensor flat;                 ///< (B K) int64: b T + index, each row's place among the B T rows
+  torch::Tensor real_flat;            ///< (total) int64: `flat` of the real rows only (padding left out)
+  torch::Tensor real;                 ///< (total) int64: the real rows' places among the B K; undefined without padding
   std::vector<std::int64_t> lengths;  ///< routed tokens per sequence (host)
   std::int64_t max_len = 0;           ///< K = max length
   std::int64_t total = 0;             ///< sum of lengths
@@ -57,9 +60,11 @@ Compaction compact(const torch::Tensor& decision, std::int64_t bucket = 0);
 Compaction count_routed(const torch::Tensor& decision);
 /// The original positions (B, K) of the compacted tokens, from positions (T) or (B, T).
 torch::Tensor compacted_positions(const torch::Tensor& positions, const Compaction& c);
-/// (B, T, C) -> (B, K, C): the routed rows (padding rows repeat unrouted tokens; callers ignore them).
+/// (B, T, C) -> (B, K, C): the routed rows (padding rows repeat unrouted tokens; callers ignore them). One row
+/// gather over the flattened (B T, C) rows.
 torch::Tensor gather_rows(const torch::Tensor& x, const Compaction& c);
-/// base (B, T, C) with its routed rows replaced by rows (B, K, C); padding rows of `rows` are dropped.
+/// base (B, T, C) with its routed rows replaced by rows (B, K, C); padding rows of `rows` are dropped. One copy of
+/// base with the real rows written into it (its backward: one copy of the gradient with those rows zeroed).
 torch::Tensor scatter_rows(const torch::Tensor& base, const Compaction& c, const torch::Tensor& rows);
 
 /// (B, T) bool: the k highest scores of each sequence (expert choice), k clamped to [0, T].
