@@ -617,12 +617,6 @@ TrainStepBenchOptions step_bench_options(const BenchArgs& a) {
   return o;
 }
 
-/// "; OpenBLAS ... kernels" for a benchmark header, "" where no OpenBLAS is loaded.
-std::string blas_kernels_note() {
-  const auto blas = blas_kernels();
-  return blas.empty() ? "" : "; " + blas;
-}
-
 }  // namespace
 
 int cmd_bench_train_step(const BenchArgs& a) {

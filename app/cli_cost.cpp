@@ -264,6 +264,7 @@ void add_cost_commands(CLI::App& app, CLI::App& bench, CommandAction& action) {
   fwd->add_option("--device", o.device, "cpu, cuda or cuda:N");
   fwd->add_option("--precision", b->precision, "fp32, or bf16 autocast on every model")
       ->check(CLI::IsMember({"fp32", "bf16"}));
+  fwd->add_option("--tf32", o.tf32, "CUDA: fp32 matmuls on TF32 tensor cores, as train.tf32 (default true)");
   fwd->add_option("--calibration-passes", o.calibration_passes, "router bias calibration passes per fraction");
   fwd->add_option("--breakdown-above", o.breakdown_threshold, "print a breakdown where time/FLOPs ratio exceeds this");
   fwd->add_option("--breakdown-from", o.breakdown_min_seq, "breakdowns at sequence lengths from this one (default 2048)")

@@ -137,6 +137,7 @@ ForwardBenchResult bench_forward(const ForwardBenchOptions& in) {
     throw ConfigError(std::string("bench forward --device: ") + e.what());
   }
   if (o.threads > 0) at::set_num_threads(o.threads);
+  if (device.is_cuda()) configure_cuda_math(o.tf32);
 
   ForwardBenchResult result;
   result.options = o;
@@ -234,6 +235,7 @@ std::string ForwardBenchResult::to_table() const {
   const auto& o = options;
   s << "bench forward: " << device << ", " << threads << " threads, batch " << o.batch << ", d " << o.n_embd << ", "
     << o.n_layer << " layers, " << o.n_head << " heads (llama style), " << (o.bf16 ? "bf16 autocast" : "fp32")
+    << (device.rfind("cuda", 0) == 0 ? (o.tf32 ? ", fp32 matmuls on TF32" : ", fp32 matmuls in full fp32") : "")
     << (o.train ? "; training step (training-mode forward, loss, backward, clip, AdamW at lr 0)"
                 : "; eval-mode forward")
     << ", median of " << o.reps
@@ -295,7 +297,8 @@ nlohmann::json ForwardBenchResult::to_json() const {
   }
   const auto& o = options;
   return {{"device", device}, {"threads", threads}, {"batch", o.batch}, {"n_embd", o.n_embd},
-          {"n_layer", o.n_layer}, {"n_head", o.n_head}, {"precision", o.bf16 ? "bf16" : "fp32"}, {"reps", o.reps},
+          {"n_layer", o.n_layer}, {"n_head", o.n_head}, {"precision", o.bf16 ? "bf16" : "fp32"}, {"tf32", o.tf32},
+          {"reps", o.reps},
           {"mode", o.train ? "train-step" : "forward"},
           {"compacted_attention", compacted_attention},
           {"breakdown", kernel_breakdowns ? "gpu kernels" : "host ops"},

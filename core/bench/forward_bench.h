@@ -27,6 +27,9 @@ struct ForwardBenchOptions {
   int threads = 0;  ///< 0: all cores
   std::string device = "cpu";  ///< cpu or cuda
   bool bf16 = false;           ///< every forward under bf16 autocast (as training's train.precision=bf16)
+  /// CUDA: fp32 matmuls on TF32 tensor cores, as training does by default (train.tf32): the fp32 routers of a bf16
+  /// run and every product of an fp32 one. Off: LibTorch's default, full fp32.
+  bool tf32 = true;
   /// time training steps instead of eval-mode forwards: train_step (forward in training mode, loss, backward,
   /// clipping, AdamW) with the learning rate 0, so the forced routers stay where they were put. Routing follows each
   /// architecture's training rule (MoD: the top-k at the forced capacity; D-LLM and TSA compute every block in

@@ -1,14 +1,12 @@
 // D-LLM's evicting attention through LibTorch's flash attention (LibTorch >= 2.3): the eviction rides in two extra
 // head dimensions, and the flags' gradient comes from a second flash backward over every key.
-#include <atomic>
 #include <cmath>
 
 #include <c10/core/impl/LocalDispatchKeySet.h>
 #include <torch/version.h>
 
 #include "core/models/dllm_eviction.h"
-#include "core/util/logging.h"
-#include "core/util/process.h"
+#include "core/util/optional_kernel.h"
 
 namespace routelab {
 
@@ -160,8 +158,11 @@ class FlashEvictingAttentionFunction : public torch::autograd::Function<FlashEvi
   }
 };
 
-/// A flash call failed (a GPU without flash attention's kernels): the chunked form runs from then on.
-std::atomic<bool> flash_eviction_failed{false};
+/// Given up after a failed call (a GPU without flash attention's kernels): the chunked form runs then.
+OptionalKernel& flash_eviction_kernel() {
+  static OptionalKernel kernel("ROUTELAB_FLASH_EVICTION", "D-LLM's flash eviction attention", "the chunked form runs");
+  return kernel;
+}
 
 #endif
 
@@ -177,8 +178,7 @@ bool flash_eviction_available() {
 
 bool flash_eviction_active(const torch::Device& device, torch::ScalarType type, std::int64_t head_dim) {
 #ifdef ROUTELAB_FLASH_EVICTION
-  static const bool disabled = switched_off_in_environment("ROUTELAB_FLASH_EVICTION");
-  return device.is_cuda() && !disabled && !flash_eviction_failed.load() &&
+  return device.is_cuda() && flash_eviction_kernel().usable() &&
          (type == torch::kBFloat16 || type == torch::kHalf) && flash_eviction_head_dim(head_dim) <= 256;
 #else
   (void)device, (void)type, (void)head_dim;
@@ -209,14 +209,10 @@ torch::Tensor evicting_attention(const torch::Tensor& q, const torch::Tensor& k,
   const auto B = q.size(0), H = q.size(1), T = q.size(2);
 #ifdef ROUTELAB_FLASH_EVICTION
   if (const auto hd = q.size(3); flash_eviction_active(q.device(), q.scalar_type(), hd)) {
-    try {
-      auto out = evicting_attention_flash(q, k, v, w, eviction);
+    const auto attend = [&] { return evicting_attention_flash(q, k, v, w, eviction); };
+    if (auto out = flash_eviction_kernel().attempt(attend)) {
       if (pairs) *pairs = flash_eviction_pairs(B, T, hd);
-      return out;
-    } catch (const c10::Error& e) {
-      flash_eviction_failed = true;
-      logger("core")->warn("D-LLM's flash eviction attention failed ({}); the chunked form runs from now on",
-                           e.what_without_backtrace());
+      return *out;
     }
   }
 #endif

@@ -215,9 +215,8 @@ class Session {
           << " steps per epoch";
     else
       out << model_->describe() << "; " << dataset_->describe() << "; " << global_batch_text();
-    const auto blas = device_.is_cpu() ? blas_kernels() : std::string();
     out << "; " << device_.str() << " x" << threads_->threads() << " threads (OpenMP waiting: " << openmp_wait_policy()
-        << (blas.empty() ? "" : "; " + blas) << "); " << (bf16_ ? "bf16 autocast" : "fp32")
+        << (device_.is_cpu() ? blas_kernels_note() : std::string()) << "); " << (bf16_ ? "bf16 autocast" : "fp32")
         << (cuda_graph_ ? "; step replayed as a CUDA graph" : "");
     return out.str();
   }

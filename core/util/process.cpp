@@ -124,6 +124,11 @@ std::string blas_kernels() {
   return text;
 }
 
+std::string blas_kernels_note() {
+  const auto blas = blas_kernels();
+  return blas.empty() ? "" : "; " + blas;
+}
+
 namespace {
 std::atomic<int> g_reserved_cores{0};
 }  // namespace

@@ -31,6 +31,8 @@ int cpu_vector_level();
 /// "(set by RouteLab; OpenBLAS chose Prescott)" after a restart above; "" where no OpenBLAS is loaded (PyPI's
 /// LibTorch brings MKL).
 std::string blas_kernels();
+/// "; " + blas_kernels() for a header that lists settings, "" where no OpenBLAS is loaded.
+std::string blas_kernels_note();
 
 /// Cores a run started with run.threads = 0 ("every core") leaves free: the GUI reserves one on machines with four
 /// or more, so its plots and store reads stay responsive beside a run. An explicit run.threads is never changed.

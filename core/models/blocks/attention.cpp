@@ -21,7 +21,7 @@
 #include "core/inference/kv_cache.h"
 #include "core/models/blocks/varlen_packing.h"
 #include "core/util/device.h"
-#include "core/util/logging.h"
+#include "core/util/optional_kernel.h"
 #include "core/util/process.h"
 
 namespace routelab {
@@ -336,8 +336,12 @@ torch::Tensor flash_varlen_attention(const torch::Tensor& q, const torch::Tensor
   return unpack_rows(packed, packing);
 }
 
-/// A varlen call failed (a GPU without flash attention's kernels): compacted sequences run padded from then on.
-std::atomic<bool> varlen_attention_failed{false};
+/// Given up after a failed call (a GPU without flash attention's kernels): compacted sequences run padded then.
+OptionalKernel& varlen_kernel() {
+  static OptionalKernel kernel("ROUTELAB_VARLEN_ATTENTION", "variable-length flash attention",
+                               "compacted sequences run padded");
+  return kernel;
+}
 
 #endif
 
@@ -345,8 +349,7 @@ std::atomic<bool> varlen_attention_failed{false};
 
 bool varlen_attention_active(const torch::Device& device, torch::ScalarType type, std::int64_t head_dim) {
 #if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 3)
-  static const bool disabled = switched_off_in_environment("ROUTELAB_VARLEN_ATTENTION");
-  return device.is_cuda() && !disabled && !varlen_attention_failed.load() &&
+  return device.is_cuda() && varlen_kernel().usable() &&
          (type == torch::kBFloat16 || type == torch::kHalf) && head_dim % 8 == 0 && head_dim <= 256;
 #else
   return false;
@@ -378,14 +381,10 @@ torch::Tensor causal_attention(const torch::Tensor& q, const torch::Tensor& k, c
   }
 #if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 3)
   if (ragged && Tq == Tk && varlen_attention_active(q.device(), q.scalar_type(), hd)) {
-    try {
-      auto out = flash_varlen_attention(q, k, v, lengths, dropping ? dropout : 0.0);
+    const auto attend = [&] { return flash_varlen_attention(q, k, v, lengths, dropping ? dropout : 0.0); };
+    if (auto out = varlen_kernel().attempt(attend)) {
       if (pairs) *pairs = squared_lengths(lengths, B, Tq);
-      return out;
-    } catch (const c10::Error& e) {
-      varlen_attention_failed = true;
-      logger("core")->warn("variable-length flash attention failed ({}); compacted sequences run padded from now on",
-                           e.what_without_backtrace());
+      return *out;
     }
   }
 #endif
