@@ -95,6 +95,9 @@ class TestRouting : public QObject {
     QVERIFY(torch::equal(c.index[0], torch::tensor({1, 2, 4}, torch::kLong)));
     QCOMPARE(c.index[1][0].item<std::int64_t>(), std::int64_t(3));
     QVERIFY(torch::equal(c.valid, torch::tensor({1, 1, 1, 1, 0, 0}, torch::kBool).view({2, 3})));
+    // The real rows among the B K padded ones, and their places among the B T: sequence 1's token 3 is row 5 + 3.
+    QVERIFY(torch::equal(c.real, torch::tensor({0, 1, 2, 3}, torch::kLong)));
+    QVERIFY(torch::equal(c.real_flat, torch::tensor({1, 2, 4, 8}, torch::kLong)));
 
     const auto x = torch::randn({2, 5, 4});
     const auto rows = gather_rows(x, c);
@@ -129,6 +132,21 @@ class TestRouting : public QObject {
     const auto x = torch::randn({2, 5, 4});
     const auto rows = gather_rows(x, c) * 2 + 1;  // any function of the rows, padding rows included
     QVERIFY(torch::equal(scatter_rows(x, c, rows), scatter_rows(x, exact, gather_rows(x, exact) * 2 + 1)));
+  }
+
+  void compactionGradients() {
+    // Through gather and scatter: a routed row's gradient comes from the rows only, an unrouted one's from the base
+    // only, and padding rows (their results dropped) receive none.
+    const auto decision = torch::tensor({0, 1, 1, 0, 1, 0, 0, 0, 1, 0}, torch::kBool).view({2, 5});
+    const auto c = compact(decision, 4);  // K 4: five padding rows
+    const auto x = torch::randn({2, 5, 3}, torch::requires_grad());
+    const auto rows = gather_rows(x, c);
+    rows.retain_grad();
+    scatter_rows(x * 3, c, rows * 2).sum().backward();
+    const auto expected =
+        torch::where(decision.unsqueeze(-1), torch::full({2, 5, 3}, 2.0), torch::full({2, 5, 3}, 3.0));
+    QVERIFY(torch::equal(x.grad(), expected));
+    QVERIFY(torch::equal(rows.grad(), c.valid.unsqueeze(-1).expand({2, 4, 3}).to(torch::kFloat) * 2));
   }
 
   void compactionOfNothing() {
