@@ -116,11 +116,13 @@ Compaction count_routed(const torch::Tensor& decision, const torch::Tensor& devi
   return c;
 }
 
-/// c.flat, c.real and c.real_flat from c.index and the host's lengths. The real rows' places are listed on the host
-/// (it holds the lengths) and staged to the device without waiting for its queue.
-void index_rows(Compaction& c) {
+/// c.flat (from `flat`, the (B, K) rows' places among the B T, or else from c.index), c.real and c.real_flat. The
+/// real rows' places are listed on the host (it holds the lengths) and staged to the device without waiting for its
+/// queue.
+void index_rows(Compaction& c, const torch::Tensor& flat = {}) {
   const auto B = c.index.size(0), K = c.index.size(1);
-  c.flat = (c.index + torch::arange(B, c.index.options()).unsqueeze(1) * c.seq_len).reshape({-1});  // (B K)
+  c.flat = (flat.defined() ? flat : c.index + torch::arange(B, c.index.options()).unsqueeze(1) * c.seq_len)
+               .reshape({-1});  // (B K)
   if (c.total == B * K) {
     c.real_flat = c.flat;
     return;
@@ -140,15 +142,18 @@ Compaction count_routed(const torch::Tensor& decision) { return count_routed(dec
 Compaction compact(const torch::Tensor& decision, std::int64_t bucket) {
   const auto B = decision.size(0), T = decision.size(1);
   const auto counts = decision.sum(1);  // (B), on the decision's device: `valid` is built from it without a copy back
+  // Every sequence's order, queued before the counts are read back: a GPU's queue is empty after that wait until the
+  // host launches again, so the fewer launches follow it the better. Routed positions first, ascending; unrouted
+  // ones after them act as padding.
+  const auto pos = torch::arange(T, decision.options().dtype(torch::kLong)).expand({B, T});
+  const auto order = std::get<0>(torch::where(decision, pos, pos + T).sort(1)) % T;  // (B, T)
+  const auto flat = order + torch::arange(B, order.options()).unsqueeze(1) * T;       // (B, T)
   auto c = count_routed(decision, counts);
   if (bucket <= 0) bucket = decision.is_cuda() ? kCudaCompactionBucket : 1;
   if (bucket > 1 && c.max_len > 0) c.max_len = std::min(T, (c.max_len + bucket - 1) / bucket * bucket);
-  const auto pos = torch::arange(T, decision.options().dtype(torch::kLong)).expand({B, T});
-  // Routed positions first, in ascending order; unrouted ones after them act as padding.
-  const auto key = torch::where(decision, pos, pos + T);
-  c.index = std::get<0>(key.sort(1)).narrow(1, 0, c.max_len) % T;  // (B, K)
+  c.index = order.narrow(1, 0, c.max_len);  // (B, K)
   c.valid = torch::arange(c.max_len, counts.options()).unsqueeze(0) < counts.unsqueeze(1);  // (B, K)
-  index_rows(c);
+  index_rows(c, flat.narrow(1, 0, c.max_len));
   return c;
 }
 
