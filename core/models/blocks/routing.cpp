@@ -8,6 +8,7 @@
 #include <sstream>
 
 #include "core/models/blocks/attention.h"
+#include "core/models/blocks/varlen_packing.h"
 #include "core/util/device.h"
 #include "core/util/errors.h"
 
@@ -127,11 +128,8 @@ void index_rows(Compaction& c, const torch::Tensor& flat = {}) {
     c.real_flat = c.flat;
     return;
   }
-  std::vector<std::int64_t> real;
-  real.reserve(static_cast<std::size_t>(c.total));
-  for (std::int64_t b = 0; b < B; ++b)
-    for (std::int64_t j = 0; j < c.lengths[static_cast<std::size_t>(b)]; ++j) real.push_back(b * K + j);
-  c.real = copy_to_device(torch::tensor(real, torch::TensorOptions().dtype(torch::kLong)), c.index.device());
+  c.real = copy_to_device(torch::tensor(real_row_places(c.lengths, K), torch::TensorOptions().dtype(torch::kLong)),
+                          c.index.device());
   c.real_flat = c.flat.index_select(0, c.real);
 }
 

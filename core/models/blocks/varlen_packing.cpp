@@ -6,20 +6,25 @@
 
 namespace routelab {
 
+std::vector<std::int64_t> real_row_places(const std::vector<std::int64_t>& lengths, std::int64_t padded_len) {
+  std::vector<std::int64_t> rows;
+  for (std::size_t b = 0; b < lengths.size(); ++b)
+    for (std::int64_t j = 0; j < lengths[b]; ++j) rows.push_back(static_cast<std::int64_t>(b) * padded_len + j);
+  return rows;
+}
+
 VarlenPacking varlen_packing(const std::vector<std::int64_t>& lengths, std::int64_t padded_len,
                              const torch::Device& device) {
   VarlenPacking p;
   p.batch = static_cast<std::int64_t>(lengths.size());
   p.padded_len = padded_len;
-  std::vector<std::int64_t> rows;
   std::vector<std::int32_t> starts{0};
-  for (std::int64_t b = 0; b < p.batch; ++b) {
-    const auto n = lengths[static_cast<std::size_t>(b)];
+  for (const auto n : lengths) {
     if (n == 0) continue;  // an empty sequence has no rows to pack and no entry to hold
-    for (std::int64_t j = 0; j < n; ++j) rows.push_back(b * padded_len + j);
     starts.push_back(starts.back() + static_cast<std::int32_t>(n));
     p.longest = std::max(p.longest, n);
   }
+  const auto rows = real_row_places(lengths, padded_len);
   p.rows = copy_to_device(torch::tensor(rows, torch::TensorOptions().dtype(torch::kLong)), device);
   p.starts = copy_to_device(torch::tensor(starts, torch::TensorOptions().dtype(torch::kInt)), device);
   return p;

@@ -16,6 +16,10 @@ struct VarlenPacking {
   std::int64_t batch = 0, padded_len = 0;  ///< B and K
 };
 
+/// The places among B K padded rows of the real ones (lengths[b] rows from b K), in order: VarlenPacking::rows and
+/// Compaction::real.
+std::vector<std::int64_t> real_row_places(const std::vector<std::int64_t>& lengths, std::int64_t padded_len);
+
 /// Built on the host from the lengths it holds, staged to `device` without waiting for its queue.
 VarlenPacking varlen_packing(const std::vector<std::int64_t>& lengths, std::int64_t padded_len,
                              const torch::Device& device);
