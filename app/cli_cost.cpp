@@ -269,6 +269,8 @@ void add_cost_commands(CLI::App& app, CLI::App& bench, CommandAction& action) {
   fwd->add_option("--breakdown-above", o.breakdown_threshold, "print a breakdown where time/FLOPs ratio exceeds this");
   fwd->add_option("--breakdown-from", o.breakdown_min_seq, "breakdowns at sequence lengths from this one (default 2048)")
       ->check(CLI::Range(0, 1000000000));
+  fwd->add_option("--kernels", o.kernels, "GPU breakdowns: also the N longest kernels of each model and of dense")
+      ->check(CLI::Range(0, 1000));
   fwd->add_flag("--train", o.train,
                 "time training steps (training-mode forward, loss, backward, clipping, AdamW at learning rate 0) "
                 "instead of eval-mode forwards");

@@ -61,18 +61,33 @@ bool kernel_breakdowns(const torch::Device& device) {
   return device.is_cuda() && kernel_profiling_unavailable().empty();
 }
 
+struct Profile {
+  std::vector<std::pair<std::string, double>> classes_ms;
+  double launches = 0;  ///< ForwardBenchRow::launches
+  std::vector<ForwardBenchRow::Kernel> top_kernels;
+};
+
 /// Median over `runs` profiled calls of `run` (a forward or a training step) of the ms of each class (one call is
-/// too noisy on a shared machine): kernel classes on a GPU (kernel_breakdowns), else op classes on the host.
-std::vector<std::pair<std::string, double>> profile(const std::function<void()>& run, const torch::Device& device,
-                                                    int runs) {
+/// too noisy on a shared machine) and of what a call launches: kernel classes and kernels on a GPU
+/// (kernel_breakdowns), else op classes and top-level ops on the host.
+Profile profile(const std::function<void()>& run, const torch::Device& device, int runs, int top) {
   std::map<std::string, std::vector<double>> samples;
+  std::vector<double> launches;
+  Profile out;
   for (int r = 0; r < runs; ++r) {
     synchronize(device);
     if (kernel_breakdowns(device)) {
       KernelProfiler profiler(true);
       run();
       synchronize(device);
-      for (const auto& [k, v] : profiler.stop().classes_ms()) samples[k].push_back(v);
+      const auto p = profiler.stop();
+      for (const auto& [k, v] : p.classes_ms()) samples[k].push_back(v);
+      double calls = 0;
+      for (const auto& k : p.kernels) calls += static_cast<double>(k.calls);
+      launches.push_back(calls);
+      out.top_kernels.clear();  // the last call's
+      for (std::size_t i = 0; i < p.kernels.size() && i < static_cast<std::size_t>(std::max(0, top)); ++i)
+        out.top_kernels.push_back({p.kernels[i].name, p.kernels[i].ms, p.kernels[i].calls});
       continue;
     }
     OpClassProfiler profiler;
@@ -80,12 +95,13 @@ std::vector<std::pair<std::string, double>> profile(const std::function<void()>&
     synchronize(device);
     profiler.stop();
     for (const auto& [k, v] : profiler.classes_ms()) samples[k].push_back(v);
+    launches.push_back(static_cast<double>(profiler.ops()));
   }
-  std::vector<std::pair<std::string, double>> out;
   for (auto& [k, v] : samples) {
     v.resize(static_cast<std::size_t>(runs), 0.0);  // a class absent from a forward took 0 ms there
-    out.emplace_back(k, median(v));
+    out.classes_ms.emplace_back(k, median(v));
   }
+  out.launches = median(launches);
   return out;
 }
 
@@ -182,7 +198,7 @@ ForwardBenchResult bench_forward(const ForwardBenchOptions& in) {
         train_step(m, opt, batch, /*grad_clip=*/1.0, bf16, /*trace=*/false);
       });
     }
-    std::vector<std::pair<std::string, double>> dense_breakdown;  // profiled once per length, when needed
+    Profile dense_profile;  // profiled once per length, when needed
     for (const double fraction : o.fractions) {
       std::vector<TracedForward> traces;
       for (std::size_t i = 0; i < models.size(); ++i) {
@@ -212,9 +228,15 @@ ForwardBenchResult bench_forward(const ForwardBenchOptions& in) {
         row.flops_ratio = traces[i].flops_ratio;
         row.quotient = row.time_ratio / row.flops_ratio;
         if (row.quotient > o.breakdown_threshold && T >= o.breakdown_min_seq) {
-          if (dense_breakdown.empty()) dense_breakdown = profile(runs[0], device, std::max(3, o.reps));
-          row.breakdown = profile(runs[i + 1], device, std::max(3, o.reps));
-          row.dense_breakdown = dense_breakdown;
+          if (dense_profile.classes_ms.empty())
+            dense_profile = profile(runs[0], device, std::max(3, o.reps), o.kernels);
+          const auto p = profile(runs[i + 1], device, std::max(3, o.reps), o.kernels);
+          row.breakdown = p.classes_ms;
+          row.launches = p.launches;
+          row.top_kernels = p.top_kernels;
+          row.dense_breakdown = dense_profile.classes_ms;
+          row.dense_launches = dense_profile.launches;
+          row.dense_top_kernels = dense_profile.top_kernels;
         }
         result.rows.push_back(std::move(row));
       }
@@ -272,13 +294,25 @@ std::string ForwardBenchResult::to_table() const {
         << "\n";
     any = true;
     s << "T " << r.seq << ", target " << std::setprecision(2) << r.target << ", " << r.arch << " (quotient "
-      << std::setprecision(2) << r.quotient << "):\n";
+      << std::setprecision(2) << r.quotient << "; " << std::setprecision(0) << r.launches
+      << (kernel_breakdowns ? " kernels" : " top-level ops") << " a call, dense " << r.dense_launches << "):\n";
     std::map<std::string, std::pair<double, double>> merged;
     for (const auto& [k, v] : r.breakdown) merged[k].first = v;
     for (const auto& [k, v] : r.dense_breakdown) merged[k].second = v;
     for (const auto& [k, v] : merged)
       s << "    " << std::left << std::setw(58) << k << std::right << std::setw(10) << std::setprecision(1) << v.first
         << " ms   dense " << std::setw(10) << v.second << " ms\n";
+    const auto kernel_lines = [&](const std::vector<ForwardBenchRow::Kernel>& top, const std::string& who) {
+      if (top.empty()) return;
+      s << "    the " << top.size() << " longest kernels of " << who << " (ms, calls):\n";
+      for (const auto& k : top) {
+        auto name = k.name;
+        if (name.size() > 100) name.replace(97, std::string::npos, "...");
+        s << "      " << std::setw(8) << std::setprecision(2) << k.ms << std::setw(7) << k.calls << "  " << name << "\n";
+      }
+    };
+    kernel_lines(r.top_kernels, r.arch);
+    kernel_lines(r.dense_top_kernels, "dense");
   }
   return s.str();
 }
@@ -292,6 +326,8 @@ nlohmann::json ForwardBenchResult::to_json() const {
     if (!r.breakdown.empty()) {
       for (const auto& [k, v] : r.breakdown) j["breakdown_ms"][k] = v;
       for (const auto& [k, v] : r.dense_breakdown) j["dense_breakdown_ms"][k] = v;
+      j["launches"] = r.launches;
+      j["dense_launches"] = r.dense_launches;
     }
     rows_json.push_back(std::move(j));
   }

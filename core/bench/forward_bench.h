@@ -40,6 +40,8 @@ struct ForwardBenchOptions {
   /// a breakdown is printed where time ratio / FLOPs ratio exceeds this at a length >= breakdown_min_seq
   double breakdown_threshold = 1.25;
   std::int64_t breakdown_min_seq = 2048;
+  /// with GPU kernel breakdowns: also this many of the longest kernels of each model's call and of dense's
+  int kernels = 0;
   /// smoke-test scale: lengths 128, 256, d 128, 4 layers, 4 heads, 1 timed rep, breakdowns at every length
   bool quick = false;
 };
@@ -55,6 +57,17 @@ struct ForwardBenchRow {
   double quotient = 0;        ///< time_ratio / flops_ratio (1 = time follows FLOPs)
   /// where quotient > threshold at a long sequence: op class -> ms for this model and for dense
   std::vector<std::pair<std::string, double>> breakdown, dense_breakdown;
+  /// with a breakdown: what one call launches, for this model and for dense (median over the profiled calls): GPU
+  /// kernels, memory copies and fills (kernel_breakdowns), else top-level ops on the host
+  double launches = 0, dense_launches = 0;
+  /// with GPU kernel breakdowns and ForwardBenchOptions::kernels: the longest kernels of one profiled call, longest
+  /// first (name, ms, calls)
+  struct Kernel {
+    std::string name;
+    double ms = 0;
+    std::int64_t calls = 0;
+  };
+  std::vector<Kernel> top_kernels, dense_top_kernels;
 };
 
 struct ForwardBenchResult {

@@ -141,6 +141,7 @@ struct OpClassProfiler::State {
   std::thread::id thread;
   Clock::time_point begin, end;
   std::map<std::string, double> ms;
+  std::int64_t ops = 0;
   int depth = 0;
   at::CallbackHandle handle = 0;
   bool active = false;
@@ -193,6 +194,7 @@ std::unique_ptr<at::ObserverContext> on_profiler_start(const at::RecordFunction&
     return ctx;
   }
   if (p->depth++ == 0) {
+    ++p->ops;
     ctx->cls = op_class(name);
     ctx->start = Clock::now();
   }
@@ -240,6 +242,8 @@ std::map<std::string, double> OpClassProfiler::classes_ms() const {
   out["outside ops (host code)"] = std::max(0.0, wall_ms() - sum);
   return out;
 }
+
+std::int64_t OpClassProfiler::ops() const { return state_->ops; }
 
 double OpClassProfiler::wall_ms() const {
   const auto end = state_->active ? Clock::now() : state_->end;

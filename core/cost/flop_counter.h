@@ -56,6 +56,9 @@ class OpClassProfiler {
   /// Milliseconds by class, "outside ops" included; wall_ms() is their sum.
   std::map<std::string, double> classes_ms() const;
   double wall_ms() const;
+  /// Top-level ops dispatched on the profiling thread (what the host launches one by one; the autograd engine's
+  /// backward included where it runs on this thread, as it does for CPU tensors).
+  std::int64_t ops() const;
 
   struct State;
 

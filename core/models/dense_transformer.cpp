@@ -252,9 +252,10 @@ torch::Tensor TransformerTrunk::head(const torch::Tensor& x) {
   return vocab_logits(h, options_.tie_weights() ? tok_emb->weight : lm_head->weight);  // (B, T, V)
 }
 
-torch::Tensor TransformerTrunk::head(const torch::Tensor& x, const torch::Tensor& pending, torch::Tensor& stream) {
+torch::Tensor TransformerTrunk::head(const torch::Tensor& x, const torch::Tensor& pending, torch::Tensor& stream,
+                                     const torch::Tensor& pending_gate) {
   torch::Tensor h;
-  std::tie(stream, h) = final_norm->add_into_matmul(x, pending);
+  std::tie(stream, h) = final_norm->add_into_matmul(x, pending, pending_gate);
   return vocab_logits(h, options_.tie_weights() ? tok_emb->weight : lm_head->weight);
 }
 

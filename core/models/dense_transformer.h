@@ -129,8 +129,9 @@ class TransformerTrunk : public LanguageModel {
   /// (B, T, C) -> logits (B, T, V)
   torch::Tensor head(const torch::Tensor& x);
   /// head(x + pending), the add done by the final norm's pass (DenseBlockImpl::forward_deferred); `stream` receives
-  /// x + pending.
-  torch::Tensor head(const torch::Tensor& x, const torch::Tensor& pending, torch::Tensor& stream);
+  /// x + pending (x + pending_gate pending with a gate, one value per row: NormImpl::add_into_matmul).
+  torch::Tensor head(const torch::Tensor& x, const torch::Tensor& pending, torch::Tensor& stream,
+                     const torch::Tensor& pending_gate = {});
   /// TSA App. A init (or plain N(0, 0.02)): call at the end of the subclass constructor. Parameters
   /// whose name ends with one of `residual_suffixes` get the 0.02/sqrt(2L) scale under "gpt3".
   void init_weights(const std::vector<std::string>& residual_suffixes = {"attn.proj.weight", "mlp.down.weight"});

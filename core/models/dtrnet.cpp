@@ -34,8 +34,19 @@ torch::Tensor DTRNetLayerImpl::router_logits(const torch::Tensor& x) {
 
 DTRNetLayerImpl::Output DTRNetLayerImpl::forward(const torch::Tensor& x, const torch::Tensor& positions,
                                                  const torch::Tensor& forced_decision) {
-  const auto B = x.size(0), T = x.size(1);
+  auto out = forward_deferred(x, {}, positions, forced_decision);
+  out.y = out.h + out.m;
+  return out;
+}
+
+DTRNetLayerImpl::Output DTRNetLayerImpl::forward_deferred(const torch::Tensor& x_prev, const torch::Tensor& pending,
+                                                          const torch::Tensor& positions,
+                                                          const torch::Tensor& forced_decision) {
+  const auto B = x_prev.size(0), T = x_prev.size(1);
   Output out;
+  // The input and its norm in one pass; both paths read the normalised input, through projections.
+  const auto [x, n] = norm1->add_into_matmul(x_prev, pending);
+  out.input = x;
   const auto logits = router_logits(x);            // (B, T, 2)
   const auto G = torch::softmax(logits, -1);       // (B, T, 2): [g_attn, g_bypass]
   out.gate_attn = G.select(-1, 0);                 // (B, T)
@@ -67,7 +78,6 @@ DTRNetLayerImpl::Output DTRNetLayerImpl::forward(const torch::Tensor& x, const t
       break;
   }
 
-  const auto n = norm1->into_matmul(x);  // (B, T, C): both paths read the normalised input, through projections
   torch::Tensor update;     // (B, T, C) before the gate
   if (options.attention() == DtrAttention::Masked) {
     const auto counts = count_routed(out.decision);
@@ -76,16 +86,16 @@ DTRNetLayerImpl::Output DTRNetLayerImpl::forward(const torch::Tensor& x, const t
   } else {
     update = attend_compact(n, positions, out.decision, out, topk_compaction ? &*topk_compaction : nullptr);
   }
-  // Eq. 3 and 5: the path's output is scaled by the router score of the path the token took.
-  const auto gate = torch::where(out.decision, out.gate_attn, gate_bypass).unsqueeze(-1);  // (B, T, 1)
-  const auto gated = gate.to(x.scalar_type()) * update;
-  const auto [h, n2] = norm2->add_into_matmul(x, gated);
-  const auto m = mlp(n2);  // the shared MLP for every token
+  // Eq. 3 and 5: the path's output is scaled by the router score of the path the token took; the scaled add and
+  // the next norm are one pass where the fused kernels run.
+  const auto gate = torch::where(out.decision, out.gate_attn, gate_bypass).to(x.scalar_type()).contiguous();  // (B, T)
+  const auto [h, n2] = norm2->add_into_matmul(x, update, gate);
+  out.h = h;
+  out.m = mlp(n2);  // the shared MLP for every token
   if (residual_probe_active()) {
-    record_residual(layer_index, "attn", x, gated);
-    record_residual(layer_index, "mlp", h, m);
+    record_residual(layer_index, "attn", x, gate.unsqueeze(-1) * update);
+    record_residual(layer_index, "mlp", h, out.m);
   }
-  out.y = h + m;
   return out;
 }
 
@@ -270,16 +280,20 @@ ModelOutput DTRNet::forward(const torch::Tensor& tokens, bool trace) {
   auto predictor_loss = torch::zeros({}, x.options().dtype(torch::kFloat));
   double load_sum = 0;
   int predictors = 0;
+  torch::Tensor pending;  // the last layer's MLP update, added by the next norm's pass (as the dense model chains)
   for (std::int64_t i = 0; i < options_.n_layer(); ++i) {
     if (!routed[i]) {
-      x = dense[i]->forward(x, positions);
-      record_layer_state(x);
+      auto d = dense[i]->forward_deferred(x, pending, positions);
+      if (i > 0) record_layer_state(d.input);
+      x = std::move(d.h);
+      pending = std::move(d.m);
       if (trace) out.trace.push_back(dense_layer_trace(static_cast<int>(i), B, T, shape));
       continue;
     }
-    auto r = routed[i]->forward(x, positions);
-    x = r.y;
-    record_layer_state(x);
+    auto r = routed[i]->forward_deferred(x, pending, positions);
+    if (i > 0) record_layer_state(r.input);
+    x = r.h;
+    pending = r.m;
     const double load = static_cast<double>(r.routed) / static_cast<double>(B * T);  // f_l (share of tokens)
     const auto l1 = r.gate_attn.mean();                                                // ||G_l[:,0]||_1 / (B T)
     weighted = weighted + load * l1;
@@ -308,7 +322,9 @@ ModelOutput DTRNet::forward(const torch::Tensor& tokens, bool trace) {
       out.trace.push_back(std::move(t));
     }
   }
-  out.logits = head(x);
+  torch::Tensor last;
+  out.logits = head(x, pending, last);
+  record_layer_state(last);
   out.aux_loss = torch::zeros({}, x.options().dtype(torch::kFloat));
   if (is_training()) {  // the routing loss is a training objective only (reference code)
     if (load_sum > 0) out.aux_loss = out.aux_loss + dtr_.aux_coeff() * weighted / load_sum;

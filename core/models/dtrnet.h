@@ -40,7 +40,9 @@ class DTRNetLayerImpl : public torch::nn::Module {
   DTRNetLayerImpl(const TransformerOptions& model, const DTRNetOptions& options);
 
   struct Output {
-    torch::Tensor y;               ///< (B, T, C)
+    torch::Tensor y;               ///< (B, T, C): h + m (forward; decode)
+    torch::Tensor input;           ///< forward_deferred: x + pending, the layer's input (the previous layer's output)
+    torch::Tensor h, m;            ///< forward_deferred: the stream after attention and the MLP's update, y = h + m
     torch::Tensor gate_attn;       ///< (B, T) float g_attn, differentiable
     torch::Tensor decision;        ///< (B, T) bool, true = attention path
     std::int64_t routed = 0;       ///< tokens on the attention path
@@ -53,6 +55,10 @@ class DTRNetLayerImpl : public torch::nn::Module {
   /// x (B, T, C), positions (T). A defined `forced_decision` (B, T) bool replaces the routing rule (benchmarks,
   /// tests); the router still scales the paths.
   Output forward(const torch::Tensor& x, const torch::Tensor& positions, const torch::Tensor& forced_decision = {});
+  /// forward() of the input x + pending (pending may be undefined) with both residual adds left to the norms beside
+  /// them, as DenseBlockImpl::forward_deferred: y = h + m is left to the next layer's norm (fills input, h, m).
+  Output forward_deferred(const torch::Tensor& x, const torch::Tensor& pending, const torch::Tensor& positions,
+                          const torch::Tensor& forced_decision = {});
 
   /// Incremental step in eval mode: the new rows x (B, n, C) at `positions` (n); only the tokens on the attention
   /// path are appended to `cache` (the layer's KV holds routed tokens only). Fills y, gate_attn, decision, routed.

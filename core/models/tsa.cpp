@@ -69,9 +69,11 @@ TokenSelectiveAttention::TokenSelectiveAttention(TransformerOptions transformer,
   for (auto& r : routers) r->fc2->bias.fill_(kRouterBiasInit);
 }
 
-torch::Tensor TokenSelectiveAttention::gated_block(std::size_t index, const torch::Tensor& x,
-                                                   const torch::Tensor& positions, const torch::Tensor& p,
-                                                   bool sparse, LayerTrace* trace) {
+TokenSelectiveAttention::Gated TokenSelectiveAttention::gated_block(std::size_t index, const torch::Tensor& x,
+                                                                    const torch::Tensor& n1,
+                                                                    const torch::Tensor& positions,
+                                                                    const torch::Tensor& p, bool sparse,
+                                                                    LayerTrace* trace) {
   auto& block = blocks[index];
   const auto B = x.size(0), T = x.size(1), C = x.size(2);
   const auto active = p.le(kHaltThreshold);  // (B, T) bool: the token runs block `index` in sparse mode
@@ -81,27 +83,28 @@ torch::Tensor TokenSelectiveAttention::gated_block(std::size_t index, const torc
   // the same function as the trained soft model wherever the router is decided.
   auto w = 1.0 - p;  // (B, T) float
   if (sparse) w = w * active.to(w.scalar_type());
+  w = w.to(x.scalar_type()).contiguous();
   const auto w3 = w.unsqueeze(-1);  // (B, T, 1)
 
   // Attention is dense in both modes: every token's keys and values stay exact for the later queries.
-  const auto a = block->attn(block->norm1->into_matmul(x), positions);  // (B, T, C)
-  const auto attn_update = w3 * a;
-  // h = x + Δattn (B, T, C); the dense mode takes its norm in the same pass (on a GPU, one fused kernel)
+  const auto a = block->attn(n1, positions);  // (B, T, C)
+  // h = x + Δattn = x + w a (B, T, C); the dense mode takes its norm in the same pass (on a GPU, one fused kernel
+  // that also scales the update)
   torch::Tensor h, n2;
   if (sparse)
-    h = x + attn_update;
+    h = torch::addcmul(x, w3, a);
   else
-    std::tie(h, n2) = block->norm2->add_into_matmul(x, attn_update);
+    std::tie(h, n2) = block->norm2->add_into_matmul(x, a, w);
 
-  torch::Tensor out;
+  Gated out;
   std::int64_t ffn_tokens = B * T;
   if (!sparse) {
-    const auto ffn_update = w3 * block->mlp(n2);  // Δffn on the updated h (eq. 4)
+    // Δffn = w mlp(norm(h)) on the updated h (eq. 4), added to h by the next norm's pass (or the final norm's).
+    out = {h, block->mlp(n2), w};
     if (residual_probe_active()) {
-      record_residual(block->layer_index, "attn", x, attn_update);
-      record_residual(block->layer_index, "mlp", h, ffn_update);
+      record_residual(block->layer_index, "attn", x, w3 * a);
+      record_residual(block->layer_index, "mlp", h, w3 * out.m);
     }
-    out = h + ffn_update;
   } else {
     // FFN only on the active rows: gather them flat (the FFN is per token), run, scatter-add the update.
     const auto index = active.reshape({-1}).nonzero().squeeze(1);  // (N) flat positions, one host sync
@@ -112,13 +115,13 @@ torch::Tensor TokenSelectiveAttention::gated_block(std::size_t index, const torc
       const auto rows = h_flat.index_select(0, index);  // (N, C)
       ffn_rows = (w.reshape({-1}).index_select(0, index).unsqueeze(-1) * block->mlp(block->norm2(rows)))
                      .to(h.scalar_type());
-      out = h_flat.index_add(0, index, ffn_rows).view({B, T, C});
+      out.h = h_flat.index_add(0, index, ffn_rows).view({B, T, C});
     } else {
-      out = h;
+      out.h = h;
     }
     if (residual_probe_active()) {
       // Halted tokens skipped both sub-blocks' updates: NaN ratios, as for any skipped sub-block.
-      record_residual(block->layer_index, "attn", x, attn_update, active);
+      record_residual(block->layer_index, "attn", x, w3 * a, active);
       auto ffn_update = torch::zeros_like(h_flat);
       if (ffn_tokens > 0) ffn_update = ffn_update.index_copy(0, index, ffn_rows);
       record_residual(block->layer_index, "mlp", h, ffn_update.view({B, T, C}), active);
@@ -155,24 +158,29 @@ ModelOutput TokenSelectiveAttention::run(const torch::Tensor& tokens, bool trace
   const auto routed = static_cast<double>(routers.size());  // L - 1
   ModelOutput out;
 
-  x = blocks[0]->forward(x, positions);  // the stem always runs (§2.1)
-  record_layer_state(x);
+  // Each block's output h + w m is added by the next norm's pass (one fused kernel on a GPU), as the dense model
+  // chains its blocks; the stem's w is 1.
+  auto stem = blocks[0]->forward_deferred(x, {}, positions);  // the stem always runs (§2.1)
+  Gated prev{stem.h, stem.m, {}};
   if (trace) out.trace.push_back(dense_layer_trace(0, B, T, layer_shape(options_)));
   std::vector<torch::Tensor> active_means;  // mean(1 - p_l), scalars
   for (std::size_t l = 0; l < routers.size(); ++l) {
-    const auto z = routers[l]->logits(x);  // (B, T): p_l = r_l(h) on the stream after block l
+    const auto [h, n1] = blocks[l + 1]->norm1->add_into_matmul(prev.h, prev.m, prev.w);  // the stream after block l
+    record_layer_state(h);
+    const auto z = routers[l]->logits(h);  // (B, T): p_l = r_l(h) on the stream after block l
     if (logits_out) logits_out->push_back(z.detach());
     const auto p = torch::sigmoid(z);
     active_means.push_back((1.0 - p).mean());
     LayerTrace layer_trace;
-    x = gated_block(l + 1, x, positions, p, sparse, trace ? &layer_trace : nullptr);
-    record_layer_state(x);
+    prev = gated_block(l + 1, h, n1, positions, p, sparse, trace ? &layer_trace : nullptr);
     if (trace) {
       layer_trace.layer = static_cast<int>(l + 1);
       out.trace.push_back(std::move(layer_trace));
     }
   }
-  out.logits = head(x);
+  torch::Tensor last;
+  out.logits = head(prev.h, prev.m, last, prev.w);
+  record_layer_state(last);
   // Eq. 5: λ (1/(L-1)) Σ_l mean(1 - p_l) = λ α, the mean running over batch and positions.
   const auto alpha = torch::stack(active_means).mean();
   out.aux_loss = tsa_options_.depth_coeff() * alpha;

@@ -83,9 +83,14 @@ class TokenSelectiveAttention : public TransformerTrunk {
  private:
   /// Runs the whole model; fills `logits_out` with each router's logits when given.
   ModelOutput run(const torch::Tensor& tokens, bool trace, std::vector<torch::Tensor>* logits_out);
-  /// Block l + 1 gated by p = p_l (B, T). Sparse execution when `sparse`. Fills `trace` when given.
-  torch::Tensor gated_block(std::size_t block, const torch::Tensor& x, const torch::Tensor& positions,
-                            const torch::Tensor& p, bool sparse, LayerTrace* trace);
+  /// A gated block's output left as h + w m for the next norm's pass (m undefined: h is the output).
+  struct Gated {
+    torch::Tensor h, m, w;  ///< (B, T, C), (B, T, C), (B, T) fp32
+  };
+  /// Block l + 1 gated by p = p_l (B, T) on its input x and x's norm n1. Sparse execution when `sparse` (the output
+  /// then is h alone). Fills `trace` when given.
+  Gated gated_block(std::size_t block, const torch::Tensor& x, const torch::Tensor& n1, const torch::Tensor& positions,
+                    const torch::Tensor& p, bool sparse, LayerTrace* trace);
 
   TsaOptions tsa_options_;
 };

@@ -37,10 +37,13 @@ torch::Tensor NormImpl::into_matmul(const torch::Tensor& x) {
   return forward(x);
 }
 
-std::pair<torch::Tensor, torch::Tensor> NormImpl::add_into_matmul(const torch::Tensor& x, const torch::Tensor& y) {
+std::pair<torch::Tensor, torch::Tensor> NormImpl::add_into_matmul(const torch::Tensor& x, const torch::Tensor& y,
+                                                                  const torch::Tensor& gate) {
   if (!y.defined()) return {x, into_matmul(x)};
-  if (const auto type = fused_norm_output_type(x, y, weight)) return fused_add_norm(x, y, fused_spec(*type));
-  auto s = x + y;
+  if (const auto type = fused_norm_output_type(x, y, weight, gate))
+    return fused_add_norm(x, y, fused_spec(*type), gate);
+  // Elsewhere one addcmul for the gated sum (no (B, T, C) product written and read back).
+  auto s = gate.defined() ? torch::addcmul(x, gate.unsqueeze(-1).to(x.scalar_type()), y) : x + y;
   auto n = forward(s);
   return {std::move(s), std::move(n)};
 }

@@ -30,8 +30,10 @@ class NormImpl : public torch::nn::Module {
   /// written in bf16 under bf16 autocast (the type the product reads; forward writes fp32 there), else forward(x).
   torch::Tensor into_matmul(const torch::Tensor& x);
   /// {x + y, into_matmul(x + y)}: the residual add and the next norm, one pass where the kernels run. An undefined
-  /// y: {x, into_matmul(x)}.
-  std::pair<torch::Tensor, torch::Tensor> add_into_matmul(const torch::Tensor& x, const torch::Tensor& y);
+  /// y: {x, into_matmul(x)}. With a gate (x.shape[:-1], fp32) the sum is x + gate y, each row's update scaled by
+  /// its gate (a router's score), in the same pass.
+  std::pair<torch::Tensor, torch::Tensor> add_into_matmul(const torch::Tensor& x, const torch::Tensor& y,
+                                                          const torch::Tensor& gate = {});
 
   NormOptions options;
   torch::Tensor weight;  // (C)

@@ -40,17 +40,18 @@ __device__ __forceinline__ float block_sum(float v, float* partials) {
 
 template <typename Y, typename Out>
 __global__ void __launch_bounds__(kRowThreads)
-    forward_kernel(const float* __restrict__ x, const Y* __restrict__ y, std::int64_t C,
-                   const float* __restrict__ weight, const float* __restrict__ bias, float eps, bool rms,
-                   float* __restrict__ sum, Out* __restrict__ out, float* __restrict__ mean_out,
+    forward_kernel(const float* __restrict__ x, const Y* __restrict__ y, const float* __restrict__ gate,
+                   std::int64_t C, const float* __restrict__ weight, const float* __restrict__ bias, float eps,
+                   bool rms, float* __restrict__ sum, Out* __restrict__ out, float* __restrict__ mean_out,
                    float* __restrict__ rstd_out) {
   __shared__ float partials[kRowWarps];
   const std::int64_t base = static_cast<std::int64_t>(blockIdx.x) * C;
+  const float g = gate ? gate[blockIdx.x] : 1.f;  // the row's gate on y
+  const auto at = [&](std::int64_t j) { return y ? x[base + j] + g * load(y, base + j) : x[base + j]; };
   // Pass 1: s, written where asked, and its sum (RMSNorm: its sum of squares).
   float acc = 0.f;
   for (std::int64_t j = threadIdx.x; j < C; j += kRowThreads) {
-    float s = x[base + j];
-    if (y) s += load(y, base + j);
+    const float s = at(j);
     if (sum) sum[base + j] = s;
     acc += rms ? s * s : s;
   }
@@ -62,14 +63,14 @@ __global__ void __launch_bounds__(kRowThreads)
   } else {
     float sq = 0.f;
     for (std::int64_t j = threadIdx.x; j < C; j += kRowThreads) {
-      const float s = sum ? sum[base + j] : x[base + j] + (y ? load(y, base + j) : 0.f);
+      const float s = sum ? sum[base + j] : at(j);
       sq += (s - mean) * (s - mean);
     }
     var = block_sum(sq, partials) / static_cast<float>(C);
   }
   const float rstd = rsqrtf(var + eps);
   for (std::int64_t j = threadIdx.x; j < C; j += kRowThreads) {
-    const float s = sum ? sum[base + j] : x[base + j] + (y ? load(y, base + j) : 0.f);
+    const float s = sum ? sum[base + j] : at(j);
     store(out, base + j, (s - mean) * rstd * weight[j] + (bias ? bias[j] : 0.f));
   }
   if (threadIdx.x == 0) {
@@ -83,7 +84,8 @@ __global__ void __launch_bounds__(kRowThreads)
     backward_rows_kernel(const G* __restrict__ grad_out, const float* __restrict__ grad_sum,
                          const float* __restrict__ s, const float* __restrict__ weight,
                          const float* __restrict__ mean_in, const float* __restrict__ rstd_in, std::int64_t C, bool rms,
-                         float* __restrict__ grad_s, GY* __restrict__ grad_y) {
+                         const GY* __restrict__ y, const float* __restrict__ gate, float* __restrict__ grad_s,
+                         GY* __restrict__ grad_y, float* __restrict__ grad_gate) {
   __shared__ float partials[kRowWarps];
   const std::int64_t row = blockIdx.x, base = row * C;
   const float mean = mean_in[row], rstd = rstd_in[row];
@@ -96,13 +98,21 @@ __global__ void __launch_bounds__(kRowThreads)
   }
   const float mean_g = rms ? 0.f : block_sum(sum_g, partials) / static_cast<float>(C);
   const float mean_gx = block_sum(sum_gx, partials) / static_cast<float>(C);
+  // Gated (s = x + gate y): y's gradient is gate ds, the gate's the row's sum of ds y.
+  const float row_gate = gate ? gate[row] : 1.f;
+  float dot = 0.f;
   for (std::int64_t j = threadIdx.x; j < C; j += kRowThreads) {
     const float xhat = (s[base + j] - mean) * rstd;
     const float g = load(grad_out, base + j) * weight[j];
     float d = rstd * (g - mean_g - xhat * mean_gx);
     if (grad_sum) d += grad_sum[base + j];
     grad_s[base + j] = d;
-    if (grad_y) store(grad_y, base + j, d);
+    if (grad_y) store(grad_y, base + j, row_gate * d);
+    if (gate) dot += d * load(y, base + j);
+  }
+  if (gate) {  // the same branch for every thread of the block, as block_sum needs
+    const float total = block_sum(dot, partials);
+    if (threadIdx.x == 0) grad_gate[row] = total;
   }
 }
 
@@ -145,19 +155,21 @@ const char* launched() {
 }
 
 template <typename Y, typename Out>
-void forward_as(const float* x, const void* y, std::int64_t rows, std::int64_t C, const float* weight,
-                const float* bias, float eps, bool rms, float* sum, void* out, float* mean, float* rstd,
-                cudaStream_t s) {
+void forward_as(const float* x, const void* y, const float* gate, std::int64_t rows, std::int64_t C,
+                const float* weight, const float* bias, float eps, bool rms, float* sum, void* out, float* mean,
+                float* rstd, cudaStream_t s) {
   ROUTELAB_LAUNCH(static_cast<unsigned>(rows), kRowThreads, s, forward_kernel<Y, Out>)(
-      x, static_cast<const Y*>(y), C, weight, bias, eps, rms, sum, static_cast<Out*>(out), mean, rstd);
+      x, static_cast<const Y*>(y), gate, C, weight, bias, eps, rms, sum, static_cast<Out*>(out), mean, rstd);
 }
 
 template <typename G, typename GY>
 void backward_rows_as(const void* grad_out, const float* grad_sum, const float* s, const float* weight,
                       const float* mean, const float* rstd, std::int64_t rows, std::int64_t C, bool rms,
-                      float* grad_s, void* grad_y, cudaStream_t stream) {
+                      const void* y, const float* gate, float* grad_s, void* grad_y, float* grad_gate,
+                      cudaStream_t stream) {
   ROUTELAB_LAUNCH(static_cast<unsigned>(rows), kRowThreads, stream, backward_rows_kernel<G, GY>)(
-      static_cast<const G*>(grad_out), grad_sum, s, weight, mean, rstd, C, rms, grad_s, static_cast<GY*>(grad_y));
+      static_cast<const G*>(grad_out), grad_sum, s, weight, mean, rstd, C, rms, static_cast<const GY*>(y), gate,
+      grad_s, static_cast<GY*>(grad_y), grad_gate);
 }
 
 template <typename G>
@@ -178,41 +190,43 @@ std::int64_t norm_partial_rows(std::int64_t rows) {
   return slices < 1 ? 1 : (slices > kMaxPartials ? kMaxPartials : slices);
 }
 
-const char* add_norm_forward(const float* x, const void* y, ElementType y_type, std::int64_t rows, std::int64_t C,
-                             const float* weight, const float* bias, float eps, bool rms, float* sum, void* out,
-                             ElementType out_type, float* mean, float* rstd, void* stream) {
+const char* add_norm_forward(const float* x, const void* y, ElementType y_type, const float* gate, std::int64_t rows,
+                             std::int64_t C, const float* weight, const float* bias, float eps, bool rms, float* sum,
+                             void* out, ElementType out_type, float* mean, float* rstd, void* stream) {
   if (rows == 0) return "";
   const auto s = static_cast<cudaStream_t>(stream);
   const bool y_bf16 = y && y_type == ElementType::BFloat16, out_bf16 = out_type == ElementType::BFloat16;
   if (y_bf16 && out_bf16)
-    forward_as<__nv_bfloat16, __nv_bfloat16>(x, y, rows, C, weight, bias, eps, rms, sum, out, mean, rstd, s);
+    forward_as<__nv_bfloat16, __nv_bfloat16>(x, y, gate, rows, C, weight, bias, eps, rms, sum, out, mean, rstd, s);
   else if (y_bf16)
-    forward_as<__nv_bfloat16, float>(x, y, rows, C, weight, bias, eps, rms, sum, out, mean, rstd, s);
+    forward_as<__nv_bfloat16, float>(x, y, gate, rows, C, weight, bias, eps, rms, sum, out, mean, rstd, s);
   else if (out_bf16)
-    forward_as<float, __nv_bfloat16>(x, y, rows, C, weight, bias, eps, rms, sum, out, mean, rstd, s);
+    forward_as<float, __nv_bfloat16>(x, y, gate, rows, C, weight, bias, eps, rms, sum, out, mean, rstd, s);
   else
-    forward_as<float, float>(x, y, rows, C, weight, bias, eps, rms, sum, out, mean, rstd, s);
+    forward_as<float, float>(x, y, gate, rows, C, weight, bias, eps, rms, sum, out, mean, rstd, s);
   return launched();
 }
 
 const char* add_norm_backward(const void* grad_out, ElementType grad_type, const float* grad_sum, const float* s,
                               const float* weight, const float* mean, const float* rstd, std::int64_t rows,
-                              std::int64_t C, bool rms, float* grad_s, void* grad_y, ElementType grad_y_type,
-                              float* weight_partials, float* bias_partials, void* stream) {
+                              std::int64_t C, bool rms, const void* y, const float* gate, float* grad_s, void* grad_y,
+                              ElementType y_type, float* grad_gate, float* weight_partials, float* bias_partials,
+                              void* stream) {
   if (rows == 0) return "";
   const auto st = static_cast<cudaStream_t>(stream);
-  const bool g_bf16 = grad_type == ElementType::BFloat16, gy_bf16 = grad_y && grad_y_type == ElementType::BFloat16;
-  if (g_bf16 && gy_bf16)
-    backward_rows_as<__nv_bfloat16, __nv_bfloat16>(grad_out, grad_sum, s, weight, mean, rstd, rows, C, rms, grad_s,
-                                                   grad_y, st);
+  const bool g_bf16 = grad_type == ElementType::BFloat16, y_bf16 = y_type == ElementType::BFloat16;
+  if (g_bf16 && y_bf16)
+    backward_rows_as<__nv_bfloat16, __nv_bfloat16>(grad_out, grad_sum, s, weight, mean, rstd, rows, C, rms, y, gate,
+                                                   grad_s, grad_y, grad_gate, st);
   else if (g_bf16)
-    backward_rows_as<__nv_bfloat16, float>(grad_out, grad_sum, s, weight, mean, rstd, rows, C, rms, grad_s, grad_y,
-                                           st);
-  else if (gy_bf16)
-    backward_rows_as<float, __nv_bfloat16>(grad_out, grad_sum, s, weight, mean, rstd, rows, C, rms, grad_s, grad_y,
-                                           st);
+    backward_rows_as<__nv_bfloat16, float>(grad_out, grad_sum, s, weight, mean, rstd, rows, C, rms, y, gate, grad_s,
+                                           grad_y, grad_gate, st);
+  else if (y_bf16)
+    backward_rows_as<float, __nv_bfloat16>(grad_out, grad_sum, s, weight, mean, rstd, rows, C, rms, y, gate, grad_s,
+                                           grad_y, grad_gate, st);
   else
-    backward_rows_as<float, float>(grad_out, grad_sum, s, weight, mean, rstd, rows, C, rms, grad_s, grad_y, st);
+    backward_rows_as<float, float>(grad_out, grad_sum, s, weight, mean, rstd, rows, C, rms, y, gate, grad_s, grad_y,
+                                   grad_gate, st);
   const char* error = launched();
   if (*error) return error;
   if (g_bf16)
