@@ -104,9 +104,11 @@ resume_check() {
 # replayed as a CUDA graph; the graph replays the eager step's kernels, so the losses should agree bit for bit (the
 # largest difference is printed where they do not). The resume check runs again with the graph (resume-cuda-graph).
 graph_check() {
-  local db="$work/graph.sqlite" steps=300
+  local db="$work/graph${1:+-$1}.sqlite" steps=300
+  [ $# -gt 0 ] && shift
   local common=(--preset quickstart --device "$dev" --steps "$steps" --set model.dropout=0.1 --set train.deterministic=true
-                --set train.eval_every=100 --set train.checkpoint_every=150 --set train.log_every=1 --db "$db" --quiet)
+                --set train.eval_every=100 --set train.checkpoint_every=150 --set train.log_every=1 --db "$db" --quiet
+                "$@")
   "$cli" train "${common[@]}" --name eager || return 1
   "$cli" train "${common[@]}" --name graph --set train.cuda_graph=true || return 1
   "$cli" runs --db "$db" | head -5
@@ -151,12 +153,13 @@ flash_eviction_check() { switch_check ROUTELAB_FLASH_EVICTION flash-eviction --p
 varlen_check() { switch_check ROUTELAB_VARLEN_ATTENTION varlen --preset quickstart-dtrnet --precision bf16; }
 
 # RouteLab's fused add + norm kernels against LibTorch's norms: RMSNorm (the quick-start), LayerNorm with biases
-# (GPT-2 style) in bf16 and fp32, and DTRNet's routed layers.
+# (GPT-2 style) in bf16 and fp32, DTRNet's routed layers and TSA's gated blocks (the gated add + norm).
 fused_norm_check() {
   switch_check ROUTELAB_FUSED_NORM norm-rms --preset quickstart --precision bf16 || return 1
   switch_check ROUTELAB_FUSED_NORM norm-layer --preset quickstart --precision bf16 --set model.style=gpt2 || return 1
   switch_check ROUTELAB_FUSED_NORM norm-layer-fp32 --preset quickstart --set model.style=gpt2 || return 1
-  switch_check ROUTELAB_FUSED_NORM norm-dtrnet --preset quickstart-dtrnet --precision bf16
+  switch_check ROUTELAB_FUSED_NORM norm-dtrnet --preset quickstart-dtrnet --precision bf16 || return 1
+  switch_check ROUTELAB_FUSED_NORM norm-tsa --preset tsa-charlm --precision bf16 --set train.batch_size=16
 }
 
 # RouteLab's rotary-embedding kernel against LibTorch's ops: positions shared (dense) and per sequence (DTRNet's
@@ -179,11 +182,13 @@ step train-step-gpt2-small-bf16 180 "$cli" bench train-step --device "$dev" --sh
   --compile --cuda-graph --peak-tflops "$peak" --steps 20 --warmup 5 --python "$python" --script "$peer" "${kernels[@]}"
 export -f graph_check switch_check fused_norm_check fused_rope_check varlen_check flash_eviction_check
 # The fused add + norm kernels: the same losses as LibTorch's norms, and the step without them (MFU's gain).
-step fused-norm-equals-unfused 150 bash -c fused_norm_check
+step fused-norm-equals-unfused 180 bash -c fused_norm_check
 step train-step-gpt2-small-bf16-unfused-norm 60 env ROUTELAB_FUSED_NORM=0 "$cli" bench train-step --device "$dev" \
   --shape gpt2-small --precision bf16 --cuda-graph --peak-tflops "$peak" --steps 20 --warmup 5
 step fused-rope-equals-unfused 90 bash -c fused_rope_check
 step graph-equals-eager 90 bash -c graph_check
+# MoD's captured step (its trace's device values read after each replay) against its eager step, quick-start shape.
+step graph-equals-eager-mod 90 bash -c 'graph_check mod --set model.arch=mod'
 step train-step-small 90 "$cli" bench train-step --device "$dev" --shape small --precision both --steps 30 --warmup 5 \
   --cuda-graph --peak-tflops "$peak" --python "$python" --script "$peer"
 step train-step-gpt2-small-fp32 60 "$cli" bench train-step --device "$dev" --shape gpt2-small --precision fp32 \
@@ -223,7 +228,7 @@ step train-360m-dllm-360m-batch8 60 "$cli" train --config "$root/experiments/dll
   --set train.checkpoint_every=1000 --set train.warmup_steps=10 --set train.log_every=5 --db "$work/360m.sqlite"
 step train-step-routed-360m-bf16 150 "$cli" bench forward --train --device "$dev" --archs dtrnet,mod,tsa,dllm \
   --embd 960 --layers 32 --heads 15 --kv-heads 5 --lengths 2048 --fractions 0.1,0.3 --batch 8 --reps 3 --warmup 1 \
-  --precision bf16 --breakdown-above 1.1
+  --precision bf16 --breakdown-above 1.1 --kernels 12
 # The same with the fp32 routers in plain fp32 (bench forward's setting before 2026-11-28): what TF32 gives them.
 step train-step-routed-360m-bf16-no-tf32 90 "$cli" bench forward --train --device "$dev" --archs dtrnet,dllm \
   --embd 960 --layers 32 --heads 15 --kv-heads 5 --lengths 2048 --fractions 0.1 --batch 8 --reps 3 --warmup 1 \
@@ -248,6 +253,9 @@ step "train-360m-smollm-360m-dense-unfused" 60 env ROUTELAB_FUSED_NORM=0 ROUTELA
 step "train-360m-smollm-360m-dense-graph" 60 "$cli" train --config "$root/experiments/smollm-360m-dense.json" \
   --device "$dev" --steps 30 "${byte_level[@]}" --set train.cuda_graph=true --set train.eval_every=1000 --set train.checkpoint_every=1000 \
   --set train.warmup_steps=10 --set train.log_every=5 --db "$work/360m.sqlite"
+step "train-360m-mod-360m-graph" 60 "$cli" train --config "$root/experiments/mod-360m.json" \
+  --device "$dev" --steps 30 "${byte_level[@]}" --set train.cuda_graph=true --set train.eval_every=1000 \
+  --set train.checkpoint_every=1000 --set train.warmup_steps=10 --set train.log_every=5 --db "$work/360m.sqlite"
 "$cli" runs --db "$work/360m.sqlite" 2>&1 | tee -a "$log"
 step quickstart 60 "$cli" train --preset quickstart --device "$dev" --steps 200 --db "$work/quick.sqlite"
 # Data parallel (issue 23): the step with NCCL active in a group of one against the plain path, d 256, L 6.

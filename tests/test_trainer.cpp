@@ -260,8 +260,8 @@ class TestTrainer : public QObject {
     QTest::addColumn<QString>("set");
     QTest::addColumn<QString>("expected");
     QTest::newRow("on the CPU") << "model.arch=dense" << "run.device is cpu";
-    // MoD's routed batch changes with its decisions: its step is not declared capturable.
-    QTest::newRow("routed model") << "model.arch=mod" << "Mixture-of-Depths";
+    // TSA's trace reads each layer's active share back: its step is not declared capturable.
+    QTest::newRow("routed model") << "model.arch=tsa" << "Token-Selective";
   }
   void cudaGraphIsRefusedByName() {
     QFETCH(QString, set);

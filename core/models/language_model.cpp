@@ -38,6 +38,32 @@ torch::Tensor cat_defined(const std::vector<torch::Tensor>& parts) {
 
 }  // namespace
 
+namespace {
+thread_local bool t_defer_readback = false;
+}  // namespace
+
+DeferredTraceReadback::DeferredTraceReadback() : previous_(t_defer_readback) { t_defer_readback = true; }
+DeferredTraceReadback::~DeferredTraceReadback() { t_defer_readback = previous_; }
+
+void resolve_on_device(std::vector<LayerTrace>& trace) {
+  if (t_defer_readback) return;
+  std::vector<torch::Tensor> values;
+  for (const auto& t : trace)
+    for (const auto& [key, v] : t.on_device) values.push_back(v.detach().reshape({}).to(torch::kDouble));
+  if (values.empty()) return;
+  const auto host = torch::stack(values).cpu();  // the one wait
+  const auto* read = host.data_ptr<double>();
+  for (auto& t : trace) {
+    for (const auto& [key, v] : t.on_device) {
+      if (key == "aux_loss")
+        t.aux_loss = *read++;
+      else
+        t.stats[key] = *read++;
+    }
+    t.on_device.clear();
+  }
+}
+
 ModelOutput merge_micro_batches(std::vector<ModelOutput> parts) {
   if (parts.size() == 1) return std::move(parts.front());
   ModelOutput out;
@@ -60,6 +86,7 @@ ModelOutput merge_micro_batches(std::vector<ModelOutput> parts) {
     auto& t = out.trace[layer];
     std::vector<torch::Tensor> gates, decisions;
     std::vector<const std::map<std::string, double>*> layer_stats;
+    std::map<std::string, std::vector<torch::Tensor>> on_device;  // left on the device (DeferredTraceReadback)
     double fraction = 0, aux_term = 0;
     t.tokens_processed.clear();
     t.flops = t.dense_flops = 0;
@@ -68,6 +95,7 @@ ModelOutput merge_micro_batches(std::vector<ModelOutput> parts) {
       gates.push_back(pt.gate);
       decisions.push_back(pt.decision);
       layer_stats.push_back(&pt.stats);
+      for (const auto& [key, v] : pt.on_device) on_device[key].push_back(v);
       fraction += pt.routed_fraction;
       aux_term += pt.aux_loss;
       for (const auto& [sub, count] : pt.tokens_processed) t.tokens_processed[sub] += count;
@@ -79,6 +107,8 @@ ModelOutput merge_micro_batches(std::vector<ModelOutput> parts) {
     t.routed_fraction = fraction / n;
     t.aux_loss = aux_term / n;
     t.stats = mean_by_key(layer_stats);
+    t.on_device.clear();
+    for (const auto& [key, values] : on_device) t.on_device[key] = torch::stack(values).mean();
   }
   return out;
 }

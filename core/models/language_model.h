@@ -30,6 +30,26 @@ struct LayerTrace {
   double flops = 0;               ///< forward FLOPs of this layer on this batch, from its real decisions (cost/flops.h)
   double dense_flops = 0;         ///< forward FLOPs a dense layer of the same shape spends on the same batch
   std::map<std::string, double> stats;  ///< layer-specific extras, e.g. {"predictor_agreement": 0.97}
+  /// Values still on the device (0-dim tensors), read back together by resolve_on_device: "aux_loss" becomes
+  /// aux_loss, any other key stats[key]. Empty once resolved.
+  std::map<std::string, torch::Tensor> on_device;
+};
+
+/// Moves every layer's on_device values into its aux_loss and stats with one copy to the host (one wait for the
+/// device instead of one per value) - unless a DeferredTraceReadback is alive on this thread, when they stay.
+void resolve_on_device(std::vector<LayerTrace>& trace);
+
+/// While alive, resolve_on_device leaves the values on the device: a step being captured as a CUDA graph must not
+/// wait for it (core/train/cuda_graph_step.h resolves the trace after each replay instead).
+class DeferredTraceReadback {
+ public:
+  DeferredTraceReadback();
+  ~DeferredTraceReadback();
+  DeferredTraceReadback(const DeferredTraceReadback&) = delete;
+  DeferredTraceReadback& operator=(const DeferredTraceReadback&) = delete;
+
+ private:
+  bool previous_;
 };
 
 struct ModelOutput {

@@ -102,15 +102,18 @@ torch::Tensor MoDLayerImpl::forward(const torch::Tensor& x, const torch::Tensor&
     trace->gate = torch::sigmoid(logits.detach()).to(torch::kFloat);
     trace->decision = decision;
     trace->routed_fraction = static_cast<double>(c.total) / tokens;
-    trace->aux_loss = predictor_loss.defined() ? predictor_loss.item<double>() : 0.0;
+    trace->aux_loss = 0.0;  // the predictor's BCE in training, from on_device below
     trace->tokens_processed = {{"attn", c.total}, {"mlp", c.total}, {"router", B * T}};
     // Priced as executed: the block runs over the padded (B, K) rows (the padding of shorter sequences too).
     trace->flops = (c.total > 0 ? block_flops(c.padded_rows(), pairs, shape) : 0.0) +
                    2.0 * linear_flops(tokens, static_cast<double>(shape.d), 1.0);  // router + predictor
     trace->dense_flops = dense_layer_flops(static_cast<double>(B), static_cast<double>(T), shape);
     trace->stats["topk_fraction"] = static_cast<double>(k) / static_cast<double>(T);
-    trace->stats["predictor_agreement"] = CausalPredictorImpl::agreement(predicted, topk);
-    trace->stats["predictor_fraction"] = static_cast<double>(predicted.gt(0).sum().item<std::int64_t>()) / tokens;
+    // The values read from the device wait in on_device: the model reads them back together after its last layer,
+    // and a training step captured as a CUDA graph after each replay (nothing here waits for the device).
+    if (predictor_loss.defined()) trace->on_device["aux_loss"] = predictor_loss.detach();
+    trace->on_device["predictor_agreement"] = CausalPredictorImpl::agreement_on_device(predicted, topk);
+    trace->on_device["predictor_fraction"] = predicted.detach().gt(0).sum().to(torch::kDouble) / tokens;
   }
   return out;
 }
@@ -174,6 +177,7 @@ ModelOutput MixtureOfDepths::forward(const torch::Tensor& tokens, bool trace) {
     }
   }
   out.logits = head(x);
+  if (trace) resolve_on_device(out.trace);
   // The reference code adds the mean over MoD layers of the predictor BCE with coefficient 1. The BCE reads
   // a detached residual stream, so it trains the predictors and nothing else.
   out.aux_loss = predictor_losses.empty()
@@ -294,6 +298,9 @@ ArchitectureEntry mod_architecture() {
   entry.kv_entries = kv_entries_of_routed_tokens;
   entry.force_routed_share = force_mod_share;
   entry.price_flops = price_mod;
+  // Training routes k = floor(capacity T) tokens of every sequence: fixed shapes, compacted without a wait, the
+  // predictor's statistics left on the device (LayerTrace::on_device) until the replay has run.
+  entry.cuda_graph_step = true;
   entry.routed_fraction_meaning =
       "share of tokens selected in each routed block (default: model.capacity)";
   entry.color = 1;

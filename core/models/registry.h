@@ -112,8 +112,10 @@ struct ArchitectureEntry {
   nlohmann::json speed_options = nlohmann::json::object();
   /// Whether its language-model training step can be captured once as a CUDA graph and replayed (train.cuda_graph):
   /// the same shapes every step, nothing read back to the host during the step, no per-step host state
-  /// (set_progress), and a trace (ModelOutput::trace, stats) that is a function of the batch's shape alone and holds
-  /// no tensors, since it is taken once, at capture. The conformance suite checks the trace part on the CPU.
+  /// (set_progress), and a trace (ModelOutput::trace, stats) taken once, at capture: its host fields a function of
+  /// the batch's shape alone, whatever depends on the data a tensor the step computes (LayerTrace gate, decision,
+  /// on_device under DeferredTraceReadback), which each replay rewrites and the graph step reads after it. The
+  /// conformance suite checks the trace part on the CPU.
   bool cuda_graph_step = false;
   /// Distillation (train.distill_from): starts `student`, a new model of this architecture, from the weights of a
   /// stored sequential model `teacher` (copy_matching_weights); ConfigError when the shapes do not correspond.

@@ -89,6 +89,7 @@ struct CudaGraphStep::Impl {
     at::autocast::set_autocast_cache_enabled(false);
     graph.capture_begin();
     try {
+      const DeferredTraceReadback on_device;  // the trace's data-dependent values are read after each replay
       outputs = train_step(model, optimizer, inputs, grad_clip, bf16, /*trace=*/true, micro_batches);
       graph.capture_end();
     } catch (const std::exception& e) {
@@ -145,7 +146,14 @@ StepResult CudaGraphStep::run(const Batch& batch, bool trace) {
   r.aux_loss = s.outputs.aux_loss.clone();
   r.grad_norm = s.outputs.grad_norm.clone();
   if (trace) {
+    // The replay rewrites the trace's tensors in place: copies of them, and the values left on the device read now.
     r.output.trace = s.outputs.output.trace;
+    for (auto& t : r.output.trace) {
+      if (t.gate.defined()) t.gate = t.gate.clone();
+      if (t.decision.defined()) t.decision = t.decision.clone();
+      for (auto& [key, v] : t.on_device) v = v.clone();
+    }
+    resolve_on_device(r.output.trace);
     r.output.stats = s.outputs.output.stats;
   }
   return r;

@@ -250,7 +250,11 @@ torch::Tensor CausalPredictorImpl::loss(const torch::Tensor& logits, const torch
 }
 
 double CausalPredictorImpl::agreement(const torch::Tensor& logits, const torch::Tensor& target) {
-  return (logits.gt(0) == target).to(torch::kFloat).mean().item<double>();
+  return agreement_on_device(logits, target).item<double>();
+}
+
+torch::Tensor CausalPredictorImpl::agreement_on_device(const torch::Tensor& logits, const torch::Tensor& target) {
+  return (logits.detach().gt(0) == target).to(torch::kFloat).mean();
 }
 
 }  // namespace routelab

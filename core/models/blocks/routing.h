@@ -107,6 +107,8 @@ class CausalPredictorImpl : public torch::nn::Module {
   static torch::Tensor loss(const torch::Tensor& logits, const torch::Tensor& target);
   /// Fraction of tokens where (logit > 0) equals target.
   static double agreement(const torch::Tensor& logits, const torch::Tensor& target);
+  /// agreement() as a 0-dim fp32 tensor on the logits' device (no wait for the device).
+  static torch::Tensor agreement_on_device(const torch::Tensor& logits, const torch::Tensor& target);
 
   torch::nn::Linear linear{nullptr};
 };
