@@ -4,7 +4,10 @@
 
 #include <torch/torch.h>
 
+#include <optional>
+
 #include "core/config/options.h"
+#include "core/cost/flop_counter.h"
 #include "core/models/dtrnet.h"
 #include "core/train/optimizer.h"
 #include "core/train/step.h"
@@ -83,22 +86,36 @@ class TestDTRNet : public QObject {
     const auto grad = torch::randn({3, 13, 32});
     std::vector<torch::Tensor> outputs, x_grads;
     std::vector<std::vector<torch::Tensor>> param_grads;
-    for (const auto impl : {DtrAttention::Compact, DtrAttention::Masked}) {
-      layer->options.attention(impl);
+    // Compacted rows padded, compacted rows packed (the GPU's half-precision path, its attention padding internally
+    // here), and the masked oracle.
+    for (const int variant : {0, 1, 2}) {
+      layer->options.attention(variant == 2 ? DtrAttention::Masked : DtrAttention::Compact);
+      std::optional<ForcePackedRows> packed;
+      if (variant == 1) packed.emplace();
       layer->zero_grad();
       const auto xi = x.clone().requires_grad_();
+      FlopCounter counted;
       const auto r = layer->forward(xi, positions);
+      counted.stop();
       const auto routed = r.decision.sum().item<std::int64_t>();
       QVERIFY2(routed > 3 && routed < 36, "the random router should route a mix of tokens");
+      if (variant == 1) {  // no padding rows projected, and priced as run
+        QCOMPARE(r.rows, static_cast<double>(routed));
+        QVERIFY2(std::abs(counted.flops() - layer->flops(3, 13, r)) < 1e-6 * counted.flops(),
+                 qPrintable(QString("counted %1, traced %2").arg(counted.flops()).arg(layer->flops(3, 13, r))));
+      }
       (r.y * grad).sum().backward();
       outputs.push_back(r.y.detach());
       x_grads.push_back(xi.grad());
       param_grads.push_back(grads_of(*layer));
     }
-    QVERIFY(torch::allclose(outputs[0], outputs[1], 1e-5, 1e-5));
-    QVERIFY(torch::allclose(x_grads[0], x_grads[1], 1e-5, 1e-5));
-    for (std::size_t i = 0; i < param_grads[0].size(); ++i)
-      QVERIFY2(torch::allclose(param_grads[0][i], param_grads[1][i], 1e-5, 1e-5), qPrintable(QString::number(i)));
+    for (const std::size_t other : {1, 2}) {
+      QVERIFY(torch::allclose(outputs[0], outputs[other], 1e-5, 1e-5));
+      QVERIFY(torch::allclose(x_grads[0], x_grads[other], 1e-5, 1e-5));
+      for (std::size_t i = 0; i < param_grads[0].size(); ++i)
+        QVERIFY2(torch::allclose(param_grads[0][i], param_grads[other][i], 1e-5, 1e-5),
+                 qPrintable(QString("variant %1, parameter %2").arg(other).arg(i)));
+    }
   }
 
   void routedTokensNeverReadBypassTokens() {

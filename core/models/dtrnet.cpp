@@ -172,7 +172,10 @@ torch::Tensor DTRNetLayerImpl::attend_compact(const torch::Tensor& n, const torc
   }
   out.decision = decision;
   out.routed = c.total;
-  out.rows = c.padded_rows();
+  // Packed (where the attention takes packed rows: a GPU in half precision): the routed rows are gathered without
+  // padding and stay so through the projections, rotary embedding and attention, and are put back with one copy.
+  const bool packed = c.max_len > 0 && packed_rows_active(n, hd);
+  out.rows = packed ? static_cast<double>(c.total) : c.padded_rows();
 
   const auto& w = attn->qkv->weight;  // rows [W_Q; W_K; W_V]
   const auto& b = attn->qkv->bias;
@@ -188,8 +191,21 @@ torch::Tensor DTRNetLayerImpl::attend_compact(const torch::Tensor& n, const torc
   // heads it serves exactly as repeat_kv does (query head h reads KV head h / n_rep).
   torch::Tensor v_all;  // (B, T, Hkv hd)
   if (vo) v_all = at::linear(n, w_v, b_v);
-  torch::Tensor routed_heads;  // (B, K, C)
-  if (c.max_len > 0) {
+  torch::Tensor routed_heads;  // (B, K, C), or (total, C) packed
+  if (packed) {
+    const auto N = c.total;
+    const auto n_r = gather_packed(n, c);           // (N, C)
+    const auto qk = at::linear(n_r, w_qk, b_qk);    // (N, (H + Hkv) hd)
+    // Each row is a sequence of one token to the rotary kernel ((N, heads, 1, hd) at positions (N, 1)), so that its
+    // contiguous output is already the (N, heads, hd) layout of packed attention.
+    auto q = qk.narrow(-1, 0, H * hd).view({N, H, 1, hd});
+    auto k = qk.narrow(-1, H * hd, Hkv * hd).view({N, Hkv, 1, hd});
+    if (attn->rope.defined()) std::tie(q, k) = attn->rope.apply(q, k, packed_positions(positions, c).view({N, 1}));
+    const auto v_r = vo ? gather_packed(v_all, c) : at::linear(n_r, w_v, b_v);  // (N, Hkv hd)
+    routed_heads = packed_causal_attention(q.view({N, H, hd}), k.view({N, Hkv, hd}), v_r.view({N, Hkv, hd}),
+                                           c.lengths, attn->options.dropout(), is_training(), &out.pairs)
+                       .reshape({N, C});
+  } else if (c.max_len > 0) {
     const auto K = c.max_len;
     const auto n_r = gather_rows(n, c);                    // (B, K, C)
     const auto qk = at::linear(n_r, w_qk, b_qk);           // (B, K, (H + Hkv) hd)
@@ -202,6 +218,9 @@ torch::Tensor DTRNetLayerImpl::attend_compact(const torch::Tensor& n, const torc
                        .transpose(1, 2)
                        .reshape({B, K, C});  // (B, K, C)
   }
+  const auto put = [&](const torch::Tensor& base, const torch::Tensor& rows) {  // the routed rows into base
+    return packed ? scatter_packed(base, c, rows) : scatter_rows(base, c, rows);
+  };
   if (vo && Hkv < H) {
     // Grouped heads: W_O applied to a KV head repeated n_rep times is W_O with those heads' column blocks summed, so
     // bypass tokens take a (Hkv hd -> C) product of their values (no repeated heads built) and only the routed rows
@@ -210,16 +229,16 @@ torch::Tensor DTRNetLayerImpl::attend_compact(const torch::Tensor& n, const torc
     const auto& b_o = attn->proj->bias;
     const auto folded = w_o.view({C, Hkv, H / Hkv, hd}).sum(2).reshape({C, Hkv * hd});
     const auto bypass = at::linear(v_all, folded, b_o.defined() ? c10::optional<at::Tensor>(b_o) : c10::nullopt);
-    return routed_heads.defined() ? scatter_rows(bypass, c, linear(routed_heads, attn->proj)) : bypass;
+    return routed_heads.defined() ? put(bypass, linear(routed_heads, attn->proj)) : bypass;
   }
   if (vo) {
     auto heads = v_all;  // (B, T, C): with as many KV heads as query heads, each token's own value is its heads
-    if (routed_heads.defined()) heads = scatter_rows(heads, c, routed_heads);
+    if (routed_heads.defined()) heads = put(heads, routed_heads);
     return linear(heads, attn->proj);  // (B, T, C): one W_O over every token
   }
   // w/o-VO: only routed tokens are projected; bypass tokens get no update.
   const auto zeros = torch::zeros({B, T, C}, n.options());
-  return routed_heads.defined() ? scatter_rows(zeros, c, linear(routed_heads, attn->proj)) : zeros;
+  return routed_heads.defined() ? put(zeros, linear(routed_heads, attn->proj)) : zeros;
 }
 
 torch::Tensor DTRNetLayerImpl::attend_masked(const torch::Tensor& n, const torch::Tensor& positions,

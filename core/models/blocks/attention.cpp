@@ -15,6 +15,7 @@
 
 #include <ATen/Context.h>
 #include <ATen/Parallel.h>
+#include <ATen/autocast_mode.h>
 #include <ATen/record_function.h>
 #include <torch/version.h>
 
@@ -354,6 +355,48 @@ bool varlen_attention_active(const torch::Device& device, torch::ScalarType type
 #else
   return false;
 #endif
+}
+
+namespace {
+thread_local bool t_force_packed_rows = false;
+}  // namespace
+
+ForcePackedRows::ForcePackedRows() : previous_(t_force_packed_rows) { t_force_packed_rows = true; }
+ForcePackedRows::~ForcePackedRows() { t_force_packed_rows = previous_; }
+
+bool packed_rows_active(const torch::Tensor& x, std::int64_t head_dim) {
+  if (t_force_packed_rows) return true;
+  auto type = x.scalar_type();
+#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 4)
+  if (x.is_cuda() && at::autocast::is_autocast_enabled(at::kCUDA)) type = at::autocast::get_autocast_dtype(at::kCUDA);
+#endif
+  return varlen_attention_active(x.device(), type, head_dim);
+}
+
+torch::Tensor packed_causal_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
+                                      const std::vector<std::int64_t>& lengths, double dropout, bool training,
+                                      double* pairs) {
+#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 3)
+  if (varlen_attention_active(q.device(), q.scalar_type(), q.size(2))) {
+    const bool dropping = training && dropout > 0;
+    const auto attend = [&] {
+      const auto packing = varlen_packing(lengths, 0, q.device(), /*with_rows=*/false);
+      return std::get<0>(at::_flash_attention_forward(q, k, v, packing.starts, packing.starts, packing.longest,
+                                                      packing.longest, dropping ? dropout : 0.0, /*is_causal=*/true,
+                                                      /*return_debug_mask=*/false));
+    };
+    if (auto out = varlen_kernel().attempt(attend)) {
+      if (pairs) *pairs = squared_lengths(lengths, static_cast<std::int64_t>(lengths.size()), 0);
+      return *out;
+    }
+  }
+#endif
+  // Elsewhere: padded to the longest sequence (the padding after every real row), attended, packed back.
+  const auto K = lengths.empty() ? 0 : *std::max_element(lengths.begin(), lengths.end());
+  const auto packing = varlen_packing(lengths, K, q.device());
+  const auto padded = [&](const torch::Tensor& x) { return unpack_rows(x, packing); };  // (B, heads, K, hd)
+  return pack_rows(causal_attention(padded(q), padded(k), padded(v), dropout, training, lengths, pairs),
+                   packing);  // (total, H, hd)
 }
 
 torch::Tensor causal_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,

@@ -76,6 +76,33 @@ torch::Tensor causal_attention(const torch::Tensor& q, const torch::Tensor& k, c
 /// with a warning.
 bool varlen_attention_active(const torch::Device& device, torch::ScalarType type, std::int64_t head_dim);
 
+/// Causal attention within packed sequences: q (total, H, hd), k and v (total, Hkv, hd) with last dimensions
+/// contiguous, sequence b holding lengths[b] consecutive rows (no padding). -> (total, H, hd). On a GPU in half
+/// precision, flash attention reads the rows where they are (cumulative lengths, grouped heads natively); elsewhere
+/// the rows are padded to the longest sequence for causal_attention and packed back. `pairs` as there.
+torch::Tensor packed_causal_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
+                                      const std::vector<std::int64_t>& lengths, double dropout = 0.0,
+                                      bool training = false, double* pairs = nullptr);
+
+/// Whether a routed layer should keep its compacted rows packed (gathered without padding, projected, attended by
+/// packed_causal_attention, put back) for projections reading `x` on its device and heads of `head_dim`: where the
+/// attention takes them packed (varlen_attention_active for the type the projections write under autocast), or while
+/// a ForcePackedRows is alive on this thread.
+bool packed_rows_active(const torch::Tensor& x, std::int64_t head_dim);
+
+/// While alive, packed_rows_active is true on this thread: tests run the packed path on the CPU, where its attention
+/// pads internally.
+class ForcePackedRows {
+ public:
+  ForcePackedRows();
+  ~ForcePackedRows();
+  ForcePackedRows(const ForcePackedRows&) = delete;
+  ForcePackedRows& operator=(const ForcePackedRows&) = delete;
+
+ private:
+  bool previous_;
+};
+
 /// y = x W^T + b through at::linear (one addmm for contiguous 2-D/3-D input), not the C++ frontend's
 /// functional linear (matmul followed by a separate bias add in LibTorch 1.13).
 torch::Tensor linear(const torch::Tensor& x, const torch::nn::Linear& layer);

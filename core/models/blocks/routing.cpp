@@ -172,6 +172,21 @@ torch::Tensor scatter_rows(const torch::Tensor& base, const Compaction& c, const
   return base.reshape({B * T, C}).index_copy(0, c.real_flat, real).view({B, T, C});
 }
 
+torch::Tensor gather_packed(const torch::Tensor& x, const Compaction& c) {
+  return x.reshape({x.size(0) * x.size(1), x.size(2)}).index_select(0, c.real_flat);
+}
+
+torch::Tensor scatter_packed(const torch::Tensor& base, const Compaction& c, const torch::Tensor& rows) {
+  const auto B = base.size(0), T = base.size(1), C = base.size(2);
+  return base.reshape({B * T, C}).index_copy(0, c.real_flat, rows.to(base.scalar_type())).view({B, T, C});
+}
+
+torch::Tensor packed_positions(const torch::Tensor& positions, const Compaction& c) {
+  if (positions.dim() == 2) return positions.reshape({-1}).index_select(0, c.real_flat);
+  const auto index = c.index.reshape({-1});  // (B K) positions within each sequence, padding included
+  return positions.index_select(0, c.real.defined() ? index.index_select(0, c.real) : index);
+}
+
 torch::Tensor topk_decision(const torch::Tensor& scores, std::int64_t k) { return topk_routing(scores, k).decision; }
 
 TopKRouting topk_routing(const torch::Tensor& scores, std::int64_t k) {

@@ -67,6 +67,13 @@ torch::Tensor gather_rows(const torch::Tensor& x, const Compaction& c);
 /// base with the real rows written into it (its backward: one copy of the gradient with those rows zeroed).
 torch::Tensor scatter_rows(const torch::Tensor& base, const Compaction& c, const torch::Tensor& rows);
 
+/// (B, T, C) -> (total, C): the routed rows packed one sequence after another, without padding (one row gather).
+torch::Tensor gather_packed(const torch::Tensor& x, const Compaction& c);
+/// base (B, T, C) with its routed rows replaced by the packed rows (total, C): one copy of base with them written.
+torch::Tensor scatter_packed(const torch::Tensor& base, const Compaction& c, const torch::Tensor& rows);
+/// The original positions (total) of the packed rows, from positions (T) or (B, T).
+torch::Tensor packed_positions(const torch::Tensor& positions, const Compaction& c);
+
 /// (B, T) bool: the k highest scores of each sequence (expert choice), k clamped to [0, T].
 torch::Tensor topk_decision(const torch::Tensor& scores, std::int64_t k);
 

@@ -14,7 +14,7 @@ std::vector<std::int64_t> real_row_places(const std::vector<std::int64_t>& lengt
 }
 
 VarlenPacking varlen_packing(const std::vector<std::int64_t>& lengths, std::int64_t padded_len,
-                             const torch::Device& device) {
+                             const torch::Device& device, bool with_rows) {
   VarlenPacking p;
   p.batch = static_cast<std::int64_t>(lengths.size());
   p.padded_len = padded_len;
@@ -24,8 +24,10 @@ VarlenPacking varlen_packing(const std::vector<std::int64_t>& lengths, std::int6
     starts.push_back(starts.back() + static_cast<std::int32_t>(n));
     p.longest = std::max(p.longest, n);
   }
-  const auto rows = real_row_places(lengths, padded_len);
-  p.rows = copy_to_device(torch::tensor(rows, torch::TensorOptions().dtype(torch::kLong)), device);
+  if (with_rows) {
+    const auto rows = real_row_places(lengths, padded_len);
+    p.rows = copy_to_device(torch::tensor(rows, torch::TensorOptions().dtype(torch::kLong)), device);
+  }
   p.starts = copy_to_device(torch::tensor(starts, torch::TensorOptions().dtype(torch::kInt)), device);
   return p;
 }

@@ -20,9 +20,10 @@ struct VarlenPacking {
 /// Compaction::real.
 std::vector<std::int64_t> real_row_places(const std::vector<std::int64_t>& lengths, std::int64_t padded_len);
 
-/// Built on the host from the lengths it holds, staged to `device` without waiting for its queue.
+/// Built on the host from the lengths it holds, staged to `device` without waiting for its queue. Without
+/// `with_rows` only the cumulative lengths (rows already packed).
 VarlenPacking varlen_packing(const std::vector<std::int64_t>& lengths, std::int64_t padded_len,
-                             const torch::Device& device);
+                             const torch::Device& device, bool with_rows = true);
 /// (B, heads, K, hd) -> (total, heads, hd)
 torch::Tensor pack_rows(const torch::Tensor& x, const VarlenPacking& packing);
 /// (total, heads, hd) -> (B, heads, K, hd), zeros on the padding.
