@@ -1,6 +1,7 @@
 // D-LLM's evicting attention through LibTorch's flash attention (LibTorch >= 2.3): the eviction rides in two extra
 // head dimensions, and the flags' gradient comes from a second flash backward over every key.
 #include <cmath>
+#include <vector>
 
 #include <c10/core/impl/LocalDispatchKeySet.h>
 #include <torch/version.h>
@@ -25,13 +26,15 @@ std::int64_t flash_eviction_head_dim(std::int64_t head_dim) { return (head_dim +
 
 #ifdef ROUTELAB_FLASH_EVICTION
 
-/// x (B, H, T, hd) followed by the columns `extra` (B, H, T, 2) and zeros up to `padded`.
+/// x (B, H, T, hd) followed by the columns `extra` (B, H, T, 2) and zeros up to `padded`: one concatenation (the
+/// zeros a broadcast column block), each element written once.
 torch::Tensor with_columns(const torch::Tensor& x, const torch::Tensor& extra, std::int64_t padded) {
-  const auto hd = x.size(3);
-  auto out = torch::zeros({x.size(0), x.size(1), x.size(2), padded}, x.options());
-  out.narrow(3, 0, hd).copy_(x);
-  if (extra.defined()) out.narrow(3, hd, 2).copy_(extra);
-  return out;
+  const auto B = x.size(0), H = x.size(1), T = x.size(2);
+  const auto rest = padded - x.size(3) - (extra.defined() ? 2 : 0);
+  std::vector<torch::Tensor> parts{x};
+  if (extra.defined()) parts.push_back(extra.to(x.scalar_type()));
+  if (rest > 0) parts.push_back(torch::zeros({1, 1, 1, rest}, x.options()).expand({B, H, T, rest}));
+  return torch::cat(parts, 3);
 }
 
 /// x (fp32) as a pair of `type` values whose sum is x to about 2^-16 relative (hi = x rounded, lo = the rest),
@@ -104,7 +107,7 @@ class FlashEvictingAttentionFunction : public torch::autograd::Function<FlashEvi
             ? flags.clamp_min(0.0).log().clamp_min(kEvictedLogWeight)
             : torch::where(flags.ge(0.5), torch::zeros_like(flags), torch::full_like(flags, kEvictedLogWeight));
     const auto key_columns = split_pair(log_w / scale, type).view({B, 1, T, 2}).expand({B, H, T, 2});
-    const auto qp = with_columns(q, torch::ones({B, H, T, 2}, q.options()), padded);
+    const auto qp = with_columns(q, torch::ones({1, 1, 1, 2}, q.options()).expand({B, H, T, 2}), padded);
     const auto kp = with_columns(k, key_columns, padded);
     const auto vp = with_columns(v, torch::Tensor(), padded);
     const auto f = flash_forward(qp, kp, vp, scale);
@@ -144,8 +147,7 @@ class FlashEvictingAttentionFunction : public torch::autograd::Function<FlashEvi
     torch::Tensor dw;
     if (eviction == Eviction::Multiplicative) {
       const auto delta = (g.to(torch::kFloat) * f.out.narrow(3, 0, hd).to(torch::kFloat)).sum(-1);  // (B, H, T)
-      auto every_key = kp.clone();
-      every_key.narrow(3, hd, padded - hd).zero_();
+      const auto every_key = with_columns(kp.narrow(3, 0, hd), torch::Tensor(), padded);  // the eviction columns 0
       const auto upstream = with_columns(g, split_pair(-delta, type), padded);
       const auto sums = std::get<2>(flash_backward(f, upstream, qp, every_key, vp, scale)).to(torch::kFloat);
       const auto per_head = (sums.narrow(3, 0, hd) * vp.narrow(3, 0, hd).to(torch::kFloat)).sum(-1) +
