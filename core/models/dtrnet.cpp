@@ -161,14 +161,14 @@ torch::Tensor DTRNetLayerImpl::attend_compact(const torch::Tensor& n, const torc
   const auto B = n.size(0), T = n.size(1), C = n.size(2);
   const auto H = attn->options.n_head(), Hkv = attn->kv_heads(), hd = attn->head_dim();
   auto decision = decision_in;
-  auto c = known ? *known : compact(decision);
+  auto c = known ? *known : compact(decision, 0, /*with_valid=*/false);  // the attention reads the lengths
   if (c.total == 0 && is_training() && options.routing() == DtrRouting::Token && options.fallback_fraction() > 0) {
     // Reference code (paper silent): a batch that routes nothing trains a random 15% of its tokens through
     // attention so the attention weights keep receiving gradient. Inference allows an all-bypass layer.
     const auto picked = std::max<std::int64_t>(1, static_cast<std::int64_t>(options.fallback_fraction() * B * T));
     const auto chosen = torch::randperm(B * T, decision.options().dtype(torch::kLong)).narrow(0, 0, picked);
     decision = torch::zeros({B * T}, decision.options()).index_fill(0, chosen, true).view({B, T});
-    c = compact(decision);
+    c = compact(decision, 0, /*with_valid=*/false);
   }
   out.decision = decision;
   out.routed = c.total;
@@ -329,7 +329,7 @@ ModelOutput DTRNet::forward(const torch::Tensor& tokens, bool trace) {
       t.gate = r.gate_attn.detach();
       t.decision = r.decision;
       t.routed_fraction = load;
-      t.aux_loss = l1.item<double>();
+      t.on_device["aux_loss"] = l1.detach();  // read back with the other layers' after the last layer
       t.tokens_processed = {{"attn", r.routed},
                             {"bypass", dtr_.bypass() == DtrBypass::ValueOutput ? B * T - r.routed : 0},
                             {"mlp", B * T},
@@ -337,13 +337,14 @@ ModelOutput DTRNet::forward(const torch::Tensor& tokens, bool trace) {
       t.flops = routed[i]->flops(B, T, r);
       t.dense_flops = dense_layer_flops(static_cast<double>(B), static_cast<double>(T), shape);
       if (r.predictor_logits.defined())
-        t.stats["predictor_agreement"] = CausalPredictorImpl::agreement(r.predictor_logits.detach(), r.topk);
+        t.on_device["predictor_agreement"] = CausalPredictorImpl::agreement_on_device(r.predictor_logits, r.topk);
       out.trace.push_back(std::move(t));
     }
   }
   torch::Tensor last;
   out.logits = head(x, pending, last);
   record_layer_state(last);
+  if (trace) resolve_on_device(out.trace);
   out.aux_loss = torch::zeros({}, x.options().dtype(torch::kFloat));
   if (is_training()) {  // the routing loss is a training objective only (reference code)
     if (load_sum > 0) out.aux_loss = out.aux_loss + dtr_.aux_coeff() * weighted / load_sum;

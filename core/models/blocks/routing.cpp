@@ -137,7 +137,7 @@ void index_rows(Compaction& c, const torch::Tensor& flat = {}) {
 
 Compaction count_routed(const torch::Tensor& decision) { return count_routed(decision, decision.sum(1)); }
 
-Compaction compact(const torch::Tensor& decision, std::int64_t bucket) {
+Compaction compact(const torch::Tensor& decision, std::int64_t bucket, bool with_valid) {
   const auto B = decision.size(0), T = decision.size(1);
   const auto counts = decision.sum(1);  // (B), on the decision's device: `valid` is built from it without a copy back
   // Every sequence's order, queued before the counts are read back: a GPU's queue is empty after that wait until the
@@ -150,7 +150,8 @@ Compaction compact(const torch::Tensor& decision, std::int64_t bucket) {
   if (bucket <= 0) bucket = decision.is_cuda() ? kCudaCompactionBucket : 1;
   if (bucket > 1 && c.max_len > 0) c.max_len = std::min(T, (c.max_len + bucket - 1) / bucket * bucket);
   c.index = order.narrow(1, 0, c.max_len);  // (B, K)
-  c.valid = torch::arange(c.max_len, counts.options()).unsqueeze(0) < counts.unsqueeze(1);  // (B, K)
+  if (with_valid)
+    c.valid = torch::arange(c.max_len, counts.options()).unsqueeze(0) < counts.unsqueeze(1);  // (B, K)
   index_rows(c, flat.narrow(1, 0, c.max_len));
   return c;
 }

@@ -55,7 +55,9 @@ constexpr std::int64_t kCudaCompactionBucket = 64;
 
 /// decision: (B, T) bool. One host sync (the per-sequence counts). `bucket` > 0 rounds K up to its multiple (the extra
 /// rows are padding: valid false, after every real row); 0 picks kCudaCompactionBucket on CUDA and 1 elsewhere.
-Compaction compact(const torch::Tensor& decision, std::int64_t bucket = 0);
+/// Without `with_valid` the mask `valid` is left undefined (two launches fewer after the wait, for callers that read
+/// the lengths instead).
+Compaction compact(const torch::Tensor& decision, std::int64_t bucket = 0, bool with_valid = true);
 /// Only the counts of a Compaction (lengths, max_len, total, sum_sq): one host sync, no index built.
 Compaction count_routed(const torch::Tensor& decision);
 /// The original positions (B, K) of the compacted tokens, from positions (T) or (B, T).
