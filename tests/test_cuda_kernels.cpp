@@ -148,115 +148,62 @@ class TestCudaKernels : public QObject {
   }
 
   void addNormBackwardMatchesAutograd() {
-    // 300 rows: three weight-gradient slices of 100; C 200: a partial column block. Both outputs feed the loss, as
-    // in a block where s continues the residual stream and norm(s) enters the next matrix product.
+    // 260 rows: three weight-gradient slices (87, 87, 86); C 136: a partial column block. Both outputs feed the loss,
+    // as in a block where s continues the residual stream and norm(s) enters the next matrix product. Gated,
+    // s = x + g y with one gate per row (a router's score on a token's update), the gate's gradient is checked too.
     torch::manual_seed(3);
-    for (const bool rms : {false, true})
-      for (const auto y_type : {torch::kFloat, torch::kBFloat16})
-        for (const auto out_type : {torch::kFloat, torch::kBFloat16}) {
-          const bool big = !rms && y_type == torch::kBFloat16 && out_type == torch::kBFloat16;
-          const std::int64_t rows = big ? 300 : 5, C = big ? 200 : 96;
-          const auto x0 = torch::randn({rows, C}) * 2, y0 = torch::randn({rows, C}).to(y_type);
-          const auto w0 = torch::rand({C}) + 0.5, b0 = rms ? torch::Tensor() : torch::randn({C});
-          const auto r_out = torch::randn({rows, C}), r_sum = torch::randn({rows, C});
-          auto x = x0.clone().requires_grad_(), y = y0.clone().requires_grad_(), w = w0.clone().requires_grad_();
-          auto b = rms ? torch::Tensor() : b0.clone().requires_grad_();
-          const auto [sum, out] = fused_add_norm(x, y, FusedNormSpec{w, b, 1e-5, rms, out_type});
-          ((out.to(torch::kFloat) * r_out).sum() + (sum * r_sum).sum()).backward();
+    for (const bool gated : {false, true})
+      for (const bool rms : {false, true})
+        for (const auto y_type : {torch::kFloat, torch::kBFloat16})
+          for (const auto out_type : {torch::kFloat, torch::kBFloat16}) {
+            const bool big = rms == gated && y_type == torch::kBFloat16 && out_type == torch::kBFloat16;
+            const std::int64_t rows = big ? 260 : 5, C = big ? 136 : 96;
+            const auto x0 = torch::randn({rows, C}) * 2, y0 = torch::randn({rows, C}).to(y_type);
+            const auto g0 = gated ? torch::rand({rows}) : torch::Tensor();
+            const auto w0 = torch::rand({C}) + 0.5, b0 = rms ? torch::Tensor() : torch::randn({C});
+            const auto r_out = torch::randn({rows, C}), r_sum = torch::randn({rows, C});
+            auto x = x0.clone().requires_grad_(), y = y0.clone().requires_grad_(), w = w0.clone().requires_grad_();
+            auto g = gated ? g0.clone().requires_grad_() : torch::Tensor();
+            auto b = rms ? torch::Tensor() : b0.clone().requires_grad_();
+            const auto [sum, out] = fused_add_norm(x, y, FusedNormSpec{w, b, 1e-5, rms, out_type}, g);
+            ((out.to(torch::kFloat) * r_out).sum() + (sum * r_sum).sum()).backward();
 
-          auto xd = x0.to(torch::kDouble).requires_grad_(), yd = y0.to(torch::kDouble).requires_grad_();
-          auto wd = w0.to(torch::kDouble).requires_grad_();
-          auto bd = rms ? torch::Tensor() : b0.to(torch::kDouble).requires_grad_();
-          const auto sd = xd + yd;
-          auto outd = reference_norm(sd, wd, bd, 1e-5, rms);
-          // The fused backward reads the output's gradient in the output's type, as autograd hands it over.
-          const auto g_out = r_out.to(out_type).to(torch::kDouble);
-          ((outd * g_out).sum() + (sd * r_sum.to(torch::kDouble)).sum()).backward();
+            auto xd = x0.to(torch::kDouble).requires_grad_(), yd = y0.to(torch::kDouble).requires_grad_();
+            auto gd = gated ? g0.to(torch::kDouble).requires_grad_() : torch::Tensor();
+            auto wd = w0.to(torch::kDouble).requires_grad_();
+            auto bd = rms ? torch::Tensor() : b0.to(torch::kDouble).requires_grad_();
+            const auto sd = gated ? xd + gd.unsqueeze(-1) * yd : xd + yd;
+            auto outd = reference_norm(sd, wd, bd, 1e-5, rms);
+            // The fused backward reads the output's gradient in the output's type, as autograd hands it over.
+            const auto g_out = r_out.to(out_type).to(torch::kDouble);
+            ((outd * g_out).sum() + (sd * r_sum.to(torch::kDouble)).sum()).backward();
 
-          const auto label = QString("rms %1 y %2 out %3 rows %4")
-                                 .arg(rms)
-                                 .arg(c10::toString(y_type))
-                                 .arg(c10::toString(out_type))
-                                 .arg(rows)
-                                 .toStdString();
-          QVERIFY2(x.grad().scalar_type() == torch::kFloat && y.grad().scalar_type() == y_type, label.c_str());
-          const auto scale = xd.grad().abs().max().item<double>();
-          QVERIFY2(max_abs_diff(x.grad(), xd.grad()) < 1e-5 * scale, label.c_str());
-          if (y_type == torch::kFloat)
-            QVERIFY2(max_abs_diff(y.grad(), yd.grad()) < 1e-5 * scale, label.c_str());
-          else
-            QVERIFY2(bf16_ulps(y.grad(), yd.grad()) <= 1.0, label.c_str());
-          const auto w_scale = wd.grad().abs().max().item<double>();
-          QVERIFY2(max_abs_diff(w.grad(), wd.grad()) < 1e-5 * w_scale, label.c_str());
-          if (!rms) QVERIFY2(max_abs_diff(b.grad(), bd.grad()) < 1e-5 * bd.grad().abs().max().item<double>(), label.c_str());
-        }
-  }
-
-  void gatedAddNormMatchesAutograd() {
-    // s = x + gate y with one gate per row (a router's score on a token's update): forward and every gradient, the
-    // gate's included, against the same arithmetic in double; 300 rows in one case (three weight-gradient slices).
-    torch::manual_seed(4);
-    for (const bool rms : {false, true})
-      for (const auto y_type : {torch::kFloat, torch::kBFloat16})
-        for (const auto out_type : {torch::kFloat, torch::kBFloat16}) {
-          const bool big = rms && y_type == torch::kBFloat16 && out_type == torch::kBFloat16;
-          const std::int64_t rows = big ? 300 : 6, C = big ? 200 : 300;
-          const auto x0 = torch::randn({rows, C}) * 2, y0 = torch::randn({rows, C}).to(y_type);
-          const auto g0 = torch::rand({rows}), w0 = torch::rand({C}) + 0.5;
-          const auto b0 = rms ? torch::Tensor() : torch::randn({C});
-          const auto r_out = torch::randn({rows, C}), r_sum = torch::randn({rows, C});
-          auto x = x0.clone().requires_grad_(), y = y0.clone().requires_grad_(), g = g0.clone().requires_grad_();
-          auto w = w0.clone().requires_grad_();
-          auto b = rms ? torch::Tensor() : b0.clone().requires_grad_();
-          const auto [sum, out] = fused_add_norm(x, y, FusedNormSpec{w, b, 1e-5, rms, out_type}, g);
-          ((out.to(torch::kFloat) * r_out).sum() + (sum * r_sum).sum()).backward();
-
-          auto xd = x0.to(torch::kDouble).requires_grad_(), yd = y0.to(torch::kDouble).requires_grad_();
-          auto gd = g0.to(torch::kDouble).requires_grad_(), wd = w0.to(torch::kDouble).requires_grad_();
-          auto bd = rms ? torch::Tensor() : b0.to(torch::kDouble).requires_grad_();
-          const auto sd = xd + gd.unsqueeze(-1) * yd;
-          const auto outd = reference_norm(sd, wd, bd, 1e-5, rms);
-          ((outd * r_out.to(out_type).to(torch::kDouble)).sum() + (sd * r_sum.to(torch::kDouble)).sum()).backward();
-
-          const auto label = QString("rms %1 y %2 out %3 rows %4")
-                                 .arg(rms)
-                                 .arg(c10::toString(y_type))
-                                 .arg(c10::toString(out_type))
-                                 .arg(rows)
-                                 .toStdString();
-          QVERIFY2(max_abs_diff(sum, sd) < 1e-5, label.c_str());
-          if (out_type == torch::kFloat)
-            QVERIFY2(max_abs_diff(out, outd) < 2e-5, label.c_str());
-          else
-            QVERIFY2(bf16_ulps(out, outd) <= 1.0, label.c_str());
-          QVERIFY2(x.grad().scalar_type() == torch::kFloat && y.grad().scalar_type() == y_type &&
-                       g.grad().scalar_type() == torch::kFloat,
-                   label.c_str());
-          const auto scale = xd.grad().abs().max().item<double>();
-          QVERIFY2(max_abs_diff(x.grad(), xd.grad()) < 1e-5 * scale, label.c_str());
-          if (y_type == torch::kFloat)
-            QVERIFY2(max_abs_diff(y.grad(), yd.grad()) < 1e-5 * scale, label.c_str());
-          else
-            QVERIFY2(bf16_ulps(y.grad(), yd.grad()) <= 1.0, label.c_str());
-          const auto g_scale = gd.grad().abs().max().item<double>();
-          QVERIFY2(max_abs_diff(g.grad(), gd.grad()) < 1e-5 * g_scale, label.c_str());
-          QVERIFY2(max_abs_diff(w.grad(), wd.grad()) < 1e-5 * wd.grad().abs().max().item<double>(), label.c_str());
-          if (!rms)
-            QVERIFY2(max_abs_diff(b.grad(), bd.grad()) < 1e-5 * bd.grad().abs().max().item<double>(), label.c_str());
-        }
-    // Only the sum used: the gradient reaches x, y (scaled by the gate) and the gate, not the weight.
-    const auto x = torch::randn({4, 64}).requires_grad_(), y = torch::randn({4, 64}).requires_grad_();
-    const auto g = torch::rand({4}).requires_grad_(), w = torch::ones({64}).requires_grad_();
-    const auto [sum, out] = fused_add_norm(x, y, FusedNormSpec{w, {}, 1e-5, true, torch::kFloat}, g);
-    (sum * 3).sum().backward();
-    QCOMPARE(max_abs_diff(x.grad(), torch::full({4, 64}, 3.0)), 0.0);
-    QVERIFY(max_abs_diff(y.grad(), 3 * g.detach().unsqueeze(-1).expand({4, 64})) < 1e-6);
-    QVERIFY(max_abs_diff(g.grad(), 3 * y.detach().sum(-1)) < 1e-4);
-    // A gate of another shape is refused by name.
-    QVERIFY(test::error_of<ConfigError>([&] {
-              fused_add_norm(x.detach(), y.detach(), FusedNormSpec{w.detach(), {}, 1e-5, true, torch::kFloat},
-                             torch::ones({3}));
-            }).find("gate") != std::string::npos);
+            const auto label = QString("gated %1 rms %2 y %3 out %4 rows %5")
+                                   .arg(gated)
+                                   .arg(rms)
+                                   .arg(c10::toString(y_type))
+                                   .arg(c10::toString(out_type))
+                                   .arg(rows)
+                                   .toStdString();
+            QVERIFY2(max_abs_diff(sum, sd) < 1e-5, label.c_str());
+            QVERIFY2(out_type == torch::kFloat ? max_abs_diff(out, outd) < 2e-5 : bf16_ulps(out, outd) <= 1.0,
+                     label.c_str());
+            QVERIFY2(x.grad().scalar_type() == torch::kFloat && y.grad().scalar_type() == y_type, label.c_str());
+            const auto scale = xd.grad().abs().max().item<double>();
+            QVERIFY2(max_abs_diff(x.grad(), xd.grad()) < 1e-5 * scale, label.c_str());
+            if (y_type == torch::kFloat)
+              QVERIFY2(max_abs_diff(y.grad(), yd.grad()) < 1e-5 * scale, label.c_str());
+            else
+              QVERIFY2(bf16_ulps(y.grad(), yd.grad()) <= 1.0, label.c_str());
+            if (gated)
+              QVERIFY2(g.grad().scalar_type() == torch::kFloat &&
+                           max_abs_diff(g.grad(), gd.grad()) < 1e-5 * gd.grad().abs().max().item<double>(),
+                       label.c_str());
+            const auto w_scale = wd.grad().abs().max().item<double>();
+            QVERIFY2(max_abs_diff(w.grad(), wd.grad()) < 1e-5 * w_scale, label.c_str());
+            if (!rms)
+              QVERIFY2(max_abs_diff(b.grad(), bd.grad()) < 1e-5 * bd.grad().abs().max().item<double>(), label.c_str());
+          }
   }
 
   void addNormSumOnlyPassesTheGradientThrough() {
@@ -267,6 +214,13 @@ class TestCudaKernels : public QObject {
     QCOMPARE(max_abs_diff(x.grad(), torch::full({4, 64}, 3.0)), 0.0);
     QCOMPARE(max_abs_diff(y.grad(), torch::full({4, 64}, 3.0)), 0.0);
     QVERIFY(!w.grad().defined() || w.grad().abs().max().item<double>() == 0.0);
+    // Gated: the gradient reaches x, y (scaled by the gate) and the gate, not the weight.
+    const auto xg = torch::randn({4, 64}).requires_grad_(), yg = torch::randn({4, 64}).requires_grad_();
+    const auto g = torch::rand({4}).requires_grad_(), wg = torch::ones({64}).requires_grad_();
+    (fused_add_norm(xg, yg, FusedNormSpec{wg, {}, 1e-5, true, torch::kFloat}, g).first * 3).sum().backward();
+    QCOMPARE(max_abs_diff(xg.grad(), torch::full({4, 64}, 3.0)), 0.0);
+    QVERIFY(max_abs_diff(yg.grad(), 3 * g.detach().unsqueeze(-1).expand({4, 64})) < 1e-6);
+    QVERIFY(max_abs_diff(g.grad(), 3 * yg.detach().sum(-1)) < 1e-4);
   }
 
   void noRowsGiveZeroGradients() {  // a compacted batch where no token runs the block
@@ -324,6 +278,9 @@ class TestCudaKernels : public QObject {
                 .find("x's shape") != std::string::npos);
     QVERIFY(test::error_of<ConfigError>([&] { fused_norm(torch::ones({2, 6}), spec); }).find("width") !=
             std::string::npos);
+    QVERIFY(test::error_of<ConfigError>([&] {
+              fused_add_norm(torch::ones({2, 8}), torch::ones({2, 8}), spec, torch::ones({3}));
+            }).find("gate") != std::string::npos);
     const FusedNormSpec rms_with_bias{w, torch::zeros({8}), 1e-5, true, torch::kFloat};
     QVERIFY(test::error_of<ConfigError>([&] { fused_norm(torch::ones({2, 8}), rms_with_bias); }).find("no bias") !=
             std::string::npos);
