@@ -61,11 +61,7 @@ bool kernel_breakdowns(const torch::Device& device) {
   return device.is_cuda() && kernel_profiling_unavailable().empty();
 }
 
-struct Profile {
-  std::vector<std::pair<std::string, double>> classes_ms;
-  double launches = 0;  ///< ForwardBenchRow::launches
-  std::vector<ForwardBenchRow::Kernel> top_kernels;
-};
+using Profile = ForwardBenchRow::Profile;
 
 /// Median over `runs` profiled calls of `run` (a forward or a training step) of the ms of each class (one call is
 /// too noisy on a shared machine) and of what a call launches: kernel classes and kernels on a GPU
@@ -230,13 +226,8 @@ ForwardBenchResult bench_forward(const ForwardBenchOptions& in) {
         if (row.quotient > o.breakdown_threshold && T >= o.breakdown_min_seq) {
           if (dense_profile.classes_ms.empty())
             dense_profile = profile(runs[0], device, std::max(3, o.reps), o.kernels);
-          const auto p = profile(runs[i + 1], device, std::max(3, o.reps), o.kernels);
-          row.breakdown = p.classes_ms;
-          row.launches = p.launches;
-          row.top_kernels = p.top_kernels;
-          row.dense_breakdown = dense_profile.classes_ms;
-          row.dense_launches = dense_profile.launches;
-          row.dense_top_kernels = dense_profile.top_kernels;
+          row.profile = profile(runs[i + 1], device, std::max(3, o.reps), o.kernels);
+          row.dense_profile = dense_profile;
         }
         result.rows.push_back(std::move(row));
       }
@@ -274,11 +265,11 @@ std::string ForwardBenchResult::to_table() const {
     s << std::setw(6) << r.seq << std::setw(8) << std::setprecision(2) << r.target << std::setw(8) << r.arch
       << std::setw(8) << std::setprecision(3) << r.fraction << std::setw(11) << std::setprecision(1) << r.dense_ms
       << std::setw(11) << r.ms << std::setw(11) << std::setprecision(3) << r.time_ratio << std::setw(12)
-      << r.flops_ratio << std::setw(10) << r.quotient << (r.breakdown.empty() ? "" : "  *") << "\n";
+      << r.flops_ratio << std::setw(10) << r.quotient << (r.profile.classes_ms.empty() ? "" : "  *") << "\n";
   }
   bool any = false;
   for (const auto& r : rows) {
-    if (r.breakdown.empty()) continue;
+    if (r.profile.classes_ms.empty()) continue;
     if (!any)
       s << "\n* quotient above " << o.breakdown_threshold << " at T >= " << o.breakdown_min_seq
         << (kernel_breakdowns
@@ -294,11 +285,12 @@ std::string ForwardBenchResult::to_table() const {
         << "\n";
     any = true;
     s << "T " << r.seq << ", target " << std::setprecision(2) << r.target << ", " << r.arch << " (quotient "
-      << std::setprecision(2) << r.quotient << "; " << std::setprecision(0) << r.launches
-      << (kernel_breakdowns ? " kernels" : " top-level ops") << " a call, dense " << r.dense_launches << "):\n";
+      << std::setprecision(2) << r.quotient << "; " << std::setprecision(0) << r.profile.launches
+      << (kernel_breakdowns ? " kernels" : " top-level ops") << " a call, dense " << r.dense_profile.launches
+      << "):\n";
     std::map<std::string, std::pair<double, double>> merged;
-    for (const auto& [k, v] : r.breakdown) merged[k].first = v;
-    for (const auto& [k, v] : r.dense_breakdown) merged[k].second = v;
+    for (const auto& [k, v] : r.profile.classes_ms) merged[k].first = v;
+    for (const auto& [k, v] : r.dense_profile.classes_ms) merged[k].second = v;
     for (const auto& [k, v] : merged)
       s << "    " << std::left << std::setw(58) << k << std::right << std::setw(10) << std::setprecision(1) << v.first
         << " ms   dense " << std::setw(10) << v.second << " ms\n";
@@ -311,8 +303,8 @@ std::string ForwardBenchResult::to_table() const {
         s << "      " << std::setw(8) << std::setprecision(2) << k.ms << std::setw(7) << k.calls << "  " << name << "\n";
       }
     };
-    kernel_lines(r.top_kernels, r.arch);
-    kernel_lines(r.dense_top_kernels, "dense");
+    kernel_lines(r.profile.top_kernels, r.arch);
+    kernel_lines(r.dense_profile.top_kernels, "dense");
   }
   return s.str();
 }
@@ -323,11 +315,11 @@ nlohmann::json ForwardBenchResult::to_json() const {
     nlohmann::json j = {{"seq", r.seq},         {"target", r.target},       {"arch", r.arch},
                         {"routed", r.fraction}, {"dense_ms", r.dense_ms},   {"ms", r.ms},
                         {"time_ratio", r.time_ratio}, {"flops_ratio", r.flops_ratio}, {"quotient", r.quotient}};
-    if (!r.breakdown.empty()) {
-      for (const auto& [k, v] : r.breakdown) j["breakdown_ms"][k] = v;
-      for (const auto& [k, v] : r.dense_breakdown) j["dense_breakdown_ms"][k] = v;
-      j["launches"] = r.launches;
-      j["dense_launches"] = r.dense_launches;
+    if (!r.profile.classes_ms.empty()) {
+      for (const auto& [k, v] : r.profile.classes_ms) j["breakdown_ms"][k] = v;
+      for (const auto& [k, v] : r.dense_profile.classes_ms) j["dense_breakdown_ms"][k] = v;
+      j["launches"] = r.profile.launches;
+      j["dense_launches"] = r.dense_profile.launches;
     }
     rows_json.push_back(std::move(j));
   }

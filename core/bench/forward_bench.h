@@ -55,19 +55,21 @@ struct ForwardBenchRow {
   double time_ratio = 0;      ///< ms / dense_ms
   double flops_ratio = 0;     ///< sum LayerTrace::flops / sum dense_flops of the timed forward
   double quotient = 0;        ///< time_ratio / flops_ratio (1 = time follows FLOPs)
-  /// where quotient > threshold at a long sequence: op class -> ms for this model and for dense
-  std::vector<std::pair<std::string, double>> breakdown, dense_breakdown;
-  /// with a breakdown: what one call launches, for this model and for dense (median over the profiled calls): GPU
-  /// kernels, memory copies and fills (kernel_breakdowns), else top-level ops on the host
-  double launches = 0, dense_launches = 0;
-  /// with GPU kernel breakdowns and ForwardBenchOptions::kernels: the longest kernels of one profiled call, longest
-  /// first (name, ms, calls)
+  /// Where one call's time goes (a breakdown): op or kernel class -> ms, what the call launches (GPU kernels, memory
+  /// copies and fills where ForwardBenchResult::kernel_breakdowns, else top-level ops on the host; medians over the
+  /// profiled calls) and, with ForwardBenchOptions::kernels on a GPU, its longest kernels (longest first).
   struct Kernel {
     std::string name;
     double ms = 0;
     std::int64_t calls = 0;
   };
-  std::vector<Kernel> top_kernels, dense_top_kernels;
+  struct Profile {
+    std::vector<std::pair<std::string, double>> classes_ms;
+    double launches = 0;
+    std::vector<Kernel> top_kernels;
+  };
+  /// where quotient > threshold at a long sequence: this model's call and dense's (classes_ms empty otherwise)
+  Profile profile, dense_profile;
 };
 
 struct ForwardBenchResult {
