@@ -38,15 +38,8 @@ torch::Tensor cat_defined(const std::vector<torch::Tensor>& parts) {
 
 }  // namespace
 
-namespace {
-thread_local bool t_defer_readback = false;
-}  // namespace
-
-DeferredTraceReadback::DeferredTraceReadback() : previous_(t_defer_readback) { t_defer_readback = true; }
-DeferredTraceReadback::~DeferredTraceReadback() { t_defer_readback = previous_; }
-
 void resolve_on_device(std::vector<LayerTrace>& trace) {
-  if (t_defer_readback) return;
+  if (DeferredTraceReadback::active()) return;
   std::vector<torch::Tensor> values;
   for (const auto& t : trace)
     for (const auto& [key, v] : t.on_device) values.push_back(v.detach().reshape({}).to(torch::kDouble));

@@ -10,6 +10,8 @@
 #include <nlohmann/json.hpp>
 #include <torch/torch.h>
 
+#include "core/util/thread_flag.h"
+
 namespace routelab {
 
 class DecodeState;   // core/inference/kv_cache.h
@@ -41,16 +43,7 @@ void resolve_on_device(std::vector<LayerTrace>& trace);
 
 /// While alive, resolve_on_device leaves the values on the device: a step being captured as a CUDA graph must not
 /// wait for it (core/train/cuda_graph_step.h resolves the trace after each replay instead).
-class DeferredTraceReadback {
- public:
-  DeferredTraceReadback();
-  ~DeferredTraceReadback();
-  DeferredTraceReadback(const DeferredTraceReadback&) = delete;
-  DeferredTraceReadback& operator=(const DeferredTraceReadback&) = delete;
-
- private:
-  bool previous_;
-};
+using DeferredTraceReadback = ScopedThreadFlag<struct DeferredTraceReadbackTag>;
 
 struct ModelOutput {
   torch::Tensor logits;           ///< (B, T, V)

@@ -357,15 +357,8 @@ bool varlen_attention_active(const torch::Device& device, torch::ScalarType type
 #endif
 }
 
-namespace {
-thread_local bool t_force_packed_rows = false;
-}  // namespace
-
-ForcePackedRows::ForcePackedRows() : previous_(t_force_packed_rows) { t_force_packed_rows = true; }
-ForcePackedRows::~ForcePackedRows() { t_force_packed_rows = previous_; }
-
 bool packed_rows_active(const torch::Tensor& x, std::int64_t head_dim) {
-  if (t_force_packed_rows) return true;
+  if (ForcePackedRows::active()) return true;
   auto type = x.scalar_type();
 #if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 4)
   if (x.is_cuda() && at::autocast::is_autocast_enabled(at::kCUDA)) type = at::autocast::get_autocast_dtype(at::kCUDA);

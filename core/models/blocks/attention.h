@@ -6,6 +6,7 @@
 #include <torch/torch.h>
 
 #include "core/models/blocks/rope.h"
+#include "core/util/thread_flag.h"
 
 namespace routelab {
 
@@ -92,16 +93,7 @@ bool packed_rows_active(const torch::Tensor& x, std::int64_t head_dim);
 
 /// While alive, packed_rows_active is true on this thread: tests run the packed path on the CPU, where its attention
 /// pads internally.
-class ForcePackedRows {
- public:
-  ForcePackedRows();
-  ~ForcePackedRows();
-  ForcePackedRows(const ForcePackedRows&) = delete;
-  ForcePackedRows& operator=(const ForcePackedRows&) = delete;
-
- private:
-  bool previous_;
-};
+using ForcePackedRows = ScopedThreadFlag<struct ForcePackedRowsTag>;
 
 /// y = x W^T + b through at::linear (one addmm for contiguous 2-D/3-D input), not the C++ frontend's
 /// functional linear (matmul followed by a separate bias add in LibTorch 1.13).

@@ -167,10 +167,9 @@ torch::Tensor gather_rows(const torch::Tensor& x, const Compaction& c) {
 }
 
 torch::Tensor scatter_rows(const torch::Tensor& base, const Compaction& c, const torch::Tensor& rows) {
-  const auto B = base.size(0), T = base.size(1), C = base.size(2);
-  auto real = rows.to(base.scalar_type()).reshape({B * c.max_len, C});
+  auto real = rows.reshape({base.size(0) * c.max_len, base.size(2)});
   if (c.real.defined()) real = real.index_select(0, c.real);  // (total, C): padding rows left out
-  return base.reshape({B * T, C}).index_copy(0, c.real_flat, real).view({B, T, C});
+  return scatter_packed(base, c, real);
 }
 
 torch::Tensor gather_packed(const torch::Tensor& x, const Compaction& c) {
