@@ -190,8 +190,11 @@ int run_bench_forward(const BenchForwardArgs& a) {
 }
 
 int run_bench_eviction(const EvictionBenchOptions& o) {
+  const auto rows = bench_eviction(o);
   std::cout << "D-LLM training attention (multiplicative eviction), forward + backward on " << o.device << ": batch "
-            << o.batch << ", " << o.heads << " heads of " << o.head_dim << ", " << 100.0 * o.executed
+            << o.batch << ", " << o.heads << " heads of " << o.head_dim
+            << (o.kv_heads > 0 && o.kv_heads != o.heads ? " (" + std::to_string(o.kv_heads) + " key/value heads)" : "")
+            << ", " << 100.0 * o.executed
             << "% of keys executed, median of " << o.reps << " after " << o.warmup << " warm-up\n"
             << "(peak: the most held above the inputs; saved: held after the forward, until the backward)\n"
             << "| precision | T | chunk rows | chunked ms | flash ms | materialised ms | materialised / chunked | "
@@ -206,7 +209,7 @@ int run_bench_eviction(const EvictionBenchOptions& o) {
     s << std::scientific << std::setprecision(2) << v;
     return s.str();
   };
-  for (const auto& r : bench_eviction(o))
+  for (const auto& r : rows)
     std::cout << "| " << r.precision << " | " << r.context << " | " << r.chunk_rows << " | " << num(r.chunked_ms, 1)
               << " | " << num(r.flash_ms, 1) << " | " << num(r.materialised_ms, 1) << " | "
               << ratio(r.materialised_ms, r.chunked_ms) << " | " << ratio(r.chunked_ms, r.flash_ms) << " | "
@@ -284,6 +287,8 @@ void add_cost_commands(CLI::App& app, CLI::App& bench, CommandAction& action) {
                   "materialised (B, H, T, T) form, forward + backward: time, peak memory, differences");
   eviction->add_option("--batch", e->batch, "sequences")->check(CLI::Range(1, 1000000000));
   eviction->add_option("--heads", e->heads, "attention heads")->check(CLI::Range(1, 1000000));
+  eviction->add_option("--kv-heads", e->kv_heads, "key/value heads, dividing --heads (0: all)")
+      ->check(CLI::Range(0, 1000000));
   eviction->add_option("--head-dim", e->head_dim, "head width")->check(CLI::Range(1, 1000000));
   eviction->add_option("--lengths", e->contexts, "sequence lengths (default 1024,2048)")->delimiter(',')
       ->check(CLI::Range(1, 1000000000));

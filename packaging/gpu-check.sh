@@ -211,9 +211,10 @@ for precision in fp32 bf16; do
 done
 step varlen-equals-padded 120 bash -c varlen_check
 step flash-eviction-equals-chunked 90 bash -c flash_eviction_check
-# D-LLM's training attention at the 360M layer (batch 8, 15 heads of 64): chunked kernel and flash form vs
-# materialised form.
-step eviction-360m 90 "$cli" bench eviction --device "$dev" --lengths 2048 --precision both --reps 5 --warmup 2
+# D-LLM's training attention at the 360M layer (batch 8, 15 heads of 64, 5 key/value heads): chunked kernel and
+# flash form (grouped heads, one backward) vs materialised form.
+step eviction-360m 90 "$cli" bench eviction --device "$dev" --lengths 2048 --kv-heads 5 --precision both --reps 5 \
+  --warmup 2
 # The 360M presets byte-level on the embedded corpus (they default to subword shards, which a GPU box may not have).
 byte_level=(--set data.source=kjv --set data.tokenizer=byte)
 for cfg in smollm-360m-dense dtrnet-360m-bilayer mod-360m dllm-360m; do

@@ -255,22 +255,27 @@ class TestDLLM : public QObject {
     QTest::addColumn<int>("chunk");
     QTest::addColumn<bool>("bf16");
     QTest::addColumn<bool>("soft");  // flags strictly between 0 and 1 (the multiplicative form takes any weight)
+    QTest::addColumn<int>("kv_heads");  // key/value heads (of 3 query heads); the flash form serves them grouped
     for (const auto& [name, eviction] : {std::pair{"multiplicative", Eviction::Multiplicative},
                                          std::pair{"additive", Eviction::Additive}}) {
       for (const int chunk : {1, 5, 13, 0})
-        QTest::addRow("%s-chunk%d", name, chunk) << int(eviction) << chunk << false << false;
-      QTest::addRow("%s-bf16", name) << int(eviction) << 4 << true << false;
-      QTest::addRow("%s-flash", name) << int(eviction) << kFlash << false << false;
-      QTest::addRow("%s-flash-bf16", name) << int(eviction) << kFlash << true << false;
+        QTest::addRow("%s-chunk%d", name, chunk) << int(eviction) << chunk << false << false << 3;
+      QTest::addRow("%s-bf16", name) << int(eviction) << 4 << true << false << 3;
+      QTest::addRow("%s-flash", name) << int(eviction) << kFlash << false << false << 3;
+      QTest::addRow("%s-flash-bf16", name) << int(eviction) << kFlash << true << false << 3;
+      QTest::addRow("%s-flash-grouped", name) << int(eviction) << kFlash << false << false << 1;
     }
-    QTest::addRow("multiplicative-soft") << int(Eviction::Multiplicative) << 3 << false << true;
-    QTest::addRow("multiplicative-soft-flash") << int(Eviction::Multiplicative) << kFlash << false << true;
+    QTest::addRow("multiplicative-soft") << int(Eviction::Multiplicative) << 3 << false << true << 3;
+    QTest::addRow("multiplicative-soft-flash") << int(Eviction::Multiplicative) << kFlash << false << true << 3;
+    QTest::addRow("multiplicative-flash-bf16-grouped")
+        << int(Eviction::Multiplicative) << kFlash << true << false << 1;
   }
   void evictionFormsEqualMaterialised() {
     QFETCH(int, eviction);
     QFETCH(int, chunk);
     QFETCH(bool, bf16);
     QFETCH(bool, soft);
+    QFETCH(int, kv_heads);
     const bool flash = chunk == kFlash;
     if (flash && !flash_eviction_available()) QSKIP("LibTorch before 2.3 has no flash attention");
     torch::manual_seed(11);
@@ -283,18 +288,19 @@ class TestDLLM : public QObject {
     // renormalisation, a relative 1e-6 / m with m a row's softmax mass on executed keys: it is held to rows with m
     // at least 1e-2 (checked below), where that is 1e-4 of the output at most.
     const std::vector<torch::Tensor> inputs = {torch::randn({B, H, T, hd}, torch::kDouble).mul_(flash ? 1 : 2),
-                                               torch::randn({B, H, T, hd}, torch::kDouble),
-                                               torch::randn({B, H, T, hd}, torch::kDouble), flags};
+                                               torch::randn({B, kv_heads, T, hd}, torch::kDouble),
+                                               torch::randn({B, kv_heads, T, hd}, torch::kDouble), flags};
+    const auto all_heads = [&](const torch::Tensor& x) { return repeat_kv(x, H / kv_heads); };
     if (flash && eviction == int(Eviction::Multiplicative)) {
       const auto future = torch::ones({T, T}, torch::kBool).triu(1);
-      const auto probs = torch::softmax(
-          torch::matmul(inputs[0], inputs[1].transpose(-2, -1)).div(std::sqrt(hd)).masked_fill(future, -INFINITY), -1);
+      const auto scores = torch::matmul(inputs[0], all_heads(inputs[1]).transpose(-2, -1)).div(std::sqrt(hd));
+      const auto probs = torch::softmax(scores.masked_fill(future, -INFINITY), -1);
       QVERIFY((probs * flags.view({B, 1, 1, T})).sum(-1).min().item<double>() >= 1e-2);
     }
     const auto upstream = torch::randn({B, H, T, hd}, torch::kDouble);
     const auto form = [&](const std::vector<torch::Tensor>& x, const torch::Tensor& w) {
       return flash ? evicting_attention_flash(x[0], x[1], x[2], w, Eviction(eviction))
-                   : evicting_attention_chunked(x[0], x[1], x[2], w, Eviction(eviction), chunk);
+                   : evicting_attention_chunked(x[0], all_heads(x[1]), all_heads(x[2]), w, Eviction(eviction), chunk);
     };
     // Output and gradients of <out, upstream> with respect to q, k, v and w, through `form` or the materialised one.
     const auto run = [&](bool tested, torch::ScalarType type) {
@@ -302,8 +308,8 @@ class TestDLLM : public QObject {
       for (std::size_t i = 0; i < inputs.size(); ++i)
         leaves.push_back(inputs[i].to(i < 3 ? type : torch::kFloat).clone().requires_grad_());  // never the input
       const auto out = tested ? form(leaves, leaves[3])
-                              : evicting_attention_materialised(leaves[0], leaves[1], leaves[2], leaves[3],
-                                                                Eviction(eviction));
+                              : evicting_attention_materialised(leaves[0], all_heads(leaves[1]), all_heads(leaves[2]),
+                                                                leaves[3], Eviction(eviction));
       (out.to(torch::kDouble) * upstream).sum().backward();
       std::vector<torch::Tensor> results = {out.detach().to(torch::kDouble)};
       for (const auto& leaf : leaves)
@@ -324,6 +330,13 @@ class TestDLLM : public QObject {
       const double allowed = bf16 ? std::max(3.0 * error(materialised[i], reference[i]), 1e-2 * scale)
                                   : (flash ? 1e-4 : 1e-5) * scale;
       QVERIFY2(diff <= allowed, qPrintable(QString("%1: max difference %2 (allowed %3)").arg(names[i]).arg(diff).arg(allowed)));
+    }
+    // The flash form zeroes what its evicted keys' weight of 2^-40 would leave in their key and value gradients.
+    if (flash && !soft) {
+      const auto evicted = flags.lt(0.5).view({B, 1, T, 1}).expand({B, kv_heads, T, hd});
+      QVERIFY(evicted.any().item<bool>());
+      QCOMPARE(tested[2].masked_select(evicted).abs().max().item<double>(), 0.0);
+      QCOMPARE(tested[3].masked_select(evicted).abs().max().item<double>(), 0.0);
     }
     // The flags reach the output, and only the multiplicative form passes a gradient to them.
     if (eviction == int(Eviction::Multiplicative))

@@ -3,7 +3,9 @@
 #include <torch/torch.h>
 
 #include "core/bench/bench_timing.h"
+#include "core/models/blocks/attention.h"
 #include "core/models/dllm_eviction.h"
+#include "core/util/errors.h"
 #include "core/util/device.h"
 
 namespace routelab {
@@ -32,10 +34,13 @@ std::vector<torch::Tensor> eviction_pass(const std::vector<torch::Tensor>& input
   std::vector<torch::Tensor> leaves;
   for (const auto& t : inputs) leaves.push_back(t.detach().requires_grad_());
   const auto eviction = Eviction::Multiplicative;
-  const auto out =
-      form == Form::Chunked ? evicting_attention_chunked(leaves[0], leaves[1], leaves[2], leaves[3], eviction, chunk)
-      : form == Form::Flash ? evicting_attention_flash(leaves[0], leaves[1], leaves[2], leaves[3], eviction)
-                            : evicting_attention_materialised(leaves[0], leaves[1], leaves[2], leaves[3], eviction);
+  const auto H = leaves[0].size(1);
+  const auto all_heads = [&](const torch::Tensor& x) { return repeat_kv(x, H / x.size(1)); };
+  const auto& q = leaves[0];
+  const auto &k = leaves[1], &v = leaves[2], &w = leaves[3];
+  const auto out = form == Form::Chunked ? evicting_attention_chunked(q, all_heads(k), all_heads(v), w, eviction, chunk)
+                   : form == Form::Flash ? evicting_attention_flash(q, k, v, w, eviction)
+                                         : evicting_attention_materialised(q, all_heads(k), all_heads(v), w, eviction);
   if (memory) {
     synchronize(device);
     saved = device_memory(device).allocated;
@@ -54,6 +59,9 @@ std::vector<torch::Tensor> eviction_pass(const std::vector<torch::Tensor>& input
 }  // namespace
 
 std::vector<EvictionBenchRow> bench_eviction(const EvictionBenchOptions& o) {
+  if (o.kv_heads > 0 && o.heads % o.kv_heads != 0)
+    throw ConfigError("bench eviction --kv-heads: " + std::to_string(o.kv_heads) + " does not divide --heads " +
+                      std::to_string(o.heads));
   const auto device = resolve_device(o.device);
   configure_threads(o.threads);  // also installs the caching CPU allocator, whose large blocks give the CPU peak
   std::vector<EvictionBenchRow> rows;
@@ -65,9 +73,10 @@ std::vector<EvictionBenchRow> bench_eviction(const EvictionBenchOptions& o) {
       const auto on = torch::TensorOptions().device(device);
       auto flags = torch::rand({o.batch, T}, on).lt(o.executed).to(torch::kFloat);
       flags.narrow(1, 0, std::min<std::int64_t>(2, T)).fill_(1.0f);  // D-LLM's reserved first tokens
+      const auto kv_heads = o.kv_heads > 0 ? o.kv_heads : o.heads;
       const std::vector<torch::Tensor> inputs = {torch::randn({o.batch, o.heads, T, o.head_dim}, on).to(type),
-                                                 torch::randn({o.batch, o.heads, T, o.head_dim}, on).to(type),
-                                                 torch::randn({o.batch, o.heads, T, o.head_dim}, on).to(type), flags};
+                                                 torch::randn({o.batch, kv_heads, T, o.head_dim}, on).to(type),
+                                                 torch::randn({o.batch, kv_heads, T, o.head_dim}, on).to(type), flags};
       const auto upstream = torch::randn({o.batch, o.heads, T, o.head_dim}, on).to(type);
       EvictionBenchRow r;
       r.precision = precision;

@@ -12,6 +12,7 @@ namespace routelab {
 
 struct EvictionBenchOptions {
   std::int64_t batch = 8, heads = 15, head_dim = 64;  ///< the 360M presets' layer: d 960, 15 heads
+  std::int64_t kv_heads = 0;  ///< key/value heads (0: `heads`); the flash form serves them grouped, the others repeated
   std::vector<std::int64_t> contexts{1024, 2048};
   double executed = 0.5;          ///< share of keys that execute (Bernoulli per token; the first two always)
   std::string device = "cpu";

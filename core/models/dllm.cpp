@@ -73,17 +73,17 @@ torch::Tensor DLLM::evicting_layer(std::size_t layer, const torch::Tensor& x, co
   auto& block = blocks[layer];
   // q (B, H, T, hd); k, v (B, Hkv, T, hd)
   const auto [q, k, v] = block->attn->project(block->norm1->into_matmul(x), positions);
-  const auto H = q.size(1);
-  const auto keys = repeat_kv(k, H / k.size(1)), values = repeat_kv(v, H / v.size(1));  // (B, H, T, hd)
   // Flash attention with the eviction in two extra head dimensions on a GPU, the chunked form elsewhere: neither
   // holds a (B, H, T, T) tensor; attention dropout needs the materialised one.
   const double dropout = training_dropout();
   torch::Tensor heads;  // (B, H, T, hd)
   if (dropout > 0) {
-    heads = evicting_attention_materialised(q, keys, values, w, dllm_.eviction(), dropout);
+    const auto H = q.size(1);
+    heads = evicting_attention_materialised(q, repeat_kv(k, H / k.size(1)), repeat_kv(v, H / v.size(1)), w,
+                                            dllm_.eviction(), dropout);
     if (pairs) *pairs = static_cast<double>(q.size(0)) * static_cast<double>(q.size(2)) * static_cast<double>(q.size(2));
   } else {
-    heads = evicting_attention(q, keys, values, w, dllm_.eviction(), pairs);
+    heads = evicting_attention(q, k, v, w, dllm_.eviction(), pairs);
   }
   const auto a = block->attn->output(heads);                                // (B, T, C)
   const auto f = a + block->mlp(block->norm2->add_into_matmul(x, a).second);  // (B, T, C)

@@ -16,8 +16,9 @@ enum class Eviction {
   Additive,
 };
 
-/// The attention of D-LLM's training form (official model_train.py), with q (B, H, T, hd), k and v (B, H, T, hd)
-/// (already repeated to H heads) and w (B, T) the keys' execute flags:
+/// The attention of D-LLM's training form (official model_train.py), with q (B, H, T, hd), k and v (B, Hkv, T, hd)
+/// (Hkv dividing H: query head h reads key/value head h / (H / Hkv), as repeat_kv) and w (B, T) the keys' execute
+/// flags:
 ///  - Multiplicative: P = softmax(causal scores) * w, renormalised by (row sum + 1e-6); w gets the gradient of P.
 ///  - Additive: keys with w < 0.5 masked to -inf before the softmax; w gets no gradient.
 /// Neither form ever holds a (B, H, T, T) tensor. Where flash_eviction_active (a GPU, bf16 or fp16) it runs
@@ -26,8 +27,8 @@ enum class Eviction {
 torch::Tensor evicting_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
                                  const torch::Tensor& w, Eviction eviction, double* pairs = nullptr);
 
-/// The chunked form, in LibTorch ops on any device. Scores and probabilities are fp32 whatever q's dtype (the
-/// materialised form casts them so); the product with v runs in v's dtype.
+/// The chunked form, in LibTorch ops on any device, with k and v of H heads. Scores and probabilities are fp32
+/// whatever q's dtype (the materialised form casts them so); the product with v runs in v's dtype.
 ///
 /// Computed query chunk by query chunk against the keys up to the chunk's last position (the causal half only); the
 /// backward recomputes each chunk's scores from q, k and the saved per-row log-normaliser, flash-attention style, so
@@ -38,10 +39,12 @@ torch::Tensor evicting_attention_chunked(const torch::Tensor& q, const torch::Te
                                          const torch::Tensor& w, Eviction eviction, std::int64_t query_chunk = 0);
 
 /// The form through LibTorch's flash attention (LibTorch >= 2.3; on a GPU in bf16/fp16, on the CPU in any float
-/// type): the eviction as an additive log w_j on each key's scores, carried by two extra head dimensions, and the
-/// flags' gradient from a second flash backward over every key (dllm_eviction_flash.cpp). q, k and v share one
-/// dtype. The multiplicative form leaves out the official 1e-6 in the denominator (a relative 1e-6 / m, m a row's
-/// softmax mass on executed keys). Throws where LibTorch has no flash attention.
+/// type): the eviction as an additive log w_j on each key's scores, carried by two extra head dimensions, and every
+/// gradient, the flags' included, from one flash backward (dllm_eviction_flash.cpp). q, k and v share one dtype;
+/// k and v may have fewer heads than q (grouped heads, without repeat_kv's copies). The multiplicative form leaves
+/// out the official 1e-6 in the denominator (a relative 1e-6 / m, m a row's softmax mass on executed keys), and an
+/// evicted key keeps a weight of 2^-40 (a relative 2^-40 (1 - m) / m of the output). Throws where LibTorch has no
+/// flash attention.
 torch::Tensor evicting_attention_flash(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
                                        const torch::Tensor& w, Eviction eviction);
 /// Whether this LibTorch has the flash attention evicting_attention_flash calls (2.3 or later).
@@ -60,8 +63,9 @@ std::int64_t evicting_attention_chunk_rows(std::int64_t B, std::int64_t H, std::
 /// chunk's rows against the keys up to its last row): B T^2 in one chunk, towards B T^2 / 2 in many. What a trace prices.
 double evicting_attention_pairs(std::int64_t B, std::int64_t H, std::int64_t T, std::int64_t query_chunk = 0);
 
-/// The same attention materialised at once (every (B, H, T, T) intermediate kept by autograd), with attention
-/// dropout `dropout` when > 0: the form D-LLM trains with when dropout is on, and the reference of the tests.
+/// The same attention materialised at once (every (B, H, T, T) intermediate kept by autograd; k and v of H heads),
+/// with attention dropout `dropout` when > 0: the form D-LLM trains with when dropout is on, and the reference of the
+/// tests.
 torch::Tensor evicting_attention_materialised(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
                                               const torch::Tensor& w, Eviction eviction, double dropout = 0.0);
 

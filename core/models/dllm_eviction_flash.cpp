@@ -6,6 +6,7 @@
 #include <c10/core/impl/LocalDispatchKeySet.h>
 #include <torch/version.h>
 
+#include "core/models/blocks/attention.h"
 #include "core/models/dllm_eviction.h"
 #include "core/util/optional_kernel.h"
 
@@ -17,9 +18,10 @@ namespace routelab {
 
 namespace {
 
-/// An evicted key's log weight: exp(-1e4) is 0 in any precision, and unlike -inf it keeps the backward's products
-/// with it finite (0 * -inf would put NaN into the discarded gradient columns).
-constexpr double kEvictedLogWeight = -1e4;
+/// An evicted key's weight, 2^-40 (its log, -27.7): small enough to leave every output unchanged (a relative 1e-12
+/// per unit of the row's executed mass), and large enough that the single backward's dv of an evicted key, divided by
+/// it, still gives the key's sum over queries of R dO that the flags' gradient needs (bf16 and fp32 both represent it).
+const double kEvictedLogWeight = -40.0 * std::log(2.0);
 
 /// The head size flash attention runs at: the real one plus the two eviction columns, to a multiple of 8.
 std::int64_t flash_eviction_head_dim(std::int64_t head_dim) { return (head_dim + 2 + 7) / 8 * 8; }
@@ -82,36 +84,39 @@ std::tuple<torch::Tensor, torch::Tensor, torch::Tensor> flash_backward(const Fla
 /// Causal flash attention in which key j's scores gain log w_j: q carries two columns of ones, k the pair
 /// (hi, lo) of log(w_j) / scale, so softmax(s + log w) = a w / sum_j a w with a = exp(s - max s), the official
 /// multiplicative form without its 1e-6 in the denominator (a relative 1e-6 / m, m the row's softmax mass on
-/// executed keys), and the additive form for flags 0/1. Keys with w = 0 take kEvictedLogWeight.
+/// executed keys), and the additive form for flags 0/1. Evicted keys (w = 0, or w < 0.5 additive) weigh
+/// kEvictedLogWeight's 2^-40 instead of 0. k and v may have fewer heads than q (grouped heads, served natively).
 ///
-/// The flags' gradient (multiplicative): with R = exp(s - lse) over every causal key, lse the evicted rows'
-/// log-normaliser, dw_j = sum over heads and queries i of R_ij (dO_i . v_j - Delta_i), Delta_i = dO_i . O_i. A
-/// flash backward over the same q and k without the eviction columns, given that lse, recomputes exactly R, and
-/// its dv of the upstream rows (dO_i, -Delta_i as a hi/lo pair) is (sum_i R_ij dO_i, -sum_i R_ij Delta_i): dotted
-/// with (v_j, 1, 1) it is dw_j. Its dq and dk are discarded (a third of a backward's products).
+/// One flash backward gives every gradient. With R = exp(s - lse) over every causal key (lse the rows'
+/// log-normaliser), the flags' gradient (multiplicative) is dw_j = sum over heads and queries i of
+/// R_ij (dO_i . v_j - Delta_i), Delta_i = dO_i . O_i. The upstream rows carry -Delta_i as a hi/lo pair in the
+/// padding columns (where v and O are 0, so dq, dk and flash's own Delta are unchanged), and the padding of dv_j
+/// becomes sum_i P_ij (dO_i, -Delta_i) with P_ij = R_ij w~_j, w~ the weight flash saw: dotted with (v_j, 1, 1) and
+/// divided by w~_j, it is dw_j, evicted keys included. Their dk and dv, w~_j times R's sums where the exact ones are
+/// 0, are zeroed.
 class FlashEvictingAttentionFunction : public torch::autograd::Function<FlashEvictingAttentionFunction> {
  public:
   static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& q, const torch::Tensor& k,
                                const torch::Tensor& v, const torch::Tensor& w, Eviction eviction) {
     // Autocast off: both passes run in the inputs' dtype, and the backward sees the forward's scores.
     const c10::impl::ExcludeDispatchKeyGuard no_autocast(c10::autocast_dispatch_keyset);
-    const auto B = q.size(0), H = q.size(1), T = q.size(2), hd = q.size(3);
+    const auto B = q.size(0), H = q.size(1), Hkv = k.size(1), T = q.size(2), hd = q.size(3);
     const auto padded = flash_eviction_head_dim(hd);
     const double scale = 1.0 / std::sqrt(static_cast<double>(hd));
     const auto type = q.scalar_type();
     TORCH_CHECK(k.scalar_type() == type && v.scalar_type() == type,
                 "evicting_attention_flash: queries, keys and values must share one dtype");
     const auto flags = w.detach().to(torch::kFloat);
-    const auto log_w =
-        eviction == Eviction::Multiplicative
-            ? flags.clamp_min(0.0).log().clamp_min(kEvictedLogWeight)
-            : torch::where(flags.ge(0.5), torch::zeros_like(flags), torch::full_like(flags, kEvictedLogWeight));
-    const auto key_columns = split_pair(log_w / scale, type).view({B, 1, T, 2}).expand({B, H, T, 2});
+    const bool multiplicative = eviction == Eviction::Multiplicative;
+    const auto kept = multiplicative ? flags.gt(0.0) : flags.ge(0.5);  // (B, T): keys not evicted
+    const auto log_w = multiplicative ? flags.log().clamp_min(kEvictedLogWeight)
+                                      : torch::where(kept, 0.0, kEvictedLogWeight).to(torch::kFloat);
+    const auto key_columns = split_pair(log_w / scale, type).view({B, 1, T, 2}).expand({B, Hkv, T, 2});
     const auto qp = with_columns(q, torch::ones({1, 1, 1, 2}, q.options()).expand({B, H, T, 2}), padded);
     const auto kp = with_columns(k, key_columns, padded);
     const auto vp = with_columns(v, torch::Tensor(), padded);
     const auto f = flash_forward(qp, kp, vp, scale);
-    ctx->save_for_backward({qp, kp, vp, f.out, f.lse});
+    ctx->save_for_backward({qp, kp, vp, f.out, f.lse, kept});
     ctx->saved_data["cum_q"] = f.cum_q;
     ctx->saved_data["cum_k"] = f.cum_k;
     ctx->saved_data["seed"] = f.seed;
@@ -127,7 +132,7 @@ class FlashEvictingAttentionFunction : public torch::autograd::Function<FlashEvi
                                                  torch::autograd::variable_list grads) {
     const c10::impl::ExcludeDispatchKeyGuard no_autocast(c10::autocast_dispatch_keyset);
     const auto saved = ctx->get_saved_variables();
-    const auto &qp = saved[0], &kp = saved[1], &vp = saved[2];
+    const auto &qp = saved[0], &kp = saved[1], &vp = saved[2], &kept = saved[5];
     FlashForward f;
     f.out = saved[3];
     f.lse = saved[4];
@@ -137,26 +142,32 @@ class FlashEvictingAttentionFunction : public torch::autograd::Function<FlashEvi
     f.offset = ctx->saved_data["offset"].toTensor();
     f.max_q = ctx->saved_data["max_q"].toInt();
     f.max_k = ctx->saved_data["max_k"].toInt();
-    const auto eviction = static_cast<Eviction>(ctx->saved_data["eviction"].toInt());
-    const auto hd = grads[0].size(3), padded = qp.size(3);
+    const bool multiplicative = static_cast<Eviction>(ctx->saved_data["eviction"].toInt()) == Eviction::Multiplicative;
+    const auto B = qp.size(0), T = qp.size(2), hd = grads[0].size(3), padded = qp.size(3);
     const double scale = 1.0 / std::sqrt(static_cast<double>(hd));
     const auto type = qp.scalar_type();
     const auto g = grads[0].to(type);  // (B, H, T, hd)
-    const auto gp = with_columns(g, torch::Tensor(), padded);
-    const auto [dq, dk, dv] = flash_backward(f, gp, qp, kp, vp, scale);
-    torch::Tensor dw;
-    if (eviction == Eviction::Multiplicative) {
+    torch::Tensor upstream;
+    if (multiplicative) {
       const auto delta = (g.to(torch::kFloat) * f.out.narrow(3, 0, hd).to(torch::kFloat)).sum(-1);  // (B, H, T)
-      const auto every_key = with_columns(kp.narrow(3, 0, hd), torch::Tensor(), padded);  // the eviction columns 0
-      const auto upstream = with_columns(g, split_pair(-delta, type), padded);
-      const auto sums = std::get<2>(flash_backward(f, upstream, qp, every_key, vp, scale)).to(torch::kFloat);
-      const auto per_head = (sums.narrow(3, 0, hd) * vp.narrow(3, 0, hd).to(torch::kFloat)).sum(-1) +
-                            sums.narrow(3, hd, 2).sum(-1);  // (B, H, T)
-      const auto flags_type = static_cast<torch::ScalarType>(ctx->saved_data["flags_type"].toInt());
-      dw = per_head.sum(1).to(flags_type);  // (B, T)
+      upstream = with_columns(g, split_pair(-delta, type), padded);
+    } else {
+      upstream = with_columns(g, torch::Tensor(), padded);
     }
-    return {dq.narrow(3, 0, hd).contiguous(), dk.narrow(3, 0, hd).contiguous(),
-            dv.narrow(3, 0, hd).contiguous(), dw, torch::Tensor()};
+    const auto [dq, dk, dv] = flash_backward(f, upstream, qp, kp, vp, scale);  // dk, dv (B, Hkv, T, padded)
+    torch::Tensor dw;
+    if (multiplicative) {
+      // The weight flash saw, from the key columns as it summed them: hi + lo in fp32, times the scale.
+      const auto seen = kp.select(1, 0).narrow(2, hd, 2).to(torch::kFloat).sum(-1).mul(scale).exp();  // (B, T)
+      const auto sums = dv.to(torch::kFloat);
+      const auto per_head = (sums.narrow(3, 0, hd) * vp.narrow(3, 0, hd).to(torch::kFloat)).sum(-1) +
+                            sums.narrow(3, hd, 2).sum(-1);  // (B, Hkv, T)
+      const auto flags_type = static_cast<torch::ScalarType>(ctx->saved_data["flags_type"].toInt());
+      dw = per_head.sum(1).div(seen).to(flags_type);  // (B, T)
+    }
+    const auto keep = kept.view({B, 1, T, 1}).to(type);
+    return {dq.narrow(3, 0, hd).contiguous(), dk.narrow(3, 0, hd) * keep, dv.narrow(3, 0, hd) * keep, dw,
+            torch::Tensor()};
   }
 };
 
@@ -199,6 +210,8 @@ torch::Tensor evicting_attention_flash(const torch::Tensor& q, const torch::Tens
 #ifdef ROUTELAB_FLASH_EVICTION
   TORCH_CHECK(k.size(2) == q.size(2) && v.size(2) == q.size(2) && w.size(1) == q.size(2),
               "evicting_attention_flash: queries, keys, values and flags must cover the same positions");
+  TORCH_CHECK(k.size(1) == v.size(1) && k.size(1) > 0 && q.size(1) % k.size(1) == 0,
+              "evicting_attention_flash: the query heads must be a multiple of the key/value heads");
   return FlashEvictingAttentionFunction::apply(q, k, v, w, eviction);
 #else
   (void)q, (void)k, (void)v, (void)w, (void)eviction;
@@ -219,7 +232,7 @@ torch::Tensor evicting_attention(const torch::Tensor& q, const torch::Tensor& k,
   }
 #endif
   if (pairs) *pairs = evicting_attention_pairs(B, H, T);
-  return evicting_attention_chunked(q, k, v, w, eviction);
+  return evicting_attention_chunked(q, repeat_kv(k, H / k.size(1)), repeat_kv(v, H / v.size(1)), w, eviction);
 }
 
 }  // namespace routelab
