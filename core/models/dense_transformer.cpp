@@ -128,10 +128,11 @@ torch::Tensor DenseBlockImpl::forward(const torch::Tensor& x, const torch::Tenso
 }
 
 DenseBlockImpl::Deferred DenseBlockImpl::forward_deferred(const torch::Tensor& x, const torch::Tensor& pending,
-                                                          const torch::Tensor& positions) {
+                                                          const torch::Tensor& positions,
+                                                          const torch::Tensor& pending_gate) {
   Deferred d;
   torch::Tensor n1;
-  std::tie(d.input, n1) = norm1->add_into_matmul(x, pending);
+  std::tie(d.input, n1) = norm1->add_into_matmul(x, pending, pending_gate);
   const auto a = attn(n1, positions);  // (B, T, C)
   torch::Tensor n2;
   std::tie(d.h, n2) = norm2->add_into_matmul(d.input, a);  // h = input + a and its norm, in one pass on a GPU

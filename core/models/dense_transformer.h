@@ -82,7 +82,9 @@ class DenseBlockImpl : public torch::nn::Module {
     torch::Tensor input;  ///< x + pending: the block's input (the previous block's output)
     torch::Tensor h, m;   ///< forward(input) = h + m
   };
-  Deferred forward_deferred(const torch::Tensor& x, const torch::Tensor& pending, const torch::Tensor& positions);
+  /// With `pending_gate` (B, T) the input is x + pending_gate pending (NormImpl::add_into_matmul's gated sum).
+  Deferred forward_deferred(const torch::Tensor& x, const torch::Tensor& pending, const torch::Tensor& positions,
+                            const torch::Tensor& pending_gate = {});
   /// The block's residual update f(x) = a + MLP(Norm(x + a)) with a = Attn(Norm(x)), so forward(x) = x + f(x).
   /// With `rows`, x holds the compacted sequences of those routed rows (see causal_attention). `pairs`, when
   /// given, receives the attention's executed (query, key) pairs per head.

@@ -70,9 +70,16 @@ torch::Tensor DLLM::sample_execute(const torch::Tensor& logits) const {
 
 torch::Tensor DLLM::evicting_layer(std::size_t layer, const torch::Tensor& x, const torch::Tensor& positions,
                                    const torch::Tensor& w, double* pairs) {
+  // Official: w Block(x) + (1 - w) x with Block including its residual, i.e. x + w f(x).
+  const auto f = evicting_update(layer, x, blocks[layer]->norm1->into_matmul(x), positions, w, pairs);
+  return torch::addcmul(x, w.unsqueeze(-1).to(x.scalar_type()), f);
+}
+
+torch::Tensor DLLM::evicting_update(std::size_t layer, const torch::Tensor& x, const torch::Tensor& n1,
+                                    const torch::Tensor& positions, const torch::Tensor& w, double* pairs) {
   auto& block = blocks[layer];
   // q (B, H, T, hd); k, v (B, Hkv, T, hd)
-  const auto [q, k, v] = block->attn->project(block->norm1->into_matmul(x), positions);
+  const auto [q, k, v] = block->attn->project(n1, positions);
   // Flash attention with the eviction in two extra head dimensions on a GPU, the chunked form elsewhere: neither
   // holds a (B, H, T, T) tensor; attention dropout needs the materialised one.
   const double dropout = training_dropout();
@@ -85,10 +92,8 @@ torch::Tensor DLLM::evicting_layer(std::size_t layer, const torch::Tensor& x, co
   } else {
     heads = evicting_attention(q, k, v, w, dllm_.eviction(), pairs);
   }
-  const auto a = block->attn->output(heads);                                // (B, T, C)
-  const auto f = a + block->mlp(block->norm2->add_into_matmul(x, a).second);  // (B, T, C)
-  // Official: w Block(x) + (1 - w) x with Block including its residual, i.e. x + w f(x).
-  return x + w.unsqueeze(-1) * f;
+  const auto a = block->attn->output(heads);                          // (B, T, C)
+  return a + block->mlp(block->norm2->add_into_matmul(x, a).second);  // (B, T, C)
 }
 
 double DLLM::training_dropout() const { return is_training() ? options_.dropout() : 0.0; }
@@ -146,15 +151,30 @@ ModelOutput DLLM::forward(const torch::Tensor& tokens, bool trace) {
   const bool training = is_training();
   const auto always = positions.lt(dllm_.reserved_tokens()).unsqueeze(0);  // (1, T): reserved first tokens
   torch::Tensor executed_sum;  // (B, T): sum over the dynamic layers of the execute flag w (training)
+  // The last layer's update, added by the next norm's pass as the dense model chains its blocks: a dense layer's
+  // MLP update, or in training a dynamic layer's f(x) gated by its flags w (x + w f(x), official w Block(x) +
+  // (1 - w) x), both in one fused pass on a GPU.
+  torch::Tensor pending, pending_gate;
   ModelOutput out;
   for (std::size_t i = 0; i < blocks.size(); ++i) {
     const int layer = static_cast<int>(i);
     if (!routed_[i]) {
-      x = blocks[i]->forward(x, positions);
-      record_layer_state(x);
+      auto d = blocks[i]->forward_deferred(x, pending, positions, pending_gate);
+      if (i > 0) record_layer_state(d.input);
+      x = std::move(d.h);
+      pending = std::move(d.m);
+      pending_gate = torch::Tensor();
       if (trace) out.trace.push_back(dense_layer_trace(layer, tokens.size(0), tokens.size(1), layer_shape(options_)));
       continue;
     }
+    torch::Tensor n1;  // training: the input's norm, from the same pass as the input
+    if (training) {
+      std::tie(x, n1) = blocks[i]->norm1->add_into_matmul(x, pending, pending_gate);
+    } else if (pending.defined()) {
+      x = x + pending;  // the skipping form gathers the executed rows of the input itself
+    }
+    pending = pending_gate = torch::Tensor();
+    if (i > 0) record_layer_state(x);
     const auto logits = routers[i]->forward(x);  // (B, T, 2) fp32, on the raw residual (before norm1)
     torch::Tensor p_exec, executed;              // (B, T) float, (B, T) bool
     Compaction counts;                           // of the executed tokens
@@ -162,7 +182,8 @@ ModelOutput DLLM::forward(const torch::Tensor& tokens, bool trace) {
     if (trace || !training) p_exec = torch::softmax(logits.detach(), -1).select(-1, 1);
     if (training) {
       const auto w = sample_execute(logits).masked_fill(always, 1.0);  // (B, T), exactly 0/1
-      x = evicting_layer(i, x, positions, w, &pairs);
+      pending = evicting_update(i, x, n1, positions, w, &pairs);
+      pending_gate = w;
       executed_sum = executed_sum.defined() ? executed_sum + w : w;
       if (trace) {
         executed = w.detach().gt(0.5);
@@ -173,10 +194,11 @@ ModelOutput DLLM::forward(const torch::Tensor& tokens, bool trace) {
       counts = compact(executed);
       x = skipping_layer(i, x, positions, counts, &pairs);
     }
-    record_layer_state(x);
     if (trace) out.trace.push_back(routed_layer_trace(layer, p_exec, executed, counts, pairs));
   }
-  out.logits = head(x);
+  torch::Tensor last;
+  out.logits = head(x, pending, last, pending_gate);
+  if (!blocks.empty()) record_layer_state(last);
   out.aux_loss = torch::zeros({}, out.logits.options().dtype(torch::kFloat));
   if (training && executed_sum.defined()) {
     // Official ActiveLoss: per-token mean of w over ALL layers (always-executed ones count 1), minus the reserved

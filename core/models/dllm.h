@@ -78,6 +78,9 @@ class DLLM : public TransformerTrunk {
   /// `pairs`, when given, receives the attention's computed (query, key) pairs per head.
   torch::Tensor evicting_layer(std::size_t layer, const torch::Tensor& x, const torch::Tensor& positions,
                                const torch::Tensor& w, double* pairs = nullptr);
+  /// The block update f(x) of the training form, from x and its norm n1 (norm1's): x + w f(x) is evicting_layer.
+  torch::Tensor evicting_update(std::size_t layer, const torch::Tensor& x, const torch::Tensor& n1,
+                                const torch::Tensor& positions, const torch::Tensor& w, double* pairs = nullptr);
   /// The inference rule: a token executes layer `layer` when its execute probability reaches the threshold, or
   /// when it is one of the reserved first tokens. x (B, T, C) on the raw residual, positions (T). -> (B, T) bool;
   /// `p_exec` receives the probabilities (B, T) when given.
