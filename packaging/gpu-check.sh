@@ -230,6 +230,11 @@ step train-360m-dllm-360m-batch8 60 "$cli" train --config "$root/experiments/dll
 step train-step-routed-360m-bf16 150 "$cli" bench forward --train --device "$dev" --archs dtrnet,mod,tsa,dllm \
   --embd 960 --layers 32 --heads 15 --kv-heads 5 --lengths 2048 --fractions 0.1,0.3 --batch 8 --reps 3 --warmup 1 \
   --precision bf16 --breakdown-above 1.1 --kernels 12
+# MoD's step captured as a CUDA graph against dense's captured step (train.cuda_graph), routers forced: what the
+# graph takes off the routed layers' launches.
+step train-step-routed-360m-bf16-graph 120 "$cli" bench forward --train --cuda-graph --device "$dev" --archs mod \
+  --embd 960 --layers 32 --heads 15 --kv-heads 5 --lengths 2048 --fractions 0.1,0.3 --batch 8 --reps 3 --warmup 1 \
+  --precision bf16 --breakdown-above 1.1
 # The same with the fp32 routers in plain fp32 (bench forward's setting before 2026-11-28): what TF32 gives them.
 step train-step-routed-360m-bf16-no-tf32 90 "$cli" bench forward --train --device "$dev" --archs dtrnet,dllm \
   --embd 960 --layers 32 --heads 15 --kv-heads 5 --lengths 2048 --fractions 0.1 --batch 8 --reps 3 --warmup 1 \

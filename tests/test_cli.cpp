@@ -66,6 +66,10 @@ class TestCli : public QObject {
     QTest::newRow("bench shape") << QStringList{"bench", "train-step", "--shape", "gpt5"} << "--shape";
     QTest::newRow("bench device") << QStringList{"bench", "train-step", "--device", "tpu"} << "tpu";
     QTest::newRow("bench forward precision") << QStringList{"bench", "forward", "--precision", "fp16"} << "--precision";
+    QTest::newRow("bench forward graph on the cpu")
+        << QStringList{"bench", "forward", "--train", "--quick", "--cuda-graph"} << "--cuda-graph: needs";
+    QTest::newRow("bench eviction kv heads") << QStringList{"bench", "eviction", "--heads", "6", "--kv-heads", "4"}
+                                             << "--kv-heads: 4 does not divide --heads 6";
   }
   void badArgumentsNameTheOption() {
     QFETCH(QStringList, args);

@@ -24,6 +24,7 @@
 #include "core/models/blocks/attention.h"
 #include "core/models/language_model.h"
 #include "core/models/registry.h"
+#include "core/train/cuda_graph_step.h"
 #include "core/train/optimizer.h"
 #include "core/train/step.h"
 #include "core/util/device.h"
@@ -31,6 +32,9 @@
 
 namespace routelab {
 namespace {
+
+/// Eager steps a captured step runs before its capture (CudaGraphStep), all of them warm-up.
+constexpr int kGraphEagerSteps = 3;
 
 struct TracedForward {
   double flops_ratio = 1.0;
@@ -148,6 +152,8 @@ ForwardBenchResult bench_forward(const ForwardBenchOptions& in) {
   } catch (const DeviceError& e) {
     throw ConfigError(std::string("bench forward --device: ") + e.what());
   }
+  if (o.cuda_graph && (!o.train || !device.is_cuda() || !cuda_graphs_available()))
+    throw ConfigError("bench forward --cuda-graph: needs --train, a CUDA device and a CUDA LibTorch");
   if (o.threads > 0) at::set_num_threads(o.threads);
   if (device.is_cuda()) configure_cuda_math(o.tf32);
 
@@ -183,15 +189,29 @@ ForwardBenchResult bench_forward(const ForwardBenchOptions& in) {
   for (const auto T : o.lengths) {
     const auto tokens = torch::randint(0, o.vocab, {o.batch, T}, torch::TensorOptions().dtype(torch::kLong)).to(device);
     const Batch batch{tokens, torch::randint(0, o.vocab, {o.batch, T}, tokens.options()), {}};
+    // With --cuda-graph, the captured steps: dense's once per length, a routed model's once per fraction (its forced
+    // routing may change its shapes, MoD's capacity).
+    std::vector<std::unique_ptr<CudaGraphStep>> graphs(all.size());
+    const auto graphed = [&](std::size_t i) {
+      return o.cuda_graph && architecture(i == 0 ? kBaselineArchitecture : o.archs[i - 1]).cuda_graph_step;
+    };
+    const auto capture = [&](std::size_t i) {
+      graphs[i].reset();  // the previous graph's memory back first
+      if (graphed(i))
+        graphs[i] = std::make_unique<CudaGraphStep>(*all[i], *optimizers[i], 1.0, o.bf16, 1, kGraphEagerSteps);
+    };
     std::vector<std::function<void()>> runs;  // dense first, then every routed model
     for (std::size_t i = 0; i < all.size(); ++i) {
       if (!o.train) {
         runs.push_back([&m = *all[i], &tokens] { m.forward(tokens); });
         continue;
       }
-      runs.push_back([&m = *all[i], &opt = *optimizers[i], &batch, bf16 = o.bf16] {
+      runs.push_back([&m = *all[i], &opt = *optimizers[i], &graph = graphs[i], &batch, bf16 = o.bf16] {
         const torch::AutoGradMode grad(true);
-        train_step(m, opt, batch, /*grad_clip=*/1.0, bf16, /*trace=*/false);
+        if (graph)
+          graph->run(batch, false);
+        else
+          train_step(m, opt, batch, /*grad_clip=*/1.0, bf16, /*trace=*/false);
       });
     }
     Profile dense_profile;  // profiled once per length, when needed
@@ -203,10 +223,15 @@ ForwardBenchResult bench_forward(const ForwardBenchOptions& in) {
         for (int p = 0; p < o.calibration_passes; ++p) arch.force_routed_share(*models[i], tokens, fraction);
         models[i]->train(o.train);
         traces.push_back(traced(*models[i], arch, tokens));
+        capture(i + 1);
       }
       dense->train(o.train);
-      // On a GPU the first calls pay for the context, cuBLAS handles and kernel selection: never timed.
-      for (int w = 0; w < (device.is_cuda() ? std::max(1, o.warmup) : o.warmup); ++w)
+      if (fraction == o.fractions.front()) capture(0);
+      // On a GPU the first calls pay for the context, cuBLAS handles and kernel selection: never timed. A graph's
+      // eager steps and its capture are warm-up too.
+      const int warmup = o.cuda_graph ? std::max(o.warmup, kGraphEagerSteps + 2)
+                                      : device.is_cuda() ? std::max(1, o.warmup) : o.warmup;
+      for (int w = 0; w < warmup; ++w)
         for (const auto& run : runs) run();
       std::vector<std::vector<double>> times(runs.size());
       for (int r = 0; r < o.reps; ++r)  // interleaved: drifting machine load hits every model alike
@@ -223,6 +248,8 @@ ForwardBenchResult bench_forward(const ForwardBenchOptions& in) {
         row.time_ratio = row.ms / dense_ms;
         row.flops_ratio = traces[i].flops_ratio;
         row.quotient = row.time_ratio / row.flops_ratio;
+        row.graph = graphs[i + 1] != nullptr;
+        row.dense_graph = graphs[0] != nullptr;
         if (row.quotient > o.breakdown_threshold && T >= o.breakdown_min_seq) {
           if (dense_profile.classes_ms.empty())
             dense_profile = profile(runs[0], device, std::max(3, o.reps), o.kernels);
@@ -251,6 +278,7 @@ std::string ForwardBenchResult::to_table() const {
     << (device.rfind("cuda", 0) == 0 ? (o.tf32 ? ", fp32 matmuls on TF32" : ", fp32 matmuls in full fp32") : "")
     << (o.train ? "; training step (training-mode forward, loss, backward, clip, AdamW at lr 0)"
                 : "; eval-mode forward")
+    << (o.cuda_graph ? ", captured as a CUDA graph where the architecture allows (step: graph), else eager" : "")
     << ", median of " << o.reps
     << " interleaved reps after " << o.warmup << " warm-up; compacted sequences attended " << compacted_attention
     << "\n"
@@ -265,7 +293,9 @@ std::string ForwardBenchResult::to_table() const {
     s << std::setw(6) << r.seq << std::setw(8) << std::setprecision(2) << r.target << std::setw(8) << r.arch
       << std::setw(8) << std::setprecision(3) << r.fraction << std::setw(11) << std::setprecision(1) << r.dense_ms
       << std::setw(11) << r.ms << std::setw(11) << std::setprecision(3) << r.time_ratio << std::setw(12)
-      << r.flops_ratio << std::setw(10) << r.quotient << (r.profile.classes_ms.empty() ? "" : "  *") << "\n";
+      << r.flops_ratio << std::setw(10) << r.quotient << (o.cuda_graph ? (r.graph ? "  graph" : "  eager") : "")
+      << (o.cuda_graph && !r.dense_graph ? " (dense eager)" : "") << (r.profile.classes_ms.empty() ? "" : "  *")
+      << "\n";
   }
   bool any = false;
   for (const auto& r : rows) {
@@ -315,6 +345,10 @@ nlohmann::json ForwardBenchResult::to_json() const {
     nlohmann::json j = {{"seq", r.seq},         {"target", r.target},       {"arch", r.arch},
                         {"routed", r.fraction}, {"dense_ms", r.dense_ms},   {"ms", r.ms},
                         {"time_ratio", r.time_ratio}, {"flops_ratio", r.flops_ratio}, {"quotient", r.quotient}};
+    if (options.cuda_graph) {
+      j["graph"] = r.graph;
+      j["dense_graph"] = r.dense_graph;
+    }
     if (!r.profile.classes_ms.empty()) {
       for (const auto& [k, v] : r.profile.classes_ms) j["breakdown_ms"][k] = v;
       for (const auto& [k, v] : r.dense_profile.classes_ms) j["dense_breakdown_ms"][k] = v;

@@ -35,6 +35,10 @@ struct ForwardBenchOptions {
   /// architecture's training rule (MoD: the top-k at the forced capacity; D-LLM and TSA compute every block in
   /// training, as their papers train).
   bool train = false;
+  /// with `train` on a GPU: the steps of dense and of every architecture whose step has fixed shapes
+  /// (ArchitectureEntry::cuda_graph_step) captured as CUDA graphs and replayed, as train.cuda_graph trains; the
+  /// others stay eager (each row says which)
+  bool cuda_graph = false;
   /// bias calibration passes (each: one traced forward, then every router's bias set from its own scores)
   int calibration_passes = 2;
   /// a breakdown is printed where time ratio / FLOPs ratio exceeds this at a length >= breakdown_min_seq
@@ -55,6 +59,7 @@ struct ForwardBenchRow {
   double time_ratio = 0;      ///< ms / dense_ms
   double flops_ratio = 0;     ///< sum LayerTrace::flops / sum dense_flops of the timed forward
   double quotient = 0;        ///< time_ratio / flops_ratio (1 = time follows FLOPs)
+  bool graph = false, dense_graph = false;  ///< the model's / dense's step timed as CUDA graph replays
   /// Where one call's time goes (a breakdown): op or kernel class -> ms, what the call launches (GPU kernels, memory
   /// copies and fills where ForwardBenchResult::kernel_breakdowns, else top-level ops on the host; medians over the
   /// profiled calls) and, with ForwardBenchOptions::kernels on a GPU, its longest kernels (longest first).
