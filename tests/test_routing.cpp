@@ -110,6 +110,34 @@ class TestRouting : public QObject {
     QVERIFY(replaced[0][4].eq(7.0).all().item<bool>());
   }
 
+  void packedCompactionEqualsCompact() {
+    // compact_packed's rows, lengths and positions are compact()'s, for any share routed (none and all included).
+    torch::manual_seed(5);
+    for (const double share : {0.0, 0.1, 0.5, 1.0}) {
+      const auto decision = torch::rand({3, 37}).lt(share);
+      const auto exact = compact(decision, 1);
+      const auto c = compact_packed(decision);
+      QCOMPARE(c.lengths, exact.lengths);
+      QCOMPARE(c.max_len, exact.max_len);
+      QCOMPARE(c.total, exact.total);
+      QCOMPARE(c.sum_sq, exact.sum_sq);
+      QCOMPARE(c.seq_len, exact.seq_len);
+      QVERIFY(torch::equal(c.real_flat, exact.real_flat));
+      // compact()'s (B, K) rows without its padding rows
+      const auto real = [&](const torch::Tensor& rows) {
+        return exact.real.defined() ? rows.index_select(0, exact.real) : rows;
+      };
+      const auto x = torch::randn({3, 37, 4});
+      QVERIFY(torch::equal(gather_packed(x, c), real(gather_rows(x, exact).reshape({-1, 4}))));
+      QVERIFY(torch::equal(scatter_packed(x, c, gather_packed(x, c) * 2),
+                           scatter_rows(x, exact, gather_rows(x, exact) * 2)));
+      const auto shared = torch::arange(37) + 3;  // positions shared (T), and per sequence (B, T)
+      const auto per_sequence = torch::randint(0, 100, {3, 37});
+      for (const auto& p : {shared, per_sequence})
+        QVERIFY(torch::equal(packed_positions(p, c), real(compacted_positions(p, exact).reshape({-1}))));
+    }
+  }
+
   void compactionBucketsPadOnly_data() {
     QTest::addColumn<int>("bucket");
     QTest::addColumn<int>("K");

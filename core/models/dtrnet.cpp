@@ -161,20 +161,24 @@ torch::Tensor DTRNetLayerImpl::attend_compact(const torch::Tensor& n, const torc
   const auto B = n.size(0), T = n.size(1), C = n.size(2);
   const auto H = attn->options.n_head(), Hkv = attn->kv_heads(), hd = attn->head_dim();
   auto decision = decision_in;
-  auto c = known ? *known : compact(decision, 0, /*with_valid=*/false);  // the attention reads the lengths
+  // Packed (where the attention takes packed rows: a GPU in half precision): the routed rows are gathered without
+  // padding and stay so through the projections, rotary embedding and attention, and are put back with one copy.
+  const bool pack = packed_rows_active(n, hd);
+  const auto compaction = [&](const torch::Tensor& d) {  // the attention reads the lengths: no valid mask
+    return pack ? compact_packed(d) : compact(d, 0, /*with_valid=*/false);
+  };
+  auto c = known ? *known : compaction(decision);
   if (c.total == 0 && is_training() && options.routing() == DtrRouting::Token && options.fallback_fraction() > 0) {
     // Reference code (paper silent): a batch that routes nothing trains a random 15% of its tokens through
     // attention so the attention weights keep receiving gradient. Inference allows an all-bypass layer.
     const auto picked = std::max<std::int64_t>(1, static_cast<std::int64_t>(options.fallback_fraction() * B * T));
     const auto chosen = torch::randperm(B * T, decision.options().dtype(torch::kLong)).narrow(0, 0, picked);
     decision = torch::zeros({B * T}, decision.options()).index_fill(0, chosen, true).view({B, T});
-    c = compact(decision, 0, /*with_valid=*/false);
+    c = compaction(decision);
   }
   out.decision = decision;
   out.routed = c.total;
-  // Packed (where the attention takes packed rows: a GPU in half precision): the routed rows are gathered without
-  // padding and stay so through the projections, rotary embedding and attention, and are put back with one copy.
-  const bool packed = c.max_len > 0 && packed_rows_active(n, hd);
+  const bool packed = pack && c.max_len > 0;
   out.rows = packed ? static_cast<double>(c.total) : c.padded_rows();
 
   const auto& w = attn->qkv->weight;  // rows [W_Q; W_K; W_V]

@@ -156,6 +156,19 @@ Compaction compact(const torch::Tensor& decision, std::int64_t bucket, bool with
   return c;
 }
 
+Compaction compact_packed(const torch::Tensor& decision) {
+  const auto T = decision.size(1);
+  const auto counts = decision.sum(1);  // (B)
+  // Routed rows (key 1) before the others, each group in its flat order (the sort is stable): the first `total`
+  // places are the routed rows, sequence after sequence. The key is bytes, the type every LibTorch sorts.
+  const auto key = decision.reshape({-1}).to(torch::kByte);
+  const auto order = std::get<1>(key.sort(/*stable=*/true, 0, /*descending=*/true));
+  auto c = count_routed(decision, counts);
+  c.seq_len = T;
+  c.real_flat = order.narrow(0, 0, c.total);  // (total)
+  return c;
+}
+
 torch::Tensor compacted_positions(const torch::Tensor& positions, const Compaction& c) {
   if (positions.dim() == 2) return positions.gather(1, c.index);
   return positions.index_select(0, c.index.reshape({-1})).view_as(c.index);  // (B, K)
@@ -183,8 +196,7 @@ torch::Tensor scatter_packed(const torch::Tensor& base, const Compaction& c, con
 
 torch::Tensor packed_positions(const torch::Tensor& positions, const Compaction& c) {
   if (positions.dim() == 2) return positions.reshape({-1}).index_select(0, c.real_flat);
-  const auto index = c.index.reshape({-1});  // (B K) positions within each sequence, padding included
-  return positions.index_select(0, c.real.defined() ? index.index_select(0, c.real) : index);
+  return positions.index_select(0, c.real_flat.remainder(c.seq_len));  // each row's place within its sequence
 }
 
 torch::Tensor topk_decision(const torch::Tensor& scores, std::int64_t k) { return topk_routing(scores, k).decision; }

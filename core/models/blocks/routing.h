@@ -58,6 +58,11 @@ constexpr std::int64_t kCudaCompactionBucket = 64;
 /// Without `with_valid` the mask `valid` is left undefined (two launches fewer after the wait, for callers that read
 /// the lengths instead).
 Compaction compact(const torch::Tensor& decision, std::int64_t bucket = 0, bool with_valid = true);
+/// compact() for the packed forms alone (gather_packed, scatter_packed, packed_positions): real_flat, the lengths
+/// and their sums, no (B, K) index, padding or valid mask. One stable sort of the flattened batch lists the routed
+/// rows first, in order, and the counts are read back once: a handful of launches, none after the wait but a view,
+/// and no index built on the host and staged to the device.
+Compaction compact_packed(const torch::Tensor& decision);
 /// Only the counts of a Compaction (lengths, max_len, total, sum_sq): one host sync, no index built.
 Compaction count_routed(const torch::Tensor& decision);
 /// The original positions (B, K) of the compacted tokens, from positions (T) or (B, T).
