@@ -109,7 +109,7 @@ class FlashEvictingAttentionFunction : public torch::autograd::Function<FlashEvi
     const auto flags = w.detach().to(torch::kFloat);
     const bool multiplicative = eviction == Eviction::Multiplicative;
     const auto kept = multiplicative ? flags.gt(0.0) : flags.ge(0.5);  // (B, T): keys not evicted
-    const auto log_w = multiplicative ? flags.log().clamp_min(kEvictedLogWeight)
+    const auto log_w = multiplicative ? flags.clamp_min(0.0).log().clamp_min(kEvictedLogWeight)
                                       : torch::where(kept, 0.0, kEvictedLogWeight).to(torch::kFloat);
     const auto key_columns = split_pair(log_w / scale, type).view({B, 1, T, 2}).expand({B, Hkv, T, 2});
     const auto qp = with_columns(q, torch::ones({1, 1, 1, 2}, q.options()).expand({B, H, T, 2}), padded);
