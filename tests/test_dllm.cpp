@@ -349,6 +349,19 @@ class TestDLLM : public QObject {
     QVERIFY((all_keys.to(torch::kDouble) - tested[0]).abs().max().item<double>() > 1e-3);
   }
 
+  void flashEvictionRefusesHalf() {
+    // fp16 cannot hold an evicted key's weight of 2^-40 (nor its gradient sums): refused by name, not miscomputed.
+    if (!flash_eviction_available()) QSKIP("LibTorch before 2.3 has no flash attention");
+    QVERIFY(!flash_eviction_active(torch::Device(torch::kCUDA), torch::kHalf, 64));
+    const auto x = torch::randn({1, 2, 5, 8}).to(torch::kHalf);
+    try {
+      evicting_attention_flash(x, x, x, torch::ones({1, 5}), Eviction::Multiplicative);
+      QFAIL("no error");
+    } catch (const c10::Error& e) {
+      QVERIFY2(std::string(e.what()).find("fp16") != std::string::npos, e.what());
+    }
+  }
+
   void chunksPricedAsComputed() {
     // Chunks of 5 rows over T 13: rows 0-4 against keys 0-4, 5-9 against 0-9, 10-12 against 0-12.
     const std::int64_t B = 2, H = 3, T = 13, hd = 8;

@@ -21,7 +21,7 @@ enum class Eviction {
 /// flags:
 ///  - Multiplicative: P = softmax(causal scores) * w, renormalised by (row sum + 1e-6); w gets the gradient of P.
 ///  - Additive: keys with w < 0.5 masked to -inf before the softmax; w gets no gradient.
-/// Neither form ever holds a (B, H, T, T) tensor. Where flash_eviction_active (a GPU, bf16 or fp16) it runs
+/// Neither form ever holds a (B, H, T, T) tensor. Where flash_eviction_active (a GPU, bf16) it runs
 /// evicting_attention_flash, else evicting_attention_chunked. `pairs`, when given, receives the (query, key) score
 /// pairs per head the kernel computed over the batch (a trace's price). -> (B, H, T, hd) in v's dtype.
 torch::Tensor evicting_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
@@ -38,8 +38,8 @@ torch::Tensor evicting_attention(const torch::Tensor& q, const torch::Tensor& k,
 torch::Tensor evicting_attention_chunked(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
                                          const torch::Tensor& w, Eviction eviction, std::int64_t query_chunk = 0);
 
-/// The form through LibTorch's flash attention (LibTorch >= 2.3; on a GPU in bf16/fp16, on the CPU in any float
-/// type): the eviction as an additive log w_j on each key's scores, carried by two extra head dimensions, and every
+/// The form through LibTorch's flash attention (LibTorch >= 2.3; on a GPU in bf16, on the CPU in bf16 or fp32; fp16
+/// cannot hold an evicted key's weight): the eviction as an additive log w_j on each key's scores, carried by two extra head dimensions, and every
 /// gradient, the flags' included, from one flash backward (dllm_eviction_flash.cpp). q, k and v share one dtype;
 /// k and v may have fewer heads than q (grouped heads, without repeat_kv's copies). The multiplicative form leaves
 /// out the official 1e-6 in the denominator (a relative 1e-6 / m, m a row's softmax mass on executed keys), and an
@@ -49,8 +49,8 @@ torch::Tensor evicting_attention_flash(const torch::Tensor& q, const torch::Tens
                                        const torch::Tensor& w, Eviction eviction);
 /// Whether this LibTorch has the flash attention evicting_attention_flash calls (2.3 or later).
 bool flash_eviction_available();
-/// Whether evicting_attention takes the flash form for q of this device, dtype and head size: a GPU, bf16 or
-/// fp16, head size + 2 at most 256, ROUTELAB_FLASH_EVICTION not 0, and no earlier flash call failed.
+/// Whether evicting_attention takes the flash form for q of this device, dtype and head size: a GPU, bf16, head
+/// size + 2 at most 256, ROUTELAB_FLASH_EVICTION not 0, and no earlier flash call failed.
 bool flash_eviction_active(const torch::Device& device, torch::ScalarType type, std::int64_t head_dim);
 /// The score pairs per head the flash form is priced at over B sequences of T: the whole square, as the dense
 /// model's flash call, scaled by the padded head size over the real one.

@@ -106,6 +106,9 @@ class FlashEvictingAttentionFunction : public torch::autograd::Function<FlashEvi
     const auto type = q.scalar_type();
     TORCH_CHECK(k.scalar_type() == type && v.scalar_type() == type,
                 "evicting_attention_flash: queries, keys and values must share one dtype");
+    // An evicted key's 2^-40 and its gradient sums need fp32's exponent range (bf16 has it, fp16 does not).
+    TORCH_CHECK(type == torch::kBFloat16 || type == torch::kFloat,
+                "evicting_attention_flash: takes bf16 or fp32 (fp16 cannot hold an evicted key's weight)");
     const auto flags = w.detach().to(torch::kFloat);
     const bool multiplicative = eviction == Eviction::Multiplicative;
     const auto kept = multiplicative ? flags.gt(0.0) : flags.ge(0.5);  // (B, T): keys not evicted
@@ -192,7 +195,7 @@ bool flash_eviction_available() {
 bool flash_eviction_active(const torch::Device& device, torch::ScalarType type, std::int64_t head_dim) {
 #ifdef ROUTELAB_FLASH_EVICTION
   return device.is_cuda() && flash_eviction_kernel().usable() &&
-         (type == torch::kBFloat16 || type == torch::kHalf) && flash_eviction_head_dim(head_dim) <= 256;
+         type == torch::kBFloat16 && flash_eviction_head_dim(head_dim) <= 256;
 #else
   (void)device, (void)type, (void)head_dim;
   return false;
