@@ -152,7 +152,8 @@ class FlashEvictingAttentionFunction : public torch::autograd::Function<FlashEvi
     const auto g = grads[0].to(type);  // (B, H, T, hd)
     torch::Tensor upstream;
     if (multiplicative) {
-      const auto delta = (g.to(torch::kFloat) * f.out.narrow(3, 0, hd).to(torch::kFloat)).sum(-1);  // (B, H, T)
+      // fp32 products (the bf16 factor promoted inside the product, not copied first)
+      const auto delta = (g.to(torch::kFloat) * f.out.narrow(3, 0, hd)).sum(-1);  // (B, H, T)
       upstream = with_columns(g, split_pair(-delta, type), padded);
     } else {
       upstream = with_columns(g, torch::Tensor(), padded);
@@ -162,8 +163,8 @@ class FlashEvictingAttentionFunction : public torch::autograd::Function<FlashEvi
     if (multiplicative) {
       // The weight flash saw, from the key columns as it summed them: hi + lo in fp32, times the scale.
       const auto seen = kp.select(1, 0).narrow(2, hd, 2).to(torch::kFloat).sum(-1).mul(scale).exp();  // (B, T)
-      const auto sums = dv.to(torch::kFloat);
-      const auto per_head = (sums.narrow(3, 0, hd) * vp.narrow(3, 0, hd).to(torch::kFloat)).sum(-1) +
+      const auto sums = dv.narrow(3, 0, hd + 2).to(torch::kFloat);
+      const auto per_head = (sums.narrow(3, 0, hd) * vp.narrow(3, 0, hd)).sum(-1) +
                             sums.narrow(3, hd, 2).sum(-1);  // (B, Hkv, T)
       const auto flags_type = static_cast<torch::ScalarType>(ctx->saved_data["flags_type"].toInt());
       dw = per_head.sum(1).div(seen).to(flags_type);  // (B, T)
