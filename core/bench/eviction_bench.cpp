@@ -5,8 +5,8 @@
 #include "core/bench/bench_timing.h"
 #include "core/models/blocks/attention.h"
 #include "core/models/dllm_eviction.h"
-#include "core/util/errors.h"
 #include "core/util/device.h"
+#include "core/util/errors.h"
 
 namespace routelab {
 
