@@ -33,9 +33,6 @@
 namespace routelab {
 namespace {
 
-/// Eager steps a captured step runs before its capture (CudaGraphStep), all of them warm-up.
-constexpr int kGraphEagerSteps = 3;
-
 struct TracedForward {
   double flops_ratio = 1.0;
   double fraction = 1.0;
@@ -198,7 +195,7 @@ ForwardBenchResult bench_forward(const ForwardBenchOptions& in) {
     const auto capture = [&](std::size_t i) {
       graphs[i].reset();  // the previous graph's memory back first
       if (graphed(i))
-        graphs[i] = std::make_unique<CudaGraphStep>(*all[i], *optimizers[i], 1.0, o.bf16, 1, kGraphEagerSteps);
+        graphs[i] = std::make_unique<CudaGraphStep>(*all[i], *optimizers[i], 1.0, o.bf16);
     };
     std::vector<std::function<void()>> runs;  // dense first, then every routed model
     for (std::size_t i = 0; i < all.size(); ++i) {
@@ -229,7 +226,7 @@ ForwardBenchResult bench_forward(const ForwardBenchOptions& in) {
       if (fraction == o.fractions.front()) capture(0);
       // On a GPU the first calls pay for the context, cuBLAS handles and kernel selection: never timed. A graph's
       // eager steps and its capture are warm-up too.
-      const int warmup = o.cuda_graph ? std::max(o.warmup, kGraphEagerSteps + 2)
+      const int warmup = o.cuda_graph ? std::max(o.warmup, kCudaGraphWarmupCalls)
                                       : device.is_cuda() ? std::max(1, o.warmup) : o.warmup;
       for (int w = 0; w < warmup; ++w)
         for (const auto& run : runs) run();

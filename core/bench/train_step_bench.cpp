@@ -105,14 +105,13 @@ TrainStepBenchResult bench_train_step(const TrainStepBenchOptions& o) {
   Batch batch{torch::randint(0, o.vocab, {o.batch, o.context}, ids), torch::randint(0, o.vocab, {o.batch, o.context}, ids),
               torch::Tensor()};
   // The graph's eager steps and its capture are part of the warm-up: the timed steps are replays.
-  constexpr int kGraphEagerSteps = 3;
   std::unique_ptr<CudaGraphStep> graph;
-  if (o.cuda_graph) graph = std::make_unique<CudaGraphStep>(model, optimizer, 1.0, o.bf16, 1, kGraphEagerSteps);
+  if (o.cuda_graph) graph = std::make_unique<CudaGraphStep>(model, optimizer, 1.0, o.bf16);
   const auto step = [&] {
     return graph ? graph->run(batch, false) : train_step(model, optimizer, batch, 1.0, o.bf16, false);
   };
   // Warm-up pays for first-call costs (CUDA context, cuBLAS handles, kernel selection, allocator growth).
-  const std::int64_t warmup = std::max<std::int64_t>(graph ? kGraphEagerSteps + 2 : 1, o.warmup);
+  const std::int64_t warmup = std::max<std::int64_t>(graph ? kCudaGraphWarmupCalls : 1, o.warmup);
   for (std::int64_t i = 0; i < warmup; ++i) {
     step();
     threads.update();

@@ -13,6 +13,12 @@ class MultiTensorAdamW;
 /// Whether this build can capture CUDA graphs (it was built against a CUDA LibTorch).
 bool cuda_graphs_available();
 
+/// Eager calls a CudaGraphStep makes before it captures, by default.
+constexpr int kCudaGraphEagerSteps = 3;
+/// Calls that leave a default CudaGraphStep replaying: its eager steps, the capture, one replay (a benchmark's
+/// warm-up before it times replays).
+constexpr int kCudaGraphWarmupCalls = kCudaGraphEagerSteps + 2;
+
 /// train_step for an architecture whose step has fixed shapes (ArchitectureEntry::cuda_graph_step). The first
 /// `eager_steps` calls run train_step eagerly on a side stream (real training steps, which also create the
 /// gradients, the optimizer's state and the libraries' workspaces the graph reuses); the next call captures the step
@@ -27,7 +33,7 @@ class CudaGraphStep {
  public:
   /// `micro_batches`: train_step's gradient accumulation, captured with the step.
   CudaGraphStep(LanguageModel& model, MultiTensorAdamW& optimizer, double grad_clip, bool bf16,
-                std::int64_t micro_batches = 1, int eager_steps = 3);
+                std::int64_t micro_batches = 1, int eager_steps = kCudaGraphEagerSteps);
   ~CudaGraphStep();
   CudaGraphStep(const CudaGraphStep&) = delete;
   CudaGraphStep& operator=(const CudaGraphStep&) = delete;
