@@ -8,9 +8,11 @@
 #include <algorithm>
 #include <atomic>
 #include <cmath>
+#include <cstdlib>
 #include <limits>
 #include <map>
 #include <mutex>
+#include <string>
 #include <tuple>
 
 #include <ATen/Context.h>
@@ -358,7 +360,11 @@ bool varlen_attention_active(const torch::Device& device, torch::ScalarType type
 }
 
 bool packed_rows_active(const torch::Tensor& x, std::int64_t head_dim) {
-  if (ForcePackedRows::active()) return true;
+  static const bool forced = [] {  // ROUTELAB_PACKED_ROWS=1: the packed path everywhere (a diagnostic)
+    const char* value = std::getenv("ROUTELAB_PACKED_ROWS");
+    return value != nullptr && std::string(value) == "1";
+  }();
+  if (forced || ForcePackedRows::active()) return true;
   auto type = x.scalar_type();
 #if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 4)
   if (x.is_cuda() && at::autocast::is_autocast_enabled(at::kCUDA)) type = at::autocast::get_autocast_dtype(at::kCUDA);

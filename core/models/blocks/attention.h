@@ -87,8 +87,9 @@ torch::Tensor packed_causal_attention(const torch::Tensor& q, const torch::Tenso
 
 /// Whether a routed layer should keep its compacted rows packed (gathered without padding, projected, attended by
 /// packed_causal_attention, put back) for projections reading `x` on its device and heads of `head_dim`: where the
-/// attention takes them packed (varlen_attention_active for the type the projections write under autocast), or while
-/// a ForcePackedRows is alive on this thread.
+/// attention takes them packed (varlen_attention_active for the type the projections write under autocast), while
+/// a ForcePackedRows is alive on this thread, or everywhere with ROUTELAB_PACKED_ROWS=1 in the environment (a
+/// diagnostic: on the CPU the packed path's attention pads internally).
 bool packed_rows_active(const torch::Tensor& x, std::int64_t head_dim);
 
 /// While alive, packed_rows_active is true on this thread: tests run the packed path on the CPU, where its attention
