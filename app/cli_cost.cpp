@@ -272,7 +272,9 @@ void add_cost_commands(CLI::App& app, CLI::App& bench, CommandAction& action) {
   fwd->add_option("--breakdown-above", o.breakdown_threshold, "print a breakdown where time/FLOPs ratio exceeds this");
   fwd->add_option("--breakdown-from", o.breakdown_min_seq, "breakdowns at sequence lengths from this one (default 2048)")
       ->check(CLI::Range(0, 1000000000));
-  fwd->add_option("--kernels", o.kernels, "GPU breakdowns: also the N longest kernels of each model and of dense")
+  fwd->add_option("--kernels", o.kernels,
+                  "breakdowns: also the N longest kernels of each model and of dense (GPU), or the N top-level ops "
+                  "each model dispatches most beyond dense (host)")
       ->check(CLI::Range(0, 1000));
   fwd->add_flag("--train", o.train,
                 "time training steps (training-mode forward, loss, backward, clipping, AdamW at learning rate 0) "

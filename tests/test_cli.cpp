@@ -135,6 +135,34 @@ class TestCli : public QObject {
     }
   }
 
+  void benchForwardListsTheHostOpsBeyondDense() {
+    // Host breakdowns with --kernels: the top-level ops a routed model dispatches beyond dense's count. DTRNet's
+    // compaction sorts its routing decisions and reads the counts back; dense does neither, and every listed op's
+    // calls are among the call's top-level ops.
+    const auto [code, output] =
+        run({"bench", "forward", "--lengths", "64", "--embd", "32", "--layers", "4", "--heads", "4", "--batch", "2",
+             "--reps", "1", "--warmup", "0", "--archs", "dtrnet", "--fractions", "0.3", "--threads", "1",
+             "--breakdown-above", "0", "--breakdown-from", "0", "--kernels", "400", "--train", "--json"});
+    QVERIFY2(code == 0, qPrintable(output));
+    const auto begin = output.indexOf('{');
+    const auto json = QJsonDocument::fromJson(output.mid(begin, output.lastIndexOf('}') - begin + 1).toUtf8());
+    const auto row = json["rows"].toArray().first().toObject();
+    const auto ops = row["host_ops_beyond_dense"].toArray();
+    QVERIFY2(!ops.isEmpty(), qPrintable(output));
+    double calls = 0, dense_calls = 0;
+    bool sorted = false;
+    for (const auto& value : ops) {
+      const auto op = value.toObject();
+      calls += op["calls"].toDouble();
+      dense_calls += op["dense_calls"].toDouble();
+      if (op["op"].toString() == "aten::sort") sorted = op["calls"].toDouble() > 0 && op["dense_calls"].toDouble() == 0;
+    }
+    QVERIFY2(sorted, qPrintable(output));
+    // Every op name is listed (400 is more than there are): the calls add up to the call's top-level ops.
+    QCOMPARE(calls, row["launches"].toDouble());
+    QCOMPARE(dense_calls, row["dense_launches"].toDouble());
+  }
+
   void benchEvictionHoldsLessForTheBackward() {
     // D-LLM's training attention: the chunked kernel agrees with the materialised form and keeps no (B, H, T, T)
     // tensor for the backward (the materialised form keeps several: 8 x 4 x 512 x 512 fp32 is 32 MiB each).

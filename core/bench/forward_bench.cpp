@@ -93,6 +93,9 @@ Profile profile(const std::function<void()>& run, const torch::Device& device, i
     profiler.stop();
     for (const auto& [k, v] : profiler.classes_ms()) samples[k].push_back(v);
     launches.push_back(static_cast<double>(profiler.ops()));
+    out.host_ops.clear();  // the last call's
+    if (top > 0)
+      for (const auto& [name, tally] : profiler.ops_by_name()) out.host_ops.push_back({name, tally.ms, tally.calls});
   }
   for (auto& [k, v] : samples) {
     v.resize(static_cast<std::size_t>(runs), 0.0);  // a class absent from a forward took 0 ms there
@@ -111,6 +114,32 @@ nlohmann::json model_json(const ForwardBenchOptions& o, const std::string& arch,
   for (const auto& [k, v] : m.items()) full[k] = v;
   architecture(arch).check(full, "bench forward model");
   return full;
+}
+
+/// One top-level op name of a host breakdown: its calls in the model's call and in dense's.
+struct HostOpLine {
+  std::string name;
+  std::int64_t calls = 0, dense_calls = 0;
+  double ms = 0;
+};
+
+/// With host breakdowns (ForwardBenchOptions::kernels): the `top` top-level ops that `r`'s model dispatches most
+/// beyond dense's count, where a routed layer's extra host work is (on a GPU, what keeps the device waiting).
+std::vector<HostOpLine> host_ops_beyond_dense(const ForwardBenchRow& r, int top) {
+  std::map<std::string, HostOpLine> merged;
+  for (const auto& k : r.profile.host_ops) merged[k.name] = {k.name, k.calls, 0, k.ms};
+  for (const auto& k : r.dense_profile.host_ops) {
+    auto& line = merged[k.name];
+    line.name = k.name;
+    line.dense_calls = k.calls;
+  }
+  std::vector<HostOpLine> lines;
+  for (auto& [name, line] : merged) lines.push_back(std::move(line));
+  std::stable_sort(lines.begin(), lines.end(), [](const HostOpLine& a, const HostOpLine& b) {
+    return a.calls - a.dense_calls > b.calls - b.dense_calls;
+  });
+  if (lines.size() > static_cast<std::size_t>(std::max(0, top))) lines.resize(static_cast<std::size_t>(std::max(0, top)));
+  return lines;
 }
 
 }  // namespace
@@ -332,6 +361,13 @@ std::string ForwardBenchResult::to_table() const {
     };
     kernel_lines(r.profile.top_kernels, r.arch);
     kernel_lines(r.dense_profile.top_kernels, "dense");
+    if (const auto ops = host_ops_beyond_dense(r, o.kernels); !ops.empty()) {
+      s << "    the " << ops.size() << " top-level ops " << r.arch
+        << " dispatches most beyond dense (calls, dense's calls, ms):\n";
+      for (const auto& l : ops)
+        s << "      " << std::setw(7) << l.calls << std::setw(7) << l.dense_calls << std::setw(8)
+          << std::setprecision(2) << l.ms << "  " << l.name << "\n";
+    }
   }
   return s.str();
 }
@@ -351,6 +387,9 @@ nlohmann::json ForwardBenchResult::to_json() const {
       for (const auto& [k, v] : r.dense_profile.classes_ms) j["dense_breakdown_ms"][k] = v;
       j["launches"] = r.profile.launches;
       j["dense_launches"] = r.dense_profile.launches;
+      for (const auto& l : host_ops_beyond_dense(r, options.kernels))
+        j["host_ops_beyond_dense"].push_back(
+            {{"op", l.name}, {"calls", l.calls}, {"dense_calls", l.dense_calls}, {"ms", l.ms}});
     }
     rows_json.push_back(std::move(j));
   }

@@ -44,7 +44,8 @@ struct ForwardBenchOptions {
   /// a breakdown is printed where time ratio / FLOPs ratio exceeds this at a length >= breakdown_min_seq
   double breakdown_threshold = 1.25;
   std::int64_t breakdown_min_seq = 2048;
-  /// with GPU kernel breakdowns: also this many of the longest kernels of each model's call and of dense's
+  /// with breakdowns: also this many kernels of each model's call and of dense's, the longest (GPU kernel
+  /// breakdowns), or the top-level ops the model dispatches most beyond dense's count (host breakdowns)
   int kernels = 0;
   /// smoke-test scale: lengths 128, 256, d 128, 4 layers, 4 heads, 1 timed rep, breakdowns at every length
   bool quick = false;
@@ -62,7 +63,8 @@ struct ForwardBenchRow {
   bool graph = false, dense_graph = false;  ///< the model's / dense's step timed as CUDA graph replays
   /// Where one call's time goes (a breakdown): op or kernel class -> ms, what the call launches (GPU kernels, memory
   /// copies and fills where ForwardBenchResult::kernel_breakdowns, else top-level ops on the host; medians over the
-  /// profiled calls) and, with ForwardBenchOptions::kernels on a GPU, its longest kernels (longest first).
+  /// profiled calls) and, with ForwardBenchOptions::kernels, its longest kernels on a GPU (longest first) or, on the
+  /// host, every top-level op by name (the last profiled call's calls and ms).
   struct Kernel {
     std::string name;
     double ms = 0;
@@ -72,6 +74,7 @@ struct ForwardBenchRow {
     std::vector<std::pair<std::string, double>> classes_ms;
     double launches = 0;
     std::vector<Kernel> top_kernels;
+    std::vector<Kernel> host_ops;
   };
   /// where quotient > threshold at a long sequence: this model's call and dense's (classes_ms empty otherwise)
   Profile profile, dense_profile;

@@ -141,6 +141,7 @@ struct OpClassProfiler::State {
   std::thread::id thread;
   Clock::time_point begin, end;
   std::map<std::string, double> ms;
+  std::map<std::string, OpTally> by_name;
   std::int64_t ops = 0;
   int depth = 0;
   at::CallbackHandle handle = 0;
@@ -180,6 +181,7 @@ const char* op_class(std::string_view name) {
 struct TimedOp : at::ObserverContext {
   Clock::time_point start;
   const char* cls = nullptr;
+  std::string name;  ///< a top-level op's
   bool transparent = false;  ///< a wrapper whose inner ops are the top level (the autograd engine's)
 };
 
@@ -196,6 +198,7 @@ std::unique_ptr<at::ObserverContext> on_profiler_start(const at::RecordFunction&
   if (p->depth++ == 0) {
     ++p->ops;
     ctx->cls = op_class(name);
+    ctx->name = name;
     ctx->start = Clock::now();
   }
   return ctx;
@@ -207,8 +210,12 @@ void on_profiler_end(const at::RecordFunction& /*fn*/, at::ObserverContext* ctx)
   auto* timed = static_cast<TimedOp*>(ctx);
   if (timed->transparent) return;
   --p->depth;
-  if (timed->cls)
-    p->ms[timed->cls] += std::chrono::duration<double, std::milli>(Clock::now() - timed->start).count();
+  if (!timed->cls) return;
+  const auto ms = std::chrono::duration<double, std::milli>(Clock::now() - timed->start).count();
+  p->ms[timed->cls] += ms;
+  auto& tally = p->by_name[timed->name];
+  ++tally.calls;
+  tally.ms += ms;
 }
 
 }  // namespace
@@ -244,6 +251,7 @@ std::map<std::string, double> OpClassProfiler::classes_ms() const {
 }
 
 std::int64_t OpClassProfiler::ops() const { return state_->ops; }
+const std::map<std::string, OpTally>& OpClassProfiler::ops_by_name() const { return state_->by_name; }
 
 double OpClassProfiler::wall_ms() const {
   const auto end = state_->active ? Clock::now() : state_->end;

@@ -40,6 +40,12 @@ class FlopCounter {
   std::unique_ptr<State> state_;
 };
 
+/// One top-level op name's share of an OpClassProfiler recording.
+struct OpTally {
+  std::int64_t calls = 0;
+  double ms = 0;  ///< inclusive wall time of its calls
+};
+
 /// Wall-clock time of a forward by op class, from global RecordFunction callbacks on the profiling thread: each
 /// top-level op's inclusive time goes to its class (matmul; the custom CPU attention kernel, whose per-head GEMMs
 /// run in OpenMP workers; routing index ops: gather, scatter, index_*, sort, topk, nonzero, where, cat, ...;
@@ -59,6 +65,8 @@ class OpClassProfiler {
   /// Top-level ops dispatched on the profiling thread (what the host launches one by one; the autograd engine's
   /// backward included where it runs on this thread, as it does for CPU tensors).
   std::int64_t ops() const;
+  /// The top-level ops by name ("aten::index_select", ...): what the host dispatched, one by one.
+  const std::map<std::string, OpTally>& ops_by_name() const;
 
   struct State;
 
