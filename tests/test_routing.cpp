@@ -138,6 +138,28 @@ class TestRouting : public QObject {
     }
   }
 
+  void addRowsIsTheScatteredResidualSum() {
+    // add_rows(x, c, u) = scatter_rows(x, c, gather_rows(x, c) + u) bit for bit, padded compactions (ragged lengths,
+    // a bucket) and top-k ones alike; x's gradient passes through unchanged and u's real rows receive theirs, its
+    // padding rows nothing.
+    torch::manual_seed(9);
+    const auto x = torch::randn({3, 37, 4}, torch::requires_grad());
+    const auto scores = torch::randn({3, 37});
+    for (const auto& c : {compact(torch::rand({3, 37}).lt(0.3), 8), topk_routing(scores, 5).compaction}) {
+      const auto u = torch::randn({3, c.max_len, 4}, torch::requires_grad());
+      const auto out = add_rows(x, c, u);
+      QVERIFY(torch::equal(out, scatter_rows(x, c, gather_rows(x, c) + u)));
+      const auto g = torch::randn_like(out);
+      const auto [gx, gu] = [&] {
+        const auto grads = torch::autograd::grad({out}, {x, u}, {g});
+        return std::make_pair(grads[0], grads[1]);
+      }();
+      QVERIFY(torch::equal(gx, g));
+      const auto valid = c.valid.unsqueeze(-1).to(torch::kFloat);
+      QVERIFY(torch::equal(gu, gather_rows(g, c) * valid));
+    }
+  }
+
   void compactionBucketsPadOnly_data() {
     QTest::addColumn<int>("bucket");
     QTest::addColumn<int>("K");

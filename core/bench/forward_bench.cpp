@@ -120,7 +120,7 @@ nlohmann::json model_json(const ForwardBenchOptions& o, const std::string& arch,
 struct HostOpLine {
   std::string name;
   std::int64_t calls = 0, dense_calls = 0;
-  double ms = 0;
+  double ms = 0, dense_ms = 0;
 };
 
 /// With host breakdowns (ForwardBenchOptions::kernels): the `top` top-level ops that `r`'s model dispatches most
@@ -132,6 +132,7 @@ std::vector<HostOpLine> host_ops_beyond_dense(const ForwardBenchRow& r, int top)
     auto& line = merged[k.name];
     line.name = k.name;
     line.dense_calls = k.calls;
+    line.dense_ms = k.ms;
   }
   std::vector<HostOpLine> lines;
   for (auto& [name, line] : merged) lines.push_back(std::move(line));
@@ -389,7 +390,8 @@ nlohmann::json ForwardBenchResult::to_json() const {
       j["dense_launches"] = r.dense_profile.launches;
       for (const auto& l : host_ops_beyond_dense(r, options.kernels))
         j["host_ops_beyond_dense"].push_back(
-            {{"op", l.name}, {"calls", l.calls}, {"dense_calls", l.dense_calls}, {"ms", l.ms}});
+            {{"op", l.name}, {"calls", l.calls}, {"dense_calls", l.dense_calls}, {"ms", l.ms},
+             {"dense_ms", l.dense_ms}});
     }
     rows_json.push_back(std::move(j));
   }

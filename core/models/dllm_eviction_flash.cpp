@@ -1,5 +1,5 @@
 // D-LLM's evicting attention through LibTorch's flash attention (LibTorch >= 2.3): the eviction rides in two extra
-// head dimensions, and the flags' gradient comes from a second flash backward over every key.
+// head dimensions, and the flags' gradient in the padding columns of the one flash backward.
 #include <cmath>
 #include <vector>
 

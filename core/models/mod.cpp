@@ -90,8 +90,9 @@ torch::Tensor MoDLayerImpl::forward(const torch::Tensor& x, const torch::Tensor&
     auto w = logits.gather(1, c.index);                         // (B, K): the router learns only through w
     if (options.router_weight() == MoDRouterWeight::Sigmoid) w = torch::sigmoid(w);
     w = w.unsqueeze(-1);  // (B, K, 1)
-    const auto rows = options.residual() == MoDResidual::Paper ? x_sel + w * f : (1 + w) * x_sel + w * f;
-    out = scatter_rows(x, c, rows);  // (B, T, C)
+    // Paper: x + w f; reference: (1 + w) x + w f = x + w (x + f). The update is added to the selected rows of x in
+    // one pass, whose backward passes x's gradient through (no copy of it with those rows zeroed).
+    out = add_rows(x, c, w * (options.residual() == MoDResidual::Paper ? f : x_sel + f));  // (B, T, C)
   }
 
   if (trace) {

@@ -122,8 +122,8 @@ Compaction count_routed(const torch::Tensor& decision, const torch::Tensor& devi
 /// queue.
 void index_rows(Compaction& c, const torch::Tensor& flat = {}) {
   const auto B = c.index.size(0), K = c.index.size(1);
-  c.flat = (flat.defined() ? flat : c.index + torch::arange(B, c.index.options()).unsqueeze(1) * c.seq_len)
-               .reshape({-1});  // (B K)
+  const auto starts = [&] { return torch::arange(0, B * c.seq_len, c.seq_len, c.index.options()).unsqueeze(1); };
+  c.flat = (flat.defined() ? flat : c.index + starts()).reshape({-1});  // (B K)
   if (c.total == B * K) {
     c.real_flat = c.flat;
     return;
@@ -171,7 +171,7 @@ Compaction compact_packed(const torch::Tensor& decision) {
 
 torch::Tensor compacted_positions(const torch::Tensor& positions, const Compaction& c) {
   if (positions.dim() == 2) return positions.gather(1, c.index);
-  return positions.index_select(0, c.index.reshape({-1})).view_as(c.index);  // (B, K)
+  return positions.take(c.index);  // (B, K)
 }
 
 torch::Tensor gather_rows(const torch::Tensor& x, const Compaction& c) {
@@ -183,6 +183,13 @@ torch::Tensor scatter_rows(const torch::Tensor& base, const Compaction& c, const
   auto real = rows.reshape({base.size(0) * c.max_len, base.size(2)});
   if (c.real.defined()) real = real.index_select(0, c.real);  // (total, C): padding rows left out
   return scatter_packed(base, c, real);
+}
+
+torch::Tensor add_rows(const torch::Tensor& base, const Compaction& c, const torch::Tensor& rows) {
+  const auto B = base.size(0), T = base.size(1), C = base.size(2);
+  auto real = rows.reshape({B * c.max_len, C});
+  if (c.real.defined()) real = real.index_select(0, c.real);  // (total, C): padding rows left out
+  return base.reshape({B * T, C}).index_add(0, c.real_flat, real.to(base.scalar_type())).view({B, T, C});
 }
 
 torch::Tensor gather_packed(const torch::Tensor& x, const Compaction& c) {

@@ -73,6 +73,10 @@ torch::Tensor gather_rows(const torch::Tensor& x, const Compaction& c);
 /// base (B, T, C) with its routed rows replaced by rows (B, K, C); padding rows of `rows` are dropped. One copy of
 /// base with the real rows written into it (its backward: one copy of the gradient with those rows zeroed).
 torch::Tensor scatter_rows(const torch::Tensor& base, const Compaction& c, const torch::Tensor& rows);
+/// base (B, T, C) with the update rows (B, K, C) added to its routed rows (padding rows dropped): a residual update
+/// of the routed tokens. One copy of base with the rows added (bit for bit scatter_rows(base, c, gathered + rows));
+/// its backward passes base's gradient through unchanged (no zeroed copy) and gathers the rows'.
+torch::Tensor add_rows(const torch::Tensor& base, const Compaction& c, const torch::Tensor& rows);
 
 /// (B, T, C) -> (total, C): the routed rows packed one sequence after another, without padding (one row gather).
 torch::Tensor gather_packed(const torch::Tensor& x, const Compaction& c);
