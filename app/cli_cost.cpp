@@ -199,8 +199,10 @@ int run_bench_eviction(const EvictionBenchOptions& o) {
             << "(peak: the most held above the inputs; saved: held after the forward, until the backward)\n"
             << "| precision | T | chunk rows | chunked ms | flash ms | materialised ms | materialised / chunked | "
                "chunked / flash | chunked peak / saved MB | flash peak / saved MB | materialised peak / saved MB | "
-               "chunked max |out diff| / |grad diff| | flash max |out diff| / |grad diff| | max |grad| |\n"
-               "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n";
+               "chunked max |out diff| / |grad diff| | flash max |out diff| / |grad diff| | max |grad| | "
+               "CPU kernel ms | chunked / CPU kernel | CPU kernel peak / saved MB | "
+               "CPU kernel max |out diff| / |grad diff| |\n"
+               "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n";
   const auto num = [](double v, int precision) { return v < 0 ? std::string("-") : fixed(v, precision); };
   const auto ratio = [](double a, double b) { return a < 0 || b <= 0 ? std::string("-") : fixed(a / b, 2) + "x"; };
   const auto sci = [](double v) {
@@ -217,7 +219,9 @@ int run_bench_eviction(const EvictionBenchOptions& o) {
               << " / " << num(r.flash_saved_mb, 0) << " | " << num(r.materialised_peak_mb, 0) << " / "
               << num(r.materialised_saved_mb, 0) << " | " << sci(r.output_diff) << " / " << sci(r.grad_diff) << " | "
               << sci(r.flash_output_diff) << " / " << sci(r.flash_grad_diff) << " | "
-              << (r.output_diff < 0 ? std::string("-") : sci(r.grad_max)) << " |\n";
+              << (r.output_diff < 0 ? std::string("-") : sci(r.grad_max)) << " | " << num(r.cpu_ms, 1) << " | "
+              << ratio(r.chunked_ms, r.cpu_ms) << " | " << num(r.cpu_peak_mb, 0) << " / " << num(r.cpu_saved_mb, 0)
+              << " | " << sci(r.cpu_output_diff) << " / " << sci(r.cpu_grad_diff) << " |\n";
   return 0;
 }
 
@@ -288,8 +292,9 @@ void add_cost_commands(CLI::App& app, CLI::App& bench, CommandAction& action) {
 
   auto e = std::make_shared<EvictionBenchOptions>();
   auto* eviction = bench.add_subcommand(
-      "eviction", "D-LLM's training attention (skipped tokens evicted as keys): the chunked kernel vs the "
-                  "materialised (B, H, T, T) form, forward + backward: time, peak memory, differences");
+      "eviction", "D-LLM's training attention (skipped tokens evicted as keys): the chunked kernel, the flash "
+                  "form and the CPU kernel vs the materialised (B, H, T, T) form, forward + backward: time, peak "
+                  "memory, differences");
   eviction->add_option("--batch", e->batch, "sequences")->check(CLI::Range(1, 1000000000));
   eviction->add_option("--heads", e->heads, "attention heads")->check(CLI::Range(1, 1000000));
   eviction->add_option("--kv-heads", e->kv_heads, "key/value heads, dividing --heads (0: all)")

@@ -25,8 +25,9 @@ namespace {
 
 constexpr std::int64_t kVocab = 37;
 /// An eviction test's `chunk` for the flash form (LibTorch's CPU flash attention here; the same function runs CUDA's
-/// on a GPU); chunk >= 0 is the chunked form with that many rows per chunk (0 automatic).
+/// on a GPU) and for the CPU kernel; chunk >= 0 is the chunked form with that many rows per chunk (0 automatic).
 constexpr int kFlash = -1;
+constexpr int kCpuKernel = -2;
 
 /// Four layers: the first two always execute, the last two have decision modules (the default "after-2").
 TransformerOptions small(ModelStyle style = ModelStyle::Llama, std::int64_t kv_heads = 0) {
@@ -264,7 +265,11 @@ class TestDLLM : public QObject {
       QTest::addRow("%s-flash", name) << int(eviction) << kFlash << false << false << 3;
       QTest::addRow("%s-flash-bf16", name) << int(eviction) << kFlash << true << false << 3;
       QTest::addRow("%s-flash-grouped", name) << int(eviction) << kFlash << false << false << 1;
+      QTest::addRow("%s-cpu", name) << int(eviction) << kCpuKernel << false << false << 3;
+      QTest::addRow("%s-cpu-bf16", name) << int(eviction) << kCpuKernel << true << false << 3;
+      QTest::addRow("%s-cpu-grouped", name) << int(eviction) << kCpuKernel << false << false << 1;
     }
+    QTest::addRow("multiplicative-soft-cpu") << int(Eviction::Multiplicative) << kCpuKernel << false << true << 3;
     QTest::addRow("multiplicative-soft") << int(Eviction::Multiplicative) << 3 << false << true << 3;
     QTest::addRow("multiplicative-soft-flash") << int(Eviction::Multiplicative) << kFlash << false << true << 3;
     QTest::addRow("multiplicative-flash-bf16-grouped")
@@ -276,12 +281,12 @@ class TestDLLM : public QObject {
     QFETCH(bool, bf16);
     QFETCH(bool, soft);
     QFETCH(int, kv_heads);
-    const bool flash = chunk == kFlash;
+    const bool flash = chunk == kFlash, cpu = chunk == kCpuKernel;
     if (flash && !flash_eviction_available()) QSKIP("LibTorch before 2.3 has no flash attention");
     torch::manual_seed(11);
     const std::int64_t B = 2, H = 3, T = 13, hd = 8;
-    // LibTorch's flash attention takes no double: its full-precision rows run in fp32.
-    const auto dtype = bf16 ? torch::kBFloat16 : flash ? torch::kFloat : torch::kDouble;
+    // LibTorch's flash attention and the CPU kernel take no double: their full-precision rows run in fp32.
+    const auto dtype = bf16 ? torch::kBFloat16 : flash || cpu ? torch::kFloat : torch::kDouble;
     auto flags = soft ? torch::rand({B, T}, torch::kDouble) : random_decisions(B, T, 2).to(torch::kDouble);
     flags.narrow(1, 0, 2).fill_(1.0);
     // Sharp scores (q doubled) for the chunked form. The flash form leaves out the official 1e-6 in the
@@ -299,8 +304,9 @@ class TestDLLM : public QObject {
     }
     const auto upstream = torch::randn({B, H, T, hd}, torch::kDouble);
     const auto form = [&](const std::vector<torch::Tensor>& x, const torch::Tensor& w) {
-      return flash ? evicting_attention_flash(x[0], x[1], x[2], w, Eviction(eviction))
-                   : evicting_attention_chunked(x[0], all_heads(x[1]), all_heads(x[2]), w, Eviction(eviction), chunk);
+      if (flash) return evicting_attention_flash(x[0], x[1], x[2], w, Eviction(eviction));
+      if (cpu) return evicting_attention_cpu(x[0], all_heads(x[1]), all_heads(x[2]), w, Eviction(eviction));
+      return evicting_attention_chunked(x[0], all_heads(x[1]), all_heads(x[2]), w, Eviction(eviction), chunk);
     };
     // Output and gradients of <out, upstream> with respect to q, k, v and w, through `form` or the materialised one.
     const auto run = [&](bool tested, torch::ScalarType type) {
@@ -317,7 +323,7 @@ class TestDLLM : public QObject {
       return results;
     };
     const auto error = [](const torch::Tensor& a, const torch::Tensor& b) { return (a - b).abs().max().item<double>(); };
-    // Every form computes scores and probabilities in fp32: in double (chunked) or fp32 (flash) inputs they agree
+    // Every form computes scores and probabilities in fp32: in double (chunked) or fp32 (flash, CPU kernel) inputs they agree
     // to fp32 rounding. In bf16 the scores are rounded to bf16 (as the materialised form rounds them), in another
     // order, so the tested form is held to three times the materialised form's own distance from the double result
     // (the chunked dq came to more than twice it with LibTorch 1.13).
@@ -328,7 +334,7 @@ class TestDLLM : public QObject {
       const double scale = std::max(reference[i].abs().max().item<double>(), 1.0);
       const double diff = error(tested[i], reference[i]);
       const double allowed = bf16 ? std::max(3.0 * error(materialised[i], reference[i]), 1e-2 * scale)
-                                  : (flash ? 1e-4 : 1e-5) * scale;
+                                  : (flash ? 1e-4 : cpu ? 2e-5 : 1e-5) * scale;
       QVERIFY2(diff <= allowed, qPrintable(QString("%1: max difference %2 (allowed %3)").arg(names[i]).arg(diff).arg(allowed)));
     }
     // The flash form zeroes what its evicted keys' weight of 2^-40 would leave in their key and value gradients.
@@ -347,6 +353,71 @@ class TestDLLM : public QObject {
     for (std::size_t i = 0; i < 3; ++i) plain.push_back(inputs[i].to(dtype));
     const auto all_keys = form(plain, torch::ones({B, T}));
     QVERIFY((all_keys.to(torch::kDouble) - tested[0]).abs().max().item<double>() > 1e-3);
+  }
+
+  void cpuEvictionKernelAcrossBlocks_data() {
+    QTest::addColumn<int>("eviction");
+    QTest::addColumn<int>("T");
+    QTest::addColumn<int>("H");
+    // T 300: three query blocks (128 rows), every head of a sequence in one softmax call; T 1200 with three heads:
+    // ten blocks, one head per call (H T^2 above 4 M floats).
+    QTest::newRow("multiplicative-3-blocks") << int(Eviction::Multiplicative) << 300 << 4;
+    QTest::newRow("additive-3-blocks") << int(Eviction::Additive) << 300 << 4;
+    QTest::newRow("multiplicative-head-per-call") << int(Eviction::Multiplicative) << 1200 << 3;
+  }
+  void cpuEvictionKernelAcrossBlocks() {
+    // The CPU kernel's blocks, their packed probabilities and the backward's accumulation over blocks (dK, dV and
+    // the flags' gradient) against the chunked form in double.
+    QFETCH(int, eviction);
+    QFETCH(int, T);
+    QFETCH(int, H);
+    torch::manual_seed(13);
+    const std::int64_t B = 2, hd = 8;
+    auto flags = random_decisions(B, T, 2).to(torch::kFloat);
+    const std::vector<torch::Tensor> inputs = {torch::randn({B, H, T, hd}).mul_(2), torch::randn({B, H, T, hd}),
+                                               torch::randn({B, H, T, hd}), flags};
+    const auto upstream = torch::randn({B, H, T, hd}, torch::kDouble);
+    const auto run = [&](bool kernel) {
+      std::vector<torch::Tensor> leaves;
+      for (std::size_t i = 0; i < inputs.size(); ++i)
+        leaves.push_back(inputs[i].to(kernel || i == 3 ? torch::kFloat : torch::kDouble).clone().requires_grad_());
+      const auto out = kernel ? evicting_attention_cpu(leaves[0], leaves[1], leaves[2], leaves[3], Eviction(eviction))
+                              : evicting_attention_chunked(leaves[0], leaves[1], leaves[2], leaves[3],
+                                                           Eviction(eviction), 128);
+      (out.to(torch::kDouble) * upstream).sum().backward();
+      std::vector<torch::Tensor> results = {out.detach().to(torch::kDouble)};
+      for (const auto& leaf : leaves)
+        results.push_back(leaf.grad().defined() ? leaf.grad().to(torch::kDouble) : torch::zeros({1}, torch::kDouble));
+      return results;
+    };
+    const auto tested = run(true), reference = run(false);
+    const char* names[] = {"output", "dq", "dk", "dv", "dw"};
+    for (std::size_t i = 0; i < tested.size(); ++i) {
+      const double scale = std::max(reference[i].abs().max().item<double>(), 1.0);
+      const double diff = (tested[i] - reference[i]).abs().max().item<double>();
+      QVERIFY2(diff <= 5e-5 * scale, qPrintable(QString("%1: max difference %2 (scale %3)").arg(names[i]).arg(diff).arg(scale)));
+    }
+    if (eviction == int(Eviction::Multiplicative)) QVERIFY(tested[4].abs().max().item<double>() > 1e-3);
+  }
+
+  void theCpuTrainsThroughTheCpuKernel() {
+    // On the CPU evicting_attention is the CPU kernel (grouped heads repeated for it), priced at the full square as
+    // the dense CPU kernel is; ROUTELAB_CPU_EVICTION=0 would send it to the chunked form.
+    if (!cpu_eviction_active(torch::Device(torch::kCPU))) QSKIP("ROUTELAB_CPU_EVICTION=0 in the environment");
+    QVERIFY(!cpu_eviction_active(torch::Device(torch::kCUDA)));
+    torch::manual_seed(3);
+    const std::int64_t B = 2, H = 4, T = 150, hd = 8;
+    const auto q = torch::randn({B, H, T, hd}), k = torch::randn({B, 2, T, hd}), v = torch::randn({B, 2, T, hd});
+    const auto w = random_decisions(B, T, 2).to(torch::kFloat);
+    double pairs = 0;
+    const auto out = evicting_attention(q, k, v, w, Eviction::Multiplicative, &pairs);
+    QCOMPARE(pairs, static_cast<double>(B * T * T));
+    QVERIFY(torch::equal(out, evicting_attention_cpu(q, repeat_kv(k, 2), repeat_kv(v, 2), w, Eviction::Multiplicative)));
+    // It keeps the causal blocks' probabilities (T 300: blocks of 128, 128 and 44 rows against 128, 256 and 300
+    // keys); past 1 GiB a layer takes the chunked form.
+    QCOMPARE(cpu_eviction_saved_bytes(1, 1, 300), 4.0 * (128 * 128 + 128 * 256 + 44 * 300));
+    QVERIFY(cpu_eviction_saved_bytes(8, 15, 2048) <= kCpuEvictionSavedBytes);
+    QVERIFY(cpu_eviction_saved_bytes(8, 15, 4096) > kCpuEvictionSavedBytes);
   }
 
   void flashEvictionRefusesHalf() {

@@ -16,7 +16,7 @@ struct EvictionMemory {
   double peak_mb = -1, saved_mb = -1;
 };
 
-enum class Form { Chunked, Flash, Materialised };
+enum class Form { Chunked, Flash, Cpu, Materialised };
 
 /// Output and the gradients of <output, upstream> with respect to q, k, v and w, through one form (`chunk`: the
 /// chunked kernel's rows per chunk, 0 automatic). With `memory`, also what the pass holds above the memory allocated
@@ -40,6 +40,7 @@ std::vector<torch::Tensor> eviction_pass(const std::vector<torch::Tensor>& input
   const auto &k = leaves[1], &v = leaves[2], &w = leaves[3];
   const auto out = form == Form::Chunked ? evicting_attention_chunked(q, all_heads(k), all_heads(v), w, eviction, chunk)
                    : form == Form::Flash ? evicting_attention_flash(q, k, v, w, eviction)
+                   : form == Form::Cpu   ? evicting_attention_cpu(q, all_heads(k), all_heads(v), w, eviction)
                                          : evicting_attention_materialised(q, all_heads(k), all_heads(v), w, eviction);
   if (memory) {
     synchronize(device);
@@ -89,11 +90,17 @@ std::vector<EvictionBenchRow> bench_eviction(const EvictionBenchOptions& o) {
       const auto a = eviction_pass(inputs, upstream, Form::Chunked, chunk, device, &memory);
       r.chunked_peak_mb = memory.peak_mb;
       r.chunked_saved_mb = memory.saved_mb;
-      std::vector<torch::Tensor> f;
+      std::vector<torch::Tensor> f, c;
       if (flash) {
         f = eviction_pass(inputs, upstream, Form::Flash, chunk, device, &memory);
         r.flash_peak_mb = memory.peak_mb;
         r.flash_saved_mb = memory.saved_mb;
+      }
+      const bool cpu = device.is_cpu();
+      if (cpu) {
+        c = eviction_pass(inputs, upstream, Form::Cpu, chunk, device, &memory);
+        r.cpu_peak_mb = memory.peak_mb;
+        r.cpu_saved_mb = memory.saved_mb;
       }
       if (o.materialised) {
         const auto b = eviction_pass(inputs, upstream, Form::Materialised, chunk, device, &memory);
@@ -107,23 +114,27 @@ std::vector<EvictionBenchRow> bench_eviction(const EvictionBenchOptions& o) {
         };
         differences(a, r.output_diff, r.grad_diff);
         if (flash) differences(f, r.flash_output_diff, r.flash_grad_diff);
+        if (cpu) differences(c, r.cpu_output_diff, r.cpu_grad_diff);
         for (std::size_t i = 1; i < b.size(); ++i) r.grad_max = std::max(r.grad_max, b[i].abs().max().item<double>());
       }
-      std::vector<double> chunked, flashed, materialised;  // interleaved, after warm-up
+      std::vector<double> chunked, flashed, kernel, materialised;  // interleaved, after warm-up
       const auto timed = [&](Form form) {
         return time_ms([&] { eviction_pass(inputs, upstream, form, chunk, device); }, device);
       };
       for (int i = 0; i < o.warmup + o.reps; ++i) {
         const double tc = timed(Form::Chunked);
         const double tf = flash ? timed(Form::Flash) : -1;
+        const double tk = cpu ? timed(Form::Cpu) : -1;
         const double tm = o.materialised ? timed(Form::Materialised) : -1;
         if (i < o.warmup) continue;
         chunked.push_back(tc);
         flashed.push_back(tf);
+        kernel.push_back(tk);
         materialised.push_back(tm);
       }
       r.chunked_ms = median(chunked);
       if (flash) r.flash_ms = median(flashed);
+      if (cpu) r.cpu_ms = median(kernel);
       if (o.materialised) r.materialised_ms = median(materialised);
       rows.push_back(r);
     }

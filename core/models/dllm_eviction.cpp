@@ -12,17 +12,8 @@ namespace routelab {
 
 namespace {
 
-/// Official model_train.py: probs / (probs.sum(-1) + 1e-6).
-constexpr double kRenormaliseEps = 1e-6;
 /// fp32 elements of one chunk's scores (B, H, rows, T) at most: 256 MB.
 constexpr std::int64_t kEvictionChunkElements = std::int64_t{1} << 26;
-
-/// (B, T) fp32: the weight each key's probability is multiplied by. Multiplicative: w itself (its gradient is
-/// taken separately); additive: 1 for w >= 0.5, else 0 (the -inf mask, no gradient).
-torch::Tensor eviction_key_weights(const torch::Tensor& w, Eviction eviction) {
-  const auto flags = w.detach();
-  return eviction == Eviction::Multiplicative ? flags.to(torch::kFloat) : flags.ge(0.5).to(torch::kFloat);
-}
 
 /// Scaled fp32 scores of queries [i0, i0 + n) against keys [0, i0 + n), future keys at -inf. -> (B, H, n, i0 + n)
 torch::Tensor eviction_chunk_scores(const torch::Tensor& q, const torch::Tensor& k, std::int64_t i0, std::int64_t n) {
@@ -52,7 +43,7 @@ class EvictingAttentionFunction : public torch::autograd::Function<EvictingAtten
     const auto B = q.size(0), H = q.size(1), T = q.size(2);
     const auto rows = evicting_attention_chunk_rows(B, H, T, query_chunk);
     const auto weights = eviction_key_weights(w, eviction);
-    const double eps = eviction == Eviction::Multiplicative ? kRenormaliseEps : 0.0;
+    const double eps = eviction == Eviction::Multiplicative ? kEvictionRenormaliseEps : 0.0;
     auto out = torch::empty(q.sizes(), v.options());                          // (B, H, T, hd)
     auto lse = torch::empty({B, H, T}, q.options().dtype(torch::kFloat));  // log of R's denominator, per row
     for (std::int64_t i0 = 0; i0 < T; i0 += rows) {
@@ -83,7 +74,7 @@ class EvictingAttentionFunction : public torch::autograd::Function<EvictingAtten
     const bool multiplicative = eviction == Eviction::Multiplicative;
     const auto rows = ctx->saved_data["rows"].toInt();
     const auto B = q.size(0), T = q.size(2);
-    const double eps = multiplicative ? kRenormaliseEps : 0.0;
+    const double eps = multiplicative ? kEvictionRenormaliseEps : 0.0;
     const double scale = 1.0 / std::sqrt(static_cast<double>(q.size(3)));
     const auto weights = eviction_key_weights(w, eviction);
     const auto grad_out = grads[0].to(v.scalar_type());  // (B, H, T, hd)
@@ -116,6 +107,11 @@ class EvictingAttentionFunction : public torch::autograd::Function<EvictingAtten
 };
 
 }  // namespace
+
+torch::Tensor eviction_key_weights(const torch::Tensor& w, Eviction eviction) {
+  const auto flags = w.detach();
+  return eviction == Eviction::Multiplicative ? flags.to(torch::kFloat) : flags.ge(0.5).to(torch::kFloat);
+}
 
 std::int64_t evicting_attention_chunk_rows(std::int64_t B, std::int64_t H, std::int64_t T, std::int64_t query_chunk) {
   if (query_chunk > 0) return std::min(query_chunk, T);
@@ -156,7 +152,7 @@ torch::Tensor evicting_attention_materialised(const torch::Tensor& q, const torc
     // Official: probabilities times the key's flag, renormalised by (row sum + 1e-6). The reserved first tokens
     // keep every row non-empty.
     probs = probs * w_key.to(torch::kFloat);
-    probs = probs / (probs.sum(-1, /*keepdim=*/true) + kRenormaliseEps);
+    probs = probs / (probs.sum(-1, /*keepdim=*/true) + kEvictionRenormaliseEps);
   }
   if (dropout > 0) probs = torch::dropout(probs, dropout, true);
   return torch::matmul(probs.to(v.scalar_type()), v);  // (B, H, T, hd)

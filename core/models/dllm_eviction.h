@@ -16,16 +16,40 @@ enum class Eviction {
   Additive,
 };
 
+/// Official model_train.py: probs / (probs.sum(-1) + 1e-6).
+inline constexpr double kEvictionRenormaliseEps = 1e-6;
+
+/// (B, T) fp32, detached: the weight each key's probability is multiplied by. Multiplicative: w itself (its gradient
+/// is taken separately); additive: 1 for w >= 0.5, else 0 (the -inf mask, no gradient).
+torch::Tensor eviction_key_weights(const torch::Tensor& w, Eviction eviction);
+
 /// The attention of D-LLM's training form (official model_train.py), with q (B, H, T, hd), k and v (B, Hkv, T, hd)
 /// (Hkv dividing H: query head h reads key/value head h / (H / Hkv), as repeat_kv) and w (B, T) the keys' execute
 /// flags:
 ///  - Multiplicative: P = softmax(causal scores) * w, renormalised by (row sum + 1e-6); w gets the gradient of P.
 ///  - Additive: keys with w < 0.5 masked to -inf before the softmax; w gets no gradient.
-/// Neither form ever holds a (B, H, T, T) tensor. Where flash_eviction_active (a GPU, bf16) it runs
-/// evicting_attention_flash, else evicting_attention_chunked. `pairs`, when given, receives the (query, key) score
+/// Where flash_eviction_active (a GPU, bf16) it runs evicting_attention_flash, on the CPU evicting_attention_cpu
+/// (cpu_eviction_active), else evicting_attention_chunked: none of them holds the whole (B, H, T, T). `pairs`, when given, receives the (query, key) score
 /// pairs per head the kernel computed over the batch (a trace's price). -> (B, H, T, hd) in v's dtype.
 torch::Tensor evicting_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
                                  const torch::Tensor& w, Eviction eviction, double* pairs = nullptr);
+
+/// The form of the CPU (cpu_eviction_active): the causal query blocks and direct BLAS products of RouteLab's CPU
+/// attention kernel (core/models/blocks/cpu_attention_kernel.h), each block's softmax rows weighed by the keys'
+/// flags and renormalised, R = softmax / (sum_j softmax_j w_j + eps), P = R w (the official form, its 1e-6 included;
+/// additive: flags 0/1, no eps, the masked softmax). R, the causal half of the (B, H, T, T) probabilities, is kept
+/// for the backward, as the dense kernel keeps its own. q, k and v of one shape (B, H, T, hd), any floating type,
+/// computed in fp32 and returned in v's dtype; priced at the full square as the dense kernel (B T^2 pairs).
+torch::Tensor evicting_attention_cpu(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
+                                     const torch::Tensor& w, Eviction eviction);
+/// Whether evicting_attention may take evicting_attention_cpu: the CPU, and ROUTELAB_CPU_EVICTION not 0 (the chunked
+/// form, for comparisons; read once).
+bool cpu_eviction_active(const torch::Device& device);
+/// What evicting_attention_cpu keeps for the backward of q (B, H, T, hd): the bytes of its probabilities. Past
+/// kCpuEvictionSavedBytes a call takes the chunked form (O(B H T hd)) instead.
+double cpu_eviction_saved_bytes(std::int64_t B, std::int64_t H, std::int64_t T);
+/// 1 GiB: a layer's probabilities at most (B 8 and 15 heads keep 0.26 GiB at T 1024, 1.0 GiB at T 2048).
+inline constexpr double kCpuEvictionSavedBytes = 1024.0 * 1024.0 * 1024.0;
 
 /// The chunked form, in LibTorch ops on any device, with k and v of H heads. Scores and probabilities are fp32
 /// whatever q's dtype (the materialised form casts them so); the product with v runs in v's dtype.

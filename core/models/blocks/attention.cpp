@@ -22,6 +22,7 @@
 #include <torch/version.h>
 
 #include "core/inference/kv_cache.h"
+#include "core/models/blocks/cpu_attention_kernel.h"
 #include "core/models/blocks/varlen_packing.h"
 #include "core/util/device.h"
 #include "core/util/optional_kernel.h"
@@ -50,21 +51,15 @@ extern "C" void sgemm_(const char* transa, const char* transb, const int* m, con
                        const float* beta, float* c, const int* ldc);
 #endif
 
-/// A row-major fp32 matrix inside a tensor's storage: rows x cols, `ld` elements from one row to the next.
-struct Mat {
-  float* data;
-  std::int64_t rows, cols, ld;
-};
+}  // namespace
 
-/// Head h of batch b of a 4-D tensor indexed (b, h, row, col) with inner stride 1: its first n rows.
+namespace cpu_attention {
+
 Mat head(const torch::Tensor& t, std::int64_t b, std::int64_t h, std::int64_t n) {
   return {t.data_ptr<float>() + b * t.stride(0) + h * t.stride(1), n, t.size(3), t.stride(2)};
 }
 
-/// C = alpha op(A) op(B) + beta C, row-major (beta 0: C is overwritten). The same BLAS sgemm ATen calls, without
-/// ATen's per-call dispatch and tensor bookkeeping (a few microseconds each, against ~10 us for one 128 x 128 x 32
-/// product). Inside the kernel's parallel loop the OpenMP BLAS runs single-threaded.
-void gemm(bool ta, bool tb, const Mat& A, const Mat& B, Mat C, float alpha, float beta = 0.0f) {
+void gemm(bool ta, bool tb, const Mat& A, const Mat& B, Mat C, float alpha, float beta) {
 #ifdef ROUTELAB_DIRECT_BLAS
   const auto k = ta ? A.rows : A.cols;
   // Row-major C = op(A) op(B) is column-major C^T = op(B)^T op(A)^T, and a row-major matrix is its column-major
@@ -81,62 +76,38 @@ void gemm(bool ta, bool tb, const Mat& A, const Mat& B, Mat C, float alpha, floa
 #endif
 }
 
-/// Rows `count` from row `start` of head h of batch b (as head(), from a later row).
 Mat rows(const torch::Tensor& t, std::int64_t b, std::int64_t h, std::int64_t start, std::int64_t count) {
   auto m = head(t, b, h, count);
   m.data += start * t.stride(2);
   return m;
 }
 
-/// Query rows per block of the CPU kernel on sequences longer than one block. 128 rather than 256 (at T 1024, 9/16 of
-/// the square instead of 5/8): a dense training step 12-18% faster at T 1024 on two threads, even at T 2048 (B 4,
-/// 2026-11-28). 64 was slower: twice the BLAS and softmax calls.
-constexpr std::int64_t kCausalBlockRows = 128;
-
-/// ROUTELAB_CAUSAL_BLOCKS=0 computes the whole square again (for comparisons; read once).
 bool causal_blocks_enabled() {
   static const bool off = switched_off_in_environment("ROUTELAB_CAUSAL_BLOCKS");
   return !off;
 }
 
-/// ROUTELAB_CPU_ATTENTION_UPCAST=0 sends bf16/fp16 attention on the CPU to LibTorch's kernels again (for
-/// comparisons; read once).
-bool cpu_attention_upcast_enabled() {
-  static const bool off = switched_off_in_environment("ROUTELAB_CPU_ATTENTION_UPCAST");
-  return !off;
-}
-
-/// The query blocks of a causal sequence of n rows in a batch padded to T: block i holds rows [start(i), end(i))
-/// and scores them against keys [0, end(i)) only, so a long sequence computes about n^2 / 2 + n kCausalBlockRows / 2
-/// (query, key) pairs instead of n^2. Where T is at most one block, every sequence is one block (the whole square).
-/// The block size follows T, not n, so that no sequence of the batch needs more room than a full one: each head's
-/// blocks lie one after another in a packed buffer, block i's (rows, end(i)) scores at offset(i).
-struct CausalBlocks {
-  std::int64_t n, block;
-  CausalBlocks(std::int64_t length, std::int64_t padded)
-      : n(length),
-        block(padded <= kCausalBlockRows || !causal_blocks_enabled() ? std::max<std::int64_t>(padded, 1)
-                                                                      : kCausalBlockRows) {}
-  std::int64_t count() const { return (n + block - 1) / block; }
-  std::int64_t start(std::int64_t i) const { return i * block; }
-  std::int64_t end(std::int64_t i) const { return std::min(n, (i + 1) * block); }
-  /// Floats before block i (every earlier block is full: only the last may be short).
-  std::int64_t offset(std::int64_t i) const { return block * block * i * (i + 1) / 2; }
-  /// Floats of every block of one head.
-  std::int64_t packed() const { return n == 0 ? 0 : offset(count() - 1) + (n - start(count() - 1)) * n; }
-};
-
-/// Row a of the (rows, end) scores of a block starting at query `start` sees keys [0, start + a]: the rest -inf.
 void mask_causal(const Mat& m, std::int64_t start) {
   const float inf = -std::numeric_limits<float>::infinity();
   for (std::int64_t a = 0; a < m.rows && start + a + 1 < m.cols; ++a)
     std::fill(m.data + a * m.ld + start + a + 1, m.data + a * m.ld + m.cols, inf);
 }
 
-/// Heads handled per softmax call: every head of a sequence when their (n, n) scores fit in 4 M floats (one call
-/// instead of H), else one.
 std::int64_t softmax_group(std::int64_t H, std::int64_t T) {
   return H * T * T <= (std::int64_t{1} << 22) ? H : 1;
+}
+
+}  // namespace cpu_attention
+
+namespace {
+
+using namespace cpu_attention;
+
+/// ROUTELAB_CPU_ATTENTION_UPCAST=0 sends bf16/fp16 attention on the CPU to LibTorch's kernels again (for
+/// comparisons; read once).
+bool cpu_attention_upcast_enabled() {
+  static const bool off = switched_off_in_environment("ROUTELAB_CPU_ATTENTION_UPCAST");
+  return !off;
 }
 
 /// sum_b lengths[b]^2, each length T where `lengths` is empty (B sequences): the pairs an unpadded kernel computes.

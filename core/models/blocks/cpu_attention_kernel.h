@@ -1,0 +1,64 @@
+// The pieces of RouteLab's CPU attention kernel (attention.cpp) that the other CPU attention kernels reuse (D-LLM's
+// evicting attention, core/models/dllm_eviction_cpu.cpp): fp32 matrices inside tensors' storage, one single-threaded
+// BLAS product each, and the causal query blocks with their packed probability layout. A kernel's parallel loop
+// (parallel_for_as_caller) must sit in a translation unit compiled with OpenMP (core/CMakeLists.txt).
+#pragma once
+#include <algorithm>
+#include <cstdint>
+
+#include <torch/torch.h>
+
+namespace routelab::cpu_attention {
+
+/// A row-major fp32 matrix inside a tensor's storage: rows x cols, `ld` elements from one row to the next.
+struct Mat {
+  float* data;
+  std::int64_t rows, cols, ld;
+};
+
+/// Head h of batch b of a 4-D fp32 tensor indexed (b, h, row, col) with inner stride 1: its first n rows.
+Mat head(const torch::Tensor& t, std::int64_t b, std::int64_t h, std::int64_t n);
+/// Rows `count` from row `start` of head h of batch b (as head(), from a later row).
+Mat rows(const torch::Tensor& t, std::int64_t b, std::int64_t h, std::int64_t start, std::int64_t count);
+
+/// C = alpha op(A) op(B) + beta C, row-major (beta 0: C is overwritten). The same BLAS sgemm ATen calls, without
+/// ATen's per-call dispatch and tensor bookkeeping (a few microseconds each, against ~10 us for one 128 x 128 x 32
+/// product). Inside a kernel's parallel loop the OpenMP BLAS runs single-threaded.
+void gemm(bool ta, bool tb, const Mat& A, const Mat& B, Mat C, float alpha, float beta = 0.0f);
+
+/// Query rows per block on sequences longer than one block. 128 rather than 256 (at T 1024, 9/16 of the square
+/// instead of 5/8): a dense training step 12-18% faster at T 1024 on two threads, even at T 2048 (B 4, 2026-11-28).
+/// 64 was slower: twice the BLAS and softmax calls.
+inline constexpr std::int64_t kCausalBlockRows = 128;
+
+/// ROUTELAB_CAUSAL_BLOCKS=0 computes the whole square again (for comparisons; read once).
+bool causal_blocks_enabled();
+
+/// The query blocks of a causal sequence of n rows in a batch padded to T: block i holds rows [start(i), end(i))
+/// and scores them against keys [0, end(i)) only, so a long sequence computes about n^2 / 2 + n kCausalBlockRows / 2
+/// (query, key) pairs instead of n^2. Where T is at most one block, every sequence is one block (the whole square).
+/// The block size follows T, not n, so that no sequence of the batch needs more room than a full one: each head's
+/// blocks lie one after another in a packed buffer, block i's (rows, end(i)) scores at offset(i).
+struct CausalBlocks {
+  std::int64_t n, block;
+  CausalBlocks(std::int64_t length, std::int64_t padded)
+      : n(length),
+        block(padded <= kCausalBlockRows || !causal_blocks_enabled() ? std::max<std::int64_t>(padded, 1)
+                                                                      : kCausalBlockRows) {}
+  std::int64_t count() const { return (n + block - 1) / block; }
+  std::int64_t start(std::int64_t i) const { return i * block; }
+  std::int64_t end(std::int64_t i) const { return std::min(n, (i + 1) * block); }
+  /// Floats before block i (every earlier block is full: only the last may be short).
+  std::int64_t offset(std::int64_t i) const { return block * block * i * (i + 1) / 2; }
+  /// Floats of every block of one head.
+  std::int64_t packed() const { return n == 0 ? 0 : offset(count() - 1) + (n - start(count() - 1)) * n; }
+};
+
+/// Row a of the (rows, end) scores of a block starting at query `start` sees keys [0, start + a]: the rest -inf.
+void mask_causal(const Mat& m, std::int64_t start);
+
+/// Heads handled per softmax call: every head of a sequence when their (n, n) scores fit in 4 M floats (one call
+/// instead of H), else one.
+std::int64_t softmax_group(std::int64_t H, std::int64_t T);
+
+}  // namespace routelab::cpu_attention
