@@ -74,13 +74,8 @@ class CpuEvictingAttention : public torch::autograd::Function<CpuEvictingAttenti
         const auto group = (b * H + h0) * P;
         for (std::int64_t x = 0; x < shape.count(); ++x) {
           const auto s = shape.start(x), e = shape.end(x), r = e - s;
-          for (std::int64_t g = 0; g < G; ++g) {
-            const Mat sc{scores.data_ptr<float>() + g * r * e, r, e, e};
-            gemm(false, true, rows(q, b, h0 + g, s, r), head(k, b, h0 + g, e), sc, scale);  // S = scale Q K^T
-            mask_causal(sc, s);
-          }
           auto rb = r_all.narrow(0, group + G * shape.offset(x), G * r * e).view({G, r, e});
-          at::_softmax_out(rb, scores.narrow(0, 0, G * r * e).view({G, r, e}), -1, false);
+          block_softmax(q, k, b, h0, G, s, e, scale, scores, rb);
           weigh_rows(rb.data_ptr<float>(), scores.data_ptr<float>(), G * r, e, wb, eps);
           for (std::int64_t g = 0; g < G; ++g)  // O = P V
             gemm(false, false, {scores.data_ptr<float>() + g * r * e, r, e, e}, head(v, b, h0 + g, e),

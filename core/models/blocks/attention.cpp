@@ -97,6 +97,17 @@ std::int64_t softmax_group(std::int64_t H, std::int64_t T) {
   return H * T * T <= (std::int64_t{1} << 22) ? H : 1;
 }
 
+void block_softmax(const torch::Tensor& q, const torch::Tensor& k, std::int64_t b, std::int64_t h0, std::int64_t G,
+                   std::int64_t s, std::int64_t e, float scale, const torch::Tensor& scores, torch::Tensor probs) {
+  const auto r = e - s;
+  for (std::int64_t g = 0; g < G; ++g) {
+    const Mat sc{scores.data_ptr<float>() + g * r * e, r, e, e};
+    gemm(false, true, rows(q, b, h0 + g, s, r), head(k, b, h0 + g, e), sc, scale);  // S = scale Q K^T
+    mask_causal(sc, s);
+  }
+  at::_softmax_out(probs, scores.narrow(0, 0, G * r * e).view({G, r, e}), -1, false);
+}
+
 }  // namespace cpu_attention
 
 namespace {
@@ -152,13 +163,8 @@ class CpuCausalAttention : public torch::autograd::Function<CpuCausalAttention> 
         const auto group = (b * H + h0) * P;
         for (std::int64_t x = 0; x < blocks.count(); ++x) {
           const auto s = blocks.start(x), e = blocks.end(x), r = e - s;
-          for (std::int64_t g = 0; g < G; ++g) {
-            const Mat sc{scores.data_ptr<float>() + g * r * e, r, e, e};
-            gemm(false, true, rows(q, b, h0 + g, s, r), head(k, b, h0 + g, e), sc, scale);  // S = scale Q K^T
-            mask_causal(sc, s);
-          }
           auto p = probs.narrow(0, group + G * blocks.offset(x), G * r * e).view({G, r, e});
-          at::_softmax_out(p, scores.narrow(0, 0, G * r * e).view({G, r, e}), -1, false);
+          block_softmax(q, k, b, h0, G, s, e, scale, scores, p);
           for (std::int64_t g = 0; g < G; ++g)  // O = P V, written into the (B, T, H, hd) buffer
             gemm(false, false, {p.data_ptr<float>() + g * r * e, r, e, e}, head(v, b, h0 + g, e),
                  rows(out, b, h0 + g, s, r), 1.0f);

@@ -57,6 +57,12 @@ struct CausalBlocks {
 /// Row a of the (rows, end) scores of a block starting at query `start` sees keys [0, start + a]: the rest -inf.
 void mask_causal(const Mat& m, std::int64_t start);
 
+/// The causal softmax of rows [s, e) of heads h0 .. h0 + G - 1 of sequence b against keys [0, e), written to `probs`
+/// (G, e - s, e) fp32: scale Q K^T of each head into `scores` (room for G (e - s) e floats), future keys at -inf, one
+/// softmax call for the G heads.
+void block_softmax(const torch::Tensor& q, const torch::Tensor& k, std::int64_t b, std::int64_t h0, std::int64_t G,
+                   std::int64_t s, std::int64_t e, float scale, const torch::Tensor& scores, torch::Tensor probs);
+
 /// Heads handled per softmax call: every head of a sequence when their (n, n) scores fit in 4 M floats (one call
 /// instead of H), else one.
 std::int64_t softmax_group(std::int64_t H, std::int64_t T);
