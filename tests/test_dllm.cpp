@@ -4,6 +4,7 @@
 #include <QtTest>
 
 #include <cmath>
+#include <functional>
 #include <numbers>
 
 #include <torch/torch.h>
@@ -28,6 +29,22 @@ constexpr std::int64_t kVocab = 37;
 /// on a GPU) and for the CPU kernel; chunk >= 0 is the chunked form with that many rows per chunk (0 automatic).
 constexpr int kFlash = -1;
 constexpr int kCpuKernel = -2;
+
+/// The output of `attention` on copies of `inputs` (q, k and v in `type`, the flags in fp32) and the gradients of
+/// <output, upstream> with respect to each, all in double; zeros where an input receives no gradient.
+std::vector<torch::Tensor> output_and_gradients(
+    const std::vector<torch::Tensor>& inputs, torch::ScalarType type, const torch::Tensor& upstream,
+    const std::function<torch::Tensor(const std::vector<torch::Tensor>&)>& attention) {
+  std::vector<torch::Tensor> leaves;
+  for (std::size_t i = 0; i < inputs.size(); ++i)
+    leaves.push_back(inputs[i].to(i < 3 ? type : torch::kFloat).clone().requires_grad_());  // never the input
+  const auto out = attention(leaves);
+  (out.to(torch::kDouble) * upstream).sum().backward();
+  std::vector<torch::Tensor> results = {out.detach().to(torch::kDouble)};
+  for (const auto& leaf : leaves)
+    results.push_back(leaf.grad().defined() ? leaf.grad().to(torch::kDouble).clone() : torch::zeros_like(upstream));
+  return results;
+}
 
 /// Four layers: the first two always execute, the last two have decision modules (the default "after-2").
 TransformerOptions small(ModelStyle style = ModelStyle::Llama, std::int64_t kv_heads = 0) {
@@ -310,21 +327,14 @@ class TestDLLM : public QObject {
     };
     // Output and gradients of <out, upstream> with respect to q, k, v and w, through `form` or the materialised one.
     const auto run = [&](bool tested, torch::ScalarType type) {
-      std::vector<torch::Tensor> leaves;
-      for (std::size_t i = 0; i < inputs.size(); ++i)
-        leaves.push_back(inputs[i].to(i < 3 ? type : torch::kFloat).clone().requires_grad_());  // never the input
-      const auto out = tested ? form(leaves, leaves[3])
-                              : evicting_attention_materialised(leaves[0], all_heads(leaves[1]), all_heads(leaves[2]),
-                                                                leaves[3], Eviction(eviction));
-      (out.to(torch::kDouble) * upstream).sum().backward();
-      std::vector<torch::Tensor> results = {out.detach().to(torch::kDouble)};
-      for (const auto& leaf : leaves)
-        results.push_back(leaf.grad().defined() ? leaf.grad().to(torch::kDouble).clone() : torch::zeros_like(upstream));
-      return results;
+      return output_and_gradients(inputs, type, upstream, [&](const std::vector<torch::Tensor>& x) {
+        if (tested) return form(x, x[3]);
+        return evicting_attention_materialised(x[0], all_heads(x[1]), all_heads(x[2]), x[3], Eviction(eviction));
+      });
     };
     const auto error = [](const torch::Tensor& a, const torch::Tensor& b) { return (a - b).abs().max().item<double>(); };
-    // Every form computes scores and probabilities in fp32: in double (chunked) or fp32 (flash, CPU kernel) inputs they agree
-    // to fp32 rounding. In bf16 the scores are rounded to bf16 (as the materialised form rounds them), in another
+    // Every form computes scores and probabilities in fp32: in double (chunked) or fp32 (flash, CPU kernel) inputs
+    // they agree to fp32 rounding. In bf16 the scores are rounded to bf16 (as the materialised form rounds them), in another
     // order, so the tested form is held to three times the materialised form's own distance from the double result
     // (the chunked dq came to more than twice it with LibTorch 1.13).
     const auto tested = run(true, dtype), reference = run(false, torch::kDouble);
@@ -377,25 +387,19 @@ class TestDLLM : public QObject {
     const std::vector<torch::Tensor> inputs = {torch::randn({B, H, T, hd}).mul_(2), torch::randn({B, H, T, hd}),
                                                torch::randn({B, H, T, hd}), flags};
     const auto upstream = torch::randn({B, H, T, hd}, torch::kDouble);
-    const auto run = [&](bool kernel) {
-      std::vector<torch::Tensor> leaves;
-      for (std::size_t i = 0; i < inputs.size(); ++i)
-        leaves.push_back(inputs[i].to(kernel || i == 3 ? torch::kFloat : torch::kDouble).clone().requires_grad_());
-      const auto out = kernel ? evicting_attention_cpu(leaves[0], leaves[1], leaves[2], leaves[3], Eviction(eviction))
-                              : evicting_attention_chunked(leaves[0], leaves[1], leaves[2], leaves[3],
-                                                           Eviction(eviction), 128);
-      (out.to(torch::kDouble) * upstream).sum().backward();
-      std::vector<torch::Tensor> results = {out.detach().to(torch::kDouble)};
-      for (const auto& leaf : leaves)
-        results.push_back(leaf.grad().defined() ? leaf.grad().to(torch::kDouble) : torch::zeros({1}, torch::kDouble));
-      return results;
-    };
-    const auto tested = run(true), reference = run(false);
+    const auto tested = output_and_gradients(inputs, torch::kFloat, upstream, [&](const std::vector<torch::Tensor>& x) {
+      return evicting_attention_cpu(x[0], x[1], x[2], x[3], Eviction(eviction));
+    });
+    const auto reference =
+        output_and_gradients(inputs, torch::kDouble, upstream, [&](const std::vector<torch::Tensor>& x) {
+          return evicting_attention_chunked(x[0], x[1], x[2], x[3], Eviction(eviction), 128);
+        });
     const char* names[] = {"output", "dq", "dk", "dv", "dw"};
     for (std::size_t i = 0; i < tested.size(); ++i) {
       const double scale = std::max(reference[i].abs().max().item<double>(), 1.0);
       const double diff = (tested[i] - reference[i]).abs().max().item<double>();
-      QVERIFY2(diff <= 5e-5 * scale, qPrintable(QString("%1: max difference %2 (scale %3)").arg(names[i]).arg(diff).arg(scale)));
+      QVERIFY2(diff <= 5e-5 * scale,
+               qPrintable(QString("%1: max difference %2 (scale %3)").arg(names[i]).arg(diff).arg(scale)));
     }
     if (eviction == int(Eviction::Multiplicative)) QVERIFY(tested[4].abs().max().item<double>() > 1e-3);
   }
@@ -403,21 +407,24 @@ class TestDLLM : public QObject {
   void theCpuTrainsThroughTheCpuKernel() {
     // On the CPU evicting_attention is the CPU kernel (grouped heads repeated for it), priced at the full square as
     // the dense CPU kernel is; ROUTELAB_CPU_EVICTION=0 would send it to the chunked form.
-    if (!cpu_eviction_active(torch::Device(torch::kCPU))) QSKIP("ROUTELAB_CPU_EVICTION=0 in the environment");
-    QVERIFY(!cpu_eviction_active(torch::Device(torch::kCUDA)));
-    torch::manual_seed(3);
     const std::int64_t B = 2, H = 4, T = 150, hd = 8;
+    if (!cpu_eviction_active(torch::Device(torch::kCPU), B, H, T)) QSKIP("ROUTELAB_CPU_EVICTION=0 in the environment");
+    QVERIFY(!cpu_eviction_active(torch::Device(torch::kCUDA), B, H, T));
+    torch::manual_seed(3);
     const auto q = torch::randn({B, H, T, hd}), k = torch::randn({B, 2, T, hd}), v = torch::randn({B, 2, T, hd});
     const auto w = random_decisions(B, T, 2).to(torch::kFloat);
     double pairs = 0;
     const auto out = evicting_attention(q, k, v, w, Eviction::Multiplicative, &pairs);
     QCOMPARE(pairs, static_cast<double>(B * T * T));
-    QVERIFY(torch::equal(out, evicting_attention_cpu(q, repeat_kv(k, 2), repeat_kv(v, 2), w, Eviction::Multiplicative)));
+    const auto kernel = evicting_attention_cpu(q, repeat_kv(k, 2), repeat_kv(v, 2), w, Eviction::Multiplicative);
+    QVERIFY(torch::equal(out, kernel));
     // It keeps the causal blocks' probabilities (T 300: blocks of 128, 128 and 44 rows against 128, 256 and 300
     // keys); past 1 GiB a layer takes the chunked form.
     QCOMPARE(cpu_eviction_saved_bytes(1, 1, 300), 4.0 * (128 * 128 + 128 * 256 + 44 * 300));
     QVERIFY(cpu_eviction_saved_bytes(8, 15, 2048) <= kCpuEvictionSavedBytes);
     QVERIFY(cpu_eviction_saved_bytes(8, 15, 4096) > kCpuEvictionSavedBytes);
+    QVERIFY(cpu_eviction_active(torch::Device(torch::kCPU), 8, 15, 2048));
+    QVERIFY(!cpu_eviction_active(torch::Device(torch::kCPU), 8, 15, 4096));
   }
 
   void flashEvictionRefusesHalf() {

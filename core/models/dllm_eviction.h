@@ -29,8 +29,9 @@ torch::Tensor eviction_key_weights(const torch::Tensor& w, Eviction eviction);
 ///  - Multiplicative: P = softmax(causal scores) * w, renormalised by (row sum + 1e-6); w gets the gradient of P.
 ///  - Additive: keys with w < 0.5 masked to -inf before the softmax; w gets no gradient.
 /// Where flash_eviction_active (a GPU, bf16) it runs evicting_attention_flash, on the CPU evicting_attention_cpu
-/// (cpu_eviction_active), else evicting_attention_chunked: none of them holds the whole (B, H, T, T). `pairs`, when given, receives the (query, key) score
-/// pairs per head the kernel computed over the batch (a trace's price). -> (B, H, T, hd) in v's dtype.
+/// (cpu_eviction_active), else evicting_attention_chunked: none of them holds the whole (B, H, T, T). `pairs`, when
+/// given, receives the (query, key) score pairs per head the kernel computed over the batch (a trace's price).
+/// -> (B, H, T, hd) in v's dtype.
 torch::Tensor evicting_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
                                  const torch::Tensor& w, Eviction eviction, double* pairs = nullptr);
 
@@ -42,12 +43,12 @@ torch::Tensor evicting_attention(const torch::Tensor& q, const torch::Tensor& k,
 /// computed in fp32 and returned in v's dtype; priced at the full square as the dense kernel (B T^2 pairs).
 torch::Tensor evicting_attention_cpu(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
                                      const torch::Tensor& w, Eviction eviction);
-/// Whether evicting_attention may take evicting_attention_cpu: the CPU, and ROUTELAB_CPU_EVICTION not 0 (the chunked
-/// form, for comparisons; read once).
-bool cpu_eviction_active(const torch::Device& device);
-/// What evicting_attention_cpu keeps for the backward of q (B, H, T, hd): the bytes of its probabilities. Past
-/// kCpuEvictionSavedBytes a call takes the chunked form (O(B H T hd)) instead.
+/// What evicting_attention_cpu keeps for the backward of q (B, H, T, hd): the bytes of its probabilities.
 double cpu_eviction_saved_bytes(std::int64_t B, std::int64_t H, std::int64_t T);
+/// Whether evicting_attention takes evicting_attention_cpu for q (B, H, T, hd) on `device`: the CPU, what it keeps
+/// at most kCpuEvictionSavedBytes (beyond, the chunked form's O(B H T hd)), and ROUTELAB_CPU_EVICTION not 0 (the
+/// chunked form always, for comparisons; read once).
+bool cpu_eviction_active(const torch::Device& device, std::int64_t B, std::int64_t H, std::int64_t T);
 /// 1 GiB: a layer's probabilities at most (B 8 and 15 heads keep 0.26 GiB at T 1024, 1.0 GiB at T 2048).
 inline constexpr double kCpuEvictionSavedBytes = 1024.0 * 1024.0 * 1024.0;
 
@@ -63,8 +64,8 @@ torch::Tensor evicting_attention_chunked(const torch::Tensor& q, const torch::Te
                                          const torch::Tensor& w, Eviction eviction, std::int64_t query_chunk = 0);
 
 /// The form through LibTorch's flash attention (LibTorch >= 2.3; on a GPU in bf16, on the CPU in bf16 or fp32; fp16
-/// cannot hold an evicted key's weight): the eviction as an additive log w_j on each key's scores, carried by two extra head dimensions, and every
-/// gradient, the flags' included, from one flash backward (dllm_eviction_flash.cpp). q, k and v share one dtype;
+/// cannot hold an evicted key's weight): the eviction as an additive log w_j on each key's scores, carried by two
+/// extra head dimensions, and every gradient, the flags' included, from one flash backward (dllm_eviction_flash.cpp). q, k and v share one dtype;
 /// k and v may have fewer heads than q (grouped heads, without repeat_kv's copies). The multiplicative form leaves
 /// out the official 1e-6 in the denominator (a relative 1e-6 / m, m a row's softmax mass on executed keys), and an
 /// evicted key keeps a weight of 2^-40 (a relative 2^-40 (1 - m) / m of the output). Throws where LibTorch has no

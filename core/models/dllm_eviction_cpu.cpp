@@ -30,14 +30,14 @@ void weigh_rows(float* r, float* p, std::int64_t count, std::int64_t width, cons
   }
 }
 
-/// The backward of weigh_rows and the softmax for rows of R, with `d` holding dP = dO V^T on entry: P = R w is
-/// rebuilt, Delta = rowsum(P dP), and `d` becomes dS = R (w (dP - Delta) - eps Delta) (the gradient of the scores
-/// before their scale); `dw`, when given, gains each key's sum over the rows of R (dP - Delta).
-void weigh_rows_backward(const float* r, float* d, std::int64_t count, std::int64_t width, const float* w, float eps,
-                         float* dw) {
-  for (std::int64_t row = 0; row < count; ++row, r += width, d += width) {
+/// The backward of weigh_rows and the softmax for rows of R and P = R w, with `d` holding dP = dO V^T on entry:
+/// Delta = rowsum(P dP), and `d` becomes dS = R (w (dP - Delta) - eps Delta) (the gradient of the scores before
+/// their scale); `dw`, when given, gains each key's sum over the rows of R (dP - Delta).
+void weigh_rows_backward(const float* r, const float* p, float* d, std::int64_t count, std::int64_t width,
+                         const float* w, float eps, float* dw) {
+  for (std::int64_t row = 0; row < count; ++row, r += width, p += width, d += width) {
     double delta = 0;
-    for (std::int64_t j = 0; j < width; ++j) delta += static_cast<double>(r[j]) * w[j] * d[j];
+    for (std::int64_t j = 0; j < width; ++j) delta += static_cast<double>(p[j]) * d[j];
     const auto dl = static_cast<float>(delta);
     for (std::int64_t j = 0; j < width; ++j) {
       const float centred = d[j] - dl;
@@ -59,7 +59,8 @@ class CpuEvictingAttention : public torch::autograd::Function<CpuEvictingAttenti
     const auto eps = static_cast<float>(eviction == Eviction::Multiplicative ? kEvictionRenormaliseEps : 0.0);
     // Priced and counted at the full square, as the dense kernel is (its one input: the products' multiply-adds).
     const double square = static_cast<double>(B) * static_cast<double>(T) * static_cast<double>(T);
-    RECORD_FUNCTION(kCpuAttentionEvent, std::vector<c10::IValue>{c10::IValue(2.0 * static_cast<double>(H * hd) * square)});
+    const std::vector<c10::IValue> work = {c10::IValue(2.0 * static_cast<double>(H * hd) * square)};
+    RECORD_FUNCTION(kCpuAttentionEvent, work);
     const auto weights = eviction_key_weights(w, eviction).contiguous();  // (B, T)
     const CausalBlocks shape(T, T);
     const auto P = shape.packed();
@@ -130,7 +131,7 @@ class CpuEvictingAttention : public torch::autograd::Function<CpuEvictingAttenti
                  accumulate);                                                                     // dV += P^T dO
             gemm(false, true, gi, head(v, b, h0 + g, e), {d.data_ptr<float>() + g * r * e, r, e, e}, 1.0f);  // dP
           }
-          weigh_rows_backward(rb, d.data_ptr<float>(), G * r, e, wb, eps, dw);  // dP -> dS
+          weigh_rows_backward(rb, pb, d.data_ptr<float>(), G * r, e, wb, eps, dw);  // dP -> dS
           for (std::int64_t g = 0; g < G; ++g) {
             const Mat dsg{d.data_ptr<float>() + g * r * e, r, e, e};
             gemm(false, false, dsg, head(k, b, h0 + g, e), rows(dq, b, h0 + g, s, r), scale);  // dQ = scale dS K
@@ -151,13 +152,13 @@ class CpuEvictingAttention : public torch::autograd::Function<CpuEvictingAttenti
 
 }  // namespace
 
-bool cpu_eviction_active(const torch::Device& device) {
-  static const bool off = switched_off_in_environment("ROUTELAB_CPU_EVICTION");
-  return device.is_cpu() && !off;
-}
-
 double cpu_eviction_saved_bytes(std::int64_t B, std::int64_t H, std::int64_t T) {
   return 4.0 * static_cast<double>(B * H) * static_cast<double>(CausalBlocks(T, T).packed());
+}
+
+bool cpu_eviction_active(const torch::Device& device, std::int64_t B, std::int64_t H, std::int64_t T) {
+  static const bool off = switched_off_in_environment("ROUTELAB_CPU_EVICTION");
+  return device.is_cpu() && !off && cpu_eviction_saved_bytes(B, H, T) <= kCpuEvictionSavedBytes;
 }
 
 torch::Tensor evicting_attention_cpu(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,

@@ -148,6 +148,11 @@ bool switched_off_in_environment(const char* name) {
   return value != nullptr && std::string(value) == "0";
 }
 
+bool switched_on_in_environment(const char* name) {
+  const char* value = std::getenv(name);
+  return value != nullptr && std::string(value) == "1";
+}
+
 std::string openmp_wait_policy() {
   const char* policy = std::getenv("OMP_WAIT_POLICY");
   if (policy == nullptr || *policy == '\0') return "default (active spinning)";

@@ -46,6 +46,8 @@ int max_threads_from_environment();
 /// Whether `name` is 0 in the environment: how a GPU path of RouteLab's own is turned off for a comparison with
 /// LibTorch's (ROUTELAB_FUSED_NORM, ROUTELAB_FUSED_ROPE, ROUTELAB_VARLEN_ATTENTION). Callers read it once.
 bool switched_off_in_environment(const char* name);
+/// Whether `name` is 1 in the environment: a diagnostic switched on (ROUTELAB_PACKED_ROWS). Callers read it once.
+bool switched_on_in_environment(const char* name);
 
 /// OMP_WAIT_POLICY as this process runs with it, lower case ("passive"; "default (active spinning)" when unset).
 std::string openmp_wait_policy();

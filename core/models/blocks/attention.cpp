@@ -8,11 +8,9 @@
 #include <algorithm>
 #include <atomic>
 #include <cmath>
-#include <cstdlib>
 #include <limits>
 #include <map>
 #include <mutex>
-#include <string>
 #include <tuple>
 
 #include <ATen/Context.h>
@@ -337,10 +335,7 @@ bool varlen_attention_active(const torch::Device& device, torch::ScalarType type
 }
 
 bool packed_rows_active(const torch::Tensor& x, std::int64_t head_dim) {
-  static const bool forced = [] {  // ROUTELAB_PACKED_ROWS=1: the packed path everywhere (a diagnostic)
-    const char* value = std::getenv("ROUTELAB_PACKED_ROWS");
-    return value != nullptr && std::string(value) == "1";
-  }();
+  static const bool forced = switched_on_in_environment("ROUTELAB_PACKED_ROWS");  // the packed path everywhere
   if (forced || ForcePackedRows::active()) return true;
   auto type = x.scalar_type();
 #if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 4)
