@@ -152,6 +152,10 @@ flash_eviction_check() { switch_check ROUTELAB_FLASH_EVICTION flash-eviction --p
 # Variable-length flash attention for compacted sequences against the padded path (the routed quick-start in bf16).
 varlen_check() { switch_check ROUTELAB_VARLEN_ATTENTION varlen --preset quickstart-dtrnet --precision bf16; }
 
+# DTRNet's packed rows sized from the previous forward (one read of the counts a forward) against one read per
+# routed layer: the routed quick-start in bf16.
+sized_check() { switch_check ROUTELAB_SIZED_COMPACTION sized --preset quickstart-dtrnet --precision bf16; }
+
 # RouteLab's fused add + norm kernels against LibTorch's norms: RMSNorm (the quick-start), LayerNorm with biases
 # (GPT-2 style) in bf16 and fp32, DTRNet's routed layers and TSA's gated blocks (the gated add + norm).
 fused_norm_check() {
@@ -180,7 +184,7 @@ step loss-kernels 60 "$cli" bench loss --device "$dev" --rows 16384 --vocab 5025
 # The goals are set in bf16 (>= 1.1x eager, >= 1.0x torch.compile, MFU >= 35%); fp32 without the compile's minute.
 step train-step-gpt2-small-bf16 180 "$cli" bench train-step --device "$dev" --shape gpt2-small --precision bf16 \
   --compile --cuda-graph --peak-tflops "$peak" --steps 20 --warmup 5 --python "$python" --script "$peer" "${kernels[@]}"
-export -f graph_check switch_check fused_norm_check fused_rope_check varlen_check flash_eviction_check
+export -f graph_check switch_check fused_norm_check fused_rope_check varlen_check flash_eviction_check sized_check
 # The fused add + norm kernels: the same losses as LibTorch's norms, and the step without them (MFU's gain).
 step fused-norm-equals-unfused 180 bash -c fused_norm_check
 step train-step-gpt2-small-bf16-unfused-norm 60 env ROUTELAB_FUSED_NORM=0 "$cli" bench train-step --device "$dev" \
@@ -211,6 +215,7 @@ for precision in fp32 bf16; do
 done
 step varlen-equals-padded 120 bash -c varlen_check
 step flash-eviction-equals-chunked 90 bash -c flash_eviction_check
+step sized-equals-exact-counts 90 bash -c sized_check
 # D-LLM's training attention at the 360M layer (batch 8, 15 heads of 64, 5 key/value heads): chunked kernel and
 # flash form (grouped heads, one backward) vs materialised form.
 step eviction-360m 90 "$cli" bench eviction --device "$dev" --lengths 2048 --kv-heads 5 --precision both --reps 5 \
@@ -239,6 +244,10 @@ step train-step-routed-360m-bf16-graph 120 "$cli" bench forward --train --cuda-g
 step train-step-routed-360m-bf16-no-tf32 90 "$cli" bench forward --train --device "$dev" --archs dtrnet,dllm \
   --embd 960 --layers 32 --heads 15 --kv-heads 5 --lengths 2048 --fractions 0.1 --batch 8 --reps 3 --warmup 1 \
   --precision bf16 --tf32 false
+# DTRNet with a read of the routed count in every routed layer (before 2026-11-29): what the sized rows take off.
+step train-step-routed-360m-bf16-exact-counts 60 env ROUTELAB_SIZED_COMPACTION=0 "$cli" bench forward --train \
+  --device "$dev" --archs dtrnet --embd 960 --layers 32 --heads 15 --kv-heads 5 --lengths 2048 --fractions 0.1,0.3 \
+  --batch 8 --reps 3 --warmup 1 --precision bf16
 step train-step-routed-360m-bf16-padded 120 env ROUTELAB_VARLEN_ATTENTION=0 "$cli" bench forward --train \
   --device "$dev" --archs dtrnet,mod --embd 960 --layers 32 --heads 15 --kv-heads 5 --lengths 2048 --fractions 0.1,0.3 \
   --batch 8 --reps 3 --warmup 1 --precision bf16

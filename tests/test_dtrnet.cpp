@@ -240,6 +240,93 @@ class TestDTRNet : public QObject {
     QVERIFY(out.trace[1].flops < out.trace[1].dense_flops);
   }
 
+  void sizedCompactionEqualsExactCounts_data() {
+    QTest::addColumn<int>("kv");
+    QTest::addColumn<bool>("vo");
+    QTest::newRow("gqa") << 2 << true;
+    QTest::newRow("mha") << 0 << true;
+    QTest::newRow("without-vo") << 2 << false;
+  }
+  void sizedCompactionEqualsExactCounts() {
+    // Packed rows (the GPU's path, attended padded here) sized from the previous forward: after one forward that
+    // counts exactly, the layers take a capacity and read nothing back until the model's one read after the last
+    // layer; loss, gradients and the trace are the exact count's, the projections priced at the capacity they ran.
+    // A capacity too small runs the forward again with exact counts; so does a layer that routes nothing in training.
+    QFETCH(int, kv);
+    QFETCH(bool, vo);
+    DTRNetOptions o;
+    o.routed_layers("T-D-D-T").bypass(vo ? DtrBypass::ValueOutput : DtrBypass::None);
+    DTRNet model(small(ModelStyle::Llama, kv), o);
+    for (auto& layer : model.routed)
+      if (layer) {
+        torch::NoGradGuard no_grad;  // routers that send a mix of tokens each way
+        layer->router_out->weight.normal_(0, 1.0);
+      }
+    model.train();
+    const ForcePackedRows packed;
+    const auto tokens = torch::randint(0, 29, {3, 20}, torch::kLong), target = torch::randint(0, 29, {3, 20});
+    struct Result {
+      ModelOutput out;
+      std::vector<torch::Tensor> grads;
+    };
+    const auto step = [&] {
+      model.zero_grad();
+      Result r{model.forward(tokens, true), {}};
+      (torch::cross_entropy_loss(r.out.logits.reshape({-1, 29}), target.reshape({-1})) + r.out.aux_loss).backward();
+      r.grads = grads_of(model);
+      return r;
+    };
+    const auto same = [&](const Result& a, const Result& b, const char* what) {
+      QVERIFY2(torch::allclose(a.out.logits, b.out.logits, 1e-5, 1e-5), what);
+      QVERIFY2(torch::allclose(a.out.aux_loss, b.out.aux_loss, 1e-6, 1e-7), what);
+      for (std::size_t i = 0; i < a.grads.size(); ++i)
+        QVERIFY2(torch::allclose(a.grads[i], b.grads[i], 1e-5, 1e-6),
+                 qPrintable(QString("%1: parameter %2").arg(what).arg(i)));
+      for (const int l : {1, 2}) {
+        QCOMPARE(a.out.trace[l].tokens_processed, b.out.trace[l].tokens_processed);
+        QCOMPARE(a.out.trace[l].routed_fraction, b.out.trace[l].routed_fraction);
+        QVERIFY(torch::equal(a.out.trace[l].decision, b.out.trace[l].decision));
+      }
+    };
+    Result exact;
+    {
+      const ExactRoutedCounts counted;
+      exact = step();
+    }
+    for (const int l : {1, 2}) {
+      const auto routed = exact.out.trace[l].tokens_processed.at("attn");
+      QVERIFY2(routed > 5 && routed < 55, "the random routers should route a mix of tokens");
+      QCOMPARE(model.routed[l]->capacity_tokens, std::int64_t(60));
+      QCOMPARE(model.routed[l]->capacity, next_capacity(routed, 0, 60));
+      model.routed[l]->capacity = routed + 5;  // a capacity with a few unrouted rows as padding (64 rows is all 60)
+    }
+    const auto sized = step();
+    same(exact, sized, "sized");
+    const auto shape = layer_shape(model.options());
+    for (const int l : {1, 2}) {  // priced as run: the 5 padding rows projected and attended in runs of their own
+      const auto counts = exact.out.trace[l].decision.sum(1).contiguous();
+      const std::vector<std::int64_t> lengths(counts.data_ptr<std::int64_t>(), counts.data_ptr<std::int64_t>() + 3);
+      const auto all_runs = sized_runs(lengths, exact.out.trace[l].tokens_processed.at("attn") + 5);
+      double runs = 0;  // the padding runs' pairs
+      for (std::size_t i = lengths.size(); i < all_runs.size(); ++i)
+        runs += static_cast<double>(all_runs[i]) * static_cast<double>(all_runs[i]);
+      const double more = q_k_flops(5, shape) + (vo ? 0.0 : v_flops(5, shape)) +
+                          (vo && kv == 0 ? 0.0 : out_proj_flops(5, shape)) + attention_core_flops(runs, shape);
+      QCOMPARE(sized.out.trace[l].flops - exact.out.trace[l].flops, more);
+    }
+    model.routed[2]->capacity = 3;  // fewer rows than it routes
+    const auto rerun = step();
+    same(exact, rerun, "overflowed");
+    QVERIFY(model.routed[2]->capacity >= exact.out.trace[2].tokens_processed.at("attn"));
+    {
+      const ExactRoutedCounts counted;  // the exact form's flops again, after the rerun
+      QCOMPARE(rerun.out.trace[2].flops, exact.out.trace[2].flops);
+    }
+    bias_router(*model.routed[1], -8.0);  // routes nothing: the reference code's fallback needs the exact count
+    const auto fallback = model.forward(tokens, true);
+    QCOMPARE(fallback.trace[1].tokens_processed.at("attn"), std::int64_t(9));  // floor(0.15 * 60)
+  }
+
   void trainingFallbackRoutesFifteenPercent() {
     DTRNetOptions o;
     o.routed_layers("T-D-T-T");

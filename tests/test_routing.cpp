@@ -4,6 +4,9 @@
 
 #include <torch/torch.h>
 
+#include <algorithm>
+#include <limits>
+
 #include "core/models/blocks/attention.h"
 #include "core/models/blocks/routing.h"
 #include "core/models/blocks/varlen_packing.h"
@@ -136,6 +139,70 @@ class TestRouting : public QObject {
       for (const auto& p : {shared, per_sequence})
         QVERIFY(torch::equal(packed_positions(p, c), real(compacted_positions(p, exact).reshape({-1}))));
     }
+  }
+
+  void sizedCompactionIsThePackedOneWithPadding() {
+    // compact_sized(d, capacity): compact_packed's rows first, then unrouted rows up to the capacity, the runs that
+    // attend them covering every row, the counts on the device; scatter_packed writes the routed rows only (a NaN
+    // in a padding row reaches neither the output nor a gradient). Too small a capacity keeps the first rows and
+    // says it overflowed.
+    torch::manual_seed(6);
+    const std::int64_t B = 3, T = 37;
+    for (const double share : {0.0, 0.1, 0.5, 1.0}) {
+      const auto decision = torch::rand({B, T}).lt(share);
+      const auto exact = compact_packed(decision);
+      for (const std::int64_t capacity : {exact.total / 2, exact.total, exact.total + 1, exact.total + 40, B * T}) {
+        const auto label = QString("share %1, capacity %2 for %3 routed").arg(share).arg(capacity).arg(exact.total);
+        const auto c = compact_sized(decision, sized_rows(capacity, B * T, decision.device()));
+        const auto fits = std::clamp<std::int64_t>(capacity, 1, B * T);
+        QCOMPARE(c.capacity, fits);
+        QCOMPARE(c.real_flat.size(0), fits);
+        QVERIFY(c.lengths.empty() && c.total == 0);  // nothing read back
+        const auto counts = c.counts.to(torch::kLong);
+        QCOMPARE(std::vector<std::int64_t>(counts.data_ptr<std::int64_t>(), counts.data_ptr<std::int64_t>() + B),
+                 exact.lengths);
+        QCOMPARE(sized_overflow(exact.lengths, fits), exact.total > fits);
+        const auto used = std::min(exact.total, fits);
+        QCOMPARE(c.row_valid.sum().item<std::int64_t>(), used);
+        QVERIFY2(torch::equal(c.real_flat.narrow(0, 0, used), exact.real_flat.narrow(0, 0, used)), qPrintable(label));
+        QVERIFY2(std::get<0>(c.real_flat.sort()).diff().gt(0).all().item<bool>(), qPrintable(label));  // rows once
+        const auto starts = c.starts.to(torch::kLong);
+        QCOMPARE(starts.size(0), B + 1 + kPaddingRuns);
+        QCOMPARE(starts[-1].item<std::int64_t>(), fits);
+        QVERIFY(starts.diff().ge(0).all().item<bool>());
+        QVERIFY(starts.diff().max().item<std::int64_t>() <= c.longest);
+        if (exact.total <= fits) {
+          const auto runs = sized_runs(exact.lengths, fits);
+          const auto diffs = starts.diff().contiguous();
+          const auto* d = diffs.data_ptr<std::int64_t>();
+          QCOMPARE(std::vector<std::int64_t>(d, d + diffs.numel()), runs);
+        }
+        // Written back: the routed rows that fit take the new rows; every other row keeps x (padding rows hold NaN).
+        const auto x = torch::randn({B, T, 4}, torch::requires_grad());
+        const auto rows = torch::where(c.row_valid, gather_packed(x, c) * 2,
+                                       torch::full({fits, 4}, std::numeric_limits<float>::quiet_NaN()));
+        const auto y = scatter_packed(x, c, rows);
+        QVERIFY(!y.isnan().any().item<bool>());
+        const auto doubled = torch::zeros({B * T}, torch::kBool).index_fill(0, c.real_flat.narrow(0, 0, used), true);
+        const auto expected = torch::where(doubled.view({B, T, 1}), x * 2, x);
+        QVERIFY2(torch::equal(y, expected), qPrintable(label));
+        y.sum().backward();
+        QVERIFY(torch::equal(x.grad(), torch::where(doubled.view({B, T, 1}), 2.0, 1.0).expand({B, T, 4})));
+      }
+    }
+  }
+
+  void nextCapacityKeepsShapesRecurring() {
+    // From nothing: the routed rows plus 1/16 and 32, to a multiple of 64, at most the tokens.
+    QCOMPARE(next_capacity(1000, 0, 16384), std::int64_t(1152));  // 1000 + 62 + 32 = 1094 -> 1152
+    QCOMPARE(next_capacity(0, 0, 16384), std::int64_t(64));
+    QCOMPARE(next_capacity(16000, 0, 16384), std::int64_t(16384));
+    // Kept while the rows stay between 3/4 of it and its margin; sized afresh outside.
+    QCOMPARE(next_capacity(1050, 1152, 16384), std::int64_t(1152));
+    QCOMPARE(next_capacity(800, 1152, 16384), std::int64_t(1152));  // wants 896 >= 3/4 of 1152
+    QCOMPARE(next_capacity(700, 1152, 16384), std::int64_t(832));   // wants 832 < 864
+    QCOMPARE(next_capacity(1100, 1152, 16384), std::int64_t(1216));  // wants 1216 > 1152
+    QCOMPARE(next_capacity(100, 20000, 16384), std::int64_t(192));  // another batch size's
   }
 
   void addRowsIsTheScatteredResidualSum() {

@@ -22,6 +22,7 @@
 #include "core/config/experiment_config.h"
 #include "core/cost/flop_counter.h"
 #include "core/models/blocks/attention.h"
+#include "core/models/blocks/routing.h"
 #include "core/models/language_model.h"
 #include "core/models/registry.h"
 #include "core/train/cuda_graph_step.h"
@@ -290,10 +291,13 @@ ForwardBenchResult bench_forward(const ForwardBenchOptions& in) {
   // After the runs: a GPU without flash attention's varlen kernel has fallen back to padded by now.
   const auto type = o.bf16 ? torch::kBFloat16 : torch::kFloat;
   result.kernel_breakdowns = kernel_breakdowns(device);
-  result.compacted_attention = varlen_attention_active(device, type, o.n_embd / o.n_head)
-                                   ? "varlen flash (batches that fill their length: plain)"
-                               : device.is_cpu() && !o.bf16   ? "unpadded CPU kernel"
-                                                              : "padded";
+  const bool varlen = varlen_attention_active(device, type, o.n_embd / o.n_head);
+  result.compacted_attention = varlen ? "varlen flash (batches that fill their length: plain)"
+                               : device.is_cpu() && !o.bf16 ? "unpadded CPU kernel"
+                                                            : "padded";
+  if (varlen && sized_compaction_active())
+    result.compacted_attention += "; token-routed packed rows sized from the previous forward (counts read back once a "
+                                  "forward)";
   return result;
 }
 

@@ -167,8 +167,14 @@ torch::Tensor DTRNetLayerImpl::attend_compact(const torch::Tensor& n, const torc
   const auto compaction = [&](const torch::Tensor& d) {  // the attention reads the lengths: no valid mask
     return pack ? compact_packed(d) : compact(d, 0, /*with_valid=*/false);
   };
-  auto c = known ? *known : compaction(decision);
-  if (c.total == 0 && is_training() && options.routing() == DtrRouting::Token && options.fallback_fraction() > 0) {
+  // Sized (packed rows, a capacity for this batch size from earlier forwards): nothing is read back here; the model
+  // reads every layer's counts once after its last layer.
+  const bool sized = pack && !known && capacity > 0 && capacity_tokens == B * T && sized_compaction_active() &&
+                     !residual_probe_active() && !layer_state_probe_active();
+  if (sized) sized_rows_ = sized_rows(capacity, B * T, decision.device(), sized_rows_);
+  auto c = known ? *known : sized ? compact_sized(decision, sized_rows_) : compaction(decision);
+  if (!sized && c.total == 0 && is_training() && options.routing() == DtrRouting::Token &&
+      options.fallback_fraction() > 0) {
     // Reference code (paper silent): a batch that routes nothing trains a random 15% of its tokens through
     // attention so the attention weights keep receiving gradient. Inference allows an all-bypass layer.
     const auto picked = std::max<std::int64_t>(1, static_cast<std::int64_t>(options.fallback_fraction() * B * T));
@@ -177,9 +183,12 @@ torch::Tensor DTRNetLayerImpl::attend_compact(const torch::Tensor& n, const torc
     c = compaction(decision);
   }
   out.decision = decision;
-  out.routed = c.total;
-  const bool packed = pack && c.max_len > 0;
-  out.rows = packed ? static_cast<double>(c.total) : c.padded_rows();
+  out.packed = pack;
+  out.counts = c.counts;
+  out.routed = sized ? -1 : c.total;
+  const bool packed = pack && (sized || c.max_len > 0);
+  const auto N = sized ? c.capacity : c.total;  // the packed rows
+  out.rows = packed ? static_cast<double>(N) : c.padded_rows();
 
   const auto& w = attn->qkv->weight;  // rows [W_Q; W_K; W_V]
   const auto& b = attn->qkv->bias;
@@ -197,7 +206,6 @@ torch::Tensor DTRNetLayerImpl::attend_compact(const torch::Tensor& n, const torc
   if (vo) v_all = at::linear(n, w_v, b_v);
   torch::Tensor routed_heads;  // (B, K, C), or (total, C) packed
   if (packed) {
-    const auto N = c.total;
     const auto n_r = gather_packed(n, c);           // (N, C)
     const auto qk = at::linear(n_r, w_qk, b_qk);    // (N, (H + Hkv) hd)
     // Each row is a sequence of one token to the rotary kernel ((N, heads, 1, hd) at positions (N, 1)), so that its
@@ -206,8 +214,11 @@ torch::Tensor DTRNetLayerImpl::attend_compact(const torch::Tensor& n, const torc
     auto k = qk.narrow(-1, H * hd, Hkv * hd).view({N, Hkv, 1, hd});
     if (attn->rope.defined()) std::tie(q, k) = attn->rope.apply(q, k, packed_positions(positions, c).view({N, 1}));
     const auto v_r = vo ? gather_packed(v_all, c) : at::linear(n_r, w_v, b_v);  // (N, Hkv hd)
-    routed_heads = packed_causal_attention(q.view({N, H, hd}), k.view({N, Hkv, hd}), v_r.view({N, Hkv, hd}),
-                                           c.lengths, attn->options.dropout(), is_training(), &out.pairs)
+    const auto qp = q.view({N, H, hd}), kp = k.view({N, Hkv, hd}), vp = v_r.view({N, Hkv, hd});
+    routed_heads = (sized ? packed_causal_attention(qp, kp, vp, c.starts, c.longest, attn->options.dropout(),
+                                                    is_training())
+                          : packed_causal_attention(qp, kp, vp, c.lengths, attn->options.dropout(), is_training(),
+                                                    &out.pairs))
                        .reshape({N, C});
   } else if (c.max_len > 0) {
     const auto K = c.max_len;
@@ -297,12 +308,7 @@ ModelOutput DTRNet::forward(const torch::Tensor& tokens, bool trace) {
   const auto B = tokens.size(0), T = tokens.size(1);
   const auto shape = layer_shape(options_);
   ModelOutput out;
-  // Eq. 7: lambda * sum_l alpha_l ||G_l[:, 0]||_1, alpha_l = f_l / sum f from hard (detached) counts. As in the
-  // reference code the L1 norm is divided by the token count (a mean), which keeps lambda independent of B*T.
-  auto weighted = torch::zeros({}, x.options().dtype(torch::kFloat));
-  auto predictor_loss = torch::zeros({}, x.options().dtype(torch::kFloat));
-  double load_sum = 0;
-  int predictors = 0;
+  std::vector<std::optional<DTRNetLayerImpl::Output>> routed_out(static_cast<std::size_t>(options_.n_layer()));
   torch::Tensor pending;  // the last layer's MLP update, added by the next norm's pass (as the dense model chains)
   for (std::int64_t i = 0; i < options_.n_layer(); ++i) {
     if (!routed[i]) {
@@ -310,13 +316,34 @@ ModelOutput DTRNet::forward(const torch::Tensor& tokens, bool trace) {
       if (i > 0) record_layer_state(d.input);
       x = std::move(d.h);
       pending = std::move(d.m);
-      if (trace) out.trace.push_back(dense_layer_trace(static_cast<int>(i), B, T, shape));
       continue;
     }
     auto r = routed[i]->forward_deferred(x, pending, positions);
     if (i > 0) record_layer_state(r.input);
     x = r.h;
     pending = r.m;
+    routed_out[static_cast<std::size_t>(i)] = std::move(r);
+  }
+  if (!settle_sized_layers(routed_out, B * T)) {
+    // A layer routed more rows than its capacity held: the forward runs again with every count read exactly (and
+    // every capacity sized afresh from them), so it cannot overflow twice.
+    const ExactRoutedCounts exact;
+    return forward(tokens, trace);
+  }
+
+  // Eq. 7: lambda * sum_l alpha_l ||G_l[:, 0]||_1, alpha_l = f_l / sum f from hard (detached) counts. As in the
+  // reference code the L1 norm is divided by the token count (a mean), which keeps lambda independent of B*T.
+  auto weighted = torch::zeros({}, x.options().dtype(torch::kFloat));
+  auto predictor_loss = torch::zeros({}, x.options().dtype(torch::kFloat));
+  double load_sum = 0;
+  int predictors = 0;
+  for (std::int64_t i = 0; i < options_.n_layer(); ++i) {
+    const auto& slot = routed_out[static_cast<std::size_t>(i)];
+    if (!slot) {
+      if (trace) out.trace.push_back(dense_layer_trace(static_cast<int>(i), B, T, shape));
+      continue;
+    }
+    const auto& r = *slot;
     const double load = static_cast<double>(r.routed) / static_cast<double>(B * T);  // f_l (share of tokens)
     const auto l1 = r.gate_attn.mean();                                                // ||G_l[:,0]||_1 / (B T)
     weighted = weighted + load * l1;
@@ -355,6 +382,45 @@ ModelOutput DTRNet::forward(const torch::Tensor& tokens, bool trace) {
     if (predictors > 0) out.aux_loss = out.aux_loss + dtr_.predictor_coeff() * predictor_loss / predictors;
   }
   return out;
+}
+
+bool DTRNet::settle_sized_layers(std::vector<std::optional<DTRNetLayerImpl::Output>>& outs, std::int64_t tokens) {
+  std::vector<std::size_t> sized;
+  std::vector<torch::Tensor> counts;
+  for (std::size_t i = 0; i < outs.size(); ++i)
+    if (outs[i] && outs[i]->counts.defined() && outs[i]->routed < 0) {
+      sized.push_back(i);
+      counts.push_back(outs[i]->counts);
+    }
+  if (!sized.empty()) {
+    const auto host = torch::stack(counts).to(torch::kCPU, torch::kLong).contiguous();  // (layers, B): the one wait
+    const auto B = host.size(1);
+    for (std::size_t j = 0; j < sized.size(); ++j) {
+      auto& r = *outs[sized[j]];
+      const auto capacity = routed[sized[j]]->capacity;
+      const auto* row = host[static_cast<std::int64_t>(j)].data_ptr<std::int64_t>();
+      const std::vector<std::int64_t> lengths(row, row + B);
+      std::int64_t total = 0;
+      for (const auto n : lengths) total += n;
+      if (sized_overflow(lengths, capacity)) return false;  // routed rows were left out
+      // A batch that routed nothing takes the reference code's random fallback (attend_compact), which needs the
+      // exact count.
+      if (total == 0 && is_training() && dtr_.routing() == DtrRouting::Token && dtr_.fallback_fraction() > 0)
+        return false;
+      r.routed = total;
+      r.pairs = 0;
+      for (const auto n : sized_runs(lengths, capacity)) r.pairs += static_cast<double>(n) * static_cast<double>(n);
+    }
+  }
+  // Each packed layer sizes its next forward of this many tokens from the rows it routed in this one.
+  for (std::size_t i = 0; i < outs.size(); ++i) {
+    if (!outs[i] || !outs[i]->packed || outs[i]->routed < 0 || !routed[i]) continue;
+    auto& layer = *routed[i];
+    const auto previous = layer.capacity_tokens == tokens ? layer.capacity : 0;
+    layer.capacity = next_capacity(outs[i]->routed, previous, tokens);
+    layer.capacity_tokens = tokens;
+  }
+  return true;
 }
 
 std::unique_ptr<DecodeState> DTRNet::begin_decode(std::int64_t batch) { return new_decode_state(batch); }

@@ -2,6 +2,9 @@
 // among the routed tokens only (gather -> compacted attention -> scatter, O(k^2)) or through the token-local
 // bypass W_O W_V x_norm; both scaled by the router's score, then every token runs the shared MLP.
 #pragma once
+#include <optional>
+#include <vector>
+
 #include <nlohmann/json.hpp>
 
 #include "core/models/blocks/routing.h"
@@ -51,6 +54,10 @@ class DTRNetLayerImpl : public torch::nn::Module {
     torch::Tensor predictor_loss;  ///< expert choice in training: BCE of the causal predictor; else undefined
     torch::Tensor predictor_logits;  ///< expert choice: (B, T)
     torch::Tensor topk;              ///< expert choice: (B, T) bool top-capacity membership
+    /// A sized compaction (compact_sized): the (B) routed counts on the device; `routed` and `pairs` stay unknown
+    /// (-1, 0) until the model reads these back once for all its layers (DTRNet::forward).
+    torch::Tensor counts;
+    bool packed = false;  ///< the routed rows ran packed (the form a sized compaction takes)
   };
   /// x (B, T, C), positions (T). A defined `forced_decision` (B, T) bool replaces the routing rule (benchmarks,
   /// tests); the router still scales the paths.
@@ -70,6 +77,10 @@ class DTRNetLayerImpl : public torch::nn::Module {
   double flops(std::int64_t batch, std::int64_t seq, const Output& out) const;
 
   int layer_index = 0;  ///< reported to the residual-ratio probe
+  /// The packed rows the routed attention is sized by for batches of `capacity_tokens` tokens (B T), so that the
+  /// forward reads no count back (compact_sized); 0, or another batch size: counted exactly, one wait for the device.
+  /// The model's forward sets both from the counts it reads back.
+  std::int64_t capacity = 0, capacity_tokens = 0;
 
   DTRNetOptions options;
   LayerShape shape;
@@ -85,6 +96,8 @@ class DTRNetLayerImpl : public torch::nn::Module {
   torch::Tensor attend_compact(const torch::Tensor& n, const torch::Tensor& positions, const torch::Tensor& decision,
                                Output& out, const Compaction* known = nullptr);
   torch::Tensor attend_masked(const torch::Tensor& n, const torch::Tensor& positions, const torch::Tensor& decision);
+
+  SizedRows sized_rows_;  ///< the current capacity's device constants (compact_sized)
 };
 TORCH_MODULE(DTRNetLayer);
 
@@ -105,6 +118,12 @@ class DTRNet : public TransformerTrunk {
   std::vector<DenseBlock> dense;
 
  private:
+  /// After the layers: reads back once the counts of the layers that sized their compactions (`outs`, by layer),
+  /// fills their routed tokens and attention pairs, and sizes every packed layer's next forward of `tokens` tokens.
+  /// False when a layer routed more rows than its capacity (or none, where the reference code's fallback applies):
+  /// the forward must run again, counting exactly.
+  bool settle_sized_layers(std::vector<std::optional<DTRNetLayerImpl::Output>>& outs, std::int64_t tokens);
+
   DTRNetOptions dtr_;
   std::vector<bool> pattern_;
 };

@@ -370,6 +370,32 @@ torch::Tensor packed_causal_attention(const torch::Tensor& q, const torch::Tenso
                    packing);  // (total, H, hd)
 }
 
+torch::Tensor packed_causal_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
+                                      const torch::Tensor& starts, std::int64_t longest, double dropout,
+                                      bool training) {
+  TORCH_CHECK(starts.dim() == 1 && starts.size(0) >= 2 && starts.scalar_type() == torch::kInt,
+              "packed_causal_attention: starts must be (runs + 1) int32 cumulative lengths");
+#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 3)
+  if (varlen_attention_active(q.device(), q.scalar_type(), q.size(2))) {
+    const bool dropping = training && dropout > 0;
+    const auto attend = [&] {
+      return std::get<0>(at::_flash_attention_forward(q, k, v, starts, starts, longest, longest,
+                                                      dropping ? dropout : 0.0, /*is_causal=*/true,
+                                                      /*return_debug_mask=*/false));
+    };
+    if (auto out = varlen_kernel().attempt(attend)) return *out;
+  }
+#endif
+  // Elsewhere the runs are read back (no wait on the CPU) and attended as lengths.
+  const auto ends = starts.to(torch::kCPU, torch::kLong).contiguous();
+  const auto* e = ends.data_ptr<std::int64_t>();
+  std::vector<std::int64_t> lengths;
+  for (std::int64_t i = 1; i < ends.size(0); ++i) lengths.push_back(e[i] - e[i - 1]);
+  TORCH_CHECK(e[ends.size(0) - 1] == q.size(0), "packed_causal_attention: the runs cover ", e[ends.size(0) - 1],
+              " rows of ", q.size(0));
+  return packed_causal_attention(q, k, v, lengths, dropout, training);
+}
+
 torch::Tensor causal_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
                                double dropout, bool training, const std::vector<std::int64_t>& lengths,
                                double* pairs) {

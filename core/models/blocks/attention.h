@@ -85,6 +85,13 @@ torch::Tensor packed_causal_attention(const torch::Tensor& q, const torch::Tenso
                                       const std::vector<std::int64_t>& lengths, double dropout = 0.0,
                                       bool training = false, double* pairs = nullptr);
 
+/// packed_causal_attention over runs listed on the device: `starts` (runs + 1) int32 cumulative lengths from 0 to
+/// q's rows, no run longer than `longest`, empty runs allowed. Nothing waits for the device where flash attention
+/// takes the runs as they are (a GPU in half precision); elsewhere the lengths are read back first.
+torch::Tensor packed_causal_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
+                                      const torch::Tensor& starts, std::int64_t longest, double dropout = 0.0,
+                                      bool training = false);
+
 /// Whether a routed layer should keep its compacted rows packed (gathered without padding, projected, attended by
 /// packed_causal_attention, put back) for projections reading `x` on its device and heads of `head_dim`: where the
 /// attention takes them packed (varlen_attention_active for the type the projections write under autocast), while

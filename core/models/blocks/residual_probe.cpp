@@ -64,4 +64,6 @@ void record_layer_state(const torch::Tensor& x) {
   if (t_states) t_states->states.push_back(t_states->keep_graph ? x : x.detach());
 }
 
+bool layer_state_probe_active() { return t_states != nullptr; }
+
 }  // namespace routelab

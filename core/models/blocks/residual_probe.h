@@ -60,5 +60,7 @@ class LayerStateProbe {
 
 /// Records x (B, T, C) as the next layer's output when a LayerStateProbe collects on this thread.
 void record_layer_state(const torch::Tensor& x);
+/// True while a LayerStateProbe collects on this thread.
+bool layer_state_probe_active();
 
 }  // namespace routelab

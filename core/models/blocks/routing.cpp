@@ -11,6 +11,7 @@
 #include "core/models/blocks/varlen_packing.h"
 #include "core/util/device.h"
 #include "core/util/errors.h"
+#include "core/util/process.h"
 
 namespace routelab {
 namespace {
@@ -169,6 +170,71 @@ Compaction compact_packed(const torch::Tensor& decision) {
   return c;
 }
 
+SizedRows sized_rows(std::int64_t capacity, std::int64_t tokens, const torch::Device& device, const SizedRows& reuse) {
+  capacity = std::clamp<std::int64_t>(capacity, 1, std::max<std::int64_t>(tokens, 1));
+  if (reuse.capacity == capacity && reuse.places.defined() && reuse.places.device() == device) return reuse;
+  SizedRows r;
+  r.capacity = capacity;
+  const auto p = torch::arange(kPaddingRuns + 1, torch::TensorOptions().dtype(torch::kLong));
+  r.bounds = (p * capacity + (kPaddingRuns - 1)).div(kPaddingRuns, "floor").to(device, torch::kInt);  // (R + 1)
+  r.places = torch::arange(capacity, torch::TensorOptions().dtype(torch::kInt).device(device)).unsqueeze(1);
+  return r;
+}
+
+Compaction compact_sized(const torch::Tensor& decision, const SizedRows& rows) {
+  const auto B = decision.size(0), T = decision.size(1);
+  TORCH_CHECK(rows.capacity >= 1 && rows.capacity <= B * T, "compact_sized: a capacity of ", rows.capacity,
+              " rows for ", B * T, " tokens");
+  Compaction c;
+  c.seq_len = T;
+  c.capacity = rows.capacity;
+  c.counts = decision.sum(1);  // (B) int64, left on the device
+  const auto key = decision.reshape({-1}).to(torch::kByte);
+  c.real_flat = std::get<1>(key.sort(/*stable=*/true, 0, /*descending=*/true)).narrow(0, 0, c.capacity);
+  // The sequences' ends, those past the capacity cut to it (flash attention must not read past the rows), then the
+  // padding runs' ends: every run within the capacity, the last ending at it.
+  const auto ends = c.counts.cumsum(0, torch::kInt).clamp_max(c.capacity);  // (B)
+  const auto fitted = ends.narrow(0, B - 1, 1);                              // (1): N
+  const auto padding_ends = torch::maximum(rows.bounds.narrow(0, 1, kPaddingRuns), fitted);  // (R)
+  c.starts = torch::cat({rows.bounds.narrow(0, 0, 1), ends, padding_ends});
+  c.row_valid = rows.places < fitted;  // (capacity, 1)
+  c.longest = std::max(T, (c.capacity + kPaddingRuns - 1) / kPaddingRuns);
+  return c;
+}
+
+bool sized_compaction_active() {
+  static const bool off = switched_off_in_environment("ROUTELAB_SIZED_COMPACTION");
+  // Deterministic runs repeat and resume bit for bit: a capacity carried over from earlier forwards would change the
+  // products' shapes (and so their rounding) against a run resumed without it.
+  return !off && !ExactRoutedCounts::active() && !at::globalContext().deterministicAlgorithms();
+}
+
+bool sized_overflow(const std::vector<std::int64_t>& lengths, std::int64_t capacity) {
+  std::int64_t total = 0;
+  for (const auto n : lengths) total += n;
+  return total > capacity;
+}
+
+std::vector<std::int64_t> sized_runs(const std::vector<std::int64_t>& lengths, std::int64_t capacity) {
+  auto runs = lengths;
+  std::int64_t end = 0;
+  for (const auto n : lengths) end += n;
+  for (std::int64_t p = 1; p <= kPaddingRuns; ++p) {
+    const auto next = std::max(end, (capacity * p + kPaddingRuns - 1) / kPaddingRuns);
+    runs.push_back(next - end);
+    end = next;
+  }
+  return runs;
+}
+
+std::int64_t next_capacity(std::int64_t routed, std::int64_t capacity, std::int64_t tokens) {
+  constexpr std::int64_t multiple = 64;
+  const auto wanted = std::min(tokens, (routed + routed / 16 + 32 + multiple - 1) / multiple * multiple);
+  // Keep the capacity while the routed rows sit between 3/4 of it and its margin; else size it afresh.
+  if (capacity > 0 && capacity <= tokens && wanted <= capacity && wanted * 4 >= capacity * 3) return capacity;
+  return wanted;
+}
+
 torch::Tensor compacted_positions(const torch::Tensor& positions, const Compaction& c) {
   if (positions.dim() == 2) return positions.gather(1, c.index);
   return positions.take(c.index);  // (B, K)
@@ -186,6 +252,7 @@ torch::Tensor scatter_rows(const torch::Tensor& base, const Compaction& c, const
 }
 
 torch::Tensor add_rows(const torch::Tensor& base, const Compaction& c, const torch::Tensor& rows) {
+  TORCH_CHECK(c.capacity == 0, "add_rows: takes a compaction with a (B, K) index, not a sized one");
   const auto B = base.size(0), T = base.size(1), C = base.size(2);
   auto real = rows.reshape({B * c.max_len, C});
   if (c.real.defined()) real = real.index_select(0, c.real);  // (total, C): padding rows left out
@@ -198,7 +265,11 @@ torch::Tensor gather_packed(const torch::Tensor& x, const Compaction& c) {
 
 torch::Tensor scatter_packed(const torch::Tensor& base, const Compaction& c, const torch::Tensor& rows) {
   const auto B = base.size(0), T = base.size(1), C = base.size(2);
-  return base.reshape({B * T, C}).index_copy(0, c.real_flat, rows.to(base.scalar_type())).view({B, T, C});
+  const auto flat = base.reshape({B * T, C});
+  auto put = rows.to(base.scalar_type());
+  // A sized compaction's padding rows are unrouted tokens: written back with their own values.
+  if (c.capacity > 0) put = torch::where(c.row_valid, put, flat.index_select(0, c.real_flat));
+  return flat.index_copy(0, c.real_flat, put).view({B, T, C});
 }
 
 torch::Tensor packed_positions(const torch::Tensor& positions, const Compaction& c) {

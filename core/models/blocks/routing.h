@@ -8,6 +8,8 @@
 #include <c10/core/impl/LocalDispatchKeySet.h>
 #include <torch/torch.h>
 
+#include "core/util/thread_flag.h"
+
 namespace routelab {
 
 /// Which layers route. `spec` is one of
@@ -43,6 +45,13 @@ struct Compaction {
   std::int64_t total = 0;             ///< sum of lengths
   double sum_sq = 0;                  ///< sum of lengths^2 (attention cost)
   std::int64_t seq_len = 0;           ///< T of the uncompacted sequences
+  /// The sized form (compact_sized): > 0, the rows real_flat holds, the routed ones first and unrouted rows after them
+  /// as padding; lengths, max_len, total and sum_sq stay unknown on the host (counts holds them on the device).
+  std::int64_t capacity = 0;
+  torch::Tensor counts;     ///< sized form: (B) int64 routed tokens per sequence, on the device
+  torch::Tensor starts;     ///< sized form: (B + 1 + kPaddingRuns) int32 cumulative lengths (see compact_sized)
+  torch::Tensor row_valid;  ///< sized form: (capacity, 1) bool, true on the routed rows that fit
+  std::int64_t longest = 0;  ///< sized form: no run of `starts` is longer
 
   /// B K: the rows a product over the compacted sequences runs, padding included (what a trace prices).
   double padded_rows() const { return static_cast<double>(lengths.size()) * static_cast<double>(max_len); }
@@ -63,6 +72,43 @@ Compaction compact(const torch::Tensor& decision, std::int64_t bucket = 0, bool 
 /// rows first, in order, and the counts are read back once: a handful of launches, none after the wait but a view,
 /// and no index built on the host and staged to the device.
 Compaction compact_packed(const torch::Tensor& decision);
+/// The padding rows of a sized compaction are attended as this many runs of their own (so every row of the packed
+/// batch is attended and finite, at a cost of (padding / runs)^2 per run, while the count of runs stays fixed).
+constexpr std::int64_t kPaddingRuns = 16;
+/// What a sized compaction (compact_sized) of `capacity` rows needs on the device, built once a capacity (a caller
+/// keeps it while the capacity stays): the padding runs' fixed bounds ceil(capacity p / kPaddingRuns), p = 0..R
+/// (int32), and the rows' places (capacity, 1).
+struct SizedRows {
+  std::int64_t capacity = 0;
+  torch::Tensor bounds, places;
+};
+/// SizedRows for `capacity` rows (clamped to [1, tokens]) on `device`; `reuse` is returned as it is when it fits.
+SizedRows sized_rows(std::int64_t capacity, std::int64_t tokens, const torch::Device& device,
+                     const SizedRows& reuse = {});
+/// compact_packed for `rows.capacity` packed rows fixed on the host, without reading anything back: the first
+/// `capacity` rows of the same stable sort, so the routed rows come first, sequence after sequence, and unrouted rows
+/// fill the rest as padding (each put back unchanged by scatter_packed). `starts` lists the sequences' cumulative
+/// lengths (clamped to the capacity), then kPaddingRuns runs over the padding rows: run p ends at
+/// max(N, ceil(capacity p / kPaddingRuns)), N the routed rows that fit; runs may be empty. More routed rows than the
+/// capacity overflow it: those past it are left out, and the caller, reading `counts` later, must not use the result
+/// (sized_overflow).
+Compaction compact_sized(const torch::Tensor& decision, const SizedRows& rows);
+/// Whether a sized compaction's sequences, read back as `lengths`, overflowed its capacity.
+bool sized_overflow(const std::vector<std::int64_t>& lengths, std::int64_t capacity);
+/// The runs a sized compaction of `capacity` rows attends for routed `lengths` that fit: the lengths, then the
+/// padding runs (starts' differences).
+std::vector<std::int64_t> sized_runs(const std::vector<std::int64_t>& lengths, std::int64_t capacity);
+/// The capacity to size the next compaction of `tokens` rows by after `routed` of them were routed with `capacity`
+/// (0: none yet): routed plus a margin of 1/16 and 32 rows, to a multiple of 64, at most `tokens`. It grows whenever
+/// the routed rows come near it and shrinks only when they fall well below it, so that shapes recur from step to step.
+std::int64_t next_capacity(std::int64_t routed, std::int64_t capacity, std::int64_t tokens);
+/// While alive, routed layers on this thread count their routed tokens exactly (one wait for the device each) instead
+/// of sizing compactions from earlier forwards: tests compare the two forms.
+using ExactRoutedCounts = ScopedThreadFlag<struct ExactRoutedCountsTag>;
+/// Whether a routed layer may size its packed compaction from earlier forwards (compact_sized): unless an
+/// ExactRoutedCounts is alive, deterministic algorithms are on (train.deterministic) or ROUTELAB_SIZED_COMPACTION=0
+/// (read once).
+bool sized_compaction_active();
 /// Only the counts of a Compaction (lengths, max_len, total, sum_sq): one host sync, no index built.
 Compaction count_routed(const torch::Tensor& decision);
 /// The original positions (B, K) of the compacted tokens, from positions (T) or (B, T).
@@ -80,7 +126,8 @@ torch::Tensor add_rows(const torch::Tensor& base, const Compaction& c, const tor
 
 /// (B, T, C) -> (total, C): the routed rows packed one sequence after another, without padding (one row gather).
 torch::Tensor gather_packed(const torch::Tensor& x, const Compaction& c);
-/// base (B, T, C) with its routed rows replaced by the packed rows (total, C): one copy of base with them written.
+/// base (B, T, C) with its routed rows replaced by the packed rows (total, C): one copy of base with them written. A
+/// sized compaction's padding rows keep base's values (rows there are ignored).
 torch::Tensor scatter_packed(const torch::Tensor& base, const Compaction& c, const torch::Tensor& rows);
 /// The original positions (total) of the packed rows, from positions (T) or (B, T).
 torch::Tensor packed_positions(const torch::Tensor& positions, const Compaction& c);
