@@ -10,6 +10,7 @@
 #include "core/inference/kv_cache.h"
 #include "core/models/blocks/residual_probe.h"
 #include "core/util/errors.h"
+#include "core/util/logging.h"
 
 namespace routelab {
 
@@ -326,7 +327,9 @@ ModelOutput DTRNet::forward(const torch::Tensor& tokens, bool trace) {
   }
   if (!settle_sized_layers(routed_out, B * T)) {
     // A layer routed more rows than its capacity held: the forward runs again with every count read exactly (and
-    // every capacity sized afresh from them), so it cannot overflow twice.
+    // every capacity sized afresh from them), so it cannot overflow twice. This attempt's activations go first.
+    routed_out.clear();
+    x = pending = positions = torch::Tensor();
     const ExactRoutedCounts exact;
     return forward(tokens, trace);
   }
@@ -402,7 +405,11 @@ bool DTRNet::settle_sized_layers(std::vector<std::optional<DTRNetLayerImpl::Outp
       const std::vector<std::int64_t> lengths(row, row + B);
       std::int64_t total = 0;
       for (const auto n : lengths) total += n;
-      if (sized_overflow(lengths, capacity)) return false;  // routed rows were left out
+      if (sized_overflow(lengths, capacity)) {  // routed rows were left out
+        logger("core")->debug("DTRNet layer {} routed {} rows past its capacity of {}: the forward runs again",
+                              sized[j], total, capacity);
+        return false;
+      }
       // A batch that routed nothing takes the reference code's random fallback (attend_compact), which needs the
       // exact count.
       if (total == 0 && is_training() && dtr_.routing() == DtrRouting::Token && dtr_.fallback_fraction() > 0)
