@@ -400,7 +400,7 @@ bool DTRNet::settle_sized_layers(std::vector<std::optional<DTRNetLayerImpl::Outp
     const auto B = host.size(1);
     for (std::size_t j = 0; j < sized.size(); ++j) {
       auto& r = *outs[sized[j]];
-      const auto capacity = routed[sized[j]]->capacity;
+      const auto capacity = static_cast<std::int64_t>(r.rows);  // the packed rows it ran (its capacity, clamped)
       const auto* row = host[static_cast<std::int64_t>(j)].data_ptr<std::int64_t>();
       const std::vector<std::int64_t> lengths(row, row + B);
       std::int64_t total = 0;
