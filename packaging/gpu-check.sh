@@ -206,6 +206,12 @@ step forward-batch8 120 "$cli" bench forward --device "$dev" --lengths 2048,4096
   --warmup 2
 step forward-batch1 90 "$cli" bench forward --device "$dev" --lengths 2048,4096 --fractions 0.1,0.3 --batch 1 --reps 5 \
   --warmup 2
+# The eval forwards with a read of the routed counts in every routed layer (before 2026-11-29): what sizing MoD's and
+# D-LLM's padded compactions (fp32) and DTRNet's packed rows (bf16) from the previous forward takes off.
+step forward-batch8-exact-counts 90 env ROUTELAB_SIZED_COMPACTION=0 "$cli" bench forward --device "$dev" \
+  --lengths 2048,4096 --fractions 0.1,0.3 --batch 8 --reps 5 --warmup 2
+step forward-batch8-bf16-exact-counts 90 env ROUTELAB_SIZED_COMPACTION=0 "$cli" bench forward --device "$dev" \
+  --lengths 2048,4096 --fractions 0.1,0.3 --batch 8 --reps 5 --warmup 2 --precision bf16
 step forward-batch8-bf16 90 "$cli" bench forward --device "$dev" --lengths 2048,4096 --fractions 0.1,0.3 --batch 8 \
   --reps 5 --warmup 2 --precision bf16
 # The training step of routed models against dense's (forward, loss, backward, clip, AdamW), routers forced.

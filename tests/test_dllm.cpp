@@ -237,6 +237,50 @@ class TestDLLM : public QObject {
     QVERIFY(!torch::allclose(la.select(1, 1), lb.select(1, 1)));  // reserved tokens do execute
   }
 
+  void sizedEvalEqualsExactCounts() {
+    // Eval compactions of the executed tokens sized from the previous forward (a GPU whose attention runs the padded
+    // rows; forced here): logits and traced counts are the exact forward's, the blocks priced at the rows they ran;
+    // a capacity too small for one sequence runs the forward again with exact counts.
+    DLLM model(small(), small_dllm().routed_layers("all"));
+    make_decisions_mixed(model);
+    model.eval();
+    torch::NoGradGuard no_grad;
+    const auto tokens = torch::randint(0, kVocab, {3, 30}, torch::kLong);
+    ModelOutput exact;
+    {
+      const ExactRoutedCounts counted;
+      exact = model.forward(tokens, true);
+    }
+    const ForcePaddedSized padded;
+    const auto sized = model.forward(tokens, true);  // sized by the exact forward's counts
+    const auto check = [&](const ModelOutput& out, const char* what) {
+      QVERIFY2(torch::allclose(out.logits, exact.logits, 1e-5, 1e-5), what);
+      QCOMPARE(out.trace.size(), exact.trace.size());
+      for (std::size_t i = 0; i < out.trace.size(); ++i) {
+        QCOMPARE(out.trace[i].routed_fraction, exact.trace[i].routed_fraction);
+        QCOMPARE(out.trace[i].tokens_processed, exact.trace[i].tokens_processed);
+      }
+    };
+    check(sized, "sized");
+    int mixed = 0, priced_higher = 0;
+    for (std::size_t i = 0; i < exact.trace.size(); ++i) {
+      const auto f = exact.trace[i].routed_fraction;
+      mixed += f > 0.2 && f < 0.8;
+      priced_higher += sized.trace[i].flops > exact.trace[i].flops;  // the margin's rows, priced as run
+    }
+    QVERIFY2(mixed >= 2, "the mixed routers should execute part of the tokens in most layers");
+    QVERIFY(priced_higher >= 2);
+    // A capacity one row short of what a sequence executes: the forward runs again with exact counts.
+    const auto longest = exact.trace[2].decision.sum(1).max().item<std::int64_t>();
+    model.sizing[2].capacity = longest - 1;
+    const auto rerun = model.forward(tokens, true);
+    check(rerun, "overflowed");
+    QVERIFY(!model.sizing[2].counts.defined());  // the rerun counted exactly
+    QVERIFY(model.sizing[2].capacity >= longest);
+    check(model.forward(tokens, true), "sized again");
+    QVERIFY(model.sizing[2].counts.defined());
+  }
+
   void compactedEqualsEvictingForm_data() {
     QTest::addColumn<int>("eviction");
     QTest::addColumn<int>("kv");

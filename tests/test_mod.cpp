@@ -322,6 +322,60 @@ class TestMoD : public QObject {
     QVERIFY(!loss.defined());
   }
 
+  void sizedEvalEqualsExactCounts_data() { add_style_rows(); }
+  void sizedEvalEqualsExactCounts() {
+    // Eval compactions sized from the previous forward (a GPU whose attention runs the padded rows; forced here): after
+    // one forward that counts exactly, each routed layer compacts into a capacity of rows a sequence without reading
+    // back, the model reads every layer's counts once; logits and the traced counts are the exact forward's, the block
+    // priced at the rows it ran. A capacity too small for one sequence runs the forward again with exact counts.
+    QFETCH(int, style);
+    QFETCH(int, kv);
+    MixtureOfDepths model(small(ModelStyle(style), kv), MoDOptions().capacity(0.25));
+    spread_predictors(model, 1.0);
+    model.eval();
+    torch::NoGradGuard no_grad;
+    const auto tokens = torch::randint(0, 37, {3, 40}, torch::kLong);
+    ModelOutput exact;
+    {
+      const ExactRoutedCounts counted;
+      exact = model.forward(tokens, true);
+    }
+    const ForcePaddedSized padded;
+    std::vector<std::int64_t> longest(model.mod_layers.size(), 0);
+    for (std::size_t i = 0; i < model.mod_layers.size(); ++i) {
+      if (!model.mod_layers[i]) continue;
+      const auto n = exact.trace[i].decision.sum(1).max().item<std::int64_t>();
+      QVERIFY2(n > 3 && n < 37, "the spread predictors should select a mix of tokens");
+      QCOMPARE(model.mod_layers[i]->capacity_tokens, std::int64_t(120));
+      QCOMPARE(model.mod_layers[i]->capacity, next_capacity(n, 0, 40));
+      model.mod_layers[i]->capacity = n + 2;  // a capacity below T (64 would be all 40 rows)
+      longest[i] = n;
+    }
+    const auto check = [&](const ModelOutput& out, const char* what) {
+      QVERIFY2(torch::allclose(out.logits, exact.logits, 1e-5, 1e-5), what);
+      for (std::size_t i = 0; i < out.trace.size(); ++i) {
+        QCOMPARE(out.trace[i].routed_fraction, exact.trace[i].routed_fraction);
+        QCOMPARE(out.trace[i].tokens_processed, exact.trace[i].tokens_processed);
+        if (exact.trace[i].routed) QVERIFY(torch::equal(out.trace[i].decision, exact.trace[i].decision));
+      }
+    };
+    const auto sized = model.forward(tokens, true);
+    check(sized, "sized");
+    const auto shape = layer_shape(model.options());
+    for (std::size_t i = 0; i < model.mod_layers.size(); ++i) {
+      if (!model.mod_layers[i]) continue;
+      QCOMPARE(model.mod_layers[i]->sized_len, longest[i] + 2);  // it ran sized, priced at its 3 x (n + 2) rows
+      const double rows = 3.0 * static_cast<double>(longest[i] + 2);
+      QCOMPARE(sized.trace[i].flops, block_flops(rows, rows * static_cast<double>(longest[i] + 2), shape) +
+                                         2.0 * linear_flops(120, static_cast<double>(shape.d), 1.0));
+    }
+    model.mod_layers[1]->capacity = 1;  // fewer rows than a sequence routes
+    const auto rerun = model.forward(tokens, true);
+    check(rerun, "overflowed");
+    QVERIFY(model.mod_layers[1]->capacity >= longest[1]);
+    QVERIFY(!model.mod_layers[1]->sized_counts.defined());  // the rerun counted exactly
+  }
+
   void causalityInEval_data() { add_style_rows(); }
   void causalityInEval() {
     QFETCH(int, style);

@@ -192,6 +192,36 @@ class TestRouting : public QObject {
     }
   }
 
+  void paddedSizedCompactionIsCompactsWithPadding() {
+    // compact_sized_padded(d, len): compact()'s (B, len) index (the routed positions, then unrouted ones), valid on the
+    // routed rows, counts on the device; scatter_rows and add_rows change the routed rows that fit and nothing else (a
+    // NaN in a padding row reaches neither). A sequence with more routed tokens than len overflows.
+    torch::manual_seed(8);
+    const std::int64_t B = 3, T = 29;
+    const auto decision = torch::rand({B, T}).lt(0.4);
+    const auto exact = compact(decision, 1);
+    for (const std::int64_t len : {exact.max_len, exact.max_len + 5, exact.max_len - 2}) {
+      const auto c = compact_sized_padded(decision, len);
+      QCOMPARE(c.max_len, len);
+      QVERIFY(c.padded_sized && c.lengths.empty());
+      QCOMPARE(sized_overflow_per_sequence(exact.lengths, len), len < exact.max_len);
+      const auto fits = std::min(len, exact.max_len);
+      QVERIFY(torch::equal(c.index.narrow(1, 0, fits), exact.index.narrow(1, 0, fits)));
+      QVERIFY(torch::equal(c.valid, torch::arange(len).unsqueeze(0) < c.counts.unsqueeze(1)));
+      const auto x = torch::randn({B, T, 4}, torch::requires_grad());
+      const auto rows = torch::where(c.valid.unsqueeze(-1), torch::ones({B, len, 4}),
+                                     torch::full({B, len, 4}, std::numeric_limits<float>::quiet_NaN()));
+      const auto hit = torch::zeros({B * T}, torch::kBool)
+                           .index_fill(0, c.flat.masked_select(c.valid.reshape({-1})), true)
+                           .view({B, T, 1});
+      QVERIFY(torch::equal(scatter_rows(x, c, rows), torch::where(hit, torch::ones_like(x), x)));
+      const auto added = add_rows(x, c, rows);
+      QVERIFY(torch::equal(added, torch::where(hit, x + 1, x)));
+      added.sum().backward();
+      QVERIFY(torch::equal(x.grad(), torch::ones_like(x)));
+    }
+  }
+
   void nextCapacityKeepsShapesRecurring() {
     // From nothing: the routed rows plus 1/16 and 32, to a multiple of 64, at most the tokens.
     QCOMPARE(next_capacity(1000, 0, 16384), std::int64_t(1152));  // 1000 + 62 + 32 = 1094 -> 1152

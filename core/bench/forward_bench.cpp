@@ -295,9 +295,9 @@ ForwardBenchResult bench_forward(const ForwardBenchOptions& in) {
   result.compacted_attention = varlen ? "varlen flash (batches that fill their length: plain)"
                                : device.is_cpu() && !o.bf16 ? "unpadded CPU kernel"
                                                             : "padded";
-  if (varlen && sized_compaction_active())
-    result.compacted_attention += "; token-routed packed rows sized from the previous forward (counts read back once a "
-                                  "forward)";
+  if (device.is_cuda() && sized_compaction_active())
+    result.compacted_attention += "; data-dependent compactions sized from the previous forward where a model takes "
+                                  "them (counts read back once a forward)";
   return result;
 }
 

@@ -10,6 +10,7 @@
 #include "core/inference/kv_cache.h"
 #include "core/models/blocks/residual_probe.h"
 #include "core/util/errors.h"
+#include "core/util/logging.h"
 
 namespace routelab {
 
@@ -27,6 +28,7 @@ torch::Tensor DecisionModuleImpl::forward(const torch::Tensor& x) {
 
 DLLM::DLLM(TransformerOptions options, DLLMOptions dllm) : TransformerTrunk(std::move(options)), dllm_(std::move(dllm)) {
   routed_ = parse_layer_pattern(dllm_.routed_layers(), options_.n_layer(), "model.routed_layers");
+  sizing.resize(static_cast<std::size_t>(options_.n_layer()));
   if (dllm_.reserved_tokens() < 1)
     throw ConfigError("model.reserved_tokens: " + std::to_string(dllm_.reserved_tokens()) + " must be at least 1");
   auto block_list = register_module("blocks", torch::nn::ModuleList());
@@ -100,8 +102,8 @@ double DLLM::training_dropout() const { return is_training() ? options_.dropout(
 
 torch::Tensor DLLM::skipping_layer(std::size_t layer, const torch::Tensor& x, const torch::Tensor& positions,
                                    const Compaction& executed, double* pairs) {
-  if (executed.total == 0) return x;
-  const auto rows = gather_rows(x, executed);  // (B, K, C)
+  if (executed.total == 0 && !executed.padded_sized) return x;
+  const auto rows = gather_rows(x, executed);  // (B, K, C); a sized compaction's padding rows are written back as x
   const auto row_positions = compacted_positions(positions, executed);  // (B, K) original positions
   // Compacted attention sees only executed keys: the eviction, at sum_b k_b^2 cost.
   const auto f = blocks[layer]->update(rows, row_positions, &executed, pairs);  // (B, K, C)
@@ -126,7 +128,7 @@ LayerTrace DLLM::routed_layer_trace(int layer, const torch::Tensor& p_exec, cons
   t.routed = true;
   t.gate = p_exec.detach().to(torch::kFloat);
   t.decision = executed;
-  t.routed_fraction = total / tokens;
+  t.routed_fraction = total / tokens;  // a sized compaction's: set by the model's read of its counts
   // Priced as executed. Inference runs the decisions: executed tokens only, compacted attention, over the padded
   // (B, K) rows of the compacted sequences (`pairs`: what the attention kernel computed). Training computes
   // the block for every token (the straight-through estimator needs f(x) of skipped tokens too) and the scores of
@@ -138,7 +140,7 @@ LayerTrace DLLM::routed_layer_trace(int layer, const torch::Tensor& p_exec, cons
   const double hidden = static_cast<double>(dllm_.router_hidden());
   const double router = linear_flops(tokens, static_cast<double>(shape.d), hidden) + linear_flops(tokens, hidden, 2.0);
   t.flops = (full_block ? block_flops(tokens, pairs, shape)
-                        : total > 0 ? block_flops(counts.padded_rows(), pairs, shape) : 0.0) +
+                        : total > 0 || counts.padded_sized ? block_flops(counts.padded_rows(), pairs, shape) : 0.0) +
             router;
   t.dense_flops = dense_layer_flops(static_cast<double>(B), static_cast<double>(T), shape);
   t.stats = {{"mean_p_exec", p_exec.mean().item<double>()}};
@@ -191,10 +193,34 @@ ModelOutput DLLM::forward(const torch::Tensor& tokens, bool trace) {
       }
     } else {
       executed = execute_rule(p_exec, positions);
-      counts = compact(executed);
+      // Sized (a GPU whose attention runs the padded rows anyway, a capacity for this batch size from earlier
+      // forwards): nothing read back here; the model reads every layer's counts once after its last layer.
+      auto& own = sizing[i];
+      const auto B = x.size(0), T = x.size(1);
+      const bool sized = own.capacity > 0 && own.tokens == B * T &&
+                         padded_sized_active(x, blocks[i]->attn->head_dim()) && !residual_probe_active() &&
+                         !layer_state_probe_active();
+      counts = sized ? compact_sized_padded(executed, own.capacity) : compact(executed);
+      own.counts = sized ? counts.counts : torch::Tensor();
+      own.len = sized ? counts.max_len : 0;
+      if (!sized) {  // sizes the next forward of this batch size
+        const auto longest =
+            counts.lengths.empty() ? std::int64_t{0} : *std::max_element(counts.lengths.begin(), counts.lengths.end());
+        own.capacity = next_capacity(longest, own.tokens == B * T ? own.capacity : 0, T);
+        own.tokens = B * T;
+      }
       x = skipping_layer(i, x, positions, counts, &pairs);
     }
     if (trace) out.trace.push_back(routed_layer_trace(layer, p_exec, executed, counts, pairs));
+  }
+  if (!training && !settle_sized_layers(trace ? &out.trace : nullptr, tokens.size(0) * tokens.size(1))) {
+    // A sequence executed more tokens than its layer's rows held: the forward runs again with every count read
+    // exactly (and every capacity sized afresh from them), so it cannot overflow twice. This attempt's tensors go
+    // first.
+    x = pending = pending_gate = positions = torch::Tensor();
+    out = ModelOutput();
+    const ExactRoutedCounts exact;
+    return forward(tokens, trace);
   }
   torch::Tensor last;
   out.logits = head(x, pending, last, pending_gate);
@@ -209,6 +235,26 @@ ModelOutput DLLM::forward(const torch::Tensor& tokens, bool trace) {
     out.aux_loss = rate_weight() * rate_loss(activation, dllm_.reserved_tokens(), dllm_.target());
   }
   return out;
+}
+
+bool DLLM::settle_sized_layers(std::vector<LayerTrace>* trace, std::int64_t tokens) {
+  std::vector<std::size_t> sized;
+  std::vector<torch::Tensor> counts;
+  for (std::size_t i = 0; i < sizing.size(); ++i)
+    if (sizing[i].counts.defined()) {
+      sized.push_back(i);
+      counts.push_back(sizing[i].counts);
+    }
+  const auto read = read_counts(counts);  // the one wait
+  for (std::size_t j = 0; j < sized.size(); ++j) {
+    auto& own = sizing[sized[j]];
+    if (!settle_padded_sized(read[j], own.len, own.capacity, trace ? &trace->at(sized[j]) : nullptr, tokens)) {
+      logger("core")->debug("D-LLM layer {} executed more tokens of a sequence than its {} rows: the forward runs "
+                            "again", sized[j], own.len);
+      return false;
+    }
+  }
+  return true;
 }
 
 torch::Tensor DLLM::executes(std::size_t layer, const torch::Tensor& x, const torch::Tensor& positions,

@@ -98,12 +98,25 @@ class DLLM : public TransformerTrunk {
 
   std::vector<DenseBlock> blocks;
   std::vector<DecisionModule> routers;  ///< per layer; empty holder where the layer always executes
+  /// Eval mode, per layer: the rows a sequence its compaction of executed tokens is sized by for batches of
+  /// `tokens` tokens (compact_sized_padded, where padded_sized_active); 0, or another batch size: counted exactly.
+  struct Sizing {
+    std::int64_t capacity = 0, tokens = 0;
+    torch::Tensor counts;  ///< the last forward's sized counts (B) on the device; undefined when counted exactly
+    std::int64_t len = 0;  ///< and its rows a sequence
+  };
+  std::vector<Sizing> sizing;  ///< per layer (set by the forwards; a test may shrink a capacity)
 
  private:
   /// Attention dropout in training mode (0 in eval): with it the evicting attention runs materialised.
   double training_dropout() const;
   LayerTrace routed_layer_trace(int layer, const torch::Tensor& p_exec, const torch::Tensor& executed,
                                 const Compaction& counts, double pairs) const;
+
+  /// After the layers (eval): reads back once the counts of the layers whose compaction was sized, fills their routed
+  /// fractions and token counts in `trace` (when given), and sizes their next forward of `tokens` tokens. False when a
+  /// sequence executed more tokens than its layer's rows held: the forward must run again, counting exactly.
+  bool settle_sized_layers(std::vector<LayerTrace>* trace, std::int64_t tokens);
 
   DLLMOptions dllm_;
   std::vector<bool> routed_;

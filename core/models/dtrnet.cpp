@@ -395,29 +395,25 @@ bool DTRNet::settle_sized_layers(std::vector<std::optional<DTRNetLayerImpl::Outp
       sized.push_back(i);
       counts.push_back(outs[i]->counts);
     }
-  if (!sized.empty()) {
-    const auto host = torch::stack(counts).to(torch::kCPU, torch::kLong).contiguous();  // (layers, B): the one wait
-    const auto B = host.size(1);
-    for (std::size_t j = 0; j < sized.size(); ++j) {
-      auto& r = *outs[sized[j]];
-      const auto capacity = static_cast<std::int64_t>(r.rows);  // the packed rows it ran (its capacity, clamped)
-      const auto* row = host[static_cast<std::int64_t>(j)].data_ptr<std::int64_t>();
-      const std::vector<std::int64_t> lengths(row, row + B);
-      std::int64_t total = 0;
-      for (const auto n : lengths) total += n;
-      if (sized_overflow(lengths, capacity)) {  // routed rows were left out
-        logger("core")->debug("DTRNet layer {} routed {} rows past its capacity of {}: the forward runs again",
-                              sized[j], total, capacity);
-        return false;
-      }
-      // A batch that routed nothing takes the reference code's random fallback (attend_compact), which needs the
-      // exact count.
-      if (total == 0 && is_training() && dtr_.routing() == DtrRouting::Token && dtr_.fallback_fraction() > 0)
-        return false;
-      r.routed = total;
-      r.pairs = 0;
-      for (const auto n : sized_runs(lengths, capacity)) r.pairs += static_cast<double>(n) * static_cast<double>(n);
+  const auto read = read_counts(counts);  // the one wait
+  for (std::size_t j = 0; j < sized.size(); ++j) {
+    auto& r = *outs[sized[j]];
+    const auto capacity = static_cast<std::int64_t>(r.rows);  // the packed rows it ran (its capacity, clamped)
+    const auto& lengths = read[j];
+    std::int64_t total = 0;
+    for (const auto n : lengths) total += n;
+    if (sized_overflow(lengths, capacity)) {  // routed rows were left out
+      logger("core")->debug("DTRNet layer {} routed {} rows past its capacity of {}: the forward runs again",
+                            sized[j], total, capacity);
+      return false;
     }
+    // A batch that routed nothing takes the reference code's random fallback (attend_compact), which needs the
+    // exact count.
+    if (total == 0 && is_training() && dtr_.routing() == DtrRouting::Token && dtr_.fallback_fraction() > 0)
+      return false;
+    r.routed = total;
+    r.pairs = 0;
+    for (const auto n : sized_runs(lengths, capacity)) r.pairs += static_cast<double>(n) * static_cast<double>(n);
   }
   // Each packed layer sizes its next forward of this many tokens from the rows it routed in this one.
   for (std::size_t i = 0; i < outs.size(); ++i) {

@@ -10,6 +10,7 @@
 #include "core/models/blocks/attention.h"
 #include "core/models/blocks/residual_probe.h"
 #include "core/util/errors.h"
+#include "core/util/logging.h"
 
 namespace routelab {
 
@@ -78,11 +79,23 @@ torch::Tensor MoDLayerImpl::forward(const torch::Tensor& x, const torch::Tensor&
   } else {
     if (trace) topk = topk_decision(logits.detach(), k);
     decision = predicted.detach().gt(0);  // sigmoid > 0.5
-    c = compact(decision);
+    // Sized (a GPU whose attention runs the padded rows anyway, a capacity for this batch size from earlier
+    // forwards): nothing read back here; the model reads every layer's counts once after its last layer.
+    const bool sized = capacity > 0 && capacity_tokens == B * T && padded_sized_active(x, block->attn->head_dim()) &&
+                       !residual_probe_active() && !layer_state_probe_active();
+    c = sized ? compact_sized_padded(decision, capacity) : compact(decision);
+    if (!sized) {  // sizes the next forward of this batch size
+      const auto longest =
+          c.lengths.empty() ? std::int64_t{0} : *std::max_element(c.lengths.begin(), c.lengths.end());
+      capacity = next_capacity(longest, capacity_tokens == B * T ? capacity : 0, T);
+      capacity_tokens = B * T;
+    }
   }
+  sized_counts = c.padded_sized ? c.counts : torch::Tensor();
+  sized_len = c.padded_sized ? c.max_len : 0;
   auto out = x;       // unselected tokens pass unchanged
   double pairs = 0;   // (query, key) pairs per head the compacted attention computed
-  if (c.total > 0) {
+  if (c.total > 0 || c.padded_sized) {
     const auto x_sel = gather_rows(x, c);  // (B, K, C) in causal order
     // Selected tokens keep their original positions (RoPE rows), as the reference code gathers them.
     const auto pos_sel = compacted_positions(positions, c);  // (B, K)
@@ -102,11 +115,11 @@ torch::Tensor MoDLayerImpl::forward(const torch::Tensor& x, const torch::Tensor&
     // The gate is the router's probability even when the predictor made the decision (eval).
     trace->gate = torch::sigmoid(logits.detach()).to(torch::kFloat);
     trace->decision = decision;
-    trace->routed_fraction = static_cast<double>(c.total) / tokens;
+    trace->routed_fraction = static_cast<double>(c.total) / tokens;  // a sized form's: set by the model's read
     trace->aux_loss = 0.0;  // the predictor's BCE in training, from on_device below
     trace->tokens_processed = {{"attn", c.total}, {"mlp", c.total}, {"router", B * T}};
     // Priced as executed: the block runs over the padded (B, K) rows (the padding of shorter sequences too).
-    trace->flops = (c.total > 0 ? block_flops(c.padded_rows(), pairs, shape) : 0.0) +
+    trace->flops = (c.total > 0 || c.padded_sized ? block_flops(c.padded_rows(), pairs, shape) : 0.0) +
                    2.0 * linear_flops(tokens, static_cast<double>(shape.d), 1.0);  // router + predictor
     trace->dense_flops = dense_layer_flops(static_cast<double>(B), static_cast<double>(T), shape);
     trace->stats["topk_fraction"] = static_cast<double>(k) / static_cast<double>(T);
@@ -177,6 +190,14 @@ ModelOutput MixtureOfDepths::forward(const torch::Tensor& tokens, bool trace) {
       out.trace.push_back(std::move(layer_trace));
     }
   }
+  if (!settle_sized_layers(trace ? &out.trace : nullptr, B * T)) {
+    // A sequence routed more tokens than its layer's rows held: the forward runs again with every count read exactly
+    // (and every capacity sized afresh from them), so it cannot overflow twice. This attempt's activations go first.
+    x = positions = torch::Tensor();
+    out = ModelOutput();
+    const ExactRoutedCounts exact;
+    return forward(tokens, trace);
+  }
   out.logits = head(x);
   if (trace) resolve_on_device(out.trace);
   // The reference code adds the mean over MoD layers of the predictor BCE with coefficient 1. The BCE reads
@@ -185,6 +206,27 @@ ModelOutput MixtureOfDepths::forward(const torch::Tensor& tokens, bool trace) {
                      ? torch::zeros({}, out.logits.options().dtype(torch::kFloat))
                      : mod_options_.predictor_coeff() * torch::stack(predictor_losses).mean();
   return out;
+}
+
+bool MixtureOfDepths::settle_sized_layers(std::vector<LayerTrace>* trace, std::int64_t tokens) {
+  std::vector<std::size_t> sized;
+  std::vector<torch::Tensor> counts;
+  for (std::size_t i = 0; i < mod_layers.size(); ++i)
+    if (mod_layers[i] && mod_layers[i]->sized_counts.defined()) {
+      sized.push_back(i);
+      counts.push_back(mod_layers[i]->sized_counts);
+    }
+  const auto read = read_counts(counts);  // the one wait
+  for (std::size_t j = 0; j < sized.size(); ++j) {
+    auto& layer = *mod_layers[sized[j]];
+    if (!settle_padded_sized(read[j], layer.sized_len, layer.capacity, trace ? &trace->at(sized[j]) : nullptr,
+                             tokens)) {
+      logger("core")->debug("MoD layer {} routed more tokens of a sequence than its {} rows: the forward runs again",
+                            sized[j], layer.sized_len);
+      return false;
+    }
+  }
+  return true;
 }
 
 std::unique_ptr<DecodeState> MixtureOfDepths::begin_decode(std::int64_t batch) { return new_decode_state(batch); }

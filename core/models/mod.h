@@ -63,6 +63,15 @@ class MoDLayerImpl : public torch::nn::Module {
   /// (B, T, C) -> (B, T) float router logits.
   torch::Tensor router_logits(const torch::Tensor& x);
 
+  /// Eval mode: the rows a sequence its compaction is sized by for batches of `capacity_tokens` tokens (B T), so that
+  /// the forward reads no count back where padded_sized_active (compact_sized_padded); 0, or another batch size:
+  /// counted exactly. Set from the exact counts here and from the model's read of the sized ones.
+  std::int64_t capacity = 0, capacity_tokens = 0;
+  /// The last forward's sized compaction: its (B) counts on the device and its rows a sequence; undefined and 0 when
+  /// it counted exactly.
+  torch::Tensor sized_counts;
+  std::int64_t sized_len = 0;
+
   MoDOptions options;
   LayerShape shape;
   DenseBlock block{nullptr};
@@ -90,6 +99,11 @@ class MixtureOfDepths : public TransformerTrunk {
   std::vector<MoDLayer> mod_layers;
 
  private:
+  /// After the layers: reads back once the counts of the layers whose compaction was sized, fills their routed
+  /// fractions and token counts in `trace` (when given), and sizes their next forward of `tokens` tokens. False when a
+  /// sequence routed more tokens than its layer's rows held: the forward must run again, counting exactly.
+  bool settle_sized_layers(std::vector<LayerTrace>* trace, std::int64_t tokens);
+
   MoDOptions mod_options_;
   std::vector<bool> routed_;
 };

@@ -9,6 +9,7 @@
 
 #include "core/models/blocks/attention.h"
 #include "core/models/blocks/varlen_packing.h"
+#include "core/models/language_model.h"
 #include "core/util/device.h"
 #include "core/util/errors.h"
 #include "core/util/process.h"
@@ -202,6 +203,58 @@ Compaction compact_sized(const torch::Tensor& decision, const SizedRows& rows) {
   return c;
 }
 
+Compaction compact_sized_padded(const torch::Tensor& decision, std::int64_t len) {
+  const auto B = decision.size(0), T = decision.size(1);
+  Compaction c;
+  c.seq_len = T;
+  c.padded_sized = true;
+  c.max_len = std::clamp<std::int64_t>(len, 1, T);
+  c.counts = decision.sum(1);  // (B), left on the device
+  const auto pos = torch::arange(T, decision.options().dtype(torch::kLong)).expand({B, T});
+  const auto order = std::get<0>(torch::where(decision, pos, pos + T).sort(1)) % T;  // compact()'s order
+  c.index = order.narrow(1, 0, c.max_len);                                            // (B, K)
+  c.valid = torch::arange(c.max_len, c.counts.options()).unsqueeze(0) < c.counts.unsqueeze(1);  // (B, K)
+  c.flat = (c.index + torch::arange(0, B * T, T, c.index.options()).unsqueeze(1)).reshape({-1});  // (B K)
+  c.real_flat = c.flat;  // every row, the padding ones masked where they are written
+  return c;
+}
+
+bool sized_overflow_per_sequence(const std::vector<std::int64_t>& lengths, std::int64_t len) {
+  return std::any_of(lengths.begin(), lengths.end(), [&](std::int64_t n) { return n > len; });
+}
+
+bool settle_padded_sized(const std::vector<std::int64_t>& lengths, std::int64_t len, std::int64_t& capacity,
+                         LayerTrace* trace, std::int64_t tokens) {
+  if (sized_overflow_per_sequence(lengths, len)) return false;
+  if (lengths.empty()) return true;
+  std::int64_t total = 0;
+  for (const auto n : lengths) total += n;
+  if (trace) {
+    trace->routed_fraction = static_cast<double>(total) / static_cast<double>(tokens);
+    trace->tokens_processed["attn"] = trace->tokens_processed["mlp"] = total;
+  }
+  capacity = next_capacity(*std::max_element(lengths.begin(), lengths.end()), capacity,
+                           tokens / static_cast<std::int64_t>(lengths.size()));
+  return true;
+}
+
+std::vector<std::vector<std::int64_t>> read_counts(const std::vector<torch::Tensor>& counts) {
+  std::vector<std::vector<std::int64_t>> lengths;
+  if (counts.empty()) return lengths;
+  const auto host = torch::stack(counts).to(torch::kCPU, torch::kLong).contiguous();  // (n, B): the one wait
+  const auto B = host.size(1);
+  for (std::int64_t j = 0; j < host.size(0); ++j) {
+    const auto* row = host.data_ptr<std::int64_t>() + j * B;
+    lengths.emplace_back(row, row + B);
+  }
+  return lengths;
+}
+
+bool padded_sized_active(const torch::Tensor& x, std::int64_t head_dim) {
+  if (!sized_compaction_active()) return false;
+  return ForcePaddedSized::active() || (x.is_cuda() && !packed_rows_active(x, head_dim));
+}
+
 bool sized_compaction_active() {
   static const bool off = switched_off_in_environment("ROUTELAB_SIZED_COMPACTION");
   // Deterministic runs repeat and resume bit for bit: a capacity carried over from earlier forwards would change the
@@ -247,15 +300,22 @@ torch::Tensor gather_rows(const torch::Tensor& x, const Compaction& c) {
 
 torch::Tensor scatter_rows(const torch::Tensor& base, const Compaction& c, const torch::Tensor& rows) {
   auto real = rows.reshape({base.size(0) * c.max_len, base.size(2)});
+  if (c.padded_sized) {  // the padding rows' tokens keep base's rows
+    const auto flat = base.reshape({base.size(0) * base.size(1), base.size(2)});
+    return flat.index_copy(0, c.flat, torch::where(c.valid.reshape({-1, 1}), real.to(base.scalar_type()),
+                                                   flat.index_select(0, c.flat)))
+        .view(base.sizes());
+  }
   if (c.real.defined()) real = real.index_select(0, c.real);  // (total, C): padding rows left out
   return scatter_packed(base, c, real);
 }
 
 torch::Tensor add_rows(const torch::Tensor& base, const Compaction& c, const torch::Tensor& rows) {
-  TORCH_CHECK(c.capacity == 0, "add_rows: takes a compaction with a (B, K) index, not a sized one");
+  TORCH_CHECK(c.capacity == 0, "add_rows: takes a compaction with a (B, K) index, not a packed sized one");
   const auto B = base.size(0), T = base.size(1), C = base.size(2);
   auto real = rows.reshape({B * c.max_len, C});
   if (c.real.defined()) real = real.index_select(0, c.real);  // (total, C): padding rows left out
+  if (c.padded_sized) real = real.masked_fill(c.valid.reshape({-1, 1}).logical_not(), 0);  // nothing for padding
   return base.reshape({B * T, C}).index_add(0, c.real_flat, real.to(base.scalar_type())).view({B, T, C});
 }
 

@@ -48,13 +48,19 @@ struct Compaction {
   /// The sized form (compact_sized): > 0, the rows real_flat holds, the routed ones first and unrouted rows after them
   /// as padding; lengths, max_len, total and sum_sq stay unknown on the host (counts holds them on the device).
   std::int64_t capacity = 0;
-  torch::Tensor counts;     ///< sized form: (B) int64 routed tokens per sequence, on the device
+  /// The padded sized form (compact_sized_padded): true, max_len is a capacity per sequence fixed on the host, and
+  /// lengths, total and sum_sq stay unknown on the host (counts holds them on the device; valid marks the rows).
+  bool padded_sized = false;
+  torch::Tensor counts;     ///< sized forms: (B) int64 routed tokens per sequence, on the device
   torch::Tensor starts;     ///< sized form: (B + 1 + kPaddingRuns) int32 cumulative lengths (see compact_sized)
   torch::Tensor row_valid;  ///< sized form: (capacity, 1) bool, true on the routed rows that fit
   std::int64_t longest = 0;  ///< sized form: no run of `starts` is longer
 
   /// B K: the rows a product over the compacted sequences runs, padding included (what a trace prices).
-  double padded_rows() const { return static_cast<double>(lengths.size()) * static_cast<double>(max_len); }
+  double padded_rows() const {
+    return static_cast<double>(index.defined() ? index.size(0) : static_cast<std::int64_t>(lengths.size())) *
+           static_cast<double>(max_len);
+  }
 };
 
 /// The padded length K of compacted sequences is rounded up to a multiple of this on a GPU (capped at T), so
@@ -93,8 +99,24 @@ SizedRows sized_rows(std::int64_t capacity, std::int64_t tokens, const torch::De
 /// capacity overflow it: those past it are left out, and the caller, reading `counts` later, must not use the result
 /// (sized_overflow).
 Compaction compact_sized(const torch::Tensor& decision, const SizedRows& rows);
+/// compact() for `len` rows a sequence fixed on the host (clamped to [1, T]), without reading anything back: the
+/// (B, len) index of compact()'s order (each sequence's routed positions ascending, then unrouted ones as padding),
+/// `valid` on the routed rows that fit, `counts` on the device. scatter_rows and add_rows leave the padding rows'
+/// tokens unchanged; the attention runs the padded rows whole (causal: a real row never reads a padding row). A
+/// sequence that routed more than `len` tokens overflows (sized_overflow_per_sequence): its rows past `len` are left
+/// out.
+Compaction compact_sized_padded(const torch::Tensor& decision, std::int64_t len);
 /// Whether a sized compaction's sequences, read back as `lengths`, overflowed its capacity.
 bool sized_overflow(const std::vector<std::int64_t>& lengths, std::int64_t capacity);
+/// Whether a padded sized compaction's sequences, read back as `lengths`, overflowed its `len` rows a sequence.
+bool sized_overflow_per_sequence(const std::vector<std::int64_t>& lengths, std::int64_t len);
+/// A model's read of a layer's padded sized compaction (`len` rows a sequence; counts read back as `lengths`): false
+/// when a sequence overflowed them; else the layer's next `capacity` a sequence is sized from its longest sequence and
+/// `trace` (when given) receives the routed share of the batch's `tokens` and the attention and MLP token counts.
+bool settle_padded_sized(const std::vector<std::int64_t>& lengths, std::int64_t len, std::int64_t& capacity,
+                         struct LayerTrace* trace, std::int64_t tokens);
+/// The (B) count tensors of sized compactions read back together, one wait for the device: the lengths of each.
+std::vector<std::vector<std::int64_t>> read_counts(const std::vector<torch::Tensor>& counts);
 /// The runs a sized compaction of `capacity` rows attends for routed `lengths` that fit: the lengths, then the
 /// padding runs (starts' differences).
 std::vector<std::int64_t> sized_runs(const std::vector<std::int64_t>& lengths, std::int64_t capacity);
@@ -109,6 +131,13 @@ using ExactRoutedCounts = ScopedThreadFlag<struct ExactRoutedCountsTag>;
 /// ExactRoutedCounts is alive, deterministic algorithms are on (train.deterministic) or ROUTELAB_SIZED_COMPACTION=0
 /// (read once).
 bool sized_compaction_active();
+/// While alive, padded_sized_active is true on this thread: tests run the padded sized form on the CPU.
+using ForcePaddedSized = ScopedThreadFlag<struct ForcePaddedSizedTag>;
+/// Whether a routed block over compacted rows of `x` with heads of `head_dim` may take a padded sized compaction
+/// (compact_sized_padded) from earlier forwards: where its attention runs the padded rows anyway (a GPU without the
+/// packed path: fp32, or varlen attention off) or while a ForcePaddedSized is alive, and sized_compaction_active.
+/// Not on the CPU otherwise: there the counts cost no wait, and the exact lengths let the CPU kernel skip padding.
+bool padded_sized_active(const torch::Tensor& x, std::int64_t head_dim);
 /// Only the counts of a Compaction (lengths, max_len, total, sum_sq): one host sync, no index built.
 Compaction count_routed(const torch::Tensor& decision);
 /// The original positions (B, K) of the compacted tokens, from positions (T) or (B, T).
@@ -117,11 +146,13 @@ torch::Tensor compacted_positions(const torch::Tensor& positions, const Compacti
 /// gather over the flattened (B T, C) rows.
 torch::Tensor gather_rows(const torch::Tensor& x, const Compaction& c);
 /// base (B, T, C) with its routed rows replaced by rows (B, K, C); padding rows of `rows` are dropped. One copy of
-/// base with the real rows written into it (its backward: one copy of the gradient with those rows zeroed).
+/// base with the real rows written into it (its backward: one copy of the gradient with those rows zeroed). A padded
+/// sized compaction writes its padding rows' tokens back unchanged.
 torch::Tensor scatter_rows(const torch::Tensor& base, const Compaction& c, const torch::Tensor& rows);
 /// base (B, T, C) with the update rows (B, K, C) added to its routed rows (padding rows dropped): a residual update
 /// of the routed tokens. One copy of base with the rows added (bit for bit scatter_rows(base, c, gathered + rows));
-/// its backward passes base's gradient through unchanged (no zeroed copy) and gathers the rows'.
+/// its backward passes base's gradient through unchanged (no zeroed copy) and gathers the rows'. A padded sized
+/// compaction adds nothing to its padding rows' tokens.
 torch::Tensor add_rows(const torch::Tensor& base, const Compaction& c, const torch::Tensor& rows);
 
 /// (B, T, C) -> (total, C): the routed rows packed one sequence after another, without padding (one row gather).
