@@ -10,7 +10,8 @@
 // model is causal at inference; decoding token by token (batch 2, routing differently) equals the full forward and
 // leaves the cache the trace's KV count states, a prompt pass the cache its registered KV rule prices; the matrix
 // products ATen runs equal the priced FLOPs in inference and in training mode (the trace, exactly; in inference
-// also estimate_flops at the measured shares, within 1%), work computed and then masked included. tests/example_architecture.h is registered
+// also estimate_flops at the measured shares, within 1%), work computed and then masked included; a forward sized by
+// the previous one (the GPU's sized compactions, forced) repeats it. tests/example_architecture.h is registered
 // here for the whole suite: an architecture defined in one file of its own passes the same checks. Variants of
 // each architecture (options, styles) are covered by test_generation, test_flops and the architecture's suite.
 #include <QTemporaryDir>
@@ -27,6 +28,8 @@
 #include "core/cost/flop_counter.h"
 #include "core/cost/flops_model.h"
 #include "core/inference/kv_cache.h"
+#include "core/models/blocks/attention.h"
+#include "core/models/blocks/routing.h"
 #include "core/models/language_model.h"
 #include "core/models/registry.h"
 #include "core/report/builders/catalog.h"
@@ -283,6 +286,34 @@ class TestConformance : public QObject {
       if (t.routed) routed.push_back({t.layer, t.kind, true, t.routed_fraction, t.flops, t.dense_flops, t.stats});
     const auto stored = read_layers(layers_json(routed), "stored layers");  // through the stored document
     QCOMPARE(fractions_from_trace(entry.id, stored), priced_shares(entry, out));
+  }
+
+  void sizedFormsRepeatTheForward_data() { add_language_model_rows(); }
+  void sizedFormsRepeatTheForward() {
+    // A routed model may size its compactions from the previous forward of the same batch size (the GPU's sized forms:
+    // DTRNet's packed rows, padded compactions in eval; forced on here, so the CPU runs them): the second forward of a
+    // batch, sized by the first, gives the first one's logits and traced routing, in eval and in training mode.
+    QFETCH(QString, arch);
+    const auto& entry = architecture(arch.toStdString());
+    torch::manual_seed(4);
+    auto lm = create_model(small_model(entry), {kVocab, 32});
+    const auto tokens = torch::randint(0, kVocab, {3, 24}, torch::kLong);
+    const ForcePackedRows packed;
+    const ForcePaddedSized padded;
+    for (const bool training : {false, true}) {
+      training ? lm->train() : lm->eval();
+      const auto forward = [&] {
+        torch::manual_seed(5);  // the same dropout masks and Gumbel noise
+        return lm->forward(tokens, true);
+      };
+      const auto first = forward(), second = forward();
+      QVERIFY2(torch::allclose(first.logits, second.logits, 1e-5, 1e-5), training ? "training" : "eval");
+      QCOMPARE(first.trace.size(), second.trace.size());
+      for (std::size_t i = 0; i < first.trace.size(); ++i) {
+        QCOMPARE(first.trace[i].routed_fraction, second.trace[i].routed_fraction);
+        QCOMPARE(first.trace[i].tokens_processed, second.trace[i].tokens_processed);
+      }
+    }
   }
 
   void forcedShareIsReached_data() {
