@@ -197,9 +197,8 @@ ModelOutput DLLM::forward(const torch::Tensor& tokens, bool trace) {
       // forwards): nothing read back here; the model reads every layer's counts once after its last layer.
       auto& own = sizing[i];
       const auto B = x.size(0), T = x.size(1);
-      const bool sized = own.capacity > 0 && own.tokens == B * T &&
-                         padded_sized_active(x, blocks[i]->attn->head_dim()) && !residual_probe_active() &&
-                         !layer_state_probe_active();
+      const bool sized =
+          own.capacity > 0 && own.tokens == B * T && padded_sized_active(x, blocks[i]->attn->head_dim());
       counts = sized ? compact_sized_padded(executed, own.capacity) : compact(executed);
       own.counts = sized ? counts.counts : torch::Tensor();
       own.len = sized ? counts.max_len : 0;

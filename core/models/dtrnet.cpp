@@ -170,8 +170,7 @@ torch::Tensor DTRNetLayerImpl::attend_compact(const torch::Tensor& n, const torc
   };
   // Sized (packed rows, a capacity for this batch size from earlier forwards): nothing is read back here; the model
   // reads every layer's counts once after its last layer.
-  const bool sized = pack && !known && capacity > 0 && capacity_tokens == B * T && sized_compaction_active() &&
-                     !residual_probe_active() && !layer_state_probe_active();
+  const bool sized = pack && !known && capacity > 0 && capacity_tokens == B * T && sized_compaction_active();
   if (sized) sized_rows_ = sized_rows(capacity, B * T, decision.device(), sized_rows_);
   auto c = known ? *known : sized ? compact_sized(decision, sized_rows_) : compaction(decision);
   if (!sized && c.total == 0 && is_training() && options.routing() == DtrRouting::Token &&

@@ -81,8 +81,7 @@ torch::Tensor MoDLayerImpl::forward(const torch::Tensor& x, const torch::Tensor&
     decision = predicted.detach().gt(0);  // sigmoid > 0.5
     // Sized (a GPU whose attention runs the padded rows anyway, a capacity for this batch size from earlier
     // forwards): nothing read back here; the model reads every layer's counts once after its last layer.
-    const bool sized = capacity > 0 && capacity_tokens == B * T && padded_sized_active(x, block->attn->head_dim()) &&
-                       !residual_probe_active() && !layer_state_probe_active();
+    const bool sized = capacity > 0 && capacity_tokens == B * T && padded_sized_active(x, block->attn->head_dim());
     c = sized ? compact_sized_padded(decision, capacity) : compact(decision);
     if (!sized) {  // sizes the next forward of this batch size
       const auto longest =

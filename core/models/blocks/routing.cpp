@@ -8,6 +8,7 @@
 #include <sstream>
 
 #include "core/models/blocks/attention.h"
+#include "core/models/blocks/residual_probe.h"
 #include "core/models/blocks/varlen_packing.h"
 #include "core/models/language_model.h"
 #include "core/util/device.h"
@@ -135,19 +136,26 @@ void index_rows(Compaction& c, const torch::Tensor& flat = {}) {
   c.real_flat = c.flat.index_select(0, c.real);
 }
 
+/// Each sequence's positions, routed ones first and ascending, unrouted ones after them (the padding), (B, T); and
+/// each one's place among the B T rows, (B, T).
+std::pair<torch::Tensor, torch::Tensor> routed_first_order(const torch::Tensor& decision) {
+  const auto B = decision.size(0), T = decision.size(1);
+  const auto pos = torch::arange(T, decision.options().dtype(torch::kLong)).expand({B, T});
+  auto order = std::get<0>(torch::where(decision, pos, pos + T).sort(1)) % T;
+  auto flat = order + torch::arange(B, order.options()).unsqueeze(1) * T;
+  return {std::move(order), std::move(flat)};
+}
+
 }  // namespace
 
 Compaction count_routed(const torch::Tensor& decision) { return count_routed(decision, decision.sum(1)); }
 
 Compaction compact(const torch::Tensor& decision, std::int64_t bucket, bool with_valid) {
-  const auto B = decision.size(0), T = decision.size(1);
+  const auto T = decision.size(1);
   const auto counts = decision.sum(1);  // (B), on the decision's device: `valid` is built from it without a copy back
   // Every sequence's order, queued before the counts are read back: a GPU's queue is empty after that wait until the
-  // host launches again, so the fewer launches follow it the better. Routed positions first, ascending; unrouted
-  // ones after them act as padding.
-  const auto pos = torch::arange(T, decision.options().dtype(torch::kLong)).expand({B, T});
-  const auto order = std::get<0>(torch::where(decision, pos, pos + T).sort(1)) % T;  // (B, T)
-  const auto flat = order + torch::arange(B, order.options()).unsqueeze(1) * T;       // (B, T)
+  // host launches again, so the fewer launches follow it the better.
+  const auto [order, flat] = routed_first_order(decision);  // (B, T) each
   auto c = count_routed(decision, counts);
   if (bucket <= 0) bucket = decision.is_cuda() ? kCudaCompactionBucket : 1;
   if (bucket > 1 && c.max_len > 0) c.max_len = std::min(T, (c.max_len + bucket - 1) / bucket * bucket);
@@ -204,17 +212,16 @@ Compaction compact_sized(const torch::Tensor& decision, const SizedRows& rows) {
 }
 
 Compaction compact_sized_padded(const torch::Tensor& decision, std::int64_t len) {
-  const auto B = decision.size(0), T = decision.size(1);
+  const auto T = decision.size(1);
   Compaction c;
   c.seq_len = T;
   c.padded_sized = true;
   c.max_len = std::clamp<std::int64_t>(len, 1, T);
   c.counts = decision.sum(1);  // (B), left on the device
-  const auto pos = torch::arange(T, decision.options().dtype(torch::kLong)).expand({B, T});
-  const auto order = std::get<0>(torch::where(decision, pos, pos + T).sort(1)) % T;  // compact()'s order
-  c.index = order.narrow(1, 0, c.max_len);                                            // (B, K)
+  const auto [order, flat] = routed_first_order(decision);  // compact()'s order
+  c.index = order.narrow(1, 0, c.max_len);                   // (B, K)
   c.valid = torch::arange(c.max_len, c.counts.options()).unsqueeze(0) < c.counts.unsqueeze(1);  // (B, K)
-  c.flat = (c.index + torch::arange(0, B * T, T, c.index.options()).unsqueeze(1)).reshape({-1});  // (B K)
+  c.flat = flat.narrow(1, 0, c.max_len).reshape({-1});       // (B K)
   c.real_flat = c.flat;  // every row, the padding ones masked where they are written
   return c;
 }
@@ -259,7 +266,9 @@ bool sized_compaction_active() {
   static const bool off = switched_off_in_environment("ROUTELAB_SIZED_COMPACTION");
   // Deterministic runs repeat and resume bit for bit: a capacity carried over from earlier forwards would change the
   // products' shapes (and so their rounding) against a run resumed without it.
-  return !off && !ExactRoutedCounts::active() && !at::globalContext().deterministicAlgorithms();
+  // A probe records during the forward, which a rerun after an overflow would record twice.
+  return !off && !ExactRoutedCounts::active() && !at::globalContext().deterministicAlgorithms() &&
+         !residual_probe_active() && !layer_state_probe_active();
 }
 
 bool sized_overflow(const std::vector<std::int64_t>& lengths, std::int64_t capacity) {

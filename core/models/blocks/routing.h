@@ -128,8 +128,8 @@ std::int64_t next_capacity(std::int64_t routed, std::int64_t capacity, std::int6
 /// of sizing compactions from earlier forwards: tests compare the two forms.
 using ExactRoutedCounts = ScopedThreadFlag<struct ExactRoutedCountsTag>;
 /// Whether a routed layer may size its packed compaction from earlier forwards (compact_sized): unless an
-/// ExactRoutedCounts is alive, deterministic algorithms are on (train.deterministic) or ROUTELAB_SIZED_COMPACTION=0
-/// (read once).
+/// ExactRoutedCounts is alive, deterministic algorithms are on (train.deterministic), a residual or layer-state probe
+/// collects on this thread, or ROUTELAB_SIZED_COMPACTION=0 (read once).
 bool sized_compaction_active();
 /// While alive, padded_sized_active is true on this thread: tests run the padded sized form on the CPU.
 using ForcePaddedSized = ScopedThreadFlag<struct ForcePaddedSizedTag>;
