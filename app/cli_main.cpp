@@ -291,8 +291,11 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   app.set_version_flag("--version", ROUTELAB_VERSION);
   std::string log_level = "warn";
-  app.add_option("--log-level", log_level, "console log level (trace, debug, info, warn, error)")
-      ->check(CLI::IsMember({"trace", "debug", "info", "warn", "error"}));
+  auto* level_option =
+      app.add_option("--log-level", log_level,
+                     "console log level (trace, debug, info, warn, error; default warn, info for train, resume "
+                     "and sweep)")
+          ->check(CLI::IsMember({"trace", "debug", "info", "warn", "error"}));
 
   // Each add_* declares its sub-commands; the one parsed sets `action`, which runs inside the error boundary below.
   CommandAction action;
@@ -312,6 +315,10 @@ int main(int argc, char** argv) {
   routelab::cli::add_dist_commands(*bench_cmd, action);
 
   CLI11_PARSE(app, argc, argv);
+  // Training commands report their evaluations and checkpoints at info unless a level was given.
+  if (level_option->count() == 0 &&
+      (app.got_subcommand("train") || app.got_subcommand("resume") || app.got_subcommand("sweep")))
+    log_level = "info";
   routelab::init_logging({.log_dir = "", .console = true, .level = log_level});
   try {
     if (action) return action();

@@ -255,6 +255,22 @@ class TestCli : public QObject {
     QTest::newRow("unset: the CPU's best") << QString();
     QTest::newRow("the user's choice stays") << "Prescott";
   }
+  void trainingKeepsTheLogLevelAsked() {
+    // --log-level holds through the trainer (which once set its own level back to info, so that debug lines never
+    // showed): warn leaves the log's info lines out, and a training command logs at info by default.
+    const auto db = home_.filePath("levels.sqlite");
+    const auto train = [&](const QStringList& level) {
+      auto args = level;
+      args << "train" << "--preset" << "tiny" << "--steps" << "1" << "--db" << db << "--quiet" << "--set"
+           << "train.eval_batches=1";
+      const auto [code, output] = run(args);
+      if (code != 0) qWarning() << output;
+      return output;
+    };
+    QVERIFY(train({}).contains("] [train] info "));
+    QVERIFY(!train({"--log-level", "warn"}).contains("] [train] info "));
+  }
+
   void runsNameTheirBlasKernels() {
     QFETCH(QString, set);
     const auto db = home_.filePath("blas.sqlite");

@@ -724,7 +724,7 @@ std::string torch_version_string() {
 
 TrainOutcome train(const TrainRequest& request, TrainObserver* observer, const std::atomic<bool>* cancel,
                    const DistEnv* dist) {
-  init_logging();
+  ensure_logging();
   auto group = join_group(dist, request.config);
   Session session(request.config, resolve_db(request.db_path), observer, cancel, nullptr, std::move(group));
   if (session.writes()) session.create_run(request.name, request.qt_version);
@@ -733,7 +733,7 @@ TrainOutcome train(const TrainRequest& request, TrainObserver* observer, const s
 
 TrainOutcome resume(const std::string& db_path, std::int64_t run_id, TrainObserver* observer,
                     const std::atomic<bool>* cancel, int threads, double takeover_after_s, const DistEnv* dist) {
-  init_logging();
+  ensure_logging();
   const auto db = resolve_db(db_path);
   const bool follower = dist && dist->rank != 0;  // a data-parallel rank other than 0 only reads the store
   std::optional<RunRecord> record;

@@ -51,6 +51,11 @@ void init_logging(const LoggingOptions& options) {
   spdlog::apply_all([](const std::shared_ptr<spdlog::logger>& l) { l->set_level(g_level); });
 }
 
+void ensure_logging() {
+  std::lock_guard lock(g_mutex);
+  if (!g_initialised) init_locked(LoggingOptions{});
+}
+
 std::shared_ptr<spdlog::logger> logger(const std::string& area) {
   std::lock_guard lock(g_mutex);
   if (auto existing = spdlog::get(area)) return existing;

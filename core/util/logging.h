@@ -16,6 +16,9 @@ struct LoggingOptions {
 
 /// Idempotent: the first call sets the sinks; later calls only change the level.
 void init_logging(const LoggingOptions& options = {});
+/// The sinks with the defaults where nothing set them yet; the level stays as it is (a library entry point's call, so
+/// that the caller's level, e.g. the CLI's --log-level, holds).
+void ensure_logging();
 
 /// The logger of an area, created on first use with the shared sinks.
 std::shared_ptr<spdlog::logger> logger(const std::string& area);
