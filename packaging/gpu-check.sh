@@ -140,10 +140,34 @@ switch_check() {
   env "$var=0" "$cli" train "${common[@]}" --name "$name-off" || return 1
   "$cli" train "${common[@]}" --name "$name-on" || return 1
   "$cli" runs --db "$db" | head -5
+  val_gap "$db" "$name" "$var=0"
+}
+
+# The validation curves of runs 1 and 2 of a database side by side; fails on a gap above 0.05 (or no values).
+# Usage: val_gap DB NAME FIRST-RUN'S-LABEL
+val_gap() {
+  local db="$1" name="$2" label="$3"
   for run in 1 2; do "$cli" export "$run" --db "$db" | grep ",val/loss," | cut -d, -f3,5 > "$work/$name$run.csv"; done
-  paste -d, "$work/${name}1.csv" "$work/${name}2.csv" | awk -F, -v var="$var" '{ d = $2 - $4; if (d < 0) d = -d
-    if (d > m) m = d; printf "step %s: val loss %s=0 %.4f, on %.4f\n", $1, var, $2, $4 }
+  paste -d, "$work/${name}1.csv" "$work/${name}2.csv" | awk -F, -v label="$label" '{ d = $2 - $4; if (d < 0) d = -d
+    if (d > m) m = d; printf "step %s: val loss %s %.4f, other %.4f\n", $1, label, $2, $4 }
     END { printf "largest |val loss difference| %.4f\n", m; exit (NR == 0 || m > 0.05) }'
+}
+
+# DTRNet's step captured as a CUDA graph (its sized rows checked after each replay, the step captured again when the
+# routing outgrows them or falls well below) against its eager step: the routed quick-start in bf16. The two runs
+# need not size alike (other shapes, other rounding), so the curves agree within 0.05, not bit for bit; the debug
+# log says how often the graph was captured again and why.
+dtrnet_graph_check() {
+  local db="$work/graph-dtrnet.sqlite" log_file="$work/graph-dtrnet.log"
+  local common=(--preset quickstart-dtrnet --precision bf16 --device "$dev" --steps 200 --set train.eval_every=50
+                --db "$db")
+  "$cli" train "${common[@]}" --quiet --name eager || return 1
+  "$cli" --log-level debug train "${common[@]}" --name graph --set train.cuda_graph=true > "$log_file" 2>&1 ||
+    { tail -5 "$log_file"; return 1; }
+  echo "captured again: $(grep -c 'overflowed the captured' "$log_file") overflows (the step rerun eagerly)," \
+    "$(grep -c 'shapes were resized' "$log_file") resizes"
+  "$cli" runs --db "$db" | head -5
+  val_gap "$db" graph-dtrnet eager
 }
 
 # D-LLM's evicting attention through flash attention against the chunked form (the D-LLM preset in bf16).
@@ -184,7 +208,8 @@ step loss-kernels 60 "$cli" bench loss --device "$dev" --rows 16384 --vocab 5025
 # The goals are set in bf16 (>= 1.1x eager, >= 1.0x torch.compile, MFU >= 35%); fp32 without the compile's minute.
 step train-step-gpt2-small-bf16 180 "$cli" bench train-step --device "$dev" --shape gpt2-small --precision bf16 \
   --compile --cuda-graph --peak-tflops "$peak" --steps 20 --warmup 5 --python "$python" --script "$peer" "${kernels[@]}"
-export -f graph_check switch_check fused_norm_check fused_rope_check varlen_check flash_eviction_check sized_check
+export -f graph_check switch_check val_gap dtrnet_graph_check fused_norm_check fused_rope_check varlen_check \
+  flash_eviction_check sized_check
 # The fused add + norm kernels: the same losses as LibTorch's norms, and the step without them (MFU's gain).
 step fused-norm-equals-unfused 180 bash -c fused_norm_check
 step train-step-gpt2-small-bf16-unfused-norm 60 env ROUTELAB_FUSED_NORM=0 "$cli" bench train-step --device "$dev" \
@@ -193,6 +218,7 @@ step fused-rope-equals-unfused 90 bash -c fused_rope_check
 step graph-equals-eager 90 bash -c graph_check
 # MoD's captured step (its trace's device values read after each replay) against its eager step, quick-start shape.
 step graph-equals-eager-mod 90 bash -c 'graph_check mod --set model.arch=mod'
+step graph-near-eager-dtrnet 120 bash -c dtrnet_graph_check
 step train-step-small 90 "$cli" bench train-step --device "$dev" --shape small --precision both --steps 30 --warmup 5 \
   --cuda-graph --peak-tflops "$peak" --python "$python" --script "$peer"
 step train-step-gpt2-small-fp32 60 "$cli" bench train-step --device "$dev" --shape gpt2-small --precision fp32 \
@@ -241,11 +267,11 @@ step train-360m-dllm-360m-batch8 60 "$cli" train --config "$root/experiments/dll
 step train-step-routed-360m-bf16 150 "$cli" bench forward --train --device "$dev" --archs dtrnet,mod,tsa,dllm \
   --embd 960 --layers 32 --heads 15 --kv-heads 5 --lengths 2048 --fractions 0.1,0.3 --batch 8 --reps 3 --warmup 1 \
   --precision bf16 --breakdown-above 1.1 --kernels 12
-# MoD's step captured as a CUDA graph against dense's captured step (train.cuda_graph), routers forced: what the
-# graph takes off the routed layers' launches.
-step train-step-routed-360m-bf16-graph 120 "$cli" bench forward --train --cuda-graph --device "$dev" --archs mod \
-  --embd 960 --layers 32 --heads 15 --kv-heads 5 --lengths 2048 --fractions 0.1,0.3 --batch 8 --reps 3 --warmup 1 \
-  --precision bf16 --breakdown-above 1.1
+# MoD's and DTRNet's steps captured as CUDA graphs against dense's captured step (train.cuda_graph), routers forced:
+# what the graph takes off the routed layers' launches and the host's waits.
+step train-step-routed-360m-bf16-graph 150 "$cli" bench forward --train --cuda-graph --device "$dev" \
+  --archs mod,dtrnet --embd 960 --layers 32 --heads 15 --kv-heads 5 --lengths 2048 --fractions 0.1,0.3 --batch 8 \
+  --reps 3 --warmup 1 --precision bf16 --breakdown-above 1.1
 # The same with the fp32 routers in plain fp32 (bench forward's setting before 2026-11-28): what TF32 gives them.
 step train-step-routed-360m-bf16-no-tf32 90 "$cli" bench forward --train --device "$dev" --archs dtrnet,dllm \
   --embd 960 --layers 32 --heads 15 --kv-heads 5 --lengths 2048 --fractions 0.1 --batch 8 --reps 3 --warmup 1 \
@@ -275,6 +301,9 @@ step "train-360m-smollm-360m-dense-graph" 60 "$cli" train --config "$root/experi
   --device "$dev" --steps 30 "${byte_level[@]}" --set train.cuda_graph=true --set train.eval_every=1000 --set train.checkpoint_every=1000 \
   --set train.warmup_steps=10 --set train.log_every=5 --db "$work/360m.sqlite"
 step "train-360m-mod-360m-graph" 60 "$cli" train --config "$root/experiments/mod-360m.json" \
+  --device "$dev" --steps 30 "${byte_level[@]}" --set train.cuda_graph=true --set train.eval_every=1000 \
+  --set train.checkpoint_every=1000 --set train.warmup_steps=10 --set train.log_every=5 --db "$work/360m.sqlite"
+step "train-360m-dtrnet-360m-bilayer-graph" 60 "$cli" train --config "$root/experiments/dtrnet-360m-bilayer.json" \
   --device "$dev" --steps 30 "${byte_level[@]}" --set train.cuda_graph=true --set train.eval_every=1000 \
   --set train.checkpoint_every=1000 --set train.warmup_steps=10 --set train.log_every=5 --db "$work/360m.sqlite"
 "$cli" runs --db "$work/360m.sqlite" 2>&1 | tee -a "$log"

@@ -9,6 +9,7 @@
 #include "core/config/options.h"
 #include "core/cost/flop_counter.h"
 #include "core/models/dtrnet.h"
+#include "core/models/registry.h"
 #include "core/train/optimizer.h"
 #include "core/train/step.h"
 #include "core/util/errors.h"
@@ -325,6 +326,118 @@ class TestDTRNet : public QObject {
     bias_router(*model.routed[1], -8.0);  // routes nothing: the reference code's fallback needs the exact count
     const auto fallback = model.forward(tokens, true);
     QCOMPARE(fallback.trace[1].tokens_processed.at("attn"), std::int64_t(9));  // floor(0.15 * 60)
+  }
+
+  void deferredFormReadsAfterTheForward() {
+    // The form a step captured as a CUDA graph runs (under DeferredTraceReadback): sized rows and nothing read back
+    // during the forward; the counts, the trace's routed share, tokens and FLOPs and the aux loss stay on the device,
+    // and come out as those of the form that reads; an overflow becomes a flag on the device that skips the update
+    // (the parameters stay), and check_shapes, read after the forward, grows the layer that overflowed.
+    const auto make = [] {
+      torch::manual_seed(21);
+      DTRNetOptions o;
+      o.routed_layers("T-D-D-T");
+      auto model = std::make_shared<DTRNet>(small(ModelStyle::Llama, 2), o);
+      torch::NoGradGuard no_grad;  // routers that send a mix of tokens each way
+      for (auto& layer : model->routed)
+        if (layer) layer->router_out->weight.normal_(0, 1.0);
+      model->train();
+      return model;
+    };
+    const ForcePackedRows packed;
+    const auto tokens = torch::randint(0, 29, {3, 20}, torch::kLong), target = torch::randint(0, 29, {3, 20});
+    auto model = make();
+    model->forward(tokens, true);  // counts exactly and sizes the layers
+    const auto forward = [&](bool deferred) {
+      std::optional<DeferredTraceReadback> defer;
+      if (deferred) defer.emplace();
+      return model->forward(tokens, true);
+    };
+    const auto read = forward(false);
+    auto deferred = forward(true);
+    QVERIFY(!read.overflow.defined() && !read.check_shapes);
+    QVERIFY(deferred.overflow.defined() && deferred.check_shapes);
+    QCOMPARE(deferred.overflow.item<float>(), 0.0f);
+    QVERIFY(torch::equal(read.logits, deferred.logits));
+    QVERIFY(torch::allclose(read.aux_loss, deferred.aux_loss, 1e-6, 1e-8));
+    for (const int l : {1, 2}) QVERIFY(!deferred.trace[l].tokens_processed.count("attn"));  // on the device
+    resolve_on_device(deferred.trace);
+    for (const int l : {1, 2}) {
+      QCOMPARE(deferred.trace[l].tokens_processed, read.trace[l].tokens_processed);
+      QCOMPARE(deferred.trace[l].routed_fraction, read.trace[l].routed_fraction);
+      QCOMPARE(deferred.trace[l].flops, read.trace[l].flops);
+    }
+    const auto capacity = model->routed[1]->capacity;
+    const auto fits = deferred.check_shapes();
+    QVERIFY(!fits.overflowed && !fits.resized);
+    QCOMPARE(model->routed[1]->capacity, capacity);
+
+    const auto routed = read.trace[2].tokens_processed.at("attn");
+    QVERIFY2(routed > 5, "the random router should route a mix of tokens");
+    model->routed[2]->capacity = 3;  // fewer rows than it routes
+    const auto over = forward(true);
+    QCOMPARE(over.overflow.item<float>(), 1.0f);
+    const auto grown = over.check_shapes();
+    QVERIFY(grown.overflowed && grown.resized);
+    QCOMPARE(model->routed[2]->capacity, next_capacity(routed, 3, 60));
+    QVERIFY(model->routed[2]->capacity >= routed);
+
+    // A new capacity costs a capture: a layer shrinks only after 16 checks in a row found it well below its capacity.
+    const auto wide = torch::randint(0, 29, {8, 32}, torch::kLong);
+    auto shrinking = make();
+    shrinking->eval();
+    architecture("dtrnet").force_routed_share(*shrinking, wide, 0.2);
+    shrinking->train();
+    shrinking->forward(wide);  // sizes the layers for 256 tokens
+    const auto small_capacity = shrinking->routed[1]->capacity;
+    QVERIFY2(small_capacity < 192, qPrintable(QString::number(small_capacity)));
+    shrinking->routed[1]->capacity = shrinking->routed[2]->capacity = 256;
+    const auto wide_out = [&] {
+      const DeferredTraceReadback defer;
+      return shrinking->forward(wide);
+    }();
+    for (int check = 1; check < 16; ++check) {
+      QVERIFY(!wide_out.check_shapes().resized);
+      QCOMPARE(shrinking->routed[1]->capacity, std::int64_t(256));
+    }
+    QVERIFY(wide_out.check_shapes().resized);
+    QCOMPARE(shrinking->routed[1]->capacity, small_capacity);
+
+    if (!MultiTensorAdamW::fused_available()) QSKIP("the update skipped on a flag needs the fused AdamW kernel");
+    // Training steps: a deferred step that fits updates as a step that reads; one that overflows leaves every
+    // parameter as it was.
+    auto twin = make();
+    const auto optimizer = [](DTRNet& m) {
+      std::vector<torch::optim::OptimizerParamGroup> groups;
+      groups.emplace_back(m.parameters());
+      // A small rate: AdamW's first steps move every weight by about the rate, which at 1e-2 sends every token of
+      // these routers one way.
+      return std::make_unique<MultiTensorAdamW>(std::move(groups), torch::optim::AdamWOptions(1e-4));
+    };
+    auto opt = optimizer(*model), twin_opt = optimizer(*twin);
+    const Batch batch{tokens, target, {}};
+    train_step(*model, *opt, batch, 1.0, false, false);  // sizes both alike
+    train_step(*twin, *twin_opt, batch, 1.0, false, false);
+    {
+      const DeferredTraceReadback defer;
+      const auto r = train_step(*model, *opt, batch, 1.0, false, true);
+      for (const int l : {1, 2})  // a mix still: no layer left to the training fallback
+        QVERIFY(r.output.trace[l].on_device.at("tokens_processed.attn").item<double>() > 5);
+      QCOMPARE(r.output.overflow.item<float>(), 0.0f);
+    }
+    train_step(*twin, *twin_opt, batch, 1.0, false, true);
+    const auto a = model->parameters(), b = twin->parameters();
+    for (std::size_t i = 0; i < a.size(); ++i)
+      QVERIFY2(torch::allclose(a[i], b[i], 1e-5, 1e-6), qPrintable(QString("parameter %1").arg(i)));
+    std::vector<torch::Tensor> before;
+    for (const auto& p : a) before.push_back(p.detach().clone());
+    model->routed[2]->capacity = 3;
+    {
+      const DeferredTraceReadback defer;
+      const auto r = train_step(*model, *opt, batch, 1.0, false, true);
+      QCOMPARE(r.output.overflow.item<float>(), 1.0f);
+    }
+    for (std::size_t i = 0; i < a.size(); ++i) QVERIFY(torch::equal(a[i].detach(), before[i]));
   }
 
   void trainingFallbackRoutesFifteenPercent() {

@@ -6,6 +6,7 @@
 #include <torch/torch.h>
 
 #include "core/train/optimizer.h"
+#include "core/util/errors.h"
 #include "tests/suite.h"
 
 namespace test_optimizer {
@@ -123,6 +124,37 @@ class TestOptimizer : public QObject {
       steps.push_back(static_cast<torch::optim::AdamWParamState&>(*state).step());
     std::sort(steps.begin(), steps.end());
     QCOMPARE(steps, (std::vector<std::int64_t>{2, 3, 3}));
+  }
+
+  void flaggedStepLeavesEverything() {
+    // A captured step whose forward overflowed its routed shapes skips its update on a flag read on the device: the
+    // parameters, moments and the kernel's step counts stay, so the steps after it are those of a run without it.
+    if (!MultiTensorAdamW::fused_available()) QSKIP("this LibTorch has no fused AdamW kernel");
+    Problem plain(17), flagged(17);
+    MultiTensorAdamW a(plain.groups(0.1), Problem::options(0.1));
+    MultiTensorAdamW b(flagged.groups(0.1), Problem::options(0.1));
+    const auto step_both = [&](int step, const torch::Tensor& flag) {
+      plain.backward(step);
+      flagged.backward(step);
+      if (!flag.defined() || flag.item<float>() == 0) a.step();  // the plain run has no skipped step
+      if (flag.defined()) b.skip_next_step_if(flag);
+      b.step();
+    };
+    step_both(1, torch::Tensor());
+    std::vector<torch::Tensor> before;
+    for (const auto& p : flagged.params) before.push_back(p.detach().clone());
+    step_both(2, torch::ones({}));  // skipped
+    for (std::size_t i = 0; i < before.size(); ++i) QVERIFY(torch::equal(flagged.params[i].detach(), before[i]));
+    b.count_replayed_step(-1);  // the host counted it: taken back as the graph step does
+    step_both(2, torch::zeros({}));  // a zero flag steps
+    QVERIFY(!torch::equal(flagged.params[0].detach(), before[0]));
+    for (int step = 3; step <= 6; ++step) step_both(step, torch::Tensor());
+    const double diff = max_diff(plain.params, flagged.params);
+    QVERIFY2(diff <= 1e-6, qPrintable(QString("max |diff| %1").arg(diff)));
+    // The foreach kernel cannot read a flag on the device: refused, naming the kernel.
+    Problem p(19);
+    MultiTensorAdamW foreach_opt(p.groups(0.1), Problem::options(0.1), AdamWKernel::Foreach);
+    QVERIFY_EXCEPTION_THROWN(foreach_opt.skip_next_step_if(torch::ones({})), ConfigError);
   }
 
   void stateSavesAndLoadsAcrossImplementations() {

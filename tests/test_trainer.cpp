@@ -257,19 +257,26 @@ class TestTrainer : public QObject {
   }
 
   void cudaGraphIsRefusedByName_data() {
-    QTest::addColumn<QString>("set");
+    QTest::addColumn<QStringList>("sets");
     QTest::addColumn<QString>("expected");
-    QTest::newRow("on the CPU") << "model.arch=dense" << "run.device is cpu";
+    QTest::newRow("on the CPU") << QStringList{"model.arch=dense"} << "run.device is cpu";
     // TSA's trace reads each layer's active share back: its step is not declared capturable.
-    QTest::newRow("routed model") << "model.arch=tsa" << "Token-Selective";
+    QTest::newRow("routed model") << QStringList{"model.arch=tsa"} << "Token-Selective";
+    // DTRNet's step is captured with its routed rows packed, which needs bf16, and with the compacted attention.
+    QTest::newRow("DTRNet in fp32") << QStringList{"model.arch=dtrnet", "model.routed_layers=T-D"}
+                                    << "train.precision=fp32";
+    QTest::newRow("DTRNet masked") << QStringList{"model.arch=dtrnet", "model.routed_layers=T-D",
+                                                  "model.attention=masked", "train.precision=bf16"}
+                                   << "model.attention=masked";
   }
   void cudaGraphIsRefusedByName() {
-    QFETCH(QString, set);
+    QFETCH(QStringList, sets);
     QFETCH(QString, expected);
     const auto db = home_.filePath("graph.sqlite").toStdString();
+    std::vector<std::string> settings{"train.cuda_graph=true", "train.steps=2", "train.warmup_steps=0"};
+    for (const auto& s : sets) settings.push_back(s.toStdString());
     try {
-      train({copy_config({"train.cuda_graph=true", set.toStdString(), "train.steps=2", "train.warmup_steps=0"}), db,
-             "graph", ""});
+      train({copy_config(settings), db, "graph", ""});
       QFAIL("no error");
     } catch (const ConfigError& e) {
       QVERIFY2(QString(e.what()).startsWith("train.cuda_graph: ") && QString(e.what()).contains(expected), e.what());

@@ -220,8 +220,11 @@ ForwardBenchResult bench_forward(const ForwardBenchOptions& in) {
     // With --cuda-graph, the captured steps: dense's once per length, a routed model's once per fraction (its forced
     // routing may change its shapes, MoD's capacity).
     std::vector<std::unique_ptr<CudaGraphStep>> graphs(all.size());
+    nlohmann::json graph_train = train;  // what decides whether a step can be captured
+    graph_train["precision"] = o.bf16 ? "bf16" : "fp32";
     const auto graphed = [&](std::size_t i) {
-      return o.cuda_graph && architecture(i == 0 ? kBaselineArchitecture : o.archs[i - 1]).cuda_graph_step;
+      const auto& id = i == 0 ? kBaselineArchitecture : o.archs[i - 1];
+      return o.cuda_graph && why_no_cuda_graph(architecture(id), model_json(o, id, max_len), graph_train).empty();
     };
     const auto capture = [&](std::size_t i) {
       graphs[i].reset();  // the previous graph's memory back first
@@ -277,6 +280,7 @@ ForwardBenchResult bench_forward(const ForwardBenchOptions& in) {
         row.flops_ratio = traces[i].flops_ratio;
         row.quotient = row.time_ratio / row.flops_ratio;
         row.graph = graphs[i + 1] != nullptr;
+        row.captures = row.graph ? graphs[i + 1]->captures() : 0;
         row.dense_graph = graphs[0] != nullptr;
         if (row.quotient > o.breakdown_threshold && T >= o.breakdown_min_seq) {
           if (dense_profile.classes_ms.empty())
@@ -325,6 +329,7 @@ std::string ForwardBenchResult::to_table() const {
       << std::setw(8) << std::setprecision(3) << r.fraction << std::setw(11) << std::setprecision(1) << r.dense_ms
       << std::setw(11) << r.ms << std::setw(11) << std::setprecision(3) << r.time_ratio << std::setw(12)
       << r.flops_ratio << std::setw(10) << r.quotient << (o.cuda_graph ? (r.graph ? "  graph" : "  eager") : "")
+      << (r.captures > 1 ? " (captured " + std::to_string(r.captures) + " times)" : std::string())
       << (o.cuda_graph && !r.dense_graph ? " (dense eager)" : "") << (r.profile.classes_ms.empty() ? "" : "  *")
       << "\n";
   }
@@ -385,6 +390,7 @@ nlohmann::json ForwardBenchResult::to_json() const {
                         {"time_ratio", r.time_ratio}, {"flops_ratio", r.flops_ratio}, {"quotient", r.quotient}};
     if (options.cuda_graph) {
       j["graph"] = r.graph;
+      j["captures"] = r.captures;
       j["dense_graph"] = r.dense_graph;
     }
     if (!r.profile.classes_ms.empty()) {

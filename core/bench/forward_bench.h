@@ -61,6 +61,9 @@ struct ForwardBenchRow {
   double flops_ratio = 0;     ///< sum LayerTrace::flops / sum dense_flops of the timed forward
   double quotient = 0;        ///< time_ratio / flops_ratio (1 = time follows FLOPs)
   bool graph = false, dense_graph = false;  ///< the model's / dense's step timed as CUDA graph replays
+  /// graph: how often the step was captured by the end of the timed calls (more than once: its routing outgrew, or
+  /// fell well below, the shapes captured: DTRNet's sized rows)
+  int captures = 0;
   /// Where one call's time goes (a breakdown): op or kernel class -> ms, what the call launches (GPU kernels, memory
   /// copies and fills where ForwardBenchResult::kernel_breakdowns, else top-level ops on the host; medians over the
   /// profiled calls) and, with ForwardBenchOptions::kernels, its longest kernels on a GPU (longest first) or, on the

@@ -14,6 +14,15 @@
 
 namespace routelab {
 
+namespace {
+
+/// Checks in a row (replays of a captured step) that must find a layer's routing well below its capacity before the
+/// capacity shrinks: each new capacity costs a capture, and routing that swings from step to step (the routed
+/// quick-start's early steps: 0.5 to 1 of the tokens) would otherwise have the step captured every few steps.
+constexpr int kShrinkAfterChecks = 16;
+
+}  // namespace
+
 DTRNetLayerImpl::DTRNetLayerImpl(const TransformerOptions& o, const DTRNetOptions& options_)
     : options(options_), shape(layer_shape(o)) {
   const DenseBlock prototype(o, 0);  // the same sub-modules as a dense layer, so shapes and init match
@@ -170,8 +179,9 @@ torch::Tensor DTRNetLayerImpl::attend_compact(const torch::Tensor& n, const torc
   };
   // Sized (packed rows, a capacity for this batch size from earlier forwards): nothing is read back here; the model
   // reads every layer's counts once after its last layer.
-  const bool sized = pack && !known && capacity > 0 && capacity_tokens == B * T && sized_compaction_active();
-  if (sized) sized_rows_ = sized_rows(capacity, B * T, decision.device(), sized_rows_);
+  const auto [capacity_now, capacity_tokens_now] = sizing();
+  const bool sized = pack && !known && capacity_now > 0 && capacity_tokens_now == B * T && sized_compaction_active();
+  if (sized) sized_rows_ = sized_rows(capacity_now, B * T, decision.device(), sized_rows_);
   auto c = known ? *known : sized ? compact_sized(decision, sized_rows_) : compaction(decision);
   if (!sized && c.total == 0 && is_training() && options.routing() == DtrRouting::Token &&
       options.fallback_fraction() > 0) {
@@ -185,6 +195,10 @@ torch::Tensor DTRNetLayerImpl::attend_compact(const torch::Tensor& n, const torc
   out.decision = decision;
   out.packed = pack;
   out.counts = c.counts;
+  if (sized) {
+    out.starts = c.starts;
+    out.sized_rows = sized_rows_;
+  }
   out.routed = sized ? -1 : c.total;
   const bool packed = pack && (sized || c.max_len > 0);
   const auto N = sized ? c.capacity : c.total;  // the packed rows
@@ -324,7 +338,9 @@ ModelOutput DTRNet::forward(const torch::Tensor& tokens, bool trace) {
     pending = r.m;
     routed_out[static_cast<std::size_t>(i)] = std::move(r);
   }
-  if (!settle_sized_layers(routed_out, B * T)) {
+  if (DeferredTraceReadback::active()) {
+    defer_sized_layers(routed_out, B * T, out);
+  } else if (!settle_sized_layers(routed_out, B * T)) {
     // A layer routed more rows than its capacity held: the forward runs again with every count read exactly (and
     // every capacity sized afresh from them), so it cannot overflow twice. This attempt's activations go first.
     routed_out.clear();
@@ -335,10 +351,13 @@ ModelOutput DTRNet::forward(const torch::Tensor& tokens, bool trace) {
 
   // Eq. 7: lambda * sum_l alpha_l ||G_l[:, 0]||_1, alpha_l = f_l / sum f from hard (detached) counts. As in the
   // reference code the L1 norm is divided by the token count (a mean), which keeps lambda independent of B*T.
+  // A deferred sized layer's count stays on the device (defer_sized_layers): its load is a tensor.
   auto weighted = torch::zeros({}, x.options().dtype(torch::kFloat));
   auto predictor_loss = torch::zeros({}, x.options().dtype(torch::kFloat));
   double load_sum = 0;
+  torch::Tensor load_sum_on_device;
   int predictors = 0;
+  const double tokens_all = static_cast<double>(B * T);
   for (std::int64_t i = 0; i < options_.n_layer(); ++i) {
     const auto& slot = routed_out[static_cast<std::size_t>(i)];
     if (!slot) {
@@ -346,10 +365,19 @@ ModelOutput DTRNet::forward(const torch::Tensor& tokens, bool trace) {
       continue;
     }
     const auto& r = *slot;
-    const double load = static_cast<double>(r.routed) / static_cast<double>(B * T);  // f_l (share of tokens)
-    const auto l1 = r.gate_attn.mean();                                                // ||G_l[:,0]||_1 / (B T)
-    weighted = weighted + load * l1;
-    load_sum += load;
+    const bool deferred = r.routed < 0;
+    const double load = deferred ? 0.0 : static_cast<double>(r.routed) / tokens_all;  // f_l (share of tokens)
+    const auto l1 = r.gate_attn.mean();                                                 // ||G_l[:,0]||_1 / (B T)
+    torch::Tensor routed_on_device;
+    if (deferred) {
+      routed_on_device = r.counts.sum();
+      const auto load_t = routed_on_device.to(torch::kFloat) / tokens_all;
+      weighted = weighted + load_t * l1;
+      load_sum_on_device = load_sum_on_device.defined() ? load_sum_on_device + load_t : load_t;
+    } else {
+      weighted = weighted + load * l1;
+      load_sum += load;
+    }
     if (r.predictor_loss.defined()) {
       predictor_loss = predictor_loss + r.predictor_loss;
       ++predictors;
@@ -363,11 +391,24 @@ ModelOutput DTRNet::forward(const torch::Tensor& tokens, bool trace) {
       t.decision = r.decision;
       t.routed_fraction = load;
       t.on_device["aux_loss"] = l1.detach();  // read back with the other layers' after the last layer
-      t.tokens_processed = {{"attn", r.routed},
-                            {"bypass", dtr_.bypass() == DtrBypass::ValueOutput ? B * T - r.routed : 0},
-                            {"mlp", B * T},
-                            {"router", B * T}};
-      t.flops = routed[i]->flops(B, T, r);
+      const bool vo = dtr_.bypass() == DtrBypass::ValueOutput;
+      t.tokens_processed = {{"mlp", B * T}, {"router", B * T}};
+      if (deferred) {  // read back after the forward (a captured step's replay): the host fields the shape's alone
+        t.on_device["routed_fraction"] = routed_on_device.to(torch::kDouble) / tokens_all;
+        t.on_device["tokens_processed.attn"] = routed_on_device;
+        if (vo) t.on_device["tokens_processed.bypass"] = B * T - routed_on_device;
+        if (!vo) t.tokens_processed["bypass"] = 0;
+        // The FLOPs are affine in the attention's pairs (every other term is priced at the capacity run).
+        auto one_pair = r;
+        one_pair.pairs = 1;
+        const double base = routed[i]->flops(B, T, r), per_pair = routed[i]->flops(B, T, one_pair) - base;
+        const auto runs = r.starts.narrow(0, 1, r.starts.size(0) - 1) - r.starts.narrow(0, 0, r.starts.size(0) - 1);
+        t.on_device["flops"] = runs.to(torch::kDouble).square().sum() * per_pair + base;
+      } else {
+        t.tokens_processed["attn"] = r.routed;
+        t.tokens_processed["bypass"] = vo ? B * T - r.routed : 0;
+        t.flops = routed[i]->flops(B, T, r);
+      }
       t.dense_flops = dense_layer_flops(static_cast<double>(B), static_cast<double>(T), shape);
       if (r.predictor_logits.defined())
         t.on_device["predictor_agreement"] = CausalPredictorImpl::agreement_on_device(r.predictor_logits, r.topk);
@@ -380,7 +421,10 @@ ModelOutput DTRNet::forward(const torch::Tensor& tokens, bool trace) {
   if (trace) resolve_on_device(out.trace);
   out.aux_loss = torch::zeros({}, x.options().dtype(torch::kFloat));
   if (is_training()) {  // the routing loss is a training objective only (reference code)
-    if (load_sum > 0) out.aux_loss = out.aux_loss + dtr_.aux_coeff() * weighted / load_sum;
+    if (load_sum_on_device.defined())  // 0 / a tiny denominator is 0, as the host's test below
+      out.aux_loss = out.aux_loss + dtr_.aux_coeff() * weighted / (load_sum_on_device + load_sum).clamp_min(1e-30);
+    else if (load_sum > 0)
+      out.aux_loss = out.aux_loss + dtr_.aux_coeff() * weighted / load_sum;
     if (predictors > 0) out.aux_loss = out.aux_loss + dtr_.predictor_coeff() * predictor_loss / predictors;
   }
   return out;
@@ -414,15 +458,77 @@ bool DTRNet::settle_sized_layers(std::vector<std::optional<DTRNetLayerImpl::Outp
     r.pairs = 0;
     for (const auto n : sized_runs(lengths, capacity)) r.pairs += static_cast<double>(n) * static_cast<double>(n);
   }
+  size_next_forwards(outs, tokens);
+  return true;
+}
+
+void DTRNet::size_next_forwards(const std::vector<std::optional<DTRNetLayerImpl::Output>>& outs,
+                                std::int64_t tokens) {
   // Each packed layer sizes its next forward of this many tokens from the rows it routed in this one.
   for (std::size_t i = 0; i < outs.size(); ++i) {
     if (!outs[i] || !outs[i]->packed || outs[i]->routed < 0 || !routed[i]) continue;
-    auto& layer = *routed[i];
-    const auto previous = layer.capacity_tokens == tokens ? layer.capacity : 0;
-    layer.capacity = next_capacity(outs[i]->routed, previous, tokens);
-    layer.capacity_tokens = tokens;
+    auto [capacity, capacity_tokens] = routed[i]->sizing();
+    const auto previous = capacity_tokens == tokens ? capacity : 0;
+    capacity = next_capacity(outs[i]->routed, previous, tokens);
+    capacity_tokens = tokens;
+    if (previous > 0 && capacity != previous)
+      logger("core")->debug("DTRNet layer {} routed {} of {} rows: its capacity {} -> {}", i, outs[i]->routed, tokens,
+                            previous, capacity);
   }
-  return true;
+}
+
+void DTRNet::defer_sized_layers(const std::vector<std::optional<DTRNetLayerImpl::Output>>& outs, std::int64_t tokens,
+                                ModelOutput& out) {
+  size_next_forwards(outs, tokens);  // layers counted exactly (no capacity yet)
+  struct Sized {
+    DTRNetLayer layer;
+    torch::Tensor counts;
+    std::int64_t capacity;
+    bool fallback;  ///< a count of 0 takes the reference code's random fallback, which needs the exact count
+    SizedRows rows;  ///< kept alive with the check: a captured graph reads them on every replay
+  };
+  std::vector<Sized> sized;
+  std::vector<torch::Tensor> overflows;
+  const bool fallback = is_training() && dtr_.routing() == DtrRouting::Token && dtr_.fallback_fraction() > 0;
+  for (std::size_t i = 0; i < outs.size(); ++i) {
+    if (!outs[i] || outs[i]->routed >= 0 || !outs[i]->counts.defined()) continue;
+    const auto& r = *outs[i];
+    const auto capacity = static_cast<std::int64_t>(r.rows);
+    sized.push_back({routed[i], r.counts, capacity, fallback, r.sized_rows});
+    const auto total = r.counts.sum();
+    overflows.push_back(fallback ? total.gt(capacity).logical_or(total.eq(0)) : total.gt(capacity));
+  }
+  if (sized.empty()) return;
+  out.overflow = torch::stack(overflows).any().to(torch::kFloat);
+  std::vector<int> below(sized.size(), 0);  // checks in a row that found each layer well below its capacity
+  out.check_shapes = [sized = std::move(sized), tokens, training = is_training(), below = std::move(below)]() mutable {
+    std::vector<torch::Tensor> counts;
+    for (const auto& s : sized) counts.push_back(s.counts);
+    const auto read = read_counts(counts);  // the one wait
+    ShapeCheck check;
+    for (std::size_t j = 0; j < sized.size(); ++j) {
+      const auto& s = sized[j];
+      std::int64_t total = 0;
+      for (const auto n : read[j]) total += n;
+      check.overflowed = check.overflowed || total > s.capacity || (s.fallback && total == 0);
+      // Grown as soon as the routing nears the capacity (the eager rule), shrunk only after kShrinkAfterChecks checks
+      // in a row found it well below: each new capacity costs a capture.
+      auto wanted = next_capacity(total, s.capacity, tokens);
+      if (wanted < s.capacity) {
+        if (++below[j] < kShrinkAfterChecks) wanted = s.capacity;
+      } else {
+        below[j] = 0;
+      }
+      // Micro-batches of one step share the layer (merge_micro_batches calls each part's check): the first to size
+      // it sets the capacity, the others can only raise it.
+      auto& layer = *s.layer.ptr();  // the module itself (the holder is const here)
+      auto& capacity = training ? layer.capacity : layer.eval_capacity;
+      capacity = capacity == s.capacity ? wanted : std::max(capacity, wanted);
+      (training ? layer.capacity_tokens : layer.eval_capacity_tokens) = tokens;
+      check.resized = check.resized || capacity != s.capacity;
+    }
+    return check;
+  };
 }
 
 std::unique_ptr<DecodeState> DTRNet::begin_decode(std::int64_t batch) { return new_decode_state(batch); }
@@ -585,6 +691,21 @@ ArchitectureEntry dtrnet_architecture() {
   // A routed layer caches the keys and values of the tokens it sends to attention; bypassed tokens write none.
   entry.kv_entries = kv_entries_of_routed_tokens;
   entry.force_routed_share = force_dtrnet_share;
+  // Captured with its routed rows sized from the eager steps before (compact_sized), nothing read back during the
+  // step: each replay is checked after it has run and captured again when the routing outgrew or fell well below
+  // the shapes (CudaGraphStep). That form needs the packed rows (bf16 on a GPU) and the compacted attention.
+  entry.cuda_graph_step = true;
+  entry.cuda_graph_limits = [](const nlohmann::json& m, const nlohmann::json& train) -> std::string {
+    if (m.at("attention") == "masked")
+      return "model.attention=masked counts every routed layer's tokens on the host; the compacted attention can be "
+             "captured";
+    if (train.at("precision") != "bf16")
+      return "train.precision=" + train.at("precision").get<std::string>() +
+             ": DTRNet's routed rows are sized without a host read only where they run packed (bf16 on a GPU)";
+    if (train.value("deterministic", false))
+      return "train.deterministic=true counts DTRNet's routed tokens exactly (a host read in each routed layer)";
+    return {};
+  };
   entry.price_flops = price_dtrnet;
   entry.regulariser_option = "aux_coeff";
   entry.routed_fraction_meaning =

@@ -57,7 +57,11 @@ class DTRNetLayerImpl : public torch::nn::Module {
     /// A sized compaction (compact_sized): the (B) routed counts on the device; `routed` and `pairs` stay unknown
     /// (-1, 0) until the model reads these back once for all its layers (DTRNet::forward).
     torch::Tensor counts;
-    bool packed = false;  ///< the routed rows ran packed (the form a sized compaction takes)
+    torch::Tensor starts;  ///< a sized compaction's cumulative lengths on the device (the runs attention ran)
+    /// The capacity's device constants that compaction read: whoever replays this forward as a CUDA graph keeps them
+    /// alive (the layer replaces its own when its capacity changes).
+    SizedRows sized_rows;
+    bool packed = false;   ///< the routed rows ran packed (the form a sized compaction takes)
   };
   /// x (B, T, C), positions (T). A defined `forced_decision` (B, T) bool replaces the routing rule (benchmarks,
   /// tests); the router still scales the paths.
@@ -77,10 +81,18 @@ class DTRNetLayerImpl : public torch::nn::Module {
   double flops(std::int64_t batch, std::int64_t seq, const Output& out) const;
 
   int layer_index = 0;  ///< reported to the residual-ratio probe
-  /// The packed rows the routed attention is sized by for batches of `capacity_tokens` tokens (B T), so that the
-  /// forward reads no count back (compact_sized); 0, or another batch size: counted exactly, one wait for the device.
-  /// The model's forward sets both from the counts it reads back.
+  /// The packed rows the routed attention of training forwards is sized by for batches of `capacity_tokens` tokens
+  /// (B T), so that the forward reads no count back (compact_sized); 0, or another batch size: counted exactly, one
+  /// wait for the device. The model's forward sets both from the counts it reads back. Eval forwards keep their own
+  /// (eval_capacity, eval_capacity_tokens), so an evaluation between training steps leaves the sizes a captured
+  /// training step runs (CudaGraphStep) as they are.
   std::int64_t capacity = 0, capacity_tokens = 0;
+  std::int64_t eval_capacity = 0, eval_capacity_tokens = 0;
+  /// This mode's capacity and its batch size (training: capacity, capacity_tokens; eval: the eval pair).
+  std::pair<std::int64_t&, std::int64_t&> sizing() {
+    return is_training() ? std::pair<std::int64_t&, std::int64_t&>(capacity, capacity_tokens)
+                         : std::pair<std::int64_t&, std::int64_t&>(eval_capacity, eval_capacity_tokens);
+  }
 
   DTRNetOptions options;
   LayerShape shape;
@@ -123,6 +135,13 @@ class DTRNet : public TransformerTrunk {
   /// False when a layer routed more rows than its capacity (or none, where the reference code's fallback applies):
   /// the forward must run again, counting exactly.
   bool settle_sized_layers(std::vector<std::optional<DTRNetLayerImpl::Output>>& outs, std::int64_t tokens);
+  /// settle_sized_layers under DeferredTraceReadback (a step captured as a CUDA graph): nothing is read back; the
+  /// sized layers' counts stay on the device, an overflow becomes `out.overflow`, and `out.check_shapes` reads the
+  /// counts once the forward has run and sizes the layers' next forwards from them.
+  void defer_sized_layers(const std::vector<std::optional<DTRNetLayerImpl::Output>>& outs, std::int64_t tokens,
+                          ModelOutput& out);
+  /// Sizes the next forward of `tokens` tokens of every packed layer whose count `outs` holds on the host.
+  void size_next_forwards(const std::vector<std::optional<DTRNetLayerImpl::Output>>& outs, std::int64_t tokens);
 
   DTRNetOptions dtr_;
   std::vector<bool> pattern_;

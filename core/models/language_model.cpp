@@ -1,6 +1,7 @@
 // Shared behaviour of every language model: parameter counting and the weight-decay rule.
 #include "core/models/language_model.h"
 
+#include <cmath>
 #include <map>
 #include <sstream>
 
@@ -46,16 +47,32 @@ void resolve_on_device(std::vector<LayerTrace>& trace) {
   if (values.empty()) return;
   const auto host = torch::stack(values).cpu();  // the one wait
   const auto* read = host.data_ptr<double>();
+  static const std::string tokens = "tokens_processed.";
   for (auto& t : trace) {
     for (const auto& [key, v] : t.on_device) {
+      const double value = *read++;
       if (key == "aux_loss")
-        t.aux_loss = *read++;
+        t.aux_loss = value;
+      else if (key == "routed_fraction")
+        t.routed_fraction = value;
+      else if (key == "flops")
+        t.flops = value;
+      else if (key.rfind(tokens, 0) == 0)
+        t.tokens_processed[key.substr(tokens.size())] = std::llround(value);
       else
-        t.stats[key] = *read++;
+        t.stats[key] = value;
     }
     t.on_device.clear();
   }
 }
+
+namespace {
+
+/// How merge_micro_batches combines an on_device value over micro-batches: token counts and FLOPs add up, the rest
+/// (shares, losses, statistics) is averaged, as for the host fields.
+bool summed_on_device(const std::string& key) { return key == "flops" || key.rfind("tokens_processed.", 0) == 0; }
+
+}  // namespace
 
 ModelOutput merge_micro_batches(std::vector<ModelOutput> parts) {
   if (parts.size() == 1) return std::move(parts.front());
@@ -101,8 +118,26 @@ ModelOutput merge_micro_batches(std::vector<ModelOutput> parts) {
     t.aux_loss = aux_term / n;
     t.stats = mean_by_key(layer_stats);
     t.on_device.clear();
-    for (const auto& [key, values] : on_device) t.on_device[key] = torch::stack(values).mean();
+    for (const auto& [key, values] : on_device)
+      t.on_device[key] = summed_on_device(key) ? torch::stack(values).sum() : torch::stack(values).mean();
   }
+  std::vector<torch::Tensor> overflows;
+  std::vector<std::function<ShapeCheck()>> checks;
+  for (auto& p : parts) {
+    if (p.overflow.defined()) overflows.push_back(p.overflow);
+    if (p.check_shapes) checks.push_back(std::move(p.check_shapes));
+  }
+  if (!overflows.empty()) out.overflow = torch::stack(overflows).amax();
+  if (!checks.empty())
+    out.check_shapes = [checks = std::move(checks)] {
+      ShapeCheck all;
+      for (const auto& check : checks) {  // every part's, so each sizes its shapes
+        const auto c = check();
+        all.overflowed = all.overflowed || c.overflowed;
+        all.resized = all.resized || c.resized;
+      }
+      return all;
+    };
   return out;
 }
 

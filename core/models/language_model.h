@@ -2,6 +2,7 @@
 // loss and a per-layer routing trace. Every architecture (dense or routed) implements it.
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -32,8 +33,9 @@ struct LayerTrace {
   double flops = 0;               ///< forward FLOPs of this layer on this batch, from its real decisions (cost/flops.h)
   double dense_flops = 0;         ///< forward FLOPs a dense layer of the same shape spends on the same batch
   std::map<std::string, double> stats;  ///< layer-specific extras, e.g. {"predictor_agreement": 0.97}
-  /// Values still on the device (0-dim tensors), read back together by resolve_on_device: "aux_loss" becomes
-  /// aux_loss, any other key stats[key]. Empty once resolved.
+  /// Values still on the device (0-dim tensors), read back together by resolve_on_device: "aux_loss",
+  /// "routed_fraction" and "flops" become those fields, "tokens_processed.<sub>" tokens_processed[sub], any other key
+  /// stats[key]. Empty once resolved.
   std::map<std::string, torch::Tensor> on_device;
 };
 
@@ -44,6 +46,12 @@ void resolve_on_device(std::vector<LayerTrace>& trace);
 /// While alive, resolve_on_device leaves the values on the device: a step being captured as a CUDA graph must not
 /// wait for it (core/train/cuda_graph_step.h resolves the trace after each replay instead).
 using DeferredTraceReadback = ScopedThreadFlag<struct DeferredTraceReadbackTag>;
+
+/// What a forward whose routed shapes were fixed before it ran (ModelOutput::check_shapes) finds once it has run.
+struct ShapeCheck {
+  bool overflowed = false;  ///< the batch's routing did not fit the shapes: the forward's result is not to be used
+  bool resized = false;     ///< the shapes for the next forward changed (grown after an overflow, or shrunk)
+};
 
 struct ModelOutput {
   torch::Tensor logits;           ///< (B, T, V)
@@ -60,6 +68,13 @@ struct ModelOutput {
   /// by name, e.g. Radial Networks' {"depth": (B, T) int64, "path": (B, T, S) int64 layer per step, -1 after the
   /// exit}. The trainer's probe records sequence 0 of each.
   std::map<std::string, torch::Tensor> token_data;
+  /// Set by a forward that read nothing back to size its routed work (DTRNet's sized rows under
+  /// DeferredTraceReadback, as in a step captured as a CUDA graph): `overflow` a 0-dim float on the device, 1 where
+  /// this batch routed more than the shapes held (its result must not be used: train_step skips the update on it,
+  /// MultiTensorAdamW::skip_next_step_if); `check_shapes`, called once the forward has run (after each replay of a
+  /// captured step; one wait for the device), reads the routing back and sizes the next forward's shapes from it.
+  torch::Tensor overflow;
+  std::function<ShapeCheck()> check_shapes;
 };
 
 /// One batch's forward output from those of its equal-sized micro-batches, in order (gradient accumulation, logged

@@ -71,6 +71,14 @@ double layer_kv_entries(const LayerRouting& layer, double seq) {
   return seq;
 }
 
+std::string why_no_cuda_graph(const ArchitectureEntry& entry, const nlohmann::json& model,
+                              const nlohmann::json& train) {
+  if (!entry.cuda_graph_step)
+    return "the training step of " + entry.display_name + " (model.arch=" + entry.id +
+           ") cannot be captured as a CUDA graph (its shapes or host-side state change from step to step)";
+  return entry.cuda_graph_limits ? entry.cuda_graph_limits(model, train) : std::string();
+}
+
 const std::vector<ArchitectureEntry>& architectures() { return registry(); }
 
 ScopedArchitecture::ScopedArchitecture(ArchitectureEntry entry) : id_(entry.id) {

@@ -114,9 +114,14 @@ struct ArchitectureEntry {
   /// the same shapes every step, nothing read back to the host during the step, no per-step host state
   /// (set_progress), and a trace (ModelOutput::trace, stats) taken once, at capture: its host fields a function of
   /// the batch's shape alone, whatever depends on the data a tensor the step computes (LayerTrace gate, decision,
-  /// on_device under DeferredTraceReadback), which each replay rewrites and the graph step reads after it. The
-  /// conformance suite checks the trace part on the CPU.
+  /// on_device under DeferredTraceReadback), which each replay rewrites and the graph step reads after it. Shapes
+  /// sized from earlier forwards (DTRNet's routed rows) count as the same shapes when the forward flags a batch that
+  /// outgrew them and says how to size them afresh (ModelOutput::overflow, check_shapes). The conformance suite
+  /// checks the trace part on the CPU.
   bool cuda_graph_step = false;
+  /// Where cuda_graph_step holds for some configurations only: why a step with this resolved model section and
+  /// train section cannot be captured, naming the key, or "" where it can. Null: every configuration can.
+  std::function<std::string(const nlohmann::json& model, const nlohmann::json& train)> cuda_graph_limits = nullptr;
   /// Distillation (train.distill_from): starts `student`, a new model of this architecture, from the weights of a
   /// stored sequential model `teacher` (copy_matching_weights); ConfigError when the shapes do not correspond.
   /// Returns the prefixes of the student's own parts (trained even when train.distill_layers is false). Null: the
@@ -155,6 +160,10 @@ const ArchitectureEntry& architecture(const std::string& id);
 /// prompt pass of `seq` tokens: every token for an unrouted layer or a kind without a registered rule, else the
 /// rule of the architecture whose id is the layer's kind.
 double layer_kv_entries(const LayerRouting& layer, double seq);
+/// Why a training step of `entry` with this resolved model section and train section (its "precision" and
+/// "deterministic" at least) cannot be captured as a CUDA graph (ArchitectureEntry::cuda_graph_step, then
+/// cuda_graph_limits), or "" where it can.
+std::string why_no_cuda_graph(const ArchitectureEntry& entry, const nlohmann::json& model, const nlohmann::json& train);
 /// Builds a language model; a classification architecture is a ConfigError naming model.arch.
 std::shared_ptr<LanguageModel> create_model(const nlohmann::json& model, const ModelContext& ctx);
 /// Builds a sequence classifier; a language-model architecture is a ConfigError naming model.arch.

@@ -10,6 +10,7 @@
 #include "core/train/optimizer.h"
 #include "core/util/cuda_build.h"
 #include "core/util/errors.h"
+#include "core/util/logging.h"
 
 #if ROUTELAB_WITH_CUDA
 #include <ATen/autocast_mode.h>
@@ -61,8 +62,9 @@ struct CudaGraphStep::Impl {
   int eager_steps;
   int eager_done = 0;
   c10::cuda::CUDAStream side;  ///< warm-up and capture run here, never on the legacy default stream
-  at::cuda::CUDAGraph graph;
+  std::unique_ptr<at::cuda::CUDAGraph> graph;
   bool captured = false;
+  int captures = 0;
   Batch inputs;        ///< the captured step's inputs: each replay reads what was copied into them
   StepResult outputs;  ///< the captured step's outputs, overwritten by each replay
 
@@ -87,14 +89,17 @@ struct CudaGraphStep::Impl {
     // Casts cached during capture would live in the graph's pool and be reused outside it (PyTorch's advice).
     const bool cache = at::autocast::is_autocast_cache_enabled();
     at::autocast::set_autocast_cache_enabled(false);
-    graph.capture_begin();
+    graph = std::make_unique<at::cuda::CUDAGraph>();
+    graph->capture_begin();
     try {
-      const DeferredTraceReadback on_device;  // the trace's data-dependent values are read after each replay
+      // The trace's data-dependent values, and a routed model's counts (ModelOutput::check_shapes), are read after
+      // each replay.
+      const DeferredTraceReadback on_device;
       outputs = train_step(model, optimizer, inputs, grad_clip, bf16, /*trace=*/true, micro_batches);
-      graph.capture_end();
+      graph->capture_end();
     } catch (const std::exception& e) {
       try {
-        graph.capture_end();  // ends the stream's capture so the stream stays usable
+        graph->capture_end();  // ends the stream's capture so the stream stays usable
       } catch (const std::exception&) {
       }
       at::autocast::set_autocast_cache_enabled(cache);
@@ -104,6 +109,14 @@ struct CudaGraphStep::Impl {
     at::autocast::set_autocast_cache_enabled(cache);
     side.synchronize();
     captured = true;
+    ++captures;
+  }
+
+  /// Drops the graph and its outputs (its memory pool with them); the next call captures again.
+  void release() {
+    outputs = StepResult();
+    graph.reset();
+    captured = false;
   }
 };
 
@@ -123,6 +136,8 @@ CudaGraphStep::~CudaGraphStep() = default;
 
 bool CudaGraphStep::captured() const { return impl_->captured; }
 
+int CudaGraphStep::captures() const { return impl_->captures; }
+
 StepResult CudaGraphStep::run(const Batch& batch, bool trace) {
   auto& s = *impl_;
   if (!batch.input.is_cuda())
@@ -140,7 +155,19 @@ StepResult CudaGraphStep::run(const Batch& batch, bool trace) {
     if (batch.loss_mask.defined()) s.inputs.loss_mask.copy_(batch.loss_mask, /*non_blocking=*/true);
     s.optimizer.count_replayed_step();
   }
-  s.graph.replay();
+  s.graph->replay();
+  ShapeCheck shapes;
+  if (s.outputs.output.check_shapes) shapes = s.outputs.output.check_shapes();  // one wait: the routing replayed
+  if (shapes.overflowed) {
+    // This batch routed more rows than the captured shapes hold: the replay left the parameters as they were (its
+    // update skipped on the overflow flag), so the step runs again eagerly, sized afresh, and the next call captures
+    // the step at the new shapes.
+    s.optimizer.count_replayed_step(-1);
+    s.release();
+    logger("core")->debug("train.cuda_graph: the batch overflowed the captured routed shapes; the step ran eagerly "
+                          "and is captured again");
+    return s.eager_step(batch, trace);
+  }
   StepResult r;
   r.loss = s.outputs.loss.clone();
   r.aux_loss = s.outputs.aux_loss.clone();
@@ -155,6 +182,10 @@ StepResult CudaGraphStep::run(const Batch& batch, bool trace) {
     }
     resolve_on_device(r.output.trace);
     r.output.stats = s.outputs.output.stats;
+  }
+  if (shapes.resized) {
+    logger("core")->debug("train.cuda_graph: the routed shapes were resized; the step is captured again");
+    s.release();
   }
   return r;
 }
@@ -171,6 +202,8 @@ CudaGraphStep::CudaGraphStep(LanguageModel&, MultiTensorAdamW&, double, bool, st
 CudaGraphStep::~CudaGraphStep() = default;
 
 bool CudaGraphStep::captured() const { return false; }
+
+int CudaGraphStep::captures() const { return 0; }
 
 StepResult CudaGraphStep::run(const Batch&, bool) {
   throw ConfigError("train.cuda_graph: this build's LibTorch has no CUDA");

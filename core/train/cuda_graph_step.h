@@ -27,6 +27,11 @@ constexpr int kCudaGraphWarmupCalls = kCudaGraphEagerSteps + 2;
 /// eager run's losses. Each call returns copies of the step's scalars (the graph overwrites its own on every
 /// replay) and, when `trace` is asked for, the trace taken at capture. The optimizer must be MultiTensorAdamW with
 /// the fused kernel; the model must stay in training mode between calls (evaluations may switch it and back).
+/// A routed model whose forward sizes its work from earlier forwards (DTRNet's sized rows: ModelOutput::overflow and
+/// check_shapes) is checked after each replay (one wait): a batch that routed more rows than the captured shapes hold
+/// left the parameters as they were (the update skipped on the device) and runs again eagerly, after which the step
+/// is captured anew; shapes resized for the routing seen (grown, or shrunk well below) are captured anew at the next
+/// call.
 /// Throws ConfigError where this build has no CUDA, the model is not on a GPU, or a batch's shape or mask differs
 /// from the captured one.
 class CudaGraphStep {
@@ -41,6 +46,8 @@ class CudaGraphStep {
   StepResult run(const Batch& batch, bool trace);
   /// Whether the graph has been captured (after eager_steps + 1 calls).
   bool captured() const;
+  /// How often the step was captured: once, plus once each time a routed model's shapes changed (see below).
+  int captures() const;
 
  private:
   struct Impl;

@@ -82,12 +82,19 @@ void MultiTensorAdamW::stage_learning_rates() {
     device_lrs_[i].fill_(static_cast<const torch::optim::AdamWOptions&>(param_groups()[i].options()).lr());
 }
 
-void MultiTensorAdamW::count_replayed_step() {
+void MultiTensorAdamW::skip_next_step_if(const torch::Tensor& flag) {
+  if (kernel_ != AdamWKernel::Fused)
+    throw ConfigError("MultiTensorAdamW: skipping a step on a flag on the device needs the fused kernel (LibTorch >= "
+                      "2.4)");
+  skip_flag_ = flag.to(torch::kFloat);
+}
+
+void MultiTensorAdamW::count_replayed_step(std::int64_t steps) {
   for (auto& group : param_groups())
     for (auto& p : group.params()) {
       if (!p.grad().defined()) continue;
       auto& state = static_cast<torch::optim::AdamWParamState&>(*state_.at(state_key(state_, p)));
-      state.step(state.step() + 1);
+      state.step(state.step() + steps);
       if (auto found = step_tensors_.find(p.unsafeGetTensorImpl()); found != step_tensors_.end())
         found->second.first = state.step();
     }
@@ -100,6 +107,7 @@ torch::Tensor MultiTensorAdamW::step(LossClosure closure) {
     at::AutoGradMode enable_grad(true);
     loss = closure();
   }
+  const auto skip = std::exchange(skip_flag_, torch::Tensor());
   for (std::size_t group_index = 0; group_index < param_groups().size(); ++group_index) {
     auto& group = param_groups()[group_index];
     const auto& o = static_cast<const torch::optim::AdamWOptions&>(group.options());
@@ -140,12 +148,15 @@ torch::Tensor MultiTensorAdamW::step(LossClosure closure) {
           steps.push_back(tensor);
         }
         at::_foreach_add_(steps, 1);  // the kernel reads the count after this step, as PyTorch's fused AdamW
+        const auto found_inf = skip.defined() ? c10::optional<at::Tensor>(skip) : c10::nullopt;
         if (!device_lrs_.empty())
           at::_fused_adamw_(b.params, b.grads, b.exp_avgs, b.exp_avg_sqs, {}, steps, device_lrs_[group_index], beta1,
-                            beta2, wd, eps, /*amsgrad=*/false, /*maximize=*/false);
+                            beta2, wd, eps, /*amsgrad=*/false, /*maximize=*/false, c10::nullopt, found_inf);
         else
           at::_fused_adamw_(b.params, b.grads, b.exp_avgs, b.exp_avg_sqs, {}, steps, lr, beta1, beta2, wd, eps,
-                            /*amsgrad=*/false, /*maximize=*/false);
+                            /*amsgrad=*/false, /*maximize=*/false, c10::nullopt, found_inf);
+        // A skipped step leaves the counts too (as PyTorch's fused AdamW after a GradScaler's found_inf).
+        if (skip.defined()) at::_foreach_sub_(steps, std::vector<torch::Tensor>(steps.size(), skip));
         continue;
       }
 #endif

@@ -44,12 +44,18 @@ class MultiTensorAdamW : public torch::optim::AdamW {
   void stage_learning_rates();
   /// Counts one more step for every parameter with a gradient, as step() does on the host, for a replayed graph whose
   /// step() ran on the device only: the state's step counts (checkpoints) stay the truth.
-  void count_replayed_step();
+  void count_replayed_step(std::int64_t steps = 1);
+  /// The next step() leaves every parameter, moment and step count as it is where `flag`, a 0-dim float on the
+  /// parameters' device, is nonzero (the fused kernel's found_inf, read on the device: the host counts the step
+  /// regardless, so a graph step that finds the flag set takes it back with count_replayed_step(-1)). Needs the fused
+  /// kernel (ConfigError).
+  void skip_next_step_if(const torch::Tensor& flag);
 
  private:
   AdamWKernel kernel_;
   /// keep_learning_rates_on_device(): one 0-dim tensor per group (on its first parameter's device).
   std::vector<torch::Tensor> device_lrs_;
+  torch::Tensor skip_flag_;  ///< skip_next_step_if(), for the next step() only
   /// Fused kernel: each parameter's step count as a float tensor on its device, and the count it was made from
   /// (the AdamWParamState's integer step stays the truth, so a loaded optimizer re-creates these).
   std::unordered_map<const void*, std::pair<std::int64_t, torch::Tensor>> step_tensors_;

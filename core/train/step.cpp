@@ -85,17 +85,24 @@ void zero_grads(torch::nn::Module& model) {
   if (!grads.empty()) at::_foreach_zero_(grads);
 }
 
-torch::Tensor clip_and_step(torch::nn::Module& model, torch::optim::Optimizer& optimizer, double grad_clip) {
+torch::Tensor clip_and_step(torch::nn::Module& model, torch::optim::Optimizer& optimizer, double grad_clip,
+                            const torch::Tensor& skip) {
+  if (skip.defined()) {
+    auto* adamw = dynamic_cast<MultiTensorAdamW*>(&optimizer);
+    if (!adamw)
+      throw ConfigError("a step whose forward may overflow its routed shapes needs RouteLab's AdamW (fused kernel)");
+    adamw->skip_next_step_if(skip);
+  }
   const auto grad_norm = clip_grad_norm(model.parameters(), grad_clip);
   optimizer.step();
   return grad_norm;
 }
 
 torch::Tensor backward_and_step(const torch::Tensor& total, torch::nn::Module& model,
-                                torch::optim::Optimizer& optimizer, double grad_clip) {
+                                torch::optim::Optimizer& optimizer, double grad_clip, const torch::Tensor& skip) {
   zero_grads(model);
   total.backward();
-  return clip_and_step(model, optimizer, grad_clip);
+  return clip_and_step(model, optimizer, grad_clip, skip);
 }
 
 Batch batch_rows(const Batch& b, std::int64_t start, std::int64_t rows) {
@@ -167,7 +174,7 @@ StepResult train_step(LanguageModel& model, torch::optim::Optimizer& optimizer, 
   if (micro_batches == 1 && !share) {
     auto p = forward_losses(model, batch, bf16, trace, teacher);
     p.output.logits = torch::Tensor();
-    result.grad_norm = backward_and_step(p.lm_total + p.aux, model, optimizer, grad_clip);
+    result.grad_norm = backward_and_step(p.lm_total + p.aux, model, optimizer, grad_clip, p.output.overflow);
     result.loss = p.loss.detach();
     result.aux_loss = p.output.aux_loss.detach();
     result.output = std::move(p.output);
@@ -201,10 +208,10 @@ StepResult train_step(LanguageModel& model, torch::optim::Optimizer& optimizer, 
     outputs.push_back(std::move(p.output));
   }
   if (share && share->sync) share->sync->finish();
-  result.grad_norm = clip_and_step(model, optimizer, grad_clip);
+  result.output = merge_micro_batches(std::move(outputs));
+  result.grad_norm = clip_and_step(model, optimizer, grad_clip, result.output.overflow);
   result.loss = loss;
   result.aux_loss = aux;
-  result.output = merge_micro_batches(std::move(outputs));
   return result;
 }
 

@@ -52,11 +52,14 @@ struct StepResult {
 /// graph keeps their addresses).
 void zero_grads(torch::nn::Module& model);
 /// Clips the global gradient norm at `grad_clip` (0: no clip) and steps the optimizer; returns the norm before
-/// clipping as a 0-dim tensor on the model's device, so the step never waits for the device.
-torch::Tensor clip_and_step(torch::nn::Module& model, torch::optim::Optimizer& optimizer, double grad_clip);
+/// clipping as a 0-dim tensor on the model's device, so the step never waits for the device. A defined `skip` (a
+/// forward's ModelOutput::overflow) leaves the parameters as they are where it is nonzero
+/// (MultiTensorAdamW::skip_next_step_if; ConfigError for another optimizer).
+torch::Tensor clip_and_step(torch::nn::Module& model, torch::optim::Optimizer& optimizer, double grad_clip,
+                            const torch::Tensor& skip = {});
 /// zero_grads, back-propagates `total`, clip_and_step. Shared by the LM and classification steps.
 torch::Tensor backward_and_step(const torch::Tensor& total, torch::nn::Module& model, torch::optim::Optimizer& optimizer,
-                         double grad_clip);
+                                double grad_clip, const torch::Tensor& skip = {});
 
 /// One optimizer step on `batch`. With `micro_batches` k > 1 (train.grad_accum) the batch's rows are split into k
 /// equal micro-batches run one after another, their gradients accumulated before the one update: each micro-batch's
@@ -66,6 +69,8 @@ torch::Tensor backward_and_step(const torch::Tensor& total, torch::nn::Module& m
 /// (merge_micro_batches). Throws ConfigError naming train.grad_accum where k does not divide the batch's rows.
 /// With `teacher` (distillation), each micro-batch's loss adds teacher->weight x KL(teacher || model) of the two
 /// models' next-token distributions (distill_kl); the KL is reported in the trace's stats ("distill_kl").
+/// A forward that sized its routed work without reading back (ModelOutput::overflow, under DeferredTraceReadback)
+/// and overflowed makes the step leave the parameters as they are (the result's output.overflow says so).
 /// With `share` (data parallel) `batch` is this rank's rows of the step: each micro-batch weighs by its share of
 /// the whole step's rows (or counted positions), the gradients are summed over the ranks (share->sync) before the
 /// one update, and the loss returned is this rank's part of the step's mean (reduce_step_scalars sums them).

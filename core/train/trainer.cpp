@@ -197,11 +197,12 @@ class Session {
   /// train.cuda_graph: refused, naming the setting, where the step cannot be captured (before the run is created).
   void check_cuda_graph() const {
     const auto& entry = architecture(config_.arch());
-    if (!entry.cuda_graph_step)
-      throw ConfigError("train.cuda_graph: the training step of " + entry.display_name + " (model.arch=" + entry.id +
-                        ") cannot be captured as a CUDA graph (its shapes or host-side state change from step to "
-                        "step); architectures that can: " +
-                        architectures_with([](const ArchitectureEntry& e) { return e.cuda_graph_step; }));
+    if (auto why = why_no_cuda_graph(entry, config_.model(), config_.train()); !why.empty()) {
+      if (!entry.cuda_graph_step)
+        why += "; architectures that can: " +
+               architectures_with([](const ArchitectureEntry& e) { return e.cuda_graph_step; });
+      throw ConfigError("train.cuda_graph: " + why);
+    }
     if (!device_.is_cuda())
       throw ConfigError("train.cuda_graph: run.device is " + device_.str() + "; CUDA graphs need a GPU (run.device=cuda)");
     if (!cuda_graphs_available())

@@ -184,8 +184,9 @@ SizedRows sized_rows(std::int64_t capacity, std::int64_t tokens, const torch::De
   if (reuse.capacity == capacity && reuse.places.defined() && reuse.places.device() == device) return reuse;
   SizedRows r;
   r.capacity = capacity;
-  const auto p = torch::arange(kPaddingRuns + 1, torch::TensorOptions().dtype(torch::kLong));
-  r.bounds = (p * capacity + (kPaddingRuns - 1)).div(kPaddingRuns, "floor").to(device, torch::kInt);  // (R + 1)
+  // Built on the device (no copy from the host: a step being captured as a CUDA graph may size anew).
+  const auto p = torch::arange(kPaddingRuns + 1, torch::TensorOptions().dtype(torch::kLong).device(device));
+  r.bounds = (p * capacity + (kPaddingRuns - 1)).div(kPaddingRuns, "floor").to(torch::kInt);  // (R + 1)
   r.places = torch::arange(capacity, torch::TensorOptions().dtype(torch::kInt).device(device)).unsqueeze(1);
   return r;
 }
