@@ -382,7 +382,8 @@ class TestDTRNet : public QObject {
     QCOMPARE(model->routed[2]->capacity, next_capacity(routed, 3, 60));
     QVERIFY(model->routed[2]->capacity >= routed);
 
-    // A new capacity costs a capture: a layer shrinks only after 16 checks in a row found it well below its capacity.
+    // A new capacity costs a capture (or an eager rerun when it was too small): a layer shrinks only after 16 checks,
+    // or forwards, in a row found it well below its capacity.
     const auto wide = torch::randint(0, 29, {8, 32}, torch::kLong);
     auto shrinking = make();
     shrinking->eval();
@@ -401,6 +402,13 @@ class TestDTRNet : public QObject {
       QCOMPARE(shrinking->routed[1]->capacity, std::int64_t(256));
     }
     QVERIFY(wide_out.check_shapes().resized);
+    QCOMPARE(shrinking->routed[1]->capacity, small_capacity);
+    shrinking->routed[1]->capacity = 256;  // the eager forwards follow the same rule
+    for (int forward = 1; forward < 16; ++forward) {
+      shrinking->forward(wide);
+      QCOMPARE(shrinking->routed[1]->capacity, std::int64_t(256));
+    }
+    shrinking->forward(wide);
     QCOMPARE(shrinking->routed[1]->capacity, small_capacity);
 
     if (!MultiTensorAdamW::fused_available()) QSKIP("the update skipped on a flag needs the fused AdamW kernel");

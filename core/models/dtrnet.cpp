@@ -16,10 +16,24 @@ namespace routelab {
 
 namespace {
 
-/// Checks in a row (replays of a captured step) that must find a layer's routing well below its capacity before the
-/// capacity shrinks: each new capacity costs a capture, and routing that swings from step to step (the routed
-/// quick-start's early steps: 0.5 to 1 of the tokens) would otherwise have the step captured every few steps.
-constexpr int kShrinkAfterChecks = 16;
+/// Forwards in a row whose routing must want a smaller capacity before a layer's capacity shrinks.
+constexpr int kShrinkAfterForwards = 16;
+
+/// The capacity for a layer's next forward of `tokens` rows after it routed `routed` rows at `capacity` (0: none yet):
+/// next_capacity's, grown at once, but shrunk only after kShrinkAfterForwards forwards in a row wanted less (`below`
+/// counts them). A routing that swings from step to step (the routed quick-start's early steps: 0.5 to 1 of the
+/// tokens) would otherwise shrink a capacity just before outgrowing it again, and each new capacity costs an eager
+/// forward that overflows a rerun, a captured step a capture.
+std::int64_t resize_capacity(std::int64_t routed, std::int64_t capacity, std::int64_t tokens, int& below) {
+  const auto wanted = next_capacity(routed, capacity, tokens);
+  if (capacity <= 0 || wanted >= capacity) {
+    below = 0;
+    return wanted;
+  }
+  if (++below < kShrinkAfterForwards) return capacity;
+  below = 0;
+  return wanted;
+}
 
 }  // namespace
 
@@ -179,9 +193,9 @@ torch::Tensor DTRNetLayerImpl::attend_compact(const torch::Tensor& n, const torc
   };
   // Sized (packed rows, a capacity for this batch size from earlier forwards): nothing is read back here; the model
   // reads every layer's counts once after its last layer.
-  const auto [capacity_now, capacity_tokens_now] = sizing();
-  const bool sized = pack && !known && capacity_now > 0 && capacity_tokens_now == B * T && sized_compaction_active();
-  if (sized) sized_rows_ = sized_rows(capacity_now, B * T, decision.device(), sized_rows_);
+  const auto now = sizing();
+  const bool sized = pack && !known && now.capacity > 0 && now.tokens == B * T && sized_compaction_active();
+  if (sized) sized_rows_ = sized_rows(now.capacity, B * T, decision.device(), sized_rows_);
   auto c = known ? *known : sized ? compact_sized(decision, sized_rows_) : compaction(decision);
   if (!sized && c.total == 0 && is_training() && options.routing() == DtrRouting::Token &&
       options.fallback_fraction() > 0) {
@@ -467,13 +481,13 @@ void DTRNet::size_next_forwards(const std::vector<std::optional<DTRNetLayerImpl:
   // Each packed layer sizes its next forward of this many tokens from the rows it routed in this one.
   for (std::size_t i = 0; i < outs.size(); ++i) {
     if (!outs[i] || !outs[i]->packed || outs[i]->routed < 0 || !routed[i]) continue;
-    auto [capacity, capacity_tokens] = routed[i]->sizing();
-    const auto previous = capacity_tokens == tokens ? capacity : 0;
-    capacity = next_capacity(outs[i]->routed, previous, tokens);
-    capacity_tokens = tokens;
-    if (previous > 0 && capacity != previous)
+    const auto sizing = routed[i]->sizing();
+    const auto previous = sizing.tokens == tokens ? sizing.capacity : 0;
+    sizing.capacity = resize_capacity(outs[i]->routed, previous, tokens, sizing.below);
+    sizing.tokens = tokens;
+    if (previous > 0 && sizing.capacity != previous)
       logger("core")->debug("DTRNet layer {} routed {} of {} rows: its capacity {} -> {}", i, outs[i]->routed, tokens,
-                            previous, capacity);
+                            previous, sizing.capacity);
   }
 }
 
@@ -500,8 +514,7 @@ void DTRNet::defer_sized_layers(const std::vector<std::optional<DTRNetLayerImpl:
   }
   if (sized.empty()) return;
   out.overflow = torch::stack(overflows).any().to(torch::kFloat);
-  std::vector<int> below(sized.size(), 0);  // checks in a row that found each layer well below its capacity
-  out.check_shapes = [sized = std::move(sized), tokens, training = is_training(), below = std::move(below)]() mutable {
+  out.check_shapes = [sized = std::move(sized), tokens, training = is_training()] {
     std::vector<torch::Tensor> counts;
     for (const auto& s : sized) counts.push_back(s.counts);
     const auto read = read_counts(counts);  // the one wait
@@ -511,21 +524,13 @@ void DTRNet::defer_sized_layers(const std::vector<std::optional<DTRNetLayerImpl:
       std::int64_t total = 0;
       for (const auto n : read[j]) total += n;
       check.overflowed = check.overflowed || total > s.capacity || (s.fallback && total == 0);
-      // Grown as soon as the routing nears the capacity (the eager rule), shrunk only after kShrinkAfterChecks checks
-      // in a row found it well below: each new capacity costs a capture.
-      auto wanted = next_capacity(total, s.capacity, tokens);
-      if (wanted < s.capacity) {
-        if (++below[j] < kShrinkAfterChecks) wanted = s.capacity;
-      } else {
-        below[j] = 0;
-      }
-      // Micro-batches of one step share the layer (merge_micro_batches calls each part's check): the first to size
-      // it sets the capacity, the others can only raise it.
-      auto& layer = *s.layer.ptr();  // the module itself (the holder is const here)
-      auto& capacity = training ? layer.capacity : layer.eval_capacity;
-      capacity = capacity == s.capacity ? wanted : std::max(capacity, wanted);
-      (training ? layer.capacity_tokens : layer.eval_capacity_tokens) = tokens;
-      check.resized = check.resized || capacity != s.capacity;
+      // The eager forwards' rule (resize_capacity). Micro-batches of one step share the layer (merge_micro_batches
+      // calls each part's check): the first to size it sets the capacity, the others can only raise it.
+      const auto sizing = s.layer.ptr()->sizing(training);  // the module itself (the holder is const here)
+      const auto wanted = resize_capacity(total, s.capacity, tokens, sizing.below);
+      sizing.capacity = sizing.capacity == s.capacity ? wanted : std::max(sizing.capacity, wanted);
+      sizing.tokens = tokens;
+      check.resized = check.resized || sizing.capacity != s.capacity;
     }
     return check;
   };

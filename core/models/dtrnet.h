@@ -88,11 +88,20 @@ class DTRNetLayerImpl : public torch::nn::Module {
   /// training step runs (CudaGraphStep) as they are.
   std::int64_t capacity = 0, capacity_tokens = 0;
   std::int64_t eval_capacity = 0, eval_capacity_tokens = 0;
-  /// This mode's capacity and its batch size (training: capacity, capacity_tokens; eval: the eval pair).
-  std::pair<std::int64_t&, std::int64_t&> sizing() {
-    return is_training() ? std::pair<std::int64_t&, std::int64_t&>(capacity, capacity_tokens)
-                         : std::pair<std::int64_t&, std::int64_t&>(eval_capacity, eval_capacity_tokens);
+  /// Forwards (or checks of a captured step) in a row whose routing wanted a smaller capacity (DTRNet::forward
+  /// shrinks a capacity only after a number of them), per mode.
+  int below = 0, eval_below = 0;
+  /// One mode's sizing: references to its capacity, batch size and count of forwards below.
+  struct Sizing {
+    std::int64_t& capacity;
+    std::int64_t& tokens;
+    int& below;
+  };
+  /// This mode's sizing (training: capacity, capacity_tokens, below; eval: the eval ones), or `training`'s.
+  Sizing sizing(bool training) {
+    return training ? Sizing{capacity, capacity_tokens, below} : Sizing{eval_capacity, eval_capacity_tokens, eval_below};
   }
+  Sizing sizing() { return sizing(is_training()); }
 
   DTRNetOptions options;
   LayerShape shape;
