@@ -99,7 +99,8 @@ class DTRNetLayerImpl : public torch::nn::Module {
   };
   /// This mode's sizing (training: capacity, capacity_tokens, below; eval: the eval ones), or `training`'s.
   Sizing sizing(bool training) {
-    return training ? Sizing{capacity, capacity_tokens, below} : Sizing{eval_capacity, eval_capacity_tokens, eval_below};
+    if (training) return {capacity, capacity_tokens, below};
+    return {eval_capacity, eval_capacity_tokens, eval_below};
   }
   Sizing sizing() { return sizing(is_training()); }
 
