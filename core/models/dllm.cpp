@@ -205,7 +205,7 @@ ModelOutput DLLM::forward(const torch::Tensor& tokens, bool trace) {
       if (!sized) {  // sizes the next forward of this batch size
         const auto longest =
             counts.lengths.empty() ? std::int64_t{0} : *std::max_element(counts.lengths.begin(), counts.lengths.end());
-        own.capacity = next_capacity(longest, own.tokens == B * T ? own.capacity : 0, T);
+        own.capacity = resize_capacity(longest, own.tokens == B * T ? own.capacity : 0, T, own.below);
         own.tokens = B * T;
       }
       x = skipping_layer(i, x, positions, counts, &pairs);
@@ -247,7 +247,8 @@ bool DLLM::settle_sized_layers(std::vector<LayerTrace>* trace, std::int64_t toke
   const auto read = read_counts(counts);  // the one wait
   for (std::size_t j = 0; j < sized.size(); ++j) {
     auto& own = sizing[sized[j]];
-    if (!settle_padded_sized(read[j], own.len, own.capacity, trace ? &trace->at(sized[j]) : nullptr, tokens)) {
+    if (!settle_padded_sized(read[j], own.len, own.capacity, own.below, trace ? &trace->at(sized[j]) : nullptr,
+                             tokens)) {
       logger("core")->debug("D-LLM layer {} executed more tokens of a sequence than its {} rows: the forward runs "
                             "again", sized[j], own.len);
       return false;

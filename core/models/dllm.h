@@ -102,6 +102,7 @@ class DLLM : public TransformerTrunk {
   /// `tokens` tokens (compact_sized_padded, where padded_sized_active); 0, or another batch size: counted exactly.
   struct Sizing {
     std::int64_t capacity = 0, tokens = 0;
+    int below = 0;  ///< forwards in a row that wanted a smaller capacity (resize_capacity)
     torch::Tensor counts;  ///< the last forward's sized counts (B) on the device; undefined when counted exactly
     std::int64_t len = 0;  ///< and its rows a sequence
   };

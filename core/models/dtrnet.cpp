@@ -14,29 +14,6 @@
 
 namespace routelab {
 
-namespace {
-
-/// Forwards in a row whose routing must want a smaller capacity before a layer's capacity shrinks.
-constexpr int kShrinkAfterForwards = 16;
-
-/// The capacity for a layer's next forward of `tokens` rows after it routed `routed` rows at `capacity` (0: none yet):
-/// next_capacity's, grown at once, but shrunk only after kShrinkAfterForwards forwards in a row wanted less (`below`
-/// counts them). A routing that swings from step to step (the routed quick-start's early steps: 0.5 to 1 of the
-/// tokens) would otherwise shrink a capacity just before outgrowing it again, and each new capacity costs an eager
-/// forward that overflows a rerun, a captured step a capture.
-std::int64_t resize_capacity(std::int64_t routed, std::int64_t capacity, std::int64_t tokens, int& below) {
-  const auto wanted = next_capacity(routed, capacity, tokens);
-  if (capacity <= 0 || wanted >= capacity) {
-    below = 0;
-    return wanted;
-  }
-  if (++below < kShrinkAfterForwards) return capacity;
-  below = 0;
-  return wanted;
-}
-
-}  // namespace
-
 DTRNetLayerImpl::DTRNetLayerImpl(const TransformerOptions& o, const DTRNetOptions& options_)
     : options(options_), shape(layer_shape(o)) {
   const DenseBlock prototype(o, 0);  // the same sub-modules as a dense layer, so shapes and init match
@@ -352,8 +329,9 @@ ModelOutput DTRNet::forward(const torch::Tensor& tokens, bool trace) {
     pending = r.m;
     routed_out[static_cast<std::size_t>(i)] = std::move(r);
   }
+  std::vector<torch::Tensor> routed_on_device;  // by layer: the deferred sized layers' routed tokens
   if (DeferredTraceReadback::active()) {
-    defer_sized_layers(routed_out, B * T, out);
+    routed_on_device = defer_sized_layers(routed_out, B * T, out);
   } else if (!settle_sized_layers(routed_out, B * T)) {
     // A layer routed more rows than its capacity held: the forward runs again with every count read exactly (and
     // every capacity sized afresh from them), so it cannot overflow twice. This attempt's activations go first.
@@ -382,10 +360,9 @@ ModelOutput DTRNet::forward(const torch::Tensor& tokens, bool trace) {
     const bool deferred = r.routed < 0;
     const double load = deferred ? 0.0 : static_cast<double>(r.routed) / tokens_all;  // f_l (share of tokens)
     const auto l1 = r.gate_attn.mean();                                                 // ||G_l[:,0]||_1 / (B T)
-    torch::Tensor routed_on_device;
+    const auto routed_here = deferred ? routed_on_device[static_cast<std::size_t>(i)] : torch::Tensor();
     if (deferred) {
-      routed_on_device = r.counts.sum();
-      const auto load_t = routed_on_device.to(torch::kFloat) / tokens_all;
+      const auto load_t = routed_here.to(torch::kFloat) / tokens_all;
       weighted = weighted + load_t * l1;
       load_sum_on_device = load_sum_on_device.defined() ? load_sum_on_device + load_t : load_t;
     } else {
@@ -408,9 +385,9 @@ ModelOutput DTRNet::forward(const torch::Tensor& tokens, bool trace) {
       const bool vo = dtr_.bypass() == DtrBypass::ValueOutput;
       t.tokens_processed = {{"mlp", B * T}, {"router", B * T}};
       if (deferred) {  // read back after the forward (a captured step's replay): the host fields the shape's alone
-        t.on_device["routed_fraction"] = routed_on_device.to(torch::kDouble) / tokens_all;
-        t.on_device["tokens_processed.attn"] = routed_on_device;
-        if (vo) t.on_device["tokens_processed.bypass"] = B * T - routed_on_device;
+        t.on_device["routed_fraction"] = routed_here.to(torch::kDouble) / tokens_all;
+        t.on_device["tokens_processed.attn"] = routed_here;
+        if (vo) t.on_device["tokens_processed.bypass"] = B * T - routed_here;
         if (!vo) t.tokens_processed["bypass"] = 0;
         // The FLOPs are affine in the attention's pairs (every other term is priced at the capacity run).
         auto one_pair = r;
@@ -491,8 +468,8 @@ void DTRNet::size_next_forwards(const std::vector<std::optional<DTRNetLayerImpl:
   }
 }
 
-void DTRNet::defer_sized_layers(const std::vector<std::optional<DTRNetLayerImpl::Output>>& outs, std::int64_t tokens,
-                                ModelOutput& out) {
+std::vector<torch::Tensor> DTRNet::defer_sized_layers(
+    const std::vector<std::optional<DTRNetLayerImpl::Output>>& outs, std::int64_t tokens, ModelOutput& out) {
   size_next_forwards(outs, tokens);  // layers counted exactly (no capacity yet)
   struct Sized {
     DTRNetLayer layer;
@@ -502,17 +479,17 @@ void DTRNet::defer_sized_layers(const std::vector<std::optional<DTRNetLayerImpl:
     SizedRows rows;  ///< kept alive with the check: a captured graph reads them on every replay
   };
   std::vector<Sized> sized;
-  std::vector<torch::Tensor> overflows;
+  std::vector<torch::Tensor> overflows, totals(outs.size());
   const bool fallback = is_training() && dtr_.routing() == DtrRouting::Token && dtr_.fallback_fraction() > 0;
   for (std::size_t i = 0; i < outs.size(); ++i) {
     if (!outs[i] || outs[i]->routed >= 0 || !outs[i]->counts.defined()) continue;
     const auto& r = *outs[i];
     const auto capacity = static_cast<std::int64_t>(r.rows);
     sized.push_back({routed[i], r.counts, capacity, fallback, r.sized_rows});
-    const auto total = r.counts.sum();
+    const auto& total = totals[i] = r.counts.sum();
     overflows.push_back(fallback ? total.gt(capacity).logical_or(total.eq(0)) : total.gt(capacity));
   }
-  if (sized.empty()) return;
+  if (sized.empty()) return totals;
   out.overflow = torch::stack(overflows).any().to(torch::kFloat);
   out.check_shapes = [sized = std::move(sized), tokens, training = is_training()] {
     std::vector<torch::Tensor> counts;
@@ -534,6 +511,7 @@ void DTRNet::defer_sized_layers(const std::vector<std::optional<DTRNetLayerImpl:
     }
     return check;
   };
+  return totals;
 }
 
 std::unique_ptr<DecodeState> DTRNet::begin_decode(std::int64_t batch) { return new_decode_state(batch); }

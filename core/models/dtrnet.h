@@ -147,9 +147,10 @@ class DTRNet : public TransformerTrunk {
   bool settle_sized_layers(std::vector<std::optional<DTRNetLayerImpl::Output>>& outs, std::int64_t tokens);
   /// settle_sized_layers under DeferredTraceReadback (a step captured as a CUDA graph): nothing is read back; the
   /// sized layers' counts stay on the device, an overflow becomes `out.overflow`, and `out.check_shapes` reads the
-  /// counts once the forward has run and sizes the layers' next forwards from them.
-  void defer_sized_layers(const std::vector<std::optional<DTRNetLayerImpl::Output>>& outs, std::int64_t tokens,
-                          ModelOutput& out);
+  /// counts once the forward has run and sizes the layers' next forwards from them. Returns each sized layer's routed
+  /// tokens, a 0-dim tensor on the device, by layer (undefined elsewhere).
+  std::vector<torch::Tensor> defer_sized_layers(const std::vector<std::optional<DTRNetLayerImpl::Output>>& outs,
+                                                std::int64_t tokens, ModelOutput& out);
   /// Sizes the next forward of `tokens` tokens of every packed layer whose count `outs` holds on the host.
   void size_next_forwards(const std::vector<std::optional<DTRNetLayerImpl::Output>>& outs, std::int64_t tokens);
 

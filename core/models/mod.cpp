@@ -86,7 +86,7 @@ torch::Tensor MoDLayerImpl::forward(const torch::Tensor& x, const torch::Tensor&
     if (!sized) {  // sizes the next forward of this batch size
       const auto longest =
           c.lengths.empty() ? std::int64_t{0} : *std::max_element(c.lengths.begin(), c.lengths.end());
-      capacity = next_capacity(longest, capacity_tokens == B * T ? capacity : 0, T);
+      capacity = resize_capacity(longest, capacity_tokens == B * T ? capacity : 0, T, below);
       capacity_tokens = B * T;
     }
   }
@@ -218,8 +218,8 @@ bool MixtureOfDepths::settle_sized_layers(std::vector<LayerTrace>* trace, std::i
   const auto read = read_counts(counts);  // the one wait
   for (std::size_t j = 0; j < sized.size(); ++j) {
     auto& layer = *mod_layers[sized[j]];
-    if (!settle_padded_sized(read[j], layer.sized_len, layer.capacity, trace ? &trace->at(sized[j]) : nullptr,
-                             tokens)) {
+    if (!settle_padded_sized(read[j], layer.sized_len, layer.capacity, layer.below,
+                             trace ? &trace->at(sized[j]) : nullptr, tokens)) {
       logger("core")->debug("MoD layer {} routed more tokens of a sequence than its {} rows: the forward runs again",
                             sized[j], layer.sized_len);
       return false;

@@ -67,6 +67,7 @@ class MoDLayerImpl : public torch::nn::Module {
   /// the forward reads no count back where padded_sized_active (compact_sized_padded); 0, or another batch size:
   /// counted exactly. Set from the exact counts here and from the model's read of the sized ones.
   std::int64_t capacity = 0, capacity_tokens = 0;
+  int below = 0;  ///< forwards in a row that wanted a smaller capacity (resize_capacity)
   /// The last forward's sized compaction: its (B) counts on the device and its rows a sequence; undefined and 0 when
   /// it counted exactly.
   torch::Tensor sized_counts;

@@ -232,7 +232,7 @@ bool sized_overflow_per_sequence(const std::vector<std::int64_t>& lengths, std::
 }
 
 bool settle_padded_sized(const std::vector<std::int64_t>& lengths, std::int64_t len, std::int64_t& capacity,
-                         LayerTrace* trace, std::int64_t tokens) {
+                         int& below, LayerTrace* trace, std::int64_t tokens) {
   if (sized_overflow_per_sequence(lengths, len)) return false;
   if (lengths.empty()) return true;
   std::int64_t total = 0;
@@ -241,8 +241,8 @@ bool settle_padded_sized(const std::vector<std::int64_t>& lengths, std::int64_t 
     trace->routed_fraction = static_cast<double>(total) / static_cast<double>(tokens);
     trace->tokens_processed["attn"] = trace->tokens_processed["mlp"] = total;
   }
-  capacity = next_capacity(*std::max_element(lengths.begin(), lengths.end()), capacity,
-                           tokens / static_cast<std::int64_t>(lengths.size()));
+  capacity = resize_capacity(*std::max_element(lengths.begin(), lengths.end()), capacity,
+                             tokens / static_cast<std::int64_t>(lengths.size()), below);
   return true;
 }
 
@@ -295,6 +295,17 @@ std::int64_t next_capacity(std::int64_t routed, std::int64_t capacity, std::int6
   const auto wanted = std::min(tokens, (routed + routed / 16 + 32 + multiple - 1) / multiple * multiple);
   // Keep the capacity while the routed rows sit between 3/4 of it and its margin; else size it afresh.
   if (capacity > 0 && capacity <= tokens && wanted <= capacity && wanted * 4 >= capacity * 3) return capacity;
+  return wanted;
+}
+
+std::int64_t resize_capacity(std::int64_t routed, std::int64_t capacity, std::int64_t tokens, int& below) {
+  const auto wanted = next_capacity(routed, capacity, tokens);
+  if (capacity <= 0 || wanted >= capacity) {
+    below = 0;
+    return wanted;
+  }
+  if (++below < kShrinkAfterForwards) return capacity;
+  below = 0;
   return wanted;
 }
 

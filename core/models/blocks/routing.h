@@ -111,10 +111,11 @@ bool sized_overflow(const std::vector<std::int64_t>& lengths, std::int64_t capac
 /// Whether a padded sized compaction's sequences, read back as `lengths`, overflowed its `len` rows a sequence.
 bool sized_overflow_per_sequence(const std::vector<std::int64_t>& lengths, std::int64_t len);
 /// A model's read of a layer's padded sized compaction (`len` rows a sequence; counts read back as `lengths`): false
-/// when a sequence overflowed them; else the layer's next `capacity` a sequence is sized from its longest sequence and
+/// when a sequence overflowed them; else the layer's next `capacity` a sequence is sized from its longest sequence
+/// (resize_capacity, `below` the layer's count) and
 /// `trace` (when given) receives the routed share of the batch's `tokens` and the attention and MLP token counts.
 bool settle_padded_sized(const std::vector<std::int64_t>& lengths, std::int64_t len, std::int64_t& capacity,
-                         struct LayerTrace* trace, std::int64_t tokens);
+                         int& below, struct LayerTrace* trace, std::int64_t tokens);
 /// The (B) count tensors of sized compactions read back together, one wait for the device: the lengths of each.
 std::vector<std::vector<std::int64_t>> read_counts(const std::vector<torch::Tensor>& counts);
 /// The runs a sized compaction of `capacity` rows attends for routed `lengths` that fit: the lengths, then the
@@ -124,6 +125,14 @@ std::vector<std::int64_t> sized_runs(const std::vector<std::int64_t>& lengths, s
 /// (0: none yet): routed plus a margin of 1/16 and 32 rows, to a multiple of 64, at most `tokens`. It grows whenever
 /// the routed rows come near it and shrinks only when they fall well below it, so that shapes recur from step to step.
 std::int64_t next_capacity(std::int64_t routed, std::int64_t capacity, std::int64_t tokens);
+/// Forwards in a row whose routing must want a smaller capacity before resize_capacity shrinks it.
+constexpr int kShrinkAfterForwards = 16;
+/// What a layer sizes its next forward by (every sized form: DTRNet's packed rows, MoD's and D-LLM's padded rows):
+/// next_capacity's capacity, grown at once, but shrunk only after kShrinkAfterForwards forwards in a row wanted less
+/// (`below`, the layer's, counts them). A routing that swings from step to step would otherwise shrink a capacity
+/// just before outgrowing it again, and each new capacity costs an eager forward that overflows a rerun, a step
+/// captured as a CUDA graph a capture.
+std::int64_t resize_capacity(std::int64_t routed, std::int64_t capacity, std::int64_t tokens, int& below);
 /// While alive, routed layers on this thread count their routed tokens exactly (one wait for the device each) instead
 /// of sizing compactions from earlier forwards: tests compare the two forms.
 using ExactRoutedCounts = ScopedThreadFlag<struct ExactRoutedCountsTag>;
