@@ -396,6 +396,47 @@ class TestConformance : public QObject {
     }
   }
 
+  void stepTimeGoesToItsParts_data() { add_language_model_rows(); }
+  void stepTimeGoesToItsParts() {
+    // The profiles' time by part (ROUTELAB_PART): every top-level op of a training step is attributed once, most of
+    // the forward and of the backward to named parts (the backward by the part of its forward op), so that a new
+    // architecture built from the shared blocks is profiled by part without code of its own.
+    QFETCH(QString, arch);
+    const auto& entry = architecture(arch.toStdString());
+    torch::manual_seed(4);
+    auto lm = create_model(small_model(entry), {kVocab, 32});
+    lm->train();
+    const auto train = nlohmann::json::parse(R"({"lr":1e-3,"beta1":0.9,"beta2":0.95,"eps":1e-8,"weight_decay":0.1})");
+    auto opt = make_optimizer(*lm, train);
+    const auto tokens = torch::randint(0, kVocab, {2, 24}, torch::kLong);
+    train_step(*lm, *opt, {tokens, tokens, {}}, 1.0, false, false);  // the optimizer's state exists
+    OpClassProfiler profiler;
+    train_step(*lm, *opt, {tokens, tokens, {}}, 1.0, false, false);
+    profiler.stop();
+    // Shares by count of top-level ops (timings on a shared machine vary; which op lands in which part does not).
+    double ops = 0, parts = 0, named_forward = 0, forward = 0, named_backward = 0, backward = 0;
+    for (const auto& [cls, ms] : profiler.classes_ms())
+      if (cls != "outside ops (host code)") ops += ms;
+    const auto by_part = profiler.parts_ms();
+    for (const auto& [name, t] : by_part) {
+      parts += t.total();
+      forward += t.forward_calls;
+      backward += t.backward_calls;
+      if (name.front() == '(') continue;
+      named_forward += t.forward_calls;
+      named_backward += t.backward_calls;
+    }
+    QVERIFY2(near(parts, ops, 1e-9), qPrintable(QString("parts %1 ms, ops %2 ms").arg(parts).arg(ops)));
+    QCOMPARE(forward + backward, static_cast<double>(profiler.ops()));
+    for (const auto* name : {"embedding", "norm", "head", "loss", "optimizer"})
+      QVERIFY2(by_part.count(name), name);
+    QVERIFY2(named_forward > 0.75 * forward && named_backward > 0.75 * backward,
+             qPrintable(QString("named forward %1 of %2 ops, backward %3 of %4")
+                            .arg(named_forward).arg(forward).arg(named_backward).arg(backward)));
+    qInfo("%s: named %.0f of %.0f forward, %.0f of %.0f backward", qPrintable(arch), named_forward, forward,
+          named_backward, backward);
+  }
+
   void causalityAtInference_data() { add_language_model_rows(); }
   void causalityAtInference() {
     // Changing the tokens after position t changes no output up to t: routing at inference uses the past only.

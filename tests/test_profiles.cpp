@@ -15,6 +15,7 @@
 #include "core/bench/kernel_profile.h"
 #include "core/cost/flop_counter.h"
 #include "core/models/blocks/attention.h"
+#include "core/models/blocks/part_scope.h"
 #include "core/util/errors.h"
 #include "tests/suite.h"
 
@@ -141,6 +142,12 @@ class TestProfiles : public QObject {
     QVERIFY2(contains(table, "device busy 3.50 ms of 6.00 ms per step (58.33%)"), table.c_str());
     QVERIFY2(contains(table, "3.00     1.0  " + mm), table.c_str());
     QVERIFY2(!contains(table, "CUDAFunctor_add<float>, at::detail"), table.c_str());
+    QVERIFY(!contains(table, "by part"));  // none recorded
+    auto with_parts = p;
+    with_parts.parts["mlp"] = {2.0, 4.0, 3, 5};
+    const auto parts = with_parts.to_table(1, 2.0, "per step");
+    QVERIFY2(contains(parts, "kernel time by part") && contains(parts, "mlp") && contains(parts, "3.00"),
+             parts.c_str());
     // A device that ran nothing was idle the whole time.
     QCOMPARE(KernelProfile::from_events({}, 3.0).classes_ms().at(kKernelIdleClass), 3.0);
   }
@@ -198,6 +205,86 @@ class TestProfiles : public QObject {
     const auto classes = profiler.classes_ms();
     // Wrapped, every op of the backward was one top-level "elementwise" op and products had no time at all.
     QVERIFY(ms_of(classes, "matmul (projections, MLP, routers, head)") > 0);
+  }
+
+  void partsTakeTheirWorkAndTheirBackward() {
+    // One thread's timeline (ns): "attention" [0, 100] with "routing" [10, 20] and "router" [11, 19] inside; ops
+    // made nodes 7 (at 5, in
+    // attention), 8 (at 15, routing) and 9 (at 150, outside every part); the backward evaluates node 8 in an
+    // engine span [200, 260] whose node span is [210, 250], then node 7 [270, 290], then an accumulation node
+    // numbered -1 [300, 310], then a custom function's node 12 (no op peeked 12: the last op before it is 9).
+    PartAttribution a;
+    a.part(1, 0, 100, "attention");
+    a.part(1, 10, 20, "routing");
+    a.part(1, 11, 19, "router");  // inside "routing": the innermost
+    a.op(1, 5, 7);
+    a.op(1, 15, 8);
+    a.op(1, 150, 9);
+    a.op(1, 16, -1);  // makes no node
+    a.evaluation(1, 200, 260);
+    a.backward(1, 210, 250, 8, 1);
+    a.backward(1, 270, 290, 7, 1);
+    a.op(1, 275, 2);  // an op inside the backward numbers no forward node
+    a.backward(1, 300, 310, -1, 1);
+    a.backward(1, 320, 330, 12, 1);
+    a.work(1, 1, 1.0);      // attention
+    a.work(1, 12, 2.0);     // router (innermost)
+    a.work(1, 10, 0.5);     // routing
+    a.work(1, 30, 4.0);     // attention again
+    a.work(1, 150, 8.0);    // outside every part
+    a.work(1, 220, 16.0);   // node 8: router's backward
+    a.work(1, 255, 32.0);   // the engine's own work around node 8: router's backward too
+    a.work(1, 280, 64.0);   // node 7: attention's backward
+    a.work(1, 305, 128.0);  // accumulation: no forward op
+    a.work(1, 325, 256.0);  // node 12: op 9's part, outside every part
+    a.work(2, 220, 512.0);  // another thread with no spans: outside every part
+    a.unlinked(1024.0);
+    const auto parts = a.parts();
+    QCOMPARE(parts.at("attention").forward_ms, 5.0);
+    QCOMPARE(parts.at("attention").forward_calls, 2.0);
+    QCOMPARE(parts.at("attention").backward_ms, 64.0);
+    QCOMPARE(parts.at("router").forward_ms, 2.0);
+    QCOMPARE(parts.at("router").backward_ms, 48.0);
+    QCOMPARE(parts.at("router").backward_calls, 2.0);
+    QCOMPARE(parts.at("routing").forward_ms, 0.5);
+    QCOMPARE(parts.at(kNoPart).forward_ms, 8.0 + 512.0);
+    QCOMPARE(parts.at(kNoPart).backward_ms, 256.0);
+    QCOMPARE(parts.at(kUnmatchedBackward).backward_ms, 128.0);
+    QCOMPARE(parts.at(kUnlinkedWork).forward_ms, 1024.0);
+    const auto table = parts_table(parts, 2.0, &parts, "same");
+    QVERIFY2(contains(table, "router") && contains(table, "24.00") && contains(table, "same"), table.c_str());
+    // The largest total first.
+    QVERIFY2(table.find(kUnlinkedWork) < table.find("attention"), table.c_str());
+  }
+
+  void aProfiledStepSplitsItsTimeByPart() {
+    // A real forward and backward under the host profiler: the backward's products are the part's whose forward
+    // made them, and every top-level op's time is attributed once.
+    torch::manual_seed(1);
+    const auto x = torch::randn({64, 128});
+    const auto w1 = torch::randn({128, 128}, torch::requires_grad());
+    const auto w2 = torch::randn({128, 128}, torch::requires_grad());
+    OpClassProfiler profiler;
+    torch::Tensor h, y;
+    {
+      ROUTELAB_PART("first");
+      h = torch::relu(torch::mm(x, w1));
+    }
+    {
+      ROUTELAB_PART("second");
+      y = torch::mm(h, w2).sum();
+    }
+    y.backward();
+    profiler.stop();
+    const auto parts = profiler.parts_ms();
+    QVERIFY(parts.count("first") && parts.count("second"));
+    QVERIFY(parts.at("first").forward_calls >= 2 && parts.at("first").backward_calls >= 2);  // mm, relu; their grads
+    QVERIFY(parts.at("second").backward_ms > 0);
+    double sum = 0, ops = 0;
+    for (const auto& [name, t] : parts) sum += t.calls();
+    for (const auto& [name, tally] : profiler.ops_by_name()) ops += static_cast<double>(tally.calls);
+    QCOMPARE(sum, ops);
+    QVERIFY(w1.grad().defined() && w2.grad().defined());
   }
 
   void theCpuAttentionBackwardIsAttention() {

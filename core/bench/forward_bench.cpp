@@ -8,6 +8,7 @@
 #include "core/bench/forward_bench.h"
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <cmath>
 #include <functional>
@@ -70,6 +71,14 @@ using Profile = ForwardBenchRow::Profile;
 /// (kernel_breakdowns), else op classes and top-level ops on the host.
 Profile profile(const std::function<void()>& run, const torch::Device& device, int runs, int top) {
   std::map<std::string, std::vector<double>> samples;
+  std::map<std::string, std::array<std::vector<double>, 4>> part_samples;  // ms and calls, forward and backward
+  const auto add_parts = [&](const std::map<std::string, PartTime>& parts) {
+    for (const auto& [name, t] : parts) {
+      auto& s = part_samples[name];
+      const double values[] = {t.forward_ms, t.backward_ms, t.forward_calls, t.backward_calls};
+      for (std::size_t i = 0; i < s.size(); ++i) s[i].push_back(values[i]);
+    }
+  };
   std::vector<double> launches;
   Profile out;
   for (int r = 0; r < runs; ++r) {
@@ -80,6 +89,7 @@ Profile profile(const std::function<void()>& run, const torch::Device& device, i
       synchronize(device);
       const auto p = profiler.stop();
       for (const auto& [k, v] : p.classes_ms()) samples[k].push_back(v);
+      add_parts(p.parts);
       double calls = 0;
       for (const auto& k : p.kernels) calls += static_cast<double>(k.calls);
       launches.push_back(calls);
@@ -93,6 +103,7 @@ Profile profile(const std::function<void()>& run, const torch::Device& device, i
     synchronize(device);
     profiler.stop();
     for (const auto& [k, v] : profiler.classes_ms()) samples[k].push_back(v);
+    add_parts(profiler.parts_ms());
     launches.push_back(static_cast<double>(profiler.ops()));
     out.host_ops.clear();  // the last call's
     if (top > 0)
@@ -101,6 +112,10 @@ Profile profile(const std::function<void()>& run, const torch::Device& device, i
   for (auto& [k, v] : samples) {
     v.resize(static_cast<std::size_t>(runs), 0.0);  // a class absent from a forward took 0 ms there
     out.classes_ms.emplace_back(k, median(v));
+  }
+  for (auto& [name, s] : part_samples) {  // a part absent from a call took 0 ms there
+    for (auto& v : s) v.resize(static_cast<std::size_t>(runs), 0.0);
+    out.parts_ms[name] = {median(s[0]), median(s[1]), median(s[2]), median(s[3])};
   }
   out.launches = median(launches);
   return out;
@@ -369,6 +384,11 @@ std::string ForwardBenchResult::to_table() const {
         s << "      " << std::setw(8) << std::setprecision(2) << k.ms << std::setw(7) << k.calls << "  " << name << "\n";
       }
     };
+    if (!r.profile.parts_ms.empty()) {
+      s << "    ms by part of the model and step (" << (kernel_breakdowns ? "kernel time" : "top-level ops' host time")
+        << "; the backward by the part of its forward op):\n"
+        << parts_table(r.profile.parts_ms, 1.0, &r.dense_profile.parts_ms, "dense");
+    }
     kernel_lines(r.profile.top_kernels, r.arch);
     kernel_lines(r.dense_profile.top_kernels, "dense");
     if (const auto ops = host_ops_beyond_dense(r, o.kernels); !ops.empty()) {
@@ -396,6 +416,10 @@ nlohmann::json ForwardBenchResult::to_json() const {
     if (!r.profile.classes_ms.empty()) {
       for (const auto& [k, v] : r.profile.classes_ms) j["breakdown_ms"][k] = v;
       for (const auto& [k, v] : r.dense_profile.classes_ms) j["dense_breakdown_ms"][k] = v;
+      for (const auto& [k, v] : r.profile.parts_ms)
+        j["parts_ms"][k] = {{"forward", v.forward_ms}, {"backward", v.backward_ms}};
+      for (const auto& [k, v] : r.dense_profile.parts_ms)
+        j["dense_parts_ms"][k] = {{"forward", v.forward_ms}, {"backward", v.backward_ms}};
       j["launches"] = r.profile.launches;
       j["dense_launches"] = r.dense_profile.launches;
       for (const auto& l : host_ops_beyond_dense(r, options.kernels))

@@ -6,10 +6,13 @@
 // a threshold at long sequences, a breakdown of where the time goes. No Torch in this header.
 #pragma once
 #include <cstdint>
+#include <map>
 #include <string>
 #include <vector>
 
 #include <nlohmann/json.hpp>
+
+#include "core/bench/part_profile.h"
 
 namespace routelab {
 
@@ -78,6 +81,9 @@ struct ForwardBenchRow {
     double launches = 0;
     std::vector<Kernel> top_kernels;
     std::vector<Kernel> host_ops;
+    /// ms by part of the model and step (median over the profiled calls, forward and backward each): kernel time
+    /// on a GPU, top-level ops' host time elsewhere
+    std::map<std::string, PartTime> parts_ms;
   };
   /// where quotient > threshold at a long sequence: this model's call and dense's (classes_ms empty otherwise)
   Profile profile, dense_profile;

@@ -7,6 +7,7 @@
 #include <chrono>
 #include <iomanip>
 #include <sstream>
+#include <unordered_map>
 
 #include <torch/torch.h>
 #include <torch/version.h>
@@ -17,6 +18,7 @@
 #include <torch/csrc/autograd/profiler_kineto.h>
 #endif
 
+#include "core/models/blocks/part_scope.h"
 #include "core/util/errors.h"
 
 namespace routelab {
@@ -126,6 +128,9 @@ std::string KernelProfile::to_table(int top, double per, const std::string& unit
   for (const auto& [k, v] : classes_ms()) classes.emplace_back(k, v);
   std::sort(classes.begin(), classes.end(), [](const auto& a, const auto& b) { return a.second > b.second; });
   for (const auto& [k, v] : classes) s << "  " << std::left << std::setw(62) << k << std::right << std::setw(10) << v / per << "\n";
+  if (!parts.empty())
+    s << "kernel time by part of the model and step, ms " << unit << " (the backward by the part of its forward op):\n"
+      << parts_table(parts, per);
   if (top <= 0) return s.str();
   s << "the " << std::min<std::size_t>(static_cast<std::size_t>(top), kernels.size()) << " longest kernels (ms " << unit
     << ", calls " << unit << "):\n";
@@ -146,6 +151,45 @@ std::string kernel_profiling_unavailable() {
   return "kernel profiles need LibTorch 2.4 or later (PyTorch's Kineto profiler); this build has " TORCH_VERSION;
 #endif
 }
+
+#ifdef ROUTELAB_KINETO
+namespace {
+
+/// The host's part spans, backward nodes and node-making ops of a GPU recording, and each kernel's time at the op
+/// that launched it (the op Kineto links it to: the innermost one open at the launch).
+PartAttribution attribute_parts(const std::vector<torch::autograd::profiler::KinetoEvent>& recorded) {
+  PartAttribution parts;
+  std::unordered_map<std::uint64_t, std::pair<std::uint64_t, std::uint64_t>> launched_by;  // op -> (thread, start)
+  const auto prefix = std::string_view(ROUTELAB_PART_PREFIX);
+  for (const auto& e : recorded) {
+    if (e.deviceType() != c10::DeviceType::CPU || e.isHiddenEvent()) continue;
+    const auto thread = e.startThreadId(), start = e.startNs();
+    const auto scope = e.scope();
+    if (scope == static_cast<std::uint8_t>(at::RecordScope::USER_SCOPE)) {
+      if (const auto name = e.name(); name.rfind(prefix, 0) == 0)
+        parts.part(thread, start, e.endNs(), name.substr(prefix.size()));
+    } else if (scope == static_cast<std::uint8_t>(at::RecordScope::BACKWARD_FUNCTION)) {
+      parts.backward(thread, start, e.endNs(), e.sequenceNr(), e.fwdThreadId());
+    } else if (e.name().rfind("autograd::engine::evaluate_function", 0) == 0) {
+      parts.evaluation(thread, start, e.endNs());
+    } else {
+      parts.op(thread, start, e.sequenceNr());
+    }
+    if (e.correlationId() != 0) launched_by[e.correlationId()] = {thread, start};
+  }
+  for (const auto& e : recorded) {
+    if (e.deviceType() != c10::DeviceType::CUDA || e.isHiddenEvent() || e.endNs() < e.startNs()) continue;
+    const double ms = static_cast<double>(e.endNs() - e.startNs()) / 1e6;
+    if (const auto it = launched_by.find(e.linkedCorrelationId()); it != launched_by.end())
+      parts.work(it->second.first, it->second.second, ms);
+    else
+      parts.unlinked(ms);
+  }
+  return parts;
+}
+
+}  // namespace
+#endif
 
 struct KernelProfiler::State {
   bool cuda = false;
@@ -197,6 +241,7 @@ KernelProfile KernelProfiler::stop(const std::string& trace_path) {
   const double wall_ms =
       std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - state_->begin).count();
   std::vector<KernelEvent> events;
+  std::map<std::string, PartTime> parts;
 #ifdef ROUTELAB_KINETO
   std::unique_ptr<torch::autograd::profiler::ProfilerResult> result;
   try {
@@ -209,6 +254,7 @@ KernelProfile KernelProfiler::stop(const std::string& trace_path) {
     if (e.deviceType() != wanted || e.isHiddenEvent()) continue;
     events.push_back({e.name(), e.startNs(), e.endNs()});
   }
+  if (state_->cuda) parts = attribute_parts(result->events()).parts();
   if (!trace_path.empty()) {
     try {
       result->save(trace_path);
@@ -219,7 +265,9 @@ KernelProfile KernelProfiler::stop(const std::string& trace_path) {
 #else
   (void)trace_path;
 #endif
-  return KernelProfile::from_events(events, wall_ms);
+  auto profile = KernelProfile::from_events(events, wall_ms);
+  profile.parts = std::move(parts);
+  return profile;
 }
 
 }  // namespace routelab

@@ -11,6 +11,8 @@
 #include <string_view>
 #include <vector>
 
+#include "core/bench/part_profile.h"
+
 namespace routelab {
 
 /// One kernel (or memcpy/memset) the device ran: its name as the profiler reports it and its interval.
@@ -32,6 +34,8 @@ struct KernelProfile {
   double wall_ms = 0;  ///< host time from the start of recording to its stop
   double busy_ms = 0;  ///< time at least one kernel ran (overlapping kernels counted once)
   std::vector<KernelSummary> kernels;  ///< by total time, longest first
+  /// Kernel time by the part of the model or step whose op launched it (ROUTELAB_PART; a GPU recording only)
+  std::map<std::string, PartTime> parts;
 
   /// From the recorded events: kernels grouped by display name, busy time as the union of their intervals.
   static KernelProfile from_events(const std::vector<KernelEvent>& events, double wall_ms);

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "core/models/blocks/attention.h"
+#include "core/models/blocks/part_scope.h"
 #include "core/util/errors.h"
 
 namespace routelab {
@@ -144,6 +145,7 @@ struct OpClassProfiler::State {
   std::map<std::string, OpTally> by_name;
   std::int64_t ops = 0;
   int depth = 0;
+  PartAttribution parts;  ///< part spans, backward nodes, node-creating ops and top-level op times (ns from begin)
   at::CallbackHandle handle = 0;
   bool active = false;
 };
@@ -182,37 +184,70 @@ struct TimedOp : at::ObserverContext {
   Clock::time_point start;
   const char* cls = nullptr;
   std::string name;  ///< a top-level op's
-  bool transparent = false;  ///< a wrapper whose inner ops are the top level (the autograd engine's)
+  /// A wrapper whose inner ops are the top level: the autograd engine's evaluation, a backward node, a part
+  bool transparent = false;
+  std::string part;  ///< a part's name
+  bool node = false;  ///< a backward node, made by the op numbered `seq` (-1: none, gradient accumulation)
+  bool evaluation = false;  ///< the autograd engine's evaluation of a node
+  std::int64_t seq = -1;
+  std::uint64_t forward_thread = 0;
 };
+
+std::uint64_t since(const OpClassProfiler::State& p, Clock::time_point t) {
+  return static_cast<std::uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(t - p.begin).count());
+}
 
 std::unique_ptr<at::ObserverContext> on_profiler_start(const at::RecordFunction& fn) {
   auto* p = g_profiler.load();
   if (!p || std::this_thread::get_id() != p->thread || at::in_parallel_region()) return nullptr;
   auto ctx = std::make_unique<TimedOp>();
   const auto name = op_name(fn);
-  // The backward's "autograd::engine::evaluate_function: MmBackward0" wraps the products and the rest it runs.
-  if (name.rfind("autograd::engine::", 0) == 0) {
+  ctx->start = Clock::now();
+  // The backward's "autograd::engine::evaluate_function: MmBackward0" and its node "MmBackward0" wrap the products
+  // and the rest it runs; a part wraps ops of the forward.
+  if (fn.scope() == at::RecordScope::USER_SCOPE) {
     ctx->transparent = true;
+    if (name.rfind(ROUTELAB_PART_PREFIX, 0) == 0) ctx->part = name.substr(std::strlen(ROUTELAB_PART_PREFIX));
     return ctx;
   }
+  if (fn.scope() == at::RecordScope::BACKWARD_FUNCTION) {
+    ctx->transparent = true;
+    ctx->node = true;
+    ctx->seq = fn.seqNr();
+    ctx->forward_thread = fn.forwardThreadId();
+    return ctx;
+  }
+  if (name.rfind("autograd::engine::", 0) == 0) {
+    ctx->transparent = true;
+    ctx->evaluation = true;
+    return ctx;
+  }
+  p->parts.op(fn.threadId(), since(*p, ctx->start), fn.seqNr());
   if (p->depth++ == 0) {
     ++p->ops;
     ctx->cls = op_class(name);
     ctx->name = name;
-    ctx->start = Clock::now();
   }
   return ctx;
 }
 
-void on_profiler_end(const at::RecordFunction& /*fn*/, at::ObserverContext* ctx) {
+void on_profiler_end(const at::RecordFunction& fn, at::ObserverContext* ctx) {
   auto* p = g_profiler.load();
   if (!p || !ctx) return;
   auto* timed = static_cast<TimedOp*>(ctx);
-  if (timed->transparent) return;
+  const auto end = Clock::now();
+  if (timed->transparent) {
+    if (!timed->part.empty()) p->parts.part(fn.threadId(), since(*p, timed->start), since(*p, end), timed->part);
+    if (timed->evaluation) p->parts.evaluation(fn.threadId(), since(*p, timed->start), since(*p, end));
+    if (timed->node)
+      p->parts.backward(fn.threadId(), since(*p, timed->start), since(*p, end), timed->seq, timed->forward_thread);
+    return;
+  }
   --p->depth;
   if (!timed->cls) return;
-  const auto ms = std::chrono::duration<double, std::milli>(Clock::now() - timed->start).count();
+  const auto ms = std::chrono::duration<double, std::milli>(end - timed->start).count();
   p->ms[timed->cls] += ms;
+  p->parts.work(fn.threadId(), since(*p, timed->start), ms);
   auto& tally = p->by_name[timed->name];
   ++tally.calls;
   tally.ms += ms;
@@ -224,11 +259,12 @@ OpClassProfiler::OpClassProfiler() : state_(std::make_unique<State>()) {
   std::lock_guard lock(g_profiler_mutex);
   if (g_profiler.load()) throw ConfigError("op profiler: another profile is already being recorded in this process");
   state_->thread = std::this_thread::get_id();
+  state_->begin = Clock::now();  // before any callback: span times count from here
   g_profiler = state_.get();
   state_->handle = at::addGlobalCallback(
-      at::RecordFunctionCallback(&on_profiler_start, &on_profiler_end).scopes({at::RecordScope::FUNCTION}));
+      at::RecordFunctionCallback(&on_profiler_start, &on_profiler_end)
+          .scopes({at::RecordScope::FUNCTION, at::RecordScope::BACKWARD_FUNCTION, at::RecordScope::USER_SCOPE}));
   state_->active = true;
-  state_->begin = Clock::now();
 }
 
 OpClassProfiler::~OpClassProfiler() { stop(); }
@@ -252,6 +288,7 @@ std::map<std::string, double> OpClassProfiler::classes_ms() const {
 
 std::int64_t OpClassProfiler::ops() const { return state_->ops; }
 const std::map<std::string, OpTally>& OpClassProfiler::ops_by_name() const { return state_->by_name; }
+std::map<std::string, PartTime> OpClassProfiler::parts_ms() const { return state_->parts.parts(); }
 
 double OpClassProfiler::wall_ms() const {
   const auto end = state_->active ? Clock::now() : state_->end;

@@ -7,6 +7,8 @@
 #include <memory>
 #include <string>
 
+#include "core/bench/part_profile.h"
+
 namespace routelab {
 
 /// Counts, while alive, the matrix products run on the constructing thread: aten::mm, addmm, bmm, baddbmm, mv,
@@ -67,6 +69,9 @@ class OpClassProfiler {
   std::int64_t ops() const;
   /// The top-level ops by name ("aten::index_select", ...): what the host dispatched, one by one.
   const std::map<std::string, OpTally>& ops_by_name() const;
+  /// The top-level ops' time by the part of the model or step they ran in (ROUTELAB_PART; the backward's by its
+  /// forward op's part: part_profile.h).
+  std::map<std::string, PartTime> parts_ms() const;
 
   struct State;
 

@@ -6,6 +6,7 @@
 #include <utility>
 
 #include "core/inference/kv_cache.h"
+#include "core/models/blocks/part_scope.h"
 #include "core/models/blocks/residual_probe.h"
 #include "core/util/errors.h"
 
@@ -201,6 +202,7 @@ TransformerTrunk::TransformerTrunk(TransformerOptions options) : options_(std::m
 }
 
 torch::Tensor TransformerTrunk::embed(const torch::Tensor& tokens, torch::Tensor& positions) {
+  ROUTELAB_PART("embedding");
   const auto T = tokens.size(1);
   if (T > options_.max_seq_len())
     throw ConfigError("sequence of " + std::to_string(T) + " tokens exceeds model.max_seq_len " +
@@ -243,6 +245,7 @@ torch::Tensor padded_vocab_logits(const torch::Tensor& h, const torch::Tensor& w
 }
 
 torch::Tensor vocab_logits(const torch::Tensor& h, const torch::Tensor& weight) {
+  ROUTELAB_PART("head");
   constexpr std::int64_t kAlign = 64, kMinRows = 128;
   if (!h.is_cuda() || h.numel() < kMinRows * h.size(-1)) return at::linear(h, weight);
   return padded_vocab_logits(h, weight, kAlign);

@@ -7,6 +7,7 @@
 #include <torch/version.h>
 
 #include "core/models/blocks/attention.h"
+#include "core/models/blocks/part_scope.h"
 #include "core/models/dllm_eviction.h"
 #include "core/util/optional_kernel.h"
 
@@ -225,6 +226,7 @@ torch::Tensor evicting_attention_flash(const torch::Tensor& q, const torch::Tens
 
 torch::Tensor evicting_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
                                  const torch::Tensor& w, Eviction eviction, double* pairs) {
+  ROUTELAB_PART("attention");
   const auto B = q.size(0), H = q.size(1), T = q.size(2);
 #ifdef ROUTELAB_FLASH_EVICTION
   if (const auto hd = q.size(3); flash_eviction_active(q.device(), q.scalar_type(), hd)) {

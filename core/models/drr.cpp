@@ -6,11 +6,13 @@
 #include <cmath>
 #include <iomanip>
 #include <limits>
+#include <optional>
 #include <set>
 #include <sstream>
 
 #include "core/inference/kv_cache.h"
 #include "core/models/blocks/attention.h"
+#include "core/models/blocks/part_scope.h"
 #include "core/models/blocks/residual_probe.h"
 #include "core/util/errors.h"
 #include "core/util/json_fields.h"
@@ -244,6 +246,7 @@ torch::Tensor DrrLayerImpl::forward(const torch::Tensor& x, const torch::Tensor&
   torch::Tensor short_ctx;
   const auto window = std::min<std::int64_t>(options.short_window(), static_cast<std::int64_t>(memory.short_term.size()));
   if (window > 0) {
+    ROUTELAB_PART("depth memory");
     const std::vector<torch::Tensor> recent(memory.short_term.end() - window, memory.short_term.end());
     const auto bank = torch::cat(recent, 1);  // (B, w T, C)
     short_ctx = short_mem_attn(x, bank, memory.causal ? short_visibility(T, window, x.device()) : torch::Tensor());
@@ -251,17 +254,20 @@ torch::Tensor DrrLayerImpl::forward(const torch::Tensor& x, const torch::Tensor&
   // Long-term memory: every block summary so far, (B, Nb S', C).
   torch::Tensor long_ctx;
   if (!memory.summaries.empty() && memory.summaries.front().size(1) > 0) {
+    ROUTELAB_PART("depth memory");
     const auto bank = torch::cat(memory.summaries, 1);  // (B, Nb S', C)
     const auto blocks = static_cast<std::int64_t>(memory.summaries.size());
     long_ctx = long_mem_attn(x, bank, memory.causal ? long_visibility(T, memory.summary_last, blocks) : torch::Tensor());
   }
 
+  std::optional<PartScope> router_part(std::in_place, ROUTELAB_PART_PREFIX "router");  // the gates and their mix
   const auto gates = torch::softmax(router_logits(x), -1);  // (B, T, 3)
   if (gates_out) *gates_out = gates.detach();
   // hybrid = g0 x + g1 short + g2 long; an absent memory is the paper's zero context, so its term is left out.
   auto hybrid = gates.narrow(-1, 0, 1) * x;  // (B, T, C)
   if (short_ctx.defined()) hybrid = hybrid + gates.narrow(-1, 1, 1) * short_ctx;
   if (long_ctx.defined()) hybrid = hybrid + gates.narrow(-1, 2, 1) * long_ctx;
+  router_part.reset();
 
   // PreNorm block on the routed input: x = hybrid + Attn(LN(hybrid)); x = x + MLP(LN(x)).
   const auto h = norm1->into_matmul(hybrid);
@@ -269,14 +275,17 @@ torch::Tensor DrrLayerImpl::forward(const torch::Tensor& x, const torch::Tensor&
   if (memory.causal) {
     attn_out = attn(h, positions);
   } else {  // the paper's nn.MultiheadAttention: bidirectional
+    ROUTELAB_PART("attention");
     const auto qkv = attn->project(h, positions);
     attn_out = attn->output(attend(qkv.q, qkv.k, qkv.v, {}, dropout, training));
   }
   const auto [mid, n2] = norm2->add_into_matmul(hybrid, attn_out);  // mid = hybrid + attn_out and its norm
+  std::optional<PartScope> mlp_part(std::in_place, ROUTELAB_PART_PREFIX "mlp");
   auto up = torch::gelu(linear(n2, mlp_up));                          // (B, T, 4C)
   if (training && dropout > 0) up = torch::dropout(up, dropout, true);
   auto mlp_out = linear(up, mlp_down);
   if (training && dropout > 0) mlp_out = torch::dropout(mlp_out, dropout, true);
+  mlp_part.reset();
   if (residual_probe_active()) {
     record_residual(layer_index, "attn", hybrid, attn_out);
     record_residual(layer_index, "mlp", mid, mlp_out);
@@ -370,7 +379,7 @@ DrrTransformer::States DrrTransformer::states(const torch::Tensor& tokens, bool 
                       std::to_string(options_.max_seq_len()));
   const auto& o = drr_options_;
   const auto positions = torch::arange(T, torch::TensorOptions().dtype(torch::kLong).device(tokens.device()));  // (T)
-  auto x = tok_emb(tokens) + pos_emb(positions);  // (B, T, C): no embedding dropout, as the paper
+  auto x = ROUTELAB_IN_PART("embedding", tok_emb(tokens) + pos_emb(positions));  // (B, T, C): no embedding dropout
 
   DrrMemoryBank memory;
   memory.causal = o.memory() == DrrMemory::Causal;
@@ -395,7 +404,9 @@ DrrTransformer::States DrrTransformer::states(const torch::Tensor& tokens, bool 
     memory.short_term.push_back(x);
     if (static_cast<std::int64_t>(memory.short_term.size()) > o.short_window()) memory.short_term.erase(memory.short_term.begin());
     const bool pools = (static_cast<std::int64_t>(i) + 1) % o.block_size() == 0 && summary > 0;
-    if (pools) memory.summaries.push_back(memory.causal ? summary_pool->pool_chunks(x, chunks) : summary_pool(x));
+    if (pools)
+      memory.summaries.push_back(
+          ROUTELAB_IN_PART("depth memory", memory.causal ? summary_pool->pool_chunks(x, chunks) : summary_pool(x)));
     if (keep_layers) out.layers.push_back(x);
     record_layer_state(x);
     if (!trace) continue;

@@ -48,6 +48,7 @@ DTRNetLayerImpl::Output DTRNetLayerImpl::forward_deferred(const torch::Tensor& x
   // The input and its norm in one pass; both paths read the normalised input, through projections.
   const auto [x, n] = norm1->add_into_matmul(x_prev, pending);
   out.input = x;
+  std::optional<PartScope> router_part(std::in_place, ROUTELAB_PART_PREFIX "router");  // the router and its rule
   const auto logits = router_logits(x);            // (B, T, 2)
   const auto G = torch::softmax(logits, -1);       // (B, T, 2): [g_attn, g_bypass]
   out.gate_attn = G.select(-1, 0);                 // (B, T)
@@ -79,6 +80,7 @@ DTRNetLayerImpl::Output DTRNetLayerImpl::forward_deferred(const torch::Tensor& x
       break;
   }
 
+  router_part.reset();
   torch::Tensor update;     // (B, T, C) before the gate
   if (options.attention() == DtrAttention::Masked) {
     const auto counts = count_routed(out.decision);
@@ -89,7 +91,8 @@ DTRNetLayerImpl::Output DTRNetLayerImpl::forward_deferred(const torch::Tensor& x
   }
   // Eq. 3 and 5: the path's output is scaled by the router score of the path the token took; the scaled add and
   // the next norm are one pass where the fused kernels run.
-  const auto gate = torch::where(out.decision, out.gate_attn, gate_bypass).to(x.scalar_type()).contiguous();  // (B, T)
+  const auto gate = ROUTELAB_IN_PART(
+      "router", torch::where(out.decision, out.gate_attn, gate_bypass).to(x.scalar_type()).contiguous());  // (B, T)
   const auto [h, n2] = norm2->add_into_matmul(x, update, gate);
   out.h = h;
   out.m = mlp(n2);  // the shared MLP for every token
@@ -208,9 +211,10 @@ torch::Tensor DTRNetLayerImpl::attend_compact(const torch::Tensor& n, const torc
   // Bypass heads: a token attending only to itself receives its own value, each KV head repeated for the query
   // heads it serves exactly as repeat_kv does (query head h reads KV head h / n_rep).
   torch::Tensor v_all;  // (B, T, Hkv hd)
-  if (vo) v_all = at::linear(n, w_v, b_v);
+  if (vo) v_all = ROUTELAB_IN_PART("bypass", at::linear(n, w_v, b_v));
   torch::Tensor routed_heads;  // (B, K, C), or (total, C) packed
   if (packed) {
+    ROUTELAB_PART("attention");
     const auto n_r = gather_packed(n, c);           // (N, C)
     const auto qk = at::linear(n_r, w_qk, b_qk);    // (N, (H + Hkv) hd)
     // Each row is a sequence of one token to the rotary kernel ((N, heads, 1, hd) at positions (N, 1)), so that its
@@ -226,6 +230,7 @@ torch::Tensor DTRNetLayerImpl::attend_compact(const torch::Tensor& n, const torc
                                                     &out.pairs))
                        .reshape({N, C});
   } else if (c.max_len > 0) {
+    ROUTELAB_PART("attention");
     const auto K = c.max_len;
     const auto n_r = gather_rows(n, c);                    // (B, K, C)
     const auto qk = at::linear(n_r, w_qk, b_qk);           // (B, K, (H + Hkv) hd)
@@ -247,18 +252,20 @@ torch::Tensor DTRNetLayerImpl::attend_compact(const torch::Tensor& n, const torc
     // the full W_O. The bypass product also runs over routed rows, whose results are then replaced (priced so).
     const auto& w_o = attn->proj->weight;  // (C, H hd)
     const auto& b_o = attn->proj->bias;
-    const auto folded = w_o.view({C, Hkv, H / Hkv, hd}).sum(2).reshape({C, Hkv * hd});
-    const auto bypass = at::linear(v_all, folded, b_o.defined() ? c10::optional<at::Tensor>(b_o) : c10::nullopt);
-    return routed_heads.defined() ? put(bypass, linear(routed_heads, attn->proj)) : bypass;
+    const auto folded = ROUTELAB_IN_PART("bypass", w_o.view({C, Hkv, H / Hkv, hd}).sum(2).reshape({C, Hkv * hd}));
+    const auto bypass = ROUTELAB_IN_PART(
+        "bypass", at::linear(v_all, folded, b_o.defined() ? c10::optional<at::Tensor>(b_o) : c10::nullopt));
+    return routed_heads.defined() ? put(bypass, ROUTELAB_IN_PART("attention", linear(routed_heads, attn->proj)))
+                                  : bypass;
   }
   if (vo) {
     auto heads = v_all;  // (B, T, C): with as many KV heads as query heads, each token's own value is its heads
     if (routed_heads.defined()) heads = put(heads, routed_heads);
-    return linear(heads, attn->proj);  // (B, T, C): one W_O over every token
+    return ROUTELAB_IN_PART("bypass", linear(heads, attn->proj));  // (B, T, C): one W_O over every token
   }
   // w/o-VO: only routed tokens are projected; bypass tokens get no update.
   const auto zeros = torch::zeros({B, T, C}, n.options());
-  return routed_heads.defined() ? put(zeros, linear(routed_heads, attn->proj)) : zeros;
+  return routed_heads.defined() ? put(zeros, ROUTELAB_IN_PART("attention", linear(routed_heads, attn->proj))) : zeros;
 }
 
 torch::Tensor DTRNetLayerImpl::attend_masked(const torch::Tensor& n, const torch::Tensor& positions,

@@ -120,6 +120,7 @@ class CpuStoreAttention : public torch::autograd::Function<CpuStoreAttention> {
 
 torch::Tensor unified_attention(const torch::Tensor& q, const UnifiedKVStore& store, const torch::Tensor& visible,
                                 double dropout, bool training, const std::vector<std::int64_t>& rows, double* pairs) {
+  ROUTELAB_PART("attention");
   const auto B = q.size(0), H = q.size(1), Tq = q.size(2), hd = q.size(3);
   const auto N = static_cast<double>(store.size());
   // A query that sees nothing (a padding row) would make a NaN softmax: it attends to every entry instead and its
@@ -315,6 +316,7 @@ torch::Tensor RadialNetwork::forced_choices(std::int64_t B, std::int64_t T, cons
 
 torch::Tensor RadialNetwork::route(const torch::Tensor& h, std::int64_t s, const torch::Tensor& forced, Pass& pass,
                                    torch::Tensor& weight) {
+  ROUTELAB_PART("router");
   const auto L = options_.n_layer();
   auto z = step_logits(h, s);  // (B, T, L + 1) float
   ++pass.totals.router_steps;
@@ -355,6 +357,7 @@ torch::Tensor RadialNetwork::route(const torch::Tensor& h, std::int64_t s, const
 bool RadialNetwork::execute(torch::Tensor& h, const torch::Tensor& positions, const torch::Tensor& choice,
                             const torch::Tensor& weight, std::int64_t s, UnifiedKVStore& store, Pass& pass,
                             RadialRecord* record) {
+  ROUTELAB_PART("routing");  // the rows of each layer, gathered and put back (the layers' own parts nest inside)
   const auto B = h.size(0), T = h.size(1), C = options_.n_embd(), L = options_.n_layer();
   const auto H = options_.n_head(), hd = C / H;
   const auto Hkv = (options_.n_kv_head() > 0 ? options_.n_kv_head() : H);
@@ -396,9 +399,13 @@ bool RadialNetwork::execute(torch::Tensor& h, const torch::Tensor& positions, co
         .transpose(1, 2);
   };
   const auto q = place(q_parts, H);  // (B, H, K, hd)
-  store.append(place(k_parts, Hkv), place(v_parts, Hkv), pos_rows, s, rows.valid);
-  const auto visible = store.visible(pos_rows, torch::full({B, K}, s, pass.totals.path.options()))
-                           .logical_and(rows.valid.unsqueeze(2));  // (B, K, N_store)
+  torch::Tensor visible;             // (B, K, N_store)
+  {
+    ROUTELAB_PART("attention");
+    store.append(place(k_parts, Hkv), place(v_parts, Hkv), pos_rows, s, rows.valid);
+    visible = store.visible(pos_rows, torch::full({B, K}, s, pass.totals.path.options()))
+                  .logical_and(rows.valid.unsqueeze(2));
+  }
   double step_pairs = 0;  // (query, entry) pairs the kernel scored at this step
   const auto heads = unified_attention(q, store, visible, options_.dropout(), is_training(), rows.lengths,
                                        &step_pairs);  // (B, H, K, hd)

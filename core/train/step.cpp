@@ -7,6 +7,7 @@
 #include <torch/version.h>
 
 #include "core/dist/grad_sync.h"
+#include "core/models/blocks/part_scope.h"
 #include "core/models/blocks/residual_probe.h"
 #include "core/train/fused_cross_entropy.h"
 #include "core/train/optimizer.h"
@@ -15,6 +16,7 @@
 namespace routelab {
 
 torch::Tensor lm_loss(const torch::Tensor& logits, const torch::Tensor& target, const torch::Tensor& mask) {
+  ROUTELAB_PART("loss");
   const auto V = logits.size(-1);
   if (logits.is_cuda() && fused_cross_entropy_available()) {  // RouteLab's kernels: fp32 arithmetic, no fp32 copy
     const auto per_token = fused_cross_entropy_rows(logits.reshape({-1, V}), target.reshape({-1}));
@@ -79,6 +81,7 @@ AutocastGuard::~AutocastGuard() {
 void zero_grads(torch::nn::Module& model) {
   // Zeroed in place, not dropped (LibTorch 2.x's zero_grad default): a parameter that no token reached this step
   // still gets AdamW's decay and momentum update, the same on every LibTorch.
+  ROUTELAB_PART("optimizer");
   std::vector<torch::Tensor> grads;
   for (const auto& p : model.parameters())
     if (p.grad().defined()) grads.push_back(p.grad());
@@ -87,6 +90,7 @@ void zero_grads(torch::nn::Module& model) {
 
 torch::Tensor clip_and_step(torch::nn::Module& model, torch::optim::Optimizer& optimizer, double grad_clip,
                             const torch::Tensor& skip) {
+  ROUTELAB_PART("optimizer");
   if (skip.defined()) {
     auto* adamw = dynamic_cast<MultiTensorAdamW*>(&optimizer);
     if (!adamw)
@@ -130,6 +134,7 @@ MicroPass forward_losses(LanguageModel& model, const Batch& batch, bool bf16, bo
     p.output = model.forward(batch.input, trace);
     if (probe) student_states = std::move(probe->states);
   }
+  ROUTELAB_PART("loss");  // the losses from the logits (a teacher's forward: its model's parts)
   p.loss = lm_loss(p.output.logits, batch.target, batch.loss_mask);
   p.lm_total = p.loss;
   if (teacher) {
@@ -174,7 +179,8 @@ StepResult train_step(LanguageModel& model, torch::optim::Optimizer& optimizer, 
   if (micro_batches == 1 && !share) {
     auto p = forward_losses(model, batch, bf16, trace, teacher);
     p.output.logits = torch::Tensor();
-    result.grad_norm = backward_and_step(p.lm_total + p.aux, model, optimizer, grad_clip, p.output.overflow);
+    result.grad_norm =
+        backward_and_step(ROUTELAB_IN_PART("loss", p.lm_total + p.aux), model, optimizer, grad_clip, p.output.overflow);
     result.loss = p.loss.detach();
     result.aux_loss = p.output.aux_loss.detach();
     result.output = std::move(p.output);

@@ -21,6 +21,7 @@
 
 #include "core/inference/kv_cache.h"
 #include "core/models/blocks/cpu_attention_kernel.h"
+#include "core/models/blocks/part_scope.h"
 #include "core/models/blocks/varlen_packing.h"
 #include "core/util/device.h"
 #include "core/util/optional_kernel.h"
@@ -347,6 +348,7 @@ bool packed_rows_active(const torch::Tensor& x, std::int64_t head_dim) {
 torch::Tensor packed_causal_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
                                       const std::vector<std::int64_t>& lengths, double dropout, bool training,
                                       double* pairs) {
+  ROUTELAB_PART("attention");
 #if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 3)
   if (varlen_attention_active(q.device(), q.scalar_type(), q.size(2))) {
     const bool dropping = training && dropout > 0;
@@ -373,6 +375,7 @@ torch::Tensor packed_causal_attention(const torch::Tensor& q, const torch::Tenso
 torch::Tensor packed_causal_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
                                       const torch::Tensor& starts, std::int64_t longest, double dropout,
                                       bool training) {
+  ROUTELAB_PART("attention");
   TORCH_CHECK(starts.dim() == 1 && starts.size(0) >= 2 && starts.scalar_type() == torch::kInt,
               "packed_causal_attention: starts must be (runs + 1) int32 cumulative lengths");
 #if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 3)
@@ -399,6 +402,7 @@ torch::Tensor packed_causal_attention(const torch::Tensor& q, const torch::Tenso
 torch::Tensor causal_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
                                double dropout, bool training, const std::vector<std::int64_t>& lengths,
                                double* pairs) {
+  ROUTELAB_PART("attention");
   const auto B = q.size(0), H = q.size(1), Tq = q.size(2), hd = q.size(3), Tk = k.size(2);
   const auto kf = repeat_kv(k, H / k.size(1));
   const auto vf = repeat_kv(v, H / v.size(1));
@@ -470,6 +474,7 @@ void CausalSelfAttentionImpl::reset() {
 }
 
 CausalSelfAttentionImpl::QKV CausalSelfAttentionImpl::project(const torch::Tensor& x, const torch::Tensor& positions) {
+  ROUTELAB_PART("attention");
   const auto B = x.size(0), T = x.size(1), H = options.n_head(), Hkv = kv_heads(), hd = head_dim();
   // split (not narrow): its backward writes the three gradients into one buffer instead of three zero-filled ones.
   const auto parts = linear(x, qkv).split_with_sizes({H * hd, Hkv * hd, Hkv * hd}, -1);  // (B, T, (H + 2Hkv) hd)
@@ -481,12 +486,14 @@ CausalSelfAttentionImpl::QKV CausalSelfAttentionImpl::project(const torch::Tenso
 }
 
 torch::Tensor CausalSelfAttentionImpl::output(const torch::Tensor& heads) {
+  ROUTELAB_PART("attention");
   const auto B = heads.size(0), T = heads.size(2);
   return linear(heads.transpose(1, 2).reshape({B, T, options.n_embd()}), proj);  // (B, T, C)
 }
 
 torch::Tensor CausalSelfAttentionImpl::forward(const torch::Tensor& x, const torch::Tensor& positions,
                                               const std::vector<std::int64_t>& lengths, double* pairs) {
+  ROUTELAB_PART("attention");
   const auto [q, k, v] = project(x, positions);
   return output(causal_attention(q, k, v, options.dropout(), is_training(), lengths, pairs));
 }
@@ -494,6 +501,7 @@ torch::Tensor CausalSelfAttentionImpl::forward(const torch::Tensor& x, const tor
 torch::Tensor CausalSelfAttentionImpl::cached_heads(const torch::Tensor& x, const torch::Tensor& positions,
                                                    KVCache& cache, const torch::Tensor& keep,
                                                    const torch::Tensor& hidden) {
+  ROUTELAB_PART("attention");
   const auto [q, k, v] = project(x, positions);  // rotated at the absolute positions
   cache.append(k, v, positions, keep, 0, hidden);
   return cache.attend(q, positions);  // (B, H, n, hd)
@@ -506,6 +514,7 @@ torch::Tensor CausalSelfAttentionImpl::forward_cached(const torch::Tensor& x, co
 }
 
 torch::Tensor CausalSelfAttentionImpl::value_only(const torch::Tensor& x) {
+  ROUTELAB_PART("attention");
   const auto B = x.size(0), T = x.size(1), H = options.n_head(), Hkv = kv_heads(), hd = head_dim();
   const auto w_v = qkv->weight.narrow(0, (H + Hkv) * hd, Hkv * hd);                     // (Hkv hd, C)
   const auto b_v = qkv->bias.defined() ? qkv->bias.narrow(0, (H + Hkv) * hd, Hkv * hd) : torch::Tensor();

@@ -2,6 +2,7 @@
 #include "core/models/blocks/mlp.h"
 
 #include "core/models/blocks/attention.h"
+#include "core/models/blocks/part_scope.h"
 
 namespace routelab {
 
@@ -15,6 +16,7 @@ void MlpImpl::reset() {
 }
 
 torch::Tensor MlpImpl::forward(const torch::Tensor& x) {
+  ROUTELAB_PART("mlp");
   torch::Tensor hidden;
   if (options.kind() == MlpKind::SwiGLU) {
     const auto gate_up = linear(x, up).chunk(2, -1);        // 2 x (..., F)

@@ -3,6 +3,8 @@
 
 #include <torch/version.h>
 
+#include "core/models/blocks/part_scope.h"
+
 namespace routelab {
 
 FusedNormSpec NormImpl::fused_spec(torch::ScalarType out_type) const {
@@ -18,6 +20,7 @@ void NormImpl::reset() {
 }
 
 torch::Tensor NormImpl::forward(const torch::Tensor& x) {
+  ROUTELAB_PART("norm");
   if (options.kind() == NormKind::Layer)
     return torch::layer_norm(x, {options.dim()}, weight, bias, options.eps());
 #if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 4)
@@ -33,12 +36,14 @@ torch::Tensor NormImpl::forward(const torch::Tensor& x) {
 }
 
 torch::Tensor NormImpl::into_matmul(const torch::Tensor& x) {
+  ROUTELAB_PART("norm");
   if (const auto type = fused_norm_output_type(x, {}, weight)) return fused_norm(x, fused_spec(*type));
   return forward(x);
 }
 
 std::pair<torch::Tensor, torch::Tensor> NormImpl::add_into_matmul(const torch::Tensor& x, const torch::Tensor& y,
                                                                   const torch::Tensor& gate) {
+  ROUTELAB_PART("norm");
   if (!y.defined()) return {x, into_matmul(x)};
   if (const auto type = fused_norm_output_type(x, y, weight, gate))
     return fused_add_norm(x, y, fused_spec(*type), gate);

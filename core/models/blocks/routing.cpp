@@ -148,9 +148,13 @@ std::pair<torch::Tensor, torch::Tensor> routed_first_order(const torch::Tensor& 
 
 }  // namespace
 
-Compaction count_routed(const torch::Tensor& decision) { return count_routed(decision, decision.sum(1)); }
+Compaction count_routed(const torch::Tensor& decision) {
+  ROUTELAB_PART("routing");
+  return count_routed(decision, decision.sum(1));
+}
 
 Compaction compact(const torch::Tensor& decision, std::int64_t bucket, bool with_valid) {
+  ROUTELAB_PART("routing");
   const auto T = decision.size(1);
   const auto counts = decision.sum(1);  // (B), on the decision's device: `valid` is built from it without a copy back
   // Every sequence's order, queued before the counts are read back: a GPU's queue is empty after that wait until the
@@ -167,6 +171,7 @@ Compaction compact(const torch::Tensor& decision, std::int64_t bucket, bool with
 }
 
 Compaction compact_packed(const torch::Tensor& decision) {
+  ROUTELAB_PART("routing");
   const auto T = decision.size(1);
   const auto counts = decision.sum(1);  // (B)
   // Routed rows (key 1) before the others, each group in its flat order (the sort is stable): the first `total`
@@ -192,6 +197,7 @@ SizedRows sized_rows(std::int64_t capacity, std::int64_t tokens, const torch::De
 }
 
 Compaction compact_sized(const torch::Tensor& decision, const SizedRows& rows) {
+  ROUTELAB_PART("routing");
   const auto B = decision.size(0), T = decision.size(1);
   TORCH_CHECK(rows.capacity >= 1 && rows.capacity <= B * T, "compact_sized: a capacity of ", rows.capacity,
               " rows for ", B * T, " tokens");
@@ -213,6 +219,7 @@ Compaction compact_sized(const torch::Tensor& decision, const SizedRows& rows) {
 }
 
 Compaction compact_sized_padded(const torch::Tensor& decision, std::int64_t len) {
+  ROUTELAB_PART("routing");
   const auto T = decision.size(1);
   Compaction c;
   c.seq_len = T;
@@ -310,16 +317,19 @@ std::int64_t resize_capacity(std::int64_t routed, std::int64_t capacity, std::in
 }
 
 torch::Tensor compacted_positions(const torch::Tensor& positions, const Compaction& c) {
+  ROUTELAB_PART("routing");
   if (positions.dim() == 2) return positions.gather(1, c.index);
   return positions.take(c.index);  // (B, K)
 }
 
 torch::Tensor gather_rows(const torch::Tensor& x, const Compaction& c) {
+  ROUTELAB_PART("routing");
   const auto B = x.size(0), T = x.size(1), C = x.size(2);
   return x.reshape({B * T, C}).index_select(0, c.flat).view({B, c.max_len, C});  // (B, K, C)
 }
 
 torch::Tensor scatter_rows(const torch::Tensor& base, const Compaction& c, const torch::Tensor& rows) {
+  ROUTELAB_PART("routing");
   auto real = rows.reshape({base.size(0) * c.max_len, base.size(2)});
   if (c.padded_sized) {  // the padding rows' tokens keep base's rows
     const auto flat = base.reshape({base.size(0) * base.size(1), base.size(2)});
@@ -332,6 +342,7 @@ torch::Tensor scatter_rows(const torch::Tensor& base, const Compaction& c, const
 }
 
 torch::Tensor add_rows(const torch::Tensor& base, const Compaction& c, const torch::Tensor& rows) {
+  ROUTELAB_PART("routing");
   TORCH_CHECK(c.capacity == 0, "add_rows: takes a compaction with a (B, K) index, not a packed sized one");
   const auto B = base.size(0), T = base.size(1), C = base.size(2);
   auto real = rows.reshape({B * c.max_len, C});
@@ -341,10 +352,12 @@ torch::Tensor add_rows(const torch::Tensor& base, const Compaction& c, const tor
 }
 
 torch::Tensor gather_packed(const torch::Tensor& x, const Compaction& c) {
+  ROUTELAB_PART("routing");
   return x.reshape({x.size(0) * x.size(1), x.size(2)}).index_select(0, c.real_flat);
 }
 
 torch::Tensor scatter_packed(const torch::Tensor& base, const Compaction& c, const torch::Tensor& rows) {
+  ROUTELAB_PART("routing");
   const auto B = base.size(0), T = base.size(1), C = base.size(2);
   const auto flat = base.reshape({B * T, C});
   auto put = rows.to(base.scalar_type());
@@ -354,6 +367,7 @@ torch::Tensor scatter_packed(const torch::Tensor& base, const Compaction& c, con
 }
 
 torch::Tensor packed_positions(const torch::Tensor& positions, const Compaction& c) {
+  ROUTELAB_PART("routing");
   if (positions.dim() == 2) return positions.reshape({-1}).index_select(0, c.real_flat);
   return positions.index_select(0, c.real_flat.remainder(c.seq_len));  // each row's place within its sequence
 }
@@ -361,6 +375,7 @@ torch::Tensor packed_positions(const torch::Tensor& positions, const Compaction&
 torch::Tensor topk_decision(const torch::Tensor& scores, std::int64_t k) { return topk_routing(scores, k).decision; }
 
 TopKRouting topk_routing(const torch::Tensor& scores, std::int64_t k) {
+  ROUTELAB_PART("routing");
   const auto B = scores.size(0), T = scores.size(1);
   k = std::clamp<std::int64_t>(k, 0, T);
   TopKRouting r;
@@ -415,6 +430,7 @@ void force_two_way_bias(const torch::Tensor& bias, std::int64_t path, const torc
 
 torch::Tensor masked_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
                                const torch::Tensor& allowed) {
+  ROUTELAB_PART("attention");
   const auto H = q.size(1), hd = q.size(3);
   const auto kf = repeat_kv(k, H / k.size(1)), vf = repeat_kv(v, H / v.size(1));
   auto scores = torch::matmul(q, kf.transpose(-2, -1)) / std::sqrt(static_cast<double>(hd));  // (B, H, T, T)

@@ -8,6 +8,7 @@
 #include <c10/core/impl/LocalDispatchKeySet.h>
 #include <torch/torch.h>
 
+#include "core/models/blocks/part_scope.h"
 #include "core/util/thread_flag.h"
 
 namespace routelab {
@@ -29,7 +30,9 @@ std::string pattern_string(const std::vector<bool>& routed);
 /// (`x.to(torch::kFloat)`), so a decision near a tie, or a benchmark's forced threshold, is not made by bf16 rounding
 /// (a bias of 3 moves by 0.01 in bf16, more than the spread of an untrained router's logits). D-LLM's official
 /// router computes in fp32 (x.float()); Switch Transformer's "selective precision" does the same for its router.
+/// Its ops are the part "router" of the profiles (part_scope.h).
 class Fp32Router {
+  PartScope part_{ROUTELAB_PART_PREFIX "router"};
   c10::impl::ExcludeDispatchKeyGuard no_autocast_{c10::autocast_dispatch_keyset};
 };
 
