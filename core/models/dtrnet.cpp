@@ -337,6 +337,7 @@ ModelOutput DTRNet::forward(const torch::Tensor& tokens, bool trace) {
     routed_out[static_cast<std::size_t>(i)] = std::move(r);
   }
   std::vector<torch::Tensor> routed_on_device;  // by layer: the deferred sized layers' routed tokens
+  std::optional<PartScope> part(std::in_place, ROUTELAB_PART_PREFIX "routing");  // the sized layers' counts
   if (DeferredTraceReadback::active()) {
     routed_on_device = defer_sized_layers(routed_out, B * T, out);
   } else if (!settle_sized_layers(routed_out, B * T)) {
@@ -351,6 +352,7 @@ ModelOutput DTRNet::forward(const torch::Tensor& tokens, bool trace) {
   // Eq. 7: lambda * sum_l alpha_l ||G_l[:, 0]||_1, alpha_l = f_l / sum f from hard (detached) counts. As in the
   // reference code the L1 norm is divided by the token count (a mean), which keeps lambda independent of B*T.
   // A deferred sized layer's count stays on the device (defer_sized_layers): its load is a tensor.
+  part.emplace(ROUTELAB_PART_PREFIX "router");  // the routing loss and the trace
   auto weighted = torch::zeros({}, x.options().dtype(torch::kFloat));
   auto predictor_loss = torch::zeros({}, x.options().dtype(torch::kFloat));
   double load_sum = 0;
@@ -413,10 +415,12 @@ ModelOutput DTRNet::forward(const torch::Tensor& tokens, bool trace) {
       out.trace.push_back(std::move(t));
     }
   }
+  part.reset();
   torch::Tensor last;
   out.logits = head(x, pending, last);
   record_layer_state(last);
   if (trace) resolve_on_device(out.trace);
+  part.emplace(ROUTELAB_PART_PREFIX "router");
   out.aux_loss = torch::zeros({}, x.options().dtype(torch::kFloat));
   if (is_training()) {  // the routing loss is a training objective only (reference code)
     if (load_sum_on_device.defined())  // 0 / a tiny denominator is 0, as the host's test below
