@@ -257,14 +257,12 @@ class TestProfiles : public QObject {
     QVERIFY2(table.find(kUnlinkedWork) < table.find("attention"), table.c_str());
   }
 
-  void aProfiledStepSplitsItsTimeByPart() {
-    // A real forward and backward under the host profiler: the backward's products are the part's whose forward
-    // made them, and every top-level op's time is attributed once.
+  /// Two parts' forward, then the backward of both: the work of aProfiledStepSplitsItsTimeByPart.
+  static void two_parts_and_their_backward() {
     torch::manual_seed(1);
     const auto x = torch::randn({64, 128});
     const auto w1 = torch::randn({128, 128}, torch::requires_grad());
     const auto w2 = torch::randn({128, 128}, torch::requires_grad());
-    OpClassProfiler profiler;
     torch::Tensor h, y;
     {
       ROUTELAB_PART("first");
@@ -275,6 +273,14 @@ class TestProfiles : public QObject {
       y = torch::mm(h, w2).sum();
     }
     y.backward();
+    QVERIFY(w1.grad().defined() && w2.grad().defined());
+  }
+
+  void aProfiledStepSplitsItsTimeByPart() {
+    // A real forward and backward under the host profiler: the backward's products are the part's whose forward
+    // made them, and every top-level op's time is attributed once.
+    OpClassProfiler profiler;
+    two_parts_and_their_backward();
     profiler.stop();
     const auto parts = profiler.parts_ms();
     QVERIFY(parts.count("first") && parts.count("second"));
@@ -284,7 +290,25 @@ class TestProfiles : public QObject {
     for (const auto& [name, t] : parts) sum += t.calls();
     for (const auto& [name, tally] : profiler.ops_by_name()) ops += static_cast<double>(tally.calls);
     QCOMPARE(sum, ops);
-    QVERIFY(w1.grad().defined() && w2.grad().defined());
+  }
+
+  void kinetoFindsTheSameParts() {
+    // The GPU's attribution reads Kineto's events (scopes, sequence numbers, forward threads, the engine's
+    // evaluations): on the CPU's recording it must find the parts, and the calls, that the host profiler finds.
+    if (!kernel_profiling_unavailable().empty()) QSKIP("Kineto needs LibTorch 2.4 or later");
+    two_parts_and_their_backward();  // warm: the first call allocates
+    OpClassProfiler host;
+    two_parts_and_their_backward();
+    host.stop();
+    KernelProfiler kineto(false);
+    two_parts_and_their_backward();
+    const auto recorded = kineto.stop();
+    const auto expected = host.parts_ms();
+    for (const auto* name : {"first", "second"}) {
+      QVERIFY2(recorded.parts.count(name), name);
+      QCOMPARE(recorded.parts.at(name).forward_calls, expected.at(name).forward_calls);
+      QCOMPARE(recorded.parts.at(name).backward_calls, expected.at(name).backward_calls);
+    }
   }
 
   void theCpuAttentionBackwardIsAttention() {

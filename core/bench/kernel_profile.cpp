@@ -155,27 +155,50 @@ std::string kernel_profiling_unavailable() {
 #ifdef ROUTELAB_KINETO
 namespace {
 
-/// The host's part spans, backward nodes and node-making ops of a GPU recording, and each kernel's time at the op
-/// that launched it (the op Kineto links it to: the innermost one open at the launch).
-PartAttribution attribute_parts(const std::vector<torch::autograd::profiler::KinetoEvent>& recorded) {
+/// The host's part spans, backward nodes and node-making ops of a recording, and the work to attribute: on a GPU
+/// each kernel's time at the op that launched it (the op Kineto links it to: the innermost one open at the launch),
+/// on the CPU each top-level op's time (as OpClassProfiler counts them).
+PartAttribution attribute_parts(const std::vector<torch::autograd::profiler::KinetoEvent>& recorded, bool cuda) {
+  // libkineto's ActivityType: PyTorch's ops and record_function scopes are CPU_OP (0) and USER_ANNOTATION (1); the
+  // CUDA runtime's calls, also on the CPU, have correlation ids of their own and are left out.
+  constexpr std::uint8_t kCpuOp = 0, kUserAnnotation = 1;
   PartAttribution parts;
   std::unordered_map<std::uint64_t, std::pair<std::uint64_t, std::uint64_t>> launched_by;  // op -> (thread, start)
+  std::map<std::uint64_t, std::vector<std::pair<std::uint64_t, std::uint64_t>>> ops;       // thread -> spans
   const auto prefix = std::string_view(ROUTELAB_PART_PREFIX);
   for (const auto& e : recorded) {
     if (e.deviceType() != c10::DeviceType::CPU || e.isHiddenEvent()) continue;
-    const auto thread = e.startThreadId(), start = e.startNs();
+    if (e.activityType() != kCpuOp && e.activityType() != kUserAnnotation) continue;
+    const auto thread = e.startThreadId(), start = e.startNs(), end = e.endNs();
     const auto scope = e.scope();
     if (scope == static_cast<std::uint8_t>(at::RecordScope::USER_SCOPE)) {
       if (const auto name = e.name(); name.rfind(prefix, 0) == 0)
-        parts.part(thread, start, e.endNs(), name.substr(prefix.size()));
+        parts.part(thread, start, end, name.substr(prefix.size()));
     } else if (scope == static_cast<std::uint8_t>(at::RecordScope::BACKWARD_FUNCTION)) {
-      parts.backward(thread, start, e.endNs(), e.sequenceNr(), e.fwdThreadId());
+      parts.backward(thread, start, end, e.sequenceNr(), e.fwdThreadId());
     } else if (e.name().rfind("autograd::engine::evaluate_function", 0) == 0) {
-      parts.evaluation(thread, start, e.endNs());
+      parts.evaluation(thread, start, end);
     } else {
       parts.op(thread, start, e.sequenceNr());
+      ops[thread].emplace_back(start, end);
     }
     if (e.correlationId() != 0) launched_by[e.correlationId()] = {thread, start};
+  }
+  if (!cuda) {  // the CPU's work: ops inside no other op of their thread
+    for (auto& [thread, spans] : ops) {
+      std::sort(spans.begin(), spans.end(), [](const auto& a, const auto& b) {
+        return a.first != b.first ? a.first < b.first : a.second > b.second;
+      });
+      std::uint64_t open_until = 0;
+      bool any = false;
+      for (const auto& [start, end] : spans) {
+        if (any && start < open_until) continue;  // nested in the last top-level op
+        parts.work(thread, start, static_cast<double>(end - start) / 1e6);
+        open_until = end;
+        any = true;
+      }
+    }
+    return parts;
   }
   for (const auto& e : recorded) {
     if (e.deviceType() != c10::DeviceType::CUDA || e.isHiddenEvent() || e.endNs() < e.startNs()) continue;
@@ -254,7 +277,7 @@ KernelProfile KernelProfiler::stop(const std::string& trace_path) {
     if (e.deviceType() != wanted || e.isHiddenEvent()) continue;
     events.push_back({e.name(), e.startNs(), e.endNs()});
   }
-  if (state_->cuda) parts = attribute_parts(result->events()).parts();
+  parts = attribute_parts(result->events(), state_->cuda).parts();
   if (!trace_path.empty()) {
     try {
       result->save(trace_path);

@@ -34,7 +34,8 @@ struct KernelProfile {
   double wall_ms = 0;  ///< host time from the start of recording to its stop
   double busy_ms = 0;  ///< time at least one kernel ran (overlapping kernels counted once)
   std::vector<KernelSummary> kernels;  ///< by total time, longest first
-  /// Kernel time by the part of the model or step whose op launched it (ROUTELAB_PART; a GPU recording only)
+  /// Kernel time by the part of the model or step whose op launched it (ROUTELAB_PART); in a CPU recording, the
+  /// top-level ops' time (as OpClassProfiler::parts_ms)
   std::map<std::string, PartTime> parts;
 
   /// From the recorded events: kernels grouped by display name, busy time as the union of their intervals.
