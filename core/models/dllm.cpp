@@ -177,6 +177,7 @@ ModelOutput DLLM::forward(const torch::Tensor& tokens, bool trace) {
     }
     pending = pending_gate = torch::Tensor();
     if (i > 0) record_layer_state(x);
+    ROUTELAB_PART("router");  // the decision and its application (the layer's attention, norms and MLP nest inside)
     const auto logits = routers[i]->forward(x);  // (B, T, 2) fp32, on the raw residual (before norm1)
     torch::Tensor p_exec, executed;              // (B, T) float, (B, T) bool
     Compaction counts;                           // of the executed tokens

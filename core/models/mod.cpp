@@ -63,6 +63,7 @@ torch::Tensor MoDLayerImpl::router_logits(const torch::Tensor& x) {
 
 torch::Tensor MoDLayerImpl::forward(const torch::Tensor& x, const torch::Tensor& positions,
                                     torch::Tensor& predictor_loss, LayerTrace* trace) {
+  ROUTELAB_PART("router");  // the router, its rule and weights (the block's attention, norms and MLP nest inside)
   const auto B = x.size(0), T = x.size(1);
   const auto k = mod_capacity_tokens(options.capacity(), T);
   const auto logits = router_logits(x);  // (B, T)

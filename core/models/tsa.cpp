@@ -74,6 +74,7 @@ TokenSelectiveAttention::Gated TokenSelectiveAttention::gated_block(std::size_t 
                                                                     const torch::Tensor& positions,
                                                                     const torch::Tensor& p, bool sparse,
                                                                     LayerTrace* trace) {
+  ROUTELAB_PART("router");  // the gates and their application (the block's attention, norms and MLP nest inside)
   auto& block = blocks[index];
   const auto B = x.size(0), T = x.size(1), C = x.size(2);
   const auto active = p.le(kHaltThreshold);  // (B, T) bool: the token runs block `index` in sparse mode
@@ -107,6 +108,7 @@ TokenSelectiveAttention::Gated TokenSelectiveAttention::gated_block(std::size_t 
     }
   } else {
     // FFN only on the active rows: gather them flat (the FFN is per token), run, scatter-add the update.
+    ROUTELAB_PART("routing");
     const auto index = active.reshape({-1}).nonzero().squeeze(1);  // (N) flat positions, one host sync
     ffn_tokens = index.size(0);
     const auto h_flat = h.reshape({B * T, C});
