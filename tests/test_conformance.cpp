@@ -88,6 +88,11 @@ nlohmann::json small_model(const ArchitectureEntry& entry) {
 
 constexpr std::int64_t kVocab = 23;
 
+/// The train section's optimizer keys for make_optimizer.
+nlohmann::json adamw_options() {
+  return nlohmann::json::parse(R"({"lr":1e-3,"beta1":0.9,"beta2":0.95,"eps":1e-8,"weight_decay":0.1})");
+}
+
 /// A small eval-mode model of the entry with half of its tokens routed where a benchmark hook can force that, so
 /// decisions vary between tokens and sequences.
 std::shared_ptr<LanguageModel> routed_model(const ArchitectureEntry& entry, const torch::Tensor& tokens,
@@ -406,7 +411,7 @@ class TestConformance : public QObject {
     torch::manual_seed(4);
     auto lm = create_model(small_model(entry), {kVocab, 32});
     lm->train();
-    const auto train = nlohmann::json::parse(R"({"lr":1e-3,"beta1":0.9,"beta2":0.95,"eps":1e-8,"weight_decay":0.1})");
+    const auto train = adamw_options();
     auto opt = make_optimizer(*lm, train);
     const auto tokens = torch::randint(0, kVocab, {2, 24}, torch::kLong);
     train_step(*lm, *opt, {tokens, tokens, {}}, 1.0, false, false);  // the optimizer's state exists
@@ -639,7 +644,7 @@ class TestConformance : public QObject {
   void checkpointRoundTrip() {
     QFETCH(QString, arch);
     const auto model = small_model(architecture(arch.toStdString()));
-    const auto train = nlohmann::json::parse(R"({"lr":1e-3,"beta1":0.9,"beta2":0.95,"eps":1e-8,"weight_decay":0.1})");
+    const auto train = adamw_options();
     QTemporaryDir dir;
     const auto path = dir.filePath("c.pt").toStdString();
     torch::manual_seed(1);
