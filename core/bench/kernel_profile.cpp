@@ -159,16 +159,15 @@ namespace {
 /// each kernel's time at the op that launched it (the op Kineto links it to: the innermost one open at the launch),
 /// on the CPU each top-level op's time (as OpClassProfiler counts them).
 PartAttribution attribute_parts(const std::vector<torch::autograd::profiler::KinetoEvent>& recorded, bool cuda) {
-  // libkineto's ActivityType: PyTorch's ops and record_function scopes are CPU_OP (0) and USER_ANNOTATION (1); the
-  // CUDA runtime's calls, also on the CPU, have correlation ids of their own and are left out.
-  constexpr std::uint8_t kCpuOp = 0, kUserAnnotation = 1;
   PartAttribution parts;
   std::unordered_map<std::uint64_t, std::pair<std::uint64_t, std::uint64_t>> launched_by;  // op -> (thread, start)
   std::map<std::uint64_t, std::vector<std::pair<std::uint64_t, std::uint64_t>>> ops;       // thread -> spans
   const auto prefix = std::string_view(ROUTELAB_PART_PREFIX);
   for (const auto& e : recorded) {
-    if (e.deviceType() != c10::DeviceType::CPU || e.isHiddenEvent()) continue;
-    if (e.activityType() != kCpuOp && e.activityType() != kUserAnnotation) continue;
+    // PyTorch's own events (ops, record_function scopes) link to nothing; the CUDA runtime's calls, also on the CPU,
+    // link to the op that made them (as kernels do), and their own correlation ids are another count: left out, as
+    // PyTorch's profiler.py pairs kernels with ops.
+    if (e.deviceType() != c10::DeviceType::CPU || e.isHiddenEvent() || e.linkedCorrelationId() != 0) continue;
     const auto thread = e.startThreadId(), start = e.startNs(), end = e.endNs();
     const auto scope = e.scope();
     if (scope == static_cast<std::uint8_t>(at::RecordScope::USER_SCOPE)) {
