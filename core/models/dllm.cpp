@@ -206,8 +206,7 @@ ModelOutput DLLM::forward(const torch::Tensor& tokens, bool trace) {
       if (!sized) {  // sizes the next forward of this batch size
         const auto longest =
             counts.lengths.empty() ? std::int64_t{0} : *std::max_element(counts.lengths.begin(), counts.lengths.end());
-        own.capacity = resize_capacity(longest, own.tokens == B * T ? own.capacity : 0, T, own.below);
-        own.tokens = B * T;
+        size_next_forward(longest, T, B * T, own.capacity, own.tokens, own.below);
       }
       x = skipping_layer(i, x, positions, counts, &pairs);
     }

@@ -470,9 +470,8 @@ void DTRNet::size_next_forwards(const std::vector<std::optional<DTRNetLayerImpl:
   for (std::size_t i = 0; i < outs.size(); ++i) {
     if (!outs[i] || !outs[i]->packed || outs[i]->routed < 0 || !routed[i]) continue;
     const auto sizing = routed[i]->sizing();
-    const auto previous = sizing.tokens == tokens ? sizing.capacity : 0;
-    sizing.capacity = resize_capacity(outs[i]->routed, previous, tokens, sizing.below);
-    sizing.tokens = tokens;
+    const auto previous = sizing.tokens == tokens ? sizing.capacity : 0;  // for the log
+    size_next_forward(outs[i]->routed, tokens, tokens, sizing.capacity, sizing.tokens, sizing.below);
     if (previous > 0 && sizing.capacity != previous)
       logger("core")->debug("DTRNet layer {} routed {} of {} rows: its capacity {} -> {}", i, outs[i]->routed, tokens,
                             previous, sizing.capacity);

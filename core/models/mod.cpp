@@ -87,8 +87,7 @@ torch::Tensor MoDLayerImpl::forward(const torch::Tensor& x, const torch::Tensor&
     if (!sized) {  // sizes the next forward of this batch size
       const auto longest =
           c.lengths.empty() ? std::int64_t{0} : *std::max_element(c.lengths.begin(), c.lengths.end());
-      capacity = resize_capacity(longest, capacity_tokens == B * T ? capacity : 0, T, below);
-      capacity_tokens = B * T;
+      size_next_forward(longest, T, B * T, capacity, capacity_tokens, below);
     }
   }
   sized_counts = c.padded_sized ? c.counts : torch::Tensor();

@@ -316,6 +316,12 @@ std::int64_t resize_capacity(std::int64_t routed, std::int64_t capacity, std::in
   return wanted;
 }
 
+void size_next_forward(std::int64_t routed, std::int64_t limit, std::int64_t batch_tokens, std::int64_t& capacity,
+                       std::int64_t& tokens, int& below) {
+  capacity = resize_capacity(routed, tokens == batch_tokens ? capacity : 0, limit, below);
+  tokens = batch_tokens;
+}
+
 torch::Tensor compacted_positions(const torch::Tensor& positions, const Compaction& c) {
   ROUTELAB_PART("routing");
   if (positions.dim() == 2) return positions.gather(1, c.index);

@@ -136,6 +136,11 @@ constexpr int kShrinkAfterForwards = 16;
 /// just before outgrowing it again, and each new capacity costs an eager forward that overflows a rerun, a step
 /// captured as a CUDA graph a capture.
 std::int64_t resize_capacity(std::int64_t routed, std::int64_t capacity, std::int64_t tokens, int& below);
+/// Sizes a layer's next forward of `batch_tokens` tokens from the `routed` rows (at most `limit`) of this one:
+/// resize_capacity of its `capacity` where that was sized for this batch size (`tokens`), else afresh; `tokens`
+/// becomes the batch size. Every sized form's layers keep their (capacity, tokens, below) and call this.
+void size_next_forward(std::int64_t routed, std::int64_t limit, std::int64_t batch_tokens, std::int64_t& capacity,
+                       std::int64_t& tokens, int& below);
 /// While alive, routed layers on this thread count their routed tokens exactly (one wait for the device each) instead
 /// of sizing compactions from earlier forwards: tests compare the two forms.
 using ExactRoutedCounts = ScopedThreadFlag<struct ExactRoutedCountsTag>;
