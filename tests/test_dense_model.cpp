@@ -7,15 +7,18 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <thread>
 
 #include <torch/torch.h>
 
+#include "core/models/blocks/cpu_attention_kernel.h"
 #include "core/models/blocks/residual_probe.h"
 #include "core/models/dense_transformer.h"
 #include "core/train/checkpoint.h"
 #include "core/train/optimizer.h"
 #include "core/train/step.h"
+#include "core/util/cpu_allocator.h"
 #include "core/util/errors.h"
 #include "tests/suite.h"
 
@@ -101,30 +104,103 @@ class TestDenseModel : public QObject {
   void attentionMatchesNaive_data() {
     QTest::addColumn<int>("kv");
     QTest::addColumn<int>("T");
-    QTest::newRow("mha") << 4 << 9;
-    QTest::newRow("gqa") << 2 << 9;
-    QTest::newRow("mqa") << 1 << 9;
-    // Past one block of 256 query rows the CPU kernel scores each block against the keys it can see only.
-    QTest::newRow("blocks, last short") << 2 << 300;
-    QTest::newRow("blocks, one row left") << 4 << 257;
-    QTest::newRow("blocks, whole") << 1 << 512;
-    QTest::newRow("three blocks") << 2 << 600;
+    QTest::addColumn<bool>("recompute");
+    for (const bool recompute : {false, true}) {
+      const auto row = [&](const char* name) -> QTestData& {
+        return QTest::newRow((std::string(name) + (recompute ? ", probabilities recomputed" : "")).c_str());
+      };
+      row("mha") << 4 << 9 << recompute;
+      row("gqa") << 2 << 9 << recompute;
+      row("mqa") << 1 << 9 << recompute;
+      // Past one block of 128 query rows the CPU kernel scores each block against the keys it can see only.
+      row("blocks, last short") << 2 << 300 << recompute;
+      row("blocks, one row left") << 4 << 257 << recompute;
+      row("blocks, whole") << 1 << 512 << recompute;
+      row("three blocks") << 2 << 600 << recompute;
+    }
   }
   void attentionMatchesNaive() {
     QFETCH(int, kv);
     QFETCH(int, T);
+    QFETCH(bool, recompute);
+    std::optional<RecomputeCpuAttention> from_lse;
+    if (recompute) from_lse.emplace();
     const auto q = torch::randn({2, 4, T, 8}, torch::requires_grad());
     const auto k = torch::randn({2, kv, T, 8}, torch::requires_grad());
     const auto v = torch::randn({2, kv, T, 8}, torch::requires_grad());
     const auto fast = causal_attention(q, k, v);
     const auto ref = naive_attention(q, k, v);
     QVERIFY(torch::allclose(fast, ref, 1e-5, 1e-6));
+    {
+      const torch::NoGradGuard no_grad;  // the forward that holds nothing for a backward: the same softmax
+      const auto plain = causal_attention(q, k, v);
+      QVERIFY(recompute ? torch::allclose(plain, fast, 1e-5, 1e-6) : torch::equal(plain, fast));
+    }
     const auto g = torch::randn_like(fast);
     const auto grads_fast = torch::autograd::grad({fast}, {q, k, v}, {g});
     const auto grads_ref = torch::autograd::grad({ref}, {q, k, v}, {g});
     // Key gradients summed block by block over hundreds of keys: fp32 rounding of a few 1e-6 on gradients up to ~7.
     const double atol = T > 256 ? 1e-5 : 1e-6;
     for (int i = 0; i < 3; ++i) QVERIFY(torch::allclose(grads_fast[i], grads_ref[i], 1e-5, atol));
+  }
+
+  void recomputedProbabilitiesGiveTheKeptGradients() {
+    // Compacted sequences of three lengths (past two blocks, empty, within one block): the backward that recomputes
+    // the probabilities from each row's log-sum-exp gives the kept probabilities' output and gradients to fp32
+    // rounding, and zero on the padding.
+    const std::vector<std::int64_t> lengths{300, 0, 17};
+    const auto q = torch::randn({3, 4, 300, 16}, torch::requires_grad());
+    const auto k = torch::randn({3, 2, 300, 16}, torch::requires_grad());
+    const auto v = torch::randn({3, 2, 300, 16}, torch::requires_grad());
+    const auto g = torch::randn({3, 4, 300, 16});
+    const auto run = [&](bool recompute) {
+      std::optional<RecomputeCpuAttention> from_lse;
+      if (recompute) from_lse.emplace();
+      const auto out = causal_attention(q, k, v, 0.0, false, lengths);
+      auto results = torch::autograd::grad({out}, {q, k, v}, {g});
+      results.insert(results.begin(), out);
+      return results;
+    };
+    const auto kept = run(false), recomputed = run(true);
+    for (std::size_t i = 0; i < kept.size(); ++i) QVERIFY(torch::allclose(recomputed[i], kept[i], 1e-5, 1e-5));
+    QCOMPARE(recomputed[1][1].abs().sum().item<double>(), 0.0);                           // dq of the empty sequence
+    QCOMPARE(recomputed[1][2].narrow(1, 17, 283).abs().sum().item<double>(), 0.0);        // and of the padding rows
+    QVERIFY(recomputed[2][0].abs().sum().item<double>() > 0);
+  }
+
+  void attentionHoldsWhatItsBackwardReads() {
+    // A call's probabilities (B H T^2/2 floats: 71 MB here) are held only for a backward that reads them: a call
+    // without gradient, and one whose backward recomputes them, hold one block of 128 query rows per thread.
+    install_cpu_cache();  // its count of live large blocks measures
+    if (!cpu_cache_installed()) QSKIP("ROUTELAB_CPU_CACHE_MB=0: no count of live blocks");
+    const int threads = at::get_num_threads();
+    at::set_num_threads(2);
+    const std::int64_t B = 2, H = 4, T = 2048, hd = 16;
+    const double probabilities = 4.0 * B * H * cpu_attention::CausalBlocks(T, T).packed();
+    const auto q = torch::randn({B, H, T, hd}, torch::requires_grad());
+    const auto k = torch::randn({B, H, T, hd}, torch::requires_grad());
+    const auto v = torch::randn({B, H, T, hd}, torch::requires_grad());
+    struct Held {
+      double peak, after;  ///< bytes of large blocks above those live before: at most during the call, and after it
+    };
+    const auto call = [&](bool backward, bool recompute) {
+      std::optional<torch::NoGradGuard> no_grad;
+      if (!backward) no_grad.emplace();
+      std::optional<RecomputeCpuAttention> from_lse;
+      if (recompute) from_lse.emplace();
+      reset_cpu_peak();
+      const auto before = cpu_cache_stats().live_bytes;
+      const auto out = causal_attention(q, k, v);  // kept alive with what its backward holds
+      const auto stats = cpu_cache_stats();
+      return Held{double(stats.peak_live_bytes - before), double(stats.live_bytes - before)};
+    };
+    const auto kept = call(true, false), plain = call(false, false), recomputed = call(true, true);
+    at::set_num_threads(threads);
+    QVERIFY2(kept.after >= probabilities, qPrintable(QString::number(kept.after)));
+    QVERIFY2(plain.peak < probabilities / 8 && plain.after < probabilities / 16,
+             qPrintable(QString::number(plain.peak)));
+    QVERIFY2(recomputed.peak < probabilities / 8 && recomputed.after < probabilities / 16,
+             qPrintable(QString::number(recomputed.peak)));
   }
 
   void halfPrecisionAttentionRunsTheFp32Kernel_data() {

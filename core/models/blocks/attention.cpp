@@ -8,9 +8,12 @@
 #include <algorithm>
 #include <atomic>
 #include <cmath>
+#include <cstdlib>
 #include <limits>
 #include <map>
 #include <mutex>
+#include <stdexcept>
+#include <string>
 #include <tuple>
 
 #include <ATen/Context.h>
@@ -96,14 +99,20 @@ std::int64_t softmax_group(std::int64_t H, std::int64_t T) {
   return H * T * T <= (std::int64_t{1} << 22) ? H : 1;
 }
 
-void block_softmax(const torch::Tensor& q, const torch::Tensor& k, std::int64_t b, std::int64_t h0, std::int64_t G,
-                   std::int64_t s, std::int64_t e, float scale, const torch::Tensor& scores, torch::Tensor probs) {
+void block_scores(const torch::Tensor& q, const torch::Tensor& k, std::int64_t b, std::int64_t h0, std::int64_t G,
+                  std::int64_t s, std::int64_t e, float scale, const torch::Tensor& scores) {
   const auto r = e - s;
   for (std::int64_t g = 0; g < G; ++g) {
     const Mat sc{scores.data_ptr<float>() + g * r * e, r, e, e};
     gemm(false, true, rows(q, b, h0 + g, s, r), head(k, b, h0 + g, e), sc, scale);  // S = scale Q K^T
     mask_causal(sc, s);
   }
+}
+
+void block_softmax(const torch::Tensor& q, const torch::Tensor& k, std::int64_t b, std::int64_t h0, std::int64_t G,
+                   std::int64_t s, std::int64_t e, float scale, const torch::Tensor& scores, torch::Tensor probs) {
+  const auto r = e - s;
+  block_scores(q, k, b, h0, G, s, e, scale, scores);
   at::_softmax_out(probs, scores.narrow(0, 0, G * r * e).view({G, r, e}), -1, false);
 }
 
@@ -128,58 +137,122 @@ double squared_lengths(const std::vector<std::int64_t>& lengths, std::int64_t B,
   return pairs;
 }
 
+/// What a CPU attention call holds for its backward (RecomputeCpuAttention in attention.h).
+enum class Held {
+  nothing,        ///< no backward: each thread's probabilities one block at a time
+  probabilities,  ///< every block's, (B H P) floats laid out as CausalBlocks::offset
+  log_sum_exp,    ///< each row's, (B, H, T): the backward recomputes the probabilities
+};
+
+/// ROUTELAB_CPU_ATTENTION_KEEP_MB: the bytes of probabilities a call with a backward keeps (read once).
+std::int64_t kept_probabilities_limit() {
+  static const std::int64_t bytes = [] {
+    const char* text = std::getenv("ROUTELAB_CPU_ATTENTION_KEEP_MB");
+    if (text == nullptr || *text == '\0') return std::int64_t{256} << 20;
+    try {
+      return std::int64_t{std::stoll(text)} << 20;
+    } catch (const std::exception&) {
+      throw std::invalid_argument(std::string("ROUTELAB_CPU_ATTENTION_KEEP_MB: not a number of MiB: '") + text + "'");
+    }
+  }();
+  return bytes;
+}
+
+struct CpuAttentionForward {
+  torch::Tensor out;   ///< (B, H, T, hd) over a (B, T, H, hd) buffer
+  torch::Tensor held;  ///< the probabilities or the log-sum-exps, as `Held` says; undefined for nothing
+};
+
+/// Row block [s, e) of head group (b, h0)'s probabilities written to `probs` (G, e - s, e) as exp(scores - lse),
+/// with `lse` the rows' log-sum-exps, (G, e - s) (a strided view of the (B, H, T) rows): read from it (`fill`
+/// false: the backward) or written to it first (the forward). `scores` is the thread's scratch.
+void probabilities_from_lse(const torch::Tensor& q, const torch::Tensor& k, std::int64_t b, std::int64_t h0,
+                            std::int64_t G, std::int64_t s, std::int64_t e, float scale, const torch::Tensor& scores,
+                            const torch::Tensor& lse, bool fill, torch::Tensor probs) {
+  const auto r = e - s;
+  block_scores(q, k, b, h0, G, s, e, scale, scores);
+  const auto sc = scores.narrow(0, 0, G * r * e).view({G, r, e});
+  if (fill) lse.copy_(at::logsumexp(sc, {-1}));
+  at::sub_out(probs, sc, lse.unsqueeze(-1));
+  probs.exp_();  // exp(-inf) = 0 on the future keys
+}
+
+/// The forward of causal attention on CPU (CpuCausalAttention below), holding `held` for a backward.
+CpuAttentionForward cpu_attention_forward(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
+                                          const std::vector<std::int64_t>& lengths, Held held) {
+  const auto B = q.size(0), H = q.size(1), T = q.size(2), hd = q.size(3);
+  const auto scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(hd)));
+  const bool varlen = !lengths.empty();
+  // The products bypass ATen's matmul ops, so the kernel is one profiler event carrying its multiply-adds (Q K^T
+  // and P V, n^2 hd each per head: the priced square) for whoever counts work (core/cost/flop_counter.h reads
+  // kCpuAttentionEvent); the ATen ops it runs inside are nested in it.
+  const double sum_sq = squared_lengths(lengths, B, T);
+  const std::vector<c10::IValue> work = {c10::IValue(2.0 * static_cast<double>(H * hd) * sum_sq)};
+  RECORD_FUNCTION(kCpuAttentionEvent, work);
+  // Head group (b, h0)'s probabilities start at (b H + h0) P: block i of its G heads is (G, rows, end(i)) at
+  // G offset(i) from there (the layout the per-block softmax reads).
+  const auto P = CausalBlocks(T, T).packed();
+  CpuAttentionForward f;
+  if (held == Held::probabilities) f.held = torch::empty({B * H * P}, q.options());
+  if (held == Held::log_sum_exp) f.held = torch::empty({B, H, T}, q.options());
+  f.out = (varlen ? torch::zeros({B, T, H, hd}, q.options()) : torch::empty({B, T, H, hd}, q.options()))
+              .transpose(1, 2);  // (B, H, T, hd) over a (B, T, H, hd) buffer
+  const auto G = softmax_group(H, T);
+  parallel_for_as_caller(0, B * (H / G), 1, [&](std::int64_t begin, std::int64_t end) {
+    const auto room = G * CausalBlocks(T, T).block * T;  // one block's, all G heads
+    auto scores = torch::empty({room}, q.options());
+    const auto block_probs = held == Held::probabilities ? torch::Tensor() : torch::empty({room}, q.options());
+    for (std::int64_t i = begin; i < end; ++i) {
+      const auto b = i / (H / G), h0 = (i % (H / G)) * G;
+      const CausalBlocks blocks(varlen ? lengths[b] : T, T);
+      const auto group = (b * H + h0) * P;
+      for (std::int64_t x = 0; x < blocks.count(); ++x) {
+        const auto s = blocks.start(x), e = blocks.end(x), r = e - s;
+        auto p = held == Held::probabilities ? f.held.narrow(0, group + G * blocks.offset(x), G * r * e)
+                                             : block_probs.narrow(0, 0, G * r * e);
+        p = p.view({G, r, e});
+        if (held == Held::log_sum_exp)
+          probabilities_from_lse(q, k, b, h0, G, s, e, scale, scores, f.held[b].narrow(0, h0, G).narrow(1, s, r),
+                                 /*fill=*/true, p);
+        else
+          block_softmax(q, k, b, h0, G, s, e, scale, scores, p);
+        for (std::int64_t g = 0; g < G; ++g)  // O = P V, written into the (B, T, H, hd) buffer
+          gemm(false, false, {p.data_ptr<float>() + g * r * e, r, e, e}, head(v, b, h0 + g, e),
+               rows(f.out, b, h0 + g, s, r), 1.0f);
+      }
+    }
+  });
+  return f;
+}
+
 /// Causal attention on CPU for q, k, v of shape (B, H, T, hd) with any strides (inner stride 1). Sequence b
 /// uses only its first lengths[b] positions (all T when `lengths` is empty): a (len, len) problem per head, so
 /// compacted routed sequences cost sum_b len_b^2, and rows past len_b are zero. Query blocks (CausalBlocks) leave
 /// out the keys past each block's last row, as flash attention's causal kernels do; the work is priced, as theirs
 /// is, at the full square. The output is laid out (B, T, H, hd) so the output projection reads it without a copy;
-/// the probabilities of the computed blocks are saved for backward.
+/// the backward gets the computed blocks' probabilities, or recomputes them from each row's log-sum-exp
+/// (RecomputeCpuAttention in attention.h says when).
 class CpuCausalAttention : public torch::autograd::Function<CpuCausalAttention> {
  public:
   static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& q, const torch::Tensor& k,
                                const torch::Tensor& v, std::vector<std::int64_t> lengths) {
-    const auto B = q.size(0), H = q.size(1), T = q.size(2), hd = q.size(3);
-    const auto scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(hd)));
-    const bool varlen = !lengths.empty();
-    // The products bypass ATen's matmul ops, so the kernel is one profiler event carrying its multiply-adds (Q K^T
-    // and P V, n^2 hd each per head: the priced square) for whoever counts work (core/cost/flop_counter.h reads
-    // kCpuAttentionEvent); the ATen ops it runs inside are nested in it.
-    const double sum_sq = squared_lengths(lengths, B, T);
-    const std::vector<c10::IValue> work = {c10::IValue(2.0 * static_cast<double>(H * hd) * sum_sq)};
-    RECORD_FUNCTION(kCpuAttentionEvent, work);
-    // Head group (b, h0)'s probabilities start at (b H + h0) P: block i of its G heads is (G, rows, end(i)) at
-    // G offset(i) from there (the layout the per-block softmax reads).
-    const auto P = CausalBlocks(T, T).packed();
-    auto probs = torch::empty({B * H * P}, q.options());
-    auto out = (varlen ? torch::zeros({B, T, H, hd}, q.options()) : torch::empty({B, T, H, hd}, q.options()))
-                   .transpose(1, 2);  // (B, H, T, hd) over a (B, T, H, hd) buffer
-    const auto G = softmax_group(H, T);
-    parallel_for_as_caller(0, B * (H / G), 1, [&](std::int64_t begin, std::int64_t end) {
-      auto scores = torch::empty({G * CausalBlocks(T, T).block * T}, q.options());  // one block's, all G heads
-      for (std::int64_t i = begin; i < end; ++i) {
-        const auto b = i / (H / G), h0 = (i % (H / G)) * G;
-        const CausalBlocks blocks(varlen ? lengths[b] : T, T);
-        const auto group = (b * H + h0) * P;
-        for (std::int64_t x = 0; x < blocks.count(); ++x) {
-          const auto s = blocks.start(x), e = blocks.end(x), r = e - s;
-          auto p = probs.narrow(0, group + G * blocks.offset(x), G * r * e).view({G, r, e});
-          block_softmax(q, k, b, h0, G, s, e, scale, scores, p);
-          for (std::int64_t g = 0; g < G; ++g)  // O = P V, written into the (B, T, H, hd) buffer
-            gemm(false, false, {p.data_ptr<float>() + g * r * e, r, e, e}, head(v, b, h0 + g, e),
-                 rows(out, b, h0 + g, s, r), 1.0f);
-        }
-      }
-    });
-    ctx->save_for_backward({q, k, v, probs});
+    const auto kept_bytes = static_cast<double>(q.size(0) * q.size(1)) *
+                            static_cast<double>(CausalBlocks(q.size(2), q.size(2)).packed()) * sizeof(float);
+    const bool recompute =
+        RecomputeCpuAttention::active() || kept_bytes > static_cast<double>(kept_probabilities_limit());
+    auto f = cpu_attention_forward(q, k, v, lengths, recompute ? Held::log_sum_exp : Held::probabilities);
+    ctx->save_for_backward({q, k, v, f.held});
     ctx->saved_data["lengths"] = lengths;
-    return out;
+    ctx->saved_data["recompute"] = recompute;
+    return f.out;
   }
 
   static torch::autograd::tensor_list backward(torch::autograd::AutogradContext* ctx,
                                                torch::autograd::tensor_list grads) {
     const auto saved = ctx->get_saved_variables();
-    const auto &q = saved[0], &k = saved[1], &v = saved[2], &probs = saved[3];
+    const auto &q = saved[0], &k = saved[1], &v = saved[2], &held = saved[3];
     const auto lengths = ctx->saved_data["lengths"].toIntVector();
+    const bool recompute = ctx->saved_data["recompute"].toBool();
     const bool varlen = !lengths.empty();
     const auto d_out = grads[0].stride(3) == 1 ? grads[0] : grads[0].contiguous();  // (B, H, T, hd)
     const auto B = q.size(0), H = q.size(1), T = q.size(2), hd = q.size(3);
@@ -197,6 +270,7 @@ class CpuCausalAttention : public torch::autograd::Function<CpuCausalAttention> 
       const auto scratch = G * CausalBlocks(T, T).block * T;
       auto d_probs = torch::empty({scratch}, q.options());
       auto d_scores = torch::empty({scratch}, q.options());
+      const auto block_probs = recompute ? torch::empty({scratch}, q.options()) : torch::Tensor();
       for (std::int64_t i = begin; i < end; ++i) {
         const auto b = i / (H / G), h0 = (i % (H / G)) * G;
         const CausalBlocks blocks(varlen ? lengths[b] : T, T);
@@ -206,7 +280,11 @@ class CpuCausalAttention : public torch::autograd::Function<CpuCausalAttention> 
         for (auto x = blocks.count() - 1; x >= 0; --x) {
           const auto s = blocks.start(x), e = blocks.end(x), r = e - s;
           const float accumulate = x == blocks.count() - 1 ? 0.0f : 1.0f;
-          const auto p = probs.narrow(0, group + G * blocks.offset(x), G * r * e).view({G, r, e});
+          auto p = recompute ? block_probs.narrow(0, 0, G * r * e).view({G, r, e})
+                             : held.narrow(0, group + G * blocks.offset(x), G * r * e).view({G, r, e});
+          if (recompute)  // the forward's probabilities again; d_scores is free until dS below
+            probabilities_from_lse(q, k, b, h0, G, s, e, scale, d_scores, held[b].narrow(0, h0, G).narrow(1, s, r),
+                                   /*fill=*/false, p);
           for (std::int64_t g = 0; g < G; ++g) {
             const Mat pg{p.data_ptr<float>() + g * r * e, r, e, e};
             const auto gi = rows(d_out, b, h0 + g, s, r);
@@ -416,12 +494,15 @@ torch::Tensor causal_attention(const torch::Tensor& q, const torch::Tensor& k, c
       kf.scalar_type() == type && vf.scalar_type() == type &&
       (type == torch::kFloat || ((type == torch::kBFloat16 || type == torch::kHalf) && cpu_attention_upcast_enabled()))) {
     if (pairs) *pairs = squared_lengths(lengths, B, Tq);
-    if (type == torch::kFloat) return CpuCausalAttention::apply(q, kf, vf, lengths);
     // Half-precision inputs go through the fp32 kernel, up-cast (exact) and the result rounded back: what the fused
     // kernels do inside (fp32 scores, softmax and accumulation). On CPUs without AMX a bf16 GEMM of head size runs
     // slower than an fp32 one, and LibTorch 2.11's CPU flash attention backward took 10x its forward (B 64, T 128).
-    return CpuCausalAttention::apply(q.to(torch::kFloat), kf.to(torch::kFloat), vf.to(torch::kFloat), lengths)
-        .to(type);
+    const auto fp32 = [](const torch::Tensor& t) { return t.to(torch::kFloat); };
+    const bool backward =
+        torch::GradMode::is_enabled() && (q.requires_grad() || kf.requires_grad() || vf.requires_grad());
+    const auto out = backward ? CpuCausalAttention::apply(fp32(q), fp32(kf), fp32(vf), lengths)
+                              : cpu_attention_forward(fp32(q), fp32(kf), fp32(vf), lengths, Held::nothing).out;
+    return out.to(type);
   }
 #if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 3)
   if (ragged && Tq == Tk && varlen_attention_active(q.device(), q.scalar_type(), hd)) {

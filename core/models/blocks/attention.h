@@ -59,6 +59,14 @@ void parallel_for_as_caller(std::int64_t begin, std::int64_t end, std::int64_t g
 /// translation unit was built without OpenMP (the build's mistake this guards against).
 int cpu_attention_loop_threads();
 
+/// What RouteLab's CPU attention kernel holds between a call and its backward. A call that needs no gradient holds
+/// nothing: each thread softmaxes one block of query rows at a time (memory linear in T). One that does keeps every
+/// block's probabilities (B H T^2 / 2 floats) while they fit in ROUTELAB_CPU_ATTENTION_KEEP_MB (default 256 MiB a
+/// call; read once), and beyond that keeps each row's log-sum-exp instead (B H T floats), the backward recomputing
+/// the probabilities block by block from Q K^T as flash attention's does: one more product per block.
+/// While a RecomputeCpuAttention is alive on a thread, its calls recompute whatever their size (tests, comparisons).
+using RecomputeCpuAttention = ScopedThreadFlag<struct RecomputeCpuAttentionTag>;
+
 /// Scaled dot-product attention of q (B, H, Tq, hd) over k, v (B, Hkv, Tk, hd), causal with the queries
 /// aligned to the last Tq keys; Hkv divides H (key/value head h/(H/Hkv) serves query head h). -> (B, H, Tq, hd)
 /// With `lengths` (one per sequence, Tq == Tk) sequence b holds lengths[b] real tokens followed by padding:

@@ -57,6 +57,11 @@ struct CausalBlocks {
 /// Row a of the (rows, end) scores of a block starting at query `start` sees keys [0, start + a]: the rest -inf.
 void mask_causal(const Mat& m, std::int64_t start);
 
+/// The causal scores of rows [s, e) of heads h0 .. h0 + G - 1 of sequence b against keys [0, e): scale Q K^T of
+/// each head into `scores` as (G, e - s, e) fp32 (room for G (e - s) e floats), future keys at -inf.
+void block_scores(const torch::Tensor& q, const torch::Tensor& k, std::int64_t b, std::int64_t h0, std::int64_t G,
+                  std::int64_t s, std::int64_t e, float scale, const torch::Tensor& scores);
+
 /// The causal softmax of rows [s, e) of heads h0 .. h0 + G - 1 of sequence b against keys [0, e), written to `probs`
 /// (G, e - s, e) fp32: scale Q K^T of each head into `scores` (room for G (e - s) e floats), future keys at -inf, one
 /// softmax call for the G heads.
