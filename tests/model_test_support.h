@@ -4,8 +4,13 @@
 #include <QTest>
 
 #include <cstdint>
+#include <string>
 
+#include <nlohmann/json.hpp>
+
+#include "core/config/experiment_config.h"
 #include "core/models/dense_transformer.h"
+#include "core/util/errors.h"
 
 namespace routelab::test {
 
@@ -33,6 +38,22 @@ inline void add_style_rows() {
   QTest::newRow("gpt2") << int(ModelStyle::GPT2) << 0;
   QTest::newRow("llama") << int(ModelStyle::Llama) << 0;
   QTest::newRow("llama-gqa") << int(ModelStyle::Llama) << 2;
+}
+
+/// The body of each architecture suite's configErrorNamesKey: a config whose model section is `overrides` (JSON)
+/// fails with a ConfigError naming `key` ("model.x"), and the same section with that key left at its default
+/// resolves to architecture `arch`.
+inline void check_config_error_names_key(const QString& overrides, const QString& key, const std::string& arch) {
+  const auto doc = nlohmann::json{{"model", nlohmann::json::parse(overrides.toStdString())}};
+  try {
+    resolve_config(doc);
+    QFAIL("no error");
+  } catch (const ConfigError& e) {
+    QVERIFY2(QString(e.what()).contains(key), e.what());
+  }
+  auto fixed = doc;
+  fixed["model"].erase(key.mid(int(std::string("model.").size())).toStdString());
+  QCOMPARE(resolve_config(fixed).arch(), arch);
 }
 
 }  // namespace routelab::test

@@ -20,6 +20,8 @@
 #include "core/train/optimizer.h"
 #include "core/train/step.h"
 #include "core/util/errors.h"
+
+#include "model_test_support.h"
 #include "tests/suite.h"
 
 namespace test_drr {
@@ -398,16 +400,7 @@ class TestDrr : public QObject {
   void configErrorNamesKey() {
     QFETCH(QString, overrides);
     QFETCH(QString, key);
-    const auto doc = nlohmann::json{{"model", nlohmann::json::parse(overrides.toStdString())}};
-    try {
-      resolve_config(doc);
-      QFAIL("no error");
-    } catch (const ConfigError& e) {
-      QVERIFY2(QString(e.what()).contains(key), e.what());
-    }
-    auto fixed = doc;
-    fixed["model"].erase(key.mid(int(std::string("model.").size())).toStdString());
-    QCOMPARE(resolve_config(fixed).arch(), std::string("drr"));
+    test::check_config_error_names_key(overrides, key, "drr");
   }
 
   void registryEntry() {

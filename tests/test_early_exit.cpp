@@ -391,16 +391,7 @@ class TestEarlyExit : public QObject {
   void configErrorNamesKey() {
     QFETCH(QString, overrides);
     QFETCH(QString, key);
-    const auto doc = nlohmann::json{{"model", nlohmann::json::parse(overrides.toStdString())}};
-    try {
-      resolve_config(doc);
-      QFAIL("no error");
-    } catch (const ConfigError& e) {
-      QVERIFY2(QString(e.what()).contains(key), e.what());
-    }
-    auto fixed = doc;
-    fixed["model"].erase(key.mid(int(std::string("model.").size())).toStdString());
-    QCOMPARE(resolve_config(fixed).arch(), std::string("early-exit"));
+    test::check_config_error_names_key(overrides, key, "early-exit");
   }
 
   void checkpointReevaluatedWithThreshold() {

@@ -437,17 +437,7 @@ class TestMoD : public QObject {
   void configErrorNamesKey() {
     QFETCH(QString, overrides);
     QFETCH(QString, key);
-    const auto doc = nlohmann::json{{"model", nlohmann::json::parse(overrides.toStdString())}};
-    try {
-      resolve_config(doc);
-      QFAIL("no error");
-    } catch (const ConfigError& e) {
-      QVERIFY2(QString(e.what()).contains(key), e.what());
-    }
-    // The same model section with the key at its default resolves.
-    auto fixed = doc;
-    fixed["model"].erase(key.mid(int(std::string("model.").size())).toStdString());
-    QCOMPARE(resolve_config(fixed).arch(), std::string("mod"));
+    test::check_config_error_names_key(overrides, key, "mod");
   }
 
   void tinyBatchOverfits() {

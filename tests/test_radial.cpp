@@ -653,16 +653,7 @@ class TestRadial : public QObject {
   void configErrorNamesKey() {
     QFETCH(QString, overrides);
     QFETCH(QString, key);
-    const auto doc = nlohmann::json{{"model", nlohmann::json::parse(overrides.toStdString())}};
-    try {
-      resolve_config(doc);
-      QFAIL("no error");
-    } catch (const ConfigError& e) {
-      QVERIFY2(QString(e.what()).contains(key), e.what());
-    }
-    auto fixed = doc;
-    fixed["model"].erase(key.mid(int(std::string("model.").size())).toStdString());
-    QCOMPARE(resolve_config(fixed).arch(), std::string("radial"));
+    test::check_config_error_names_key(overrides, key, "radial");
     // Direct construction checks the same.
     QVERIFY_THROWS_EXCEPTION(ConfigError, RadialNetwork(small(), RadialOptions().max_depth(2).min_depth(3)));
   }
