@@ -38,19 +38,19 @@ torch::Tensor evicting_attention(const torch::Tensor& q, const torch::Tensor& k,
 /// The form of the CPU (cpu_eviction_active): the causal query blocks and direct BLAS products of RouteLab's CPU
 /// attention kernel (core/models/blocks/cpu_attention_kernel.h), each block's softmax rows weighed by the keys'
 /// flags and renormalised, R = softmax / (sum_j softmax_j w_j + eps), P = R w (the official form, its 1e-6 included;
-/// additive: flags 0/1, no eps, the masked softmax). R, the causal half of the (B, H, T, T) probabilities, is kept
-/// for the backward, as the dense kernel keeps its own. q, k and v of one shape (B, H, T, hd), any floating type,
-/// computed in fp32 and returned in v's dtype; priced at the full square as the dense kernel (B T^2 pairs).
+/// additive: flags 0/1, no eps, the masked softmax). For the backward it keeps R, the causal half of the
+/// (B, H, T, T) probabilities, where the dense kernel would keep its own (cpu_eviction_saved_bytes within
+/// ROUTELAB_CPU_ATTENTION_KEEP_MB: RecomputeCpuAttention in attention.h), else each row's log-normaliser
+/// (R = exp(scores - lse - log(mass + eps))), the backward recomputing R block by block. q, k and v of one shape
+/// (B, H, T, hd), any floating type, computed in fp32 and returned in v's dtype; priced at the full square as the
+/// dense kernel (B T^2 pairs).
 torch::Tensor evicting_attention_cpu(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
                                      const torch::Tensor& w, Eviction eviction);
-/// What evicting_attention_cpu keeps for the backward of q (B, H, T, hd): the bytes of its probabilities.
+/// The bytes of R for q (B, H, T, hd): what evicting_attention_cpu keeps for its backward where it keeps R.
 double cpu_eviction_saved_bytes(std::int64_t B, std::int64_t H, std::int64_t T);
-/// Whether evicting_attention takes evicting_attention_cpu for q (B, H, T, hd) on `device`: the CPU, what it keeps
-/// at most kCpuEvictionSavedBytes (beyond, the chunked form's O(B H T hd)), and ROUTELAB_CPU_EVICTION not 0 (the
+/// Whether evicting_attention takes evicting_attention_cpu on `device`: the CPU, unless ROUTELAB_CPU_EVICTION=0 (the
 /// chunked form always, for comparisons; read once).
-bool cpu_eviction_active(const torch::Device& device, std::int64_t B, std::int64_t H, std::int64_t T);
-/// 1 GiB: a layer's probabilities at most (B 8 and 15 heads keep 0.26 GiB at T 1024, 1.0 GiB at T 2048).
-inline constexpr double kCpuEvictionSavedBytes = 1024.0 * 1024.0 * 1024.0;
+bool cpu_eviction_active(const torch::Device& device);
 
 /// The chunked form, in LibTorch ops on any device, with k and v of H heads. Scores and probabilities are fp32
 /// whatever q's dtype (the materialised form casts them so); the product with v runs in v's dtype.

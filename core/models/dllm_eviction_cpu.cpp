@@ -18,11 +18,14 @@ using namespace cpu_attention;
 /// Each of `count` rows of `width` holds the causal softmax of its scores (0 on future keys). Rewritten in place as
 /// R = softmax / (sum_j softmax_j w_j + eps), the official renormalisation of the flagged probabilities (the
 /// softmax's own denominator cancels: eps multiplies it, as in the chunked form), and P = R w written to `p`.
-void weigh_rows(float* r, float* p, std::int64_t count, std::int64_t width, const float* w, float eps) {
+/// `log_norm`, when given, receives each row's log(sum_j softmax_j w_j + eps).
+void weigh_rows(float* r, float* p, std::int64_t count, std::int64_t width, const float* w, float eps,
+                float* log_norm = nullptr) {
   for (std::int64_t row = 0; row < count; ++row, r += width, p += width) {
     double mass = 0;  // the row's probability on executed keys
     for (std::int64_t j = 0; j < width; ++j) mass += static_cast<double>(r[j]) * w[j];
     const auto inverse = static_cast<float>(1.0 / (mass + eps));
+    if (log_norm) log_norm[row] = static_cast<float>(std::log(mass + eps));
     for (std::int64_t j = 0; j < width; ++j) {
       r[j] *= inverse;
       p[j] = r[j] * w[j];
@@ -49,7 +52,8 @@ void weigh_rows_backward(const float* r, const float* p, float* d, std::int64_t 
 
 /// q, k, v (B, H, T, hd) fp32 with inner stride 1, flags w (B, T). Forward as CpuCausalAttention (attention.cpp) with
 /// each block's softmax rows weighed (weigh_rows); R, the causal half of (B, H, T, T), is saved for the backward as
-/// that kernel saves its probabilities, and P = R w rebuilt from it.
+/// that kernel saves its probabilities (or recomputed there from each row's log(softmax normaliser x (mass + eps)),
+/// as that kernel recomputes its own), and P = R w rebuilt from it.
 class CpuEvictingAttention : public torch::autograd::Function<CpuEvictingAttention> {
  public:
   static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& q, const torch::Tensor& k,
@@ -64,27 +68,42 @@ class CpuEvictingAttention : public torch::autograd::Function<CpuEvictingAttenti
     const auto weights = eviction_key_weights(w, eviction).contiguous();  // (B, T)
     const CausalBlocks shape(T, T);
     const auto P = shape.packed();
-    auto r_all = torch::empty({B * H * P}, q.options());
+    const bool recompute = recompute_probabilities(cpu_eviction_saved_bytes(B, H, T));
+    // R of every block, or each row's log-normaliser (B, H, T)
+    auto held = recompute ? torch::empty({B, H, T}, q.options()) : torch::empty({B * H * P}, q.options());
     auto out = torch::empty({B, T, H, hd}, q.options()).transpose(1, 2);  // (B, H, T, hd) over (B, T, H, hd)
     const auto G = softmax_group(H, T);
     parallel_for_as_caller(0, B * (H / G), 1, [&](std::int64_t begin, std::int64_t end) {
-      auto scores = torch::empty({G * shape.block * T}, q.options());  // one block's scores, then its P
+      const auto room = G * shape.block * T;
+      auto scores = torch::empty({room}, q.options());  // one block's scores, then its P
+      const auto block_r = recompute ? torch::empty({room}, q.options()) : torch::Tensor();
+      const auto log_norm = recompute ? torch::empty({G * shape.block}, q.options()) : torch::Tensor();
       for (std::int64_t i = begin; i < end; ++i) {
         const auto b = i / (H / G), h0 = (i % (H / G)) * G;
         const auto* wb = weights.data_ptr<float>() + b * T;
         const auto group = (b * H + h0) * P;
         for (std::int64_t x = 0; x < shape.count(); ++x) {
           const auto s = shape.start(x), e = shape.end(x), r = e - s;
-          auto rb = r_all.narrow(0, group + G * shape.offset(x), G * r * e).view({G, r, e});
-          block_softmax(q, k, b, h0, G, s, e, scale, scores, rb);
-          weigh_rows(rb.data_ptr<float>(), scores.data_ptr<float>(), G * r, e, wb, eps);
+          if (!recompute) {
+            auto rb = held.narrow(0, group + G * shape.offset(x), G * r * e).view({G, r, e});
+            block_softmax(q, k, b, h0, G, s, e, scale, scores, rb);
+            weigh_rows(rb.data_ptr<float>(), scores.data_ptr<float>(), G * r, e, wb, eps);
+          } else {
+            const auto lse = held[b].narrow(0, h0, G).narrow(1, s, r);  // (G, r): the softmax's, then R's
+            probabilities_from_lse(q, k, b, h0, G, s, e, scale, scores, lse, /*fill=*/true,
+                                   block_r.narrow(0, 0, G * r * e).view({G, r, e}));
+            weigh_rows(block_r.data_ptr<float>(), scores.data_ptr<float>(), G * r, e, wb, eps,
+                       log_norm.data_ptr<float>());
+            lse.add_(log_norm.narrow(0, 0, G * r).view({G, r}));
+          }
           for (std::int64_t g = 0; g < G; ++g)  // O = P V
             gemm(false, false, {scores.data_ptr<float>() + g * r * e, r, e, e}, head(v, b, h0 + g, e),
                  rows(out, b, h0 + g, s, r), 1.0f);
         }
       }
     });
-    ctx->save_for_backward({q, k, v, weights, r_all});
+    ctx->save_for_backward({q, k, v, weights, held});
+    ctx->saved_data["recompute"] = recompute;
     ctx->saved_data["eviction"] = static_cast<std::int64_t>(eviction);
     ctx->saved_data["flags_type"] = static_cast<std::int64_t>(w.scalar_type());
     return out;
@@ -93,7 +112,8 @@ class CpuEvictingAttention : public torch::autograd::Function<CpuEvictingAttenti
   static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
                                                  torch::autograd::variable_list grads) {
     const auto saved = ctx->get_saved_variables();
-    const auto &q = saved[0], &k = saved[1], &v = saved[2], &weights = saved[3], &r_all = saved[4];
+    const auto &q = saved[0], &k = saved[1], &v = saved[2], &weights = saved[3], &held = saved[4];
+    const bool recompute = ctx->saved_data["recompute"].toBool();
     const bool multiplicative = static_cast<Eviction>(ctx->saved_data["eviction"].toInt()) == Eviction::Multiplicative;
     const auto eps = static_cast<float>(multiplicative ? kEvictionRenormaliseEps : 0.0);
     const auto d_out = grads[0].stride(3) == 1 ? grads[0] : grads[0].contiguous();  // (B, H, T, hd)
@@ -111,6 +131,7 @@ class CpuEvictingAttention : public torch::autograd::Function<CpuEvictingAttenti
       const auto scratch = G * shape.block * T;
       auto p = torch::empty({scratch}, q.options());
       auto d = torch::empty({scratch}, q.options());
+      const auto block_r = recompute ? torch::empty({scratch}, q.options()) : torch::Tensor();
       for (std::int64_t i = begin; i < end; ++i) {
         const auto b = i / (H / G), h0 = (i % (H / G)) * G;
         const auto* wb = weights.data_ptr<float>() + b * T;
@@ -121,7 +142,14 @@ class CpuEvictingAttention : public torch::autograd::Function<CpuEvictingAttenti
         for (auto x = shape.count() - 1; x >= 0; --x) {
           const auto s = shape.start(x), e = shape.end(x), r = e - s;
           const float accumulate = x == shape.count() - 1 ? 0.0f : 1.0f;
-          const auto* rb = r_all.data_ptr<float>() + group + G * shape.offset(x);
+          const float* rb = nullptr;
+          if (recompute) {  // R = exp(scores - log-normaliser); d is free until dP below
+            probabilities_from_lse(q, k, b, h0, G, s, e, scale, d, held[b].narrow(0, h0, G).narrow(1, s, r),
+                                   /*fill=*/false, block_r.narrow(0, 0, G * r * e).view({G, r, e}));
+            rb = block_r.data_ptr<float>();
+          } else {
+            rb = held.data_ptr<float>() + group + G * shape.offset(x);
+          }
           auto* pb = p.data_ptr<float>();
           for (std::int64_t a = 0; a < G * r; ++a)  // P = R w
             for (std::int64_t j = 0; j < e; ++j) pb[a * e + j] = rb[a * e + j] * wb[j];
@@ -156,9 +184,9 @@ double cpu_eviction_saved_bytes(std::int64_t B, std::int64_t H, std::int64_t T) 
   return 4.0 * static_cast<double>(B * H) * static_cast<double>(CausalBlocks(T, T).packed());
 }
 
-bool cpu_eviction_active(const torch::Device& device, std::int64_t B, std::int64_t H, std::int64_t T) {
+bool cpu_eviction_active(const torch::Device& device) {
   static const bool off = switched_off_in_environment("ROUTELAB_CPU_EVICTION");
-  return device.is_cpu() && !off && cpu_eviction_saved_bytes(B, H, T) <= kCpuEvictionSavedBytes;
+  return device.is_cpu() && !off;
 }
 
 torch::Tensor evicting_attention_cpu(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,

@@ -238,7 +238,7 @@ torch::Tensor evicting_attention(const torch::Tensor& q, const torch::Tensor& k,
   }
 #endif
   const auto all_heads = [&](const torch::Tensor& x) { return repeat_kv(x, H / x.size(1)); };
-  if (cpu_eviction_active(q.device(), B, H, T)) {
+  if (cpu_eviction_active(q.device())) {
     if (pairs) *pairs = static_cast<double>(B) * static_cast<double>(T) * static_cast<double>(T);
     return evicting_attention_cpu(q, all_heads(k), all_heads(v), w, eviction);
   }

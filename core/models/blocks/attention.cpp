@@ -116,6 +116,34 @@ void block_softmax(const torch::Tensor& q, const torch::Tensor& k, std::int64_t 
   at::_softmax_out(probs, scores.narrow(0, 0, G * r * e).view({G, r, e}), -1, false);
 }
 
+std::int64_t kept_probabilities_limit() {
+  static const std::int64_t bytes = [] {
+    const char* text = std::getenv("ROUTELAB_CPU_ATTENTION_KEEP_MB");
+    if (text == nullptr || *text == '\0') return std::int64_t{256} << 20;
+    try {
+      return std::int64_t{std::stoll(text)} << 20;
+    } catch (const std::exception&) {
+      throw std::invalid_argument(std::string("ROUTELAB_CPU_ATTENTION_KEEP_MB: not a number of MiB: '") + text + "'");
+    }
+  }();
+  return bytes;
+}
+
+bool recompute_probabilities(double kept_bytes) {
+  return RecomputeCpuAttention::active() || kept_bytes > static_cast<double>(kept_probabilities_limit());
+}
+
+void probabilities_from_lse(const torch::Tensor& q, const torch::Tensor& k, std::int64_t b, std::int64_t h0,
+                            std::int64_t G, std::int64_t s, std::int64_t e, float scale, const torch::Tensor& scores,
+                            const torch::Tensor& lse, bool fill, torch::Tensor probs) {
+  const auto r = e - s;
+  block_scores(q, k, b, h0, G, s, e, scale, scores);
+  const auto sc = scores.narrow(0, 0, G * r * e).view({G, r, e});
+  if (fill) lse.copy_(at::logsumexp(sc, {-1}));
+  at::sub_out(probs, sc, lse.unsqueeze(-1));
+  probs.exp_();  // exp(-inf) = 0 on the future keys
+}
+
 }  // namespace cpu_attention
 
 namespace {
@@ -144,38 +172,10 @@ enum class Held {
   log_sum_exp,    ///< each row's, (B, H, T): the backward recomputes the probabilities
 };
 
-/// ROUTELAB_CPU_ATTENTION_KEEP_MB: the bytes of probabilities a call with a backward keeps (read once).
-std::int64_t kept_probabilities_limit() {
-  static const std::int64_t bytes = [] {
-    const char* text = std::getenv("ROUTELAB_CPU_ATTENTION_KEEP_MB");
-    if (text == nullptr || *text == '\0') return std::int64_t{256} << 20;
-    try {
-      return std::int64_t{std::stoll(text)} << 20;
-    } catch (const std::exception&) {
-      throw std::invalid_argument(std::string("ROUTELAB_CPU_ATTENTION_KEEP_MB: not a number of MiB: '") + text + "'");
-    }
-  }();
-  return bytes;
-}
-
 struct CpuAttentionForward {
   torch::Tensor out;   ///< (B, H, T, hd) over a (B, T, H, hd) buffer
   torch::Tensor held;  ///< the probabilities or the log-sum-exps, as `Held` says; undefined for nothing
 };
-
-/// Row block [s, e) of head group (b, h0)'s probabilities written to `probs` (G, e - s, e) as exp(scores - lse),
-/// with `lse` the rows' log-sum-exps, (G, e - s) (a strided view of the (B, H, T) rows): read from it (`fill`
-/// false: the backward) or written to it first (the forward). `scores` is the thread's scratch.
-void probabilities_from_lse(const torch::Tensor& q, const torch::Tensor& k, std::int64_t b, std::int64_t h0,
-                            std::int64_t G, std::int64_t s, std::int64_t e, float scale, const torch::Tensor& scores,
-                            const torch::Tensor& lse, bool fill, torch::Tensor probs) {
-  const auto r = e - s;
-  block_scores(q, k, b, h0, G, s, e, scale, scores);
-  const auto sc = scores.narrow(0, 0, G * r * e).view({G, r, e});
-  if (fill) lse.copy_(at::logsumexp(sc, {-1}));
-  at::sub_out(probs, sc, lse.unsqueeze(-1));
-  probs.exp_();  // exp(-inf) = 0 on the future keys
-}
 
 /// The forward of causal attention on CPU (CpuCausalAttention below), holding `held` for a backward.
 CpuAttentionForward cpu_attention_forward(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
@@ -236,10 +236,9 @@ class CpuCausalAttention : public torch::autograd::Function<CpuCausalAttention> 
  public:
   static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& q, const torch::Tensor& k,
                                const torch::Tensor& v, std::vector<std::int64_t> lengths) {
-    const auto kept_bytes = static_cast<double>(q.size(0) * q.size(1)) *
-                            static_cast<double>(CausalBlocks(q.size(2), q.size(2)).packed()) * sizeof(float);
-    const bool recompute =
-        RecomputeCpuAttention::active() || kept_bytes > static_cast<double>(kept_probabilities_limit());
+    const bool recompute = recompute_probabilities(static_cast<double>(q.size(0) * q.size(1)) *
+                                                   static_cast<double>(CausalBlocks(q.size(2), q.size(2)).packed()) *
+                                                   sizeof(float));
     auto f = cpu_attention_forward(q, k, v, lengths, recompute ? Held::log_sum_exp : Held::probabilities);
     ctx->save_for_backward({q, k, v, f.held});
     ctx->saved_data["lengths"] = lengths;

@@ -64,7 +64,8 @@ int cpu_attention_loop_threads();
 /// block's probabilities (B H T^2 / 2 floats) while they fit in ROUTELAB_CPU_ATTENTION_KEEP_MB (default 256 MiB a
 /// call; read once), and beyond that keeps each row's log-sum-exp instead (B H T floats), the backward recomputing
 /// the probabilities block by block from Q K^T as flash attention's does: one more product per block.
-/// While a RecomputeCpuAttention is alive on a thread, its calls recompute whatever their size (tests, comparisons).
+/// D-LLM's CPU kernel (evicting_attention_cpu) keeps or recomputes its own probabilities by the same limit. While a
+/// RecomputeCpuAttention is alive on a thread, both kernels' calls recompute whatever their size (tests, comparisons).
 using RecomputeCpuAttention = ScopedThreadFlag<struct RecomputeCpuAttentionTag>;
 
 /// Scaled dot-product attention of q (B, H, Tq, hd) over k, v (B, Hkv, Tk, hd), causal with the queries

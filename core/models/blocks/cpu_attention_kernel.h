@@ -68,6 +68,21 @@ void block_scores(const torch::Tensor& q, const torch::Tensor& k, std::int64_t b
 void block_softmax(const torch::Tensor& q, const torch::Tensor& k, std::int64_t b, std::int64_t h0, std::int64_t G,
                    std::int64_t s, std::int64_t e, float scale, const torch::Tensor& scores, torch::Tensor probs);
 
+/// Row block [s, e) of head group (b, h0)'s probabilities written to `probs` (G, e - s, e) as exp(scores - lse),
+/// with `lse` the rows' log-sum-exps, (G, e - s) (a strided view of (B, H, T) rows): read from it (`fill` false:
+/// a backward recomputing what its forward computed) or written to it first (`fill` true: the softmax, its rows'
+/// log-sum-exps kept). `scores` is the thread's scratch, as in block_scores.
+void probabilities_from_lse(const torch::Tensor& q, const torch::Tensor& k, std::int64_t b, std::int64_t h0,
+                            std::int64_t G, std::int64_t s, std::int64_t e, float scale, const torch::Tensor& scores,
+                            const torch::Tensor& lse, bool fill, torch::Tensor probs);
+
+/// ROUTELAB_CPU_ATTENTION_KEEP_MB in bytes (default 256 MiB; read once): the probabilities a CPU attention call keeps
+/// for its backward at most (RecomputeCpuAttention in attention.h).
+std::int64_t kept_probabilities_limit();
+/// Whether a call whose probabilities would take `kept_bytes` recomputes them in its backward instead: past
+/// kept_probabilities_limit, or while a RecomputeCpuAttention is alive on this thread.
+bool recompute_probabilities(double kept_bytes);
+
 /// Heads handled per softmax call: every head of a sequence when their (n, n) scores fit in 4 M floats (one call
 /// instead of H), else one.
 std::int64_t softmax_group(std::int64_t H, std::int64_t T);
