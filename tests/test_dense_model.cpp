@@ -4,6 +4,7 @@
 #include <QtTest>
 
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -166,6 +167,19 @@ class TestDenseModel : public QObject {
     QCOMPARE(recomputed[1][1].abs().sum().item<double>(), 0.0);                           // dq of the empty sequence
     QCOMPARE(recomputed[1][2].narrow(1, 17, 283).abs().sum().item<double>(), 0.0);        // and of the padding rows
     QVERIFY(recomputed[2][0].abs().sum().item<double>() > 0);
+  }
+
+  void probabilitiesKeptUpToTheLimit() {
+    // Both CPU kernels (dense and D-LLM's) keep a call's probabilities up to 256 MiB (ROUTELAB_CPU_ATTENTION_KEEP_MB)
+    // and recompute them past it, or always while a RecomputeCpuAttention is alive.
+    using cpu_attention::kept_probabilities_limit, cpu_attention::recompute_probabilities;
+    if (std::getenv("ROUTELAB_CPU_ATTENTION_KEEP_MB") == nullptr)
+      QCOMPARE(kept_probabilities_limit(), std::int64_t{256} << 20);
+    const auto limit = static_cast<double>(kept_probabilities_limit());
+    QVERIFY(!recompute_probabilities(limit));
+    QVERIFY(recompute_probabilities(limit + 1));
+    const RecomputeCpuAttention forced;
+    QVERIFY(recompute_probabilities(0));
   }
 
   void attentionHoldsWhatItsBackwardReads() {
