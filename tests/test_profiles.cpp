@@ -163,11 +163,18 @@ class TestProfiles : public QObject {
     KernelProfiler profiler(false);
     QVERIFY(contains(error_of<ConfigError>([] { KernelProfiler second(false); }), "already being recorded"));
     const auto a = torch::randn({64, 64});
-    for (int i = 0; i < 5; ++i) (void)torch::mm(a, a);
+    for (int i = 0; i < 5; ++i) {
+      ROUTELAB_PART("mlp");
+      (void)torch::mm(a, a);
+    }
     const auto p = profiler.stop(trace.string());
     const auto mm = std::find_if(p.kernels.begin(), p.kernels.end(), [](const auto& k) { return k.name == "aten::mm"; });
     QVERIFY2(mm != p.kernels.end(), "no aten::mm recorded");
     QCOMPARE(mm->calls, std::int64_t{5});
+    // A part's scope is a range drawn over the work (on a GPU's timeline too), not work: no kernel of its own, and
+    // its time not counted as busy twice. The ops inside it are the part's.
+    for (const auto& k : p.kernels) QVERIFY2(!contains(k.name, ROUTELAB_PART_PREFIX), k.name.c_str());
+    QVERIFY(p.parts.count("mlp") == 1 && p.parts.at("mlp").forward_calls == 5);
     QVERIFY(p.busy_ms > 0 && p.busy_ms <= p.wall_ms);
     std::ifstream in(trace);
     const auto doc = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);

@@ -15,6 +15,7 @@
 // KinetoEvent's nanosecond times and hidden events are those of LibTorch 2.4 and later (the pinned wheel is newer).
 #if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 4)
 #define ROUTELAB_KINETO 1
+#include <kineto/ActivityType.h>
 #include <torch/csrc/autograd/profiler_kineto.h>
 #endif
 
@@ -155,6 +156,14 @@ std::string kernel_profiling_unavailable() {
 #ifdef ROUTELAB_KINETO
 namespace {
 
+/// Whether an event is a user scope's range (at::RecordFunction's user scopes: the parts), on the host or drawn over
+/// the kernels it enclosed on a GPU's timeline (Kineto's gpu_user_annotation): a span over work, not work itself.
+bool is_annotation(const torch::autograd::profiler::KinetoEvent& e) {
+  const auto type = e.activityType();
+  return type == static_cast<std::uint8_t>(libkineto::ActivityType::USER_ANNOTATION) ||
+         type == static_cast<std::uint8_t>(libkineto::ActivityType::GPU_USER_ANNOTATION);
+}
+
 /// The host's part spans, backward nodes and node-making ops of a recording, and the work to attribute: on a GPU
 /// each kernel's time at the op that launched it (the op Kineto links it to: the innermost one open at the launch),
 /// on the CPU each top-level op's time (as OpClassProfiler counts them).
@@ -200,7 +209,8 @@ PartAttribution attribute_parts(const std::vector<torch::autograd::profiler::Kin
     return parts;
   }
   for (const auto& e : recorded) {
-    if (e.deviceType() != c10::DeviceType::CUDA || e.isHiddenEvent() || e.endNs() < e.startNs()) continue;
+    if (e.deviceType() != c10::DeviceType::CUDA || e.isHiddenEvent() || is_annotation(e) || e.endNs() < e.startNs())
+      continue;
     const double ms = static_cast<double>(e.endNs() - e.startNs()) / 1e6;
     if (const auto it = launched_by.find(e.linkedCorrelationId()); it != launched_by.end())
       parts.work(it->second.first, it->second.second, ms);
@@ -273,7 +283,7 @@ KernelProfile KernelProfiler::stop(const std::string& trace_path) {
   }
   const auto wanted = state_->cuda ? c10::DeviceType::CUDA : c10::DeviceType::CPU;
   for (const auto& e : result->events()) {
-    if (e.deviceType() != wanted || e.isHiddenEvent()) continue;
+    if (e.deviceType() != wanted || e.isHiddenEvent() || is_annotation(e)) continue;
     events.push_back({e.name(), e.startNs(), e.endNs()});
   }
   parts = attribute_parts(result->events(), state_->cuda).parts();
