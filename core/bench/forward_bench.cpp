@@ -159,6 +159,14 @@ std::vector<HostOpLine> host_ops_beyond_dense(const ForwardBenchRow& r, int top)
   return lines;
 }
 
+/// Where a row's timed calls or dense's made the CUDA allocator go to the device: the counts, else nothing.
+std::string allocator_note(const ForwardBenchRow& r) {
+  if (r.device_allocs + r.alloc_retries + r.dense_device_allocs + r.dense_alloc_retries == 0) return "";
+  return "  (device mallocs/frees " + std::to_string(r.device_allocs) + ", retries " +
+         std::to_string(r.alloc_retries) + "; dense's " + std::to_string(r.dense_device_allocs) + ", " +
+         std::to_string(r.dense_alloc_retries) + ")";
+}
+
 }  // namespace
 
 ForwardBenchResult bench_forward(const ForwardBenchOptions& in) {
@@ -280,8 +288,16 @@ ForwardBenchResult bench_forward(const ForwardBenchOptions& in) {
       for (int w = 0; w < warmup; ++w)
         for (const auto& run : runs) run();
       std::vector<std::vector<double>> times(runs.size());
+      std::vector<AllocatorEvents> allocator(runs.size());  // summed over the timed calls
       for (int r = 0; r < o.reps; ++r)  // interleaved: drifting machine load hits every model alike
-        for (std::size_t i = 0; i < runs.size(); ++i) times[i].push_back(time_ms(runs[i], device));
+        for (std::size_t i = 0; i < runs.size(); ++i) {
+          const auto before = allocator_events(device);
+          times[i].push_back(time_ms(runs[i], device));
+          const auto after = allocator_events(device);
+          allocator[i].device_allocs += after.device_allocs - before.device_allocs +
+                                        after.device_frees - before.device_frees;
+          allocator[i].retries += after.retries - before.retries;
+        }
       const double dense_ms = median(times[0]);
       for (std::size_t i = 0; i < models.size(); ++i) {
         ForwardBenchRow row;
@@ -297,6 +313,10 @@ ForwardBenchResult bench_forward(const ForwardBenchOptions& in) {
         row.graph = graphs[i + 1] != nullptr;
         row.captures = row.graph ? graphs[i + 1]->captures() : 0;
         row.dense_graph = graphs[0] != nullptr;
+        row.device_allocs = allocator[i + 1].device_allocs;
+        row.alloc_retries = allocator[i + 1].retries;
+        row.dense_device_allocs = allocator[0].device_allocs;
+        row.dense_alloc_retries = allocator[0].retries;
         if (row.quotient > o.breakdown_threshold && T >= o.breakdown_min_seq) {
           if (dense_profile.classes_ms.empty())
             dense_profile = profile(runs[0], device, std::max(3, o.reps), o.kernels);
@@ -346,7 +366,7 @@ std::string ForwardBenchResult::to_table() const {
       << r.flops_ratio << std::setw(10) << r.quotient << (o.cuda_graph ? (r.graph ? "  graph" : "  eager") : "")
       << (r.captures > 1 ? " (captured " + std::to_string(r.captures) + " times)" : std::string())
       << (o.cuda_graph && !r.dense_graph ? " (dense eager)" : "") << (r.profile.classes_ms.empty() ? "" : "  *")
-      << "\n";
+      << allocator_note(r) << "\n";
   }
   bool any = false;
   for (const auto& r : rows) {
@@ -408,6 +428,9 @@ nlohmann::json ForwardBenchResult::to_json() const {
     nlohmann::json j = {{"seq", r.seq},         {"target", r.target},       {"arch", r.arch},
                         {"routed", r.fraction}, {"dense_ms", r.dense_ms},   {"ms", r.ms},
                         {"time_ratio", r.time_ratio}, {"flops_ratio", r.flops_ratio}, {"quotient", r.quotient}};
+    if (device.rfind("cuda", 0) == 0)
+      j["allocator"] = {{"device_allocs", r.device_allocs}, {"retries", r.alloc_retries},
+                        {"dense_device_allocs", r.dense_device_allocs}, {"dense_retries", r.dense_alloc_retries}};
     if (options.cuda_graph) {
       j["graph"] = r.graph;
       j["captures"] = r.captures;

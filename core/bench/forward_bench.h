@@ -67,6 +67,10 @@ struct ForwardBenchRow {
   /// graph: how often the step was captured by the end of the timed calls (more than once: its routing outgrew, or
   /// fell well below, the shapes captured: DTRNet's sized rows)
   int captures = 0;
+  /// On a GPU, what the caching allocator did during this model's timed calls and dense's (allocator_events): blocks
+  /// taken from or returned to the device and allocations retried after emptying the cache. Nonzero counts mean
+  /// the timed calls waited for the device beyond their own work (the bench holds every model's memory at once).
+  std::int64_t device_allocs = 0, alloc_retries = 0, dense_device_allocs = 0, dense_alloc_retries = 0;
   /// Where one call's time goes (a breakdown): op or kernel class -> ms, what the call launches (GPU kernels, memory
   /// copies and fills where ForwardBenchResult::kernel_breakdowns, else top-level ops on the host; medians over the
   /// profiled calls) and, with ForwardBenchOptions::kernels, its longest kernels on a GPU (longest first) or, on the

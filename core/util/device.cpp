@@ -91,6 +91,18 @@ void reset_peak_memory(const torch::Device& device) {
 #endif
 }
 
+AllocatorEvents allocator_events(const torch::Device& device) {
+#if ROUTELAB_WITH_CUDA
+  if (device.is_cuda()) {
+    const auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(cuda_index(device));
+    return {stats.num_device_alloc, stats.num_device_free, stats.num_alloc_retries};
+  }
+#else
+  (void)device;
+#endif
+  return {};
+}
+
 void configure_cuda_math(bool tf32, bool deterministic) {
   auto& context = at::globalContext();
   context.setAllowTF32CuBLAS(tf32);

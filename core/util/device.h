@@ -39,6 +39,13 @@ struct DeviceMemory {
 DeviceMemory device_memory(const torch::Device& device);
 /// Starts `device`'s peak count again from the bytes allocated now.
 void reset_peak_memory(const torch::Device& device);
+/// What a CUDA device's caching allocator did since the process started (PyTorch's memory_stats): blocks taken from
+/// the device and returned to it (cudaMalloc, cudaFree: a free waits for the whole device), and allocations retried
+/// after the cache was emptied to make room (each such retry synchronises the device first). Zero elsewhere.
+struct AllocatorEvents {
+  std::int64_t device_allocs = 0, device_frees = 0, retries = 0;
+};
+AllocatorEvents allocator_events(const torch::Device& device);
 
 /// Sets Torch's intra-op threads: `requested` > 0, else every core (std::thread::hardware_concurrency) but the
 /// reserved ones (reserve_cores), at most ROUTELAB_MAX_THREADS; and installs the caching CPU allocator
