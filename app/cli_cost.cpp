@@ -201,8 +201,9 @@ int run_bench_eviction(const EvictionBenchOptions& o) {
                "chunked / flash | chunked peak / saved MB | flash peak / saved MB | materialised peak / saved MB | "
                "chunked max |out diff| / |grad diff| | flash max |out diff| / |grad diff| | max |grad| | "
                "CPU kernel ms | chunked / CPU kernel | CPU kernel peak / saved MB | "
-               "CPU kernel max |out diff| / |grad diff| |\n"
-               "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n";
+               "CPU kernel max |out diff| / |grad diff| | flash on cuDNN ms | flash / cuDNN | cuDNN peak / saved MB | "
+               "cuDNN max |out diff| / |grad diff| |\n"
+               "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n";
   const auto num = [](double v, int precision) { return v < 0 ? std::string("-") : fixed(v, precision); };
   const auto ratio = [](double a, double b) { return a < 0 || b <= 0 ? std::string("-") : fixed(a / b, 2) + "x"; };
   const auto sci = [](double v) {
@@ -221,7 +222,14 @@ int run_bench_eviction(const EvictionBenchOptions& o) {
               << sci(r.flash_output_diff) << " / " << sci(r.flash_grad_diff) << " | "
               << (r.output_diff < 0 ? std::string("-") : sci(r.grad_max)) << " | " << num(r.cpu_ms, 1) << " | "
               << ratio(r.chunked_ms, r.cpu_ms) << " | " << num(r.cpu_peak_mb, 0) << " / " << num(r.cpu_saved_mb, 0)
-              << " | " << sci(r.cpu_output_diff) << " / " << sci(r.cpu_grad_diff) << " |\n";
+              << " | " << sci(r.cpu_output_diff) << " / " << sci(r.cpu_grad_diff) << " | " << num(r.cudnn_ms, 1)
+              << " | " << ratio(r.flash_ms, r.cudnn_ms) << " | " << num(r.cudnn_peak_mb, 0) << " / "
+              << num(r.cudnn_saved_mb, 0) << " | " << sci(r.cudnn_output_diff) << " / " << sci(r.cudnn_grad_diff)
+              << " |\n";
+  for (const auto& r : rows)
+    if (!r.cudnn_error.empty())
+      std::cout << r.precision << ", T " << r.context << ": the flash form on cuDNN's kernel failed: " << r.cudnn_error
+                << "\n";
   return 0;
 }
 

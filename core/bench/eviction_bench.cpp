@@ -16,7 +16,7 @@ struct EvictionMemory {
   double peak_mb = -1, saved_mb = -1;
 };
 
-enum class Form { Chunked, Flash, Cpu, Materialised };
+enum class Form { Chunked, Flash, Cudnn, Cpu, Materialised };
 
 /// Output and the gradients of <output, upstream> with respect to q, k, v and w, through one form (`chunk`: the
 /// chunked kernel's rows per chunk, 0 automatic). With `memory`, also what the pass holds above the memory allocated
@@ -40,6 +40,7 @@ std::vector<torch::Tensor> eviction_pass(const std::vector<torch::Tensor>& input
   const auto &k = leaves[1], &v = leaves[2], &w = leaves[3];
   const auto out = form == Form::Chunked ? evicting_attention_chunked(q, all_heads(k), all_heads(v), w, eviction, chunk)
                    : form == Form::Flash ? evicting_attention_flash(q, k, v, w, eviction)
+                   : form == Form::Cudnn ? evicting_attention_flash(q, k, v, w, eviction, EvictionKernel::Cudnn)
                    : form == Form::Cpu   ? evicting_attention_cpu(q, all_heads(k), all_heads(v), w, eviction)
                                          : evicting_attention_materialised(q, all_heads(k), all_heads(v), w, eviction);
   if (memory) {
@@ -90,11 +91,23 @@ std::vector<EvictionBenchRow> bench_eviction(const EvictionBenchOptions& o) {
       const auto a = eviction_pass(inputs, upstream, Form::Chunked, chunk, device, &memory);
       r.chunked_peak_mb = memory.peak_mb;
       r.chunked_saved_mb = memory.saved_mb;
-      std::vector<torch::Tensor> f, c;
+      std::vector<torch::Tensor> f, c, n;
       if (flash) {
         f = eviction_pass(inputs, upstream, Form::Flash, chunk, device, &memory);
         r.flash_peak_mb = memory.peak_mb;
         r.flash_saved_mb = memory.saved_mb;
+      }
+      // cuDNN's kernel takes what flash attention's does on a GPU; a failure is reported, not fatal.
+      bool cudnn = flash && device.is_cuda() && cudnn_eviction_available();
+      if (cudnn) {
+        try {
+          n = eviction_pass(inputs, upstream, Form::Cudnn, chunk, device, &memory);
+          r.cudnn_peak_mb = memory.peak_mb;
+          r.cudnn_saved_mb = memory.saved_mb;
+        } catch (const c10::Error& e) {
+          r.cudnn_error = e.what_without_backtrace();
+          cudnn = false;
+        }
       }
       const bool cpu = device.is_cpu();
       if (cpu) {
@@ -114,26 +127,30 @@ std::vector<EvictionBenchRow> bench_eviction(const EvictionBenchOptions& o) {
         };
         differences(a, r.output_diff, r.grad_diff);
         if (flash) differences(f, r.flash_output_diff, r.flash_grad_diff);
+        if (cudnn) differences(n, r.cudnn_output_diff, r.cudnn_grad_diff);
         if (cpu) differences(c, r.cpu_output_diff, r.cpu_grad_diff);
         for (std::size_t i = 1; i < b.size(); ++i) r.grad_max = std::max(r.grad_max, b[i].abs().max().item<double>());
       }
-      std::vector<double> chunked, flashed, kernel, materialised;  // interleaved, after warm-up
+      std::vector<double> chunked, flashed, cudnned, kernel, materialised;  // interleaved, after warm-up
       const auto timed = [&](Form form) {
         return time_ms([&] { eviction_pass(inputs, upstream, form, chunk, device); }, device);
       };
       for (int i = 0; i < o.warmup + o.reps; ++i) {
         const double tc = timed(Form::Chunked);
         const double tf = flash ? timed(Form::Flash) : -1;
+        const double tn = cudnn ? timed(Form::Cudnn) : -1;
         const double tk = cpu ? timed(Form::Cpu) : -1;
         const double tm = o.materialised ? timed(Form::Materialised) : -1;
         if (i < o.warmup) continue;
         chunked.push_back(tc);
         flashed.push_back(tf);
+        cudnned.push_back(tn);
         kernel.push_back(tk);
         materialised.push_back(tm);
       }
       r.chunked_ms = median(chunked);
       if (flash) r.flash_ms = median(flashed);
+      if (cudnn) r.cudnn_ms = median(cudnned);
       if (cpu) r.cpu_ms = median(kernel);
       if (o.materialised) r.materialised_ms = median(materialised);
       rows.push_back(r);

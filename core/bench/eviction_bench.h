@@ -1,5 +1,6 @@
 // D-LLM's training attention (skipped tokens evicted as keys, official multiplicative form): the chunked kernel, the
-// flash form (where LibTorch has flash attention for the device and precision) and, on the CPU, RouteLab's CPU
+// flash form (where LibTorch has flash attention for the device and precision; on a GPU in bf16 also on cuDNN's
+// fused attention, EvictionKernel::Cudnn, where LibTorch has it) and, on the CPU, RouteLab's CPU
 // kernel (the form a CPU trains with) against the materialised one,
 // forward + backward, at one layer's shape. Prints measured times, the peak memory each holds above its inputs, what
 // the forward leaves held for the backward (what a model holds per layer until its backward reaches it), and the
@@ -34,6 +35,9 @@ struct EvictionBenchRow {
   double output_diff = -1, grad_diff = -1, grad_max = 0;     ///< largest |difference| (output; q, k, v, w grads)
   double flash_ms = -1, flash_peak_mb = -1, flash_saved_mb = -1;  ///< the flash form; -1: not run
   double flash_output_diff = -1, flash_grad_diff = -1;            ///< its largest differences from materialised
+  double cudnn_ms = -1, cudnn_peak_mb = -1, cudnn_saved_mb = -1;  ///< the flash form on cuDNN's kernel; -1: not run
+  double cudnn_output_diff = -1, cudnn_grad_diff = -1;            ///< its largest differences from materialised
+  std::string cudnn_error;  ///< why the cuDNN kernel did not run where it was tried (its c10::Error)
   double cpu_ms = -1, cpu_peak_mb = -1, cpu_saved_mb = -1;        ///< the CPU kernel (on the CPU); -1: not run
   double cpu_output_diff = -1, cpu_grad_diff = -1;                ///< its largest differences from materialised
 };

@@ -63,6 +63,11 @@ bool cpu_eviction_active(const torch::Device& device);
 torch::Tensor evicting_attention_chunked(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
                                          const torch::Tensor& w, Eviction eviction, std::int64_t query_chunk = 0);
 
+/// The fused attention kernel of the flash form on a GPU: PyTorch's flash attention (FlashAttention-2; its head sizes
+/// come in steps of 32, so a head of 64 plus the two eviction columns, padded to 72, runs as 96), or cuDNN's fused
+/// attention (LibTorch >= 2.6; head sizes in steps of 8, the kernel LibTorch picks for the dense model on Hopper).
+enum class EvictionKernel { Flash, Cudnn };
+
 /// The form through LibTorch's flash attention (LibTorch >= 2.3; on a GPU in bf16, on the CPU in bf16 or fp32; fp16
 /// cannot hold an evicted key's weight): the eviction as an additive log w_j on each key's scores, carried by two
 /// extra head dimensions, and every gradient, the flags' included, from one flash backward (dllm_eviction_flash.cpp). q, k and v share one dtype;
@@ -70,13 +75,21 @@ torch::Tensor evicting_attention_chunked(const torch::Tensor& q, const torch::Te
 /// out the official 1e-6 in the denominator (a relative 1e-6 / m, m a row's softmax mass on executed keys), and an
 /// evicted key keeps a weight of 2^-40 (a relative 2^-40 (1 - m) / m of the output). Throws where LibTorch has no
 /// flash attention.
+/// `kernel`: the fused attention it runs on a GPU (on the CPU, LibTorch's CPU flash attention either way).
 torch::Tensor evicting_attention_flash(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
-                                       const torch::Tensor& w, Eviction eviction);
+                                       const torch::Tensor& w, Eviction eviction,
+                                       EvictionKernel kernel = EvictionKernel::Flash);
 /// Whether this LibTorch has the flash attention evicting_attention_flash calls (2.3 or later).
 bool flash_eviction_available();
 /// Whether evicting_attention takes the flash form for q of this device, dtype and head size: a GPU, bf16, head
 /// size + 2 at most 256, ROUTELAB_FLASH_EVICTION not 0, and no earlier flash call failed.
 bool flash_eviction_active(const torch::Device& device, torch::ScalarType type, std::int64_t head_dim);
+/// Whether this LibTorch has the cuDNN attention ops EvictionKernel::Cudnn calls (2.6 or later).
+bool cudnn_eviction_available();
+/// Whether evicting_attention runs the flash form on cuDNN's kernel (EvictionKernel::Cudnn) on `device`: a GPU,
+/// LibTorch 2.6 or later, ROUTELAB_EVICTION_CUDNN=1 (an opt-in until its time and gradients are measured on a GPU:
+/// `bench eviction` prints both kernels), and no earlier cuDNN call failed (flash attention's kernel runs then).
+bool cudnn_eviction_active(const torch::Device& device);
 /// The score pairs per head the flash form is priced at over B sequences of T: the whole square, as the dense
 /// model's flash call, scaled by the padded head size over the real one.
 double flash_eviction_pairs(std::int64_t B, std::int64_t T, std::int64_t head_dim);

@@ -1,5 +1,6 @@
-// D-LLM's evicting attention through LibTorch's flash attention (LibTorch >= 2.3): the eviction rides in two extra
-// head dimensions, and the flags' gradient in the padding columns of the one flash backward.
+// D-LLM's evicting attention through LibTorch's flash attention (LibTorch >= 2.3), or on a GPU through cuDNN's fused
+// attention (LibTorch >= 2.6, opted into with ROUTELAB_EVICTION_CUDNN=1): the eviction rides in two extra head
+// dimensions, and the flags' gradient in the padding columns of the one fused backward.
 #include <cmath>
 #include <vector>
 
@@ -10,11 +11,16 @@
 #include "core/models/blocks/part_scope.h"
 #include "core/models/dllm_eviction.h"
 #include "core/util/optional_kernel.h"
+#include "core/util/process.h"
 
 namespace routelab {
 
 #if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 3)
 #define ROUTELAB_FLASH_EVICTION 1
+#endif
+// cuDNN's fused attention with grouped key/value heads, as ATen ops with their backward (LibTorch 2.6 and later).
+#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 6)
+#define ROUTELAB_CUDNN_EVICTION 1
 #endif
 
 namespace {
@@ -47,14 +53,36 @@ torch::Tensor split_pair(const torch::Tensor& x, torch::ScalarType type) {
   return torch::stack({hi, (x - hi.to(torch::kFloat)).to(type)}, -1);
 }
 
-/// One flash forward's results that its backward needs (the random state only matters with dropout, unused here).
+/// One fused forward's results that its backward needs (the random state only matters with dropout, unused here).
 struct FlashForward {
   torch::Tensor out, lse, cum_q, cum_k, seed, offset;
   std::int64_t max_q = 0, max_k = 0;
+  bool cudnn = false;  ///< run by cuDNN's kernel (its backward then too)
 };
 
-FlashForward flash_forward(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v, double scale) {
+/// The fused forward: cuDNN's kernel where `cudnn` and q is on a GPU, else flash attention (LibTorch's CPU flash
+/// attention on the CPU).
+FlashForward flash_forward(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v, double scale,
+                           bool cudnn) {
   FlashForward f;
+#ifdef ROUTELAB_CUDNN_EVICTION
+  if (q.is_cuda() && cudnn) {
+    auto r = at::_scaled_dot_product_cudnn_attention(q, k, v, std::nullopt, /*compute_log_sumexp=*/true, 0.0,
+                                                     /*is_causal=*/true, /*return_debug_mask=*/false, scale);
+    f.out = std::get<0>(r);
+    f.lse = std::get<1>(r);
+    f.cum_q = std::get<2>(r);
+    f.cum_k = std::get<3>(r);
+    f.max_q = std::get<4>(r).expect_int();
+    f.max_k = std::get<5>(r).expect_int();
+    f.seed = std::get<6>(r);
+    f.offset = std::get<7>(r);
+    f.cudnn = true;
+    return f;
+  }
+#else
+  TORCH_CHECK(!(q.is_cuda() && cudnn), "evicting_attention_flash: cuDNN's attention needs LibTorch 2.6 or later");
+#endif
   if (q.is_cuda()) {
     auto r = at::_scaled_dot_product_flash_attention(q, k, v, 0.0, /*is_causal=*/true, false, scale);
     f.out = std::get<0>(r);
@@ -71,10 +99,16 @@ FlashForward flash_forward(const torch::Tensor& q, const torch::Tensor& k, const
   return f;
 }
 
-/// The flash backward of q, k, v for the forward `f`, with upstream gradient g. -> dq, dk, dv
+/// The fused backward of q, k, v for the forward `f` (by the same kernel), with upstream gradient g. -> dq, dk, dv
 std::tuple<torch::Tensor, torch::Tensor, torch::Tensor> flash_backward(const FlashForward& f, const torch::Tensor& g,
                                                                        const torch::Tensor& q, const torch::Tensor& k,
                                                                        const torch::Tensor& v, double scale) {
+#ifdef ROUTELAB_CUDNN_EVICTION
+  if (f.cudnn)
+    return at::_scaled_dot_product_cudnn_attention_backward(g, q, k, v, f.out, f.lse, f.seed, f.offset,
+                                                            /*attn_bias=*/torch::Tensor(), f.cum_q, f.cum_k, f.max_q,
+                                                            f.max_k, 0.0, /*is_causal=*/true, scale);
+#endif
   if (q.is_cuda())
     return at::_scaled_dot_product_flash_attention_backward(g, q, k, v, f.out, f.lse, f.cum_q, f.cum_k, f.max_q, f.max_k,
                                                             0.0, /*is_causal=*/true, f.seed, f.offset, scale);
@@ -88,7 +122,7 @@ std::tuple<torch::Tensor, torch::Tensor, torch::Tensor> flash_backward(const Fla
 /// executed keys), and the additive form for flags 0/1. Evicted keys (w = 0, or w < 0.5 additive) weigh
 /// kEvictedLogWeight's 2^-40 instead of 0. k and v may have fewer heads than q (grouped heads, served natively).
 ///
-/// One flash backward gives every gradient. With R = exp(s - lse) over every causal key (lse the rows'
+/// One fused backward gives every gradient (flash attention's, or cuDNN's where `cudnn`). With R = exp(s - lse) over every causal key (lse the rows'
 /// log-normaliser), the flags' gradient (multiplicative) is dw_j = sum over heads and queries i of
 /// R_ij (dO_i . v_j - Delta_i), Delta_i = dO_i . O_i. The upstream rows carry -Delta_i as a hi/lo pair in the
 /// padding columns (where v and O are 0, so dq, dk and flash's own Delta are unchanged), and the padding of dv_j
@@ -98,7 +132,7 @@ std::tuple<torch::Tensor, torch::Tensor, torch::Tensor> flash_backward(const Fla
 class FlashEvictingAttentionFunction : public torch::autograd::Function<FlashEvictingAttentionFunction> {
  public:
   static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& q, const torch::Tensor& k,
-                               const torch::Tensor& v, const torch::Tensor& w, Eviction eviction) {
+                               const torch::Tensor& v, const torch::Tensor& w, Eviction eviction, bool cudnn) {
     // Autocast off: both passes run in the inputs' dtype, and the backward sees the forward's scores.
     const c10::impl::ExcludeDispatchKeyGuard no_autocast(c10::autocast_dispatch_keyset);
     const auto B = q.size(0), H = q.size(1), Hkv = k.size(1), T = q.size(2), hd = q.size(3);
@@ -119,7 +153,7 @@ class FlashEvictingAttentionFunction : public torch::autograd::Function<FlashEvi
     const auto qp = with_columns(q, torch::ones({1, 1, 1, 2}, q.options()).expand({B, H, T, 2}), padded);
     const auto kp = with_columns(k, key_columns, padded);
     const auto vp = with_columns(v, torch::Tensor(), padded);
-    const auto f = flash_forward(qp, kp, vp, scale);
+    const auto f = flash_forward(qp, kp, vp, scale, cudnn);
     ctx->save_for_backward({qp, kp, vp, f.out, f.lse, kept});
     ctx->saved_data["cum_q"] = f.cum_q;
     ctx->saved_data["cum_k"] = f.cum_k;
@@ -127,6 +161,7 @@ class FlashEvictingAttentionFunction : public torch::autograd::Function<FlashEvi
     ctx->saved_data["offset"] = f.offset;
     ctx->saved_data["max_q"] = f.max_q;
     ctx->saved_data["max_k"] = f.max_k;
+    ctx->saved_data["cudnn"] = f.cudnn;
     ctx->saved_data["eviction"] = static_cast<std::int64_t>(eviction);
     ctx->saved_data["flags_type"] = static_cast<std::int64_t>(w.scalar_type());
     return f.out.narrow(3, 0, hd);
@@ -146,6 +181,7 @@ class FlashEvictingAttentionFunction : public torch::autograd::Function<FlashEvi
     f.offset = ctx->saved_data["offset"].toTensor();
     f.max_q = ctx->saved_data["max_q"].toInt();
     f.max_k = ctx->saved_data["max_k"].toInt();
+    f.cudnn = ctx->saved_data["cudnn"].toBool();
     const bool multiplicative = static_cast<Eviction>(ctx->saved_data["eviction"].toInt()) == Eviction::Multiplicative;
     const auto B = qp.size(0), T = qp.size(2), hd = grads[0].size(3), padded = qp.size(3);
     const double scale = 1.0 / std::sqrt(static_cast<double>(hd));
@@ -172,13 +208,20 @@ class FlashEvictingAttentionFunction : public torch::autograd::Function<FlashEvi
     }
     const auto keep = kept.view({B, 1, T, 1}).to(type);
     return {dq.narrow(3, 0, hd).contiguous(), dk.narrow(3, 0, hd) * keep, dv.narrow(3, 0, hd) * keep, dw,
-            torch::Tensor()};
+            torch::Tensor(), torch::Tensor()};
   }
 };
 
 /// Given up after a failed call (a GPU without flash attention's kernels): the chunked form runs then.
 OptionalKernel& flash_eviction_kernel() {
   static OptionalKernel kernel("ROUTELAB_FLASH_EVICTION", "D-LLM's flash eviction attention", "the chunked form runs");
+  return kernel;
+}
+
+/// The flash form on cuDNN's kernel, given up after a failed forward: flash attention's kernel runs it then.
+OptionalKernel& cudnn_eviction_kernel() {
+  static OptionalKernel kernel("ROUTELAB_EVICTION_CUDNN", "D-LLM's eviction attention on cuDNN",
+                               "flash attention runs it");
   return kernel;
 }
 
@@ -204,6 +247,24 @@ bool flash_eviction_active(const torch::Device& device, torch::ScalarType type, 
 #endif
 }
 
+bool cudnn_eviction_available() {
+#ifdef ROUTELAB_CUDNN_EVICTION
+  return true;
+#else
+  return false;
+#endif
+}
+
+bool cudnn_eviction_active(const torch::Device& device) {
+#ifdef ROUTELAB_CUDNN_EVICTION
+  static const bool opted_in = switched_on_in_environment("ROUTELAB_EVICTION_CUDNN");
+  return opted_in && device.is_cuda() && cudnn_eviction_kernel().usable();
+#else
+  (void)device;
+  return false;
+#endif
+}
+
 double flash_eviction_pairs(std::int64_t B, std::int64_t T, std::int64_t head_dim) {
   // Priced as the dense model's flash call is (the whole square), at the padded head size.
   return static_cast<double>(B) * static_cast<double>(T) * static_cast<double>(T) *
@@ -211,15 +272,15 @@ double flash_eviction_pairs(std::int64_t B, std::int64_t T, std::int64_t head_di
 }
 
 torch::Tensor evicting_attention_flash(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
-                                       const torch::Tensor& w, Eviction eviction) {
+                                       const torch::Tensor& w, Eviction eviction, EvictionKernel kernel) {
 #ifdef ROUTELAB_FLASH_EVICTION
   TORCH_CHECK(k.size(2) == q.size(2) && v.size(2) == q.size(2) && w.size(1) == q.size(2),
               "evicting_attention_flash: queries, keys, values and flags must cover the same positions");
   TORCH_CHECK(k.size(1) == v.size(1) && k.size(1) > 0 && q.size(1) % k.size(1) == 0,
               "evicting_attention_flash: the query heads must be a multiple of the key/value heads");
-  return FlashEvictingAttentionFunction::apply(q, k, v, w, eviction);
+  return FlashEvictingAttentionFunction::apply(q, k, v, w, eviction, kernel == EvictionKernel::Cudnn);
 #else
-  (void)q, (void)k, (void)v, (void)w, (void)eviction;
+  (void)q, (void)k, (void)v, (void)w, (void)eviction, (void)kernel;
   throw std::runtime_error("evicting_attention_flash needs LibTorch 2.3 or later (flash attention)");
 #endif
 }
@@ -230,8 +291,13 @@ torch::Tensor evicting_attention(const torch::Tensor& q, const torch::Tensor& k,
   const auto B = q.size(0), H = q.size(1), T = q.size(2);
 #ifdef ROUTELAB_FLASH_EVICTION
   if (const auto hd = q.size(3); flash_eviction_active(q.device(), q.scalar_type(), hd)) {
-    const auto attend = [&] { return evicting_attention_flash(q, k, v, w, eviction); };
-    if (auto out = flash_eviction_kernel().attempt(attend)) {
+    const auto attend = [&](EvictionKernel kernel) {
+      return [&, kernel] { return evicting_attention_flash(q, k, v, w, eviction, kernel); };
+    };
+    auto out = cudnn_eviction_active(q.device()) ? cudnn_eviction_kernel().attempt(attend(EvictionKernel::Cudnn))
+                                                 : std::nullopt;
+    if (!out) out = flash_eviction_kernel().attempt(attend(EvictionKernel::Flash));
+    if (out) {
       if (pairs) *pairs = flash_eviction_pairs(B, T, hd);
       return *out;
     }
