@@ -404,7 +404,11 @@ std::string ForwardBenchResult::to_table() const {
         s << "      " << std::setw(8) << std::setprecision(2) << k.ms << std::setw(7) << k.calls << "  " << name << "\n";
       }
     };
-    if (!r.profile.parts_ms.empty()) {
+    if (r.graph && kernel_breakdowns) {
+      // A graph's replay launches its kernels without running the ops that recorded them: nothing to attribute.
+      s << "    (no time by part: the step is replayed as a CUDA graph, whose kernels no op launches; the same run "
+           "without --cuda-graph gives the eager step's parts)\n";
+    } else if (!r.profile.parts_ms.empty()) {
       s << "    ms by part of the model and step (" << (kernel_breakdowns ? "kernel time" : "top-level ops' host time")
         << "; the backward by the part of its forward op):\n"
         << parts_table(r.profile.parts_ms, 1.0, &r.dense_profile.parts_ms, "dense");
