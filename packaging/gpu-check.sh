@@ -278,7 +278,7 @@ step train-360m-dllm-360m-batch8 60 "$cli" train --config "$root/experiments/dll
   --set train.checkpoint_every=1000 --set train.warmup_steps=10 --set train.log_every=5 --db "$work/360m.sqlite"
 step train-step-routed-360m-bf16 150 "$cli" bench forward --train --device "$dev" --archs dtrnet,mod,tsa,dllm \
   --embd 960 --layers 32 --heads 15 --kv-heads 5 --lengths 2048 --fractions 0.1,0.3 --batch 8 --reps 3 --warmup 1 \
-  --precision bf16 --breakdown-above 1.1 --kernels 12
+  --precision bf16 --breakdown-above 1.1 --kernels 8
 # Each routed model beside dense alone, in a process of its own: the step above holds five models' memory at once,
 # and an allocator short of room empties its cache and retries, waiting for the device (the rows' allocator note).
 for arch in dtrnet mod tsa dllm; do

@@ -158,6 +158,11 @@ class TestCli : public QObject {
       if (op["op"].toString() == "aten::sort") sorted = op["calls"].toDouble() > 0 && op["dense_calls"].toDouble() == 0;
     }
     QVERIFY2(sorted, qPrintable(output));
+    // What each part runs, by top-level op: the routing part gathers the routed rows.
+    const auto routing = row["part_pieces"].toObject()["routing"].toArray();
+    QVERIFY2(std::any_of(routing.begin(), routing.end(),
+                         [](const auto& v) { return v.toObject()["name"].toString() == "aten::index_select"; }),
+             qPrintable(output));
     // Every op name is listed (400 is more than there are): the calls add up to the call's top-level ops.
     QCOMPARE(calls, row["launches"].toDouble());
     QCOMPARE(dense_calls, row["dense_launches"].toDouble());

@@ -175,6 +175,7 @@ class TestProfiles : public QObject {
     // its time not counted as busy twice. The ops inside it are the part's.
     for (const auto& k : p.kernels) QVERIFY2(!contains(k.name, ROUTELAB_PART_PREFIX), k.name.c_str());
     QVERIFY(p.parts.count("mlp") == 1 && p.parts.at("mlp").forward_calls == 5);
+    QCOMPARE(p.part_pieces.at("mlp").at("aten::mm").forward_calls, 5.0);  // what the part ran, by op
     QVERIFY(p.busy_ms > 0 && p.busy_ms <= p.wall_ms);
     std::ifstream in(trace);
     const auto doc = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
@@ -234,19 +235,34 @@ class TestProfiles : public QObject {
     a.op(1, 275, 2);  // an op inside the backward numbers no forward node
     a.backward(1, 300, 310, -1, 1);
     a.backward(1, 320, 330, 12, 1);
-    a.work(1, 1, 1.0);      // attention
+    a.work(1, 1, 1.0, "gemm");  // attention
     a.work(1, 12, 2.0);     // router (innermost)
     a.work(1, 10, 0.5);     // routing
-    a.work(1, 30, 4.0);     // attention again
+    a.work(1, 30, 4.0, "flash");  // attention again
     a.work(1, 150, 8.0);    // outside every part
     a.work(1, 220, 16.0);   // node 8: router's backward
     a.work(1, 255, 32.0);   // the engine's own work around node 8: router's backward too
-    a.work(1, 280, 64.0);   // node 7: attention's backward
+    a.work(1, 280, 64.0, "gemm");  // node 7: attention's backward
     a.work(1, 305, 128.0);  // accumulation: no forward op
     a.work(1, 325, 256.0);  // node 12: op 9's part, outside every part
     a.work(2, 220, 512.0);  // another thread with no spans: outside every part
-    a.unlinked(1024.0);
+    a.unlinked(1024.0, "graph kernel");
     const auto parts = a.parts();
+    // The same attribution by what the work was.
+    const auto pieces = a.pieces();
+    const auto& attention = pieces.at("attention");
+    QCOMPARE(attention.size(), std::size_t{2});
+    QCOMPARE(attention.at("gemm").forward_ms, 1.0);
+    QCOMPARE(attention.at("gemm").backward_ms, 64.0);
+    QCOMPARE(attention.at("flash").forward_ms, 4.0);
+    QCOMPARE(pieces.at("router").at("").backward_calls, 2.0);  // unnamed work: ""
+    QCOMPARE(pieces.at(kUnlinkedWork).at("graph kernel").forward_ms, 1024.0);
+    for (const auto& [part, by_name] : pieces) {  // every part's pieces add up to it
+      double ms = 0, calls = 0;
+      for (const auto& [name, t] : by_name) ms += t.total(), calls += t.calls();
+      QCOMPARE(ms, parts.at(part).total());
+      QCOMPARE(calls, parts.at(part).calls());
+    }
     QCOMPARE(parts.at("attention").forward_ms, 5.0);
     QCOMPARE(parts.at("attention").forward_calls, 2.0);
     QCOMPARE(parts.at("attention").backward_ms, 64.0);

@@ -69,6 +69,22 @@ using Profile = ForwardBenchRow::Profile;
 /// Median over `runs` profiled calls of `run` (a forward or a training step) of the ms of each class (one call is
 /// too noisy on a shared machine) and of what a call launches: kernel classes and kernels on a GPU
 /// (kernel_breakdowns), else op classes and top-level ops on the host.
+/// Each part's `top` longest pieces of work, longest first.
+std::map<std::string, std::vector<Profile::Piece>> top_pieces(
+    const std::map<std::string, std::map<std::string, PartTime>>& pieces, int top) {
+  std::map<std::string, std::vector<Profile::Piece>> out;
+  if (top <= 0) return out;
+  for (const auto& [part, by_name] : pieces) {
+    auto& list = out[part];
+    for (const auto& [name, t] : by_name) list.push_back({name, t.forward_ms, t.backward_ms, t.calls()});
+    std::stable_sort(list.begin(), list.end(), [](const Profile::Piece& a, const Profile::Piece& b) {
+      return a.forward_ms + a.backward_ms > b.forward_ms + b.backward_ms;
+    });
+    if (list.size() > static_cast<std::size_t>(top)) list.resize(static_cast<std::size_t>(top));
+  }
+  return out;
+}
+
 Profile profile(const std::function<void()>& run, const torch::Device& device, int runs, int top) {
   std::map<std::string, std::vector<double>> samples;
   std::map<std::string, std::array<std::vector<double>, 4>> part_samples;  // ms and calls, forward and backward
@@ -90,6 +106,7 @@ Profile profile(const std::function<void()>& run, const torch::Device& device, i
       const auto p = profiler.stop();
       for (const auto& [k, v] : p.classes_ms()) samples[k].push_back(v);
       add_parts(p.parts);
+      out.part_pieces = top_pieces(p.part_pieces, top);  // the last call's
       double calls = 0;
       for (const auto& k : p.kernels) calls += static_cast<double>(k.calls);
       launches.push_back(calls);
@@ -104,6 +121,7 @@ Profile profile(const std::function<void()>& run, const torch::Device& device, i
     profiler.stop();
     for (const auto& [k, v] : profiler.classes_ms()) samples[k].push_back(v);
     add_parts(profiler.parts_ms());
+    out.part_pieces = top_pieces(profiler.part_pieces(), top);  // the last call's
     launches.push_back(static_cast<double>(profiler.ops()));
     out.host_ops.clear();  // the last call's
     if (top > 0)
@@ -413,6 +431,25 @@ std::string ForwardBenchResult::to_table() const {
         << "; the backward by the part of its forward op):\n"
         << parts_table(r.profile.parts_ms, 1.0, &r.dense_profile.parts_ms, "dense");
     }
+    if (!r.profile.part_pieces.empty() && !(r.graph && kernel_breakdowns)) {
+      std::vector<std::pair<std::string, double>> order;  // the parts, largest total first
+      for (const auto& [part, t] : r.profile.parts_ms) order.emplace_back(part, t.total());
+      std::stable_sort(order.begin(), order.end(), [](const auto& a, const auto& b) { return a.second > b.second; });
+      s << "    what each part of " << r.arch << " runs, its " << o.kernels << " longest "
+        << (kernel_breakdowns ? "kernels" : "top-level ops") << " (ms forward / backward, calls; the last profiled "
+        << "call):\n";
+      for (const auto& [part, total] : order) {
+        const auto it = r.profile.part_pieces.find(part);
+        if (it == r.profile.part_pieces.end()) continue;
+        s << "      " << part << " (" << std::setprecision(2) << total << " ms):\n";
+        for (const auto& piece : it->second) {
+          auto name = piece.name;
+          if (name.size() > 90) name.replace(87, std::string::npos, "...");
+          s << "        " << std::setw(8) << piece.forward_ms << " / " << std::setw(8) << piece.backward_ms
+            << std::setprecision(0) << std::setw(7) << piece.calls << std::setprecision(2) << "  " << name << "\n";
+        }
+      }
+    }
     kernel_lines(r.profile.top_kernels, r.arch);
     kernel_lines(r.dense_profile.top_kernels, "dense");
     if (const auto ops = host_ops_beyond_dense(r, o.kernels); !ops.empty()) {
@@ -447,6 +484,10 @@ nlohmann::json ForwardBenchResult::to_json() const {
         j["parts_ms"][k] = {{"forward", v.forward_ms}, {"backward", v.backward_ms}};
       for (const auto& [k, v] : r.dense_profile.parts_ms)
         j["dense_parts_ms"][k] = {{"forward", v.forward_ms}, {"backward", v.backward_ms}};
+      for (const auto& [part, pieces] : r.profile.part_pieces)
+        for (const auto& piece : pieces)
+          j["part_pieces"][part].push_back({{"name", piece.name}, {"forward_ms", piece.forward_ms},
+                                            {"backward_ms", piece.backward_ms}, {"calls", piece.calls}});
       j["launches"] = r.profile.launches;
       j["dense_launches"] = r.dense_profile.launches;
       for (const auto& l : host_ops_beyond_dense(r, options.kernels))

@@ -88,6 +88,13 @@ struct ForwardBenchRow {
     /// ms by part of the model and step (median over the profiled calls, forward and backward each): kernel time
     /// on a GPU, top-level ops' host time elsewhere
     std::map<std::string, PartTime> parts_ms;
+    /// With ForwardBenchOptions::kernels N: each part's N longest kernels (a GPU) or top-level ops (the host) in the
+    /// last profiled call, longest first: what a part's time is made of
+    struct Piece {
+      std::string name;
+      double forward_ms = 0, backward_ms = 0, calls = 0;
+    };
+    std::map<std::string, std::vector<Piece>> part_pieces;
   };
   /// where quotient > threshold at a long sequence: this model's call and dense's (classes_ms empty otherwise)
   Profile profile, dense_profile;

@@ -170,7 +170,11 @@ bool is_annotation(const torch::autograd::profiler::KinetoEvent& e) {
 PartAttribution attribute_parts(const std::vector<torch::autograd::profiler::KinetoEvent>& recorded, bool cuda) {
   PartAttribution parts;
   std::unordered_map<std::uint64_t, std::pair<std::uint64_t, std::uint64_t>> launched_by;  // op -> (thread, start)
-  std::map<std::uint64_t, std::vector<std::pair<std::uint64_t, std::uint64_t>>> ops;       // thread -> spans
+  struct OpSpan {
+    std::uint64_t start = 0, end = 0;
+    std::string name;
+  };
+  std::map<std::uint64_t, std::vector<OpSpan>> ops;  // thread -> spans
   const auto prefix = std::string_view(ROUTELAB_PART_PREFIX);
   for (const auto& e : recorded) {
     // PyTorch's own events (ops, record_function scopes) link to nothing; the CUDA runtime's calls, also on the CPU,
@@ -188,21 +192,21 @@ PartAttribution attribute_parts(const std::vector<torch::autograd::profiler::Kin
       parts.evaluation(thread, start, end);
     } else {
       parts.op(thread, start, e.sequenceNr());
-      ops[thread].emplace_back(start, end);
+      ops[thread].push_back({start, end, e.name()});
     }
     if (e.correlationId() != 0) launched_by[e.correlationId()] = {thread, start};
   }
   if (!cuda) {  // the CPU's work: ops inside no other op of their thread
     for (auto& [thread, spans] : ops) {
       std::sort(spans.begin(), spans.end(), [](const auto& a, const auto& b) {
-        return a.first != b.first ? a.first < b.first : a.second > b.second;
+        return a.start != b.start ? a.start < b.start : a.end > b.end;
       });
       std::uint64_t open_until = 0;
       bool any = false;
-      for (const auto& [start, end] : spans) {
-        if (any && start < open_until) continue;  // nested in the last top-level op
-        parts.work(thread, start, static_cast<double>(end - start) / 1e6);
-        open_until = end;
+      for (const auto& s : spans) {
+        if (any && s.start < open_until) continue;  // nested in the last top-level op
+        parts.work(thread, s.start, static_cast<double>(s.end - s.start) / 1e6, s.name);
+        open_until = s.end;
         any = true;
       }
     }
@@ -212,10 +216,11 @@ PartAttribution attribute_parts(const std::vector<torch::autograd::profiler::Kin
     if (e.deviceType() != c10::DeviceType::CUDA || e.isHiddenEvent() || is_annotation(e) || e.endNs() < e.startNs())
       continue;
     const double ms = static_cast<double>(e.endNs() - e.startNs()) / 1e6;
+    auto name = kernel_display_name(e.name());
     if (const auto it = launched_by.find(e.linkedCorrelationId()); it != launched_by.end())
-      parts.work(it->second.first, it->second.second, ms);
+      parts.work(it->second.first, it->second.second, ms, std::move(name));
     else
-      parts.unlinked(ms);
+      parts.unlinked(ms, std::move(name));
   }
   return parts;
 }
@@ -274,6 +279,7 @@ KernelProfile KernelProfiler::stop(const std::string& trace_path) {
       std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - state_->begin).count();
   std::vector<KernelEvent> events;
   std::map<std::string, PartTime> parts;
+  std::map<std::string, std::map<std::string, PartTime>> part_pieces;
 #ifdef ROUTELAB_KINETO
   std::unique_ptr<torch::autograd::profiler::ProfilerResult> result;
   try {
@@ -286,7 +292,9 @@ KernelProfile KernelProfiler::stop(const std::string& trace_path) {
     if (e.deviceType() != wanted || e.isHiddenEvent() || is_annotation(e)) continue;
     events.push_back({e.name(), e.startNs(), e.endNs()});
   }
-  parts = attribute_parts(result->events(), state_->cuda).parts();
+  const auto attribution = attribute_parts(result->events(), state_->cuda);
+  parts = attribution.parts();
+  part_pieces = attribution.pieces();
   if (!trace_path.empty()) {
     try {
       result->save(trace_path);
@@ -299,6 +307,7 @@ KernelProfile KernelProfiler::stop(const std::string& trace_path) {
 #endif
   auto profile = KernelProfile::from_events(events, wall_ms);
   profile.parts = std::move(parts);
+  profile.part_pieces = std::move(part_pieces);
   return profile;
 }
 

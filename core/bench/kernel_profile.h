@@ -37,6 +37,8 @@ struct KernelProfile {
   /// Kernel time by the part of the model or step whose op launched it (ROUTELAB_PART); in a CPU recording, the
   /// top-level ops' time (as OpClassProfiler::parts_ms)
   std::map<std::string, PartTime> parts;
+  /// `parts` by what the work was: part -> kernel (display name; in a CPU recording, top-level op) -> time, calls
+  std::map<std::string, std::map<std::string, PartTime>> part_pieces;
 
   /// From the recorded events: kernels grouped by display name, busy time as the union of their intervals.
   static KernelProfile from_events(const std::vector<KernelEvent>& events, double wall_ms);

@@ -50,14 +50,14 @@ void PartAttribution::op(std::uint64_t thread, std::uint64_t start, std::int64_t
   if (seq >= 0) ops_.push_back({thread, start, seq});
 }
 
-void PartAttribution::work(std::uint64_t thread, std::uint64_t at, double ms) { work_.push_back({thread, at, ms}); }
-
-void PartAttribution::unlinked(double ms) {
-  unlinked_ms_ += ms;
-  ++unlinked_calls_;
+void PartAttribution::work(std::uint64_t thread, std::uint64_t at, double ms, std::string what) {
+  work_.push_back({thread, at, ms, std::move(what)});
 }
 
-std::map<std::string, PartTime> PartAttribution::parts() const {
+void PartAttribution::unlinked(double ms, std::string what) { unlinked_.push_back({0, 0, ms, std::move(what)}); }
+
+template <typename Visit>
+void PartAttribution::attribute(Visit&& visit) const {
   auto parts = parts_;
   auto backward = backward_;
   auto evaluations = evaluations_;
@@ -93,19 +93,35 @@ std::map<std::string, PartTime> PartAttribution::parts() const {
     --it;
     return it->first.first == node.forward_thread ? it->second : kUnmatchedBackward;
   };
-  std::map<std::string, PartTime> out;
   for (const auto& w : work_) {
-    if (const auto* node = node_at(w.thread, w.at)) {
-      auto& t = out[node_part(*node)];
-      t.backward_ms += w.ms;
-      ++t.backward_calls;
-    } else {
-      auto& t = out[part_at(w.thread, w.at)];
-      t.forward_ms += w.ms;
-      ++t.forward_calls;
-    }
+    if (const auto* node = node_at(w.thread, w.at))
+      visit(node_part(*node), true, w);
+    else
+      visit(part_at(w.thread, w.at), false, w);
   }
-  if (unlinked_calls_ > 0) out[kUnlinkedWork] = {unlinked_ms_, 0, unlinked_calls_, 0};
+  for (const auto& w : unlinked_) visit(std::string(kUnlinkedWork), false, w);
+}
+
+namespace {
+
+void add_work(PartTime& t, bool backward, double ms) {
+  (backward ? t.backward_ms : t.forward_ms) += ms;
+  ++(backward ? t.backward_calls : t.forward_calls);
+}
+
+}  // namespace
+
+std::map<std::string, PartTime> PartAttribution::parts() const {
+  std::map<std::string, PartTime> out;
+  attribute([&](const std::string& part, bool backward, const Work& w) { add_work(out[part], backward, w.ms); });
+  return out;
+}
+
+std::map<std::string, std::map<std::string, PartTime>> PartAttribution::pieces() const {
+  std::map<std::string, std::map<std::string, PartTime>> out;
+  attribute([&](const std::string& part, bool backward, const Work& w) {
+    add_work(out[part][w.what], backward, w.ms);
+  });
   return out;
 }
 

@@ -41,15 +41,17 @@ class PartAttribution {
   /// An op started at `start` on `thread` with the sequence number `seq` of the node it would create (ignored when
   /// negative or inside a backward node: only forward ops create the nodes).
   void op(std::uint64_t thread, std::uint64_t start, std::int64_t seq);
-  /// `ms` of work launched at `at` on `thread`.
-  void work(std::uint64_t thread, std::uint64_t at, double ms);
+  /// `ms` of work launched at `at` on `thread`; `what`: its name (a kernel's, a top-level op's) for pieces().
+  void work(std::uint64_t thread, std::uint64_t at, double ms, std::string what = {});
   /// `ms` of work no recorded op launched.
-  void unlinked(double ms);
+  void unlinked(double ms, std::string what = {});
 
   /// Milliseconds by part name, kNoPart for work outside every part, kUnmatchedBackward for backward nodes whose
   /// forward op was not recorded (gradient accumulation into the leaves: no number; nodes made before the
   /// recording).
   std::map<std::string, PartTime> parts() const;
+  /// The same attribution by what the work was: part -> work's name -> its time and calls in that part.
+  std::map<std::string, std::map<std::string, PartTime>> pieces() const;
 
  private:
   struct Span {
@@ -65,11 +67,14 @@ class PartAttribution {
   struct Work {
     std::uint64_t thread = 0, at = 0;
     double ms = 0;
+    std::string what;
   };
+  /// Calls visit(part, backward, work) for every piece of work, unlinked work included (kUnlinkedWork, forward).
+  template <typename Visit>
+  void attribute(Visit&& visit) const;
   std::map<std::uint64_t, std::vector<Span>> parts_, backward_, evaluations_;
   std::vector<Op> ops_;
-  std::vector<Work> work_;
-  double unlinked_ms_ = 0, unlinked_calls_ = 0;
+  std::vector<Work> work_, unlinked_;
 };
 
 /// Parts as text rows, largest total first: "part  forward  backward  total  calls" in ms (and calls) divided by

@@ -247,7 +247,7 @@ void on_profiler_end(const at::RecordFunction& fn, at::ObserverContext* ctx) {
   if (!timed->cls) return;
   const auto ms = std::chrono::duration<double, std::milli>(end - timed->start).count();
   p->ms[timed->cls] += ms;
-  p->parts.work(fn.threadId(), since(*p, timed->start), ms);
+  p->parts.work(fn.threadId(), since(*p, timed->start), ms, timed->name);
   auto& tally = p->by_name[timed->name];
   ++tally.calls;
   tally.ms += ms;
@@ -289,6 +289,10 @@ std::map<std::string, double> OpClassProfiler::classes_ms() const {
 std::int64_t OpClassProfiler::ops() const { return state_->ops; }
 const std::map<std::string, OpTally>& OpClassProfiler::ops_by_name() const { return state_->by_name; }
 std::map<std::string, PartTime> OpClassProfiler::parts_ms() const { return state_->parts.parts(); }
+
+std::map<std::string, std::map<std::string, PartTime>> OpClassProfiler::part_pieces() const {
+  return state_->parts.pieces();
+}
 
 double OpClassProfiler::wall_ms() const {
   const auto end = state_->active ? Clock::now() : state_->end;

@@ -72,6 +72,8 @@ class OpClassProfiler {
   /// The top-level ops' time by the part of the model or step they ran in (ROUTELAB_PART; the backward's by its
   /// forward op's part: part_profile.h).
   std::map<std::string, PartTime> parts_ms() const;
+  /// parts_ms by top-level op name: part -> op -> time and calls.
+  std::map<std::string, std::map<std::string, PartTime>> part_pieces() const;
 
   struct State;
 
