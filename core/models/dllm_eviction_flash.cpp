@@ -122,13 +122,13 @@ std::tuple<torch::Tensor, torch::Tensor, torch::Tensor> flash_backward(const Fla
 /// executed keys), and the additive form for flags 0/1. Evicted keys (w = 0, or w < 0.5 additive) weigh
 /// kEvictedLogWeight's 2^-40 instead of 0. k and v may have fewer heads than q (grouped heads, served natively).
 ///
-/// One fused backward gives every gradient (flash attention's, or cuDNN's where `cudnn`). With R = exp(s - lse) over every causal key (lse the rows'
-/// log-normaliser), the flags' gradient (multiplicative) is dw_j = sum over heads and queries i of
-/// R_ij (dO_i . v_j - Delta_i), Delta_i = dO_i . O_i. The upstream rows carry -Delta_i as a hi/lo pair in the
-/// padding columns (where v and O are 0, so dq, dk and flash's own Delta are unchanged), and the padding of dv_j
+/// One fused backward gives every gradient (flash attention's, or cuDNN's where `cudnn`). With R = exp(s - lse) over
+/// every causal key (lse the rows' log-normaliser), the flags' gradient (multiplicative) is dw_j = sum over heads and
+/// queries i of R_ij (dO_i . v_j - Delta_i), Delta_i = dO_i . O_i. The upstream rows carry -Delta_i as a hi/lo pair in
+/// the padding columns (where v and O are 0, so dq, dk and flash's own Delta are unchanged), and the padding of dv_j
 /// becomes sum_i P_ij (dO_i, -Delta_i) with P_ij = R_ij w~_j, w~ the weight flash saw: dotted with (v_j, 1, 1) and
-/// divided by w~_j, it is dw_j, evicted keys included. Their dk and dv, w~_j times R's sums where the exact ones are
-/// 0, are zeroed.
+/// divided by w~_j, it is dw_j, evicted keys included. Their dk and dv, w~_j times R's sums where the exact ones are 0,
+/// are zeroed.
 class FlashEvictingAttentionFunction : public torch::autograd::Function<FlashEvictingAttentionFunction> {
  public:
   static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& q, const torch::Tensor& k,
