@@ -66,9 +66,6 @@ bool kernel_breakdowns(const torch::Device& device) {
 
 using Profile = ForwardBenchRow::Profile;
 
-/// Median over `runs` profiled calls of `run` (a forward or a training step) of the ms of each class (one call is
-/// too noisy on a shared machine) and of what a call launches: kernel classes and kernels on a GPU
-/// (kernel_breakdowns), else op classes and top-level ops on the host.
 /// Each part's `top` longest pieces of work, longest first.
 std::map<std::string, std::vector<Profile::Piece>> top_pieces(
     const std::map<std::string, std::map<std::string, PartTime>>& pieces, int top) {
@@ -85,6 +82,9 @@ std::map<std::string, std::vector<Profile::Piece>> top_pieces(
   return out;
 }
 
+/// Median over `runs` profiled calls of `run` (a forward or a training step) of the ms of each class (one call is
+/// too noisy on a shared machine) and of what a call launches: kernel classes and kernels on a GPU
+/// (kernel_breakdowns), else op classes and top-level ops on the host.
 Profile profile(const std::function<void()>& run, const torch::Device& device, int runs, int top) {
   std::map<std::string, std::vector<double>> samples;
   std::map<std::string, std::array<std::vector<double>, 4>> part_samples;  // ms and calls, forward and backward
