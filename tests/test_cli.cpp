@@ -163,6 +163,7 @@ class TestCli : public QObject {
     QVERIFY2(std::any_of(routing.begin(), routing.end(),
                          [](const auto& v) { return v.toObject()["name"].toString() == "aten::index_select"; }),
              qPrintable(output));
+    QVERIFY2(row["dense_part_pieces"].toObject().contains("mlp"), qPrintable(output));  // dense's beside it
     // Every op name is listed (400 is more than there are): the calls add up to the call's top-level ops.
     QCOMPARE(calls, row["launches"].toDouble());
     QCOMPARE(dense_calls, row["dense_launches"].toDouble());

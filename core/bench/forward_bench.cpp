@@ -66,8 +66,8 @@ bool kernel_breakdowns(const torch::Device& device) {
 
 using Profile = ForwardBenchRow::Profile;
 
-/// Each part's `top` longest pieces of work, longest first.
-std::map<std::string, std::vector<Profile::Piece>> top_pieces(
+/// Each part's pieces of work, longest first (none where `top` is 0: no listing asked for).
+std::map<std::string, std::vector<Profile::Piece>> sorted_pieces(
     const std::map<std::string, std::map<std::string, PartTime>>& pieces, int top) {
   std::map<std::string, std::vector<Profile::Piece>> out;
   if (top <= 0) return out;
@@ -77,7 +77,6 @@ std::map<std::string, std::vector<Profile::Piece>> top_pieces(
     std::stable_sort(list.begin(), list.end(), [](const Profile::Piece& a, const Profile::Piece& b) {
       return a.forward_ms + a.backward_ms > b.forward_ms + b.backward_ms;
     });
-    if (list.size() > static_cast<std::size_t>(top)) list.resize(static_cast<std::size_t>(top));
   }
   return out;
 }
@@ -106,7 +105,7 @@ Profile profile(const std::function<void()>& run, const torch::Device& device, i
       const auto p = profiler.stop();
       for (const auto& [k, v] : p.classes_ms()) samples[k].push_back(v);
       add_parts(p.parts);
-      out.part_pieces = top_pieces(p.part_pieces, top);  // the last call's
+      out.part_pieces = sorted_pieces(p.part_pieces, top);  // the last call's
       double calls = 0;
       for (const auto& k : p.kernels) calls += static_cast<double>(k.calls);
       launches.push_back(calls);
@@ -121,7 +120,7 @@ Profile profile(const std::function<void()>& run, const torch::Device& device, i
     profiler.stop();
     for (const auto& [k, v] : profiler.classes_ms()) samples[k].push_back(v);
     add_parts(profiler.parts_ms());
-    out.part_pieces = top_pieces(profiler.part_pieces(), top);  // the last call's
+    out.part_pieces = sorted_pieces(profiler.part_pieces(), top);  // the last call's
     launches.push_back(static_cast<double>(profiler.ops()));
     out.host_ops.clear();  // the last call's
     if (top > 0)
@@ -437,16 +436,28 @@ std::string ForwardBenchResult::to_table() const {
       std::stable_sort(order.begin(), order.end(), [](const auto& a, const auto& b) { return a.second > b.second; });
       s << "    what each part of " << r.arch << " runs, its " << o.kernels << " longest "
         << (kernel_breakdowns ? "kernels" : "top-level ops") << " (ms forward / backward, calls; the last profiled "
-        << "call):\n";
+        << "call), and dense's time and calls for the same name in the same part:\n";
       for (const auto& [part, total] : order) {
         const auto it = r.profile.part_pieces.find(part);
         if (it == r.profile.part_pieces.end()) continue;
+        const auto dense_part = r.dense_profile.part_pieces.find(part);
         s << "      " << part << " (" << std::setprecision(2) << total << " ms):\n";
-        for (const auto& piece : it->second) {
+        for (std::size_t i = 0; i < it->second.size() && i < static_cast<std::size_t>(o.kernels); ++i) {
+          const auto& piece = it->second[i];
           auto name = piece.name;
-          if (name.size() > 90) name.replace(87, std::string::npos, "...");
+          if (name.size() > 80) name.replace(77, std::string::npos, "...");
           s << "        " << std::setw(8) << piece.forward_ms << " / " << std::setw(8) << piece.backward_ms
-            << std::setprecision(0) << std::setw(7) << piece.calls << std::setprecision(2) << "  " << name << "\n";
+            << std::setprecision(0) << std::setw(7) << piece.calls << std::setprecision(2);
+          const Profile::Piece* theirs = nullptr;
+          if (dense_part != r.dense_profile.part_pieces.end())
+            for (const auto& d : dense_part->second)
+              if (d.name == piece.name) theirs = &d;
+          if (theirs)
+            s << "  dense " << std::setw(8) << theirs->forward_ms + theirs->backward_ms << std::setprecision(0)
+              << std::setw(7) << theirs->calls << std::setprecision(2);
+          else  // dense ran nothing of that name in that part
+            s << "  dense " << std::setw(8) << 0.0 << std::setw(7) << 0;
+          s << "  " << name << "\n";
         }
       }
     }
@@ -484,10 +495,20 @@ nlohmann::json ForwardBenchResult::to_json() const {
         j["parts_ms"][k] = {{"forward", v.forward_ms}, {"backward", v.backward_ms}};
       for (const auto& [k, v] : r.dense_profile.parts_ms)
         j["dense_parts_ms"][k] = {{"forward", v.forward_ms}, {"backward", v.backward_ms}};
-      for (const auto& [part, pieces] : r.profile.part_pieces)
-        for (const auto& piece : pieces)
-          j["part_pieces"][part].push_back({{"name", piece.name}, {"forward_ms", piece.forward_ms},
-                                            {"backward_ms", piece.backward_ms}, {"calls", piece.calls}});
+      const auto pieces_json = [&](const std::map<std::string, std::vector<Profile::Piece>>& parts) {
+        nlohmann::json out = nlohmann::json::object();  // each part's --kernels longest
+        for (const auto& [part, pieces] : parts)
+          for (std::size_t i = 0; i < pieces.size() && i < static_cast<std::size_t>(options.kernels); ++i) {
+            const auto& piece = pieces[i];
+            out[part].push_back({{"name", piece.name}, {"forward_ms", piece.forward_ms},
+                                 {"backward_ms", piece.backward_ms}, {"calls", piece.calls}});
+          }
+        return out;
+      };
+      if (!r.profile.part_pieces.empty()) {
+        j["part_pieces"] = pieces_json(r.profile.part_pieces);
+        j["dense_part_pieces"] = pieces_json(r.dense_profile.part_pieces);
+      }
       j["launches"] = r.profile.launches;
       j["dense_launches"] = r.dense_profile.launches;
       for (const auto& l : host_ops_beyond_dense(r, options.kernels))

@@ -88,8 +88,8 @@ struct ForwardBenchRow {
     /// ms by part of the model and step (median over the profiled calls, forward and backward each): kernel time
     /// on a GPU, top-level ops' host time elsewhere
     std::map<std::string, PartTime> parts_ms;
-    /// With ForwardBenchOptions::kernels N: each part's N longest kernels (a GPU) or top-level ops (the host) in the
-    /// last profiled call, longest first: what a part's time is made of
+    /// With ForwardBenchOptions::kernels N > 0: each part's kernels (a GPU) or top-level ops (the host) in the last
+    /// profiled call, longest first: what a part's time is made of (the table and JSON list the N longest)
     struct Piece {
       std::string name;
       double forward_ms = 0, backward_ms = 0, calls = 0;
