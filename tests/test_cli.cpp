@@ -135,6 +135,29 @@ class TestCli : public QObject {
     }
   }
 
+  void benchForwardTrainsWithTheBackwardOutsideAutocast() {
+    // bench forward --train times the training step as training runs it: autocast on for the forward only. Under
+    // autocast the backward would cast the fp32 routers' inputs and gradients to bf16 and back (aten::to in the
+    // router's backward).
+    const auto [code, output] =
+        run({"bench", "forward", "--lengths", "64", "--embd", "32", "--layers", "4", "--heads", "4", "--batch", "2",
+             "--reps", "1", "--warmup", "0", "--archs", "dtrnet", "--fractions", "0.3", "--threads", "1",
+             "--breakdown-above", "0", "--breakdown-from", "0", "--kernels", "400", "--train", "--precision", "bf16",
+             "--json"});
+    QVERIFY2(code == 0, qPrintable(output));
+    const auto begin = output.indexOf('{');
+    const auto json = QJsonDocument::fromJson(output.mid(begin, output.lastIndexOf('}') - begin + 1).toUtf8());
+    const auto router = json["rows"].toArray().first().toObject()["part_pieces"].toObject()["router"].toArray();
+    QVERIFY2(!router.isEmpty(), qPrintable(output));
+    bool linear = false;
+    for (const auto& value : router) {
+      const auto piece = value.toObject();
+      linear = linear || piece["name"].toString() == "aten::linear";
+      QVERIFY2(!(piece["name"].toString() == "aten::to" && piece["backward_ms"].toDouble() > 0), qPrintable(output));
+    }
+    QVERIFY2(linear, qPrintable(output));  // the router's products are recorded
+  }
+
   void benchForwardListsTheHostOpsBeyondDense() {
     // Host breakdowns with --kernels: the top-level ops a routed model dispatches beyond dense's count. DTRNet's
     // compaction sorts its routing decisions and reads the counts back; dense does neither, and every listed op's

@@ -277,8 +277,11 @@ ForwardBenchResult bench_forward(const ForwardBenchOptions& in) {
         runs.push_back([&m = *all[i], &tokens] { m.forward(tokens); });
         continue;
       }
-      runs.push_back([&m = *all[i], &opt = *optimizers[i], &graph = graphs[i], &batch, bf16 = o.bf16] {
+      runs.push_back([&m = *all[i], &opt = *optimizers[i], &graph = graphs[i], &batch, &device, bf16 = o.bf16] {
         const torch::AutoGradMode grad(true);
+        // Out of this function's autocast region: the step turns autocast on for its forward only, and its backward
+        // runs outside it, as in training.
+        const AutocastOff outside(device);
         if (graph)
           graph->run(batch, false);
         else

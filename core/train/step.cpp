@@ -78,6 +78,12 @@ AutocastGuard::~AutocastGuard() {
   at::autocast::clear_cache();
 }
 
+AutocastOff::AutocastOff(const torch::Device& device) : cuda_(device.is_cuda()), previous_(autocast_enabled(cuda_)) {
+  set_autocast(cuda_, false);
+}
+
+AutocastOff::~AutocastOff() { set_autocast(cuda_, previous_); }
+
 void zero_grads(torch::nn::Module& model) {
   // Zeroed in place, not dropped (LibTorch 2.x's zero_grad default): a parameter that no token reached this step
   // still gets AdamW's decay and momentum update, the same on every LibTorch.

@@ -41,6 +41,22 @@ class AutocastGuard {
   at::ScalarType previous_dtype_;
 };
 
+/// Disables autocast for the current thread (CPU or CUDA) while alive, restoring it after: a training step called
+/// where autocast is on (a benchmark's region) then runs its backward outside autocast, as training does (train_step
+/// turns it on for its forward only; a backward under autocast re-casts the inputs of fp32 ops such as the routers'
+/// products to bf16 and the results back).
+class AutocastOff {
+ public:
+  explicit AutocastOff(const torch::Device& device);
+  ~AutocastOff();
+  AutocastOff(const AutocastOff&) = delete;
+  AutocastOff& operator=(const AutocastOff&) = delete;
+
+ private:
+  bool cuda_;
+  bool previous_;
+};
+
 struct StepResult {
   torch::Tensor loss;      ///< detached scalar: CE of the final head only (exit heads and aux loss excluded)
   torch::Tensor aux_loss;  ///< detached scalar
