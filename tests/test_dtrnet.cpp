@@ -529,6 +529,37 @@ class TestDTRNet : public QObject {
     QVERIFY(QString::fromStdString(model->describe()).contains("T-D-T-T"));
   }
 
+  void aStepInsideAutocastWithAutocastOffIsTheTopLevelStep() {
+    // A training step called inside an autocast region (a benchmark's) under AutocastOff runs as train_step does at
+    // the top level, autocast for its forward only: the same gradients bit for bit. Without AutocastOff its backward
+    // runs under autocast too, which re-casts the fp32 router's products to bf16: other gradients.
+    const auto x = torch::randint(0, 29, {2, 16}, torch::kLong), y = torch::randint(0, 29, {2, 16}, torch::kLong);
+    enum class Mode { TopLevel, InsideWithOff, Inside };
+    const auto step_grads = [&](Mode mode) {
+      torch::manual_seed(3);
+      DTRNet model(small(ModelStyle::Llama), DTRNetOptions());
+      auto opt = make_optimizer(model, nlohmann::json::parse(
+                                           R"({"lr":0.0,"beta1":0.9,"beta2":0.95,"eps":1e-8,"weight_decay":0.0})"));
+      std::optional<AutocastGuard> outer;
+      std::optional<AutocastOff> off;
+      if (mode != Mode::TopLevel) outer.emplace(true, torch::kCPU);
+      if (mode == Mode::InsideWithOff) off.emplace(torch::kCPU);
+      train_step(model, *opt, {x, y, {}}, 1.0, /*bf16=*/true, /*trace=*/false);
+      return grads_of(model);
+    };
+    const auto top = step_grads(Mode::TopLevel), with_off = step_grads(Mode::InsideWithOff),
+               inside = step_grads(Mode::Inside);
+    bool any = false, all_equal = true, inside_differs = false;
+    for (std::size_t i = 0; i < top.size(); ++i) {
+      any = any || top[i].abs().sum().item<double>() > 0;
+      all_equal = all_equal && torch::equal(top[i], with_off[i]);
+      inside_differs = inside_differs || !torch::equal(top[i], inside[i]);
+    }
+    QVERIFY(any);
+    QVERIFY2(all_equal, "a step under AutocastOff differs from the top-level step");
+    QVERIFY2(inside_differs, "a backward under autocast changed nothing: the check above cannot fail");
+  }
+
   void tinyBatchOverfits() {
     DTRNet model(small(ModelStyle::Llama), DTRNetOptions());
     auto opt = make_optimizer(model, nlohmann::json::parse(
