@@ -286,6 +286,12 @@ for arch in dtrnet mod tsa dllm; do
     --embd 960 --layers 32 --heads 15 --kv-heads 5 --lengths 2048 --fractions 0.1,0.3 --batch 8 --reps 3 --warmup 1 \
     --precision bf16
 done
+# The four routed models beside dense in one process again, with PyTorch's allocator mapping its blocks into
+# segments that grow (expandable_segments): whether the allocator's trips to the device beside five models' memory
+# are fragmentation.
+step train-step-routed-360m-bf16-expandable 90 env PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True "$cli" bench \
+  forward --train --device "$dev" --archs dtrnet,mod,tsa,dllm --embd 960 --layers 32 --heads 15 --kv-heads 5 \
+  --lengths 2048 --fractions 0.1,0.3 --batch 8 --reps 3 --warmup 1 --precision bf16
 # D-LLM's step with its flash form on cuDNN's kernel (beside the step above on flash attention's).
 step train-step-routed-360m-bf16-alone-dllm-cudnn 60 env ROUTELAB_EVICTION_CUDNN=1 "$cli" bench forward --train \
   --device "$dev" --archs dllm --embd 960 --layers 32 --heads 15 --kv-heads 5 --lengths 2048 --fractions 0.1,0.3 \
