@@ -176,12 +176,19 @@ std::vector<HostOpLine> host_ops_beyond_dense(const ForwardBenchRow& r, int top)
   return lines;
 }
 
-/// Where a row's timed calls or dense's made the CUDA allocator go to the device: the counts, else nothing.
-std::string allocator_note(const ForwardBenchRow& r) {
-  if (r.device_allocs + r.alloc_retries + r.dense_device_allocs + r.dense_alloc_retries == 0) return "";
-  return "  (device mallocs/frees " + std::to_string(r.device_allocs) + ", retries " +
-         std::to_string(r.alloc_retries) + "; dense's " + std::to_string(r.dense_device_allocs) + ", " +
-         std::to_string(r.dense_alloc_retries) + ")";
+/// A row's device memory where tracked (a GPU): its timed calls' peak above what was held before them, and what
+/// was held, in GB, dense's beside; and where its calls or dense's made the CUDA allocator go to the device, the
+/// counts. Else nothing.
+std::string memory_note(const ForwardBenchRow& r) {
+  std::ostringstream s;
+  s << std::fixed << std::setprecision(2);
+  if (r.step_peak_mb >= 0)
+    s << "  (step peak " << r.step_peak_mb / 1024 << " GB above " << r.held_mb / 1024 << " held; dense "
+      << r.dense_step_peak_mb / 1024 << " / " << r.dense_held_mb / 1024 << ")";
+  if (r.device_allocs + r.alloc_retries + r.dense_device_allocs + r.dense_alloc_retries > 0)
+    s << "  (device mallocs/frees " << r.device_allocs << ", retries " << r.alloc_retries << "; dense's "
+      << r.dense_device_allocs << ", " << r.dense_alloc_retries << ")";
+  return s.str();
 }
 
 }  // namespace
@@ -309,10 +316,23 @@ ForwardBenchResult bench_forward(const ForwardBenchOptions& in) {
         for (const auto& run : runs) run();
       std::vector<std::vector<double>> times(runs.size());
       std::vector<AllocatorEvents> allocator(runs.size());  // summed over the timed calls
+      std::vector<double> step_peak(runs.size(), -1), held(runs.size(), -1);  // MB: the most over the timed calls
+      const bool tracked = device.is_cuda() && device_memory(device).allocated >= 0;
       for (int r = 0; r < o.reps; ++r)  // interleaved: drifting machine load hits every model alike
         for (std::size_t i = 0; i < runs.size(); ++i) {
           const auto before = allocator_events(device);
+          std::int64_t allocated = 0;
+          if (tracked) {
+            synchronize(device);
+            reset_peak_memory(device);
+            allocated = device_memory(device).allocated;
+          }
           times[i].push_back(time_ms(runs[i], device));
+          if (tracked) {
+            const auto mb = [](std::int64_t bytes) { return static_cast<double>(bytes) / (1 << 20); };
+            step_peak[i] = std::max(step_peak[i], mb(device_memory(device).peak - allocated));
+            held[i] = std::max(held[i], mb(allocated));
+          }
           const auto after = allocator_events(device);
           allocator[i].device_allocs += after.device_allocs - before.device_allocs +
                                         after.device_frees - before.device_frees;
@@ -337,6 +357,10 @@ ForwardBenchResult bench_forward(const ForwardBenchOptions& in) {
         row.alloc_retries = allocator[i + 1].retries;
         row.dense_device_allocs = allocator[0].device_allocs;
         row.dense_alloc_retries = allocator[0].retries;
+        row.step_peak_mb = step_peak[i + 1];
+        row.held_mb = held[i + 1];
+        row.dense_step_peak_mb = step_peak[0];
+        row.dense_held_mb = held[0];
         if (row.quotient > o.breakdown_threshold && T >= o.breakdown_min_seq) {
           if (dense_profile.classes_ms.empty())
             dense_profile = profile(runs[0], device, std::max(3, o.reps), o.kernels);
@@ -386,7 +410,7 @@ std::string ForwardBenchResult::to_table() const {
       << r.flops_ratio << std::setw(10) << r.quotient << (o.cuda_graph ? (r.graph ? "  graph" : "  eager") : "")
       << (r.captures > 1 ? " (captured " + std::to_string(r.captures) + " times)" : std::string())
       << (o.cuda_graph && !r.dense_graph ? " (dense eager)" : "") << (r.profile.classes_ms.empty() ? "" : "  *")
-      << allocator_note(r) << "\n";
+      << memory_note(r) << "\n";
   }
   bool any = false;
   for (const auto& r : rows) {
@@ -483,9 +507,12 @@ nlohmann::json ForwardBenchResult::to_json() const {
     nlohmann::json j = {{"seq", r.seq},         {"target", r.target},       {"arch", r.arch},
                         {"routed", r.fraction}, {"dense_ms", r.dense_ms},   {"ms", r.ms},
                         {"time_ratio", r.time_ratio}, {"flops_ratio", r.flops_ratio}, {"quotient", r.quotient}};
-    if (device.rfind("cuda", 0) == 0)
+    if (device.rfind("cuda", 0) == 0) {
       j["allocator"] = {{"device_allocs", r.device_allocs}, {"retries", r.alloc_retries},
                         {"dense_device_allocs", r.dense_device_allocs}, {"dense_retries", r.dense_alloc_retries}};
+      j["memory_mb"] = {{"step_peak", r.step_peak_mb}, {"held", r.held_mb}, {"dense_step_peak", r.dense_step_peak_mb},
+                        {"dense_held", r.dense_held_mb}};
+    }
     if (options.cuda_graph) {
       j["graph"] = r.graph;
       j["captures"] = r.captures;

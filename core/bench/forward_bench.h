@@ -71,6 +71,11 @@ struct ForwardBenchRow {
   /// taken from or returned to the device and allocations retried after emptying the cache. Nonzero counts mean
   /// the timed calls waited for the device beyond their own work (the bench holds every model's memory at once).
   std::int64_t device_allocs = 0, alloc_retries = 0, dense_device_allocs = 0, dense_alloc_retries = 0;
+  /// Where the device's memory is tracked (a GPU; -1 elsewhere): the most one timed call held above what was
+  /// allocated before it (activations, workspaces), and what was allocated before it (every model's weights,
+  /// gradients and optimizer state the bench holds, and a CUDA graph's pool, taken at its capture), in MB; dense's
+  /// beside
+  double step_peak_mb = -1, held_mb = -1, dense_step_peak_mb = -1, dense_held_mb = -1;
   /// Where one call's time goes (a breakdown): op or kernel class -> ms, what the call launches (GPU kernels, memory
   /// copies and fills where ForwardBenchResult::kernel_breakdowns, else top-level ops on the host; medians over the
   /// profiled calls) and, with ForwardBenchOptions::kernels, its longest kernels on a GPU (longest first) or, on the
