@@ -60,42 +60,38 @@ struct FlashForward {
   bool cudnn = false;  ///< run by cuDNN's kernel (its backward then too)
 };
 
+/// A fused forward's results on a GPU (flash attention's and cuDNN's begin with the same eight, in one order).
+template <typename Results>
+FlashForward gpu_forward(const Results& r, bool cudnn) {
+  FlashForward f;
+  f.out = std::get<0>(r);
+  f.lse = std::get<1>(r);
+  f.cum_q = std::get<2>(r);
+  f.cum_k = std::get<3>(r);
+  f.max_q = std::get<4>(r).expect_int();
+  f.max_k = std::get<5>(r).expect_int();
+  f.seed = std::get<6>(r);
+  f.offset = std::get<7>(r);
+  f.cudnn = cudnn;
+  return f;
+}
+
 /// The fused forward: cuDNN's kernel where `cudnn` and q is on a GPU, else flash attention (LibTorch's CPU flash
 /// attention on the CPU).
 FlashForward flash_forward(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v, double scale,
                            bool cudnn) {
-  FlashForward f;
 #ifdef ROUTELAB_CUDNN_EVICTION
-  if (q.is_cuda() && cudnn) {
-    auto r = at::_scaled_dot_product_cudnn_attention(q, k, v, std::nullopt, /*compute_log_sumexp=*/true, 0.0,
-                                                     /*is_causal=*/true, /*return_debug_mask=*/false, scale);
-    f.out = std::get<0>(r);
-    f.lse = std::get<1>(r);
-    f.cum_q = std::get<2>(r);
-    f.cum_k = std::get<3>(r);
-    f.max_q = std::get<4>(r).expect_int();
-    f.max_k = std::get<5>(r).expect_int();
-    f.seed = std::get<6>(r);
-    f.offset = std::get<7>(r);
-    f.cudnn = true;
-    return f;
-  }
+  if (q.is_cuda() && cudnn)
+    return gpu_forward(at::_scaled_dot_product_cudnn_attention(q, k, v, std::nullopt, /*compute_log_sumexp=*/true, 0.0,
+                                                               /*is_causal=*/true, /*return_debug_mask=*/false, scale),
+                       true);
 #else
   TORCH_CHECK(!(q.is_cuda() && cudnn), "evicting_attention_flash: cuDNN's attention needs LibTorch 2.6 or later");
 #endif
-  if (q.is_cuda()) {
-    auto r = at::_scaled_dot_product_flash_attention(q, k, v, 0.0, /*is_causal=*/true, false, scale);
-    f.out = std::get<0>(r);
-    f.lse = std::get<1>(r);
-    f.cum_q = std::get<2>(r);
-    f.cum_k = std::get<3>(r);
-    f.max_q = std::get<4>(r).expect_int();
-    f.max_k = std::get<5>(r).expect_int();
-    f.seed = std::get<6>(r);
-    f.offset = std::get<7>(r);
-  } else {
-    std::tie(f.out, f.lse) = at::_scaled_dot_product_flash_attention_for_cpu(q, k, v, 0.0, /*is_causal=*/true, {}, scale);
-  }
+  if (q.is_cuda())
+    return gpu_forward(at::_scaled_dot_product_flash_attention(q, k, v, 0.0, /*is_causal=*/true, false, scale), false);
+  FlashForward f;
+  std::tie(f.out, f.lse) = at::_scaled_dot_product_flash_attention_for_cpu(q, k, v, 0.0, /*is_causal=*/true, {}, scale);
   return f;
 }
 
