@@ -142,9 +142,7 @@ class TestCli : public QObject {
     // autocast the backward would cast the fp32 routers' inputs and gradients to bf16 and back (aten::to in the
     // router's backward). LibTorch 1.13 names the backward of a step's own casts aten::to too, so only LibTorch 2.x
     // tells the two apart here; test_dtrnet checks AutocastOff's effect on the gradients with either.
-#if TORCH_VERSION_MAJOR < 2
-    QSKIP("LibTorch 1.13 names a cast's own backward aten::to");
-#endif
+    if (TORCH_VERSION_MAJOR < 2) QSKIP("LibTorch 1.13 names a cast's own backward aten::to");
     const auto [code, output] =
         run({"bench", "forward", "--lengths", "64", "--embd", "32", "--layers", "4", "--heads", "4", "--batch", "2",
              "--reps", "1", "--warmup", "0", "--archs", "dtrnet", "--fractions", "0.3", "--threads", "1",
