@@ -280,11 +280,11 @@ step train-step-routed-360m-bf16 150 "$cli" bench forward --train --device "$dev
   --embd 960 --layers 32 --heads 15 --kv-heads 5 --lengths 2048 --fractions 0.1,0.3 --batch 8 --reps 3 --warmup 1 \
   --precision bf16 --breakdown-above 1.1 --kernels 8
 # Each routed model beside dense alone, in a process of its own: the step above holds five models' memory at once,
-# and an allocator short of room empties its cache and retries, waiting for the device (the rows' allocator note).
+# and an allocator short of room empties its cache and retries, waiting for the device (the rows' memory note).
 for arch in dtrnet mod tsa dllm; do
   step "train-step-routed-360m-bf16-alone-$arch" 60 "$cli" bench forward --train --device "$dev" --archs "$arch" \
     --embd 960 --layers 32 --heads 15 --kv-heads 5 --lengths 2048 --fractions 0.1,0.3 --batch 8 --reps 3 --warmup 1 \
-    --precision bf16
+    --precision bf16 --breakdown-above 1.1 --kernels 8
 done
 # The four routed models beside dense in one process again, with PyTorch's allocator mapping its blocks into
 # segments that grow (expandable_segments): whether the allocator's trips to the device beside five models' memory
@@ -292,7 +292,8 @@ done
 step train-step-routed-360m-bf16-expandable 90 env PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True "$cli" bench \
   forward --train --device "$dev" --archs dtrnet,mod,tsa,dllm --embd 960 --layers 32 --heads 15 --kv-heads 5 \
   --lengths 2048 --fractions 0.1,0.3 --batch 8 --reps 3 --warmup 1 --precision bf16
-# D-LLM's step with its flash form on cuDNN's kernel (beside the step above on flash attention's).
+# D-LLM's step with its flash form on cuDNN's kernel (beside train-step-routed-360m-bf16-alone-dllm's on flash
+# attention's).
 step train-step-routed-360m-bf16-alone-dllm-cudnn 60 env ROUTELAB_EVICTION_CUDNN=1 "$cli" bench forward --train \
   --device "$dev" --archs dllm --embd 960 --layers 32 --heads 15 --kv-heads 5 --lengths 2048 --fractions 0.1,0.3 \
   --batch 8 --reps 3 --warmup 1 --precision bf16 --breakdown-above 1.1 --kernels 8
