@@ -129,18 +129,26 @@ graph_check() {
   return $rc
 }
 
-# A GPU path against LibTorch's own, switched off by an environment variable (VAR=0): the same run trained twice from
-# the same seed. Other kernels take part, so the curves agree to rounding, not bit for bit; the check fails on a
-# validation-loss gap above 0.05. Usage: switch_check VAR NAME TRAIN-ARGS...
+# The same run trained twice from the same seed, with an environment variable set (VAR=VALUE) and by default. Other
+# kernels take part, so the curves agree to rounding, not bit for bit; the check fails on a validation-loss gap above
+# 0.05. Usage: pair_check VAR VALUE NAME TRAIN-ARGS...
+pair_check() {
+  local var="$1" value="$2" name="$3"
+  shift 3
+  local db="$work/$name.sqlite"
+  local common=(--device "$dev" --steps 200 --set train.eval_every=50 --db "$db" --quiet "$@")
+  env "$var=$value" "$cli" train "${common[@]}" --name "$name-$value" || return 1
+  "$cli" train "${common[@]}" --name "$name-default" || return 1
+  "$cli" runs --db "$db" | head -5
+  val_gap "$db" "$name" "$var=$value"
+}
+
+# A GPU path against LibTorch's own, which an environment variable switches it off for (VAR=0).
+# Usage: switch_check VAR NAME TRAIN-ARGS...
 switch_check() {
   local var="$1" name="$2"
   shift 2
-  local db="$work/$name.sqlite"
-  local common=(--device "$dev" --steps 200 --set train.eval_every=50 --db "$db" --quiet "$@")
-  env "$var=0" "$cli" train "${common[@]}" --name "$name-off" || return 1
-  "$cli" train "${common[@]}" --name "$name-on" || return 1
-  "$cli" runs --db "$db" | head -5
-  val_gap "$db" "$name" "$var=0"
+  pair_check "$var" 0 "$name" "$@"
 }
 
 # The validation curves of runs 1 and 2 of a database side by side; fails on a gap above 0.05 (or no values).
@@ -174,15 +182,8 @@ dtrnet_graph_check() {
 flash_eviction_check() { switch_check ROUTELAB_FLASH_EVICTION flash-eviction --preset dllm --precision bf16; }
 
 # D-LLM's flash form on cuDNN's fused attention (ROUTELAB_EVICTION_CUDNN=1, an opt-in until measured) against flash
-# attention's kernel: the preset in bf16, 200 steps each from one seed.
-cudnn_eviction_check() {
-  local db="$work/cudnn-eviction.sqlite"
-  local common=(--device "$dev" --steps 200 --set train.eval_every=50 --db "$db" --quiet --preset dllm --precision bf16)
-  "$cli" train "${common[@]}" --name flash || return 1
-  ROUTELAB_EVICTION_CUDNN=1 "$cli" train "${common[@]}" --name cudnn || return 1
-  "$cli" runs --db "$db" | head -5
-  val_gap "$db" cudnn-eviction "flash kernel"
-}
+# attention's kernel: the preset in bf16.
+cudnn_eviction_check() { pair_check ROUTELAB_EVICTION_CUDNN 1 cudnn-eviction --preset dllm --precision bf16; }
 
 # Variable-length flash attention for compacted sequences against the padded path (the routed quick-start in bf16).
 varlen_check() { switch_check ROUTELAB_VARLEN_ATTENTION varlen --preset quickstart-dtrnet --precision bf16; }
@@ -219,7 +220,7 @@ step loss-kernels 60 "$cli" bench loss --device "$dev" --rows 16384 --vocab 5025
 # The goals are set in bf16 (>= 1.1x eager, >= 1.0x torch.compile, MFU >= 35%); fp32 without the compile's minute.
 step train-step-gpt2-small-bf16 180 "$cli" bench train-step --device "$dev" --shape gpt2-small --precision bf16 \
   --compile --cuda-graph --peak-tflops "$peak" --steps 20 --warmup 5 --python "$python" --script "$peer" "${kernels[@]}"
-export -f graph_check switch_check val_gap dtrnet_graph_check fused_norm_check fused_rope_check varlen_check \
+export -f graph_check pair_check switch_check val_gap dtrnet_graph_check fused_norm_check fused_rope_check varlen_check \
   flash_eviction_check cudnn_eviction_check sized_check
 # The fused add + norm kernels: the same losses as LibTorch's norms, and the step without them (MFU's gain).
 step fused-norm-equals-unfused 180 bash -c fused_norm_check

@@ -66,11 +66,10 @@ bool kernel_breakdowns(const torch::Device& device) {
 
 using Profile = ForwardBenchRow::Profile;
 
-/// Each part's pieces of work, longest first (none where `top` is 0: no listing asked for).
+/// Each part's pieces of work, longest first.
 std::map<std::string, std::vector<Profile::Piece>> sorted_pieces(
-    const std::map<std::string, std::map<std::string, PartTime>>& pieces, int top) {
+    const std::map<std::string, std::map<std::string, PartTime>>& pieces) {
   std::map<std::string, std::vector<Profile::Piece>> out;
-  if (top <= 0) return out;
   for (const auto& [part, by_name] : pieces) {
     auto& list = out[part];
     for (const auto& [name, t] : by_name) list.push_back({name, t.forward_ms, t.backward_ms, t.calls()});
@@ -105,7 +104,7 @@ Profile profile(const std::function<void()>& run, const torch::Device& device, i
       const auto p = profiler.stop();
       for (const auto& [k, v] : p.classes_ms()) samples[k].push_back(v);
       add_parts(p.parts);
-      out.part_pieces = sorted_pieces(p.part_pieces, top);  // the last call's
+      if (top > 0) out.part_pieces = sorted_pieces(p.part_pieces);  // the last call's
       double calls = 0;
       for (const auto& k : p.kernels) calls += static_cast<double>(k.calls);
       launches.push_back(calls);
@@ -120,7 +119,7 @@ Profile profile(const std::function<void()>& run, const torch::Device& device, i
     profiler.stop();
     for (const auto& [k, v] : profiler.classes_ms()) samples[k].push_back(v);
     add_parts(profiler.parts_ms());
-    out.part_pieces = sorted_pieces(profiler.part_pieces(), top);  // the last call's
+    if (top > 0) out.part_pieces = sorted_pieces(profiler.part_pieces());  // the last call's
     launches.push_back(static_cast<double>(profiler.ops()));
     out.host_ops.clear();  // the last call's
     if (top > 0)

@@ -181,7 +181,7 @@ class CpuEvictingAttention : public torch::autograd::Function<CpuEvictingAttenti
 }  // namespace
 
 double cpu_eviction_saved_bytes(std::int64_t B, std::int64_t H, std::int64_t T) {
-  return 4.0 * static_cast<double>(B * H) * static_cast<double>(CausalBlocks(T, T).packed());
+  return kept_probabilities_bytes(B, H, T);
 }
 
 bool cpu_eviction_active(const torch::Device& device) {

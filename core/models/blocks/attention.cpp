@@ -129,6 +129,10 @@ std::int64_t kept_probabilities_limit() {
   return bytes;
 }
 
+double kept_probabilities_bytes(std::int64_t B, std::int64_t H, std::int64_t T) {
+  return static_cast<double>(B * H) * static_cast<double>(CausalBlocks(T, T).packed()) * sizeof(float);
+}
+
 bool recompute_probabilities(double kept_bytes) {
   return RecomputeCpuAttention::active() || kept_bytes > static_cast<double>(kept_probabilities_limit());
 }
@@ -236,9 +240,7 @@ class CpuCausalAttention : public torch::autograd::Function<CpuCausalAttention> 
  public:
   static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& q, const torch::Tensor& k,
                                const torch::Tensor& v, std::vector<std::int64_t> lengths) {
-    const bool recompute = recompute_probabilities(static_cast<double>(q.size(0) * q.size(1)) *
-                                                   static_cast<double>(CausalBlocks(q.size(2), q.size(2)).packed()) *
-                                                   sizeof(float));
+    const bool recompute = recompute_probabilities(kept_probabilities_bytes(q.size(0), q.size(1), q.size(2)));
     auto f = cpu_attention_forward(q, k, v, lengths, recompute ? Held::log_sum_exp : Held::probabilities);
     ctx->save_for_backward({q, k, v, f.held});
     ctx->saved_data["lengths"] = lengths;

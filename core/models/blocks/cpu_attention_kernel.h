@@ -76,6 +76,9 @@ void probabilities_from_lse(const torch::Tensor& q, const torch::Tensor& k, std:
                             std::int64_t G, std::int64_t s, std::int64_t e, float scale, const torch::Tensor& scores,
                             const torch::Tensor& lse, bool fill, torch::Tensor probs);
 
+/// The bytes of one call's probabilities over every causal block, (B H) CausalBlocks(T, T).packed() floats: what a
+/// kernel keeps for its backward where it keeps them (the dense kernel's softmax, D-LLM's R).
+double kept_probabilities_bytes(std::int64_t B, std::int64_t H, std::int64_t T);
 /// ROUTELAB_CPU_ATTENTION_KEEP_MB in bytes (default 256 MiB; read once): the probabilities a CPU attention call keeps
 /// for its backward at most (RecomputeCpuAttention in attention.h).
 std::int64_t kept_probabilities_limit();
