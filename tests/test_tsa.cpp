@@ -1,6 +1,7 @@
 // Token-Selective Attention: router init and width, the gated updates against hand references, the TLOps formula
 // and depth loss on hand-made gates, sparse mode equal to soft mode on binary gates, causality in every mode,
-// traces' FLOPs, residual ratios, registry and config errors, checkpoint re-evaluation, overfitting, the bench.
+// traces' FLOPs, residual ratios, registry and config errors, checkpoint re-evaluation, overfitting, the bench, sparse
+// inference's FFN rows sized from earlier forwards against exact counts.
 #include <QTemporaryDir>
 #include <QtTest>
 
@@ -287,6 +288,67 @@ class TestTsa : public QObject {
       QVERIFY(sparse.trace[l].flops <= soft.trace[l].flops);
     }
     QCOMPARE(sparse.stats.at("alpha"), soft.stats.at("alpha"));
+  }
+
+  void sizedSparseFfnEqualsExactCounts_data() { add_style_rows(); }
+  void sizedSparseFfnEqualsExactCounts() {
+    // Sparse inference's FFN rows sized from the previous forward (a GPU; forced here): after one forward that counts
+    // exactly, each block gathers a capacity of rows without reading its count back, and the model reads every
+    // block's count once; logits and the traced counts are the exact forward's, the FFN priced at the rows it ran.
+    // Rows too few for a block's active tokens run the forward again with exact counts.
+    QFETCH(int, style);
+    QFETCH(int, kv);
+    TokenSelectiveAttention model(small(ModelStyle(style), kv), TsaOptions().inference(TsaInference::Sparse));
+    spread_routers(model, 1.0);
+    model.eval();
+    torch::NoGradGuard no_grad;
+    const std::int64_t B = 3, T = 40;
+    const auto tokens = torch::randint(0, kVocab, {B, T}, torch::kLong);
+    ModelOutput exact;
+    {
+      const ExactRoutedCounts counted;
+      exact = model.forward(tokens, true);
+    }
+    const ForcePaddedSized sized_rows;
+    std::vector<std::int64_t> active(model.sized_ffn.size());
+    for (std::size_t l = 0; l < active.size(); ++l) {
+      active[l] = exact.trace[l + 1].tokens_processed.at("mlp");
+      QVERIFY2(active[l] > 3 && active[l] < B * T - 8, "the spread routers should halt a mix of tokens");
+      QCOMPARE(model.sized_ffn[l].tokens, B * T);
+      QCOMPARE(model.sized_ffn[l].capacity, next_capacity(active[l], 0, B * T));
+      QVERIFY(!model.sized_ffn[l].counts.defined());
+      model.sized_ffn[l].capacity = active[l] + 5;  // below the 120 tokens next_capacity may round up to
+    }
+    const auto check = [&](const ModelOutput& out, const char* what) {
+      QVERIFY2(torch::allclose(out.logits, exact.logits, 1e-5, 1e-5),
+               qPrintable(QString("%1: max diff %2").arg(what).arg(max_diff(out.logits, exact.logits))));
+      QCOMPARE(out.trace.size(), exact.trace.size());
+      for (std::size_t i = 0; i < out.trace.size(); ++i) {
+        QCOMPARE(out.trace[i].routed_fraction, exact.trace[i].routed_fraction);
+        QCOMPARE(out.trace[i].tokens_processed, exact.trace[i].tokens_processed);
+        QCOMPARE(out.trace[i].stats, exact.trace[i].stats);
+        if (exact.trace[i].routed) QVERIFY(torch::equal(out.trace[i].decision, exact.trace[i].decision));
+      }
+      QCOMPARE(out.stats, exact.stats);
+    };
+    const auto sized = model.forward(tokens, true);
+    check(sized, "sized");
+    const auto shape = layer_shape(model.options());
+    for (std::size_t l = 0; l < active.size(); ++l) {
+      QVERIFY(model.sized_ffn[l].counts.defined());  // it ran sized, priced at its 5 rows more than active
+      QCOMPARE(model.sized_ffn[l].rows.capacity, active[l] + 5);
+      const double extra = sized.trace[l + 1].flops - exact.trace[l + 1].flops;
+      QVERIFY2(std::abs(extra - mlp_flops(5.0, shape)) < 1e-9 * sized.trace[l + 1].flops,
+               qPrintable(QString::number(extra)));
+    }
+    model.sized_ffn[1].capacity = 1;  // fewer rows than the block's active tokens
+    const auto rerun = model.forward(tokens, true);
+    check(rerun, "overflowed");
+    QVERIFY(!model.sized_ffn[1].counts.defined());  // the rerun counted exactly
+    QVERIFY(model.sized_ffn[1].capacity >= active[1]);
+    model.set_inference(TsaInference::Soft);  // soft inference runs every row: nothing sized
+    model.forward(tokens, true);
+    for (const auto& s : model.sized_ffn) QVERIFY(!s.counts.defined());
   }
 
   void inferenceOptionOnlyAffectsEval() {

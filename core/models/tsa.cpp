@@ -11,6 +11,7 @@
 #include "core/models/blocks/residual_probe.h"
 #include "core/models/blocks/routing.h"
 #include "core/util/errors.h"
+#include "core/util/logging.h"
 
 namespace routelab {
 namespace {
@@ -62,6 +63,7 @@ TokenSelectiveAttention::TokenSelectiveAttention(TransformerOptions transformer,
     routers.push_back(TsaRouter(options_.n_embd()));
     router_list->push_back(routers.back());
   }
+  sized_ffn.resize(routers.size());
   // App. A: GPT-3 init of the trunk. The paper names only the routers' final bias; their weight matrices get
   // the trunk's N(0, 0.02) (not residual projections, so no 1/sqrt(2L) scale) and fc1's bias zero.
   init_weights();
@@ -106,11 +108,26 @@ TokenSelectiveAttention::Gated TokenSelectiveAttention::gated_block(std::size_t 
       record_residual(block->layer_index, "attn", x, w3 * a);
       record_residual(block->layer_index, "mlp", h, w3 * out.m);
     }
+  } else if (auto& sizing = sized_ffn[index - 1]; sized_ffn_rows_active(h) && sizing.capacity > 0 &&
+                                                  sizing.tokens == B * T) {
+    // FFN on a capacity of rows sized from earlier forwards, nothing read back: the active rows first, halted ones
+    // (w = 0) filling the rest, their update masked to nothing; run() reads every block's count once.
+    ROUTELAB_PART("routing");
+    sizing.rows = sized_rows(sizing.capacity, B * T, h.device(), sizing.rows);
+    const auto c = compact_sized(active, sizing.rows);
+    sizing.counts = c.counts;
+    ffn_tokens = c.capacity;  // the rows run (priced so); the active count comes with the read
+    const auto h_flat = h.reshape({B * T, C});
+    const auto rows = h_flat.index_select(0, c.real_flat);  // (capacity, C)
+    const auto update = w.reshape({-1}).index_select(0, c.real_flat).unsqueeze(-1) * block->mlp(block->norm2(rows));
+    const auto kept = torch::where(c.row_valid, update, 0.0).to(h.scalar_type());  // (capacity, C)
+    out.h = h_flat.index_add(0, c.real_flat, kept).view({B, T, C});
   } else {
     // FFN only on the active rows: gather them flat (the FFN is per token), run, scatter-add the update.
     ROUTELAB_PART("routing");
     const auto index = active.reshape({-1}).nonzero().squeeze(1);  // (N) flat positions, one host sync
     ffn_tokens = index.size(0);
+    size_next_forward(ffn_tokens, B * T, B * T, sizing.capacity, sizing.tokens, sizing.below);
     const auto h_flat = h.reshape({B * T, C});
     torch::Tensor ffn_rows;  // (N, C)
     if (ffn_tokens > 0) {
@@ -133,7 +150,9 @@ TokenSelectiveAttention::Gated TokenSelectiveAttention::gated_block(std::size_t 
   if (trace) {
     const auto shape = layer_shape(options_);
     const double tokens = static_cast<double>(B * T);
-    const double active_share = active.sum().item<double>() / tokens;
+    // Sized FFN rows (counts on the device): run()'s read fills the active share and counts in.
+    const bool counted = !sized_ffn[index - 1].counts.defined();
+    const double active_share = counted ? active.sum().item<double>() / tokens : 0.0;
     trace->kind = "tsa";
     trace->routed = true;
     trace->gate = (1.0 - p).detach().to(torch::kFloat);
@@ -166,6 +185,7 @@ ModelOutput TokenSelectiveAttention::run(const torch::Tensor& tokens, bool trace
   Gated prev{stem.h, stem.m, {}};
   if (trace) out.trace.push_back(dense_layer_trace(0, B, T, layer_shape(options_)));
   std::vector<torch::Tensor> active_means;  // mean(1 - p_l), scalars
+  for (auto& s : sized_ffn) s.counts = torch::Tensor();
   for (std::size_t l = 0; l < routers.size(); ++l) {
     const auto [h, n1] = blocks[l + 1]->norm1->add_into_matmul(prev.h, prev.m, prev.w);  // the stream after block l
     record_layer_state(h);
@@ -179,6 +199,18 @@ ModelOutput TokenSelectiveAttention::run(const torch::Tensor& tokens, bool trace
       layer_trace.layer = static_cast<int>(l + 1);
       out.trace.push_back(std::move(layer_trace));
     }
+  }
+  if (!settle_sized_ffn(trace ? &out.trace : nullptr, B * T)) {
+    // A block had more active tokens than its rows: the forward runs again with every count read exactly (and every
+    // capacity sized afresh from them), so it cannot overflow twice. This attempt's activations go first.
+    x = positions = torch::Tensor();
+    stem = {};
+    prev = {};
+    active_means.clear();
+    out = ModelOutput();
+    if (logits_out) logits_out->clear();
+    const ExactRoutedCounts exact;
+    return run(tokens, trace, logits_out);
   }
   torch::Tensor last;
   out.logits = head(prev.h, prev.m, last, prev.w);
@@ -204,6 +236,34 @@ ModelOutput TokenSelectiveAttention::run(const torch::Tensor& tokens, bool trace
     out.stats["tlops_saved_hard"] = thresholded.saved;
   }
   return out;
+}
+
+bool TokenSelectiveAttention::settle_sized_ffn(std::vector<LayerTrace>* trace, std::int64_t tokens) {
+  std::vector<std::size_t> sized;
+  std::vector<torch::Tensor> counts;
+  for (std::size_t l = 0; l < sized_ffn.size(); ++l)
+    if (sized_ffn[l].counts.defined()) {
+      sized.push_back(l);
+      counts.push_back(sized_ffn[l].counts);
+    }
+  const auto read = read_counts(counts);  // the one wait
+  for (std::size_t j = 0; j < sized.size(); ++j) {
+    auto& s = sized_ffn[sized[j]];
+    if (sized_overflow(read[j], s.rows.capacity)) {
+      logger("core")->debug("TSA block {} had more active tokens than its {} FFN rows: the forward runs again",
+                            sized[j] + 1, s.rows.capacity);
+      return false;
+    }
+    std::int64_t active = 0;
+    for (const auto n : read[j]) active += n;
+    if (trace) {
+      auto& t = trace->at(sized[j] + 1);  // after the stem's
+      t.routed_fraction = t.stats["active_share"] = static_cast<double>(active) / static_cast<double>(tokens);
+      t.tokens_processed["mlp"] = active;
+    }
+    size_next_forward(active, tokens, tokens, s.capacity, s.tokens, s.below);
+  }
+  return true;
 }
 
 ModelOutput TokenSelectiveAttention::forward(const torch::Tensor& tokens, bool trace) {

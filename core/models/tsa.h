@@ -7,6 +7,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/models/blocks/routing.h"
 #include "core/models/dense_transformer.h"
 #include "core/models/registry.h"
 
@@ -79,6 +80,16 @@ class TokenSelectiveAttention : public TransformerTrunk {
 
   std::vector<DenseBlock> blocks;  ///< blocks.<i>: block 0 is the stem
   std::vector<TsaRouter> routers;  ///< routers.<l>: reads the stream after block l, gates block l + 1
+  /// Sparse inference's FFN rows of a gated block sized from earlier forwards (sized_ffn_rows_active: a GPU), so that
+  /// no block waits for its count of active tokens: the capacity for batches of `tokens` tokens (size_next_forward),
+  /// the rows built for it, and this forward's (B) active counts where the block ran sized (undefined otherwise).
+  struct SizedFfn {
+    std::int64_t capacity = 0, tokens = 0;
+    int below = 0;
+    SizedRows rows;
+    torch::Tensor counts;
+  };
+  std::vector<SizedFfn> sized_ffn;  ///< one a router: block l + 1's
 
  private:
   /// Runs the whole model; fills `logits_out` with each router's logits when given.
@@ -91,6 +102,9 @@ class TokenSelectiveAttention : public TransformerTrunk {
   /// then is h alone). Fills `trace` when given.
   Gated gated_block(std::size_t block, const torch::Tensor& x, const torch::Tensor& n1, const torch::Tensor& positions,
                     const torch::Tensor& p, bool sparse, LayerTrace* trace);
+  /// Reads the counts of every block that ran sized (one wait), fills their traces' counts and sizes their next
+  /// forwards; false when a block's active tokens overflowed its rows (the forward must run again, counting exactly).
+  bool settle_sized_ffn(std::vector<LayerTrace>* trace, std::int64_t tokens);
 
   TsaOptions tsa_options_;
 };

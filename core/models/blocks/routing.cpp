@@ -270,6 +270,10 @@ bool padded_sized_active(const torch::Tensor& x, std::int64_t head_dim) {
   return ForcePaddedSized::active() || (x.is_cuda() && !packed_rows_active(x, head_dim));
 }
 
+bool sized_ffn_rows_active(const torch::Tensor& x) {
+  return sized_compaction_active() && (ForcePaddedSized::active() || x.is_cuda());
+}
+
 bool sized_compaction_active() {
   static const bool off = switched_off_in_environment("ROUTELAB_SIZED_COMPACTION");
   // Deterministic runs repeat and resume bit for bit: a capacity carried over from earlier forwards would change the

@@ -155,6 +155,10 @@ using ForcePaddedSized = ScopedThreadFlag<struct ForcePaddedSizedTag>;
 /// packed path: fp32, or varlen attention off) or while a ForcePaddedSized is alive, and sized_compaction_active.
 /// Not on the CPU otherwise: there the counts cost no wait, and the exact lengths let the CPU kernel skip padding.
 bool padded_sized_active(const torch::Tensor& x, std::int64_t head_dim);
+/// Whether a routed layer whose rows attend nothing (TSA's sparse FFN, one row a token) may gather a capacity of rows
+/// sized from earlier forwards (compact_sized) instead of reading its count back: on a GPU, or while a
+/// ForcePaddedSized is alive, and sized_compaction_active.
+bool sized_ffn_rows_active(const torch::Tensor& x);
 /// Only the counts of a Compaction (lengths, max_len, total, sum_sq): one host sync, no index built.
 Compaction count_routed(const torch::Tensor& decision);
 /// The original positions (B, K) of the compacted tokens, from positions (T) or (B, T).
