@@ -328,6 +328,89 @@ class TestDTRNet : public QObject {
     QCOMPARE(fallback.trace[1].tokens_processed.at("attn"), std::int64_t(9));  // floor(0.15 * 60)
   }
 
+  void paddedSizedEqualsExactCounts_data() { sizedCompactionEqualsExactCounts_data(); }
+  void paddedSizedEqualsExactCounts() {
+    // Unpacked (B, K) rows (a GPU in fp32, whose attention runs the padded rows) sized from the previous forward: a
+    // capacity of rows a sequence, nothing read back until the model's one read after the last layer; loss,
+    // gradients and the trace are the exact count's, in training and in eval, the layer priced at the padded rows and
+    // square it ran. A sequence past its rows runs the forward again with exact counts.
+    QFETCH(int, kv);
+    QFETCH(bool, vo);
+    DTRNetOptions o;
+    o.routed_layers("T-D-D-T").bypass(vo ? DtrBypass::ValueOutput : DtrBypass::None);
+    DTRNet model(small(ModelStyle::Llama, kv), o);
+    for (auto& layer : model.routed)
+      if (layer) {
+        torch::NoGradGuard no_grad;  // routers that send a mix of tokens each way
+        layer->router_out->weight.normal_(0, 1.0);
+      }
+    const ForcePaddedSized padded;
+    const std::int64_t B = 3, T = 32;
+    const auto tokens = torch::randint(0, 29, {B, T}, torch::kLong), target = torch::randint(0, 29, {B, T});
+    struct Result {
+      ModelOutput out;
+      std::vector<torch::Tensor> grads;
+    };
+    const auto step = [&] {
+      model.zero_grad();
+      torch::manual_seed(3);  // the same dropout masks
+      Result r{model.forward(tokens, true), {}};
+      if (model.is_training()) {
+        (torch::cross_entropy_loss(r.out.logits.reshape({-1, 29}), target.reshape({-1})) + r.out.aux_loss).backward();
+        r.grads = grads_of(model);
+      }
+      return r;
+    };
+    const auto same = [&](const Result& a, const Result& b, const char* what) {
+      QVERIFY2(torch::allclose(a.out.logits, b.out.logits, 1e-5, 1e-5), what);
+      QVERIFY2(torch::allclose(a.out.aux_loss, b.out.aux_loss, 1e-6, 1e-7), what);
+      QCOMPARE(a.grads.size(), b.grads.size());
+      for (std::size_t i = 0; i < a.grads.size(); ++i)
+        QVERIFY2(torch::allclose(a.grads[i], b.grads[i], 1e-5, 1e-6),
+                 qPrintable(QString("%1: parameter %2").arg(what).arg(i)));
+      for (const int l : {1, 2}) {
+        QCOMPARE(a.out.trace[l].tokens_processed, b.out.trace[l].tokens_processed);
+        QCOMPARE(a.out.trace[l].routed_fraction, b.out.trace[l].routed_fraction);
+        QVERIFY(torch::equal(a.out.trace[l].decision, b.out.trace[l].decision));
+      }
+    };
+    const auto shape = layer_shape(model.options());
+    for (const bool training : {true, false}) {
+      training ? model.train() : model.eval();
+      Result exact;
+      {
+        const ExactRoutedCounts counted;
+        exact = step();
+      }
+      std::vector<std::int64_t> longest(3, 0);
+      for (const int l : {1, 2}) {
+        const auto counts = exact.out.trace[l].decision.sum(1);
+        longest[l] = counts.max().item<std::int64_t>();
+        QVERIFY2(counts.min().item<std::int64_t>() > 3 && longest[l] < T - 4, "a mix of tokens each way");
+        const auto sizing = model.routed[l]->sizing();
+        QCOMPARE(sizing.tokens, B * T);
+        QCOMPARE(sizing.capacity, next_capacity(longest[l], 0, T));
+        sizing.capacity = longest[l] + 3;  // 3 rows a sequence more than the longest (64 would be all 32)
+      }
+      const auto sized = step();
+      same(exact, sized, training ? "sized, training" : "sized, eval");
+      for (const int l : {1, 2}) {  // priced as run: 3 B rows more, the whole padded square attended
+        const auto counts = exact.out.trace[l].decision.sum(1).to(torch::kDouble);
+        const double K = static_cast<double>(longest[l] + 3), rows = 3.0 * B;
+        const double square = B * K * K - counts.square().sum().item<double>();
+        const double more = q_k_flops(rows, shape) + (vo ? 0.0 : v_flops(rows, shape)) +
+                            (vo && kv == 0 ? 0.0 : out_proj_flops(rows, shape)) + attention_core_flops(square, shape);
+        const double diff = sized.out.trace[l].flops - exact.out.trace[l].flops;
+        QVERIFY2(std::abs(diff - more) < 1e-9 * exact.out.trace[l].flops,
+                 qPrintable(QString("%1 vs %2").arg(diff).arg(more)));
+      }
+      model.routed[2]->sizing().capacity = longest[2] - 1;  // fewer rows than its longest sequence routes
+      const auto rerun = step();
+      same(exact, rerun, training ? "overflowed, training" : "overflowed, eval");
+      QVERIFY(model.routed[2]->sizing().capacity >= longest[2]);
+    }
+  }
+
   void deferredFormReadsAfterTheForward() {
     // The form a step captured as a CUDA graph runs (under DeferredTraceReadback): sized rows and nothing read back
     // during the forward; the counts, the trace's routed share, tokens and FLOPs and the aux loss stay on the device,

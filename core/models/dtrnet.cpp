@@ -175,9 +175,16 @@ torch::Tensor DTRNetLayerImpl::attend_compact(const torch::Tensor& n, const torc
   // reads every layer's counts once after its last layer.
   const auto now = sizing();
   const bool sized = pack && !known && now.capacity > 0 && now.tokens == B * T && sized_compaction_active();
+  // Padded sized (unpacked rows where the attention runs the padded rows anyway: a GPU in fp32), likewise sized rows a
+  // sequence, outside a captured step (whose form is the packed one).
+  const bool padded = !pack && !known && now.capacity > 0 && now.tokens == B * T && padded_sized_active(n, hd) &&
+                      !DeferredTraceReadback::active();
   if (sized) sized_rows_ = sized_rows(now.capacity, B * T, decision.device(), sized_rows_);
-  auto c = known ? *known : sized ? compact_sized(decision, sized_rows_) : compaction(decision);
-  if (!sized && c.total == 0 && is_training() && options.routing() == DtrRouting::Token &&
+  auto c = known    ? *known
+           : sized  ? compact_sized(decision, sized_rows_)
+           : padded ? compact_sized_padded(decision, now.capacity)
+                    : compaction(decision);
+  if (!sized && !padded && c.total == 0 && is_training() && options.routing() == DtrRouting::Token &&
       options.fallback_fraction() > 0) {
     // Reference code (paper silent): a batch that routes nothing trains a random 15% of its tokens through
     // attention so the attention weights keep receiving gradient. Inference allows an all-bypass layer.
@@ -193,7 +200,9 @@ torch::Tensor DTRNetLayerImpl::attend_compact(const torch::Tensor& n, const torc
     out.starts = c.starts;
     out.sized_rows = sized_rows_;
   }
-  out.routed = sized ? -1 : c.total;
+  out.routed = sized || padded ? -1 : c.total;
+  out.padded_len = padded ? c.max_len : 0;
+  if (!pack && !padded && !c.lengths.empty()) out.longest = *std::max_element(c.lengths.begin(), c.lengths.end());
   const bool packed = pack && (sized || c.max_len > 0);
   const auto N = sized ? c.capacity : c.total;  // the packed rows
   out.rows = packed ? static_cast<double>(N) : c.padded_rows();
@@ -447,9 +456,11 @@ bool DTRNet::settle_sized_layers(std::vector<std::optional<DTRNetLayerImpl::Outp
     const auto& lengths = read[j];
     std::int64_t total = 0;
     for (const auto n : lengths) total += n;
-    if (sized_overflow(lengths, capacity)) {  // routed rows were left out
-      logger("core")->debug("DTRNet layer {} routed {} rows past its capacity of {}: the forward runs again",
-                            sized[j], total, capacity);
+    if (r.padded_len > 0 ? sized_overflow_per_sequence(lengths, r.padded_len)
+                         : sized_overflow(lengths, capacity)) {  // routed rows were left out
+      logger("core")->debug("DTRNet layer {} routed {} rows past its capacity of {}{}: the forward runs again",
+                            sized[j], total, r.padded_len > 0 ? r.padded_len : capacity,
+                            r.padded_len > 0 ? " a sequence" : "");
       return false;
     }
     // A batch that routed nothing takes the reference code's random fallback (attend_compact), which needs the
@@ -457,6 +468,10 @@ bool DTRNet::settle_sized_layers(std::vector<std::optional<DTRNetLayerImpl::Outp
     if (total == 0 && is_training() && dtr_.routing() == DtrRouting::Token && dtr_.fallback_fraction() > 0)
       return false;
     r.routed = total;
+    if (r.padded_len > 0) {  // its attention ran the padded square (the pairs it set)
+      r.longest = lengths.empty() ? 0 : *std::max_element(lengths.begin(), lengths.end());
+      continue;
+    }
     r.pairs = 0;
     for (const auto n : sized_runs(lengths, capacity)) r.pairs += static_cast<double>(n) * static_cast<double>(n);
   }
@@ -466,12 +481,19 @@ bool DTRNet::settle_sized_layers(std::vector<std::optional<DTRNetLayerImpl::Outp
 
 void DTRNet::size_next_forwards(const std::vector<std::optional<DTRNetLayerImpl::Output>>& outs,
                                 std::int64_t tokens) {
-  // Each packed layer sizes its next forward of this many tokens from the rows it routed in this one.
+  // Each layer sizes its next forward of this many tokens from the rows it routed in this one: packed rows by their
+  // total, unpacked (B, K) rows by the longest sequence.
   for (std::size_t i = 0; i < outs.size(); ++i) {
-    if (!outs[i] || !outs[i]->packed || outs[i]->routed < 0 || !routed[i]) continue;
+    if (!outs[i] || outs[i]->routed < 0 || !routed[i]) continue;
+    const auto& r = *outs[i];
     const auto sizing = routed[i]->sizing();
     const auto previous = sizing.tokens == tokens ? sizing.capacity : 0;  // for the log
-    size_next_forward(outs[i]->routed, tokens, tokens, sizing.capacity, sizing.tokens, sizing.below);
+    if (r.packed) {
+      size_next_forward(r.routed, tokens, tokens, sizing.capacity, sizing.tokens, sizing.below);
+    } else {
+      const auto T = r.decision.size(1);
+      size_next_forward(r.longest, T, tokens, sizing.capacity, sizing.tokens, sizing.below);
+    }
     if (previous > 0 && sizing.capacity != previous)
       logger("core")->debug("DTRNet layer {} routed {} of {} rows: its capacity {} -> {}", i, outs[i]->routed, tokens,
                             previous, sizing.capacity);

@@ -62,6 +62,11 @@ class DTRNetLayerImpl : public torch::nn::Module {
     /// alive (the layer replaces its own when its capacity changes).
     SizedRows sized_rows;
     bool packed = false;   ///< the routed rows ran packed (the form a sized compaction takes)
+    /// Unpacked (B, K) rows: a padded sized compaction's rows a sequence (compact_sized_padded, where the attention
+    /// runs the padded rows anyway: a GPU in fp32), `counts` on the device and `routed` -1 until the model's read;
+    /// 0 where the compaction counted exactly.
+    std::int64_t padded_len = 0;
+    std::int64_t longest = 0;  ///< unpacked rows: the most tokens a sequence routed (once known on the host)
   };
   /// x (B, T, C), positions (T). A defined `forced_decision` (B, T) bool replaces the routing rule (benchmarks,
   /// tests); the router still scales the paths.
@@ -82,10 +87,10 @@ class DTRNetLayerImpl : public torch::nn::Module {
 
   int layer_index = 0;  ///< reported to the residual-ratio probe
   /// The packed rows the routed attention of training forwards is sized by for batches of `capacity_tokens` tokens
-  /// (B T), so that the forward reads no count back (compact_sized); 0, or another batch size: counted exactly, one
-  /// wait for the device. The model's forward sets both from the counts it reads back. Eval forwards keep their own
-  /// (eval_capacity, eval_capacity_tokens), so an evaluation between training steps leaves the sizes a captured
-  /// training step runs (CudaGraphStep) as they are.
+  /// (B T), so that the forward reads no count back (compact_sized), or with unpacked rows the rows a sequence
+  /// (compact_sized_padded); 0, or another batch size: counted exactly, one wait for the device. The model's forward
+  /// sets both from the counts it reads back. Eval forwards keep their own (eval_capacity, eval_capacity_tokens), so
+  /// an evaluation between training steps leaves the sizes a captured training step runs (CudaGraphStep) as they are.
   std::int64_t capacity = 0, capacity_tokens = 0;
   std::int64_t eval_capacity = 0, eval_capacity_tokens = 0;
   /// Forwards (or checks of a captured step) in a row whose routing wanted a smaller capacity (DTRNet::forward
@@ -151,7 +156,8 @@ class DTRNet : public TransformerTrunk {
   /// tokens, a 0-dim tensor on the device, by layer (undefined elsewhere).
   std::vector<torch::Tensor> defer_sized_layers(const std::vector<std::optional<DTRNetLayerImpl::Output>>& outs,
                                                 std::int64_t tokens, ModelOutput& out);
-  /// Sizes the next forward of `tokens` tokens of every packed layer whose count `outs` holds on the host.
+  /// Sizes the next forward of `tokens` tokens of every layer whose count `outs` holds on the host: packed rows by the
+  /// routed total, unpacked ones by the longest sequence.
   void size_next_forwards(const std::vector<std::optional<DTRNetLayerImpl::Output>>& outs, std::int64_t tokens);
 
   DTRNetOptions dtr_;
