@@ -190,7 +190,11 @@ varlen_check() { switch_check ROUTELAB_VARLEN_ATTENTION varlen --preset quicksta
 
 # DTRNet's packed rows sized from the previous forward (one read of the counts a forward) against one read per
 # routed layer: the routed quick-start in bf16.
-sized_check() { switch_check ROUTELAB_SIZED_COMPACTION sized --preset quickstart-dtrnet --precision bf16; }
+# bf16: DTRNet's packed rows sized by their total; fp32: its unpacked rows sized a sequence (compact_sized_padded).
+sized_check() {
+  switch_check ROUTELAB_SIZED_COMPACTION sized --preset quickstart-dtrnet --precision bf16 || return 1
+  switch_check ROUTELAB_SIZED_COMPACTION sized-fp32 --preset quickstart-dtrnet
+}
 
 # RouteLab's fused add + norm kernels against LibTorch's norms: RMSNorm (the quick-start), LayerNorm with biases
 # (GPT-2 style) in bf16 and fp32, DTRNet's routed layers and TSA's gated blocks (the gated add + norm).
@@ -244,10 +248,13 @@ step forward-batch8 120 "$cli" bench forward --device "$dev" --lengths 2048,4096
   --warmup 2
 step forward-batch1 90 "$cli" bench forward --device "$dev" --lengths 2048,4096 --fractions 0.1,0.3 --batch 1 --reps 5 \
   --warmup 2
-# The eval forwards with a read of the routed counts in every routed layer (before 2026-11-29): what sizing MoD's and
-# D-LLM's padded compactions (fp32) and DTRNet's packed rows (bf16) from the previous forward takes off.
+# The eval forwards with a read of the routed counts in every routed layer (before 2026-11-29): what sizing MoD's,
+# D-LLM's and (since 2026-11-30) DTRNet's padded compactions (fp32), TSA's sparse FFN rows (since 2026-11-30) and
+# DTRNet's packed rows (bf16) from the previous forward takes off.
 step forward-batch8-exact-counts 90 env ROUTELAB_SIZED_COMPACTION=0 "$cli" bench forward --device "$dev" \
   --lengths 2048,4096 --fractions 0.1,0.3 --batch 8 --reps 5 --warmup 2
+step forward-batch1-exact-counts 90 env ROUTELAB_SIZED_COMPACTION=0 "$cli" bench forward --device "$dev" \
+  --lengths 2048,4096 --fractions 0.1,0.3 --batch 1 --reps 5 --warmup 2
 step forward-batch8-bf16-exact-counts 90 env ROUTELAB_SIZED_COMPACTION=0 "$cli" bench forward --device "$dev" \
   --lengths 2048,4096 --fractions 0.1,0.3 --batch 8 --reps 5 --warmup 2 --precision bf16
 step forward-batch8-bf16 90 "$cli" bench forward --device "$dev" --lengths 2048,4096 --fractions 0.1,0.3 --batch 8 \
@@ -260,7 +267,7 @@ done
 step varlen-equals-padded 120 bash -c varlen_check
 step flash-eviction-equals-chunked 90 bash -c flash_eviction_check
 step cudnn-eviction-near-flash 90 bash -c cudnn_eviction_check
-step sized-equals-exact-counts 90 bash -c sized_check
+step sized-equals-exact-counts 120 bash -c sized_check
 # D-LLM's training attention at the 360M layer (batch 8, 15 heads of 64, 5 key/value heads): chunked kernel and
 # flash form (grouped heads, one backward; on flash attention's kernel and on cuDNN's) vs materialised form.
 step eviction-360m 90 "$cli" bench eviction --device "$dev" --lengths 2048 --kv-heads 5 --precision both --reps 5 \

@@ -1,9 +1,11 @@
 // Mixture-of-Depths: trace contents, exact floor(cT) capacity, the routed layer against a per-sequence reference,
-// the predictor's BCE and gradient paths, causality with the predictor deciding, config errors, overfitting.
+// (outputs, and a training step's gradients), the predictor's BCE and gradient paths, causality with the predictor
+// deciding, config errors, overfitting.
 #include <QTemporaryDir>
 #include <QtTest>
 
 #include <cmath>
+#include <functional>
 
 #include <torch/torch.h>
 
@@ -44,6 +46,8 @@ double bce(double logit, double target) {
   const double p = 1.0 / (1.0 + std::exp(-logit));
   return -(target * std::log(p) + (1.0 - target) * std::log(1.0 - p));
 }
+
+double max_diff(const torch::Tensor& a, const torch::Tensor& b) { return (a - b).abs().max().item<double>(); }
 
 bool all_zero_or_undefined(const torch::Tensor& grad) { return !grad.defined() || grad.abs().sum().item<double>() == 0.0; }
 
@@ -89,7 +93,10 @@ class TestMoD : public QObject {
       QCOMPARE(t.tokens_processed.at("attn"), B * k);
       QCOMPARE(t.tokens_processed.at("mlp"), B * k);
       QCOMPARE(t.tokens_processed.at("router"), B * T);
-      const double expected_flops = block_flops(B * k, B * k * k, shape) + 2 * linear_flops(B * T, shape.d, 1);
+      // The block on the selected rows, router and predictor on every token, and the training step's weights of the
+      // selected rows from those rows again (their gradient path).
+      const double expected_flops = block_flops(B * k, B * k * k, shape) + 2 * linear_flops(B * T, shape.d, 1) +
+                                    linear_flops(B * k, shape.d, 1);
       QVERIFY(std::abs(t.flops - expected_flops) < 1e-9 * expected_flops);
       QVERIFY(t.flops < 0.5 * t.dense_flops);
       QVERIFY(t.aux_loss > 0);
@@ -206,26 +213,54 @@ class TestMoD : public QObject {
       const auto counts = decision.sum(1);
       QVERIFY(counts.min().item<std::int64_t>() != counts.max().item<std::int64_t>());  // ragged lengths
     }
-
-    torch::NoGradGuard no_grad;
-    for (std::int64_t b = 0; b < B; ++b) {
-      const auto selected = decision[b].nonzero().squeeze(1);                  // (K) original positions
-      const auto skipped = decision[b].logical_not().nonzero().squeeze(1);
-      if (selected.numel() > 0) {
-        const auto xs = x[b].index_select(0, selected).unsqueeze(0);          // (1, K, C)
+    // The per-sequence reference with the selected rows put back into x, as a function of x and the parameters.
+    const auto reference = [&](const torch::Tensor& input) {
+      std::vector<torch::Tensor> rows;
+      for (std::int64_t b = 0; b < B; ++b) {
+        const auto selected = decision[b].nonzero().squeeze(1);  // (K) original positions
+        if (selected.numel() == 0) {
+          rows.push_back(input[b]);
+          continue;
+        }
+        const auto xs = input[b].index_select(0, selected).unsqueeze(0);       // (1, K, C)
         const auto block_out = layer->block->forward(xs, selected);           // xs + f(xs)
         auto w = torch::matmul(xs, layer->router->weight.t()) + layer->router->bias;  // (1, K, 1)
         if (MoDRouterWeight(weight) == MoDRouterWeight::Sigmoid) w = torch::sigmoid(w);
         // The reference code's literal form: w * Block(x_sel) + x_sel.
-        const auto expected = MoDResidual(residual) == MoDResidual::Paper ? xs + w * (block_out - xs)
-                                                                         : xs + w * block_out;
-        const auto actual = out[b].index_select(0, selected).unsqueeze(0);
-        QVERIFY2(torch::allclose(actual, expected, 1e-5, 1e-5),
-                 qPrintable(QString("max diff %1").arg((actual - expected).abs().max().item<double>())));
-        QVERIFY(!torch::allclose(actual, xs, 1e-3, 1e-3));  // the block did something
+        const auto mixed = MoDResidual(residual) == MoDResidual::Paper ? xs + w * (block_out - xs) : xs + w * block_out;
+        rows.push_back(input[b].index_copy(0, selected, mixed.squeeze(0)));
       }
-      QVERIFY(torch::equal(out[b].index_select(0, skipped), x[b].index_select(0, skipped)));
+      return torch::stack(rows);  // (B, T, C)
+    };
+    if (training) {
+      // A training step's gradients (the router's through the selected rows' weights alone) are the reference's.
+      const auto upstream = torch::randn({B, T, C});
+      const auto gradients = [&](const std::function<torch::Tensor(const torch::Tensor&)>& f) {
+        layer->zero_grad();
+        const auto input = x.clone().requires_grad_();
+        (f(input) * upstream).sum().backward();
+        return std::vector<torch::Tensor>{input.grad(), layer->router->weight.grad().clone(),
+                                          layer->router->bias.grad().clone(),
+                                          layer->block->attn->qkv->weight.grad().clone()};
+      };
+      const auto got = gradients([&](const torch::Tensor& input) {
+        torch::Tensor unused;
+        return layer->forward(input, positions, unused);
+      });
+      const auto expected = gradients(reference);
+      for (std::size_t i = 0; i < got.size(); ++i)
+        QVERIFY2(torch::allclose(got[i], expected[i], 1e-5, 1e-5),
+                 qPrintable(QString("gradient %1: max diff %2").arg(i).arg(max_diff(got[i], expected[i]))));
+      QVERIFY(got[1].abs().sum().item<double>() > 0);
     }
+
+    torch::NoGradGuard no_grad;
+    const auto expected = reference(x);
+    QVERIFY2(torch::allclose(out, expected, 1e-5, 1e-5),
+             qPrintable(QString("max diff %1").arg(max_diff(out, expected))));
+    const auto selected = decision.unsqueeze(-1).expand_as(x);
+    QVERIFY(!torch::allclose(out.masked_select(selected), x.masked_select(selected), 1e-3, 1e-3));  // the block acted
+    QVERIFY(torch::equal(out.masked_select(selected.logical_not()), x.masked_select(selected.logical_not())));
   }
 
   void predictorLossMatchesHandBCE() {

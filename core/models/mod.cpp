@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <optional>
 #include <sstream>
 
 #include "core/inference/kv_cache.h"
@@ -66,7 +67,16 @@ torch::Tensor MoDLayerImpl::forward(const torch::Tensor& x, const torch::Tensor&
   ROUTELAB_PART("router");  // the router, its rule and weights (the block's attention, norms and MLP nest inside)
   const auto B = x.size(0), T = x.size(1);
   const auto k = mod_capacity_tokens(options.capacity(), T);
-  const auto logits = router_logits(x);  // (B, T)
+  // The top-k reads every token's logit, but only the selected tokens' weights carry a gradient: in a training step
+  // the logits are taken without one and the selected rows' again from the gathered rows (w below), so the router's
+  // backward runs over those rows, not as (B T, C) products and a gradient of x that is zero but on them.
+  const bool reweigh = is_training() && torch::GradMode::is_enabled();
+  torch::Tensor logits;  // (B, T)
+  {
+    std::optional<torch::NoGradGuard> no_grad;
+    if (reweigh) no_grad.emplace();
+    logits = router_logits(x);
+  }
   const auto predicted = predictor(x);   // (B, T), reads x.detach()
   // Top-k over the whole sequence looks at the future: it decides only in training. Evaluation still
   // computes it when tracing, to report how well the predictor imitates it.
@@ -99,7 +109,7 @@ torch::Tensor MoDLayerImpl::forward(const torch::Tensor& x, const torch::Tensor&
     // Selected tokens keep their original positions (RoPE rows), as the reference code gathers them.
     const auto pos_sel = compacted_positions(positions, c);  // (B, K)
     const auto f = block->update(x_sel, pos_sel, &c, &pairs);  // (B, K, C)
-    auto w = logits.gather(1, c.index);                         // (B, K): the router learns only through w
+    auto w = reweigh ? router_logits(x_sel) : logits.gather(1, c.index);  // (B, K): the router learns through w
     if (options.router_weight() == MoDRouterWeight::Sigmoid) w = torch::sigmoid(w);
     w = w.unsqueeze(-1);  // (B, K, 1)
     // Paper: x + w f; reference: (1 + w) x + w f = x + w (x + f). The update is added to the selected rows of x in
@@ -118,8 +128,10 @@ torch::Tensor MoDLayerImpl::forward(const torch::Tensor& x, const torch::Tensor&
     trace->aux_loss = 0.0;  // the predictor's BCE in training, from on_device below
     trace->tokens_processed = {{"attn", c.total}, {"mlp", c.total}, {"router", B * T}};
     // Priced as executed: the block runs over the padded (B, K) rows (the padding of shorter sequences too).
+    const double d = static_cast<double>(shape.d);
     trace->flops = (c.total > 0 || c.padded_sized ? block_flops(c.padded_rows(), pairs, shape) : 0.0) +
-                   2.0 * linear_flops(tokens, static_cast<double>(shape.d), 1.0);  // router + predictor
+                   2.0 * linear_flops(tokens, d, 1.0) +                             // router + predictor
+                   (reweigh && c.total > 0 ? linear_flops(c.padded_rows(), d, 1.0) : 0.0);  // the selected rows' w
     trace->dense_flops = dense_layer_flops(static_cast<double>(B), static_cast<double>(T), shape);
     trace->stats["topk_fraction"] = static_cast<double>(k) / static_cast<double>(T);
     // The values read from the device wait in on_device: the model reads them back together after its last layer,
