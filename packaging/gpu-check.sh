@@ -259,6 +259,10 @@ step forward-batch8-bf16-exact-counts 90 env ROUTELAB_SIZED_COMPACTION=0 "$cli" 
   --lengths 2048,4096 --fractions 0.1,0.3 --batch 8 --reps 5 --warmup 2 --precision bf16
 step forward-batch8-bf16 90 "$cli" bench forward --device "$dev" --lengths 2048,4096 --fractions 0.1,0.3 --batch 8 \
   --reps 5 --warmup 2 --precision bf16
+# The same with the padded path (no variable-length packing): every routed model's eval compaction is then sized from
+# the previous forward, so no routed layer waits for its count, at the cost of attending the padded rows.
+step forward-batch8-bf16-padded 90 env ROUTELAB_VARLEN_ATTENTION=0 "$cli" bench forward --device "$dev" \
+  --lengths 2048,4096 --fractions 0.1,0.3 --batch 8 --reps 5 --warmup 2 --precision bf16
 # The training step of routed models against dense's (forward, loss, backward, clip, AdamW), routers forced.
 for precision in fp32 bf16; do
   step "train-step-routed-batch8-$precision" 120 "$cli" bench forward --train --device "$dev" --lengths 2048,4096 \
