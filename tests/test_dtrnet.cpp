@@ -40,6 +40,48 @@ std::vector<torch::Tensor> grads_of(torch::nn::Module& m) {
   return out;
 }
 
+/// A DTRNet (T-D-D-T, Llama style) whose random routers send a mix of tokens each way.
+std::shared_ptr<DTRNet> mixed_routing_model(std::int64_t kv_heads, bool vo) {
+  DTRNetOptions o;
+  o.routed_layers("T-D-D-T").bypass(vo ? DtrBypass::ValueOutput : DtrBypass::None);
+  auto model = std::make_shared<DTRNet>(small(ModelStyle::Llama, kv_heads), o);
+  torch::NoGradGuard no_grad;
+  for (auto& layer : model->routed)
+    if (layer) layer->router_out->weight.normal_(0, 1.0);
+  return model;
+}
+
+/// A traced forward and, in training mode, the gradients of its loss (cross-entropy plus the routing loss).
+struct StepResult {
+  ModelOutput out;
+  std::vector<torch::Tensor> grads;
+};
+StepResult traced_step(DTRNet& model, const torch::Tensor& tokens, const torch::Tensor& target) {
+  model.zero_grad();
+  torch::manual_seed(3);  // the same dropout masks
+  StepResult r{model.forward(tokens, true), {}};
+  if (model.is_training()) {
+    (torch::cross_entropy_loss(r.out.logits.reshape({-1, 29}), target.reshape({-1})) + r.out.aux_loss).backward();
+    r.grads = grads_of(model);
+  }
+  return r;
+}
+
+/// Two steps of mixed_routing_model agree: logits, routing loss, gradients, and the routed layers' (1, 2) traces.
+void check_same_step(const StepResult& a, const StepResult& b, const char* what) {
+  QVERIFY2(torch::allclose(a.out.logits, b.out.logits, 1e-5, 1e-5), what);
+  QVERIFY2(torch::allclose(a.out.aux_loss, b.out.aux_loss, 1e-6, 1e-7), what);
+  QCOMPARE(a.grads.size(), b.grads.size());
+  for (std::size_t i = 0; i < a.grads.size(); ++i)
+    QVERIFY2(torch::allclose(a.grads[i], b.grads[i], 1e-5, 1e-6),
+             qPrintable(QString("%1: parameter %2").arg(what).arg(i)));
+  for (const int l : {1, 2}) {
+    QCOMPARE(a.out.trace[l].tokens_processed, b.out.trace[l].tokens_processed);
+    QCOMPARE(a.out.trace[l].routed_fraction, b.out.trace[l].routed_fraction);
+    QVERIFY(torch::equal(a.out.trace[l].decision, b.out.trace[l].decision));
+  }
+}
+
 void check_causal(LanguageModel& model, std::int64_t vocab) {
   model.eval();
   torch::NoGradGuard no_grad;
@@ -255,41 +297,14 @@ class TestDTRNet : public QObject {
     // A capacity too small runs the forward again with exact counts; so does a layer that routes nothing in training.
     QFETCH(int, kv);
     QFETCH(bool, vo);
-    DTRNetOptions o;
-    o.routed_layers("T-D-D-T").bypass(vo ? DtrBypass::ValueOutput : DtrBypass::None);
-    DTRNet model(small(ModelStyle::Llama, kv), o);
-    for (auto& layer : model.routed)
-      if (layer) {
-        torch::NoGradGuard no_grad;  // routers that send a mix of tokens each way
-        layer->router_out->weight.normal_(0, 1.0);
-      }
+    const auto holder = mixed_routing_model(kv, vo);
+    auto& model = *holder;
     model.train();
     const ForcePackedRows packed;
     const auto tokens = torch::randint(0, 29, {3, 20}, torch::kLong), target = torch::randint(0, 29, {3, 20});
-    struct Result {
-      ModelOutput out;
-      std::vector<torch::Tensor> grads;
-    };
-    const auto step = [&] {
-      model.zero_grad();
-      Result r{model.forward(tokens, true), {}};
-      (torch::cross_entropy_loss(r.out.logits.reshape({-1, 29}), target.reshape({-1})) + r.out.aux_loss).backward();
-      r.grads = grads_of(model);
-      return r;
-    };
-    const auto same = [&](const Result& a, const Result& b, const char* what) {
-      QVERIFY2(torch::allclose(a.out.logits, b.out.logits, 1e-5, 1e-5), what);
-      QVERIFY2(torch::allclose(a.out.aux_loss, b.out.aux_loss, 1e-6, 1e-7), what);
-      for (std::size_t i = 0; i < a.grads.size(); ++i)
-        QVERIFY2(torch::allclose(a.grads[i], b.grads[i], 1e-5, 1e-6),
-                 qPrintable(QString("%1: parameter %2").arg(what).arg(i)));
-      for (const int l : {1, 2}) {
-        QCOMPARE(a.out.trace[l].tokens_processed, b.out.trace[l].tokens_processed);
-        QCOMPARE(a.out.trace[l].routed_fraction, b.out.trace[l].routed_fraction);
-        QVERIFY(torch::equal(a.out.trace[l].decision, b.out.trace[l].decision));
-      }
-    };
-    Result exact;
+    const auto step = [&] { return traced_step(model, tokens, target); };
+    const auto& same = check_same_step;
+    StepResult exact;
     {
       const ExactRoutedCounts counted;
       exact = step();
@@ -336,48 +351,17 @@ class TestDTRNet : public QObject {
     // square it ran. A sequence past its rows runs the forward again with exact counts.
     QFETCH(int, kv);
     QFETCH(bool, vo);
-    DTRNetOptions o;
-    o.routed_layers("T-D-D-T").bypass(vo ? DtrBypass::ValueOutput : DtrBypass::None);
-    DTRNet model(small(ModelStyle::Llama, kv), o);
-    for (auto& layer : model.routed)
-      if (layer) {
-        torch::NoGradGuard no_grad;  // routers that send a mix of tokens each way
-        layer->router_out->weight.normal_(0, 1.0);
-      }
+    const auto holder = mixed_routing_model(kv, vo);
+    auto& model = *holder;
     const ForcePaddedSized padded;
     const std::int64_t B = 3, T = 32;
     const auto tokens = torch::randint(0, 29, {B, T}, torch::kLong), target = torch::randint(0, 29, {B, T});
-    struct Result {
-      ModelOutput out;
-      std::vector<torch::Tensor> grads;
-    };
-    const auto step = [&] {
-      model.zero_grad();
-      torch::manual_seed(3);  // the same dropout masks
-      Result r{model.forward(tokens, true), {}};
-      if (model.is_training()) {
-        (torch::cross_entropy_loss(r.out.logits.reshape({-1, 29}), target.reshape({-1})) + r.out.aux_loss).backward();
-        r.grads = grads_of(model);
-      }
-      return r;
-    };
-    const auto same = [&](const Result& a, const Result& b, const char* what) {
-      QVERIFY2(torch::allclose(a.out.logits, b.out.logits, 1e-5, 1e-5), what);
-      QVERIFY2(torch::allclose(a.out.aux_loss, b.out.aux_loss, 1e-6, 1e-7), what);
-      QCOMPARE(a.grads.size(), b.grads.size());
-      for (std::size_t i = 0; i < a.grads.size(); ++i)
-        QVERIFY2(torch::allclose(a.grads[i], b.grads[i], 1e-5, 1e-6),
-                 qPrintable(QString("%1: parameter %2").arg(what).arg(i)));
-      for (const int l : {1, 2}) {
-        QCOMPARE(a.out.trace[l].tokens_processed, b.out.trace[l].tokens_processed);
-        QCOMPARE(a.out.trace[l].routed_fraction, b.out.trace[l].routed_fraction);
-        QVERIFY(torch::equal(a.out.trace[l].decision, b.out.trace[l].decision));
-      }
-    };
+    const auto step = [&] { return traced_step(model, tokens, target); };
+    const auto& same = check_same_step;
     const auto shape = layer_shape(model.options());
     for (const bool training : {true, false}) {
       training ? model.train() : model.eval();
-      Result exact;
+      StepResult exact;
       {
         const ExactRoutedCounts counted;
         exact = step();

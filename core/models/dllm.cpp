@@ -237,20 +237,13 @@ ModelOutput DLLM::forward(const torch::Tensor& tokens, bool trace) {
 }
 
 bool DLLM::settle_sized_layers(std::vector<LayerTrace>* trace, std::int64_t tokens) {
-  std::vector<std::size_t> sized;
   std::vector<torch::Tensor> counts;
-  for (std::size_t i = 0; i < sizing.size(); ++i)
-    if (sizing[i].counts.defined()) {
-      sized.push_back(i);
-      counts.push_back(sizing[i].counts);
-    }
-  const auto read = read_counts(counts);  // the one wait
-  for (std::size_t j = 0; j < sized.size(); ++j) {
-    auto& own = sizing[sized[j]];
-    if (!settle_padded_sized(read[j], own.len, own.capacity, own.below, trace ? &trace->at(sized[j]) : nullptr,
-                             tokens)) {
+  for (const auto& own : sizing) counts.push_back(own.counts);
+  for (const auto& [i, lengths] : read_sized_counts(counts)) {
+    auto& own = sizing[i];
+    if (!settle_padded_sized(lengths, own.len, own.capacity, own.below, trace ? &trace->at(i) : nullptr, tokens)) {
       logger("core")->debug("D-LLM layer {} executed more tokens of a sequence than its {} rows: the forward runs "
-                            "again", sized[j], own.len);
+                            "again", i, own.len);
       return false;
     }
   }

@@ -442,24 +442,17 @@ ModelOutput DTRNet::forward(const torch::Tensor& tokens, bool trace) {
 }
 
 bool DTRNet::settle_sized_layers(std::vector<std::optional<DTRNetLayerImpl::Output>>& outs, std::int64_t tokens) {
-  std::vector<std::size_t> sized;
   std::vector<torch::Tensor> counts;
-  for (std::size_t i = 0; i < outs.size(); ++i)
-    if (outs[i] && outs[i]->counts.defined() && outs[i]->routed < 0) {
-      sized.push_back(i);
-      counts.push_back(outs[i]->counts);
-    }
-  const auto read = read_counts(counts);  // the one wait
-  for (std::size_t j = 0; j < sized.size(); ++j) {
-    auto& r = *outs[sized[j]];
+  for (const auto& o : outs) counts.push_back(o && o->routed < 0 ? o->counts : torch::Tensor());
+  for (const auto& [i, lengths] : read_sized_counts(counts)) {
+    auto& r = *outs[i];
     const auto capacity = static_cast<std::int64_t>(r.rows);  // the packed rows it ran (its capacity, clamped)
-    const auto& lengths = read[j];
     std::int64_t total = 0;
     for (const auto n : lengths) total += n;
     if (r.padded_len > 0 ? sized_overflow_per_sequence(lengths, r.padded_len)
                          : sized_overflow(lengths, capacity)) {  // routed rows were left out
       logger("core")->debug("DTRNet layer {} routed {} rows past its capacity of {}{}: the forward runs again",
-                            sized[j], total, r.padded_len > 0 ? r.padded_len : capacity,
+                            i, total, r.padded_len > 0 ? r.padded_len : capacity,
                             r.padded_len > 0 ? " a sequence" : "");
       return false;
     }

@@ -220,20 +220,14 @@ ModelOutput MixtureOfDepths::forward(const torch::Tensor& tokens, bool trace) {
 }
 
 bool MixtureOfDepths::settle_sized_layers(std::vector<LayerTrace>* trace, std::int64_t tokens) {
-  std::vector<std::size_t> sized;
   std::vector<torch::Tensor> counts;
-  for (std::size_t i = 0; i < mod_layers.size(); ++i)
-    if (mod_layers[i] && mod_layers[i]->sized_counts.defined()) {
-      sized.push_back(i);
-      counts.push_back(mod_layers[i]->sized_counts);
-    }
-  const auto read = read_counts(counts);  // the one wait
-  for (std::size_t j = 0; j < sized.size(); ++j) {
-    auto& layer = *mod_layers[sized[j]];
-    if (!settle_padded_sized(read[j], layer.sized_len, layer.capacity, layer.below,
-                             trace ? &trace->at(sized[j]) : nullptr, tokens)) {
+  for (const auto& layer : mod_layers) counts.push_back(layer ? layer->sized_counts : torch::Tensor());
+  for (const auto& [i, lengths] : read_sized_counts(counts)) {
+    auto& layer = *mod_layers[i];
+    if (!settle_padded_sized(lengths, layer.sized_len, layer.capacity, layer.below, trace ? &trace->at(i) : nullptr,
+                             tokens)) {
       logger("core")->debug("MoD layer {} routed more tokens of a sequence than its {} rows: the forward runs again",
-                            sized[j], layer.sized_len);
+                            i, layer.sized_len);
       return false;
     }
   }

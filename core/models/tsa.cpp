@@ -239,25 +239,19 @@ ModelOutput TokenSelectiveAttention::run(const torch::Tensor& tokens, bool trace
 }
 
 bool TokenSelectiveAttention::settle_sized_ffn(std::vector<LayerTrace>* trace, std::int64_t tokens) {
-  std::vector<std::size_t> sized;
   std::vector<torch::Tensor> counts;
-  for (std::size_t l = 0; l < sized_ffn.size(); ++l)
-    if (sized_ffn[l].counts.defined()) {
-      sized.push_back(l);
-      counts.push_back(sized_ffn[l].counts);
-    }
-  const auto read = read_counts(counts);  // the one wait
-  for (std::size_t j = 0; j < sized.size(); ++j) {
-    auto& s = sized_ffn[sized[j]];
-    if (sized_overflow(read[j], s.rows.capacity)) {
-      logger("core")->debug("TSA block {} had more active tokens than its {} FFN rows: the forward runs again",
-                            sized[j] + 1, s.rows.capacity);
+  for (const auto& s : sized_ffn) counts.push_back(s.counts);
+  for (const auto& [l, lengths] : read_sized_counts(counts)) {
+    auto& s = sized_ffn[l];
+    if (sized_overflow(lengths, s.rows.capacity)) {
+      logger("core")->debug("TSA block {} had more active tokens than its {} FFN rows: the forward runs again", l + 1,
+                            s.rows.capacity);
       return false;
     }
     std::int64_t active = 0;
-    for (const auto n : read[j]) active += n;
+    for (const auto n : lengths) active += n;
     if (trace) {
-      auto& t = trace->at(sized[j] + 1);  // after the stem's
+      auto& t = trace->at(l + 1);  // after the stem's
       t.routed_fraction = t.stats["active_share"] = static_cast<double>(active) / static_cast<double>(tokens);
       t.tokens_processed["mlp"] = active;
     }

@@ -265,6 +265,21 @@ std::vector<std::vector<std::int64_t>> read_counts(const std::vector<torch::Tens
   return lengths;
 }
 
+std::vector<std::pair<std::size_t, std::vector<std::int64_t>>> read_sized_counts(
+    const std::vector<torch::Tensor>& counts) {
+  std::vector<std::size_t> sized;
+  std::vector<torch::Tensor> defined;
+  for (std::size_t i = 0; i < counts.size(); ++i)
+    if (counts[i].defined()) {
+      sized.push_back(i);
+      defined.push_back(counts[i]);
+    }
+  auto read = read_counts(defined);  // the one wait
+  std::vector<std::pair<std::size_t, std::vector<std::int64_t>>> out;
+  for (std::size_t j = 0; j < sized.size(); ++j) out.emplace_back(sized[j], std::move(read[j]));
+  return out;
+}
+
 bool padded_sized_active(const torch::Tensor& x, std::int64_t head_dim) {
   if (!sized_compaction_active()) return false;
   return ForcePaddedSized::active() || (x.is_cuda() && !packed_rows_active(x, head_dim));

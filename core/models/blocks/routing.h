@@ -121,6 +121,10 @@ bool settle_padded_sized(const std::vector<std::int64_t>& lengths, std::int64_t 
                          int& below, struct LayerTrace* trace, std::int64_t tokens);
 /// The (B) count tensors of sized compactions read back together, one wait for the device: the lengths of each.
 std::vector<std::vector<std::int64_t>> read_counts(const std::vector<torch::Tensor>& counts);
+/// A model's routed layers' counts after its last layer, one a layer (undefined where the layer counted exactly, or is
+/// not routed), the defined ones read back together (read_counts): each sized layer's index and lengths, in order.
+std::vector<std::pair<std::size_t, std::vector<std::int64_t>>> read_sized_counts(
+    const std::vector<torch::Tensor>& counts);
 /// The runs a sized compaction of `capacity` rows attends for routed `lengths` that fit: the lengths, then the
 /// padding runs (starts' differences).
 std::vector<std::int64_t> sized_runs(const std::vector<std::int64_t>& lengths, std::int64_t capacity);
