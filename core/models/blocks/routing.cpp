@@ -419,7 +419,7 @@ TopKRouting topk_routing(const torch::Tensor& scores, std::int64_t k) {
     return r;
   }
   const auto top = std::get<1>(scores.topk(k, 1));  // (B, k), by score
-  r.decision = r.decision.scatter(1, top, true);
+  r.decision.scatter_(1, top, true);  // in place: the zeros above are its own
   c.index = std::get<0>(top.sort(1));  // (B, k): causal order
   c.valid = torch::ones({B, k}, index_options.dtype(torch::kBool));
   index_rows(c);
