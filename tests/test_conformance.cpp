@@ -296,12 +296,15 @@ class TestConformance : public QObject {
   void sizedFormsRepeatTheForward_data() { add_language_model_rows(); }
   void sizedFormsRepeatTheForward() {
     // A routed model may size its compactions from the previous forward of the same batch size (the GPU's sized forms:
-    // DTRNet's packed rows, padded compactions in eval; forced on here, so the CPU runs them): the second forward of a
-    // batch, sized by the first, gives the first one's logits and traced routing, in eval and in training mode.
+    // DTRNet's packed rows, padded compactions in eval, TSA's sparse FFN rows; forced on here, so the CPU runs them):
+    // the second forward of a batch, sized by the first, gives the first one's logits and traced routing, in eval and
+    // in training mode, in the speed benchmark's configuration (speed_options: TSA's sparse inference).
     QFETCH(QString, arch);
     const auto& entry = architecture(arch.toStdString());
     torch::manual_seed(4);
-    auto lm = create_model(small_model(entry), {kVocab, 32});
+    auto model = small_model(entry);
+    for (const auto& [key, value] : entry.speed_options.items()) model[key] = value;
+    auto lm = create_model(model, {kVocab, 32});
     const auto tokens = torch::randint(0, kVocab, {3, 24}, torch::kLong);
     const ForcePackedRows packed;
     const ForcePaddedSized padded;
