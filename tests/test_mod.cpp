@@ -1,15 +1,18 @@
 // Mixture-of-Depths: trace contents, exact floor(cT) capacity, the routed layer against a per-sequence reference,
 // (outputs, and a training step's gradients), the predictor's BCE and gradient paths, causality with the predictor
-// deciding, config errors, overfitting.
+// deciding, eval compactions sized from earlier forwards (padded and packed) against exact counts, config errors,
+// overfitting.
 #include <QTemporaryDir>
 #include <QtTest>
 
 #include <cmath>
 #include <functional>
+#include <optional>
 
 #include <torch/torch.h>
 
 #include "core/config/experiment_config.h"
+#include "core/models/blocks/attention.h"
 #include "core/models/mod.h"
 #include "core/models/registry.h"
 #include "core/train/checkpoint.h"
@@ -357,34 +360,53 @@ class TestMoD : public QObject {
     QVERIFY(!loss.defined());
   }
 
-  void sizedEvalEqualsExactCounts_data() { add_style_rows(); }
+  void sizedEvalEqualsExactCounts_data() {
+    QTest::addColumn<int>("style");
+    QTest::addColumn<int>("kv");
+    QTest::addColumn<bool>("packed");
+    for (const bool packed : {false, true}) {
+      const char* form = packed ? "-packed" : "";
+      QTest::addRow("gpt2%s", form) << int(ModelStyle::GPT2) << 0 << packed;
+      QTest::addRow("llama%s", form) << int(ModelStyle::Llama) << 0 << packed;
+      QTest::addRow("llama-gqa%s", form) << int(ModelStyle::Llama) << 2 << packed;
+    }
+  }
   void sizedEvalEqualsExactCounts() {
-    // Eval compactions sized from the previous forward (a GPU whose attention runs the padded rows; forced here): after
-    // one forward that counts exactly, each routed layer compacts into a capacity of rows a sequence without reading
-    // back, the model reads every layer's counts once; logits and the traced counts are the exact forward's, the block
-    // priced at the rows it ran. A capacity too small for one sequence runs the forward again with exact counts.
+    // Eval compactions sized from the previous forward (on a GPU; forced here): after one forward that counts exactly,
+    // each routed layer compacts into a capacity without reading back, and the model reads every layer's counts once;
+    // logits and the traced counts are the exact forward's, the block priced at the rows it ran. Padded (the
+    // attention runs the padding anyway: fp32): a capacity of rows a sequence. Packed (the attention takes packed
+    // rows: half precision): a capacity of rows for the batch, padding attended in runs of its own. A capacity too
+    // small runs the forward again with exact counts.
     QFETCH(int, style);
     QFETCH(int, kv);
+    QFETCH(bool, packed);
     MixtureOfDepths model(small(ModelStyle(style), kv), MoDOptions().capacity(0.25));
     spread_predictors(model, 1.0);
     model.eval();
     torch::NoGradGuard no_grad;
-    const auto tokens = torch::randint(0, 37, {3, 40}, torch::kLong);
+    const std::int64_t B = 3, T = 40;
+    const auto tokens = torch::randint(0, 37, {B, T}, torch::kLong);
+    std::optional<ForcePackedRows> pack;
+    if (packed) pack.emplace();
     ModelOutput exact;
     {
       const ExactRoutedCounts counted;
       exact = model.forward(tokens, true);
     }
     const ForcePaddedSized padded;
-    std::vector<std::int64_t> longest(model.mod_layers.size(), 0);
+    std::vector<std::int64_t> longest(model.mod_layers.size(), 0), total(model.mod_layers.size(), 0);
     for (std::size_t i = 0; i < model.mod_layers.size(); ++i) {
       if (!model.mod_layers[i]) continue;
-      const auto n = exact.trace[i].decision.sum(1).max().item<std::int64_t>();
-      QVERIFY2(n > 3 && n < 37, "the spread predictors should select a mix of tokens");
-      QCOMPARE(model.mod_layers[i]->capacity_tokens, std::int64_t(120));
-      QCOMPARE(model.mod_layers[i]->capacity, next_capacity(n, 0, 40));
-      model.mod_layers[i]->capacity = n + 2;  // a capacity below T (64 would be all 40 rows)
-      longest[i] = n;
+      const auto counts = exact.trace[i].decision.sum(1);
+      longest[i] = counts.max().item<std::int64_t>();
+      total[i] = counts.sum().item<std::int64_t>();
+      QVERIFY2(longest[i] > 3 && longest[i] < T - 3, "the spread predictors should select a mix of tokens");
+      QCOMPARE(model.mod_layers[i]->capacity_tokens, B * T);
+      const auto wanted = packed ? next_capacity(total[i], 0, B * T) : next_capacity(longest[i], 0, T);
+      QCOMPARE(model.mod_layers[i]->capacity, wanted);
+      // Below what next_capacity rounds to (64 rows would be all 40 of a sequence, or most of the batch's 120)
+      model.mod_layers[i]->capacity = packed ? total[i] + 5 : longest[i] + 2;
     }
     const auto check = [&](const ModelOutput& out, const char* what) {
       QVERIFY2(torch::allclose(out.logits, exact.logits, 1e-5, 1e-5), what);
@@ -397,17 +419,30 @@ class TestMoD : public QObject {
     const auto sized = model.forward(tokens, true);
     check(sized, "sized");
     const auto shape = layer_shape(model.options());
+    const double router = 2.0 * linear_flops(static_cast<double>(B * T), static_cast<double>(shape.d), 1.0);
     for (std::size_t i = 0; i < model.mod_layers.size(); ++i) {
       if (!model.mod_layers[i]) continue;
-      QCOMPARE(model.mod_layers[i]->sized_len, longest[i] + 2);  // it ran sized, priced at its 3 x (n + 2) rows
-      const double rows = 3.0 * static_cast<double>(longest[i] + 2);
-      QCOMPARE(sized.trace[i].flops, block_flops(rows, rows * static_cast<double>(longest[i] + 2), shape) +
-                                         2.0 * linear_flops(120, static_cast<double>(shape.d), 1.0));
+      const auto& layer = *model.mod_layers[i];
+      if (packed) {  // it ran sized, priced at its total + 5 rows, the padding's runs included
+        QCOMPARE(layer.sized_packed, total[i] + 5);
+        QCOMPARE(layer.sized_len, std::int64_t(0));
+        const auto counts = exact.trace[i].decision.sum(1).contiguous();
+        double pairs = 0;
+        for (const auto n : sized_runs({counts.data_ptr<std::int64_t>(), counts.data_ptr<std::int64_t>() + B},
+                                       total[i] + 5))
+          pairs += static_cast<double>(n) * static_cast<double>(n);
+        QCOMPARE(sized.trace[i].flops, router + block_flops(static_cast<double>(total[i] + 5), pairs, shape));
+      } else {  // it ran sized, priced at its 3 x (n + 2) rows
+        QCOMPARE(layer.sized_len, longest[i] + 2);
+        QCOMPARE(layer.sized_packed, std::int64_t(0));
+        const double rows = 3.0 * static_cast<double>(longest[i] + 2);
+        QCOMPARE(sized.trace[i].flops, block_flops(rows, rows * static_cast<double>(longest[i] + 2), shape) + router);
+      }
     }
-    model.mod_layers[1]->capacity = 1;  // fewer rows than a sequence routes
+    model.mod_layers[1]->capacity = 1;  // fewer rows than it routes
     const auto rerun = model.forward(tokens, true);
     check(rerun, "overflowed");
-    QVERIFY(model.mod_layers[1]->capacity >= longest[1]);
+    QVERIFY(model.mod_layers[1]->capacity >= (packed ? total[1] : longest[1]));
     QVERIFY(!model.mod_layers[1]->sized_counts.defined());  // the rerun counted exactly
   }
 

@@ -163,6 +163,12 @@ torch::Tensor DenseBlockImpl::update(const torch::Tensor& x, const torch::Tensor
   return a + m;
 }
 
+torch::Tensor DenseBlockImpl::update_packed(const torch::Tensor& x, const torch::Tensor& positions,
+                                            const Compaction& rows) {
+  const auto a = attn->forward_packed(norm1->into_matmul(x), positions, rows.starts, rows.longest);  // (N, C)
+  return a + mlp(norm2->add_into_matmul(x, a).second);
+}
+
 torch::Tensor DenseBlockImpl::decode_update(const torch::Tensor& x, const torch::Tensor& positions, KVCache& cache,
                                             const torch::Tensor& keep, const torch::Tensor& hidden) {
   const auto a = attn->forward_cached(norm1(x), positions, cache, keep, hidden);  // (B, n, C)

@@ -90,6 +90,9 @@ class DenseBlockImpl : public torch::nn::Module {
   /// given, receives the attention's executed (query, key) pairs per head.
   torch::Tensor update(const torch::Tensor& x, const torch::Tensor& positions, const Compaction* rows = nullptr,
                        double* pairs = nullptr);
+  /// update() of the packed rows of a sized compaction `rows` (compact_sized): x (N, C) from gather_packed, at
+  /// `positions` (N) from packed_positions; its padding rows are attended in runs of their own.
+  torch::Tensor update_packed(const torch::Tensor& x, const torch::Tensor& positions, const Compaction& rows);
 
   /// Incremental form of update(): the new rows x (B, n, C) at `positions` attend through `cache` (see
   /// CausalSelfAttentionImpl::forward_cached for `keep` and `hidden`). -> f(x) (B, n, C)

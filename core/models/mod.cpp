@@ -90,21 +90,39 @@ torch::Tensor MoDLayerImpl::forward(const torch::Tensor& x, const torch::Tensor&
   } else {
     if (trace) topk = topk_decision(logits.detach(), k);
     decision = predicted.detach().gt(0);  // sigmoid > 0.5
-    // Sized (a GPU whose attention runs the padded rows anyway, a capacity for this batch size from earlier
-    // forwards): nothing read back here; the model reads every layer's counts once after its last layer.
-    const bool sized = capacity > 0 && capacity_tokens == B * T && padded_sized_active(x, block->attn->head_dim());
-    c = sized ? compact_sized_padded(decision, capacity) : compact(decision);
-    if (!sized) {  // sizes the next forward of this batch size
+    // Sized (a capacity for this batch size from earlier forwards): nothing read back here; the model reads every
+    // layer's counts once after its last layer. Packed rows where the attention takes them (a GPU in half
+    // precision), padded rows where it runs the padding anyway (fp32).
+    const auto hd = block->attn->head_dim();
+    const bool packing = packed_rows_active(x, hd), sizable = capacity > 0 && capacity_tokens == B * T;
+    const bool packed = sizable && packing && sized_compaction_active();
+    const bool padded = sizable && !packing && padded_sized_active(x, hd);
+    if (packed) sized_rows_ = sized_rows(capacity, B * T, x.device(), sized_rows_);
+    c = packed   ? compact_sized(decision, sized_rows_)
+        : padded ? compact_sized_padded(decision, capacity)
+                 : compact(decision);
+    if (packing && !packed) {  // sizes the next forward of this batch size: packed rows by their total
+      size_next_forward(c.total, B * T, B * T, capacity, capacity_tokens, below);
+    } else if (!padded && !packed) {  // padded rows by the longest sequence
       const auto longest =
           c.lengths.empty() ? std::int64_t{0} : *std::max_element(c.lengths.begin(), c.lengths.end());
       size_next_forward(longest, T, B * T, capacity, capacity_tokens, below);
     }
   }
-  sized_counts = c.padded_sized ? c.counts : torch::Tensor();
+  sized_counts = c.padded_sized || c.capacity > 0 ? c.counts : torch::Tensor();
   sized_len = c.padded_sized ? c.max_len : 0;
+  sized_packed = c.capacity;
   auto out = x;       // unselected tokens pass unchanged
   double pairs = 0;   // (query, key) pairs per head the compacted attention computed
-  if (c.total > 0 || c.padded_sized) {
+  if (c.capacity > 0) {  // packed rows sized in eval: the padding rows' updates are masked, the model prices the runs
+    const auto x_sel = gather_packed(x, c);  // (N, C), the routed rows first
+    const auto f = block->update_packed(x_sel, packed_positions(positions, c), c);
+    auto w = logits.reshape({-1}).index_select(0, c.real_flat);  // (N)
+    if (options.router_weight() == MoDRouterWeight::Sigmoid) w = torch::sigmoid(w);
+    const auto update = w.unsqueeze(-1) * (options.residual() == MoDResidual::Paper ? f : x_sel + f);  // (N, C)
+    const auto kept = torch::where(c.row_valid, update, 0.0).to(x.scalar_type());
+    out = x.reshape({B * T, x.size(2)}).index_add(0, c.real_flat, kept).view(x.sizes());
+  } else if (c.total > 0 || c.padded_sized) {
     const auto x_sel = gather_rows(x, c);  // (B, K, C) in causal order
     // Selected tokens keep their original positions (RoPE rows), as the reference code gathers them.
     const auto pos_sel = compacted_positions(positions, c);  // (B, K)
@@ -224,6 +242,15 @@ bool MixtureOfDepths::settle_sized_layers(std::vector<LayerTrace>* trace, std::i
   for (const auto& layer : mod_layers) counts.push_back(layer ? layer->sized_counts : torch::Tensor());
   for (const auto& [i, lengths] : read_sized_counts(counts)) {
     auto& layer = *mod_layers[i];
+    if (layer.sized_packed > 0) {  // packed rows: the batch's routed total against them, the runs priced
+      if (!settle_packed_sized(lengths, layer.sized_packed, layer.capacity, layer.below,
+                               trace ? &trace->at(i) : nullptr, tokens, layer.shape)) {
+        logger("core")->debug("MoD layer {} routed more tokens than its {} packed rows: the forward runs again", i,
+                              layer.sized_packed);
+        return false;
+      }
+      continue;
+    }
     if (!settle_padded_sized(lengths, layer.sized_len, layer.capacity, layer.below, trace ? &trace->at(i) : nullptr,
                              tokens)) {
       logger("core")->debug("MoD layer {} routed more tokens of a sequence than its {} rows: the forward runs again",

@@ -580,6 +580,21 @@ torch::Tensor CausalSelfAttentionImpl::forward(const torch::Tensor& x, const tor
   return output(causal_attention(q, k, v, options.dropout(), is_training(), lengths, pairs));
 }
 
+torch::Tensor CausalSelfAttentionImpl::forward_packed(const torch::Tensor& x, const torch::Tensor& positions,
+                                                     const torch::Tensor& starts, std::int64_t longest) {
+  ROUTELAB_PART("attention");
+  const auto N = x.size(0), H = options.n_head(), Hkv = kv_heads(), hd = head_dim();
+  const auto parts = linear(x, qkv).split_with_sizes({H * hd, Hkv * hd, Hkv * hd}, -1);  // (N, (H + 2Hkv) hd)
+  // Each row a sequence of one token to the rotary embedding ((N, heads, 1, hd) at positions (N, 1)), whose
+  // contiguous output is the (N, heads, hd) layout of packed attention.
+  auto q = parts[0].view({N, H, 1, hd});
+  auto k = parts[1].view({N, Hkv, 1, hd});
+  if (rope.defined()) std::tie(q, k) = rope.apply(q, k, positions.view({N, 1}));
+  const auto heads = packed_causal_attention(q.view({N, H, hd}), k.view({N, Hkv, hd}), parts[2].view({N, Hkv, hd}),
+                                             starts, longest, options.dropout(), is_training());
+  return linear(heads.reshape({N, H * hd}), proj);  // (N, C)
+}
+
 torch::Tensor CausalSelfAttentionImpl::cached_heads(const torch::Tensor& x, const torch::Tensor& positions,
                                                    KVCache& cache, const torch::Tensor& keep,
                                                    const torch::Tensor& hidden) {

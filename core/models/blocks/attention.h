@@ -145,6 +145,10 @@ class CausalSelfAttentionImpl : public torch::nn::Module {
   /// forward_cached() before W_O: the attended heads (B, H, n, hd).
   torch::Tensor cached_heads(const torch::Tensor& x, const torch::Tensor& positions, KVCache& cache,
                              const torch::Tensor& keep = {}, const torch::Tensor& hidden = {});
+  /// forward() of routed rows packed one sequence after another: x (N, C) at absolute `positions` (N), attended in the
+  /// runs `starts` lists on the device (packed_causal_attention; a sized compaction's: compact_sized) -> (N, C).
+  torch::Tensor forward_packed(const torch::Tensor& x, const torch::Tensor& positions, const torch::Tensor& starts,
+                               std::int64_t longest);
   /// W_O(repeat_kv(W_V x)): the update a token gets when it attends only to itself (DTRNet's bypass path).
   torch::Tensor value_only(const torch::Tensor& x);
 

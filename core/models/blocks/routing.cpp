@@ -7,6 +7,7 @@
 #include <limits>
 #include <sstream>
 
+#include "core/cost/flops.h"
 #include "core/models/blocks/attention.h"
 #include "core/models/blocks/residual_probe.h"
 #include "core/models/blocks/varlen_packing.h"
@@ -250,6 +251,22 @@ bool settle_padded_sized(const std::vector<std::int64_t>& lengths, std::int64_t 
   }
   capacity = resize_capacity(*std::max_element(lengths.begin(), lengths.end()), capacity,
                              tokens / static_cast<std::int64_t>(lengths.size()), below);
+  return true;
+}
+
+bool settle_packed_sized(const std::vector<std::int64_t>& lengths, std::int64_t rows, std::int64_t& capacity,
+                         int& below, LayerTrace* trace, std::int64_t tokens, const LayerShape& shape) {
+  if (sized_overflow(lengths, rows)) return false;
+  std::int64_t total = 0;
+  for (const auto n : lengths) total += n;
+  if (trace) {
+    trace->routed_fraction = static_cast<double>(total) / static_cast<double>(tokens);
+    trace->tokens_processed["attn"] = trace->tokens_processed["mlp"] = total;
+    double pairs = 0;
+    for (const auto n : sized_runs(lengths, rows)) pairs += static_cast<double>(n) * static_cast<double>(n);
+    trace->flops += block_flops(static_cast<double>(rows), pairs, shape);
+  }
+  capacity = resize_capacity(total, capacity, tokens, below);
   return true;
 }
 

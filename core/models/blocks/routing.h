@@ -119,6 +119,12 @@ bool sized_overflow_per_sequence(const std::vector<std::int64_t>& lengths, std::
 /// `trace` (when given) receives the routed share of the batch's `tokens` and the attention and MLP token counts.
 bool settle_padded_sized(const std::vector<std::int64_t>& lengths, std::int64_t len, std::int64_t& capacity,
                          int& below, struct LayerTrace* trace, std::int64_t tokens);
+/// settle_padded_sized for a packed sized compaction (compact_sized) of `rows` packed rows: false when the batch
+/// routed more than them; else `capacity` is sized from the routed total (resize_capacity) and `trace` (when given)
+/// receives the routed share, the attention and MLP token counts, and the block of `shape` over the rows and runs it
+/// ran (block_flops, sized_runs) added to its price.
+bool settle_packed_sized(const std::vector<std::int64_t>& lengths, std::int64_t rows, std::int64_t& capacity,
+                         int& below, struct LayerTrace* trace, std::int64_t tokens, const struct LayerShape& shape);
 /// The (B) count tensors of sized compactions read back together, one wait for the device: the lengths of each.
 std::vector<std::vector<std::int64_t>> read_counts(const std::vector<torch::Tensor>& counts);
 /// A model's routed layers' counts after its last layer, one a layer (undefined where the layer counted exactly, or is
