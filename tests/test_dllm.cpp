@@ -240,15 +240,24 @@ class TestDLLM : public QObject {
     QVERIFY(!torch::allclose(la.select(1, 1), lb.select(1, 1)));  // reserved tokens do execute
   }
 
+  void sizedEvalEqualsExactCounts_data() {
+    QTest::addColumn<bool>("packed");
+    QTest::newRow("padded") << false;
+    QTest::newRow("packed") << true;
+  }
   void sizedEvalEqualsExactCounts() {
-    // Eval compactions of the executed tokens sized from the previous forward (a GPU whose attention runs the padded
-    // rows; forced here): logits and traced counts are the exact forward's, the blocks priced at the rows they ran;
-    // a capacity too small for one sequence runs the forward again with exact counts.
+    // Eval compactions of the executed tokens sized from the previous forward (on a GPU; forced here): logits and
+    // traced counts are the exact forward's, the blocks priced at the rows they ran; a capacity too small runs the
+    // forward again with exact counts. Padded (the attention runs the padding anyway: fp32): rows a sequence; packed
+    // (it takes packed rows: half precision): rows for the batch.
+    QFETCH(bool, packed);
     DLLM model(small(), small_dllm().routed_layers("all"));
     make_decisions_mixed(model);
     model.eval();
     torch::NoGradGuard no_grad;
     const auto tokens = torch::randint(0, kVocab, {3, 30}, torch::kLong);
+    std::optional<ForcePackedRows> pack;
+    if (packed) pack.emplace();
     ModelOutput exact;
     {
       const ExactRoutedCounts counted;
@@ -273,13 +282,17 @@ class TestDLLM : public QObject {
     }
     QVERIFY2(mixed >= 2, "the mixed routers should execute part of the tokens in most layers");
     QVERIFY(priced_higher >= 2);
-    // A capacity one row short of what a sequence executes: the forward runs again with exact counts.
-    const auto longest = exact.trace[2].decision.sum(1).max().item<std::int64_t>();
-    model.sizing[2].capacity = longest - 1;
+    QCOMPARE(model.sizing[2].packed > 0, packed);
+    QCOMPARE(model.sizing[2].len > 0, !packed);
+    // A capacity one row short of what a sequence (padded) or the batch (packed) executes: the forward runs again
+    // with exact counts.
+    const auto counts = exact.trace[2].decision.sum(1);
+    const auto needed = (packed ? counts.sum() : counts.max()).item<std::int64_t>();
+    model.sizing[2].capacity = needed - 1;
     const auto rerun = model.forward(tokens, true);
     check(rerun, "overflowed");
     QVERIFY(!model.sizing[2].counts.defined());  // the rerun counted exactly
-    QVERIFY(model.sizing[2].capacity >= longest);
+    QVERIFY(model.sizing[2].capacity >= needed);
     check(model.forward(tokens, true), "sized again");
     QVERIFY(model.sizing[2].counts.defined());
   }

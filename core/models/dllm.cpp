@@ -102,6 +102,11 @@ double DLLM::training_dropout() const { return is_training() ? options_.dropout(
 
 torch::Tensor DLLM::skipping_layer(std::size_t layer, const torch::Tensor& x, const torch::Tensor& positions,
                                    const Compaction& executed, double* pairs) {
+  if (executed.capacity > 0) {  // packed rows of a sized compaction: the padding rows are written back as x
+    const auto rows = gather_packed(x, executed);  // (N, C)
+    const auto f = blocks[layer]->update_packed(rows, packed_positions(positions, executed), executed);
+    return scatter_packed(x, executed, rows + f);
+  }
   if (executed.total == 0 && !executed.padded_sized) return x;
   const auto rows = gather_rows(x, executed);  // (B, K, C); a sized compaction's padding rows are written back as x
   const auto row_positions = compacted_positions(positions, executed);  // (B, K) original positions
@@ -197,13 +202,22 @@ ModelOutput DLLM::forward(const torch::Tensor& tokens, bool trace) {
       // Sized (a GPU whose attention runs the padded rows anyway, a capacity for this batch size from earlier
       // forwards): nothing read back here; the model reads every layer's counts once after its last layer.
       auto& own = sizing[i];
-      const auto B = x.size(0), T = x.size(1);
-      const bool sized =
-          own.capacity > 0 && own.tokens == B * T && padded_sized_active(x, blocks[i]->attn->head_dim());
-      counts = sized ? compact_sized_padded(executed, own.capacity) : compact(executed);
-      own.counts = sized ? counts.counts : torch::Tensor();
-      own.len = sized ? counts.max_len : 0;
-      if (!sized) {  // sizes the next forward of this batch size
+      const auto B = x.size(0), T = x.size(1), hd = blocks[i]->attn->head_dim();
+      // Packed rows of the batch where the attention takes them (a GPU in half precision), padded rows a sequence
+      // where it runs the padding anyway (fp32).
+      const bool packing = packed_rows_active(x, hd), sizable = own.capacity > 0 && own.tokens == B * T;
+      const bool packed = sizable && packing && sized_compaction_active();
+      const bool padded = sizable && !packing && padded_sized_active(x, hd);
+      if (packed) own.rows = sized_rows(own.capacity, B * T, x.device(), own.rows);
+      counts = packed   ? compact_sized(executed, own.rows)
+               : padded ? compact_sized_padded(executed, own.capacity)
+                        : compact(executed);
+      own.counts = packed || padded ? counts.counts : torch::Tensor();
+      own.len = padded ? counts.max_len : 0;
+      own.packed = packed ? counts.capacity : 0;
+      if (packing && !packed) {  // sizes the next forward of this batch size: packed rows by their total
+        size_next_forward(counts.total, B * T, B * T, own.capacity, own.tokens, own.below);
+      } else if (!padded && !packed) {  // padded rows by the longest sequence
         const auto longest =
             counts.lengths.empty() ? std::int64_t{0} : *std::max_element(counts.lengths.begin(), counts.lengths.end());
         size_next_forward(longest, T, B * T, own.capacity, own.tokens, own.below);
@@ -241,6 +255,15 @@ bool DLLM::settle_sized_layers(std::vector<LayerTrace>* trace, std::int64_t toke
   for (const auto& own : sizing) counts.push_back(own.counts);
   for (const auto& [i, lengths] : read_sized_counts(counts)) {
     auto& own = sizing[i];
+    if (own.packed > 0) {  // packed rows: the batch's executed total against them, the runs priced
+      if (!settle_packed_sized(lengths, own.packed, own.capacity, own.below, trace ? &trace->at(i) : nullptr, tokens,
+                               layer_shape(options_))) {
+        logger("core")->debug("D-LLM layer {} executed more tokens than its {} packed rows: the forward runs again",
+                              i, own.packed);
+        return false;
+      }
+      continue;
+    }
     if (!settle_padded_sized(lengths, own.len, own.capacity, own.below, trace ? &trace->at(i) : nullptr, tokens)) {
       logger("core")->debug("D-LLM layer {} executed more tokens of a sequence than its {} rows: the forward runs "
                             "again", i, own.len);
