@@ -249,8 +249,8 @@ step forward-batch8 120 "$cli" bench forward --device "$dev" --lengths 2048,4096
 step forward-batch1 90 "$cli" bench forward --device "$dev" --lengths 2048,4096 --fractions 0.1,0.3 --batch 1 --reps 5 \
   --warmup 2
 # The eval forwards with a read of the routed counts in every routed layer (before 2026-11-29): what sizing MoD's,
-# D-LLM's and (since 2026-11-30) DTRNet's padded compactions (fp32), TSA's sparse FFN rows (since 2026-11-30) and
-# DTRNet's packed rows (bf16) from the previous forward takes off.
+# D-LLM's and (since 2026-11-30) DTRNet's padded compactions (fp32), TSA's sparse FFN rows and (since 2026-11-30)
+# MoD's and D-LLM's packed rows beside DTRNet's (bf16) from the previous forward takes off.
 step forward-batch8-exact-counts 90 env ROUTELAB_SIZED_COMPACTION=0 "$cli" bench forward --device "$dev" \
   --lengths 2048,4096 --fractions 0.1,0.3 --batch 8 --reps 5 --warmup 2
 step forward-batch1-exact-counts 90 env ROUTELAB_SIZED_COMPACTION=0 "$cli" bench forward --device "$dev" \
@@ -259,8 +259,8 @@ step forward-batch8-bf16-exact-counts 90 env ROUTELAB_SIZED_COMPACTION=0 "$cli" 
   --lengths 2048,4096 --fractions 0.1,0.3 --batch 8 --reps 5 --warmup 2 --precision bf16
 step forward-batch8-bf16 90 "$cli" bench forward --device "$dev" --lengths 2048,4096 --fractions 0.1,0.3 --batch 8 \
   --reps 5 --warmup 2 --precision bf16
-# The same with the padded path (no variable-length packing): every routed model's eval compaction is then sized from
-# the previous forward, so no routed layer waits for its count, at the cost of attending the padded rows.
+# The same on the padded path (no variable-length packing): rows a sequence attended whole against the default's packed
+# rows of the batch (both sized from the previous forward, no routed layer waiting for its count).
 step forward-batch8-bf16-padded 90 env ROUTELAB_VARLEN_ATTENTION=0 "$cli" bench forward --device "$dev" \
   --lengths 2048,4096 --fractions 0.1,0.3 --batch 8 --reps 5 --warmup 2 --precision bf16
 # The training step of routed models against dense's (forward, loss, backward, clip, AdamW), routers forced.
