@@ -199,29 +199,14 @@ ModelOutput DLLM::forward(const torch::Tensor& tokens, bool trace) {
       }
     } else {
       executed = execute_rule(p_exec, positions);
-      // Sized (a GPU whose attention runs the padded rows anyway, a capacity for this batch size from earlier
-      // forwards): nothing read back here; the model reads every layer's counts once after its last layer.
+      // Sized from earlier forwards where it can be (packed rows in half precision on a GPU, padded rows in fp32):
+      // nothing read back here; the model reads every layer's counts once after its last layer.
       auto& own = sizing[i];
-      const auto B = x.size(0), T = x.size(1), hd = blocks[i]->attn->head_dim();
-      // Packed rows of the batch where the attention takes them (a GPU in half precision), padded rows a sequence
-      // where it runs the padding anyway (fp32).
-      const bool packing = packed_rows_active(x, hd), sizable = own.capacity > 0 && own.tokens == B * T;
-      const bool packed = sizable && packing && sized_compaction_active();
-      const bool padded = sizable && !packing && padded_sized_active(x, hd);
-      if (packed) own.rows = sized_rows(own.capacity, B * T, x.device(), own.rows);
-      counts = packed   ? compact_sized(executed, own.rows)
-               : padded ? compact_sized_padded(executed, own.capacity)
-                        : compact(executed);
-      own.counts = packed || padded ? counts.counts : torch::Tensor();
-      own.len = padded ? counts.max_len : 0;
-      own.packed = packed ? counts.capacity : 0;
-      if (packing && !packed) {  // sizes the next forward of this batch size: packed rows by their total
-        size_next_forward(counts.total, B * T, B * T, own.capacity, own.tokens, own.below);
-      } else if (!padded && !packed) {  // padded rows by the longest sequence
-        const auto longest =
-            counts.lengths.empty() ? std::int64_t{0} : *std::max_element(counts.lengths.begin(), counts.lengths.end());
-        size_next_forward(longest, T, B * T, own.capacity, own.tokens, own.below);
-      }
+      counts = compact_sized_for_eval(executed, x, blocks[i]->attn->head_dim(), own.capacity, own.tokens, own.below,
+                                      own.rows);
+      own.counts = counts.padded_sized || counts.capacity > 0 ? counts.counts : torch::Tensor();
+      own.len = counts.padded_sized ? counts.max_len : 0;
+      own.packed = counts.capacity;
       x = skipping_layer(i, x, positions, counts, &pairs);
     }
     if (trace) out.trace.push_back(routed_layer_trace(layer, p_exec, executed, counts, pairs));

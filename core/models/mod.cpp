@@ -90,24 +90,9 @@ torch::Tensor MoDLayerImpl::forward(const torch::Tensor& x, const torch::Tensor&
   } else {
     if (trace) topk = topk_decision(logits.detach(), k);
     decision = predicted.detach().gt(0);  // sigmoid > 0.5
-    // Sized (a capacity for this batch size from earlier forwards): nothing read back here; the model reads every
-    // layer's counts once after its last layer. Packed rows where the attention takes them (a GPU in half
-    // precision), padded rows where it runs the padding anyway (fp32).
-    const auto hd = block->attn->head_dim();
-    const bool packing = packed_rows_active(x, hd), sizable = capacity > 0 && capacity_tokens == B * T;
-    const bool packed = sizable && packing && sized_compaction_active();
-    const bool padded = sizable && !packing && padded_sized_active(x, hd);
-    if (packed) sized_rows_ = sized_rows(capacity, B * T, x.device(), sized_rows_);
-    c = packed   ? compact_sized(decision, sized_rows_)
-        : padded ? compact_sized_padded(decision, capacity)
-                 : compact(decision);
-    if (packing && !packed) {  // sizes the next forward of this batch size: packed rows by their total
-      size_next_forward(c.total, B * T, B * T, capacity, capacity_tokens, below);
-    } else if (!padded && !packed) {  // padded rows by the longest sequence
-      const auto longest =
-          c.lengths.empty() ? std::int64_t{0} : *std::max_element(c.lengths.begin(), c.lengths.end());
-      size_next_forward(longest, T, B * T, capacity, capacity_tokens, below);
-    }
+    // Sized from earlier forwards where it can be (packed rows in half precision on a GPU, padded rows in fp32):
+    // nothing read back here; the model reads every layer's counts once after its last layer.
+    c = compact_sized_for_eval(decision, x, block->attn->head_dim(), capacity, capacity_tokens, below, sized_rows_);
   }
   sized_counts = c.padded_sized || c.capacity > 0 ? c.counts : torch::Tensor();
   sized_len = c.padded_sized ? c.max_len : 0;

@@ -302,6 +302,25 @@ bool padded_sized_active(const torch::Tensor& x, std::int64_t head_dim) {
   return ForcePaddedSized::active() || (x.is_cuda() && !packed_rows_active(x, head_dim));
 }
 
+Compaction compact_sized_for_eval(const torch::Tensor& decision, const torch::Tensor& x, std::int64_t head_dim,
+                                  std::int64_t& capacity, std::int64_t& tokens, int& below, SizedRows& rows) {
+  const auto B = decision.size(0), T = decision.size(1);
+  const bool packing = packed_rows_active(x, head_dim), sizable = capacity > 0 && tokens == B * T;
+  if (sizable && packing && sized_compaction_active()) {
+    rows = sized_rows(capacity, B * T, x.device(), rows);
+    return compact_sized(decision, rows);
+  }
+  if (sizable && !packing && padded_sized_active(x, head_dim)) return compact_sized_padded(decision, capacity);
+  auto c = compact(decision);
+  if (packing) {
+    size_next_forward(c.total, B * T, B * T, capacity, tokens, below);
+  } else {
+    const auto longest = c.lengths.empty() ? std::int64_t{0} : *std::max_element(c.lengths.begin(), c.lengths.end());
+    size_next_forward(longest, T, B * T, capacity, tokens, below);
+  }
+  return c;
+}
+
 bool sized_ffn_rows_active(const torch::Tensor& x) {
   return sized_compaction_active() && (ForcePaddedSized::active() || x.is_cuda());
 }

@@ -165,6 +165,14 @@ using ForcePaddedSized = ScopedThreadFlag<struct ForcePaddedSizedTag>;
 /// packed path: fp32, or varlen attention off) or while a ForcePaddedSized is alive, and sized_compaction_active.
 /// Not on the CPU otherwise: there the counts cost no wait, and the exact lengths let the CPU kernel skip padding.
 bool padded_sized_active(const torch::Tensor& x, std::int64_t head_dim);
+/// An eval-mode routed layer's compaction of `decision` (B, T) for rows of `x` attended with heads of `head_dim`,
+/// sized from earlier forwards where it can be (nothing read back): the batch's packed rows (compact_sized into
+/// `rows`) where the attention takes packed rows (packed_rows_active) and sized_compaction_active, rows a sequence
+/// (compact_sized_padded) where padded_sized_active; else counted exactly (compact), which sizes the next forward of
+/// this batch size (size_next_forward of the layer's `capacity`, `tokens`, `below`): packed rows by their total,
+/// padded ones by the longest sequence.
+Compaction compact_sized_for_eval(const torch::Tensor& decision, const torch::Tensor& x, std::int64_t head_dim,
+                                  std::int64_t& capacity, std::int64_t& tokens, int& below, SizedRows& rows);
 /// Whether a routed layer whose rows attend nothing (TSA's sparse FFN, one row a token) may gather a capacity of rows
 /// sized from earlier forwards (compact_sized) instead of reading its count back: on a GPU, or while a
 /// ForcePaddedSized is alive, and sized_compaction_active.
