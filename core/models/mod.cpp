@@ -104,9 +104,7 @@ torch::Tensor MoDLayerImpl::forward(const torch::Tensor& x, const torch::Tensor&
     const auto f = block->update_packed(x_sel, packed_positions(positions, c), c);
     auto w = logits.reshape({-1}).index_select(0, c.real_flat);  // (N)
     if (options.router_weight() == MoDRouterWeight::Sigmoid) w = torch::sigmoid(w);
-    const auto update = w.unsqueeze(-1) * (options.residual() == MoDResidual::Paper ? f : x_sel + f);  // (N, C)
-    const auto kept = torch::where(c.row_valid, update, 0.0).to(x.scalar_type());
-    out = x.reshape({B * T, x.size(2)}).index_add(0, c.real_flat, kept).view(x.sizes());
+    out = add_rows(x, c, w.unsqueeze(-1) * (options.residual() == MoDResidual::Paper ? f : x_sel + f));
   } else if (c.total > 0 || c.padded_sized) {
     const auto x_sel = gather_rows(x, c);  // (B, K, C) in causal order
     // Selected tokens keep their original positions (RoPE rows), as the reference code gathers them.

@@ -114,14 +114,12 @@ TokenSelectiveAttention::Gated TokenSelectiveAttention::gated_block(std::size_t 
     // (w = 0) filling the rest, their update masked to nothing; run() reads every block's count once.
     ROUTELAB_PART("routing");
     sizing.rows = sized_rows(sizing.capacity, B * T, h.device(), sizing.rows);
-    const auto c = compact_sized(active, sizing.rows);
+    const auto c = compact_sized(active, sizing.rows, /*with_runs=*/false);
     sizing.counts = c.counts;
     ffn_tokens = c.capacity;  // the rows run (priced so); the active count comes with the read
-    const auto h_flat = h.reshape({B * T, C});
-    const auto rows = h_flat.index_select(0, c.real_flat);  // (capacity, C)
+    const auto rows = gather_packed(h, c);  // (capacity, C)
     const auto update = w.reshape({-1}).index_select(0, c.real_flat).unsqueeze(-1) * block->mlp(block->norm2(rows));
-    const auto kept = torch::where(c.row_valid, update, 0.0).to(h.scalar_type());  // (capacity, C)
-    out.h = h_flat.index_add(0, c.real_flat, kept).view({B, T, C});
+    out.h = add_rows(h, c, update);
   } else {
     // FFN only on the active rows: gather them flat (the FFN is per token), run, scatter-add the update.
     ROUTELAB_PART("routing");

@@ -197,7 +197,7 @@ SizedRows sized_rows(std::int64_t capacity, std::int64_t tokens, const torch::De
   return r;
 }
 
-Compaction compact_sized(const torch::Tensor& decision, const SizedRows& rows) {
+Compaction compact_sized(const torch::Tensor& decision, const SizedRows& rows, bool with_runs) {
   ROUTELAB_PART("routing");
   const auto B = decision.size(0), T = decision.size(1);
   TORCH_CHECK(rows.capacity >= 1 && rows.capacity <= B * T, "compact_sized: a capacity of ", rows.capacity,
@@ -208,6 +208,10 @@ Compaction compact_sized(const torch::Tensor& decision, const SizedRows& rows) {
   c.counts = decision.sum(1);  // (B) int64, left on the device
   const auto key = decision.reshape({-1}).to(torch::kByte);
   c.real_flat = std::get<1>(key.sort(/*stable=*/true, 0, /*descending=*/true)).narrow(0, 0, c.capacity);
+  if (!with_runs) {  // the routed rows that fit, nothing more
+    c.row_valid = rows.places < c.counts.sum().clamp_max(c.capacity);
+    return c;
+  }
   // The sequences' ends, those past the capacity cut to it (flash attention must not read past the rows), then the
   // padding runs' ends: every run within the capacity, the last ending at it.
   const auto ends = c.counts.cumsum(0, torch::kInt).clamp_max(c.capacity);  // (B)
@@ -404,8 +408,11 @@ torch::Tensor scatter_rows(const torch::Tensor& base, const Compaction& c, const
 
 torch::Tensor add_rows(const torch::Tensor& base, const Compaction& c, const torch::Tensor& rows) {
   ROUTELAB_PART("routing");
-  TORCH_CHECK(c.capacity == 0, "add_rows: takes a compaction with a (B, K) index, not a packed sized one");
   const auto B = base.size(0), T = base.size(1), C = base.size(2);
+  if (c.capacity > 0) {  // packed sized rows (capacity, C): nothing for the padding rows
+    const auto kept = torch::where(c.row_valid, rows, 0.0).to(base.scalar_type());
+    return base.reshape({B * T, C}).index_add(0, c.real_flat, kept).view({B, T, C});
+  }
   auto real = rows.reshape({B * c.max_len, C});
   if (c.real.defined()) real = real.index_select(0, c.real);  // (total, C): padding rows left out
   if (c.padded_sized) real = real.masked_fill(c.valid.reshape({-1, 1}).logical_not(), 0);  // nothing for padding

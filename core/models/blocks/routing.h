@@ -101,7 +101,8 @@ SizedRows sized_rows(std::int64_t capacity, std::int64_t tokens, const torch::De
 /// max(N, ceil(capacity p / kPaddingRuns)), N the routed rows that fit; runs may be empty. More routed rows than the
 /// capacity overflow it: those past it are left out, and the caller, reading `counts` later, must not use the result
 /// (sized_overflow).
-Compaction compact_sized(const torch::Tensor& decision, const SizedRows& rows);
+/// Without `with_runs` only the rows, `row_valid` and `counts` are built (for rows that attend nothing: no `starts`).
+Compaction compact_sized(const torch::Tensor& decision, const SizedRows& rows, bool with_runs = true);
 /// compact() for `len` rows a sequence fixed on the host (clamped to [1, T]), without reading anything back: the
 /// (B, len) index of compact()'s order (each sequence's routed positions ascending, then unrouted ones as padding),
 /// `valid` on the routed rows that fit, `counts` on the device. scatter_rows and add_rows leave the padding rows'
@@ -191,7 +192,8 @@ torch::Tensor scatter_rows(const torch::Tensor& base, const Compaction& c, const
 /// base (B, T, C) with the update rows (B, K, C) added to its routed rows (padding rows dropped): a residual update
 /// of the routed tokens. One copy of base with the rows added (bit for bit scatter_rows(base, c, gathered + rows));
 /// its backward passes base's gradient through unchanged (no zeroed copy) and gathers the rows'. A padded sized
-/// compaction adds nothing to its padding rows' tokens.
+/// compaction adds nothing to its padding rows' tokens; a packed sized one (compact_sized) takes rows (capacity, C)
+/// and adds nothing for its padding rows either.
 torch::Tensor add_rows(const torch::Tensor& base, const Compaction& c, const torch::Tensor& rows);
 
 /// (B, T, C) -> (total, C): the routed rows packed one sequence after another, without padding (one row gather).
