@@ -234,6 +234,9 @@ step fused-rope-equals-unfused 90 bash -c fused_rope_check
 step graph-equals-eager 90 bash -c graph_check
 # MoD's captured step (its trace's device values read after each replay) against its eager step, quick-start shape.
 step graph-equals-eager-mod 90 bash -c 'graph_check mod --set model.arch=mod'
+# D-LLM's step captured since 2026-11-30 (fp32 with dropout: the materialised eviction; its bf16 flash form runs in
+# train-step-routed-360m-bf16-graph).
+step graph-equals-eager-dllm 120 bash -c 'graph_check dllm --set model.arch=dllm'
 step graph-near-eager-dtrnet 120 bash -c dtrnet_graph_check
 step train-step-small 90 "$cli" bench train-step --device "$dev" --shape small --precision both --steps 30 --warmup 5 \
   --cuda-graph --peak-tflops "$peak" --python "$python" --script "$peer"
@@ -311,8 +314,8 @@ step train-step-routed-360m-bf16-alone-dllm-cudnn 60 env ROUTELAB_EVICTION_CUDNN
   --batch 8 --reps 3 --warmup 1 --precision bf16 --breakdown-above 1.1 --kernels 8
 # MoD's and DTRNet's steps captured as CUDA graphs against dense's captured step (train.cuda_graph), routers forced:
 # what the graph takes off the routed layers' launches and the host's waits.
-step train-step-routed-360m-bf16-graph 150 "$cli" bench forward --train --cuda-graph --device "$dev" \
-  --archs mod,dtrnet --embd 960 --layers 32 --heads 15 --kv-heads 5 --lengths 2048 --fractions 0.1,0.3 --batch 8 \
+step train-step-routed-360m-bf16-graph 180 "$cli" bench forward --train --cuda-graph --device "$dev" \
+  --archs mod,dtrnet,dllm --embd 960 --layers 32 --heads 15 --kv-heads 5 --lengths 2048 --fractions 0.1,0.3 --batch 8 \
   --reps 3 --warmup 1 --precision bf16 --breakdown-above 1.1
 # The same with the fp32 routers in plain fp32 (bench forward's setting before 2026-11-28): what TF32 gives them.
 step train-step-routed-360m-bf16-no-tf32 90 "$cli" bench forward --train --device "$dev" --archs dtrnet,dllm \

@@ -596,6 +596,24 @@ class TestDLLM : public QObject {
     DLLM constant(small(), small_dllm().rate_coeff(5.0).rate_schedule(RateSchedule::Constant));
     constant.set_progress(0.0);
     QCOMPARE(constant.rate_weight(), 5.0);
+    // The forwards read λ from a device tensor that set_progress rewrites in place (a step captured as a CUDA graph
+    // reads each step's λ from the same memory), and the rate loss follows it.
+    const auto lambda = model.rate_weight_on(torch::kCPU);
+    const auto* memory = lambda.data_ptr<float>();
+    model.set_progress(0.5);
+    QCOMPARE(model.rate_weight_on(torch::kCPU).data_ptr<float>(), memory);
+    QVERIFY(std::abs(lambda.item<double>() - 5.0 * std::sin(std::numbers::pi / 4)) < 1e-6);
+    model.train();
+    const auto tokens = torch::randint(0, kVocab, {2, 12}, torch::kLong);
+    const auto aux = [&](double progress) {
+      model.set_progress(progress);
+      torch::manual_seed(5);  // the same Gumbel samples
+      return model.forward(tokens).aux_loss.item<double>();
+    };
+    const double half = aux(0.5), full = aux(1.0);
+    QVERIFY(full > 0);
+    QVERIFY(std::abs(half / full - std::sin(std::numbers::pi / 4)) < 1e-5);
+    QCOMPARE(aux(0.0), 0.0);
   }
 
   void finalBiasInitSurvives() {

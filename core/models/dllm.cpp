@@ -52,7 +52,16 @@ DLLM::DLLM(TransformerOptions options, DLLMOptions dllm) : TransformerTrunk(std:
     if (router) router->fc2->bias.copy_(torch::tensor({0.1f, 2.0f}));
 }
 
-void DLLM::set_progress(double fraction) { progress_ = std::clamp(fraction, 0.0, 1.0); }
+void DLLM::set_progress(double fraction) {
+  progress_ = std::clamp(fraction, 0.0, 1.0);
+  if (rate_weight_.defined()) rate_weight_.fill_(rate_weight());  // one fill kernel; a captured step reads it
+}
+
+torch::Tensor DLLM::rate_weight_on(const torch::Device& device) {
+  if (!rate_weight_.defined() || rate_weight_.device() != device)
+    rate_weight_ = torch::full({}, rate_weight(), torch::TensorOptions().dtype(torch::kFloat).device(device));
+  return rate_weight_;
+}
 
 double DLLM::rate_weight() const {
   // Official: λ = sin_anneal(0, epochs, 0, lambda_active, epoch), a quarter sine over the whole run.
@@ -133,13 +142,18 @@ LayerTrace DLLM::routed_layer_trace(int layer, const torch::Tensor& p_exec, cons
   t.routed = true;
   t.gate = p_exec.detach().to(torch::kFloat);
   t.decision = executed;
-  t.routed_fraction = total / tokens;  // a sized compaction's: set by the model's read of its counts
   // Priced as executed. Inference runs the decisions: executed tokens only, compacted attention, over the padded
   // (B, K) rows of the compacted sequences (`pairs`: what the attention kernel computed). Training computes
   // the block for every token (the straight-through estimator needs f(x) of skipped tokens too) and the scores of
   // every key the evicting attention's kernel computed (`pairs` again), masking afterwards: the decisions change
-  // nothing.
+  // nothing, and the trace's host fields follow from the shapes alone.
   const bool full_block = is_training();
+  // Training: the flags' share stays on the device until the trace is resolved (nothing read back during the step).
+  // Inference: the counts' (a sized compaction's: set by the model's read of its counts).
+  if (full_block)
+    t.on_device["routed_fraction"] = executed.sum().to(torch::kDouble) / tokens;
+  else
+    t.routed_fraction = total / tokens;
   const auto executed_rows = full_block ? B * T : static_cast<std::int64_t>(total);
   t.tokens_processed = {{"attn", executed_rows}, {"mlp", executed_rows}, {"router", B * T}};
   const double hidden = static_cast<double>(dllm_.router_hidden());
@@ -148,7 +162,7 @@ LayerTrace DLLM::routed_layer_trace(int layer, const torch::Tensor& p_exec, cons
                         : total > 0 || counts.padded_sized ? block_flops(counts.padded_rows(), pairs, shape) : 0.0) +
             router;
   t.dense_flops = dense_layer_flops(static_cast<double>(B), static_cast<double>(T), shape);
-  t.stats = {{"mean_p_exec", p_exec.mean().item<double>()}};
+  t.on_device["mean_p_exec"] = p_exec.mean();
   return t;
 }
 
@@ -193,10 +207,7 @@ ModelOutput DLLM::forward(const torch::Tensor& tokens, bool trace) {
       pending = evicting_update(i, x, n1, positions, w, &pairs);
       pending_gate = w;
       executed_sum = executed_sum.defined() ? executed_sum + w : w;
-      if (trace) {
-        executed = w.detach().gt(0.5);
-        counts = count_routed(executed);
-      }
+      if (trace) executed = w.detach().gt(0.5);
     } else {
       executed = execute_rule(p_exec, positions);
       // Sized from earlier forwards where it can be (packed rows in half precision on a GPU, padded rows in fp32):
@@ -222,6 +233,7 @@ ModelOutput DLLM::forward(const torch::Tensor& tokens, bool trace) {
   }
   torch::Tensor last;
   out.logits = head(x, pending, last, pending_gate);
+  if (trace) resolve_on_device(out.trace);  // one wait for every layer's shares (none under DeferredTraceReadback)
   if (!blocks.empty()) record_layer_state(last);
   out.aux_loss = torch::zeros({}, out.logits.options().dtype(torch::kFloat));
   if (training && executed_sum.defined()) {
@@ -230,7 +242,8 @@ ModelOutput DLLM::forward(const torch::Tensor& tokens, bool trace) {
     // examples); our inputs are already shifted and unpadded, so every other position counts.
     const auto always_executed = static_cast<double>(std::count(routed_.begin(), routed_.end(), false));
     const auto activation = (executed_sum + always_executed) / static_cast<double>(blocks.size());  // (B, T)
-    out.aux_loss = rate_weight() * rate_loss(activation, dllm_.reserved_tokens(), dllm_.target());
+    out.aux_loss =
+        rate_weight_on(activation.device()) * rate_loss(activation, dllm_.reserved_tokens(), dllm_.target());
   }
   return out;
 }
@@ -404,6 +417,10 @@ ArchitectureEntry dllm_architecture() {
   entry.force_routed_share = force_dllm_share;
   entry.price_flops = price_dllm;
   entry.regulariser_option = "rate_coeff";
+  // Training computes every block for every token (the flags evict keys and gate updates): fixed shapes, the flags'
+  // shares left on the device (LayerTrace::on_device) and the rate loss's λ read from a device tensor that
+  // set_progress rewrites, so the step can be captured once and replayed.
+  entry.cuda_graph_step = true;
   entry.routed_fraction_meaning =
       "share of tokens that execute each routed block (default: model.target)";
   entry.color = 2;

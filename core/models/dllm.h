@@ -70,6 +70,9 @@ class DLLM : public TransformerTrunk {
   const std::vector<bool>& routed() const { return routed_; }
   /// λ(t) of the rate loss at the current training progress.
   double rate_weight() const;
+  /// λ(t) as a 0-dim fp32 tensor on `device`, which set_progress rewrites in place: a training step captured as a
+  /// CUDA graph reads each step's λ from it (the rate loss is computed on the device, never from the host's value).
+  torch::Tensor rate_weight_on(const torch::Device& device);
 
   // The pieces of one dynamic layer, public so tests can compare the two execution forms on equal decisions.
   /// Straight-through hard Gumbel-softmax sample of the execute flag: exactly 0/1 forward, soft gradient. -> (B, T)
@@ -125,6 +128,7 @@ class DLLM : public TransformerTrunk {
   DLLMOptions dllm_;
   std::vector<bool> routed_;
   double progress_ = 0.0;
+  torch::Tensor rate_weight_;  ///< rate_weight() on the device the forwards run on (rate_weight_on)
 };
 
 /// D-LLM's options bound to their model.* keys (the schema after the shared options).

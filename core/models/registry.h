@@ -111,10 +111,11 @@ struct ArchitectureEntry {
   /// {"inference": "sparse"}); empty for an architecture whose eval forward always does.
   nlohmann::json speed_options = nlohmann::json::object();
   /// Whether its language-model training step can be captured once as a CUDA graph and replayed (train.cuda_graph):
-  /// the same shapes every step, nothing read back to the host during the step, no per-step host state
-  /// (set_progress), and a trace (ModelOutput::trace, stats) taken once, at capture: its host fields a function of
-  /// the batch's shape alone, whatever depends on the data a tensor the step computes (LayerTrace gate, decision,
-  /// on_device under DeferredTraceReadback), which each replay rewrites and the graph step reads after it. Shapes
+  /// the same shapes every step, nothing read back to the host during the step, per-step host state (set_progress)
+  /// reaching the step only through device tensors rewritten in place (a loss weight's schedule, say), and a trace
+  /// (ModelOutput::trace, stats) taken once, at capture: its host fields a function of the batch's shape alone,
+  /// whatever depends on the data a tensor the step computes (LayerTrace gate, decision, on_device under
+  /// DeferredTraceReadback), which each replay rewrites and the graph step reads after it. Shapes
   /// sized from earlier forwards (DTRNet's routed rows) count as the same shapes when the forward flags a batch that
   /// outgrew them and says how to size them afresh (ModelOutput::overflow, check_shapes). The conformance suite
   /// checks the trace part on the CPU.
