@@ -104,9 +104,9 @@ resume_check() {
 # replayed as a CUDA graph; the graph replays the eager step's kernels, so the losses should agree bit for bit (the
 # largest difference is printed where they do not). The resume check runs again with the graph (resume-cuda-graph).
 graph_check() {
-  local db="$work/graph${1:+-$1}.sqlite" steps=300
+  local db="$work/graph${1:+-$1}.sqlite" steps=${GRAPH_STEPS:-300} preset=${GRAPH_PRESET:-quickstart}
   [ $# -gt 0 ] && shift
-  local common=(--preset quickstart --device "$dev" --steps "$steps" --set model.dropout=0.1 --set train.deterministic=true
+  local common=(--preset "$preset" --device "$dev" --steps "$steps" --set model.dropout=0.1 --set train.deterministic=true
                 --set train.eval_every=100 --set train.checkpoint_every=150 --set train.log_every=1 --db "$db" --quiet
                 "$@")
   "$cli" train "${common[@]}" --name eager || return 1
@@ -237,6 +237,10 @@ step graph-equals-eager-mod 90 bash -c 'graph_check mod --set model.arch=mod'
 # D-LLM's step captured since 2026-11-30 (fp32 with dropout: the materialised eviction; its bf16 flash form runs in
 # train-step-routed-360m-bf16-graph).
 step graph-equals-eager-dllm 120 bash -c 'graph_check dllm --set model.arch=dllm'
+# TSA's, DRR's and early exit's steps, captured since 2026-11-30 (their traces' shares left on the device).
+step graph-equals-eager-tsa-drr-exit 180 env GRAPH_STEPS=150 bash -c \
+  'graph_check tsa --set model.arch=tsa && graph_check early-exit --set model.arch=early-exit &&
+   GRAPH_PRESET=drr graph_check drr'
 step graph-near-eager-dtrnet 120 bash -c dtrnet_graph_check
 step train-step-small 90 "$cli" bench train-step --device "$dev" --shape small --precision both --steps 30 --warmup 5 \
   --cuda-graph --peak-tflops "$peak" --python "$python" --script "$peer"

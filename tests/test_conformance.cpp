@@ -376,6 +376,7 @@ class TestConformance : public QObject {
     const auto first = traced(a, 0.05, true), other = traced(b, 0.95, true), again = traced(a, 0.95, true);
     QVERIFY(torch::equal(first.logits, again.logits));
     QCOMPARE(first.stats, other.stats);
+    QCOMPARE(first.stats_on_device.size(), other.stats_on_device.size());
     QCOMPARE(first.trace.size(), other.trace.size());
     for (std::size_t i = 0; i < first.trace.size(); ++i) {
       const auto &x = first.trace[i], &y = other.trace[i];
@@ -390,9 +391,12 @@ class TestConformance : public QObject {
       QCOMPARE(x.decision.defined(), y.decision.defined());
       QCOMPARE(x.on_device.size(), y.on_device.size());
     }
-    auto resolved = first.trace;
-    resolve_on_device(resolved);
+    auto output = first;
+    resolve_on_device(output);
     const auto eager = traced(a, 0.05, false);
+    QVERIFY(output.stats_on_device.empty() && eager.stats_on_device.empty());
+    QCOMPARE(output.stats, eager.stats);
+    const auto& resolved = output.trace;
     QCOMPARE(resolved.size(), eager.trace.size());
     for (std::size_t i = 0; i < resolved.size(); ++i) {
       QVERIFY(resolved[i].on_device.empty() && eager.trace[i].on_device.empty());

@@ -143,6 +143,7 @@ class TestGradAccum : public QObject {
       t.stats = {{"agreement", i == 0 ? 0.5 : 1.0}};
       p.trace.push_back(t);
       p.stats = {{"alpha", i == 0 ? 0.2 : 0.4}};
+      p.stats_on_device = {{"alpha_hard", torch::full({}, i == 0 ? 0.5 : 0.7, torch::kDouble)}};  // left on the device
       p.token_data["depth"] = torch::full({2, 3}, i + 1, torch::kLong);
       p.aux_loss = torch::full({}, i == 0 ? 0.1 : 0.3);
     }
@@ -162,6 +163,11 @@ class TestGradAccum : public QObject {
     QCOMPARE(t.dense_flops, 80.0);
     QCOMPARE(t.stats.at("agreement"), 0.75);
     QCOMPARE(merged.stats.at("alpha"), 0.3);
+    auto resolved = merged;
+    resolve_on_device(resolved);
+    QVERIFY(resolved.stats_on_device.empty());
+    QVERIFY(std::abs(resolved.stats.at("alpha_hard") - 0.6) < 1e-12);
+    QCOMPARE(resolved.stats.at("alpha"), 0.3);
     QCOMPARE(merged.token_data.at("depth").sizes(), (c10::IntArrayRef{4, 3}));
     QVERIFY(std::abs(merged.aux_loss.item<double>() - 0.2) < 1e-7);
   }

@@ -260,8 +260,8 @@ class TestTrainer : public QObject {
     QTest::addColumn<QStringList>("sets");
     QTest::addColumn<QString>("expected");
     QTest::newRow("on the CPU") << QStringList{"model.arch=dense"} << "run.device is cpu";
-    // TSA's trace reads each layer's active share back: its step is not declared capturable.
-    QTest::newRow("routed model") << QStringList{"model.arch=tsa"} << "Token-Selective";
+    // Radial Networks compact each step's running tokens (shapes from the data): its step is not declared capturable.
+    QTest::newRow("routed model") << QStringList{"model.arch=radial"} << "Radial Networks";
     // DTRNet's step is captured with its routed rows packed, which needs bf16, and with the compacted attention.
     QTest::newRow("DTRNet in fp32") << QStringList{"model.arch=dtrnet", "model.routed_layers=T-D"}
                                     << "train.precision=fp32";

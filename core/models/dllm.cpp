@@ -233,7 +233,7 @@ ModelOutput DLLM::forward(const torch::Tensor& tokens, bool trace) {
   }
   torch::Tensor last;
   out.logits = head(x, pending, last, pending_gate);
-  if (trace) resolve_on_device(out.trace);  // one wait for every layer's shares (none under DeferredTraceReadback)
+  if (trace) resolve_on_device(out);  // one wait for every layer's shares (none under DeferredTraceReadback)
   if (!blocks.empty()) record_layer_state(last);
   out.aux_loss = torch::zeros({}, out.logits.options().dtype(torch::kFloat));
   if (training && executed_sum.defined()) {

@@ -412,8 +412,8 @@ DrrTransformer::States DrrTransformer::states(const torch::Tensor& tokens, bool 
     if (!trace) continue;
 
     layer_gates.push_back(gates);
-    const auto means = gates.to(torch::kFloat).mean(std::vector<std::int64_t>{0, 1}).cpu().contiguous();  // (3)
-    const float* m = means.data_ptr<float>();  // one host sync per traced layer
+    // The mean gates (3) stay on the device until the model resolves its trace (one read a forward).
+    const auto means = gates.to(torch::kDouble).mean(std::vector<std::int64_t>{0, 1});
     LayerTrace t;
     t.layer = static_cast<int>(i);
     t.kind = "drr";
@@ -422,7 +422,6 @@ DrrTransformer::States DrrTransformer::states(const torch::Tensor& tokens, bool 
     // computes all three), so the decision marks the tokens whose largest gate is a memory path.
     t.gate = 1.0 - gates.select(-1, 0).to(torch::kFloat);  // (B, T)
     t.decision = gates.argmax(-1).ne(0);                     // (B, T)
-    t.routed_fraction = 1.0 - static_cast<double>(m[0]);
     const double short_entries = static_cast<double>(std::min(window, o.short_window()) * T);
     const double long_entries = static_cast<double>(blocks * summary);
     t.tokens_processed = {{"attn", B * T},
@@ -436,8 +435,11 @@ DrrTransformer::States DrrTransformer::states(const torch::Tensor& tokens, bool 
                               options_.n_embd() * o.router_hidden_mult(), short_entries, long_entries, pools,
                               memory.causal ? static_cast<double>(summary) : 0.0);
     t.dense_flops = dense_layer_flops(static_cast<double>(B), static_cast<double>(T), shape);
-    t.stats = {{"gate_identity", double(m[0])}, {"gate_short", double(m[1])}, {"gate_long", double(m[2])},
-               {"short_entries", short_entries}, {"long_entries", long_entries}};
+    t.on_device = {{"routed_fraction", 1.0 - means[0]},
+                   {"gate_identity", means[0]},
+                   {"gate_short", means[1]},
+                   {"gate_long", means[2]}};
+    t.stats = {{"short_entries", short_entries}, {"long_entries", long_entries}};
     out.trace.push_back(std::move(t));
   }
   out.final = final_norm(x);
@@ -451,16 +453,16 @@ ModelOutput DrrTransformer::forward(const torch::Tensor& tokens, bool trace) {
   out.logits = vocab_logits(s.final, options_.tie_weights() ? tok_emb->weight : lm_head->weight);  // (B, T, V)
   out.aux_loss = torch::zeros({}, out.logits.options().dtype(torch::kFloat));  // DRR has no auxiliary loss
   if (trace) {
-    double sums[3] = {0, 0, 0};
-    for (const auto& t : s.trace) {
-      sums[0] += t.stats.at("gate_identity");
-      sums[1] += t.stats.at("gate_short");
-      sums[2] += t.stats.at("gate_long");
+    if (!s.trace.empty()) {  // the mean over layers of each path's mean gate, read back with the trace
+      for (const auto* path : {"gate_identity", "gate_short", "gate_long"}) {
+        std::vector<torch::Tensor> layers;
+        for (const auto& t : s.trace) layers.push_back(t.on_device.at(path));
+        out.stats_on_device[path] = torch::stack(layers).mean();
+      }
     }
-    const double n = static_cast<double>(std::max<std::size_t>(1, s.trace.size()));
-    out.stats = {{"gate_identity", sums[0] / n}, {"gate_short", sums[1] / n}, {"gate_long", sums[2] / n}};
     out.token_data["drr_gates"] = s.gates;
     out.trace = std::move(s.trace);
+    resolve_on_device(out);
   }
   return out;
 }
@@ -680,6 +682,9 @@ ArchitectureEntry drr_architecture() {
     return drr_overhead(drr_transformer_options_from_json(m, vocab, context), drr_options_table().read(m), context);
   };
   entry.price_flops = price_drr;
+  // Every token computes all three paths (the gates only mix them): fixed shapes, the mean gates left on the device
+  // (LayerTrace::on_device, ModelOutput::stats_on_device), so the step can be captured and replayed.
+  entry.cuda_graph_step = true;
   entry.routed_fraction_meaning =
       "no FLOPs depend on the gates: fractions are ignored";
   entry.color = 6;

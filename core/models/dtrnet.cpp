@@ -428,7 +428,7 @@ ModelOutput DTRNet::forward(const torch::Tensor& tokens, bool trace) {
   torch::Tensor last;
   out.logits = head(x, pending, last);
   record_layer_state(last);
-  if (trace) resolve_on_device(out.trace);
+  if (trace) resolve_on_device(out);
   part.emplace(ROUTELAB_PART_PREFIX "router");
   out.aux_loss = torch::zeros({}, x.options().dtype(torch::kFloat));
   if (is_training()) {  // the routing loss is a training objective only (reference code)

@@ -129,7 +129,7 @@ ModelOutput EarlyExitTransformer::forward(const torch::Tensor& tokens, bool trac
       const auto exits = active.logical_and(confidence.ge(tau));
       logits = logits.defined() ? torch::where(exits.unsqueeze(-1), head_logits, logits) : head_logits;
       exit_layer = torch::where(exits, torch::full_like(exit_layer, static_cast<std::int64_t>(l)), exit_layer);
-      if (trace) layer_trace.stats["exit_share"] = exits.sum().item<double>() / all_tokens;
+      if (trace) layer_trace.on_device["exit_share"] = exits.sum().to(torch::kDouble) / all_tokens;
       active = active.logical_and(exits.logical_not());
     }
     if (trace) {
@@ -139,9 +139,11 @@ ModelOutput EarlyExitTransformer::forward(const torch::Tensor& tokens, bool trac
         layer_trace.flops += head_flops;
         layer_trace.stats["exit_head_flops"] = head_flops;
         const auto confidence = torch::softmax(head_logits.detach().to(torch::kFloat), -1).amax(-1);  // (B, T)
-        const auto ran = layer_trace.decision.defined() ? layer_trace.decision : torch::ones_like(active);
-        layer_trace.stats["head_confidence"] =
-            confidence.masked_select(ran).mean().item<double>();  // over the tokens the head was run for
+        // Over the tokens the head was run for; left on the device until the trace is resolved.
+        layer_trace.on_device["head_confidence"] =
+            layer_trace.decision.defined()
+                ? (confidence * layer_trace.decision).sum() / layer_trace.decision.sum()  // NaN where none ran
+                : confidence.mean();
       }
       out.trace.push_back(std::move(layer_trace));
     }
@@ -153,6 +155,7 @@ ModelOutput EarlyExitTransformer::forward(const torch::Tensor& tokens, bool trac
     out.stats["alpha"] = tlops.alpha;  // mean active share of the blocks after the stem
     out.stats["tlops_saved"] = tlops.saved;
     out.token_data["exit_layer"] = exit_layer;
+    resolve_on_device(out);
   }
   return out;
 }
@@ -299,6 +302,9 @@ ArchitectureEntry early_exit_architecture() {
   };
   entry.price_flops = price_early_exit;
   // The threshold is eval-only: TSA sweeps it on a trained checkpoint (Figure 3, right); 1 is the full model.
+  // Training runs every block and every exit head for every token (exits decide at inference only): fixed shapes, the
+  // heads' confidences left on the device (LayerTrace::on_device), so the step can be captured and replayed.
+  entry.cuda_graph_step = true;
   entry.eval_sweep = {"exit_threshold", {0.3, 0.5, 0.6, 0.7, 0.8, 0.9, 0.95, 0.99, 1.0}};
   entry.routed_fraction_meaning =
       "share of tokens still active (executed FLOPs do not depend on it)";

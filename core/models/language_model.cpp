@@ -37,13 +37,16 @@ torch::Tensor cat_defined(const std::vector<torch::Tensor>& parts) {
   return parts.empty() ? torch::Tensor() : torch::cat(parts, 0);
 }
 
-}  // namespace
-
-void resolve_on_device(std::vector<LayerTrace>& trace) {
+/// The trace's on_device values and, where given, a model's stats_on_device (into `stats`), in one copy to the host.
+void resolve_values(std::vector<LayerTrace>& trace, std::map<std::string, torch::Tensor>* stats_on_device,
+                    std::map<std::string, double>* stats) {
   if (DeferredTraceReadback::active()) return;
   std::vector<torch::Tensor> values;
+  const auto add = [&](const torch::Tensor& v) { values.push_back(v.detach().reshape({}).to(torch::kDouble)); };
   for (const auto& t : trace)
-    for (const auto& [key, v] : t.on_device) values.push_back(v.detach().reshape({}).to(torch::kDouble));
+    for (const auto& [key, v] : t.on_device) add(v);
+  if (stats_on_device)
+    for (const auto& [key, v] : *stats_on_device) add(v);
   if (values.empty()) return;
   const auto host = torch::stack(values).cpu();  // the one wait
   const auto* read = host.data_ptr<double>();
@@ -64,7 +67,16 @@ void resolve_on_device(std::vector<LayerTrace>& trace) {
     }
     t.on_device.clear();
   }
+  if (!stats_on_device) return;
+  for (const auto& [key, v] : *stats_on_device) (*stats)[key] = *read++;
+  stats_on_device->clear();
 }
+
+}  // namespace
+
+void resolve_on_device(std::vector<LayerTrace>& trace) { resolve_values(trace, nullptr, nullptr); }
+
+void resolve_on_device(ModelOutput& out) { resolve_values(out.trace, &out.stats_on_device, &out.stats); }
 
 namespace {
 
@@ -84,8 +96,13 @@ ModelOutput merge_micro_batches(std::vector<ModelOutput> parts) {
     if (p.aux_loss.defined()) aux.push_back(p.aux_loss);
   if (aux.size() == parts.size()) out.aux_loss = torch::stack(aux).mean();
   std::vector<const std::map<std::string, double>*> stats;
-  for (const auto& p : parts) stats.push_back(&p.stats);
+  std::map<std::string, std::vector<torch::Tensor>> stats_on_device;  // statistics: averaged, as the host's
+  for (const auto& p : parts) {
+    stats.push_back(&p.stats);
+    for (const auto& [key, v] : p.stats_on_device) stats_on_device[key].push_back(v);
+  }
   out.stats = mean_by_key(stats);
+  for (const auto& [key, values] : stats_on_device) out.stats_on_device[key] = torch::stack(values).mean();
   for (const auto& [key, first] : parts.front().token_data) {
     std::vector<torch::Tensor> pieces;
     for (const auto& p : parts) pieces.push_back(p.token_data.count(key) ? p.token_data.at(key) : torch::Tensor());

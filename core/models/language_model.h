@@ -64,6 +64,9 @@ struct ModelOutput {
   /// "tlops_saved"}): the trainer stores them as train/<key> at log steps and val/<key> (mean over the
   /// evaluation batches) at evaluations.
   std::map<std::string, double> stats;
+  /// Model-level statistics still on the device (0-dim tensors), read back into `stats` together with the trace's
+  /// values by resolve_on_device(ModelOutput&); empty once resolved.
+  std::map<std::string, torch::Tensor> stats_on_device;
   /// Per-token routing data that does not fit one layer's trace, when tracing was asked for: (B, T, ...) tensors
   /// by name, e.g. Radial Networks' {"depth": (B, T) int64, "path": (B, T, S) int64 layer per step, -1 after the
   /// exit}. The trainer's probe records sequence 0 of each.
@@ -82,6 +85,9 @@ struct ModelOutput {
 /// fractions, auxiliary terms and stats averaged; model-level stats averaged, token data concatenated, the auxiliary
 /// loss averaged. Logits and exit logits are not merged (left empty).
 ModelOutput merge_micro_batches(std::vector<ModelOutput> parts);
+
+/// resolve_on_device for a whole output: its trace's values and its stats_on_device in the one copy to the host.
+void resolve_on_device(ModelOutput& out);
 
 class LanguageModel : public torch::nn::Module {
  public:

@@ -211,7 +211,7 @@ ModelOutput MixtureOfDepths::forward(const torch::Tensor& tokens, bool trace) {
     return forward(tokens, trace);
   }
   out.logits = head(x);
-  if (trace) resolve_on_device(out.trace);
+  if (trace) resolve_on_device(out);
   // The reference code adds the mean over MoD layers of the predictor BCE with coefficient 1. The BCE reads
   // a detached residual stream, so it trains the predictors and nothing else.
   out.aux_loss = predictor_losses.empty()

@@ -33,7 +33,7 @@ Tlops tlops_from_active(const std::vector<double>& active) {
   for (const double a : active) sum += a;
   const double routed = static_cast<double>(active.size());  // L - 1
   t.alpha = sum / routed;
-  t.saved = 1.0 - (1.0 + routed * t.alpha) / (routed + 1.0);
+  t.saved = tlops_saved(t.alpha, routed);
   return t;
 }
 
@@ -148,14 +148,18 @@ TokenSelectiveAttention::Gated TokenSelectiveAttention::gated_block(std::size_t 
   if (trace) {
     const auto shape = layer_shape(options_);
     const double tokens = static_cast<double>(B * T);
-    // Sized FFN rows (counts on the device): run()'s read fills the active share and counts in.
-    const bool counted = !sized_ffn[index - 1].counts.defined();
-    const double active_share = counted ? active.sum().item<double>() / tokens : 0.0;
     trace->kind = "tsa";
     trace->routed = true;
     trace->gate = (1.0 - p).detach().to(torch::kFloat);
     trace->decision = active;
-    trace->routed_fraction = sparse ? static_cast<double>(ffn_tokens) / tokens : trace->gate.mean().item<double>();
+    // The shares that depend on the data stay on the device until the model resolves its trace (one read a forward,
+    // none in a step captured as a CUDA graph); sized FFN rows: settle_sized_ffn's read of their counts sets them.
+    if (!sized_ffn[index - 1].counts.defined())
+      trace->on_device["active_share"] = active.sum().to(torch::kDouble) / tokens;  // 1[p <= 0.5], whatever the mode
+    if (sparse)
+      trace->routed_fraction = static_cast<double>(ffn_tokens) / tokens;
+    else
+      trace->on_device["routed_fraction"] = trace->gate.mean();
     trace->tokens_processed = {{"attn", B * T}, {"mlp", ffn_tokens}, {"router", B * T}};
     // Sparse: dense attention (projections, scores over the full square as dense_layer_flops counts them,
     // output projection) for every token, the FFN on the active rows; both modes pay the router.
@@ -163,7 +167,6 @@ TokenSelectiveAttention::Gated TokenSelectiveAttention::gated_block(std::size_t 
                    out_proj_flops(tokens, shape) + mlp_flops(static_cast<double>(ffn_tokens), shape) +
                    router_flops(tokens, shape.d);
     trace->dense_flops = dense_layer_flops(static_cast<double>(B), static_cast<double>(T), shape);
-    trace->stats["active_share"] = active_share;  // 1[p <= 0.5] share, whatever the mode
   }
   return out;
 }
@@ -218,20 +221,19 @@ ModelOutput TokenSelectiveAttention::run(const torch::Tensor& tokens, bool trace
   out.aux_loss = tsa_options_.depth_coeff() * alpha;
 
   if (trace) {
-    const auto means = torch::stack(active_means).detach().to(torch::kDouble).cpu();  // (L-1)
-    std::vector<double> soft(means.data_ptr<double>(), means.data_ptr<double>() + means.numel());
-    std::vector<double> hard;
-    for (std::size_t l = 0; l < soft.size(); ++l) {
+    // On the device, read back with the trace (eqs. 6 and 7 are affine in the layers' shares).
+    std::vector<torch::Tensor> hard;  // the share of tokens with p <= 0.5 per block (what sparse mode runs)
+    for (std::size_t l = 0; l < active_means.size(); ++l) {
       // The layer's share of eq. 5 before λ, so that λ Σ_layers aux = aux_loss.
-      out.trace[l + 1].aux_loss = soft[l] / routed;
-      hard.push_back(out.trace[l + 1].stats.at("active_share"));
+      out.trace[l + 1].on_device["aux_loss"] = active_means[l].detach() / routed;
+      hard.push_back(out.trace[l + 1].decision.sum().to(torch::kDouble) / static_cast<double>(B * T));
     }
-    const auto eq6 = tlops_from_active(soft);
-    const auto thresholded = tlops_from_active(hard);
-    out.stats["alpha"] = eq6.alpha;  // eq. 6 on the soft gates, in every mode
-    out.stats["tlops_saved"] = eq6.saved;
-    out.stats["alpha_hard"] = thresholded.alpha;  // the share of tokens with p <= 0.5 (what sparse mode runs)
-    out.stats["tlops_saved_hard"] = thresholded.saved;
+    const auto soft_alpha = alpha.detach().to(torch::kDouble), hard_alpha = torch::stack(hard).mean();
+    out.stats_on_device["alpha"] = soft_alpha;  // eq. 6 on the soft gates, in every mode
+    out.stats_on_device["tlops_saved"] = tlops_saved(soft_alpha, routed);
+    out.stats_on_device["alpha_hard"] = hard_alpha;
+    out.stats_on_device["tlops_saved_hard"] = tlops_saved(hard_alpha, routed);
+    resolve_on_device(out);
   }
   return out;
 }
@@ -415,6 +417,9 @@ ArchitectureEntry tsa_architecture() {
   entry.priced_share_stat = "active_share";
   entry.gate_meaning = "active fraction 1 - p";
   entry.regulariser_option = "depth_coeff";
+  // Training is always soft: every block runs every token, gated by (1 - p); the trace's shares and eqs. 6-7 stay on
+  // the device (LayerTrace::on_device, ModelOutput::stats_on_device), so the step can be captured and replayed.
+  entry.cuda_graph_step = true;
   entry.color = 3;
   return entry;
 }

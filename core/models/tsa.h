@@ -41,6 +41,11 @@ struct Tlops {
 };
 /// `active`: the mean active share of each routed block (L-1 values for L layers).
 Tlops tlops_from_active(const std::vector<double>& active);
+/// Δ (eq. 7) from α over `routed` = L-1 routing decisions: of a double, or of a 0-dim tensor left on the device.
+template <typename Alpha>
+Alpha tlops_saved(const Alpha& alpha, double routed) {
+  return 1.0 - (1.0 + routed * alpha) / (routed + 1.0);
+}
 
 /// r_l(h) = sigmoid(W2 ReLU(W1 h + b1) + b2) (eq. 2), read from the raw residual stream after block l.
 class TsaRouterImpl : public torch::nn::Module {

@@ -174,14 +174,17 @@ StepResult CudaGraphStep::run(const Batch& batch, bool trace) {
   r.grad_norm = s.outputs.grad_norm.clone();
   if (trace) {
     // The replay rewrites the trace's tensors in place: copies of them, and the values left on the device read now.
-    r.output.trace = s.outputs.output.trace;
+    const auto& captured = s.outputs.output;
+    r.output.trace = captured.trace;
     for (auto& t : r.output.trace) {
       if (t.gate.defined()) t.gate = t.gate.clone();
       if (t.decision.defined()) t.decision = t.decision.clone();
       for (auto& [key, v] : t.on_device) v = v.clone();
     }
-    resolve_on_device(r.output.trace);
-    r.output.stats = s.outputs.output.stats;
+    r.output.stats = captured.stats;
+    for (const auto& [key, v] : captured.stats_on_device) r.output.stats_on_device[key] = v.clone();
+    for (const auto& [key, v] : captured.token_data) r.output.token_data[key] = v.defined() ? v.clone() : v;
+    resolve_on_device(r.output);
   }
   if (shapes.resized) {
     logger("core")->debug("train.cuda_graph: the routed shapes were resized; the step is captured again");
