@@ -193,18 +193,24 @@ torch::Tensor SummaryPoolImpl::forward(const torch::Tensor& x) {
   return pooled.transpose(1, 2).contiguous();                                          // (B, S, C)
 }
 
+torch::Tensor chunk_means(const std::vector<SummaryChunk>& chunks, std::int64_t seq, const torch::Device& device) {
+  // At T = max_seq_len this is adaptive_avg_pool1d.
+  auto means = torch::zeros({static_cast<std::int64_t>(chunks.size()), seq}, torch::kFloat);
+  for (std::size_t i = 0; i < chunks.size(); ++i) {
+    const auto& c = chunks[i];
+    const auto len = c.end - c.start;
+    means[static_cast<std::int64_t>(i)].narrow(0, c.start, len).fill_(1.0 / static_cast<double>(len));
+  }
+  return means.to(device);
+}
+
 torch::Tensor SummaryPoolImpl::pool_chunks(const torch::Tensor& x, const std::vector<SummaryChunk>& chunks) {
-  const auto T = x.size(1);
-  const auto projected = linear(norm(x), proj);  // (B, T, C)
-  std::vector<std::int64_t> starts, ends;
-  for (const auto& c : chunks) starts.push_back(c.start), ends.push_back(c.end);
-  const auto index_options = torch::TensorOptions().dtype(torch::kLong).device(x.device());
-  const auto start = torch::tensor(starts, torch::kLong).to(x.device()).unsqueeze(1);  // (S', 1)
-  const auto end = torch::tensor(ends, torch::kLong).to(x.device()).unsqueeze(1);
-  const auto pos = torch::arange(T, index_options).unsqueeze(0);                       // (1, T)
-  // Averaging matrix: row i holds 1/len_i over chunk i, so at T = max_seq_len this is adaptive_avg_pool1d.
-  const auto weights = ((pos >= start) & (pos < end)).to(projected.scalar_type()) / (end - start).to(projected.scalar_type());
-  return torch::matmul(weights, projected);  // (B, S', C)
+  return pool_chunks(x, chunk_means(chunks, x.size(1), x.device()));
+}
+
+torch::Tensor SummaryPoolImpl::pool_chunks(const torch::Tensor& x, const torch::Tensor& means) {
+  const auto projected = linear(norm(x), proj);                         // (B, T, C)
+  return torch::matmul(means.to(projected.scalar_type()), projected);  // (B, S', C)
 }
 
 DrrLayerImpl::DrrLayerImpl(const TransformerOptions& t, const DrrOptions& options_, std::int64_t layer)
@@ -383,15 +389,16 @@ DrrTransformer::States DrrTransformer::states(const torch::Tensor& tokens, bool 
 
   DrrMemoryBank memory;
   memory.causal = o.memory() == DrrMemory::Causal;
-  std::vector<SummaryChunk> chunks;
-  if (memory.causal) {
+  if (memory.causal && (chunk_tensors_.seq != T || chunk_tensors_.device != tokens.device())) {
     // Chunks cut over max_seq_len, not T: a position's output then never depends on how many tokens follow it.
-    chunks = complete_chunks(o, T, options_.max_seq_len());
+    const auto chunks = complete_chunks(o, T, options_.max_seq_len());
     std::vector<std::int64_t> last;
     for (const auto& c : chunks) last.push_back(c.end - 1);
-    memory.summary_last = torch::tensor(last, torch::kLong).to(tokens.device());  // (S')
+    chunk_tensors_ = {T, tokens.device(), torch::tensor(last, torch::kLong).to(tokens.device()),
+                      chunk_means(chunks, T, tokens.device())};
   }
-  const auto summary = static_cast<std::int64_t>(memory.causal ? chunks.size() : o.summary_tokens());
+  if (memory.causal) memory.summary_last = chunk_tensors_.summary_last;  // (S')
+  const auto summary = memory.causal ? chunk_tensors_.summary_last.size(0) : o.summary_tokens();
 
   States out;
   std::vector<torch::Tensor> layer_gates;
@@ -406,7 +413,8 @@ DrrTransformer::States DrrTransformer::states(const torch::Tensor& tokens, bool 
     const bool pools = (static_cast<std::int64_t>(i) + 1) % o.block_size() == 0 && summary > 0;
     if (pools)
       memory.summaries.push_back(
-          ROUTELAB_IN_PART("depth memory", memory.causal ? summary_pool->pool_chunks(x, chunks) : summary_pool(x)));
+          ROUTELAB_IN_PART("depth memory", memory.causal ? summary_pool->pool_chunks(x, chunk_tensors_.means)
+                                                         : summary_pool(x)));
     if (keep_layers) out.layers.push_back(x);
     record_layer_state(x);
     if (!trace) continue;

@@ -81,6 +81,8 @@ class SummaryPoolImpl : public torch::nn::Module {
   torch::Tensor forward(const torch::Tensor& x);
   /// The causal form: the mean over each of `chunks` (all ending within T) -> (B, chunks.size(), C).
   torch::Tensor pool_chunks(const torch::Tensor& x, const std::vector<SummaryChunk>& chunks);
+  /// The same with the chunks' averaging matrix (S', T) already built (chunk_means): nothing copied from the host.
+  torch::Tensor pool_chunks(const torch::Tensor& x, const torch::Tensor& means);
 
   std::int64_t summary_tokens;
   Norm norm{nullptr};
@@ -89,6 +91,9 @@ class SummaryPoolImpl : public torch::nn::Module {
 TORCH_MODULE(SummaryPool);
 
 /// What a DRR layer reads: the paper's two lists, and for the causal form the last position of each summary's chunk.
+/// The chunks' averaging matrix (S', T) fp32 on `device`: row i holds 1 / len_i over chunk i.
+torch::Tensor chunk_means(const std::vector<SummaryChunk>& chunks, std::int64_t seq, const torch::Device& device);
+
 struct DrrMemoryBank {
   bool causal = true;
   std::vector<torch::Tensor> short_term;  ///< the most recent layer outputs, (B, T, C) each, oldest first
@@ -168,6 +173,14 @@ class DrrTransformer : public TransformerTrunk {
 
  private:
   DrrOptions drr_options_;
+  /// The causal memory's index tensors for sequences of `seq` tokens on `device`, built on the host once and kept: a
+  /// training step captured as a CUDA graph copies nothing from the host.
+  struct ChunkTensors {
+    std::int64_t seq = -1;
+    torch::Device device = torch::kCPU;
+    torch::Tensor summary_last, means;  ///< DrrMemoryBank::summary_last; chunk_means
+  };
+  ChunkTensors chunk_tensors_;
 };
 
 /// Copies a state dict of the paper's SmallDRRTransformer (its parameter names: embed, pos_embed, layers.<i>.router.0,
