@@ -18,10 +18,13 @@
 
 #include <atomic>
 #include <QtTest>
+#include <set>
 
 #include <cmath>
 #include <optional>
 #include <tuple>
+
+#include <ATen/record_function.h>
 
 #include "core/config/experiment_config.h"
 #include "core/config/options.h"
@@ -54,6 +57,33 @@ using routelab::test::short_run_config;
 using routelab::test::StopAfter;
 
 namespace {
+
+/// While alive, lists the ops run on this thread that wait for a GPU's queue to read a result back (a scalar, or a
+/// result whose size depends on the data); on the CPU they run without waiting, so they are caught by name.
+class HostReadRecorder {
+ public:
+  HostReadRecorder() {
+    handle_ = at::addThreadLocalCallback(
+        at::RecordFunctionCallback(&HostReadRecorder::on_start).scopes({at::RecordScope::FUNCTION}));
+  }
+  ~HostReadRecorder() { at::removeCallback(handle_); }
+  HostReadRecorder(const HostReadRecorder&) = delete;
+  HostReadRecorder& operator=(const HostReadRecorder&) = delete;
+  static std::vector<std::string>& reads() {
+    static thread_local std::vector<std::string> names;
+    return names;
+  }
+
+ private:
+  static std::unique_ptr<at::ObserverContext> on_start(const at::RecordFunction& fn) {
+    static const std::set<std::string> waiting{"aten::_local_scalar_dense", "aten::nonzero", "aten::masked_select",
+                                               "aten::_unique2", "aten::unique_consecutive", "aten::is_nonzero",
+                                               "aten::equal", "aten::repeat_interleave"};
+    if (const std::string name = fn.name(); waiting.count(name)) reads().push_back(name);
+    return nullptr;
+  }
+  at::CallbackHandle handle_ = 0;
+};
 
 /// A config document with model section `model`, on data the architecture's task accepts.
 nlohmann::json document(const ArchitectureEntry& entry, nlohmann::json model) {
@@ -406,6 +436,39 @@ class TestConformance : public QObject {
       QCOMPARE(resolved[i].tokens_processed, eager.trace[i].tokens_processed);
       QCOMPARE(resolved[i].flops, eager.trace[i].flops);
     }
+  }
+
+  void graphStepReadsNothingBack_data() {
+    add_rows([](const ArchitectureEntry& e) { return e.cuda_graph_step; });
+  }
+  void graphStepReadsNothingBack() {
+    // A step declared capturable as a CUDA graph runs, once eager steps have sized what it sizes and with its trace's
+    // readback deferred as at capture, no op that makes the host wait for the device: no scalar read back, nothing
+    // whose result size depends on the data (on a GPU the capture would fail, or a replay would keep stale values).
+    QFETCH(QString, arch);
+    const auto& entry = architecture(arch.toStdString());
+    torch::manual_seed(11);
+    auto lm = create_model(small_model(entry), {kVocab, 32});
+    lm->train();
+    const ForcePackedRows packed;
+    auto opt = make_optimizer(*lm, adamw_options());
+    const auto tokens = torch::randint(0, kVocab, {2, 24}, torch::kLong);
+    for (int i = 0; i < 2; ++i) train_step(*lm, *opt, {tokens, tokens, {}}, 1.0, false, true);
+    // The model's part of the step: its traced forward and the backward of its losses (the optimizer's part is
+    // RouteLab's fused AdamW on a GPU, which the CPU builds do not run).
+    lm->set_progress(0.5);
+    HostReadRecorder::reads().clear();
+    {
+      const HostReadRecorder recorder;
+      const DeferredTraceReadback deferred;
+      const auto out = lm->forward(tokens, true);
+      auto loss = lm_loss(out.logits, tokens, {}) + out.aux_loss;
+      for (const auto& exit : out.exit_logits) loss = loss + lm_loss(exit, tokens, {});
+      loss.backward();
+    }
+    QStringList reads;
+    for (const auto& name : HostReadRecorder::reads()) reads << QString::fromStdString(name);
+    QVERIFY2(reads.isEmpty(), qPrintable("ops that wait for the device: " + reads.join(", ")));
   }
 
   void stepTimeGoesToItsParts_data() { add_language_model_rows(); }
