@@ -265,6 +265,8 @@ class TestTrainer : public QObject {
     // DTRNet's step is captured with its routed rows packed, which needs bf16, and with the compacted attention.
     QTest::newRow("DTRNet in fp32") << QStringList{"model.arch=dtrnet", "model.routed_layers=T-D"}
                                     << "train.precision=fp32";
+    // The captured step runs no teacher: distillation is refused rather than silently dropped.
+    QTest::newRow("distillation") << QStringList{"model.arch=dense", "train.distill_from=1"} << "train.distill_from";
     QTest::newRow("DTRNet masked") << QStringList{"model.arch=dtrnet", "model.routed_layers=T-D",
                                                   "model.attention=masked", "train.precision=bf16"}
                                    << "model.attention=masked";

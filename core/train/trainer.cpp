@@ -203,6 +203,9 @@ class Session {
                architectures_with([](const ArchitectureEntry& e) { return e.cuda_graph_step; });
       throw ConfigError("train.cuda_graph: " + why);
     }
+    if (config_.train().at("distill_from").get<std::int64_t>() > 0)
+      throw ConfigError("train.cuda_graph: train.distill_from is set; the captured step runs no teacher (distil with "
+                        "eager steps)");
     if (!device_.is_cuda())
       throw ConfigError("train.cuda_graph: run.device is " + device_.str() + "; CUDA graphs need a GPU (run.device=cuda)");
     if (!cuda_graphs_available())
