@@ -90,10 +90,10 @@ class SummaryPoolImpl : public torch::nn::Module {
 };
 TORCH_MODULE(SummaryPool);
 
-/// What a DRR layer reads: the paper's two lists, and for the causal form the last position of each summary's chunk.
 /// The chunks' averaging matrix (S', T) fp32 on `device`: row i holds 1 / len_i over chunk i.
 torch::Tensor chunk_means(const std::vector<SummaryChunk>& chunks, std::int64_t seq, const torch::Device& device);
 
+/// What a DRR layer reads: the paper's two lists, and for the causal form the last position of each summary's chunk.
 struct DrrMemoryBank {
   bool causal = true;
   std::vector<torch::Tensor> short_term;  ///< the most recent layer outputs, (B, T, C) each, oldest first
