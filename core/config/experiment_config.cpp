@@ -193,8 +193,9 @@ const OptionSchema& train_schema() {
                "once. The CPU is deterministic already"),
       bool_opt("cuda_graph", false,
                "CUDA: capture the training step once as a CUDA graph and replay it every step, so the host launches "
-               "one graph instead of every kernel; architectures with a fixed-shape step only (the dense baseline). "
-               "The first 3 steps run eagerly; the losses are those of an eager run"),
+               "one graph instead of every kernel; architectures whose step has fixed shapes only (a run of another "
+               "is refused, naming those that can). The first 3 steps run eagerly; the losses are those of an eager "
+               "run"),
       int_opt("distill_from", 0, 0, 1e12,
               "distillation (Radial Networks' post-training route): the id of a stored language model in the same "
               "run store, the teacher; the new model starts from its weights (embedding, layers, head) and trains to "
