@@ -402,11 +402,11 @@ class TestMoD : public QObject {
       longest[i] = counts.max().item<std::int64_t>();
       total[i] = counts.sum().item<std::int64_t>();
       QVERIFY2(longest[i] > 3 && longest[i] < T - 3, "the spread predictors should select a mix of tokens");
-      QCOMPARE(model.mod_layers[i]->capacity_tokens, B * T);
+      QCOMPARE(model.mod_layers[i]->sizing.tokens, B * T);
       const auto wanted = packed ? next_capacity(total[i], 0, B * T) : next_capacity(longest[i], 0, T);
-      QCOMPARE(model.mod_layers[i]->capacity, wanted);
+      QCOMPARE(model.mod_layers[i]->sizing.capacity, wanted);
       // Below what next_capacity rounds to (64 rows would be all 40 of a sequence, or most of the batch's 120)
-      model.mod_layers[i]->capacity = packed ? total[i] + 5 : longest[i] + 2;
+      model.mod_layers[i]->sizing.capacity = packed ? total[i] + 5 : longest[i] + 2;
     }
     const auto check = [&](const ModelOutput& out, const char* what) {
       QVERIFY2(torch::allclose(out.logits, exact.logits, 1e-5, 1e-5), what);
@@ -424,8 +424,8 @@ class TestMoD : public QObject {
       if (!model.mod_layers[i]) continue;
       const auto& layer = *model.mod_layers[i];
       if (packed) {  // it ran sized, priced at its total + 5 rows, the padding's runs included
-        QCOMPARE(layer.sized_packed, total[i] + 5);
-        QCOMPARE(layer.sized_len, std::int64_t(0));
+        QCOMPARE(layer.sizing.packed, total[i] + 5);
+        QCOMPARE(layer.sizing.len, std::int64_t(0));
         const auto counts = exact.trace[i].decision.sum(1).contiguous();
         double pairs = 0;
         for (const auto n : sized_runs({counts.data_ptr<std::int64_t>(), counts.data_ptr<std::int64_t>() + B},
@@ -433,17 +433,17 @@ class TestMoD : public QObject {
           pairs += static_cast<double>(n) * static_cast<double>(n);
         QCOMPARE(sized.trace[i].flops, router + block_flops(static_cast<double>(total[i] + 5), pairs, shape));
       } else {  // it ran sized, priced at its 3 x (n + 2) rows
-        QCOMPARE(layer.sized_len, longest[i] + 2);
-        QCOMPARE(layer.sized_packed, std::int64_t(0));
+        QCOMPARE(layer.sizing.len, longest[i] + 2);
+        QCOMPARE(layer.sizing.packed, std::int64_t(0));
         const double rows = 3.0 * static_cast<double>(longest[i] + 2);
         QCOMPARE(sized.trace[i].flops, block_flops(rows, rows * static_cast<double>(longest[i] + 2), shape) + router);
       }
     }
-    model.mod_layers[1]->capacity = 1;  // fewer rows than it routes
+    model.mod_layers[1]->sizing.capacity = 1;  // fewer rows than it routes
     const auto rerun = model.forward(tokens, true);
     check(rerun, "overflowed");
-    QVERIFY(model.mod_layers[1]->capacity >= (packed ? total[1] : longest[1]));
-    QVERIFY(!model.mod_layers[1]->sized_counts.defined());  // the rerun counted exactly
+    QVERIFY(model.mod_layers[1]->sizing.capacity >= (packed ? total[1] : longest[1]));
+    QVERIFY(!model.mod_layers[1]->sizing.counts.defined());  // the rerun counted exactly
   }
 
   void causalityInEval_data() { add_style_rows(); }

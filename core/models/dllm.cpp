@@ -212,12 +212,7 @@ ModelOutput DLLM::forward(const torch::Tensor& tokens, bool trace) {
       executed = execute_rule(p_exec, positions);
       // Sized from earlier forwards where it can be (packed rows in half precision on a GPU, padded rows in fp32):
       // nothing read back here; the model reads every layer's counts once after its last layer.
-      auto& own = sizing[i];
-      counts = compact_sized_for_eval(executed, x, blocks[i]->attn->head_dim(), own.capacity, own.tokens, own.below,
-                                      own.rows);
-      own.counts = counts.padded_sized || counts.capacity > 0 ? counts.counts : torch::Tensor();
-      own.len = counts.padded_sized ? counts.max_len : 0;
-      own.packed = counts.capacity;
+      counts = sizing[i].compact(executed, x, blocks[i]->attn->head_dim());
       x = skipping_layer(i, x, positions, counts, &pairs);
     }
     if (trace) out.trace.push_back(routed_layer_trace(layer, p_exec, executed, counts, pairs));
@@ -252,19 +247,8 @@ bool DLLM::settle_sized_layers(std::vector<LayerTrace>* trace, std::int64_t toke
   std::vector<torch::Tensor> counts;
   for (const auto& own : sizing) counts.push_back(own.counts);
   for (const auto& [i, lengths] : read_sized_counts(counts)) {
-    auto& own = sizing[i];
-    if (own.packed > 0) {  // packed rows: the batch's executed total against them, the runs priced
-      if (!settle_packed_sized(lengths, own.packed, own.capacity, own.below, trace ? &trace->at(i) : nullptr, tokens,
-                               layer_shape(options_))) {
-        logger("core")->debug("D-LLM layer {} executed more tokens than its {} packed rows: the forward runs again",
-                              i, own.packed);
-        return false;
-      }
-      continue;
-    }
-    if (!settle_padded_sized(lengths, own.len, own.capacity, own.below, trace ? &trace->at(i) : nullptr, tokens)) {
-      logger("core")->debug("D-LLM layer {} executed more tokens of a sequence than its {} rows: the forward runs "
-                            "again", i, own.len);
+    if (!sizing[i].settle(lengths, trace ? &trace->at(i) : nullptr, tokens, layer_shape(options_))) {
+      logger("core")->debug("D-LLM layer {} executed more tokens than its sized rows held: the forward runs again", i);
       return false;
     }
   }

@@ -101,18 +101,7 @@ class DLLM : public TransformerTrunk {
 
   std::vector<DenseBlock> blocks;
   std::vector<DecisionModule> routers;  ///< per layer; empty holder where the layer always executes
-  /// Eval mode, per layer: what its compaction of executed tokens is sized by for batches of `tokens` tokens: the
-  /// batch's packed rows where the attention takes packed rows (compact_sized), else the rows a sequence where
-  /// padded_sized_active (compact_sized_padded); 0, or another batch size: counted exactly.
-  struct Sizing {
-    std::int64_t capacity = 0, tokens = 0;
-    int below = 0;  ///< forwards in a row that wanted a smaller capacity (resize_capacity)
-    torch::Tensor counts;  ///< the last forward's sized counts (B) on the device; undefined when counted exactly
-    std::int64_t len = 0;     ///< and its rows a sequence (padded rows)
-    std::int64_t packed = 0;  ///< or the batch's packed rows (compact_sized, where the attention takes packed rows)
-    SizedRows rows;           ///< the packed capacity's device constants
-  };
-  std::vector<Sizing> sizing;  ///< per layer (set by the forwards; a test may shrink a capacity)
+  std::vector<EvalSizing> sizing;  ///< eval mode, per layer (set by the forwards; a test may shrink a capacity)
 
  private:
   /// Attention dropout in training mode (0 in eval): with it the evicting attention runs materialised.

@@ -87,16 +87,14 @@ torch::Tensor MoDLayerImpl::forward(const torch::Tensor& x, const torch::Tensor&
     topk = decision = routing.decision;
     c = std::move(routing.compaction);
     predictor_loss = CausalPredictorImpl::loss(predicted, topk);
+    sizing.clear_read();
   } else {
     if (trace) topk = topk_decision(logits.detach(), k);
     decision = predicted.detach().gt(0);  // sigmoid > 0.5
     // Sized from earlier forwards where it can be (packed rows in half precision on a GPU, padded rows in fp32):
     // nothing read back here; the model reads every layer's counts once after its last layer.
-    c = compact_sized_for_eval(decision, x, block->attn->head_dim(), capacity, capacity_tokens, below, sized_rows_);
+    c = sizing.compact(decision, x, block->attn->head_dim());
   }
-  sized_counts = c.padded_sized || c.capacity > 0 ? c.counts : torch::Tensor();
-  sized_len = c.padded_sized ? c.max_len : 0;
-  sized_packed = c.capacity;
   auto out = x;       // unselected tokens pass unchanged
   double pairs = 0;   // (query, key) pairs per head the compacted attention computed
   if (c.capacity > 0) {  // packed rows sized in eval: the padding rows' updates are masked, the model prices the runs
@@ -222,22 +220,11 @@ ModelOutput MixtureOfDepths::forward(const torch::Tensor& tokens, bool trace) {
 
 bool MixtureOfDepths::settle_sized_layers(std::vector<LayerTrace>* trace, std::int64_t tokens) {
   std::vector<torch::Tensor> counts;
-  for (const auto& layer : mod_layers) counts.push_back(layer ? layer->sized_counts : torch::Tensor());
+  for (const auto& layer : mod_layers) counts.push_back(layer ? layer->sizing.counts : torch::Tensor());
   for (const auto& [i, lengths] : read_sized_counts(counts)) {
     auto& layer = *mod_layers[i];
-    if (layer.sized_packed > 0) {  // packed rows: the batch's routed total against them, the runs priced
-      if (!settle_packed_sized(lengths, layer.sized_packed, layer.capacity, layer.below,
-                               trace ? &trace->at(i) : nullptr, tokens, layer.shape)) {
-        logger("core")->debug("MoD layer {} routed more tokens than its {} packed rows: the forward runs again", i,
-                              layer.sized_packed);
-        return false;
-      }
-      continue;
-    }
-    if (!settle_padded_sized(lengths, layer.sized_len, layer.capacity, layer.below, trace ? &trace->at(i) : nullptr,
-                             tokens)) {
-      logger("core")->debug("MoD layer {} routed more tokens of a sequence than its {} rows: the forward runs again",
-                            i, layer.sized_len);
+    if (!layer.sizing.settle(lengths, trace ? &trace->at(i) : nullptr, tokens, layer.shape)) {
+      logger("core")->debug("MoD layer {} routed more tokens than its sized rows held: the forward runs again", i);
       return false;
     }
   }

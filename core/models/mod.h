@@ -63,17 +63,7 @@ class MoDLayerImpl : public torch::nn::Module {
   /// (B, T, C) -> (B, T) float router logits.
   torch::Tensor router_logits(const torch::Tensor& x);
 
-  /// Eval mode: what its compaction is sized by for batches of `capacity_tokens` tokens (B T), so that the forward
-  /// reads no count back: the packed rows of the batch where the attention takes packed rows (packed_rows_active:
-  /// compact_sized), else the rows a sequence where padded_sized_active (compact_sized_padded); 0, or another batch
-  /// size: counted exactly. Set from the exact counts here and from the model's read of the sized ones.
-  std::int64_t capacity = 0, capacity_tokens = 0;
-  int below = 0;  ///< forwards in a row that wanted a smaller capacity (resize_capacity)
-  /// The last forward's sized compaction: its (B) counts on the device, and its rows a sequence (padded) or the
-  /// batch's packed rows; undefined and 0 when it counted exactly.
-  torch::Tensor sized_counts;
-  std::int64_t sized_len = 0, sized_packed = 0;
-  SizedRows sized_rows_;  ///< the packed capacity's device constants (compact_sized)
+  EvalSizing sizing;  ///< eval mode: the compaction sized from earlier forwards (nothing read back)
 
   MoDOptions options;
   LayerShape shape;

@@ -306,23 +306,39 @@ bool padded_sized_active(const torch::Tensor& x, std::int64_t head_dim) {
   return ForcePaddedSized::active() || (x.is_cuda() && !packed_rows_active(x, head_dim));
 }
 
-Compaction compact_sized_for_eval(const torch::Tensor& decision, const torch::Tensor& x, std::int64_t head_dim,
-                                  std::int64_t& capacity, std::int64_t& tokens, int& below, SizedRows& rows) {
+Compaction EvalSizing::compact(const torch::Tensor& decision, const torch::Tensor& x, std::int64_t head_dim) {
   const auto B = decision.size(0), T = decision.size(1);
   const bool packing = packed_rows_active(x, head_dim), sizable = capacity > 0 && tokens == B * T;
+  Compaction c;
   if (sizable && packing && sized_compaction_active()) {
     rows = sized_rows(capacity, B * T, x.device(), rows);
-    return compact_sized(decision, rows);
-  }
-  if (sizable && !packing && padded_sized_active(x, head_dim)) return compact_sized_padded(decision, capacity);
-  auto c = compact(decision);
-  if (packing) {
-    size_next_forward(c.total, B * T, B * T, capacity, tokens, below);
+    c = compact_sized(decision, rows);
+  } else if (sizable && !packing && padded_sized_active(x, head_dim)) {
+    c = compact_sized_padded(decision, capacity);
   } else {
-    const auto longest = c.lengths.empty() ? std::int64_t{0} : *std::max_element(c.lengths.begin(), c.lengths.end());
-    size_next_forward(longest, T, B * T, capacity, tokens, below);
+    c = routelab::compact(decision);
+    if (packing) {
+      size_next_forward(c.total, B * T, B * T, capacity, tokens, below);
+    } else {
+      const auto longest = c.lengths.empty() ? std::int64_t{0} : *std::max_element(c.lengths.begin(), c.lengths.end());
+      size_next_forward(longest, T, B * T, capacity, tokens, below);
+    }
   }
+  counts = c.padded_sized || c.capacity > 0 ? c.counts : torch::Tensor();
+  len = c.padded_sized ? c.max_len : 0;
+  packed = c.capacity;
   return c;
+}
+
+void EvalSizing::clear_read() {
+  counts = torch::Tensor();
+  len = packed = 0;
+}
+
+bool EvalSizing::settle(const std::vector<std::int64_t>& lengths, LayerTrace* trace, std::int64_t batch_tokens,
+                        const LayerShape& shape) {
+  return packed > 0 ? settle_packed_sized(lengths, packed, capacity, below, trace, batch_tokens, shape)
+                    : settle_padded_sized(lengths, len, capacity, below, trace, batch_tokens);
 }
 
 bool sized_ffn_rows_active(const torch::Tensor& x) {

@@ -166,14 +166,30 @@ using ForcePaddedSized = ScopedThreadFlag<struct ForcePaddedSizedTag>;
 /// packed path: fp32, or varlen attention off) or while a ForcePaddedSized is alive, and sized_compaction_active.
 /// Not on the CPU otherwise: there the counts cost no wait, and the exact lengths let the CPU kernel skip padding.
 bool padded_sized_active(const torch::Tensor& x, std::int64_t head_dim);
-/// An eval-mode routed layer's compaction of `decision` (B, T) for rows of `x` attended with heads of `head_dim`,
-/// sized from earlier forwards where it can be (nothing read back): the batch's packed rows (compact_sized into
-/// `rows`) where the attention takes packed rows (packed_rows_active) and sized_compaction_active, rows a sequence
-/// (compact_sized_padded) where padded_sized_active; else counted exactly (compact), which sizes the next forward of
-/// this batch size (size_next_forward of the layer's `capacity`, `tokens`, `below`): packed rows by their total,
-/// padded ones by the longest sequence.
-Compaction compact_sized_for_eval(const torch::Tensor& decision, const torch::Tensor& x, std::int64_t head_dim,
-                                  std::int64_t& capacity, std::int64_t& tokens, int& below, SizedRows& rows);
+/// An eval-mode routed layer's sizing of its compaction (MoD's predictor, D-LLM's execute rule): what it is sized by
+/// for batches of `tokens` tokens, set from exact counts and from the model's one read of the sized ones.
+struct EvalSizing {
+  std::int64_t capacity = 0, tokens = 0;  ///< 0, or another batch size: counted exactly
+  int below = 0;                          ///< forwards in a row that wanted a smaller capacity (resize_capacity)
+  /// The last forward's sized compaction: its (B) counts on the device, and its rows a sequence (padded) or the
+  /// batch's packed rows; undefined and 0 when it counted exactly.
+  torch::Tensor counts;
+  std::int64_t len = 0, packed = 0;
+  SizedRows rows;  ///< the packed capacity's device constants (compact_sized)
+
+  /// The compaction of `decision` (B, T) for rows of `x` attended with heads of `head_dim`, sized from earlier
+  /// forwards where it can be (nothing read back): the batch's packed rows (compact_sized) where the attention takes
+  /// packed rows (packed_rows_active) and sized_compaction_active, rows a sequence (compact_sized_padded) where
+  /// padded_sized_active; else counted exactly (compact), which sizes the next forward of this batch size
+  /// (size_next_forward): packed rows by their total, padded ones by the longest sequence.
+  Compaction compact(const torch::Tensor& decision, const torch::Tensor& x, std::int64_t head_dim);
+  /// Forgets the last forward's sized compaction (a forward that compacted otherwise: nothing to read for it).
+  void clear_read();
+  /// After the model's read of `counts` (`lengths`): settle_packed_sized or settle_padded_sized of the compaction
+  /// that compact() made, the block of `shape` priced for packed rows. False when it overflowed.
+  bool settle(const std::vector<std::int64_t>& lengths, struct LayerTrace* trace, std::int64_t tokens,
+              const struct LayerShape& shape);
+};
 /// Whether a routed layer whose rows attend nothing (TSA's sparse FFN, one row a token) may gather a capacity of rows
 /// sized from earlier forwards (compact_sized) instead of reading its count back: on a GPU, or while a
 /// ForcePaddedSized is alive, and sized_compaction_active.
