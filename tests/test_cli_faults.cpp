@@ -220,7 +220,10 @@ class TestCliFaults : public QObject {
     // The very first checkpoint failed: nothing to resume, said plainly; the run and its rows stay.
     const auto [resume_code, said] = run({"resume", "1", "--db", db});
     QVERIFY2(resume_code > 0 && said.contains("no checkpoint"), qPrintable(said));
-    QCOMPARE(peek.losses(1).size(), std::size_t{5});
+    // The failed write of step 5's checkpoint, on its own thread, is seen by a later step, at the latest by the
+    // checkpoint of step 10, which waits for it: the steps up to then stay stored.
+    const auto kept = peek.losses(1).size();
+    QVERIFY2(kept >= 5 && kept <= 10, qPrintable(QString::number(kept)));
   }
 
   void outputNeverOverwritesTheStore_data() {

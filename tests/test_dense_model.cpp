@@ -412,6 +412,80 @@ class TestDenseModel : public QObject {
     QCOMPARE(load_checkpoint(path, model, nullptr).step, std::int64_t(1));
   }
 
+  void snapshotIsTheStateWhenTakenWhileTrainingGoesOn() {
+    // A checkpoint snapshot holds the state of the step it was taken at, however far the model trained on before
+    // its thread wrote it: loaded back it equals a synchronous checkpoint of that step (weights, AdamW's moments and step
+    // count, the generator), and the next step from either is the same step, bit for bit.
+    QTemporaryDir dir;
+    const auto sync_path = dir.filePath("sync.pt").toStdString(), async_path = dir.filePath("async.pt").toStdString();
+    const auto adamw = nlohmann::json::parse(R"({"lr":3e-3,"beta1":0.9,"beta2":0.95,"eps":1e-8,"weight_decay":0.1})");
+    torch::manual_seed(3);
+    DenseTransformer model(small(ModelStyle::Llama));
+    auto opt = make_optimizer(model, adamw);
+    const auto x = torch::randint(0, 37, {4, 16}, torch::kLong), y = torch::randint(0, 37, {4, 16}, torch::kLong);
+    for (int i = 0; i < 2; ++i) train_step(model, *opt, {x, y, {}}, 1.0, false, false);
+    const CheckpointMeta meta{2, 128, 0.5, "{}", "{}", 7, "hash"};
+    save_checkpoint(sync_path, model, *opt, meta);
+    auto snapshot = checkpoint_snapshot(async_path, model, *opt, meta);
+    for (int i = 0; i < 3; ++i) train_step(model, *opt, {x, y, {}}, 1.0, false, false);  // the originals move on
+    torch::rand({4});                                                                     // and so does the generator
+    BackgroundCheckpointWriter writer;
+    writer.start(std::move(snapshot));
+    QVERIFY_THROWS_EXCEPTION(CheckpointError, writer.start(checkpoint_snapshot(async_path, model, *opt, meta)));
+    const auto written = writer.finish();
+    QVERIFY(written.has_value());
+    QCOMPARE(written->step, std::int64_t{2});
+    QVERIFY(written->saved.bytes > 0);
+    QVERIFY(!writer.busy() && !writer.finish().has_value());
+    verify_checkpoint_file(async_path, written->saved.crc32);
+
+    auto restored = [&](const std::string& path) {
+      auto m = std::make_unique<DenseTransformer>(small(ModelStyle::Llama));
+      auto o = make_optimizer(*m, adamw);
+      const auto loaded = load_checkpoint(path, *m, o.get());
+      if (loaded.step != 2 || loaded.run_id != 7 || loaded.config_hash != "hash") qWarning("meta differs");
+      const auto loss = train_step(*m, *o, {x, y, {}}, 1.0, false, false).loss.item<double>();
+      const auto draw = torch::rand({4}).sum().item<double>();  // the generator as restored
+      return std::make_tuple(std::move(m), std::move(o), loss, draw);
+    };
+    const auto [a, opt_a, loss_a, draw_a] = restored(sync_path);
+    const auto [b, opt_b, loss_b, draw_b] = restored(async_path);
+    QCOMPARE(loss_b, loss_a);
+    QCOMPARE(draw_b, draw_a);
+    const auto pa = a->parameters(), pb = b->parameters(), now = model.parameters();
+    QCOMPARE(pb.size(), pa.size());
+    bool moved = false;
+    for (std::size_t i = 0; i < pa.size(); ++i) {
+      QVERIFY(torch::equal(pa[i], pb[i]));
+      moved = moved || !torch::equal(pa[i], now[i]);
+      const auto& sa = static_cast<torch::optim::AdamWParamState&>(*opt_a->state().at(state_key(opt_a->state(), pa[i])));
+      const auto& sb = static_cast<torch::optim::AdamWParamState&>(*opt_b->state().at(state_key(opt_b->state(), pb[i])));
+      QCOMPARE(sb.step(), sa.step());
+      QVERIFY(torch::equal(sa.exp_avg(), sb.exp_avg()) && torch::equal(sa.exp_avg_sq(), sb.exp_avg_sq()));
+    }
+    QVERIFY(moved);  // the model trained on after the snapshot: its weights are not the checkpoint's
+  }
+
+  void failedBackgroundWriteIsClearErrorFromFinish() {
+    if (!std::filesystem::exists("/dev/full")) QSKIP("no /dev/full here");
+    QTemporaryDir dir;
+    const auto path = dir.filePath("full.pt").toStdString();
+    std::filesystem::create_symlink("/dev/full", path + ".tmp");
+    DenseTransformer model(small(ModelStyle::Llama));
+    torch::optim::AdamW opt(model.parameters());
+    BackgroundCheckpointWriter writer;
+    writer.start(checkpoint_snapshot(path, model, opt, {1, 0, 0, "{}", "{}", 0, ""}));
+    try {
+      writer.finish();
+      QFAIL("no error");
+    } catch (const CheckpointError& e) {
+      QVERIFY2(QString(e.what()).contains(QString::fromStdString(path + ".tmp")), e.what());
+      QVERIFY2(QString(e.what()).contains(QString::fromStdString(std::strerror(ENOSPC))), e.what());
+    }
+    QVERIFY(!writer.busy());
+    QVERIFY(!std::filesystem::exists(path));
+  }
+
   void badCheckpointIsClearError() {
     QTemporaryDir dir;
     const auto path = dir.filePath("junk.pt").toStdString();

@@ -179,6 +179,11 @@ const OptionSchema& train_schema() {
       int_opt("eval_batches", 8, 1, 100000, "validation batches per evaluation"),
       int_opt("log_every", 10, 1, 1e9, "steps between stored training metrics"),
       int_opt("checkpoint_every", 500, 1, 1e9, "steps between checkpoints (a final one is always written)"),
+      bool_opt("checkpoint_async", true,
+               "write each checkpoint on a thread of its own while training goes on: the step's weights, optimizer "
+               "state and generators are serialised to host memory first (one more copy of them held while it is "
+               "written), and the checkpoint counts for resume once its file is on the disk; false: training waits "
+               "for the disk"),
       choice_opt("precision", "fp32", {"fp32", "bf16"},
                  "fp32, or bf16 mixed precision (autocast: bf16 matmuls, fp32 master weights and reductions)"),
       int_opt("sync_every", 0, 0, 100000,

@@ -4,9 +4,11 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <unordered_map>
 
 #include <zlib.h>
 
@@ -17,6 +19,7 @@
 #include <ATen/Context.h>
 #include <torch/cuda.h>
 
+#include "core/train/optimizer.h"
 #include "core/util/errors.h"
 #include "core/util/logging.h"
 
@@ -128,6 +131,123 @@ std::uint32_t write_archive(torch::serialize::OutputArchive& archive, const std:
   return static_cast<std::uint32_t>(crc);
 }
 
+/// The generators' states a checkpoint keeps: the CPU's, and each GPU's (dropout and sampling on a GPU draw from its
+/// own generator: without its state resume is not exact there).
+std::vector<std::pair<std::string, torch::Tensor>> generator_states() {
+  std::vector<std::pair<std::string, torch::Tensor>> states;
+  {
+    auto gen = at::detail::getDefaultCPUGenerator();
+    std::lock_guard<std::mutex> lock(gen.mutex());
+    states.emplace_back("rng_cpu", gen.get_state());
+  }
+  for (std::size_t i = 0; i < cuda_generators(); ++i) {
+    auto gen = at::globalContext().defaultGenerator(c10::Device(c10::kCUDA, static_cast<c10::DeviceIndex>(i)));
+    std::lock_guard<std::mutex> lock(gen.mutex());
+    states.emplace_back("rng_cuda_" + std::to_string(i), gen.get_state());
+  }
+  return states;
+}
+
+/// The checkpoint's file: `meta`, `model` and `optimizer` as their own save() writes them, and `generators`.
+SavedCheckpoint write_file(const std::string& path, const torch::nn::Module& model,
+                           const torch::optim::Optimizer& optimizer, const CheckpointMeta& meta,
+                           const std::vector<std::pair<std::string, torch::Tensor>>& generators) {
+  try {
+    torch::serialize::OutputArchive archive;
+    archive.write("format_version", scalar(kFormatVersion));
+    archive.write("step", scalar(meta.step));
+    archive.write("tokens_seen", scalar(meta.tokens_seen));
+    archive.write("elapsed_s", scalar_d(meta.elapsed_s));
+    archive.write("config", c10::IValue(meta.config_json));
+    archive.write("tokenizer", c10::IValue(meta.tokenizer_json));
+    archive.write("run_id", scalar(meta.run_id));
+    archive.write("config_hash", c10::IValue(meta.config_hash));
+    torch::serialize::OutputArchive model_archive, optim_archive;
+    model.save(model_archive);
+    optimizer.save(optim_archive);
+    archive.write("model", model_archive);
+    archive.write("optimizer", optim_archive);
+    for (const auto& [key, state] : generators) archive.write(key, state);
+    const std::string tmp = path + ".tmp";
+    SavedCheckpoint saved;
+    saved.crc32 = write_archive(archive, tmp);
+    fs::rename(tmp, path);
+    saved.bytes = static_cast<std::int64_t>(fs::file_size(path));
+    return saved;
+  } catch (const c10::Error& e) {
+    throw CheckpointError(path + ": cannot write checkpoint (" + e.what_without_backtrace() + ")");
+  } catch (const fs::filesystem_error& e) {
+    throw CheckpointError(path + ": cannot write checkpoint (" + e.what() + ")");
+  }
+}
+
+/// A host copy of `t`, outside autograd.
+torch::Tensor host_copy(const torch::Tensor& t) {
+  return t.detach().to(torch::kCPU, /*non_blocking=*/false, /*copy=*/true);
+}
+
+/// A module of `module`'s parameters and buffers copied to the host, under the same names, its children likewise (as
+/// Module::save walks them); `copies` maps each original tensor to its copy.
+std::shared_ptr<torch::nn::Module> copy_module(const torch::nn::Module& module,
+                                                std::unordered_map<const void*, torch::Tensor>& copies,
+                                                std::int64_t& bytes) {
+  auto copy = std::make_shared<torch::nn::Module>(module.name());
+  for (const auto& item : module.named_parameters(/*recurse=*/false)) {
+    const auto& original = item.value();
+    auto& c = copies[original.unsafeGetTensorImpl()];
+    c = host_copy(original);
+    bytes += static_cast<std::int64_t>(c.numel() * c.element_size());
+    copy->register_parameter(item.key(), c, original.requires_grad());
+  }
+  for (const auto& item : module.named_buffers(/*recurse=*/false)) {
+    const auto c = host_copy(item.value());
+    bytes += static_cast<std::int64_t>(c.numel() * c.element_size());
+    copy->register_buffer(item.key(), c);
+  }
+  for (const auto& child : module.named_children())
+    if (child.value()->is_serializable()) copy->register_module(child.key(), copy_module(*child.value(), copies, bytes));
+  return copy;
+}
+
+/// An AdamW over the copied parameters with `optimizer`'s groups, options and state, copied to the host.
+std::shared_ptr<torch::optim::AdamW> copy_optimizer(const torch::optim::AdamW& optimizer,
+                                                     std::unordered_map<const void*, torch::Tensor>& copies,
+                                                     std::int64_t& bytes) {
+  auto counted = [&](const torch::Tensor& t) {
+    auto c = host_copy(t);
+    bytes += static_cast<std::int64_t>(c.numel() * c.element_size());
+    return c;
+  };
+  auto copied = [&](const torch::Tensor& param) {
+    auto& c = copies[param.unsafeGetTensorImpl()];
+    if (!c.defined()) c = counted(param);  // a parameter the model does not hold
+    return c;
+  };
+  std::vector<torch::optim::OptimizerParamGroup> groups;
+  for (const auto& group : optimizer.param_groups()) {
+    std::vector<torch::Tensor> params;
+    for (const auto& p : group.params()) params.push_back(copied(p));
+    groups.emplace_back(params, group.options().clone());
+  }
+  const auto& defaults = static_cast<const torch::optim::AdamWOptions&>(optimizer.defaults());
+  auto copy = std::make_shared<torch::optim::AdamW>(groups, defaults);
+  const auto& states = optimizer.state();
+  for (const auto& group : optimizer.param_groups()) {
+    for (const auto& p : group.params()) {
+      const auto it = states.find(state_key(states, p));
+      if (it == states.end()) continue;
+      const auto& state = static_cast<const torch::optim::AdamWParamState&>(*it->second);
+      auto s = std::make_unique<torch::optim::AdamWParamState>();
+      s->step(state.step());
+      if (state.exp_avg().defined()) s->exp_avg(counted(state.exp_avg()));
+      if (state.exp_avg_sq().defined()) s->exp_avg_sq(counted(state.exp_avg_sq()));
+      if (state.max_exp_avg_sq().defined()) s->max_exp_avg_sq(counted(state.max_exp_avg_sq()));
+      copy->state()[state_key(states, copied(p))] = std::move(s);
+    }
+  }
+  return copy;
+}
+
 /// About the bytes a checkpoint of `model` takes: its tensors, and twice more for Adam's moments once the optimizer
 /// has state (the archive's own overhead is small).
 std::uintmax_t estimated_bytes(torch::nn::Module& model, torch::optim::Optimizer& optimizer) {
@@ -146,6 +266,16 @@ void check_free_space(const fs::path& folder, std::uintmax_t needed, const std::
                         " KiB, " + std::to_string(space.available >> 10) + " KiB are free on its disk)");
 }
 
+/// The checkpoint's folder exists and has room for it.
+void prepare_folder(const std::string& path, torch::nn::Module& model, torch::optim::Optimizer& optimizer) {
+  try {
+    fs::create_directories(fs::path(path).parent_path());
+  } catch (const fs::filesystem_error& e) {
+    throw CheckpointError(path + ": cannot write checkpoint (" + e.what() + ")");
+  }
+  check_free_space(fs::path(path).parent_path(), estimated_bytes(model, optimizer), path);
+}
+
 void open_archive(torch::serialize::InputArchive& in, const std::string& path, torch::Device device = torch::kCPU) {
   if (!fs::exists(path)) throw CheckpointError(path + ": checkpoint file not found");
   try {
@@ -159,45 +289,53 @@ void open_archive(torch::serialize::InputArchive& in, const std::string& path, t
 
 SavedCheckpoint save_checkpoint(const std::string& path, torch::nn::Module& model, torch::optim::Optimizer& optimizer,
                                 const CheckpointMeta& meta) {
+  prepare_folder(path, model, optimizer);
+  return write_file(path, model, optimizer, meta, generator_states());
+}
+
+CheckpointSnapshot checkpoint_snapshot(const std::string& path, torch::nn::Module& model,
+                                       torch::optim::AdamW& optimizer, const CheckpointMeta& meta) {
+  prepare_folder(path, model, optimizer);
   try {
-    fs::create_directories(fs::path(path).parent_path());
-    check_free_space(fs::path(path).parent_path(), estimated_bytes(model, optimizer), path);
-    torch::serialize::OutputArchive archive;
-    archive.write("format_version", scalar(kFormatVersion));
-    archive.write("step", scalar(meta.step));
-    archive.write("tokens_seen", scalar(meta.tokens_seen));
-    archive.write("elapsed_s", scalar_d(meta.elapsed_s));
-    archive.write("config", c10::IValue(meta.config_json));
-    archive.write("tokenizer", c10::IValue(meta.tokenizer_json));
-    archive.write("run_id", scalar(meta.run_id));
-    archive.write("config_hash", c10::IValue(meta.config_hash));
-    torch::serialize::OutputArchive model_archive, optim_archive;
-    model.save(model_archive);
-    optimizer.save(optim_archive);
-    archive.write("model", model_archive);
-    archive.write("optimizer", optim_archive);
-    {
-      auto gen = at::detail::getDefaultCPUGenerator();
-      std::lock_guard<std::mutex> lock(gen.mutex());
-      archive.write("rng_cpu", gen.get_state());
-    }
-    // Dropout and sampling on a GPU draw from its own generator: without its state resume is not exact there.
-    for (std::size_t i = 0; i < cuda_generators(); ++i) {
-      auto gen = at::globalContext().defaultGenerator(c10::Device(c10::kCUDA, static_cast<c10::DeviceIndex>(i)));
-      std::lock_guard<std::mutex> lock(gen.mutex());
-      archive.write("rng_cuda_" + std::to_string(i), gen.get_state());
-    }
-    const std::string tmp = path + ".tmp";
-    SavedCheckpoint saved;
-    saved.crc32 = write_archive(archive, tmp);
-    fs::rename(tmp, path);
-    saved.bytes = static_cast<std::int64_t>(fs::file_size(path));
-    return saved;
+    torch::NoGradGuard no_grad;
+    CheckpointSnapshot snapshot;
+    snapshot.path = path;
+    snapshot.meta = meta;
+    std::unordered_map<const void*, torch::Tensor> copies;  // original parameter -> its copy
+    snapshot.model = copy_module(model, copies, snapshot.bytes);
+    snapshot.optimizer = copy_optimizer(optimizer, copies, snapshot.bytes);
+    snapshot.generators = generator_states();
+    return snapshot;
   } catch (const c10::Error& e) {
-    throw CheckpointError(path + ": cannot write checkpoint (" + e.what_without_backtrace() + ")");
-  } catch (const fs::filesystem_error& e) {
-    throw CheckpointError(path + ": cannot write checkpoint (" + e.what() + ")");
+    throw CheckpointError(path + ": cannot copy the checkpoint (" + e.what_without_backtrace() + ")");
   }
+}
+
+SavedCheckpoint write_checkpoint(const CheckpointSnapshot& snapshot) {
+  return write_file(snapshot.path, *snapshot.model, *snapshot.optimizer, snapshot.meta, snapshot.generators);
+}
+
+void BackgroundCheckpointWriter::start(CheckpointSnapshot snapshot) {
+  if (busy()) throw CheckpointError(snapshot.path + ": another checkpoint is still being written");
+  pending_ = std::async(std::launch::async, [snapshot = std::move(snapshot)] {
+    const auto t0 = std::chrono::steady_clock::now();
+    WrittenCheckpoint written;
+    written.saved = write_checkpoint(snapshot);
+    written.path = snapshot.path;
+    written.step = snapshot.meta.step;
+    written.write_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    return written;
+  });
+}
+
+std::optional<WrittenCheckpoint> BackgroundCheckpointWriter::poll() {
+  if (!pending_.valid() || pending_.wait_for(std::chrono::seconds(0)) != std::future_status::ready) return std::nullopt;
+  return finish();
+}
+
+std::optional<WrittenCheckpoint> BackgroundCheckpointWriter::finish() {
+  if (!pending_.valid()) return std::nullopt;
+  return pending_.get();  // rethrows the write's CheckpointError; the future is empty afterwards either way
 }
 
 void verify_checkpoint_file(const std::string& path, std::uint32_t expected_crc32) {

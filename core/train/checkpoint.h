@@ -1,7 +1,10 @@
 // Checkpoints: model, optimizer, RNG, step and the resolved config in one file, written atomically.
 #pragma once
 #include <cstdint>
+#include <future>
+#include <optional>
 #include <string>
+#include <vector>
 
 #include <torch/torch.h>
 
@@ -38,6 +41,50 @@ struct SavedCheckpoint {
 /// SequenceClassifier).
 SavedCheckpoint save_checkpoint(const std::string& path, torch::nn::Module& model, torch::optim::Optimizer& optimizer,
                                 const CheckpointMeta& meta);
+
+/// A checkpoint taken at one step: host copies of the model's parameters and buffers (same names), of the optimizer
+/// and its state, and of the generators' states, so that training can go on while another thread writes it.
+struct CheckpointSnapshot {
+  std::string path;  ///< where it is to be written
+  CheckpointMeta meta;
+  std::shared_ptr<torch::nn::Module> model;
+  std::shared_ptr<torch::optim::Optimizer> optimizer;
+  std::vector<std::pair<std::string, torch::Tensor>> generators;  ///< archive key, state
+  std::int64_t bytes = 0;  ///< of the copied tensors
+};
+
+/// Copies what a checkpoint of `model` and `optimizer` (AdamW, or a kind of it) holds, on the host: the copies' bytes
+/// once more in host memory. A disk without room for the checkpoint is a CheckpointError before anything is copied.
+CheckpointSnapshot checkpoint_snapshot(const std::string& path, torch::nn::Module& model,
+                                       torch::optim::AdamW& optimizer, const CheckpointMeta& meta);
+
+/// Writes `snapshot` as save_checkpoint writes a checkpoint (the same file, byte for byte, as save_checkpoint of the
+/// same state on the CPU). Reads only the snapshot's copies: a thread of its own may call it while training goes on.
+SavedCheckpoint write_checkpoint(const CheckpointSnapshot& snapshot);
+
+/// A checkpoint written to its file.
+struct WrittenCheckpoint {
+  std::string path;
+  std::int64_t step = 0;
+  SavedCheckpoint saved;
+  double write_s = 0;  ///< seconds on the writing thread
+};
+
+/// Writes checkpoint snapshots on a thread of its own, one at a time, while the caller trains on. A write that failed
+/// rethrows its CheckpointError from the next poll() or finish(); destroying the writer waits for a write in flight.
+class BackgroundCheckpointWriter {
+ public:
+  /// Starts writing `snapshot`; a CheckpointError if a write is still in flight (finish() it first).
+  void start(CheckpointSnapshot snapshot);
+  /// The write in flight if it has finished (without waiting), else nothing.
+  std::optional<WrittenCheckpoint> poll();
+  /// Waits for the write in flight, if any, and returns it.
+  std::optional<WrittenCheckpoint> finish();
+  bool busy() const { return pending_.valid(); }
+
+ private:
+  std::future<WrittenCheckpoint> pending_;
+};
 
 /// Reads the whole file and compares its CRC-32 with the one recorded when it was written: a CheckpointError naming
 /// the file when it was changed or damaged since.

@@ -29,20 +29,6 @@ double lr_at(std::int64_t step, std::int64_t total, std::int64_t warmup, double 
 
 namespace {
 
-/// The key torch::optim::Optimizer files a parameter's state under: the TensorImpl address, as a string up to
-/// LibTorch 1.13 (formatted as c10::guts::to_string does) and as the pointer itself from 2.0.
-template <typename Map>
-typename Map::key_type state_key(const Map&, const torch::Tensor& p) {
-  using Key = typename Map::key_type;
-  if constexpr (std::is_same_v<Key, std::string>) {
-    std::ostringstream out;
-    out << p.unsafeGetTensorImpl();
-    return out.str();
-  } else {
-    return static_cast<Key>(p.unsafeGetTensorImpl());
-  }
-}
-
 /// One group's parameters that have a gradient on one device and dtype, with their state tensors.
 struct Bucket {
   std::vector<torch::Tensor> params, grads, exp_avgs, exp_avg_sqs;

@@ -1,6 +1,9 @@
 // AdamW with decay / no-decay parameter groups and the warm-up + cosine learning-rate schedule.
 #pragma once
 #include <memory>
+#include <sstream>
+#include <string>
+#include <type_traits>
 #include <unordered_map>
 
 #include <nlohmann/json.hpp>
@@ -14,6 +17,20 @@ namespace routelab {
 /// Learning rate at (0-based) step `step`: linear warm-up from 0 to lr over `warmup` steps, then cosine
 /// decay to min_lr at `total`. A pure function of the step, so resume needs no scheduler state.
 double lr_at(std::int64_t step, std::int64_t total, std::int64_t warmup, double lr, double min_lr);
+
+/// The key torch::optim::Optimizer files a parameter's state under: the TensorImpl address, as a string up to
+/// LibTorch 1.13 (formatted as c10::guts::to_string does) and as the pointer itself from 2.0.
+template <typename Map>
+typename Map::key_type state_key(const Map&, const torch::Tensor& p) {
+  using Key = typename Map::key_type;
+  if constexpr (std::is_same_v<Key, std::string>) {
+    std::ostringstream out;
+    out << p.unsafeGetTensorImpl();
+    return out.str();
+  } else {
+    return static_cast<Key>(p.unsafeGetTensorImpl());
+  }
+}
 
 /// How MultiTensorAdamW updates the parameters of one device and dtype.
 enum class AdamWKernel {

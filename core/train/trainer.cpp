@@ -108,6 +108,7 @@ class Session {
     threads_.emplace(thread_count());
     classification_ = architecture(config_.arch()).task == Task::Classification;
     cuda_graph_ = train.at("cuda_graph").get<bool>();
+    async_checkpoints_ = train.at("checkpoint_async").get<bool>();
     if (cuda_graph_) check_cuda_graph();
     if (collective_ && (classification_ || cuda_graph_))
       throw ConfigError(std::string(classification_ ? "model.arch: " + config_.arch() + " is a classifier"
@@ -324,13 +325,20 @@ class Session {
     try {
       if (dp_) join_ranks(outcome);
       loop(outcome);
+      finish_checkpoint();  // a run ends once its last checkpoint is on the disk and recorded
     } catch (const std::exception& e) {
-      // The steps that ran before the error but were not read back yet are still recorded, where the device allows.
+      // The steps that ran before the error but were not read back yet are still recorded, where the device allows,
+      // and so is a checkpoint still being written, once it is.
       TrainOutcome settled = outcome;
       try {
         settle(settled);
         outcome.last_step = settled.last_step;
       } catch (const std::exception&) {
+      }
+      try {
+        finish_checkpoint();
+      } catch (const std::exception& ce) {
+        log_->error("run {}: {}", run_id_, ce.what());
       }
       outcome.status = RunStatus::Failed;
       outcome.message = e.what();
@@ -421,6 +429,7 @@ class Session {
       const bool settle_now = log_step || eval_step || checkpoint_step ||
                               static_cast<std::int64_t>(pending_.size()) >= sync_every;
       if (settle_now && !settle(outcome)) return;
+      if (const auto written = checkpoints_.poll()) record_checkpoint(*written);
 
       if ((eval_step || step == total_steps_) && writes()) {  // data parallel: rank 0 evaluates
         const auto eval = evaluate(step);
@@ -657,10 +666,33 @@ class Session {
     meta.tokenizer_json = classification_ ? class_data_->tokenizer_json().dump() : dataset_->tokenizer().to_json().dump();
     meta.run_id = run_id_;
     meta.config_hash = config_hash_;
-    const auto saved = save_checkpoint(path, module(), *optimizer_, meta);
-    writer_->add_checkpoint({step, path, saved.bytes, now_s(), saved.crc32});
-    writer_->flush();  // a checkpoint is only usable for resume once its row is committed
+    finish_checkpoint();  // one snapshot in memory at a time, and the disk's room counted after the last write
+    if (!async_checkpoints_) {
+      const auto t0 = std::chrono::steady_clock::now();
+      WrittenCheckpoint written{path, step, save_checkpoint(path, module(), *optimizer_, meta), 0};
+      written.write_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      record_checkpoint(written);
+    } else {
+      const auto t0 = std::chrono::steady_clock::now();
+      auto snapshot = checkpoint_snapshot(path, module(), *optimizer_, meta);
+      log_->debug("run {}: checkpoint of step {}: {} MiB copied in {:.2f} s, written on its own thread", run_id_, step,
+                  snapshot.bytes >> 20, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+      checkpoints_.start(std::move(snapshot));
+    }
     last_checkpoint_step_ = step;
+  }
+
+  /// A checkpoint on the disk counts for resume once its row is committed.
+  void record_checkpoint(const WrittenCheckpoint& written) {
+    writer_->add_checkpoint({written.step, written.path, written.saved.bytes, now_s(), written.saved.crc32});
+    writer_->flush();
+    log_->debug("run {}: checkpoint of step {} written ({} MiB in {:.2f} s)", run_id_, written.step,
+                written.saved.bytes >> 20, written.write_s);
+  }
+
+  /// Waits for the checkpoint being written, if any, and records it; rethrows its CheckpointError.
+  void finish_checkpoint() {
+    if (const auto written = checkpoints_.finish()) record_checkpoint(*written);
   }
 
   ExperimentConfig config_;
@@ -683,6 +715,8 @@ class Session {
   EpochTally epoch_;  ///< classification: the epoch's training loss and accuracy so far
   std::unique_ptr<MultiTensorAdamW> optimizer_;
   bool cuda_graph_ = false;                     ///< train.cuda_graph
+  bool async_checkpoints_ = true;               ///< train.checkpoint_async
+  BackgroundCheckpointWriter checkpoints_;      ///< the checkpoint being written, when async_checkpoints_
   std::unique_ptr<CudaGraphStep> graph_step_;  ///< made at the first step when cuda_graph_
   RankWriter writer_;  ///< rank 0's (or the only process's) writer of the run
   std::shared_ptr<Collective> collective_;  ///< data parallel: the process group (null: one process)
