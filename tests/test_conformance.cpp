@@ -28,6 +28,7 @@
 
 #include "core/config/experiment_config.h"
 #include "core/config/options.h"
+#include "core/data/dataset.h"
 #include "core/cost/flop_counter.h"
 #include "core/cost/flops_model.h"
 #include "core/inference/kv_cache.h"
@@ -655,6 +656,42 @@ class TestConformance : public QObject {
         QVERIFY2(a[i].step == b[i].step && a[i].value == b[i].value,
                  qPrintable(QString("%1 at step %2: %3 vs %4").arg(key).arg(a[i].step).arg(a[i].value, 0, 'g', 17)
                                 .arg(b[i].value, 0, 'g', 17)));
+    }
+  }
+
+  void shardedEvaluationIsTheWhole_data() { add_language_model_rows(); }
+  void shardedEvaluationIsTheWhole() {
+    // Data-parallel evaluation: each rank runs every world_size-th validation batch and rank 0 merges the ranks'
+    // passes, received as JSON. Three shards of five batches, merged so, are the whole evaluation: its loss,
+    // statistics, and every layer's routed share, statistics and FLOPs.
+    QFETCH(QString, arch);
+    const auto& entry = architecture(arch.toStdString());
+    const auto config = resolve_config(nlohmann::json::object(), {"data.source=copy"}, "conformance");
+    const auto data = make_dataset(config.data());
+    torch::manual_seed(6);
+    auto lm = create_model(small_model(entry), {data->tokenizer().vocab_size(), data->context()});
+    const auto evaluate = [&](std::int64_t shard, std::int64_t shards) {
+      return evaluate_split(*lm, *data, Split::Val, 5, 3, 11, torch::kCPU, false, shard, shards);
+    };
+    const auto whole = evaluate(0, 1);
+    EvalPass merged;
+    for (std::int64_t shard = 0; shard < 3; ++shard)
+      merged.merge(EvalPass::from_json(nlohmann::json::parse(evaluate(shard, 3).to_json().dump())));
+    QCOMPARE(merged.batches, std::int64_t{5});
+    QCOMPARE(whole.batches, std::int64_t{5});
+    QVERIFY2(near(merged.loss, whole.loss, 1e-9), qPrintable(QString("%1 vs %2").arg(merged.loss).arg(whole.loss)));
+    QCOMPARE(merged.stats.size(), whole.stats.size());
+    for (const auto& [key, value] : whole.stats) QVERIFY2(near(merged.stats.at(key), value, 1e-9), key.c_str());
+    const auto a = whole.routing.record(), b = merged.routing.record();
+    QVERIFY(a.flops_ratio && b.flops_ratio && near(*b.flops_ratio, *a.flops_ratio, 1e-12));
+    QCOMPARE(b.layers.size(), a.layers.size());
+    for (std::size_t i = 0; i < a.layers.size(); ++i) {
+      QCOMPARE(b.layers[i].kind, a.layers[i].kind);
+      QVERIFY(near(b.layers[i].routed_fraction, a.layers[i].routed_fraction, 1e-12));
+      QVERIFY(near(b.layers[i].flops, a.layers[i].flops, 1e-12));
+      QCOMPARE(b.layers[i].stats.size(), a.layers[i].stats.size());
+      for (const auto& [key, value] : a.layers[i].stats)
+        QVERIFY2(near(b.layers[i].stats.at(key), value, 1e-9), key.c_str());
     }
   }
 

@@ -229,7 +229,8 @@ const OptionSchema& run_schema() {
                  "Gloo on the CPU"),
       float_opt("dist_timeout_s", 600, 1, 86400,
                 "data parallel: seconds a rank waits for the others (rendezvous, every collective) before the run "
-                "fails; rank 0's evaluations and checkpoints must fit in it"),
+                "fails; rank 0's evaluations and checkpoints (their host copies, with train.checkpoint_async) must fit "
+                "in it"),
       float_opt("dist_bucket_mb", 25, 0.001, 4096, "data parallel: size of the gradient buckets summed over the ranks"),
       bool_opt("dist_overlap", true,
                "data parallel: send each gradient bucket while the backward pass runs (false: after it)"),

@@ -91,22 +91,88 @@ EvaluationRecord InferenceRouting::record() const {
   return r;
 }
 
+void InferenceRouting::merge(const InferenceRouting& other) {
+  if (layers_.size() < other.layers_.size()) layers_.resize(other.layers_.size());
+  for (std::size_t i = 0; i < other.layers_.size(); ++i) {
+    auto& l = layers_[i];
+    const auto& o = other.layers_[i];
+    if (o.batches == 0) continue;
+    l.kind = o.kind;
+    l.routed = o.routed;
+    l.fraction_sum += o.fraction_sum;
+    l.flops += o.flops;
+    l.dense_flops += o.dense_flops;
+    for (const auto& [key, value] : o.stats) l.stats[key] += value;
+    l.batches += o.batches;
+  }
+}
+
+nlohmann::json InferenceRouting::to_json() const {
+  auto out = nlohmann::json::array();
+  for (const auto& l : layers_)
+    out.push_back({{"kind", l.kind}, {"routed", l.routed}, {"fraction_sum", l.fraction_sum}, {"flops", l.flops},
+                   {"dense_flops", l.dense_flops}, {"stats", l.stats}, {"batches", l.batches}});
+  return out;
+}
+
+InferenceRouting InferenceRouting::from_json(const nlohmann::json& j) {
+  InferenceRouting r;
+  for (const auto& e : j) {
+    Layer l;
+    l.kind = e.at("kind").get<std::string>();
+    l.routed = e.at("routed").get<bool>();
+    l.fraction_sum = e.at("fraction_sum").get<double>();
+    l.flops = e.at("flops").get<double>();
+    l.dense_flops = e.at("dense_flops").get<double>();
+    l.stats = e.at("stats").get<std::map<std::string, double>>();
+    l.batches = e.at("batches").get<int>();
+    r.layers_.push_back(std::move(l));
+  }
+  return r;
+}
+
+void EvalPass::merge(const EvalPass& other) {
+  const double total = static_cast<double>(batches + other.batches);
+  if (total == 0) return;
+  const double mine = static_cast<double>(batches) / total, theirs = static_cast<double>(other.batches) / total;
+  loss = loss * mine + other.loss * theirs;
+  for (auto& [key, value] : stats) value *= mine;
+  for (const auto& [key, value] : other.stats) stats[key] += value * theirs;  // a key one shard lacks counts 0 there
+  routing.merge(other.routing);
+  batches += other.batches;
+}
+
+nlohmann::json EvalPass::to_json() const {
+  return {{"loss", loss}, {"stats", stats}, {"batches", batches}, {"routing", routing.to_json()}};
+}
+
+EvalPass EvalPass::from_json(const nlohmann::json& j) {
+  EvalPass pass;
+  pass.loss = j.at("loss").get<double>();
+  pass.stats = j.at("stats").get<std::map<std::string, double>>();
+  pass.batches = j.at("batches").get<std::int64_t>();
+  pass.routing = InferenceRouting::from_json(j.at("routing"));
+  return pass;
+}
+
 EvalPass evaluate_split(LanguageModel& model, const LmDataset& data, Split split, std::int64_t batches,
-                        std::int64_t batch_size, std::uint64_t seed, const torch::Device& device, bool bf16) {
+                        std::int64_t batch_size, std::uint64_t seed, const torch::Device& device, bool bf16,
+                        std::int64_t shard, std::int64_t shards) {
   torch::NoGradGuard no_grad;
   const bool was_training = model.is_training();
   model.eval();
   EvalPass pass;
   double total = 0;
-  for (std::int64_t i = 0; i < batches; ++i) {
+  for (std::int64_t i = shard; i < batches; i += std::max<std::int64_t>(1, shards)) {
     const auto batch = to_device(data.sample(split, batch_size, mix_seed(seed, kEvalStream, static_cast<std::uint64_t>(i))), device);
     AutocastGuard autocast(bf16, device);
     const auto out = model.forward(batch.input, /*trace=*/true);
     total += lm_loss(out.logits, batch.target, batch.loss_mask).item<double>();
     pass.routing.add(out.trace);
     for (const auto& [key, value] : out.stats) pass.stats[key] += value;
+    ++pass.batches;
   }
-  const double n = static_cast<double>(std::max<std::int64_t>(1, batches));
+  const double n = static_cast<double>(std::max<std::int64_t>(1, pass.batches));
   pass.loss = total / n;
   for (auto& [key, value] : pass.stats) value /= n;
   if (was_training) model.train();

@@ -38,6 +38,11 @@ class InferenceRouting {
   std::vector<LayerRouting> layers() const;
   /// The evaluation document of a language model: its FLOPs ratio and layers (core/run/evaluation_record.h).
   EvaluationRecord record() const;
+  /// Adds `other`'s batches (another shard of the same model's evaluation).
+  void merge(const InferenceRouting& other);
+  /// The sums held, as JSON, and back (to merge shards evaluated by other processes).
+  nlohmann::json to_json() const;
+  static InferenceRouting from_json(const nlohmann::json& j);
 
  private:
   struct Layer {
@@ -54,12 +59,20 @@ struct EvalPass {
   double loss = 0;                       ///< mean over the batches of the masked next-token CE
   InferenceRouting routing;
   std::map<std::string, double> stats;   ///< ModelOutput::stats, mean over the batches
+  std::int64_t batches = 0;              ///< how many batches the means are over
+
+  /// The pass of this pass's batches and `other`'s (another shard of the same evaluation): means weighted by batches.
+  void merge(const EvalPass& other);
+  nlohmann::json to_json() const;
+  static EvalPass from_json(const nlohmann::json& j);
 };
 
-/// Runs `batches` batches of `split` in eval mode without gradients: batch i comes from
-/// mix_seed(seed, kEvalStream, i), so every call sees the same tokens. Restores train mode when it was on.
+/// Runs batches of `split` in eval mode without gradients: batch i comes from mix_seed(seed, kEvalStream, i), so
+/// every call sees the same tokens. Of the `batches` batches, this call runs i = shard, shard + shards, ...: the
+/// shards' passes merged (EvalPass::merge) are the whole evaluation. Restores train mode when it was on.
 EvalPass evaluate_split(LanguageModel& model, const LmDataset& data, Split split, std::int64_t batches,
-                        std::int64_t batch_size, std::uint64_t seed, const torch::Device& device, bool bf16);
+                        std::int64_t batch_size, std::uint64_t seed, const torch::Device& device, bool bf16,
+                        std::int64_t shard = 0, std::int64_t shards = 1);
 
 /// Strided evaluation over the first `max_windows` windows of `split` (LmDataset::windows), `batch_size` windows
 /// per forward; the loss is the mean over windows. `windows_used` receives how many the split held. Returns

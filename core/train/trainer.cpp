@@ -391,12 +391,14 @@ class Session {
     const auto sync_setting = train.at("sync_every").get<std::int64_t>();
     const std::int64_t sync_every = sync_setting > 0 ? sync_setting : device_.is_cuda() ? kGpuSyncEvery : 1;
 
-    if (start_step_ == 0 && !resumed_ && writes()) {
+    if (start_step_ == 0 && !resumed_) {
       // The untrained model's validation loss: every curve starts from a measured point, not from step 1.
       const auto eval = evaluate(0);
-      outcome.first_val_loss = eval.val_loss;
-      outcome.first_val_accuracy = eval.val_accuracy;
-      if (observer_) observer_->on_eval(eval);
+      if (writes()) {
+        outcome.first_val_loss = eval.val_loss;
+        outcome.first_val_accuracy = eval.val_accuracy;
+        if (observer_) observer_->on_eval(eval);
+      }
     }
     module().train();
     t_start_ = std::chrono::steady_clock::now();
@@ -431,13 +433,15 @@ class Session {
       if (settle_now && !settle(outcome)) return;
       if (const auto written = checkpoints_.poll()) record_checkpoint(*written);
 
-      if ((eval_step || step == total_steps_) && writes()) {  // data parallel: rank 0 evaluates
+      if (eval_step || step == total_steps_) {  // data parallel: every rank evaluates its share, rank 0 records
         const auto eval = evaluate(step);
-        if (!outcome.first_val_loss) outcome.first_val_loss = eval.val_loss;
-        outcome.last_val_loss = eval.val_loss;
-        if (!outcome.first_val_accuracy) outcome.first_val_accuracy = eval.val_accuracy;
-        outcome.last_val_accuracy = eval.val_accuracy;
-        if (observer_) observer_->on_eval(eval);
+        if (writes()) {
+          if (!outcome.first_val_loss) outcome.first_val_loss = eval.val_loss;
+          outcome.last_val_loss = eval.val_loss;
+          if (!outcome.first_val_accuracy) outcome.first_val_accuracy = eval.val_accuracy;
+          outcome.last_val_accuracy = eval.val_accuracy;
+          if (observer_) observer_->on_eval(eval);
+        }
       }
       if (checkpoint_step) checkpoint(step, t_start_);
       if (eval_step || checkpoint_step) restart_throughput_window();
@@ -625,9 +629,24 @@ class Session {
 
   EvalMetrics evaluate_lm(std::int64_t step) {
     const auto n_batches = config_.train().at("eval_batches").get<std::int64_t>();
-    // The same validation batches at every evaluation, so successive values are comparable.
-    const auto pass = evaluate_split(*model_, *dataset_, Split::Val, n_batches, batch_size_,
-                                     static_cast<std::uint64_t>(seed_), device_, bf16_);
+    // The same validation batches at every evaluation, so successive values are comparable. Data parallel: each rank
+    // runs every world_size-th batch, and rank 0 merges the ranks' passes (in rank order: the same sums every time).
+    const auto shard = dp_ ? dp_->rank() : 0, shards = dp_ ? dp_->collective().world_size() : 1;
+    const auto t0 = std::chrono::steady_clock::now();
+    auto pass = evaluate_split(*model_, *dataset_, Split::Val, n_batches, batch_size_,
+                               static_cast<std::uint64_t>(seed_), device_, bf16_, shard, shards);
+    log_->debug("run {}: step {} evaluation: {} of {} batches on this rank in {:.3f} s", run_id_, step, pass.batches,
+                n_batches, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    if (dp_) {
+      const auto own = pass.to_json().dump();
+      EvalPass merged;
+      for (int r = 0; r < shards; ++r) {
+        const auto text = dp_->collective().broadcast_string(r == shard ? own : std::string(), r);
+        if (writes()) merged.merge(EvalPass::from_json(nlohmann::json::parse(text)));
+      }
+      if (!writes()) return {};
+      pass = std::move(merged);
+    }
     const auto e = record_lm_eval(writer_, step, pass, dataset_->chars_per_token(Split::Val));
     {
       torch::NoGradGuard no_grad;

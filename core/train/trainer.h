@@ -81,8 +81,8 @@ struct TrainRequest {
 /// row exists, and thrown (ConfigError, DataError, DeviceError, StoreError) when nothing was stored yet.
 /// `cancel` set to true stops after the current step with status `stopped` and a final checkpoint.
 /// With `dist` this process is one rank of a data-parallel run (core/dist/launch_env.h): every rank trains its share
-/// of each step; rank 0 alone evaluates, checkpoints and writes the store, and the other ranks' outcome has rank 0's
-/// run_id.
+/// of each step and its share of each evaluation's batches; rank 0 alone merges the evaluations, checkpoints and
+/// writes the store, and the other ranks' outcome has rank 0's run_id.
 TrainOutcome train(const TrainRequest& request, TrainObserver* observer = nullptr,
                    const std::atomic<bool>* cancel = nullptr, const DistEnv* dist = nullptr);
 
