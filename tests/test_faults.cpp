@@ -14,6 +14,7 @@
 #include <fstream>
 #include <map>
 #include <mutex>
+#include <set>
 #include <thread>
 
 #include "core/config/experiment_config.h"
@@ -281,6 +282,38 @@ class TestFaults : public QObject {
     QVERIFY2(message.find("cannot write checkpoint (it needs about") != std::string::npos, message.c_str());
     QVERIFY(left.empty());  // nothing half-written
     QCOMPARE(status, RunStatus::Failed);
+  }
+
+  void onlyTheNewestCheckpointsAreKept() {
+    // train.keep_checkpoints=2: once a checkpoint is stored, those older than the newest two lose their row, then
+    // their file. A run stopped and resumed among them, its newest damaged, resumes from the older one kept and
+    // still stores the uninterrupted curve.
+    const auto store = db("keep");
+    const auto cfg = small_config({"train.keep_checkpoints=2"});  // a checkpoint every 8 of 24 steps
+    const auto steps = [&](std::int64_t run) {
+      std::vector<std::int64_t> out;
+      for (const auto& c : RunStore(store).checkpoints(run)) out.push_back(c.step);
+      return out;
+    };
+    const auto files = [&](std::int64_t run) {
+      std::set<std::string> out;
+      const auto folder = fs::path(RunStore(store).latest_checkpoint(run)->path).parent_path();
+      for (const auto& entry : fs::directory_iterator(folder)) out.insert(entry.path().filename().string());
+      return out;
+    };
+    const auto full = train({cfg, store, "full", ""});
+    QCOMPARE(full.status, RunStatus::Finished);
+    QCOMPARE(steps(full.run_id), (std::vector<std::int64_t>{16, 24}));
+    QCOMPARE(files(full.run_id), (std::set<std::string>{"step-00000016.pt", "step-00000024.pt"}));
+    const auto part = stopped_run(store, cfg, 20);  // checkpoints at 8, 16 and 20 (the stop)
+    QCOMPARE(steps(part.run_id), (std::vector<std::int64_t>{16, 20}));
+    QCOMPARE(files(part.run_id), (std::set<std::string>{"step-00000016.pt", "step-00000020.pt"}));
+    overwrite_middle(RunStore(store).latest_checkpoint(part.run_id)->path);
+    const auto resumed = resume(store, part.run_id);
+    QCOMPARE(resumed.status, RunStatus::Finished);
+    QVERIFY2(resumed.message.find("resumed from step 16") != std::string::npos, resumed.message.c_str());
+    expect_same_curve(store, full.run_id, part.run_id);
+    QCOMPARE(steps(part.run_id), (std::vector<std::int64_t>{16, 24}));
   }
 
   void fullDiskDuringCheckpointFailsCleanlyAndResumesExactly_data() {

@@ -179,6 +179,9 @@ const OptionSchema& train_schema() {
       int_opt("eval_batches", 8, 1, 100000, "validation batches per evaluation"),
       int_opt("log_every", 10, 1, 1e9, "steps between stored training metrics"),
       int_opt("checkpoint_every", 500, 1, 1e9, "steps between checkpoints (a final one is always written)"),
+      int_opt("keep_checkpoints", 0, 0, 1e6,
+              "checkpoints kept on the disk: once a newer one is stored, the oldest beyond this many are deleted (their "
+              "files and rows; a resume falls back to the newest intact one of those kept). 0: every one"),
       bool_opt("checkpoint_async", true,
                "write each checkpoint on a thread of its own while training goes on: the step's weights, optimizer "
                "state and generators are serialised to host memory first (one more copy of them held while it is "

@@ -587,6 +587,11 @@ void RunStore::insert_checkpoint(std::int64_t run_id, const CheckpointRow& row) 
   s.run();
 }
 
+void RunStore::delete_checkpoint(std::int64_t run_id, std::int64_t step) {
+  Statement s(db_, path_, "DELETE FROM checkpoints WHERE run_id = ?1 AND step = ?2");
+  s.bind(1, run_id).bind(2, step).run();
+}
+
 std::string RunStore::stored_checkpoint_path(const std::string& file) const {
   if (path_.empty() || path_ == ":memory:") return file;
   // Relative to the store's folder when inside it: a store moved (or reached by another relative path) with its

@@ -207,6 +207,8 @@ class RunStore {
   void insert_routing(std::int64_t run_id, const std::vector<RoutingRow>& rows);
   void insert_eval(std::int64_t run_id, const EvalRow& row);
   void insert_checkpoint(std::int64_t run_id, const CheckpointRow& row);
+  /// Removes the row of run `run_id`'s checkpoint of `step` (its file is the caller's to remove, afterwards).
+  void delete_checkpoint(std::int64_t run_id, std::int64_t step);
   void insert_probe(std::int64_t run_id, const ProbeRow& row);
   /// Removes metrics, routing, evals, probes and checkpoint rows with step > `step` (used when resuming).
   void truncate_after(std::int64_t run_id, std::int64_t step);
@@ -286,6 +288,8 @@ class StoreWriter {
   void add_routing(const RoutingRow& row);
   void add_eval(const EvalRow& row);
   void add_checkpoint(const CheckpointRow& row);
+  /// Removes the row of the run's checkpoint of `step`, in order with the rows added before it.
+  void retire_checkpoint(std::int64_t step);
   void add_probe(const ProbeRow& row);
   /// Blocks until everything added so far is committed; rethrows a write error as StoreError.
   void flush();

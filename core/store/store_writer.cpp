@@ -31,10 +31,12 @@ struct Batch {
   std::vector<RoutingRow> routing;
   std::vector<EvalRow> evals;
   std::vector<CheckpointRow> checkpoints;
+  std::vector<std::int64_t> retired_checkpoints;  ///< steps whose checkpoint rows go, after the rows above
   std::vector<ProbeRow> probes;
 
   std::size_t size() const {
-    return metrics.size() + routing.size() + evals.size() + checkpoints.size() + probes.size();
+    return metrics.size() + routing.size() + evals.size() + checkpoints.size() + retired_checkpoints.size() +
+           probes.size();
   }
   bool empty() const { return size() == 0; }
 
@@ -48,6 +50,7 @@ struct Batch {
     front(routing, std::move(earlier.routing));
     front(evals, std::move(earlier.evals));
     front(checkpoints, std::move(earlier.checkpoints));
+    front(retired_checkpoints, std::move(earlier.retired_checkpoints));
     front(probes, std::move(earlier.probes));
   }
 };
@@ -127,6 +130,7 @@ void StoreWriter::State::write(const Batch& batch, bool beat) {
     store.insert_routing(run_id, batch.routing);
     for (const EvalRow& row : batch.evals) store.insert_eval(run_id, row);
     for (const CheckpointRow& row : batch.checkpoints) store.insert_checkpoint(run_id, row);
+    for (const std::int64_t step : batch.retired_checkpoints) store.delete_checkpoint(run_id, step);
     for (const ProbeRow& row : batch.probes) store.insert_probe(run_id, row);
   });
 }
@@ -278,6 +282,10 @@ void StoreWriter::add_eval(const EvalRow& row) {
 
 void StoreWriter::add_checkpoint(const CheckpointRow& row) {
   state_->add([&](Batch& b) { b.checkpoints.push_back(row); });
+}
+
+void StoreWriter::retire_checkpoint(std::int64_t step) {
+  state_->add([&](Batch& b) { b.retired_checkpoints.push_back(step); });
 }
 
 void StoreWriter::add_probe(const ProbeRow& row) {

@@ -63,6 +63,7 @@ class RankWriter {
   void add_routing(const RoutingRow& row) { if (writer_) writer_->add_routing(row); }
   void add_eval(const EvalRow& row) { if (writer_) writer_->add_eval(row); }
   void add_checkpoint(const CheckpointRow& row) { if (writer_) writer_->add_checkpoint(row); }
+  void retire_checkpoint(std::int64_t step) { if (writer_) writer_->retire_checkpoint(step); }
   void add_probe(const ProbeRow& row) { if (writer_) writer_->add_probe(row); }
   void flush() { if (writer_) writer_->flush(); }
   void check() { if (writer_) writer_->check(); }

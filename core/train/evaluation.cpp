@@ -34,18 +34,10 @@ nlohmann::json tensor_to_json(const torch::Tensor& t) {
 }
 
 void InferenceRouting::add(const std::vector<LayerTrace>& trace) {
-  if (layers_.size() < trace.size()) layers_.resize(trace.size());
-  for (std::size_t i = 0; i < trace.size(); ++i) {
-    auto& l = layers_[i];
-    const auto& t = trace[i];
-    l.kind = t.kind;
-    l.routed = t.routed;
-    l.fraction_sum += t.routed_fraction;
-    l.flops += t.flops;
-    l.dense_flops += t.dense_flops;
-    for (const auto& [key, value] : t.stats) l.stats[key] += value;
-    ++l.batches;
-  }
+  InferenceRouting batch;
+  for (const auto& t : trace)
+    batch.layers_.push_back({t.kind, t.routed, t.routed_fraction, t.flops, t.dense_flops, t.stats, 1});
+  merge(batch);
 }
 
 double InferenceRouting::flops_ratio() const {

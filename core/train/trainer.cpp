@@ -109,6 +109,7 @@ class Session {
     classification_ = architecture(config_.arch()).task == Task::Classification;
     cuda_graph_ = train.at("cuda_graph").get<bool>();
     async_checkpoints_ = train.at("checkpoint_async").get<bool>();
+    keep_checkpoints_ = train.at("keep_checkpoints").get<std::int64_t>();
     if (cuda_graph_) check_cuda_graph();
     if (collective_ && (classification_ || cuda_graph_))
       throw ConfigError(std::string(classification_ ? "model.arch: " + config_.arch() + " is a classifier"
@@ -319,6 +320,7 @@ class Session {
     outcome.db_path = db_path_;
     outcome.last_step = start_step_;
     if (writes()) writer_.open(db_path_, run_id_, lease_token_);
+    if (writes() && keep_checkpoints_ > 0) kept_ = RunStore(db_path_, false).checkpoints(run_id_);  // a resume's
     const std::string desc = description();
     if (observer_) observer_->on_started(run_id_, desc, total_steps_);
     log_->info("run {}: {}", run_id_, desc);
@@ -701,12 +703,26 @@ class Session {
     last_checkpoint_step_ = step;
   }
 
-  /// A checkpoint on the disk counts for resume once its row is committed.
+  /// A checkpoint on the disk counts for resume once its row is committed; then the oldest beyond
+  /// train.keep_checkpoints go.
   void record_checkpoint(const WrittenCheckpoint& written) {
-    writer_->add_checkpoint({written.step, written.path, written.saved.bytes, now_s(), written.saved.crc32});
+    const CheckpointRow row{written.step, written.path, written.saved.bytes, now_s(), written.saved.crc32};
+    writer_->add_checkpoint(row);
     writer_->flush();
     log_->debug("run {}: checkpoint of step {} written ({} MiB in {:.2f} s)", run_id_, written.step,
                 written.saved.bytes >> 20, written.write_s);
+    if (keep_checkpoints_ <= 0) return;
+    kept_.push_back(row);
+    while (static_cast<std::int64_t>(kept_.size()) > keep_checkpoints_) {
+      // Its row first (committed: resume no longer looks for it), then its file.
+      const auto old = kept_.front();
+      kept_.erase(kept_.begin());
+      writer_->retire_checkpoint(old.step);
+      writer_->flush();
+      std::error_code ec;
+      fs::remove(old.path, ec);
+      if (ec) log_->warn("run {}: could not delete the checkpoint {}: {}", run_id_, old.path, ec.message());
+    }
   }
 
   /// Waits for the checkpoint being written, if any, and records it; rethrows its CheckpointError.
@@ -735,6 +751,8 @@ class Session {
   std::unique_ptr<MultiTensorAdamW> optimizer_;
   bool cuda_graph_ = false;                     ///< train.cuda_graph
   bool async_checkpoints_ = true;               ///< train.checkpoint_async
+  std::int64_t keep_checkpoints_ = 0;           ///< train.keep_checkpoints (0: every one)
+  std::vector<CheckpointRow> kept_;             ///< with keep_checkpoints_: the run's stored checkpoints, oldest first
   BackgroundCheckpointWriter checkpoints_;      ///< the checkpoint being written, when async_checkpoints_
   std::unique_ptr<CudaGraphStep> graph_step_;  ///< made at the first step when cuda_graph_
   RankWriter writer_;  ///< rank 0's (or the only process's) writer of the run
