@@ -184,7 +184,7 @@ const OptionSchema& train_schema() {
               "files and rows; a resume falls back to the newest intact one of those kept). 0: every one"),
       bool_opt("checkpoint_async", true,
                "write each checkpoint on a thread of its own while training goes on: the step's weights, optimizer "
-               "state and generators are serialised to host memory first (one more copy of them held while it is "
+               "state and generators are copied to host memory first (one more copy of them held while it is "
                "written), and the checkpoint counts for resume once its file is on the disk; false: training waits "
                "for the disk"),
       choice_opt("precision", "fp32", {"fp32", "bf16"},

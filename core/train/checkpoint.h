@@ -58,8 +58,9 @@ struct CheckpointSnapshot {
 CheckpointSnapshot checkpoint_snapshot(const std::string& path, torch::nn::Module& model,
                                        torch::optim::AdamW& optimizer, const CheckpointMeta& meta);
 
-/// Writes `snapshot` as save_checkpoint writes a checkpoint (the same file, byte for byte, as save_checkpoint of the
-/// same state on the CPU). Reads only the snapshot's copies: a thread of its own may call it while training goes on.
+/// Writes `snapshot` as save_checkpoint writes a checkpoint: loaded, it restores what save_checkpoint's file of the
+/// same state restores (the bytes differ: the optimizer's state is filed under the copies' addresses). Reads only the
+/// snapshot's copies: a thread of its own may call it while training goes on.
 SavedCheckpoint write_checkpoint(const CheckpointSnapshot& snapshot);
 
 /// A checkpoint written to its file.
