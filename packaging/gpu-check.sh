@@ -9,7 +9,7 @@
 # compacted sequences against the padded path (losses and routed training steps), the fused add + norm and rotary
 # kernels against LibTorch's ops (losses; the GPT-2-small and 360M steps without them), 360M-parameter training
 # throughput (dense eager and graphed), the quick-start run and the data-parallel step in a group of one (NCCL) against
-# the plain one; GPU time by kernel class for the GPT-2-small bf16 step and for the routed 360M bf16 steps whose
+# the plain one; a 360M checkpoint written beside training against one written by the step; GPU time by kernel class for the GPT-2-small bf16 step and for the routed 360M bf16 steps whose
 # time/FLOPs quotient is above 1.1. Every step prints what it measured into one log; a
 # step that fails is reported and the next one still runs; steps that no longer fit the time budget are skipped, and
 # the log says so.
@@ -289,6 +289,14 @@ for cfg in smollm-360m-dense dtrnet-360m-bilayer mod-360m dllm-360m; do
   step "train-360m-$cfg" 60 "$cli" train --config "$root/experiments/$cfg.json" --device "$dev" --steps 30 \
     "${byte_level[@]}" --set train.eval_every=1000 --set train.checkpoint_every=1000 --set train.warmup_steps=10 --set train.log_every=5 \
     --db "$work/360m.sqlite"
+done
+# Checkpoints at the 360M shape: a snapshot to pinned host memory written on its own thread against the step writing
+# it (the debug lines give the step's wait and the write's time; the whole run's time is in the step's line).
+for mode in true false; do
+  step "checkpoint-360m-async-$mode" 90 "$cli" --log-level debug train \
+    --config "$root/experiments/smollm-360m-dense.json" --device "$dev" --steps 12 "${byte_level[@]}" \
+    --set train.eval_every=1000 --set train.checkpoint_every=4 --set train.warmup_steps=2 --set train.log_every=4 \
+    --set train.checkpoint_async=$mode --db "$work/ckpt-$mode.sqlite"
 done
 # D-LLM at batch 8 in one micro-batch (its preset accumulates 4 x 2, chosen before the chunked eviction), and the
 # routed training steps at the 360M shape with D-LLM among them (it stopped the benchmark while materialised).
