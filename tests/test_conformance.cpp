@@ -11,7 +11,8 @@
 // leaves the cache the trace's KV count states, a prompt pass the cache its registered KV rule prices; the matrix
 // products ATen runs equal the priced FLOPs in inference and in training mode (the trace, exactly; in inference
 // also estimate_flops at the measured shares, within 1%), work computed and then masked included; a forward sized by
-// the previous one (the GPU's sized compactions, forced) repeats it. tests/example_architecture.h is registered
+// the previous one (the GPU's sized compactions, forced) repeats it; an evaluation run in shards and merged equals the
+// whole one. Steps declared capturable as CUDA graphs: test_graph_conformance. tests/example_architecture.h is registered
 // here for the whole suite: an architecture defined in one file of its own passes the same checks. Variants of
 // each architecture (options, styles) are covered by test_generation, test_flops and the architecture's suite.
 #include <QTemporaryDir>
@@ -24,7 +25,6 @@
 #include <optional>
 #include <tuple>
 
-#include <ATen/record_function.h>
 
 #include "core/config/experiment_config.h"
 #include "core/config/options.h"
@@ -49,42 +49,17 @@
 #include "core/util/errors.h"
 #include "tests/example_architecture.h"
 #include "tests/suite.h"
+#include "tests/conformance_support.h"
 #include "tests/train_test_support.h"
 
 namespace test_conformance {
 
 using namespace routelab;
+using namespace routelab::test::conformance;
 using routelab::test::short_run_config;
 using routelab::test::StopAfter;
 
 namespace {
-
-/// While alive, lists the ops run on this thread that wait for a GPU's queue to read a result back (a scalar, or a
-/// result whose size depends on the data); on the CPU they run without waiting, so they are caught by name.
-class HostReadRecorder {
- public:
-  HostReadRecorder() {
-    handle_ = at::addThreadLocalCallback(
-        at::RecordFunctionCallback(&HostReadRecorder::on_start).scopes({at::RecordScope::FUNCTION}));
-  }
-  ~HostReadRecorder() { at::removeCallback(handle_); }
-  HostReadRecorder(const HostReadRecorder&) = delete;
-  HostReadRecorder& operator=(const HostReadRecorder&) = delete;
-  static std::vector<std::string>& reads() {
-    static thread_local std::vector<std::string> names;
-    return names;
-  }
-
- private:
-  static std::unique_ptr<at::ObserverContext> on_start(const at::RecordFunction& fn) {
-    static const std::set<std::string> waiting{"aten::_local_scalar_dense", "aten::nonzero", "aten::masked_select",
-                                               "aten::_unique2", "aten::unique_consecutive", "aten::is_nonzero",
-                                               "aten::equal", "aten::repeat_interleave"};
-    if (const std::string name = fn.name(); waiting.count(name)) reads().push_back(name);
-    return nullptr;
-  }
-  at::CallbackHandle handle_ = 0;
-};
 
 /// A config document with model section `model`, on data the architecture's task accepts.
 nlohmann::json document(const ArchitectureEntry& entry, nlohmann::json model) {
@@ -105,23 +80,6 @@ std::vector<std::pair<std::string, nlohmann::json>> invalid_values(const OptionS
   if (spec.type == OptionType::Choice) out.emplace_back("unknown choice", "no-such-choice");
   out.emplace_back("wrong type", spec.type == OptionType::String ? nlohmann::json(3) : nlohmann::json::object());
   return out;
-}
-
-/// The architecture's schema defaults at a small shape (the shape keys it has).
-nlohmann::json small_model(const ArchitectureEntry& entry) {
-  auto m = schema_defaults(entry.options);
-  const nlohmann::json shape = {{"n_layer", 4}, {"n_embd", 32}, {"n_head", 4}, {"n_kv_head", 2}, {"max_seq_len", 32}};
-  for (const auto& [key, value] : shape.items())
-    if (m.contains(key)) m[key] = value;
-  m["arch"] = entry.id;
-  return m;
-}
-
-constexpr std::int64_t kVocab = 23;
-
-/// The train section's optimizer keys for make_optimizer.
-nlohmann::json adamw_options() {
-  return nlohmann::json::parse(R"({"lr":1e-3,"beta1":0.9,"beta2":0.95,"eps":1e-8,"weight_decay":0.1})");
 }
 
 /// A small eval-mode model of the entry with half of its tokens routed where a benchmark hook can force that, so
@@ -151,19 +109,6 @@ double traced_flops(const ModelOutput& out, double head) {
 }
 
 bool near(double a, double b, double rel) { return std::abs(a - b) <= rel * std::max(std::abs(a), std::abs(b)); }
-
-/// One data row per registered architecture that `keep` selects (column "arch").
-template <class Keep>
-void add_rows(Keep keep) {
-  QTest::addColumn<QString>("arch");
-  for (const auto& entry : architectures())
-    if (keep(entry)) QTest::newRow(entry.id.c_str()) << QString::fromStdString(entry.id);
-}
-
-/// One data row per registered language model.
-void add_language_model_rows() {
-  add_rows([](const ArchitectureEntry& e) { return e.task == Task::LanguageModel; });
-}
 
 /// The share the FLOPs model prices for each routed layer of a traced forward (the entry's priced_share_stat where
 /// the layer reports it, else its routed fraction).
@@ -377,99 +322,6 @@ class TestConformance : public QObject {
       for (const double s : shares)
         QVERIFY2(std::abs(s - target) < 0.05, qPrintable(QString("share %1 for target %2").arg(s).arg(target)));
     }
-  }
-
-  void graphStepTraceIsShapeOnly_data() {
-    add_rows([](const ArchitectureEntry& e) { return e.cuda_graph_step; });
-  }
-  void graphStepTraceIsShapeOnly() {
-    // A step declared capturable as a CUDA graph is traced once, at capture, with the readback deferred: the trace's
-    // host fields must follow from the batch's shape alone (what depends on the data stays in tensors the replays
-    // rewrite: gate, decision, on_device), and the host-side progress must not reach the computation. Read back
-    // afterwards, the deferred values are those of an ordinary traced forward. As in a graph step, eager forwards
-    // come first (shapes a model sizes from earlier forwards are sized), with the GPU's packed rows forced on.
-    QFETCH(QString, arch);
-    const auto& entry = architecture(arch.toStdString());
-    QCOMPARE(entry.task, Task::LanguageModel);
-    torch::manual_seed(9);
-    auto lm = create_model(small_model(entry), {kVocab, 32});
-    lm->train();
-    const ForcePackedRows packed;
-    const auto a = torch::randint(0, kVocab, {2, 24}, torch::kLong), b = torch::randint(0, kVocab, {2, 24}, torch::kLong);
-    const auto traced = [&](const torch::Tensor& tokens, double progress, bool deferred) {
-      lm->set_progress(progress);
-      torch::manual_seed(3);  // the same dropout masks
-      std::optional<DeferredTraceReadback> defer;
-      if (deferred) defer.emplace();
-      return lm->forward(tokens, true);
-    };
-    traced(a, 0.05, false);
-    const auto first = traced(a, 0.05, true), other = traced(b, 0.95, true), again = traced(a, 0.95, true);
-    QVERIFY(torch::equal(first.logits, again.logits));
-    QCOMPARE(first.stats, other.stats);
-    QCOMPARE(first.stats_on_device.size(), other.stats_on_device.size());
-    QCOMPARE(first.trace.size(), other.trace.size());
-    for (std::size_t i = 0; i < first.trace.size(); ++i) {
-      const auto &x = first.trace[i], &y = other.trace[i];
-      QCOMPARE(x.kind, y.kind);
-      QCOMPARE(x.routed, y.routed);
-      QCOMPARE(x.routed_fraction, y.routed_fraction);
-      QCOMPARE(x.aux_loss, y.aux_loss);
-      QCOMPARE(x.tokens_processed, y.tokens_processed);
-      QCOMPARE(x.flops, y.flops);
-      QCOMPARE(x.stats, y.stats);
-      QCOMPARE(x.gate.defined(), y.gate.defined());
-      QCOMPARE(x.decision.defined(), y.decision.defined());
-      QCOMPARE(x.on_device.size(), y.on_device.size());
-    }
-    auto output = first;
-    resolve_on_device(output);
-    const auto eager = traced(a, 0.05, false);
-    QVERIFY(output.stats_on_device.empty() && eager.stats_on_device.empty());
-    QCOMPARE(output.stats, eager.stats);
-    const auto& resolved = output.trace;
-    QCOMPARE(resolved.size(), eager.trace.size());
-    for (std::size_t i = 0; i < resolved.size(); ++i) {
-      QVERIFY(resolved[i].on_device.empty() && eager.trace[i].on_device.empty());
-      QCOMPARE(resolved[i].aux_loss, eager.trace[i].aux_loss);
-      QCOMPARE(resolved[i].stats, eager.trace[i].stats);
-      QCOMPARE(resolved[i].routed_fraction, eager.trace[i].routed_fraction);
-      QCOMPARE(resolved[i].tokens_processed, eager.trace[i].tokens_processed);
-      QCOMPARE(resolved[i].flops, eager.trace[i].flops);
-    }
-  }
-
-  void graphStepReadsNothingBack_data() {
-    add_rows([](const ArchitectureEntry& e) { return e.cuda_graph_step; });
-  }
-  void graphStepReadsNothingBack() {
-    // A step declared capturable as a CUDA graph runs, once eager steps have sized what it sizes and with its trace's
-    // readback deferred as at capture, no op that makes the host wait for the device: no scalar read back, nothing
-    // whose result size depends on the data (on a GPU the capture would fail, or a replay would keep stale values).
-    QFETCH(QString, arch);
-    const auto& entry = architecture(arch.toStdString());
-    torch::manual_seed(11);
-    auto lm = create_model(small_model(entry), {kVocab, 32});
-    lm->train();
-    const ForcePackedRows packed;
-    auto opt = make_optimizer(*lm, adamw_options());
-    const auto tokens = torch::randint(0, kVocab, {2, 24}, torch::kLong);
-    for (int i = 0; i < 2; ++i) train_step(*lm, *opt, {tokens, tokens, {}}, 1.0, false, true);
-    // The model's part of the step: its traced forward and the backward of its losses (the optimizer's part is
-    // RouteLab's fused AdamW on a GPU, which the CPU builds do not run).
-    lm->set_progress(0.5);
-    HostReadRecorder::reads().clear();
-    {
-      const HostReadRecorder recorder;
-      const DeferredTraceReadback deferred;
-      const auto out = lm->forward(tokens, true);
-      auto loss = lm_loss(out.logits, tokens, {}) + out.aux_loss;
-      for (const auto& exit : out.exit_logits) loss = loss + lm_loss(exit, tokens, {});
-      loss.backward();
-    }
-    QStringList reads;
-    for (const auto& name : HostReadRecorder::reads()) reads << QString::fromStdString(name);
-    QVERIFY2(reads.isEmpty(), qPrintable("ops that wait for the device: " + reads.join(", ")));
   }
 
   void stepTimeGoesToItsParts_data() { add_language_model_rows(); }

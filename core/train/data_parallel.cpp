@@ -57,4 +57,15 @@ torch::Tensor DataParallel::finish_step(StepResult& result, bool traced, bool st
   return stops;
 }
 
+std::optional<EvalPass> DataParallel::merge_eval(const EvalPass& own) {
+  const auto text = own.to_json().dump();
+  EvalPass merged;
+  for (int r = 0; r < collective_->world_size(); ++r) {
+    const auto received = collective_->broadcast_string(r == rank() ? text : std::string(), r);
+    if (writes()) merged.merge(EvalPass::from_json(nlohmann::json::parse(received)));
+  }
+  if (!writes()) return std::nullopt;
+  return merged;
+}
+
 }  // namespace routelab

@@ -3,6 +3,7 @@
 #pragma once
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include <torch/torch.h>
@@ -11,6 +12,7 @@
 #include "core/dist/collective.h"
 #include "core/dist/grad_sync.h"
 #include "core/store/run_store.h"
+#include "core/train/evaluation.h"
 #include "core/train/step.h"
 
 namespace routelab {
@@ -40,6 +42,9 @@ class DataParallel {
   /// ranks asked to stop (`stop` on this one), a 0-dim tensor read when the step is settled: every rank settles at
   /// the same steps, so every rank stops after the same step.
   torch::Tensor finish_step(StepResult& result, bool traced, bool stop);
+  /// Every rank's share of an evaluation (evaluate_split's shard rank() of world_size()) merged in rank order, so
+  /// the sums are the same every time: on rank 0; nothing on the other ranks. Every rank must call it.
+  std::optional<EvalPass> merge_eval(const EvalPass& own);
   /// Seconds the last step waited for the gradient sum after its backward pass.
   double last_wait_s() const { return sync_ ? sync_->last_wait_s() : 0.0; }
 

@@ -8,13 +8,9 @@
 #include "core/run/evaluation_record.h"
 
 namespace routelab {
-namespace {
-
 double record_wall_s() {
   return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
 }
-
-}  // namespace
 
 EvalMetrics record_lm_eval(RankWriter& writer, std::int64_t step, const EvalPass& pass, double chars_per_token) {
   const auto& routing = pass.routing;

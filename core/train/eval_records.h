@@ -13,6 +13,9 @@
 
 namespace routelab {
 
+/// The wall time a stored row carries: seconds since the epoch, now.
+double record_wall_s();
+
 /// A language model's validation pass: val/loss, ppl, bpc (with the split's characters per token), FLOPs ratio,
 /// routed share, the model's statistics and the evaluation row.
 EvalMetrics record_lm_eval(RankWriter& writer, std::int64_t step, const EvalPass& pass, double chars_per_token);

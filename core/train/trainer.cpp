@@ -7,7 +7,6 @@
 #include <cmath>
 #include <filesystem>
 #include <functional>
-#include <iomanip>
 #include <limits>
 #include <map>
 #include <optional>
@@ -33,6 +32,7 @@
 #include "core/train/eval_records.h"
 #include "core/train/evaluation.h"
 #include "core/train/optimizer.h"
+#include "core/train/run_checkpoints.h"
 #include "core/train/step.h"
 #include "core/train/token_probe.h"
 #include "core/util/device.h"
@@ -46,10 +46,6 @@ namespace fs = std::filesystem;
 
 namespace routelab {
 namespace {
-
-double now_s() {
-  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
-}
 
 /// What one training step reports, whichever the task. The scalars stay on the device until the step is settled.
 struct StepRecord {
@@ -108,8 +104,8 @@ class Session {
     threads_.emplace(thread_count());
     classification_ = architecture(config_.arch()).task == Task::Classification;
     cuda_graph_ = train.at("cuda_graph").get<bool>();
-    async_checkpoints_ = train.at("checkpoint_async").get<bool>();
-    keep_checkpoints_ = train.at("keep_checkpoints").get<std::int64_t>();
+    checkpoints_ = RunCheckpoints(train.at("checkpoint_async").get<bool>(),
+                                  train.at("keep_checkpoints").get<std::int64_t>());
     if (cuda_graph_) check_cuda_graph();
     if (collective_ && (classification_ || cuda_graph_))
       throw ConfigError(std::string(classification_ ? "model.arch: " + config_.arch() + " is a classifier"
@@ -320,14 +316,14 @@ class Session {
     outcome.db_path = db_path_;
     outcome.last_step = start_step_;
     if (writes()) writer_.open(db_path_, run_id_, lease_token_);
-    if (writes() && keep_checkpoints_ > 0) kept_ = RunStore(db_path_, false).checkpoints(run_id_);  // a resume's
+    if (writes()) checkpoints_.open(db_path_, run_id_, writer_, log_);
     const std::string desc = description();
     if (observer_) observer_->on_started(run_id_, desc, total_steps_);
     log_->info("run {}: {}", run_id_, desc);
     try {
       if (dp_) join_ranks(outcome);
       loop(outcome);
-      finish_checkpoint();  // a run ends once its last checkpoint is on the disk and recorded
+      checkpoints_.finish();  // a run ends once its last checkpoint is on the disk and recorded
     } catch (const std::exception& e) {
       // The steps that ran before the error but were not read back yet are still recorded, where the device allows,
       // and so is a checkpoint still being written, once it is.
@@ -338,7 +334,7 @@ class Session {
       } catch (const std::exception&) {
       }
       try {
-        finish_checkpoint();
+        checkpoints_.finish();
       } catch (const std::exception& ce) {
         log_->error("run {}: {}", run_id_, ce.what());
       }
@@ -423,7 +419,7 @@ class Session {
       set_learning_rate(*optimizer_, lr_now);
       const bool log_step = step % log_every == 0 || step == total_steps_ || step == start_step_ + 1;
       auto result = classification_ ? classification_step(step, grad_clip, log_step) : lm_step(step, grad_clip, log_step);
-      pending_.push_back({step, now_s(), lr_now, log_step, std::move(result)});
+      pending_.push_back({step, record_wall_s(), lr_now, log_step, std::move(result)});
 
       // Classification validates after every epoch, and every eval_every steps when that is more often.
       const bool eval_step = classification_ ? schedule_->ends_epoch(step) ||
@@ -433,7 +429,7 @@ class Session {
       const bool settle_now = log_step || eval_step || checkpoint_step ||
                               static_cast<std::int64_t>(pending_.size()) >= sync_every;
       if (settle_now && !settle(outcome)) return;
-      if (const auto written = checkpoints_.poll()) record_checkpoint(*written);
+      checkpoints_.poll();
 
       if (eval_step || step == total_steps_) {  // data parallel: every rank evaluates its share, rank 0 records
         const auto eval = evaluate(step);
@@ -632,7 +628,7 @@ class Session {
   EvalMetrics evaluate_lm(std::int64_t step) {
     const auto n_batches = config_.train().at("eval_batches").get<std::int64_t>();
     // The same validation batches at every evaluation, so successive values are comparable. Data parallel: each rank
-    // runs every world_size-th batch, and rank 0 merges the ranks' passes (in rank order: the same sums every time).
+    // runs every world_size-th batch, and rank 0 merges the ranks' passes.
     const auto shard = dp_ ? dp_->rank() : 0, shards = dp_ ? dp_->collective().world_size() : 1;
     const auto t0 = std::chrono::steady_clock::now();
     auto pass = evaluate_split(*model_, *dataset_, Split::Val, n_batches, batch_size_,
@@ -640,14 +636,9 @@ class Session {
     log_->debug("run {}: step {} evaluation: {} of {} batches on this rank in {:.3f} s", run_id_, step, pass.batches,
                 n_batches, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
     if (dp_) {
-      const auto own = pass.to_json().dump();
-      EvalPass merged;
-      for (int r = 0; r < shards; ++r) {
-        const auto text = dp_->collective().broadcast_string(r == shard ? own : std::string(), r);
-        if (writes()) merged.merge(EvalPass::from_json(nlohmann::json::parse(text)));
-      }
-      if (!writes()) return {};
-      pass = std::move(merged);
+      auto merged = dp_->merge_eval(pass);
+      if (!merged) return {};
+      pass = std::move(*merged);
     }
     const auto e = record_lm_eval(writer_, step, pass, dataset_->chars_per_token(Split::Val));
     {
@@ -675,10 +666,7 @@ class Session {
 
   void checkpoint(std::int64_t step, std::chrono::steady_clock::time_point t_start) {
     // Step 0 too: a run stopped before its first step can be resumed. Data parallel: rank 0's is the run's.
-    if (step < 0 || step == last_checkpoint_step_ || !writes()) return;
-    std::ostringstream name;
-    name << "step-" << std::setw(8) << std::setfill('0') << step << ".pt";
-    const auto path = (fs::path(checkpoint_dir(db_path_, run_id_)) / name.str()).string();
+    if (step < 0 || !writes()) return;
     CheckpointMeta meta;
     meta.step = step;
     meta.tokens_seen = tokens_seen_;
@@ -687,47 +675,7 @@ class Session {
     meta.tokenizer_json = classification_ ? class_data_->tokenizer_json().dump() : dataset_->tokenizer().to_json().dump();
     meta.run_id = run_id_;
     meta.config_hash = config_hash_;
-    finish_checkpoint();  // one snapshot in memory at a time, and the disk's room counted after the last write
-    if (!async_checkpoints_) {
-      const auto t0 = std::chrono::steady_clock::now();
-      WrittenCheckpoint written{path, step, save_checkpoint(path, module(), *optimizer_, meta), 0};
-      written.write_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-      record_checkpoint(written);
-    } else {
-      const auto t0 = std::chrono::steady_clock::now();
-      auto snapshot = checkpoint_snapshot(path, module(), *optimizer_, meta);
-      log_->debug("run {}: checkpoint of step {}: {} MiB copied in {:.2f} s, written on its own thread", run_id_, step,
-                  snapshot.bytes >> 20, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
-      checkpoints_.start(std::move(snapshot));
-    }
-    last_checkpoint_step_ = step;
-  }
-
-  /// A checkpoint on the disk counts for resume once its row is committed; then the oldest beyond
-  /// train.keep_checkpoints go.
-  void record_checkpoint(const WrittenCheckpoint& written) {
-    const CheckpointRow row{written.step, written.path, written.saved.bytes, now_s(), written.saved.crc32};
-    writer_->add_checkpoint(row);
-    writer_->flush();
-    log_->debug("run {}: checkpoint of step {} written ({} MiB in {:.2f} s)", run_id_, written.step,
-                written.saved.bytes >> 20, written.write_s);
-    if (keep_checkpoints_ <= 0) return;
-    kept_.push_back(row);
-    while (static_cast<std::int64_t>(kept_.size()) > keep_checkpoints_) {
-      // Its row first (committed: resume no longer looks for it), then its file.
-      const auto old = kept_.front();
-      kept_.erase(kept_.begin());
-      writer_->retire_checkpoint(old.step);
-      writer_->flush();
-      std::error_code ec;
-      fs::remove(old.path, ec);
-      if (ec) log_->warn("run {}: could not delete the checkpoint {}: {}", run_id_, old.path, ec.message());
-    }
-  }
-
-  /// Waits for the checkpoint being written, if any, and records it; rethrows its CheckpointError.
-  void finish_checkpoint() {
-    if (const auto written = checkpoints_.finish()) record_checkpoint(*written);
+    checkpoints_.write(module(), *optimizer_, meta);
   }
 
   ExperimentConfig config_;
@@ -750,10 +698,7 @@ class Session {
   EpochTally epoch_;  ///< classification: the epoch's training loss and accuracy so far
   std::unique_ptr<MultiTensorAdamW> optimizer_;
   bool cuda_graph_ = false;                     ///< train.cuda_graph
-  bool async_checkpoints_ = true;               ///< train.checkpoint_async
-  std::int64_t keep_checkpoints_ = 0;           ///< train.keep_checkpoints (0: every one)
-  std::vector<CheckpointRow> kept_;             ///< with keep_checkpoints_: the run's stored checkpoints, oldest first
-  BackgroundCheckpointWriter checkpoints_;      ///< the checkpoint being written, when async_checkpoints_
+  RunCheckpoints checkpoints_{true, 0};         ///< train.checkpoint_async, train.keep_checkpoints
   std::unique_ptr<CudaGraphStep> graph_step_;  ///< made at the first step when cuda_graph_
   RankWriter writer_;  ///< rank 0's (or the only process's) writer of the run
   std::shared_ptr<Collective> collective_;  ///< data parallel: the process group (null: one process)
@@ -764,7 +709,7 @@ class Session {
   std::chrono::steady_clock::time_point t_start_, t_window_;
   std::int64_t window_tokens_ = 0;
   double tokens_per_s_ = 0;
-  std::int64_t run_id_ = 0, start_step_ = 0, tokens_seen_ = 0, last_checkpoint_step_ = -1;
+  std::int64_t run_id_ = 0, start_step_ = 0, tokens_seen_ = 0;
   std::string lease_token_;  ///< this process's lease on the run: every store write names it
   std::string config_hash_;  ///< the run row's (written into checkpoints, checked on resume)
   std::string resume_note_;  ///< which checkpoints a resume passed over, and why (kept in the run's messages)
