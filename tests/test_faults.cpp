@@ -188,6 +188,9 @@ class TestFaults : public QObject {
     QVERIFY2(message.find("resumed from step 16, passing over 1 unusable checkpoint (step 20: ") != std::string::npos &&
                  message.find(reason.toStdString()) != std::string::npos,
              message.c_str());
+    // The file passed over went with its row (the run wrote no step 20 again: a checkpoint every 8 of 24 steps).
+    QVERIFY2(!fs::exists(file20), file20.c_str());
+    QVERIFY(fs::exists(file16));
   }
 
   void noIntactCheckpointIsAClearErrorAndChangesNothing() {
@@ -286,8 +289,8 @@ class TestFaults : public QObject {
 
   void onlyTheNewestCheckpointsAreKept() {
     // train.keep_checkpoints=2: once a checkpoint is stored, those older than the newest two lose their row, then
-    // their file. A run stopped and resumed among them, its newest damaged, resumes from the older one kept and
-    // still stores the uninterrupted curve.
+    // their file. A run stopped and resumed among them, its newest damaged, resumes from the older one kept, still
+    // stores the uninterrupted curve and leaves no file of the damaged one.
     const auto store = db("keep");
     const auto cfg = small_config({"train.keep_checkpoints=2"});  // a checkpoint every 8 of 24 steps
     const auto steps = [&](std::int64_t run) {
@@ -314,6 +317,7 @@ class TestFaults : public QObject {
     QVERIFY2(resumed.message.find("resumed from step 16") != std::string::npos, resumed.message.c_str());
     expect_same_curve(store, full.run_id, part.run_id);
     QCOMPARE(steps(part.run_id), (std::vector<std::int64_t>{16, 24}));
+    QCOMPARE(files(part.run_id), (std::set<std::string>{"step-00000016.pt", "step-00000024.pt"}));
   }
 
   void fullDiskDuringCheckpointFailsCleanlyAndResumesExactly_data() {

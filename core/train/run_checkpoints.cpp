@@ -18,7 +18,24 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
+void remove_checkpoint_file(const std::string& path, std::int64_t run_id, spdlog::logger& log) {
+  std::error_code ec;
+  fs::remove(path, ec);
+  if (ec) log.warn("run {}: could not delete the checkpoint {}: {}", run_id, path, ec.message());
+}
+
 }  // namespace
+
+void rewind_run(RunStore& store, std::int64_t run_id, std::int64_t step, spdlog::logger& log) {
+  std::vector<std::string> dropped;
+  for (const auto& row : store.checkpoints(run_id))
+    if (row.step > step) dropped.push_back(row.path);
+  store.truncate_after(run_id, step);  // committed first: no row names a file deleted below
+  for (const auto& path : dropped) {
+    remove_checkpoint_file(path, run_id, log);
+    log.debug("run {}: checkpoint {} deleted (after step {}, where the run resumes)", run_id, path, step);
+  }
+}
 
 void RunCheckpoints::open(const std::string& db_path, std::int64_t run_id, RankWriter& writer,
                           std::shared_ptr<spdlog::logger> log) {
@@ -70,9 +87,7 @@ void RunCheckpoints::record(const WrittenCheckpoint& written) {
     kept_.erase(kept_.begin());
     (*writer_)->retire_checkpoint(old.step);
     (*writer_)->flush();
-    std::error_code ec;
-    fs::remove(old.path, ec);
-    if (ec) log_->warn("run {}: could not delete the checkpoint {}: {}", run_id_, old.path, ec.message());
+    remove_checkpoint_file(old.path, run_id_, *log_);
   }
 }
 

@@ -16,6 +16,10 @@
 
 namespace routelab {
 
+/// Rewinds run `run_id` of `store` to `step` (a resume's: the rows of later steps go) and then deletes the files of the
+/// checkpoints whose rows went (those the resume passed over, a damaged one included, and any written after it).
+void rewind_run(RunStore& store, std::int64_t run_id, std::int64_t step, spdlog::logger& log);
+
 class RunCheckpoints {
  public:
   /// `async`: train.checkpoint_async; `keep`: train.keep_checkpoints (0: every one).

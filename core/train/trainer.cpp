@@ -283,7 +283,7 @@ class Session {
     start_step_ = meta.step;
     tokens_seen_ = meta.tokens_seen;
     elapsed_before_ = meta.elapsed_s;
-    store.truncate_after(run_id_, meta.step);
+    rewind_run(store, run_id_, meta.step, *log_);
     if (classification_) {  // the epoch's sums so far, from the stored per-step loss and accuracy
       const auto points = [&](const char* key) {
         std::vector<std::pair<std::int64_t, double>> out;
