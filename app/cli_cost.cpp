@@ -292,8 +292,9 @@ void add_cost_commands(CLI::App& app, CLI::App& bench, CommandAction& action) {
                 "time training steps (training-mode forward, loss, backward, clipping, AdamW at learning rate 0) "
                 "instead of eval-mode forwards");
   fwd->add_flag("--cuda-graph", o.cuda_graph,
-                "with --train on a GPU: capture the steps of dense and of the architectures whose steps have fixed "
-                "shapes as CUDA graphs (train.cuda_graph) and time their replays; the others run eager");
+                "on a GPU: capture the forwards (with --train: the steps, as train.cuda_graph) of dense and of the "
+                "architectures whose forwards (steps) have fixed shapes as CUDA graphs and time their replays; the "
+                "others run eager");
   fwd->add_flag("--quick", o.quick, "smoke test: T 128 and 256, d 128, 4 layers, 1 rep");
   fwd->add_flag("--json", b->json, "machine-readable output");
   fwd->callback([&action, b] { action = [b] { return run_bench_forward(*b); }; });

@@ -266,6 +266,14 @@ step forward-batch8-bf16-exact-counts 90 env ROUTELAB_SIZED_COMPACTION=0 "$cli" 
   --lengths 2048,4096 --fractions 0.1,0.3 --batch 8 --reps 5 --warmup 2 --precision bf16
 step forward-batch8-bf16 90 "$cli" bench forward --device "$dev" --lengths 2048,4096 --fractions 0.1,0.3 --batch 8 \
   --reps 5 --warmup 2 --precision bf16
+# The eval forwards captured as CUDA graphs and replayed (dense's too; DTRNet's in bf16 only): the launch-bound
+# forwards (bf16 at d 512, batch 1) without the host's launches.
+step forward-batch8-bf16-graph 90 "$cli" bench forward --device "$dev" --lengths 2048,4096 --fractions 0.1,0.3 \
+  --batch 8 --reps 5 --warmup 2 --precision bf16 --cuda-graph
+step forward-batch1-graph 90 "$cli" bench forward --device "$dev" --lengths 2048,4096 --fractions 0.1,0.3 --batch 1 \
+  --reps 5 --warmup 2 --cuda-graph
+step forward-batch1-bf16-graph 90 "$cli" bench forward --device "$dev" --lengths 2048,4096 --fractions 0.1,0.3 \
+  --batch 1 --reps 5 --warmup 2 --precision bf16 --cuda-graph
 # The same on the padded path (no variable-length packing): rows a sequence attended whole against the default's packed
 # rows of the batch (both sized from the previous forward, no routed layer waiting for its count).
 step forward-batch8-bf16-padded 90 env ROUTELAB_VARLEN_ATTENTION=0 "$cli" bench forward --device "$dev" \

@@ -70,6 +70,8 @@ class TestCli : public QObject {
     QTest::newRow("bench forward precision") << QStringList{"bench", "forward", "--precision", "fp16"} << "--precision";
     QTest::newRow("bench forward graph on the cpu")
         << QStringList{"bench", "forward", "--train", "--quick", "--cuda-graph"} << "--cuda-graph: needs";
+    QTest::newRow("bench forward eval graph on the cpu")
+        << QStringList{"bench", "forward", "--quick", "--cuda-graph"} << "--cuda-graph: needs a CUDA device";
     QTest::newRow("bench eviction kv heads") << QStringList{"bench", "eviction", "--heads", "6", "--kv-heads", "4"}
                                              << "--kv-heads: 4 does not divide --heads 6";
   }

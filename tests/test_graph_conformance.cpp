@@ -12,11 +12,15 @@
 
 #include <ATen/record_function.h>
 
+#include "core/inference/cuda_graph_forward.h"
+#include "core/models/blocks/attention.h"
 #include "core/models/blocks/routing.h"
 #include "core/models/language_model.h"
 #include "core/models/registry.h"
 #include "core/train/optimizer.h"
 #include "core/train/step.h"
+#include "core/util/device.h"
+#include "core/util/errors.h"
 #include "tests/conformance_support.h"
 #include "tests/suite.h"
 
@@ -27,8 +31,9 @@ using namespace routelab::test::conformance;
 
 namespace {
 
-/// While alive, lists the ops run on this thread that wait for a GPU's queue to read a result back (a scalar, or a
-/// result whose size depends on the data); on the CPU they run without waiting, so they are caught by name.
+/// While alive, lists the ops run on this thread that wait for a GPU's queue to read a result back (a scalar, a result
+/// whose size depends on the data, a model's copy to the host); on the CPU they run without waiting, so they are
+/// caught by name.
 class HostReadRecorder {
  public:
   HostReadRecorder() {
@@ -45,9 +50,10 @@ class HostReadRecorder {
 
  private:
   static std::unique_ptr<at::ObserverContext> on_start(const at::RecordFunction& fn) {
+    // A model's own copies to the host go through to_host (kHostReadEvent): on the CPU they copy nothing.
     static const std::set<std::string> waiting{"aten::_local_scalar_dense", "aten::nonzero", "aten::masked_select",
                                                "aten::_unique2", "aten::unique_consecutive", "aten::is_nonzero",
-                                               "aten::equal", "aten::repeat_interleave"};
+                                               "aten::equal", "aten::repeat_interleave", kHostReadEvent};
     if (const std::string name = fn.name(); waiting.count(name)) reads().push_back(name);
     return nullptr;
   }
@@ -151,6 +157,80 @@ class TestGraphConformance : public QObject {
     QStringList reads;
     for (const auto& name : HostReadRecorder::reads()) reads << QString::fromStdString(name);
     QVERIFY2(reads.isEmpty(), qPrintable("ops that wait for the device: " + reads.join(", ")));
+  }
+
+  void graphForwardReadsNothingBack_data() { add_graph_forward_rows(); }
+  void graphForwardReadsNothingBack() {
+    // An untraced eval-mode forward declared capturable as a CUDA graph (ArchitectureEntry::cuda_graph_forward) runs,
+    // once eager forwards have sized what it sizes and with its readback deferred as at capture, no op that makes the
+    // host wait for the device, in the form a GPU takes at each precision it is declared for (bf16: packed rows, fp32:
+    // padded ones; sized forms forced here), with the options a speed benchmark sets (TSA's sparse inference). Deferred, it
+    // computes what the eager forward does, and where it sized routed rows it says so afterwards
+    // (ModelOutput::check_shapes: one read, no overflow here).
+    QFETCH(QString, arch);
+    QFETCH(QString, precision);
+    const auto& entry = architecture(arch.toStdString());
+    torch::manual_seed(11);
+    auto lm = create_model(graph_forward_model(entry), {kVocab, 32});
+    lm->eval();
+    const torch::NoGradGuard no_grad;
+    // As on a GPU: routed rows sized from earlier forwards, packed where the attention takes packed rows (bf16).
+    const ForcePaddedSized sized;
+    std::optional<ForcePackedRows> packed;
+    if (precision == "bf16") packed.emplace();
+    if (entry.force_routed_share) entry.force_routed_share(*lm, torch::randint(0, kVocab, {2, 24}, torch::kLong), 0.4);
+    const auto tokens = torch::randint(0, kVocab, {2, 24}, torch::kLong);
+    for (int i = 0; i < 2; ++i) lm->forward(tokens);
+    const auto eager = lm->forward(tokens);
+    HostReadRecorder::reads().clear();
+    ModelOutput deferred;
+    {
+      const HostReadRecorder recorder;
+      const DeferredTraceReadback on_device;
+      deferred = lm->forward(tokens);
+    }
+    QStringList reads;
+    for (const auto& name : HostReadRecorder::reads()) reads << QString::fromStdString(name);
+    QVERIFY2(reads.isEmpty(), qPrintable("ops that wait for the device: " + reads.join(", ")));
+    QVERIFY(torch::equal(deferred.logits, eager.logits));
+    QCOMPARE(deferred.overflow.defined(), static_cast<bool>(deferred.check_shapes));
+    if (deferred.check_shapes) {
+      QCOMPARE(deferred.overflow.item<float>(), 0.0f);
+      QVERIFY(!deferred.check_shapes().overflowed);
+    }
+  }
+
+  void cudaGraphForwardNeedsAGpu() {
+    // Where no GPU holds the model (or the build has no CUDA) the graph forward is refused with the reason.
+    auto lm = create_model(small_model(architecture(kBaselineArchitecture)), {kVocab, 32});
+    try {
+      CudaGraphForward graph(*lm);
+      QFAIL("no error");
+    } catch (const ConfigError& e) {
+      const QString what = e.what();
+      QVERIFY2(what.startsWith("CUDA graph forward: ") &&
+                   (what.contains("the model is on cpu") || what.contains("has no CUDA")),
+               e.what());
+    }
+  }
+
+ private:
+  /// The architecture's small model with the options a speed benchmark sets (ArchitectureEntry::speed_options).
+  static nlohmann::json graph_forward_model(const ArchitectureEntry& entry) {
+    auto m = small_model(entry);
+    m.update(entry.speed_options);
+    return m;
+  }
+  /// A row per architecture whose eval forward is declared capturable and precision it is declared for.
+  static void add_graph_forward_rows() {
+    QTest::addColumn<QString>("arch");
+    QTest::addColumn<QString>("precision");
+    for (const auto& entry : architectures())
+      if (entry.task == Task::LanguageModel && entry.cuda_graph_forward)
+        for (const std::string precision : {"bf16", "fp32"})
+          if (why_no_cuda_graph_forward(entry, graph_forward_model(entry), precision).empty())
+            QTest::newRow((entry.id + " " + precision).c_str())
+                << QString::fromStdString(entry.id) << QString::fromStdString(precision);
   }
 };
 

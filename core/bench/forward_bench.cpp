@@ -26,6 +26,7 @@
 #include "core/models/blocks/routing.h"
 #include "core/models/language_model.h"
 #include "core/models/registry.h"
+#include "core/inference/cuda_graph_forward.h"
 #include "core/train/cuda_graph_step.h"
 #include "core/train/optimizer.h"
 #include "core/train/step.h"
@@ -226,8 +227,8 @@ ForwardBenchResult bench_forward(const ForwardBenchOptions& in) {
   } catch (const DeviceError& e) {
     throw ConfigError(std::string("bench forward --device: ") + e.what());
   }
-  if (o.cuda_graph && (!o.train || !device.is_cuda() || !cuda_graphs_available()))
-    throw ConfigError("bench forward --cuda-graph: needs --train, a CUDA device and a CUDA LibTorch");
+  if (o.cuda_graph && (!device.is_cuda() || !cuda_graphs_available()))
+    throw ConfigError("bench forward --cuda-graph: needs a CUDA device and a CUDA LibTorch");
   if (o.threads > 0) at::set_num_threads(o.threads);
   if (device.is_cuda()) configure_cuda_math(o.tf32);
 
@@ -263,24 +264,39 @@ ForwardBenchResult bench_forward(const ForwardBenchOptions& in) {
   for (const auto T : o.lengths) {
     const auto tokens = torch::randint(0, o.vocab, {o.batch, T}, torch::TensorOptions().dtype(torch::kLong)).to(device);
     const Batch batch{tokens, torch::randint(0, o.vocab, {o.batch, T}, tokens.options()), {}};
-    // With --cuda-graph, the captured steps: dense's once per length, a routed model's once per fraction (its forced
-    // routing may change its shapes, MoD's capacity).
+    // With --cuda-graph, the captured steps (--train) or forwards: dense's once per length, a routed model's once per
+    // fraction (its forced routing may change its shapes, MoD's capacity).
     std::vector<std::unique_ptr<CudaGraphStep>> graphs(all.size());
+    std::vector<std::unique_ptr<CudaGraphForward>> forward_graphs(all.size());
     nlohmann::json graph_train = train;  // what decides whether a step can be captured
-    graph_train["precision"] = o.bf16 ? "bf16" : "fp32";
+    const std::string precision = o.bf16 ? "bf16" : "fp32";
+    graph_train["precision"] = precision;
     const auto graphed = [&](std::size_t i) {
       const auto& id = i == 0 ? kBaselineArchitecture : o.archs[i - 1];
-      return o.cuda_graph && why_no_cuda_graph(architecture(id), model_json(o, id, max_len), graph_train).empty();
+      const auto& entry = architecture(id);
+      const auto model = model_json(o, id, max_len);
+      return o.cuda_graph && (o.train ? why_no_cuda_graph(entry, model, graph_train)
+                                      : why_no_cuda_graph_forward(entry, model, precision))
+                                 .empty();
     };
     const auto capture = [&](std::size_t i) {
       graphs[i].reset();  // the previous graph's memory back first
-      if (graphed(i))
+      forward_graphs[i].reset();
+      if (!graphed(i)) return;
+      if (o.train)
         graphs[i] = std::make_unique<CudaGraphStep>(*all[i], *optimizers[i], 1.0, o.bf16);
+      else
+        forward_graphs[i] = std::make_unique<CudaGraphForward>(*all[i]);
     };
     std::vector<std::function<void()>> runs;  // dense first, then every routed model
     for (std::size_t i = 0; i < all.size(); ++i) {
       if (!o.train) {
-        runs.push_back([&m = *all[i], &tokens] { m.forward(tokens); });
+        runs.push_back([&m = *all[i], &graph = forward_graphs[i], &tokens] {
+          if (graph)
+            graph->run(tokens);
+          else
+            m.forward(tokens);
+        });
         continue;
       }
       runs.push_back([&m = *all[i], &opt = *optimizers[i], &graph = graphs[i], &batch, &device, bf16 = o.bf16] {
@@ -349,9 +365,11 @@ ForwardBenchResult bench_forward(const ForwardBenchOptions& in) {
         row.time_ratio = row.ms / dense_ms;
         row.flops_ratio = traces[i].flops_ratio;
         row.quotient = row.time_ratio / row.flops_ratio;
-        row.graph = graphs[i + 1] != nullptr;
-        row.captures = row.graph ? graphs[i + 1]->captures() : 0;
-        row.dense_graph = graphs[0] != nullptr;
+        const auto& step = graphs[i + 1];
+        const auto& fwd = forward_graphs[i + 1];
+        row.graph = step != nullptr || (fwd && fwd->eager_reason().empty());
+        row.captures = step ? step->captures() : fwd ? fwd->captures() : 0;
+        row.dense_graph = graphs[0] != nullptr || (forward_graphs[0] && forward_graphs[0]->eager_reason().empty());
         row.device_allocs = allocator[i + 1].device_allocs;
         row.alloc_retries = allocator[i + 1].retries;
         row.dense_device_allocs = allocator[0].device_allocs;
@@ -391,7 +409,7 @@ std::string ForwardBenchResult::to_table() const {
     << (device.rfind("cuda", 0) == 0 ? (o.tf32 ? ", fp32 matmuls on TF32" : ", fp32 matmuls in full fp32") : "")
     << (o.train ? "; training step (training-mode forward, loss, backward, clip, AdamW at lr 0)"
                 : "; eval-mode forward")
-    << (o.cuda_graph ? ", captured as a CUDA graph where the architecture allows (step: graph), else eager" : "")
+    << (o.cuda_graph ? ", captured as a CUDA graph where the architecture allows (column: graph), else eager" : "")
     << ", median of " << o.reps
     << " interleaved reps after " << o.warmup << " warm-up; compacted sequences attended " << compacted_attention
     << "\n"

@@ -38,9 +38,9 @@ struct ForwardBenchOptions {
   /// architecture's training rule (MoD: the top-k at the forced capacity; D-LLM and TSA compute every block in
   /// training, as their papers train).
   bool train = false;
-  /// with `train` on a GPU: the steps of dense and of every architecture whose step has fixed shapes
-  /// (ArchitectureEntry::cuda_graph_step) captured as CUDA graphs and replayed, as train.cuda_graph trains; the
-  /// others stay eager (each row says which)
+  /// on a GPU: the steps (with `train`: ArchitectureEntry::cuda_graph_step, as train.cuda_graph trains) or the eval
+  /// forwards (ArchitectureEntry::cuda_graph_forward, CudaGraphForward) of dense and of every architecture that can
+  /// be captured at this precision, captured as CUDA graphs and replayed; the others stay eager (each row says which)
   bool cuda_graph = false;
   /// bias calibration passes (each: one traced forward, then every router's bias set from its own scores)
   int calibration_passes = 2;

@@ -367,6 +367,7 @@ ArchitectureEntry dense_architecture() {
   entry.routed_fraction_meaning = "no routing: fractions are ignored";
   entry.color = 7;  // black: the baseline every figure compares with
   entry.cuda_graph_step = true;
+  entry.cuda_graph_forward = true;
   return entry;
 }
 

@@ -217,7 +217,12 @@ ModelOutput DLLM::forward(const torch::Tensor& tokens, bool trace) {
     }
     if (trace) out.trace.push_back(routed_layer_trace(layer, p_exec, executed, counts, pairs));
   }
-  if (!training && !settle_sized_layers(trace ? &out.trace : nullptr, tokens.size(0) * tokens.size(1))) {
+  if (!training && DeferredTraceReadback::active() && !trace) {  // untraced, captured as a CUDA graph: read afterwards
+    std::vector<DeferredSizing> sized;
+    for (auto& own : sizing)
+      if (own.counts.defined()) sized.push_back(own.defer(tokens.size(0) * tokens.size(1)));
+    defer_settling(std::move(sized), out);
+  } else if (!training && !settle_sized_layers(trace ? &out.trace : nullptr, tokens.size(0) * tokens.size(1))) {
     // A sequence executed more tokens than its layer's rows held: the forward runs again with every count read
     // exactly (and every capacity sized afresh from them), so it cannot overflow twice. This attempt's tensors go
     // first.
@@ -405,6 +410,7 @@ ArchitectureEntry dllm_architecture() {
   // shares left on the device (LayerTrace::on_device) and the rate loss's λ read from a device tensor that
   // set_progress rewrites, so the step can be captured once and replayed.
   entry.cuda_graph_step = true;
+  entry.cuda_graph_forward = true;
   entry.routed_fraction_meaning =
       "share of tokens that execute each routed block (default: model.target)";
   entry.color = 2;

@@ -693,6 +693,7 @@ ArchitectureEntry drr_architecture() {
   // Every token computes all three paths (the gates only mix them): fixed shapes, the mean gates left on the device
   // (LayerTrace::on_device, ModelOutput::stats_on_device), so the step can be captured and replayed.
   entry.cuda_graph_step = true;
+  entry.cuda_graph_forward = true;
   entry.routed_fraction_meaning =
       "no FLOPs depend on the gates: fractions are ignored";
   entry.color = 6;

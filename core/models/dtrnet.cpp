@@ -703,6 +703,7 @@ ArchitectureEntry dtrnet_architecture() {
   // step: each replay is checked after it has run and captured again when the routing outgrew or fell well below
   // the shapes (CudaGraphStep). That form needs the packed rows (bf16 on a GPU) and the compacted attention.
   entry.cuda_graph_step = true;
+  entry.cuda_graph_forward = true;
   entry.cuda_graph_limits = [](const nlohmann::json& m, const nlohmann::json& train) -> std::string {
     if (m.at("attention") == "masked")
       return "model.attention=masked counts every routed layer's tokens on the host; the compacted attention can be "

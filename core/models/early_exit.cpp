@@ -7,6 +7,7 @@
 #include "core/inference/kv_cache.h"
 #include "core/models/blocks/residual_probe.h"
 #include "core/models/tsa.h"
+#include "core/util/device.h"
 #include "core/util/errors.h"
 
 namespace routelab {
@@ -76,7 +77,7 @@ ModelOutput EarlyExitTransformer::forward(const torch::Tensor& tokens, bool trac
     LayerTrace layer_trace;
     std::vector<std::int64_t> counts(static_cast<std::size_t>(B), T);  // active tokens per sequence
     if (trace && exiting) {
-      const auto c = active.sum(1).to(torch::kLong).cpu();
+      const auto c = to_host(active.sum(1), torch::kLong);
       counts.assign(c.data_ptr<std::int64_t>(), c.data_ptr<std::int64_t>() + B);
     }
     if (l == 0 || !exiting) {
@@ -305,6 +306,7 @@ ArchitectureEntry early_exit_architecture() {
   // Training runs every block and every exit head for every token (exits decide at inference only): fixed shapes, the
   // heads' confidences left on the device (LayerTrace::on_device), so the step can be captured and replayed.
   entry.cuda_graph_step = true;
+  entry.cuda_graph_forward = true;
   entry.eval_sweep = {"exit_threshold", {0.3, 0.5, 0.6, 0.7, 0.8, 0.9, 0.95, 0.99, 1.0}};
   entry.routed_fraction_meaning =
       "share of tokens still active (executed FLOPs do not depend on it)";

@@ -6,6 +6,8 @@
 #include <sstream>
 
 #include "core/inference/kv_cache.h"
+#include "core/models/blocks/routing.h"
+#include "core/util/device.h"
 #include "core/util/errors.h"
 
 namespace routelab {
@@ -48,7 +50,7 @@ void resolve_values(std::vector<LayerTrace>& trace, std::map<std::string, torch:
   if (stats_on_device)
     for (const auto& [key, v] : *stats_on_device) add(v);
   if (values.empty()) return;
-  const auto host = torch::stack(values).cpu();  // the one wait
+  const auto host = to_host(torch::stack(values));  // the one wait
   const auto* read = host.data_ptr<double>();
   static const std::string tokens = "tokens_processed.";
   for (auto& t : trace) {
@@ -85,6 +87,28 @@ namespace {
 bool summed_on_device(const std::string& key) { return key == "flops" || key.rfind("tokens_processed.", 0) == 0; }
 
 }  // namespace
+
+void defer_settling(std::vector<DeferredSizing> layers, ModelOutput& out) {
+  if (layers.empty()) return;
+  std::vector<torch::Tensor> overflows;
+  for (const auto& l : layers) overflows.push_back(l.overflow.reshape({}));
+  out.overflow = torch::stack(overflows).any().to(torch::kFloat);
+  out.check_shapes = [layers = std::move(layers)] {
+    std::vector<torch::Tensor> counts;
+    for (const auto& l : layers) counts.push_back(l.counts);
+    const auto read = read_counts(counts);  // the one wait
+    ShapeCheck check;
+    for (std::size_t i = 0; i < layers.size(); ++i) {
+      const auto before = *layers[i].capacity;
+      if (!layers[i].settle(read[i])) {
+        check.overflowed = true;
+        continue;
+      }
+      check.resized = check.resized || *layers[i].capacity != before;
+    }
+    return check;
+  };
+}
 
 ModelOutput merge_micro_batches(std::vector<ModelOutput> parts) {
   if (parts.size() == 1) return std::move(parts.front());

@@ -80,6 +80,24 @@ struct ModelOutput {
   std::function<ShapeCheck()> check_shapes;
 };
 
+/// One routed layer of a forward whose compaction was sized from earlier forwards, settled after the forward has run
+/// (defer_settling) rather than by the forward's own read of its counts: a forward captured as a CUDA graph must not
+/// wait for the device.
+struct DeferredSizing {
+  torch::Tensor counts;             ///< (B) the routed tokens of each sequence, on the device
+  torch::Tensor overflow;           ///< 0-dim bool on the device: the counts did not fit the layer's rows
+  std::vector<torch::Tensor> keep;  ///< what the compaction read (a captured graph reads them at every replay)
+  const std::int64_t* capacity = nullptr;  ///< the layer's capacity for its next forward (settle may change it)
+  /// With the counts read: false where they overflowed; else sizes the layer's next forward from them.
+  std::function<bool(const std::vector<std::int64_t>& lengths)> settle;
+};
+
+/// Under DeferredTraceReadback, an untraced forward's sized layers: sets `out.overflow` (any layer's counts did not
+/// fit) and `out.check_shapes`, which reads every layer's counts in one wait and settles the layers in order
+/// (overflowed where one did not fit: the forward's result is not to be used; resized where a capacity changed).
+/// Nothing is set when `layers` is empty.
+void defer_settling(std::vector<DeferredSizing> layers, ModelOutput& out);
+
 /// One batch's forward output from those of its equal-sized micro-batches, in order (gradient accumulation, logged
 /// as one step): per layer, gates and decisions concatenated along the batch, token counts and FLOPs summed, routed
 /// fractions, auxiliary terms and stats averaged; model-level stats averaged, token data concatenated, the auxiliary

@@ -200,7 +200,12 @@ ModelOutput MixtureOfDepths::forward(const torch::Tensor& tokens, bool trace) {
       out.trace.push_back(std::move(layer_trace));
     }
   }
-  if (!settle_sized_layers(trace ? &out.trace : nullptr, B * T)) {
+  if (DeferredTraceReadback::active() && !trace) {  // an untraced forward captured as a CUDA graph: read afterwards
+    std::vector<DeferredSizing> sized;
+    for (auto& layer : mod_layers)
+      if (layer && layer->sizing.counts.defined()) sized.push_back(layer->sizing.defer(B * T));
+    defer_settling(std::move(sized), out);
+  } else if (!settle_sized_layers(trace ? &out.trace : nullptr, B * T)) {
     // A sequence routed more tokens than its layer's rows held: the forward runs again with every count read exactly
     // (and every capacity sized afresh from them), so it cannot overflow twice. This attempt's activations go first.
     x = positions = torch::Tensor();
@@ -346,6 +351,7 @@ ArchitectureEntry mod_architecture() {
   // Training routes k = floor(capacity T) tokens of every sequence: fixed shapes, compacted without a wait, the
   // predictor's statistics left on the device (LayerTrace::on_device) until the replay has run.
   entry.cuda_graph_step = true;
+  entry.cuda_graph_forward = true;
   entry.routed_fraction_meaning =
       "share of tokens selected in each routed block (default: model.capacity)";
   entry.color = 1;

@@ -13,6 +13,7 @@
 #include "core/models/blocks/attention.h"
 #include "core/models/blocks/residual_probe.h"
 #include "core/models/blocks/routing.h"
+#include "core/util/device.h"
 #include "core/util/errors.h"
 
 namespace routelab {
@@ -252,11 +253,11 @@ void write_radial_trace(ModelOutput& out, const RadialTotals& totals, const Tran
   const auto B = path.size(0), T = path.size(1);
   const auto C = options.n_embd(), L = options.n_layer();
   // Everything below reads small tensors once on the host.
-  const auto path_cpu = path.to(torch::kCPU);                                       // (B, T, S)
+  const auto path_cpu = to_host(path);                                              // (B, T, S)
   const auto depth = path_cpu.ge(0).sum(-1);                                         // (B, T) int64
   const auto executions = torch::one_hot(path_cpu + 1, L + 1).narrow(-1, 1, L).sum(2);  // (B, T, L) runs per layer
-  const auto gate = (totals.gate_sum / totals.evaluations.unsqueeze(-1)).to(torch::kCPU);  // (B, T, L)
-  const auto pairs_cpu = totals.pairs.to(torch::kCPU).contiguous();
+  const auto gate = to_host(totals.gate_sum / totals.evaluations.unsqueeze(-1));  // (B, T, L)
+  const auto pairs_cpu = to_host(totals.pairs);
   const double tokens_total = static_cast<double>(B * T);
   const auto shape = layer_shape(options);
   // Priced as executed: the parallel forward evaluates the router on every row at every step until one where no
@@ -370,7 +371,7 @@ bool RadialNetwork::execute(torch::Tensor& h, const torch::Tensor& positions, co
   const auto choice_flat = choice.gather(1, rows.index).masked_fill(rows.valid.logical_not(), L).reshape({N});
   // Rows sorted by layer: layer l owns order[offset_l, offset_l + count_l). One host sync for the counts.
   const auto order = std::get<1>(choice_flat.sort(/*stable=*/true, 0, false));  // (N)
-  const auto counts_cpu = torch::bincount(choice_flat, {}, L + 1).to(torch::kCPU).contiguous();
+  const auto counts_cpu = to_host(torch::bincount(choice_flat, {}, L + 1));
   const auto* counts = counts_cpu.data_ptr<std::int64_t>();
   std::vector<torch::Tensor> index(static_cast<std::size_t>(L)), x_in(static_cast<std::size_t>(L));
   std::vector<torch::Tensor> q_parts, k_parts, v_parts;
@@ -535,7 +536,7 @@ torch::Tensor RadialNetwork::decode(DecodeState& state, const torch::Tensor& tok
     path.select(2, s).copy_(choice.masked_fill(running.logical_not(), -1));
     alive = running;
     // The layers chosen at this step (one host sync); each projects the rows that chose it.
-    const auto used_cpu = std::get<0>(torch::_unique(choice.masked_select(running))).to(torch::kCPU).contiguous();
+    const auto used_cpu = to_host(std::get<0>(torch::_unique(choice.masked_select(running))));
     if (used_cpu.numel() == 0) break;
     std::vector<std::int64_t> used(used_cpu.data_ptr<std::int64_t>(), used_cpu.data_ptr<std::int64_t>() + used_cpu.numel());
     torch::Tensor q, k, v;  // (B, H, n, hd), (B, Hkv, n, hd)

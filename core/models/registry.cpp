@@ -79,6 +79,15 @@ std::string why_no_cuda_graph(const ArchitectureEntry& entry, const nlohmann::js
   return entry.cuda_graph_limits ? entry.cuda_graph_limits(model, train) : std::string();
 }
 
+std::string why_no_cuda_graph_forward(const ArchitectureEntry& entry, const nlohmann::json& model,
+                                      const std::string& precision) {
+  if (!entry.cuda_graph_forward)
+    return "the forward of " + entry.display_name + " (model.arch=" + entry.id +
+           ") cannot be captured as a CUDA graph (its shapes depend on the data)";
+  const nlohmann::json train = {{"precision", precision}, {"deterministic", false}};
+  return entry.cuda_graph_limits ? entry.cuda_graph_limits(model, train) : std::string();
+}
+
 const std::vector<ArchitectureEntry>& architectures() { return registry(); }
 
 ScopedArchitecture::ScopedArchitecture(ArchitectureEntry entry) : id_(entry.id) {

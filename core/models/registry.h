@@ -123,6 +123,12 @@ struct ArchitectureEntry {
   /// Where cuda_graph_step holds for some configurations only: why a step with this resolved model section and
   /// train section cannot be captured, naming the key, or "" where it can. Null: every configuration can.
   std::function<std::string(const nlohmann::json& model, const nlohmann::json& train)> cuda_graph_limits = nullptr;
+  /// Whether its untraced eval-mode forward can be captured once as a CUDA graph and replayed (CudaGraphForward):
+  /// the same shapes every call and nothing read back during it, once earlier forwards have sized what it sizes
+  /// (under DeferredTraceReadback its routed counts are read after it: ModelOutput::overflow, check_shapes).
+  /// cuda_graph_limits, given the precision in a train section, says where not. The conformance suite checks it on
+  /// the CPU.
+  bool cuda_graph_forward = false;
   /// Distillation (train.distill_from): starts `student`, a new model of this architecture, from the weights of a
   /// stored sequential model `teacher` (copy_matching_weights); ConfigError when the shapes do not correspond.
   /// Returns the prefixes of the student's own parts (trained even when train.distill_layers is false). Null: the
@@ -165,6 +171,10 @@ double layer_kv_entries(const LayerRouting& layer, double seq);
 /// "deterministic" at least) cannot be captured as a CUDA graph (ArchitectureEntry::cuda_graph_step, then
 /// cuda_graph_limits), or "" where it can.
 std::string why_no_cuda_graph(const ArchitectureEntry& entry, const nlohmann::json& model, const nlohmann::json& train);
+/// Why an untraced eval-mode forward of `entry` with this resolved model section at `precision` ("fp32" or "bf16")
+/// cannot be captured as a CUDA graph (ArchitectureEntry::cuda_graph_forward, then cuda_graph_limits), or "".
+std::string why_no_cuda_graph_forward(const ArchitectureEntry& entry, const nlohmann::json& model,
+                                      const std::string& precision);
 /// Builds a language model; a classification architecture is a ConfigError naming model.arch.
 std::shared_ptr<LanguageModel> create_model(const nlohmann::json& model, const ModelContext& ctx);
 /// Builds a sequence classifier; a language-model architecture is a ConfigError naming model.arch.

@@ -201,7 +201,22 @@ ModelOutput TokenSelectiveAttention::run(const torch::Tensor& tokens, bool trace
       out.trace.push_back(std::move(layer_trace));
     }
   }
-  if (!settle_sized_ffn(trace ? &out.trace : nullptr, B * T)) {
+  if (DeferredTraceReadback::active() && !trace) {  // an untraced forward captured as a CUDA graph: read afterwards
+    std::vector<DeferredSizing> sized;
+    for (auto& s : sized_ffn) {
+      if (!s.counts.defined()) continue;
+      DeferredSizing d;
+      d.counts = s.counts;
+      d.overflow = s.counts.sum().gt(s.rows.capacity);
+      d.keep = {s.rows.bounds, s.rows.places};
+      d.capacity = &s.capacity;
+      d.settle = [&s, rows = s.rows.capacity, tokens = B * T](const std::vector<std::int64_t>& lengths) {
+        return s.settle(lengths, rows, tokens) >= 0;
+      };
+      sized.push_back(std::move(d));
+    }
+    defer_settling(std::move(sized), out);
+  } else if (!settle_sized_ffn(trace ? &out.trace : nullptr, B * T)) {
     // A block had more active tokens than its rows: the forward runs again with every count read exactly (and every
     // capacity sized afresh from them), so it cannot overflow twice. This attempt's activations go first.
     x = positions = torch::Tensor();
@@ -243,21 +258,28 @@ bool TokenSelectiveAttention::settle_sized_ffn(std::vector<LayerTrace>* trace, s
   for (const auto& s : sized_ffn) counts.push_back(s.counts);
   for (const auto& [l, lengths] : read_sized_counts(counts)) {
     auto& s = sized_ffn[l];
-    if (sized_overflow(lengths, s.rows.capacity)) {
+    const auto active = s.settle(lengths, s.rows.capacity, tokens);
+    if (active < 0) {
       logger("core")->debug("TSA block {} had more active tokens than its {} FFN rows: the forward runs again", l + 1,
                             s.rows.capacity);
       return false;
     }
-    std::int64_t active = 0;
-    for (const auto n : lengths) active += n;
     if (trace) {
       auto& t = trace->at(l + 1);  // after the stem's
       t.routed_fraction = t.stats["active_share"] = static_cast<double>(active) / static_cast<double>(tokens);
       t.tokens_processed["mlp"] = active;
     }
-    size_next_forward(active, tokens, tokens, s.capacity, s.tokens, s.below);
   }
   return true;
+}
+
+std::int64_t TokenSelectiveAttention::SizedFfn::settle(const std::vector<std::int64_t>& lengths, std::int64_t rows,
+                                                       std::int64_t batch_tokens) {
+  if (sized_overflow(lengths, rows)) return -1;
+  std::int64_t active = 0;
+  for (const auto n : lengths) active += n;
+  size_next_forward(active, batch_tokens, batch_tokens, capacity, tokens, below);
+  return active;
 }
 
 ModelOutput TokenSelectiveAttention::forward(const torch::Tensor& tokens, bool trace) {
@@ -420,6 +442,7 @@ ArchitectureEntry tsa_architecture() {
   // Training is always soft: every block runs every token, gated by (1 - p); the trace's shares and eqs. 6-7 stay on
   // the device (LayerTrace::on_device, ModelOutput::stats_on_device), so the step can be captured and replayed.
   entry.cuda_graph_step = true;
+  entry.cuda_graph_forward = true;
   entry.color = 3;
   return entry;
 }

@@ -93,6 +93,9 @@ class TokenSelectiveAttention : public TransformerTrunk {
     int below = 0;
     SizedRows rows;
     torch::Tensor counts;
+    /// After a forward whose `rows` FFN rows held `lengths` active tokens a sequence: -1 where they did not fit, else
+    /// their total, by which the next forward of `batch_tokens` tokens is sized.
+    std::int64_t settle(const std::vector<std::int64_t>& lengths, std::int64_t rows, std::int64_t batch_tokens);
   };
   std::vector<SizedFfn> sized_ffn;  ///< one a router: block l + 1's
 

@@ -10,6 +10,7 @@
 #include <torch/cuda.h>
 #include <ATen/Context.h>
 #include <ATen/Parallel.h>
+#include <ATen/record_function.h>
 #include <ATen/detail/CUDAHooksInterface.h>
 #if ROUTELAB_WITH_CUDA
 #include <c10/cuda/CUDACachingAllocator.h>
@@ -50,6 +51,11 @@ torch::Device resolve_stored_device(const std::string& name, std::string* note) 
     return torch::Device(torch::kCPU);
   }
   return resolve_device(name);
+}
+
+torch::Tensor to_host(const torch::Tensor& t, std::optional<torch::ScalarType> dtype) {
+  RECORD_FUNCTION(kHostReadEvent, std::vector<c10::IValue>{});
+  return t.to(torch::kCPU, dtype.value_or(t.scalar_type())).contiguous();
 }
 
 torch::Tensor copy_to_device(const torch::Tensor& t, const torch::Device& device) {

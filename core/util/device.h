@@ -30,6 +30,13 @@ void configure_cuda_math(bool tf32, bool deterministic = false);
 /// buffer alive until the copy is done.
 torch::Tensor copy_to_device(const torch::Tensor& t, const torch::Device& device);
 
+/// Where a model reads a result back (on a GPU the host waits for the device there): profiles show it, and the tests
+/// that check a forward captured as a CUDA graph reads nothing back catch it by this name (on the CPU such a copy
+/// costs nothing and is otherwise invisible).
+inline constexpr const char* kHostReadEvent = "routelab::host_read";
+/// `t` copied to the host as `dtype` (its own when none), contiguous: every read back in core/models goes through it.
+torch::Tensor to_host(const torch::Tensor& t, std::optional<torch::ScalarType> dtype = std::nullopt);
+
 /// Bytes held by tensors on a device: now, and the most since reset_peak_memory. On CUDA, PyTorch's
 /// memory_allocated / max_memory_allocated (a CUDA LibTorch); on the CPU, the large blocks (>= 1 MiB) of the caching
 /// CPU allocator. -1 where not tracked (a CPU with ROUTELAB_CPU_CACHE_MB=0, CUDA without a CUDA build).

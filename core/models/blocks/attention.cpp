@@ -468,7 +468,8 @@ torch::Tensor packed_causal_attention(const torch::Tensor& q, const torch::Tenso
     if (auto out = varlen_kernel().attempt(attend)) return *out;
   }
 #endif
-  // Elsewhere the runs are read back (no wait on the CPU) and attended as lengths.
+  // Elsewhere the runs are read back and attended as lengths: on the CPU, where the copy waits for nothing (a GPU takes
+  // packed rows only where its varlen kernel runs: packed_rows_active), so not a to_host read.
   const auto ends = starts.to(torch::kCPU, torch::kLong).contiguous();
   const auto* e = ends.data_ptr<std::int64_t>();
   std::vector<std::int64_t> lengths;

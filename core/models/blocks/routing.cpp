@@ -111,7 +111,7 @@ Compaction count_routed(const torch::Tensor& decision, const torch::Tensor& devi
   const auto B = decision.size(0);
   Compaction c;
   c.seq_len = decision.size(1);
-  const auto counts = device_counts.to(torch::kCPU, torch::kLong).contiguous();  // (B): the one host sync
+  const auto counts = to_host(device_counts, torch::kLong);  // (B): the one host sync
   c.lengths.assign(counts.data_ptr<std::int64_t>(), counts.data_ptr<std::int64_t>() + B);
   for (const auto n : c.lengths) {
     c.max_len = std::max(c.max_len, n);
@@ -277,7 +277,7 @@ bool settle_packed_sized(const std::vector<std::int64_t>& lengths, std::int64_t 
 std::vector<std::vector<std::int64_t>> read_counts(const std::vector<torch::Tensor>& counts) {
   std::vector<std::vector<std::int64_t>> lengths;
   if (counts.empty()) return lengths;
-  const auto host = torch::stack(counts).to(torch::kCPU, torch::kLong).contiguous();  // (n, B): the one wait
+  const auto host = to_host(torch::stack(counts), torch::kLong);  // (n, B): the one wait
   const auto B = host.size(1);
   for (std::int64_t j = 0; j < host.size(0); ++j) {
     const auto* row = host.data_ptr<std::int64_t>() + j * B;
@@ -339,6 +339,22 @@ bool EvalSizing::settle(const std::vector<std::int64_t>& lengths, LayerTrace* tr
                         const LayerShape& shape) {
   return packed > 0 ? settle_packed_sized(lengths, packed, capacity, below, trace, batch_tokens, shape)
                     : settle_padded_sized(lengths, len, capacity, below, trace, batch_tokens);
+}
+
+DeferredSizing EvalSizing::defer(std::int64_t batch_tokens) {
+  DeferredSizing d;
+  if (!counts.defined()) return d;
+  d.counts = counts;
+  d.overflow = packed > 0 ? counts.sum().gt(packed) : counts.max().gt(len);
+  d.keep = {rows.bounds, rows.places};
+  d.capacity = &capacity;
+  // The forward's form, as it ran (its values may change before the counts are read): settle without a trace.
+  d.settle = [self = this, packed = packed, len = len,
+              batch_tokens](const std::vector<std::int64_t>& lengths) {
+    return packed > 0 ? settle_packed_sized(lengths, packed, self->capacity, self->below, nullptr, batch_tokens, {})
+                      : settle_padded_sized(lengths, len, self->capacity, self->below, nullptr, batch_tokens);
+  };
+  return d;
 }
 
 bool sized_ffn_rows_active(const torch::Tensor& x) {
@@ -486,7 +502,7 @@ TopKRouting topk_routing(const torch::Tensor& scores, std::int64_t k) {
 }
 
 double threshold_for_top(const torch::Tensor& scores, std::int64_t k) {
-  const auto sorted = std::get<0>(scores.reshape({-1}).to(torch::kDouble).cpu().sort());  // ascending
+  const auto sorted = std::get<0>(to_host(scores.reshape({-1}), torch::kDouble).sort());  // ascending
   const auto n = sorted.size(0);
   k = std::clamp<std::int64_t>(k, 0, n);
   const auto* s = sorted.data_ptr<double>();

@@ -189,6 +189,10 @@ struct EvalSizing {
   /// that compact() made, the block of `shape` priced for packed rows. False when it overflowed.
   bool settle(const std::vector<std::int64_t>& lengths, struct LayerTrace* trace, std::int64_t tokens,
               const struct LayerShape& shape);
+  /// The sized compaction that compact() made, settled after the forward (defer_settling): overflowed where a
+  /// sequence routed more than its padded rows, or the batch more than its packed rows. Undefined counts where it
+  /// counted exactly.
+  struct DeferredSizing defer(std::int64_t tokens);
 };
 /// Whether a routed layer whose rows attend nothing (TSA's sparse FFN, one row a token) may gather a capacity of rows
 /// sized from earlier forwards (compact_sized) instead of reading its count back: on a GPU, or while a
