@@ -131,11 +131,12 @@ class TestDist : public QObject {
     return ranks;
   }
 
-  /// The single-process run of `arch` every two-rank run is held to (trained once per architecture).
-  std::pair<QString, std::int64_t> reference(const QString& arch) {
-    const auto db = home_.filePath("one-" + arch + ".sqlite");
+  /// The single-process run of `arch` with `extra` arguments every two-rank run of them is held to (trained once per
+  /// `key`).
+  std::pair<QString, std::int64_t> reference(const QString& key, const QString& arch, const QStringList& extra = {}) {
+    const auto db = home_.filePath("one-" + key + ".sqlite");
     if (!QFile::exists(db)) {
-      const auto [code, out] = run(train_args(db, arch));
+      const auto [code, out] = run(train_args(db, arch) + extra);
       if (code != 0) qWarning("%s", qPrintable(out));
     }
     return {db, 1};
@@ -265,14 +266,20 @@ class TestDist : public QObject {
   /// with world size 2, one set of checkpoints.
   void twoRanksStoreTheCurveOfOne_data() {
     QTest::addColumn<QString>("arch");
-    QTest::newRow("dense") << "dense";
-    QTest::newRow("mod") << "mod";
+    QTest::addColumn<QStringList>("extra");
+    QTest::newRow("dense") << "dense" << QStringList{};
+    QTest::newRow("mod") << "mod" << QStringList{};
+    // A loss mask (the copy task counts the copied half only): each rank copies its own rows to its device, the mask
+    // counted over every rank's rows.
+    QTest::newRow("dense-copy-task") << "dense" << QStringList{"--set", "data.source=copy"};
   }
   void twoRanksStoreTheCurveOfOne() {
     QFETCH(QString, arch);
-    const auto [one_db, one_run] = reference(arch);
-    const auto db = home_.filePath("two-" + arch + ".sqlite");
-    const auto [code, out] = run(train_args(db, arch) + QStringList{"--nproc", "2"});
+    QFETCH(QStringList, extra);
+    const QString key = QTest::currentDataTag();
+    const auto [one_db, one_run] = reference(key, arch, extra);
+    const auto db = home_.filePath("two-" + key + ".sqlite");
+    const auto [code, out] = run(train_args(db, arch) + extra + QStringList{"--nproc", "2"});
     QVERIFY2(code == 0, qPrintable(out));
     RunStore store(db.toStdString(), false);
     const auto runs = store.list_runs(true);
@@ -308,7 +315,7 @@ class TestDist : public QObject {
   }
   void launcherVariablesTakeTheSamePath() {
     QFETCH(bool, slurm);
-    const auto [one_db, one_run] = reference("dense");
+    const auto [one_db, one_run] = reference("dense", "dense");
     const auto db = home_.filePath(slurm ? "srun.sqlite" : "torchrun.sqlite");
     auto ranks = start_ranks(train_args(db, "dense"), free_local_port(), slurm);
     for (auto& r : ranks) {

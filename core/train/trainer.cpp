@@ -548,8 +548,7 @@ class Session {
   StepRecord lm_step(std::int64_t step, double grad_clip, bool log_step) {
     // The step's whole batch: grad_accum micro-batches of batch_size, drawn as one, so a run with accumulation sees
     // the batches of a run with one batch of that size.
-    const auto batch = to_device(
-        dataset_->sample(Split::Train, batch_size_ * grad_accum_, mix_seed(seed_, kTrainStream, step)), device_);
+    const auto host = dataset_->sample(Split::Train, batch_size_ * grad_accum_, mix_seed(seed_, kTrainStream, step));
     model_->set_progress(static_cast<double>(step - 1) / static_cast<double>(total_steps_));
     // Made at the first step, after a resume has loaded the optimizer's state.
     if (cuda_graph_ && !graph_step_)
@@ -558,12 +557,14 @@ class Session {
     StepResult result;
     torch::Tensor stops;
     if (dp_) {  // this rank's rows of the step; gradients, losses and the trace summed over the ranks
-      const auto share = dp_->share_of(batch);
-      result = train_step(*model_, *optimizer_, dp_->local_part(batch), grad_clip, bf16_, log_step,
+      auto share = dp_->share_of(host);  // the loss mask counted over every rank's rows, on the host
+      if (share.global_counted.defined()) share.global_counted = copy_to_device(share.global_counted, device_);
+      result = train_step(*model_, *optimizer_, to_device(dp_->local_part(host), device_), grad_clip, bf16_, log_step,
                           dp_->micro_batches(), teacher, &share);
       stops = dp_->finish_step(result, log_step, cancel_ && cancel_->load());
       if (log_step) result.output.stats["dist_wait_ms"] = dp_->last_wait_s() * 1000.0;
     } else {
+      const auto batch = to_device(host, device_);
       result = graph_step_ ? graph_step_->run(batch, /*trace=*/log_step)
                            : train_step(*model_, *optimizer_, batch, grad_clip, bf16_, /*trace=*/log_step, grad_accum_,
                                         teacher);
