@@ -60,6 +60,25 @@ class HostReadRecorder {
   at::CallbackHandle handle_ = 0;
 };
 
+/// A ForwardRecorder that runs the recorded body again at each replay (on the CPU, where no graph records kernels):
+/// what a CudaGraphForward does around its recorder, checked without a GPU. `fail` makes the capture throw.
+class RerunRecorder : public ForwardRecorder {
+ public:
+  explicit RerunRecorder(bool fail = false) : fail_(fail) {}
+  void warm_up(const std::function<void()>& body) override { body(); }
+  void capture(const std::function<void()>& body) override {
+    if (fail_) throw std::runtime_error("operation not permitted when stream is capturing");
+    body_ = body;
+    body();
+  }
+  void replay() override { body_(); }
+  void release() override { body_ = nullptr; }
+
+ private:
+  bool fail_;
+  std::function<void()> body_;
+};
+
 }  // namespace
 
 class TestGraphConformance : public QObject {
@@ -198,6 +217,51 @@ class TestGraphConformance : public QObject {
       QCOMPARE(deferred.overflow.item<float>(), 0.0f);
       QVERIFY(!deferred.check_shapes().overflowed);
     }
+  }
+
+  void graphForwardRunsEagerThenReplays_data() { add_graph_forward_rows(); }
+  void graphForwardRunsEagerThenReplays() {
+    // CudaGraphForward around a recorder that reruns what it recorded: its first calls run eagerly, the next one
+    // captures, later ones copy their tokens into the captured input and replay, each returning the logits an exact
+    // forward of its own tokens gives; a batch of another shape is refused; a forward whose capture fails runs eagerly.
+    QFETCH(QString, arch);
+    QFETCH(QString, precision);
+    const auto& entry = architecture(arch.toStdString());
+    torch::manual_seed(12);
+    auto lm = create_model(graph_forward_model(entry), {kVocab, 32});
+    lm->eval();
+    const torch::NoGradGuard no_grad;
+    const ForcePaddedSized sized;
+    std::optional<ForcePackedRows> packed;
+    if (precision == "bf16") packed.emplace();
+    if (entry.force_routed_share) entry.force_routed_share(*lm, torch::randint(0, kVocab, {2, 24}, torch::kLong), 0.4);
+    const auto a = torch::randint(0, kVocab, {2, 24}, torch::kLong), b = torch::randint(0, kVocab, {2, 24}, torch::kLong);
+    torch::Tensor exact_a, exact_b;
+    {
+      const ExactRoutedCounts counted;
+      exact_a = lm->forward(a).logits;
+      exact_b = lm->forward(b).logits;
+    }
+    CudaGraphForward graph(*lm, /*eager_calls=*/2, std::make_unique<RerunRecorder>());
+    const std::vector<std::pair<const torch::Tensor*, const torch::Tensor*>> calls = {
+        {&a, &exact_a}, {&b, &exact_b}, {&a, &exact_a}, {&b, &exact_b}, {&b, &exact_b}, {&a, &exact_a}};
+    for (std::size_t i = 0; i < calls.size(); ++i) {
+      const auto logits = graph.run(*calls[i].first).clone();
+      QVERIFY2(torch::allclose(logits, *calls[i].second, 1e-5, 1e-5), qPrintable(QString("call %1").arg(i + 1)));
+      QCOMPARE(graph.captured(), i >= 2);
+    }
+    QCOMPARE(graph.captures(), 1);
+    QVERIFY(graph.eager_reason().empty());
+    try {
+      graph.run(a.narrow(0, 0, 1));
+      QFAIL("no error");
+    } catch (const ConfigError& e) {
+      QVERIFY2(QString(e.what()).contains("the captured forward takes tokens of [2, 24]"), e.what());
+    }
+    CudaGraphForward failing(*lm, 1, std::make_unique<RerunRecorder>(/*fail=*/true));
+    for (int i = 0; i < 3; ++i) QVERIFY(torch::allclose(failing.run(a), exact_a, 1e-5, 1e-5));
+    QVERIFY(!failing.captured());
+    QVERIFY2(failing.eager_reason().find("could not be captured") != std::string::npos, failing.eager_reason().c_str());
   }
 
   void cudaGraphForwardNeedsAGpu() {

@@ -1,6 +1,6 @@
-// Capture and replay as CudaGraphStep does (core/train/cuda_graph_step.cpp: PyTorch's whole-network recipe): warm up
-// on a side stream, capture there with the autocast cache off, keep the captured input and output alive, and copy
-// new tokens into the input before each replay. The CUDA part is compiled only against a CUDA LibTorch.
+// The CUDA recorder captures and replays as CudaGraphStep does (core/train/cuda_graph_step.cpp: PyTorch's
+// whole-network recipe): warm up on a side stream, capture there with the autocast cache off, keep the captured input
+// and output alive. It is compiled only against a CUDA LibTorch (ROUTELAB_WITH_CUDA); the rest in every build.
 #include "core/inference/cuda_graph_forward.h"
 
 #include <sstream>
@@ -21,153 +21,144 @@
 #endif
 
 namespace routelab {
+namespace {
 
 #if ROUTELAB_WITH_CUDA
 
-struct CudaGraphForward::Impl {
-  Impl(LanguageModel& m, int eager, c10::cuda::CUDAStream stream) : model(m), eager_calls(eager), side(stream) {}
+class CudaGraphRecorder : public ForwardRecorder {
+ public:
+  explicit CudaGraphRecorder(c10::DeviceIndex device)
+      : side_(c10::cuda::getStreamFromPool(/*isHighPriority=*/false, device)) {}
 
-  LanguageModel& model;
-  int eager_calls;
-  int eager_done = 0;
-  c10::cuda::CUDAStream side;  ///< warm-up and capture run here, never on the legacy default stream
-  std::unique_ptr<at::cuda::CUDAGraph> graph;
-  int captures = 0;
-  std::string eager_reason;
-  torch::Tensor input;  ///< the captured forward's tokens: each replay reads what was copied into them
-  ModelOutput output;   ///< the captured forward's output, overwritten by each replay
-
-  /// A forward on the side stream, the host waiting for the work queued before and for it (warm-up, not timed work).
-  torch::Tensor eager_forward(const torch::Tensor& tokens) {
+  void warm_up(const std::function<void()>& body) override {
     c10::cuda::device_synchronize();
-    torch::Tensor logits;
-    {
-      c10::cuda::CUDAStreamGuard on_side(side);
-      logits = model.forward(tokens).logits;
-      side.synchronize();
-    }
-    ++eager_done;
-    return logits;
+    const c10::cuda::CUDAStreamGuard on_side(side_);
+    body();
+    side_.synchronize();
   }
 
-  /// Records the forward of `tokens` without running it; false (eager_reason set) where it cannot be captured.
-  bool capture(const torch::Tensor& tokens) {
-    input = tokens.clone();
+  void capture(const std::function<void()>& body) override {
     c10::cuda::device_synchronize();
-    c10::cuda::CUDAStreamGuard on_side(side);
+    const c10::cuda::CUDAStreamGuard on_side(side_);
     // Casts cached during capture would live in the graph's pool and be reused outside it (PyTorch's advice).
     const bool cache = at::autocast::is_autocast_cache_enabled();
     at::autocast::set_autocast_cache_enabled(false);
-    graph = std::make_unique<at::cuda::CUDAGraph>();
-    graph->capture_begin();
+    graph_ = std::make_unique<at::cuda::CUDAGraph>();
+    graph_->capture_begin();
     try {
-      const DeferredTraceReadback on_device;  // a routed model's counts are read after each replay (check_shapes)
-      output = model.forward(input);
-      graph->capture_end();
-    } catch (const std::exception& e) {
+      body();
+      graph_->capture_end();
+    } catch (...) {
       try {
-        graph->capture_end();  // ends the stream's capture so the stream stays usable
+        graph_->capture_end();  // ends the stream's capture so the stream stays usable
       } catch (const std::exception&) {
       }
       at::autocast::set_autocast_cache_enabled(cache);
-      release();
-      eager_reason = std::string("the forward could not be captured as a CUDA graph: ") + e.what();
-      logger("core")->warn("{}; it runs eagerly", eager_reason);
-      return false;
+      graph_.reset();
+      throw;
     }
     at::autocast::set_autocast_cache_enabled(cache);
-    side.synchronize();
-    ++captures;
-    return true;
+    side_.synchronize();
   }
 
-  /// Drops the graph and its output (its memory pool with them); the next call captures again.
-  void release() {
-    output = ModelOutput();
-    graph.reset();
-  }
+  void replay() override { graph_->replay(); }
+  void release() override { graph_.reset(); }
+
+ private:
+  c10::cuda::CUDAStream side_;  ///< warm-up and capture run here, never on the legacy default stream
+  std::unique_ptr<at::cuda::CUDAGraph> graph_;
 };
 
-CudaGraphForward::CudaGraphForward(LanguageModel& model, int eager_calls) {
+#endif
+
+std::unique_ptr<ForwardRecorder> default_recorder(LanguageModel& model) {
+#if ROUTELAB_WITH_CUDA
   const auto params = model.parameters();
   if (params.empty() || !params.front().is_cuda())
     throw ConfigError("CUDA graph forward: the model is on " +
                       (params.empty() ? std::string("no device") : params.front().device().str()) +
                       "; CUDA graphs need a GPU");
-  impl_ = std::make_unique<Impl>(model, std::max(1, eager_calls),
-                                 c10::cuda::getStreamFromPool(/*isHighPriority=*/false, params.front().device().index()));
+  return std::make_unique<CudaGraphRecorder>(params.front().device().index());
+#else
+  (void)model;
+  throw ConfigError("CUDA graph forward: this build's LibTorch (" TORCH_VERSION
+                    ") has no CUDA; build against a CUDA LibTorch (packaging/build.sh --torch pip)");
+#endif
 }
+
+}  // namespace
+
+CudaGraphForward::CudaGraphForward(LanguageModel& model, int eager_calls, std::unique_ptr<ForwardRecorder> recorder)
+    : model_(model), eager_calls_(std::max(1, eager_calls)),
+      recorder_(recorder ? std::move(recorder) : default_recorder(model)) {}
 
 CudaGraphForward::~CudaGraphForward() = default;
 
-bool CudaGraphForward::captured() const { return impl_->graph != nullptr; }
+bool CudaGraphForward::captured() const { return captured_; }
 
-int CudaGraphForward::captures() const { return impl_->captures; }
+int CudaGraphForward::captures() const { return captures_; }
 
-const std::string& CudaGraphForward::eager_reason() const { return impl_->eager_reason; }
+const std::string& CudaGraphForward::eager_reason() const { return eager_reason_; }
+
+void CudaGraphForward::release() {
+  output_ = ModelOutput();
+  recorder_->release();
+  captured_ = false;
+}
 
 torch::Tensor CudaGraphForward::run(const torch::Tensor& tokens) {
-  auto& s = *impl_;
-  if (!tokens.is_cuda())
-    throw ConfigError("CUDA graph forward: the tokens are on " + tokens.device().str() + "; the model is on a GPU");
   const torch::NoGradGuard no_grad;
-  if (!s.eager_reason.empty()) return s.model.forward(tokens).logits;
-  if (!s.graph && s.eager_done < s.eager_calls) return s.eager_forward(tokens);
-  if (!s.graph) {
-    if (!s.capture(tokens)) return s.model.forward(tokens).logits;
+  if (!eager_reason_.empty()) return model_.forward(tokens).logits;
+  if (!captured_ && eager_done_ < eager_calls_) {
+    torch::Tensor logits;
+    recorder_->warm_up([&] { logits = model_.forward(tokens).logits; });
+    ++eager_done_;
+    return logits;
+  }
+  if (!captured_) {
+    input_ = tokens.clone();
+    try {
+      // Records the forward without (on a GPU) running it: the replay below runs it. A routed model's counts are read
+      // after each replay (check_shapes).
+      recorder_->capture([this] {
+        const DeferredTraceReadback on_device;
+        output_ = model_.forward(input_);
+      });
+    } catch (const std::exception& e) {
+      output_ = ModelOutput();
+      eager_reason_ = std::string("the forward could not be captured as a CUDA graph: ") + e.what();
+      logger("core")->warn("{}; it runs eagerly", eager_reason_);
+      return model_.forward(tokens).logits;
+    }
+    captured_ = true;
+    ++captures_;
   } else {
-    if (tokens.sizes() != s.input.sizes()) {
+    if (tokens.sizes() != input_.sizes() || tokens.device() != input_.device()) {
       std::ostringstream out;
-      out << "CUDA graph forward: the captured forward takes tokens of " << s.input.sizes() << "; these are "
-          << tokens.sizes();
+      out << "CUDA graph forward: the captured forward takes tokens of " << input_.sizes() << " on "
+          << input_.device() << "; these are " << tokens.sizes() << " on " << tokens.device();
       throw ConfigError(out.str());
     }
-    s.input.copy_(tokens, /*non_blocking=*/true);
+    input_.copy_(tokens, /*non_blocking=*/true);
   }
-  s.graph->replay();
+  recorder_->replay();
   ShapeCheck shapes;
-  if (s.output.check_shapes) shapes = s.output.check_shapes();  // one wait: the routing replayed
+  if (output_.check_shapes) shapes = output_.check_shapes();  // one wait: the routing replayed
   if (shapes.overflowed) {
     // The batch routed more rows than the captured shapes hold: its forward runs again counting exactly (which sizes
     // the rows afresh), and the next call captures at the new shapes.
-    s.release();
+    release();
     logger("core")->debug("CUDA graph forward: the batch overflowed the captured routed shapes; it ran eagerly and "
                           "the forward is captured again");
     const ExactRoutedCounts exact;
-    return s.model.forward(tokens).logits;
+    return model_.forward(tokens).logits;
   }
   if (shapes.resized) {
-    auto logits = s.output.logits.clone();
-    s.release();
+    auto logits = output_.logits.clone();
+    release();
     return logits;
   }
-  return s.output.logits;
+  return output_.logits;
 }
-
-#else  // a LibTorch without CUDA
-
-struct CudaGraphForward::Impl {};
-
-CudaGraphForward::CudaGraphForward(LanguageModel&, int) {
-  throw ConfigError("CUDA graph forward: this build's LibTorch (" TORCH_VERSION
-                    ") has no CUDA; build against a CUDA LibTorch (packaging/build.sh --torch pip)");
-}
-
-CudaGraphForward::~CudaGraphForward() = default;
-
-bool CudaGraphForward::captured() const { return false; }
-
-int CudaGraphForward::captures() const { return 0; }
-
-const std::string& CudaGraphForward::eager_reason() const {
-  static const std::string none;
-  return none;
-}
-
-torch::Tensor CudaGraphForward::run(const torch::Tensor&) {
-  throw ConfigError("CUDA graph forward: this build's LibTorch has no CUDA");
-}
-
-#endif
 
 }  // namespace routelab

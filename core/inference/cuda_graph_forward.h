@@ -1,6 +1,7 @@
 // The untraced eval-mode forward captured once as a CUDA graph and replayed: a forward of a routed model at a width
 // where the host queues kernels slower than the GPU runs them (bf16 at d 512, batch 1) is launched as one graph.
 #pragma once
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -14,25 +15,41 @@ namespace routelab {
 /// from them (ArchitectureEntry::cuda_graph_forward).
 constexpr int kCudaGraphEagerForwards = 3;
 
-/// model.forward(tokens).logits for a model in eval mode on a GPU whose forward can be captured
-/// (why_no_cuda_graph_forward is empty). The first `eager_calls` calls run the forward eagerly on a side stream
-/// (which also sizes what the model sizes from earlier forwards); the next call captures the forward with its
-/// readback deferred (DeferredTraceReadback) and replays it; every later call copies its tokens into the captured
-/// input and replays. Autocast and no-grad are the caller's, as for an eager forward. A routed model whose rows were
-/// sized from earlier forwards is checked after each replay (ModelOutput::check_shapes, one wait): a batch that
-/// routed more rows than the captured shapes hold runs again eagerly with exact counts (its logits are returned),
-/// and shapes resized for the routing seen are captured anew at the next call. A forward that cannot be captured
-/// after all (it read something back) runs eagerly from then on, with eager_reason() saying why.
-/// Throws ConfigError where this build has no CUDA, the model is not on a GPU, or a batch's shape differs from the
-/// captured one.
+/// What records a forward and replays it for a CudaGraphForward: by default a CUDA graph captured on a side stream
+/// (PyTorch's whole-network recipe); a test passes one that runs the recorded body again on the CPU.
+class ForwardRecorder {
+ public:
+  virtual ~ForwardRecorder() = default;
+  /// An eager call before the capture (on the GPU: on the side stream, the host waiting for it).
+  virtual void warm_up(const std::function<void()>& body) = 0;
+  /// Records `body` (which sets the recorded output); throws where it cannot be recorded, leaving nothing recorded.
+  virtual void capture(const std::function<void()>& body) = 0;
+  /// Runs what was recorded again.
+  virtual void replay() = 0;
+  /// Drops what was recorded (a CUDA graph's memory pool with it).
+  virtual void release() = 0;
+};
+
+/// model.forward(tokens).logits for a model in eval mode whose forward can be captured (why_no_cuda_graph_forward is
+/// empty), on a GPU by default. The first `eager_calls` calls run the forward eagerly (which also sizes what the
+/// model sizes from earlier forwards); the next call captures the forward with its readback deferred
+/// (DeferredTraceReadback) and replays it; every later call copies its tokens into the captured input and replays.
+/// Autocast and no-grad are the caller's, as for an eager forward. A routed model whose rows were sized from earlier
+/// forwards is checked after each replay (ModelOutput::check_shapes, one wait): a batch that routed more rows than the
+/// captured shapes hold runs again eagerly with exact counts (its logits are returned), and shapes resized for the
+/// routing seen are captured anew at the next call. A forward that cannot be captured after all (it read something
+/// back) runs eagerly from then on, with eager_reason() saying why.
+/// Throws ConfigError where this build has no CUDA or the model is not on a GPU (with the default recorder), or a
+/// batch's shape differs from the captured one.
 class CudaGraphForward {
  public:
-  explicit CudaGraphForward(LanguageModel& model, int eager_calls = kCudaGraphEagerForwards);
+  explicit CudaGraphForward(LanguageModel& model, int eager_calls = kCudaGraphEagerForwards,
+                            std::unique_ptr<ForwardRecorder> recorder = nullptr);
   ~CudaGraphForward();
   CudaGraphForward(const CudaGraphForward&) = delete;
   CudaGraphForward& operator=(const CudaGraphForward&) = delete;
 
-  /// The logits (B, T, V) of `tokens` (B, T) on the model's GPU. A replay's are the graph's own output tensor, which
+  /// The logits (B, T, V) of `tokens` (B, T) on the model's device. A replay's are the recorded output tensor, which
   /// the next call overwrites: clone them to keep them.
   torch::Tensor run(const torch::Tensor& tokens);
   /// Whether the forward is captured now.
@@ -43,8 +60,17 @@ class CudaGraphForward {
   const std::string& eager_reason() const;
 
  private:
-  struct Impl;
-  std::unique_ptr<Impl> impl_;
+  LanguageModel& model_;
+  int eager_calls_;
+  int eager_done_ = 0;
+  int captures_ = 0;
+  bool captured_ = false;
+  std::string eager_reason_;
+  std::unique_ptr<ForwardRecorder> recorder_;
+  torch::Tensor input_;  ///< the captured forward's tokens: each replay reads what was copied into them
+  ModelOutput output_;   ///< the captured forward's output, overwritten by each replay
+
+  void release();
 };
 
 }  // namespace routelab
