@@ -370,6 +370,7 @@ ForwardBenchResult bench_forward(const ForwardBenchOptions& in) {
         row.graph = step != nullptr || (fwd && fwd->eager_reason().empty());
         row.captures = step ? step->captures() : fwd ? fwd->captures() : 0;
         row.dense_graph = graphs[0] != nullptr || (forward_graphs[0] && forward_graphs[0]->eager_reason().empty());
+        if (fwd) row.graph_note = fwd->eager_reason();
         row.device_allocs = allocator[i + 1].device_allocs;
         row.alloc_retries = allocator[i + 1].retries;
         row.dense_device_allocs = allocator[0].device_allocs;
@@ -427,7 +428,7 @@ std::string ForwardBenchResult::to_table() const {
       << r.flops_ratio << std::setw(10) << r.quotient << (o.cuda_graph ? (r.graph ? "  graph" : "  eager") : "")
       << (r.captures > 1 ? " (captured " + std::to_string(r.captures) + " times)" : std::string())
       << (o.cuda_graph && !r.dense_graph ? " (dense eager)" : "") << (r.profile.classes_ms.empty() ? "" : "  *")
-      << memory_note(r) << "\n";
+      << memory_note(r) << (r.graph_note.empty() ? "" : "  (" + r.graph_note + ")") << "\n";
   }
   bool any = false;
   for (const auto& r : rows) {
@@ -534,6 +535,7 @@ nlohmann::json ForwardBenchResult::to_json() const {
       j["graph"] = r.graph;
       j["captures"] = r.captures;
       j["dense_graph"] = r.dense_graph;
+      if (!r.graph_note.empty()) j["graph_note"] = r.graph_note;
     }
     if (!r.profile.classes_ms.empty()) {
       for (const auto& [k, v] : r.profile.classes_ms) j["breakdown_ms"][k] = v;

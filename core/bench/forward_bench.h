@@ -67,6 +67,8 @@ struct ForwardBenchRow {
   /// graph: how often the step was captured by the end of the timed calls (more than once: its routing outgrew, or
   /// fell well below, the shapes captured: DTRNet's sized rows)
   int captures = 0;
+  /// An eval forward declared capturable whose capture failed on this device: why (it then ran eagerly).
+  std::string graph_note;
   /// On a GPU, what the caching allocator did during this model's timed calls and dense's (allocator_events): blocks
   /// taken from or returned to the device and allocations retried after emptying the cache. Nonzero counts mean
   /// the timed calls waited for the device beyond their own work (the bench holds every model's memory at once).
