@@ -190,9 +190,10 @@ class TestDist : public QObject {
   }
 
   /// Two ranks (threads here, each its own group member over Gloo) whose models differ in the parameters their
-  /// tokens reach: rank 1 never uses `skipped` in the first steps, then rank 0 skips it too. Small buckets, sent while
-  /// the backward pass runs. Every step ends on both ranks with the same summed gradients (a parameter nobody
-  /// reached sums to zero), in order, without hanging.
+  /// tokens reach: rank 1 never uses `skipped` in the first steps, then rank 0 skips it too; no rank uses `late`
+  /// before step 2, nor ever `never`. Small buckets, sent while the backward pass runs. Every step ends on both ranks
+  /// with the same summed gradients, in order, without hanging, and a parameter no rank has reached yet without a
+  /// gradient, as in one process.
   void unusedParametersOnOneRankNeitherHangNorDesync() {
     const int port = free_local_port();
     std::vector<std::vector<torch::Tensor>> grads(2);  // per rank: every step's gradients, flattened
@@ -203,7 +204,7 @@ class TestDist : public QObject {
         auto group = Collective::join(local_rank_env(rank, 2, port, "test"), torch::kCPU, "gloo", 30.0);
         std::unique_lock<std::mutex> drawing(rng);
         torch::manual_seed(5);
-        torch::nn::Linear used(8, 8), skipped(8, 8), head(8, 1);
+        torch::nn::Linear used(8, 8), skipped(8, 8), head(8, 1), late(8, 8), never(8, 8);
         std::vector<torch::Tensor> inputs;
         for (int step = 0; step < 4; ++step) {
           torch::manual_seed(100 + 10 * step + rank);
@@ -211,7 +212,7 @@ class TestDist : public QObject {
         }
         drawing.unlock();
         std::vector<torch::Tensor> params;
-        for (auto* m : std::vector<torch::nn::Module*>{used.get(), skipped.get(), head.get()})
+        for (auto* m : std::vector<torch::nn::Module*>{used.get(), skipped.get(), head.get(), late.get(), never.get()})
           for (const auto& p : m->parameters()) params.push_back(p);
         GradientSync sync(group, params, /*bucket_mb=*/0.0002, /*overlap=*/true);
         if (sync.buckets() < 3) throw std::runtime_error("expected at least 3 buckets");
@@ -221,9 +222,14 @@ class TestDist : public QObject {
           auto h = used(inputs[static_cast<std::size_t>(step)]);
           const bool skips = rank == 1 ? step < 2 : step >= 3;  // step 3: rank 0 skips, rank 1 does not
           if (!skips) h = h + skipped(h);
+          if (step >= 2) h = h + late(h);  // no rank reaches it before step 2; none ever reaches `never`
           sync.arm();
           head(torch::tanh(h)).sum().backward();
           sync.finish();
+          // As in one process: no gradient where no rank's tokens have reached the parameter yet.
+          if (late->weight.grad().defined() != (step >= 2) || never->weight.grad().defined())
+            throw std::runtime_error("step " + std::to_string(step) + ": a gradient where no rank reached the "
+                                     "parameter, or none where one did");
           std::vector<torch::Tensor> flat;
           for (const auto& p : params)
             flat.push_back(p.grad().defined() ? p.grad().reshape({-1}).clone() : torch::zeros({p.numel()}));
@@ -244,13 +250,14 @@ class TestDist : public QObject {
       torch::Tensor expected;
       for (int rank = 0; rank < 2; ++rank) {
         torch::manual_seed(5);
-        torch::nn::Linear used(8, 8), skipped(8, 8), head(8, 1);
+        torch::nn::Linear used(8, 8), skipped(8, 8), head(8, 1), late(8, 8), never(8, 8);
         torch::manual_seed(100 + 10 * step + rank);
         auto h = used(torch::randn({4, 8}));
         if (!(rank == 1 ? step < 2 : step >= 3)) h = h + skipped(h);
+        if (step >= 2) h = h + late(h);
         head(torch::tanh(h)).sum().backward();
         std::vector<torch::Tensor> flat;
-        for (auto* m : std::vector<torch::nn::Module*>{used.get(), skipped.get(), head.get()})
+        for (auto* m : std::vector<torch::nn::Module*>{used.get(), skipped.get(), head.get(), late.get(), never.get()})
           for (const auto& p : m->parameters())
             flat.push_back(p.grad().defined() ? p.grad().reshape({-1}) : torch::zeros({p.numel()}));
         const auto local = torch::cat(flat);

@@ -31,13 +31,20 @@ struct GradientSync::State {
   bool armed = false;
   std::size_t next_to_send = 0;  ///< buckets go out in index order on every rank
   double wait_s = 0;
+  /// Parameters no rank is known to have reached (every rank's list is the same: it follows the summed flags), and
+  /// whether this rank sent zeros for each of them in this step.
+  std::vector<std::size_t> unreached;
+  std::vector<bool> zero_filled;
 
   /// Copies the bucket's gradients into its buffer and starts its all-reduce (under `mutex`).
   void send(Bucket& b) {
     std::vector<torch::Tensor> flat;
     for (const auto i : b.params) {
       auto& p = params[i];
-      if (!p.grad().defined()) p.mutable_grad() = torch::zeros_like(p);  // never reached on this rank yet
+      if (!p.grad().defined()) {  // not reached on this rank yet
+        p.mutable_grad() = torch::zeros_like(p);
+        zero_filled[i] = true;
+      }
       flat.push_back(p.grad().reshape({-1}));
     }
     torch::cat_out(b.buffer, flat);
@@ -102,6 +109,8 @@ GradientSync::GradientSync(std::shared_ptr<Collective> collective, std::vector<t
     s.bucket_of[k] = s.buckets.size() - 1;
   }
   for (auto& b : s.buckets) b.buffer = torch::empty({b.numel}, b.buffer.options());
+  for (std::size_t k = 0; k < s.params.size(); ++k) s.unreached.push_back(k);  // until the first step's flags say
+  s.zero_filled.assign(s.params.size(), false);
   for (std::size_t k = 0; k < s.params.size(); ++k) {
     auto accumulator = torch::autograd::impl::grad_accumulator(s.params[k]);
     if (!accumulator) throw Error("GradientSync: parameter " + std::to_string(k) + " has no gradient accumulator");
@@ -121,6 +130,7 @@ void GradientSync::arm() {
     b.sent = false;
   }
   s.next_to_send = 0;
+  s.zero_filled.assign(s.params.size(), false);
   s.armed = true;
 }
 
@@ -141,6 +151,23 @@ void GradientSync::finish() {
       grad.copy_(b.buffer.narrow(0, offset, grad.numel()).view_as(grad));
       offset += grad.numel();
     }
+  }
+  if (!s.unreached.empty()) {
+    // Which of the parameters not reached so far some rank reached in this step (one small sum): the others lose the
+    // zeros sent for them, as in one process.
+    std::vector<float> own;
+    for (const auto i : s.unreached) own.push_back(s.zero_filled[i] ? 0.0f : 1.0f);
+    auto flags = torch::tensor(own).to(s.params.front().device());
+    s.collective->all_reduce_sum(flags);
+    const auto summed = flags.to(torch::kCPU).contiguous();
+    const float* reached = summed.data_ptr<float>();
+    std::vector<std::size_t> still;
+    for (std::size_t j = 0; j < s.unreached.size(); ++j) {
+      if (reached[j] > 0.0f) continue;
+      s.params[s.unreached[j]].mutable_grad() = torch::Tensor();
+      still.push_back(s.unreached[j]);
+    }
+    s.unreached = std::move(still);
   }
   s.wait_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }

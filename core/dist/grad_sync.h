@@ -27,7 +27,10 @@ class GradientSync {
   /// Sends what the backward pass left unsent (buckets holding parameters this rank's tokens never reached, whose
   /// gradient stays as it was), in bucket order on every rank, waits for every bucket and writes the sums into
   /// the gradients. Every rank sends every bucket every step, so ranks whose routing left different parameters
-  /// unused stay in step. A DistError when a rank fails.
+  /// unused stay in step. A parameter without a gradient is sent as zeros; one that no rank has reached yet gets its
+  /// gradient dropped again afterwards, as one process leaves it without one (AdamW then skips it: no decay, no
+  /// moments), which takes one more small all-reduce of the ranks' flags while such parameters remain (in a step where
+  /// every rank reaches every parameter, the first only). A DistError when a rank fails.
   void finish();
 
   int buckets() const;
