@@ -24,6 +24,20 @@ corpus="${ROUTELAB_HOME:-$HOME/.local/share/routelab}/corpora/kjv.txt"
 [ -f "$corpus" ] || { echo "gpu-bundle: $corpus not found (run the quick start once)" >&2; exit 1; }
 cp "$corpus" "$bundle/home/corpora/"
 cp "$root/../shared/tools/pyref2_gpt_step.py" "$bundle/"
+# The core suites' executable (the GPU suite, step core-suite-gpu) with the Qt Core and Test libraries it needs (the
+# GPU machine has no Qt), compressed: ICU's data alone is 31 MB of the 64 the device's carry takes.
+if [ -x "$build/tests/routelab-tests" ]; then
+  staging="$(mktemp -d)"
+  mkdir -p "$staging/lib"
+  cp "$build/tests/routelab-tests" "$staging/"
+  ldd "$build/tests/routelab-tests" | awk '$3 ~ /^\// { print $1, $3 }' | while read -r name path; do
+    case "$name" in
+      libQt6*|libicu*|libglib-2.0*|libdouble-conversion*|libb2*|libpcre2*|libzstd*) cp -L "$path" "$staging/lib/" ;;
+    esac
+  done
+  tar -cJf "$bundle/tests.tar.xz" -C "$staging" .
+  rm -rf "$staging"
+fi
 cat > "$bundle/run.sh" <<'EOF'
 #!/usr/bin/env bash
 # Written by packaging/gpu-bundle.sh. Usage: run.sh BUDGET_S REGEX [BUDGET_S REGEX ...]
@@ -37,6 +51,11 @@ export ROUTELAB_HOME=$here/home ROUTELAB_SPM_MODULE=$here/bin/libroutelab_spm.so
 OUT=${OUT:-/tmp/out}
 mkdir -p "$OUT"
 "$here/bin/routelab-cli" --version || { ldd "$here/bin/routelab-cli"; exit 1; }
+if [ -f "$here/tests.tar.xz" ]; then  # the core suites' executable and its Qt libraries (packed by gpu-bundle.sh)
+  tests_dir="$(mktemp -d)"
+  tar -xJf "$here/tests.tar.xz" -C "$tests_dir"
+  export GPU_CHECK_TESTS="$tests_dir/routelab-tests" LD_LIBRARY_PATH="$LD_LIBRARY_PATH:$tests_dir/lib"
+fi
 while [ $# -ge 2 ]; do
   GPU_CHECK_BUDGET_S=$1 GPU_CHECK_ONLY=$2 bash packaging/gpu-check.sh "$here/bin/routelab-cli" "$OUT/gpu.log" "$py" \
     "$here/pyref2_gpt_step.py" > /dev/null

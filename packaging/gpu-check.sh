@@ -23,7 +23,8 @@
 # MFU, default 989: H100/H200 SXM), GPU_CHECK_ONLY (a regular expression: only the steps it matches),
 # GPU_CHECK_RESUME_STEPS (default 400), GPU_CHECK_DEVICE (default cuda; cpu rehearses the script), ROUTELAB_HOME
 # (corpora; a temporary folder by default), GPU_CHECK_SHARDS (a folder `routelab-cli prepare` wrote with a subword
-# tokenizer: the 360M presets train on it too, the seeds' regime; those steps are skipped without it).
+# tokenizer: the 360M presets train on it too, the seeds' regime; those steps are skipped without it),
+# GPU_CHECK_TESTS (the routelab-tests of the same build, default beside CLI: the GPU suite, step core-suite-gpu).
 set -uo pipefail
 cli="$1"
 log="$2"
@@ -220,6 +221,14 @@ nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.max.sm --format=c
 "$cli" --version 2>&1 | tee -a "$log"
 
 # RouteLab's fused next-token loss against the unfused path: times and the largest differences.
+# The suite of checks that need a GPU (tests/test_gpu.cpp): every language model's forward on the GPU against the CPU's,
+# and every capturable eval forward replayed as a real CUDA graph against exact forwards.
+tests="${GPU_CHECK_TESTS:-$(dirname "$cli")/routelab-tests}"
+if [ -x "$tests" ]; then
+  step core-suite-gpu 120 "$tests" test_gpu
+else
+  step core-suite-gpu 1 bash -c "echo 'no routelab-tests at $tests'; exit 1"
+fi
 step loss-kernels 60 "$cli" bench loss --device "$dev" --rows 16384 --vocab 50257 --reps 10
 # The goals are set in bf16 (>= 1.1x eager, >= 1.0x torch.compile, MFU >= 35%); fp32 without the compile's minute.
 step train-step-gpt2-small-bf16 180 "$cli" bench train-step --device "$dev" --shape gpt2-small --precision bf16 \

@@ -4,6 +4,7 @@
 #include <QtTest>
 
 #include <cstdint>
+#include <string>
 
 #include <nlohmann/json.hpp>
 
@@ -36,6 +37,26 @@ inline nlohmann::json small_model(const ArchitectureEntry& entry) {
 }
 
 inline constexpr std::int64_t kVocab = 23;
+
+/// The architecture's small model with the options a speed benchmark sets (ArchitectureEntry::speed_options).
+inline nlohmann::json graph_forward_model(const ArchitectureEntry& entry) {
+  auto m = small_model(entry);
+  m.update(entry.speed_options);
+  return m;
+}
+
+/// A row per language model whose eval forward is declared capturable as a CUDA graph and precision ("bf16",
+/// "fp32") its cuda_graph_limits accept for graph_forward_model (columns "arch", "precision").
+inline void add_graph_forward_rows() {
+  QTest::addColumn<QString>("arch");
+  QTest::addColumn<QString>("precision");
+  for (const auto& entry : architectures())
+    if (entry.task == Task::LanguageModel && entry.cuda_graph_forward)
+      for (const std::string precision : {"bf16", "fp32"})
+        if (why_no_cuda_graph_forward(entry, graph_forward_model(entry), precision).empty())
+          QTest::newRow((entry.id + " " + precision).c_str())
+              << QString::fromStdString(entry.id) << QString::fromStdString(precision);
+}
 
 /// The train section's optimizer keys for make_optimizer.
 inline nlohmann::json adamw_options() {

@@ -278,24 +278,6 @@ class TestGraphConformance : public QObject {
     }
   }
 
- private:
-  /// The architecture's small model with the options a speed benchmark sets (ArchitectureEntry::speed_options).
-  static nlohmann::json graph_forward_model(const ArchitectureEntry& entry) {
-    auto m = small_model(entry);
-    m.update(entry.speed_options);
-    return m;
-  }
-  /// A row per architecture whose eval forward is declared capturable and precision it is declared for.
-  static void add_graph_forward_rows() {
-    QTest::addColumn<QString>("arch");
-    QTest::addColumn<QString>("precision");
-    for (const auto& entry : architectures())
-      if (entry.task == Task::LanguageModel && entry.cuda_graph_forward)
-        for (const std::string precision : {"bf16", "fp32"})
-          if (why_no_cuda_graph_forward(entry, graph_forward_model(entry), precision).empty())
-            QTest::newRow((entry.id + " " + precision).c_str())
-                << QString::fromStdString(entry.id) << QString::fromStdString(precision);
-  }
 };
 
 }  // namespace test_graph_conformance
