@@ -40,7 +40,8 @@ nlohmann::json gpu_model(const ArchitectureEntry& entry) {
 }
 
 QString largest_gap(const torch::Tensor& a, const torch::Tensor& b) {
-  return QString::number((a.to(torch::kCPU, torch::kDouble) - b.to(torch::kCPU, torch::kDouble)).abs().max().item<double>());
+  const auto gap = a.to(torch::kCPU, torch::kDouble) - b.to(torch::kCPU, torch::kDouble);
+  return QString::number(gap.abs().max().item<double>());
 }
 
 }  // namespace

@@ -60,6 +60,23 @@ class HostReadRecorder {
   at::CallbackHandle handle_ = 0;
 };
 
+/// A row's model (graph_forward_model) in eval mode, its routers forced to route 40% of the tokens, and, while alive,
+/// the form a GPU takes at the row's precision: routed rows sized from earlier forwards, packed where the attention
+/// takes packed rows (bf16), padded otherwise.
+struct GpuFormModel {
+  GpuFormModel(const QString& arch, const QString& precision, std::uint64_t seed) {
+    const auto& entry = architecture(arch.toStdString());
+    if (precision == "bf16") packed.emplace();
+    torch::manual_seed(seed);
+    lm = create_model(graph_forward_model(entry), {kVocab, 32});
+    lm->eval();
+    if (entry.force_routed_share) entry.force_routed_share(*lm, torch::randint(0, kVocab, {2, 24}, torch::kLong), 0.4);
+  }
+  const ForcePaddedSized sized;
+  std::optional<ForcePackedRows> packed;
+  std::shared_ptr<LanguageModel> lm;
+};
+
 /// A ForwardRecorder that runs the recorded body again at each replay (on the CPU, where no graph records kernels):
 /// what a CudaGraphForward does around its recorder, checked without a GPU. `fail` makes the capture throw.
 class RerunRecorder : public ForwardRecorder {
@@ -101,7 +118,8 @@ class TestGraphConformance : public QObject {
     auto lm = create_model(small_model(entry), {kVocab, 32});
     lm->train();
     const ForcePackedRows packed;
-    const auto a = torch::randint(0, kVocab, {2, 24}, torch::kLong), b = torch::randint(0, kVocab, {2, 24}, torch::kLong);
+    const auto a = torch::randint(0, kVocab, {2, 24}, torch::kLong);
+    const auto b = torch::randint(0, kVocab, {2, 24}, torch::kLong);
     const auto traced = [&](const torch::Tensor& tokens, double progress, bool deferred) {
       lm->set_progress(progress);
       torch::manual_seed(3);  // the same dropout masks
@@ -183,21 +201,14 @@ class TestGraphConformance : public QObject {
     // An untraced eval-mode forward declared capturable as a CUDA graph (ArchitectureEntry::cuda_graph_forward) runs,
     // once eager forwards have sized what it sizes and with its readback deferred as at capture, no op that makes the
     // host wait for the device, in the form a GPU takes at each precision it is declared for (bf16: packed rows, fp32:
-    // padded ones; sized forms forced here), with the options a speed benchmark sets (TSA's sparse inference). Deferred, it
-    // computes what the eager forward does, and where it sized routed rows it says so afterwards
+    // padded ones; sized forms forced here), with the options a speed benchmark sets (TSA's sparse inference).
+    // Deferred, it computes what the eager forward does, and where it sized routed rows it says so afterwards
     // (ModelOutput::check_shapes: one read, no overflow here).
     QFETCH(QString, arch);
     QFETCH(QString, precision);
-    const auto& entry = architecture(arch.toStdString());
-    torch::manual_seed(11);
-    auto lm = create_model(graph_forward_model(entry), {kVocab, 32});
-    lm->eval();
+    const GpuFormModel model(arch, precision, 11);
+    const auto& lm = model.lm;
     const torch::NoGradGuard no_grad;
-    // As on a GPU: routed rows sized from earlier forwards, packed where the attention takes packed rows (bf16).
-    const ForcePaddedSized sized;
-    std::optional<ForcePackedRows> packed;
-    if (precision == "bf16") packed.emplace();
-    if (entry.force_routed_share) entry.force_routed_share(*lm, torch::randint(0, kVocab, {2, 24}, torch::kLong), 0.4);
     const auto tokens = torch::randint(0, kVocab, {2, 24}, torch::kLong);
     for (int i = 0; i < 2; ++i) lm->forward(tokens);
     const auto eager = lm->forward(tokens);
@@ -226,15 +237,9 @@ class TestGraphConformance : public QObject {
     // forward of its own tokens gives; a batch of another shape is refused; a forward whose capture fails runs eagerly.
     QFETCH(QString, arch);
     QFETCH(QString, precision);
-    const auto& entry = architecture(arch.toStdString());
-    torch::manual_seed(12);
-    auto lm = create_model(graph_forward_model(entry), {kVocab, 32});
-    lm->eval();
+    const GpuFormModel model(arch, precision, 12);
+    const auto& lm = model.lm;
     const torch::NoGradGuard no_grad;
-    const ForcePaddedSized sized;
-    std::optional<ForcePackedRows> packed;
-    if (precision == "bf16") packed.emplace();
-    if (entry.force_routed_share) entry.force_routed_share(*lm, torch::randint(0, kVocab, {2, 24}, torch::kLong), 0.4);
     const auto a = torch::randint(0, kVocab, {2, 24}, torch::kLong), b = torch::randint(0, kVocab, {2, 24}, torch::kLong);
     torch::Tensor exact_a, exact_b;
     {
