@@ -60,6 +60,18 @@ class HostReadRecorder {
   at::CallbackHandle handle_ = 0;
 };
 
+/// The ops that wait for the device among those `run` dispatches on this thread, joined ("" when none).
+QString host_reads(const std::function<void()>& run) {
+  HostReadRecorder::reads().clear();
+  {
+    const HostReadRecorder recorder;
+    run();
+  }
+  QStringList reads;
+  for (const auto& name : HostReadRecorder::reads()) reads << QString::fromStdString(name);
+  return reads.join(", ");
+}
+
 /// A row's model (graph_forward_model) in eval mode, its routers forced to route 40% of the tokens, and, while alive,
 /// the form a GPU takes at the row's precision: routed rows sized from earlier forwards, packed where the attention
 /// takes packed rows (bf16), padded otherwise.
@@ -118,8 +130,7 @@ class TestGraphConformance : public QObject {
     auto lm = create_model(small_model(entry), {kVocab, 32});
     lm->train();
     const ForcePackedRows packed;
-    const auto a = torch::randint(0, kVocab, {2, 24}, torch::kLong);
-    const auto b = torch::randint(0, kVocab, {2, 24}, torch::kLong);
+    const auto a = torch::randint(0, kVocab, {2, 24}, torch::kLong), b = torch::randint(0, kVocab, {2, 24}, torch::kLong);
     const auto traced = [&](const torch::Tensor& tokens, double progress, bool deferred) {
       lm->set_progress(progress);
       torch::manual_seed(3);  // the same dropout masks
@@ -182,18 +193,14 @@ class TestGraphConformance : public QObject {
     // The model's part of the step: its traced forward and the backward of its losses (the optimizer's part is
     // RouteLab's fused AdamW on a GPU, which the CPU builds do not run).
     lm->set_progress(0.5);
-    HostReadRecorder::reads().clear();
-    {
-      const HostReadRecorder recorder;
+    const auto reads = host_reads([&] {
       const DeferredTraceReadback deferred;
       const auto out = lm->forward(tokens, true);
       auto loss = lm_loss(out.logits, tokens, {}) + out.aux_loss;
       for (const auto& exit : out.exit_logits) loss = loss + lm_loss(exit, tokens, {});
       loss.backward();
-    }
-    QStringList reads;
-    for (const auto& name : HostReadRecorder::reads()) reads << QString::fromStdString(name);
-    QVERIFY2(reads.isEmpty(), qPrintable("ops that wait for the device: " + reads.join(", ")));
+    });
+    QVERIFY2(reads.isEmpty(), qPrintable("ops that wait for the device: " + reads));
   }
 
   void graphForwardReadsNothingBack_data() { add_graph_forward_rows(); }
@@ -212,16 +219,12 @@ class TestGraphConformance : public QObject {
     const auto tokens = torch::randint(0, kVocab, {2, 24}, torch::kLong);
     for (int i = 0; i < 2; ++i) lm->forward(tokens);
     const auto eager = lm->forward(tokens);
-    HostReadRecorder::reads().clear();
     ModelOutput deferred;
-    {
-      const HostReadRecorder recorder;
+    const auto reads = host_reads([&] {
       const DeferredTraceReadback on_device;
       deferred = lm->forward(tokens);
-    }
-    QStringList reads;
-    for (const auto& name : HostReadRecorder::reads()) reads << QString::fromStdString(name);
-    QVERIFY2(reads.isEmpty(), qPrintable("ops that wait for the device: " + reads.join(", ")));
+    });
+    QVERIFY2(reads.isEmpty(), qPrintable("ops that wait for the device: " + reads));
     QVERIFY(torch::equal(deferred.logits, eager.logits));
     QCOMPARE(deferred.overflow.defined(), static_cast<bool>(deferred.check_shapes));
     if (deferred.check_shapes) {
@@ -240,7 +243,8 @@ class TestGraphConformance : public QObject {
     const GpuFormModel model(arch, precision, 12);
     const auto& lm = model.lm;
     const torch::NoGradGuard no_grad;
-    const auto a = torch::randint(0, kVocab, {2, 24}, torch::kLong), b = torch::randint(0, kVocab, {2, 24}, torch::kLong);
+    const auto a = torch::randint(0, kVocab, {2, 24}, torch::kLong);
+    const auto b = torch::randint(0, kVocab, {2, 24}, torch::kLong);
     torch::Tensor exact_a, exact_b;
     {
       const ExactRoutedCounts counted;
