@@ -267,6 +267,9 @@ class TestGraphConformance : public QObject {
     } catch (const ConfigError& e) {
       QVERIFY2(QString(e.what()).contains("the captured forward takes tokens of [2, 24]"), e.what());
     }
+    lm->train();
+    QVERIFY(test::contains(test::error_of<ConfigError>([&] { graph.run(a); }), "the model is in training mode"));
+    lm->eval();
     CudaGraphForward failing(*lm, 1, std::make_unique<RerunRecorder>(/*fail=*/true));
     for (int i = 0; i < 3; ++i) QVERIFY(torch::allclose(failing.run(a), exact_a, 1e-5, 1e-5));
     QVERIFY(!failing.captured());

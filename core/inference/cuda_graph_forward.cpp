@@ -107,6 +107,9 @@ void CudaGraphForward::release() {
 }
 
 torch::Tensor CudaGraphForward::run(const torch::Tensor& tokens) {
+  if (model_.is_training())
+    throw ConfigError("CUDA graph forward: the model is in training mode; its eval-mode forward is what is captured "
+                      "(train.cuda_graph captures training steps)");
   const torch::NoGradGuard no_grad;
   if (!eager_reason_.empty()) return model_.forward(tokens).logits;
   if (!captured_ && eager_done_ < eager_calls_) {

@@ -39,8 +39,8 @@ class ForwardRecorder {
 /// captured shapes hold runs again eagerly with exact counts (its logits are returned), and shapes resized for the
 /// routing seen are captured anew at the next call. A forward that cannot be captured after all (it read something
 /// back) runs eagerly from then on, with eager_reason() saying why.
-/// Throws ConfigError where this build has no CUDA or the model is not on a GPU (with the default recorder), or a
-/// batch's shape differs from the captured one.
+/// Throws ConfigError where this build has no CUDA or the model is not on a GPU (with the default recorder), the model
+/// is in training mode, or a batch's shape differs from the captured one.
 class CudaGraphForward {
  public:
   explicit CudaGraphForward(LanguageModel& model, int eager_calls = kCudaGraphEagerForwards,
