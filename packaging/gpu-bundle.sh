@@ -53,7 +53,8 @@ mkdir -p "$OUT"
 "$here/bin/routelab-cli" --version || { ldd "$here/bin/routelab-cli"; exit 1; }
 if [ -f "$here/tests.tar.xz" ]; then  # the core suites' executable and its Qt libraries (packed by gpu-bundle.sh)
   tests_dir="$(mktemp -d)"
-  tar -xJf "$here/tests.tar.xz" -C "$tests_dir"
+  # Python's tarfile rather than tar -J: the machine has the peer's Python, maybe not xz.
+  $py -c 'import sys, tarfile; tarfile.open(sys.argv[1]).extractall(sys.argv[2])' "$here/tests.tar.xz" "$tests_dir"
   export GPU_CHECK_TESTS="$tests_dir/routelab-tests" LD_LIBRARY_PATH="$LD_LIBRARY_PATH:$tests_dir/lib"
 fi
 while [ $# -ge 2 ]; do
