@@ -1,7 +1,8 @@
 // Checks that need a GPU, for every architecture they apply to: each language model's eval forward on the GPU equals
 // its forward on the CPU (fp32, TF32 off: RouteLab's CUDA kernels, the packed and sized paths a GPU takes), and each
 // eval forward declared capturable, captured as a real CUDA graph (CudaGraphForward), replays new tokens to the
-// logits of an exact forward of them. Without a CUDA device (CI, the Debian build) every check is skipped;
+// logits of an exact forward of them, and each training step declared capturable, replayed as a CUDA graph
+// (CudaGraphStep), trains as the eager step does. Without a CUDA device (CI, the Debian build) every check is skipped;
 // packaging/gpu-check.sh runs this suite on a lent GPU (step core-suite-gpu).
 #include <QtTest>
 
@@ -18,6 +19,7 @@
 #include "core/models/language_model.h"
 #include "core/models/registry.h"
 #include "core/train/cuda_graph_step.h"
+#include "core/train/optimizer.h"
 #include "core/train/step.h"
 #include "core/util/device.h"
 #include "tests/conformance_support.h"
@@ -118,6 +120,74 @@ class TestGpu : public QObject {
     QVERIFY2(graph.eager_reason().empty(), graph.eager_reason().c_str());
     QVERIFY(graph.captured());
     QVERIFY2(graph.captures() <= 2, qPrintable(QString("captured %1 times").arg(graph.captures())));
+  }
+
+  void graphStepTrainsAsEagerSteps_data() {
+    QTest::addColumn<QString>("arch");
+    QTest::addColumn<QString>("precision");
+    for (const auto& entry : architectures())
+      if (entry.task == Task::LanguageModel && entry.cuda_graph_step)
+        for (const std::string precision : {"bf16", "fp32"})
+          if (why_no_cuda_graph(entry, gpu_model(entry), {{"precision", precision}, {"deterministic", false}})
+                  .empty())
+            QTest::newRow((entry.id + " " + precision).c_str())
+                << QString::fromStdString(entry.id) << QString::fromStdString(precision);
+  }
+  void graphStepTrainsAsEagerSteps() {
+    // The same model trained eight steps from one seed eagerly and as a CUDA graph (its eager steps, the capture,
+    // replays): the same losses and weights, up to the GPU's run-to-run rounding (atomics in some backward kernels).
+    QFETCH(QString, arch);
+    QFETCH(QString, precision);
+    const auto& entry = architecture(arch.toStdString());
+    const bool bf16 = precision == "bf16";
+    const torch::Device device(torch::kCUDA);
+    auto model = gpu_model(entry);
+    if (model.contains("dropout")) model["dropout"] = 0.0;
+    std::vector<Batch> batches;
+    torch::manual_seed(23);
+    for (int i = 0; i < 8; ++i) {
+      const auto rows = torch::randint(0, kVocab, {kBatch, kLength + 1}, torch::kLong).to(device);
+      batches.push_back({rows.narrow(1, 0, kLength), rows.narrow(1, 1, kLength), {}});
+    }
+    struct Trained {
+      std::vector<double> losses;
+      std::shared_ptr<LanguageModel> lm;
+      bool captured = false;
+    };
+    const auto trained = [&](bool graphed) {
+      torch::manual_seed(24);
+      torch::cuda::manual_seed_all(24);
+      auto lm = create_model(model, {kVocab, kLength});
+      lm->to(device);
+      lm->train();
+      auto optimizer = make_optimizer(*lm, adamw_options());
+      std::unique_ptr<CudaGraphStep> graph;
+      if (graphed) graph = std::make_unique<CudaGraphStep>(*lm, *optimizer, 1.0, bf16);
+      std::vector<double> losses;
+      for (const auto& batch : batches) {
+        const auto r = graph ? graph->run(batch, false) : train_step(*lm, *optimizer, batch, 1.0, bf16, false);
+        losses.push_back(r.loss.item<double>());
+      }
+      return Trained{losses, lm, graph && graph->captured()};
+    };
+    const auto eager_run = trained(false), graph_run = trained(true);
+    QVERIFY2(graph_run.captured, "the step was never captured");
+    const auto& eager_losses = eager_run.losses;
+    const auto& graph_losses = graph_run.losses;
+    const auto& eager = eager_run.lm;
+    const auto& graphed = graph_run.lm;
+    const double tolerance = bf16 ? 2e-2 : 1e-4;
+    for (std::size_t i = 0; i < eager_losses.size(); ++i) {
+      const double e = eager_losses[i], g = graph_losses[i];
+      QVERIFY2(std::abs(e - g) <= tolerance * std::max(1.0, std::abs(e)),
+               qPrintable(QString("step %1: eager %2, graphed %3").arg(i + 1).arg(e).arg(g)));
+    }
+    const auto graphed_params = graphed->named_parameters();
+    for (const auto& p : eager->named_parameters()) {
+      const auto& other = graphed_params[p.key()];
+      QVERIFY2(torch::allclose(p.value(), other, tolerance, tolerance),
+               qPrintable(QString::fromStdString(p.key()) + ": largest gap " + largest_gap(p.value(), other)));
+    }
   }
 };
 
