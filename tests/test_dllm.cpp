@@ -19,6 +19,7 @@
 #include "core/train/optimizer.h"
 #include "core/train/step.h"
 #include "core/util/errors.h"
+#include "tests/deferred_sizing.h"
 #include "tests/suite.h"
 
 namespace test_dllm {
@@ -295,20 +296,9 @@ class TestDLLM : public QObject {
     QVERIFY(model.sizing[2].capacity >= needed);
     check(model.forward(tokens, true), "sized again");
     QVERIFY(model.sizing[2].counts.defined());
-    // Untraced under DeferredTraceReadback (a forward captured as a CUDA graph): nothing settled during the forward;
-    // its overflow flag and check_shapes say afterwards whether the rows held the batch.
-    const auto deferred = [&] {
-      const DeferredTraceReadback on_device;
-      return model.forward(tokens);
-    };
-    const auto fits = deferred();
-    QVERIFY(torch::allclose(fits.logits, exact.logits, 1e-5, 1e-5));
-    QCOMPARE(fits.overflow.item<float>(), 0.0f);
-    QVERIFY(!fits.check_shapes().overflowed);
-    model.sizing[2].capacity = needed - 1;
-    const auto over = deferred();
-    QCOMPARE(over.overflow.item<float>(), 1.0f);
-    QVERIFY(over.check_shapes().overflowed);
+    // Untraced under DeferredTraceReadback (a forward captured as a CUDA graph): settled only after the forward.
+    test::check_deferred_sizing(model, tokens, exact.logits, [&] { model.sizing[2].capacity = needed - 1; });
+    if (QTest::currentTestFailed()) return;
     QCOMPARE(model.sizing[2].capacity, needed - 1);  // sized afresh by the exact rerun, not by the overflowed counts
     {
       const ExactRoutedCounts counted;

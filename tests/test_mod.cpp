@@ -21,6 +21,7 @@
 #include "core/util/errors.h"
 
 #include "model_test_support.h"
+#include "tests/deferred_sizing.h"
 #include "tests/suite.h"
 
 namespace test_mod {
@@ -444,20 +445,9 @@ class TestMoD : public QObject {
     check(rerun, "overflowed");
     QVERIFY(model.mod_layers[1]->sizing.capacity >= (packed ? total[1] : longest[1]));
     QVERIFY(!model.mod_layers[1]->sizing.counts.defined());  // the rerun counted exactly
-    // Untraced under DeferredTraceReadback (a forward captured as a CUDA graph): nothing read during the forward; its
-    // overflow flag and check_shapes say afterwards whether every layer's rows held what it routed.
-    const auto deferred = [&] {
-      const DeferredTraceReadback on_device;
-      return model.forward(tokens);
-    };
-    const auto fits = deferred();
-    QVERIFY(torch::allclose(fits.logits, exact.logits, 1e-5, 1e-5));
-    QCOMPARE(fits.overflow.item<float>(), 0.0f);
-    QVERIFY(!fits.check_shapes().overflowed);
-    model.mod_layers[1]->sizing.capacity = 1;
-    const auto over = deferred();
-    QCOMPARE(over.overflow.item<float>(), 1.0f);
-    QVERIFY(over.check_shapes().overflowed);
+    // Untraced under DeferredTraceReadback (a forward captured as a CUDA graph): settled only after the forward.
+    test::check_deferred_sizing(model, tokens, exact.logits, [&] { model.mod_layers[1]->sizing.capacity = 1; });
+    if (QTest::currentTestFailed()) return;
     QCOMPARE(model.mod_layers[1]->sizing.capacity, std::int64_t{1});  // sized afresh by an exact rerun only
   }
 
