@@ -194,16 +194,15 @@ int run_bench_eviction(const EvictionBenchOptions& o) {
   std::cout << "D-LLM training attention (multiplicative eviction), forward + backward on " << o.device << ": batch "
             << o.batch << ", " << o.heads << " heads of " << o.head_dim
             << (o.kv_heads > 0 && o.kv_heads != o.heads ? " (" + std::to_string(o.kv_heads) + " key/value heads)" : "")
-            << ", " << 100.0 * o.executed
-            << "% of keys executed, median of " << o.reps << " after " << o.warmup << " warm-up\n"
-            << "(peak: the most held above the inputs; saved: held after the forward, until the backward)\n"
-            << "| precision | T | chunk rows | chunked ms | flash ms | materialised ms | materialised / chunked | "
-               "chunked / flash | chunked peak / saved MB | flash peak / saved MB | materialised peak / saved MB | "
-               "chunked max |out diff| / |grad diff| | flash max |out diff| / |grad diff| | max |grad| | "
-               "CPU kernel ms | chunked / CPU kernel | CPU kernel peak / saved MB | "
-               "CPU kernel max |out diff| / |grad diff| | flash on cuDNN ms | flash / cuDNN | cuDNN peak / saved MB | "
-               "cuDNN max |out diff| / |grad diff| |\n"
-               "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n";
+            << ", " << 100.0 * o.executed << "% of keys executed, median of " << o.reps << " after " << o.warmup
+            << " warm-up\n"
+            << "(forms: chunked, its query chunks of the rows shown; flash, cudnn and efficient, the flash form on "
+               "flash attention, cuDNN's and memory-efficient attention; cpu, RouteLab's CPU kernel; materialised, "
+               "every (B, H, T, T) kept. Peak: the most held above the inputs; saved: held after the forward, until "
+               "the backward; differences from the materialised form, gradients of q, k, v and the flags)\n"
+            << "| precision | T | form | ms | chunked / form | peak / saved MB | max |out diff| / |grad diff| | "
+               "max |grad| |\n"
+               "|---|---|---|---|---|---|---|---|\n";
   const auto num = [](double v, int precision) { return v < 0 ? std::string("-") : fixed(v, precision); };
   const auto ratio = [](double a, double b) { return a < 0 || b <= 0 ? std::string("-") : fixed(a / b, 2) + "x"; };
   const auto sci = [](double v) {
@@ -212,24 +211,19 @@ int run_bench_eviction(const EvictionBenchOptions& o) {
     s << std::scientific << std::setprecision(2) << v;
     return s.str();
   };
+  for (const auto& r : rows) {
+    const double chunked = r.forms.front().ms;
+    for (const auto& f : r.forms)
+      std::cout << "| " << r.precision << " | " << r.context << " | " << f.form
+                << (f.form == "chunked" ? " (" + std::to_string(r.chunk_rows) + " rows)" : std::string()) << " | "
+                << num(f.ms, 1) << " | " << ratio(chunked, f.ms) << " | " << num(f.peak_mb, 0) << " / "
+                << num(f.saved_mb, 0) << " | " << sci(f.output_diff) << " / " << sci(f.grad_diff) << " | "
+                << (f.output_diff < 0 ? std::string("-") : sci(r.grad_max)) << " |\n";
+  }
   for (const auto& r : rows)
-    std::cout << "| " << r.precision << " | " << r.context << " | " << r.chunk_rows << " | " << num(r.chunked_ms, 1)
-              << " | " << num(r.flash_ms, 1) << " | " << num(r.materialised_ms, 1) << " | "
-              << ratio(r.materialised_ms, r.chunked_ms) << " | " << ratio(r.chunked_ms, r.flash_ms) << " | "
-              << num(r.chunked_peak_mb, 0) << " / " << num(r.chunked_saved_mb, 0) << " | " << num(r.flash_peak_mb, 0)
-              << " / " << num(r.flash_saved_mb, 0) << " | " << num(r.materialised_peak_mb, 0) << " / "
-              << num(r.materialised_saved_mb, 0) << " | " << sci(r.output_diff) << " / " << sci(r.grad_diff) << " | "
-              << sci(r.flash_output_diff) << " / " << sci(r.flash_grad_diff) << " | "
-              << (r.output_diff < 0 ? std::string("-") : sci(r.grad_max)) << " | " << num(r.cpu_ms, 1) << " | "
-              << ratio(r.chunked_ms, r.cpu_ms) << " | " << num(r.cpu_peak_mb, 0) << " / " << num(r.cpu_saved_mb, 0)
-              << " | " << sci(r.cpu_output_diff) << " / " << sci(r.cpu_grad_diff) << " | " << num(r.cudnn_ms, 1)
-              << " | " << ratio(r.flash_ms, r.cudnn_ms) << " | " << num(r.cudnn_peak_mb, 0) << " / "
-              << num(r.cudnn_saved_mb, 0) << " | " << sci(r.cudnn_output_diff) << " / " << sci(r.cudnn_grad_diff)
-              << " |\n";
-  for (const auto& r : rows)
-    if (!r.cudnn_error.empty())
-      std::cout << r.precision << ", T " << r.context << ": the flash form on cuDNN's kernel failed: " << r.cudnn_error
-                << "\n";
+    for (const auto& f : r.forms)
+      if (!f.error.empty())
+        std::cout << r.precision << ", T " << r.context << ": the " << f.form << " form failed: " << f.error << "\n";
   return 0;
 }
 
@@ -302,8 +296,8 @@ void add_cost_commands(CLI::App& app, CLI::App& bench, CommandAction& action) {
   auto e = std::make_shared<EvictionBenchOptions>();
   auto* eviction = bench.add_subcommand(
       "eviction", "D-LLM's training attention (skipped tokens evicted as keys): the chunked kernel, the flash "
-                  "form and the CPU kernel vs the materialised (B, H, T, T) form, forward + backward: time, peak "
-                  "memory, differences");
+                  "form (on a GPU on flash, cuDNN's and memory-efficient attention) and the CPU kernel vs the "
+                  "materialised (B, H, T, T) form, forward + backward: time, peak memory, differences");
   eviction->add_option("--batch", e->batch, "sequences")->check(CLI::Range(1, 1000000000));
   eviction->add_option("--heads", e->heads, "attention heads")->check(CLI::Range(1, 1000000));
   eviction->add_option("--kv-heads", e->kv_heads, "key/value heads, dividing --heads (0: all)")
@@ -321,7 +315,7 @@ void add_cost_commands(CLI::App& app, CLI::App& bench, CommandAction& action) {
   eviction->add_option("--chunk", e->query_chunk, "query rows per chunk of the chunked kernel (0: automatic)")
       ->check(CLI::Range(0, 1000000000));
   eviction->add_flag("--chunked-only", [e](std::int64_t n) { e->materialised = n == 0; },
-                     "time the chunked kernel alone (the materialised form needs O(B H T^2) memory)");
+                     "leave out the materialised form (it needs O(B H T^2) memory; nothing is compared then)");
   eviction->callback([&action, e] { action = [e] { return run_bench_eviction(*e); }; });
 }
 

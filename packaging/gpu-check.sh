@@ -182,6 +182,10 @@ dtrnet_graph_check() {
 # D-LLM's evicting attention through flash attention against the chunked form (the D-LLM preset in bf16).
 flash_eviction_check() { switch_check ROUTELAB_FLASH_EVICTION flash-eviction --preset dllm --precision bf16; }
 
+# D-LLM's evicting attention in fp32 (where flash attention takes none) on memory-efficient attention against the
+# chunked form (the D-LLM preset, fp32).
+efficient_eviction_check() { switch_check ROUTELAB_EFFICIENT_EVICTION efficient-eviction --preset dllm; }
+
 # D-LLM's flash form on cuDNN's fused attention (ROUTELAB_EVICTION_CUDNN=1, an opt-in until measured) against flash
 # attention's kernel: the preset in bf16.
 cudnn_eviction_check() { pair_check ROUTELAB_EVICTION_CUDNN 1 cudnn-eviction --preset dllm --precision bf16; }
@@ -234,7 +238,7 @@ step loss-kernels 60 "$cli" bench loss --device "$dev" --rows 16384 --vocab 5025
 step train-step-gpt2-small-bf16 180 "$cli" bench train-step --device "$dev" --shape gpt2-small --precision bf16 \
   --compile --cuda-graph --peak-tflops "$peak" --steps 20 --warmup 5 --python "$python" --script "$peer" "${kernels[@]}"
 export -f graph_check pair_check switch_check val_gap dtrnet_graph_check fused_norm_check fused_rope_check varlen_check \
-  flash_eviction_check cudnn_eviction_check sized_check
+  flash_eviction_check efficient_eviction_check cudnn_eviction_check sized_check
 # The fused add + norm kernels: the same losses as LibTorch's norms, and the step without them (MFU's gain).
 step fused-norm-equals-unfused 180 bash -c fused_norm_check
 step train-step-gpt2-small-bf16-unfused-norm 60 env ROUTELAB_FUSED_NORM=0 "$cli" bench train-step --device "$dev" \
@@ -294,10 +298,12 @@ for precision in fp32 bf16; do
 done
 step varlen-equals-padded 120 bash -c varlen_check
 step flash-eviction-equals-chunked 90 bash -c flash_eviction_check
+step efficient-eviction-equals-chunked 90 bash -c efficient_eviction_check
 step cudnn-eviction-near-flash 90 bash -c cudnn_eviction_check
 step sized-equals-exact-counts 120 bash -c sized_check
 # D-LLM's training attention at the 360M layer (batch 8, 15 heads of 64, 5 key/value heads): chunked kernel and
-# flash form (grouped heads, one backward; on flash attention's kernel and on cuDNN's) vs materialised form.
+# flash form (grouped heads, one backward; on flash attention's kernel and on cuDNN's in bf16, on memory-efficient
+# attention in both precisions) vs materialised form.
 step eviction-360m 90 "$cli" bench eviction --device "$dev" --lengths 2048 --kv-heads 5 --precision both --reps 5 \
   --warmup 2
 # The 360M presets byte-level on the embedded corpus (they default to subword shards, which a GPU box may not have).
@@ -341,6 +347,11 @@ step train-step-routed-360m-bf16-expandable 90 env PYTORCH_CUDA_ALLOC_CONF=expan
 step train-step-routed-360m-bf16-alone-dllm-cudnn 60 env ROUTELAB_EVICTION_CUDNN=1 "$cli" bench forward --train \
   --device "$dev" --archs dllm --embd 960 --layers 32 --heads 15 --kv-heads 5 --lengths 2048 --fractions 0.1,0.3 \
   --batch 8 --reps 3 --warmup 1 --precision bf16 --breakdown-above 1.1 --kernels 8
+# D-LLM's fp32 step (TF32 matmuls, train.tf32's default) with its eviction on memory-efficient attention (since
+# 2026-11-30; the chunked form before), beside dense's.
+step train-step-routed-360m-fp32-dllm 90 "$cli" bench forward --train --device "$dev" --archs dllm --embd 960 \
+  --layers 32 --heads 15 --kv-heads 5 --lengths 2048 --fractions 0.1,0.3 --batch 8 --reps 3 --warmup 1 \
+  --breakdown-above 1.1 --kernels 8
 # MoD's and DTRNet's steps captured as CUDA graphs against dense's captured step (train.cuda_graph), routers forced:
 # what the graph takes off the routed layers' launches and the host's waits.
 step train-step-routed-360m-bf16-graph 180 "$cli" bench forward --train --cuda-graph --device "$dev" \

@@ -4,7 +4,6 @@
 #include <QtTest>
 
 #include <cmath>
-#include <functional>
 #include <numbers>
 #include <optional>
 #include <string>
@@ -19,12 +18,15 @@
 #include "core/train/optimizer.h"
 #include "core/train/step.h"
 #include "core/util/errors.h"
+#include "core/util/process.h"
 #include "tests/deferred_sizing.h"
+#include "tests/eviction_support.h"
 #include "tests/suite.h"
 
 namespace test_dllm {
 
 using namespace routelab;
+using routelab::test::output_and_gradients;
 
 namespace {
 
@@ -33,22 +35,9 @@ constexpr std::int64_t kVocab = 37;
 /// on a GPU) and for the CPU kernel; chunk >= 0 is the chunked form with that many rows per chunk (0 automatic).
 constexpr int kFlash = -1;
 constexpr int kCpuKernel = -2;
-
-/// The output of `attention` on copies of `inputs` (q, k and v in `type`, the flags in fp32) and the gradients of
-/// <output, upstream> with respect to each, all in double; zeros where an input receives no gradient.
-std::vector<torch::Tensor> output_and_gradients(
-    const std::vector<torch::Tensor>& inputs, torch::ScalarType type, const torch::Tensor& upstream,
-    const std::function<torch::Tensor(const std::vector<torch::Tensor>&)>& attention) {
-  std::vector<torch::Tensor> leaves;
-  for (std::size_t i = 0; i < inputs.size(); ++i)
-    leaves.push_back(inputs[i].to(i < 3 ? type : torch::kFloat).clone().requires_grad_());  // never the input
-  const auto out = attention(leaves);
-  (out.to(torch::kDouble) * upstream).sum().backward();
-  std::vector<torch::Tensor> results = {out.detach().to(torch::kDouble)};
-  for (const auto& leaf : leaves)
-    results.push_back(leaf.grad().defined() ? leaf.grad().to(torch::kDouble).clone() : torch::zeros_like(upstream));
-  return results;
-}
+/// The flash form as the memory-efficient kernel takes it: key/value heads repeated to every query head and their
+/// gradients summed back over each group (on the CPU around LibTorch's CPU flash attention).
+constexpr int kEfficient = -3;
 
 /// Four layers: the first two always execute, the last two have decision modules (the default "after-2").
 TransformerOptions small(ModelStyle style = ModelStyle::Llama, std::int64_t kv_heads = 0) {
@@ -343,24 +332,30 @@ class TestDLLM : public QObject {
     QTest::addColumn<int>("chunk");
     QTest::addColumn<bool>("bf16");
     QTest::addColumn<bool>("soft");  // flags strictly between 0 and 1 (the multiplicative form takes any weight)
-    QTest::addColumn<int>("kv_heads");  // key/value heads (of 3 query heads); the flash form serves them grouped
+    // key/value heads of 6 query heads (2: groups of 3); the flash form serves them grouped
+    QTest::addColumn<int>("kv_heads");
     for (const auto& [name, eviction] : {std::pair{"multiplicative", Eviction::Multiplicative},
                                          std::pair{"additive", Eviction::Additive}}) {
       for (const int chunk : {1, 5, 13, 0})
-        QTest::addRow("%s-chunk%d", name, chunk) << int(eviction) << chunk << false << false << 3;
-      QTest::addRow("%s-bf16", name) << int(eviction) << 4 << true << false << 3;
-      QTest::addRow("%s-flash", name) << int(eviction) << kFlash << false << false << 3;
-      QTest::addRow("%s-flash-bf16", name) << int(eviction) << kFlash << true << false << 3;
-      QTest::addRow("%s-flash-grouped", name) << int(eviction) << kFlash << false << false << 1;
-      QTest::addRow("%s-cpu", name) << int(eviction) << kCpuKernel << false << false << 3;
-      QTest::addRow("%s-cpu-bf16", name) << int(eviction) << kCpuKernel << true << false << 3;
-      QTest::addRow("%s-cpu-grouped", name) << int(eviction) << kCpuKernel << false << false << 1;
+        QTest::addRow("%s-chunk%d", name, chunk) << int(eviction) << chunk << false << false << 6;
+      QTest::addRow("%s-bf16", name) << int(eviction) << 4 << true << false << 6;
+      QTest::addRow("%s-flash", name) << int(eviction) << kFlash << false << false << 6;
+      QTest::addRow("%s-flash-bf16", name) << int(eviction) << kFlash << true << false << 6;
+      QTest::addRow("%s-flash-grouped", name) << int(eviction) << kFlash << false << false << 2;
+      QTest::addRow("%s-efficient-grouped", name) << int(eviction) << kEfficient << false << false << 2;
+      QTest::addRow("%s-cpu", name) << int(eviction) << kCpuKernel << false << false << 6;
+      QTest::addRow("%s-cpu-bf16", name) << int(eviction) << kCpuKernel << true << false << 6;
+      QTest::addRow("%s-cpu-grouped", name) << int(eviction) << kCpuKernel << false << false << 2;
     }
-    QTest::addRow("multiplicative-soft-cpu") << int(Eviction::Multiplicative) << kCpuKernel << false << true << 3;
-    QTest::addRow("multiplicative-soft") << int(Eviction::Multiplicative) << 3 << false << true << 3;
-    QTest::addRow("multiplicative-soft-flash") << int(Eviction::Multiplicative) << kFlash << false << true << 3;
+    QTest::addRow("multiplicative-soft-cpu") << int(Eviction::Multiplicative) << kCpuKernel << false << true << 6;
+    QTest::addRow("multiplicative-soft") << int(Eviction::Multiplicative) << 3 << false << true << 6;
+    QTest::addRow("multiplicative-soft-flash") << int(Eviction::Multiplicative) << kFlash << false << true << 6;
     QTest::addRow("multiplicative-flash-bf16-grouped")
-        << int(Eviction::Multiplicative) << kFlash << true << false << 1;
+        << int(Eviction::Multiplicative) << kFlash << true << false << 2;
+    QTest::addRow("multiplicative-soft-efficient-grouped")
+        << int(Eviction::Multiplicative) << kEfficient << false << true << 2;
+    QTest::addRow("multiplicative-efficient-bf16-grouped")
+        << int(Eviction::Multiplicative) << kEfficient << true << false << 2;
   }
   void evictionFormsEqualMaterialised() {
     QFETCH(int, eviction);
@@ -368,10 +363,10 @@ class TestDLLM : public QObject {
     QFETCH(bool, bf16);
     QFETCH(bool, soft);
     QFETCH(int, kv_heads);
-    const bool flash = chunk == kFlash, cpu = chunk == kCpuKernel;
+    const bool efficient = chunk == kEfficient, flash = chunk == kFlash || efficient, cpu = chunk == kCpuKernel;
     if (flash && !flash_eviction_available()) QSKIP("LibTorch before 2.3 has no flash attention");
     torch::manual_seed(11);
-    const std::int64_t B = 2, H = 3, T = 13, hd = 8;
+    const std::int64_t B = 2, H = 6, T = 13, hd = 8;
     // LibTorch's flash attention and the CPU kernel take no double: their full-precision rows run in fp32.
     const auto dtype = bf16 ? torch::kBFloat16 : flash || cpu ? torch::kFloat : torch::kDouble;
     auto flags = soft ? torch::rand({B, T}, torch::kDouble) : random_decisions(B, T, 2).to(torch::kDouble);
@@ -391,7 +386,9 @@ class TestDLLM : public QObject {
     }
     const auto upstream = torch::randn({B, H, T, hd}, torch::kDouble);
     const auto form = [&](const std::vector<torch::Tensor>& x, const torch::Tensor& w) {
-      if (flash) return evicting_attention_flash(x[0], x[1], x[2], w, Eviction(eviction));
+      if (flash)
+        return evicting_attention_flash(x[0], x[1], x[2], w, Eviction(eviction),
+                                        efficient ? EvictionKernel::Efficient : EvictionKernel::Flash);
       if (cpu) return evicting_attention_cpu(x[0], all_heads(x[1]), all_heads(x[2]), w, Eviction(eviction));
       return evicting_attention_chunked(x[0], all_heads(x[1]), all_heads(x[2]), w, Eviction(eviction), chunk);
     };
@@ -513,6 +510,20 @@ class TestDLLM : public QObject {
     } catch (const c10::Error& e) {
       QVERIFY2(std::string(e.what()).find("fp16") != std::string::npos, e.what());
     }
+  }
+
+  void fusedEvictionKernelByPrecision() {
+    // On a GPU the flash form runs in both precisions: bf16 on flash attention, fp32 (which flash attention does not
+    // take) on memory-efficient attention; never on the CPU (its own kernel), and not past a head size of 254.
+    if (!flash_eviction_available()) QSKIP("LibTorch before 2.3 has no flash attention");
+    const auto on = [](const char* name) { return !switched_off_in_environment(name); };
+    const torch::Device gpu(torch::kCUDA), cpu(torch::kCPU);
+    QCOMPARE(flash_eviction_active(gpu, torch::kBFloat16, 64), on("ROUTELAB_FLASH_EVICTION"));
+    QCOMPARE(efficient_eviction_active(gpu, torch::kFloat, 64), on("ROUTELAB_EFFICIENT_EVICTION"));
+    QVERIFY(!flash_eviction_active(gpu, torch::kFloat, 64));
+    QVERIFY(!efficient_eviction_active(gpu, torch::kBFloat16, 64));
+    QVERIFY(!efficient_eviction_active(cpu, torch::kFloat, 64) && !flash_eviction_active(cpu, torch::kBFloat16, 64));
+    QVERIFY(!efficient_eviction_active(gpu, torch::kFloat, 255) && !flash_eviction_active(gpu, torch::kBFloat16, 255));
   }
 
   void chunksPricedAsComputed() {

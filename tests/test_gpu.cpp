@@ -2,7 +2,8 @@
 // its forward on the CPU (fp32, TF32 off: RouteLab's CUDA kernels, the packed and sized paths a GPU takes), and each
 // eval forward declared capturable, captured as a real CUDA graph (CudaGraphForward), replays new tokens to the
 // logits of an exact forward of them, and each training step declared capturable, replayed as a CUDA graph
-// (CudaGraphStep), trains as the eager step does. Without a CUDA device (CI, the Debian build) every check is skipped;
+// (CudaGraphStep), trains as the eager step does; D-LLM's training attention on each fused GPU kernel equals its
+// materialised form. Without a CUDA device (CI, the Debian build) every check is skipped;
 // packaging/gpu-check.sh runs this suite on a lent GPU (step core-suite-gpu).
 #include <QtTest>
 
@@ -15,7 +16,9 @@
 #include <torch/torch.h>
 
 #include "core/inference/cuda_graph_forward.h"
+#include "core/models/blocks/attention.h"
 #include "core/models/blocks/routing.h"
+#include "core/models/dllm_eviction.h"
 #include "core/models/language_model.h"
 #include "core/models/registry.h"
 #include "core/train/cuda_graph_step.h"
@@ -23,6 +26,7 @@
 #include "core/train/step.h"
 #include "core/util/device.h"
 #include "tests/conformance_support.h"
+#include "tests/eviction_support.h"
 #include "tests/suite.h"
 
 namespace test_gpu {
@@ -188,6 +192,54 @@ class TestGpu : public QObject {
       QVERIFY2(torch::allclose(p.value(), other, tolerance, tolerance),
                qPrintable(QString::fromStdString(p.key()) + ": largest gap " + largest_gap(p.value(), other)));
     }
+  }
+
+  void fusedEvictionKernelsEqualMaterialised_data() {
+    QTest::addColumn<int>("kernel");
+    QTest::addColumn<bool>("bf16");
+    QTest::newRow("flash bf16") << int(EvictionKernel::Flash) << true;
+    QTest::newRow("cudnn bf16") << int(EvictionKernel::Cudnn) << true;
+    QTest::newRow("efficient bf16") << int(EvictionKernel::Efficient) << true;
+    QTest::newRow("efficient fp32") << int(EvictionKernel::Efficient) << false;
+  }
+  void fusedEvictionKernelsEqualMaterialised() {
+    // D-LLM's training attention (official multiplicative eviction) on each fused GPU kernel, with grouped heads of
+    // the 360M presets' size, against the materialised form in double on the GPU: the output and the gradients of q,
+    // k, v and the flags. fp32 as the flash form's CPU rows are held (test_dllm); bf16 to three times the
+    // materialised form's own distance in bf16, or 1% of the largest value.
+    QFETCH(int, kernel);
+    QFETCH(bool, bf16);
+    if (!flash_eviction_available()) QSKIP("LibTorch before 2.3 has no flash attention");
+    if (EvictionKernel(kernel) == EvictionKernel::Cudnn && !cudnn_eviction_available())
+      QSKIP("LibTorch before 2.6 has no cuDNN attention ops");
+    const std::int64_t B = 2, H = 6, Hkv = 2, T = 200, hd = 64;
+    torch::manual_seed(25);
+    const auto on = torch::TensorOptions().device(torch::kCUDA).dtype(torch::kDouble);
+    auto flags = torch::rand({B, T}, on).lt(0.5).to(torch::kDouble);
+    flags.narrow(1, 0, 2).fill_(1.0);  // D-LLM's reserved first tokens
+    const std::vector<torch::Tensor> inputs = {torch::randn({B, H, T, hd}, on), torch::randn({B, Hkv, T, hd}, on),
+                                               torch::randn({B, Hkv, T, hd}, on), flags};
+    const auto upstream = torch::randn({B, H, T, hd}, on);
+    const auto type = bf16 ? torch::kBFloat16 : torch::kFloat;
+    const auto materialised = [&](const std::vector<torch::Tensor>& x) {
+      return evicting_attention_materialised(x[0], repeat_kv(x[1], H / Hkv), repeat_kv(x[2], H / Hkv), x[3],
+                                             Eviction::Multiplicative);
+    };
+    const auto tested = test::output_and_gradients(inputs, type, upstream, [&](const std::vector<torch::Tensor>& x) {
+      return evicting_attention_flash(x[0], x[1], x[2], x[3], Eviction::Multiplicative, EvictionKernel(kernel));
+    });
+    const auto reference = test::output_and_gradients(inputs, torch::kDouble, upstream, materialised);
+    const auto rounded = bf16 ? test::output_and_gradients(inputs, type, upstream, materialised) : reference;
+    const auto error = [](const torch::Tensor& a, const torch::Tensor& b) { return (a - b).abs().max().item<double>(); };
+    const char* names[] = {"output", "dq", "dk", "dv", "dw"};
+    for (std::size_t i = 0; i < tested.size(); ++i) {
+      const double scale = std::max(reference[i].abs().max().item<double>(), 1.0);
+      const double allowed = bf16 ? std::max(3.0 * error(rounded[i], reference[i]), 1e-2 * scale) : 2e-4 * scale;
+      const double diff = error(tested[i], reference[i]);
+      QVERIFY2(diff <= allowed,
+               qPrintable(QString("%1: max difference %2 (allowed %3)").arg(names[i]).arg(diff).arg(allowed)));
+    }
+    QVERIFY(tested[4].abs().max().item<double>() > 1e-3);  // the flags' gradient is there
   }
 };
 

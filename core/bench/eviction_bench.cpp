@@ -16,7 +16,19 @@ struct EvictionMemory {
   double peak_mb = -1, saved_mb = -1;
 };
 
-enum class Form { Chunked, Flash, Cudnn, Cpu, Materialised };
+enum class Form { Chunked, Flash, Cudnn, Efficient, Cpu, Materialised };
+
+const char* form_name(Form form) {
+  switch (form) {
+    case Form::Chunked: return "chunked";
+    case Form::Flash: return "flash";
+    case Form::Cudnn: return "cudnn";
+    case Form::Efficient: return "efficient";
+    case Form::Cpu: return "cpu";
+    case Form::Materialised: return "materialised";
+  }
+  return "?";
+}
 
 /// Output and the gradients of <output, upstream> with respect to q, k, v and w, through one form (`chunk`: the
 /// chunked kernel's rows per chunk, 0 automatic). With `memory`, also what the pass holds above the memory allocated
@@ -38,11 +50,17 @@ std::vector<torch::Tensor> eviction_pass(const std::vector<torch::Tensor>& input
   const auto all_heads = [&](const torch::Tensor& x) { return repeat_kv(x, H / x.size(1)); };
   const auto& q = leaves[0];
   const auto &k = leaves[1], &v = leaves[2], &w = leaves[3];
-  const auto out = form == Form::Chunked ? evicting_attention_chunked(q, all_heads(k), all_heads(v), w, eviction, chunk)
-                   : form == Form::Flash ? evicting_attention_flash(q, k, v, w, eviction)
-                   : form == Form::Cudnn ? evicting_attention_flash(q, k, v, w, eviction, EvictionKernel::Cudnn)
-                   : form == Form::Cpu   ? evicting_attention_cpu(q, all_heads(k), all_heads(v), w, eviction)
-                                         : evicting_attention_materialised(q, all_heads(k), all_heads(v), w, eviction);
+  const auto out = [&] {
+    switch (form) {
+      case Form::Chunked: return evicting_attention_chunked(q, all_heads(k), all_heads(v), w, eviction, chunk);
+      case Form::Flash: return evicting_attention_flash(q, k, v, w, eviction, EvictionKernel::Flash);
+      case Form::Cudnn: return evicting_attention_flash(q, k, v, w, eviction, EvictionKernel::Cudnn);
+      case Form::Efficient: return evicting_attention_flash(q, k, v, w, eviction, EvictionKernel::Efficient);
+      case Form::Cpu: return evicting_attention_cpu(q, all_heads(k), all_heads(v), w, eviction);
+      case Form::Materialised: break;
+    }
+    return evicting_attention_materialised(q, all_heads(k), all_heads(v), w, eviction);
+  }();
   if (memory) {
     synchronize(device);
     saved = device_memory(device).allocated;
@@ -58,7 +76,28 @@ std::vector<torch::Tensor> eviction_pass(const std::vector<torch::Tensor>& input
   return results;
 }
 
+/// The forms run for `type` on `device`, the chunked one first and the materialised one last. Whether a GPU kernel
+/// takes the shape is learnt by trying it (try_forms).
+std::vector<Form> forms_for(const torch::Device& device, torch::ScalarType type, bool materialised) {
+  std::vector<Form> forms{Form::Chunked};
+  if (flash_eviction_available()) {
+    // Flash attention on a GPU takes bf16 only (the CPU's takes fp32 too); memory-efficient attention takes both.
+    if (!device.is_cuda() || type != torch::kFloat) forms.push_back(Form::Flash);
+    if (device.is_cuda() && type != torch::kFloat && cudnn_eviction_available()) forms.push_back(Form::Cudnn);
+    if (device.is_cuda()) forms.push_back(Form::Efficient);
+  }
+  if (device.is_cpu()) forms.push_back(Form::Cpu);
+  if (materialised) forms.push_back(Form::Materialised);
+  return forms;
+}
+
 }  // namespace
+
+const EvictionFormResult* EvictionBenchRow::form(const std::string& name) const {
+  for (const auto& f : forms)
+    if (f.form == name) return &f;
+  return nullptr;
+}
 
 std::vector<EvictionBenchRow> bench_eviction(const EvictionBenchOptions& o) {
   if (o.kv_heads > 0 && o.heads % o.kv_heads != 0)
@@ -85,74 +124,55 @@ std::vector<EvictionBenchRow> bench_eviction(const EvictionBenchOptions& o) {
       r.context = T;
       r.chunk_rows = evicting_attention_chunk_rows(o.batch, o.heads, T, o.query_chunk);
       const auto chunk = o.query_chunk;
-      // Flash attention on a GPU takes bf16/fp16 only; the CPU's takes fp32 too.
-      const bool flash = flash_eviction_available() && (!device.is_cuda() || type != torch::kFloat);
-      EvictionMemory memory;
-      const auto a = eviction_pass(inputs, upstream, Form::Chunked, chunk, device, &memory);
-      r.chunked_peak_mb = memory.peak_mb;
-      r.chunked_saved_mb = memory.saved_mb;
-      std::vector<torch::Tensor> f, c, n;
-      if (flash) {
-        f = eviction_pass(inputs, upstream, Form::Flash, chunk, device, &memory);
-        r.flash_peak_mb = memory.peak_mb;
-        r.flash_saved_mb = memory.saved_mb;
-      }
-      // cuDNN's kernel takes what flash attention's does on a GPU; a failure is reported, not fatal.
-      bool cudnn = flash && device.is_cuda() && cudnn_eviction_available();
-      if (cudnn) {
+      // Each form's first pass, with its memory; a GPU kernel's failure is reported, not fatal (the chunked form, the
+      // CPU kernel and the materialised one have no such excuse).
+      std::vector<Form> forms;
+      std::vector<std::vector<torch::Tensor>> results;
+      for (const auto form : forms_for(device, type, o.materialised)) {
+        EvictionFormResult f;
+        f.form = form_name(form);
+        EvictionMemory memory;
+        const bool gpu_kernel = form == Form::Flash || form == Form::Cudnn || form == Form::Efficient;
         try {
-          n = eviction_pass(inputs, upstream, Form::Cudnn, chunk, device, &memory);
-          r.cudnn_peak_mb = memory.peak_mb;
-          r.cudnn_saved_mb = memory.saved_mb;
+          results.push_back(eviction_pass(inputs, upstream, form, chunk, device, &memory));
+          forms.push_back(form);
+          f.peak_mb = memory.peak_mb;
+          f.saved_mb = memory.saved_mb;
         } catch (const c10::Error& e) {
-          r.cudnn_error = e.what_without_backtrace();
-          cudnn = false;
+          if (!gpu_kernel || !device.is_cuda()) throw;
+          f.error = e.what_without_backtrace();
         }
+        r.forms.push_back(f);
       }
-      const bool cpu = device.is_cpu();
-      if (cpu) {
-        c = eviction_pass(inputs, upstream, Form::Cpu, chunk, device, &memory);
-        r.cpu_peak_mb = memory.peak_mb;
-        r.cpu_saved_mb = memory.saved_mb;
-      }
+      const auto result_of = [&](const EvictionFormResult& f) -> const std::vector<torch::Tensor>* {
+        for (std::size_t i = 0; i < forms.size(); ++i)
+          if (f.form == form_name(forms[i])) return &results[i];
+        return nullptr;
+      };
       if (o.materialised) {
-        const auto b = eviction_pass(inputs, upstream, Form::Materialised, chunk, device, &memory);
-        r.materialised_peak_mb = memory.peak_mb;
-        r.materialised_saved_mb = memory.saved_mb;
         // The largest differences from the materialised form: output, then the gradients of q, k, v and w.
-        const auto differences = [&](const std::vector<torch::Tensor>& x, double& output, double& grad) {
-          output = (x[0] - b[0]).abs().max().item<double>();
-          grad = 0;
-          for (std::size_t i = 1; i < x.size(); ++i) grad = std::max(grad, (x[i] - b[i]).abs().max().item<double>());
-        };
-        differences(a, r.output_diff, r.grad_diff);
-        if (flash) differences(f, r.flash_output_diff, r.flash_grad_diff);
-        if (cudnn) differences(n, r.cudnn_output_diff, r.cudnn_grad_diff);
-        if (cpu) differences(c, r.cpu_output_diff, r.cpu_grad_diff);
+        const auto& b = results.back();
+        for (auto& f : r.forms) {
+          const auto* x = result_of(f);
+          if (!x || f.form == form_name(Form::Materialised)) continue;
+          f.output_diff = ((*x)[0] - b[0]).abs().max().item<double>();
+          f.grad_diff = 0;
+          for (std::size_t i = 1; i < x->size(); ++i)
+            f.grad_diff = std::max(f.grad_diff, ((*x)[i] - b[i]).abs().max().item<double>());
+        }
         for (std::size_t i = 1; i < b.size(); ++i) r.grad_max = std::max(r.grad_max, b[i].abs().max().item<double>());
       }
-      std::vector<double> chunked, flashed, cudnned, kernel, materialised;  // interleaved, after warm-up
-      const auto timed = [&](Form form) {
-        return time_ms([&] { eviction_pass(inputs, upstream, form, chunk, device); }, device);
-      };
-      for (int i = 0; i < o.warmup + o.reps; ++i) {
-        const double tc = timed(Form::Chunked);
-        const double tf = flash ? timed(Form::Flash) : -1;
-        const double tn = cudnn ? timed(Form::Cudnn) : -1;
-        const double tk = cpu ? timed(Form::Cpu) : -1;
-        const double tm = o.materialised ? timed(Form::Materialised) : -1;
-        if (i < o.warmup) continue;
-        chunked.push_back(tc);
-        flashed.push_back(tf);
-        cudnned.push_back(tn);
-        kernel.push_back(tk);
-        materialised.push_back(tm);
-      }
-      r.chunked_ms = median(chunked);
-      if (flash) r.flash_ms = median(flashed);
-      if (cudnn) r.cudnn_ms = median(cudnned);
-      if (cpu) r.cpu_ms = median(kernel);
-      if (o.materialised) r.materialised_ms = median(materialised);
+      results.clear();
+      // Timed interleaved, form after form each repetition, after the warm-up ones.
+      std::vector<std::vector<double>> times(forms.size());
+      for (int i = 0; i < o.warmup + o.reps; ++i)
+        for (std::size_t j = 0; j < forms.size(); ++j) {
+          const double ms = time_ms([&] { eviction_pass(inputs, upstream, forms[j], chunk, device); }, device);
+          if (i >= o.warmup) times[j].push_back(ms);
+        }
+      for (std::size_t j = 0; j < forms.size(); ++j)
+        for (auto& f : r.forms)
+          if (f.form == form_name(forms[j])) f.ms = median(times[j]);
       rows.push_back(r);
     }
   }

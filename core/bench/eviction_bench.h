@@ -1,10 +1,10 @@
 // D-LLM's training attention (skipped tokens evicted as keys, official multiplicative form): the chunked kernel, the
 // flash form (where LibTorch has flash attention for the device and precision; on a GPU in bf16 also on cuDNN's
-// fused attention, EvictionKernel::Cudnn, where LibTorch has it) and, on the CPU, RouteLab's CPU
-// kernel (the form a CPU trains with) against the materialised one,
-// forward + backward, at one layer's shape. Prints measured times, the peak memory each holds above its inputs, what
-// the forward leaves held for the backward (what a model holds per layer until its backward reaches it), and the
-// largest differences of output and gradients.
+// fused attention, EvictionKernel::Cudnn, where LibTorch has it, and in both precisions on memory-efficient attention,
+// EvictionKernel::Efficient) and, on the CPU, RouteLab's CPU kernel (the form a CPU trains with) against the
+// materialised one, forward + backward, at one layer's shape. Prints measured times, the peak memory each holds above
+// its inputs, what the forward leaves held for the backward (what a model holds per layer until its backward reaches
+// it), and the largest differences of output and gradients.
 #pragma once
 #include <cstdint>
 #include <string>
@@ -25,21 +25,24 @@ struct EvictionBenchOptions {
   std::int64_t query_chunk = 0;    ///< rows per chunk of the chunked kernel (0: its automatic size)
 };
 
+/// One form's figures at one precision and length.
+struct EvictionFormResult {
+  std::string form;                         ///< chunked, flash, cudnn, efficient, cpu or materialised
+  double ms = -1;                           ///< forward + backward, median; -1: it did not run
+  double peak_mb = -1, saved_mb = -1;       ///< above the inputs, and held after the forward; -1: not tracked
+  double output_diff = -1, grad_diff = -1;  ///< largest |difference| from the materialised form; -1: not compared
+  std::string error;                        ///< why it did not run where it was tried (its c10::Error)
+};
+
 struct EvictionBenchRow {
   std::string precision;
   std::int64_t context = 0;
-  std::int64_t chunk_rows = 0;                               ///< rows per chunk the chunked kernel ran
-  double chunked_ms = 0, materialised_ms = -1;               ///< forward + backward, median; -1: not run
-  double chunked_peak_mb = -1, materialised_peak_mb = -1;    ///< above the inputs; -1: not tracked or not run
-  double chunked_saved_mb = -1, materialised_saved_mb = -1;  ///< held after the forward, output included
-  double output_diff = -1, grad_diff = -1, grad_max = 0;     ///< largest |difference| (output; q, k, v, w grads)
-  double flash_ms = -1, flash_peak_mb = -1, flash_saved_mb = -1;  ///< the flash form; -1: not run
-  double flash_output_diff = -1, flash_grad_diff = -1;            ///< its largest differences from materialised
-  double cudnn_ms = -1, cudnn_peak_mb = -1, cudnn_saved_mb = -1;  ///< the flash form on cuDNN's kernel; -1: not run
-  double cudnn_output_diff = -1, cudnn_grad_diff = -1;            ///< its largest differences from materialised
-  std::string cudnn_error;  ///< why the cuDNN kernel did not run where it was tried (its c10::Error)
-  double cpu_ms = -1, cpu_peak_mb = -1, cpu_saved_mb = -1;        ///< the CPU kernel (on the CPU); -1: not run
-  double cpu_output_diff = -1, cpu_grad_diff = -1;                ///< its largest differences from materialised
+  std::int64_t chunk_rows = 0;  ///< rows per chunk the chunked kernel ran
+  double grad_max = 0;          ///< the materialised form's largest gradient (q, k, v, w); 0 where it did not run
+  std::vector<EvictionFormResult> forms;  ///< the chunked form first, the materialised one last where it ran
+
+  /// The form of that name, or nullptr where it was not tried.
+  const EvictionFormResult* form(const std::string& name) const;
 };
 
 std::vector<EvictionBenchRow> bench_eviction(const EvictionBenchOptions& options);

@@ -91,8 +91,9 @@ torch::Tensor DLLM::evicting_update(std::size_t layer, const torch::Tensor& x, c
   auto& block = blocks[layer];
   // q (B, H, T, hd); k, v (B, Hkv, T, hd)
   const auto [q, k, v] = block->attn->project(n1, positions);
-  // Flash attention with the eviction in two extra head dimensions on a GPU, the chunked form elsewhere: neither
-  // holds a (B, H, T, T) tensor; attention dropout needs the materialised one.
+  // Fused attention with the eviction in two extra head dimensions on a GPU (flash in bf16, memory-efficient in fp32),
+  // the CPU kernel on the CPU (evicting_attention): none holds a (B, H, T, T) tensor; attention dropout needs the
+  // materialised one.
   const double dropout = training_dropout();
   torch::Tensor heads;  // (B, H, T, hd)
   if (dropout > 0) {

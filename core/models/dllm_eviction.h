@@ -28,8 +28,9 @@ torch::Tensor eviction_key_weights(const torch::Tensor& w, Eviction eviction);
 /// flags:
 ///  - Multiplicative: P = softmax(causal scores) * w, renormalised by (row sum + 1e-6); w gets the gradient of P.
 ///  - Additive: keys with w < 0.5 masked to -inf before the softmax; w gets no gradient.
-/// Where flash_eviction_active (a GPU, bf16) it runs evicting_attention_flash, on the CPU evicting_attention_cpu
-/// (cpu_eviction_active), else evicting_attention_chunked: none of them holds the whole (B, H, T, T). `pairs`, when
+/// Where flash_eviction_active (a GPU, bf16) it runs evicting_attention_flash, where efficient_eviction_active (a
+/// GPU, fp32) the same form on memory-efficient attention, on the CPU evicting_attention_cpu (cpu_eviction_active),
+/// else evicting_attention_chunked: none of them holds the whole (B, H, T, T). `pairs`, when
 /// given, receives the (query, key) score pairs per head the kernel computed over the batch (a trace's price).
 /// -> (B, H, T, hd) in v's dtype.
 torch::Tensor evicting_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
@@ -64,14 +65,19 @@ torch::Tensor evicting_attention_chunked(const torch::Tensor& q, const torch::Te
                                          const torch::Tensor& w, Eviction eviction, std::int64_t query_chunk = 0);
 
 /// The fused attention kernel of the flash form on a GPU: PyTorch's flash attention (FlashAttention-2; its head sizes
-/// come in steps of 32, so a head of 64 plus the two eviction columns, padded to 72, runs as 96), or cuDNN's fused
-/// attention (LibTorch >= 2.6; head sizes in steps of 8, the kernel LibTorch picks for the dense model on Hopper).
-enum class EvictionKernel { Flash, Cudnn };
+/// come in steps of 32, so a head of 64 plus the two eviction columns, padded to 72, runs as 96), cuDNN's fused
+/// attention (LibTorch >= 2.6; head sizes in steps of 8, the kernel LibTorch picks for the dense model on Hopper), or
+/// PyTorch's memory-efficient attention (xFormers' CUTLASS kernels, the kernel LibTorch picks for the dense model in
+/// fp32: it takes fp32 as well as bf16, but no grouped heads, so k and v are repeated to every query head for each
+/// pass and their gradients summed back over each group; on the CPU the same repetition runs around LibTorch's CPU
+/// flash attention).
+enum class EvictionKernel { Flash, Cudnn, Efficient };
 
-/// The form through LibTorch's flash attention (LibTorch >= 2.3; on a GPU in bf16, on the CPU in bf16 or fp32; fp16
-/// cannot hold an evicted key's weight): the eviction as an additive log w_j on each key's scores, carried by two
-/// extra head dimensions, and every gradient, the flags' included, from one flash backward (dllm_eviction_flash.cpp). q, k and v share one dtype;
-/// k and v may have fewer heads than q (grouped heads, without repeat_kv's copies). The multiplicative form leaves
+/// The form through LibTorch's flash attention (LibTorch >= 2.3; on a GPU in bf16, or in fp32 on memory-efficient
+/// attention; on the CPU in bf16 or fp32; fp16 cannot hold an evicted key's weight): the eviction as an additive
+/// log w_j on each key's scores, carried by two extra head dimensions, and every gradient, the flags' included, from
+/// one fused backward (dllm_eviction_flash.cpp). q, k and v share one dtype; k and v may have fewer heads than q
+/// (grouped heads, served without repeat_kv's copies but by EvictionKernel::Efficient). The multiplicative form leaves
 /// out the official 1e-6 in the denominator (a relative 1e-6 / m, m a row's softmax mass on executed keys), and an
 /// evicted key keeps a weight of 2^-40 (a relative 2^-40 (1 - m) / m of the output). Throws where LibTorch has no
 /// flash attention.
@@ -84,6 +90,10 @@ bool flash_eviction_available();
 /// Whether evicting_attention takes the flash form for q of this device, dtype and head size: a GPU, bf16, head
 /// size + 2 at most 256, ROUTELAB_FLASH_EVICTION not 0, and no earlier flash call failed.
 bool flash_eviction_active(const torch::Device& device, torch::ScalarType type, std::int64_t head_dim);
+/// Whether evicting_attention takes the flash form on memory-efficient attention (EvictionKernel::Efficient) for q
+/// of this device, dtype and head size: a GPU, fp32 (where flash attention takes none), head size + 2 at most 256,
+/// LibTorch 2.3 or later, ROUTELAB_EFFICIENT_EVICTION not 0, and no earlier call failed (the chunked form runs then).
+bool efficient_eviction_active(const torch::Device& device, torch::ScalarType type, std::int64_t head_dim);
 /// Whether this LibTorch has the cuDNN attention ops EvictionKernel::Cudnn calls (2.6 or later).
 bool cudnn_eviction_available();
 /// Whether evicting_attention runs the flash form on cuDNN's kernel (EvictionKernel::Cudnn) on `device`: a GPU,

@@ -1,7 +1,9 @@
 // D-LLM's evicting attention through LibTorch's flash attention (LibTorch >= 2.3), or on a GPU through cuDNN's fused
-// attention (LibTorch >= 2.6, opted into with ROUTELAB_EVICTION_CUDNN=1): the eviction rides in two extra head
-// dimensions, and the flags' gradient in the padding columns of the one fused backward.
+// attention (LibTorch >= 2.6, opted into with ROUTELAB_EVICTION_CUDNN=1) or, in fp32, memory-efficient attention: the
+// eviction rides in two extra head dimensions, and the flags' gradient in the padding columns of the one fused
+// backward.
 #include <cmath>
+#include <optional>
 #include <vector>
 
 #include <c10/core/impl/LocalDispatchKeySet.h>
@@ -46,6 +48,12 @@ torch::Tensor with_columns(const torch::Tensor& x, const torch::Tensor& extra, s
   return torch::cat(parts, 3);
 }
 
+/// k or v (B, Hkv, T, d) as `kernel` takes them for H query heads: repeated to them for the memory-efficient kernel
+/// (repeat_kv), as they are for the others (grouped heads served natively).
+torch::Tensor kernel_heads(const torch::Tensor& x, EvictionKernel kernel, std::int64_t H) {
+  return kernel == EvictionKernel::Efficient ? repeat_kv(x, H / x.size(1)) : x;
+}
+
 /// x (fp32) as a pair of `type` values whose sum is x to about 2^-16 relative (hi = x rounded, lo = the rest),
 /// stacked on a last dimension of 2.
 torch::Tensor split_pair(const torch::Tensor& x, torch::ScalarType type) {
@@ -57,12 +65,12 @@ torch::Tensor split_pair(const torch::Tensor& x, torch::ScalarType type) {
 struct FlashForward {
   torch::Tensor out, lse, cum_q, cum_k, seed, offset;
   std::int64_t max_q = 0, max_k = 0;
-  bool cudnn = false;  ///< run by cuDNN's kernel (its backward then too)
+  EvictionKernel kernel = EvictionKernel::Flash;  ///< the GPU kernel that ran it (its backward then too)
 };
 
 /// A fused forward's results on a GPU (flash attention's and cuDNN's begin with the same eight, in one order).
 template <typename Results>
-FlashForward gpu_forward(const Results& r, bool cudnn) {
+FlashForward gpu_forward(const Results& r, EvictionKernel kernel) {
   FlashForward f;
   f.out = std::get<0>(r);
   f.lse = std::get<1>(r);
@@ -72,25 +80,34 @@ FlashForward gpu_forward(const Results& r, bool cudnn) {
   f.max_k = std::get<5>(r).expect_int();
   f.seed = std::get<6>(r);
   f.offset = std::get<7>(r);
-  f.cudnn = cudnn;
+  f.kernel = kernel;
   return f;
 }
 
-/// The fused forward: cuDNN's kernel where `cudnn` and q is on a GPU, else flash attention (LibTorch's CPU flash
-/// attention on the CPU).
+/// The fused forward of `kernel` where q is on a GPU, else LibTorch's CPU flash attention. k and v have q's heads for
+/// the memory-efficient kernel.
 FlashForward flash_forward(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v, double scale,
-                           bool cudnn) {
+                           EvictionKernel kernel) {
 #ifdef ROUTELAB_CUDNN_EVICTION
-  if (q.is_cuda() && cudnn)
+  if (q.is_cuda() && kernel == EvictionKernel::Cudnn)
     return gpu_forward(at::_scaled_dot_product_cudnn_attention(q, k, v, std::nullopt, /*compute_log_sumexp=*/true, 0.0,
                                                                /*is_causal=*/true, /*return_debug_mask=*/false, scale),
-                       true);
+                       kernel);
 #else
-  TORCH_CHECK(!(q.is_cuda() && cudnn), "evicting_attention_flash: cuDNN's attention needs LibTorch 2.6 or later");
+  TORCH_CHECK(!(q.is_cuda() && kernel == EvictionKernel::Cudnn),
+              "evicting_attention_flash: cuDNN's attention needs LibTorch 2.6 or later");
 #endif
+  if (q.is_cuda() && kernel == EvictionKernel::Efficient) {
+    FlashForward f;
+    std::tie(f.out, f.lse, f.seed, f.offset) = at::_scaled_dot_product_efficient_attention(
+        q, k, v, /*attn_bias=*/std::nullopt, /*compute_log_sumexp=*/true, 0.0, /*is_causal=*/true, scale);
+    f.kernel = kernel;
+    return f;
+  }
   if (q.is_cuda())
-    return gpu_forward(at::_scaled_dot_product_flash_attention(q, k, v, 0.0, /*is_causal=*/true, false, scale), false);
+    return gpu_forward(at::_scaled_dot_product_flash_attention(q, k, v, 0.0, /*is_causal=*/true, false, scale), kernel);
   FlashForward f;
+  f.kernel = kernel;
   std::tie(f.out, f.lse) = at::_scaled_dot_product_flash_attention_for_cpu(q, k, v, 0.0, /*is_causal=*/true, {}, scale);
   return f;
 }
@@ -100,11 +117,17 @@ std::tuple<torch::Tensor, torch::Tensor, torch::Tensor> flash_backward(const Fla
                                                                        const torch::Tensor& q, const torch::Tensor& k,
                                                                        const torch::Tensor& v, double scale) {
 #ifdef ROUTELAB_CUDNN_EVICTION
-  if (f.cudnn)
+  if (q.is_cuda() && f.kernel == EvictionKernel::Cudnn)
     return at::_scaled_dot_product_cudnn_attention_backward(g, q, k, v, f.out, f.lse, f.seed, f.offset,
                                                             /*attn_bias=*/torch::Tensor(), f.cum_q, f.cum_k, f.max_q,
                                                             f.max_k, 0.0, /*is_causal=*/true, scale);
 #endif
+  if (q.is_cuda() && f.kernel == EvictionKernel::Efficient) {
+    const auto [dq, dk, dv, dbias] = at::_scaled_dot_product_efficient_attention_backward(
+        g, q, k, v, /*attn_bias=*/torch::Tensor(), f.out, f.lse, f.seed, f.offset, 0.0, {true, true, true, false},
+        /*is_causal=*/true, scale);
+    return {dq, dk, dv};
+  }
   if (q.is_cuda())
     return at::_scaled_dot_product_flash_attention_backward(g, q, k, v, f.out, f.lse, f.cum_q, f.cum_k, f.max_q, f.max_k,
                                                             0.0, /*is_causal=*/true, f.seed, f.offset, scale);
@@ -118,17 +141,19 @@ std::tuple<torch::Tensor, torch::Tensor, torch::Tensor> flash_backward(const Fla
 /// executed keys), and the additive form for flags 0/1. Evicted keys (w = 0, or w < 0.5 additive) weigh
 /// kEvictedLogWeight's 2^-40 instead of 0. k and v may have fewer heads than q (grouped heads, served natively).
 ///
-/// One fused backward gives every gradient (flash attention's, or cuDNN's where `cudnn`). With R = exp(s - lse) over
+/// One fused backward gives every gradient (that of the forward's `kernel`). With R = exp(s - lse) over
 /// every causal key (lse the rows' log-normaliser), the flags' gradient (multiplicative) is dw_j = sum over heads and
 /// queries i of R_ij (dO_i . v_j - Delta_i), Delta_i = dO_i . O_i. The upstream rows carry -Delta_i as a hi/lo pair in
 /// the padding columns (where v and O are 0, so dq, dk and flash's own Delta are unchanged), and the padding of dv_j
 /// becomes sum_i P_ij (dO_i, -Delta_i) with P_ij = R_ij w~_j, w~ the weight flash saw: dotted with (v_j, 1, 1) and
 /// divided by w~_j, it is dw_j, evicted keys included. Their dk and dv, w~_j times R's sums where the exact ones are 0,
-/// are zeroed.
+/// are zeroed. The memory-efficient kernel takes k and v repeated to every query head (repeated again for the
+/// backward, not kept), and their gradients are summed back over each group.
 class FlashEvictingAttentionFunction : public torch::autograd::Function<FlashEvictingAttentionFunction> {
  public:
   static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& q, const torch::Tensor& k,
-                               const torch::Tensor& v, const torch::Tensor& w, Eviction eviction, bool cudnn) {
+                               const torch::Tensor& v, const torch::Tensor& w, Eviction eviction,
+                               EvictionKernel kernel) {
     // Autocast off: both passes run in the inputs' dtype, and the backward sees the forward's scores.
     const c10::impl::ExcludeDispatchKeyGuard no_autocast(c10::autocast_dispatch_keyset);
     const auto B = q.size(0), H = q.size(1), Hkv = k.size(1), T = q.size(2), hd = q.size(3);
@@ -149,7 +174,7 @@ class FlashEvictingAttentionFunction : public torch::autograd::Function<FlashEvi
     const auto qp = with_columns(q, torch::ones({1, 1, 1, 2}, q.options()).expand({B, H, T, 2}), padded);
     const auto kp = with_columns(k, key_columns, padded);
     const auto vp = with_columns(v, torch::Tensor(), padded);
-    const auto f = flash_forward(qp, kp, vp, scale, cudnn);
+    const auto f = flash_forward(qp, kernel_heads(kp, kernel, H), kernel_heads(vp, kernel, H), scale, kernel);
     ctx->save_for_backward({qp, kp, vp, f.out, f.lse, kept});
     ctx->saved_data["cum_q"] = f.cum_q;
     ctx->saved_data["cum_k"] = f.cum_k;
@@ -157,7 +182,7 @@ class FlashEvictingAttentionFunction : public torch::autograd::Function<FlashEvi
     ctx->saved_data["offset"] = f.offset;
     ctx->saved_data["max_q"] = f.max_q;
     ctx->saved_data["max_k"] = f.max_k;
-    ctx->saved_data["cudnn"] = f.cudnn;
+    ctx->saved_data["kernel"] = static_cast<std::int64_t>(f.kernel);
     ctx->saved_data["eviction"] = static_cast<std::int64_t>(eviction);
     ctx->saved_data["flags_type"] = static_cast<std::int64_t>(w.scalar_type());
     return f.out.narrow(3, 0, hd);
@@ -177,9 +202,10 @@ class FlashEvictingAttentionFunction : public torch::autograd::Function<FlashEvi
     f.offset = ctx->saved_data["offset"].toTensor();
     f.max_q = ctx->saved_data["max_q"].toInt();
     f.max_k = ctx->saved_data["max_k"].toInt();
-    f.cudnn = ctx->saved_data["cudnn"].toBool();
+    f.kernel = static_cast<EvictionKernel>(ctx->saved_data["kernel"].toInt());
     const bool multiplicative = static_cast<Eviction>(ctx->saved_data["eviction"].toInt()) == Eviction::Multiplicative;
-    const auto B = qp.size(0), T = qp.size(2), hd = grads[0].size(3), padded = qp.size(3);
+    const auto B = qp.size(0), H = qp.size(1), Hkv = kp.size(1), T = qp.size(2), hd = grads[0].size(3),
+               padded = qp.size(3);
     const double scale = 1.0 / std::sqrt(static_cast<double>(hd));
     const auto type = qp.scalar_type();
     const auto g = grads[0].to(type);  // (B, H, T, hd)
@@ -191,7 +217,13 @@ class FlashEvictingAttentionFunction : public torch::autograd::Function<FlashEvi
     } else {
       upstream = with_columns(g, torch::Tensor(), padded);
     }
-    const auto [dq, dk, dv] = flash_backward(f, upstream, qp, kp, vp, scale);  // dk, dv (B, Hkv, T, padded)
+    auto [dq, dk, dv] = flash_backward(f, upstream, qp, kernel_heads(kp, f.kernel, H), kernel_heads(vp, f.kernel, H),
+                                       scale);
+    if (dk.size(1) != Hkv) {  // the memory-efficient kernel's, one a query head: summed over each group
+      dk = dk.unflatten(1, {Hkv, H / Hkv}).sum(2);
+      dv = dv.unflatten(1, {Hkv, H / Hkv}).sum(2);
+    }
+    // dk, dv (B, Hkv, T, padded)
     torch::Tensor dw;
     if (multiplicative) {
       // The weight flash saw, from the key columns as it summed them: hi + lo in fp32, times the scale.
@@ -211,6 +243,14 @@ class FlashEvictingAttentionFunction : public torch::autograd::Function<FlashEvi
 /// Given up after a failed call (a GPU without flash attention's kernels): the chunked form runs then.
 OptionalKernel& flash_eviction_kernel() {
   static OptionalKernel kernel("ROUTELAB_FLASH_EVICTION", "D-LLM's flash eviction attention", "the chunked form runs");
+  return kernel;
+}
+
+/// The flash form on memory-efficient attention (fp32 on a GPU), given up after a failed call: the chunked form runs
+/// then.
+OptionalKernel& efficient_eviction_kernel() {
+  static OptionalKernel kernel("ROUTELAB_EFFICIENT_EVICTION", "D-LLM's eviction attention on memory-efficient attention",
+                               "the chunked form runs");
   return kernel;
 }
 
@@ -237,6 +277,16 @@ bool flash_eviction_active(const torch::Device& device, torch::ScalarType type, 
 #ifdef ROUTELAB_FLASH_EVICTION
   return device.is_cuda() && flash_eviction_kernel().usable() &&
          type == torch::kBFloat16 && flash_eviction_head_dim(head_dim) <= 256;
+#else
+  (void)device, (void)type, (void)head_dim;
+  return false;
+#endif
+}
+
+bool efficient_eviction_active(const torch::Device& device, torch::ScalarType type, std::int64_t head_dim) {
+#ifdef ROUTELAB_FLASH_EVICTION
+  return device.is_cuda() && efficient_eviction_kernel().usable() && type == torch::kFloat &&
+         flash_eviction_head_dim(head_dim) <= 256;
 #else
   (void)device, (void)type, (void)head_dim;
   return false;
@@ -274,7 +324,7 @@ torch::Tensor evicting_attention_flash(const torch::Tensor& q, const torch::Tens
               "evicting_attention_flash: queries, keys, values and flags must cover the same positions");
   TORCH_CHECK(k.size(1) == v.size(1) && k.size(1) > 0 && q.size(1) % k.size(1) == 0,
               "evicting_attention_flash: the query heads must be a multiple of the key/value heads");
-  return FlashEvictingAttentionFunction::apply(q, k, v, w, eviction, kernel == EvictionKernel::Cudnn);
+  return FlashEvictingAttentionFunction::apply(q, k, v, w, eviction, kernel);
 #else
   (void)q, (void)k, (void)v, (void)w, (void)eviction, (void)kernel;
   throw std::runtime_error("evicting_attention_flash needs LibTorch 2.3 or later (flash attention)");
@@ -286,17 +336,20 @@ torch::Tensor evicting_attention(const torch::Tensor& q, const torch::Tensor& k,
   ROUTELAB_PART("attention");
   const auto B = q.size(0), H = q.size(1), T = q.size(2);
 #ifdef ROUTELAB_FLASH_EVICTION
-  if (const auto hd = q.size(3); flash_eviction_active(q.device(), q.scalar_type(), hd)) {
-    const auto attend = [&](EvictionKernel kernel) {
-      return [&, kernel] { return evicting_attention_flash(q, k, v, w, eviction, kernel); };
-    };
-    auto out = cudnn_eviction_active(q.device()) ? cudnn_eviction_kernel().attempt(attend(EvictionKernel::Cudnn))
-                                                 : std::nullopt;
+  const auto hd = q.size(3);
+  const auto attend = [&](EvictionKernel kernel) {
+    return [&, kernel] { return evicting_attention_flash(q, k, v, w, eviction, kernel); };
+  };
+  std::optional<torch::Tensor> out;
+  if (flash_eviction_active(q.device(), q.scalar_type(), hd)) {
+    if (cudnn_eviction_active(q.device())) out = cudnn_eviction_kernel().attempt(attend(EvictionKernel::Cudnn));
     if (!out) out = flash_eviction_kernel().attempt(attend(EvictionKernel::Flash));
-    if (out) {
-      if (pairs) *pairs = flash_eviction_pairs(B, T, hd);
-      return *out;
-    }
+  } else if (efficient_eviction_active(q.device(), q.scalar_type(), hd)) {
+    out = efficient_eviction_kernel().attempt(attend(EvictionKernel::Efficient));
+  }
+  if (out) {
+    if (pairs) *pairs = flash_eviction_pairs(B, T, hd);
+    return *out;
   }
 #endif
   const auto all_heads = [&](const torch::Tensor& x) { return repeat_kv(x, H / x.size(1)); };
