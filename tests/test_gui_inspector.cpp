@@ -257,6 +257,26 @@ class TestGuiInspector : public QObject {
     }
   }
 
+  void liveReadsSpacedByTheirCost() {
+    // A live dashboard reads the store every 3 s with the metrics tab shown, or, where a read (request to applied)
+    // takes longer than a fifth of that, five times the read's time: a long run's reads (0.6-0.8 s at 200,000 steps)
+    // keep the reader and the GUI busy at most a fifth of the time.
+    using routelab::RunDashboard;
+    QCOMPARE(RunDashboard::liveMetricsReloadMs(0), RunDashboard::kLiveMetricsReloadMs);
+    QCOMPARE(RunDashboard::liveMetricsReloadMs(600), 3000);
+    QCOMPARE(RunDashboard::liveMetricsReloadMs(601), 3005);
+    QCOMPARE(RunDashboard::liveMetricsReloadMs(4000), 20000);
+    routelab::StoreService service(db_);
+    RunDashboard dashboard(dtrnet_, &service);
+    QSignalSpy loaded(&dashboard, &RunDashboard::dataLoaded);
+    for (int read = 1; read <= 2; ++read) {
+      if (read > 1) dashboard.reload();
+      QTRY_COMPARE_WITH_TIMEOUT(loaded.count(), read, kTimeoutMs);
+      QVERIFY(dashboard.lastReadMs() >= 0);
+      QCOMPARE(dashboard.metricsReloadIntervalMs(), RunDashboard::liveMetricsReloadMs(dashboard.lastReadMs()));
+    }
+  }
+
   void metricsTabAndTokenViewOfATagatRun() {
     routelab::StoreService service(db_);
     routelab::RunDashboard dashboard(tagat_, &service);

@@ -13,6 +13,7 @@
 #include <QTimer>
 #include <QVBoxLayout>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 
@@ -188,7 +189,16 @@ RunDashboard::RunDashboard(qint64 runId, StoreService* store, QWidget* parent)
 
 RunDashboard::~RunDashboard() = default;
 
-void RunDashboard::reload() { store_->requestDashboard(runId_); }
+void RunDashboard::reload() {
+  if (!readClock_.isValid()) readClock_.start();  // a request while one is in flight joins its read's time
+  store_->requestDashboard(runId_);
+}
+
+int RunDashboard::liveMetricsReloadMs(qint64 lastReadMs) {
+  return static_cast<int>(std::max<qint64>(kLiveMetricsReloadMs, kLiveReadShareInverse * lastReadMs));
+}
+
+int RunDashboard::metricsReloadIntervalMs() const { return metricsTimer_->interval(); }
 
 void RunDashboard::showEvent(QShowEvent* event) {
   QWidget::showEvent(event);
@@ -247,6 +257,7 @@ void RunDashboard::onLoaded(const RunDashboardData& data) {
   if (!data.found) {
     setTitle(data.message.isEmpty() ? tr("run %1 is not in the store").arg(runId_)
                                     : tr("run %1: %2").arg(runId_).arg(data.message));
+    readClock_.invalidate();
     Q_EMIT dataLoaded();
     return;
   }
@@ -283,6 +294,12 @@ void RunDashboard::onLoaded(const RunDashboardData& data) {
   metrics_->setData(data_.runId, data_.metrics);
   rebuildHealth();
   updateAlerts();
+  if (readClock_.isValid()) {  // the read's time, request to applied, sets how often live reads come
+    lastReadMs_ = readClock_.elapsed();
+    readClock_.invalidate();
+    if (const int interval = liveMetricsReloadMs(lastReadMs_); interval != metricsTimer_->interval())
+      metricsTimer_->setInterval(interval);  // restarts an active timer
+  }
   Q_EMIT dataLoaded();
 }
 

@@ -92,8 +92,18 @@ class RunDashboard : public QWidget {
   QComboBox* colourBy() const { return colourBy_; }
   QTabWidget* tabs() const { return tabs_; }
   RunMetricsView* metricsView() const { return metrics_; }
-  /// While live, the store is read this often with the metrics tab shown (its curves follow the run).
+  /// While live, the store is read this often with the metrics tab shown (its curves follow the run), or less often
+  /// where a read takes longer (liveMetricsReloadMs).
   static constexpr int kLiveMetricsReloadMs = 3000;
+  /// The most of the time between two live reads that one read may take: a read, which grows with the run's stored
+  /// rows (0.6-0.8 s at 200,000 steps), keeps the reader and the GUI busy at most this share of the time.
+  static constexpr int kLiveReadShareInverse = 5;
+  /// The live reads' interval after a read (request to applied) of `lastReadMs`: kLiveMetricsReloadMs, or
+  /// kLiveReadShareInverse times the read's time where that is longer.
+  static int liveMetricsReloadMs(qint64 lastReadMs);
+  /// The interval of the live reads now, and how long the last read took from request to applied (0: none yet).
+  int metricsReloadIntervalMs() const;
+  qint64 lastReadMs() const { return lastReadMs_; }
   /// Where the dashboard is shown less than this high (a laptop's workspace), the token view and the cost panel
   /// move from under the loss and routing panels to a tab of their own, so every panel keeps a readable height;
   /// they move back from kExpandHeight (a margin, so a height near the threshold does not flip them to and fro).
@@ -151,6 +161,8 @@ class RunDashboard : public QWidget {
   QTimer* routingTimer_ = nullptr;
   bool routingPending_ = false;  ///< live routing arrived since the last redraw
   QTimer* metricsTimer_ = nullptr;
+  QElapsedTimer readClock_;  ///< since the first request of the store read in flight (invalid: none)
+  qint64 lastReadMs_ = 0;
   bool colourChosen_ = false;  ///< the user picked a colour mode (else TAGAT probes default to expert ids)
 
   QLabel* titleLabel_ = nullptr;
