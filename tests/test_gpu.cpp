@@ -230,7 +230,9 @@ class TestGpu : public QObject {
     });
     const auto reference = test::output_and_gradients(inputs, torch::kDouble, upstream, materialised);
     const auto rounded = bf16 ? test::output_and_gradients(inputs, type, upstream, materialised) : reference;
-    const auto error = [](const torch::Tensor& a, const torch::Tensor& b) { return (a - b).abs().max().item<double>(); };
+    const auto error = [](const torch::Tensor& a, const torch::Tensor& b) {
+      return (a - b).abs().max().item<double>();
+    };
     const char* names[] = {"output", "dq", "dk", "dv", "dw"};
     for (std::size_t i = 0; i < tested.size(); ++i) {
       const double scale = std::max(reference[i].abs().max().item<double>(), 1.0);

@@ -19,6 +19,7 @@
 #include <string>
 #include <thread>
 
+#include "core/store/metric_cache.h"
 #include "core/store/run_store.h"
 #include "core/util/errors.h"
 #include "core/util/logging.h"
@@ -545,6 +546,59 @@ class TestRunStore : public QObject {
     QCOMPARE(store.run(id)->last_step, std::int64_t(5));
     QCOMPARE(store.metric(other, "train/loss").size(), std::size_t(10));  // other runs untouched
     QCOMPARE(store.probes(other).size(), std::size_t(10));
+  }
+
+  void metricCacheReadsOnlyNewRows() {
+    // A cached series equals a direct read after every change to the store: rows appended (only they and the last
+    // step's rows are read again), a step logged twice, NaN values, a resume's truncation with the steps trained
+    // again (other times: the series is read whole), and a truncation not yet trained again.
+    RunStore store(db_path());
+    const auto id = store.create_run(sample_run());
+    MetricSeriesCache cache;
+    const auto add = [&](std::int64_t from, std::int64_t to, double time) {
+      for (std::int64_t step = from; step <= to; ++step) {
+        const auto s = static_cast<double>(step);
+        store.insert_metrics(id, {{"train/loss", step, time + s, 1.0 / s}});
+      }
+    };
+    const auto same = [&] {
+      const auto direct = store.metric(id, "train/loss");
+      const auto& cached = cache.series(store, id, "train/loss");
+      if (direct.size() != cached.size()) return false;
+      for (std::size_t i = 0; i < direct.size(); ++i) {
+        const double a = direct[i].value, b = cached[i].value;
+        const bool value = a == b || (std::isnan(a) && std::isnan(b));
+        if (direct[i].step != cached[i].step || direct[i].wall_time != cached[i].wall_time || !value) return false;
+      }
+      return true;
+    };
+    add(1, 100, 0);
+    QVERIFY(same());
+    QCOMPARE(cache.rows_read(), std::int64_t(100));
+    add(101, 110, 0);
+    QVERIFY(same());
+    QCOMPARE(cache.rows_read(), std::int64_t(100 + 11));  // step 100 again, then the 10 new rows
+    store.insert_metrics(id, {{"train/loss", 110, 500.0, std::numeric_limits<double>::quiet_NaN()}});
+    QVERIFY(same());  // a second row at the last step, NaN
+    QVERIFY(same());  // nothing new: the last step's two rows again
+    QCOMPARE(cache.rows_read(), std::int64_t(111 + 2 + 2));
+    store.truncate_after(id, 50);  // a resume from step 50 trains the steps after it again, at later times
+    add(51, 120, 1000);
+    QVERIFY(same());
+    QCOMPARE(cache.series(store, id, "train/loss").size(), std::size_t(120));
+    store.truncate_after(id, 80);
+    QVERIFY(same());
+    QCOMPARE(cache.series(store, id, "train/loss").back().step, std::int64_t(80));
+    // At most max_runs runs are held: reading another forgets the least recently read one.
+    MetricSeriesCache small(1);
+    const auto other = store.create_run(sample_run("other"));
+    small.series(store, id, "train/loss");
+    QCOMPARE(small.runs(), std::size_t(1));
+    small.series(store, other, "train/loss");
+    QCOMPARE(small.runs(), std::size_t(1));
+    const auto before = small.rows_read();
+    small.series(store, id, "train/loss");  // forgotten: read whole again
+    QCOMPARE(small.rows_read(), before + 80);
   }
 
   void patchRun() {

@@ -157,12 +157,12 @@ RunDashboardData loadDashboardData(const RunStore& store, qint64 runId) {
     }
   }
 
-  for (const MetricPoint& p : store.metric(runId, "train/loss")) {
+  for (const MetricPoint& p : read_metric(store, runId, "train/loss")) {
     data.trainSteps.push_back(static_cast<double>(p.step));
     data.trainLoss.push_back(p.value);
     data.trainWall.push_back(p.wall_time);
   }
-  for (const MetricPoint& p : store.metric(runId, "val/loss")) {
+  for (const MetricPoint& p : read_metric(store, runId, "val/loss")) {
     data.valSteps.push_back(static_cast<double>(p.step));
     data.valLoss.push_back(p.value);
     data.valWall.push_back(p.wall_time);

@@ -12,6 +12,9 @@ namespace routelab {
 
 class RunStore;
 
+/// Every metric series it reads (the loss curves, the metrics tab's and the cost panel's) goes through read_metric:
+/// the store reader keeps a MetricSeriesCache alive around it (CachedMetricReads), so a live run's repeated reads
+/// read the rows stored since the last one.
 RunDashboardData loadDashboardData(const RunStore& store, qint64 runId);
 
 /// What the dashboard and the token inspector show of one probe.

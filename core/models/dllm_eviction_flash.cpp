@@ -249,8 +249,8 @@ OptionalKernel& flash_eviction_kernel() {
 /// The flash form on memory-efficient attention (fp32 on a GPU), given up after a failed call: the chunked form runs
 /// then.
 OptionalKernel& efficient_eviction_kernel() {
-  static OptionalKernel kernel("ROUTELAB_EFFICIENT_EVICTION", "D-LLM's eviction attention on memory-efficient attention",
-                               "the chunked form runs");
+  static OptionalKernel kernel("ROUTELAB_EFFICIENT_EVICTION",
+                               "D-LLM's eviction attention on memory-efficient attention", "the chunked form runs");
   return kernel;
 }
 

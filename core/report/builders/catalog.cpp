@@ -3,11 +3,13 @@
 #include "core/report/builders/catalog.h"
 
 #include <cmath>
+#include <utility>
 
 #include "core/cost/flops_model.h"
 #include "core/report/builders/builder_detail.h"
 #include "core/report/builders/papers/paper_figures.h"
 #include "core/report/report_ids.h"
+#include "core/store/metric_cache.h"
 #include "core/store/run_store.h"
 #include "core/util/errors.h"
 #include "core/util/version.h"
@@ -31,8 +33,8 @@ double training_step_dense_flops(const RunStore& store, std::int64_t run_id) {
 
 std::pair<std::vector<std::int64_t>, std::vector<double>> training_flops_ratios(const RunStore& store,
                                                                                  std::int64_t run_id) {
-  auto points = store.metric(run_id, "train/flops_ratio");
-  if (points.empty()) points = store.metric(run_id, "val/flops_ratio");
+  auto points = read_metric(store, run_id, "train/flops_ratio");
+  if (points.empty()) points = read_metric(store, run_id, "val/flops_ratio");
   std::pair<std::vector<std::int64_t>, std::vector<double>> out;
   for (const auto& p : points)
     if (std::isfinite(p.value)) out.first.push_back(p.step), out.second.push_back(p.value);
@@ -132,6 +134,19 @@ RunStyle run_style(const RunStore& store, std::int64_t run_id) {
   request.run_ids = {run_id};
   const auto groups = styled_groups(store, request);
   return {groups.front().group.label, groups.front().color};
+}
+
+namespace {
+thread_local MetricSeriesCache* current_metric_cache = nullptr;  ///< the CachedMetricReads alive on this thread
+}  // namespace
+
+CachedMetricReads::CachedMetricReads(MetricSeriesCache& cache)
+    : previous_(std::exchange(current_metric_cache, &cache)) {}
+
+CachedMetricReads::~CachedMetricReads() { current_metric_cache = previous_; }
+
+std::vector<MetricPoint> read_metric(const RunStore& store, std::int64_t run_id, const std::string& key) {
+  return current_metric_cache ? current_metric_cache->series(store, run_id, key) : store.metric(run_id, key);
 }
 
 Figure build_figure(const RunStore& store, const FigureRequest& request) {

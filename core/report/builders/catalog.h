@@ -16,6 +16,8 @@
 namespace routelab {
 
 class RunStore;
+class MetricSeriesCache;
+struct MetricPoint;
 
 /// What a figure is built from. Every builder reads only the fields it documents in its catalogue entry.
 struct FigureRequest {
@@ -53,6 +55,22 @@ struct RunStyle {
   int color = 0;
 };
 RunStyle run_style(const RunStore& store, std::int64_t run_id);
+
+/// While alive, the figures built on this thread (build_figure, training_flops_ratios) read each metric series
+/// through `cache`, which reads only the rows stored since its last read of the series: what a reader that builds a
+/// live run's figures again and again (the dashboard) does. The figures are those a direct read gives.
+class CachedMetricReads {
+ public:
+  explicit CachedMetricReads(MetricSeriesCache& cache);
+  ~CachedMetricReads();
+  CachedMetricReads(const CachedMetricReads&) = delete;
+  CachedMetricReads& operator=(const CachedMetricReads&) = delete;
+
+ private:
+  MetricSeriesCache* previous_;
+};
+/// store.metric(run_id, key): through the cache of the CachedMetricReads alive on this thread, where there is one.
+std::vector<MetricPoint> read_metric(const RunStore& store, std::int64_t run_id, const std::string& key);
 
 /// Builds `request.name` from `store`: checks the run count, runs the builder, stamps the physical size and the
 /// sidecar's meta (run ids, request fields, RouteLab version). An unknown run is a StoreError naming the store.

@@ -21,7 +21,7 @@ namespace {
 
 /// The run's FLOPs ratio at its evaluation: the last val/flops_ratio, else the last evaluation's extra.flops_ratio.
 double run_cost(const RunStore& store, std::int64_t run_id) {
-  const auto points = store.metric(run_id, "val/flops_ratio");
+  const auto points = read_metric(store, run_id, "val/flops_ratio");
   for (auto it = points.rbegin(); it != points.rend(); ++it)
     if (std::isfinite(it->value)) return it->value;
   std::vector<std::string> unreadable;  // a point without a cost is left out; the run's other figures name the row
@@ -32,7 +32,7 @@ double run_cost(const RunStore& store, std::int64_t run_id) {
 }
 
 double last_finite(const RunStore& store, std::int64_t run_id, const std::string& metric) {
-  const auto points = store.metric(run_id, metric);
+  const auto points = read_metric(store, run_id, metric);
   for (auto it = points.rbegin(); it != points.rend(); ++it)
     if (std::isfinite(it->value)) return it->value;
   return kNaN;

@@ -69,7 +69,7 @@ class XMap {
 Curve metric_curve(const RunStore& store, std::int64_t run_id, const std::string& metric, const std::string& x_axis) {
   const XMap map(store, run_id, x_axis);
   std::vector<std::pair<double, double>> points;
-  for (const auto& p : store.metric(run_id, metric)) points.emplace_back(map.x(p), p.value);
+  for (const auto& p : read_metric(store, run_id, metric)) points.emplace_back(map.x(p), p.value);
   std::stable_sort(points.begin(), points.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
   Curve c;
   for (const auto& [x, y] : points) c.x.push_back(x), c.y.push_back(y);

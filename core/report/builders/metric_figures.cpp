@@ -43,7 +43,7 @@ Figure build_metrics(const RunStore& store, const FigureRequest& request) {
   }
   std::map<std::string, std::vector<MetricPoint>> series;
   for (const auto& spec : specs)
-    for (const auto& key : spec.keys) series[key] = store.metric(id, key);
+    for (const auto& key : spec.keys) series[key] = read_metric(store, id, key);
   Figure f;
   f.columns = specs.size() > 1 ? 3 : 1;
   f.meta["panel_ids"] = json::array();
