@@ -259,8 +259,8 @@ class TestGuiInspector : public QObject {
 
   void liveReadsSpacedByTheirCost() {
     // A live dashboard reads the store every 3 s with the metrics tab shown, or, where a read (request to applied)
-    // takes longer than a fifth of that, five times the read's time: a long run's reads (0.6-0.8 s at 200,000 steps)
-    // keep the reader and the GUI busy at most a fifth of the time.
+    // takes longer than a fifth of that, five times the read's time: a long run's reads keep the reader and the GUI
+    // busy at most a fifth of the time.
     using routelab::RunDashboard;
     QCOMPARE(RunDashboard::liveMetricsReloadMs(0), RunDashboard::kLiveMetricsReloadMs);
     QCOMPARE(RunDashboard::liveMetricsReloadMs(600), 3000);

@@ -77,7 +77,7 @@ std::vector<torch::Tensor> eviction_pass(const std::vector<torch::Tensor>& input
 }
 
 /// The forms run for `type` on `device`, the chunked one first and the materialised one last. Whether a GPU kernel
-/// takes the shape is learnt by trying it (try_forms).
+/// takes the shape is learnt by trying it (bench_eviction reports a failure in the form's row).
 std::vector<Form> forms_for(const torch::Device& device, torch::ScalarType type, bool materialised) {
   std::vector<Form> forms{Form::Chunked};
   if (flash_eviction_available()) {
@@ -92,12 +92,6 @@ std::vector<Form> forms_for(const torch::Device& device, torch::ScalarType type,
 }
 
 }  // namespace
-
-const EvictionFormResult* EvictionBenchRow::form(const std::string& name) const {
-  for (const auto& f : forms)
-    if (f.form == name) return &f;
-  return nullptr;
-}
 
 std::vector<EvictionBenchRow> bench_eviction(const EvictionBenchOptions& o) {
   if (o.kv_heads > 0 && o.heads % o.kv_heads != 0)

@@ -40,9 +40,6 @@ struct EvictionBenchRow {
   std::int64_t chunk_rows = 0;  ///< rows per chunk the chunked kernel ran
   double grad_max = 0;          ///< the materialised form's largest gradient (q, k, v, w); 0 where it did not run
   std::vector<EvictionFormResult> forms;  ///< the chunked form first, the materialised one last where it ran
-
-  /// The form of that name, or nullptr where it was not tried.
-  const EvictionFormResult* form(const std::string& name) const;
 };
 
 std::vector<EvictionBenchRow> bench_eviction(const EvictionBenchOptions& options);
