@@ -225,6 +225,41 @@ class TestRunHealth : public QObject {
     }
   }
 
+  void probeCacheParsesEachDocumentOnce() {
+    // Read through a ProbeRecordCache, a run's probes are what a direct read gives, and a read again parses only the
+    // documents it has not parsed: new steps, and a step whose document changed (a truncated run trained again); an
+    // unreadable document is skipped with its message as in a direct read.
+    QTemporaryDir dir;
+    const std::string db = dir.filePath("runs.sqlite").toStdString();
+    RunStore store(db);
+    const auto id = store.create_run(test::sample_run());
+    const auto probe = [](double gate) {
+      return nlohmann::json({{"tokens", {"a", "b"}}, {"layers", {{{"layer", 0}, {"gate", {gate, 0.5}}}}}}).dump();
+    };
+    for (int step = 10; step <= 30; step += 10) store.insert_probe(id, {step, probe(step / 100.0)});
+    ProbeRecordCache cache;
+    const CachedProbeReads cached(cache);
+    const auto gates = [&] {
+      std::vector<double> out;
+      for (const auto& record : read_probes(store, id)) out.push_back(record.layers.at(0).gate.at(0));
+      return out;
+    };
+    QCOMPARE(gates(), (std::vector<double>{0.1, 0.2, 0.3}));
+    QCOMPARE(cache.parsed(), std::int64_t(3));
+    store.insert_probe(id, {40, probe(0.4)});
+    QCOMPARE(gates(), (std::vector<double>{0.1, 0.2, 0.3, 0.4}));
+    QCOMPARE(cache.parsed(), std::int64_t(4));  // only step 40's
+    store.truncate_after(id, 20);
+    store.insert_probe(id, {30, probe(0.7)});
+    QCOMPARE(gates(), (std::vector<double>{0.1, 0.2, 0.7}));
+    QCOMPARE(cache.parsed(), std::int64_t(5));  // only step 30's new document
+    store.insert_probe(id, {50, "{not json"});
+    std::vector<std::string> unreadable;
+    QCOMPARE(read_probes(store, id, &unreadable).size(), std::size_t(3));
+    QCOMPARE(unreadable.size(), std::size_t(1));
+    QVERIFY2(unreadable[0].find(db + ": run " + std::to_string(id) + ": probe at step 50") == 0, unreadable[0].c_str());
+  }
+
   void contextCurvesAreTheirOwnDocument() {
     ContextCurve c;
     c.run_id = 3;

@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/report/builders/catalog.h"
+#include "core/run/probe_record.h"
 #include "core/store/metric_cache.h"
 #include "core/store/run_store.h"
 #include "core/util/errors.h"
@@ -98,8 +99,10 @@ void splitPoints(const std::vector<MetricPoint>& points, QVector<double>& steps,
 struct StoreReader::Impl {
   std::string path;
   std::unique_ptr<RunStore> store;
-  /// The dashboards' metric series, brought up to date with the rows stored since the last read of each.
+  /// The dashboards' metric series, brought up to date with the rows stored since the last read of each, and their
+  /// probe documents, parsed once each.
   MetricSeriesCache metrics;
+  ProbeRecordCache probes;
   int reads = 0;
   QHash<qint64, qint64> queueIds;  ///< session keys (negative) -> store ids
 
@@ -113,7 +116,7 @@ struct StoreReader::Impl {
   }
 };
 
-StoreReader::StoreReader(const QString& dbPath) : impl_(new Impl{dbPath.toStdString(), nullptr, {}, 0, {}}) {}
+StoreReader::StoreReader(const QString& dbPath) : impl_(new Impl{dbPath.toStdString(), nullptr, {}, {}, 0, {}}) {}
 
 StoreReader::~StoreReader() { delete impl_; }
 
@@ -153,7 +156,8 @@ void StoreReader::readCurves(qint64 runId) {
 
 void StoreReader::readDashboard(qint64 runId) {
   try {
-    const CachedMetricReads cached(impl_->metrics);
+    const CachedMetricReads cached_metrics(impl_->metrics);
+    const CachedProbeReads cached_probes(impl_->probes);
     Q_EMIT dashboardRead(loadDashboardData(impl_->open(), runId));
   } catch (const std::exception& e) {
     impl_->store.reset();

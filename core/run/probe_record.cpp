@@ -1,8 +1,11 @@
 // One parser for the probe document (the trainer's probe and the token inspector's traces).
 #include "core/run/probe_record.h"
 
+#include <functional>
+
 #include "core/run/json_reader.h"
 #include "core/store/run_store.h"
+#include "core/util/recent_runs.h"
 
 namespace routelab {
 namespace {
@@ -112,8 +115,28 @@ ProbeRecord read_probe(const ProbeRow& row) {
 }
 
 std::vector<ProbeRecord> read_probes(const RunStore& store, std::int64_t run_id, std::vector<std::string>* unreadable) {
+  if (auto* cache = CachedProbeReads::current()) return cache->read(store, run_id, unreadable);
   return run_detail::read_rows(store.probes(run_id), [](const ProbeRow& row) { return read_probe(row); }, store.path(),
                                run_id, unreadable);
+}
+
+std::vector<ProbeRecord> ProbeRecordCache::read(const RunStore& store, std::int64_t run_id,
+                                                std::vector<std::string>* unreadable) {
+  last_read_[run_id] = ++reads_;
+  forget_least_recent(last_read_, max_runs_, [this](std::int64_t run) { runs_.erase(run); });
+  auto& before = runs_[run_id];
+  std::map<std::int64_t, Entry> now;  // this read's documents: those of steps no longer stored are forgotten
+  const auto read = [&](const ProbeRow& row) {
+    const auto hash = std::hash<std::string>{}(row.json), length = row.json.size();
+    if (const auto it = before.find(row.step);
+        it != before.end() && it->second.hash == hash && it->second.length == length)
+      return (now[row.step] = it->second).record;
+    ++parsed_;
+    return (now[row.step] = {hash, length, read_probe(row)}).record;
+  };
+  auto records = run_detail::read_rows(store.probes(run_id), read, store.path(), run_id, unreadable);
+  before = std::move(now);
+  return records;
 }
 
 }  // namespace routelab

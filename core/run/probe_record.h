@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/run/evaluation_record.h"
+#include "core/util/thread_flag.h"
 
 namespace routelab {
 
@@ -70,8 +71,37 @@ ProbeRecord read_probe(const nlohmann::json& doc, std::int64_t step, const std::
 /// A stored probe row; its errors name the step.
 ProbeRecord read_probe(const ProbeRow& row);
 /// Every probe of a stored run, in step order; an unreadable one is a DataError naming the store and run, or,
-/// where `unreadable` is given, skipped with that message appended.
+/// where `unreadable` is given, skipped with that message appended. Through the ProbeRecordCache of a
+/// CachedProbeReads alive on this thread, where there is one.
 std::vector<ProbeRecord> read_probes(const RunStore& store, std::int64_t run_id,
                                      std::vector<std::string>* unreadable = nullptr);
+
+/// Parsed probe documents of the runs a reader reads again and again (a live run's dashboard: a document of 100 KB an
+/// evaluation at the 360M shape): read_probes through it parses only the documents it has not parsed at their run
+/// and step before (told apart by their text's hash and length), so a truncated run trained again is parsed anew.
+/// It holds the documents of each run's last read, of at most `max_runs` runs (8 by default; reading one more forgets
+/// the least recently read run's).
+class ProbeRecordCache {
+ public:
+  ProbeRecordCache() = default;
+  explicit ProbeRecordCache(std::size_t max_runs) : max_runs_(max_runs) {}
+  /// read_probes' records of `run_id`, parsing only the documents this cache has not parsed.
+  std::vector<ProbeRecord> read(const RunStore& store, std::int64_t run_id, std::vector<std::string>* unreadable);
+  /// The documents parsed so far (for tests: a read again parses only new or changed documents).
+  std::int64_t parsed() const { return parsed_; }
+
+ private:
+  struct Entry {
+    std::size_t hash = 0, length = 0;
+    ProbeRecord record;
+  };
+  std::size_t max_runs_ = 8;
+  std::map<std::int64_t, std::map<std::int64_t, Entry>> runs_;  ///< run -> step -> its document's record
+  std::map<std::int64_t, std::uint64_t> last_read_;             ///< run -> when it was last read (a count of reads)
+  std::uint64_t reads_ = 0;
+  std::int64_t parsed_ = 0;
+};
+/// While alive, read_probes on this thread reads through `cache` (the store reader around a dashboard's read).
+using CachedProbeReads = ScopedThreadObject<ProbeRecordCache>;
 
 }  // namespace routelab

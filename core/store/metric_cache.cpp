@@ -1,8 +1,9 @@
 #include "core/store/metric_cache.h"
 
-#include <algorithm>
 #include <cmath>
 #include <iterator>
+
+#include "core/util/recent_runs.h"
 
 namespace routelab {
 namespace {
@@ -18,7 +19,10 @@ bool same_row(const MetricPoint& a, const MetricPoint& b) {
 const std::vector<MetricPoint>& MetricSeriesCache::series(const RunStore& store, std::int64_t run,
                                                           const std::string& key) {
   last_read_[run] = ++reads_;
-  forget_beyond_max_runs();
+  forget_least_recent(last_read_, max_runs_, [this](std::int64_t gone) {
+    for (auto it = series_.begin(); it != series_.end();)
+      it = it->first.first == gone ? series_.erase(it) : std::next(it);
+  });
   auto& cached = series_[{run, key}];
   if (!cached.empty()) {
     // The cached rows of the last step, read again with everything after them (rows in step, then insertion order).
@@ -38,16 +42,6 @@ const std::vector<MetricPoint>& MetricSeriesCache::series(const RunStore& store,
   cached = store.metric(run, key);
   rows_read_ += static_cast<std::int64_t>(cached.size());
   return cached;
-}
-
-void MetricSeriesCache::forget_beyond_max_runs() {
-  while (last_read_.size() > std::max<std::size_t>(1, max_runs_)) {
-    const auto oldest = std::min_element(last_read_.begin(), last_read_.end(),
-                                         [](const auto& a, const auto& b) { return a.second < b.second; })->first;
-    last_read_.erase(oldest);
-    for (auto it = series_.begin(); it != series_.end();)
-      it = it->first.first == oldest ? series_.erase(it) : std::next(it);
-  }
 }
 
 }  // namespace routelab

@@ -33,8 +33,6 @@ class MetricSeriesCache {
   std::map<std::int64_t, std::uint64_t> last_read_;  ///< run -> when it was last read (a count of reads)
   std::uint64_t reads_ = 0;
   std::int64_t rows_read_ = 0;
-
-  void forget_beyond_max_runs();
 };
 
 }  // namespace routelab

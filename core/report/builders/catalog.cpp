@@ -3,7 +3,6 @@
 #include "core/report/builders/catalog.h"
 
 #include <cmath>
-#include <utility>
 
 #include "core/cost/flops_model.h"
 #include "core/report/builders/builder_detail.h"
@@ -136,17 +135,9 @@ RunStyle run_style(const RunStore& store, std::int64_t run_id) {
   return {groups.front().group.label, groups.front().color};
 }
 
-namespace {
-thread_local MetricSeriesCache* current_metric_cache = nullptr;  ///< the CachedMetricReads alive on this thread
-}  // namespace
-
-CachedMetricReads::CachedMetricReads(MetricSeriesCache& cache)
-    : previous_(std::exchange(current_metric_cache, &cache)) {}
-
-CachedMetricReads::~CachedMetricReads() { current_metric_cache = previous_; }
-
 std::vector<MetricPoint> read_metric(const RunStore& store, std::int64_t run_id, const std::string& key) {
-  return current_metric_cache ? current_metric_cache->series(store, run_id, key) : store.metric(run_id, key);
+  auto* cache = CachedMetricReads::current();
+  return cache ? cache->series(store, run_id, key) : store.metric(run_id, key);
 }
 
 Figure build_figure(const RunStore& store, const FigureRequest& request) {

@@ -12,6 +12,7 @@
 #include "core/report/figure/curves.h"
 #include "core/report/figure/figure.h"
 #include "core/report/tables/table.h"
+#include "core/util/thread_flag.h"
 
 namespace routelab {
 
@@ -59,16 +60,7 @@ RunStyle run_style(const RunStore& store, std::int64_t run_id);
 /// While alive, the figures built on this thread (build_figure, training_flops_ratios) read each metric series
 /// through `cache`, which reads only the rows stored since its last read of the series: what a reader that builds a
 /// live run's figures again and again (the dashboard) does. The figures are those a direct read gives.
-class CachedMetricReads {
- public:
-  explicit CachedMetricReads(MetricSeriesCache& cache);
-  ~CachedMetricReads();
-  CachedMetricReads(const CachedMetricReads&) = delete;
-  CachedMetricReads& operator=(const CachedMetricReads&) = delete;
-
- private:
-  MetricSeriesCache* previous_;
-};
+using CachedMetricReads = ScopedThreadObject<MetricSeriesCache>;
 /// store.metric(run_id, key): through the cache of the CachedMetricReads alive on this thread, where there is one.
 std::vector<MetricPoint> read_metric(const RunStore& store, std::int64_t run_id, const std::string& key);
 
