@@ -120,53 +120,48 @@ std::vector<EvictionBenchRow> bench_eviction(const EvictionBenchOptions& o) {
       const auto chunk = o.query_chunk;
       // Each form's first pass, with its memory; a GPU kernel's failure is reported, not fatal (the chunked form, the
       // CPU kernel and the materialised one have no such excuse).
-      std::vector<Form> forms;
-      std::vector<std::vector<torch::Tensor>> results;
+      struct Ran {
+        Form form;
+        std::size_t row;                 ///< its entry in r.forms
+        std::vector<torch::Tensor> out;  ///< output and gradients, until compared
+        std::vector<double> times;
+      };
+      std::vector<Ran> ran;
       for (const auto form : forms_for(device, type, o.materialised)) {
-        EvictionFormResult f;
+        EvictionFormResult& f = r.forms.emplace_back();
         f.form = form_name(form);
         EvictionMemory memory;
         const bool gpu_kernel = form == Form::Flash || form == Form::Cudnn || form == Form::Efficient;
         try {
-          results.push_back(eviction_pass(inputs, upstream, form, chunk, device, &memory));
-          forms.push_back(form);
+          ran.push_back({form, r.forms.size() - 1, eviction_pass(inputs, upstream, form, chunk, device, &memory), {}});
           f.peak_mb = memory.peak_mb;
           f.saved_mb = memory.saved_mb;
         } catch (const c10::Error& e) {
           if (!gpu_kernel || !device.is_cuda()) throw;
           f.error = e.what_without_backtrace();
         }
-        r.forms.push_back(f);
       }
-      const auto result_of = [&](const EvictionFormResult& f) -> const std::vector<torch::Tensor>* {
-        for (std::size_t i = 0; i < forms.size(); ++i)
-          if (f.form == form_name(forms[i])) return &results[i];
-        return nullptr;
-      };
       if (o.materialised) {
-        // The largest differences from the materialised form: output, then the gradients of q, k, v and w.
-        const auto& b = results.back();
-        for (auto& f : r.forms) {
-          const auto* x = result_of(f);
-          if (!x || f.form == form_name(Form::Materialised)) continue;
-          f.output_diff = ((*x)[0] - b[0]).abs().max().item<double>();
+        // The largest differences from the materialised form (run last): output, then the gradients of q, k, v, w.
+        const auto& b = ran.back().out;
+        for (std::size_t j = 0; j + 1 < ran.size(); ++j) {
+          const auto& x = ran[j].out;
+          auto& f = r.forms[ran[j].row];
+          f.output_diff = (x[0] - b[0]).abs().max().item<double>();
           f.grad_diff = 0;
-          for (std::size_t i = 1; i < x->size(); ++i)
-            f.grad_diff = std::max(f.grad_diff, ((*x)[i] - b[i]).abs().max().item<double>());
+          for (std::size_t i = 1; i < x.size(); ++i)
+            f.grad_diff = std::max(f.grad_diff, (x[i] - b[i]).abs().max().item<double>());
         }
         for (std::size_t i = 1; i < b.size(); ++i) r.grad_max = std::max(r.grad_max, b[i].abs().max().item<double>());
       }
-      results.clear();
+      for (auto& x : ran) x.out.clear();
       // Timed interleaved, form after form each repetition, after the warm-up ones.
-      std::vector<std::vector<double>> times(forms.size());
       for (int i = 0; i < o.warmup + o.reps; ++i)
-        for (std::size_t j = 0; j < forms.size(); ++j) {
-          const double ms = time_ms([&] { eviction_pass(inputs, upstream, forms[j], chunk, device); }, device);
-          if (i >= o.warmup) times[j].push_back(ms);
+        for (auto& x : ran) {
+          const double ms = time_ms([&] { eviction_pass(inputs, upstream, x.form, chunk, device); }, device);
+          if (i >= o.warmup) x.times.push_back(ms);
         }
-      for (std::size_t j = 0; j < forms.size(); ++j)
-        for (auto& f : r.forms)
-          if (f.form == form_name(forms[j])) f.ms = median(times[j]);
+      for (const auto& x : ran) r.forms[x.row].ms = median(x.times);
       rows.push_back(r);
     }
   }
