@@ -12,6 +12,7 @@
 #include "core/run/evaluation_record.h"
 #include "core/run/probe_record.h"
 #include "core/run/queued_request.h"
+#include "core/run/routing_history.h"
 #include "core/run/run_health.h"
 #include "core/run/smoothing.h"
 #include "core/store/run_store.h"
@@ -258,6 +259,67 @@ class TestRunHealth : public QObject {
     QCOMPARE(read_probes(store, id, &unreadable).size(), std::size_t(3));
     QCOMPARE(unreadable.size(), std::size_t(1));
     QVERIFY2(unreadable[0].find(db + ": run " + std::to_string(id) + ": probe at step 50") == 0, unreadable[0].c_str());
+  }
+
+  void routingCacheReadsOnlyNewRows() {
+    // Read through a RoutingHistoryCache, a run's routing history is what a direct read gives after every change to
+    // the store: steps appended (only they and the last step's rows are read again), a last step read before all of
+    // its layers were stored, a resume's truncation trained again (other values: read whole), one not trained again.
+    QTemporaryDir dir;
+    RunStore store(dir.filePath("runs.sqlite").toStdString());
+    const auto id = store.create_run(test::sample_run());
+    const auto add = [&](std::int64_t from, std::int64_t to, double offset, std::vector<int> layers = {0, 2}) {
+      std::vector<RoutingRow> rows;
+      for (std::int64_t step = from; step <= to; ++step)
+        for (const int layer : layers)
+          rows.push_back({step, layer, offset + 0.001 * static_cast<double>(step) + 0.1 * layer, 0.5, 0.0, 8, 8});
+      store.insert_routing(id, rows);
+    };
+    RoutingHistoryCache cache;
+    const auto same = [&] {
+      RoutingHistory direct, cached;
+      direct = read_routing_history(store, id);
+      {
+        const CachedRoutingReads through(cache);
+        cached = read_routing_history(store, id);
+      }
+      if (direct.steps != cached.steps || direct.fractions.size() != cached.fractions.size()) return false;
+      for (std::size_t c = 0; c < direct.fractions.size(); ++c) {
+        if (direct.fractions[c].size() != cached.fractions[c].size()) return false;
+        for (std::size_t l = 0; l < direct.fractions[c].size(); ++l) {
+          const double a = direct.fractions[c][l], b = cached.fractions[c][l];
+          if (a != b && !(std::isnan(a) && std::isnan(b))) return false;
+        }
+      }
+      return true;
+    };
+    add(1, 100, 0);
+    QVERIFY(same());
+    QCOMPARE(cache.rows_read(), std::int64_t(200));
+    add(101, 110, 0);
+    QVERIFY(same());
+    QCOMPARE(cache.rows_read(), std::int64_t(200 + 2 + 20));  // step 100's rows again, then the new ones
+    add(111, 111, 0, {0});  // read before the step's last layer was stored
+    QVERIFY(same());
+    add(111, 111, 0, {2});
+    QVERIFY(same());
+    QCOMPARE(cache.history(store, id).fractions.back().size(), std::size_t(3));
+    QVERIFY(std::isnan(cache.history(store, id).fractions.back()[1]));  // layer 1 logged nothing
+    store.truncate_after(id, 50);  // a resume from step 50 trains the steps after it again, routing otherwise
+    add(51, 120, 0.3);
+    QVERIFY(same());
+    QCOMPARE(cache.history(store, id).steps.size(), std::size_t(120));
+    store.truncate_after(id, 80);
+    QVERIFY(same());
+    QCOMPARE(cache.history(store, id).steps.back(), std::int64_t(80));
+    // At most max_runs runs are held: reading another forgets the least recently read one.
+    RoutingHistoryCache small(1);
+    const auto other = store.create_run(test::sample_run("other"));
+    small.history(store, id);
+    small.history(store, other);
+    const auto before = small.rows_read();
+    small.history(store, id);  // forgotten: read whole again
+    QCOMPARE(small.rows_read(), before + 160);
   }
 
   void contextCurvesAreTheirOwnDocument() {

@@ -19,6 +19,7 @@
 #include <string>
 #include <thread>
 
+#include "core/store/long_run.h"
 #include "core/store/metric_cache.h"
 #include "core/store/run_store.h"
 #include "core/util/errors.h"
@@ -599,6 +600,52 @@ class TestRunStore : public QObject {
     const auto before = small.rows_read();
     small.series(store, id, "train/loss");  // forgotten: read whole again
     QCOMPARE(small.rows_read(), before + 80);
+  }
+
+  void longRunRepeatsTheLastRows() {
+    // The benchmarks' long runs: the rows of the last logged step, evaluation and probe written again at later steps
+    // at the run's pace, values near the stored ones; a second call goes on where the first stopped.
+    RunStore store(db_path());
+    const auto id = store.create_run(sample_run());
+    store.insert_metrics(id, {{"train/loss", 10, 100, 3.0}, {"train/lr", 10, 100, 1e-3}, {"train/loss", 20, 110, 2.0},
+                              {"train/lr", 20, 110, 1e-3}, {"val/loss", 20, 111, 2.5}});
+    store.insert_routing(id, {{20, 0, 0.3, 0.4, 0.01, 10, 20}, {20, 2, 0.5, 0.6, 0.02, 30, 40}});
+    store.insert_eval(id, {20, "val", 2.5, 12.2, 3.6, R"({"layers":[]})"});
+    store.insert_probe(id, {20, R"({"tokens":["a"]})"});
+    QVERIFY_THROWS_EXCEPTION(StoreError, LongRunExtender(store, id));  // one evaluation: no spacing, no config
+    LongRunExtender extender(store, id, 0, 40);
+    QCOMPARE(extender.log_every(), std::int64_t(10));  // the last two train/loss steps
+    auto written = extender.extend_to(store, 100, 3);  // 3 logged steps a transaction
+    QCOMPARE(written.last_step, std::int64_t(100));
+    QCOMPARE(written.evals, std::int64_t(2));  // steps 60 and 100
+    QCOMPARE(written.routing, std::int64_t(8 * 2));
+    QCOMPARE(written.metrics, std::int64_t(8 * 2 + 2));
+    const auto loss = store.metric(id, "train/loss");
+    QCOMPARE(loss.size(), std::size_t(10));
+    QCOMPARE(loss.back().step, std::int64_t(100));
+    QCOMPARE(loss.back().wall_time, 190.0);  // one second a step, as steps 10 to 20 took
+    for (const MetricPoint& p : loss)
+      if (p.step > 20) QVERIFY2(std::abs(p.value - 2.0) <= 0.02 && p.value != 2.0, qPrintable(QString::number(p.step)));
+    const auto val = store.metric(id, "val/loss");
+    QCOMPARE(val.size(), std::size_t(3));
+    QCOMPARE(val[1].step, std::int64_t(60));
+    QCOMPARE(val[1].wall_time, 151.0);
+    const auto routing = store.routing(id, 90);
+    QCOMPARE(routing.size(), std::size_t(2));
+    QCOMPARE(routing[1].layer, 2);
+    QCOMPARE(routing[1].tokens_mlp, std::int64_t(40));
+    QVERIFY(std::abs(routing[1].routed_fraction - 0.5) <= 0.01);
+    const auto probes = store.probes(id);
+    QCOMPARE(probes.size(), std::size_t(3));
+    QCOMPARE(probes.back().step, std::int64_t(100));
+    QCOMPARE(probes.back().json, std::string(R"({"tokens":["a"]})"));
+    QCOMPARE(store.evals(id).back().extra_json, std::string(R"({"layers":[]})"));
+    written = extender.extend_to(store, 145);
+    QCOMPARE(written.last_step, std::int64_t(140));
+    QCOMPARE(written.evals, std::int64_t(1));
+    QCOMPARE(store.metric(id, "train/loss").size(), std::size_t(14));
+    QCOMPARE(store.metric(id, "train/loss").back().wall_time, 230.0);
+    QCOMPARE(store.evals(id).back().step, std::int64_t(140));
   }
 
   void patchRun() {

@@ -63,6 +63,7 @@ struct RunMetricsData {
 struct RunDashboardData {
   qint64 runId = 0;
   bool found = false;
+  qint64 readMs = 0;  ///< how long the store read took on the reader's thread (the rest of a read is applying it)
   QString name, arch, status, message;
   RunStyle style;  ///< the label and colour every catalogue figure gives this run (the panels use them too)
   qint64 totalSteps = 0;

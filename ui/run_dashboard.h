@@ -105,6 +105,8 @@ class RunDashboard : public QWidget {
   /// The interval of the live reads now, and how long the last read took from request to applied (0: none yet).
   int metricsReloadIntervalMs() const;
   qint64 lastReadMs() const { return lastReadMs_; }
+  /// Of lastReadMs, the store read on the reader's thread (RunDashboardData::readMs).
+  qint64 lastStoreReadMs() const { return stored_.readMs; }
   /// Where the dashboard is shown less than this high (a laptop's workspace), the token view and the cost panel
   /// move from under the loss and routing panels to a tab of their own, so every panel keeps a readable height;
   /// they move back from kExpandHeight (a margin, so a height near the threshold does not flip them to and fro).

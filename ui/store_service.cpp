@@ -2,6 +2,7 @@
 #include "ui/store_service.h"
 
 #include <QDateTime>
+#include <QElapsedTimer>
 #include <QHash>
 #include <QStringList>
 #include <QThread>
@@ -12,6 +13,7 @@
 
 #include "core/report/builders/catalog.h"
 #include "core/run/probe_record.h"
+#include "core/run/routing_history.h"
 #include "core/store/metric_cache.h"
 #include "core/store/run_store.h"
 #include "core/util/errors.h"
@@ -99,9 +101,10 @@ void splitPoints(const std::vector<MetricPoint>& points, QVector<double>& steps,
 struct StoreReader::Impl {
   std::string path;
   std::unique_ptr<RunStore> store;
-  /// The dashboards' metric series, brought up to date with the rows stored since the last read of each, and their
-  /// probe documents, parsed once each.
+  /// The dashboards' metric series and routing histories, brought up to date with the rows stored since the last read
+  /// of each, and their probe documents, parsed once each.
   MetricSeriesCache metrics;
+  RoutingHistoryCache routing;
   ProbeRecordCache probes;
   int reads = 0;
   QHash<qint64, qint64> queueIds;  ///< session keys (negative) -> store ids
@@ -116,7 +119,7 @@ struct StoreReader::Impl {
   }
 };
 
-StoreReader::StoreReader(const QString& dbPath) : impl_(new Impl{dbPath.toStdString(), nullptr, {}, {}, 0, {}}) {}
+StoreReader::StoreReader(const QString& dbPath) : impl_(new Impl{dbPath.toStdString(), nullptr, {}, {}, {}, 0, {}}) {}
 
 StoreReader::~StoreReader() { delete impl_; }
 
@@ -157,8 +160,13 @@ void StoreReader::readCurves(qint64 runId) {
 void StoreReader::readDashboard(qint64 runId) {
   try {
     const CachedMetricReads cached_metrics(impl_->metrics);
+    const CachedRoutingReads cached_routing(impl_->routing);
     const CachedProbeReads cached_probes(impl_->probes);
-    Q_EMIT dashboardRead(loadDashboardData(impl_->open(), runId));
+    QElapsedTimer clock;
+    clock.start();
+    RunDashboardData data = loadDashboardData(impl_->open(), runId);
+    data.readMs = clock.elapsed();
+    Q_EMIT dashboardRead(data);
   } catch (const std::exception& e) {
     impl_->store.reset();
     RunDashboardData empty;
