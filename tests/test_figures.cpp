@@ -396,6 +396,28 @@ class TestFigures : public QObject {
     for (double v : f.panels[1].heatmap.values) QVERIFY(std::isnan(v));  // the dense run routes nowhere
   }
 
+  void longRoutingHistoryInColumnsOfMeans() {
+    // Past max_columns logged steps, each column is the mean of k consecutive steps' shares (NaN left out),
+    // labelled by its last step; the last column holds what is left.
+    RoutingHistory history;
+    for (std::int64_t step = 1; step <= 7; ++step) {
+      const double s = static_cast<double>(step);
+      history.append(step, {0.1 * s, step == 2 ? std::nan("") : 0.01 * s, std::nan("")});
+    }
+    const auto panel = routing_history_panel("run", history, {true, true, true}, 3);
+    const auto& h = panel.heatmap;
+    QCOMPARE(h.cols, std::size_t{3});  // ceil(7 / 3) = 3 steps a column: 1-3, 4-6, 7
+    QCOMPARE(h.col_labels, (std::vector<std::string>{"3", "6", "7"}));
+    QCOMPARE(panel.x_label, std::string("logged step (each column the mean of 3)"));
+    QVERIFY(near(h.values[0], 20.0) && near(h.values[1], 50.0) && near(h.values[2], 70.0));
+    QVERIFY(near(h.values[3], 2.0) && near(h.values[4], 5.0) && near(h.values[5], 7.0));  // step 2's NaN left out
+    QVERIFY(std::isnan(h.values[6]) && std::isnan(h.values[8]));  // a layer that logged nothing stays empty
+    const auto whole = routing_history_panel("run", history, {true, true, true}, 7);
+    QCOMPARE(whole.heatmap.cols, std::size_t{7});
+    QCOMPARE(whole.x_label, std::string("logged step"));
+    QVERIFY(near(whole.heatmap.values[7 + 6], 7.0));
+  }
+
   void metricsFigureHasAPanelPerQuantity() {
     Fixture fx;
     const double t0 = fx.store->run(fx.mod)->created_at;

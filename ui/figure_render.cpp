@@ -295,8 +295,9 @@ class PanelRenderer {
       const QVector<double> xs = toAxis(s.x, ex.log);
       QCPGraph* lo = plot_->addGraph(x_, y_);
       QCPGraph* hi = plot_->addGraph(x_, y_);
-      lo->setData(xs, toAxis(s.y_lo, ey.log));
-      hi->setData(xs, toAxis(s.y_hi, ey.log));
+      const bool sorted = std::is_sorted(xs.cbegin(), xs.cend());  // steps: QCustomPlot need not sort them again
+      lo->setData(xs, toAxis(s.y_lo, ey.log), sorted);
+      hi->setData(xs, toAxis(s.y_hi, ey.log), sorted);
       for (QCPGraph* g : {lo, hi}) {
         g->setPen(Qt::NoPen);
         if (s.kind == SeriesKind::Step) g->setLineStyle(QCPGraph::lsStepLeft);
@@ -321,7 +322,8 @@ class PanelRenderer {
       const FigureSeries& s = *sp;
       if (s.x.empty()) continue;
       QCPGraph* g = plot_->addGraph(x_, y_);
-      g->setData(toAxis(s.x, ex.log), toAxis(s.y, ey.log));
+      const QVector<double> xs = toAxis(s.x, ex.log);
+      g->setData(xs, toAxis(s.y, ey.log), std::is_sorted(xs.cbegin(), xs.cend()));
       const QPen pen = seriesPen(s);
       const QColor color = paletteColor(s.color);
       g->setPen(pen);

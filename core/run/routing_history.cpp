@@ -33,19 +33,24 @@ const std::vector<double>* RoutingHistory::column_at(std::int64_t step, std::int
 
 namespace {
 
-/// Adds `rows` (ordered by step, then layer; their steps after the history's last one) as columns.
-void add_rows(RoutingHistory& history, const std::vector<RoutingRow>& rows) {
-  for (const RoutingRow& row : rows) {
-    if (history.steps.empty() || history.steps.back() != row.step) {
-      history.steps.push_back(row.step);
-      history.fractions.emplace_back();
-    }
-    if (row.layer < 0) continue;
-    auto& column = history.fractions.back();
-    const auto layer = static_cast<std::size_t>(row.layer);
-    if (column.size() <= layer) column.resize(layer + 1, std::numeric_limits<double>::quiet_NaN());
-    column[layer] = row.routed_fraction;
+/// Adds `row` (rows come ordered by step, then layer; their steps at or after the history's last one).
+void add_row(RoutingHistory& history, const RoutingRow& row) {
+  if (history.steps.empty() || history.steps.back() != row.step) {
+    history.steps.push_back(row.step);
+    history.fractions.emplace_back();
   }
+  if (row.layer < 0) return;
+  auto& column = history.fractions.back();
+  const auto layer = static_cast<std::size_t>(row.layer);
+  if (column.size() <= layer) column.resize(layer + 1, std::numeric_limits<double>::quiet_NaN());
+  column[layer] = row.routed_fraction;
+}
+
+/// add_row, keeping the rows of the last step added in `last_rows`.
+void add_row(RoutingHistory& history, std::vector<RoutingRow>& last_rows, const RoutingRow& row) {
+  if (!last_rows.empty() && last_rows.back().step != row.step) last_rows.clear();
+  last_rows.push_back(row);
+  add_row(history, row);
 }
 
 /// The same stored row, every field (NaN equal to NaN).
@@ -56,20 +61,12 @@ bool same_row(const RoutingRow& a, const RoutingRow& b) {
          a.tokens_mlp == b.tokens_mlp;
 }
 
-/// The rows of `rows`' last step.
-std::vector<RoutingRow> last_step_rows(const std::vector<RoutingRow>& rows) {
-  if (rows.empty()) return {};
-  auto first = rows.end();
-  while (first != rows.begin() && std::prev(first)->step == rows.back().step) --first;
-  return {first, rows.end()};
-}
-
 }  // namespace
 
 RoutingHistory read_routing_history(const RunStore& store, std::int64_t run_id) {
   if (auto* cache = CachedRoutingReads::current()) return cache->history(store, run_id);
   RoutingHistory history;
-  add_rows(history, store.routing(run_id));
+  store.each_routing_row(run_id, -1, [&history](const RoutingRow& row) { add_row(history, row); });
   return history;
 }
 
@@ -78,25 +75,27 @@ const RoutingHistory& RoutingHistoryCache::history(const RunStore& store, std::i
   forget_least_recent(last_read_, max_runs_, [this](std::int64_t run) { runs_.erase(run); });
   Entry& entry = runs_[run_id];
   if (!entry.history.empty()) {
-    const auto fresh = store.routing(run_id, entry.history.steps.back() - 1);
+    // The last step's rows again, with those after them: intact where they come back as they were read.
+    const std::int64_t last = entry.history.steps.back();
+    const auto fresh = store.routing(run_id, last - 1);  // usually a few steps' rows
     rows_read_ += static_cast<std::int64_t>(fresh.size());
-    const auto& last = entry.last_rows;
-    bool intact = fresh.size() >= last.size();
-    for (std::size_t i = 0; intact && i < last.size(); ++i) intact = same_row(fresh[i], last[i]);
+    bool intact = fresh.size() >= entry.last_rows.size();
+    for (std::size_t i = 0; intact && i < entry.last_rows.size(); ++i) intact = same_row(fresh[i], entry.last_rows[i]);
     if (intact) {
       // The last column again from all of its rows (it may have been read before the last of them were stored).
       entry.history.steps.pop_back();
       entry.history.fractions.pop_back();
-      add_rows(entry.history, fresh);
-      entry.last_rows = last_step_rows(fresh);
+      entry.last_rows.clear();
+      for (const RoutingRow& row : fresh) add_row(entry.history, entry.last_rows, row);
       return entry.history;
     }
   }
-  const auto rows = store.routing(run_id);
-  rows_read_ += static_cast<std::int64_t>(rows.size());
   entry.history = {};
-  add_rows(entry.history, rows);
-  entry.last_rows = last_step_rows(rows);
+  entry.last_rows.clear();
+  store.each_routing_row(run_id, -1, [&](const RoutingRow& row) {
+    ++rows_read_;
+    add_row(entry.history, entry.last_rows, row);
+  });
   return entry.history;
 }
 

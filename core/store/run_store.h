@@ -3,6 +3,7 @@
 // trainer's rows in transactions on its own thread so the trainer never waits on SQLite.
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -218,6 +219,9 @@ class RunStore {
   std::vector<std::string> metric_keys(std::int64_t run_id) const;
   std::vector<MetricPoint> metric(std::int64_t run_id, const std::string& key, std::int64_t after_step = -1) const;
   std::vector<RoutingRow> routing(std::int64_t run_id, std::int64_t after_step = -1) const;
+  /// routing()'s rows one at a time, without holding them all (a long routed run has millions).
+  void each_routing_row(std::int64_t run_id, std::int64_t after_step,
+                        const std::function<void(const RoutingRow&)>& visit) const;
   std::vector<EvalRow> evals(std::int64_t run_id) const;
   std::vector<CheckpointRow> checkpoints(std::int64_t run_id) const;
   std::optional<CheckpointRow> latest_checkpoint(std::int64_t run_id) const;

@@ -73,26 +73,42 @@ FigurePanel routed_layers_panel(const std::vector<RoutedLayersGroup>& groups) {
 // routing history
 
 FigurePanel routing_history_panel(const std::string& title, const RoutingHistory& history,
-                                  const std::vector<bool>& routed) {
+                                  const std::vector<bool>& routed, std::size_t max_columns) {
   FigurePanel panel;
   panel.title = title;
-  panel.x_label = "logged step";
+  const std::size_t steps = history.steps.size();
+  const std::size_t per_column = std::max<std::size_t>(1, (steps + std::max<std::size_t>(1, max_columns) - 1) /
+                                                              std::max<std::size_t>(1, max_columns));
+  panel.x_label = per_column == 1 ? "logged step"
+                                  : "logged step (each column the mean of " + std::to_string(per_column) + ")";
   panel.y_label = "layer";
   panel.legend = false;
   FigureHeatmap& map = panel.heatmap;
   map.rows = history.layers();
-  map.cols = history.steps.size();
+  map.cols = (steps + per_column - 1) / per_column;
   map.values.assign(map.rows * map.cols, kNoValue);
   map.lo = 0;
   map.hi = 100;
   map.colour_label = "routed tokens (%)";
   for (std::size_t l = 0; l < map.rows; ++l) map.row_labels.push_back(layer_label(l));
+  std::vector<double> sum(map.rows);
+  std::vector<std::size_t> count(map.rows);
   for (std::size_t c = 0; c < map.cols; ++c) {
-    map.col_labels.push_back(std::to_string(history.steps[c]));
-    const auto& column = history.fractions[c];
-    for (std::size_t l = 0; l < map.rows && l < column.size(); ++l) {
+    const std::size_t first = c * per_column, last = std::min(steps, first + per_column);
+    map.col_labels.push_back(std::to_string(history.steps[last - 1]));
+    std::fill(sum.begin(), sum.end(), 0.0);
+    std::fill(count.begin(), count.end(), std::size_t{0});
+    for (std::size_t s = first; s < last; ++s) {
+      const auto& column = history.fractions[s];
+      for (std::size_t l = 0; l < map.rows && l < column.size(); ++l)
+        if (!std::isnan(column[l])) {
+          sum[l] += column[l];
+          ++count[l];
+        }
+    }
+    for (std::size_t l = 0; l < map.rows; ++l) {
       const bool dense = l < routed.size() && !routed[l];  // no flags yet (no evaluation): every layer shown
-      if (!dense) map.values[l * map.cols + c] = 100.0 * column[l];
+      if (!dense && count[l] > 0) map.values[l * map.cols + c] = 100.0 * sum[l] / static_cast<double>(count[l]);
     }
   }
   return panel;

@@ -29,10 +29,16 @@ struct RoutedLayersGroup {
 /// layers that do not route as hatched full bars.
 FigurePanel routed_layers_panel(const std::vector<RoutedLayersGroup>& groups);
 
+/// The most columns of a routing-history heat map: more than a panel has pixels across, or a paper figure at 300 dpi.
+constexpr std::size_t kRoutingHistoryColumns = 1000;
+
 /// The training-mode routed tokens (%) of each layer at each logged step: a heat map of layers x steps (columns in
-/// logged order, labelled by step); layers that do not route (`routed` false) are empty cells.
+/// logged order, labelled by step); layers that do not route (`routed` false) are empty cells. A history of more than
+/// `max_columns` logged steps is drawn in columns of k = ceil(steps / max_columns) consecutive logged steps each (the
+/// last one may hold fewer), labelled by their last step, each cell the mean of the shares its steps logged; the x
+/// label says k.
 FigurePanel routing_history_panel(const std::string& title, const RoutingHistory& history,
-                                  const std::vector<bool>& routed);
+                                  const std::vector<bool>& routed, std::size_t max_columns = kRoutingHistoryColumns);
 
 /// What colours the routed layers' rows of a token map.
 enum class TokenMapColour {
