@@ -239,7 +239,42 @@ QPen seriesPen(const FigureSeries& s) {
 /// Sizes of one panel's axes in points, from the figure's physical size (for label thinning).
 struct PanelGeometry {
   double widthPt = 0, heightPt = 0;
+  /// On screen: lines of more points are thinned to this many buckets' lowest and highest (0: every point, files).
+  std::size_t screenBuckets = 0;
 };
+
+/// A line's points (x sorted) as `buckets` runs of equal length, each given by its lowest and highest finite point
+/// in their order, and its first gap (a non-finite y) where it has one: the pixels QCustomPlot's adaptive sampling
+/// draws of the whole line when a bucket is narrower than a pixel, without handing it every point.
+void thinLine(const QVector<double>& xs, const QVector<double>& ys, std::size_t buckets, QVector<double>& outX,
+              QVector<double>& outY) {
+  const auto n = static_cast<std::size_t>(xs.size());
+  outX.clear();
+  outY.clear();
+  outX.reserve(static_cast<int>(3 * buckets));
+  outY.reserve(static_cast<int>(3 * buckets));
+  for (std::size_t b = 0; b < buckets; ++b) {
+    const std::size_t first = b * n / buckets, last = (b + 1) * n / buckets;
+    if (first >= last) continue;
+    std::size_t lo = n, hi = n, gap = n;
+    for (std::size_t i = first; i < last; ++i) {
+      const double y = ys[static_cast<int>(i)];
+      if (!std::isfinite(y)) {
+        if (gap == n) gap = i;
+        continue;
+      }
+      if (lo == n || y < ys[static_cast<int>(lo)]) lo = i;
+      if (hi == n || y > ys[static_cast<int>(hi)]) hi = i;
+    }
+    std::size_t picks[3] = {lo, hi, gap};
+    std::sort(std::begin(picks), std::end(picks));
+    for (std::size_t k = 0; k < 3; ++k)
+      if (picks[k] != n && (k == 0 || picks[k] != picks[k - 1])) {
+        outX.push_back(xs[static_cast<int>(picks[k])]);
+        outY.push_back(ys[static_cast<int>(picks[k])]);
+      }
+  }
+}
 
 class PanelRenderer {
  public:
@@ -322,8 +357,16 @@ class PanelRenderer {
       const FigureSeries& s = *sp;
       if (s.x.empty()) continue;
       QCPGraph* g = plot_->addGraph(x_, y_);
-      const QVector<double> xs = toAxis(s.x, ex.log);
-      g->setData(xs, toAxis(s.y, ey.log), std::is_sorted(xs.cbegin(), xs.cend()));
+      const QVector<double> xs = toAxis(s.x, ex.log), ys = toAxis(s.y, ey.log);
+      const bool sorted = std::is_sorted(xs.cbegin(), xs.cend());
+      const std::size_t buckets = geometry_.screenBuckets;
+      if (buckets > 0 && sorted && s.kind == SeriesKind::Line && !s.marked && s.x.size() > 3 * buckets) {
+        QVector<double> thinX, thinY;
+        thinLine(xs, ys, buckets, thinX, thinY);
+        g->setData(thinX, thinY, true);
+      } else {
+        g->setData(xs, ys, sorted);
+      }
       const QPen pen = seriesPen(s);
       const QColor color = paletteColor(s.color);
       g->setPen(pen);
@@ -568,7 +611,7 @@ class PanelRenderer {
 
 }  // namespace
 
-void renderFigure(QCustomPlot* plot, const Figure& figure) {
+void renderFigure(QCustomPlot* plot, const Figure& figure, RenderTarget target) {
   plot->clearItems();
   plot->clearPlottables();
   plot->plotLayout()->clear();
@@ -579,6 +622,12 @@ void renderFigure(QCustomPlot* plot, const Figure& figure) {
   plot->setAutoAddPlottableToLegend(false);
   plot->setBackground(Qt::white);
 
+  // On screen the figure takes the plot's size (once laid out), not its physical size for files.
+  double widthCm = figure.width_cm, heightCm = figure.height_cm;
+  if (target == RenderTarget::Screen && plot->width() > 40 && plot->height() > 40) {
+    widthCm = plot->width() * 2.54 / plot->logicalDpiX();
+    heightCm = plot->height() * 2.54 / plot->logicalDpiY();
+  }
   const double fontPt = figure.font_pt > 0 ? figure.font_pt : 8.0;
   QFont font = plot->font();
   font.setPointSizeF(fontPt);
@@ -599,11 +648,13 @@ void renderFigure(QCustomPlot* plot, const Figure& figure) {
                                   [](const FigurePanel& p) { return !p.title.empty(); });
   // Panel axes in points, roughly: the cell less the tick labels and the axis label around it.
   PanelGeometry geometry;
-  geometry.widthPt = std::max(20.0, figure.width_cm * kPtPerCm / columns - 4.5 * fontPt);
-  geometry.heightPt = std::max(20.0, figure.height_cm * kPtPerCm / rows - (titled ? 5.0 : 3.8) * fontPt);
+  geometry.widthPt = std::max(20.0, widthCm * kPtPerCm / columns - 4.5 * fontPt);
+  geometry.heightPt = std::max(20.0, heightCm * kPtPerCm / rows - (titled ? 5.0 : 3.8) * fontPt);
+  // Two buckets a point of width: at most a few points a pixel on any screen's density.
+  if (target == RenderTarget::Screen) geometry.screenBuckets = static_cast<std::size_t>(2.0 * geometry.widthPt) + 1;
 
   // Bold title characters are ~0.65 em wide (the labels' 0.6 em, bolder).
-  const int titleChars = std::max(8, static_cast<int>((figure.width_cm * kPtPerCm / columns - 6.0) / (0.65 * fontPt)));
+  const int titleChars = std::max(8, static_cast<int>((widthCm * kPtPerCm / columns - 6.0) / (0.65 * fontPt)));
   // Axis rects of a column share left and right margins, those of a row top and bottom, so panels align.
   std::vector<QCPMarginGroup*> columnGroups, rowGroups;
   for (int c = 0; c < columns; ++c) columnGroups.push_back(new QCPMarginGroup(plot));
@@ -726,12 +777,7 @@ void FigureView::setFigure(Figure figure) {
 }
 
 void FigureView::render() {
-  Figure shown = figure_;
-  if (plot_->width() > 40 && plot_->height() > 40) {
-    shown.width_cm = plot_->width() * 2.54 / plot_->logicalDpiX();
-    shown.height_cm = plot_->height() * 2.54 / plot_->logicalDpiY();
-  }
-  renderFigure(plot_, shown);
+  renderFigure(plot_, figure_, RenderTarget::Screen);
   plot_->replot(QCustomPlot::rpQueuedReplot);
 }
 

@@ -20,9 +20,13 @@ struct FigureExportOptions {
   int dpi = 300;        ///< PNG only
 };
 
+/// Where a figure is drawn: a file gets every point; on screen a line of many times more points than its panel is
+/// wide is handed to QCustomPlot thinned to each few points' lowest and highest (the pixels drawn are the same).
+enum class RenderTarget { File, Screen };
+
 /// Clears `plot` and draws `figure` into it: one axis rect per panel in a grid, palette colours, dash styles,
 /// bands, grouped bars, heat maps (viridis, or a diverging map) with a colour scale, legends, log axes.
-void renderFigure(QCustomPlot* plot, const Figure& figure);
+void renderFigure(QCustomPlot* plot, const Figure& figure, RenderTarget target = RenderTarget::File);
 
 /// Writes `figure` to `path`, chosen by its extension: .pdf, .svg or .png. Returns "" on success, else a
 /// message naming the file.

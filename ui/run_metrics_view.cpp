@@ -19,7 +19,13 @@ constexpr int kColumns = 3;
 
 /// Panel `i` of the "metrics" figure as a figure of its own: what the catalogue builds for that one quantity.
 Figure panelFigure(const Figure& all, std::size_t i, const std::string& id) {
-  Figure one = all;
+  Figure one;  // the other panels are not copied (a long run's panels hold 200,000 points a series)
+  one.name = all.name;
+  one.title = all.title;
+  one.width_cm = all.width_cm;
+  one.height_cm = all.height_cm;
+  one.font_pt = all.font_pt;
+  one.meta = all.meta;
   one.panels = {all.panels[i]};
   one.columns = 1;
   one.meta["panel_ids"] = nlohmann::json::array({id});
