@@ -7,7 +7,9 @@
 #include <QComboBox>
 #include <QLabel>
 #include <QPlainTextEdit>
+#include <QProcess>
 #include <QPushButton>
+#include <QRegularExpression>
 #include <QSignalSpy>
 #include <QStandardPaths>
 #include <QTableWidget>
@@ -275,6 +277,54 @@ class TestGuiInspector : public QObject {
       QVERIFY(dashboard.lastReadMs() >= 0);
       QCOMPARE(dashboard.metricsReloadIntervalMs(), RunDashboard::liveMetricsReloadMs(dashboard.lastReadMs()));
     }
+  }
+
+  void dashboardBenchTimesEveryRead() {
+    // routelab-bench-dashboard at a small size: a seed run trained, made long, every read printed with its store
+    // read no longer than the whole read; the store it keeps holds the long run with the live reads' steps.
+    const QString bench = qEnvironmentVariable("ROUTELAB_BENCH_DASHBOARD");
+    QVERIFY2(QFile::exists(bench), "ROUTELAB_BENCH_DASHBOARD not set");
+    QTemporaryDir dir;
+    const QString db = dir.filePath(QStringLiteral("long.sqlite"));
+    QProcess process;
+    process.start(bench, {"--set", "model.n_layer=4", "--set", "data.probe_chars=32", "--seed-steps", "4", "--steps",
+                          "300", "--eval-every", "100", "--reads", "2", "--live-reads", "2", "--append", "10", "--db",
+                          db});
+    QVERIFY(process.waitForFinished(kTimeoutMs * 10));
+    const QString out = QString::fromUtf8(process.readAllStandardOutput());
+    QVERIFY2(process.exitCode() == 0, qPrintable(out + QString::fromUtf8(process.readAllStandardError())));
+    QVERIFY2(out.contains(QRegularExpression(QStringLiteral("seed run \\d+ \\(dtrnet\\): 4 steps"))), qPrintable(out));
+    QVERIFY2(out.contains(QStringLiteral("long run: to step 300, a logged step every 1, an evaluation every 100")),
+             qPrintable(out));
+    const QRegularExpression row(QStringLiteral("^(\\d+)\\s+(first|again|live)\\s+(\\d+)\\s+(\\d+)$"),
+                                 QRegularExpression::MultilineOption);
+    QStringList kinds;
+    for (auto it = row.globalMatch(out); it.hasNext();) {
+      const auto m = it.next();
+      kinds << m.captured(2);
+      QVERIFY2(m.captured(4).toLongLong() <= m.captured(3).toLongLong(), qPrintable(m.captured(0)));
+    }
+    QCOMPARE(kinds, (QStringList{"first", "again", "live", "live"}));
+    routelab::RunStore store(db.toStdString(), false);
+    const auto runs = store.list_runs();
+    QCOMPARE(runs.size(), std::size_t{1});
+    QCOMPARE(store.metric(runs[0].id, "train/loss").back().step, std::int64_t{320});
+    QCOMPARE(store.evals(runs[0].id).back().step, std::int64_t{304});  // 4, then every 100 from there
+    QVERIFY(!store.routing(runs[0].id, 319).empty());
+    // A file that is not a run store: an error naming it, nothing written.
+    const QString text = dir.filePath(QStringLiteral("notes.txt"));
+    {
+      QFile file(text);
+      QVERIFY(file.open(QIODevice::WriteOnly));
+      file.write("not a store\n");
+    }
+    process.start(bench, {"--db", text, "--reads", "1", "--live-reads", "0"});
+    QVERIFY(process.waitForFinished(kTimeoutMs));
+    QCOMPARE(process.exitCode(), 1);
+    QVERIFY2(QString::fromUtf8(process.readAllStandardError()).contains(text), "the message names the file");
+    QFile file(text);
+    QVERIFY(file.open(QIODevice::ReadOnly));
+    QCOMPARE(file.readAll(), QByteArray("not a store\n"));
   }
 
   void metricsTabAndTokenViewOfATagatRun() {
