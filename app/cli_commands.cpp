@@ -126,22 +126,22 @@ int report(const TrainOutcome& o) {
   return o.status == RunStatus::Stopped ? 130 : 0;
 }
 
-class SignalScope {
- public:
-  SignalScope() {
-    g_cancel = false;
-    previous_int_ = std::signal(SIGINT, on_interrupt);
-    previous_term_ = std::signal(SIGTERM, on_interrupt);
-  }
-  ~SignalScope() {
-    std::signal(SIGINT, previous_int_);
-    std::signal(SIGTERM, previous_term_);
-  }
+}  // namespace
 
- private:
-  void (*previous_int_)(int);
-  void (*previous_term_)(int);
-};
+SignalScope::SignalScope() {
+  g_cancel = false;
+  previous_int_ = std::signal(SIGINT, on_interrupt);
+  previous_term_ = std::signal(SIGTERM, on_interrupt);
+}
+
+SignalScope::~SignalScope() {
+  std::signal(SIGINT, previous_int_);
+  std::signal(SIGTERM, previous_term_);
+}
+
+const std::atomic<bool>* SignalScope::flag() const { return &g_cancel; }
+
+namespace {
 
 nlohmann::json run_json(const RunRecord& r) {
   auto opt = [](const std::optional<double>& v) { return v ? nlohmann::json(*v) : nlohmann::json(nullptr); };

@@ -1,5 +1,6 @@
 // The routelab-cli sub-commands, each a function returning the process exit code.
 #pragma once
+#include <atomic>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -49,6 +50,20 @@ struct ProfileArgs {
 struct SweepArgs {
   std::string file, db;
   bool dry_run = false, skip_done = false, quiet = false;
+};
+
+/// While alive, SIGINT and SIGTERM set flag() instead of ending the process: a command stops at its next safe point.
+class SignalScope {
+ public:
+  SignalScope();
+  ~SignalScope();
+  SignalScope(const SignalScope&) = delete;
+  SignalScope& operator=(const SignalScope&) = delete;
+  const std::atomic<bool>* flag() const;
+
+ private:
+  void (*previous_int_)(int);
+  void (*previous_term_)(int);
 };
 
 /// `v` with `precision` digits after the point, for tables.

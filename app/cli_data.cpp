@@ -5,6 +5,7 @@
 #include <iostream>
 #include <memory>
 
+#include "app/cli_commands.h"
 #include "app/cli_registration.h"
 #include "core/bench/shard_bench.h"
 #include "core/data/corpus_prepare.h"
@@ -63,8 +64,16 @@ int run_prepare(PrepareArgs args) {
     args.options.tokenizer = "sentencepiece";
     args.options.tokenizer_model = args.tokenizer;
   }
+  const SignalScope signals;  // Ctrl-C stops after the batch in flight, its progress saved
+  args.options.cancel = signals.flag();
   const auto r = prepare_shards(args.options, print_prepare_progress);
   std::fprintf(stderr, "\n");
+  if (r.stopped) {
+    std::cout << "stopped after " << r.bytes << " of the corpus's bytes (" << r.train_tokens + r.val_tokens
+              << " tokens); continue with the same command and --resume\n";
+    return 130;
+  }
+  if (r.resumed) std::cout << "continued the unfinished preparation in " << r.folder << "\n";
   std::cout << "wrote " << r.shards << " shards and " << r.manifest << ": " << r.train_tokens << " training and "
             << r.val_tokens << " validation tokens from " << r.documents << " documents (" << r.bytes
             << " bytes) in " << r.seconds << " s (" << (r.seconds > 0 ? r.bytes / 1e6 / r.seconds : 0.0)
@@ -144,6 +153,9 @@ void add_data_commands(CLI::App& app, CLI::App& bench, CommandAction& action) {
   prep_cmd->add_option("--json-field", prep->options.json_field, "text field of JSON-lines documents")
       ->capture_default_str();
   prep_cmd->add_flag("!--no-bos", prep->options.bos, "no beginning-of-sequence id before each document");
+  prep_cmd->add_flag("--resume", prep->options.resume,
+                     "continue the preparation stopped, failed or killed in --out (its progress is saved every "
+                     "30 s), with the options it began with");
   prep_cmd->callback([prep, &action] { action = [prep] { return run_prepare(*prep); }; });
 
   auto shard_bench = std::make_shared<ShardBenchOptions>();

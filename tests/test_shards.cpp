@@ -5,8 +5,11 @@
 #include <QtTest/QtTest>
 #include <QTemporaryDir>
 
+#include <atomic>
 #include <cmath>
+#include <filesystem>
 #include <fstream>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -244,6 +247,78 @@ class TestShards : public QObject {
     QVERIFY2(corpus_head(300'000).rfind(text, 0) == 0, text.c_str());  // the corpus's first words
     const auto again = error_of<ConfigError>([&] { prepare(path("prepared-1"), 1); });
     QVERIFY2(contains(again, "is not empty"), again.c_str());
+  }
+
+  void stoppedOrFailedPrepareResumesToTheSameShards() {
+    // JSON lines of 300 short documents, small shards (several close within one batch): a preparation stopped
+    // (cancel) or failed after some batches (an error after its writes, as a killed process leaves them) continues
+    // with `resume` into the same files, byte for byte, as one that never stopped.
+    const auto jsonl = path("docs.jsonl");
+    {
+      const std::string text = corpus_head(300'000);
+      std::ofstream out(jsonl, std::ios::binary);
+      for (std::size_t at = 0; at < text.size(); at += 1000)
+        out << nlohmann::json({{"text", text.substr(at, 1000)}}).dump() << "\n";
+    }
+    const auto options = [&](const std::string& out, int threads) {
+      PrepareOptions o;
+      o.corpus = {jsonl};
+      o.tokenizer_model = model_;
+      o.out = out;
+      o.val_fraction = 0.1;
+      o.shard_tokens = 3'000;
+      o.threads = threads;
+      o.save_every_s = 0;  // progress saved after every batch
+      return o;
+    };
+    const auto whole = prepare_shards(options(path("whole"), 1), nullptr);
+    QVERIFY(whole.shards >= 8);
+    const auto files_of = [](const std::string& folder) {
+      std::map<std::string, std::string> files;
+      for (const auto& entry : std::filesystem::directory_iterator(folder))
+        files[entry.path().filename().string()] = read_bytes(entry.path().string());
+      return files;
+    };
+    const auto expected = files_of(whole.folder);
+
+    // Stopped after the third batch.
+    std::atomic<bool> stop{false};
+    auto stopped = options(path("stopped"), 1);
+    stopped.cancel = &stop;
+    int batches = 0;
+    const auto partial = prepare_shards(stopped, [&](const PrepareProgress&) { stop = ++batches >= 3; });
+    QVERIFY(partial.stopped && !partial.resumed);
+    QVERIFY(partial.train_tokens + partial.val_tokens > 0 && partial.bytes < whole.bytes);
+    QVERIFY(!std::filesystem::exists(path("stopped/routelab-shards.json")));
+    auto again = options(path("stopped"), 2);
+    const auto fresh = error_of<ConfigError>([&] { prepare_shards(again, nullptr); });
+    QVERIFY2(contains(fresh, "unfinished preparation") && contains(fresh, "--resume"), fresh.c_str());
+    again.resume = true;
+    again.val_fraction = 0.2;
+    const auto other = error_of<ConfigError>([&] { prepare_shards(again, nullptr); });
+    QVERIFY2(contains(other, kPrepareProgress) && contains(other, "val_fraction was 0.1"), other.c_str());
+    again.val_fraction = 0.1;
+    const auto resumed = prepare_shards(again, nullptr);  // two threads now: the same shards
+    QVERIFY(resumed.resumed && !resumed.stopped);
+    QCOMPARE(resumed.train_tokens, whole.train_tokens);
+    QCOMPARE(resumed.documents, whole.documents);
+    QVERIFY(files_of(resumed.folder) == expected);  // no progress file, no temporary file left
+
+    // Failed after writing the fifth batch's tokens (kept unsaved): those are cut back and written again.
+    batches = 0;
+    const auto failed = error_of<DataError>([&] {
+      prepare_shards(options(path("failed"), 1), [&](const PrepareProgress&) {
+        if (++batches == 5) throw DataError("disk full");
+      });
+    });
+    QVERIFY2(contains(failed, "disk full") && contains(failed, "--resume"), failed.c_str());
+    auto rest = options(path("failed"), 1);
+    rest.resume = true;
+    prepare_shards(rest, nullptr);
+    QVERIFY(files_of(path("failed")) == expected);
+    // Nothing to continue: said so.
+    const auto none = error_of<ConfigError>([&] { prepare_shards(rest, nullptr); });
+    QVERIFY2(contains(none, "holds no unfinished preparation"), none.c_str());
   }
 
   void resumedRunOnShardsEqualsUninterrupted() {

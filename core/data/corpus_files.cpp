@@ -55,6 +55,7 @@ CorpusReader::CorpusReader(const std::vector<std::string>& paths, std::string fi
     std::error_code ec;
     const auto size = fs::file_size(f, ec);
     if (ec) throw DataError(f + ": cannot read its size (" + ec.message() + ")");
+    sizes_.push_back(static_cast<std::int64_t>(size));
     total_bytes_ += static_cast<std::int64_t>(size);
   }
 }
@@ -74,6 +75,28 @@ bool CorpusReader::open_next_file() {
   current_jsonl_ = is_json_lines(current_);
   line_ = 0;
   return true;
+}
+
+CorpusReader::Position CorpusReader::position() const {
+  if (!in_) return {next_file_, 0, 0, documents_};  // at the start of the next file
+  return {next_file_ - 1, current_bytes_, line_, documents_};
+}
+
+void CorpusReader::seek(const Position& where) {
+  if (where.file > files_.size()) throw DataError("corpus: no file " + std::to_string(where.file) + " to continue at");
+  in_.reset();
+  next_file_ = where.file;
+  done_bytes_ = 0;
+  for (std::size_t i = 0; i < where.file; ++i) done_bytes_ += sizes_[i];
+  current_bytes_ = 0;
+  documents_ = where.documents;
+  if (where.file == files_.size() || where.offset == 0) return;
+  open_next_file();
+  if (where.offset > sizes_[where.file]) throw DataError(current_ + ": has fewer bytes than were read from it before");
+  in_->seekg(where.offset);
+  if (!*in_) throw DataError(current_ + ": cannot continue at byte " + std::to_string(where.offset));
+  current_bytes_ = where.offset;
+  line_ = where.line;
 }
 
 bool CorpusReader::next(Piece& piece) {

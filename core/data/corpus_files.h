@@ -32,7 +32,21 @@ class CorpusReader {
   /// The next piece, false at the end of the corpus.
   bool next(Piece& piece);
 
+  /// Where the next piece comes from, to continue there in another process (a stopped `prepare`).
+  struct Position {
+    std::size_t file = 0;       ///< index into files()
+    std::int64_t offset = 0;    ///< bytes of that file already read
+    std::int64_t line = 0;      ///< lines of that file already read
+    std::int64_t documents = 0;
+  };
+  Position position() const;
+  /// Continues from `where` (a position of a reader of the same files): DataError naming the file where it no longer
+  /// has that many bytes.
+  void seek(const Position& where);
+
   const std::vector<std::string>& files() const { return files_; }
+  /// The size of each file when the reader was made.
+  const std::vector<std::int64_t>& sizes() const { return sizes_; }
   std::int64_t total_bytes() const { return total_bytes_; }
   std::int64_t bytes_read() const { return done_bytes_ + current_bytes_; }
   std::int64_t documents() const { return documents_; }
@@ -41,6 +55,7 @@ class CorpusReader {
   bool open_next_file();
 
   std::vector<std::string> files_;
+  std::vector<std::int64_t> sizes_;
   std::string field_;
   std::size_t next_file_ = 0;
   std::unique_ptr<std::ifstream> in_;

@@ -211,12 +211,80 @@ ShardWriter::ShardWriter(std::string folder, std::string prefix, int token_bytes
   if (ec) throw DataError(folder_ + ": cannot create the folder (" + ec.message() + ")");
 }
 
-ShardWriter::~ShardWriter() {
-  for (auto& open : open_) {  // abandoned: no shard of the unfinished set stays
-    if (open->out) std::fclose(open->out);
-    std::remove(open->temp.c_str());
+ShardWriter::ShardWriter(std::string folder, std::string prefix, int token_bytes, std::int64_t shard_tokens,
+                         const nlohmann::json& state)
+    : ShardWriter(std::move(folder), std::move(prefix), token_bytes, shard_tokens) {
+  const auto temp_of = [this](const std::string& file) { return (fs::path(folder_) / (file + ".tmp")).string(); };
+  const auto size_of = [](const std::string& path) {
+    std::error_code ec;
+    const auto size = fs::file_size(path, ec);
+    if (ec) throw DataError(path + ": missing (" + ec.message() + "); the shards cannot be continued");
+    return static_cast<std::int64_t>(size);
+  };
+  std::vector<std::string> kept;
+  next_index_ = state.at("next_index").get<int>();
+  for (const auto& shard : state.at("written")) {
+    const auto file = shard.at("file").get<std::string>();
+    const auto tokens = shard.at("tokens").get<std::int64_t>();
+    if (size_of(temp_of(file)) != file_bytes(tokens))
+      throw DataError(temp_of(file) + ": not the " + std::to_string(tokens) + " tokens it held; the shards cannot be "
+                      "continued");
+    closed_temps_.push_back(temp_of(file));
+    written_.push_back(shard);
+    kept.push_back(file + ".tmp");
   }
-  for (const auto& temp : closed_temps_) std::remove(temp.c_str());
+  for (const auto& shard : state.at("open")) {
+    const auto file = shard.at("file").get<std::string>();
+    const auto tokens = shard.at("tokens").get<std::int64_t>();
+    const auto temp = temp_of(file);
+    if (size_of(temp) < file_bytes(tokens))
+      throw DataError(temp + ": shorter than the " + std::to_string(tokens) + " tokens it held; the shards cannot be "
+                      "continued");
+    std::error_code ec;
+    fs::resize_file(temp, static_cast<std::uintmax_t>(file_bytes(tokens)), ec);  // what came after the state goes
+    if (ec) throw DataError(temp + ": cannot cut back (" + ec.message() + ")");
+    Open& open = open_shard(shard.at("split").get<std::string>(), file, "r+b");
+    if (std::fseek(open.out, 0, SEEK_END) != 0) throw DataError(temp + ": cannot write (" + errno_text() + ")");
+    open.tokens = tokens;
+    kept.push_back(file + ".tmp");
+  }
+  std::error_code ec;  // shards begun after the state: begun again
+  for (const auto& entry : fs::directory_iterator(folder_, ec)) {
+    const auto name = entry.path().filename().string();
+    if (name.rfind(prefix_ + "_", 0) == 0 && name.size() > 8 && name.substr(name.size() - 8) == ".bin.tmp" &&
+        std::find(kept.begin(), kept.end(), name) == kept.end())
+      fs::remove(entry.path(), ec);
+  }
+}
+
+ShardWriter::~ShardWriter() {
+  for (auto& open : open_) {  // abandoned: no shard of the unfinished set stays, unless kept to be continued
+    if (open->out) std::fclose(open->out);
+    if (!keep_) std::remove(open->temp.c_str());
+  }
+  if (!keep_)
+    for (const auto& temp : closed_temps_) std::remove(temp.c_str());
+}
+
+ShardWriter::Open& ShardWriter::open_shard(const std::string& split, const std::string& file, const char* mode) {
+  auto fresh = std::make_unique<Open>();
+  fresh->split = split;
+  fresh->file = file;
+  fresh->temp = (fs::path(folder_) / (file + ".tmp")).string();
+  fresh->out = std::fopen(fresh->temp.c_str(), mode);
+  if (!fresh->out) throw DataError(fresh->temp + ": cannot write (" + errno_text() + ")");
+  open_.push_back(std::move(fresh));
+  return *open_.back();
+}
+
+nlohmann::json ShardWriter::state(bool sync) {
+  nlohmann::json open = nlohmann::json::array();
+  for (const auto& o : open_) {
+    const bool ok = std::fflush(o->out) == 0 && (!sync || ::fsync(::fileno(o->out)) == 0);
+    if (!ok) throw DataError(o->temp + ": cannot write (" + errno_text() + ")");
+    open.push_back({{"file", o->file}, {"split", o->split}, {"tokens", o->tokens}});
+  }
+  return {{"next_index", next_index_}, {"written", written_}, {"open", open}};
 }
 
 void ShardWriter::append(const std::string& split, const std::vector<std::int32_t>& tokens) {
@@ -226,19 +294,12 @@ void ShardWriter::append(const std::string& split, const std::vector<std::int32_
   std::size_t done = 0;
   while (done < tokens.size()) {
     if (!open) {
-      auto fresh = std::make_unique<Open>();
-      fresh->split = split;
       char index[16];
       std::snprintf(index, sizeof index, "%06d", next_index_++);
-      fresh->file = prefix_ + "_" + split + "_" + index + ".bin";
-      fresh->temp = (fs::path(folder_) / (fresh->file + ".tmp")).string();
-      fresh->out = std::fopen(fresh->temp.c_str(), "wb");
-      if (!fresh->out) throw DataError(fresh->temp + ": cannot write (" + errno_text() + ")");
+      open = &open_shard(split, prefix_ + "_" + split + "_" + index + ".bin", "wb");
       std::vector<unsigned char> header(kLlmcHeaderBytes, 0);  // the count is written on close
-      if (std::fwrite(header.data(), 1, header.size(), fresh->out) != header.size())
-        throw DataError(fresh->temp + ": cannot write (" + errno_text() + ")");
-      open = fresh.get();
-      open_.push_back(std::move(fresh));
+      if (std::fwrite(header.data(), 1, header.size(), open->out) != header.size())
+        throw DataError(open->temp + ": cannot write (" + errno_text() + ")");
     }
     const auto n = static_cast<std::size_t>(
         std::min<std::int64_t>(shard_tokens_ - open->tokens, static_cast<std::int64_t>(tokens.size() - done)));

@@ -80,19 +80,35 @@ ShardFolder find_shards(const std::string& path);
 
 /// Writes llm.c shard files of at most `shard_tokens` tokens: `<prefix>_<split>_<index>.bin` with 6-digit indexes
 /// counted across splits, as llm.c names them. The header's count is written when a shard is closed; every file is
-/// written under a temporary name and renamed by finish(), so a writer stopped before it leaves no shard behind.
+/// written under a temporary name and renamed by finish(), so a writer stopped before it leaves no shard behind
+/// (unless it was told to keep them for a later writer to continue: state(), keep_unfinished(), the state
+/// constructor).
 class ShardWriter {
  public:
   ShardWriter(std::string folder, std::string prefix, int token_bytes, std::int64_t shard_tokens);
+  /// Continues the writer whose state() was `state` in `folder`: its full shards are checked (each temporary file
+  /// as long as its count), its open ones cut back to their counts (what was written after the state was taken goes)
+  /// and reopened, and the temporary files of shards begun after it removed. DataError naming the file where one is
+  /// missing or shorter than its count.
+  ShardWriter(std::string folder, std::string prefix, int token_bytes, std::int64_t shard_tokens,
+              const nlohmann::json& state);
   ~ShardWriter();
   /// Appends tokens to the open shard of `split` ("train" or "val"), opening the next shard as each fills.
   void append(const std::string& split, const std::vector<std::int32_t>& tokens);
   /// Closes every open shard; returns {"file", "split", "tokens"} for each written shard, in index order.
   nlohmann::json finish();
+  /// What a later writer needs to continue this one, with every byte written so far flushed to the files (synced to
+  /// the disk with `sync`): the next index, the full shards and the open ones with their counts.
+  nlohmann::json state(bool sync);
+  /// From now on, a writer destroyed unfinished leaves its temporary files for a later writer to continue.
+  void keep_unfinished() { keep_ = true; }
 
  private:
   struct Open;
   void close(Open& open);
+  Open& open_shard(const std::string& split, const std::string& file, const char* mode);
+  std::int64_t file_bytes(std::int64_t tokens) const { return kLlmcHeaderBytes + tokens * width_; }
+  bool keep_ = false;
   std::string folder_, prefix_;
   int width_;
   std::int64_t shard_tokens_;
