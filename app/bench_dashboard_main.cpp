@@ -22,6 +22,7 @@
 
 #include <CLI/CLI.hpp>
 
+#include "app/parse_command_line.h"
 #include "core/config/experiment_config.h"
 #include "core/store/long_run.h"
 #include "core/store/run_store.h"
@@ -146,12 +147,7 @@ int main(int argc, char** argv) {
   app.add_option("--height", a.height, "its height")->check(CLI::Range(240, 8000))->capture_default_str();
   app.add_option("--timeout-s", a.timeout_s, "the longest wait for one read")->check(CLI::Range(1, 36000));
   app.set_version_flag("--version", std::string(ROUTELAB_VERSION));
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
-    const int code = app.exit(e);
-    return code == 0 ? 0 : 2;
-  }
+  if (const auto exit_code = routelab::parse_command_line(app, argc, argv)) return *exit_code;
   if (std::getenv("QT_QPA_PLATFORM") == nullptr) qputenv("QT_QPA_PLATFORM", "offscreen");
   QApplication qapp(argc, argv);
   routelab::LoggingOptions logging;

@@ -12,6 +12,7 @@
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
+#include "app/parse_command_line.h"
 #include "core/report/figure/figure.h"
 #include "core/util/errors.h"
 #include "core/util/version.h"
@@ -55,12 +56,7 @@ int main(int argc, char** argv) {
       ->check(CLI::NonNegativeNumber);
   app.add_option("--dpi", dpi, "PNG resolution")->check(CLI::Range(10, 2400));
   app.set_version_flag("--version", std::string(ROUTELAB_VERSION));
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
-    const int code = app.exit(e);
-    return code == 0 ? 0 : 2;
-  }
+  if (const auto exit_code = routelab::parse_command_line(app, argc, argv)) return *exit_code;
 
   if (!routelab::isPlotExportFormat(QFileInfo(QString::fromStdString(out)).suffix())) {
     std::cerr << "routelab-render: --out " << out << ": unknown extension (known: .pdf, .svg, .png)\n";
