@@ -319,6 +319,20 @@ class TestShards : public QObject {
     // Nothing to continue: said so.
     const auto none = error_of<ConfigError>([&] { prepare_shards(rest, nullptr); });
     QVERIFY2(contains(none, "holds no unfinished preparation"), none.c_str());
+
+    // Killed before its first saved progress: its temporary files alone are begun again; beside a file of the
+    // user's, the folder is refused and nothing removed.
+    std::filesystem::create_directories(path("killed"));
+    std::ofstream(path("killed/shard_val_000000.bin.tmp")) << "partial";
+    std::ofstream(path("killed/shard_train_000001.bin.tmp")) << "partial";
+    prepare_shards(options(path("killed"), 1), nullptr);
+    QVERIFY(files_of(path("killed")) == expected);
+    std::filesystem::create_directories(path("mine"));
+    std::ofstream(path("mine/shard_val_000000.bin.tmp")) << "partial";
+    std::ofstream(path("mine/notes.txt")) << "mine";
+    const auto mine = error_of<ConfigError>([&] { prepare_shards(options(path("mine"), 1), nullptr); });
+    QVERIFY2(contains(mine, "is not empty"), mine.c_str());
+    QCOMPARE(files_of(path("mine")).size(), std::size_t{2});
   }
 
   void resumedRunOnShardsEqualsUninterrupted() {

@@ -54,8 +54,20 @@ void check_out_folder(const std::string& out, bool resume) {
                       "options it began with), or give a new folder");
   if (fs::exists(out, ec)) {
     if (!fs::is_directory(out, ec)) throw ConfigError("prepare: --out " + out + " is a file, not a folder");
-    if (!fs::is_empty(out, ec))
+    // Only a preparation's own temporary files (one killed before it first saved its progress): begun again.
+    std::vector<fs::path> leftovers;
+    bool only_leftovers = true;
+    for (const auto& entry : fs::directory_iterator(out, ec)) {
+      const auto name = entry.path().filename().string();
+      const bool temp = name.size() > 8 && name.substr(name.size() - 8) == ".bin.tmp" && name.rfind("shard_", 0) == 0;
+      if (temp || name == std::string(kPrepareProgress) + ".tmp")
+        leftovers.push_back(entry.path());
+      else
+        only_leftovers = false;
+    }
+    if (!only_leftovers)
       throw ConfigError("prepare: --out " + out + " is not empty; give a new folder (shards are never overwritten)");
+    for (const auto& file : leftovers) fs::remove(file, ec);
   }
 }
 
