@@ -209,9 +209,10 @@ int main(int argc, char** argv) {
       (is_live ? live_store : again_store).push_back(store_ms);
     }
   }
-  std::printf("first read %.0f ms (store %.0f); again: median %.0f ms (store %.0f); "
-              "live: median %.0f ms (store %.0f)\n",
-              first, first_store, median(again), median(again_store), median(live), median(live_store));
+  std::printf("first read %.0f ms (store %.0f)", first, first_store);
+  if (!again.empty()) std::printf("; again: median %.0f ms (store %.0f)", median(again), median(again_store));
+  if (!live.empty()) std::printf("; live: median %.0f ms (store %.0f)", median(live), median(live_store));
+  std::printf("\n");
   if (!a.db.empty()) std::printf("store kept: %s (run %lld)\n", db.c_str(), static_cast<long long>(run_id));
   return 0;
 }

@@ -96,7 +96,7 @@ class RunDashboard : public QWidget {
   /// where a read takes longer (liveMetricsReloadMs).
   static constexpr int kLiveMetricsReloadMs = 3000;
   /// The inverse of the most of the time between two live reads that one read may take: a read, which grows with
-  /// the run's stored rows (routelab-bench-dashboard: 3.4 s for the first of a routed run of 200,000 logged steps,
+  /// the run's stored rows (routelab-bench-dashboard: 2.5 s for the first of a routed run of 200,000 logged steps,
   /// 0.2 s for the next), keeps the reader and the GUI busy at most 1 / kLiveReadShareInverse of the time.
   static constexpr int kLiveReadShareInverse = 5;
   /// The live reads' interval after a read (request to applied) of `lastReadMs`: kLiveMetricsReloadMs, or

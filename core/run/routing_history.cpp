@@ -33,24 +33,27 @@ const std::vector<double>* RoutingHistory::column_at(std::int64_t step, std::int
 
 namespace {
 
-/// Adds `row` (rows come ordered by step, then layer; their steps at or after the history's last one).
-void add_row(RoutingHistory& history, const RoutingRow& row) {
-  if (history.steps.empty() || history.steps.back() != row.step) {
-    history.steps.push_back(row.step);
+/// Adds a row's share (rows come ordered by step, then layer; their steps at or after the history's last one).
+void add_row(RoutingHistory& history, std::int64_t step, int layer, double fraction) {
+  if (history.steps.empty() || history.steps.back() != step) {
+    history.steps.push_back(step);
     history.fractions.emplace_back();
   }
-  if (row.layer < 0) return;
+  if (layer < 0) return;
   auto& column = history.fractions.back();
-  const auto layer = static_cast<std::size_t>(row.layer);
-  if (column.size() <= layer) column.resize(layer + 1, std::numeric_limits<double>::quiet_NaN());
-  column[layer] = row.routed_fraction;
+  const auto l = static_cast<std::size_t>(layer);
+  if (column.size() <= l) column.resize(l + 1, std::numeric_limits<double>::quiet_NaN());
+  column[l] = fraction;
 }
 
-/// add_row, keeping the rows of the last step added in `last_rows`.
-void add_row(RoutingHistory& history, std::vector<RoutingRow>& last_rows, const RoutingRow& row) {
-  if (!last_rows.empty() && last_rows.back().step != row.step) last_rows.clear();
-  last_rows.push_back(row);
-  add_row(history, row);
+/// The run's history from its rows' shares alone (the fastest whole read).
+RoutingHistory read_whole(const RunStore& store, std::int64_t run_id, std::int64_t* rows = nullptr) {
+  RoutingHistory history;
+  store.each_routed_fraction(run_id, -1, [&](std::int64_t step, int layer, double fraction) {
+    add_row(history, step, layer, fraction);
+    if (rows) ++*rows;
+  });
+  return history;
 }
 
 /// The same stored row, every field (NaN equal to NaN).
@@ -61,13 +64,19 @@ bool same_row(const RoutingRow& a, const RoutingRow& b) {
          a.tokens_mlp == b.tokens_mlp;
 }
 
+/// The rows of `rows`' last step.
+std::vector<RoutingRow> last_step_rows(const std::vector<RoutingRow>& rows) {
+  if (rows.empty()) return {};
+  auto first = rows.end();
+  while (first != rows.begin() && std::prev(first)->step == rows.back().step) --first;
+  return {first, rows.end()};
+}
+
 }  // namespace
 
 RoutingHistory read_routing_history(const RunStore& store, std::int64_t run_id) {
   if (auto* cache = CachedRoutingReads::current()) return cache->history(store, run_id);
-  RoutingHistory history;
-  store.each_routing_row(run_id, -1, [&history](const RoutingRow& row) { add_row(history, row); });
-  return history;
+  return read_whole(store, run_id);
 }
 
 const RoutingHistory& RoutingHistoryCache::history(const RunStore& store, std::int64_t run_id) {
@@ -85,17 +94,20 @@ const RoutingHistory& RoutingHistoryCache::history(const RunStore& store, std::i
       // The last column again from all of its rows (it may have been read before the last of them were stored).
       entry.history.steps.pop_back();
       entry.history.fractions.pop_back();
-      entry.last_rows.clear();
-      for (const RoutingRow& row : fresh) add_row(entry.history, entry.last_rows, row);
+      for (const RoutingRow& row : fresh) add_row(entry.history, row.step, row.layer, row.routed_fraction);
+      entry.last_rows = last_step_rows(fresh);
       return entry.history;
     }
   }
-  entry.history = {};
+  entry.history = read_whole(store, run_id, &rows_read_);
+  // The last step's whole rows, which the next read compares (the history keeps their shares only); rows stored
+  // since the first query are left to the next read.
   entry.last_rows.clear();
-  store.each_routing_row(run_id, -1, [&](const RoutingRow& row) {
-    ++rows_read_;
-    add_row(entry.history, entry.last_rows, row);
-  });
+  if (!entry.history.empty()) {
+    const std::int64_t last = entry.history.steps.back();
+    for (const RoutingRow& row : store.routing(run_id, last - 1))
+      if (row.step == last) entry.last_rows.push_back(row);
+  }
   return entry.history;
 }
 

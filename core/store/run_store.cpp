@@ -681,19 +681,24 @@ std::vector<MetricPoint> RunStore::metric(std::int64_t run_id, const std::string
 }
 
 std::vector<RoutingRow> RunStore::routing(std::int64_t run_id, std::int64_t after_step) const {
-  std::vector<RoutingRow> out;
-  each_routing_row(run_id, after_step, [&out](const RoutingRow& row) { out.push_back(row); });
-  return out;
-}
-
-void RunStore::each_routing_row(std::int64_t run_id, std::int64_t after_step,
-                                const std::function<void(const RoutingRow&)>& visit) const {
   Statement s(db_, path_,
               "SELECT step, layer, routed_fraction, gate_mean, aux_loss, tokens_attn, tokens_mlp FROM routing "
               "WHERE run_id = ?1 AND step > ?2 ORDER BY step, layer, rowid");
   s.bind(1, run_id).bind(2, after_step);
+  std::vector<RoutingRow> out;
   while (s.step())
-    visit({s.int64(0), static_cast<int>(s.int64(1)), s.real(2), s.real(3), s.real(4), s.int64(5), s.int64(6)});
+    out.push_back({s.int64(0), static_cast<int>(s.int64(1)), s.real(2), s.real(3), s.real(4), s.int64(5),
+                   s.int64(6)});
+  return out;
+}
+
+void RunStore::each_routed_fraction(std::int64_t run_id, std::int64_t after_step,
+                                    const std::function<void(std::int64_t, int, double)>& visit) const {
+  Statement s(db_, path_,
+              "SELECT step, layer, routed_fraction FROM routing WHERE run_id = ?1 AND step > ?2 "
+              "ORDER BY step, layer, rowid");
+  s.bind(1, run_id).bind(2, after_step);
+  while (s.step()) visit(s.int64(0), static_cast<int>(s.int64(1)), s.real(2));
 }
 
 std::vector<EvalRow> RunStore::evals(std::int64_t run_id) const {

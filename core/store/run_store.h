@@ -219,9 +219,10 @@ class RunStore {
   std::vector<std::string> metric_keys(std::int64_t run_id) const;
   std::vector<MetricPoint> metric(std::int64_t run_id, const std::string& key, std::int64_t after_step = -1) const;
   std::vector<RoutingRow> routing(std::int64_t run_id, std::int64_t after_step = -1) const;
-  /// routing()'s rows one at a time, without holding them all (a long routed run has millions).
-  void each_routing_row(std::int64_t run_id, std::int64_t after_step,
-                        const std::function<void(const RoutingRow&)>& visit) const;
+  /// The step, layer and routed fraction of routing()'s rows, one at a time: what a routing history needs of them,
+  /// without holding them all (a long routed run has millions) or reading their other columns.
+  void each_routed_fraction(std::int64_t run_id, std::int64_t after_step,
+                            const std::function<void(std::int64_t step, int layer, double fraction)>& visit) const;
   std::vector<EvalRow> evals(std::int64_t run_id) const;
   std::vector<CheckpointRow> checkpoints(std::int64_t run_id) const;
   std::optional<CheckpointRow> latest_checkpoint(std::int64_t run_id) const;
