@@ -276,22 +276,31 @@ class TestRunHealth : public QObject {
       store.insert_routing(id, rows);
     };
     RoutingHistoryCache cache;
-    const auto same = [&] {
-      RoutingHistory direct, cached;
-      direct = read_routing_history(store, id);
-      {
-        const CachedRoutingReads through(cache);
-        cached = read_routing_history(store, id);
-      }
-      if (direct.steps != cached.steps || direct.fractions.size() != cached.fractions.size()) return false;
-      for (std::size_t c = 0; c < direct.fractions.size(); ++c) {
-        if (direct.fractions[c].size() != cached.fractions[c].size()) return false;
-        for (std::size_t l = 0; l < direct.fractions[c].size(); ++l) {
-          const double a = direct.fractions[c][l], b = cached.fractions[c][l];
-          if (a != b && !(std::isnan(a) && std::isnan(b))) return false;
+    const auto equal = [](const RoutingHistory& a, const RoutingHistory& b) {
+      if (a.steps != b.steps || a.fractions.size() != b.fractions.size()) return false;
+      for (std::size_t c = 0; c < a.fractions.size(); ++c) {
+        if (a.fractions[c].size() != b.fractions[c].size()) return false;
+        for (std::size_t l = 0; l < a.fractions[c].size(); ++l) {
+          const double x = a.fractions[c][l], y = b.fractions[c][l];
+          if (x != y && !(std::isnan(x) && std::isnan(y))) return false;
         }
       }
       return true;
+    };
+    const auto same = [&] {
+      // Expected: the history built here from the store's whole rows; read_routing_history without a cache gives it
+      // too.
+      RoutingHistory expected;
+      for (const RoutingRow& row : store.routing(id)) {
+        if (expected.steps.empty() || expected.steps.back() != row.step) expected.append(row.step, {});
+        auto& column = expected.fractions.back();
+        const auto layer = static_cast<std::size_t>(row.layer);
+        if (column.size() <= layer) column.resize(layer + 1, std::nan(""));
+        column[layer] = row.routed_fraction;
+      }
+      const RoutingHistory uncached = read_routing_history(store, id);
+      const CachedRoutingReads through(cache);
+      return equal(expected, uncached) && equal(expected, read_routing_history(store, id));
     };
     add(1, 100, 0);
     QVERIFY(same());
