@@ -5,6 +5,7 @@
 #include <QtTest/QtTest>
 #include <QTemporaryDir>
 
+#include <algorithm>
 #include <atomic>
 #include <cmath>
 #include <filesystem>
@@ -298,6 +299,17 @@ class TestShards : public QObject {
     const auto other = error_of<ConfigError>([&] { prepare_shards(again, nullptr); });
     QVERIFY2(contains(other, kPrepareProgress) && contains(other, "val_fraction was 0.1"), other.c_str());
     again.val_fraction = 0.1;
+    // A saved shard gone: named, and the other files left as they were for when it is back.
+    const auto before = files_of(path("stopped"));
+    const auto first_temp = std::find_if(before.begin(), before.end(), [](const auto& f) {
+      return f.first.size() > 8 && f.first.substr(f.first.size() - 8) == ".bin.tmp";
+    })->first;
+    std::filesystem::rename(path("stopped/" + QString::fromStdString(first_temp)), path("aside.tmp"));
+    const auto gone = error_of<DataError>([&] { prepare_shards(again, nullptr); });
+    QVERIFY2(contains(gone, first_temp) && contains(gone, "cannot be continued"), gone.c_str());
+    QCOMPARE(files_of(path("stopped")).size(), before.size() - 1);
+    std::filesystem::rename(path("aside.tmp"), path("stopped/" + QString::fromStdString(first_temp)));
+    QVERIFY(files_of(path("stopped")) == before);
     const auto resumed = prepare_shards(again, nullptr);  // two threads now: the same shards
     QVERIFY(resumed.resumed && !resumed.stopped);
     QCOMPARE(resumed.train_tokens, whole.train_tokens);

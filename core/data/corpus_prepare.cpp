@@ -153,10 +153,10 @@ PrepareResult prepare_shards(const PrepareOptions& options,
       reader.seek({at.at("file").get<std::size_t>(), at.at("offset").get<std::int64_t>(),
                    at.at("line").get<std::int64_t>(), at.at("documents").get<std::int64_t>()});
       done = counters_from(saved.at("counters"));
+      writer = std::make_unique<ShardWriter>(options.out, "shard", width, options.shard_tokens, saved.at("writer"));
     } catch (const nlohmann::json::exception& e) {
       throw ConfigError(progress_file.string() + ": not a progress file this version can continue (" + e.what() + ")");
     }
-    writer = std::make_unique<ShardWriter>(options.out, "shard", width, options.shard_tokens, saved.at("writer"));
     writer->keep_unfinished();
     result.resumed = true;
   } else {

@@ -214,6 +214,8 @@ ShardWriter::ShardWriter(std::string folder, std::string prefix, int token_bytes
 ShardWriter::ShardWriter(std::string folder, std::string prefix, int token_bytes, std::int64_t shard_tokens,
                          const nlohmann::json& state)
     : ShardWriter(std::move(folder), std::move(prefix), token_bytes, shard_tokens) {
+  // The files are another writer's: kept whatever happens here (a delegating constructor that throws is destroyed).
+  keep_ = true;
   const auto temp_of = [this](const std::string& file) { return (fs::path(folder_) / (file + ".tmp")).string(); };
   const auto size_of = [](const std::string& path) {
     std::error_code ec;

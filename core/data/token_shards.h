@@ -89,7 +89,7 @@ class ShardWriter {
   /// Continues the writer whose state() was `state` in `folder`: its full shards are checked (each temporary file
   /// as long as its count), its open ones cut back to their counts (what was written after the state was taken goes)
   /// and reopened, and the temporary files of shards begun after it removed. DataError naming the file where one is
-  /// missing or shorter than its count.
+  /// missing or shorter than its count. Unfinished, it keeps its files (as after keep_unfinished).
   ShardWriter(std::string folder, std::string prefix, int token_bytes, std::int64_t shard_tokens,
               const nlohmann::json& state);
   ~ShardWriter();
