@@ -172,7 +172,8 @@ int main(int argc, char** argv) {
   try {
     run_id = reuse ? storedRun(db, a.run) : seedRun(a, db);
     store.emplace(db);
-    extender.emplace(*store, run_id, a.log_every, a.eval_every);
+    // An existing store's run is read as it is; its rows are repeated only for live reads.
+    if (!reuse || a.live_reads > 0) extender.emplace(*store, run_id, a.log_every, a.eval_every);
     if (!reuse) makeLong(*store, *extender, run_id, a.steps);
   } catch (const std::exception& e) {
     std::cerr << "routelab-bench-dashboard: " << e.what() << "\n";

@@ -311,6 +311,12 @@ class TestGuiInspector : public QObject {
     QCOMPARE(store.metric(runs[0].id, "train/loss").back().step, std::int64_t{320});
     QCOMPARE(store.evals(runs[0].id).back().step, std::int64_t{304});  // 4, then every 100 from there
     QVERIFY(!store.routing(runs[0].id, 319).empty());
+    // The kept store read again as it is.
+    process.start(bench, {"--db", db, "--reads", "1", "--live-reads", "0"});
+    QVERIFY(process.waitForFinished(kTimeoutMs));
+    const QString reread = QString::fromUtf8(process.readAllStandardOutput());
+    QVERIFY2(process.exitCode() == 0 && reread.contains(QStringLiteral("reusing run")), qPrintable(reread));
+    QCOMPARE(store.metric(runs[0].id, "train/loss").back().step, std::int64_t{320});  // nothing appended
     // A file that is not a run store: an error naming it, nothing written.
     const QString text = dir.filePath(QStringLiteral("notes.txt"));
     {
