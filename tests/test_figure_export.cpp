@@ -687,49 +687,6 @@ class TestFigureExport : public QObject {
     QVERIFY(rendered >= 3);  // curves, matched and pareto apply to every run
   }
 
-  /// A line of 100,000 points (a long run's metric) goes to a file whole; on screen it is handed over as each
-  /// bucket's lowest and highest point and first gap, so its extremes, its gap and its x range stay as drawn.
-  void longLinesThinnedOnScreenOnly() {
-    FigurePanel panel;
-    FigureSeries line;
-    line.label = "train/grad_norm";
-    for (int i = 0; i < 100000; ++i) {
-      line.x.push_back(i + 1);
-      line.y.push_back(1.0 + 0.001 * (i % 97));
-    }
-    line.y[31337] = 50.0;  // a spike
-    line.y[31338] = -3.0;  // and a dip beside it
-    line.y[70000] = kNaN;  // a gap
-    panel.series.push_back(line);
-    const Figure figure = figureOf({panel}, 1, 12.0, 6.0);
-    QCustomPlot plot;
-    plot.resize(450, 230);
-    routelab::renderFigure(&plot, figure);
-    QCOMPARE(plot.graphCount(), 1);
-    QCOMPARE(plot.graph(0)->data()->size(), 100000);
-    routelab::renderFigure(&plot, figure, routelab::RenderTarget::Screen);
-    QCOMPARE(plot.graphCount(), 1);
-    const auto* data = plot.graph(0)->data().data();
-    QVERIFY2(data->size() < 3000 && data->size() > 300, qPrintable(QString::number(data->size())));
-    double lo = 1e9, hi = -1e9, lastKey = 0;
-    bool gap = false, sorted = true;
-    for (auto it = data->constBegin(); it != data->constEnd(); ++it) {
-      sorted = sorted && it->key >= lastKey;
-      lastKey = it->key;
-      if (std::isnan(it->value)) {
-        gap = gap || it->key == 70001;
-        continue;
-      }
-      lo = std::min(lo, it->value);
-      hi = std::max(hi, it->value);
-    }
-    QVERIFY(sorted && gap);
-    QCOMPARE(hi, 50.0);
-    QCOMPARE(lo, -3.0);
-    const QCPRange x = plot.graph(0)->keyAxis()->range();
-    QVERIFY2(x.lower <= 1 && x.upper >= 100000, qPrintable(QStringLiteral("%1 .. %2").arg(x.lower).arg(x.upper)));
-  }
-
   void legendsCoverNoData_data() {
     QTest::addColumn<QSize>("pixels");
     QTest::newRow("exported column, 8.5 x 6 cm at 96 dpi") << QSize(321, 227);
