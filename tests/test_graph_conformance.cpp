@@ -89,9 +89,9 @@ struct GpuFormModel {
   std::shared_ptr<LanguageModel> lm;
 };
 
-/// A ForwardRecorder that runs the recorded body again at each replay (on the CPU, where no graph records kernels):
+/// A GraphRecorder that runs the recorded body again at each replay (on the CPU, where no graph records kernels):
 /// what a CudaGraphForward does around its recorder, checked without a GPU. `fail` makes the capture throw.
-class RerunRecorder : public ForwardRecorder {
+class RerunRecorder : public GraphRecorder {
  public:
   explicit RerunRecorder(bool fail = false) : fail_(fail) {}
   void warm_up(const std::function<void()>& body) override { body(); }

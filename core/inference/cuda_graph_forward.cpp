@@ -1,6 +1,5 @@
-// The CUDA recorder captures and replays as CudaGraphStep does (core/train/cuda_graph_step.cpp: PyTorch's
-// whole-network recipe): warm up on a side stream, capture there with the autocast cache off, keep the captured input
-// and output alive. It is compiled only against a CUDA LibTorch (ROUTELAB_WITH_CUDA); the rest in every build.
+// The forward captures and replays through the recorder the training step's CUDA graph uses (core/train/
+// graph_recorder.h), keeping the captured input and output alive. Its default recorder needs a CUDA LibTorch.
 #include "core/inference/cuda_graph_forward.h"
 
 #include <sstream>
@@ -8,87 +7,27 @@
 #include <torch/version.h>
 
 #include "core/models/blocks/routing.h"
-#include "core/util/cuda_build.h"
 #include "core/util/errors.h"
 #include "core/util/logging.h"
-
-#if ROUTELAB_WITH_CUDA
-#include <ATen/autocast_mode.h>
-#include <ATen/cuda/CUDAGraph.h>
-#include <c10/cuda/CUDAFunctions.h>
-#include <c10/cuda/CUDAGuard.h>
-#include <c10/cuda/CUDAStream.h>
-#endif
 
 namespace routelab {
 namespace {
 
-#if ROUTELAB_WITH_CUDA
-
-class CudaGraphRecorder : public ForwardRecorder {
- public:
-  explicit CudaGraphRecorder(c10::DeviceIndex device)
-      : side_(c10::cuda::getStreamFromPool(/*isHighPriority=*/false, device)) {}
-
-  void warm_up(const std::function<void()>& body) override {
-    c10::cuda::device_synchronize();
-    const c10::cuda::CUDAStreamGuard on_side(side_);
-    body();
-    side_.synchronize();
-  }
-
-  void capture(const std::function<void()>& body) override {
-    c10::cuda::device_synchronize();
-    const c10::cuda::CUDAStreamGuard on_side(side_);
-    // Casts cached during capture would live in the graph's pool and be reused outside it (PyTorch's advice).
-    const bool cache = at::autocast::is_autocast_cache_enabled();
-    at::autocast::set_autocast_cache_enabled(false);
-    graph_ = std::make_unique<at::cuda::CUDAGraph>();
-    graph_->capture_begin();
-    try {
-      body();
-      graph_->capture_end();
-    } catch (...) {
-      try {
-        graph_->capture_end();  // ends the stream's capture so the stream stays usable
-      } catch (const std::exception&) {
-      }
-      at::autocast::set_autocast_cache_enabled(cache);
-      graph_.reset();
-      throw;
-    }
-    at::autocast::set_autocast_cache_enabled(cache);
-    side_.synchronize();
-  }
-
-  void replay() override { graph_->replay(); }
-  void release() override { graph_.reset(); }
-
- private:
-  c10::cuda::CUDAStream side_;  ///< warm-up and capture run here, never on the legacy default stream
-  std::unique_ptr<at::cuda::CUDAGraph> graph_;
-};
-
-#endif
-
-std::unique_ptr<ForwardRecorder> default_recorder(LanguageModel& model) {
-#if ROUTELAB_WITH_CUDA
+std::unique_ptr<GraphRecorder> default_recorder(LanguageModel& model) {
+  if (!cuda_graphs_available())
+    throw ConfigError("CUDA graph forward: this build's LibTorch (" TORCH_VERSION
+                      ") has no CUDA; build against a CUDA LibTorch (packaging/build.sh --torch pip)");
   const auto params = model.parameters();
   if (params.empty() || !params.front().is_cuda())
     throw ConfigError("CUDA graph forward: the model is on " +
                       (params.empty() ? std::string("no device") : params.front().device().str()) +
                       "; CUDA graphs need a GPU");
-  return std::make_unique<CudaGraphRecorder>(params.front().device().index());
-#else
-  (void)model;
-  throw ConfigError("CUDA graph forward: this build's LibTorch (" TORCH_VERSION
-                    ") has no CUDA; build against a CUDA LibTorch (packaging/build.sh --torch pip)");
-#endif
+  return cuda_graph_recorder(params.front().device().index());
 }
 
 }  // namespace
 
-CudaGraphForward::CudaGraphForward(LanguageModel& model, int eager_calls, std::unique_ptr<ForwardRecorder> recorder)
+CudaGraphForward::CudaGraphForward(LanguageModel& model, int eager_calls, std::unique_ptr<GraphRecorder> recorder)
     : model_(model), eager_calls_(std::max(1, eager_calls)),
       recorder_(recorder ? std::move(recorder) : default_recorder(model)) {}
 

@@ -1,34 +1,19 @@
 // The untraced eval-mode forward captured once as a CUDA graph and replayed: a forward of a routed model at a width
 // where the host queues kernels slower than the GPU runs them (bf16 at d 512, batch 1) is launched as one graph.
 #pragma once
-#include <functional>
 #include <memory>
 #include <string>
 
 #include <torch/torch.h>
 
 #include "core/models/language_model.h"
+#include "core/train/graph_recorder.h"
 
 namespace routelab {
 
 /// Forward calls a CudaGraphForward makes eagerly before it captures, by default: the sized forms' capacities come
 /// from them (ArchitectureEntry::cuda_graph_forward).
 constexpr int kCudaGraphEagerForwards = 3;
-
-/// What records a forward and replays it for a CudaGraphForward: by default a CUDA graph captured on a side stream
-/// (PyTorch's whole-network recipe); a test passes one that runs the recorded body again on the CPU.
-class ForwardRecorder {
- public:
-  virtual ~ForwardRecorder() = default;
-  /// An eager call before the capture (on the GPU: on the side stream, the host waiting for it).
-  virtual void warm_up(const std::function<void()>& body) = 0;
-  /// Records `body` (which sets the recorded output); throws where it cannot be recorded, leaving nothing recorded.
-  virtual void capture(const std::function<void()>& body) = 0;
-  /// Runs what was recorded again.
-  virtual void replay() = 0;
-  /// Drops what was recorded (a CUDA graph's memory pool with it).
-  virtual void release() = 0;
-};
 
 /// model.forward(tokens).logits for a model in eval mode whose forward can be captured (why_no_cuda_graph_forward is
 /// empty), on a GPU by default. The first `eager_calls` calls run the forward eagerly (which also sizes what the
@@ -44,7 +29,7 @@ class ForwardRecorder {
 class CudaGraphForward {
  public:
   explicit CudaGraphForward(LanguageModel& model, int eager_calls = kCudaGraphEagerForwards,
-                            std::unique_ptr<ForwardRecorder> recorder = nullptr);
+                            std::unique_ptr<GraphRecorder> recorder = nullptr);
   ~CudaGraphForward();
   CudaGraphForward(const CudaGraphForward&) = delete;
   CudaGraphForward& operator=(const CudaGraphForward&) = delete;
@@ -66,7 +51,7 @@ class CudaGraphForward {
   int captures_ = 0;
   bool captured_ = false;
   std::string eager_reason_;
-  std::unique_ptr<ForwardRecorder> recorder_;
+  std::unique_ptr<GraphRecorder> recorder_;
   torch::Tensor input_;  ///< the captured forward's tokens: each replay reads what was copied into them
   ModelOutput output_;   ///< the captured forward's output, overwritten by each replay
 

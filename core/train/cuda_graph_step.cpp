@@ -1,5 +1,6 @@
-// Capture and replay follow PyTorch's whole-network recipe (torch.cuda.graph): warm up on a side stream, capture
-// there with the autocast cache off, keep the captured inputs and outputs alive, and copy new data into the inputs
+// Capture and replay follow PyTorch's whole-network recipe (torch.cuda.graph) through the CUDA graph recorder the
+// eval forward's graph uses too (core/train/graph_recorder.h: warm-up and capture on a side stream, the autocast
+// cache off while capturing); the step keeps the captured inputs and outputs alive and copies new data into the inputs
 // before each replay. The CUDA part is compiled only against a CUDA LibTorch (ROUTELAB_WITH_CUDA).
 #include "core/train/cuda_graph_step.h"
 
@@ -12,17 +13,7 @@
 #include "core/util/errors.h"
 #include "core/util/logging.h"
 
-#if ROUTELAB_WITH_CUDA
-#include <ATen/autocast_mode.h>
-#include <ATen/cuda/CUDAGraph.h>
-#include <c10/cuda/CUDAFunctions.h>
-#include <c10/cuda/CUDAGuard.h>
-#include <c10/cuda/CUDAStream.h>
-#endif
-
 namespace routelab {
-
-bool cuda_graphs_available() { return ROUTELAB_WITH_CUDA != 0; }
 
 #if ROUTELAB_WITH_CUDA
 
@@ -51,8 +42,9 @@ void check_same_shape(const Batch& captured, const Batch& batch) {
 
 struct CudaGraphStep::Impl {
   Impl(LanguageModel& m, MultiTensorAdamW& o, double clip, bool b, std::int64_t micro, int eager,
-       c10::cuda::CUDAStream stream)
-      : model(m), optimizer(o), grad_clip(clip), bf16(b), micro_batches(micro), eager_steps(eager), side(stream) {}
+       std::unique_ptr<GraphRecorder> r)
+      : model(m), optimizer(o), grad_clip(clip), bf16(b), micro_batches(micro), eager_steps(eager),
+        recorder(std::move(r)) {}
 
   LanguageModel& model;
   MultiTensorAdamW& optimizer;
@@ -61,22 +53,15 @@ struct CudaGraphStep::Impl {
   std::int64_t micro_batches;
   int eager_steps;
   int eager_done = 0;
-  c10::cuda::CUDAStream side;  ///< warm-up and capture run here, never on the legacy default stream
-  std::unique_ptr<at::cuda::CUDAGraph> graph;
+  std::unique_ptr<GraphRecorder> recorder;
   bool captured = false;
   int captures = 0;
   Batch inputs;        ///< the captured step's inputs: each replay reads what was copied into them
   StepResult outputs;  ///< the captured step's outputs, overwritten by each replay
 
-  /// Warm-up and capture on the side stream; the host waits for the work queued before (once per run, not per step).
   StepResult eager_step(const Batch& batch, bool trace) {
-    c10::cuda::device_synchronize();
     StepResult r;
-    {
-      c10::cuda::CUDAStreamGuard on_side(side);
-      r = train_step(model, optimizer, batch, grad_clip, bf16, trace, micro_batches);
-      side.synchronize();
-    }
+    recorder->warm_up([&] { r = train_step(model, optimizer, batch, grad_clip, bf16, trace, micro_batches); });
     ++eager_done;
     return r;
   }
@@ -84,30 +69,17 @@ struct CudaGraphStep::Impl {
   void capture(const Batch& batch) {
     inputs = {batch.input.clone(), batch.target.clone(),
               batch.loss_mask.defined() ? batch.loss_mask.clone() : torch::Tensor()};
-    c10::cuda::device_synchronize();
-    c10::cuda::CUDAStreamGuard on_side(side);
-    // Casts cached during capture would live in the graph's pool and be reused outside it (PyTorch's advice).
-    const bool cache = at::autocast::is_autocast_cache_enabled();
-    at::autocast::set_autocast_cache_enabled(false);
-    graph = std::make_unique<at::cuda::CUDAGraph>();
-    graph->capture_begin();
     try {
-      // The trace's data-dependent values, and a routed model's counts (ModelOutput::check_shapes), are read after
-      // each replay.
-      const DeferredTraceReadback on_device;
-      outputs = train_step(model, optimizer, inputs, grad_clip, bf16, /*trace=*/true, micro_batches);
-      graph->capture_end();
+      recorder->capture([this] {
+        // The trace's data-dependent values, and a routed model's counts (ModelOutput::check_shapes), are read after
+        // each replay.
+        const DeferredTraceReadback on_device;
+        outputs = train_step(model, optimizer, inputs, grad_clip, bf16, /*trace=*/true, micro_batches);
+      });
     } catch (const std::exception& e) {
-      try {
-        graph->capture_end();  // ends the stream's capture so the stream stays usable
-      } catch (const std::exception&) {
-      }
-      at::autocast::set_autocast_cache_enabled(cache);
       throw ConfigError(std::string("train.cuda_graph: the training step could not be captured as a CUDA graph: ") +
                         e.what());
     }
-    at::autocast::set_autocast_cache_enabled(cache);
-    side.synchronize();
     captured = true;
     ++captures;
   }
@@ -115,7 +87,7 @@ struct CudaGraphStep::Impl {
   /// Drops the graph and its outputs (its memory pool with them); the next call captures again.
   void release() {
     outputs = StepResult();
-    graph.reset();
+    recorder->release();
     captured = false;
   }
 };
@@ -129,7 +101,7 @@ CudaGraphStep::CudaGraphStep(LanguageModel& model, MultiTensorAdamW& optimizer, 
                       "; CUDA graphs need run.device=cuda");
   optimizer.keep_learning_rates_on_device();  // throws without the fused kernel
   impl_ = std::make_unique<Impl>(model, optimizer, grad_clip, bf16, micro_batches, std::max(1, eager_steps),
-                                 c10::cuda::getStreamFromPool(/*isHighPriority=*/false, params.front().device().index()));
+                                 cuda_graph_recorder(params.front().device().index()));
 }
 
 CudaGraphStep::~CudaGraphStep() = default;
@@ -155,7 +127,7 @@ StepResult CudaGraphStep::run(const Batch& batch, bool trace) {
     if (batch.loss_mask.defined()) s.inputs.loss_mask.copy_(batch.loss_mask, /*non_blocking=*/true);
     s.optimizer.count_replayed_step();
   }
-  s.graph->replay();
+  s.recorder->replay();
   ShapeCheck shapes;
   if (s.outputs.output.check_shapes) shapes = s.outputs.output.check_shapes();  // one wait: the routing replayed
   if (shapes.overflowed) {

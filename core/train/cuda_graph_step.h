@@ -4,14 +4,12 @@
 #pragma once
 #include <memory>
 
+#include "core/train/graph_recorder.h"
 #include "core/train/step.h"
 
 namespace routelab {
 
 class MultiTensorAdamW;
-
-/// Whether this build can capture CUDA graphs (it was built against a CUDA LibTorch).
-bool cuda_graphs_available();
 
 /// Eager calls a CudaGraphStep makes before it captures, by default.
 constexpr int kCudaGraphEagerSteps = 3;
