@@ -32,3 +32,16 @@ function(routelab_unity target)
     set_target_properties(${target} PROPERTIES UNITY_BUILD ON UNITY_BUILD_BATCH_SIZE ${ROUTELAB_UNITY_BATCH})
   endif()
 endfunction()
+
+# ROUTELAB_SANITIZE=address,undefined (any list GCC's -fsanitize takes): RouteLab's own C++ built with those
+# sanitizers, LibTorch, Qt and SQLite as they are; packaging/sanitize.sh builds the core and CLI so and runs the core
+# suites. CUDA sources are left out (nvcc takes no -fsanitize).
+set(ROUTELAB_SANITIZE "" CACHE STRING "GCC sanitizers for RouteLab's own code, e.g. address,undefined (empty: none)")
+if(ROUTELAB_SANITIZE)
+  # vptr checks need every class's type information, which LibTorch's and Qt's builds do not all keep. GCC 12 under
+  # -fsanitize warns falsely inside libstdc++ (std::regex's std::function "may be used uninitialized", char_traits'
+  # memmove "out of the bounds"): those two warnings are off in a sanitized build only.
+  add_compile_options("$<$<COMPILE_LANGUAGE:CXX>:-fsanitize=${ROUTELAB_SANITIZE};-fno-sanitize=vptr>"
+                      "$<$<COMPILE_LANGUAGE:CXX>:-fno-omit-frame-pointer;-Wno-maybe-uninitialized;-Wno-array-bounds>")
+  add_link_options("-fsanitize=${ROUTELAB_SANITIZE}")
+endif()

@@ -4,6 +4,7 @@
 #include <string>
 
 #include "core/data/dataset.h"
+#include "core/data/spm_api.h"
 
 namespace routelab::test {
 
@@ -15,5 +16,11 @@ inline std::string corpus_head(std::size_t bytes) {
   text.resize(static_cast<std::size_t>(in.gcount()));
   return text.substr(0, text.rfind('\n') + 1);
 }
+
+/// In a test that needs SentencePiece: skips it where this build cannot open the module (a sanitized build).
+#define ROUTELAB_REQUIRE_SENTENCEPIECE()                                                   \
+  do {                                                                                     \
+    if (const auto why = routelab::sentencepiece_unavailable(); !why.empty()) QSKIP(why.c_str()); \
+  } while (false)
 
 }  // namespace routelab::test

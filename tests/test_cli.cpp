@@ -364,6 +364,7 @@ class TestCli : public QObject {
   }
 
   void corpusToSubwordRunThroughTheCommands() {
+    ROUTELAB_REQUIRE_SENTENCEPIECE();
     // README's path from a text corpus on disk to a run on subwords: tokenizer train, prepare, train on the shards;
     // `show` names the stored tokenizer by the hash `tokenizer show` prints.
     const auto corpus = home_.filePath("corpus.txt");

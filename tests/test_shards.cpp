@@ -99,7 +99,7 @@ class TestShards : public QObject {
     options.vocab_size = 400;
     options.threads = 2;
     options.log = false;
-    train_sentencepiece(options, nullptr);
+    if (sentencepiece_unavailable().empty()) train_sentencepiece(options, nullptr);  // the prepare tests' tokenizer
   }
 
   void writerAndReaderRoundTrip() {
@@ -220,6 +220,7 @@ class TestShards : public QObject {
   }
 
   void prepareIsDeterministicAndCounted() {
+    ROUTELAB_REQUIRE_SENTENCEPIECE();
     const auto one = prepare(path("prepared-1"), 1);
     const auto two = prepare(path("prepared-2"), 2);
     QVERIFY(one.shards >= 3);
@@ -251,6 +252,7 @@ class TestShards : public QObject {
   }
 
   void stoppedOrFailedPrepareResumesToTheSameShards() {
+    ROUTELAB_REQUIRE_SENTENCEPIECE();
     // JSON lines of 300 short documents, small shards (several close within one batch): a preparation stopped
     // (cancel) or failed after some batches (an error after its writes, as a killed process leaves them) continues
     // with `resume` into the same files, byte for byte, as one that never stopped.
@@ -348,6 +350,7 @@ class TestShards : public QObject {
   }
 
   void resumedRunOnShardsEqualsUninterrupted() {
+    ROUTELAB_REQUIRE_SENTENCEPIECE();  // on the shards prepareIsDeterministicAndCounted made
     const auto prepared = path("prepared-1");
     const auto db = path("runs.sqlite");
     const auto config = resolve_config(

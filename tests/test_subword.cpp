@@ -66,6 +66,7 @@ class TestSubword : public QObject {
 
  private slots:
   void initTestCase() {
+    ROUTELAB_REQUIRE_SENTENCEPIECE();
     QVERIFY(dir_.isValid());
     corpus_ = write_file(dir_, "kjv-head.txt", corpus_head(400'000));
     bpe_path_ = dir_.filePath("bpe.model").toStdString();

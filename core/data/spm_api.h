@@ -34,7 +34,13 @@ struct SpmApi {
                 std::string* error);
 };
 
-/// The loaded module (opened once per process). DataError naming the paths tried when it cannot be opened.
+/// Why this build cannot open the module ("" where it can): a build with AddressSanitizer (packaging/sanitize.sh),
+/// whose runtime refuses RTLD_DEEPBIND (google/sanitizers#611), while without it SentencePiece's protobuf aborts the
+/// process beside LibTorch's.
+std::string sentencepiece_unavailable();
+
+/// The loaded module (opened once per process). DataError naming the paths tried when it cannot be opened, or saying
+/// why this build cannot open it (sentencepiece_unavailable).
 const SpmApi& spm_api();
 
 }  // namespace routelab

@@ -15,7 +15,17 @@
 
 namespace routelab {
 
+std::string sentencepiece_unavailable() {
+#ifdef __SANITIZE_ADDRESS__
+  return "SentencePiece is not available in a build with AddressSanitizer: its module must be opened with "
+         "RTLD_DEEPBIND, which the sanitizer's runtime refuses (google/sanitizers#611)";
+#else
+  return {};
+#endif
+}
+
 const SpmApi& spm_api() {
+  if (const auto why = sentencepiece_unavailable(); !why.empty()) throw DataError(why);
   static const SpmApi* api = nullptr;
   static std::string failure;
   static std::once_flag once;
