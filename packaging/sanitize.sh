@@ -1,17 +1,26 @@
 #!/usr/bin/env bash
 # RouteLab's own code under GCC's AddressSanitizer and UndefinedBehaviorSanitizer (-DROUTELAB_SANITIZE): builds the
 # core, the CLI and the core suites against Debian's LibTorch into ./build-sanitize (ROUTELAB_BUILD_DIR overrides) and
-# runs the core suites there; a sanitizer's report fails the suite that made it. Not part of the README's test command:
-# an instrumented build takes longer than a plain one. Run it after changing RouteLab's kernels, readers and parsers.
-# Arguments go to ctest (e.g. -R test_shards).
+# runs the core suites there; a sanitizer's report fails the suite that made it. `--gui` builds the GUI too and runs
+# every suite (on Qt's offscreen platform). Not part of the README's test command: an instrumented build takes longer
+# than a plain one. Run it after changing RouteLab's kernels, readers and parsers. Other arguments go to ctest (e.g.
+# -R test_shards).
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 build="${ROUTELAB_BUILD_DIR:-$root/build-sanitize}"
-cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CXX_FLAGS=-g1 -DROUTELAB_BUILD_GUI=OFF \
+gui=OFF
+suites=(-L core)
+if [ "${1:-}" = --gui ]; then
+  gui=ON
+  suites=()
+  shift
+fi
+cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CXX_FLAGS=-g1 -DROUTELAB_BUILD_GUI=$gui \
   -DROUTELAB_SANITIZE=address,undefined
 cmake --build "$build" --parallel "$(nproc)"
 # LibTorch and its libraries keep allocations until exit that LeakSanitizer would report in every suite: leaks are
 # not checked. Every other report stops the process with a non-zero status and its stack.
-export ASAN_OPTIONS="detect_leaks=0:abort_on_error=0:halt_on_error=1:exitcode=86${ASAN_OPTIONS:+:$ASAN_OPTIONS}"
+export ASAN_OPTIONS="detect_leaks=0:halt_on_error=1:exitcode=86${ASAN_OPTIONS:+:$ASAN_OPTIONS}"
 export UBSAN_OPTIONS="halt_on_error=1:print_stacktrace=1${UBSAN_OPTIONS:+:$UBSAN_OPTIONS}"
-ctest --test-dir "$build" --output-on-failure --timeout 1800 -L core "$@"
+export QT_QPA_PLATFORM=offscreen
+ctest --test-dir "$build" --output-on-failure --timeout 1800 "${suites[@]}" "$@"
