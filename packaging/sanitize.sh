@@ -21,6 +21,7 @@ cmake --build "$build" --parallel "$(nproc)"
 # LibTorch and its libraries keep allocations until exit that LeakSanitizer would report in every suite: leaks are
 # not checked. Every other report stops the process with a non-zero status and its stack.
 export ASAN_OPTIONS="detect_leaks=0:halt_on_error=1:exitcode=86${ASAN_OPTIONS:+:$ASAN_OPTIONS}"
-export UBSAN_OPTIONS="halt_on_error=1:print_stacktrace=1${UBSAN_OPTIONS:+:$UBSAN_OPTIONS}"
+ubsan="halt_on_error=1:print_stacktrace=1:suppressions=$root/packaging/ubsan.supp"
+export UBSAN_OPTIONS="$ubsan${UBSAN_OPTIONS:+:$UBSAN_OPTIONS}"
 export QT_QPA_PLATFORM=offscreen
 ctest --test-dir "$build" --output-on-failure --timeout 1800 "${suites[@]}" "$@"

@@ -207,7 +207,8 @@ std::string Collective::broadcast_string(const std::string& text, int root) {
   broadcast(size, root);
   const auto n = size.to(torch::kCPU).item<std::int64_t>();
   auto bytes = torch::zeros({n}, torch::kUInt8);
-  if (rank() == root) std::memcpy(bytes.data_ptr<std::uint8_t>(), text.data(), text.size());
+  // An empty text's tensor has no storage: memcpy with its null pointer is undefined even for 0 bytes (UBSan).
+  if (rank() == root && n > 0) std::memcpy(bytes.data_ptr<std::uint8_t>(), text.data(), text.size());
   bytes = bytes.to(impl_->device);
   broadcast(bytes, root);
   bytes = bytes.to(torch::kCPU);
