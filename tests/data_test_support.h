@@ -18,9 +18,10 @@ inline std::string corpus_head(std::size_t bytes) {
 }
 
 /// In a test that needs SentencePiece: skips it where this build cannot open the module (a sanitized build).
-#define ROUTELAB_REQUIRE_SENTENCEPIECE()                                                   \
-  do {                                                                                     \
-    if (const auto why = routelab::sentencepiece_unavailable(); !why.empty()) QSKIP(why.c_str()); \
+#define ROUTELAB_REQUIRE_SENTENCEPIECE()                                                  \
+  do {                                                                                    \
+    if (const auto why = routelab::sentencepiece_unavailable(); !why.empty())            \
+      QSKIP(why.c_str());                                                                 \
   } while (false)
 
 }  // namespace routelab::test
