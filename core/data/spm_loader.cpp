@@ -25,11 +25,11 @@ std::string sentencepiece_unavailable() {
 }
 
 const SpmApi& spm_api() {
-  if (const auto why = sentencepiece_unavailable(); !why.empty()) throw DataError(why);
   static const SpmApi* api = nullptr;
   static std::string failure;
   static std::once_flag once;
   std::call_once(once, [] {
+    if (!sentencepiece_unavailable().empty()) return;  // said below, where nothing was loaded
     std::vector<std::string> candidates;
     if (const char* env = std::getenv("ROUTELAB_SPM_MODULE"); env && *env) candidates.emplace_back(env);
     // Beside the running program (a copied binary takes its module along), then where the build and install put it.
@@ -62,9 +62,9 @@ const SpmApi& spm_api() {
       return;
     }
   });
-  if (!api)
-    throw DataError("SentencePiece is not available: RouteLab's module libroutelab_spm.so was not found" + failure);
-  return *api;
+  if (api) return *api;
+  if (const auto why = sentencepiece_unavailable(); !why.empty()) throw DataError(why);
+  throw DataError("SentencePiece is not available: RouteLab's module libroutelab_spm.so was not found" + failure);
 }
 
 }  // namespace routelab

@@ -28,7 +28,7 @@ class CudaGraphRecorder : public GraphRecorder {
       : side_(c10::cuda::getStreamFromPool(/*isHighPriority=*/false, device)) {}
 
   void warm_up(const std::function<void()>& body) override {
-    c10::cuda::device_synchronize();  // once per capture, not per replay
+    c10::cuda::device_synchronize();  // eager calls only: a replay waits for nothing
     const c10::cuda::CUDAStreamGuard on_side(side_);
     body();
     side_.synchronize();
