@@ -160,13 +160,14 @@ const OptionSchema& train_schema() {
       int_opt("steps", 1000, 1, 1e9, "optimizer steps"),
       int_opt("epochs", 0, 0, 1e6,
               "passes over the training split (0: train.steps). Classification: steps = epochs x "
-              "ceil(train examples / batch_size), with a validation pass after each epoch; language modelling "
-              "(random windows): steps = epochs x ceil(train tokens / (batch_size x context))"),
+              "ceil(train examples / (batch_size x grad_accum)), with a validation pass after each epoch; language "
+              "modelling (random windows): steps = epochs x ceil(train tokens / (batch_size x grad_accum x context))"),
       int_opt("batch_size", 32, 1, 1 << 20, "sequences per forward pass (a micro-batch when train.grad_accum > 1)"),
       int_opt("grad_accum", 1, 1, 1 << 16,
               "gradient accumulation: micro-batches of train.batch_size sequences per optimizer step, so a step "
               "trains on grad_accum x batch_size sequences (the same update as one batch of that size, in fp32 "
-              "within rounding; routing auxiliary losses are taken per micro-batch). Language models"),
+              "within rounding; routing auxiliary losses are taken per micro-batch). Classifiers: batch_size examples a "
+              "micro-batch"),
       float_opt("lr", 1e-3, 0, 1e6, "peak learning rate"),
       float_opt("min_lr", 1e-4, 0, 1e6, "learning rate at the end of the cosine decay"),
       int_opt("warmup_steps", 100, 0, 1e9, "linear warm-up steps from 0 to train.lr"),

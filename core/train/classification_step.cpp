@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "core/models/language_model.h"
 #include "core/train/step.h"
 #include "core/train/token_probe.h"
 #include "core/util/device.h"
@@ -56,22 +57,72 @@ std::vector<std::int64_t> EpochSchedule::indices(std::int64_t step) {
   return {order_.begin() + begin, order_.begin() + begin + batch_size_at(step)};
 }
 
-ClassStepResult classification_train_step(SequenceClassifier& model, torch::optim::Optimizer& optimizer,
-                                          const ClassBatch& batch, double grad_clip, bool bf16, bool trace) {
-  ClassStepResult result;
-  torch::Tensor loss, total;
-  {
-    AutocastGuard autocast(bf16, batch.input.device());
-    result.output = model.forward(batch.input, batch.mask, batch.segment, trace);
-    loss = classification_loss(result.output.logits, batch.label);
-    total = loss + result.output.aux_loss.to(torch::kFloat);
+ClassBatch class_batch_rows(const ClassBatch& b, std::int64_t start, std::int64_t rows) {
+  return {b.input.narrow(0, start, rows), b.mask.narrow(0, start, rows),
+          b.segment.defined() ? b.segment.narrow(0, start, rows) : torch::Tensor(), b.label.narrow(0, start, rows)};
+}
+
+ClassifierOutput merge_classifier_micro_batches(std::vector<ClassifierOutput> parts) {
+  if (parts.size() == 1) return std::move(parts.front());
+  std::vector<ModelOutput> outputs(parts.size());  // the language models' merge, on the fields both outputs have
+  for (std::size_t i = 0; i < parts.size(); ++i) {
+    outputs[i].aux_loss = parts[i].aux_loss;
+    outputs[i].trace = std::move(parts[i].trace);
+    outputs[i].stats = std::move(parts[i].stats);
+    outputs[i].token_data = std::move(parts[i].token_data);
   }
-  result.correct = result.output.logits.argmax(-1).eq(batch.label).sum().item<std::int64_t>();
-  result.examples = batch.label.size(0);
-  result.output.logits = torch::Tensor();
-  result.grad_norm = backward_and_step(total, model, optimizer, grad_clip);
-  result.loss = loss.detach();
-  result.aux_loss = result.output.aux_loss.detach();
+  auto merged = merge_micro_batches(std::move(outputs));
+  ClassifierOutput out;
+  out.aux_loss = merged.aux_loss;
+  out.trace = std::move(merged.trace);
+  out.stats = std::move(merged.stats);
+  out.token_data = std::move(merged.token_data);
+  return out;
+}
+
+ClassStepResult classification_train_step(SequenceClassifier& model, torch::optim::Optimizer& optimizer,
+                                          const ClassBatch& batch, double grad_clip, bool bf16, bool trace,
+                                          std::int64_t micro_batches) {
+  if (micro_batches < 1)
+    throw ConfigError("train.grad_accum: " + std::to_string(micro_batches) + " micro-batches (at least 1)");
+  const auto rows = batch.label.size(0);
+  // An epoch's last step may hold fewer examples than the others: its micro-batches are as even as they can be (and
+  // no more than its examples), and each one's losses weigh by its share of the step's examples.
+  const auto parts = std::max<std::int64_t>(1, std::min(micro_batches, rows));
+  ClassStepResult result;
+  result.examples = rows;
+  if (parts > 1) zero_grads(model);
+  std::vector<ClassifierOutput> outputs;
+  torch::Tensor correct, loss, aux, total;
+  for (std::int64_t i = 0, start = 0; i < parts; ++i) {
+    const auto size = rows / parts + (i < rows % parts ? 1 : 0);
+    const auto micro = parts > 1 ? class_batch_rows(batch, start, size) : batch;
+    start += size;
+    const double weight = static_cast<double>(size) / static_cast<double>(rows);
+    ClassifierOutput output;
+    torch::Tensor ce;
+    {
+      AutocastGuard autocast(bf16, micro.input.device());
+      output = model.forward(micro.input, micro.mask, micro.segment, trace);
+      ce = classification_loss(output.logits, micro.label);
+      total = ce + output.aux_loss.to(torch::kFloat);
+    }
+    const auto right = output.logits.argmax(-1).eq(micro.label).sum();
+    correct = correct.defined() ? correct + right : right;
+    output.logits = torch::Tensor();
+    const auto weigh = [&](const torch::Tensor& t) { return parts > 1 ? t.detach() * weight : t.detach(); };
+    const auto weighted = weigh(ce), aux_part = weigh(output.aux_loss.to(torch::kFloat));
+    loss = loss.defined() ? loss + weighted : weighted;
+    aux = aux.defined() ? aux + aux_part : aux_part;
+    if (parts > 1) (total * weight).backward();
+    outputs.push_back(std::move(output));
+  }
+  result.output = merge_classifier_micro_batches(std::move(outputs));
+  result.correct = correct.item<std::int64_t>();
+  result.grad_norm =
+      parts > 1 ? clip_and_step(model, optimizer, grad_clip) : backward_and_step(total, model, optimizer, grad_clip);
+  result.loss = loss;
+  result.aux_loss = aux;
   return result;
 }
 

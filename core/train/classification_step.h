@@ -85,9 +85,23 @@ struct ClassStepResult {
   ClassifierOutput output;  ///< trace, stats and token data when asked for (logits dropped)
 };
 
-/// Forward (bf16 autocast when asked), CE + aux loss, backward, global-norm clip, optimizer step.
+/// Rows [start, start + rows) of every tensor of the batch (views): a micro-batch.
+ClassBatch class_batch_rows(const ClassBatch& b, std::int64_t start, std::int64_t rows);
+
+/// One batch's output from those of its micro-batches, in order, by merge_micro_batches's rules (per layer, gates and
+/// decisions joined along the batch, token counts and FLOPs summed, shares, auxiliary terms and stats averaged;
+/// token data joined; the auxiliary loss averaged). Logits are not merged.
+ClassifierOutput merge_classifier_micro_batches(std::vector<ClassifierOutput> parts);
+
+/// Forward (bf16 autocast when asked), CE + aux loss, backward, global-norm clip, optimizer step. With
+/// `micro_batches` k > 1 (train.grad_accum) the batch's examples run as k micro-batches one after another (as even as
+/// they can be; fewer where the batch has fewer than k examples), each one's CE and auxiliary loss weighed by its
+/// share of the examples, their gradients accumulated before the one update: the CE and its gradient are the one
+/// batch's within rounding (the auxiliary losses are taken per micro-batch). The result's loss and aux_loss are
+/// the same weighted sums; its output the merged one.
 ClassStepResult classification_train_step(SequenceClassifier& model, torch::optim::Optimizer& optimizer,
-                                          const ClassBatch& batch, double grad_clip, bool bf16, bool trace);
+                                          const ClassBatch& batch, double grad_clip, bool bf16, bool trace,
+                                          std::int64_t micro_batches = 1);
 
 struct ClassificationScores {
   double accuracy = 0;

@@ -112,10 +112,6 @@ class Session {
                                                     : "train.cuda_graph: a captured step")
                         + "; data-parallel training (WORLD_SIZE " + std::to_string(collective_->world_size()) +
                         ") runs language models with eager steps; start it as one process");
-    if (classification_ && grad_accum_ > 1)
-      throw ConfigError("train.grad_accum: " + std::to_string(grad_accum_) + ", but " + config_.arch() +
-                        " is a classifier, which trains one batch per step (gradient accumulation is for language "
-                        "models)");
     if (classification_) {
       class_data_ = make_classification_dataset(config_.data());
       torch::manual_seed(static_cast<std::uint64_t>(seed_));
@@ -123,7 +119,7 @@ class Session {
                                       {class_data_->vocab_size(), class_data_->max_length(), class_data_->num_classes()});
       classifier_->to(device_);
       optimizer_ = make_optimizer(*classifier_, train);
-      schedule_ = std::make_unique<EpochSchedule>(class_data_->size(Split::Train), batch_size_,
+      schedule_ = std::make_unique<EpochSchedule>(class_data_->size(Split::Train), batch_size_ * grad_accum_,
                                                   static_cast<std::uint64_t>(seed_));
       if (const auto epochs = train.at("epochs").get<std::int64_t>(); epochs > 0)
         total_steps_ = epochs * schedule_->steps_per_epoch();
@@ -154,13 +150,19 @@ class Session {
   /// Whether this process writes the run (rank 0 of a data-parallel run, or the only process).
   bool writes() const { return !dp_ || dp_->writes(); }
 
+  /// "batch 32", with accumulation "batch 32 (4 micro-batches of 8)": sequences or examples a step.
+  std::string batch_text() const {
+    std::ostringstream out;
+    out << "batch " << batch_size_ * grad_accum_;
+    if (grad_accum_ > 1) out << " (" << grad_accum_ << " micro-batches of " << batch_size_ << ")";
+    return out.str();
+  }
+
   /// "batch 32 x 128 = 4096 tokens a step"; with accumulation "batch 32 (4 micro-batches of 8) x 128 = ...".
   std::string global_batch_text() const {
-    const auto sequences = batch_size_ * grad_accum_;
     std::ostringstream out;
-    out << "batch " << sequences;
-    if (grad_accum_ > 1) out << " (" << grad_accum_ << " micro-batches of " << batch_size_ << ")";
-    out << " x " << dataset_->context() << " = " << sequences * dataset_->context() << " tokens a step";
+    out << batch_text() << " x " << dataset_->context() << " = " << batch_size_ * grad_accum_ * dataset_->context()
+        << " tokens a step";
     if (dp_) out << " over " << dp_->describe();
     return out.str();
   }
@@ -213,8 +215,8 @@ class Session {
   std::string description() const {
     std::ostringstream out;
     if (classification_)
-      out << classifier_->describe() << "; " << class_data_->describe() << "; " << schedule_->steps_per_epoch()
-          << " steps per epoch";
+      out << classifier_->describe() << "; " << class_data_->describe() << "; " << batch_text() << " examples, "
+          << schedule_->steps_per_epoch() << " steps per epoch";
     else
       out << model_->describe() << "; " << dataset_->describe() << "; " << global_batch_text();
     out << "; " << device_.str() << " x" << threads_->threads() << " threads (OpenMP waiting: " << openmp_wait_policy()
@@ -583,7 +585,8 @@ class Session {
   /// One classification step on the step's slice of its epoch's shuffled order.
   StepRecord classification_step(std::int64_t step, double grad_clip, bool log_step) {
     const auto batch = to_device(trim_padding(class_data_->batch(Split::Train, schedule_->indices(step))), device_);
-    auto result = classification_train_step(*classifier_, *optimizer_, batch, grad_clip, bf16_, /*trace=*/log_step);
+    auto result =
+        classification_train_step(*classifier_, *optimizer_, batch, grad_clip, bf16_, /*trace=*/log_step, grad_accum_);
     StepRecord r;
     r.loss_t = result.loss;
     r.aux_loss_t = result.aux_loss;
