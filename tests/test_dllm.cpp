@@ -450,7 +450,8 @@ class TestDLLM : public QObject {
   }
   void cpuEvictionKernelAcrossBlocks() {
     // The CPU kernel's blocks, their packed probabilities (or, recomputed, each row's log-normaliser) and the
-    // backward's accumulation over blocks (dK, dV and the flags' gradient) against the chunked form in double.
+    // backward's accumulation over blocks (dK, dV and the flags' gradient) against the chunked form in double; its
+    // forward without a gradient against its forward with one.
     QFETCH(int, eviction);
     QFETCH(int, T);
     QFETCH(int, H);
@@ -478,6 +479,11 @@ class TestDLLM : public QObject {
                qPrintable(QString("%1: max difference %2 (scale %3)").arg(names[i]).arg(diff).arg(scale)));
     }
     if (eviction == int(Eviction::Multiplicative)) QVERIFY(tested[4].abs().max().item<double>() > 1e-3);
+    // Without a gradient the kernel keeps no probabilities (each block's in a buffer of its own): the same output.
+    torch::NoGradGuard no_grad;
+    const auto evaluated = evicting_attention_cpu(inputs[0], inputs[1], inputs[2], inputs[3], Eviction(eviction));
+    const double diff = (evaluated.to(torch::kDouble) - tested[0]).abs().max().item<double>();
+    QVERIFY2(diff <= 1e-6 * std::max(tested[0].abs().max().item<double>(), 1.0), qPrintable(QString::number(diff)));
   }
 
   void theCpuTrainsThroughTheCpuKernel() {

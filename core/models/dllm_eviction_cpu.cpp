@@ -51,13 +51,14 @@ void weigh_rows_backward(const float* r, const float* p, float* d, std::int64_t 
 }
 
 /// q, k, v (B, H, T, hd) fp32 with inner stride 1, flags w (B, T). Forward as CpuCausalAttention (attention.cpp) with
-/// each block's softmax rows weighed (weigh_rows); R, the causal half of (B, H, T, T), is saved for the backward as
-/// that kernel saves its probabilities (or recomputed there from each row's log(softmax normaliser x (mass + eps)),
-/// as that kernel recomputes its own), and P = R w rebuilt from it.
+/// each block's softmax rows weighed (weigh_rows); where a gradient is wanted (`keep`), R, the causal half of
+/// (B, H, T, T), is saved for the backward as that kernel saves its probabilities (or recomputed there from each
+/// row's log(softmax normaliser x (mass + eps)), as that kernel recomputes its own), and P = R w rebuilt from it;
+/// without, each block's R lives in a buffer of one block.
 class CpuEvictingAttention : public torch::autograd::Function<CpuEvictingAttention> {
  public:
   static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& q, const torch::Tensor& k,
-                               const torch::Tensor& v, const torch::Tensor& w, Eviction eviction) {
+                               const torch::Tensor& v, const torch::Tensor& w, Eviction eviction, bool keep) {
     const auto B = q.size(0), H = q.size(1), T = q.size(2), hd = q.size(3);
     const auto scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(hd)));
     const auto eps = static_cast<float>(eviction == Eviction::Multiplicative ? kEvictionRenormaliseEps : 0.0);
@@ -68,15 +69,17 @@ class CpuEvictingAttention : public torch::autograd::Function<CpuEvictingAttenti
     const auto weights = eviction_key_weights(w, eviction).contiguous();  // (B, T)
     const CausalBlocks shape(T, T);
     const auto P = shape.packed();
-    const bool recompute = recompute_probabilities(cpu_eviction_saved_bytes(B, H, T));
-    // R of every block, or each row's log-normaliser (B, H, T)
-    auto held = recompute ? torch::empty({B, H, T}, q.options()) : torch::empty({B * H * P}, q.options());
+    const bool recompute = keep && recompute_probabilities(cpu_eviction_saved_bytes(B, H, T));
+    // R of every block, or each row's log-normaliser (B, H, T); nothing without a backward
+    auto held = !keep      ? torch::Tensor()
+                : recompute ? torch::empty({B, H, T}, q.options())
+                            : torch::empty({B * H * P}, q.options());
     auto out = torch::empty({B, T, H, hd}, q.options()).transpose(1, 2);  // (B, H, T, hd) over (B, T, H, hd)
     const auto G = softmax_group(H, T);
     parallel_for_as_caller(0, B * (H / G), 1, [&](std::int64_t begin, std::int64_t end) {
       const auto room = G * shape.block * T;
       auto scores = torch::empty({room}, q.options());  // one block's scores, then its P
-      const auto block_r = recompute ? torch::empty({room}, q.options()) : torch::Tensor();
+      const auto block_r = recompute || !keep ? torch::empty({room}, q.options()) : torch::Tensor();
       const auto log_norm = recompute ? torch::empty({G * shape.block}, q.options()) : torch::Tensor();
       for (std::int64_t i = begin; i < end; ++i) {
         const auto b = i / (H / G), h0 = (i % (H / G)) * G;
@@ -85,7 +88,8 @@ class CpuEvictingAttention : public torch::autograd::Function<CpuEvictingAttenti
         for (std::int64_t x = 0; x < shape.count(); ++x) {
           const auto s = shape.start(x), e = shape.end(x), r = e - s;
           if (!recompute) {
-            auto rb = held.narrow(0, group + G * shape.offset(x), G * r * e).view({G, r, e});
+            auto rb = keep ? held.narrow(0, group + G * shape.offset(x), G * r * e).view({G, r, e})
+                           : block_r.narrow(0, 0, G * r * e).view({G, r, e});
             block_softmax(q, k, b, h0, G, s, e, scale, scores, rb);
             weigh_rows(rb.data_ptr<float>(), scores.data_ptr<float>(), G * r, e, wb, eps);
           } else {
@@ -102,6 +106,7 @@ class CpuEvictingAttention : public torch::autograd::Function<CpuEvictingAttenti
         }
       }
     });
+    if (!keep) return out;
     ctx->save_for_backward({q, k, v, weights, held});
     ctx->saved_data["recompute"] = recompute;
     ctx->saved_data["eviction"] = static_cast<std::int64_t>(eviction);
@@ -174,7 +179,7 @@ class CpuEvictingAttention : public torch::autograd::Function<CpuEvictingAttenti
       const auto flags_type = static_cast<torch::ScalarType>(ctx->saved_data["flags_type"].toInt());
       dw = dw_items.view({B, H / G, T}).sum(1).to(flags_type);
     }
-    return {dq, dk, dv, dw, torch::Tensor()};
+    return {dq, dk, dv, dw, torch::Tensor(), torch::Tensor()};
   }
 };
 
@@ -197,7 +202,9 @@ torch::Tensor evicting_attention_cpu(const torch::Tensor& q, const torch::Tensor
     const auto f = t.to(torch::kFloat);
     return f.stride(3) == 1 ? f : f.contiguous();
   };
-  return CpuEvictingAttention::apply(fp32(q), fp32(k), fp32(v), w, eviction).to(v.scalar_type());
+  const bool keep = torch::GradMode::is_enabled() &&
+                    (q.requires_grad() || k.requires_grad() || v.requires_grad() || w.requires_grad());
+  return CpuEvictingAttention::apply(fp32(q), fp32(k), fp32(v), w, eviction, keep).to(v.scalar_type());
 }
 
 }  // namespace routelab
