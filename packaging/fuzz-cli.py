@@ -1,0 +1,181 @@
+#!/usr/bin/env python3
+"""Bad input for routelab-cli at random: mutated config files (every preset but the 360M ones, and a small run's
+resolved config: keys dropped, added or given values of another type or range, the text cut short), damaged
+checkpoints (cut, bytes changed, replaced; with and without the CRC the store recorded), damaged run stores, and
+corpora of random bytes, nothing, a few bytes or long lines. Each case runs a command on it (train, eval, generate,
+resume, profile, kv, runs, show, export, compare). A finding is a process killed by a signal, a sanitizer report, an
+uncaught exception or a case past the time limit; a clear error or success is not. Run it against the sanitized CLI
+(packaging/sanitize.sh builds it); outside CI. Exit status 1 when anything was found.
+
+  python3 packaging/fuzz-cli.py [--cli build-sanitize/app/routelab-cli] [--cases 100] [--seed 1]
+                                [--kinds config,checkpoint,store,corpus] [--work /tmp/routelab-fuzz]
+"""
+import argparse
+import glob
+import json
+import os
+import random
+import shutil
+import sqlite3
+import subprocess
+import sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+VALUES = [None, True, -1, 0, 2**63, -2**63, 1e308, -1e-308, 3.5, "", "x" * 5000, "\u00e9\u0000\u00fc", [], [1, "a"],
+          {}, {"a": 1}, "nan", "-7", "1e9", "../../etc/passwd", "/nonexistent/dir/file"]
+# A small DTRNet run: the checkpoint, store and resume cases start from it.
+BASE_RUN = ["--preset", "dtrnet-bilayer", "--set", "model.n_layer=3", "--set", "data.context=32", "--set",
+            "train.batch_size=2", "--set", "train.eval_every=3", "--set", "train.eval_batches=1", "--quiet",
+            "--threads", "1"]
+
+
+class Fuzz:
+    def __init__(self, args):
+        self.cli, self.work, self.timeout = os.path.abspath(args.cli), args.work, args.timeout
+        self.findings, self.outcomes = [], {"ok": 0, "clear error": 0}
+        self.env = dict(os.environ, ROUTELAB_HOME=os.path.join(self.work, "home"),
+                        ASAN_OPTIONS="detect_leaks=0:halt_on_error=1:exitcode=86",
+                        UBSAN_OPTIONS="halt_on_error=1:print_stacktrace=1:suppressions=" +
+                        os.path.join(ROOT, "packaging", "ubsan.supp"))
+        self.verbose = args.verbose
+
+    def run(self, args, label):
+        """Runs the CLI; records a finding where it crashed, reported or hung."""
+        try:
+            p = subprocess.run([self.cli] + args, env=self.env, capture_output=True, text=True, errors="replace",
+                               timeout=self.timeout)
+        except subprocess.TimeoutExpired:
+            self.findings.append((label, f"no answer in {self.timeout} s", ""))
+            return None
+        err = p.stderr
+        last = (err.strip().splitlines() or [""])[-1][:200]
+        if self.verbose:
+            print(label, p.returncode, last, flush=True)
+        if (p.returncode < 0 or p.returncode == 86 or "Sanitizer" in err or "runtime error:" in err or
+                "terminate called" in err):
+            self.findings.append((label, f"exit {p.returncode}", err[-3000:]))
+            print("FINDING", label, p.returncode, err[-1500:], sep="\n", flush=True)
+        else:
+            self.outcomes["ok" if p.returncode == 0 else "clear error"] += 1
+        return p
+
+    def prepare(self):
+        """The base run (6 steps, a checkpoint at 6, then marked stopped with 8 to go), its config, the presets."""
+        shutil.rmtree(self.work, ignore_errors=True)
+        os.makedirs(self.work)
+        self.base_db = os.path.join(self.work, "base.sqlite")
+        p = subprocess.run([self.cli, "train"] + BASE_RUN + ["--steps", "6", "--db", self.base_db], env=self.env,
+                           capture_output=True, text=True)
+        if p.returncode != 0:
+            sys.exit("fuzz-cli: the base run failed:\n" + p.stderr[-2000:])
+        show = subprocess.run([self.cli, "show", "1", "--json", "--db", self.base_db], env=self.env,
+                              capture_output=True, text=True, check=True)
+        config = json.loads(show.stdout)["config"]
+        self.configs = [config] + [json.load(open(path)) for path in sorted(glob.glob(f"{ROOT}/experiments/*.json"))
+                                   if "360m" not in path]
+        resumable = json.loads(json.dumps(config))
+        resumable["train"]["steps"] = 8
+        db = sqlite3.connect(self.base_db)
+        db.execute("update runs set config_json = ?, total_steps = 8, status = 'stopped'", (json.dumps(resumable),))
+        db.commit()
+        db.execute("pragma wal_checkpoint(truncate)")  # the cases copy the database file alone
+        self.checkpoint = db.execute("select path from checkpoints order by step desc").fetchone()[0]
+        db.close()
+
+    def mutated_config(self):
+        c = json.loads(json.dumps(random.choice(self.configs)))
+        for _ in range(random.randint(1, 3)):
+            section = random.choice(list(c.keys()))
+            if not isinstance(c[section], dict) or not c[section]:
+                if random.random() < 0.2:
+                    c[section] = random.choice(VALUES)
+                continue
+            key = random.choice(list(c[section].keys()))
+            r = random.random()
+            if r < 0.15:
+                del c[section][key]
+            elif r < 0.25:
+                c[section]["unknown_" + key] = 1
+            else:
+                c[section][key] = random.choice(VALUES)
+        text = json.dumps(c)
+        return text[:random.randint(0, len(text))] if random.random() < 0.1 else text
+
+    def case(self, i, kind):
+        d = os.path.join(self.work, str(i))
+        os.makedirs(d)
+        if kind == "config":
+            path = os.path.join(d, "config.json")
+            open(path, "w").write(self.mutated_config())
+            self.run(["train", "--config", path, "--steps", "2", "--db", os.path.join(d, "s.sqlite"), "--quiet",
+                      "--threads", "1"], f"{i} config {path}")
+        elif kind in ("checkpoint", "store"):
+            db = os.path.join(d, "base.sqlite")
+            shutil.copy(self.base_db, db)
+            shutil.copytree(os.path.join(self.work, "checkpoints"), os.path.join(d, "checkpoints"))
+            target = os.path.join(d, self.checkpoint) if kind == "checkpoint" else db
+            damage(target)
+            if kind == "checkpoint" and random.random() < 0.6:  # no CRC recorded: the reader itself faces it
+                c = sqlite3.connect(db)
+                c.execute("update checkpoints set crc32 = NULL, bytes = ?", (os.path.getsize(target),))
+                c.commit()
+                c.close()
+            commands = ([["eval", "1"], ["generate", "1", "--prompt", "In the", "--max-new", "4"],
+                         ["resume", "1", "--quiet"], ["profile", "1"], ["kv", "1"]] if kind == "checkpoint" else
+                        [["runs"], ["show", "1"], ["export", "1"], ["compare", "1"], ["eval", "1"],
+                         ["resume", "1", "--quiet"]])
+            for command in random.sample(commands, 2):
+                self.run(command + ["--db", db], f"{i} {kind} {' '.join(command)} ({d})")
+        else:
+            r = random.random()
+            data = (os.urandom(random.randint(0, 20000)) if r < 0.4 else b"" if r < 0.5 else
+                    b"a" * random.randint(1, 3) if r < 0.6 else ("\u00e9\u4e2d" * 3000 + "\n").encode() * 5)
+            path = os.path.join(d, "corpus.txt")
+            open(path, "wb").write(data)
+            tokenizer = random.choice(["char", "byte", "word"])
+            self.run(["train"] + BASE_RUN + ["--steps", "2", "--set", "data.source=file", "--set", f"data.path={path}",
+                                             "--set", f"data.tokenizer={tokenizer}", "--db",
+                                             os.path.join(d, "s.sqlite")], f"{i} corpus {tokenizer} {path}")
+
+
+def damage(path):
+    data = bytearray(open(path, "rb").read())
+    r = random.random()
+    if r < 0.3:
+        data = data[:random.randint(0, len(data))]
+    elif r < 0.9:
+        for _ in range(random.randint(1, 20)):
+            data[random.randrange(len(data))] = random.randrange(256)
+    else:
+        data = bytearray(os.urandom(random.randint(0, 4096)))
+    open(path, "wb").write(bytes(data))
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    default_cli = next((c for c in (f"{ROOT}/build-sanitize/app/routelab-cli", f"{ROOT}/build/app/routelab-cli")
+                        if os.path.exists(c)), "routelab-cli")
+    parser.add_argument("--cli", default=default_cli)
+    parser.add_argument("--cases", type=int, default=100)
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--kinds", default="config,config,checkpoint,store,corpus",
+                        help="comma-separated kinds to draw from (repeat one to draw it more often)")
+    parser.add_argument("--work", default="/tmp/routelab-fuzz")
+    parser.add_argument("--timeout", type=float, default=300, help="seconds a command may take")
+    parser.add_argument("--verbose", action="store_true", help="each command's exit status and last line")
+    args = parser.parse_args()
+    random.seed(args.seed)
+    fuzz = Fuzz(args)
+    fuzz.prepare()
+    kinds = args.kinds.split(",")
+    for i in range(args.cases):
+        fuzz.case(i, random.choice(kinds))
+    print(f"fuzz-cli: {args.cases} cases with {fuzz.cli} (seed {args.seed}): {fuzz.outcomes['ok']} commands "
+          f"succeeded, {fuzz.outcomes['clear error']} stopped with an error, {len(fuzz.findings)} findings")
+    for label, what, _ in fuzz.findings:
+        print(f"  {label}: {what}")
+    sys.exit(1 if fuzz.findings else 0)
+
+
+if __name__ == "__main__":
+    main()
