@@ -56,6 +56,21 @@ double max_grad_diff(torch::nn::Module& a, torch::nn::Module& b) {
   return m;
 }
 
+/// An accumulated step against the one batch's: its loss and gradient norm, the gradients it stepped on (the one
+/// batch's), and the parameters after it, which agree within AdamW's amplification of rounding in gradients near
+/// zero (it divides by their running size).
+void expect_same_update(int step, const torch::Tensor& loss_one, const torch::Tensor& loss_accumulated,
+                        const torch::Tensor& norm_one, const torch::Tensor& norm_accumulated, torch::nn::Module& one,
+                        torch::nn::Module& accumulated) {
+  const double loss_diff = std::abs(loss_one.item<double>() - loss_accumulated.item<double>());
+  QVERIFY2(loss_diff <= 1e-5, qPrintable(QString("step %1: loss differs by %2").arg(step).arg(loss_diff)));
+  QVERIFY(std::abs(norm_one.item<double>() - norm_accumulated.item<double>()) <= 1e-5);
+  const double grad_diff = max_grad_diff(one, accumulated);
+  QVERIFY2(grad_diff <= 1e-5, qPrintable(QString("step %1: gradients differ by %2").arg(step).arg(grad_diff)));
+  const double diff = max_param_diff(one, accumulated);
+  QVERIFY2(diff <= 1e-4, qPrintable(QString("step %1: parameters differ by %2").arg(step).arg(diff)));
+}
+
 /// A copy-task run of a small dense model with `batch` sequences a forward and `accum` of them a step.
 ExperimentConfig copy_run(std::int64_t batch, std::int64_t accum) {
   return resolve_config(nlohmann::json::object(),
@@ -112,15 +127,8 @@ class TestGradAccum : public QObject {
                                : torch::Tensor()};
       const auto a = train_step(*one, *opt_one, batch, 1.0, false, true, 1);
       const auto b = train_step(*accumulated, *opt_accumulated, batch, 1.0, false, true, micro);
-      const double loss_diff = std::abs(a.loss.item<double>() - b.loss.item<double>());
-      QVERIFY2(loss_diff <= 1e-5, qPrintable(QString("step %1: loss differs by %2").arg(step).arg(loss_diff)));
-      QVERIFY(std::abs(a.grad_norm.item<double>() - b.grad_norm.item<double>()) <= 1e-5);
-      // The accumulated gradient (what the optimizer stepped on) is the one batch's; the parameters then agree
-      // within AdamW's amplification of rounding in gradients near zero (it divides by their running size).
-      const double grad_diff = max_grad_diff(*one, *accumulated);
-      QVERIFY2(grad_diff <= 1e-5, qPrintable(QString("step %1: gradients differ by %2").arg(step).arg(grad_diff)));
-      const double diff = max_param_diff(*one, *accumulated);
-      QVERIFY2(diff <= 1e-4, qPrintable(QString("step %1: parameters differ by %2").arg(step).arg(diff)));
+      expect_same_update(step, a.loss, b.loss, a.grad_norm, b.grad_norm, *one, *accumulated);
+      if (QTest::currentTestFailed()) return;
       QCOMPARE(b.output.trace.size(), a.output.trace.size());
       for (std::size_t i = 0; i < a.output.trace.size(); ++i) {
         QCOMPARE(b.output.trace[i].tokens_processed, a.output.trace[i].tokens_processed);
@@ -244,15 +252,10 @@ class TestGradAccum : public QObject {
       const auto a = classification_train_step(*one, *opt_one, batch, 1.0, false, trace, 1);
       const auto b = classification_train_step(*accumulated, *opt_accumulated, batch, 1.0, false, trace, 3);
       QVERIFY2(a.aux_loss.item<double>() == 0.0, "the test's classifier settings leave an auxiliary loss");
-      const double loss_diff = std::abs(a.loss.item<double>() - b.loss.item<double>());
-      QVERIFY2(loss_diff <= 1e-5, qPrintable(QString("step %1: loss differs by %2").arg(step).arg(loss_diff)));
+      expect_same_update(step, a.loss, b.loss, a.grad_norm, b.grad_norm, *one, *accumulated);
+      if (QTest::currentTestFailed()) return;
       QCOMPARE(b.correct, a.correct);
       QCOMPARE(b.examples, std::int64_t(7));
-      QVERIFY(std::abs(a.grad_norm.item<double>() - b.grad_norm.item<double>()) <= 1e-5);
-      const double grad_diff = max_grad_diff(*one, *accumulated);
-      QVERIFY2(grad_diff <= 1e-5, qPrintable(QString("step %1: gradients differ by %2").arg(step).arg(grad_diff)));
-      const double diff = max_param_diff(*one, *accumulated);
-      QVERIFY2(diff <= 1e-4, qPrintable(QString("step %1: parameters differ by %2").arg(step).arg(diff)));
       // The traced step's trace and token data are the whole batch's.
       QCOMPARE(b.output.trace.size(), a.output.trace.size());
       for (std::size_t i = 0; i < a.output.trace.size(); ++i) {
@@ -284,9 +287,10 @@ class TestGradAccum : public QObject {
       const auto a = store.metric(one.run_id, key), b = store.metric(accumulated.run_id, key);
       QVERIFY2(!a.empty(), key.c_str());
       QCOMPARE(b.size(), a.size());
-      for (std::size_t i = 0; i < a.size(); ++i)
-        QVERIFY2(std::abs(a[i].value - b[i].value) <= 1e-4,
-                 qPrintable(QString("%1 step %2: %3 vs %4").arg(key.c_str()).arg(a[i].step).arg(a[i].value).arg(b[i].value)));
+      for (std::size_t i = 0; i < a.size(); ++i) {
+        const auto what = QString("%1 step %2: %3 vs %4").arg(key.c_str()).arg(a[i].step).arg(a[i].value);
+        QVERIFY2(std::abs(a[i].value - b[i].value) <= 1e-4, qPrintable(what.arg(b[i].value)));
+      }
     }
   }
 };
