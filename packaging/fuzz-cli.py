@@ -1,14 +1,15 @@
 #!/usr/bin/env python3
 """Bad input for routelab-cli at random: mutated config files (every preset but the 360M ones, and a small run's
 resolved config: keys dropped, added or given values of another type or range, the text cut short), damaged
-checkpoints (cut, bytes changed, replaced; with and without the CRC the store recorded), damaged run stores, and
-corpora of random bytes, nothing, a few bytes or long lines. Each case runs a command on it (train, eval, generate,
+checkpoints (cut, bytes changed, replaced; with and without the CRC the store recorded), damaged run stores, damaged
+token shards (a shard or the manifest of `prepare`'s byte-level output), and corpora of random bytes, nothing, a few
+bytes or long lines. Each case runs a command on it (train, eval, generate,
 resume, profile, kv, runs, show, export, compare). A finding is a process killed by a signal, a sanitizer report, an
 uncaught exception or a case past the time limit; a clear error or success is not. Run it against the sanitized CLI
 (packaging/sanitize.sh builds it); outside CI. Exit status 1 when anything was found.
 
   python3 packaging/fuzz-cli.py [--cli build-sanitize/app/routelab-cli] [--cases 100] [--seed 1]
-                                [--kinds config,checkpoint,store,corpus] [--work /tmp/routelab-fuzz]
+                                [--kinds config,checkpoint,store,shards,corpus] [--work /tmp/routelab-fuzz]
 """
 import argparse
 import glob
@@ -81,6 +82,12 @@ class Fuzz:
         db.execute("pragma wal_checkpoint(truncate)")  # the cases copy the database file alone
         self.checkpoint = db.execute("select path from checkpoints order by step desc").fetchone()[0]
         db.close()
+        corpus = os.path.join(self.work, "corpus.txt")  # 300 KB of the KJV text the base run stored, as byte shards
+        with open(os.path.join(self.work, "home", "corpora", "kjv.txt"), "rb") as kjv:
+            open(corpus, "wb").write(kjv.read(300000))
+        subprocess.run([self.cli, "prepare", "--corpus", corpus, "--tokenizer", "byte", "--out",
+                        os.path.join(self.work, "shards"), "--shard-tokens", "50000", "--val-fraction", "0.1",
+                        "--threads", "1"], env=self.env, capture_output=True, check=True)
 
     def mutated_config(self):
         c = json.loads(json.dumps(random.choice(self.configs)))
@@ -126,6 +133,14 @@ class Fuzz:
                          ["resume", "1", "--quiet"]])
             for command in random.sample(commands, 2):
                 self.run(command + ["--db", db], f"{i} {kind} {' '.join(command)} ({d})")
+        elif kind == "shards":
+            shards = os.path.join(d, "shards")
+            shutil.copytree(os.path.join(self.work, "shards"), shards)
+            target = os.path.join(shards, random.choice(sorted(os.listdir(shards))))
+            damage(target)
+            self.run(["train"] + BASE_RUN + ["--steps", "2", "--set", "data.source=shards", "--set",
+                                             f"data.path={shards}", "--db", os.path.join(d, "s.sqlite")],
+                     f"{i} shards {target}")
         else:
             r = random.random()
             data = (os.urandom(random.randint(0, 20000)) if r < 0.4 else b"" if r < 0.5 else
@@ -158,7 +173,7 @@ def main():
     parser.add_argument("--cli", default=default_cli)
     parser.add_argument("--cases", type=int, default=100)
     parser.add_argument("--seed", type=int, default=1)
-    parser.add_argument("--kinds", default="config,config,checkpoint,store,corpus",
+    parser.add_argument("--kinds", default="config,config,checkpoint,store,shards,corpus",
                         help="comma-separated kinds to draw from (repeat one to draw it more often)")
     parser.add_argument("--work", default="/tmp/routelab-fuzz")
     parser.add_argument("--timeout", type=float, default=300, help="seconds a command may take")
