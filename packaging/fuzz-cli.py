@@ -3,8 +3,8 @@
 resolved config: keys dropped, added or given values of another type or range, the text cut short), damaged
 checkpoints (cut, bytes changed, replaced; with and without the CRC the store recorded), damaged run stores, damaged
 token shards (a shard or the manifest of `prepare`'s byte-level output), and corpora of random bytes, nothing, a few
-bytes or long lines. Each case runs a command on it (train, eval, generate,
-resume, profile, kv, runs, show, export, compare). A finding is a process killed by a signal, a sanitizer report, an
+bytes or long lines. Each case runs a command on it (train, eval, generate, resume, profile, kv, runs, show, export,
+compare). A finding is a process killed by a signal, a sanitizer report, an
 uncaught exception or a case past the time limit; a clear error or success is not. Run it against the sanitized CLI
 (packaging/sanitize.sh builds it); outside CI. Exit status 1 when anything was found.
 
