@@ -15,7 +15,9 @@ ctest_args=()
 for arg in ${routelab_args[@]+"${routelab_args[@]}"}; do
   if [ "$arg" = --gui ]; then gui=ON; suites=(); else ctest_args+=("$arg"); fi
 done
-build="${ROUTELAB_BUILD_DIR:-$root/build-sanitize$([ "$routelab_torch" = pip ] && echo -pip)}"
+suffix=""
+if [ "$routelab_torch" = pip ]; then suffix=-pip; fi
+build="${ROUTELAB_BUILD_DIR:-$root/build-sanitize$suffix}"
 ROUTELAB_BUILD_DIR="$build" bash "$root/packaging/build.sh" --torch "$routelab_torch" -DCMAKE_CXX_FLAGS=-g1 \
   -DROUTELAB_BUILD_GUI=$gui -DROUTELAB_SANITIZE=address,undefined
 # LibTorch and its libraries keep allocations until exit that LeakSanitizer would report in every suite: leaks are
