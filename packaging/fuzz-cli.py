@@ -47,7 +47,7 @@ class Fuzz:
                                timeout=self.timeout)
         except subprocess.TimeoutExpired:
             self.findings.append((label, f"no answer in {self.timeout} s", ""))
-            return None
+            return
         err = p.stderr
         last = (err.strip().splitlines() or [""])[-1][:200]
         if self.verbose:
@@ -58,7 +58,6 @@ class Fuzz:
             print("FINDING", label, p.returncode, err[-1500:], sep="\n", flush=True)
         else:
             self.outcomes["ok" if p.returncode == 0 else "clear error"] += 1
-        return p
 
     def prepare(self):
         """The base run (6 steps, a checkpoint at 6, then marked stopped with 8 to go), its config, the presets."""

@@ -89,38 +89,36 @@ ClassStepResult classification_train_step(SequenceClassifier& model, torch::opti
   // An epoch's last step may hold fewer examples than the others: its micro-batches are as even as they can be (and
   // no more than its examples), and each one's losses weigh by its share of the step's examples.
   const auto parts = std::max<std::int64_t>(1, std::min(micro_batches, rows));
+  const auto add = [](torch::Tensor& sum, const torch::Tensor& t) { sum = sum.defined() ? sum + t : t; };
   ClassStepResult result;
   result.examples = rows;
-  if (parts > 1) zero_grads(model);
+  zero_grads(model);
   std::vector<ClassifierOutput> outputs;
-  torch::Tensor correct, loss, aux, total;
+  torch::Tensor correct, loss, aux;
   for (std::int64_t i = 0, start = 0; i < parts; ++i) {
     const auto size = rows / parts + (i < rows % parts ? 1 : 0);
-    const auto micro = parts > 1 ? class_batch_rows(batch, start, size) : batch;
+    const auto micro = class_batch_rows(batch, start, size);
     start += size;
     const double weight = static_cast<double>(size) / static_cast<double>(rows);
+    const auto weigh = [&](const torch::Tensor& t) { return parts > 1 ? t * weight : t; };  // one part: the step's
     ClassifierOutput output;
-    torch::Tensor ce;
+    torch::Tensor ce, total;
     {
       AutocastGuard autocast(bf16, micro.input.device());
       output = model.forward(micro.input, micro.mask, micro.segment, trace);
       ce = classification_loss(output.logits, micro.label);
       total = ce + output.aux_loss.to(torch::kFloat);
     }
-    const auto right = output.logits.argmax(-1).eq(micro.label).sum();
-    correct = correct.defined() ? correct + right : right;
+    add(correct, output.logits.argmax(-1).eq(micro.label).sum());
     output.logits = torch::Tensor();
-    const auto weigh = [&](const torch::Tensor& t) { return parts > 1 ? t.detach() * weight : t.detach(); };
-    const auto weighted = weigh(ce), aux_part = weigh(output.aux_loss.to(torch::kFloat));
-    loss = loss.defined() ? loss + weighted : weighted;
-    aux = aux.defined() ? aux + aux_part : aux_part;
-    if (parts > 1) (total * weight).backward();
+    add(loss, weigh(ce.detach()));
+    add(aux, weigh(output.aux_loss.detach().to(torch::kFloat)));
+    weigh(total).backward();
     outputs.push_back(std::move(output));
   }
   result.output = merge_classifier_micro_batches(std::move(outputs));
   result.correct = correct.item<std::int64_t>();
-  result.grad_norm =
-      parts > 1 ? clip_and_step(model, optimizer, grad_clip) : backward_and_step(total, model, optimizer, grad_clip);
+  result.grad_norm = clip_and_step(model, optimizer, grad_clip);
   result.loss = loss;
   result.aux_loss = aux;
   return result;
