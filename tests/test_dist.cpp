@@ -3,7 +3,7 @@
 // (routelab-cli train --nproc 2, or two processes given torchrun's variables by the test) store the curve, routing
 // and evaluations of one process training the same global batch; rank 0 alone writes; a killed rank ends the other
 // with a clear error, the store stays intact and the run resumes, on another number of ranks too; ranks of
-// different configs or an uneven split are refused by name.
+// different configs or an uneven split are refused by name; classifiers store the run of one process too.
 #include <QProcess>
 #include <QTemporaryDir>
 #include <QtTest>
@@ -22,6 +22,7 @@
 #include "core/dist/grad_sync.h"
 #include "core/dist/launch_env.h"
 #include "core/dist/local_launch.h"
+#include "core/models/registry.h"
 #include "core/store/run_store.h"
 #include "core/util/errors.h"
 #include "tests/suite.h"
@@ -311,6 +312,54 @@ class TestDist : public QObject {
       QVERIFY(std::abs(routing_two[i].gate_mean - routing_one[i].gate_mean) < 1e-5);
     }
     QVERIFY(!curve(db, runs[0].id, "train/dist_wait_ms").empty());
+  }
+
+  /// --nproc 2 of every registered classifier: every metric one process stores (training and validation figures,
+  /// the epoch's, the routing statistics and routing_change included), its routing rows and evaluations. 257 examples
+  /// in steps of 2 x 16: each rank runs one of the micro-batches one process runs, and each epoch's last step holds
+  /// one example, which leaves rank 1 a stand-in; 40 validation examples in batches of 16 are shared unevenly.
+  void classifiersTwoRanksStoreTheRunOfOne_data() {
+    QTest::addColumn<QString>("arch");
+    for (const auto& id : architecture_ids(Task::Classification)) QTest::newRow(id.c_str()) << QString::fromStdString(id);
+  }
+  void classifiersTwoRanksStoreTheRunOfOne() {
+    QFETCH(QString, arch);
+    QStringList args{"train", "--preset", "tiny", "--threads", "1", "--set", "model.arch=" + arch};
+    for (const char* set : {"model.n_embd=32", "model.n_head=4", "model.n_layer=1", "model.dropout=0",
+                            "data.source=entailment", "data.tokenizer=word", "data.context=48",
+                            "data.task_train_examples=257", "data.task_eval_examples=40", "train.batch_size=16",
+                            "train.grad_accum=2", "train.epochs=2", "train.log_every=1", "train.eval_every=4",
+                            "train.checkpoint_every=4", "run.dist_bucket_mb=0.02", "run.dist_timeout_s=60"})
+      args << "--set" << set;
+    if (arch == "vanilla-classifier") args << "--set" << "model.pool_dropout=0";
+    const auto one = home_.filePath("one-" + arch + ".sqlite"), two = home_.filePath("two-" + arch + ".sqlite");
+    auto [code, out] = run(args + QStringList{"--db", one});
+    QVERIFY2(code == 0, qPrintable(out));
+    std::tie(code, out) = run(args + QStringList{"--db", two, "--nproc", "2"});
+    QVERIFY2(code == 0, qPrintable(out));
+    RunStore a(one.toStdString(), false), b(two.toStdString(), false);
+    QCOMPARE(b.run(1)->world_size, 2);
+    QCOMPARE(b.run(1)->status, RunStatus::Finished);
+    QVERIFY2(out.contains("steps per epoch over 2 ranks (gloo), up to 16 examples each"), qPrintable(out));
+    const auto keys = a.metric_keys(1);
+    QVERIFY(std::find(keys.begin(), keys.end(), "train/epoch_accuracy") != keys.end());
+    for (const auto& key : keys)
+      if (key != "train/tokens_per_s") expect_same_curve(one, 1, two, 1, key, 1e-5);
+    QCOMPARE(b.checkpoints(1).size(), a.checkpoints(1).size());
+    const auto routing_one = a.routing(1), routing_two = b.routing(1);
+    QCOMPARE(routing_two.size(), routing_one.size());
+    for (std::size_t i = 0; i < routing_one.size(); ++i) {
+      QCOMPARE(routing_two[i].step, routing_one[i].step);
+      QCOMPARE(routing_two[i].tokens_mlp, routing_one[i].tokens_mlp);
+      QVERIFY(std::abs(routing_two[i].routed_fraction - routing_one[i].routed_fraction) < 1e-6);
+      QVERIFY(std::abs(routing_two[i].gate_mean - routing_one[i].gate_mean) < 1e-5);
+    }
+    const auto evals_one = a.evals(1), evals_two = b.evals(1);
+    QCOMPARE(evals_two.size(), evals_one.size());
+    for (std::size_t i = 0; i < evals_one.size(); ++i) {
+      QCOMPARE(evals_two[i].step, evals_one[i].step);
+      QVERIFY(std::abs(evals_two[i].loss - evals_one[i].loss) < 1e-5);
+    }
   }
 
   /// Two processes given torchrun's (or srun's) variables by the test take the path --nproc takes: the same stored

@@ -204,9 +204,7 @@ ForwardBenchResult bench_forward(const ForwardBenchOptions& in) {
     o.warmup = 1;
     o.breakdown_min_seq = 0;
   }
-  std::string forcible;
-  for (const auto& e : architectures())
-    if (e.force_routed_share) forcible += (forcible.empty() ? "" : ", ") + e.id;
+  const auto forcible = architectures_with([](const ArchitectureEntry& e) { return e.force_routed_share != nullptr; });
   if (o.archs.empty())
     for (const auto& e : architectures())
       if (e.force_routed_share) o.archs.push_back(e.id);

@@ -1,6 +1,9 @@
 // Small all-reduces of host numbers, packed into one tensor on the collective's device.
 #include "core/dist/step_reduce.h"
 
+#include <algorithm>
+#include <cmath>
+
 #include "core/util/errors.h"
 
 namespace routelab {
@@ -16,22 +19,29 @@ std::vector<double> sum_over_ranks(Collective& collective, const std::vector<dou
 
 }  // namespace
 
-torch::Tensor reduce_step_scalars(Collective& collective, torch::Tensor& loss, torch::Tensor& aux_loss, bool stop) {
+torch::Tensor reduce_step_scalars(Collective& collective, torch::Tensor& loss, torch::Tensor& aux_loss, bool stop,
+                                  torch::Tensor* count) {
   const auto dev = collective.device();
-  auto packed = torch::stack({loss.detach().to(dev, torch::kDouble).reshape({}),
-                              aux_loss.defined() ? aux_loss.detach().to(dev, torch::kDouble).reshape({})
-                                                 : torch::zeros({}, torch::TensorOptions(dev).dtype(torch::kDouble)),
-                              torch::full({}, stop ? 1.0 : 0.0, torch::TensorOptions(dev).dtype(torch::kDouble))});
+  const auto on = torch::TensorOptions(dev).dtype(torch::kDouble);
+  std::vector<torch::Tensor> parts{loss.detach().to(dev, torch::kDouble).reshape({}),
+                                   aux_loss.defined() ? aux_loss.detach().to(dev, torch::kDouble).reshape({})
+                                                      : torch::zeros({}, on),
+                                   torch::full({}, stop ? 1.0 : 0.0, on)};
+  if (count) parts.push_back(count->detach().to(dev, torch::kDouble).reshape({}));
+  auto packed = torch::stack(parts);
   collective.all_reduce_sum(packed);
   const auto out_device = loss.device();
   loss = packed[0].to(out_device, torch::kFloat);
   aux_loss = packed[1].to(out_device, torch::kFloat);
+  if (count) *count = packed[3].to(count->device(), count->scalar_type());
   return packed[2];
 }
 
-void reduce_trace(Collective& collective, std::vector<LayerTrace>& trace, std::map<std::string, double>& stats) {
+void reduce_trace(Collective& collective, std::vector<LayerTrace>& trace, std::map<std::string, double>& stats,
+                  double weight) {
   const auto n = static_cast<double>(collective.world_size());
-  // Rank 0's statistics keys; each rank adds (value, 1) for those it has, (0, 0) for the others.
+  const double counts = weight > 0 ? 1.0 : 0.0;  // sums: a stand-in trace adds nothing
+  // Rank 0's statistics keys; each rank adds (weight x value, weight) for those it has, (0, 0) for the others.
   std::string keys;
   for (const auto& [key, value] : stats) keys += key + '\n';
   keys = collective.broadcast_string(keys);
@@ -40,37 +50,39 @@ void reduce_trace(Collective& collective, std::vector<LayerTrace>& trace, std::m
     names.push_back(keys.substr(start, end - start));
   std::vector<double> values;
   values.push_back(static_cast<double>(trace.size()));
+  values.push_back(weight);
   for (const auto& layer : trace) {
-    values.push_back(layer.routed_fraction);
-    values.push_back(layer.aux_loss);
-    values.push_back(layer.gate.defined() ? layer.gate.to(torch::kFloat).mean().item<double>() : 1.0);
-    values.push_back(layer.flops);
-    values.push_back(layer.dense_flops);
+    values.push_back(weight * layer.routed_fraction);
+    values.push_back(weight * layer.aux_loss);
+    values.push_back(weight * (layer.gate.defined() ? layer.gate.to(torch::kFloat).mean().item<double>() : 1.0));
+    values.push_back(counts * layer.flops);
+    values.push_back(counts * layer.dense_flops);
     for (const char* sub : {"attn", "mlp", "kv"}) {
       const auto it = layer.tokens_processed.find(sub);
-      values.push_back(it == layer.tokens_processed.end() ? 0.0 : static_cast<double>(it->second));
+      values.push_back(it == layer.tokens_processed.end() ? 0.0 : counts * static_cast<double>(it->second));
     }
   }
   for (const auto& name : names) {
     const auto it = stats.find(name);
-    values.push_back(it == stats.end() ? 0.0 : it->second);
-    values.push_back(it == stats.end() ? 0.0 : 1.0);
+    values.push_back(it == stats.end() ? 0.0 : weight * it->second);
+    values.push_back(it == stats.end() ? 0.0 : weight);
   }
   const auto sums = sum_over_ranks(collective, values);
   if (sums[0] != n * static_cast<double>(trace.size()))
     throw DistError("the ranks traced different numbers of layers (rank " + std::to_string(collective.rank()) +
                     ": " + std::to_string(trace.size()) + ")");
-  std::size_t i = 1;
+  const double total = std::max(sums[1], 1e-300);
+  std::size_t i = 2;
   for (auto& layer : trace) {
-    layer.routed_fraction = sums[i++] / n;
-    layer.aux_loss = sums[i++] / n;
-    const double gate = sums[i++] / n;
+    layer.routed_fraction = sums[i++] / total;
+    layer.aux_loss = sums[i++] / total;
+    const double gate = sums[i++] / total;
     if (layer.gate.defined()) layer.gate = torch::full({1}, gate);
     layer.flops = sums[i++];
     layer.dense_flops = sums[i++];
     for (const char* sub : {"attn", "mlp", "kv"}) {
-      const auto total = static_cast<std::int64_t>(std::llround(sums[i++]));
-      if (layer.tokens_processed.count(sub)) layer.tokens_processed[sub] = total;
+      const auto sum = static_cast<std::int64_t>(std::llround(sums[i++]));
+      if (layer.tokens_processed.count(sub)) layer.tokens_processed[sub] = sum;
     }
   }
   std::map<std::string, double> global;

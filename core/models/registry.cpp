@@ -112,6 +112,13 @@ std::vector<std::string> architecture_ids(Task task) {
   return ids;
 }
 
+std::string architectures_with(const std::function<bool(const ArchitectureEntry&)>& can) {
+  std::string ids;
+  for (const auto& e : architectures())
+    if (can(e)) ids += (ids.empty() ? "" : ", ") + e.id;
+  return ids;
+}
+
 const ArchitectureEntry& architecture(const std::string& id) {
   for (const auto& e : architectures())
     if (e.id == id) return e;

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "core/dist/grad_sync.h"
 #include "core/models/language_model.h"
 #include "core/train/step.h"
 #include "core/train/token_probe.h"
@@ -82,16 +83,18 @@ ClassifierOutput merge_classifier_micro_batches(std::vector<ClassifierOutput> pa
 
 ClassStepResult classification_train_step(SequenceClassifier& model, torch::optim::Optimizer& optimizer,
                                           const ClassBatch& batch, double grad_clip, bool bf16, bool trace,
-                                          std::int64_t micro_batches) {
+                                          std::int64_t micro_batches, const StepShare* share) {
   if (micro_batches < 1)
     throw ConfigError("train.grad_accum: " + std::to_string(micro_batches) + " micro-batches (at least 1)");
   const auto rows = batch.label.size(0);
   // An epoch's last step may hold fewer examples than the others: its micro-batches are as even as they can be (and
-  // no more than its examples), and each one's losses weigh by its share of the step's examples.
+  // no more than its examples), and each one's losses weigh by its share of the step's examples (over every rank).
   const auto parts = std::max<std::int64_t>(1, std::min(micro_batches, rows));
+  const bool stand_in = share && share->stand_in;
+  const auto step_rows = static_cast<double>(share ? share->global_rows : rows);
   const auto add = [](torch::Tensor& sum, const torch::Tensor& t) { sum = sum.defined() ? sum + t : t; };
   ClassStepResult result;
-  result.examples = rows;
+  result.examples = stand_in ? 0 : rows;
   zero_grads(model);
   std::vector<ClassifierOutput> outputs;
   torch::Tensor correct, loss, aux;
@@ -99,8 +102,9 @@ ClassStepResult classification_train_step(SequenceClassifier& model, torch::opti
     const auto size = rows / parts + (i < rows % parts ? 1 : 0);
     const auto micro = class_batch_rows(batch, start, size);
     start += size;
-    const double weight = static_cast<double>(size) / static_cast<double>(rows);
-    const auto weigh = [&](const torch::Tensor& t) { return parts > 1 ? t * weight : t; };  // one part: the step's
+    const double weight = stand_in ? 0.0 : static_cast<double>(size) / step_rows;
+    // One part of a one-process step is the step's own mean.
+    const auto weigh = [&](const torch::Tensor& t) { return parts > 1 || share ? t * weight : t; };
     ClassifierOutput output;
     torch::Tensor ce, total;
     {
@@ -109,15 +113,17 @@ ClassStepResult classification_train_step(SequenceClassifier& model, torch::opti
       ce = classification_loss(output.logits, micro.label);
       total = ce + output.aux_loss.to(torch::kFloat);
     }
-    add(correct, output.logits.argmax(-1).eq(micro.label).sum());
+    if (!stand_in) add(correct, output.logits.argmax(-1).eq(micro.label).sum());
     output.logits = torch::Tensor();
     add(loss, weigh(ce.detach()));
     add(aux, weigh(output.aux_loss.detach().to(torch::kFloat)));
+    if (share && share->sync && i + 1 == parts) share->sync->arm();  // the last pass sends the gradients
     weigh(total).backward();
     outputs.push_back(std::move(output));
   }
+  if (share && share->sync) share->sync->finish();
   result.output = merge_classifier_micro_batches(std::move(outputs));
-  result.correct = correct.item<std::int64_t>();
+  result.correct = correct.defined() ? correct.item<std::int64_t>() : 0;
   result.grad_norm = clip_and_step(model, optimizer, grad_clip);
   result.loss = loss;
   result.aux_loss = aux;
@@ -166,50 +172,95 @@ std::map<std::string, double> routing_change(const torch::Tensor& previous, cons
   return stats;
 }
 
-ClassEvalPass evaluate_classifier(SequenceClassifier& model, const ClassificationDataset& data, Split split,
-                                  std::int64_t batch_size, const torch::Device& device, bool bf16,
-                                  const torch::Tensor& previous) {
+ClassEvalSums evaluate_classifier_sums(SequenceClassifier& model, const ClassificationDataset& data, Split split,
+                                       std::int64_t batch_size, const torch::Device& device, bool bf16,
+                                       std::int64_t shard, std::int64_t shards) {
   torch::NoGradGuard no_grad;
   const bool was_training = model.is_training();
   model.eval();
-  ClassEvalPass pass;
-  const auto n = data.size(split);
-  std::vector<std::int64_t> labels, predicted;
-  double loss_sum = 0, token_sum = 0;
-  for (std::int64_t begin = 0; begin < n; begin += batch_size) {
+  ClassEvalSums sums;
+  const auto n = sums.examples = data.size(split);
+  for (std::int64_t begin = shard * batch_size; begin < n; begin += shards * batch_size) {
     std::vector<std::int64_t> indices(static_cast<std::size_t>(std::min(batch_size, n - begin)));
     for (std::size_t i = 0; i < indices.size(); ++i) indices[i] = begin + static_cast<std::int64_t>(i);
     const auto batch = to_device(trim_padding(data.batch(split, indices)), device);
     AutocastGuard autocast(bf16, device);
     const auto out = model.forward(batch.input, batch.mask, batch.segment, /*trace=*/true);
     const auto b = static_cast<double>(indices.size());
-    loss_sum += classification_loss(out.logits, batch.label).item<double>() * b;
+    sums.loss += classification_loss(out.logits, batch.label).item<double>() * b;
     const auto pred = out.logits.argmax(-1).to(torch::kCPU, torch::kLong).contiguous();
     const auto lab = batch.label.to(torch::kCPU, torch::kLong).contiguous();
-    predicted.insert(predicted.end(), pred.data_ptr<std::int64_t>(), pred.data_ptr<std::int64_t>() + pred.numel());
-    labels.insert(labels.end(), lab.data_ptr<std::int64_t>(), lab.data_ptr<std::int64_t>() + lab.numel());
-    pass.routing.add(out.trace);
+    sums.predicted.insert(sums.predicted.end(), pred.data_ptr<std::int64_t>(),
+                          pred.data_ptr<std::int64_t>() + pred.numel());
+    sums.labels.insert(sums.labels.end(), lab.data_ptr<std::int64_t>(), lab.data_ptr<std::int64_t>() + lab.numel());
+    sums.routing.add(out.trace);
     if (const auto it = out.token_data.find("expert"); it != out.token_data.end()) {
       const auto chosen = it->second.to(torch::kCPU, torch::kShort);  // (b, T, L, k), highest gate first
-      if (!pass.assignments.defined())
-        pass.assignments =
+      if (!sums.assignments.defined())
+        sums.assignments =
             torch::full({n, data.max_length(), chosen.size(2), chosen.size(3)}, -1, chosen.options());
       const auto real = batch.mask.to(torch::kCPU).view({-1, chosen.size(1), 1, 1});
-      pass.assignments.narrow(0, begin, chosen.size(0))
+      sums.assignments.narrow(0, begin, chosen.size(0))
           .narrow(1, 0, chosen.size(1))
           .copy_(chosen.masked_fill(real.logical_not(), -1));
     }
     const double tokens = batch.mask.sum().item<double>();
-    for (const auto& [key, value] : out.stats) pass.stats[key] += value * tokens;
-    token_sum += tokens;
+    for (const auto& [key, value] : out.stats) sums.stats[key] += value * tokens;
+    sums.tokens += tokens;
   }
-  pass.examples = n;
-  pass.loss = n > 0 ? loss_sum / static_cast<double>(n) : 0.0;
-  for (auto& [key, value] : pass.stats) value /= std::max(1.0, token_sum);
-  pass.scores = classification_scores(labels, predicted, data.num_classes());
-  for (const auto& [key, value] : routing_change(previous, pass.assignments)) pass.stats[key] = value;
   if (was_training) model.train();
+  return sums;
+}
+
+ClassEvalPass finish_classifier_eval(const ClassEvalSums& sums, std::int64_t num_classes,
+                                     const torch::Tensor& previous) {
+  ClassEvalPass pass;
+  pass.examples = sums.examples;
+  pass.loss = sums.examples > 0 ? sums.loss / static_cast<double>(sums.examples) : 0.0;
+  pass.routing = sums.routing;
+  pass.assignments = sums.assignments;
+  for (const auto& [key, value] : sums.stats) pass.stats[key] = value / std::max(1.0, sums.tokens);
+  pass.scores = classification_scores(sums.labels, sums.predicted, num_classes);
+  for (const auto& [key, value] : routing_change(previous, pass.assignments)) pass.stats[key] = value;
   return pass;
+}
+
+ClassEvalPass evaluate_classifier(SequenceClassifier& model, const ClassificationDataset& data, Split split,
+                                  std::int64_t batch_size, const torch::Device& device, bool bf16,
+                                  const torch::Tensor& previous) {
+  return finish_classifier_eval(evaluate_classifier_sums(model, data, split, batch_size, device, bf16),
+                                data.num_classes(), previous);
+}
+
+void ClassEvalSums::merge(const ClassEvalSums& other) {
+  loss += other.loss;
+  tokens += other.tokens;
+  for (const auto& [key, value] : other.stats) stats[key] += value;
+  labels.insert(labels.end(), other.labels.begin(), other.labels.end());
+  predicted.insert(predicted.end(), other.predicted.begin(), other.predicted.end());
+  routing.merge(other.routing);
+  if (!other.assignments.defined()) return;
+  assignments = assignments.defined() ? torch::max(assignments, other.assignments) : other.assignments.clone();
+}
+
+nlohmann::json ClassEvalSums::to_json() const {
+  nlohmann::json j{{"examples", examples}, {"loss", loss},           {"tokens", tokens},
+                   {"stats", stats},       {"labels", labels},       {"predicted", predicted},
+                   {"routing", routing.to_json()}};
+  if (assignments.defined()) j["assignments_shape"] = assignments.sizes().vec();
+  return j;
+}
+
+ClassEvalSums ClassEvalSums::from_json(const nlohmann::json& j) {
+  ClassEvalSums sums;
+  sums.examples = j.at("examples").get<std::int64_t>();
+  sums.loss = j.at("loss").get<double>();
+  sums.tokens = j.at("tokens").get<double>();
+  sums.stats = j.at("stats").get<std::map<std::string, double>>();
+  sums.labels = j.at("labels").get<std::vector<std::int64_t>>();
+  sums.predicted = j.at("predicted").get<std::vector<std::int64_t>>();
+  sums.routing = InferenceRouting::from_json(j.at("routing"));
+  return sums;
 }
 
 std::string classification_probe_json(SequenceClassifier& model, const ClassificationDataset& data,

@@ -26,6 +26,7 @@
 #include "core/data/classification.h"
 #include "core/models/classifier.h"
 #include "core/train/evaluation.h"
+#include "core/train/step.h"
 
 namespace routelab {
 
@@ -98,10 +99,13 @@ ClassifierOutput merge_classifier_micro_batches(std::vector<ClassifierOutput> pa
 /// they can be; fewer where the batch has fewer than k examples), each one's CE and auxiliary loss weighed by its
 /// share of the examples, their gradients accumulated before the one update: the CE and its gradient are the one
 /// batch's within rounding (the auxiliary losses are taken per micro-batch). The result's loss and aux_loss are
-/// the same weighted sums; its output the merged one.
+/// the same weighted sums; its output the merged one. With `share` (data parallel) `batch` is this rank's examples
+/// of the step: each micro-batch weighs by its share of the whole step's examples (share->global_rows; nothing for
+/// a stand-in), the gradients are summed over the ranks (share->sync) before the one update, and the loss, auxiliary
+/// loss and correct answers returned are this rank's parts (examples: 0 for a stand-in).
 ClassStepResult classification_train_step(SequenceClassifier& model, torch::optim::Optimizer& optimizer,
                                           const ClassBatch& batch, double grad_clip, bool bf16, bool trace,
-                                          std::int64_t micro_batches = 1);
+                                          std::int64_t micro_batches = 1, const StepShare* share = nullptr);
 
 struct ClassificationScores {
   double accuracy = 0;
@@ -122,8 +126,36 @@ struct ClassEvalPass {
   torch::Tensor assignments;
 };
 
-/// The whole split in order, in batches of `batch_size`, eval mode, no gradients. Restores train mode. Given the
-/// `previous` pass's assignments (same split and shape), adds the routing_change stats (see routing_change).
+/// An evaluation's sums over the batches one process ran (a shard of it in a data-parallel run), before the means.
+struct ClassEvalSums {
+  std::int64_t examples = 0;              ///< of the whole split
+  double loss = 0;                        ///< CE summed over the examples run
+  double tokens = 0;                      ///< their real tokens
+  std::map<std::string, double> stats;    ///< model stats, each batch's times its real tokens
+  std::vector<std::int64_t> labels, predicted;  ///< of the examples run, in the order run
+  InferenceRouting routing;
+  /// As ClassEvalPass::assignments, over the whole split: -1 also at the examples this shard did not run.
+  torch::Tensor assignments;
+
+  /// Adds another shard's sums (its assignments put in where this one has -1).
+  void merge(const ClassEvalSums& other);
+  /// The sums without the assignments (whose shape "assignments_shape" gives), as JSON, and back.
+  nlohmann::json to_json() const;
+  static ClassEvalSums from_json(const nlohmann::json& j);
+};
+
+/// The split in order, in batches of `batch_size`, eval mode, no gradients; of its batches this call runs i = shard,
+/// shard + shards, ...: the shards' sums merged are the whole split's. Restores train mode.
+ClassEvalSums evaluate_classifier_sums(SequenceClassifier& model, const ClassificationDataset& data, Split split,
+                                       std::int64_t batch_size, const torch::Device& device, bool bf16,
+                                       std::int64_t shard = 0, std::int64_t shards = 1);
+
+/// The evaluation's means and scores from the whole split's sums. Given the `previous` pass's assignments (same split
+/// and shape), adds the routing_change stats (see routing_change).
+ClassEvalPass finish_classifier_eval(const ClassEvalSums& sums, std::int64_t num_classes,
+                                     const torch::Tensor& previous = {});
+
+/// The whole split (evaluate_classifier_sums in one process, then finish_classifier_eval).
 ClassEvalPass evaluate_classifier(SequenceClassifier& model, const ClassificationDataset& data, Split split,
                                   std::int64_t batch_size, const torch::Device& device, bool bf16,
                                   const torch::Tensor& previous = {});

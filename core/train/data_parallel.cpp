@@ -2,6 +2,8 @@
 // backward pass) and one small all-reduce of the step's scalars (plus one of its trace at log steps).
 #include "core/train/data_parallel.h"
 
+#include <algorithm>
+#include <cmath>
 #include <sstream>
 
 #include "core/dist/step_reduce.h"
@@ -10,7 +12,7 @@
 namespace routelab {
 
 DataParallel::DataParallel(std::shared_ptr<Collective> collective, std::int64_t global_rows, std::int64_t batch_size)
-    : collective_(std::move(collective)), global_rows_(global_rows) {
+    : collective_(std::move(collective)), global_rows_(global_rows), batch_size_(batch_size) {
   const auto ranks = static_cast<std::int64_t>(collective_->world_size());
   if (global_rows_ % ranks != 0)
     throw ConfigError("train.batch_size x train.grad_accum: a step of " + std::to_string(global_rows_) +
@@ -22,10 +24,83 @@ DataParallel::DataParallel(std::shared_ptr<Collective> collective, std::int64_t 
   while (local_rows_ % micro_batches_ != 0) ++micro_batches_;
 }
 
+DataParallel DataParallel::for_examples(std::shared_ptr<Collective> collective, std::int64_t global_examples,
+                                        std::int64_t batch_size) {
+  const auto ranks = static_cast<std::int64_t>(collective->world_size());
+  // Built for one rank (which divides every step), then given the classifier's split.
+  DataParallel dp(std::move(collective), global_examples * ranks, batch_size);
+  dp.global_rows_ = global_examples;
+  dp.examples_ = true;
+  const auto block = dp.example_block(global_examples);  // rank 0's, the largest
+  dp.local_rows_ = block.count;
+  dp.micro_batches_ = block.micro_batches;
+  return dp;
+}
+
+DataParallel::Block DataParallel::example_block(std::int64_t examples) const {
+  const auto ranks = static_cast<std::int64_t>(collective_->world_size()), r = static_cast<std::int64_t>(rank());
+  Block b;
+  b.count = examples / ranks + (r < examples % ranks ? 1 : 0);
+  b.start = r * (examples / ranks) + std::min(r, examples % ranks);
+  if (b.count == 0) {  // the step's first example, weighed 0
+    b = Block{0, 1, 1, true};
+    return b;
+  }
+  b.micro_batches = (b.count + batch_size_ - 1) / batch_size_;
+  return b;
+}
+
+StepShare DataParallel::example_share(std::int64_t examples, const Block& block) const {
+  StepShare share;
+  share.global_rows = examples;
+  share.sync = sync_.get();
+  share.stand_in = block.stand_in;
+  return share;
+}
+
+torch::Tensor DataParallel::finish_example_step(ClassStepResult& result, bool traced, bool stop) {
+  auto correct = torch::full({}, static_cast<double>(result.correct), torch::kDouble);
+  auto stops = reduce_step_scalars(*collective_, result.loss, result.aux_loss, stop, &correct);
+  if (traced)
+    reduce_trace(*collective_, result.output.trace, result.output.stats, static_cast<double>(result.examples));
+  result.correct = std::llround(correct.item<double>());
+  return stops;
+}
+
+std::vector<std::string> DataParallel::texts_of_every_rank(const std::string& text) {
+  std::vector<std::string> texts;
+  for (int r = 0; r < collective_->world_size(); ++r)
+    texts.push_back(collective_->broadcast_string(r == rank() ? text : std::string(), r));
+  return texts;
+}
+
+std::optional<ClassEvalSums> DataParallel::merge_class_eval(const ClassEvalSums& own) {
+  // The sums as text; the assignments (a tensor of the whole split on every rank, -1 where another rank ran the
+  // example) summed over the ranks as value + 1, which leaves each example's own rank's.
+  std::vector<std::int64_t> shape;
+  std::optional<ClassEvalSums> merged;
+  for (const auto& text : texts_of_every_rank(own.to_json().dump())) {
+    const auto j = nlohmann::json::parse(text);
+    if (j.contains("assignments_shape")) shape = j.at("assignments_shape").get<std::vector<std::int64_t>>();
+    if (!writes()) continue;
+    if (merged)
+      merged->merge(ClassEvalSums::from_json(j));
+    else
+      merged = ClassEvalSums::from_json(j);
+  }
+  if (!shape.empty()) {
+    auto plus_one = own.assignments.defined() ? own.assignments.to(torch::kInt) + 1 : torch::zeros(shape, torch::kInt);
+    plus_one = plus_one.to(collective_->device());
+    collective_->all_reduce_sum(plus_one);
+    if (merged) merged->assignments = (plus_one.to(torch::kCPU) - 1).to(torch::kShort);
+  }
+  return merged;
+}
+
 std::string DataParallel::describe() const {
   std::ostringstream out;
-  out << collective_->world_size() << " ranks (" << collective_->backend() << "), " << local_rows_
-      << " sequences each";
+  out << collective_->world_size() << " ranks (" << collective_->backend() << "), " << (examples_ ? "up to " : "")
+      << local_rows_ << (examples_ ? " examples" : " sequences") << " each";
   if (micro_batches_ > 1) out << " as " << micro_batches_ << " micro-batches of " << local_rows_ / micro_batches_;
   return out.str();
 }
@@ -58,13 +133,10 @@ torch::Tensor DataParallel::finish_step(StepResult& result, bool traced, bool st
 }
 
 std::optional<EvalPass> DataParallel::merge_eval(const EvalPass& own) {
-  const auto text = own.to_json().dump();
-  EvalPass merged;
-  for (int r = 0; r < collective_->world_size(); ++r) {
-    const auto received = collective_->broadcast_string(r == rank() ? text : std::string(), r);
-    if (writes()) merged.merge(EvalPass::from_json(nlohmann::json::parse(received)));
-  }
+  const auto texts = texts_of_every_rank(own.to_json().dump());
   if (!writes()) return std::nullopt;
+  EvalPass merged;
+  for (const auto& text : texts) merged.merge(EvalPass::from_json(nlohmann::json::parse(text)));
   return merged;
 }
 

@@ -5,6 +5,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include <torch/torch.h>
 
@@ -12,6 +13,7 @@
 #include "core/dist/collective.h"
 #include "core/dist/grad_sync.h"
 #include "core/store/run_store.h"
+#include "core/train/classification_step.h"
 #include "core/train/evaluation.h"
 #include "core/train/step.h"
 
@@ -23,13 +25,19 @@ class DataParallel {
   /// equal, disjoint block of rows, run as micro-batches of at most `batch_size` rows. A ConfigError naming
   /// train.batch_size and train.grad_accum when the ranks do not divide the step.
   DataParallel(std::shared_ptr<Collective> collective, std::int64_t global_rows, std::int64_t batch_size);
+  /// A classifier's steps of up to `global_examples` examples (train.batch_size x train.grad_accum; an epoch's last
+  /// step may hold fewer): each step's examples split over the ranks as evenly as they go (example_block), so the
+  /// ranks need not divide them.
+  static DataParallel for_examples(std::shared_ptr<Collective> collective, std::int64_t global_examples,
+                                   std::int64_t batch_size);
 
   Collective& collective() { return *collective_; }
   int rank() const { return collective_->rank(); }
   bool writes() const { return collective_->rank() == 0; }
   std::int64_t local_rows() const { return local_rows_; }
   std::int64_t micro_batches() const { return micro_batches_; }
-  /// "2 ranks (gloo), 16 sequences each as 2 micro-batches of 8".
+  /// "2 ranks (gloo), 16 sequences each as 2 micro-batches of 8"; a classifier's "2 ranks (gloo), up to 16 examples
+  /// each as 2 micro-batches of 8".
   std::string describe() const;
 
   /// Before the first step: checks that every rank runs the same `fingerprint` (config, versions), makes every rank
@@ -48,9 +56,30 @@ class DataParallel {
   /// Seconds the last step waited for the gradient sum after its backward pass.
   double last_wait_s() const { return sync_ ? sync_->last_wait_s() : 0.0; }
 
+  /// This rank's examples of a classifier's step of `examples`: a block as even as the split goes (ranks before the
+  /// remainder's take one more), run as the fewest micro-batches of at most batch_size. A rank left without examples
+  /// runs the step's first as a stand-in (StepShare::stand_in).
+  struct Block {
+    std::int64_t start = 0, count = 0, micro_batches = 1;
+    bool stand_in = false;
+  };
+  Block example_block(std::int64_t examples) const;
+  /// How this rank's block weighs in a step of `examples` (StepShare::sync included).
+  StepShare example_share(std::int64_t examples, const Block& block) const;
+  /// After a classifier's step: loss, aux loss and correct answers summed over the ranks, the trace made global at
+  /// log steps (each rank's weighing by its examples). Returns the stop requests as finish_step does.
+  torch::Tensor finish_example_step(ClassStepResult& result, bool traced, bool stop);
+  /// Every rank's sums of a classifier's evaluation (evaluate_classifier_sums's shard rank() of world_size()), merged:
+  /// on rank 0; nothing on the other ranks. Every rank must call it.
+  std::optional<ClassEvalSums> merge_class_eval(const ClassEvalSums& own);
+
  private:
+  /// Every rank's `text` in rank order, on every rank. Every rank must call it.
+  std::vector<std::string> texts_of_every_rank(const std::string& text);
+
   std::shared_ptr<Collective> collective_;
-  std::int64_t global_rows_ = 0, local_rows_ = 0, micro_batches_ = 1;
+  std::int64_t global_rows_ = 0, local_rows_ = 0, micro_batches_ = 1, batch_size_ = 0;
+  bool examples_ = false;  ///< a classifier's steps (for_examples)
   std::unique_ptr<GradientSync> sync_;
 };
 

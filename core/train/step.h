@@ -14,9 +14,12 @@ class GradientSync;
 /// A rank's part of a data-parallel step (core/dist): how its rows weigh in the step's global mean, and what sums
 /// the gradients over the ranks before the update.
 struct StepShare {
-  std::int64_t global_rows = 0;   ///< sequences of the whole step, over every rank
+  std::int64_t global_rows = 0;   ///< sequences (a classifier's examples) of the whole step, over every rank
   torch::Tensor global_counted;   ///< counted positions of the whole step (float, 0-dim), when the batch has a mask
   GradientSync* sync = nullptr;
+  /// This rank holds none of the step's examples (a classifier's step with fewer examples than ranks): its batch is a
+  /// stand-in whose losses weigh 0, run so that every rank traces the same layers and sends the same gradients.
+  bool stand_in = false;
 };
 
 /// Rows [start, start + rows) of every tensor of the batch (views): a micro-batch, or a rank's share of a step.

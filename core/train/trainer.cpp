@@ -6,7 +6,6 @@
 #include <chrono>
 #include <cmath>
 #include <filesystem>
-#include <functional>
 #include <limits>
 #include <map>
 #include <optional>
@@ -15,7 +14,6 @@
 
 #include <torch/cuda.h>
 #include <torch/torch.h>
-#include <torch/version.h>
 
 #include "core/config/run_name.h"
 #include "core/data/classification.h"
@@ -61,14 +59,6 @@ struct StepRecord {
   std::int64_t correct = 0, examples = 0;
 };
 
-/// The ids of the registered architectures that `can`, comma-separated (for errors that list the alternatives).
-std::string architectures_with(const std::function<bool(const ArchitectureEntry&)>& can) {
-  std::string ids;
-  for (const auto& e : architectures())
-    if (can(e)) ids += (ids.empty() ? "" : ", ") + e.id;
-  return ids;
-}
-
 /// A step whose scalars have not been read back yet.
 struct PendingStep {
   std::int64_t step = 0;
@@ -107,11 +97,9 @@ class Session {
     checkpoints_ = RunCheckpoints(train.at("checkpoint_async").get<bool>(),
                                   train.at("keep_checkpoints").get<std::int64_t>());
     if (cuda_graph_) check_cuda_graph();
-    if (collective_ && (classification_ || cuda_graph_))
-      throw ConfigError(std::string(classification_ ? "model.arch: " + config_.arch() + " is a classifier"
-                                                    : "train.cuda_graph: a captured step")
-                        + "; data-parallel training (WORLD_SIZE " + std::to_string(collective_->world_size()) +
-                        ") runs language models with eager steps; start it as one process");
+    if (collective_ && cuda_graph_)
+      throw ConfigError("train.cuda_graph: a captured step; data-parallel training (WORLD_SIZE " +
+                        std::to_string(collective_->world_size()) + ") runs eager steps; start it as one process");
     if (classification_) {
       class_data_ = make_classification_dataset(config_.data());
       torch::manual_seed(static_cast<std::uint64_t>(seed_));
@@ -123,6 +111,7 @@ class Session {
                                                   static_cast<std::uint64_t>(seed_));
       if (const auto epochs = train.at("epochs").get<std::int64_t>(); epochs > 0)
         total_steps_ = epochs * schedule_->steps_per_epoch();
+      if (collective_) dp_.emplace(DataParallel::for_examples(collective_, batch_size_ * grad_accum_, batch_size_));
       return;
     }
     dataset_ = make_dataset(config_.data(), stored_tokenizer);
@@ -216,7 +205,7 @@ class Session {
     std::ostringstream out;
     if (classification_)
       out << classifier_->describe() << "; " << class_data_->describe() << "; " << batch_text() << " examples, "
-          << schedule_->steps_per_epoch() << " steps per epoch";
+          << schedule_->steps_per_epoch() << " steps per epoch" << (dp_ ? " over " + dp_->describe() : "");
     else
       out << model_->describe() << "; " << dataset_->describe() << "; " << global_batch_text();
     out << "; " << device_.str() << " x" << threads_->threads() << " threads (OpenMP waiting: " << openmp_wait_policy()
@@ -582,16 +571,31 @@ class Session {
     return r;
   }
 
-  /// One classification step on the step's slice of its epoch's shuffled order.
+  /// One classification step on the step's slice of its epoch's shuffled order (data parallel: this rank's block of
+  /// it; the step's numbers summed over the ranks).
   StepRecord classification_step(std::int64_t step, double grad_clip, bool log_step) {
-    const auto batch = to_device(trim_padding(class_data_->batch(Split::Train, schedule_->indices(step))), device_);
-    auto result =
-        classification_train_step(*classifier_, *optimizer_, batch, grad_clip, bf16_, /*trace=*/log_step, grad_accum_);
+    const auto host = trim_padding(class_data_->batch(Split::Train, schedule_->indices(step)));
+    const auto examples = host.label.size(0);
+    ClassStepResult result;
+    torch::Tensor stops;
+    if (dp_) {
+      const auto block = dp_->example_block(examples);
+      const auto share = dp_->example_share(examples, block);
+      result = classification_train_step(*classifier_, *optimizer_,
+                                         to_device(class_batch_rows(host, block.start, block.count), device_),
+                                         grad_clip, bf16_, log_step, block.micro_batches, &share);
+      stops = dp_->finish_example_step(result, log_step, cancel_ && cancel_->load());
+      result.examples = examples;
+    } else {
+      result = classification_train_step(*classifier_, *optimizer_, to_device(host, device_), grad_clip, bf16_,
+                                         /*trace=*/log_step, grad_accum_);
+    }
     StepRecord r;
     r.loss_t = result.loss;
     r.aux_loss_t = result.aux_loss;
     r.grad_norm_t = result.grad_norm;
-    r.tokens = batch.mask.sum().item<std::int64_t>();  // real tokens: padding is neither computed nor counted
+    r.stops_t = stops;
+    r.tokens = host.mask.sum().item<std::int64_t>();  // real tokens: padding is neither computed nor counted
     r.trace = std::move(result.output.trace);
     r.stats = std::move(result.output.stats);
     r.correct = result.correct;
@@ -611,10 +615,17 @@ class Session {
 
   EvalMetrics evaluate(std::int64_t step) { return classification_ ? evaluate_classification(step) : evaluate_lm(step); }
 
-  /// The whole validation split: loss, accuracy, macro-F1, routing stats, and the probe example.
+  /// The whole validation split: loss, accuracy, macro-F1, routing stats, and the probe example. Data parallel: each
+  /// rank runs every world_size-th batch, and rank 0 merges the ranks' sums.
   EvalMetrics evaluate_classification(std::int64_t step) {
-    auto pass = evaluate_classifier(*classifier_, *class_data_, Split::Val, batch_size_, device_, bf16_,
-                                    previous_assignments_);
+    auto sums = evaluate_classifier_sums(*classifier_, *class_data_, Split::Val, batch_size_, device_, bf16_,
+                                         dp_ ? dp_->rank() : 0, dp_ ? dp_->collective().world_size() : 1);
+    if (dp_) {
+      auto merged = dp_->merge_class_eval(sums);
+      if (!merged) return {};
+      sums = std::move(*merged);
+    }
+    auto pass = finish_classifier_eval(sums, class_data_->num_classes(), previous_assignments_);
     previous_assignments_ = std::move(pass.assignments);
     auto e = record_classification_eval(writer_, step, pass, schedule_->steps_per_epoch(), class_data_->label_names());
     {
@@ -733,18 +744,6 @@ std::shared_ptr<Collective> join_group(const DistEnv* dist, const ExperimentConf
 }
 
 }  // namespace
-
-std::string torch_version_string() {
-  std::string v = std::string("LibTorch ") + TORCH_VERSION;
-  const auto cuda = cuda_version_string();
-  if (torch::cuda::is_available())
-    v += " (CUDA " + cuda + ", " + std::to_string(torch::cuda::device_count()) + " GPU)";
-  else if (cuda.rfind("none", 0) == 0)
-    v += " (CPU)";
-  else
-    v += " (CUDA " + cuda + " build, no GPU here: CPU)";
-  return v;
-}
 
 TrainOutcome train(const TrainRequest& request, TrainObserver* observer, const std::atomic<bool>* cancel,
                    const DistEnv* dist) {

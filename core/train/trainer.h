@@ -100,7 +100,4 @@ TrainOutcome resume(const std::string& db_path, std::int64_t run_id, TrainObserv
                     const std::atomic<bool>* cancel = nullptr, int threads = -1,
                     double takeover_after_s = RunStore::kNeverTakeOver, const DistEnv* dist = nullptr);
 
-/// Versions recorded with every run.
-std::string torch_version_string();
-
 }  // namespace routelab

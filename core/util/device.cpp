@@ -8,6 +8,7 @@
 #include <thread>
 
 #include <torch/cuda.h>
+#include <torch/version.h>
 #include <ATen/Context.h>
 #include <ATen/Parallel.h>
 #include <ATen/record_function.h>
@@ -166,6 +167,18 @@ std::string cuda_version_string() {
   } catch (const c10::Error&) {
     return "none (CPU-only LibTorch)";
   }
+}
+
+std::string torch_version_string() {
+  std::string v = std::string("LibTorch ") + TORCH_VERSION;
+  const auto cuda = cuda_version_string();
+  if (torch::cuda::is_available())
+    v += " (CUDA " + cuda + ", " + std::to_string(torch::cuda::device_count()) + " GPU)";
+  else if (cuda.rfind("none", 0) == 0)
+    v += " (CPU)";
+  else
+    v += " (CUDA " + cuda + " build, no GPU here: CPU)";
+  return v;
 }
 
 std::string devices_available_string() {

@@ -84,6 +84,8 @@ class ThreadGovernor {
 
 /// The CUDA runtime this LibTorch was built with ("12.4"), or "none (CPU-only LibTorch)".
 std::string cuda_version_string();
+/// "LibTorch 2.11.0 (CUDA 13.0, 1 GPU)": the versions recorded with every run.
+std::string torch_version_string();
 /// What this process can run on: "cpu (N Torch threads)" plus the CUDA GPUs LibTorch sees.
 std::string devices_available_string();
 
