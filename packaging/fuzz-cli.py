@@ -2,20 +2,23 @@
 """Bad input for routelab-cli at random: mutated config files (every preset but the 360M ones, and a small run's
 resolved config: keys dropped, added or given values of another type or range, the text cut short), damaged
 checkpoints (cut, bytes changed, replaced; with and without the CRC the store recorded), damaged run stores, damaged
-token shards (a shard or the manifest of `prepare`'s byte-level output), and corpora of random bytes, nothing, a few
-bytes or long lines. Each case runs a command on it (train, eval, generate, resume, profile, kv, runs, show, export,
-compare). A finding is a process killed by a signal, a sanitizer report, an
-uncaught exception or a case past the time limit; a clear error or success is not. Run it against the sanitized CLI
+token shards (a shard or the manifest of `prepare`'s byte-level output), corpora of random bytes, nothing, a few
+bytes or long lines, and command lines (`args`: a subcommand with options and positionals drawn from its own --help,
+given values in and out of their type and range). Each case runs a command on it (train, eval, generate, resume,
+profile, kv, runs, show, export, compare, and for `args` every subcommand but the benchmarks and sweeps). A finding is
+a process killed by a signal, a sanitizer report, an uncaught exception or a case past the time limit (for `args`
+listed apart: a command line may ask for long work); a clear error or success is not. Run it against the sanitized CLI
 (packaging/sanitize.sh builds it); outside CI. Exit status 1 when anything was found.
 
   python3 packaging/fuzz-cli.py [--cli build-sanitize/app/routelab-cli] [--cases 100] [--seed 1]
-                                [--kinds config,checkpoint,store,shards,corpus] [--work /tmp/routelab-fuzz]
+                                [--kinds config,checkpoint,store,shards,corpus,args] [--work /tmp/routelab-fuzz]
 """
 import argparse
 import glob
 import json
 import os
 import random
+import re
 import shutil
 import sqlite3
 import subprocess
@@ -24,6 +27,15 @@ import sys
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 VALUES = [None, True, -1, 0, 2**63, -2**63, 1e308, -1e-308, 3.5, "", "x" * 5000, "\u00e9\u0000\u00fc", [], [1, "a"],
           {}, {"a": 1}, "nan", "-7", "1e9", "../../etc/passwd", "/nonexistent/dir/file"]
+# Values for a command line's options by type (`args`), in and out of range.
+ARG_VALUES = {"INT": ["1", "2", "0", "-1", "3", "64", "2147483648", "9223372036854775807", "-9223372036854775809",
+                      "1.5", "x", ""],
+              "FLOAT": ["0", "1", "0.5", "-1", "nan", "inf", "-inf", "1e308", "1e-320", "x", ""],
+              "TEXT": ["", "x", "1", "-1", "nan", "/nonexistent/dir/file", "../../etc/passwd", "\u00e9\u4e2d" * 50,
+                       "a=b", "=", "train.steps", "model.arch=nothing", "run.device=cuda:7", "x" * 5000]}
+ARG_VALUES["UINT"] = ARG_VALUES["INT"]
+# Subcommands `args` leaves out: each benchmark and sweep point is long work by design.
+ARG_SKIPPED = {"bench", "sweep", "tokenizer train"}
 # A small DTRNet run: the checkpoint, store and resume cases start from it.
 BASE_RUN = ["--preset", "dtrnet-bilayer", "--set", "model.n_layer=3", "--set", "data.context=32", "--set",
             "train.batch_size=2", "--set", "train.eval_every=3", "--set", "train.eval_batches=1", "--quiet",
@@ -33,20 +45,21 @@ BASE_RUN = ["--preset", "dtrnet-bilayer", "--set", "model.n_layer=3", "--set", "
 class Fuzz:
     def __init__(self, args):
         self.cli, self.work, self.timeout = os.path.abspath(args.cli), args.work, args.timeout
-        self.findings, self.outcomes = [], {"ok": 0, "clear error": 0}
+        self.findings, self.slow, self.outcomes = [], [], {"ok": 0, "clear error": 0}
         self.env = dict(os.environ, ROUTELAB_HOME=os.path.join(self.work, "home"),
                         ASAN_OPTIONS="detect_leaks=0:halt_on_error=1:exitcode=86",
                         UBSAN_OPTIONS="halt_on_error=1:print_stacktrace=1:suppressions=" +
                         os.path.join(ROOT, "packaging", "ubsan.supp"))
         self.verbose = args.verbose
 
-    def run(self, args, label):
-        """Runs the CLI; records a finding where it crashed, reported or hung."""
+    def run(self, args, label, slow_is_finding=True):
+        """Runs the CLI; records a finding where it crashed, reported or hung (or, not `slow_is_finding`, lists a
+        command past the time limit apart)."""
         try:
             p = subprocess.run([self.cli] + args, env=self.env, capture_output=True, text=True, errors="replace",
-                               timeout=self.timeout)
+                               timeout=self.timeout, cwd=self.work)  # relative --out paths land in the work folder
         except subprocess.TimeoutExpired:
-            self.findings.append((label, f"no answer in {self.timeout} s", ""))
+            (self.findings if slow_is_finding else self.slow).append((label, f"no answer in {self.timeout} s", ""))
             return
         err = p.stderr
         last = (err.strip().splitlines() or [""])[-1][:200]
@@ -87,6 +100,83 @@ class Fuzz:
         subprocess.run([self.cli, "prepare", "--corpus", corpus, "--tokenizer", "byte", "--out",
                         os.path.join(self.work, "shards"), "--shard-tokens", "50000", "--val-fraction", "0.1",
                         "--threads", "1"], env=self.env, capture_output=True, check=True)
+        self.read_commands()
+
+    def read_commands(self):
+        """Each subcommand's positionals and options from its --help: [(name, type, choices, required)], required
+        for positionals and required options."""
+        self.commands = {}
+        top = subprocess.run([self.cli, "--help"], capture_output=True, text=True, env=self.env).stdout
+        names = []
+        for group in ([], ["bench"], ["tokenizer"]):
+            text = top if not group else subprocess.run([self.cli] + group + ["--help"], capture_output=True,
+                                                        text=True, env=self.env).stdout
+            listed = text.split("Subcommands:")[-1] if "Subcommands:" in text else ""
+            names += [" ".join(group + [m]) for m in re.findall(r"^  ([a-z][\w-]*)\s", listed, re.M)]
+        for name in names:
+            if name in ARG_SKIPPED or name.split()[0] in ARG_SKIPPED:
+                continue
+            text = subprocess.run([self.cli] + name.split() + ["--help"], capture_output=True, text=True,
+                                  env=self.env).stdout
+            entries, section = [], ""
+            for line in text.splitlines():
+                if line and not line.startswith(" "):
+                    section = line
+                    continue
+                m = re.match(r"^  (--[\w-]+|[A-Z][A-Z_]*)(?:\s+(INT|UINT|FLOAT|TEXT)(?::\{([^}]*)\})?)?", line)
+                if not m or m.group(1) in ("--help", "--version"):
+                    continue
+                entries.append((m.group(1), m.group(2) or "FLAG", (m.group(3) or "").split(",") if m.group(3) else [],
+                                section.startswith("Positionals") or "REQUIRED" in line))
+            self.commands[name] = entries
+        # Names the CLI lists, as choices of the options and positionals that take them (no 360M preset: --steps 2
+        # of one is long work on a CPU).
+        listed = {cmd: subprocess.run([self.cli, cmd], capture_output=True, text=True, env=self.env).stdout
+                  for cmd in ("presets", "figures", "tables")}
+        names = {cmd: [m for m in re.findall(r"^([a-z][\w.-]*)\s", text, re.M) if "360m" not in m]
+                 for cmd, text in listed.items()}
+        for name, entries in self.commands.items():
+            self.commands[name] = [(e, kind, names["presets"] if e == "--preset" else
+                                    names[name + "s"] if e == "NAME" and name + "s" in names else choices, positional)
+                                   for e, kind, choices, positional in entries]
+
+    def arg_value(self, name, kind, choices, d):
+        if name == "--set" and random.random() < 0.7:
+            section = random.choice([k for k, v in self.configs[0].items() if isinstance(v, dict)])
+            key = random.choice(list(self.configs[0][section].keys()))
+            return f"{section}.{key}={json.dumps(random.choice(VALUES))}"
+        if choices and random.random() < 0.6:
+            return random.choice(choices)
+        if kind == "TEXT" and random.random() < 0.3:  # the files the other kinds damage, whole
+            return random.choice([os.path.join(d, "base.sqlite"), os.path.join(self.work, "corpus.txt"),
+                                  os.path.join(self.work, "shards"), os.path.join(self.work, self.checkpoint), d])
+        return random.choice(ARG_VALUES[kind])
+
+    def args_case(self, i, d):
+        """A subcommand with options drawn from its --help, against a copy of the base run's store."""
+        name = random.choice(sorted(self.commands))
+        entries = self.commands[name]
+        db = os.path.join(d, "base.sqlite")
+        shutil.copy(self.base_db, db)
+        shutil.copytree(os.path.join(self.work, "checkpoints"), os.path.join(d, "checkpoints"))
+        args = name.split()
+        for entry, kind, choices, required in entries:  # positionals and required options
+            if not required:
+                continue
+            if entry.startswith("--"):
+                args.append(entry)
+            args.append("1" if entry == "RUN" and random.random() < 0.7 else
+                        self.arg_value(entry, "INT" if kind == "FLAG" else kind, choices, d))
+        options = [e for e in entries if not e[3] and e[0] not in ("--db", "--steps")]
+        for entry, kind, choices, _ in random.sample(options, min(len(options), random.randint(1, 4))):
+            args.append(entry)
+            if kind != "FLAG":
+                args.append(self.arg_value(entry, kind, choices, d))
+        if any(e[0] == "--db" for e in entries):
+            args += ["--db", db]
+        if any(e[0] == "--steps" for e in entries):
+            args += ["--steps", "2"]
+        self.run(args, f"{i} args {args}", slow_is_finding=False)
 
     def mutated_config(self):
         c = json.loads(json.dumps(random.choice(self.configs)))
@@ -110,7 +200,9 @@ class Fuzz:
     def case(self, i, kind):
         d = os.path.join(self.work, str(i))
         os.makedirs(d)
-        if kind == "config":
+        if kind == "args":
+            self.args_case(i, d)
+        elif kind == "config":
             path = os.path.join(d, "config.json")
             open(path, "w").write(self.mutated_config())
             self.run(["train", "--config", path, "--steps", "2", "--db", os.path.join(d, "s.sqlite"), "--quiet",
@@ -172,7 +264,7 @@ def main():
     parser.add_argument("--cli", default=default_cli)
     parser.add_argument("--cases", type=int, default=100)
     parser.add_argument("--seed", type=int, default=1)
-    parser.add_argument("--kinds", default="config,config,checkpoint,store,shards,corpus",
+    parser.add_argument("--kinds", default="config,config,checkpoint,store,shards,corpus,args,args",
                         help="comma-separated kinds to draw from (repeat one to draw it more often)")
     parser.add_argument("--work", default="/tmp/routelab-fuzz")
     parser.add_argument("--timeout", type=float, default=300, help="seconds a command may take")
@@ -188,6 +280,10 @@ def main():
           f"succeeded, {fuzz.outcomes['clear error']} stopped with an error, {len(fuzz.findings)} findings")
     for label, what, _ in fuzz.findings:
         print(f"  {label}: {what}")
+    if fuzz.slow:
+        print(f"{len(fuzz.slow)} command lines ran past the limit (listed, not findings):")
+        for label, what, _ in fuzz.slow:
+            print(f"  {label}: {what}")
     sys.exit(1 if fuzz.findings else 0)
 
 

@@ -9,7 +9,7 @@
 # compacted sequences against the padded path (losses and routed training steps), the fused add + norm and rotary
 # kernels against LibTorch's ops (losses; the GPT-2-small and 360M steps without them), 360M-parameter training
 # throughput (dense eager and graphed), the quick-start run and the data-parallel step in a group of one (NCCL) against
-# the plain one; a 360M checkpoint written beside training against one written by the step; GPU time by kernel class for the GPT-2-small bf16 step and for the routed 360M bf16 steps whose
+# the plain one, a classifier's (TAGAT) data-parallel run in a group of one; a 360M checkpoint written beside training against one written by the step; GPU time by kernel class for the GPT-2-small bf16 step and for the routed 360M bf16 steps whose
 # time/FLOPs quotient is above 1.1. Every step prints what it measured into one log; a
 # step that fails is reported and the next one still runs; steps that no longer fit the time budget are skipped, and
 # the log says so.
@@ -395,6 +395,10 @@ step "train-360m-dtrnet-360m-bilayer-graph" 60 "$cli" train --config "$root/expe
 step quickstart 60 "$cli" train --preset quickstart --device "$dev" --steps 200 --db "$work/quick.sqlite"
 # Data parallel (issue 23): the step with NCCL active in a group of one against the plain path, d 256, L 6.
 step dist-world-1 150 "$cli" bench dist --nproc 1 --steps 30 --skip 10 --set run.device="$dev" --set train.precision=bf16
+# A classifier's data-parallel step and shared evaluation (TAGAT's expert choices summed on NCCL) in a group of one.
+step dist-classifier-world-1 90 "$cli" train --preset tagat-balanced --device "$dev" --nproc 1 --precision bf16 \
+  --set train.epochs=1 --set data.task_train_examples=4000 --set data.task_eval_examples=1000 \
+  --set train.eval_every=20 --db "$work/dist-classifier.sqlite"
 
 say "=== gpu-check done; failed or skipped: ${failed[*]:-none}"
 rm -rf "$work"

@@ -320,7 +320,8 @@ class TestDist : public QObject {
   /// one example, which leaves rank 1 a stand-in; 40 validation examples in batches of 16 are shared unevenly.
   void classifiersTwoRanksStoreTheRunOfOne_data() {
     QTest::addColumn<QString>("arch");
-    for (const auto& id : architecture_ids(Task::Classification)) QTest::newRow(id.c_str()) << QString::fromStdString(id);
+    for (const auto& id : architecture_ids(Task::Classification))
+      QTest::newRow(id.c_str()) << QString::fromStdString(id);
   }
   void classifiersTwoRanksStoreTheRunOfOne() {
     QFETCH(QString, arch);

@@ -251,6 +251,23 @@ class TestShards : public QObject {
     QVERIFY2(contains(again, "is not empty"), again.c_str());
   }
 
+  /// A validation share too small to hold a token (or a training share left empty) is refused, naming the corpus and
+  /// --val-fraction as given, and leaves the folder empty: train would refuse the shards.
+  void emptySplitsAreRefused() {
+    PrepareOptions o;
+    o.corpus = {corpus_};
+    o.tokenizer = "byte";
+    o.val_fraction = 1e-320;
+    o.out = path("no-val");
+    const auto tiny = error_of<DataError>([&] { prepare_shards(o, nullptr); });
+    QVERIFY2(contains(tiny, corpus_) && contains(tiny, "validation split (--val-fraction 1e-320)"), tiny.c_str());
+    QVERIFY(std::filesystem::is_empty(o.out));
+    o.val_fraction = 1.0 - 1e-12;
+    o.out = path("no-train");
+    const auto all = error_of<DataError>([&] { prepare_shards(o, nullptr); });
+    QVERIFY2(contains(all, "training split after the validation split"), all.c_str());
+  }
+
   void stoppedOrFailedPrepareResumesToTheSameShards() {
     ROUTELAB_REQUIRE_SENTENCEPIECE();
     // JSON lines of 300 short documents, small shards (several close within one batch): a preparation stopped

@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include <nlohmann/json.hpp>
+#include <spdlog/fmt/fmt.h>
 
 #include "core/data/corpus_files.h"
 #include "core/data/sentencepiece_tokenizer.h"
@@ -114,7 +115,7 @@ std::int64_t code_points_of(const std::string& text) {
 PrepareResult prepare_shards(const PrepareOptions& options,
                              const std::function<void(const PrepareProgress&)>& progress) {
   if (!(options.val_fraction > 0 && options.val_fraction < 1))
-    throw ConfigError("prepare: --val-fraction " + std::to_string(options.val_fraction) + " must be in (0, 1)");
+    throw ConfigError("prepare: --val-fraction " + fmt::format("{}", options.val_fraction) + " must be in (0, 1)");
   if (options.corpus.empty()) throw ConfigError("prepare: give a corpus (--corpus PATH)");
   check_out_folder(options.out, options.resume);
   const auto tokenizer = prepare_tokenizer(options);
@@ -271,9 +272,10 @@ PrepareResult prepare_shards(const PrepareOptions& options,
     throw DataError(std::string(e.what()) + " (the preparation up to its last saved progress is kept in " +
                     options.out + ": continue it with --resume)");
   }
-  if (done.train_tokens == 0)
-    throw DataError(options.corpus.front() + ": too little text for a training split after the validation split "
-                    "(--val-fraction " + std::to_string(options.val_fraction) + ")");
+  if (done.train_tokens == 0 || done.val_tokens == 0)
+    throw DataError(options.corpus.front() + ": too little text for a " +
+                    (done.train_tokens == 0 ? "training split after the validation split" : "validation split") +
+                    " (--val-fraction " + fmt::format("{}", options.val_fraction) + ")");
   const auto shards = writer->finish();
 
   nlohmann::json manifest = {

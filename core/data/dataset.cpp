@@ -12,6 +12,8 @@
 #include <filesystem>
 #include <sstream>
 
+#include <spdlog/fmt/fmt.h>
+
 #include "core/data/shard_dataset.h"
 #include "core/data/synthetic_tasks.h"
 #include "core/data/text_corpus.h"
@@ -113,11 +115,12 @@ std::unique_ptr<LmDataset> make_corpus(const nlohmann::json& data, const std::st
             "required when data.tokenizer is 'sentencepiece' (a SentencePiece .model file)");
   }
   require(options.train_fraction > 0 && options.train_fraction < 1, "train_fraction",
-          std::to_string(options.train_fraction) + " must be in (0, 1)");
+          fmt::format("{}", options.train_fraction) + " must be in (0, 1)");
   require(options.val_fraction > 0 && options.val_fraction < 1, "val_fraction",
-          std::to_string(options.val_fraction) + " must be in (0, 1)");
+          fmt::format("{}", options.val_fraction) + " must be in (0, 1)");
   require(options.train_fraction + options.val_fraction < 1, "val_fraction",
-          "train_fraction + val_fraction = " + std::to_string(options.train_fraction + options.val_fraction) +
+          "train_fraction + val_fraction = " +
+              fmt::format("{}", options.train_fraction + options.val_fraction) +
               " must be < 1 (the rest is the test split)");
   require(options.context >= 1, "context", std::to_string(options.context) + " must be >= 1");
   require(options.probe_chars >= 1, "probe_chars", std::to_string(options.probe_chars) + " must be >= 1");

@@ -183,7 +183,8 @@ const DistEnv& Collective::env() const { return impl_->env; }
 torch::Device Collective::device() const { return impl_->device; }
 
 std::string Collective::describe() const {
-  return impl_->backend + ", " + std::to_string(world_size()) + " ranks, " + impl_->env.describe();
+  return impl_->backend + ", " + std::to_string(world_size()) + (world_size() == 1 ? " rank, " : " ranks, ") +
+         impl_->env.describe();
 }
 
 std::unique_ptr<PendingCollective> Collective::all_reduce_sum_async(torch::Tensor& tensor) {

@@ -99,8 +99,9 @@ std::optional<ClassEvalSums> DataParallel::merge_class_eval(const ClassEvalSums&
 
 std::string DataParallel::describe() const {
   std::ostringstream out;
-  out << collective_->world_size() << " ranks (" << collective_->backend() << "), " << (examples_ ? "up to " : "")
-      << local_rows_ << (examples_ ? " examples" : " sequences") << " each";
+  const auto ranks = collective_->world_size();
+  out << ranks << (ranks == 1 ? " rank (" : " ranks (") << collective_->backend() << "), "
+      << (examples_ ? "up to " : "") << local_rows_ << (examples_ ? " examples" : " sequences") << " each";
   if (micro_batches_ > 1) out << " as " << micro_batches_ << " micro-batches of " << local_rows_ / micro_batches_;
   return out.str();
 }
