@@ -153,9 +153,12 @@ void add_data_commands(CLI::App& app, CLI::App& bench, CommandAction& action) {
   prep_cmd->add_option("--json-field", prep->options.json_field, "text field of JSON-lines documents")
       ->capture_default_str();
   prep_cmd->add_flag("!--no-bos", prep->options.bos, "no beginning-of-sequence id before each document");
+  prep_cmd->add_option("--save-every", prep->options.save_every_s,
+                       "seconds between saves of the progress --resume continues from (0: after every batch)")
+      ->capture_default_str();
   prep_cmd->add_flag("--resume", prep->options.resume,
                      "continue the preparation stopped, failed or killed in --out (its progress is saved every "
-                     "30 s), with the options it began with");
+                     "--save-every seconds), with the options it began with");
   prep_cmd->callback([prep, &action] { action = [prep] { return run_prepare(*prep); }; });
 
   auto shard_bench = std::make_shared<ShardBenchOptions>();

@@ -252,7 +252,8 @@ class TestShards : public QObject {
   }
 
   /// A validation share too small to hold a token (or a training share left empty) is refused, naming the corpus and
-  /// --val-fraction as given, and leaves the folder empty: train would refuse the shards.
+  /// --val-fraction as given, and leaves the folder empty: train would refuse the shards. So is a save interval that
+  /// would never save.
   void emptySplitsAreRefused() {
     PrepareOptions o;
     o.corpus = {corpus_};
@@ -266,6 +267,10 @@ class TestShards : public QObject {
     o.out = path("no-train");
     const auto all = error_of<DataError>([&] { prepare_shards(o, nullptr); });
     QVERIFY2(contains(all, "training split after the validation split"), all.c_str());
+    o.val_fraction = 0.1;
+    o.save_every_s = std::nan("");
+    const auto never = error_of<ConfigError>([&] { prepare_shards(o, nullptr); });
+    QVERIFY2(contains(never, "--save-every nan"), never.c_str());
   }
 
   void stoppedOrFailedPrepareResumesToTheSameShards() {

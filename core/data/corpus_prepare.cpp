@@ -116,6 +116,8 @@ PrepareResult prepare_shards(const PrepareOptions& options,
                              const std::function<void(const PrepareProgress&)>& progress) {
   if (!(options.val_fraction > 0 && options.val_fraction < 1))
     throw ConfigError("prepare: --val-fraction " + fmt::format("{}", options.val_fraction) + " must be in (0, 1)");
+  if (!(options.save_every_s >= 0))
+    throw ConfigError("prepare: --save-every " + fmt::format("{}", options.save_every_s) + " must be 0 or more seconds");
   if (options.corpus.empty()) throw ConfigError("prepare: give a corpus (--corpus PATH)");
   check_out_folder(options.out, options.resume);
   const auto tokenizer = prepare_tokenizer(options);
