@@ -151,7 +151,7 @@ class TestGradAccum : public QObject {
 
   void mergeJoinsTheBatch() {
     // Two micro-batches of 2 sequences: gates and token data join along the batch, counts and FLOPs add up,
-    // fractions and stats average.
+    // fractions and stats average (weighed by the parts' examples where given).
     std::vector<ModelOutput> parts(2);
     for (int i = 0; i < 2; ++i) {
       auto& p = parts[static_cast<std::size_t>(i)];
@@ -173,7 +173,16 @@ class TestGradAccum : public QObject {
       p.token_data["depth"] = torch::full({2, 3}, i + 1, torch::kLong);
       p.aux_loss = torch::full({}, i == 0 ? 0.1 : 0.3);
     }
+    auto weighted = merge_micro_batches(parts, {3.0, 1.0});  // a classifier's micro-batches of 3 and 1 examples
     const auto merged = merge_micro_batches(std::move(parts));
+    QCOMPARE(weighted.trace.front().routed_fraction, 0.375);
+    QCOMPARE(weighted.trace.front().aux_loss, 1.5);
+    QCOMPARE(weighted.trace.front().stats.at("agreement"), 0.625);
+    QCOMPARE(weighted.stats.at("alpha"), 0.25);
+    QVERIFY(std::abs(weighted.aux_loss.item<double>() - 0.15) < 1e-7);
+    QCOMPARE(weighted.trace.front().flops, 30.0);  // sums stay sums
+    resolve_on_device(weighted);
+    QVERIFY(std::abs(weighted.stats.at("alpha_hard") - 0.55) < 1e-12);
     QCOMPARE(merged.trace.size(), std::size_t(1));
     const auto& t = merged.trace.front();
     QCOMPARE(t.kind, std::string("mod"));

@@ -19,14 +19,16 @@ bool LanguageModel::decays(const std::string& name, const torch::Tensor& paramet
 
 namespace {
 
-/// The mean of each key over `maps` (a key missing from some counts over those that have it).
-std::map<std::string, double> mean_by_key(const std::vector<const std::map<std::string, double>*>& maps) {
-  std::map<std::string, std::pair<double, int>> sums;
-  for (const auto* m : maps)
-    for (const auto& [key, value] : *m) {
+/// The mean of each key over `maps`, map i weighing weights[i] (a key missing from some counts over those that have
+/// it).
+std::map<std::string, double> mean_by_key(const std::vector<const std::map<std::string, double>*>& maps,
+                                          const std::vector<double>& weights) {
+  std::map<std::string, std::pair<double, double>> sums;
+  for (std::size_t i = 0; i < maps.size(); ++i)
+    for (const auto& [key, value] : *maps[i]) {
       auto& [sum, n] = sums[key];
-      sum += value;
-      ++n;
+      sum += weights[i] * value;
+      n += weights[i];
     }
   std::map<std::string, double> mean;
   for (const auto& [key, sum_n] : sums) mean[key] = sum_n.first / sum_n.second;
@@ -110,23 +112,35 @@ void defer_settling(std::vector<DeferredSizing> layers, ModelOutput& out) {
   };
 }
 
-ModelOutput merge_micro_batches(std::vector<ModelOutput> parts) {
+ModelOutput merge_micro_batches(std::vector<ModelOutput> parts, std::vector<double> weights) {
   if (parts.size() == 1) return std::move(parts.front());
   ModelOutput out;
   if (parts.empty()) return out;
-  const double n = static_cast<double>(parts.size());
+  const bool weighted = !weights.empty();
+  if (!weighted) weights.assign(parts.size(), 1.0);
+  TORCH_CHECK(weights.size() == parts.size(), "merge_micro_batches: one weight a part");
+  double total = 0;
+  for (const double w : weights) total += w;
+  // The mean of one 0-dim value a part, on the parts' device; weighted, through a small copy of the weights (never
+  // in a captured step, whose micro-batches are equal).
+  const auto weighted_mean = [&](const std::vector<torch::Tensor>& values) {
+    const auto stacked = torch::stack(values);
+    if (!weighted || values.size() != parts.size()) return stacked.mean();
+    const auto share = torch::tensor(weights, torch::kDouble).to(stacked.device()) / total;
+    return (stacked.to(torch::kDouble) * share).sum().to(stacked.scalar_type());
+  };
   std::vector<torch::Tensor> aux;
   for (const auto& p : parts)
     if (p.aux_loss.defined()) aux.push_back(p.aux_loss);
-  if (aux.size() == parts.size()) out.aux_loss = torch::stack(aux).mean();
+  if (aux.size() == parts.size()) out.aux_loss = weighted_mean(aux);
   std::vector<const std::map<std::string, double>*> stats;
   std::map<std::string, std::vector<torch::Tensor>> stats_on_device;  // statistics: averaged, as the host's
   for (const auto& p : parts) {
     stats.push_back(&p.stats);
     for (const auto& [key, v] : p.stats_on_device) stats_on_device[key].push_back(v);
   }
-  out.stats = mean_by_key(stats);
-  for (const auto& [key, values] : stats_on_device) out.stats_on_device[key] = torch::stack(values).mean();
+  out.stats = mean_by_key(stats, weights);
+  for (const auto& [key, values] : stats_on_device) out.stats_on_device[key] = weighted_mean(values);
   for (const auto& [key, first] : parts.front().token_data) {
     std::vector<torch::Tensor> pieces;
     for (const auto& p : parts) pieces.push_back(p.token_data.count(key) ? p.token_data.at(key) : torch::Tensor());
@@ -147,20 +161,21 @@ ModelOutput merge_micro_batches(std::vector<ModelOutput> parts) {
       decisions.push_back(pt.decision);
       layer_stats.push_back(&pt.stats);
       for (const auto& [key, v] : pt.on_device) on_device[key].push_back(v);
-      fraction += pt.routed_fraction;
-      aux_term += pt.aux_loss;
+      const double w = weights[&p - parts.data()] / total;
+      fraction += w * pt.routed_fraction;
+      aux_term += w * pt.aux_loss;
       for (const auto& [sub, count] : pt.tokens_processed) t.tokens_processed[sub] += count;
       t.flops += pt.flops;
       t.dense_flops += pt.dense_flops;
     }
     t.gate = cat_defined(gates);
     t.decision = cat_defined(decisions);
-    t.routed_fraction = fraction / n;
-    t.aux_loss = aux_term / n;
-    t.stats = mean_by_key(layer_stats);
+    t.routed_fraction = fraction;
+    t.aux_loss = aux_term;
+    t.stats = mean_by_key(layer_stats, weights);
     t.on_device.clear();
     for (const auto& [key, values] : on_device)
-      t.on_device[key] = summed_on_device(key) ? torch::stack(values).sum() : torch::stack(values).mean();
+      t.on_device[key] = summed_on_device(key) ? torch::stack(values).sum() : weighted_mean(values);
   }
   std::vector<torch::Tensor> overflows;
   std::vector<std::function<ShapeCheck()>> checks;

@@ -101,8 +101,9 @@ void defer_settling(std::vector<DeferredSizing> layers, ModelOutput& out);
 /// One batch's forward output from those of its equal-sized micro-batches, in order (gradient accumulation, logged
 /// as one step): per layer, gates and decisions concatenated along the batch, token counts and FLOPs summed, routed
 /// fractions, auxiliary terms and stats averaged; model-level stats averaged, token data concatenated, the auxiliary
-/// loss averaged. Logits and exit logits are not merged (left empty).
-ModelOutput merge_micro_batches(std::vector<ModelOutput> parts);
+/// loss averaged. Logits and exit logits are not merged (left empty). The averages weigh part i by weights[i] (its
+/// examples, where a classifier's micro-batches differ in size); equally without weights.
+ModelOutput merge_micro_batches(std::vector<ModelOutput> parts, std::vector<double> weights = {});
 
 /// resolve_on_device for a whole output: its trace's values and its stats_on_device in the one copy to the host.
 void resolve_on_device(ModelOutput& out);

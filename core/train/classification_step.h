@@ -90,9 +90,9 @@ struct ClassStepResult {
 ClassBatch class_batch_rows(const ClassBatch& b, std::int64_t start, std::int64_t rows);
 
 /// One batch's output from those of its micro-batches, in order, by merge_micro_batches's rules (per layer, gates and
-/// decisions joined along the batch, token counts and FLOPs summed, shares, auxiliary terms and stats averaged;
-/// token data joined; the auxiliary loss averaged). Logits are not merged.
-ClassifierOutput merge_classifier_micro_batches(std::vector<ClassifierOutput> parts);
+/// decisions joined along the batch, token counts and FLOPs summed, shares, auxiliary terms and stats averaged, each
+/// part weighing its `examples`; token data joined; the auxiliary loss averaged likewise). Logits are not merged.
+ClassifierOutput merge_classifier_micro_batches(std::vector<ClassifierOutput> parts, std::vector<double> examples);
 
 /// Forward (bf16 autocast when asked), CE + aux loss, backward, global-norm clip, optimizer step. With
 /// `micro_batches` k > 1 (train.grad_accum) the batch's examples run as k micro-batches one after another (as even as
