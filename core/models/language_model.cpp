@@ -123,11 +123,11 @@ ModelOutput merge_micro_batches(std::vector<ModelOutput> parts, std::vector<doub
   for (const double w : weights) total += w;
   // The mean of one 0-dim value a part, on the parts' device; weighted, through a small copy of the weights (never
   // in a captured step, whose micro-batches are equal).
+  const auto shares = weighted ? torch::tensor(weights, torch::kDouble) / total : torch::Tensor();  // (parts)
   const auto weighted_mean = [&](const std::vector<torch::Tensor>& values) {
     const auto stacked = torch::stack(values);
     if (!weighted || values.size() != parts.size()) return stacked.mean();
-    const auto share = torch::tensor(weights, torch::kDouble).to(stacked.device()) / total;
-    return (stacked.to(torch::kDouble) * share).sum().to(stacked.scalar_type());
+    return (stacked.to(torch::kDouble) * shares.to(stacked.device())).sum().to(stacked.scalar_type());
   };
   std::vector<torch::Tensor> aux;
   for (const auto& p : parts)
@@ -155,13 +155,13 @@ ModelOutput merge_micro_batches(std::vector<ModelOutput> parts, std::vector<doub
     double fraction = 0, aux_term = 0;
     t.tokens_processed.clear();
     t.flops = t.dense_flops = 0;
-    for (const auto& p : parts) {
-      const auto& pt = p.trace.at(layer);
+    for (std::size_t i = 0; i < parts.size(); ++i) {
+      const auto& pt = parts[i].trace.at(layer);
       gates.push_back(pt.gate);
       decisions.push_back(pt.decision);
       layer_stats.push_back(&pt.stats);
       for (const auto& [key, v] : pt.on_device) on_device[key].push_back(v);
-      const double w = weights[&p - parts.data()] / total;
+      const double w = weights[i] / total;
       fraction += w * pt.routed_fraction;
       aux_term += w * pt.aux_loss;
       for (const auto& [sub, count] : pt.tokens_processed) t.tokens_processed[sub] += count;

@@ -241,8 +241,6 @@ void ClassEvalSums::merge(const ClassEvalSums& other) {
   labels.insert(labels.end(), other.labels.begin(), other.labels.end());
   predicted.insert(predicted.end(), other.predicted.begin(), other.predicted.end());
   routing.merge(other.routing);
-  if (!other.assignments.defined()) return;
-  assignments = assignments.defined() ? torch::max(assignments, other.assignments) : other.assignments.clone();
 }
 
 nlohmann::json ClassEvalSums::to_json() const {

@@ -137,7 +137,7 @@ struct ClassEvalSums {
   /// As ClassEvalPass::assignments, over the whole split: -1 also at the examples this shard did not run.
   torch::Tensor assignments;
 
-  /// Adds another shard's sums (its assignments put in where this one has -1).
+  /// Adds another shard's sums, but its assignments (the data-parallel merge sums those over the ranks).
   void merge(const ClassEvalSums& other);
   /// The sums without the assignments (whose shape "assignments_shape" gives), as JSON, and back.
   nlohmann::json to_json() const;

@@ -24,13 +24,13 @@ DataParallel::DataParallel(std::shared_ptr<Collective> collective, std::int64_t 
   while (local_rows_ % micro_batches_ != 0) ++micro_batches_;
 }
 
+DataParallel::DataParallel(std::shared_ptr<Collective> collective, std::int64_t batch_size)
+    : collective_(std::move(collective)), batch_size_(batch_size), examples_(true) {}
+
 DataParallel DataParallel::for_examples(std::shared_ptr<Collective> collective, std::int64_t global_examples,
                                         std::int64_t batch_size) {
-  const auto ranks = static_cast<std::int64_t>(collective->world_size());
-  // Built for one rank (which divides every step), then given the classifier's split.
-  DataParallel dp(std::move(collective), global_examples * ranks, batch_size);
+  DataParallel dp(std::move(collective), batch_size);
   dp.global_rows_ = global_examples;
-  dp.examples_ = true;
   const auto block = dp.example_block(global_examples);  // rank 0's, the largest
   dp.local_rows_ = block.count;
   dp.micro_batches_ = block.micro_batches;

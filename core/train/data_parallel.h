@@ -74,6 +74,8 @@ class DataParallel {
   std::optional<ClassEvalSums> merge_class_eval(const ClassEvalSums& own);
 
  private:
+  /// A classifier's (for_examples): no split fixed up front.
+  DataParallel(std::shared_ptr<Collective> collective, std::int64_t batch_size);
   /// Every rank's `text` in rank order, on every rank. Every rank must call it.
   std::vector<std::string> texts_of_every_rank(const std::string& text);
 
