@@ -29,6 +29,7 @@
 #include "core/run/evaluation_record.h"
 #include "core/run/run_config.h"
 #include "core/run/run_health.h"
+#include "core/train/data_parallel.h"
 #include "core/train/trainer.h"
 #include "core/util/cpu_allocator.h"
 #include "core/util/device.h"
@@ -257,7 +258,10 @@ int cmd_train(const TrainArgs& a) {
   }
   ExperimentConfig config = resolve_config(overrides, sets, origin);
   const auto rank = launched_rank(a.nproc);
-  if (a.nproc > 0) return run_nproc(a.nproc);  // the config was checked once here, before any rank starts
+  if (a.nproc > 0) {  // the config is checked once here, before any rank starts
+    check_data_parallel(config, a.nproc);
+    return run_nproc(a.nproc);
+  }
   TrainRequest request{config, resolve_db(a.db), a.name, ""};
   ProgressPrinter progress(a.quiet || (rank && rank->rank != 0));  // rank 0 speaks for the run
   SignalScope signals;
@@ -266,7 +270,10 @@ int cmd_train(const TrainArgs& a) {
 
 int cmd_resume(const std::string& db, std::int64_t run_id, bool quiet, double takeover_after_s, int nproc) {
   const auto rank = launched_rank(nproc);
-  if (nproc > 0) return run_nproc(nproc);
+  if (nproc > 0) {
+    check_resume_over_ranks(resolve_db(db), run_id, nproc);
+    return run_nproc(nproc);
+  }
   ProgressPrinter progress(quiet || (rank && rank->rank != 0));
   SignalScope signals;
   return report(resume(resolve_db(db), run_id, &progress, &g_cancel, /*threads=*/-1, takeover_after_s,

@@ -4,6 +4,7 @@
 // and evaluations of one process training the same global batch; rank 0 alone writes; a killed rank ends the other
 // with a clear error, the store stays intact and the run resumes, on another number of ranks too; ranks of
 // different configs or an uneven split are refused by name; classifiers store the run of one process too.
+#include <QFileInfo>
 #include <QProcess>
 #include <QTemporaryDir>
 #include <QtTest>
@@ -474,7 +475,8 @@ class TestDist : public QObject {
     QCOMPARE(store.checkpoints(1).back().step, store.run(1)->last_step);
   }
 
-  /// Ranks of different configs are refused at start-up on every rank; so is a step the ranks do not divide.
+  /// Ranks of different configs are refused at start-up on every rank; so is a step the ranks do not divide, which
+  /// --nproc refuses once before it starts any rank (as it does a captured step, and resuming a finished run).
   void mismatchedRanksAndUnevenBatchesAreRefused() {
     const auto db = home_.filePath("mismatch.sqlite");
     const int port = free_local_port();
@@ -490,8 +492,19 @@ class TestDist : public QObject {
     }
     const auto [code, out] = run({"train", "--preset", "tiny", "--steps", "2", "--db", home_.filePath("uneven.sqlite"),
                                   "--quiet", "--threads", "1", "--set", "train.batch_size=3", "--nproc", "2"});
-    QVERIFY2(code != 0 && out.contains("train.batch_size x train.grad_accum") && out.contains("over 2 ranks"),
+    QVERIFY2(code != 0 && out.count("train.batch_size x train.grad_accum") == 1 && out.contains("over 2 ranks") &&
+                 !out.contains("starting 2 local ranks"),
              qPrintable(out));
+    const auto once = home_.filePath("refused-once.sqlite");
+    const auto [graphed, graphed_out] =
+        run(train_args(once, "dense") + QStringList{"--set", "train.cuda_graph=true", "--nproc", "2"});
+    QVERIFY2(graphed != 0 && graphed_out.count("train.cuda_graph: a captured step") == 1, qPrintable(graphed_out));
+    QVERIFY(!QFileInfo::exists(once));  // refused before any rank made the store
+    QCOMPARE(run(train_args(once, "dense", 2)).first, 0);
+    const auto [resumed, resume_out] = run({"resume", "1", "--db", once, "--nproc", "2"});
+    QVERIFY2(resumed != 0 && resume_out.count("already finished all 2 steps") == 1 &&
+                 !resume_out.contains("starting 2 local ranks"),
+             qPrintable(resume_out));
   }
 };
 

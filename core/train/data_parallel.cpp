@@ -6,18 +6,38 @@
 #include <cmath>
 #include <sstream>
 
+#include "core/config/experiment_config.h"
 #include "core/dist/step_reduce.h"
+#include "core/models/registry.h"
 #include "core/util/errors.h"
 
 namespace routelab {
 
+namespace {
+
+void check_rows_split(std::int64_t global_rows, std::int64_t ranks) {
+  if (global_rows % ranks != 0)
+    throw ConfigError("train.batch_size x train.grad_accum: a step of " + std::to_string(global_rows) +
+                      " sequences does not split evenly over " + std::to_string(ranks) +
+                      " ranks; choose a batch the number of ranks divides");
+}
+
+}  // namespace
+
+void check_data_parallel(const ExperimentConfig& config, int ranks) {
+  const auto& train = config.train();
+  if (train.at("cuda_graph").get<bool>())
+    throw ConfigError("train.cuda_graph: a captured step; data-parallel training (" + std::to_string(ranks) +
+                      " ranks) runs eager steps; start it as one process");
+  // A classifier's examples split as evenly as they go (example_block): any count of ranks will do.
+  if (architecture(config.arch()).task == Task::Classification) return;
+  check_rows_split(train.at("batch_size").get<std::int64_t>() * train.at("grad_accum").get<std::int64_t>(), ranks);
+}
+
 DataParallel::DataParallel(std::shared_ptr<Collective> collective, std::int64_t global_rows, std::int64_t batch_size)
     : collective_(std::move(collective)), global_rows_(global_rows), batch_size_(batch_size) {
   const auto ranks = static_cast<std::int64_t>(collective_->world_size());
-  if (global_rows_ % ranks != 0)
-    throw ConfigError("train.batch_size x train.grad_accum: a step of " + std::to_string(global_rows_) +
-                      " sequences does not split evenly over " + std::to_string(ranks) +
-                      " ranks; choose a batch the number of ranks divides");
+  check_rows_split(global_rows_, ranks);
   local_rows_ = global_rows_ / ranks;
   // The fewest micro-batches of at most batch_size rows that split this rank's rows evenly.
   micro_batches_ = std::max<std::int64_t>(1, (local_rows_ + batch_size - 1) / batch_size);

@@ -19,6 +19,13 @@
 
 namespace routelab {
 
+struct ExperimentConfig;
+
+/// Refuses, naming the setting, a config that cannot train over `ranks` data-parallel ranks: a captured step
+/// (train.cuda_graph), or a language model's step whose sequences the ranks do not divide. The trainer calls it, and
+/// `--nproc` before any rank starts, so the error is printed once rather than by every rank.
+void check_data_parallel(const ExperimentConfig& config, int ranks);
+
 class DataParallel {
  public:
   /// A step's `global_rows` sequences (train.batch_size x train.grad_accum) split over the ranks: each takes an

@@ -97,9 +97,7 @@ class Session {
     checkpoints_ = RunCheckpoints(train.at("checkpoint_async").get<bool>(),
                                   train.at("keep_checkpoints").get<std::int64_t>());
     if (cuda_graph_) check_cuda_graph();
-    if (collective_ && cuda_graph_)
-      throw ConfigError("train.cuda_graph: a captured step; data-parallel training (WORLD_SIZE " +
-                        std::to_string(collective_->world_size()) + ") runs eager steps; start it as one process");
+    if (collective_) check_data_parallel(config_, collective_->world_size());
     if (classification_) {
       class_data_ = make_classification_dataset(config_.data());
       torch::manual_seed(static_cast<std::uint64_t>(seed_));
@@ -754,36 +752,51 @@ TrainOutcome train(const TrainRequest& request, TrainObserver* observer, const s
   return session.run();
 }
 
+namespace {
+
+/// The run resume() continues, with its stored tokenizer and config (`threads` >= 0 replacing run.threads).
+struct ResumableRun {
+  RunRecord record;
+  std::string tokenizer;
+  ExperimentConfig config;
+};
+
+ResumableRun resumable_run(const std::string& db, std::int64_t run_id, bool mark_crashed, int threads) {
+  RunStore store(db, mark_crashed);
+  auto record = store.run(run_id);
+  if (!record) throw StoreError(db + ": no run with id " + std::to_string(run_id));
+  if (record->status == RunStatus::Finished)
+    throw StoreError("run " + std::to_string(run_id) + " already finished all " +
+                     std::to_string(record->total_steps) + " steps");
+  auto doc = stored_config(*record, db);
+  if (threads >= 0 && doc.contains("run") && doc["run"].is_object()) doc["run"]["threads"] = threads;
+  auto config = config_from_resolved(doc, record->preset);
+  return {*record, store.run_tokenizer(run_id), std::move(config)};
+}
+
+}  // namespace
+
+void check_resume_over_ranks(const std::string& db_path, std::int64_t run_id, int ranks) {
+  check_data_parallel(resumable_run(resolve_db(db_path), run_id, /*mark_crashed=*/false, -1).config, ranks);
+}
+
 TrainOutcome resume(const std::string& db_path, std::int64_t run_id, TrainObserver* observer,
                     const std::atomic<bool>* cancel, int threads, double takeover_after_s, const DistEnv* dist) {
   ensure_logging();
   const auto db = resolve_db(db_path);
   const bool follower = dist && dist->rank != 0;  // a data-parallel rank other than 0 only reads the store
-  std::optional<RunRecord> record;
-  std::string lease, tokenizer;
-  {
-    RunStore store(db, /*mark_crashed=*/!follower);
-    record = store.run(run_id);
-    if (!record) throw StoreError(db + ": no run with id " + std::to_string(run_id));
-    tokenizer = store.run_tokenizer(run_id);
-    if (record->status == RunStatus::Finished)
-      throw StoreError("run " + std::to_string(run_id) + " already finished all " +
-                       std::to_string(record->total_steps) + " steps");
-  }
-  auto doc = stored_config(*record, db);
-  if (threads >= 0 && doc.contains("run") && doc["run"].is_object()) doc["run"]["threads"] = threads;
-  const auto config = config_from_resolved(doc, record->preset);
-  auto group = join_group(dist, config);
-  const auto stored_tokenizer = parse_stored_tokenizer(tokenizer, db + ": run " + std::to_string(run_id));
+  auto run = resumable_run(db, run_id, /*mark_crashed=*/!follower, threads);
+  auto group = join_group(dist, run.config);
+  const auto stored_tokenizer = parse_stored_tokenizer(run.tokenizer, db + ": run " + std::to_string(run_id));
   if (follower) {
-    Session session(config, db, observer, cancel, stored_tokenizer, std::move(group));
+    Session session(run.config, db, observer, cancel, stored_tokenizer, std::move(group));
     return session.run();
   }
   // From here this process is the run's one writer, or nothing happens: a second resume is refused here.
-  lease = RunStore(db).acquire_lease(run_id, takeover_after_s);
+  const auto lease = RunStore(db).acquire_lease(run_id, takeover_after_s);
   try {
-    Session session(config, db, observer, cancel, stored_tokenizer, std::move(group));
-    session.restore(*record, lease);
+    Session session(run.config, db, observer, cancel, stored_tokenizer, std::move(group));
+    session.restore(run.record, lease);
     return session.run();
   } catch (...) {
     // Nothing was trained: the run is as it was, and free for the next resume.
