@@ -37,7 +37,8 @@ namespace {
 void add_row(RoutingHistory& history, std::int64_t step, int layer, double fraction) {
   if (history.steps.empty() || history.steps.back() != step) {
     history.steps.push_back(step);
-    history.fractions.emplace_back();
+    const auto width = history.fractions.empty() ? 0 : history.fractions.back().size();
+    history.fractions.emplace_back().reserve(width);  // as wide as the step before, grown once at most
   }
   if (layer < 0) return;
   auto& column = history.fractions.back();

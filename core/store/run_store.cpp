@@ -350,7 +350,9 @@ RunStore::RunStore(const std::string& path, bool mark_crashed) : path_(path) {
     read_only_ = !writable(file);
   }
   auto open = [&](const std::string& name, int flags) {
-    if (sqlite3_open_v2(name.c_str(), &db_, flags, nullptr) != SQLITE_OK) {
+    // One thread uses a connection at a time (the header's contract): SQLite's own mutex around every call, a lock
+    // and an unlock per column read, is left out.
+    if (sqlite3_open_v2(name.c_str(), &db_, flags | SQLITE_OPEN_NOMUTEX, nullptr) != SQLITE_OK) {
       const std::string msg = db_ ? sqlite3_errmsg(db_) : "out of memory";
       sqlite3_close(db_);
       db_ = nullptr;
