@@ -337,6 +337,59 @@ class TestRadial : public QObject {
     QTest::newRow("S = L (default)") << 0;
     QTest::newRow("S = 5 > L") << 5;
   }
+  /// The staircase kernel (queries see the valid entries up to their own position, the rows in position order, only
+  /// about half the rectangle scored) equals the masked attention over the whole store, outputs and gradients of q,
+  /// keys and values: entries of three steps with padding, grouped heads, steps of more rows than one block of the
+  /// kernel, a padding query row and a real row before every entry (which sees nothing and gets zeros).
+  void staircaseAttentionEqualsMaskedStore() {
+    const std::int64_t B = 2, H = 4, Hkv = 2, hd = 8, T = 160;
+    const std::vector<std::int64_t> step_rows = {120, 70, 90};  // padded rows per step; real ones below
+    const std::vector<std::vector<std::int64_t>> real = {{120, 64, 90}, {101, 70, 33}};
+    std::vector<torch::Tensor> positions, valids;
+    for (std::size_t s = 0; s < step_rows.size(); ++s) {
+      auto pos = torch::zeros({B, step_rows[s]}, torch::kLong), valid = torch::zeros({B, step_rows[s]}, torch::kBool);
+      for (std::int64_t b = 0; b < B; ++b) {
+        const auto n = real[std::size_t(b)][s];
+        pos[b].narrow(0, 0, n).copy_(std::get<0>(torch::randperm(T).narrow(0, 0, n).sort()));
+        valid[b].narrow(0, 0, n).fill_(true);
+      }
+      positions.push_back(pos), valids.push_back(valid);
+    }
+    UnifiedKVStore store;
+    store.position = torch::cat(positions, 1), store.valid = torch::cat(valids, 1);
+    store.step = torch::zeros_like(store.position);
+    const auto N = store.position.size(1);
+    const auto keys = torch::randn({B, Hkv, N, hd}).requires_grad_();
+    const auto values = torch::randn({B, Hkv, N, hd}).requires_grad_();
+    store.keys = keys, store.values = values;
+    // The queries: the last step's rows, the first of sequence 1 moved before every entry.
+    auto q_position = positions.back().clone();
+    const std::vector<std::int64_t> rows = {real[0].back(), real[1].back()};
+    q_position[1][0] = -1;
+    const auto q = torch::randn({B, H, step_rows.back(), hd}).requires_grad_();
+    const auto row_real = torch::arange(step_rows.back()).unsqueeze(0).lt(torch::tensor(rows).unsqueeze(1));  // (B, K)
+    const auto visible = store.valid.unsqueeze(1)
+                             .logical_and(store.position.unsqueeze(1).le(q_position.unsqueeze(2)))
+                             .logical_and(row_real.unsqueeze(2));
+    const auto weight = torch::randn({B, H, step_rows.back(), hd});
+    QVERIFY(staircase_attention_applies(q, store, 0.0, true));
+    const auto gradients = [&](const torch::Tensor& out) {
+      const auto g = torch::autograd::grad({(out * weight).sum()}, {q, keys, values});
+      return std::vector<torch::Tensor>{out.detach(), g[0], g[1], g[2]};
+    };
+    double pairs = 0;
+    const auto got = gradients(unified_attention_to_position(q, store, q_position, rows, &pairs));
+    const auto want = gradients(unified_attention(q, store, visible));
+    QCOMPARE(pairs, double(rows[0] + rows[1]) * double(N));
+    QVERIFY(got[0][1].select(1, 0).abs().max().item<double>() == 0.0);  // the row that sees nothing
+    QVERIFY(got[0][1].narrow(1, rows[1], step_rows.back() - rows[1]).abs().max().item<double>() == 0.0);  // padding
+    for (std::size_t i = 0; i < got.size(); ++i)
+      QVERIFY2(torch::allclose(got[i], want[i], 1e-5, 1e-5),
+               qPrintable(QString("tensor %1: max difference %2")
+                              .arg(i)
+                              .arg((got[i] - want[i]).abs().max().item<double>())));
+  }
+
   void maxDepthForcesExit() {
     QFETCH(int, max_depth);
     // An exit logit far below the layers': the router never chooses the exit, so max_depth ends every path.
