@@ -285,8 +285,9 @@ torch::Tensor unified_attention_to_position(const torch::Tensor& q, const Unifie
     *pairs = 0;
     for (const auto n : rows) *pairs += static_cast<double>(n) * static_cast<double>(N);
   }
-  return CpuStaircaseAttention::apply(q, store.keys.gather(2, by_position).contiguous(),
-                                      store.values.gather(2, by_position).contiguous(), lens, rows);
+  const auto sorted_keys = store.keys.gather(2, by_position).contiguous();
+  const auto sorted_values = store.values.gather(2, by_position).contiguous();
+  return CpuStaircaseAttention::apply(q.stride(3) == 1 ? q : q.contiguous(), sorted_keys, sorted_values, lens, rows);
 }
 
 RadialRouterImpl::RadialRouterImpl(const TransformerOptions& o, std::int64_t hidden) {
