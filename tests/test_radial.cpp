@@ -340,7 +340,8 @@ class TestRadial : public QObject {
   /// The staircase kernel (queries see the valid entries up to their own position, the rows in position order, only
   /// about half the rectangle scored) equals the masked attention over the whole store, outputs and gradients of q,
   /// keys and values: entries of three steps with padding, grouped heads, steps of more rows than one block of the
-  /// kernel, a padding query row and a real row before every entry (which sees nothing and gets zeros).
+  /// kernel, a padding query row and a real row before every entry (which sees nothing and gets zeros); bf16 inputs
+  /// up-cast.
   void staircaseAttentionEqualsMaskedStore() {
     const std::int64_t B = 2, H = 4, Hkv = 2, hd = 8, T = 160;
     const std::vector<std::int64_t> step_rows = {120, 70, 90};  // padded rows per step; real ones below
@@ -388,6 +389,26 @@ class TestRadial : public QObject {
                qPrintable(QString("tensor %1: max difference %2")
                               .arg(i)
                               .arg((got[i] - want[i]).abs().max().item<double>())));
+    // bf16 inputs (autocast's) go through the fp32 kernel up-cast, the output and gradients rounded back: the masked
+    // attention of the same values in fp32, to bf16's rounding.
+    const auto half = [](const torch::Tensor& t) { return t.detach().to(torch::kBFloat16).requires_grad_(); };
+    UnifiedKVStore half_store = store, up_store = store;
+    const auto qh = half(q), kh = half(keys), vh = half(values);
+    half_store.keys = kh, half_store.values = vh;
+    const auto qu = qh.detach().to(torch::kFloat).requires_grad_();
+    up_store.keys = kh.detach().to(torch::kFloat).requires_grad_();
+    up_store.values = vh.detach().to(torch::kFloat).requires_grad_();
+    QVERIFY(staircase_attention_applies(qh, half_store, 0.0, true));
+    const auto out_h = unified_attention_to_position(qh, half_store, q_position, rows);
+    QCOMPARE(out_h.scalar_type(), torch::kBFloat16);
+    const auto got_h = torch::autograd::grad({(out_h.to(torch::kFloat) * weight).sum()}, {qh, kh, vh});
+    const auto out_u = unified_attention(qu, up_store, visible);
+    const auto want_h = torch::autograd::grad({(out_u * weight).sum()}, {qu, up_store.keys, up_store.values});
+    QVERIFY(torch::allclose(out_h.to(torch::kFloat), out_u, 1e-2, 1e-2));
+    for (std::size_t i = 0; i < 3; ++i) {
+      QCOMPARE(got_h[i].scalar_type(), torch::kBFloat16);
+      QVERIFY(torch::allclose(got_h[i].to(torch::kFloat), want_h[i], 2e-2, 2e-2));
+    }
   }
 
   void maxDepthForcesExit() {

@@ -267,8 +267,11 @@ torch::Tensor unified_attention(const torch::Tensor& q, const UnifiedKVStore& st
 }
 
 bool staircase_attention_applies(const torch::Tensor& q, const UnifiedKVStore& store, double dropout, bool training) {
-  return q.device().is_cpu() && !(training && dropout > 0) && q.scalar_type() == torch::kFloat &&
-         store.keys.scalar_type() == torch::kFloat && store.values.scalar_type() == torch::kFloat;
+  const auto type = q.scalar_type();
+  return q.device().is_cpu() && !(training && dropout > 0) && store.keys.scalar_type() == type &&
+         store.values.scalar_type() == type &&
+         (type == torch::kFloat ||
+          ((type == torch::kBFloat16 || type == torch::kHalf) && cpu_attention::upcast_enabled()));
 }
 
 torch::Tensor unified_attention_to_position(const torch::Tensor& q, const UnifiedKVStore& store,
@@ -285,9 +288,11 @@ torch::Tensor unified_attention_to_position(const torch::Tensor& q, const Unifie
     *pairs = 0;
     for (const auto n : rows) *pairs += static_cast<double>(n) * static_cast<double>(N);
   }
-  const auto sorted_keys = store.keys.gather(2, by_position).contiguous();
-  const auto sorted_values = store.values.gather(2, by_position).contiguous();
-  return CpuStaircaseAttention::apply(q.stride(3) == 1 ? q : q.contiguous(), sorted_keys, sorted_values, lens, rows);
+  // Half precision is up-cast (exact) and the result rounded back, as the dense CPU kernel and the fused kernels do.
+  const auto fp32 = [](const torch::Tensor& t) { return t.to(torch::kFloat).contiguous(); };
+  const auto out = CpuStaircaseAttention::apply(fp32(q), fp32(store.keys.gather(2, by_position)),
+                                                fp32(store.values.gather(2, by_position)), lens, rows);
+  return out.to(q.scalar_type());
 }
 
 RadialRouterImpl::RadialRouterImpl(const TransformerOptions& o, std::int64_t hidden) {

@@ -73,7 +73,8 @@ torch::Tensor unified_attention(const torch::Tensor& q, const UnifiedKVStore& st
                                 double dropout = 0.0, bool training = false,
                                 const std::vector<std::int64_t>& rows = {}, double* pairs = nullptr);
 
-/// Whether unified_attention_to_position runs for these tensors: on the CPU in fp32, without dropout.
+/// Whether unified_attention_to_position runs for these tensors: on the CPU without dropout, in fp32 (bf16 and fp16
+/// up-cast to it, unless ROUTELAB_CPU_ATTENTION_UPCAST=0).
 bool staircase_attention_applies(const torch::Tensor& q, const UnifiedKVStore& store, double dropout, bool training);
 
 /// unified_attention for queries at q_position (B, Tq) int64 that see every valid entry of the store at or before

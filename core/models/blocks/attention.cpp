@@ -84,6 +84,11 @@ Mat rows(const torch::Tensor& t, std::int64_t b, std::int64_t h, std::int64_t st
   return m;
 }
 
+bool upcast_enabled() {
+  static const bool off = switched_off_in_environment("ROUTELAB_CPU_ATTENTION_UPCAST");
+  return !off;
+}
+
 bool causal_blocks_enabled() {
   static const bool off = switched_off_in_environment("ROUTELAB_CAUSAL_BLOCKS");
   return !off;
@@ -153,13 +158,6 @@ void probabilities_from_lse(const torch::Tensor& q, const torch::Tensor& k, std:
 namespace {
 
 using namespace cpu_attention;
-
-/// ROUTELAB_CPU_ATTENTION_UPCAST=0 sends bf16/fp16 attention on the CPU to LibTorch's kernels again (for
-/// comparisons; read once).
-bool cpu_attention_upcast_enabled() {
-  static const bool off = switched_off_in_environment("ROUTELAB_CPU_ATTENTION_UPCAST");
-  return !off;
-}
 
 /// sum_b lengths[b]^2, each length T where `lengths` is empty (B sequences): the pairs an unpadded kernel computes.
 double squared_lengths(const std::vector<std::int64_t>& lengths, std::int64_t B, std::int64_t T) {
@@ -494,7 +492,7 @@ torch::Tensor causal_attention(const torch::Tensor& q, const torch::Tensor& k, c
       !lengths.empty() && std::any_of(lengths.begin(), lengths.end(), [&](std::int64_t n) { return n != Tq; });
   if (q.device().is_cpu() && Tq == Tk && !dropping && q.stride(3) == 1 && kf.stride(3) == 1 && vf.stride(3) == 1 &&
       kf.scalar_type() == type && vf.scalar_type() == type &&
-      (type == torch::kFloat || ((type == torch::kBFloat16 || type == torch::kHalf) && cpu_attention_upcast_enabled()))) {
+      (type == torch::kFloat || ((type == torch::kBFloat16 || type == torch::kHalf) && upcast_enabled()))) {
     if (pairs) *pairs = squared_lengths(lengths, B, Tq);
     // Half-precision inputs go through the fp32 kernel, up-cast (exact) and the result rounded back: what the fused
     // kernels do inside (fp32 scores, softmax and accumulation). On CPUs without AMX a bf16 GEMM of head size runs

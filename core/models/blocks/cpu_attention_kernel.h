@@ -31,6 +31,11 @@ void gemm(bool ta, bool tb, const Mat& A, const Mat& B, Mat C, float alpha, floa
 /// 64 was slower: twice the BLAS and softmax calls.
 inline constexpr std::int64_t kCausalBlockRows = 128;
 
+/// Whether bf16 and fp16 attention on the CPU goes through RouteLab's fp32 kernels, up-cast (exact) and the result
+/// rounded back, as the fused kernels compute inside. ROUTELAB_CPU_ATTENTION_UPCAST=0 sends it to LibTorch's kernels
+/// again (for comparisons; read once).
+bool upcast_enabled();
+
 /// ROUTELAB_CAUSAL_BLOCKS=0 computes the whole square again (for comparisons; read once).
 bool causal_blocks_enabled();
 
