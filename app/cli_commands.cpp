@@ -30,6 +30,7 @@
 #include "core/run/run_config.h"
 #include "core/run/run_health.h"
 #include "core/train/data_parallel.h"
+#include "core/train/resumable_run.h"
 #include "core/train/trainer.h"
 #include "core/util/cpu_allocator.h"
 #include "core/util/device.h"

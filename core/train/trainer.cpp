@@ -30,6 +30,7 @@
 #include "core/train/eval_records.h"
 #include "core/train/evaluation.h"
 #include "core/train/optimizer.h"
+#include "core/train/resumable_run.h"
 #include "core/train/run_checkpoints.h"
 #include "core/train/step.h"
 #include "core/train/token_probe.h"
@@ -750,34 +751,6 @@ TrainOutcome train(const TrainRequest& request, TrainObserver* observer, const s
   Session session(request.config, resolve_db(request.db_path), observer, cancel, nullptr, std::move(group));
   if (session.writes()) session.create_run(request.name, request.qt_version);
   return session.run();
-}
-
-namespace {
-
-/// The run resume() continues, with its stored tokenizer and config (`threads` >= 0 replacing run.threads).
-struct ResumableRun {
-  RunRecord record;
-  std::string tokenizer;
-  ExperimentConfig config;
-};
-
-ResumableRun resumable_run(const std::string& db, std::int64_t run_id, bool mark_crashed, int threads) {
-  RunStore store(db, mark_crashed);
-  auto record = store.run(run_id);
-  if (!record) throw StoreError(db + ": no run with id " + std::to_string(run_id));
-  if (record->status == RunStatus::Finished)
-    throw StoreError("run " + std::to_string(run_id) + " already finished all " +
-                     std::to_string(record->total_steps) + " steps");
-  auto doc = stored_config(*record, db);
-  if (threads >= 0 && doc.contains("run") && doc["run"].is_object()) doc["run"]["threads"] = threads;
-  auto config = config_from_resolved(doc, record->preset);
-  return {*record, store.run_tokenizer(run_id), std::move(config)};
-}
-
-}  // namespace
-
-void check_resume_over_ranks(const std::string& db_path, std::int64_t run_id, int ranks) {
-  check_data_parallel(resumable_run(resolve_db(db_path), run_id, /*mark_crashed=*/false, -1).config, ranks);
 }
 
 TrainOutcome resume(const std::string& db_path, std::int64_t run_id, TrainObserver* observer,

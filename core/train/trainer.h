@@ -100,8 +100,4 @@ TrainOutcome resume(const std::string& db_path, std::int64_t run_id, TrainObserv
                     const std::atomic<bool>* cancel = nullptr, int threads = -1,
                     double takeover_after_s = RunStore::kNeverTakeOver, const DistEnv* dist = nullptr);
 
-/// What every rank of resume(`run_id`) over `ranks` processes would refuse, refused once by their launcher before
-/// it starts them: no such run, a finished run, a stored config the ranks cannot train (check_data_parallel).
-void check_resume_over_ranks(const std::string& db_path, std::int64_t run_id, int ranks);
-
 }  // namespace routelab
