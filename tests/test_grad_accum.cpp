@@ -265,12 +265,16 @@ class TestGradAccum : public QObject {
       if (QTest::currentTestFailed()) return;
       QCOMPARE(b.correct, a.correct);
       QCOMPARE(b.examples, std::int64_t(7));
-      // The traced step's trace and token data are the whole batch's.
+      // The traced step's trace and token data are the whole batch's: the per-layer means over real tokens (the
+      // routed share, TAGAT's entropy term) weigh each micro-batch by its real tokens, which differ here.
       QCOMPARE(b.output.trace.size(), a.output.trace.size());
       for (std::size_t i = 0; i < a.output.trace.size(); ++i) {
         const auto& x = a.output.trace[i];
         const auto& y = b.output.trace[i];
         QCOMPARE(y.tokens_processed, x.tokens_processed);
+        QVERIFY2(std::abs(y.routed_fraction - x.routed_fraction) <= 1e-6 && std::abs(y.aux_loss - x.aux_loss) <= 1e-6,
+                 qPrintable(QString("layer %1: routed %2 vs %3, aux %4 vs %5")
+                                .arg(i).arg(y.routed_fraction).arg(x.routed_fraction).arg(y.aux_loss).arg(x.aux_loss)));
         QCOMPARE(y.gate.defined(), x.gate.defined());
         if (x.gate.defined()) QCOMPARE(y.gate.sizes(), x.gate.sizes());
       }

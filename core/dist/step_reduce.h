@@ -22,8 +22,8 @@ torch::Tensor reduce_step_scalars(Collective& collective, torch::Tensor& loss, t
 /// A log step's routing trace and model statistics over every rank, in one all-reduce: per layer the routed share,
 /// the auxiliary term and the gate's mean are averaged (the trace's gate becomes that mean, one element), token
 /// counts and FLOPs summed; statistics averaged over the ranks that report them (rank 0's keys). Each rank's values
-/// weigh `weight` in the averages (its examples, where the ranks' shares differ); a rank of weight 0 (one that held
-/// none of the step's examples and traced a stand-in) adds nothing to the sums either.
+/// weigh `weight` in the averages (a classifier's real tokens, where the ranks' shares differ); a rank of weight 0
+/// (one that held none of the step's examples and traced a stand-in) adds nothing to the sums either.
 void reduce_trace(Collective& collective, std::vector<LayerTrace>& trace, std::map<std::string, double>& stats,
                   double weight = 1.0);
 

@@ -63,7 +63,7 @@ ClassBatch class_batch_rows(const ClassBatch& b, std::int64_t start, std::int64_
           b.segment.defined() ? b.segment.narrow(0, start, rows) : torch::Tensor(), b.label.narrow(0, start, rows)};
 }
 
-ClassifierOutput merge_classifier_micro_batches(std::vector<ClassifierOutput> parts, std::vector<double> examples) {
+ClassifierOutput merge_classifier_micro_batches(std::vector<ClassifierOutput> parts, std::vector<double> weights) {
   if (parts.size() == 1) return std::move(parts.front());
   std::vector<ModelOutput> outputs(parts.size());  // the language models' merge, on the fields both outputs have
   for (std::size_t i = 0; i < parts.size(); ++i) {
@@ -72,7 +72,7 @@ ClassifierOutput merge_classifier_micro_batches(std::vector<ClassifierOutput> pa
     outputs[i].stats = std::move(parts[i].stats);
     outputs[i].token_data = std::move(parts[i].token_data);
   }
-  auto merged = merge_micro_batches(std::move(outputs), std::move(examples));
+  auto merged = merge_micro_batches(std::move(outputs), std::move(weights));
   ClassifierOutput out;
   out.aux_loss = merged.aux_loss;
   out.trace = std::move(merged.trace);
@@ -97,7 +97,9 @@ ClassStepResult classification_train_step(SequenceClassifier& model, torch::opti
   result.examples = stand_in ? 0 : rows;
   zero_grads(model);
   std::vector<ClassifierOutput> outputs;
-  std::vector<double> sizes;
+  // The merge's weights: a traced step's real tokens (its statistics are means over them, as an evaluation's are),
+  // else examples (nothing to average).
+  std::vector<double> weights;
   torch::Tensor correct, loss, aux;
   for (std::int64_t i = 0, start = 0; i < parts; ++i) {
     const auto size = rows / parts + (i < rows % parts ? 1 : 0);
@@ -121,10 +123,11 @@ ClassStepResult classification_train_step(SequenceClassifier& model, torch::opti
     if (share && share->sync && i + 1 == parts) share->sync->arm();  // the last pass sends the gradients
     weigh(total).backward();
     outputs.push_back(std::move(output));
-    sizes.push_back(static_cast<double>(size));
+    weights.push_back(trace ? micro.mask.sum().item<double>() : static_cast<double>(size));
+    if (trace && !stand_in) result.real_tokens += weights.back();
   }
   if (share && share->sync) share->sync->finish();
-  result.output = merge_classifier_micro_batches(std::move(outputs), std::move(sizes));
+  result.output = merge_classifier_micro_batches(std::move(outputs), std::move(weights));
   result.correct = correct.defined() ? correct.item<std::int64_t>() : 0;
   result.grad_norm = clip_and_step(model, optimizer, grad_clip);
   result.loss = loss;

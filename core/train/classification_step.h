@@ -83,6 +83,7 @@ struct ClassStepResult {
   torch::Tensor aux_loss;   ///< detached scalar
   torch::Tensor grad_norm;  ///< 0-dim, before clipping
   std::int64_t correct = 0, examples = 0;
+  double real_tokens = 0;   ///< a traced step's real tokens (0 untraced, and for a stand-in)
   ClassifierOutput output;  ///< trace, stats and token data when asked for (logits dropped)
 };
 
@@ -91,8 +92,9 @@ ClassBatch class_batch_rows(const ClassBatch& b, std::int64_t start, std::int64_
 
 /// One batch's output from those of its micro-batches, in order, by merge_micro_batches's rules (per layer, gates and
 /// decisions joined along the batch, token counts and FLOPs summed, shares, auxiliary terms and stats averaged, each
-/// part weighing its `examples`; token data joined; the auxiliary loss averaged likewise). Logits are not merged.
-ClassifierOutput merge_classifier_micro_batches(std::vector<ClassifierOutput> parts, std::vector<double> examples);
+/// part weighing its `weights` entry: a traced step's real tokens, as the statistics are means over them; token data
+/// joined; the auxiliary loss averaged likewise). Logits are not merged.
+ClassifierOutput merge_classifier_micro_batches(std::vector<ClassifierOutput> parts, std::vector<double> weights);
 
 /// Forward (bf16 autocast when asked), CE + aux loss, backward, global-norm clip, optimizer step. With
 /// `micro_batches` k > 1 (train.grad_accum) the batch's examples run as k micro-batches one after another (as even as

@@ -82,7 +82,7 @@ torch::Tensor DataParallel::finish_example_step(ClassStepResult& result, bool tr
   auto correct = torch::full({}, static_cast<double>(result.correct), torch::kDouble);
   auto stops = reduce_step_scalars(*collective_, result.loss, result.aux_loss, stop, &correct);
   if (traced)
-    reduce_trace(*collective_, result.output.trace, result.output.stats, static_cast<double>(result.examples));
+    reduce_trace(*collective_, result.output.trace, result.output.stats, result.real_tokens);  // token means
   result.correct = std::llround(correct.item<double>());
   return stops;
 }
