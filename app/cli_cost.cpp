@@ -1,6 +1,7 @@
 // routelab-cli flops (the FLOPs model: ratio versus sequence length, DTRNet Figure 4, and a per-layer breakdown,
-// from a stored run's measured routing or from fractions given by hand), bench forward (sparse execution speed) and
-// bench eviction (D-LLM's training attention, chunked vs materialised).
+// from a stored run's measured routing or from fractions given by hand), bench forward (sparse execution speed),
+// bench eviction (D-LLM's training attention, chunked vs materialised) and bench step (any config's training step
+// and where its time goes).
 #include <algorithm>
 #include <iomanip>
 #include <iostream>
@@ -14,6 +15,7 @@
 #include "core/analysis/run_analysis.h"
 #include "core/bench/eviction_bench.h"
 #include "core/bench/forward_bench.h"
+#include "core/bench/step_bench.h"
 #include "core/config/experiment_config.h"
 #include "core/cost/flops_model.h"
 #include "core/data/dataset.h"
@@ -34,6 +36,14 @@ struct FlopsArgs {
 struct BenchForwardArgs {
   ForwardBenchOptions options;
   std::string precision = "fp32";
+  bool json = false;
+};
+
+struct BenchStepArgs {
+  StepBenchOptions options;
+  std::string preset, config, device, precision;
+  std::vector<std::string> sets;
+  int threads = -1;
   bool json = false;
 };
 
@@ -227,6 +237,22 @@ int run_bench_eviction(const EvictionBenchOptions& o) {
   return 0;
 }
 
+int run_bench_step(const BenchStepArgs& a) {
+  if (a.preset.empty() == a.config.empty()) throw ConfigError("bench step: give exactly one of --preset P or --config FILE");
+  auto sets = a.sets;  // the options train takes, as train turns them into settings
+  if (a.threads >= 0) sets.push_back("run.threads=" + std::to_string(a.threads));
+  if (!a.device.empty()) sets.push_back("run.device=" + a.device);
+  if (!a.precision.empty()) sets.push_back("train.precision=" + a.precision);
+  const auto config = a.preset.empty() ? resolve_config(load_json_file(a.config), sets, a.config)
+                                       : preset_config(a.preset, sets);
+  const auto result = run_step_bench(config, a.preset.empty() ? "config " + a.config : "preset " + a.preset, a.options);
+  if (a.json)
+    std::cout << result.to_json().dump(2) << "\n";
+  else
+    std::cout << result.to_table();
+  return 0;
+}
+
 }  // namespace
 
 void add_cost_commands(CLI::App& app, CLI::App& bench, CommandAction& action) {
@@ -317,6 +343,29 @@ void add_cost_commands(CLI::App& app, CLI::App& bench, CommandAction& action) {
   eviction->add_flag("--chunked-only", [e](std::int64_t n) { e->materialised = n == 0; },
                      "leave out the materialised form (it needs O(B H T^2) memory; nothing is compared then)");
   eviction->callback([&action, e] { action = [e] { return run_bench_eviction(*e); }; });
+
+  auto st = std::make_shared<BenchStepArgs>();
+  auto* step = bench.add_subcommand(
+      "step", "a preset's or config's training step as train runs it (model, data, batch, accumulation, precision, "
+              "device): ms/step, tokens/s, and where the step's time goes by part of the model and by op (a GPU: by "
+              "kernel); for every architecture, those no benchmark can force included");
+  auto* config = step->add_option("--config", st->config, "JSON config file");
+  step->add_option("--preset", st->preset, "preset name (see `presets`)")->excludes(config);
+  step->add_option("--set", st->sets, "override, e.g. --set model.n_layer=4 (repeatable)");
+  step->add_option("--device", st->device, "cpu, cuda or cuda:N");
+  step->add_option("--threads", st->threads, "CPU threads (0: all cores)")->check(CLI::Range(0, 1024));
+  step->add_option("--precision", st->precision, "fp32 or bf16")->check(CLI::IsMember({"fp32", "bf16"}));
+  step->add_option("--steps", st->options.steps, "timed steps (median)")->check(CLI::Range(1, 1000000));
+  step->add_option("--warmup", st->options.warmup, "untimed steps first")->check(CLI::Range(0, 1000000));
+  step->add_option("--profile-steps", st->options.profiled, "profiled steps after the timed ones (0: no breakdown)")
+      ->check(CLI::Range(0, 1000));
+  step->add_option("--top", st->options.top, "top-level ops (kernels) listed per part")->check(CLI::Range(0, 1000));
+  step->add_option("--progress", st->options.progress,
+                   "the point of the run the model is told it is at, 0 to 1 (schedules such as Radial's depth "
+                   "penalty warm-up)")
+      ->check(CLI::Range(0.0, 1.0));
+  step->add_flag("--json", st->json, "machine-readable output");
+  step->callback([&action, st] { action = [st] { return run_bench_step(*st); }; });
 }
 
 }  // namespace routelab::cli

@@ -14,6 +14,7 @@
 #include <torch/version.h>
 
 #include "core/models/dllm_eviction.h"
+#include "core/models/registry.h"
 #include "core/store/run_store.h"
 #include "core/util/process.h"
 
@@ -75,6 +76,12 @@ class TestCli : public QObject {
         << QStringList{"bench", "forward", "--quick", "--cuda-graph"} << "--cuda-graph: needs a CUDA device";
     QTest::newRow("bench eviction kv heads") << QStringList{"bench", "eviction", "--heads", "6", "--kv-heads", "4"}
                                              << "--kv-heads: 4 does not divide --heads 6";
+    QTest::newRow("bench step without a config") << QStringList{"bench", "step"} << "--preset P or --config FILE";
+    QTest::newRow("bench step distilled") << QStringList{"bench", "step", "--preset", "tiny", "--set",
+                                                         "train.distill_from=3"}
+                                          << "train.distill_from 3";
+    QTest::newRow("bench step progress") << QStringList{"bench", "step", "--preset", "tiny", "--progress", "2"}
+                                         << "--progress";
   }
   void badArgumentsNameTheOption() {
     QFETCH(QStringList, args);
@@ -137,6 +144,55 @@ class TestCli : public QObject {
       QVERIFY2(std::abs(routed - 0.3) < 0.1, qPrintable(output));
       QVERIFY2(row["flops_ratio"].toDouble() > 0.3 && row["flops_ratio"].toDouble() < 1.0, qPrintable(output));
       QVERIFY(row["ms"].toDouble() > 0 && row["dense_ms"].toDouble() > 0);
+    }
+  }
+
+  void benchStepProfilesEveryArchitecture_data() {
+    QTest::addColumn<QString>("arch");
+    QTest::addColumn<bool>("classifier");
+    for (const auto& entry : routelab::architectures())
+      QTest::newRow(entry.id.c_str()) << QString::fromStdString(entry.id)
+                                      << (entry.task == routelab::Task::Classification);
+  }
+  void benchStepProfilesEveryArchitecture() {
+    // Every architecture's training step, as train runs it on the tiny preset: the timed steps, the tokens a step
+    // (a language model's windows x context; a classifier's real tokens, fewer than its padded rows), and the step's
+    // time by part: the attention's and the optimizer's parts are there, each part's pieces are listed, and their
+    // forward and backward times are the part's.
+    QFETCH(QString, arch);
+    QFETCH(bool, classifier);
+    QStringList args{"bench", "step", "--preset", "tiny", "--set", "model.arch=" + arch, "--set", "model.n_layer=4", "--steps", "2", "--warmup",
+                     "1", "--profile-steps", "1", "--top", "400", "--threads", "1", "--json"};
+    if (classifier)
+      for (const char* set : {"data.source=entailment", "data.tokenizer=word", "data.context=48",
+                              "data.task_train_examples=64", "data.task_eval_examples=16"})
+        args << "--set" << set;
+    const auto [code, output] = run(args);
+    QVERIFY2(code == 0, qPrintable(output));
+    const auto begin = output.indexOf('{');
+    const auto json = QJsonDocument::fromJson(output.mid(begin, output.lastIndexOf('}') - begin + 1).toUtf8());
+    QVERIFY2(json.isObject(), qPrintable(output));
+    QCOMPARE(json["arch"].toString(), arch);
+    QCOMPARE(json["step_ms"].toArray().size(), 2);
+    for (const auto& ms : json["step_ms"].toArray()) QVERIFY(ms.toDouble() > 0);
+    const double tokens = json["tokens_per_step"].toDouble();
+    if (classifier)
+      QVERIFY2(tokens > 16 && tokens < 16 * 48, qPrintable(output));
+    else
+      QCOMPARE(tokens, 16.0 * 64.0);
+    const auto parts = json["parts"].toObject(), pieces = json["part_pieces"].toObject();
+    QVERIFY2(parts.contains("attention") && parts.contains("optimizer"), qPrintable(output));
+    QVERIFY(json["launches"].toDouble() > 0);
+    for (auto it = parts.begin(); it != parts.end(); ++it) {
+      const auto part = it.value().toObject();
+      double forward = 0, backward = 0;
+      for (const auto& piece : pieces[it.key()].toArray()) {
+        forward += piece.toObject()["forward_ms"].toDouble();
+        backward += piece.toObject()["backward_ms"].toDouble();
+      }
+      const auto close = [](double a, double b) { return std::abs(a - b) <= 1e-6 * std::max(1.0, std::abs(b)); };
+      QVERIFY2(close(forward, part["forward_ms"].toDouble()) && close(backward, part["backward_ms"].toDouble()),
+               qPrintable(it.key() + ": " + output));
     }
   }
 

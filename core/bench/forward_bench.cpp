@@ -19,6 +19,7 @@
 #include <torch/torch.h>
 
 #include "core/bench/bench_timing.h"
+#include "core/bench/call_profile.h"
 #include "core/bench/kernel_profile.h"
 #include "core/config/experiment_config.h"
 #include "core/cost/flop_counter.h"
@@ -60,83 +61,8 @@ TracedForward traced(LanguageModel& model, const ArchitectureEntry& arch, const 
   return {d > 0 ? f / d : 1.0, n > 0 ? routed / n : 1.0};
 }
 
-/// Whether breakdowns on `device` are the GPU's kernel time (Kineto) rather than the host's time per op.
-bool kernel_breakdowns(const torch::Device& device) {
-  return device.is_cuda() && kernel_profiling_unavailable().empty();
-}
-
 using Profile = ForwardBenchRow::Profile;
 
-/// Each part's pieces of work, longest first.
-std::map<std::string, std::vector<Profile::Piece>> sorted_pieces(
-    const std::map<std::string, std::map<std::string, PartTime>>& pieces) {
-  std::map<std::string, std::vector<Profile::Piece>> out;
-  for (const auto& [part, by_name] : pieces) {
-    auto& list = out[part];
-    for (const auto& [name, t] : by_name) list.push_back({name, t.forward_ms, t.backward_ms, t.calls()});
-    std::stable_sort(list.begin(), list.end(), [](const Profile::Piece& a, const Profile::Piece& b) {
-      return a.forward_ms + a.backward_ms > b.forward_ms + b.backward_ms;
-    });
-  }
-  return out;
-}
-
-/// Median over `runs` profiled calls of `run` (a forward or a training step) of the ms of each class (one call is
-/// too noisy on a shared machine) and of what a call launches: kernel classes and kernels on a GPU
-/// (kernel_breakdowns), else op classes and top-level ops on the host.
-Profile profile(const std::function<void()>& run, const torch::Device& device, int runs, int top) {
-  std::map<std::string, std::vector<double>> samples;
-  std::map<std::string, std::array<std::vector<double>, 4>> part_samples;  // ms and calls, forward and backward
-  const auto add_parts = [&](const std::map<std::string, PartTime>& parts) {
-    for (const auto& [name, t] : parts) {
-      auto& s = part_samples[name];
-      const double values[] = {t.forward_ms, t.backward_ms, t.forward_calls, t.backward_calls};
-      for (std::size_t i = 0; i < s.size(); ++i) s[i].push_back(values[i]);
-    }
-  };
-  std::vector<double> launches;
-  Profile out;
-  for (int r = 0; r < runs; ++r) {
-    synchronize(device);
-    if (kernel_breakdowns(device)) {
-      KernelProfiler profiler(true);
-      run();
-      synchronize(device);
-      const auto p = profiler.stop();
-      for (const auto& [k, v] : p.classes_ms()) samples[k].push_back(v);
-      add_parts(p.parts);
-      if (top > 0) out.part_pieces = sorted_pieces(p.part_pieces);  // the last call's
-      double calls = 0;
-      for (const auto& k : p.kernels) calls += static_cast<double>(k.calls);
-      launches.push_back(calls);
-      out.top_kernels.clear();  // the last call's
-      for (std::size_t i = 0; i < p.kernels.size() && i < static_cast<std::size_t>(std::max(0, top)); ++i)
-        out.top_kernels.push_back({p.kernels[i].name, p.kernels[i].ms, p.kernels[i].calls});
-      continue;
-    }
-    OpClassProfiler profiler;
-    run();
-    synchronize(device);
-    profiler.stop();
-    for (const auto& [k, v] : profiler.classes_ms()) samples[k].push_back(v);
-    add_parts(profiler.parts_ms());
-    if (top > 0) out.part_pieces = sorted_pieces(profiler.part_pieces());  // the last call's
-    launches.push_back(static_cast<double>(profiler.ops()));
-    out.host_ops.clear();  // the last call's
-    if (top > 0)
-      for (const auto& [name, tally] : profiler.ops_by_name()) out.host_ops.push_back({name, tally.ms, tally.calls});
-  }
-  for (auto& [k, v] : samples) {
-    v.resize(static_cast<std::size_t>(runs), 0.0);  // a class absent from a forward took 0 ms there
-    out.classes_ms.emplace_back(k, median(v));
-  }
-  for (auto& [name, s] : part_samples) {  // a part absent from a call took 0 ms there
-    for (auto& v : s) v.resize(static_cast<std::size_t>(runs), 0.0);
-    out.parts_ms[name] = {median(s[0]), median(s[1]), median(s[2]), median(s[3])};
-  }
-  out.launches = median(launches);
-  return out;
-}
 
 nlohmann::json model_json(const ForwardBenchOptions& o, const std::string& arch, std::int64_t max_len) {
   nlohmann::json m = {{"arch", arch},        {"style", "llama"},         {"n_layer", o.n_layer},
@@ -379,8 +305,8 @@ ForwardBenchResult bench_forward(const ForwardBenchOptions& in) {
         row.dense_held_mb = held[0];
         if (row.quotient > o.breakdown_threshold && T >= o.breakdown_min_seq) {
           if (dense_profile.classes_ms.empty())
-            dense_profile = profile(runs[0], device, std::max(3, o.reps), o.kernels);
-          row.profile = profile(runs[i + 1], device, std::max(3, o.reps), o.kernels);
+            dense_profile = profile_calls(runs[0], device, std::max(3, o.reps), o.kernels);
+          row.profile = profile_calls(runs[i + 1], device, std::max(3, o.reps), o.kernels);
           row.dense_profile = dense_profile;
         }
         result.rows.push_back(std::move(row));
@@ -474,35 +400,10 @@ std::string ForwardBenchResult::to_table() const {
         << parts_table(r.profile.parts_ms, 1.0, &r.dense_profile.parts_ms, "dense");
     }
     if (!r.profile.part_pieces.empty() && !(r.graph && kernel_breakdowns)) {
-      std::vector<std::pair<std::string, double>> order;  // the parts, largest total first
-      for (const auto& [part, t] : r.profile.parts_ms) order.emplace_back(part, t.total());
-      std::stable_sort(order.begin(), order.end(), [](const auto& a, const auto& b) { return a.second > b.second; });
       s << "    what each part of " << r.arch << " runs, its " << o.kernels << " longest "
         << (kernel_breakdowns ? "kernels" : "top-level ops") << " (ms forward / backward, calls; the last profiled "
-        << "call), and dense's time and calls for the same name in the same part:\n";
-      for (const auto& [part, total] : order) {
-        const auto it = r.profile.part_pieces.find(part);
-        if (it == r.profile.part_pieces.end()) continue;
-        const auto dense_part = r.dense_profile.part_pieces.find(part);
-        s << "      " << part << " (" << std::setprecision(2) << total << " ms):\n";
-        for (std::size_t i = 0; i < it->second.size() && i < static_cast<std::size_t>(o.kernels); ++i) {
-          const auto& piece = it->second[i];
-          auto name = piece.name;
-          if (name.size() > 80) name.replace(77, std::string::npos, "...");
-          s << "        " << std::setw(8) << piece.forward_ms << " / " << std::setw(8) << piece.backward_ms
-            << std::setprecision(0) << std::setw(7) << piece.calls << std::setprecision(2);
-          const Profile::Piece* theirs = nullptr;
-          if (dense_part != r.dense_profile.part_pieces.end())
-            for (const auto& d : dense_part->second)
-              if (d.name == piece.name) theirs = &d;
-          if (theirs)
-            s << "  dense " << std::setw(8) << theirs->forward_ms + theirs->backward_ms << std::setprecision(0)
-              << std::setw(7) << theirs->calls << std::setprecision(2);
-          else  // dense ran nothing of that name in that part
-            s << "  dense " << std::setw(8) << 0.0 << std::setw(7) << 0;
-          s << "  " << name << "\n";
-        }
-      }
+        << "call), and dense's time and calls for the same name in the same part:\n"
+        << part_pieces_table(r.profile, o.kernels, &r.dense_profile, "dense");
     }
     kernel_lines(r.profile.top_kernels, r.arch);
     kernel_lines(r.dense_profile.top_kernels, "dense");

@@ -82,27 +82,8 @@ struct ForwardBenchRow {
   /// copies and fills where ForwardBenchResult::kernel_breakdowns, else top-level ops on the host; medians over the
   /// profiled calls) and, with ForwardBenchOptions::kernels, its longest kernels on a GPU (longest first) or, on the
   /// host, every top-level op by name (the last profiled call's calls and ms).
-  struct Kernel {
-    std::string name;
-    double ms = 0;
-    std::int64_t calls = 0;
-  };
-  struct Profile {
-    std::vector<std::pair<std::string, double>> classes_ms;
-    double launches = 0;
-    std::vector<Kernel> top_kernels;
-    std::vector<Kernel> host_ops;
-    /// ms by part of the model and step (median over the profiled calls, forward and backward each): kernel time
-    /// on a GPU, top-level ops' host time elsewhere
-    std::map<std::string, PartTime> parts_ms;
-    /// With ForwardBenchOptions::kernels N > 0: each part's kernels (a GPU) or top-level ops (the host) in the last
-    /// profiled call, longest first: what a part's time is made of (the table and JSON list the N longest)
-    struct Piece {
-      std::string name;
-      double forward_ms = 0, backward_ms = 0, calls = 0;
-    };
-    std::map<std::string, std::vector<Piece>> part_pieces;
-  };
+  using Kernel = CallProfile::Kernel;
+  using Profile = CallProfile;
   /// where quotient > threshold at a long sequence: this model's call and dense's (classes_ms empty otherwise)
   Profile profile, dense_profile;
 };

@@ -153,4 +153,41 @@ std::string parts_table(const std::map<std::string, PartTime>& parts, double per
   return s.str();
 }
 
+std::string part_pieces_table(const CallProfile& p, int top, const CallProfile* other, const std::string& other_name,
+                              int indent) {
+  std::vector<std::pair<std::string, double>> order;  // the parts, largest total first
+  for (const auto& [part, t] : p.parts_ms) order.emplace_back(part, t.total());
+  std::stable_sort(order.begin(), order.end(), [](const auto& a, const auto& b) { return a.second > b.second; });
+  const std::string pad(static_cast<std::size_t>(std::max(0, indent)), ' ');
+  const auto theirs_of = [&](const std::string& part, const std::string& name) -> const CallProfile::Piece* {
+    if (!other) return nullptr;
+    const auto pieces = other->part_pieces.find(part);
+    if (pieces == other->part_pieces.end()) return nullptr;
+    for (const auto& d : pieces->second)
+      if (d.name == name) return &d;
+    return nullptr;
+  };
+  std::ostringstream s;
+  s << std::fixed << std::setprecision(2);
+  for (const auto& [part, total] : order) {
+    const auto it = p.part_pieces.find(part);
+    if (it == p.part_pieces.end()) continue;
+    s << pad << part << " (" << total << " ms):\n";
+    for (std::size_t i = 0; i < it->second.size() && i < static_cast<std::size_t>(std::max(0, top)); ++i) {
+      const auto& piece = it->second[i];
+      auto name = piece.name;
+      if (name.size() > 80) name.replace(77, std::string::npos, "...");
+      s << pad << "  " << std::setw(8) << piece.forward_ms << " / " << std::setw(8) << piece.backward_ms
+        << std::setprecision(0) << std::setw(7) << piece.calls << std::setprecision(2);
+      if (other) {  // 0 where the other ran nothing of that name in that part
+        const auto* theirs = theirs_of(part, piece.name);
+        s << "  " << other_name << " " << std::setw(8) << (theirs ? theirs->forward_ms + theirs->backward_ms : 0.0)
+          << std::setprecision(0) << std::setw(7) << (theirs ? theirs->calls : 0.0) << std::setprecision(2);
+      }
+      s << "  " << name << "\n";
+    }
+  }
+  return s.str();
+}
+
 }  // namespace routelab

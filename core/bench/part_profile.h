@@ -77,6 +77,38 @@ class PartAttribution {
   std::vector<Work> work_, unlinked_;
 };
 
+/// Where one profiled call (a forward, a training step) goes: kernel time by class on a GPU (Kineto), else the host's
+/// time by op class; what the call launches (GPU kernels, copies and fills, or top-level ops on the host); its longest
+/// kernels (a GPU) or every top-level op by name (the host); and its time by part of the model and step. Medians over
+/// the profiled calls, but for the lists by name, which are the last call's.
+struct CallProfile {
+  struct Kernel {
+    std::string name;
+    double ms = 0;
+    std::int64_t calls = 0;
+  };
+  std::vector<std::pair<std::string, double>> classes_ms;
+  double launches = 0;
+  std::vector<Kernel> top_kernels;
+  std::vector<Kernel> host_ops;
+  /// ms by part of the model and step (forward and backward each): kernel time on a GPU, top-level ops' host time
+  /// elsewhere
+  std::map<std::string, PartTime> parts_ms;
+  /// With a `top` N > 0: each part's kernels (a GPU) or top-level ops (the host), longest first: what a part's time
+  /// is made of
+  struct Piece {
+    std::string name;
+    double forward_ms = 0, backward_ms = 0, calls = 0;
+  };
+  std::map<std::string, std::vector<Piece>> part_pieces;
+};
+
+/// Each part of `p` (largest total first) and its `top` longest pieces as text rows: "ms forward / backward, calls,
+/// name", with `other`'s time and calls for the same name in the same part where given (e.g. dense's). `indent`
+/// spaces before each part's line.
+std::string part_pieces_table(const CallProfile& p, int top, const CallProfile* other = nullptr,
+                              const std::string& other_name = {}, int indent = 6);
+
 /// Parts as text rows, largest total first: "part  forward  backward  total  calls" in ms (and calls) divided by
 /// `per`, beside `other`'s total and calls (e.g. dense's) where given.
 std::string parts_table(const std::map<std::string, PartTime>& parts, double per,

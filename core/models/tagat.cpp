@@ -2,10 +2,12 @@
 // traces and the registry entry. Equations from TAGAT §4 (main.tex), not the notebook (architectures.md §5).
 #include "core/models/tagat.h"
 
+#include <optional>
 #include <sstream>
 
 #include "core/cost/flops.h"
 #include "core/models/blocks/attention.h"
+#include "core/models/blocks/part_scope.h"
 #include "core/util/errors.h"
 
 namespace routelab {
@@ -88,6 +90,7 @@ GatedModularLayerImpl::GatedModularLayerImpl(const TagatOptions& o) : options(o)
 }
 
 torch::Tensor GatedModularLayerImpl::modulate(std::size_t i, const torch::Tensor& expert_rows, const torch::Tensor& x_rows) {
+  ROUTELAB_PART("film");
   const auto gamma_beta = linear(x_rows, films[i]).chunk(2, -1);  // γ, β (n, C) from the token's layer input (§4.4)
   const auto scale = options.film() == FilmKind::OnePlusGamma ? gamma_beta[0] + 1.0 : gamma_beta[0];
   return scale * expert_rows + gamma_beta[1];
@@ -95,9 +98,14 @@ torch::Tensor GatedModularLayerImpl::modulate(std::size_t i, const torch::Tensor
 
 GatedModularLayerImpl::Output GatedModularLayerImpl::forward(const torch::Tensor& x, const torch::Tensor& mask) {
   const auto B = x.size(0), T = x.size(1), C = x.size(2), N = options.n_experts();
+  // The gate, its losses and the experts' weights: the router; the tokens' dispatch to the experts and back: routing.
+  ROUTELAB_PART("routing");
   Output out;
-  out.gate = top_k_gate(linear(x, gate).to(torch::kFloat), options.top_k());  // logits (B, T, N) in fp32
-  out.losses = routing_losses(out.gate, mask);
+  {
+    ROUTELAB_PART("router");
+    out.gate = top_k_gate(linear(x, gate).to(torch::kFloat), options.top_k());  // logits (B, T, N) in fp32
+    out.losses = routing_losses(out.gate, mask);
+  }
   const auto x_flat = x.reshape({B * T, C});
   // Padding tokens take no expert (y = 0, h = LayerNorm(x)): they are never keys, and nothing reads them.
   const auto weights = (out.gate.dense * mask.unsqueeze(-1).to(torch::kFloat)).reshape({B * T, N});  // (B*T, N)
@@ -126,7 +134,7 @@ GatedModularLayerImpl::Output GatedModularLayerImpl::forward(const torch::Tensor
       y = y.index_add(0, token, (w * modulated).to(y.scalar_type()));
     }
   }
-  out.h = norm(x + y.view({B, T, C}));  // h = LayerNorm(x + y) (§4.5)
+  out.h = ROUTELAB_IN_PART("norm", norm(x + y.view({B, T, C})));  // h = LayerNorm(x + y) (§4.5)
   return out;
 }
 
@@ -183,12 +191,16 @@ ClassifierOutput Tagat::forward(const torch::Tensor& input, const torch::Tensor&
   if (T > options_.context())
     throw ConfigError("tagat: sequence length " + std::to_string(T) + " exceeds the model's context " +
                       std::to_string(options_.context()));
-  auto x = tok_emb(input);  // (B, T, C): H(0) = E + P (§4.1)
-  if (options_.positional() == PositionalKind::Learned)
-    x = x + pos_emb(torch::arange(T, input.options()));
-  else
-    x = x + pos_table.narrow(0, 0, T).to(x.scalar_type());
-  if (options_.segments() && segment.defined()) x = x + seg_emb(segment);
+  torch::Tensor x;
+  {
+    ROUTELAB_PART("embedding");
+    x = tok_emb(input);  // (B, T, C): H(0) = E + P (§4.1)
+    if (options_.positional() == PositionalKind::Learned)
+      x = x + pos_emb(torch::arange(T, input.options()));
+    else
+      x = x + pos_table.narrow(0, 0, T).to(x.scalar_type());
+    if (options_.segments() && segment.defined()) x = x + seg_emb(segment);
+  }
 
   std::vector<GatedModularLayerImpl::Output> outs;
   std::vector<torch::Tensor> entropies, loads;
@@ -204,6 +216,7 @@ ClassifierOutput Tagat::forward(const torch::Tensor& input, const torch::Tensor&
   // first, then Σ_i (u_i - 1/N)². u_i is the paper's soft load Σ_t g~_{t,i} / T (§4.6.3) over the real tokens:
   // differentiable and summing to one over the experts; a count of (token, slot) assignments would carry no
   // gradient. The hard assignment shares are reported as stats ("assign/...").
+  std::optional<PartScope> router_part(std::in_place, ROUTELAB_PART_PREFIX "router");
   const auto entropy_loss = torch::stack(entropies).mean();
   const auto mean_load = torch::stack(loads).mean(0);  // (N)
   const auto imbalance = balance_loss(mean_load);
@@ -212,9 +225,13 @@ ClassifierOutput Tagat::forward(const torch::Tensor& input, const torch::Tensor&
   ClassifierOutput out;
   out.aux_loss = options_.lambda_ent() * entropy_loss +
                  options_.lambda_bal() * (options_.balance() == BalanceScope::PerLayer ? layer_imbalance : imbalance);
-  auto cls = x.select(1, 0);  // (B, C) the [CLS] state
-  if (is_training() && options_.dropout() > 0) cls = torch::dropout(cls, options_.dropout(), true);
-  out.logits = linear(cls, head).to(torch::kFloat);  // (B, num_classes)
+  router_part.reset();
+  {
+    ROUTELAB_PART("head");
+    auto cls = x.select(1, 0);  // (B, C) the [CLS] state
+    if (is_training() && options_.dropout() > 0) cls = torch::dropout(cls, options_.dropout(), true);
+    out.logits = linear(cls, head).to(torch::kFloat);  // (B, num_classes)
+  }
   if (!trace) return out;
 
   torch::NoGradGuard no_grad;

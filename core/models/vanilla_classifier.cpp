@@ -4,6 +4,7 @@
 #include "core/models/vanilla_classifier.h"
 
 #include "core/models/blocks/attention.h"
+#include "core/models/blocks/part_scope.h"
 #include "core/util/errors.h"
 
 namespace routelab {
@@ -59,12 +60,15 @@ ClassifierOutput VanillaClassifier::forward(const torch::Tensor& input, const to
   if (T > options_.context())
     throw ConfigError("vanilla-classifier: sequence length " + std::to_string(T) + " exceeds the model's context " +
                       std::to_string(options_.context()));
-  auto h = tok_emb(input) + pos_table.narrow(0, 0, T);  // (B, T, C)
+  auto h = ROUTELAB_IN_PART("embedding", tok_emb(input) + pos_table.narrow(0, 0, T));  // (B, T, C)
   for (auto& layer : layers) h = layer->forward(h, mask);
-  auto pooled = masked_mean(h, mask);  // (B, C)
-  if (is_training() && options_.pool_dropout() > 0) pooled = torch::dropout(pooled, options_.pool_dropout(), true);
   ClassifierOutput out;
-  out.logits = linear(pooled, head).to(torch::kFloat);  // (B, num_classes)
+  {
+    ROUTELAB_PART("head");
+    auto pooled = masked_mean(h, mask);  // (B, C)
+    if (is_training() && options_.pool_dropout() > 0) pooled = torch::dropout(pooled, options_.pool_dropout(), true);
+    out.logits = linear(pooled, head).to(torch::kFloat);  // (B, num_classes)
+  }
   out.aux_loss = torch::zeros({}, out.logits.options());
   if (trace) {
     for (std::int64_t l = 0; l < options_.n_layer(); ++l) {

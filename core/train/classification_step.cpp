@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include "core/dist/grad_sync.h"
+#include "core/models/blocks/part_scope.h"
 #include "core/models/language_model.h"
 #include "core/train/step.h"
 #include "core/train/token_probe.h"
@@ -113,6 +114,7 @@ ClassStepResult classification_train_step(SequenceClassifier& model, torch::opti
     {
       AutocastGuard autocast(bf16, micro.input.device());
       output = model.forward(micro.input, micro.mask, micro.segment, trace);
+      ROUTELAB_PART("loss");
       ce = classification_loss(output.logits, micro.label);
       total = ce + output.aux_loss.to(torch::kFloat);
     }

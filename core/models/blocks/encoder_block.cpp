@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include "core/models/blocks/attention.h"
+#include "core/models/blocks/part_scope.h"
 #include "core/util/errors.h"
 
 namespace routelab {
@@ -46,6 +47,7 @@ void EncoderBlockImpl::reset() {
 }
 
 torch::Tensor EncoderBlockImpl::attend(const torch::Tensor& xq, const torch::Tensor& x, const torch::Tensor& key_mask) {
+  ROUTELAB_PART("attention");
   const auto B = x.size(0), T = x.size(1), C = x.size(2), K = xq.size(1);
   const auto H = options.n_head(), hd = C / H;
   const auto query = linear(xq, q).view({B, K, H, hd}).transpose(1, 2);  // (B, H, K, hd)
@@ -61,16 +63,17 @@ torch::Tensor EncoderBlockImpl::attend(const torch::Tensor& xq, const torch::Ten
   auto update = linear(heads, out);
   if (options.attn_output_dropout() && is_training() && options.dropout() > 0)
     update = torch::dropout(update, options.dropout(), true);
-  return norm1(xq + update);  // (B, K, C)
+  return ROUTELAB_IN_PART("norm", norm1(xq + update));  // (B, K, C)
 }
 
 torch::Tensor EncoderBlockImpl::feed_forward(const torch::Tensor& h1) {
+  ROUTELAB_PART("mlp");
   const bool drop = is_training() && options.dropout() > 0;
   auto hidden = torch::relu(linear(h1, ff1));
   if (drop) hidden = torch::dropout(hidden, options.dropout(), true);
   auto update = linear(hidden, ff2);
   if (drop) update = torch::dropout(update, options.dropout(), true);
-  return norm2(h1 + update);
+  return ROUTELAB_IN_PART("norm", norm2(h1 + update));
 }
 
 torch::Tensor EncoderBlockImpl::forward(const torch::Tensor& x, const torch::Tensor& key_mask) {
