@@ -308,22 +308,65 @@ class TestDrr : public QObject {
     }
   }
 
-  // Each row of a masked memory attention equals the paper's unmasked attention over only the entries it may see.
+  // Each row of a masked memory attention equals the paper's unmasked attention over only the entries it may see:
+  // two layer outputs interleaved by position (the model's layout: each row sees a prefix, which the CPU's
+  // staircase kernel scores) and side by side (the masked rectangle).
+  void maskedMemoryMatchesPerRowReference_data() {
+    QTest::addColumn<bool>("interleaved");
+    QTest::newRow("interleaved (staircase)") << true;
+    QTest::newRow("side by side (masked)") << false;
+  }
   void maskedMemoryMatchesPerRowReference() {
+    QFETCH(bool, interleaved);
     DepthMemoryAttention attention(16, 4);
     torch::NoGradGuard no_grad;
     const std::int64_t T = 6;
     const auto x = torch::randn({2, T, 16});
-    const auto memory = torch::randn({2, 2 * T, 16});  // two layer outputs side by side
+    const auto memory = torch::randn({2, 2 * T, 16});
     const auto pos = torch::arange(T);
-    const auto visible = (pos.unsqueeze(0) <= pos.unsqueeze(1)).repeat({1, 2});  // (T, 2T): s <= t in each layer
-    const auto out = attention(x, memory, visible);
+    const auto causal = pos.unsqueeze(0) <= pos.unsqueeze(1);  // (T, T): s <= t
+    const auto visible = interleaved ? torch::stack({causal, causal}, 2).reshape({T, 2 * T}) : causal.repeat({1, 2});
+    const auto out = attention(x, memory, visible, interleaved);
     for (std::int64_t t = 0; t < T; ++t) {
       const auto entries = visible[t].nonzero().squeeze(1);
       QCOMPARE(entries.numel(), 2 * (t + 1));
       const auto expected = attention(x.narrow(1, t, 1), memory.index_select(1, entries));
       QVERIFY2(max_abs_diff(out.narrow(1, t, 1), expected) < 1e-6, qPrintable(QString("row %1").arg(t)));
     }
+  }
+
+  void staircaseMemoryEqualsMaskedMemory() {
+    // The same entries in the two layouts (interleaved by position: the staircase kernel on the CPU; side by side:
+    // the masked rectangle), with rows that see nothing (a long-term memory's first positions): equal outputs and
+    // gradients of the input, the memory and the projections.
+    const std::int64_t T = 40, layers = 3, C = 16;
+    DepthMemoryAttention staircase(C, 4), masked(C, 4);
+    {
+      torch::NoGradGuard no_grad;
+      for (std::size_t i = 0; i < staircase->parameters().size(); ++i)
+        masked->parameters()[i].copy_(staircase->parameters()[i]);
+    }
+    const auto x = torch::randn({2, T, C}, torch::requires_grad());
+    const auto memory = torch::randn({2, layers, T, C}, torch::requires_grad());  // (B, layer, position, C)
+    const auto pos = torch::arange(T);
+    const auto causal = (pos.unsqueeze(0) + 3) <= pos.unsqueeze(1);  // rows 0..2 see nothing
+    const auto by_position = memory.transpose(1, 2).reshape({2, T * layers, C});
+    const auto side_by_side = memory.reshape({2, layers * T, C});
+    const auto a =
+        staircase(x, by_position, causal.unsqueeze(2).expand({T, T, layers}).reshape({T, T * layers}), true);
+    const auto b = masked(x, side_by_side, causal.repeat({1, layers}));
+    QVERIFY2(max_abs_diff(a, b) < 1e-5, qPrintable(QString::number(max_abs_diff(a, b))));
+    QVERIFY(a.narrow(1, 0, 3).abs().max().item<double>() == 0.0);
+    const auto weights = torch::randn_like(a);
+    const auto grads_a = torch::autograd::grad({(a * weights).sum()}, {x, memory}, {}, true);
+    const auto grads_b = torch::autograd::grad({(b * weights).sum()}, {x, memory}, {}, true);
+    for (std::size_t i = 0; i < grads_a.size(); ++i)
+      QVERIFY2(max_abs_diff(grads_a[i], grads_b[i]) < 1e-5, qPrintable(QString("input %1").arg(i)));
+    (a * weights).sum().backward();
+    (b * weights).sum().backward();
+    for (std::size_t i = 0; i < staircase->parameters().size(); ++i)
+      QVERIFY2(max_abs_diff(staircase->parameters()[i].grad(), masked->parameters()[i].grad()) < 1e-4,
+               qPrintable(QString("parameter %1").arg(i)));
   }
 
   void causalSummariesUseAdaptivePoolChunks() {

@@ -14,6 +14,7 @@
 #include "core/models/blocks/attention.h"
 #include "core/models/blocks/part_scope.h"
 #include "core/models/blocks/residual_probe.h"
+#include "core/models/blocks/staircase_attention.h"
 #include "core/util/errors.h"
 #include "core/util/json_fields.h"
 
@@ -97,11 +98,18 @@ std::int64_t drr_summary_tokens(const DrrOptions& o, std::int64_t seq, std::int6
 namespace {
 
 /// Scaled dot-product attention without a causal mask: q (B, H, T, hd) over k, v (B, H, M, hd) -> (B, H, T, hd).
-/// `visible` (T, M) bool limits the entries a row reads; a row that sees none is computed over every entry (so
-/// nothing is NaN, forward or backward) and then zeroed.
+/// `visible` (T, M) bool limits the entries a row reads; a row that sees none reads nothing. Where the caller says each
+/// row's visible entries are a `prefix` (the memories' entries go in position order: short_visibility,
+/// long_visibility), on the CPU without dropout the staircase kernel scores each row's prefix only; elsewhere the
+/// masked rectangle is computed, a row that sees none over every entry (so nothing is NaN, forward or backward) and
+/// then zeroed.
 torch::Tensor attend(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
-                     const torch::Tensor& visible, double dropout, bool training) {
+                     const torch::Tensor& visible, double dropout, bool training, bool prefix = false) {
   const auto B = q.size(0), H = q.size(1), T = q.size(2), hd = q.size(3), M = k.size(2);
+  if (prefix && visible.defined() && staircase_attention_runs(q, k, v, dropout, training)) {
+    const auto lens = visible.sum(-1).to(torch::kLong).unsqueeze(0).expand({B, T});  // each row's prefix
+    return cpu_staircase_attention(q, k, v, lens, std::vector<std::int64_t>(static_cast<std::size_t>(B), T));
+  }
   const double scale = 1.0 / std::sqrt(static_cast<double>(hd));
   const auto q3 = q.reshape({B * H, T, hd});
   const auto k3 = k.reshape({B * H, M, hd});
@@ -132,18 +140,27 @@ torch::Tensor merge_heads(const torch::Tensor& x) {
   return x.transpose(1, 2).reshape({x.size(0), x.size(2), x.size(1) * x.size(3)});
 }
 
-/// Short-term memory of the causal form, `window` layer outputs side by side: (T, window T), entry (w, s) visible
-/// to position t iff s <= t.
+/// Short-term memory of the causal form, `window` layer outputs interleaved by position (entry s window + w: position
+/// s of the w-th output): (T, window T), visible to position t iff s <= t, the first (t + 1) window entries.
 torch::Tensor short_visibility(std::int64_t seq, std::int64_t window, const torch::Device& device) {
-  const auto pos = torch::arange(seq, torch::TensorOptions().dtype(torch::kLong).device(device));
-  return (pos.unsqueeze(0) <= pos.unsqueeze(1)).repeat({1, window});  // (T, window T)
+  const auto options = torch::TensorOptions().dtype(torch::kLong).device(device);
+  const auto ends = (torch::arange(seq, options) + 1) * window;        // (T)
+  return torch::arange(seq * window, options).unsqueeze(0) < ends.unsqueeze(1);  // (T, window T)
 }
 
-/// Long-term memory of the causal form, `blocks` summaries side by side: (T, blocks S'), summary token i visible to
-/// position t iff its chunk's last position is <= t.
+/// Long-term memory of the causal form, `blocks` summaries interleaved by summary token (entry i blocks + j: token i of
+/// block j): (T, S' blocks), visible to position t iff token i's chunk ends at or before t (a prefix: the chunks'
+/// last positions ascend).
 torch::Tensor long_visibility(std::int64_t seq, const torch::Tensor& summary_last, std::int64_t blocks) {
   const auto pos = torch::arange(seq, summary_last.options());
-  return (summary_last.unsqueeze(0) <= pos.unsqueeze(1)).repeat({1, blocks});  // (T, blocks S')
+  return summary_last.repeat_interleave(blocks).unsqueeze(0) <= pos.unsqueeze(1);  // (T, S' blocks)
+}
+
+/// Tensors (B, n, C) side by side entry by entry: (B, n k, C), entry i k + j the i-th of tensor j.
+torch::Tensor interleave(const std::vector<torch::Tensor>& parts) {
+  const auto& first = parts.front();
+  return torch::stack(parts, 2).reshape({first.size(0), first.size(1) * static_cast<std::int64_t>(parts.size()),
+                                         first.size(2)});
 }
 
 NormOptions layer_norm(std::int64_t dim, double eps) { return NormOptions(dim).kind(NormKind::Layer).eps(eps).bias(true); }
@@ -173,12 +190,12 @@ void DepthMemoryAttentionImpl::reset() {
 }
 
 torch::Tensor DepthMemoryAttentionImpl::forward(const torch::Tensor& x, const torch::Tensor& memory,
-                                               const torch::Tensor& visible) {
+                                               const torch::Tensor& visible, bool prefix) {
   if (!memory.defined() || memory.numel() == 0) return torch::zeros_like(x);
   const auto q = split_heads(linear(x, q_proj), num_heads);       // (B, H, T, hd)
   const auto k = split_heads(linear(memory, k_proj), num_heads);  // (B, H, M, hd)
   const auto v = split_heads(linear(memory, v_proj), num_heads);
-  return linear(merge_heads(attend(q, k, v, visible, dropout, is_training())), out_proj);  // (B, T, C)
+  return linear(merge_heads(attend(q, k, v, visible, dropout, is_training(), prefix)), out_proj);  // (B, T, C)
 }
 
 SummaryPoolImpl::SummaryPoolImpl(std::int64_t dim, std::int64_t summary_tokens_, double norm_eps)
@@ -254,16 +271,17 @@ torch::Tensor DrrLayerImpl::forward(const torch::Tensor& x, const torch::Tensor&
   if (window > 0) {
     ROUTELAB_PART("depth memory");
     const std::vector<torch::Tensor> recent(memory.short_term.end() - window, memory.short_term.end());
-    const auto bank = torch::cat(recent, 1);  // (B, w T, C)
-    short_ctx = short_mem_attn(x, bank, memory.causal ? short_visibility(T, window, x.device()) : torch::Tensor());
+    const auto bank = interleave(recent);  // (B, T w, C) by position
+    short_ctx = short_mem_attn(x, bank, memory.causal ? short_visibility(T, window, x.device()) : torch::Tensor(), true);
   }
   // Long-term memory: every block summary so far, (B, Nb S', C).
   torch::Tensor long_ctx;
   if (!memory.summaries.empty() && memory.summaries.front().size(1) > 0) {
     ROUTELAB_PART("depth memory");
-    const auto bank = torch::cat(memory.summaries, 1);  // (B, Nb S', C)
+    const auto bank = interleave(memory.summaries);  // (B, S' Nb, C) by summary token
     const auto blocks = static_cast<std::int64_t>(memory.summaries.size());
-    long_ctx = long_mem_attn(x, bank, memory.causal ? long_visibility(T, memory.summary_last, blocks) : torch::Tensor());
+    long_ctx = long_mem_attn(x, bank, memory.causal ? long_visibility(T, memory.summary_last, blocks) : torch::Tensor(),
+                             true);
   }
 
   std::optional<PartScope> router_part(std::in_place, ROUTELAB_PART_PREFIX "router");  // the gates and their mix

@@ -65,7 +65,10 @@ class DepthMemoryAttentionImpl : public torch::nn::Module {
   void reset();
   /// x: (B, T, C), memory: (B, M, C), visible: (T, M) bool, undefined = every entry -> (B, T, C). An empty
   /// memory, and a row that sees no entry, give a zero context (the paper's zeros_like for an empty memory).
-  torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& memory, const torch::Tensor& visible = {});
+  /// `prefix`: every row of `visible` is a prefix (entries in position order), which the CPU's staircase kernel
+  /// scores without the rest of the rectangle.
+  torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& memory, const torch::Tensor& visible = {},
+                        bool prefix = false);
 
   std::int64_t dim, num_heads;
   double dropout;
