@@ -14,6 +14,7 @@
 
 #include "core/cost/flops_pricing.h"
 #include "core/inference/kv_cache.h"
+#include "core/models/blocks/part_scope.h"
 #include "core/models/blocks/residual_probe.h"
 #include "core/models/blocks/routing.h"
 #include "core/models/dense_transformer.h"
@@ -46,7 +47,8 @@ class MlpSkip : public TransformerTrunk {
     for (std::size_t i = 0; i < blocks.size(); ++i) {
       auto& b = blocks[i];
       const auto h = x + b->attn(b->norm1(x), positions);
-      const auto p = torch::sigmoid(routers[i](h)).squeeze(-1);  // (B, T)
+      // Its own code names its part (the shared blocks name theirs): profiles show the router's time as "router".
+      const auto p = ROUTELAB_IN_PART("router", torch::sigmoid(routers[i](h)).squeeze(-1));  // (B, T)
       const auto run = p > 0.5;
       x = is_training() ? h + p.unsqueeze(-1) * b->mlp(b->norm2(h)) : h + mlp_rows(*b, h, run);
       record_layer_state(x);

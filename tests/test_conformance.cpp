@@ -328,7 +328,8 @@ class TestConformance : public QObject {
   void stepTimeGoesToItsParts() {
     // The profiles' time by part (ROUTELAB_PART): every top-level op of a training step is attributed once, most of
     // the forward and of the backward to named parts (the backward by the part of its forward op), so that a new
-    // architecture built from the shared blocks is profiled by part without code of its own.
+    // architecture built from the shared blocks is profiled by part with no more code of its own than a part's name
+    // around what it adds (the example architecture's router).
     QFETCH(QString, arch);
     const auto& entry = architecture(arch.toStdString());
     torch::manual_seed(4);

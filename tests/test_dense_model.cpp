@@ -257,18 +257,25 @@ class TestDenseModel : public QObject {
 
   void rmsNormIsLlamas_data() {
     QTest::addColumn<bool>("bf16");
-    QTest::newRow("fp32") << false;  // LibTorch 2.4+ runs its rms_norm (one kernel on CUDA): the same arithmetic
-    QTest::newRow("bf16-input") << true;  // Llama's order: normalised in fp32, cast back, then the weight
+    QTest::addColumn<int>("rows");
+    QTest::addColumn<int>("width");
+    // fp32 on the CPU: RouteLab's fused kernel (cpu_rms_norm.h); on CUDA LibTorch 2.4+'s rms_norm: the same arithmetic
+    QTest::newRow("fp32") << false << 7 << 48;
+    // more rows than two of the kernel's blocks for the weight's gradient, a width that is no multiple of its lanes
+    QTest::newRow("fp32-rows-and-odd-width") << false << 61 << 37;
+    QTest::newRow("bf16-input") << true << 7 << 48;  // Llama's order: normalised in fp32, cast back, then the weight
   }
   void rmsNormIsLlamas() {
     QFETCH(bool, bf16);
-    Norm norm(NormOptions(48).eps(1e-5));
+    QFETCH(int, rows);
+    QFETCH(int, width);
+    Norm norm(NormOptions(width).eps(1e-5));
     {
       torch::NoGradGuard no_grad;
       norm->weight.uniform_(0.5, 1.5);
     }
-    const auto input = (torch::randn({3, 7, 48}) * 4).to(bf16 ? torch::kBFloat16 : torch::kFloat);
-    const auto upstream = torch::randn({3, 7, 48});
+    const auto input = (torch::randn({3, rows, width}) * 4).to(bf16 ? torch::kBFloat16 : torch::kFloat);
+    const auto upstream = torch::randn({3, rows, width});
     const auto x = input.clone().requires_grad_(), x_ref = input.clone().requires_grad_();
     const auto w_ref = norm->weight.detach().clone().requires_grad_();
     const auto out = norm(x);
@@ -281,6 +288,19 @@ class TestDenseModel : public QObject {
     QVERIFY(torch::allclose(out.to(torch::kFloat), ref.to(torch::kFloat), tol, tol));
     QVERIFY(torch::allclose(x.grad().to(torch::kFloat), x_ref.grad().to(torch::kFloat), tol, tol));
     QVERIFY(torch::allclose(norm->weight.grad(), w_ref.grad(), tol, tol));
+    // The same bits on one thread as on several (the weight's gradient is summed over fixed blocks of rows).
+    const auto threads = at::get_num_threads();
+    const auto again = [&](int n) {
+      at::set_num_threads(n);
+      norm->zero_grad();
+      const auto xn = input.clone().requires_grad_();
+      const auto y = norm(xn);
+      (y.to(torch::kFloat) * upstream).sum().backward();
+      return std::vector<torch::Tensor>{y, xn.grad(), norm->weight.grad().clone()};
+    };
+    const auto one = again(1), several = again(4);
+    at::set_num_threads(threads);
+    for (std::size_t i = 0; i < one.size(); ++i) QVERIFY2(torch::equal(one[i], several[i]), qPrintable(QString::number(i)));
   }
 
   void deferredResidualsEqualBlockByBlock_data() { forwardShapes_data(); }

@@ -1,8 +1,10 @@
-// RMSNorm computes in fp32 and casts back before the weight (as Llama does); LayerNorm uses ATen's kernel.
+// RMSNorm computes in fp32 and casts back before the weight (as Llama does), in fp32 on the CPU in one fused pass
+// (cpu_rms_norm.h); LayerNorm uses ATen's kernel.
 #include "core/models/blocks/norm.h"
 
 #include <torch/version.h>
 
+#include "core/models/blocks/cpu_rms_norm.h"
 #include "core/models/blocks/part_scope.h"
 
 namespace routelab {
@@ -23,6 +25,7 @@ torch::Tensor NormImpl::forward(const torch::Tensor& x) {
   ROUTELAB_PART("norm");
   if (options.kind() == NormKind::Layer)
     return torch::layer_norm(x, {options.dim()}, weight, bias, options.eps());
+  if (cpu_rms_norm_runs(x, weight)) return cpu_rms_norm(x, weight, options.eps());  // one pass each way
 #if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 4)
   // An fp32 input (the residual stream, under bf16 autocast too) leaves nothing to cast: LibTorch's rms_norm computes
   // the same, on CUDA in one fused kernel each way instead of about eight passes over (B, T, C) forward and twelve
