@@ -238,7 +238,8 @@ int run_bench_eviction(const EvictionBenchOptions& o) {
 }
 
 int run_bench_step(const BenchStepArgs& a) {
-  if (a.preset.empty() == a.config.empty()) throw ConfigError("bench step: give exactly one of --preset P or --config FILE");
+  if (a.preset.empty() == a.config.empty())
+    throw ConfigError("bench step: give exactly one of --preset P or --config FILE");
   auto sets = a.sets;  // the options train takes, as train turns them into settings
   if (a.threads >= 0) sets.push_back("run.threads=" + std::to_string(a.threads));
   if (!a.device.empty()) sets.push_back("run.device=" + a.device);

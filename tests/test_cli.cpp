@@ -161,8 +161,9 @@ class TestCli : public QObject {
     // forward and backward times are the part's.
     QFETCH(QString, arch);
     QFETCH(bool, classifier);
-    QStringList args{"bench", "step", "--preset", "tiny", "--set", "model.arch=" + arch, "--set", "model.n_layer=4", "--steps", "2", "--warmup",
-                     "1", "--profile-steps", "1", "--top", "400", "--threads", "1", "--json"};
+    QStringList args{"bench", "step", "--preset", "tiny", "--set", "model.arch=" + arch, "--set", "model.n_layer=4"};
+    args << "--steps" << "2" << "--warmup" << "1" << "--profile-steps" << "1" << "--top" << "400" << "--threads" << "1"
+         << "--json";
     if (classifier)
       for (const char* set : {"data.source=entailment", "data.tokenizer=word", "data.context=48",
                               "data.task_train_examples=64", "data.task_eval_examples=16"})

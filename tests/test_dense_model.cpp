@@ -300,7 +300,8 @@ class TestDenseModel : public QObject {
     };
     const auto one = again(1), several = again(4);
     at::set_num_threads(threads);
-    for (std::size_t i = 0; i < one.size(); ++i) QVERIFY2(torch::equal(one[i], several[i]), qPrintable(QString::number(i)));
+    for (std::size_t i = 0; i < one.size(); ++i)
+      QVERIFY2(torch::equal(one[i], several[i]), qPrintable(QString::number(i)));
   }
 
   void deferredResidualsEqualBlockByBlock_data() { forwardShapes_data(); }

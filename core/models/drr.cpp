@@ -272,16 +272,17 @@ torch::Tensor DrrLayerImpl::forward(const torch::Tensor& x, const torch::Tensor&
     ROUTELAB_PART("depth memory");
     const std::vector<torch::Tensor> recent(memory.short_term.end() - window, memory.short_term.end());
     const auto bank = interleave(recent);  // (B, T w, C) by position
-    short_ctx = short_mem_attn(x, bank, memory.causal ? short_visibility(T, window, x.device()) : torch::Tensor(), true);
+    const auto visible = memory.causal ? short_visibility(T, window, x.device()) : torch::Tensor();
+    short_ctx = short_mem_attn(x, bank, visible, /*prefix=*/true);
   }
-  // Long-term memory: every block summary so far, (B, Nb S', C).
+  // Long-term memory: every block summary so far, (B, S' Nb, C).
   torch::Tensor long_ctx;
   if (!memory.summaries.empty() && memory.summaries.front().size(1) > 0) {
     ROUTELAB_PART("depth memory");
     const auto bank = interleave(memory.summaries);  // (B, S' Nb, C) by summary token
     const auto blocks = static_cast<std::int64_t>(memory.summaries.size());
-    long_ctx = long_mem_attn(x, bank, memory.causal ? long_visibility(T, memory.summary_last, blocks) : torch::Tensor(),
-                             true);
+    const auto visible = memory.causal ? long_visibility(T, memory.summary_last, blocks) : torch::Tensor();
+    long_ctx = long_mem_attn(x, bank, visible, /*prefix=*/true);
   }
 
   std::optional<PartScope> router_part(std::in_place, ROUTELAB_PART_PREFIX "router");  // the gates and their mix
