@@ -3,9 +3,11 @@
 // bench eviction (D-LLM's training attention, chunked vs materialised) and bench step (any config's training step
 // and where its time goes).
 #include <algorithm>
+#include <filesystem>
 #include <iomanip>
 #include <iostream>
 #include <memory>
+#include <optional>
 #include <sstream>
 
 #include <nlohmann/json.hpp>
@@ -41,7 +43,7 @@ struct BenchForwardArgs {
 
 struct BenchStepArgs {
   StepBenchOptions options;
-  std::string preset, config, device, precision;
+  std::string preset, config, device, precision, against;
   std::vector<std::string> sets;
   int threads = -1;
   bool json = false;
@@ -240,13 +242,23 @@ int run_bench_eviction(const EvictionBenchOptions& o) {
 int run_bench_step(const BenchStepArgs& a) {
   if (a.preset.empty() == a.config.empty())
     throw ConfigError("bench step: give exactly one of --preset P or --config FILE");
-  auto sets = a.sets;  // the options train takes, as train turns them into settings
-  if (a.threads >= 0) sets.push_back("run.threads=" + std::to_string(a.threads));
-  if (!a.device.empty()) sets.push_back("run.device=" + a.device);
-  if (!a.precision.empty()) sets.push_back("train.precision=" + a.precision);
+  std::vector<std::string> common;  // the options train takes, as train turns them into settings: both configs'
+  if (a.threads >= 0) common.push_back("run.threads=" + std::to_string(a.threads));
+  if (!a.device.empty()) common.push_back("run.device=" + a.device);
+  if (!a.precision.empty()) common.push_back("train.precision=" + a.precision);
+  auto sets = a.sets;
+  sets.insert(sets.end(), common.begin(), common.end());
   const auto config = a.preset.empty() ? resolve_config(load_json_file(a.config), sets, a.config)
                                        : preset_config(a.preset, sets);
-  const auto result = run_step_bench(config, a.preset.empty() ? "config " + a.config : "preset " + a.preset, a.options);
+  const auto origin = a.preset.empty() ? "config " + a.config : "preset " + a.preset;
+  std::optional<ExperimentConfig> against;
+  std::string against_origin;
+  if (!a.against.empty()) {  // a config file where one exists by that name, else a preset
+    const bool file = std::filesystem::is_regular_file(a.against);
+    against = file ? resolve_config(load_json_file(a.against), common, a.against) : preset_config(a.against, common);
+    against_origin = (file ? "config " : "preset ") + a.against;
+  }
+  const auto result = run_step_bench(config, origin, a.options, against ? &*against : nullptr, against_origin);
   if (a.json)
     std::cout << result.to_json().dump(2) << "\n";
   else
@@ -361,6 +373,10 @@ void add_cost_commands(CLI::App& app, CLI::App& bench, CommandAction& action) {
   step->add_option("--profile-steps", st->options.profiled, "profiled steps after the timed ones (0: no breakdown)")
       ->check(CLI::Range(0, 1000));
   step->add_option("--top", st->options.top, "top-level ops (kernels) listed per part")->check(CLI::Range(0, 1000));
+  step->add_option("--against", st->against,
+                   "another preset or config file (e.g. the dense baseline) whose steps are timed interleaved with "
+                   "these: the time ratio, and its parts beside these (--device, --threads, --precision apply to "
+                   "both, --set to the first only)");
   step->add_option("--progress", st->options.progress,
                    "the point of the run the model is told it is at, 0 to 1 (schedules such as Radial's depth "
                    "penalty warm-up)")

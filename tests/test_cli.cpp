@@ -82,6 +82,8 @@ class TestCli : public QObject {
                                           << "train.distill_from 3";
     QTest::newRow("bench step progress") << QStringList{"bench", "step", "--preset", "tiny", "--progress", "2"}
                                          << "--progress";
+    QTest::newRow("bench step against") << QStringList{"bench", "step", "--preset", "tiny", "--against", "nope"}
+                                        << "unknown preset 'nope'";
   }
   void badArgumentsNameTheOption() {
     QFETCH(QStringList, args);
@@ -195,6 +197,35 @@ class TestCli : public QObject {
       QVERIFY2(close(forward, part["forward_ms"].toDouble()) && close(backward, part["backward_ms"].toDouble()),
                qPrintable(it.key() + ": " + output));
     }
+  }
+
+  void benchStepAgainstABaseline() {
+    // --against: the baseline's steps timed interleaved with the model's, the ratio of the medians, the baseline's
+    // parts beside the model's; --set reaches the first config only, --threads both.
+    const auto [code, output] =
+        run({"bench", "step", "--preset", "tiny", "--set", "model.arch=mod", "--set", "model.n_layer=4", "--against",
+             "tiny", "--steps", "3", "--warmup", "1", "--profile-steps", "1", "--top", "3", "--threads", "1",
+             "--json"});
+    QVERIFY2(code == 0, qPrintable(output));
+    const auto begin = output.indexOf('{');
+    const auto json = QJsonDocument::fromJson(output.mid(begin, output.lastIndexOf('}') - begin + 1).toUtf8());
+    QCOMPARE(json["arch"].toString(), QString("mod"));
+    const auto against = json["against"].toObject();
+    QCOMPARE(against["arch"].toString(), QString("dense"));
+    QCOMPARE(against["origin"].toString(), QString("preset tiny"));
+    QCOMPARE(against["threads"].toInt(), 1);
+    QVERIFY2(against["description"].toString().contains("2 layers"), qPrintable(output));  // --set stayed with mod
+    QCOMPARE(against["step_ms"].toArray().size(), 3);
+    QVERIFY(against["parts"].toObject().contains("attention"));
+    const double ratio = json["time_ratio"].toDouble();
+    QVERIFY(ratio > 0);
+    QVERIFY(std::abs(ratio - json["median_ms"].toDouble() / against["median_ms"].toDouble()) < 1e-9);
+    // The table prints the ratio and dense's column beside the parts.
+    const auto [table_code, table] = run({"bench", "step", "--preset", "tiny", "--set", "model.arch=mod", "--set",
+                                          "model.n_layer=4", "--against", "tiny", "--steps", "1", "--warmup", "0",
+                                          "--profile-steps", "1", "--top", "2", "--threads", "1"});
+    QVERIFY2(table_code == 0, qPrintable(table));
+    QVERIFY2(table.contains("time ratio mod / dense: ") && table.contains("  dense "), qPrintable(table));
   }
 
   void benchForwardTrainsWithTheBackwardOutsideAutocast() {

@@ -22,86 +22,137 @@
 
 namespace routelab {
 
-StepBenchResult run_step_bench(const ExperimentConfig& config, const std::string& origin,
-                               const StepBenchOptions& o) {
-  const auto& train = config.train();
-  if (const auto teacher = train.at("distill_from").get<std::int64_t>(); teacher > 0)
-    throw ConfigError("bench step: train.distill_from " + std::to_string(teacher) +
-                      ": a distilled step's teacher is a stored run; bench the student's step with --set "
-                      "train.distill_from=0");
-  if (train.at("cuda_graph").get<bool>())
-    throw ConfigError("bench step: train.cuda_graph: `bench forward --train --cuda-graph` times replayed steps");
-  const torch::Device device = resolve_device(config.run().at("device").get<std::string>());
-  if (device.is_cuda()) configure_cuda_math(train.at("tf32").get<bool>(), train.at("deterministic").get<bool>());
-  StepBenchResult r;
-  r.origin = origin;
-  r.arch = config.arch();
-  r.device = device.str();
-  r.precision = train.at("precision").get<std::string>();
-  r.threads = configure_threads(static_cast<int>(config.run().at("threads").get<std::int64_t>()));
-  r.batch = train.at("batch_size").get<std::int64_t>() * train.at("grad_accum").get<std::int64_t>();
-  r.micro_batches = train.at("grad_accum").get<std::int64_t>();
-  r.top = o.top;
-  r.kernel_breakdowns = kernel_breakdowns(device);
-  const bool bf16 = r.precision == "bf16";
-  const double grad_clip = train.at("grad_clip").get<double>();
-  const auto seed = static_cast<std::uint64_t>(config.run().at("seed").get<std::int64_t>());
-  r.classifier = architecture(r.arch).task == Task::Classification;
+namespace {
 
-  // One step of the run: `step` numbers the batch (1, 2, ...); returns the step's tokens.
-  std::function<double(std::int64_t)> step;
-  std::unique_ptr<LmDataset> lm_data;
-  std::unique_ptr<ClassificationDataset> class_data;
-  std::unique_ptr<EpochSchedule> schedule;
-  std::shared_ptr<LanguageModel> model;
-  std::shared_ptr<SequenceClassifier> classifier;
-  std::unique_ptr<torch::optim::Optimizer> optimizer;
-  if (r.classifier) {
-    class_data = make_classification_dataset(config.data());
-    torch::manual_seed(seed);
-    classifier = create_classifier(config.model(),
-                                   {class_data->vocab_size(), class_data->max_length(), class_data->num_classes()});
-    classifier->to(device);
-    classifier->train();
-    optimizer = make_optimizer(*classifier, train);
-    schedule = std::make_unique<EpochSchedule>(class_data->size(Split::Train), r.batch, seed);
-    r.description = classifier->describe();
-    step = [&](std::int64_t s) {
-      const auto host = trim_padding(class_data->batch(Split::Train, schedule->indices(s)));
-      classification_train_step(*classifier, *optimizer, to_device(host, device), grad_clip, bf16, false,
-                                r.micro_batches);
+/// One config's training run, ready to take steps as `train` takes them: its model from its seed, its data, its
+/// optimizer; `result` holds what describes it.
+class StepRun {
+ public:
+  StepRun(const ExperimentConfig& config, const std::string& origin, const StepBenchOptions& o) {
+    const auto& train = config.train();
+    if (const auto teacher = train.at("distill_from").get<std::int64_t>(); teacher > 0)
+      throw ConfigError("bench step: " + origin + ": train.distill_from " + std::to_string(teacher) +
+                        ": a distilled step's teacher is a stored run; bench the student's step with --set "
+                        "train.distill_from=0");
+    if (train.at("cuda_graph").get<bool>())
+      throw ConfigError("bench step: " + origin +
+                        ": train.cuda_graph: `bench forward --train --cuda-graph` times replayed steps");
+    device_ = resolve_device(config.run().at("device").get<std::string>());
+    if (device_.is_cuda()) configure_cuda_math(train.at("tf32").get<bool>(), train.at("deterministic").get<bool>());
+    auto& r = result;
+    r.origin = origin;
+    r.arch = config.arch();
+    r.device = device_.str();
+    r.precision = train.at("precision").get<std::string>();
+    r.batch = train.at("batch_size").get<std::int64_t>() * train.at("grad_accum").get<std::int64_t>();
+    r.micro_batches = train.at("grad_accum").get<std::int64_t>();
+    r.top = o.top;
+    r.kernel_breakdowns = kernel_breakdowns(device_);
+    r.classifier = architecture(r.arch).task == Task::Classification;
+    bf16_ = r.precision == "bf16";
+    grad_clip_ = train.at("grad_clip").get<double>();
+    seed_ = static_cast<std::uint64_t>(config.run().at("seed").get<std::int64_t>());
+    if (r.classifier) {
+      class_data_ = make_classification_dataset(config.data());
+      torch::manual_seed(seed_);
+      classifier_ = create_classifier(
+          config.model(), {class_data_->vocab_size(), class_data_->max_length(), class_data_->num_classes()});
+      classifier_->to(device_);
+      classifier_->train();
+      optimizer_ = make_optimizer(*classifier_, train);
+      schedule_ = std::make_unique<EpochSchedule>(class_data_->size(Split::Train), r.batch, seed_);
+      r.description = classifier_->describe();
+    } else {
+      lm_data_ = make_dataset(config.data());
+      torch::manual_seed(seed_);
+      model_ = create_model(config.model(), {lm_data_->tokenizer().vocab_size(), lm_data_->context()});
+      model_->to(device_);
+      model_->train();
+      model_->set_progress(o.progress);
+      optimizer_ = make_optimizer(*model_, train);
+      r.description = model_->describe();
+    }
+  }
+
+  const torch::Device& device() const { return device_; }
+
+  /// The run's next step (its batch numbered from 1, as training numbers them); returns the step's tokens.
+  double step() {
+    const auto s = next_++;
+    if (classifier_) {
+      const auto host = trim_padding(class_data_->batch(Split::Train, schedule_->indices(s)));
+      classification_train_step(*classifier_, *optimizer_, to_device(host, device_), grad_clip_, bf16_, false,
+                                result.micro_batches);
       return host.mask.sum().item<double>();
-    };
-  } else {
-    lm_data = make_dataset(config.data());
-    torch::manual_seed(seed);
-    model = create_model(config.model(), {lm_data->tokenizer().vocab_size(), lm_data->context()});
-    model->to(device);
-    model->train();
-    model->set_progress(o.progress);
-    optimizer = make_optimizer(*model, train);
-    r.description = model->describe();
-    const auto tokens = static_cast<double>(r.batch * lm_data->context());
-    step = [&, tokens](std::int64_t s) {
-      const auto host = lm_data->sample(Split::Train, r.batch, mix_seed(seed, kTrainStream, s));
-      train_step(*model, *optimizer, to_device(host, device), grad_clip, bf16, false, r.micro_batches);
-      return tokens;
-    };
+    }
+    const auto host = lm_data_->sample(Split::Train, result.batch, mix_seed(seed_, kTrainStream, s));
+    train_step(*model_, *optimizer_, to_device(host, device_), grad_clip_, bf16_, false, result.micro_batches);
+    return static_cast<double>(result.batch * lm_data_->context());
   }
 
-  std::int64_t next = 1;
-  const int warmup = device.is_cuda() ? std::max(1, o.warmup) : o.warmup;  // a GPU's first step sets it up
-  for (int w = 0; w < warmup; ++w) step(next++);
-  double tokens = 0;
-  for (int i = 0; i < o.steps; ++i) {
-    double t = 0;
-    r.step_ms.push_back(time_ms([&] { t = step(next++); }, device));
-    tokens += t;
+  /// One timed step into `result`.
+  void timed_step() {
+    double tokens = 0;
+    result.step_ms.push_back(time_ms([&] { tokens = step(); }, device_));
+    tokens_ += tokens;
   }
-  r.median_ms = median(r.step_ms);
-  r.tokens_per_step = o.steps > 0 ? tokens / o.steps : 0.0;
-  if (o.profiled > 0) r.profile = profile_calls([&] { step(next++); }, device, o.profiled, o.top);
-  return r;
+
+  /// The medians of the timed steps, then `o.profiled` profiled steps.
+  void finish(const StepBenchOptions& o) {
+    result.median_ms = median(result.step_ms);
+    result.tokens_per_step = result.step_ms.empty() ? 0.0 : tokens_ / static_cast<double>(result.step_ms.size());
+    if (o.profiled > 0) result.profile = profile_calls([&] { step(); }, device_, o.profiled, o.top);
+  }
+
+  StepBenchResult result;
+
+ private:
+  torch::Device device_ = torch::kCPU;
+  bool bf16_ = false;
+  double grad_clip_ = 1.0, tokens_ = 0;
+  std::uint64_t seed_ = 0;
+  std::int64_t next_ = 1;
+  std::unique_ptr<LmDataset> lm_data_;
+  std::unique_ptr<ClassificationDataset> class_data_;
+  std::unique_ptr<EpochSchedule> schedule_;
+  std::shared_ptr<LanguageModel> model_;
+  std::shared_ptr<SequenceClassifier> classifier_;
+  std::unique_ptr<torch::optim::Optimizer> optimizer_;
+};
+
+}  // namespace
+
+StepBenchResult run_step_bench(const ExperimentConfig& config, const std::string& origin, const StepBenchOptions& o,
+                               const ExperimentConfig* against, const std::string& against_origin) {
+  const int threads = configure_threads(static_cast<int>(config.run().at("threads").get<std::int64_t>()));
+  StepRun run(config, origin, o);
+  std::unique_ptr<StepRun> other;
+  if (against) {
+    other = std::make_unique<StepRun>(*against, against_origin, o);
+    if (other->device() != run.device())
+      throw ConfigError("bench step: " + against_origin + " runs on " + other->result.device + ", " + origin +
+                        " on " + run.result.device + ": give both one --device");
+  }
+  // A GPU's first step sets it up: never timed.
+  const int warmup = run.device().is_cuda() ? std::max(1, o.warmup) : o.warmup;
+  for (int w = 0; w < warmup; ++w) {
+    run.step();
+    if (other) other->step();
+  }
+  for (int i = 0; i < o.steps; ++i) {  // interleaved, each one first every other time
+    if (other && i % 2 == 1) other->timed_step();
+    run.timed_step();
+    if (other && i % 2 == 0) other->timed_step();
+  }
+  run.finish(o);
+  auto result = std::move(run.result);
+  result.threads = threads;
+  if (other) {
+    other->finish(o);
+    other->result.threads = threads;
+    result.against = std::make_shared<StepBenchResult>(std::move(other->result));
+  }
+  return result;
 }
 
 std::string StepBenchResult::to_table() const {
@@ -115,18 +166,33 @@ std::string StepBenchResult::to_table() const {
     << tokens_per_s() << (classifier ? " real tokens/s" : " tokens/s") << std::setprecision(2) << " (steps";
   for (const double ms : step_ms) s << " " << std::setprecision(1) << ms;
   s << " ms)\n" << std::setprecision(2);
+  if (against) {
+    const auto& a = *against;
+    s << "  against " << a.origin << " (" << a.arch << "; " << a.batch << (a.classifier ? " examples" : " sequences")
+      << " a step), its steps interleaved with these: " << a.description << "\n"
+      << "  " << a.step_ms.size() << " timed steps: median " << a.median_ms << " ms/step, " << std::setprecision(0)
+      << a.tokens_per_s() << (a.classifier ? " real tokens/s" : " tokens/s") << std::setprecision(2) << " (steps";
+    for (const double ms : a.step_ms) s << " " << std::setprecision(1) << ms;
+    s << " ms)\n" << std::setprecision(3) << "  time ratio " << arch << " / " << a.arch << ": " << time_ratio()
+      << " a step, " << (a.tokens_per_s() > 0 ? tokens_per_s() / a.tokens_per_s() : 0.0) << " in tokens/s\n"
+      << std::setprecision(2);
+  }
   if (profile.parts_ms.empty()) return s.str();
+  const auto* other = against && !against->profile.parts_ms.empty() ? against.get() : nullptr;
   double total = 0;
   for (const auto& [part, t] : profile.parts_ms) total += t.total();
   s << "  ms by part of the model and step (" << (kernel_breakdowns ? "kernel time" : "top-level ops' host time")
     << ", median of the profiled steps; the backward by the part of its forward op; " << total << " ms in all, "
     << std::setprecision(0) << profile.launches << (kernel_breakdowns ? " kernels" : " top-level ops")
     << " a step):\n"
-    << std::setprecision(2) << parts_table(profile.parts_ms, 1.0);
+    << std::setprecision(2)
+    << parts_table(profile.parts_ms, 1.0, other ? &other->profile.parts_ms : nullptr, other ? other->arch : "");
   if (top > 0 && !profile.part_pieces.empty())
     s << "  what each part runs, its " << top << " longest " << (kernel_breakdowns ? "kernels" : "top-level ops")
-      << " (ms forward / backward, calls; the last profiled step):\n"
-      << part_pieces_table(profile, top, nullptr, {}, 4);
+      << " (ms forward / backward, calls; the last profiled step"
+      << (other ? "; beside them " + other->arch + "'s time and calls for the same name in the same part" : "")
+      << "):\n"
+      << part_pieces_table(profile, top, other ? &other->profile : nullptr, other ? other->arch : "", 4);
   return s.str();
 }
 
@@ -141,7 +207,7 @@ nlohmann::json StepBenchResult::to_json() const {
                               {"forward_ms", list[i].forward_ms},
                               {"backward_ms", list[i].backward_ms},
                               {"calls", list[i].calls}});
-  return {{"origin", origin},
+  nlohmann::json out = {{"origin", origin},
           {"arch", arch},
           {"description", description},
           {"device", device},
@@ -157,6 +223,11 @@ nlohmann::json StepBenchResult::to_json() const {
           {"launches", profile.launches},
           {"parts", parts},
           {"part_pieces", pieces}};
+  if (against) {
+    out["against"] = against->to_json();
+    out["time_ratio"] = time_ratio();
+  }
+  return out;
 }
 
 }  // namespace routelab

@@ -4,6 +4,7 @@
 // cannot force (Radial Networks, DRR, early exit, the classifiers) as well as the others. No Torch in this header.
 #pragma once
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -34,16 +35,23 @@ struct StepBenchResult {
   bool kernel_breakdowns = false;
   int top = 0;
   CallProfile profile;  ///< empty where StepBenchOptions::profiled is 0
+  /// The config it was compared with, its steps interleaved with these (null: none)
+  std::shared_ptr<const StepBenchResult> against;
   double tokens_per_s() const { return median_ms > 0 ? tokens_per_step / (median_ms / 1000.0) : 0.0; }
+  /// median ms over the other config's (0 without one)
+  double time_ratio() const { return against && against->median_ms > 0 ? median_ms / against->median_ms : 0.0; }
   std::string to_table() const;
   nlohmann::json to_json() const;
 };
 
 /// Trains `options.warmup + steps + profiled` steps of `config` (a resolved experiment config) on its own data from
-/// a fresh model of its seed, timing the middle ones. Throws ConfigError for what the bench cannot run as training
-/// would: a distilled step (train.distill_from: its teacher is a stored run) and train.cuda_graph (bench forward
-/// --train --cuda-graph times replayed steps).
+/// a fresh model of its seed, timing the middle ones. With `against` (another config on the same device, e.g. the
+/// dense baseline), its steps are taken too, interleaved with the first's (each first every other time), and its
+/// result is the result's `against`. Threads: `config`'s run.threads for both. Throws ConfigError for what the
+/// bench cannot run as training would: a distilled step (train.distill_from: its teacher is a stored run) and
+/// train.cuda_graph (bench forward --train --cuda-graph times replayed steps), and for two devices.
 StepBenchResult run_step_bench(const ExperimentConfig& config, const std::string& origin,
-                               const StepBenchOptions& options);
+                               const StepBenchOptions& options, const ExperimentConfig* against = nullptr,
+                               const std::string& against_origin = {});
 
 }  // namespace routelab
