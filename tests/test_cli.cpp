@@ -44,6 +44,12 @@ class TestCli : public QObject {
     return {p.exitStatus() == QProcess::NormalExit ? p.exitCode() : -2, QString::fromUtf8(p.readAll())};
   }
 
+  /// The JSON document a command printed (from its first '{' to its last '}': log lines may come before it).
+  static QJsonDocument json_in(const QString& output) {
+    const auto begin = output.indexOf('{');
+    return QJsonDocument::fromJson(output.mid(begin, output.lastIndexOf('}') - begin + 1).toUtf8());
+  }
+
  private Q_SLOTS:
   void initTestCase() { QVERIFY2(QFile::exists(qEnvironmentVariable("ROUTELAB_CLI")), "ROUTELAB_CLI not set"); }
 
@@ -131,8 +137,7 @@ class TestCli : public QObject {
     if (train) args << "--train";
     const auto [code, output] = run(args);
     QVERIFY2(code == 0, qPrintable(output));
-    const auto begin = output.indexOf('{');
-    const auto json = QJsonDocument::fromJson(output.mid(begin, output.lastIndexOf('}') - begin + 1).toUtf8());
+    const auto json = json_in(output);
     QVERIFY2(json.isObject(), qPrintable(output));
     QCOMPARE(json["precision"].toString(), precision);
     QCOMPARE(json["mode"].toString(), train ? "train-step" : "forward");
@@ -172,8 +177,7 @@ class TestCli : public QObject {
         args << "--set" << set;
     const auto [code, output] = run(args);
     QVERIFY2(code == 0, qPrintable(output));
-    const auto begin = output.indexOf('{');
-    const auto json = QJsonDocument::fromJson(output.mid(begin, output.lastIndexOf('}') - begin + 1).toUtf8());
+    const auto json = json_in(output);
     QVERIFY2(json.isObject(), qPrintable(output));
     QCOMPARE(json["arch"].toString(), arch);
     QCOMPARE(json["step_ms"].toArray().size(), 2);
@@ -207,8 +211,7 @@ class TestCli : public QObject {
              "tiny", "--steps", "3", "--warmup", "1", "--profile-steps", "1", "--top", "3", "--threads", "1",
              "--json"});
     QVERIFY2(code == 0, qPrintable(output));
-    const auto begin = output.indexOf('{');
-    const auto json = QJsonDocument::fromJson(output.mid(begin, output.lastIndexOf('}') - begin + 1).toUtf8());
+    const auto json = json_in(output);
     QCOMPARE(json["arch"].toString(), QString("mod"));
     const auto against = json["against"].toObject();
     QCOMPARE(against["arch"].toString(), QString("dense"));
@@ -240,8 +243,7 @@ class TestCli : public QObject {
              "--breakdown-above", "0", "--breakdown-from", "0", "--kernels", "400", "--train", "--precision", "bf16",
              "--json"});
     QVERIFY2(code == 0, qPrintable(output));
-    const auto begin = output.indexOf('{');
-    const auto json = QJsonDocument::fromJson(output.mid(begin, output.lastIndexOf('}') - begin + 1).toUtf8());
+    const auto json = json_in(output);
     const auto router = json["rows"].toArray().first().toObject()["part_pieces"].toObject()["router"].toArray();
     QVERIFY2(!router.isEmpty(), qPrintable(output));
     bool linear = false;
@@ -262,8 +264,7 @@ class TestCli : public QObject {
              "--reps", "1", "--warmup", "0", "--archs", "dtrnet", "--fractions", "0.3", "--threads", "1",
              "--breakdown-above", "0", "--breakdown-from", "0", "--kernels", "400", "--train", "--json"});
     QVERIFY2(code == 0, qPrintable(output));
-    const auto begin = output.indexOf('{');
-    const auto json = QJsonDocument::fromJson(output.mid(begin, output.lastIndexOf('}') - begin + 1).toUtf8());
+    const auto json = json_in(output);
     const auto row = json["rows"].toArray().first().toObject();
     const auto ops = row["host_ops_beyond_dense"].toArray();
     QVERIFY2(!ops.isEmpty(), qPrintable(output));

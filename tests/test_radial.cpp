@@ -373,7 +373,7 @@ class TestRadial : public QObject {
                              .logical_and(store.position.unsqueeze(1).le(q_position.unsqueeze(2)))
                              .logical_and(row_real.unsqueeze(2));
     const auto weight = torch::randn({B, H, step_rows.back(), hd});
-    QVERIFY(staircase_attention_applies(q, store, 0.0, true));
+    QVERIFY(staircase_attention_runs(q, store.keys, store.values, 0.0, true));
     const auto gradients = [&](const torch::Tensor& out) {
       const auto g = torch::autograd::grad({(out * weight).sum()}, {q, keys, values});
       return std::vector<torch::Tensor>{out.detach(), g[0], g[1], g[2]};
@@ -398,7 +398,7 @@ class TestRadial : public QObject {
     const auto qu = qh.detach().to(torch::kFloat).requires_grad_();
     up_store.keys = kh.detach().to(torch::kFloat).requires_grad_();
     up_store.values = vh.detach().to(torch::kFloat).requires_grad_();
-    QVERIFY(staircase_attention_applies(qh, half_store, 0.0, true));
+    QVERIFY(staircase_attention_runs(qh, half_store.keys, half_store.values, 0.0, true));
     const auto out_h = unified_attention_to_position(qh, half_store, q_position, rows);
     QCOMPARE(out_h.scalar_type(), torch::kBFloat16);
     const auto got_h = torch::autograd::grad({(out_h.to(torch::kFloat) * weight).sum()}, {qh, kh, vh});

@@ -267,7 +267,7 @@ bool RadialNetwork::execute(torch::Tensor& h, const torch::Tensor& positions, co
   }
   double step_pairs = 0;  // (query, entry) pairs the kernel scored at this step
   torch::Tensor heads;    // (B, H, K, hd)
-  if (staircase_attention_applies(q, store, options_.dropout(), is_training())) {
+  if (staircase_attention_runs(q, store.keys, store.values, options_.dropout(), is_training())) {
     // The store holds no later step's entry yet: a query sees every valid entry up to its own position.
     heads = unified_attention_to_position(q, store, pos_rows, rows.lengths, &step_pairs);
   } else {

@@ -7,6 +7,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/models/blocks/staircase_attention.h"
 #include "core/models/dense_transformer.h"
 #include "core/models/registry.h"
 
@@ -73,16 +74,13 @@ torch::Tensor unified_attention(const torch::Tensor& q, const UnifiedKVStore& st
                                 double dropout = 0.0, bool training = false,
                                 const std::vector<std::int64_t>& rows = {}, double* pairs = nullptr);
 
-/// Whether unified_attention_to_position runs for these tensors: on the CPU without dropout, in fp32 (bf16 and fp16
-/// up-cast to it, unless ROUTELAB_CPU_ATTENTION_UPCAST=0).
-bool staircase_attention_applies(const torch::Tensor& q, const UnifiedKVStore& store, double dropout, bool training);
-
 /// unified_attention for queries at q_position (B, Tq) int64 that see every valid entry of the store at or before
 /// their position (a routing step of the parallel forward, when the store holds no later step's entry), the first
 /// rows[b] queries of sequence b real. The entries are taken in position order, where each query row sees a prefix
 /// of them: with the rows in position order (compacted tokens) only about half of the (query, entry) rectangle is
-/// scored (CpuStaircaseAttention). `pairs` receives the rectangle of the real rows, as dense attention is priced
-/// over its square whatever its causal kernel skips. Only where staircase_attention_applies.
+/// scored (blocks/staircase_attention.h). `pairs` receives the rectangle of the real rows, as dense attention is
+/// priced over its square whatever its causal kernel skips. Only where staircase_attention_runs(q, store.keys,
+/// store.values, ...).
 torch::Tensor unified_attention_to_position(const torch::Tensor& q, const UnifiedKVStore& store,
                                             const torch::Tensor& q_position, const std::vector<std::int64_t>& rows,
                                             double* pairs = nullptr);

@@ -151,10 +151,6 @@ torch::Tensor unified_attention(const torch::Tensor& q, const UnifiedKVStore& st
   return out * any.unsqueeze(1).to(out.scalar_type());
 }
 
-bool staircase_attention_applies(const torch::Tensor& q, const UnifiedKVStore& store, double dropout, bool training) {
-  return staircase_attention_runs(q, store.keys, store.values, dropout, training);
-}
-
 torch::Tensor unified_attention_to_position(const torch::Tensor& q, const UnifiedKVStore& store,
                                             const torch::Tensor& q_position, const std::vector<std::int64_t>& rows,
                                             double* pairs) {
