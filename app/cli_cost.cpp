@@ -22,6 +22,7 @@
 #include "core/cost/flops_model.h"
 #include "core/data/dataset.h"
 #include "core/util/errors.h"
+#include "core/util/paths.h"
 
 namespace routelab::cli {
 namespace {
@@ -258,7 +259,9 @@ int run_bench_step(const BenchStepArgs& a) {
     against = file ? resolve_config(load_json_file(a.against), common, a.against) : preset_config(a.against, common);
     against_origin = (file ? "config " : "preset ") + a.against;
   }
-  const auto result = run_step_bench(config, origin, a.options, against ? &*against : nullptr, against_origin);
+  auto options = a.options;
+  if (options.db.empty()) options.db = default_db_path();
+  const auto result = run_step_bench(config, origin, options, against ? &*against : nullptr, against_origin);
   if (a.json)
     std::cout << result.to_json().dump(2) << "\n";
   else
@@ -381,6 +384,8 @@ void add_cost_commands(CLI::App& app, CLI::App& bench, CommandAction& action) {
                    "the point of the run the model is told it is at, 0 to 1 (schedules such as Radial's depth "
                    "penalty warm-up)")
       ->check(CLI::Range(0.0, 1.0));
+  step->add_option("--db", st->options.db,
+                   "run store holding a distilled config's teacher (train.distill_from; default: the user data dir)");
   step->add_flag("--json", st->json, "machine-readable output");
   step->callback([&action, st] { action = [st] { return run_bench_step(*st); }; });
 }

@@ -83,9 +83,9 @@ class TestCli : public QObject {
     QTest::newRow("bench eviction kv heads") << QStringList{"bench", "eviction", "--heads", "6", "--kv-heads", "4"}
                                              << "--kv-heads: 4 does not divide --heads 6";
     QTest::newRow("bench step without a config") << QStringList{"bench", "step"} << "--preset P or --config FILE";
-    QTest::newRow("bench step distilled") << QStringList{"bench", "step", "--preset", "tiny", "--set",
-                                                         "train.distill_from=3"}
-                                          << "train.distill_from 3";
+    QTest::newRow("bench step distilled dense") << QStringList{"bench", "step", "--preset", "tiny", "--set",
+                                                               "train.distill_from=3"}
+                                                << "train.distill_from: Dense";
     QTest::newRow("bench step progress") << QStringList{"bench", "step", "--preset", "tiny", "--progress", "2"}
                                          << "--progress";
     QTest::newRow("bench step against") << QStringList{"bench", "step", "--preset", "tiny", "--against", "nope"}

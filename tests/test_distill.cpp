@@ -1,6 +1,6 @@
 // Distillation from a stored sequential model (issue 22; Radial Networks' post-training route): the KL term, a
 // Radial network started from a dense teacher's weights (frozen unless train.distill_layers), its lineage and its
-// metric, and the refusals that name train.distill_from.
+// metric, `bench step` of a distilled step, and the refusals that name train.distill_from.
 #include <QtTest/QtTest>
 #include <QTemporaryDir>
 
@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "core/analysis/run_analysis.h"
+#include "core/bench/step_bench.h"
 #include "core/store/run_store.h"
 #include "core/train/distillation.h"
 #include "core/train/trainer.h"
@@ -151,6 +152,36 @@ class TestDistill : public QObject {
         QVERIFY2(a[i].step == b[i].step && a[i].value == b[i].value,
                  (std::string(key) + " step " + std::to_string(a[i].step)).c_str());
     }
+  }
+
+  void benchStepTimesTheDistilledStep() {
+    // bench step builds a distilled config's run as train does (RunSetup): the teacher opened from the store given,
+    // its forward and the KL term in every step. Beside the same config undistilled, each step runs a second head
+    // (the teacher's) and more loss ops.
+    StepBenchOptions o;
+    o.steps = 1;
+    o.warmup = 0;
+    o.profiled = 1;
+    o.top = 0;
+    o.db = db_;
+    const auto run = std::to_string(teacher_);
+    const auto distilled = run_step_bench(config_of("radial", {"train.distill_from=" + run}), "distilled", o);
+    const auto plain = run_step_bench(config_of("radial"), "plain", o);
+    QVERIFY2(contains(distilled.description, "distilled from run " + run + " (teacher, dense; training the router"),
+             distilled.description.c_str());
+    QCOMPARE(distilled.step_ms.size(), std::size_t{1});
+    const auto calls = [](const StepBenchResult& r, const std::string& part) {
+      const auto it = r.profile.parts_ms.find(part);
+      return it == r.profile.parts_ms.end() ? 0.0 : it->second.forward_calls;
+    };
+    QVERIFY2(calls(plain, "head") > 0, plain.to_table().c_str());
+    QCOMPARE(calls(distilled, "head"), 2 * calls(plain, "head"));
+    QVERIFY2(calls(distilled, "loss") > calls(plain, "loss"), distilled.to_table().c_str());
+    // The teacher is the given store's run: a store without it is named in the error.
+    o.db = dir_.filePath("other.sqlite").toStdString();
+    const auto error = error_of<ConfigError>(
+        [&] { run_step_bench(config_of("radial", {"train.distill_from=" + run}), "distilled", o); });
+    QVERIFY2(contains(error, "train.distill_from: run " + run + " cannot be opened"), error.c_str());
   }
 
   void refusalsNameTheSetting() {

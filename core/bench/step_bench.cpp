@@ -1,6 +1,7 @@
-// bench step: the trainer's own step functions (train_step, classification_train_step) on the config's own data, the
-// batches drawn as training draws them (a language model's windows by (seed, step), a classifier's epoch order), so
-// what is timed is what `train` runs but for the bookkeeping around it (logging, evaluations, checkpoints).
+// bench step: the trainer's own run setup (RunSetup) and step functions (train_step, classification_train_step) on the
+// config's own data, the batches drawn as training draws them (a language model's windows by (seed, step), a
+// classifier's epoch order), so what is timed is what `train` runs but for the bookkeeping around it (logging,
+// evaluations, checkpoints).
 #include "core/bench/step_bench.h"
 
 #include <iomanip>
@@ -10,12 +11,9 @@
 
 #include "core/bench/bench_timing.h"
 #include "core/bench/call_profile.h"
-#include "core/data/classification.h"
-#include "core/data/dataset.h"
-#include "core/models/registry.h"
 #include "core/train/classification_step.h"
 #include "core/train/evaluation.h"
-#include "core/train/optimizer.h"
+#include "core/train/run_setup.h"
 #include "core/train/step.h"
 #include "core/util/device.h"
 #include "core/util/errors.h"
@@ -24,76 +22,60 @@ namespace routelab {
 
 namespace {
 
-/// One config's training run, ready to take steps as `train` takes them: its model from its seed, its data, its
-/// optimizer; `result` holds what describes it.
+/// One config's training run, ready to take steps as `train` takes them (RunSetup: its data, its model from its seed,
+/// a distilled run's teacher, its optimizer); `result` holds what describes it.
 class StepRun {
  public:
   StepRun(const ExperimentConfig& config, const std::string& origin, const StepBenchOptions& o) {
     const auto& train = config.train();
-    if (const auto teacher = train.at("distill_from").get<std::int64_t>(); teacher > 0)
-      throw ConfigError("bench step: " + origin + ": train.distill_from " + std::to_string(teacher) +
-                        ": a distilled step's teacher is a stored run; bench the student's step with --set "
-                        "train.distill_from=0");
     if (train.at("cuda_graph").get<bool>())
       throw ConfigError("bench step: " + origin +
                         ": train.cuda_graph: `bench forward --train --cuda-graph` times replayed steps");
-    device_ = resolve_device(config.run().at("device").get<std::string>());
-    if (device_.is_cuda()) configure_cuda_math(train.at("tf32").get<bool>(), train.at("deterministic").get<bool>());
+    setup_ = RunSetup(config, resolve_device(config.run().at("device").get<std::string>()), o.db);
     auto& r = result;
     r.origin = origin;
     r.arch = config.arch();
-    r.device = device_.str();
+    r.device = setup_.device.str();
     r.precision = train.at("precision").get<std::string>();
-    r.batch = train.at("batch_size").get<std::int64_t>() * train.at("grad_accum").get<std::int64_t>();
-    r.micro_batches = train.at("grad_accum").get<std::int64_t>();
+    r.batch = setup_.step_rows();
+    r.micro_batches = setup_.grad_accum;
     r.top = o.top;
-    r.kernel_breakdowns = kernel_breakdowns(device_);
-    r.classifier = architecture(r.arch).task == Task::Classification;
-    bf16_ = r.precision == "bf16";
+    r.kernel_breakdowns = kernel_breakdowns(setup_.device);
+    r.classifier = setup_.classification;
     grad_clip_ = train.at("grad_clip").get<double>();
-    seed_ = static_cast<std::uint64_t>(config.run().at("seed").get<std::int64_t>());
+    setup_.module().train();
     if (r.classifier) {
-      class_data_ = make_classification_dataset(config.data());
-      torch::manual_seed(seed_);
-      classifier_ = create_classifier(
-          config.model(), {class_data_->vocab_size(), class_data_->max_length(), class_data_->num_classes()});
-      classifier_->to(device_);
-      classifier_->train();
-      optimizer_ = make_optimizer(*classifier_, train);
-      schedule_ = std::make_unique<EpochSchedule>(class_data_->size(Split::Train), r.batch, seed_);
-      r.description = classifier_->describe();
-    } else {
-      lm_data_ = make_dataset(config.data());
-      torch::manual_seed(seed_);
-      model_ = create_model(config.model(), {lm_data_->tokenizer().vocab_size(), lm_data_->context()});
-      model_->to(device_);
-      model_->train();
-      model_->set_progress(o.progress);
-      optimizer_ = make_optimizer(*model_, train);
-      r.description = model_->describe();
+      r.description = setup_.classifier->describe();
+      return;
     }
+    setup_.model->set_progress(o.progress);
+    r.description = setup_.model->describe();
+    if (const auto& t = setup_.teacher)
+      r.description += "; distilled from run " + std::to_string(t->run_id) + " (" + t->name + ", " + t->arch +
+                       "; training " + (setup_.distill_layers ? "every weight" : "the router only") + ")";
   }
 
-  const torch::Device& device() const { return device_; }
+  const torch::Device& device() const { return setup_.device; }
 
   /// The run's next step (its batch numbered from 1, as training numbers them); returns the step's tokens.
   double step() {
     const auto s = next_++;
-    if (classifier_) {
-      const auto host = trim_padding(class_data_->batch(Split::Train, schedule_->indices(s)));
-      classification_train_step(*classifier_, *optimizer_, to_device(host, device_), grad_clip_, bf16_, false,
-                                result.micro_batches);
+    if (setup_.classification) {
+      const auto host = setup_.class_batch(s);
+      classification_train_step(*setup_.classifier, *setup_.optimizer, to_device(host, setup_.device), grad_clip_,
+                                setup_.bf16, false, setup_.grad_accum);
       return host.mask.sum().item<double>();
     }
-    const auto host = lm_data_->sample(Split::Train, result.batch, mix_seed(seed_, kTrainStream, s));
-    train_step(*model_, *optimizer_, to_device(host, device_), grad_clip_, bf16_, false, result.micro_batches);
-    return static_cast<double>(result.batch * lm_data_->context());
+    const auto host = setup_.lm_batch(s);
+    train_step(*setup_.model, *setup_.optimizer, to_device(host, setup_.device), grad_clip_, setup_.bf16, false,
+               setup_.grad_accum, setup_.teacher_or_null());
+    return static_cast<double>(setup_.step_rows() * setup_.dataset->context());
   }
 
   /// One timed step into `result`.
   void timed_step() {
     double tokens = 0;
-    result.step_ms.push_back(time_ms([&] { tokens = step(); }, device_));
+    result.step_ms.push_back(time_ms([&] { tokens = step(); }, setup_.device));
     tokens_ += tokens;
   }
 
@@ -101,23 +83,15 @@ class StepRun {
   void finish(const StepBenchOptions& o) {
     result.median_ms = median(result.step_ms);
     result.tokens_per_step = result.step_ms.empty() ? 0.0 : tokens_ / static_cast<double>(result.step_ms.size());
-    if (o.profiled > 0) result.profile = profile_calls([&] { step(); }, device_, o.profiled, o.top);
+    if (o.profiled > 0) result.profile = profile_calls([&] { step(); }, setup_.device, o.profiled, o.top);
   }
 
   StepBenchResult result;
 
  private:
-  torch::Device device_ = torch::kCPU;
-  bool bf16_ = false;
+  RunSetup setup_;
   double grad_clip_ = 1.0, tokens_ = 0;
-  std::uint64_t seed_ = 0;
   std::int64_t next_ = 1;
-  std::unique_ptr<LmDataset> lm_data_;
-  std::unique_ptr<ClassificationDataset> class_data_;
-  std::unique_ptr<EpochSchedule> schedule_;
-  std::shared_ptr<LanguageModel> model_;
-  std::shared_ptr<SequenceClassifier> classifier_;
-  std::unique_ptr<torch::optim::Optimizer> optimizer_;
 };
 
 }  // namespace

@@ -21,6 +21,7 @@ struct StepBenchOptions {
   int profiled = 3;       ///< profiled steps after the timed ones (medians by part); 0: no breakdown
   int top = 8;            ///< pieces (top-level ops or kernels) listed per part
   double progress = 0.0;  ///< the point of the run the model is told it is at (LanguageModel::set_progress)
+  std::string db;         ///< the store holding train.distill_from's teacher
 };
 
 struct StepBenchResult {
@@ -47,9 +48,10 @@ struct StepBenchResult {
 /// Trains `options.warmup + steps + profiled` steps of `config` (a resolved experiment config) on its own data from
 /// a fresh model of its seed, timing the middle ones. With `against` (another config on the same device, e.g. the
 /// dense baseline), its steps are taken too, interleaved with the first's (each first every other time), and its
-/// result is the result's `against`. Threads: `config`'s run.threads for both. Throws ConfigError for what the
-/// bench cannot run as training would: a distilled step (train.distill_from: its teacher is a stored run) and
-/// train.cuda_graph (bench forward --train --cuda-graph times replayed steps), and for two devices.
+/// result is the result's `against`. Threads: `config`'s run.threads for both. A distilled config's teacher
+/// (train.distill_from) is opened from `options.db` and runs in each step, as in training. Throws ConfigError for
+/// train.cuda_graph (bench forward --train --cuda-graph times replayed steps), for two devices, and for what opening
+/// the run throws (a teacher the store lacks, or one the architecture cannot start from).
 StepBenchResult run_step_bench(const ExperimentConfig& config, const std::string& origin,
                                const StepBenchOptions& options, const ExperimentConfig* against = nullptr,
                                const std::string& against_origin = {});

@@ -32,6 +32,7 @@
 #include "core/train/optimizer.h"
 #include "core/train/resumable_run.h"
 #include "core/train/run_checkpoints.h"
+#include "core/train/run_setup.h"
 #include "core/train/step.h"
 #include "core/train/token_probe.h"
 #include "core/util/device.h"
@@ -84,46 +85,34 @@ class Session {
         log_(logger("train")), collective_(std::move(collective)) {
     const auto& train = config_.train();
     total_steps_ = train.at("steps").get<std::int64_t>();
-    batch_size_ = train.at("batch_size").get<std::int64_t>();
-    grad_accum_ = train.at("grad_accum").get<std::int64_t>();
-    seed_ = config_.run().at("seed").get<std::int64_t>();
-    bf16_ = train.at("precision") == "bf16";
     device_ = resolve_device(config_.run().at("device").get<std::string>());
     if (collective_ && device_.is_cuda())  // each rank binds to its node's GPU local_rank
       device_ = torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(collective_->env().local_rank));
-    if (device_.is_cuda()) configure_cuda_math(train.at("tf32").get<bool>(), train.at("deterministic").get<bool>());
     threads_.emplace(thread_count());
-    classification_ = architecture(config_.arch()).task == Task::Classification;
     cuda_graph_ = train.at("cuda_graph").get<bool>();
     checkpoints_ = RunCheckpoints(train.at("checkpoint_async").get<bool>(),
                                   train.at("keep_checkpoints").get<std::int64_t>());
     if (cuda_graph_) check_cuda_graph();
     if (collective_) check_data_parallel(config_, collective_->world_size());
-    if (classification_) {
-      class_data_ = make_classification_dataset(config_.data());
-      torch::manual_seed(static_cast<std::uint64_t>(seed_));
-      classifier_ = create_classifier(config_.model(),
-                                      {class_data_->vocab_size(), class_data_->max_length(), class_data_->num_classes()});
-      classifier_->to(device_);
-      optimizer_ = make_optimizer(*classifier_, train);
-      schedule_ = std::make_unique<EpochSchedule>(class_data_->size(Split::Train), batch_size_ * grad_accum_,
-                                                  static_cast<std::uint64_t>(seed_));
+    setup_ = RunSetup(config_, device_, db_path_, stored_tokenizer);
+    const auto rows = setup_.step_rows();
+    if (setup_.classification) {
       if (const auto epochs = train.at("epochs").get<std::int64_t>(); epochs > 0)
-        total_steps_ = epochs * schedule_->steps_per_epoch();
-      if (collective_) dp_.emplace(DataParallel::for_examples(collective_, batch_size_ * grad_accum_, batch_size_));
+        total_steps_ = epochs * setup_.schedule->steps_per_epoch();
+      if (collective_) dp_.emplace(DataParallel::for_examples(collective_, rows, setup_.batch_size));
       return;
     }
-    dataset_ = make_dataset(config_.data(), stored_tokenizer);
-    torch::manual_seed(static_cast<std::uint64_t>(seed_));
-    model_ = create_model(config_.model(), {dataset_->tokenizer().vocab_size(), dataset_->context()});
-    model_->to(device_);
-    if (train.at("distill_from").get<std::int64_t>() > 0) adopt_teacher();
-    optimizer_ = make_optimizer(*model_, train);
-    if (collective_) dp_.emplace(collective_, batch_size_ * grad_accum_, batch_size_);
+    if (const auto& t = setup_.teacher) {
+      threads_.emplace(thread_count());  // opening it set its own
+      log_->info("distilling from run {} ({}, {}): its weights copied; training {}", t->run_id, t->name, t->arch,
+                 setup_.distill_layers ? "every weight" : "the router only");
+    }
+    if (collective_) dp_.emplace(collective_, rows, setup_.batch_size);
     // Language modelling draws random windows, so an epoch is a budget: as many tokens as the training split holds.
     if (const auto epochs = train.at("epochs").get<std::int64_t>(); epochs > 0) {
-      const auto per_step = batch_size_ * grad_accum_ * dataset_->context();
-      total_steps_ = epochs * std::max<std::int64_t>(1, (dataset_->split_tokens(Split::Train) + per_step - 1) / per_step);
+      const auto per_step = rows * setup_.dataset->context();
+      total_steps_ =
+          epochs * std::max<std::int64_t>(1, (setup_.dataset->split_tokens(Split::Train) + per_step - 1) / per_step);
     }
   }
 
@@ -141,45 +130,18 @@ class Session {
   /// "batch 32", with accumulation "batch 32 (4 micro-batches of 8)": sequences or examples a step.
   std::string batch_text() const {
     std::ostringstream out;
-    out << "batch " << batch_size_ * grad_accum_;
-    if (grad_accum_ > 1) out << " (" << grad_accum_ << " micro-batches of " << batch_size_ << ")";
+    out << "batch " << setup_.step_rows();
+    if (setup_.grad_accum > 1) out << " (" << setup_.grad_accum << " micro-batches of " << setup_.batch_size << ")";
     return out.str();
   }
 
   /// "batch 32 x 128 = 4096 tokens a step"; with accumulation "batch 32 (4 micro-batches of 8) x 128 = ...".
   std::string global_batch_text() const {
     std::ostringstream out;
-    out << batch_text() << " x " << dataset_->context() << " = " << batch_size_ * grad_accum_ * dataset_->context()
-        << " tokens a step";
+    const auto context = setup_.dataset->context();
+    out << batch_text() << " x " << context << " = " << setup_.step_rows() * context << " tokens a step";
     if (dp_) out << " over " << dp_->describe();
     return out.str();
-  }
-
-  /// train.distill_from: opens the teacher, starts the model from its weights (a resumed run's checkpoint replaces
-  /// them) and, without train.distill_layers, leaves only the model's own parts (its router) to train.
-  void adopt_teacher() {
-    const auto& train = config_.train();
-    const auto& entry = architecture(config_.arch());
-    if (!entry.adopt_teacher)
-      throw ConfigError("train.distill_from: " + entry.display_name + " (model.arch=" + entry.id +
-                        ") cannot start from a teacher; architectures that can: " +
-                        architectures_with([](const ArchitectureEntry& e) { return e.adopt_teacher != nullptr; }));
-    teacher_ = open_teacher(db_path_, train.at("distill_from").get<std::int64_t>(),
-                            dataset_->tokenizer().vocab_size(), train.at("distill_weight").get<double>(),
-                            train.at("distill_hidden").get<double>());
-    teacher_->model->to(device_);
-    threads_.emplace(thread_count());  // opening it set its own
-    const auto own = entry.adopt_teacher(*model_, *teacher_->model);
-    const bool layers = train.at("distill_layers").get<bool>();
-    if (!layers) {
-      for (auto& item : model_->named_parameters()) {
-        const auto& name = item.key();
-        item.value().set_requires_grad(
-            std::any_of(own.begin(), own.end(), [&](const auto& prefix) { return name.rfind(prefix, 0) == 0; }));
-      }
-    }
-    log_->info("distilling from run {} ({}, {}): its weights copied; training {}", teacher_->run_id, teacher_->name,
-               teacher_->arch, layers ? "every weight" : "the router only");
   }
 
   /// train.cuda_graph: refused, naming the setting, where the step cannot be captured (before the run is created).
@@ -202,21 +164,16 @@ class Session {
 
   std::string description() const {
     std::ostringstream out;
-    if (classification_)
-      out << classifier_->describe() << "; " << class_data_->describe() << "; " << batch_text() << " examples, "
-          << schedule_->steps_per_epoch() << " steps per epoch" << (dp_ ? " over " + dp_->describe() : "");
+    if (setup_.classification)
+      out << setup_.classifier->describe() << "; " << setup_.class_data->describe() << "; " << batch_text()
+          << " examples, " << setup_.schedule->steps_per_epoch() << " steps per epoch"
+          << (dp_ ? " over " + dp_->describe() : "");
     else
-      out << model_->describe() << "; " << dataset_->describe() << "; " << global_batch_text();
+      out << setup_.model->describe() << "; " << setup_.dataset->describe() << "; " << global_batch_text();
     out << "; " << device_.str() << " x" << threads_->threads() << " threads (OpenMP waiting: " << openmp_wait_policy()
-        << (device_.is_cpu() ? blas_kernels_note() : std::string()) << "); " << (bf16_ ? "bf16 autocast" : "fp32")
+        << (device_.is_cpu() ? blas_kernels_note() : std::string()) << "); " << (setup_.bf16 ? "bf16 autocast" : "fp32")
         << (cuda_graph_ ? "; step replayed as a CUDA graph" : "");
     return out.str();
-  }
-
-  /// The model being trained (language model or classifier), for checkpoints.
-  torch::nn::Module& module() {
-    if (classification_) return *classifier_;
-    return *model_;
   }
 
   std::int64_t create_run(const std::string& name, const std::string& qt_version) {
@@ -229,7 +186,7 @@ class Session {
     row.preset = config_.origin;
     row.config_json = config_.doc.dump();
     row.config_hash = config_.hash();
-    row.seed = seed_;
+    row.seed = setup_.seed;
     row.device = device_.str();
     row.routelab_version = ROUTELAB_VERSION;
     row.torch_version = torch_version_string();
@@ -240,14 +197,14 @@ class Session {
       row.backend = collective_->backend();
     }
     row.lease_token = lease_token_ = new_lease_token();
-    if (teacher_) row.parent_run_id = teacher_->run_id;  // a distilled run's lineage is its teacher
-    if (!classification_) row.tokenizer_json = dataset_->tokenizer().to_json().dump();
+    if (setup_.teacher) row.parent_run_id = setup_.teacher->run_id;  // a distilled run's lineage is its teacher
+    if (!setup_.classification) row.tokenizer_json = setup_.dataset->tokenizer().to_json().dump();
     config_hash_ = row.config_hash;
     run_id_ = store.create_run(row);
     auto notes = config_.run().at("notes").get<std::string>();
-    if (teacher_)
-      notes = "distilled from run " + std::to_string(teacher_->run_id) + " (" + teacher_->name + ", " + teacher_->arch +
-              ")" + (notes.empty() ? "" : "; " + notes);
+    if (setup_.teacher)
+      notes = "distilled from run " + std::to_string(setup_.teacher->run_id) + " (" + setup_.teacher->name + ", " +
+              setup_.teacher->arch + ")" + (notes.empty() ? "" : "; " + notes);
     if (!notes.empty()) {
       RunPatch patch;
       patch.notes = notes;
@@ -265,8 +222,8 @@ class Session {
     config_hash_ = record.config_hash;
     resumed_ = true;
     RunStore store(db_path_, /*mark_crashed=*/false);
-    const auto point = load_newest_intact(store.checkpoints(run_id_), run_id_, config_hash_, module(),
-                                          optimizer_.get(), device_);
+    const auto point = load_newest_intact(store.checkpoints(run_id_), run_id_, config_hash_, setup_.module(),
+                                          setup_.optimizer.get(), device_);
     const auto& meta = point.meta;
     const auto& passed_over = point.passed_over;
     resumed_from_ = point.path;
@@ -274,13 +231,13 @@ class Session {
     tokens_seen_ = meta.tokens_seen;
     elapsed_before_ = meta.elapsed_s;
     rewind_run(store, run_id_, meta.step, *log_);
-    if (classification_) {  // the epoch's sums so far, from the stored per-step loss and accuracy
+    if (setup_.classification) {  // the epoch's sums so far, from the stored per-step loss and accuracy
       const auto points = [&](const char* key) {
         std::vector<std::pair<std::int64_t, double>> out;
         for (const auto& p : store.metric(run_id_, key)) out.emplace_back(p.step, p.value);
         return out;
       };
-      epoch_.restore(points("train/loss"), points("train/accuracy"), *schedule_, start_step_);
+      epoch_.restore(points("train/loss"), points("train/accuracy"), *setup_.schedule, start_step_);
     }
     if (!passed_over.empty())
       resume_note_ = "resumed from step " + std::to_string(meta.step) + ", passing over " +
@@ -293,7 +250,7 @@ class Session {
       patch.world_size = ranks;
       resume_note_ += std::string(resume_note_.empty() ? "" : "; ") + "continued on " + std::to_string(ranks) +
                       " rank" + (ranks == 1 ? "" : "s") + " after " + std::to_string(record.world_size) +
-                      " (the same " + std::to_string(batch_size_ * grad_accum_) + " sequences a step)";
+                      " (the same " + std::to_string(setup_.step_rows()) + " sequences a step)";
     }
     store.set_status(run_id_, RunStatus::Running, resume_note_, lease_token_);
     store.patch_run(run_id_, patch);
@@ -352,14 +309,14 @@ class Session {
     run_id_ = std::stoll(from.substr(0, newline));
     outcome.run_id = run_id_;
     if (const auto checkpoint = from.substr(newline + 1); !writes() && !checkpoint.empty()) {
-      const auto meta = load_checkpoint(checkpoint, module(), optimizer_.get(), device_, nullptr);
+      const auto meta = load_checkpoint(checkpoint, setup_.module(), setup_.optimizer.get(), device_, nullptr);
       start_step_ = outcome.last_step = meta.step;
       tokens_seen_ = meta.tokens_seen;
       elapsed_before_ = meta.elapsed_s;
       resumed_ = true;
     }
     const auto& run = config_.run();
-    dp_->start(module(), config_.hash() + ", RouteLab " + ROUTELAB_VERSION + ", " + torch_version_string(),
+    dp_->start(setup_.module(), config_.hash() + ", RouteLab " + ROUTELAB_VERSION + ", " + torch_version_string(),
                run.at("dist_bucket_mb").get<double>(), run.at("dist_overlap").get<bool>());
     log_->info("run {}: {}", run_id_, collective_->describe());
   }
@@ -388,7 +345,7 @@ class Session {
         if (observer_) observer_->on_eval(eval);
       }
     }
-    module().train();
+    setup_.module().train();
     t_start_ = std::chrono::steady_clock::now();
     t_window_ = t_start_;
     window_tokens_ = 0;
@@ -406,15 +363,18 @@ class Session {
       }
       if (threads_->update()) log_->info("run {}: {}", run_id_, threads_->note());
       const double lr_now = lr_at(step - 1, total_steps_, warmup, lr, min_lr);
-      set_learning_rate(*optimizer_, lr_now);
+      set_learning_rate(*setup_.optimizer, lr_now);
       const bool log_step = step % log_every == 0 || step == total_steps_ || step == start_step_ + 1;
-      auto result = classification_ ? classification_step(step, grad_clip, log_step) : lm_step(step, grad_clip, log_step);
+      auto result = setup_.classification ? classification_step(step, grad_clip, log_step)
+                                          : lm_step(step, grad_clip, log_step);
       pending_.push_back({step, record_wall_s(), lr_now, log_step, std::move(result)});
 
       // Classification validates after every epoch, and every eval_every steps when that is more often.
-      const bool eval_step = classification_ ? schedule_->ends_epoch(step) ||
-                                                   (eval_every < schedule_->steps_per_epoch() && step % eval_every == 0)
-                                             : step % eval_every == 0;
+      const auto& schedule = setup_.schedule;
+      const bool eval_step =
+          setup_.classification
+              ? schedule->ends_epoch(step) || (eval_every < schedule->steps_per_epoch() && step % eval_every == 0)
+              : step % eval_every == 0;
       const bool checkpoint_step = step % ckpt_every == 0 || step == total_steps_;
       const bool settle_now = log_step || eval_step || checkpoint_step ||
                               static_cast<std::int64_t>(pending_.size()) >= sync_every;
@@ -529,7 +489,7 @@ class Session {
       writer_->add_metric({"train/aux_loss", step, wall, m.aux_loss});
       record_train_routing(writer_, step, result.trace, result.stats, m);
     }
-    if (classification_) add_to_epoch(step, result, wall);
+    if (setup_.classification) add_to_epoch(step, result, wall);
     if (observer_) observer_->on_step(m);
     return true;
   }
@@ -538,33 +498,33 @@ class Session {
   StepRecord lm_step(std::int64_t step, double grad_clip, bool log_step) {
     // The step's whole batch: grad_accum micro-batches of batch_size, drawn as one, so a run with accumulation sees
     // the batches of a run with one batch of that size.
-    const auto host = dataset_->sample(Split::Train, batch_size_ * grad_accum_, mix_seed(seed_, kTrainStream, step));
-    model_->set_progress(static_cast<double>(step - 1) / static_cast<double>(total_steps_));
+    const auto host = setup_.lm_batch(step);
+    setup_.model->set_progress(static_cast<double>(step - 1) / static_cast<double>(total_steps_));
     // Made at the first step, after a resume has loaded the optimizer's state.
     if (cuda_graph_ && !graph_step_)
-      graph_step_ = std::make_unique<CudaGraphStep>(*model_, *optimizer_, grad_clip, bf16_, grad_accum_);
-    const Teacher* teacher = teacher_ ? &*teacher_ : nullptr;
+      graph_step_ =
+          std::make_unique<CudaGraphStep>(*setup_.model, *setup_.optimizer, grad_clip, setup_.bf16, setup_.grad_accum);
     StepResult result;
     torch::Tensor stops;
     if (dp_) {  // this rank's rows of the step; gradients, losses and the trace summed over the ranks
       auto share = dp_->share_of(host);  // the loss mask counted over every rank's rows, on the host
       if (share.global_counted.defined()) share.global_counted = copy_to_device(share.global_counted, device_);
-      result = train_step(*model_, *optimizer_, to_device(dp_->local_part(host), device_), grad_clip, bf16_, log_step,
-                          dp_->micro_batches(), teacher, &share);
+      result = train_step(*setup_.model, *setup_.optimizer, to_device(dp_->local_part(host), device_), grad_clip,
+                          setup_.bf16, log_step, dp_->micro_batches(), setup_.teacher_or_null(), &share);
       stops = dp_->finish_step(result, log_step, cancel_ && cancel_->load());
       if (log_step) result.output.stats["dist_wait_ms"] = dp_->last_wait_s() * 1000.0;
     } else {
       const auto batch = to_device(host, device_);
       result = graph_step_ ? graph_step_->run(batch, /*trace=*/log_step)
-                           : train_step(*model_, *optimizer_, batch, grad_clip, bf16_, /*trace=*/log_step, grad_accum_,
-                                        teacher);
+                           : train_step(*setup_.model, *setup_.optimizer, batch, grad_clip, setup_.bf16,
+                                        /*trace=*/log_step, setup_.grad_accum, setup_.teacher_or_null());
     }
     StepRecord r;
     r.loss_t = result.loss;
     r.aux_loss_t = result.aux_loss;
     r.grad_norm_t = result.grad_norm;
     r.stops_t = stops;
-    r.tokens = batch_size_ * grad_accum_ * dataset_->context();
+    r.tokens = setup_.step_rows() * setup_.dataset->context();
     r.trace = std::move(result.output.trace);
     r.stats = std::move(result.output.stats);
     return r;
@@ -573,21 +533,21 @@ class Session {
   /// One classification step on the step's slice of its epoch's shuffled order (data parallel: this rank's block of
   /// it; the step's numbers summed over the ranks).
   StepRecord classification_step(std::int64_t step, double grad_clip, bool log_step) {
-    const auto host = trim_padding(class_data_->batch(Split::Train, schedule_->indices(step)));
+    const auto host = setup_.class_batch(step);
     const auto examples = host.label.size(0);
     ClassStepResult result;
     torch::Tensor stops;
     if (dp_) {
       const auto block = dp_->example_block(examples);
       const auto share = dp_->example_share(examples, block);
-      result = classification_train_step(*classifier_, *optimizer_,
+      result = classification_train_step(*setup_.classifier, *setup_.optimizer,
                                          to_device(class_batch_rows(host, block.start, block.count), device_),
-                                         grad_clip, bf16_, log_step, block.micro_batches, &share);
+                                         grad_clip, setup_.bf16, log_step, block.micro_batches, &share);
       stops = dp_->finish_example_step(result, log_step, cancel_ && cancel_->load());
       result.examples = examples;
     } else {
-      result = classification_train_step(*classifier_, *optimizer_, to_device(host, device_), grad_clip, bf16_,
-                                         /*trace=*/log_step, grad_accum_);
+      result = classification_train_step(*setup_.classifier, *setup_.optimizer, to_device(host, device_), grad_clip,
+                                         setup_.bf16, /*trace=*/log_step, setup_.grad_accum);
     }
     StepRecord r;
     r.loss_t = result.loss;
@@ -606,35 +566,38 @@ class Session {
   /// Accumulates the epoch's example-weighted training loss and accuracy; stores them when the epoch ends.
   void add_to_epoch(std::int64_t step, const StepRecord& r, double wall) {
     epoch_.add(r.loss, r.correct, r.examples);
-    if (!schedule_->ends_epoch(step)) return;
+    if (!setup_.schedule->ends_epoch(step)) return;
     writer_->add_metric({"train/epoch_loss", step, wall, epoch_.loss()});
     writer_->add_metric({"train/epoch_accuracy", step, wall, epoch_.accuracy()});
     epoch_.clear();
   }
 
-  EvalMetrics evaluate(std::int64_t step) { return classification_ ? evaluate_classification(step) : evaluate_lm(step); }
+  EvalMetrics evaluate(std::int64_t step) {
+    return setup_.classification ? evaluate_classification(step) : evaluate_lm(step);
+  }
 
   /// The whole validation split: loss, accuracy, macro-F1, routing stats, and the probe example. Data parallel: each
   /// rank runs every world_size-th batch, and rank 0 merges the ranks' sums.
   EvalMetrics evaluate_classification(std::int64_t step) {
-    auto sums = evaluate_classifier_sums(*classifier_, *class_data_, Split::Val, batch_size_, device_, bf16_,
-                                         dp_ ? dp_->rank() : 0, dp_ ? dp_->collective().world_size() : 1);
+    auto sums = evaluate_classifier_sums(*setup_.classifier, *setup_.class_data, Split::Val, setup_.batch_size, device_,
+                                         setup_.bf16, dp_ ? dp_->rank() : 0, dp_ ? dp_->collective().world_size() : 1);
     if (dp_) {
       auto merged = dp_->merge_class_eval(sums);
       if (!merged) return {};
       sums = std::move(*merged);
     }
-    auto pass = finish_classifier_eval(sums, class_data_->num_classes(), previous_assignments_);
+    auto pass = finish_classifier_eval(sums, setup_.class_data->num_classes(), previous_assignments_);
     previous_assignments_ = std::move(pass.assignments);
-    auto e = record_classification_eval(writer_, step, pass, schedule_->steps_per_epoch(), class_data_->label_names());
+    auto e = record_classification_eval(writer_, step, pass, setup_.schedule->steps_per_epoch(),
+                                        setup_.class_data->label_names());
     {
       torch::NoGradGuard no_grad;
-      classifier_->eval();  // the probe shows inference-mode routing, as the evaluation
-      writer_->add_probe({step, classification_probe_json(*classifier_, *class_data_, device_)});
-      classifier_->train();
+      setup_.classifier->eval();  // the probe shows inference-mode routing, as the evaluation
+      writer_->add_probe({step, classification_probe_json(*setup_.classifier, *setup_.class_data, device_)});
+      setup_.classifier->train();
     }
     log_->info("run {}: step {} (epoch {:.2f}) val loss {:.4f} accuracy {:.4f} macro-F1 {:.4f}", run_id_, step,
-               static_cast<double>(step) / schedule_->steps_per_epoch(), e.val_loss, *e.val_accuracy,
+               static_cast<double>(step) / setup_.schedule->steps_per_epoch(), e.val_loss, *e.val_accuracy,
                *e.val_macro_f1);
     return e;
   }
@@ -645,8 +608,8 @@ class Session {
     // runs every world_size-th batch, and rank 0 merges the ranks' passes.
     const auto shard = dp_ ? dp_->rank() : 0, shards = dp_ ? dp_->collective().world_size() : 1;
     const auto t0 = std::chrono::steady_clock::now();
-    auto pass = evaluate_split(*model_, *dataset_, Split::Val, n_batches, batch_size_,
-                               static_cast<std::uint64_t>(seed_), device_, bf16_, shard, shards);
+    auto pass = evaluate_split(*setup_.model, *setup_.dataset, Split::Val, n_batches, setup_.batch_size,
+                               static_cast<std::uint64_t>(setup_.seed), device_, setup_.bf16, shard, shards);
     log_->debug("run {}: step {} evaluation: {} of {} batches on this rank in {:.3f} s", run_id_, step, pass.batches,
                 n_batches, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
     if (dp_) {
@@ -654,12 +617,12 @@ class Session {
       if (!merged) return {};
       pass = std::move(*merged);
     }
-    const auto e = record_lm_eval(writer_, step, pass, dataset_->chars_per_token(Split::Val));
+    const auto e = record_lm_eval(writer_, step, pass, setup_.dataset->chars_per_token(Split::Val));
     {
       torch::NoGradGuard no_grad;
-      model_->eval();  // the probe shows inference-mode routing, as the evaluation
+      setup_.model->eval();  // the probe shows inference-mode routing, as the evaluation
       writer_->add_probe({step, probe_json()});
-      model_->train();
+      setup_.model->train();
     }
     log_->info("run {}: step {} val loss {:.4f} ppl {:.2f} bpc {:.3f}", run_id_, step, e.val_loss, e.val_ppl, e.val_bpc);
     return e;
@@ -668,12 +631,12 @@ class Session {
   /// Per-token routing of the fixed probe text and the model's log-probability of each next token: the model
   /// reads the first `context` tokens and each position's next token is known. The token inspector's code path.
   std::string probe_json() {
-    const auto ids = dataset_->probe_tokens();
+    const auto ids = setup_.dataset->probe_tokens();
     if (ids.size() < 2) return "{}";
-    const auto n = std::min<std::int64_t>(static_cast<std::int64_t>(ids.size()), dataset_->context() + 1);
+    const auto n = std::min<std::int64_t>(static_cast<std::int64_t>(ids.size()), setup_.dataset->context() + 1);
     const std::vector<std::int64_t> input(ids.begin(), ids.begin() + (n - 1));
-    return trace_ids(*model_, dataset_->tokenizer(), input, ids[static_cast<std::size_t>(n - 1)], /*top_k=*/0,
-                     dataset_->context(), device_)
+    return trace_ids(*setup_.model, setup_.dataset->tokenizer(), input, ids[static_cast<std::size_t>(n - 1)],
+                     /*top_k=*/0, setup_.dataset->context(), device_)
         .to_json()
         .dump();
   }
@@ -686,10 +649,11 @@ class Session {
     meta.tokens_seen = tokens_seen_;
     meta.elapsed_s = elapsed_before_ + std::chrono::duration<double>(std::chrono::steady_clock::now() - t_start).count();
     meta.config_json = config_.doc.dump();
-    meta.tokenizer_json = classification_ ? class_data_->tokenizer_json().dump() : dataset_->tokenizer().to_json().dump();
+    meta.tokenizer_json = setup_.classification ? setup_.class_data->tokenizer_json().dump()
+                                                : setup_.dataset->tokenizer().to_json().dump();
     meta.run_id = run_id_;
     meta.config_hash = config_hash_;
-    checkpoints_.write(module(), *optimizer_, meta);
+    checkpoints_.write(setup_.module(), *setup_.optimizer, meta);
   }
 
   ExperimentConfig config_;
@@ -697,20 +661,12 @@ class Session {
   TrainObserver* observer_;
   const std::atomic<bool>* cancel_;
   std::shared_ptr<spdlog::logger> log_;
-  std::int64_t total_steps_ = 0, batch_size_ = 0, grad_accum_ = 1, seed_ = 0;
-  bool bf16_ = false;
+  std::int64_t total_steps_ = 0;
   torch::Device device_{torch::kCPU};
-  std::optional<Teacher> teacher_;  ///< train.distill_from
   std::optional<ThreadGovernor> threads_;  ///< Torch threads; a run on "every core" follows the load
-  bool classification_ = false;
-  std::unique_ptr<LmDataset> dataset_;               ///< language modelling
-  std::shared_ptr<LanguageModel> model_;
-  std::unique_ptr<ClassificationDataset> class_data_;  ///< classification
-  std::shared_ptr<SequenceClassifier> classifier_;
+  RunSetup setup_;  ///< data, model or classifier, teacher, optimizer
   torch::Tensor previous_assignments_;  ///< the last validation pass's expert choices (routing_change)
-  std::unique_ptr<EpochSchedule> schedule_;
   EpochTally epoch_;  ///< classification: the epoch's training loss and accuracy so far
-  std::unique_ptr<MultiTensorAdamW> optimizer_;
   bool cuda_graph_ = false;                     ///< train.cuda_graph
   RunCheckpoints checkpoints_{true, 0};         ///< train.checkpoint_async, train.keep_checkpoints
   std::unique_ptr<CudaGraphStep> graph_step_;  ///< made at the first step when cuda_graph_
