@@ -45,7 +45,7 @@ struct BenchForwardArgs {
 struct BenchStepArgs {
   StepBenchOptions options;
   std::string preset, config, device, precision, against;
-  std::vector<std::string> sets;
+  std::vector<std::string> sets, against_sets;
   int threads = -1;
   bool json = false;
 };
@@ -254,9 +254,14 @@ int run_bench_step(const BenchStepArgs& a) {
   const auto origin = a.preset.empty() ? "config " + a.config : "preset " + a.preset;
   std::optional<ExperimentConfig> against;
   std::string against_origin;
+  if (!a.against_sets.empty() && a.against.empty())
+    throw ConfigError("bench step --against-set: give the baseline with --against P");
   if (!a.against.empty()) {  // a config file where one exists by that name, else a preset
     const bool file = std::filesystem::is_regular_file(a.against);
-    against = file ? resolve_config(load_json_file(a.against), common, a.against) : preset_config(a.against, common);
+    auto against_sets = a.against_sets;
+    against_sets.insert(against_sets.end(), common.begin(), common.end());
+    against = file ? resolve_config(load_json_file(a.against), against_sets, a.against)
+                   : preset_config(a.against, against_sets);
     against_origin = (file ? "config " : "preset ") + a.against;
   }
   auto options = a.options;
@@ -380,6 +385,8 @@ void add_cost_commands(CLI::App& app, CLI::App& bench, CommandAction& action) {
                    "another preset or config file (e.g. the dense baseline) whose steps are timed interleaved with "
                    "these: the time ratio, and its parts beside these (--device, --threads, --precision apply to "
                    "both, --set to the first only)");
+  step->add_option("--against-set", st->against_sets,
+                   "override for the --against config only, e.g. --against-set data.tokenizer=byte (repeatable)");
   step->add_option("--progress", st->options.progress,
                    "the point of the run the model is told it is at, 0 to 1 (schedules such as Radial's depth "
                    "penalty warm-up)")

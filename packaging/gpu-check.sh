@@ -10,7 +10,7 @@
 # kernels against LibTorch's ops (losses; the GPT-2-small and 360M steps without them), 360M-parameter training
 # throughput (dense eager and graphed), the quick-start run and the data-parallel step in a group of one (NCCL) against
 # the plain one, a classifier's (TAGAT) data-parallel run in a group of one; a 360M checkpoint written beside training against one written by the step; GPU time by kernel class for the GPT-2-small bf16 step and for the routed 360M bf16 steps whose
-# time/FLOPs quotient is above 1.1. Every step prints what it measured into one log; a
+# time/FLOPs quotient is above 1.1; the routed 360M presets' training steps against dense's by part (`bench step`). Every step prints what it measured into one log; a
 # step that fails is reported and the next one still runs; steps that no longer fit the time budget are skipped, and
 # the log says so.
 #
@@ -392,6 +392,13 @@ step "train-360m-dtrnet-360m-bilayer-graph" 60 "$cli" train --config "$root/expe
   --device "$dev" --steps 30 "${byte_level[@]}" --set train.cuda_graph=true --set train.eval_every=1000 \
   --set train.checkpoint_every=1000 --set train.warmup_steps=10 --set train.log_every=5 --db "$work/360m.sqlite"
 "$cli" runs --db "$work/360m.sqlite" 2>&1 | tee -a "$log"
+# The routed 360M presets' training steps as `train` runs them (bf16, their batches and accumulation), each beside the
+# dense 360M preset's steps interleaved with its own: the time ratio and the kernel time by part and by kernel.
+for cfg in dtrnet-360m-bilayer mod-360m dllm-360m; do
+  step "bench-step-360m-$cfg" 120 "$cli" bench step --config "$root/experiments/$cfg.json" --device "$dev" \
+    "${byte_level[@]}" --against "$root/experiments/smollm-360m-dense.json" --against-set data.source=kjv \
+    --against-set data.tokenizer=byte --steps 6 --warmup 2 --profile-steps 1 --top 6
+done
 step quickstart 60 "$cli" train --preset quickstart --device "$dev" --steps 200 --db "$work/quick.sqlite"
 # Data parallel (issue 23): the step with NCCL active in a group of one against the plain path, d 256, L 6.
 step dist-world-1 150 "$cli" bench dist --nproc 1 --steps 30 --skip 10 --set run.device="$dev" --set train.precision=bf16

@@ -90,6 +90,8 @@ class TestCli : public QObject {
                                          << "--progress";
     QTest::newRow("bench step against") << QStringList{"bench", "step", "--preset", "tiny", "--against", "nope"}
                                         << "unknown preset 'nope'";
+    QTest::newRow("bench step against-set alone")
+        << QStringList{"bench", "step", "--preset", "tiny", "--against-set", "model.n_layer=3"} << "--against P";
   }
   void badArgumentsNameTheOption() {
     QFETCH(QStringList, args);
@@ -223,12 +225,14 @@ class TestCli : public QObject {
     const double ratio = json["time_ratio"].toDouble();
     QVERIFY(ratio > 0);
     QVERIFY(std::abs(ratio - json["median_ms"].toDouble() / against["median_ms"].toDouble()) < 1e-9);
-    // The table prints the ratio and dense's column beside the parts.
-    const auto [table_code, table] = run({"bench", "step", "--preset", "tiny", "--set", "model.arch=mod", "--set",
-                                          "model.n_layer=4", "--against", "tiny", "--steps", "1", "--warmup", "0",
-                                          "--profile-steps", "1", "--top", "2", "--threads", "1"});
+    // The table prints the ratio and dense's column beside the parts; --against-set reaches the baseline only.
+    const auto [table_code, table] =
+        run({"bench", "step", "--preset", "tiny", "--set", "model.arch=mod", "--set", "model.n_layer=4", "--against",
+             "tiny", "--against-set", "model.n_layer=3", "--steps", "1", "--warmup", "0", "--profile-steps", "1",
+             "--top", "2", "--threads", "1"});
     QVERIFY2(table_code == 0, qPrintable(table));
     QVERIFY2(table.contains("time ratio mod / dense: ") && table.contains("  dense "), qPrintable(table));
+    QVERIFY2(table.contains("mod, 4 layers") && table.contains("dense, 3 layers"), qPrintable(table));
   }
 
   void benchForwardTrainsWithTheBackwardOutsideAutocast() {
