@@ -364,6 +364,28 @@ class TestDist : public QObject {
     }
   }
 
+  /// Radial Networks distilled from a stored dense model (train.distill_from, the router alone training) over two
+  /// ranks: each rank opens the teacher from the store, and the curve, the KL term and the evaluations are the one
+  /// process's. Without Gumbel noise: each rank would draw its own for its rows, one process draws in sequence.
+  void distilledRunOverTwoRanksStoresTheCurveOfOne() {
+    const QStringList student{"--set", "model.gumbel_noise=false", "--set", "train.distill_from=1"};
+    const auto one = home_.filePath("one-distilled.sqlite"), two = home_.filePath("two-distilled.sqlite");
+    for (const auto& db : {one, two}) {  // run 1 of either store: the same teacher
+      const auto [code, out] = run(train_args(db, "dense"));
+      QVERIFY2(code == 0, qPrintable(out));
+    }
+    auto [code, out] = run(train_args(one, "radial") + student);
+    QVERIFY2(code == 0, qPrintable(out));
+    std::tie(code, out) = run(train_args(two, "radial") + student + QStringList{"--nproc", "2"});
+    QVERIFY2(code == 0, qPrintable(out));
+    const auto record = RunStore(two.toStdString(), false).run(2);
+    QCOMPARE(record->world_size, 2);
+    QCOMPARE(record->status, RunStatus::Finished);
+    QCOMPARE(*record->parent_run_id, std::int64_t{1});
+    for (const char* key : {"train/loss", "train/distill_kl", "train/grad_norm", "val/loss"})
+      expect_same_curve(one, 2, two, 2, key, 1e-5);
+  }
+
   /// Two processes given torchrun's (or srun's) variables by the test take the path --nproc takes: the same stored
   /// curve.
   void launcherVariablesTakeTheSamePath_data() {
