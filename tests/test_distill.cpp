@@ -189,6 +189,18 @@ class TestDistill : public QObject {
         [&] { train({config_of("dense", {"train.distill_from=" + std::to_string(teacher_)}), db_, "", ""}); });
     QVERIFY2(contains(error, "train.distill_from: ") && contains(error, "architectures that can: radial"),
              error.c_str());
+    // A classifier is refused too (it had trained without its teacher), before anything is stored.
+    const auto runs_before = RunStore(db_, false).list_runs(true).size();
+    error = error_of<ConfigError>([&] {
+      train({resolve_config(nlohmann::json::object(),
+                            {"model.arch=tagat", "data.source=entailment", "data.tokenizer=word",
+                             "train.distill_from=" + std::to_string(teacher_)},
+                            "test"),
+             db_, "", ""});
+    });
+    QVERIFY2(contains(error, "train.distill_from: ") && contains(error, "(model.arch=tagat) cannot start from"),
+             error.c_str());
+    QCOMPARE(RunStore(db_, false).list_runs(true).size(), runs_before);
     error = error_of<ConfigError>([&] { train({config_of("radial", {"train.distill_from=999"}), db_, "", ""}); });
     QVERIFY2(contains(error, "train.distill_from: run 999 cannot be opened"), error.c_str());
     error = error_of<ConfigError>([&] {

@@ -18,8 +18,13 @@ RunSetup::RunSetup(const ExperimentConfig& config, torch::Device device_, const 
   seed = config.run().at("seed").get<std::int64_t>();
   bf16 = train.at("precision") == "bf16";
   distill_layers = train.at("distill_layers").get<bool>();
+  const auto& entry = architecture(config.arch());
+  if (train.at("distill_from").get<std::int64_t>() > 0 && !entry.adopt_teacher)  // a classifier's too
+    throw ConfigError("train.distill_from: " + entry.display_name + " (model.arch=" + entry.id +
+                      ") cannot start from a teacher; architectures that can: " +
+                      architectures_with([](const ArchitectureEntry& e) { return e.adopt_teacher != nullptr; }));
   if (device.is_cuda()) configure_cuda_math(train.at("tf32").get<bool>(), train.at("deterministic").get<bool>());
-  classification = architecture(config.arch()).task == Task::Classification;
+  classification = entry.task == Task::Classification;
   if (classification) {
     class_data = make_classification_dataset(config.data());
     torch::manual_seed(static_cast<std::uint64_t>(seed));
@@ -42,10 +47,6 @@ RunSetup::RunSetup(const ExperimentConfig& config, torch::Device device_, const 
 void RunSetup::adopt_teacher(const ExperimentConfig& config, const std::string& db_path) {
   const auto& train = config.train();
   const auto& entry = architecture(config.arch());
-  if (!entry.adopt_teacher)
-    throw ConfigError("train.distill_from: " + entry.display_name + " (model.arch=" + entry.id +
-                      ") cannot start from a teacher; architectures that can: " +
-                      architectures_with([](const ArchitectureEntry& e) { return e.adopt_teacher != nullptr; }));
   teacher = open_teacher(db_path, train.at("distill_from").get<std::int64_t>(), dataset->tokenizer().vocab_size(),
                          train.at("distill_weight").get<double>(), train.at("distill_hidden").get<double>());
   teacher->model->to(device);
