@@ -50,9 +50,7 @@ class StepRun {
     }
     setup_.model->set_progress(o.progress);
     r.description = setup_.model->describe();
-    if (const auto& t = setup_.teacher)
-      r.description += "; distilled from run " + std::to_string(t->run_id) + " (" + t->name + ", " + t->arch +
-                       "; training " + (setup_.distill_layers ? "every weight" : "the router only") + ")";
+    if (setup_.teacher) r.description += "; " + setup_.distillation();
   }
 
   const torch::Device& device() const { return setup_.device; }

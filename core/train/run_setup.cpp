@@ -2,7 +2,6 @@
 
 #include <algorithm>
 
-#include "core/models/registry.h"
 #include "core/train/evaluation.h"
 #include "core/util/device.h"
 #include "core/util/errors.h"
@@ -19,7 +18,8 @@ RunSetup::RunSetup(const ExperimentConfig& config, torch::Device device_, const 
   bf16 = train.at("precision") == "bf16";
   distill_layers = train.at("distill_layers").get<bool>();
   const auto& entry = architecture(config.arch());
-  if (train.at("distill_from").get<std::int64_t>() > 0 && !entry.adopt_teacher)  // a classifier's too
+  const auto teacher_run = train.at("distill_from").get<std::int64_t>();
+  if (teacher_run > 0 && !entry.adopt_teacher)  // a classifier's too
     throw ConfigError("train.distill_from: " + entry.display_name + " (model.arch=" + entry.id +
                       ") cannot start from a teacher; architectures that can: " +
                       architectures_with([](const ArchitectureEntry& e) { return e.adopt_teacher != nullptr; }));
@@ -40,15 +40,14 @@ RunSetup::RunSetup(const ExperimentConfig& config, torch::Device device_, const 
   torch::manual_seed(static_cast<std::uint64_t>(seed));
   model = create_model(config.model(), {dataset->tokenizer().vocab_size(), dataset->context()});
   model->to(device);
-  if (train.at("distill_from").get<std::int64_t>() > 0) adopt_teacher(config, db_path);
+  if (teacher_run > 0) adopt_teacher(entry, teacher_run, config.train(), db_path);
   optimizer = make_optimizer(*model, train);  // over the weights the teacher left trainable
 }
 
-void RunSetup::adopt_teacher(const ExperimentConfig& config, const std::string& db_path) {
-  const auto& train = config.train();
-  const auto& entry = architecture(config.arch());
-  teacher = open_teacher(db_path, train.at("distill_from").get<std::int64_t>(), dataset->tokenizer().vocab_size(),
-                         train.at("distill_weight").get<double>(), train.at("distill_hidden").get<double>());
+void RunSetup::adopt_teacher(const ArchitectureEntry& entry, std::int64_t run, const nlohmann::json& train,
+                             const std::string& db_path) {
+  teacher = open_teacher(db_path, run, dataset->tokenizer().vocab_size(), train.at("distill_weight").get<double>(),
+                         train.at("distill_hidden").get<double>());
   teacher->model->to(device);
   // The teacher's weights copied in (a resumed run's checkpoint replaces them); without train.distill_layers only the
   // model's own parts (its router) train.
@@ -68,6 +67,12 @@ Batch RunSetup::lm_batch(std::int64_t step) const {
 
 ClassBatch RunSetup::class_batch(std::int64_t step) {
   return trim_padding(class_data->batch(Split::Train, schedule->indices(step)));
+}
+
+std::string RunSetup::distillation() const {
+  if (!teacher) return {};
+  return "distilled from run " + std::to_string(teacher->run_id) + " (" + teacher->name + ", " + teacher->arch +
+         "; training " + (distill_layers ? "every weight" : "the router only") + ")";
 }
 
 torch::nn::Module& RunSetup::module() {

@@ -15,6 +15,7 @@
 #include "core/data/dataset.h"
 #include "core/models/classifier.h"
 #include "core/models/language_model.h"
+#include "core/models/registry.h"
 #include "core/train/classification_step.h"
 #include "core/train/distillation.h"
 #include "core/train/optimizer.h"
@@ -55,9 +56,12 @@ class RunSetup {
   /// The model or the classifier.
   torch::nn::Module& module();
   const Teacher* teacher_or_null() const { return teacher ? &*teacher : nullptr; }
+  /// "distilled from run 3 (name, dense; training the router only)"; empty without a teacher.
+  std::string distillation() const;
 
  private:
-  void adopt_teacher(const ExperimentConfig& config, const std::string& db_path);
+  void adopt_teacher(const ArchitectureEntry& entry, std::int64_t run, const nlohmann::json& train,
+                     const std::string& db_path);
 };
 
 }  // namespace routelab

@@ -102,10 +102,9 @@ class Session {
       if (collective_) dp_.emplace(DataParallel::for_examples(collective_, rows, setup_.batch_size));
       return;
     }
-    if (const auto& t = setup_.teacher) {
+    if (setup_.teacher) {
       threads_.emplace(thread_count());  // opening it set its own
-      log_->info("distilling from run {} ({}, {}): its weights copied; training {}", t->run_id, t->name, t->arch,
-                 setup_.distill_layers ? "every weight" : "the router only");
+      log_->info("{}: its weights copied", setup_.distillation());
     }
     if (collective_) dp_.emplace(collective_, rows, setup_.batch_size);
     // Language modelling draws random windows, so an epoch is a budget: as many tokens as the training split holds.
