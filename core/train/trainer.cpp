@@ -69,6 +69,13 @@ struct PendingStep {
   StepRecord record;
 };
 
+/// run.device; on a data-parallel rank (`dist`) with CUDA, the GPU of its local_rank on its node.
+torch::Device run_device(const ExperimentConfig& config, const DistEnv* dist) {
+  auto device = resolve_device(config.run().at("device").get<std::string>());
+  if (dist && device.is_cuda()) device = torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(dist->local_rank));
+  return device;
+}
+
 /// On a GPU the loop reads the step's loss and gradient norm back only every this many steps (and at every log,
 /// evaluation, checkpoint and stop), so the host keeps queueing work instead of waiting for each step to finish.
 /// train.sync_every overrides it.
@@ -85,16 +92,14 @@ class Session {
         log_(logger("train")), collective_(std::move(collective)) {
     const auto& train = config_.train();
     total_steps_ = train.at("steps").get<std::int64_t>();
-    device_ = resolve_device(config_.run().at("device").get<std::string>());
-    if (collective_ && device_.is_cuda())  // each rank binds to its node's GPU local_rank
-      device_ = torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(collective_->env().local_rank));
+    const auto target = run_device(config_, collective_ ? &collective_->env() : nullptr);
     threads_.emplace(thread_count());
     cuda_graph_ = train.at("cuda_graph").get<bool>();
     checkpoints_ = RunCheckpoints(train.at("checkpoint_async").get<bool>(),
                                   train.at("keep_checkpoints").get<std::int64_t>());
-    if (cuda_graph_) check_cuda_graph();
+    if (cuda_graph_) check_cuda_graph(target);
     if (collective_) check_data_parallel(config_, collective_->world_size());
-    setup_ = RunSetup(config_, device_, db_path_, stored_tokenizer);
+    setup_ = RunSetup(config_, target, db_path_, stored_tokenizer);
     const auto rows = setup_.step_rows();
     if (setup_.classification) {
       if (const auto epochs = train.at("epochs").get<std::int64_t>(); epochs > 0)
@@ -114,6 +119,9 @@ class Session {
           epochs * std::max<std::int64_t>(1, (setup_.dataset->split_tokens(Split::Train) + per_step - 1) / per_step);
     }
   }
+
+  /// The run's device (run.device; on a data-parallel rank with CUDA, its node's GPU local_rank).
+  const torch::Device& device() const { return setup_.device; }
 
   /// run.threads; "every core" (0) on a node shared by several ranks is each rank's share of its cores.
   int thread_count() const {
@@ -144,7 +152,7 @@ class Session {
   }
 
   /// train.cuda_graph: refused, naming the setting, where the step cannot be captured (before the run is created).
-  void check_cuda_graph() const {
+  void check_cuda_graph(const torch::Device& target) const {
     const auto& entry = architecture(config_.arch());
     if (auto why = why_no_cuda_graph(entry, config_.model(), config_.train()); !why.empty()) {
       if (!entry.cuda_graph_step)
@@ -155,8 +163,9 @@ class Session {
     if (config_.train().at("distill_from").get<std::int64_t>() > 0)
       throw ConfigError("train.cuda_graph: train.distill_from is set; the captured step runs no teacher (distil with "
                         "eager steps)");
-    if (!device_.is_cuda())
-      throw ConfigError("train.cuda_graph: run.device is " + device_.str() + "; CUDA graphs need a GPU (run.device=cuda)");
+    if (!target.is_cuda())
+      throw ConfigError("train.cuda_graph: run.device is " + target.str() +
+                        "; CUDA graphs need a GPU (run.device=cuda)");
     if (!cuda_graphs_available())
       throw ConfigError("train.cuda_graph: this build's LibTorch has no CUDA (packaging/build.sh --torch pip)");
   }
@@ -169,9 +178,9 @@ class Session {
           << (dp_ ? " over " + dp_->describe() : "");
     else
       out << setup_.model->describe() << "; " << setup_.dataset->describe() << "; " << global_batch_text();
-    out << "; " << device_.str() << " x" << threads_->threads() << " threads (OpenMP waiting: " << openmp_wait_policy()
-        << (device_.is_cpu() ? blas_kernels_note() : std::string()) << "); " << (setup_.bf16 ? "bf16 autocast" : "fp32")
-        << (cuda_graph_ ? "; step replayed as a CUDA graph" : "");
+    out << "; " << device().str() << " x" << threads_->threads() << " threads (OpenMP waiting: " << openmp_wait_policy()
+        << (device().is_cpu() ? blas_kernels_note() : std::string()) << "); "
+        << (setup_.bf16 ? "bf16 autocast" : "fp32") << (cuda_graph_ ? "; step replayed as a CUDA graph" : "");
     return out.str();
   }
 
@@ -186,7 +195,7 @@ class Session {
     row.config_json = config_.doc.dump();
     row.config_hash = config_.hash();
     row.seed = setup_.seed;
-    row.device = device_.str();
+    row.device = device().str();
     row.routelab_version = ROUTELAB_VERSION;
     row.torch_version = torch_version_string();
     row.qt_version = qt_version;
@@ -222,7 +231,7 @@ class Session {
     resumed_ = true;
     RunStore store(db_path_, /*mark_crashed=*/false);
     const auto point = load_newest_intact(store.checkpoints(run_id_), run_id_, config_hash_, setup_.module(),
-                                          setup_.optimizer.get(), device_);
+                                          setup_.optimizer.get(), device());
     const auto& meta = point.meta;
     const auto& passed_over = point.passed_over;
     resumed_from_ = point.path;
@@ -308,7 +317,7 @@ class Session {
     run_id_ = std::stoll(from.substr(0, newline));
     outcome.run_id = run_id_;
     if (const auto checkpoint = from.substr(newline + 1); !writes() && !checkpoint.empty()) {
-      const auto meta = load_checkpoint(checkpoint, setup_.module(), setup_.optimizer.get(), device_, nullptr);
+      const auto meta = load_checkpoint(checkpoint, setup_.module(), setup_.optimizer.get(), device(), nullptr);
       start_step_ = outcome.last_step = meta.step;
       tokens_seen_ = meta.tokens_seen;
       elapsed_before_ = meta.elapsed_s;
@@ -333,7 +342,7 @@ class Session {
     const auto eval_every = train.at("eval_every").get<std::int64_t>();
     const auto ckpt_every = train.at("checkpoint_every").get<std::int64_t>();
     const auto sync_setting = train.at("sync_every").get<std::int64_t>();
-    const std::int64_t sync_every = sync_setting > 0 ? sync_setting : device_.is_cuda() ? kGpuSyncEvery : 1;
+    const std::int64_t sync_every = sync_setting > 0 ? sync_setting : device().is_cuda() ? kGpuSyncEvery : 1;
 
     if (start_step_ == 0 && !resumed_) {
       // The untrained model's validation loss: every curve starts from a measured point, not from step 1.
@@ -406,7 +415,8 @@ class Session {
     std::vector<torch::Tensor> scalars;
     for (const auto& p : pending_)
       for (const auto* t : {&p.record.loss_t, &p.record.aux_loss_t, &p.record.grad_norm_t, &p.record.stops_t})
-        scalars.push_back(t->defined() ? t->detach().to(device_, torch::kFloat).reshape({}) : torch::zeros({}, device_));
+        scalars.push_back(t->defined() ? t->detach().to(device(), torch::kFloat).reshape({})
+                                       : torch::zeros({}, device()));
     const auto host = torch::stack(scalars).to(torch::kCPU, torch::kDouble);  // waits for the device
     const auto* values = host.data_ptr<double>();
     auto steps = std::move(pending_);
@@ -507,13 +517,13 @@ class Session {
     torch::Tensor stops;
     if (dp_) {  // this rank's rows of the step; gradients, losses and the trace summed over the ranks
       auto share = dp_->share_of(host);  // the loss mask counted over every rank's rows, on the host
-      if (share.global_counted.defined()) share.global_counted = copy_to_device(share.global_counted, device_);
-      result = train_step(*setup_.model, *setup_.optimizer, to_device(dp_->local_part(host), device_), grad_clip,
+      if (share.global_counted.defined()) share.global_counted = copy_to_device(share.global_counted, device());
+      result = train_step(*setup_.model, *setup_.optimizer, to_device(dp_->local_part(host), device()), grad_clip,
                           setup_.bf16, log_step, dp_->micro_batches(), setup_.teacher_or_null(), &share);
       stops = dp_->finish_step(result, log_step, cancel_ && cancel_->load());
       if (log_step) result.output.stats["dist_wait_ms"] = dp_->last_wait_s() * 1000.0;
     } else {
-      const auto batch = to_device(host, device_);
+      const auto batch = to_device(host, device());
       result = graph_step_ ? graph_step_->run(batch, /*trace=*/log_step)
                            : train_step(*setup_.model, *setup_.optimizer, batch, grad_clip, setup_.bf16,
                                         /*trace=*/log_step, setup_.grad_accum, setup_.teacher_or_null());
@@ -540,12 +550,12 @@ class Session {
       const auto block = dp_->example_block(examples);
       const auto share = dp_->example_share(examples, block);
       result = classification_train_step(*setup_.classifier, *setup_.optimizer,
-                                         to_device(class_batch_rows(host, block.start, block.count), device_),
+                                         to_device(class_batch_rows(host, block.start, block.count), device()),
                                          grad_clip, setup_.bf16, log_step, block.micro_batches, &share);
       stops = dp_->finish_example_step(result, log_step, cancel_ && cancel_->load());
       result.examples = examples;
     } else {
-      result = classification_train_step(*setup_.classifier, *setup_.optimizer, to_device(host, device_), grad_clip,
+      result = classification_train_step(*setup_.classifier, *setup_.optimizer, to_device(host, device()), grad_clip,
                                          setup_.bf16, /*trace=*/log_step, setup_.grad_accum);
     }
     StepRecord r;
@@ -578,8 +588,9 @@ class Session {
   /// The whole validation split: loss, accuracy, macro-F1, routing stats, and the probe example. Data parallel: each
   /// rank runs every world_size-th batch, and rank 0 merges the ranks' sums.
   EvalMetrics evaluate_classification(std::int64_t step) {
-    auto sums = evaluate_classifier_sums(*setup_.classifier, *setup_.class_data, Split::Val, setup_.batch_size, device_,
-                                         setup_.bf16, dp_ ? dp_->rank() : 0, dp_ ? dp_->collective().world_size() : 1);
+    auto sums =
+        evaluate_classifier_sums(*setup_.classifier, *setup_.class_data, Split::Val, setup_.batch_size, device(),
+                                 setup_.bf16, dp_ ? dp_->rank() : 0, dp_ ? dp_->collective().world_size() : 1);
     if (dp_) {
       auto merged = dp_->merge_class_eval(sums);
       if (!merged) return {};
@@ -592,7 +603,7 @@ class Session {
     {
       torch::NoGradGuard no_grad;
       setup_.classifier->eval();  // the probe shows inference-mode routing, as the evaluation
-      writer_->add_probe({step, classification_probe_json(*setup_.classifier, *setup_.class_data, device_)});
+      writer_->add_probe({step, classification_probe_json(*setup_.classifier, *setup_.class_data, device())});
       setup_.classifier->train();
     }
     log_->info("run {}: step {} (epoch {:.2f}) val loss {:.4f} accuracy {:.4f} macro-F1 {:.4f}", run_id_, step,
@@ -608,7 +619,7 @@ class Session {
     const auto shard = dp_ ? dp_->rank() : 0, shards = dp_ ? dp_->collective().world_size() : 1;
     const auto t0 = std::chrono::steady_clock::now();
     auto pass = evaluate_split(*setup_.model, *setup_.dataset, Split::Val, n_batches, setup_.batch_size,
-                               static_cast<std::uint64_t>(setup_.seed), device_, setup_.bf16, shard, shards);
+                               static_cast<std::uint64_t>(setup_.seed), device(), setup_.bf16, shard, shards);
     log_->debug("run {}: step {} evaluation: {} of {} batches on this rank in {:.3f} s", run_id_, step, pass.batches,
                 n_batches, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
     if (dp_) {
@@ -635,7 +646,7 @@ class Session {
     const auto n = std::min<std::int64_t>(static_cast<std::int64_t>(ids.size()), setup_.dataset->context() + 1);
     const std::vector<std::int64_t> input(ids.begin(), ids.begin() + (n - 1));
     return trace_ids(*setup_.model, setup_.dataset->tokenizer(), input, ids[static_cast<std::size_t>(n - 1)],
-                     /*top_k=*/0, setup_.dataset->context(), device_)
+                     /*top_k=*/0, setup_.dataset->context(), device())
         .to_json()
         .dump();
   }
@@ -661,9 +672,8 @@ class Session {
   const std::atomic<bool>* cancel_;
   std::shared_ptr<spdlog::logger> log_;
   std::int64_t total_steps_ = 0;
-  torch::Device device_{torch::kCPU};
   std::optional<ThreadGovernor> threads_;  ///< Torch threads; a run on "every core" follows the load
-  RunSetup setup_;  ///< data, model or classifier, teacher, optimizer
+  RunSetup setup_;                         ///< data, model or classifier, teacher, optimizer, device
   torch::Tensor previous_assignments_;  ///< the last validation pass's expert choices (routing_change)
   EpochTally epoch_;  ///< classification: the epoch's training loss and accuracy so far
   bool cuda_graph_ = false;                     ///< train.cuda_graph
@@ -692,9 +702,8 @@ std::string resolve_db(const std::string& db_path) { return db_path.empty() ? de
 std::shared_ptr<Collective> join_group(const DistEnv* dist, const ExperimentConfig& config) {
   if (!dist) return nullptr;
   const auto& run = config.run();
-  auto device = resolve_device(run.at("device").get<std::string>());
-  if (device.is_cuda()) device = torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(dist->local_rank));
-  return Collective::join(*dist, device, run.at("backend").get<std::string>(), run.at("dist_timeout_s").get<double>());
+  return Collective::join(*dist, run_device(config, dist), run.at("backend").get<std::string>(),
+                          run.at("dist_timeout_s").get<double>());
 }
 
 }  // namespace
