@@ -91,6 +91,17 @@ class TestSweep : public QObject {
     QVERIFY2(has(m, "baselines[0].sets: unknown key"), m.c_str());
     m = message(R"({"name": "x", "base": "tiny", "baselines": [{"preset": "tiny", "set": {"lr": 1}}]})");
     QVERIFY2(has(m, "baselines[0].set.lr: expected section.key"), m.c_str());
+    // Text fields of another type: named with what they hold, not a JSON type error.
+    m = message(R"({"name": 7, "base": "tiny"})");
+    QVERIFY2(has(m, "bad.json: name: expected a name, got 7"), m.c_str());
+    m = message(R"({"name": "x", "description": null, "base": "tiny"})");
+    QVERIFY2(has(m, "description: expected a text, got null"), m.c_str());
+    m = message(R"({"name": "x", "base": ["tiny"]})");
+    QVERIFY2(has(m, "base: expected a preset name"), m.c_str());
+    m = message(R"({"name": "x", "base": "tiny", "table": 1e308})");
+    QVERIFY2(has(m, "table: expected a table name"), m.c_str());
+    m = message(R"({"name": "x", "base": "tiny", "baselines": [{"preset": "tiny", "name": {}}]})");
+    QVERIFY2(has(m, "baselines[0].name: expected a name, got {}"), m.c_str());
   }
 
   void shippedSweepsResolve() {

@@ -29,19 +29,24 @@ SweepPlan expand_sweep(const nlohmann::json& doc, const std::string& origin) {
     if (!known) fail(key + ": unknown key (expected name, description, base, grid, baselines, table, model, data, "
                      "train, run)");
   }
+  // `key`'s text in `object` (at `where`), or `fallback` where it is absent.
+  auto text = [&](const nlohmann::json& object, const std::string& key, const std::string& where,
+                  const std::string& fallback, const char* expected) {
+    if (!object.contains(key)) return fallback;
+    if (!object[key].is_string()) fail(where + ": expected " + expected + ", got " + object[key].dump());
+    return object[key].get<std::string>();
+  };
   SweepPlan plan;
-  plan.name = doc.value("name", std::string("sweep"));
-  plan.description = doc.value("description", std::string());
+  plan.name = text(doc, "name", "name", "sweep", "a name");
+  plan.description = text(doc, "description", "description", "", "a text");
   plan.origin = origin;
-  if (doc.contains("table") && !doc.at("table").is_string()) fail("table: expected a table name");
-  plan.table = doc.value("table", std::string("summary"));
+  plan.table = text(doc, "table", "table", "summary", "a table name");
   if (plan.name.empty()) fail("name: must not be empty");
 
   nlohmann::json base = nlohmann::json::object();
   std::string base_name;
   if (doc.contains("base")) {
-    if (!doc["base"].is_string()) fail("base: expected a preset name");
-    base_name = doc["base"].get<std::string>();
+    base_name = text(doc, "base", "base", "", "a preset name");
     base = load_preset(base_name);
   }
   nlohmann::json sections = nlohmann::json::object();  // the file's own section overrides
@@ -118,7 +123,7 @@ SweepPlan expand_sweep(const nlohmann::json& doc, const std::string& origin) {
         if (key != "preset" && key != "name" && key != "set")
           fail(where + "." + key + ": unknown key (expected preset, name, set)");
       const auto preset = entry["preset"].get<std::string>();
-      const auto label = entry.value("name", preset);
+      const auto label = text(entry, "name", where + ".name", preset, "a name");
       // The baseline's own settings: {"train.lr": 1e-4, ...}, applied over the sweep's sections and axes.
       const auto own = entry.value("set", nlohmann::json::object());
       if (!own.is_object()) fail(where + ".set: expected an object of \"section.key\": value");
