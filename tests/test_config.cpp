@@ -322,6 +322,31 @@ class TestConfig : public QObject {
     }
   }
 
+  /// A preset folder holding files whose fields have other types: listed (the GUI's list and `presets` read them all),
+  /// and loading one names the file.
+  void presetListingSurvivesFieldsOfAnotherType() {
+    QTemporaryDir dir;
+    auto write = [&](const char* name, const char* text) { std::ofstream(dir.filePath(name).toStdString()) << text; };
+    write("numbers.json", R"({"description": 5, "model": {"arch": 3}})");
+    write("list.json", R"([1, 2])");
+    write("model-list.json", R"({"description": "fine", "model": [1]})");
+    const auto saved = qgetenv("ROUTELAB_EXPERIMENTS");
+    qputenv("ROUTELAB_EXPERIMENTS", dir.path().toUtf8());
+    std::vector<PresetInfo> presets;
+    std::string error;
+    try {
+      presets = list_presets();
+      preset_config("numbers");
+    } catch (const ConfigError& e) {
+      error = e.what();
+    }
+    qputenv("ROUTELAB_EXPERIMENTS", saved);
+    QCOMPARE(presets.size(), std::size_t{3});
+    for (const auto& p : presets) QCOMPARE(QString::fromStdString(p.arch), QString(kBaselineArchitecture));
+    QCOMPARE(QString::fromStdString(presets[1].description), QString("fine"));  // model-list, sorted by name
+    QVERIFY2(error.find("numbers") != std::string::npos, error.c_str());
+  }
+
   void registryIsSortedAndComplete() {
     const auto& entries = architectures();
     QVERIFY(!entries.empty());

@@ -375,8 +375,11 @@ std::vector<PresetInfo> list_presets() {
     info.path = entry.path().string();
     try {
       const auto doc = load_json_file(info.path);
-      info.description = doc.value("description", "");
-      info.arch = doc.contains("model") ? doc["model"].value("arch", std::string(kBaselineArchitecture)) : kBaselineArchitecture;
+      // Fields of another type are left to loading it, which names them.
+      if (const auto d = doc.find("description"); d != doc.end() && d->is_string()) info.description = *d;
+      info.arch = kBaselineArchitecture;
+      if (const auto m = doc.find("model"); m != doc.end() && m->is_object())
+        if (const auto a = m->find("arch"); a != m->end() && a->is_string()) info.arch = *a;
     } catch (const ConfigError& e) {
       info.description = std::string("unreadable: ") + e.what();
     }
