@@ -219,6 +219,33 @@ class TestShards : public QObject {
     QVERIFY2(contains(error, "data.path: ") && contains(error, "without a training shard"), error.c_str());
   }
 
+  /// A manifest's character counts of another type (hand-edited, damaged): estimated on the validation split as for
+  /// shards without them, not a JSON type error.
+  void manifestCountsOfAnotherTypeAreEstimated() {
+    PrepareOptions prep;
+    prep.corpus = {corpus_};
+    prep.tokenizer = "byte";
+    prep.out = path("byte-counts");
+    prep.val_fraction = 0.1;
+    prep.shard_tokens = 50'000;
+    prep.threads = 1;
+    const auto result = prepare_shards(prep, nullptr);
+    ShardDatasetOptions options;
+    options.path = result.folder;
+    options.context = 64;
+    const auto counted = ShardDataset(options).chars_per_token(Split::Val);
+    QVERIFY(counted > 0.5 && counted <= 1.0);  // bytes: a character is one or more of them
+    auto manifest = nlohmann::json::parse(read_bytes(result.manifest));
+    manifest.erase("chars");
+    std::ofstream(result.manifest) << manifest.dump();
+    const auto estimated = ShardDataset(options).chars_per_token(Split::Val);
+    for (const auto& chars : {nlohmann::json{{"train", "x"}, {"val", 5}}, nlohmann::json(7), nlohmann::json()}) {
+      manifest["chars"] = chars;
+      std::ofstream(result.manifest) << manifest.dump();
+      QCOMPARE(ShardDataset(options).chars_per_token(Split::Val), estimated);
+    }
+  }
+
   void prepareIsDeterministicAndCounted() {
     ROUTELAB_REQUIRE_SENTENCEPIECE();
     const auto one = prepare(path("prepared-1"), 1);

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstring>
 #include <filesystem>
+#include <optional>
 #include <random>
 
 #include "core/data/detail.h"
@@ -72,11 +73,17 @@ ShardDataset::ShardDataset(const ShardDatasetOptions& options) : options_(option
                       std::to_string(split_tokens(split)) + " tokens, fewer than one context window (data.context + "
                       "1 = " + std::to_string(options_.context + 1) + ")");
 
-  // Characters per token: counted when RouteLab prepared the shards, else estimated on the validation split.
-  if (!manifest.is_null() && manifest.contains("chars")) {
-    const auto& chars = manifest.at("chars");
-    chars_per_token_train_ = chars.value("train", 0.0) / static_cast<double>(train_.tokens());
-    chars_per_token_val_ = chars.value("val", 0.0) / static_cast<double>(val_.tokens());
+  // Characters per token: counted when RouteLab prepared the shards (a manifest's "chars": {"train": n, "val": n}),
+  // else (or where those are not numbers) estimated on the validation split.
+  const auto counted = [&](const char* split) {
+    const auto chars = manifest.is_object() ? manifest.find("chars") : manifest.end();
+    if (chars == manifest.end() || !chars->is_object()) return std::optional<double>();
+    const auto n = chars->find(split);
+    return n != chars->end() && n->is_number() ? std::optional(n->get<double>()) : std::optional<double>();
+  };
+  if (const auto train_chars = counted("train"), val_chars = counted("val"); train_chars && val_chars) {
+    chars_per_token_train_ = *train_chars / static_cast<double>(train_.tokens());
+    chars_per_token_val_ = *val_chars / static_cast<double>(val_.tokens());
   } else if (tokenizer_->kind() != "ids") {
     std::vector<std::int64_t> head(static_cast<std::size_t>(std::min<std::int64_t>(val_.tokens(), 200'000)));
     val_.copy(0, static_cast<std::int64_t>(head.size()), head.data());
