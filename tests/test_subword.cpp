@@ -132,6 +132,8 @@ class TestSubword : public QObject {
     bytes[bytes.size() / 2] ^= 0x20;
     damaged["model"] = base64_encode(bytes);
     QVERIFY(contains(error_of<DataError>([&] { Tokenizer::from_json(damaged); }), "does not match its hash"));
+    damaged["source"] = 5;  // a source of another type: the error names the stored tokenizer instead
+    QVERIFY(contains(error_of<DataError>([&] { Tokenizer::from_json(damaged); }), "stored tokenizer does not match"));
     damaged["model"] = "not base64!";
     QVERIFY(contains(error_of<DataError>([&] { Tokenizer::from_json(damaged); }), "not Base64"));
     damaged.erase("model");
