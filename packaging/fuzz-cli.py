@@ -1,17 +1,21 @@
 #!/usr/bin/env python3
 """Bad input for routelab-cli at random: mutated config files (every preset but the 360M ones, and a small run's
-resolved config: keys dropped, added or given values of another type or range, the text cut short), damaged
+resolved config: keys dropped, added or given values of another type or range, the text cut short), mutated sweep
+files (experiments/sweeps/ the same way, their grids and baselines too), damaged
 checkpoints (cut, bytes changed, replaced; with and without the CRC the store recorded), damaged run stores, damaged
 token shards (a shard or the manifest of `prepare`'s byte-level output), corpora of random bytes, nothing, a few
 bytes or long lines, and command lines (`args`: a subcommand with options and positionals drawn from its own --help,
 given values in and out of their type and range). Each case runs a command on it (train, eval, generate, resume,
-profile, kv, runs, show, export, compare, and for `args` every subcommand but the benchmarks and sweeps). A finding is
-a process killed by a signal, a sanitizer report, an uncaught exception or a case past the time limit (for `args`
-listed apart: a command line may ask for long work); a clear error or success is not. Run it against the sanitized CLI
+profile, kv, runs, show, export, compare, sweep (--dry-run, or a sweep shrunk to 2-step runs), and for `args` every
+subcommand but `tokenizer train` and the benchmarks other than `bench step`). A finding is
+a process killed by a signal, a sanitizer report, an uncaught exception, an exception from outside RouteLab's errors
+(the CLI's "unexpected error", which names no file or key) or a case past the time limit (for `args` listed apart: a
+command line may ask for long work); a clear error or success is not. Run it against the sanitized CLI
 (packaging/sanitize.sh builds it); outside CI. Exit status 1 when anything was found.
 
   python3 packaging/fuzz-cli.py [--cli build-sanitize/app/routelab-cli] [--cases 100] [--seed 1]
-                                [--kinds config,checkpoint,store,shards,corpus,args] [--work /tmp/routelab-fuzz]
+                                [--kinds config,checkpoint,store,shards,corpus,sweep,args]
+                                [--work /tmp/routelab-fuzz]
 """
 import argparse
 import glob
@@ -35,8 +39,11 @@ ARG_VALUES = {"INT": ["1", "2", "0", "-1", "3", "64", "2147483648", "92233720368
               "TEXT": ["", "x", "1", "-1", "nan", "/nonexistent/dir/file", "../../etc/passwd", "\u00e9\u4e2d" * 50,
                        "a=b", "=", "train.steps", "model.arch=nothing", "run.device=cuda:7", "x" * 5000]}
 ARG_VALUES["UINT"] = ARG_VALUES["INT"]
-# Subcommands `args` leaves out: each benchmark and sweep point is long work by design.
-ARG_SKIPPED = {"bench", "sweep", "tokenizer train"}
+# Subcommands `args` leaves out: long work by design, at sizes a command line chooses (the benchmarks' shapes and
+# lengths, `bench shards`' gigabytes on disk, a tokenizer's training). `bench step` stays: it times a preset's or
+# config's steps, as many as it is told.
+ARG_SKIPPED = {"bench", "tokenizer train"}
+ARG_KEPT = {"bench step"}
 # A small DTRNet run: the checkpoint, store and resume cases start from it.
 BASE_RUN = ["--preset", "dtrnet-bilayer", "--set", "model.n_layer=3", "--set", "data.context=32", "--set",
             "train.batch_size=2", "--set", "train.eval_every=3", "--set", "train.eval_batches=1", "--quiet",
@@ -69,7 +76,7 @@ class Fuzz:
         # A sanitizer's report ("==PID==ERROR: AddressSanitizer: ...", "SUMMARY: UndefinedBehaviorSanitizer"), not a
         # message that names one (the sanitized build's refusal of SentencePiece).
         if (p.returncode < 0 or p.returncode == 86 or SANITIZER_REPORT.search(err) or "runtime error:" in err or
-                "terminate called" in err):
+                "terminate called" in err or "routelab-cli: unexpected error:" in err):
             self.findings.append((label, f"exit {p.returncode}", err[-3000:]))
             print("FINDING", label, p.returncode, err[-1500:], sep="\n", flush=True)
         else:
@@ -89,6 +96,9 @@ class Fuzz:
         config = json.loads(show.stdout)["config"]
         self.configs = [config] + [json.load(open(path)) for path in sorted(glob.glob(f"{ROOT}/experiments/*.json"))
                                    if "360m" not in path]
+        self.sweeps = [json.load(open(path)) for path in sorted(glob.glob(f"{ROOT}/experiments/sweeps/*.json"))]
+        self.small_sweep = os.path.join(self.work, "small-sweep.json")  # a whole sweep of two-step runs
+        open(self.small_sweep, "w").write(json.dumps(shrunk_sweep(self.sweeps[0])))
         resumable = json.loads(json.dumps(config))
         resumable["train"]["steps"] = 8
         db = sqlite3.connect(self.base_db)
@@ -117,7 +127,7 @@ class Fuzz:
             listed = text.split("Subcommands:")[-1] if "Subcommands:" in text else ""
             names += [" ".join(group + [m]) for m in re.findall(r"^  ([a-z][\w-]*)\s", listed, re.M)]
         for name in names:
-            if name in ARG_SKIPPED or name.split()[0] in ARG_SKIPPED:
+            if name not in ARG_KEPT and (name in ARG_SKIPPED or name.split()[0] in ARG_SKIPPED):
                 continue
             text = subprocess.run([self.cli] + name.split() + ["--help"], capture_output=True, text=True,
                                   env=self.env).stdout
@@ -152,7 +162,8 @@ class Fuzz:
             return random.choice(choices)
         if kind == "TEXT" and random.random() < 0.3:  # the files the other kinds damage, whole
             return random.choice([os.path.join(d, "base.sqlite"), os.path.join(self.work, "corpus.txt"),
-                                  os.path.join(self.work, "shards"), os.path.join(self.work, self.checkpoint), d])
+                                  os.path.join(self.work, "shards"), os.path.join(self.work, self.checkpoint), d,
+                                  self.small_sweep])
         return random.choice(ARG_VALUES[kind])
 
     def args_case(self, i, d):
@@ -182,23 +193,34 @@ class Fuzz:
         self.run(args, f"{i} args {args}", slow_is_finding=False)
 
     def mutated_config(self):
-        c = json.loads(json.dumps(random.choice(self.configs)))
-        for _ in range(random.randint(1, 3)):
-            section = random.choice(list(c.keys()))
-            if not isinstance(c[section], dict) or not c[section]:
-                if random.random() < 0.2:
-                    c[section] = random.choice(VALUES)
-                continue
-            key = random.choice(list(c[section].keys()))
-            r = random.random()
-            if r < 0.15:
-                del c[section][key]
-            elif r < 0.25:
-                c[section]["unknown_" + key] = 1
+        return mutated(random.choice(self.configs))
+
+    def mutated_sweep(self):
+        """A sweep file with its sections, grid and baselines mutated; shrunk to two-step runs where `runs`."""
+        sweep = json.loads(json.dumps(random.choice(self.sweeps)))
+        runs = random.random() < 0.3
+        if runs:
+            sweep = shrunk_sweep(sweep)
+        r = random.random()
+        if r < 0.3 and sweep.get("grid"):
+            key = random.choice(list(sweep["grid"]))
+            if random.random() < 0.5:
+                sweep["grid"][key] = random.choice(VALUES + [[random.choice(VALUES)], [1, "a", None]])
             else:
-                c[section][key] = random.choice(VALUES)
-        text = json.dumps(c)
-        return text[:random.randint(0, len(text))] if random.random() < 0.1 else text
+                section = random.choice(["model", "train", "data", "run", "nothing", ""])
+                sweep["grid"][section + "." + random.choice(["steps", "lr", "arch", "seed", "x", ""])] = [
+                    random.choice(VALUES)]
+        elif r < 0.5 and sweep.get("baselines"):
+            base = random.choice(sweep["baselines"])
+            field = random.choice(["preset", "name", "set", "other"])
+            base[field] = (random.choice(VALUES + [{"train.steps": random.choice(VALUES)}, {"model.arch": "mod"}])
+                           if random.random() < 0.8 else None)
+            if base[field] is None:
+                del base[field]
+        elif r < 0.6:
+            sweep[random.choice(["base", "table", "name"])] = random.choice(VALUES + ["smollm-dense", "summary"])
+        text = mutated(sweep, top_level=True)
+        return text, runs
 
     def case(self, i, kind):
         d = os.path.join(self.work, str(i))
@@ -210,6 +232,12 @@ class Fuzz:
             open(path, "w").write(self.mutated_config())
             self.run(["train", "--config", path, "--steps", "2", "--db", os.path.join(d, "s.sqlite"), "--quiet",
                       "--threads", "1"], f"{i} config {path}")
+        elif kind == "sweep":
+            path = os.path.join(d, "sweep.json")
+            text, runs = self.mutated_sweep()
+            open(path, "w").write(text)
+            self.run(["sweep", path, "--db", os.path.join(d, "s.sqlite"), "--quiet"] + ([] if runs else ["--dry-run"]),
+                     f"{i} sweep{' (runs)' if runs else ''} {path}", slow_is_finding=not runs)
         elif kind in ("checkpoint", "store"):
             db = os.path.join(d, "base.sqlite")
             shutil.copy(self.base_db, db)
@@ -247,6 +275,43 @@ class Fuzz:
                                              os.path.join(d, "s.sqlite")], f"{i} corpus {tokenizer} {path}")
 
 
+def mutated(doc, top_level=False):
+    """`doc`'s JSON with one to three of its sections' keys dropped, added or given values of another type or range
+    (`top_level`: a top-level key dropped or replaced too, and none sometimes), the text cut short one time in ten."""
+    c = json.loads(json.dumps(doc))
+    for _ in range(random.randint(0 if top_level else 1, 3)):
+        section = random.choice(list(c.keys()))
+        if not isinstance(c[section], dict) or not c[section]:
+            if random.random() < 0.2:
+                c[section] = random.choice(VALUES)
+            elif top_level and random.random() < 0.2:
+                del c[section]
+            continue
+        key = random.choice(list(c[section].keys()))
+        r = random.random()
+        if r < 0.15:
+            del c[section][key]
+        elif r < 0.25:
+            c[section]["unknown_" + key] = 1
+        else:
+            c[section][key] = random.choice(VALUES)
+    text = json.dumps(c)
+    return text[:random.randint(0, len(text))] if random.random() < 0.1 else text
+
+
+def shrunk_sweep(sweep):
+    """`sweep` as a whole sweep of two-step runs: one value of each grid key, one baseline, small windows, one
+    thread (the runs of a sanitized CLI take seconds each)."""
+    small = json.loads(json.dumps(sweep))
+    small["grid"] = {k: v[:1] for k, v in small.get("grid", {}).items()}
+    small["baselines"] = small.get("baselines", [])[:1]
+    small["train"] = dict(small.get("train", {}), steps=2, epochs=0, warmup_steps=0, eval_every=2, eval_batches=1,
+                          batch_size=2)
+    small["data"] = dict(small.get("data", {}), context=32)
+    small["run"] = dict(small.get("run", {}), threads=1)
+    return small
+
+
 def damage(path):
     data = bytearray(open(path, "rb").read())
     r = random.random()
@@ -267,7 +332,7 @@ def main():
     parser.add_argument("--cli", default=default_cli)
     parser.add_argument("--cases", type=int, default=100)
     parser.add_argument("--seed", type=int, default=1)
-    parser.add_argument("--kinds", default="config,config,checkpoint,store,shards,corpus,args,args",
+    parser.add_argument("--kinds", default="config,config,checkpoint,store,shards,corpus,sweep,args,args",
                         help="comma-separated kinds to draw from (repeat one to draw it more often)")
     parser.add_argument("--work", default="/tmp/routelab-fuzz")
     parser.add_argument("--timeout", type=float, default=300, help="seconds a command may take")
