@@ -362,6 +362,12 @@ class TestConformance : public QObject {
     QVERIFY2(named_forward > 0.75 * forward && named_backward > 0.75 * backward,
              qPrintable(QString("named forward %1 of %2 ops, backward %3 of %4")
                             .arg(named_forward).arg(forward).arg(named_backward).arg(backward)));
+    // Matrix products are the blocks' and the routers' work: the part that gathers rows and puts them back runs none
+    // (Radial Networks' output projections had gone to it, doubling its share of the step).
+    const auto pieces = profiler.part_pieces();
+    if (const auto routing = pieces.find("routing"); routing != pieces.end())
+      for (const auto* product : {"aten::mm", "aten::addmm", "aten::linear", "aten::matmul", "aten::bmm"})
+        QVERIFY2(!routing->second.count(product), qPrintable(arch + ": " + product + " in the routing part"));
     qInfo("%s: named %.0f of %.0f forward, %.0f of %.0f backward", qPrintable(arch), named_forward, forward,
           named_backward, backward);
   }

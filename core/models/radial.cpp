@@ -296,7 +296,7 @@ bool RadialNetwork::execute(torch::Tensor& h, const torch::Tensor& positions, co
     if (!index[lu].defined()) continue;
     auto& layer = layers[lu];
     const auto& x = x_in[lu];
-    auto a = linear(heads_rows.index_select(0, index[lu]), layer->attn->proj);  // (n, C)
+    auto a = layer->attn->output_rows(heads_rows.index_select(0, index[lu]));  // (n, C)
     const auto w = weight_rows.defined() ? weight_rows.index_select(0, index[lu]).unsqueeze(-1) : torch::Tensor();
     if (w.defined()) a = a * w;
     const auto [x1, n2] = layer->norm2->add_into_matmul(x, a);  // x1 = x + a and its norm
@@ -426,7 +426,7 @@ torch::Tensor RadialNetwork::decode(DecodeState& state, const torch::Tensor& tok
     auto next = h;
     for (std::size_t u = 0; u < used.size(); ++u) {
       auto& layer = layers[static_cast<std::size_t>(used[u])];
-      const auto [x1, n2] = layer->norm2->add_into_matmul(h, linear(heads_rows, layer->attn->proj));
+      const auto [x1, n2] = layer->norm2->add_into_matmul(h, layer->attn->output_rows(heads_rows));
       next = torch::where(masks[u].unsqueeze(-1), x1 + layer->mlp(n2), next);
     }
     h = next;

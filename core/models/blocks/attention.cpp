@@ -567,9 +567,13 @@ CausalSelfAttentionImpl::QKV CausalSelfAttentionImpl::project(const torch::Tenso
 }
 
 torch::Tensor CausalSelfAttentionImpl::output(const torch::Tensor& heads) {
-  ROUTELAB_PART("attention");
   const auto B = heads.size(0), T = heads.size(2);
-  return linear(heads.transpose(1, 2).reshape({B, T, options.n_embd()}), proj);  // (B, T, C)
+  return output_rows(heads.transpose(1, 2).reshape({B, T, options.n_embd()}));  // (B, T, C)
+}
+
+torch::Tensor CausalSelfAttentionImpl::output_rows(const torch::Tensor& rows) {
+  ROUTELAB_PART("attention");
+  return linear(rows, proj);
 }
 
 torch::Tensor CausalSelfAttentionImpl::forward(const torch::Tensor& x, const torch::Tensor& positions,

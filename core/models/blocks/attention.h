@@ -137,6 +137,9 @@ class CausalSelfAttentionImpl : public torch::nn::Module {
   QKV project(const torch::Tensor& x, const torch::Tensor& positions);
   /// (B, H, T, hd) -> (B, T, C) through W_O.
   torch::Tensor output(const torch::Tensor& heads);
+  /// Heads laid out as rows (..., C) through W_O, priced to the attention part as output() (a routed model's
+  /// gathered rows).
+  torch::Tensor output_rows(const torch::Tensor& rows);
   /// Incremental step: projects the new rows x (B, n, C) at their absolute `positions` (n) or (B, n), appends
   /// their keys and values to `cache` (only the `keep` (B, n) rows when given; `hidden` rows stored but masked),
   /// and attends each query to the cached entries at positions <= its own. -> (B, n, C) after W_O.
