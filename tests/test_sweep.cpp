@@ -84,7 +84,9 @@ class TestSweep : public QObject {
     m = message(R"({"name": "x", "base": "tiny", "table": "seed999"})");
     QVERIFY2(has(m, "table: unknown table 'seed999'"), m.c_str());
     m = message(R"({"name": "x", "base": "no-such-preset"})");
-    QVERIFY2(has(m, "no-such-preset"), m.c_str());
+    QVERIFY2(has(m, "bad.json: base: unknown preset 'no-such-preset'"), m.c_str());
+    m = message(R"({"name": "x", "base": "tiny", "baselines": [{"preset": "tiny"}, {"preset": "nope"}]})");
+    QVERIFY2(has(m, "bad.json: baselines[1].preset: unknown preset 'nope'"), m.c_str());
     m = message(R"({"name": "x", "base": "tiny", "baselines": [{"name": "d"}]})");
     QVERIFY2(has(m, "baselines[0].preset"), m.c_str());
     m = message(R"({"name": "x", "base": "tiny", "baselines": [{"preset": "tiny", "sets": {}}]})");

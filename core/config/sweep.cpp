@@ -36,6 +36,15 @@ SweepPlan expand_sweep(const nlohmann::json& doc, const std::string& origin) {
     if (!object[key].is_string()) fail(where + ": expected " + expected + ", got " + object[key].dump());
     return object[key].get<std::string>();
   };
+  // The preset `name` (at `where`), its errors naming the file and key.
+  auto preset_at = [&](const std::string& where, const std::string& name) {
+    try {
+      return load_preset(name);
+    } catch (const ConfigError& e) {
+      fail(where + ": " + e.what());
+    }
+    return nlohmann::json();
+  };
   SweepPlan plan;
   plan.name = text(doc, "name", "name", "sweep", "a name");
   plan.description = text(doc, "description", "description", "", "a text");
@@ -47,7 +56,7 @@ SweepPlan expand_sweep(const nlohmann::json& doc, const std::string& origin) {
   std::string base_name;
   if (doc.contains("base")) {
     base_name = text(doc, "base", "base", "", "a preset name");
-    base = load_preset(base_name);
+    base = preset_at("base", base_name);
   }
   nlohmann::json sections = nlohmann::json::object();  // the file's own section overrides
   for (const char* s : kConfigSections)
@@ -133,7 +142,7 @@ SweepPlan expand_sweep(const nlohmann::json& doc, const std::string& origin) {
       for (const auto& axis : axes)
         if (axis.first.rfind("model.", 0) != 0) shared.push_back(axis);
       std::vector<std::size_t> at(shared.size(), 0);
-      const auto baseline_overrides = with_sections(load_preset(preset), false);
+      const auto baseline_overrides = with_sections(preset_at(where + ".preset", preset), false);
       while (true) {
         nlohmann::json overrides = baseline_overrides;
         std::string suffix;
