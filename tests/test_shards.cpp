@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "core/bench/shard_bench.h"
 #include "core/data/corpus_prepare.h"
 #include "core/data/dataset.h"
 #include "core/data/shard_dataset.h"
@@ -244,6 +245,33 @@ class TestShards : public QObject {
       std::ofstream(result.manifest) << manifest.dump();
       QCOMPARE(ShardDataset(options).chars_per_token(Split::Val), estimated);
     }
+  }
+
+  /// `bench shards` writes the shard set it is told to: a size the file system cannot hold is refused before a byte
+  /// is written (it would write until the disk filled), and so are sizes below one and ids that 2 bytes cannot hold,
+  /// naming the option.
+  void benchShardsRefusesWhatItCannotRun() {
+    ShardBenchOptions o;
+    o.folder = path("bench-shards");
+    o.gigabytes = 1e12;  // a zettabyte
+    auto error = error_of<ConfigError>([&] { bench_shards(o); });
+    QVERIFY2(contains(error, "--gb 1e+12 does not fit") && contains(error, "GB free"), error.c_str());
+    QVERIFY(!std::filesystem::exists(o.folder));
+    o.gigabytes = 1e308;
+    QVERIFY(contains(error_of<ConfigError>([&] { bench_shards(o); }), "does not fit"));
+    o.gigabytes = 0.002;  // a million tokens
+    o.batch = 0;
+    QVERIFY(contains(error_of<ConfigError>([&] { bench_shards(o); }), "--batch must be at least 1, got 0"));
+    o.batch = 2;
+    o.vocab = 70'000;
+    QVERIFY(contains(error_of<ConfigError>([&] { bench_shards(o); }), "a vocabulary of 70000 ids"));
+    o.vocab = 100;
+    o.context = 16;
+    o.batches = 10;
+    const auto r = bench_shards(o);
+    QCOMPARE(r.tokens, std::int64_t{1'000'000});
+    QVERIFY(r.shards >= 1 && r.batches_per_s > 0);
+    QVERIFY(!std::filesystem::exists(o.folder));  // removed without --keep
   }
 
   void prepareIsDeterministicAndCounted() {

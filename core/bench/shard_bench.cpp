@@ -38,14 +38,39 @@ double since(std::chrono::steady_clock::time_point t) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
 }
 
-}  // namespace
-
-ShardBenchResult bench_shards(const ShardBenchOptions& o) {
+/// Refuses options the bench cannot run with, naming the option: sizes below one, token ids that 2 bytes cannot
+/// hold, and a shard set larger than the free space of the file system that would hold it (checked before a byte is
+/// written: the bench would otherwise fill the disk).
+void check_options(const ShardBenchOptions& o) {
   if (o.folder.empty()) throw ConfigError("bench shards: give a folder for the shards (--dir)");
   if (!(o.gigabytes > 0)) throw ConfigError("bench shards: --gb must be positive");
+  for (const auto& [option, value] :
+       {std::pair{"--batch", o.batch}, {"--context", o.context}, {"--batches", o.batches}})
+    if (value < 1)
+      throw ConfigError(std::string("bench shards: ") + option + " must be at least 1, got " + std::to_string(value));
+  if (o.vocab < 2 || o.vocab > 65536)
+    throw ConfigError("bench shards: a vocabulary of " + std::to_string(o.vocab) +
+                      " ids (2-byte tokens hold 2 to 65536)");
   std::error_code ec;
   if (fs::exists(o.folder, ec) && !fs::is_empty(o.folder, ec))
     throw ConfigError("bench shards: --dir " + o.folder + " is not empty");
+  auto holder = fs::absolute(o.folder, ec);  // the folder, or the nearest folder above it that exists
+  while (holder.has_parent_path() && holder != holder.parent_path() && !fs::exists(holder, ec))
+    holder = holder.parent_path();
+  const auto space = fs::space(holder, ec);
+  if (!ec && o.gigabytes * 1e9 > static_cast<double>(space.available)) {
+    std::ostringstream text;
+    text << "bench shards: --gb " << o.gigabytes << " does not fit: " << holder.string() << " has "
+         << static_cast<double>(space.available) / 1e9 << " GB free";
+    throw ConfigError(text.str());
+  }
+}
+
+}  // namespace
+
+ShardBenchResult bench_shards(const ShardBenchOptions& o) {
+  check_options(o);
+  std::error_code ec;
   ShardBenchResult result;
   const auto phase = [&](const std::string& name, double seconds) {
     const auto [anon, file] = resident_mb();
@@ -62,7 +87,8 @@ ShardBenchResult bench_shards(const ShardBenchOptions& o) {
     std::vector<std::int32_t> chunk(1 << 20);
     const std::int64_t val = std::min<std::int64_t>(total / 100, 10'000'000);
     for (std::int64_t done = 0; done < total;) {
-      const auto n = std::min<std::int64_t>(static_cast<std::int64_t>(chunk.size()), total - done);
+      // The validation split's tokens first, then the training split's: a chunk never crosses from one to the other.
+      const auto n = std::min<std::int64_t>(static_cast<std::int64_t>(chunk.size()), (done < val ? val : total) - done);
       chunk.resize(static_cast<std::size_t>(n));
       for (auto& t : chunk) t = static_cast<std::int32_t>(gen() % static_cast<std::uint64_t>(o.vocab));
       writer.append(done < val ? "val" : "train", chunk);
