@@ -326,7 +326,13 @@ int main(int argc, char** argv) {
     std::cerr << "routelab-cli: " << e.what() << "\n";
     return 2;
   } catch (const std::exception& e) {
-    std::cerr << "routelab-cli: unexpected error: " << e.what() << "\n";
+    bool out_of_memory = false;
+    const auto text = routelab::foreign_error_text(e, &out_of_memory);
+    if (out_of_memory) {  // sizes the command line chose: the user's to make smaller, not RouteLab's fault
+      std::cerr << "routelab-cli: out of memory: " << text << "\n";
+      return 2;
+    }
+    std::cerr << "routelab-cli: unexpected error: " << text << "\n";
     return 3;
   }
   return 0;

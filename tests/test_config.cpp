@@ -13,6 +13,7 @@
 
 #include <ATen/Context.h>
 #include <ATen/Parallel.h>
+#include <torch/torch.h>
 
 #include "core/config/experiment_config.h"
 #include "core/config/run_name.h"
@@ -345,6 +346,31 @@ class TestConfig : public QObject {
     for (const auto& p : presets) QCOMPARE(QString::fromStdString(p.arch), QString(kBaselineArchitecture));
     QCOMPARE(QString::fromStdString(presets[1].description), QString("fine"));  // model-list, sorted by name
     QVERIFY2(error.find("numbers") != std::string::npos, error.c_str());
+  }
+
+  /// What the CLI and the GUI's run worker print for LibTorch's exceptions: its message without the C++ backtrace
+  /// what() carries, an allocator's refusal told apart as running out of memory.
+  void foreignErrorsReadWithoutTheirBacktrace() {
+    bool out_of_memory = true;
+    try {
+      (void)torch::empty({-1});
+      QFAIL("no error");
+    } catch (const std::exception& e) {
+      const auto text = foreign_error_text(e, &out_of_memory);
+      QVERIFY2(text.rfind("LibTorch: ", 0) == 0 && text.find("negative dimension") != std::string::npos &&
+                   text.find('\n') == std::string::npos && std::string(e.what()).size() > text.size(),
+               text.c_str());
+      QVERIFY(!out_of_memory);
+    }
+    try {
+      TORCH_CHECK(false, "DefaultCPUAllocator: can't allocate memory: you tried to allocate 8 bytes");
+    } catch (const std::exception& e) {
+      QCOMPARE(QString::fromStdString(foreign_error_text(e, &out_of_memory)),
+               QString("LibTorch: DefaultCPUAllocator: can't allocate memory: you tried to allocate 8 bytes"));
+      QVERIFY(out_of_memory);
+    }
+    QCOMPARE(QString::fromStdString(foreign_error_text(std::runtime_error("plain"), &out_of_memory)), QString("plain"));
+    QVERIFY(!out_of_memory);
   }
 
   void registryIsSortedAndComplete() {

@@ -178,8 +178,11 @@ void RunWorker::run() {
     result.status = QStringLiteral("failed");
     result.message = QString::fromUtf8(e.what());
   } catch (const std::exception& e) {
+    bool out_of_memory = false;
+    const auto text = QString::fromStdString(foreign_error_text(e, &out_of_memory));
     result.status = QStringLiteral("failed");
-    result.message = QStringLiteral("unexpected error: %1").arg(QString::fromUtf8(e.what()));
+    result.message = out_of_memory ? QStringLiteral("out of memory: %1").arg(text)
+                                   : QStringLiteral("unexpected error: %1").arg(text);
   } catch (...) {
     result.status = QStringLiteral("failed");
     result.message = QStringLiteral("unexpected error of an unknown type");
