@@ -47,8 +47,9 @@ class DeviceError : public Error {
   using Error::Error;
 };
 
-/// A failure from outside RouteLab's errors as a boundary reports it (errors.cpp): LibTorch's message without its
-/// C++ backtrace; `out_of_memory` set where an allocator refused (a size, batch or length too large for the device).
+/// A failure from outside RouteLab's errors as a boundary reports it (errors.cpp), one line: LibTorch's message without
+/// its C++ backtrace and context lines; `out_of_memory` set where an allocator refused (a size, batch or length too
+/// large for the device).
 std::string foreign_error_text(const std::exception& e, bool* out_of_memory = nullptr);
 
 }  // namespace routelab
