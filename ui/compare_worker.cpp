@@ -45,7 +45,7 @@ void CompareWorker::build(const CompareRequest& request) {
       storeFailed = true;
       error = QString::fromUtf8(e.what());
     } catch (const std::exception& e) {
-      error = QString::fromUtf8(e.what());
+      error = QString::fromStdString(foreign_error_text(e));
     }
   };
   const std::vector<std::int64_t>& ids = request.figure.run_ids;

@@ -27,6 +27,7 @@
 
 #include "core/analysis/token_trace.h"
 #include "core/store/run_store.h"
+#include "core/util/errors.h"
 #include "core/util/logging.h"
 #include "core/util/paths.h"
 #include "ui/dashboard_loader.h"
@@ -121,9 +122,9 @@ void InspectorWorker::trace(const InspectorRequest& request) {
       result.layerCount = run.num_layers > 0 ? static_cast<int>(run.num_layers)
                                              : static_cast<int>(result.trace.record.layers.size());
       result.ok = true;
-    } catch (const std::exception& e) {
-      result.error = QString::fromUtf8(e.what());
-      logger("ui")->warn("token inspector: run {}: {}", runId, e.what());
+    } catch (const std::exception& e) {  // LibTorch's too (a model's forward): without its backtrace
+      result.error = QString::fromStdString(foreign_error_text(e));
+      logger("ui")->warn("token inspector: run {}: {}", runId, result.error.toStdString());
     }
     results.push_back(std::move(result));
   }
