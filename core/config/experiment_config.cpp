@@ -12,6 +12,7 @@
 #include "core/report/report_ids.h"
 #include "core/util/content_hash.h"
 #include "core/util/errors.h"
+#include "core/util/json_fields.h"
 #include "core/util/paths.h"
 
 namespace fs = std::filesystem;
@@ -376,10 +377,9 @@ std::vector<PresetInfo> list_presets() {
     try {
       const auto doc = load_json_file(info.path);
       // Fields of another type are left to loading it, which names them.
-      if (const auto d = doc.find("description"); d != doc.end() && d->is_string()) info.description = *d;
-      info.arch = kBaselineArchitecture;
-      if (const auto m = doc.find("model"); m != doc.end() && m->is_object())
-        if (const auto a = m->find("arch"); a != m->end() && a->is_string()) info.arch = *a;
+      info.description = json_text(doc, "description", "");
+      info.arch = json_text(doc.is_object() ? doc.value("model", nlohmann::json()) : nlohmann::json(), "arch",
+                            kBaselineArchitecture);
     } catch (const ConfigError& e) {
       info.description = std::string("unreadable: ") + e.what();
     }

@@ -12,6 +12,7 @@
 #include "core/util/base64.h"
 #include "core/util/content_hash.h"
 #include "core/util/errors.h"
+#include "core/util/json_fields.h"
 
 namespace routelab {
 namespace {
@@ -139,8 +140,7 @@ std::unique_ptr<SentencePieceTokenizer> SentencePieceTokenizer::from_json(const 
   if (model == doc.end() || !model->is_string()) throw_bad_sp_document("missing string field \"model\"");
   auto bytes = base64_decode(model->get_ref<const std::string&>());
   if (!bytes) throw_bad_sp_document("\"model\" is not Base64");
-  const auto named = doc.find("source");
-  const auto source = named != doc.end() && named->is_string() ? named->get<std::string>() : "stored tokenizer";
+  const auto source = json_text(doc, "source", "stored tokenizer");
   if (const auto hash = doc.find("hash"); hash != doc.end()) {
     if (!hash->is_string()) throw_bad_sp_document("\"hash\" must be a string");
     if (content_hash(*bytes) != hash->get<std::string>())

@@ -5,12 +5,12 @@
 #include <algorithm>
 #include <cstring>
 #include <filesystem>
-#include <optional>
 #include <random>
 
 #include "core/data/detail.h"
 #include "core/data/sentencepiece_tokenizer.h"
 #include "core/util/errors.h"
+#include "core/util/json_fields.h"
 #include "core/util/logging.h"
 
 namespace routelab {
@@ -75,15 +75,11 @@ ShardDataset::ShardDataset(const ShardDatasetOptions& options) : options_(option
 
   // Characters per token: counted when RouteLab prepared the shards (a manifest's "chars": {"train": n, "val": n}),
   // else (or where those are not numbers) estimated on the validation split.
-  const auto counted = [&](const char* split) {
-    const auto chars = manifest.is_object() ? manifest.find("chars") : manifest.end();
-    if (chars == manifest.end() || !chars->is_object()) return std::optional<double>();
-    const auto n = chars->find(split);
-    return n != chars->end() && n->is_number() ? std::optional(n->get<double>()) : std::optional<double>();
-  };
-  if (const auto train_chars = counted("train"), val_chars = counted("val"); train_chars && val_chars) {
-    chars_per_token_train_ = *train_chars / static_cast<double>(train_.tokens());
-    chars_per_token_val_ = *val_chars / static_cast<double>(val_.tokens());
+  const auto chars = manifest.is_object() ? manifest.value("chars", nlohmann::json()) : nlohmann::json();
+  const double train_chars = json_number(chars, "train", -1), val_chars = json_number(chars, "val", -1);
+  if (train_chars >= 0 && val_chars >= 0) {
+    chars_per_token_train_ = train_chars / static_cast<double>(train_.tokens());
+    chars_per_token_val_ = val_chars / static_cast<double>(val_.tokens());
   } else if (tokenizer_->kind() != "ids") {
     std::vector<std::int64_t> head(static_cast<std::size_t>(std::min<std::int64_t>(val_.tokens(), 200'000)));
     val_.copy(0, static_cast<std::int64_t>(head.size()), head.data());

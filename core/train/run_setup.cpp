@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "core/models/registry.h"
 #include "core/train/evaluation.h"
 #include "core/util/device.h"
 #include "core/util/errors.h"

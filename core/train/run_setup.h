@@ -15,12 +15,13 @@
 #include "core/data/dataset.h"
 #include "core/models/classifier.h"
 #include "core/models/language_model.h"
-#include "core/models/registry.h"
 #include "core/train/classification_step.h"
 #include "core/train/distillation.h"
 #include "core/train/optimizer.h"
 
 namespace routelab {
+
+struct ArchitectureEntry;  // core/models/registry.h
 
 class RunSetup {
  public:

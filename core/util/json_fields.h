@@ -1,6 +1,9 @@
-// Lenient reads of stored JSON records (evaluation layers, run documents): a missing key or a value of another type
-// gives the caller's fallback instead of throwing, so an old or hand-edited record never stops a figure.
+// Lenient reads of stored JSON records (evaluation layers, run documents, preset listings, shard manifests): a missing
+// key or a value of another type gives the caller's fallback instead of throwing, so an old or hand-edited record
+// never stops a figure.
 #pragma once
+#include <string>
+
 #include <nlohmann/json.hpp>
 
 namespace routelab {
@@ -9,6 +12,12 @@ namespace routelab {
 inline double json_number(const nlohmann::json& object, const char* key, double fallback) {
   if (!object.is_object() || !object.contains(key) || !object.at(key).is_number()) return fallback;
   return object.at(key).get<double>();
+}
+
+/// `object[key]` when it is a string, else `fallback`.
+inline std::string json_text(const nlohmann::json& object, const char* key, const std::string& fallback) {
+  if (!object.is_object() || !object.contains(key) || !object.at(key).is_string()) return fallback;
+  return object.at(key).get<std::string>();
 }
 
 /// `object[key]` when it is a boolean, else `fallback`.
