@@ -4,7 +4,9 @@ resolved config: keys dropped, added or given values of another type or range, t
 files (experiments/sweeps/ the same way, their grids and baselines too), damaged
 checkpoints (cut, bytes changed, replaced; with and without the CRC the store recorded), damaged run stores, damaged
 token shards (a shard or the manifest of `prepare`'s byte-level output), corpora of random bytes, nothing, a few
-bytes or long lines, and command lines (`args`: a subcommand with options and positionals drawn from its own --help,
+bytes or long lines, SentencePiece tokenizers (a damaged model file for `tokenizer show`, `train` and `prepare`, a
+run store's stored tokenizer damaged, `tokenizer train` on such corpora at sizes in and out of range), and command
+lines (`args`: a subcommand with options and positionals drawn from its own --help,
 given values in and out of their type and range). Each case runs a command on it (train, eval, generate, resume,
 profile, kv, runs, show, export, compare, sweep (--dry-run, or a sweep shrunk to 2-step runs), and for `args` every
 subcommand but `tokenizer train` and the benchmarks other than `bench step`). A finding is
@@ -14,7 +16,7 @@ command line may ask for long work); a clear error or success is not. Run it aga
 (packaging/sanitize.sh builds it); outside CI. Exit status 1 when anything was found.
 
   python3 packaging/fuzz-cli.py [--cli build-sanitize/app/routelab-cli] [--cases 100] [--seed 1]
-                                [--kinds config,checkpoint,store,shards,corpus,sweep,args]
+                                [--kinds config,checkpoint,store,shards,corpus,sweep,tokenizer,args]
                                 [--work /tmp/routelab-fuzz]
 """
 import argparse
@@ -113,6 +115,27 @@ class Fuzz:
         subprocess.run([self.cli, "prepare", "--corpus", corpus, "--tokenizer", "byte", "--out",
                         os.path.join(self.work, "shards"), "--shard-tokens", "50000", "--val-fraction", "0.1",
                         "--threads", "1"], env=self.env, capture_output=True, check=True)
+        # A SentencePiece model of the same text and a 2-step run that stores it (the tokenizer cases damage both).
+        # A sanitized CLI cannot open SentencePiece (its message says why): the kind is then left out.
+        self.sp_model = os.path.join(self.work, "sp.model")
+        p = subprocess.run([self.cli, "tokenizer", "train", "--corpus", corpus, "--vocab", "400", "--out",
+                            self.sp_model, "--threads", "1", "--quiet"], env=self.env, capture_output=True, text=True)
+        if p.returncode != 0:
+            self.sp_model = None
+            self.sp_refusal = (p.stderr.strip().splitlines() or [""])[-1]
+            self.read_commands()
+            return
+        self.sp_db = os.path.join(self.work, "sp.sqlite")
+        subprocess.run([self.cli, "train"] + BASE_RUN + ["--steps", "2", "--set", "data.tokenizer=sentencepiece",
+                                                         "--set", f"data.tokenizer_model={self.sp_model}", "--db",
+                                                         self.sp_db], env=self.env, capture_output=True, check=True)
+        db = sqlite3.connect(self.sp_db)  # resumable, as the base run: `resume` decodes its probe with the tokenizer
+        sp_config = json.loads(db.execute("select config_json from runs").fetchone()[0])
+        sp_config["train"]["steps"] = 4
+        db.execute("update runs set config_json = ?, total_steps = 4, status = 'stopped'", (json.dumps(sp_config),))
+        db.commit()
+        db.execute("pragma wal_checkpoint(truncate)")
+        db.close()
         self.read_commands()
 
     def read_commands(self):
@@ -222,11 +245,68 @@ class Fuzz:
         text = mutated(sweep, top_level=True)
         return text, runs
 
+    def tokenizer_case(self, i, d):
+        """A damaged SentencePiece model file given to `tokenizer show`, `train` or `prepare`; a run store whose
+        stored tokenizer document is damaged, opened by the commands that decode with it; or `tokenizer train` on a
+        corpus of random bytes, a few characters or long lines, with sizes in and out of range."""
+        r = random.random()
+        if r < 0.4:
+            model = os.path.join(d, "damaged.model")
+            shutil.copy(self.sp_model, model)
+            damage(model)
+            command = random.choice([
+                ["tokenizer", "show", model],
+                ["train"] + BASE_RUN + ["--steps", "2", "--set", "data.tokenizer=sentencepiece", "--set",
+                                        f"data.tokenizer_model={model}", "--db", os.path.join(d, "s.sqlite")],
+                ["prepare", "--corpus", os.path.join(self.work, "corpus.txt"), "--tokenizer", model, "--out",
+                 os.path.join(d, "shards"), "--threads", "1"]])
+            self.run(command, f"{i} tokenizer model {' '.join(command[:2])} ({model})")
+        elif r < 0.75:
+            db = os.path.join(d, "sp.sqlite")
+            shutil.copy(self.sp_db, db)
+            shutil.copytree(os.path.join(self.work, "checkpoints"), os.path.join(d, "checkpoints"))
+            c = sqlite3.connect(db)
+            document = c.execute("select document from tokenizers").fetchone()[0]
+            doc = json.loads(document)
+            if random.random() < 0.5 and isinstance(doc.get("model"), str):  # the model's bytes, still base64
+                model = bytearray(doc["model"].encode())
+                for _ in range(random.randint(1, 20)):
+                    model[random.randrange(len(model))] = random.choice(b"ABCDEFGHIJKLMNOPQRSTUVWXYZ+/=\"\\")
+                doc["model"] = model.decode()
+                text = json.dumps(doc)
+            else:
+                text = mutated({"tokenizer": doc}, top_level=True)
+                text = text[len('{"tokenizer": '):-1] if text.startswith('{"tokenizer": {') else text
+            c.execute("update tokenizers set document = ?", (text,))
+            c.commit()
+            c.close()
+            commands = [["generate", "1", "--prompt", "In the", "--max-new", "4"], ["eval", "1"],
+                        ["score", "1", "--text", "In the beginning"], ["show", "1"], ["resume", "1", "--quiet"]]
+            for command in random.sample(commands, 2):
+                self.run(command + ["--db", db], f"{i} tokenizer stored {' '.join(command[:2])} ({db})")
+        else:
+            r = random.random()
+            data = (os.urandom(random.randint(0, 20000)) if r < 0.3 else b"ab" * random.randint(1, 5) if r < 0.5 else
+                    ("\u00e9\u4e2d" * 3000 + "\n").encode() * 5 if r < 0.7 else
+                    open(os.path.join(self.work, "corpus.txt"), "rb").read()[:random.randint(0, 300000)])
+            path = os.path.join(d, "corpus.txt")
+            open(path, "wb").write(data)
+            command = ["tokenizer", "train", "--corpus", path, "--out", os.path.join(d, "t.model"), "--threads", "1",
+                       "--quiet", "--vocab", random.choice(["8", "50", "300", "1000", "1048576", "0", "-1"]),
+                       "--type", random.choice(["bpe", "unigram"])]
+            if random.random() < 0.5:
+                command += ["--character-coverage", random.choice(["1.0", "0.5", "0", "nan", "2"])]
+            if random.random() < 0.3:
+                command += ["--sample-lines", random.choice(["1", "10", "0", "-5"])]
+            self.run(command, f"{i} tokenizer train {' '.join(command[4:])}")
+
     def case(self, i, kind):
         d = os.path.join(self.work, str(i))
         os.makedirs(d)
         if kind == "args":
             self.args_case(i, d)
+        elif kind == "tokenizer":
+            self.tokenizer_case(i, d)
         elif kind == "config":
             path = os.path.join(d, "config.json")
             open(path, "w").write(self.mutated_config())
@@ -332,7 +412,7 @@ def main():
     parser.add_argument("--cli", default=default_cli)
     parser.add_argument("--cases", type=int, default=100)
     parser.add_argument("--seed", type=int, default=1)
-    parser.add_argument("--kinds", default="config,config,checkpoint,store,shards,corpus,sweep,args,args",
+    parser.add_argument("--kinds", default="config,config,checkpoint,store,shards,corpus,sweep,tokenizer,args,args",
                         help="comma-separated kinds to draw from (repeat one to draw it more often)")
     parser.add_argument("--work", default="/tmp/routelab-fuzz")
     parser.add_argument("--timeout", type=float, default=300, help="seconds a command may take")
@@ -342,6 +422,9 @@ def main():
     fuzz = Fuzz(args)
     fuzz.prepare()
     kinds = args.kinds.split(",")
+    if "tokenizer" in kinds and fuzz.sp_model is None:
+        print(f"fuzz-cli: the tokenizer kind is left out: {fuzz.sp_refusal}")
+        kinds = [k for k in kinds if k != "tokenizer"] or sys.exit("fuzz-cli: no kind left to draw")
     for i in range(args.cases):
         fuzz.case(i, random.choice(kinds))
     print(f"fuzz-cli: {args.cases} cases with {fuzz.cli} (seed {args.seed}): {fuzz.outcomes['ok']} commands "

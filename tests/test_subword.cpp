@@ -15,11 +15,13 @@
 #include "core/data/sentencepiece_tokenizer.h"
 #include "core/data/text_corpus.h"
 #include "core/data/tokenizer_training.h"
+#include "core/report/builders/catalog.h"
 #include "core/store/run_store.h"
 #include "core/train/trainer.h"
 #include "core/util/base64.h"
 #include "core/util/errors.h"
 #include "tests/data_test_support.h"
+#include "tests/store_test_support.h"
 #include "tests/suite.h"
 #include "tests/train_test_support.h"
 
@@ -249,6 +251,20 @@ class TestSubword : public QObject {
       QCOMPARE(run.dataset->tokenizer().vocab_size(), std::int64_t{600});
       QCOMPARE(run.dataset->tokenizer().decode(run.dataset->tokenizer().encode(kUnseen)), kUnseen);
     }
+    // A damaged stored tokenizer: opening the run and resuming it name the store and the run, and change nothing.
+    const auto run_text = db + ": run " + std::to_string(outcome.run_id);
+    auto damaged = stored;
+    damaged["model"] = "not Base64!";
+    test::RawDb(db).exec("UPDATE tokenizers SET document = '" + damaged.dump() + "'");
+    FigureRequest figure;  // a paper figure that prices the run's head by its vocabulary
+    figure.name = "dtrnet-fig4";
+    figure.run_ids = {outcome.run_id};
+    for (const auto& error : {error_of<DataError>([&] { load_run(db, outcome.run_id); }),
+                              error_of<DataError>([&] { resume(db, outcome.run_id); }),
+                              error_of<DataError>([&] { build_figure(RunStore(db, false), figure); })})
+      QVERIFY2(contains(error, run_text) && contains(error, "not Base64"), error.c_str());
+    test::RawDb(db).exec("UPDATE tokenizers SET document = '" + stored.dump() + "'");
+    QCOMPARE(RunStore(db, false).run(outcome.run_id)->status, RunStatus::Stopped);
     // Resume continues on the stored tokenizer too (the new file's 360 pieces would not fit the embedding).
     const auto resumed = resume(db, outcome.run_id);
     QCOMPARE(resumed.status, RunStatus::Finished);

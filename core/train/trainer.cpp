@@ -724,17 +724,28 @@ TrainOutcome resume(const std::string& db_path, std::int64_t run_id, TrainObserv
   const bool follower = dist && dist->rank != 0;  // a data-parallel rank other than 0 only reads the store
   auto run = resumable_run(db, run_id, /*mark_crashed=*/!follower, threads);
   auto group = join_group(dist, run.config);
-  const auto stored_tokenizer = parse_stored_tokenizer(run.tokenizer, db + ": run " + std::to_string(run_id));
+  const auto where = db + ": run " + std::to_string(run_id);
+  const auto stored_tokenizer = parse_stored_tokenizer(run.tokenizer, where);
+  // The session's data is the stored run's (its corpus, shards or stored tokenizer): their errors name the run.
+  const auto data_of_run = [&where](const DataError& e) { return DataError(where + ": " + e.what()); };
   if (follower) {
-    Session session(run.config, db, observer, cancel, stored_tokenizer, std::move(group));
-    return session.run();
+    try {
+      Session session(run.config, db, observer, cancel, stored_tokenizer, std::move(group));
+      return session.run();
+    } catch (const DataError& e) {
+      throw data_of_run(e);
+    }
   }
   // From here this process is the run's one writer, or nothing happens: a second resume is refused here.
   const auto lease = RunStore(db).acquire_lease(run_id, takeover_after_s);
   try {
-    Session session(run.config, db, observer, cancel, stored_tokenizer, std::move(group));
-    session.restore(run.record, lease);
-    return session.run();
+    try {
+      Session session(run.config, db, observer, cancel, stored_tokenizer, std::move(group));
+      session.restore(run.record, lease);
+      return session.run();
+    } catch (const DataError& e) {
+      throw data_of_run(e);
+    }
   } catch (...) {
     // Nothing was trained: the run is as it was, and free for the next resume.
     try {

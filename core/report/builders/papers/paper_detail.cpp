@@ -3,6 +3,7 @@
 #include "core/report/builders/papers/paper_detail.h"
 
 #include <algorithm>
+#include <string_view>
 
 #include "core/data/dataset.h"
 #include "core/data/tokenizer.h"
@@ -34,8 +35,14 @@ DataShape data_shape_of(const RunStore& store, const RunRecord& run, const json&
   const auto source = data.value("source", std::string());
   const bool corpus = source == "kjv" || source == "file" || source == "shards";  // windows of data.context tokens
   if (const auto stored = store.run_tokenizer(run.id); corpus && !stored.empty()) {
-    const auto tokenizer = Tokenizer::from_json(parse_stored_tokenizer(stored, "run " + std::to_string(run.id)));
-    return {tokenizer->vocab_size(), data.at("context").get<std::int64_t>()};
+    const auto where = store.path() + ": run " + std::to_string(run.id);
+    try {
+      const auto tokenizer = Tokenizer::from_json(parse_stored_tokenizer(stored, where));
+      return {tokenizer->vocab_size(), data.at("context").get<std::int64_t>()};
+    } catch (const DataError& e) {
+      if (std::string_view(e.what()).starts_with(where)) throw;
+      throw DataError(where + ": " + e.what());
+    }
   }
   const auto dataset = make_dataset(data);
   return {dataset->tokenizer().vocab_size(), dataset->context()};
