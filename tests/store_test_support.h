@@ -9,17 +9,24 @@
 
 #include <signal.h>
 #include <sqlite3.h>
+#include <sys/mount.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <chrono>
 #include <cmath>
+#include <filesystem>
 #include <fstream>
+#include <functional>
 #include <iterator>
 #include <limits>
 #include <stdexcept>
 #include <string>
 #include <thread>
+#include <utility>
+
 #include "core/store/run_store.h"
 #include "core/util/errors.h"
 #include "core/util/logging.h"
@@ -124,6 +131,55 @@ inline std::uint64_t store_bytes(const std::string& db_path) {
     if (in) most = std::max<std::uint64_t>(most, static_cast<std::uint64_t>(in.tellg()));
   }
   return most;
+}
+
+/// While alive, the files of folder `home` seen read-only in folder `view`: a read-only bind mount where this process
+/// may make one (root: access() grants root everything, so permissions alone would not do), else `home` moved to
+/// `view` and `file` in it and the folder left without write permission (moved back on the way out).
+class ReadOnlyView {
+ public:
+  ReadOnlyView(std::filesystem::path home, std::filesystem::path view, std::string file)
+      : home_(std::move(home)), view_(std::move(view)), file_(std::move(file)) {
+    if (::geteuid() == 0) {
+      std::filesystem::create_directories(view_);
+      mounted_ = ::mount(home_.c_str(), view_.c_str(), nullptr, MS_BIND, nullptr) == 0 &&
+                 ::mount(nullptr, view_.c_str(), nullptr, MS_REMOUNT | MS_BIND | MS_RDONLY, nullptr) == 0;
+      if (!mounted_) ::umount(view_.c_str());
+      return;
+    }
+    std::filesystem::remove_all(view_);
+    std::filesystem::rename(home_, view_);
+    moved_ = true;
+    ::chmod((view_ / file_).c_str(), 0444);
+    ::chmod(view_.c_str(), 0555);
+  }
+  ~ReadOnlyView() {
+    if (mounted_) ::umount(view_.c_str());
+    if (!moved_) return;
+    ::chmod(view_.c_str(), 0755);
+    ::chmod((view_ / file_).c_str(), 0644);
+    std::error_code ec;
+    std::filesystem::rename(view_, home_, ec);
+  }
+  ReadOnlyView(const ReadOnlyView&) = delete;
+  ReadOnlyView& operator=(const ReadOnlyView&) = delete;
+  /// False where nothing can be read-only here (root, and no mount allowed): the test skips.
+  bool made() const { return mounted_ || moved_; }
+
+ private:
+  std::filesystem::path home_, view_;
+  std::string file_;
+  bool mounted_ = false, moved_ = false;
+};
+
+/// The message of what `fn` throws ("" when it throws nothing).
+inline std::string what(const std::function<void()>& fn) {
+  try {
+    fn();
+  } catch (const std::exception& e) {
+    return e.what();
+  }
+  return "";
 }
 
 }  // namespace routelab::test

@@ -64,15 +64,6 @@ pid_t dead_pid() {
   return pid;
 }
 
-std::string what(const std::function<void()>& fn) {
-  try {
-    fn();
-  } catch (const std::exception& e) {
-    return e.what();
-  }
-  return "";
-}
-
 }  // namespace
 
 class TestRunLease : public QObject {
@@ -282,20 +273,9 @@ class TestRunLease : public QObject {
       store.insert_metrics(id, {{"train/loss", 1, 0.0, 2.5}});
     }
     // A read-only mount where the user can, else a folder and file without write permission.
-    bool mounted = false;
-    if (::geteuid() == 0) {
-      mounted = ::mount(home.c_str(), view.c_str(), nullptr, MS_BIND, nullptr) == 0 &&
-                ::mount(nullptr, view.c_str(), nullptr, MS_REMOUNT | MS_BIND | MS_RDONLY, nullptr) == 0;
-      if (!mounted) {
-        ::umount(view.c_str());
-        QSKIP("running as root where a read-only bind mount is not allowed: nothing here can be read-only");
-      }
-    } else {
-      fs::remove(view);
-      fs::rename(home, view);
-      ::chmod((view / "runs.sqlite").c_str(), 0444);
-      ::chmod(view.c_str(), 0555);
-    }
+    const ReadOnlyView read_only(home, view, "runs.sqlite");
+    if (!read_only.made())
+      QSKIP("running as root where a read-only bind mount is not allowed: nothing here can be read-only");
     const std::string db = (view / "runs.sqlite").string();
     {
       RunStore store(db);  // a reader that would mark stale runs
@@ -305,12 +285,6 @@ class TestRunLease : public QObject {
       QCOMPARE(store.mark_stale_runs_crashed(), 0);
       const auto refused = what([&] { store.create_run(sample_run()); });
       QVERIFY2(refused.find(db) != std::string::npos, refused.c_str());
-    }
-    if (mounted) {
-      ::umount(view.c_str());
-    } else {
-      ::chmod(view.c_str(), 0755);
-      ::chmod((view / "runs.sqlite").c_str(), 0644);
     }
   }
 };

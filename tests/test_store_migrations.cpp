@@ -5,6 +5,7 @@
 
 #include <sqlite3.h>
 
+#include <filesystem>
 #include <string>
 
 #include "core/store/run_store.h"
@@ -17,6 +18,7 @@ namespace test_store_migrations {
 
 using namespace routelab;
 using namespace routelab::test;
+namespace fs = std::filesystem;
 
 /// Takes a current store back to schema v4's tables (SQLite >= 3.35 drops columns).
 constexpr const char* kDropV5 = "ALTER TABLE runs DROP COLUMN backend; ";
@@ -155,6 +157,45 @@ class TestStoreMigrations : public QObject {
     QCOMPARE(store.run(wide_id)->backend, std::string("nccl"));
     QCOMPARE(store.run(wide_id)->world_size, 2);
     QCOMPARE(RawDb(path).text("PRAGMA user_version"), std::to_string(RunStore::kSchemaVersion));
+  }
+
+  /// A store of an older schema where it cannot be written (an archive, a colleague's folder on a read-only mount):
+  /// read through a copy in memory upgraded there, writes refused naming the file, the file left byte for byte.
+  void readOnlyStoreOfAnOlderSchemaIsUpgradedInMemory() {
+    const fs::path home = dir_.filePath("old-home").toStdString(), view = dir_.filePath("old-view").toStdString();
+    fs::create_directories(home);
+    const std::string written = (home / "runs.sqlite").string();
+    std::int64_t id = 0;
+    {
+      RunStore store(written);
+      id = store.create_run(sample_run("archived"));
+      store.insert_metrics(id, {{"train/loss", 1, 10.0, 2.5}, {"train/loss", 2, 11.0, 2.25}});
+      store.insert_checkpoint(id, {2, "/tmp/ckpt-2.pt", 123, 12.0, std::nullopt});
+      store.set_status(id, RunStatus::Finished, "");
+    }
+    RawDb(written).exec(std::string(kDropV3) + "PRAGMA user_version = 2");  // before leases, CRCs and tokenizers
+    const ReadOnlyView read_only(home, view, "runs.sqlite");
+    if (!read_only.made()) QSKIP("running as root where a read-only bind mount is not allowed");
+    const std::string db = (view / "runs.sqlite").string();
+    const std::string before = read_bytes(db);
+    {
+      RunStore store(db);
+      QVERIFY(store.read_only());
+      QCOMPARE(store.list_runs().size(), std::size_t{1});
+      QCOMPARE(store.run(id)->name, std::string("archived"));
+      QCOMPARE(store.run(id)->status, RunStatus::Finished);
+      QCOMPARE(store.metric(id, "train/loss").size(), std::size_t{2});
+      QCOMPARE(store.checkpoints(id).size(), std::size_t{1});
+      QVERIFY(!store.checkpoints(id).front().crc32.has_value());
+      QCOMPARE(store.run_tokenizer(id), std::string());  // a table of version 4, read from the copy
+      for (const auto& refused : {what([&] { store.create_run(sample_run()); }), what([&] {
+                                    store.insert_metrics(id, {{"train/loss", 3, 12.0, 2.0}});
+                                  })})
+        QVERIFY2(refused.find(db) != std::string::npos && refused.find("readonly") != std::string::npos,
+                 refused.c_str());
+    }
+    QVERIFY(read_bytes(db) == before);
+    QVERIFY(!fs::exists(db + "-wal"));
   }
 };
 

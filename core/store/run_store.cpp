@@ -8,6 +8,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -317,6 +318,39 @@ CheckpointRow read_checkpoint(const Statement& s) {
   return row;
 }
 
+/// A copy in memory of the database open on `db` (a read-only store of schema `version`, older than this build's),
+/// to be migrated there and read as a current store while the file stays as it is. Refused, with what to do
+/// instead, where the copy would take more than half of the memory free now.
+sqlite3* copy_into_memory(sqlite3* db, const std::string& path, std::int64_t version) {
+  const std::string old_schema = path + ": the store is read-only here and has schema version " +
+                                 std::to_string(version) + "; this RouteLab reads version " +
+                                 std::to_string(RunStore::kSchemaVersion);
+  std::error_code ec;
+  const double bytes = static_cast<double>(fs::file_size(path, ec));
+  const double free_bytes =
+      static_cast<double>(std::max(0L, ::sysconf(_SC_AVPHYS_PAGES))) * static_cast<double>(::sysconf(_SC_PAGESIZE));
+  if (ec || bytes > free_bytes / 2) {
+    char sizes[128];
+    std::snprintf(sizes, sizeof sizes, " (%.0f MB, against %.0f MB of memory free)", bytes / 1e6, free_bytes / 1e6);
+    throw StoreError(old_schema + ": too large to upgrade in memory" + (ec ? std::string() : sizes) +
+                     ": open it once where it can be written to upgrade it");
+  }
+  sqlite3* memory = nullptr;
+  int rc = sqlite3_open_v2(":memory:", &memory, SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOMUTEX, nullptr);
+  if (rc == SQLITE_OK) {
+    sqlite3_backup* backup = sqlite3_backup_init(memory, "main", db, "main");
+    rc = backup ? sqlite3_backup_step(backup, -1) : sqlite3_errcode(memory);
+    const int finished = backup ? sqlite3_backup_finish(backup) : rc;
+    if (rc == SQLITE_DONE) rc = finished;
+  }
+  if (rc != SQLITE_OK) {
+    const std::string why = memory ? sqlite3_errmsg(memory) : "out of memory";
+    sqlite3_close(memory);
+    throw StoreError(old_schema + ": cannot copy it into memory to upgrade it there: " + why);
+  }
+  return memory;
+}
+
 }  // namespace
 
 std::string to_string(RunStatus status) {
@@ -377,10 +411,20 @@ RunStore::RunStore(const std::string& path, bool mark_crashed) : path_(path) {
         check_identity(db_, path_);
       }
       const std::int64_t version = query_int(db_, path_, "PRAGMA user_version");
-      if (version < kSchemaVersion)
-        throw StoreError(path + ": the store is read-only here and has schema version " + std::to_string(version) +
-                         "; this RouteLab reads version " + std::to_string(kSchemaVersion) +
-                         ": open it once where it can be written to upgrade it");
+      if (version < kSchemaVersion) {
+        // An older schema read where it cannot be upgraded (an archive, a colleague's folder): upgraded in a copy
+        // in memory that refuses writes as the file would.
+        sqlite3* memory = copy_into_memory(db_, path_, version);
+        sqlite3_close(db_);
+        db_ = memory;
+        migrate();
+        exec(db_, path_, "PRAGMA query_only = 1");
+        store_log()->info(
+            "{}: opened read-only with schema version {}: read from a copy in memory upgraded to version {} (the file "
+            "is unchanged; open it once where it can be written to upgrade it)",
+            path_, version, kSchemaVersion);
+        return;
+      }
       store_log()->info("{}: opened read-only (this process cannot write the file or its folder)", path_);
       return;
     }
@@ -446,6 +490,7 @@ void RunStore::migrate() {
       exec(db_, path_, ("PRAGMA user_version = " + std::to_string(m.to_version)).c_str());
     }
     exec(db_, path_, ("PRAGMA application_id = " + std::to_string(kApplicationId)).c_str());
+    if (read_only_) return;  // a read-only store's copy in memory: the constructor says so
     if (from == 0)
       store_log()->info("{}: created a run store (schema version {})", path_, kSchemaVersion);
     else

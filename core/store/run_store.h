@@ -161,7 +161,8 @@ class RunStore {
 
   /// Opens (creating the file and its parent dirs when missing) and migrates. A file that is not a RouteLab
   /// database, or one of a newer schema, is refused with a StoreError naming the file and left untouched.
-  /// A store this process cannot write (a read-only file or mount) opens read-only: reads work, writes are
+  /// A store this process cannot write (a read-only file or mount) opens read-only: reads work (one of an older
+  /// schema through a copy in memory upgraded there, unless that copy would take half the free memory), writes are
   /// StoreErrors, nothing is marked. When `mark_crashed` is true, running runs whose writer is provably gone become
   /// `crashed` (see mark_stale_runs_crashed); a store that cannot take the write (a full disk) is left as it is.
   explicit RunStore(const std::string& path, bool mark_crashed = true);
