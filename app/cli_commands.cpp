@@ -693,11 +693,12 @@ int cmd_bench_train_step(const BenchArgs& a) {
 }
 
 int cmd_bench_routing(const RoutingBenchOptions& o) {
+  const auto rows = bench_routed_attention(o);  // bad options refused before anything is printed
   std::cout << "DTRNet layer forward+backward, batch " << o.batch << ", d " << o.n_embd << ", " << o.n_head
             << " heads, median of " << o.reps << " (ms)\n";
   std::cout << "| context | routed | compact ms | masked ms | dense layer ms | compact / dense | masked / compact | FLOPs ratio |\n"
                "|---|---|---|---|---|---|---|---|\n";
-  for (const auto& r : bench_routed_attention(o)) {
+  for (const auto& r : rows) {
     std::cout << std::fixed << std::setprecision(1) << "| " << r.context << " | " << 100.0 * r.routed_share << "% | "
               << r.compact_ms << " | ";
     if (o.masked) std::cout << r.masked_ms << " | ";

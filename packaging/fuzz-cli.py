@@ -7,16 +7,16 @@ token shards (a shard or the manifest of `prepare`'s byte-level output), corpora
 bytes or long lines, SentencePiece tokenizers (a damaged model file for `tokenizer show`, `train` and `prepare`, a
 run store's stored tokenizer damaged, `tokenizer train` on such corpora at sizes in and out of range), and command
 lines (`args`: a subcommand with options and positionals drawn from its own --help,
-given values in and out of their type and range). Each case runs a command on it (train, eval, generate, resume,
+given values in and out of their type and range, the benchmarks' numbers small; `bench`: the benchmarks alone). Each case runs a command on it (train, eval, generate, resume,
 profile, kv, runs, show, export, compare, sweep (--dry-run, or a sweep shrunk to 2-step runs), and for `args` every
-subcommand but `tokenizer train` and the benchmarks other than `bench step`). A finding is
+subcommand but `tokenizer train`, `bench shards`, `bench contention` and `bench dist`). A finding is
 a process killed by a signal, a sanitizer report, an uncaught exception, an exception from outside RouteLab's errors
 (the CLI's "unexpected error", which names no file or key) or a case past the time limit (for `args` listed apart: a
 command line may ask for long work); a clear error or success is not. Run it against the sanitized CLI
 (packaging/sanitize.sh builds it); outside CI. Exit status 1 when anything was found.
 
   python3 packaging/fuzz-cli.py [--cli build-sanitize/app/routelab-cli] [--cases 100] [--seed 1]
-                                [--kinds config,checkpoint,store,shards,corpus,sweep,tokenizer,args]
+                                [--kinds config,checkpoint,store,shards,corpus,sweep,tokenizer,args,bench]
                                 [--work /tmp/routelab-fuzz]
 """
 import argparse
@@ -41,11 +41,19 @@ ARG_VALUES = {"INT": ["1", "2", "0", "-1", "3", "64", "2147483648", "92233720368
               "TEXT": ["", "x", "1", "-1", "nan", "/nonexistent/dir/file", "../../etc/passwd", "\u00e9\u4e2d" * 50,
                        "a=b", "=", "train.steps", "model.arch=nothing", "run.device=cuda:7", "x" * 5000]}
 ARG_VALUES["UINT"] = ARG_VALUES["INT"]
-# Subcommands `args` leaves out: long work by design, at sizes a command line chooses (the benchmarks' shapes and
-# lengths, `bench shards`' gigabytes on disk, a tokenizer's training). `bench step` stays: it times a preset's or
-# config's steps, as many as it is told.
+# The benchmarks' numbers (shapes, lengths, batches, steps, fractions) drawn small or out of range only: a large one
+# asks for long work, not bad input.
+BENCH_ARG_VALUES = {"INT": ["0", "1", "2", "3", "-1", "1.5", "x", ""], "FLOAT": ["0", "0.1", "0.5", "1", "-1", "2",
+                                                                               "nan", "inf", "x", ""]}
+BENCH_ARG_VALUES["UINT"] = BENCH_ARG_VALUES["INT"]
+BENCH_ARG_VALUES["TEXT"] = ARG_VALUES["TEXT"]
+# Subcommands `args` leaves out: long work by design (`bench shards`' gigabytes on disk, `bench contention`'s and
+# `bench dist`'s whole training runs, a tokenizer's training: the `tokenizer` kind trains on bad corpora instead).
+# The other benchmarks stay, with small numbers: at their default shapes some take minutes on a CPU (listed apart
+# past the time limit).
 ARG_SKIPPED = {"bench", "tokenizer train"}
-ARG_KEPT = {"bench step"}
+ARG_KEPT = {"bench step", "bench forward", "bench decode", "bench routing", "bench loss", "bench speed",
+            "bench eviction", "bench train-step"}
 # A small DTRNet run: the checkpoint, store and resume cases start from it.
 BASE_RUN = ["--preset", "dtrnet-bilayer", "--set", "model.n_layer=3", "--set", "data.context=32", "--set",
             "train.batch_size=2", "--set", "train.eval_every=3", "--set", "train.eval_batches=1", "--quiet",
@@ -176,7 +184,7 @@ class Fuzz:
                                     names[name + "s"] if e == "NAME" and name + "s" in names else choices, positional)
                                    for e, kind, choices, positional in entries]
 
-    def arg_value(self, name, kind, choices, d):
+    def arg_value(self, name, kind, choices, d, bench=False):
         if name == "--set" and random.random() < 0.7:
             section = random.choice([k for k, v in self.configs[0].items() if isinstance(v, dict)])
             key = random.choice(list(self.configs[0][section].keys()))
@@ -187,12 +195,14 @@ class Fuzz:
             return random.choice([os.path.join(d, "base.sqlite"), os.path.join(self.work, "corpus.txt"),
                                   os.path.join(self.work, "shards"), os.path.join(self.work, self.checkpoint), d,
                                   self.small_sweep])
-        return random.choice(ARG_VALUES[kind])
+        return random.choice((BENCH_ARG_VALUES if bench else ARG_VALUES)[kind])
 
-    def args_case(self, i, d):
-        """A subcommand with options drawn from its --help, against a copy of the base run's store."""
-        name = random.choice(sorted(self.commands))
+    def args_case(self, i, d, prefix=""):
+        """A subcommand (one whose name starts with `prefix`) with options drawn from its --help, against a copy of
+        the base run's store."""
+        name = random.choice(sorted(c for c in self.commands if c.startswith(prefix)))
         entries = self.commands[name]
+        bench = name.startswith("bench ")
         db = os.path.join(d, "base.sqlite")
         shutil.copy(self.base_db, db)
         shutil.copytree(os.path.join(self.work, "checkpoints"), os.path.join(d, "checkpoints"))
@@ -203,12 +213,12 @@ class Fuzz:
             if entry.startswith("--"):
                 args.append(entry)
             args.append("1" if entry == "RUN" and random.random() < 0.7 else
-                        self.arg_value(entry, "INT" if kind == "FLAG" else kind, choices, d))
+                        self.arg_value(entry, "INT" if kind == "FLAG" else kind, choices, d, bench))
         options = [e for e in entries if not e[3] and e[0] not in ("--db", "--steps")]
         for entry, kind, choices, _ in random.sample(options, min(len(options), random.randint(1, 4))):
             args.append(entry)
             if kind != "FLAG":
-                args.append(self.arg_value(entry, kind, choices, d))
+                args.append(self.arg_value(entry, kind, choices, d, bench))
         if any(e[0] == "--db" for e in entries):
             args += ["--db", db]
         if any(e[0] == "--steps" for e in entries):
@@ -303,8 +313,8 @@ class Fuzz:
     def case(self, i, kind):
         d = os.path.join(self.work, str(i))
         os.makedirs(d)
-        if kind == "args":
-            self.args_case(i, d)
+        if kind in ("args", "bench"):  # bench: the benchmarks' command lines alone
+            self.args_case(i, d, "bench " if kind == "bench" else "")
         elif kind == "tokenizer":
             self.tokenizer_case(i, d)
         elif kind == "config":

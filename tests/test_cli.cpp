@@ -82,6 +82,11 @@ class TestCli : public QObject {
         << QStringList{"bench", "forward", "--quick", "--cuda-graph"} << "--cuda-graph: needs a CUDA device";
     QTest::newRow("bench eviction kv heads") << QStringList{"bench", "eviction", "--heads", "6", "--kv-heads", "4"}
                                              << "--kv-heads: 4 does not divide --heads 6";
+    QTest::newRow("bench routing width") << QStringList{"bench", "routing", "--embd", "-1"} << "--embd: -1 must be";
+    QTest::newRow("bench routing heads") << QStringList{"bench", "routing", "--embd", "64", "--heads", "3"}
+                                         << "--heads: 3 must divide --embd 64";
+    QTest::newRow("bench routing share") << QStringList{"bench", "routing", "--fractions", "0.5,2"} << "--fractions";
+    QTest::newRow("bench speed warm-up") << QStringList{"bench", "speed", "--warmup", "-1"} << "--warmup";
     QTest::newRow("bench step without a config") << QStringList{"bench", "step"} << "--preset P or --config FILE";
     QTest::newRow("bench step distilled dense") << QStringList{"bench", "step", "--preset", "tiny", "--set",
                                                                "train.distill_from=3"}

@@ -4,11 +4,13 @@
 #include <algorithm>
 #include <chrono>
 #include <functional>
+#include <string>
 
 #include <torch/torch.h>
 
 #include "core/bench/bench_timing.h"
 #include "core/models/dtrnet.h"
+#include "core/util/errors.h"
 
 namespace routelab {
 namespace {
@@ -20,9 +22,35 @@ double median_ms(int reps, const std::function<void()>& fn) {
   return median(times);
 }
 
+/// Sizes that cannot make the layer, or a share outside [0, 1], named by their command-line option.
+void check_options(const RoutingBenchOptions& o) {
+  const auto at_least = [](const std::string& option, std::int64_t value, std::int64_t least) {
+    if (value < least)
+      throw ConfigError("bench routing " + option + ": " + std::to_string(value) + " must be at least " +
+                        std::to_string(least));
+  };
+  at_least("--batch", o.batch, 1);
+  at_least("--embd", o.n_embd, 1);
+  at_least("--heads", o.n_head, 1);
+  at_least("--kv-heads", o.n_kv_head, 0);
+  at_least("--reps", o.reps, 1);
+  at_least("--threads", o.threads, 0);
+  for (const auto T : o.contexts) at_least("--contexts", T, 1);
+  for (const double f : o.fractions)
+    if (!(f >= 0.0 && f <= 1.0))
+      throw ConfigError("bench routing --fractions: " + std::to_string(f) + " is outside [0, 1]");
+  if (o.n_embd % o.n_head != 0 || (o.n_embd / o.n_head) % 2 != 0)  // the layer is Llama style: RoPE on each head
+    throw ConfigError("bench routing --heads: " + std::to_string(o.n_head) + " must divide --embd " +
+                      std::to_string(o.n_embd) + " into heads of an even width");
+  if (o.n_kv_head > 0 && o.n_head % o.n_kv_head != 0)
+    throw ConfigError("bench routing --kv-heads: " + std::to_string(o.n_kv_head) + " does not divide --heads " +
+                      std::to_string(o.n_head));
+}
+
 }  // namespace
 
 std::vector<RoutingBenchRow> bench_routed_attention(const RoutingBenchOptions& o) {
+  check_options(o);
   if (o.threads > 0) at::set_num_threads(o.threads);
   torch::manual_seed(0);
   std::vector<RoutingBenchRow> rows;

@@ -98,10 +98,13 @@ nlohmann::json dense_like(const nlohmann::json& model) {
 
 SpeedBenchResult bench_speed_options(const SpeedBenchOptions& o) {
   if (o.threads > 0) at::set_num_threads(o.threads);
-  if (o.reps < 1) throw ConfigError("bench reps: " + std::to_string(o.reps) + " must be at least 1");
-  if (o.batch < 1 || o.seq < 1) throw ConfigError("bench batch and seq must be at least 1");
+  if (o.reps < 1) throw ConfigError("bench speed --reps: " + std::to_string(o.reps) + " must be at least 1");
+  if (o.warmup < 0) throw ConfigError("bench speed --warmup: " + std::to_string(o.warmup) + " must be at least 0");
+  if (o.batch < 1) throw ConfigError("bench speed --batch: " + std::to_string(o.batch) + " must be at least 1");
+  if (o.seq < 1) throw ConfigError("bench speed --seq: " + std::to_string(o.seq) + " must be at least 1");
   for (const double f : o.fractions)
-    if (!(f >= 0.0 && f <= 1.0)) throw ConfigError("bench fractions: " + std::to_string(f) + " is outside [0, 1]");
+    if (!(f >= 0.0 && f <= 1.0))
+      throw ConfigError("bench speed --fractions: " + std::to_string(f) + " is outside [0, 1]");
   torch::manual_seed(0);
   nlohmann::json model;
   ModelContext ctx{o.vocab, o.seq};
