@@ -118,6 +118,17 @@ class TestReport : public QObject {
     QVERIFY(md.find("| dtr#net | **2.250 ± 0.050** | – |") != std::string::npos);
   }
 
+  void singleRunsShowNoSpread() {
+    // A group of several seeds shows its std; a single run beside it has none to show, not a std of 0.
+    auto table = two_by_two();
+    table.rows[1].cells[0] = CellSummary{2.4, 0.0, 1};
+    const auto md = to_markdown(table), tex = to_latex(table);
+    QVERIFY2(md.find("| dtr#net | **2.400** | – |") != std::string::npos, md.c_str());
+    QVERIFY2(md.find("| dense_1 | 2.500 ± 0.100 |") != std::string::npos, md.c_str());
+    QVERIFY2(tex.find("$\\mathbf{2.400}$") != std::string::npos, tex.c_str());
+    QVERIFY2(tex.find("$2.500 \\pm 0.100$") != std::string::npos, tex.c_str());
+  }
+
   void csvRoundTrips() {
     auto table = two_by_two();
     table.rows[0].label = "a, \"quoted\"\nname";

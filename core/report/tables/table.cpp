@@ -16,13 +16,6 @@ std::string header_text(const TableColumn& column) {
 
 std::string format_number(double value, int precision) { return fmt::format("{:.{}f}", value, precision); }
 
-/// Whether any row of column `c` summarises more than one run (then every cell shows its std).
-bool column_has_spread(const ReportTable& table, std::size_t c) {
-  for (const auto& row : table.rows)
-    if (c < row.cells.size() && row.cells[c] && row.cells[c]->n > 1) return true;
-  return false;
-}
-
 }  // namespace
 
 std::optional<CellSummary> summarize(const std::vector<double>& values) {
@@ -95,11 +88,7 @@ std::string to_latex(const ReportTable& table) {
   }
   out << " \\\\\n    \\midrule\n";
   std::vector<int> best(table.columns.size());
-  std::vector<bool> spread(table.columns.size());
-  for (std::size_t c = 0; c < table.columns.size(); ++c) {
-    best[c] = best_row(table, c);
-    spread[c] = column_has_spread(table, c);
-  }
+  for (std::size_t c = 0; c < table.columns.size(); ++c) best[c] = best_row(table, c);
   for (std::size_t r = 0; r < table.rows.size(); ++r) {
     const auto& row = table.rows[r];
     out << "    " << latex_escape(row.label);
@@ -110,7 +99,7 @@ std::string to_latex(const ReportTable& table) {
         continue;
       }
       std::string value = format_number(row.cells[c]->mean * column.scale, column.precision);
-      if (spread[c])
+      if (row.cells[c]->n > 1)  // a single run has no spread to show (not a std of 0)
         value += " \\pm " + format_number(row.cells[c]->std * std::abs(column.scale), column.precision);
       if (best[c] == static_cast<int>(r)) value = "\\mathbf{" + value + "}";
       out << " & $" << value << "$";
@@ -142,7 +131,7 @@ std::string to_markdown(const ReportTable& table) {
         continue;
       }
       std::string value = format_number(row.cells[c]->mean * column.scale, column.precision);
-      if (column_has_spread(table, c))
+      if (row.cells[c]->n > 1)
         value += " ± " + format_number(row.cells[c]->std * std::abs(column.scale), column.precision);
       if (best_row(table, c) == static_cast<int>(r)) value = "**" + value + "**";
       out << " | " << value;
