@@ -212,6 +212,11 @@ class TestAnalysis : public QObject {
       QVERIFY2(std::string(e.what()).find("run " + std::to_string(outcome.run_id)) != std::string::npos, e.what());
     }
     QVERIFY_EXCEPTION_THROWN(load_run(db, outcome.run_id, {"model.n_embd=48"}), CheckpointError);
+    // A smaller model would run on part of the trained weights: the layer it lacks is named, and the override.
+    const auto fewer = test::error_of<CheckpointError>([&] { load_run(db, outcome.run_id, {"model.n_layer=1"}); });
+    QVERIFY2(fewer.find("has no place in the model") != std::string::npos &&
+                 fewer.find("model.n_layer=1") != std::string::npos,
+             fewer.c_str());
     QVERIFY_EXCEPTION_THROWN(load_run(db, outcome.run_id, {}, 7), CheckpointError);
     QVERIFY_EXCEPTION_THROWN(parse_split("dev", "--split"), ConfigError);
   }

@@ -73,9 +73,20 @@ std::string run_text(const StoredRun& stored, std::int64_t run_id) {
 }
 
 /// The stored checkpoint's weights into `model`: its CRC-32 and identity checked first. Returns its step.
-std::int64_t load_stored_checkpoint(const StoredRun& stored, torch::nn::Module& model, torch::Device device) {
+/// The stored checkpoint's weights into `model`, built with the overrides `sets`: one that does not fit the weights
+/// (say model.n_layer changed) is named with the refusal.
+std::int64_t load_stored_checkpoint(const StoredRun& stored, torch::nn::Module& model, torch::Device device,
+                                    const std::vector<std::string>& sets) {
   if (stored.crc32) verify_checkpoint_file(stored.checkpoint, *stored.crc32);
-  return load_checkpoint(stored.checkpoint, model, nullptr, device, &stored.expect).step;
+  try {
+    return load_checkpoint(stored.checkpoint, model, nullptr, device, &stored.expect).step;
+  } catch (const CheckpointError& e) {
+    if (sets.empty()) throw;
+    std::string overrides;
+    for (const auto& set : sets) overrides += (overrides.empty() ? "" : ", ") + set;
+    throw CheckpointError(std::string(e.what()) + " (the model was built with " + overrides +
+                          ": an override that changes the model's weights cannot be evaluated on them)");
+  }
 }
 
 /// The fields both kinds of run share, and the run's thread count applied.
@@ -121,7 +132,7 @@ LoadedRun load_run(const std::string& db_path, std::int64_t run_id, const std::v
   }
   run.model = create_model(run.config.model(), {run.dataset->tokenizer().vocab_size(), run.dataset->context()});
   run.model->to(run.device);
-  run.step = load_stored_checkpoint(stored, *run.model, run.device);
+  run.step = load_stored_checkpoint(stored, *run.model, run.device, sets);
   run.model->eval();
   return run;
 }
@@ -137,7 +148,7 @@ LoadedClassifierRun load_classifier_run(const std::string& db_path, std::int64_t
   run.model = create_classifier(run.config.model(),
                                 {run.data->vocab_size(), run.data->max_length(), run.data->num_classes()});
   run.model->to(run.device);
-  run.step = load_stored_checkpoint(stored, *run.model, run.device);
+  run.step = load_stored_checkpoint(stored, *run.model, run.device, sets);
   run.model->eval();
   return run;
 }

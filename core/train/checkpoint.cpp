@@ -79,7 +79,8 @@ void check_expectation(const CheckpointMeta& meta, const CheckpointExpectation& 
                           std::to_string(expect.step) + " for it");
 }
 
-/// Module::load would silently replace a parameter of another shape: check every tensor, then copy in place.
+/// Module::load would silently replace a parameter of another shape, and leave out what the model has no place for:
+/// check every tensor both ways, then copy in place.
 void load_module_checked(torch::nn::Module& module, torch::serialize::InputArchive& archive, const std::string& prefix,
                          const std::string& path) {
   torch::NoGradGuard no_grad;
@@ -99,6 +100,19 @@ void load_module_checked(torch::nn::Module& module, torch::serialize::InputArchi
     if (!archive.try_read(child.key(), child_archive))
       throw CheckpointError(path + ": missing module '" + prefix + child.key() + "'");
     load_module_checked(*child.value(), child_archive, prefix + child.key() + ".", path);
+  }
+  // A tensor or module of the checkpoint the model lacks (a model built smaller, say with fewer layers, would run
+  // on part of the trained weights); the archive's other attributes (a module's training flag) are not weights.
+  const auto params = module.named_parameters(/*recurse=*/false);
+  const auto buffers = module.named_buffers(/*recurse=*/false);
+  const auto children = module.named_children();
+  for (const auto& key : archive.keys()) {
+    if (params.contains(key) || buffers.contains(key) || children.contains(key)) continue;
+    torch::Tensor tensor;
+    torch::serialize::InputArchive child;
+    if (archive.try_read(key, tensor) || archive.try_read(key, child))
+      throw CheckpointError(path + ": '" + prefix + key + "' has no place in the model (a checkpoint of a larger " +
+                            "or another config?)");
   }
 }
 
