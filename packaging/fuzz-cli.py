@@ -1,19 +1,20 @@
 #!/usr/bin/env python3
 """Bad input for routelab-cli at random: mutated config files (every preset but the 360M ones, and a small run's
 resolved config: keys dropped, added or given values of another type or range, the text cut short), mutated sweep
-files (experiments/sweeps/ the same way, their grids and baselines too), damaged
-checkpoints (cut, bytes changed, replaced; with and without the CRC the store recorded), damaged run stores, damaged
-token shards (a shard or the manifest of `prepare`'s byte-level output), corpora of random bytes, nothing, a few
-bytes or long lines, SentencePiece tokenizers (a damaged model file for `tokenizer show`, `train` and `prepare`, a
-run store's stored tokenizer damaged, `tokenizer train` on such corpora at sizes in and out of range), and command
-lines (`args`: a subcommand with options and positionals drawn from its own --help,
-given values in and out of their type and range, the benchmarks' numbers small; `bench`: the benchmarks alone). Each case runs a command on it (train, eval, generate, resume,
-profile, kv, runs, show, export, compare, sweep (--dry-run, or a sweep shrunk to 2-step runs), and for `args` every
-subcommand but `tokenizer train`, `bench shards`, `bench contention` and `bench dist`). A finding is
-a process killed by a signal, a sanitizer report, an uncaught exception, an exception from outside RouteLab's errors
-(the CLI's "unexpected error", which names no file or key) or a case past the time limit (for `args` listed apart: a
-command line may ask for long work); a clear error or success is not. Run it against the sanitized CLI
-(packaging/sanitize.sh builds it); outside CI. Exit status 1 when anything was found.
+files (experiments/sweeps/ the same way, their grids and baselines too), damaged checkpoints (cut, bytes changed,
+replaced; with and without the CRC the store recorded), damaged run stores, damaged token shards (a shard or the
+manifest of `prepare`'s byte-level output), corpora of random bytes, nothing, a few bytes or long lines,
+SentencePiece tokenizers (a damaged model file for `tokenizer show`, `train` and `prepare`, a run store's stored
+tokenizer damaged, `tokenizer train` on such corpora at sizes in and out of range), and command lines (`args`: a
+subcommand with options and positionals drawn from its own --help, given values in and out of their type and range,
+the benchmarks' numbers small; `bench`: the benchmarks alone). Each case runs a command on it (train, eval, generate,
+resume, profile, kv, runs, show, export, compare, sweep (--dry-run, or a sweep shrunk to 2-step runs), and for `args`
+every subcommand but `tokenizer train`, `bench shards`, `bench contention` and `bench dist`). A finding is a process
+killed by a signal, a sanitizer report, an uncaught exception, an exception from outside RouteLab's errors (the CLI's
+"unexpected error", which names no file or key) or a case past the time limit (for `args` listed apart: a command
+line may ask for long work); a clear error or success is not (a clear error that names none of the damaged files is
+listed apart for review). Run it against the sanitized CLI (packaging/sanitize.sh builds it); outside CI. Exit status
+1 when anything was found.
 
   python3 packaging/fuzz-cli.py [--cli build-sanitize/app/routelab-cli] [--cases 100] [--seed 1]
                                 [--kinds config,checkpoint,store,shards,corpus,sweep,tokenizer,args,bench]
@@ -63,16 +64,17 @@ BASE_RUN = ["--preset", "dtrnet-bilayer", "--set", "model.n_layer=3", "--set", "
 class Fuzz:
     def __init__(self, args):
         self.cli, self.work, self.timeout = os.path.abspath(args.cli), args.work, args.timeout
-        self.findings, self.slow, self.outcomes = [], [], {"ok": 0, "clear error": 0}
+        self.findings, self.slow, self.unnamed, self.outcomes = [], [], [], {"ok": 0, "clear error": 0}
         self.env = dict(os.environ, ROUTELAB_HOME=os.path.join(self.work, "home"),
                         ASAN_OPTIONS="detect_leaks=0:halt_on_error=1:exitcode=86",
                         UBSAN_OPTIONS="halt_on_error=1:print_stacktrace=1:suppressions=" +
                         os.path.join(ROOT, "packaging", "ubsan.supp"))
         self.verbose = args.verbose
 
-    def run(self, args, label, slow_is_finding=True):
+    def run(self, args, label, slow_is_finding=True, named=()):
         """Runs the CLI; records a finding where it crashed, reported or hung (or, not `slow_is_finding`, lists a
-        command past the time limit apart)."""
+        command past the time limit apart). A clear error that names none of the files in `named` (the damaged
+        input, by file name) is listed apart for review: the user is told what is wrong but not where."""
         try:
             p = subprocess.run([self.cli] + args, env=self.env, capture_output=True, text=True, errors="replace",
                                timeout=self.timeout, cwd=self.work)  # relative --out paths land in the work folder
@@ -91,6 +93,8 @@ class Fuzz:
             print("FINDING", label, p.returncode, err[-1500:], sep="\n", flush=True)
         else:
             self.outcomes["ok" if p.returncode == 0 else "clear error"] += 1
+            if p.returncode != 0 and named and not any(os.path.basename(n) in err for n in named):
+                self.unnamed.append((label, last))
 
     def prepare(self):
         """The base run (6 steps, a checkpoint at 6, then marked stopped with 8 to go), its config, the presets."""
@@ -270,7 +274,7 @@ class Fuzz:
                                         f"data.tokenizer_model={model}", "--db", os.path.join(d, "s.sqlite")],
                 ["prepare", "--corpus", os.path.join(self.work, "corpus.txt"), "--tokenizer", model, "--out",
                  os.path.join(d, "shards"), "--threads", "1"]])
-            self.run(command, f"{i} tokenizer model {' '.join(command[:2])} ({model})")
+            self.run(command, f"{i} tokenizer model {' '.join(command[:2])} ({model})", named=[model])
         elif r < 0.75:
             db = os.path.join(d, "sp.sqlite")
             shutil.copy(self.sp_db, db)
@@ -293,7 +297,7 @@ class Fuzz:
             commands = [["generate", "1", "--prompt", "In the", "--max-new", "4"], ["eval", "1"],
                         ["score", "1", "--text", "In the beginning"], ["show", "1"], ["resume", "1", "--quiet"]]
             for command in random.sample(commands, 2):
-                self.run(command + ["--db", db], f"{i} tokenizer stored {' '.join(command[:2])} ({db})")
+                self.run(command + ["--db", db], f"{i} tokenizer stored {' '.join(command[:2])} ({db})", named=[db])
         else:
             r = random.random()
             data = (os.urandom(random.randint(0, 20000)) if r < 0.3 else b"ab" * random.randint(1, 5) if r < 0.5 else
@@ -321,13 +325,13 @@ class Fuzz:
             path = os.path.join(d, "config.json")
             open(path, "w").write(self.mutated_config())
             self.run(["train", "--config", path, "--steps", "2", "--db", os.path.join(d, "s.sqlite"), "--quiet",
-                      "--threads", "1"], f"{i} config {path}")
+                      "--threads", "1"], f"{i} config {path}", named=[path])
         elif kind == "sweep":
             path = os.path.join(d, "sweep.json")
             text, runs = self.mutated_sweep()
             open(path, "w").write(text)
             self.run(["sweep", path, "--db", os.path.join(d, "s.sqlite"), "--quiet"] + ([] if runs else ["--dry-run"]),
-                     f"{i} sweep{' (runs)' if runs else ''} {path}", slow_is_finding=not runs)
+                     f"{i} sweep{' (runs)' if runs else ''} {path}", slow_is_finding=not runs, named=[path])
         elif kind in ("checkpoint", "store"):
             db = os.path.join(d, "base.sqlite")
             shutil.copy(self.base_db, db)
@@ -344,7 +348,7 @@ class Fuzz:
                         [["runs"], ["show", "1"], ["export", "1"], ["compare", "1"], ["eval", "1"],
                          ["resume", "1", "--quiet"]])
             for command in random.sample(commands, 2):
-                self.run(command + ["--db", db], f"{i} {kind} {' '.join(command)} ({d})")
+                self.run(command + ["--db", db], f"{i} {kind} {' '.join(command)} ({d})", named=[target, db])
         elif kind == "shards":
             shards = os.path.join(d, "shards")
             shutil.copytree(os.path.join(self.work, "shards"), shards)
@@ -352,7 +356,7 @@ class Fuzz:
             damage(target)
             self.run(["train"] + BASE_RUN + ["--steps", "2", "--set", "data.source=shards", "--set",
                                              f"data.path={shards}", "--db", os.path.join(d, "s.sqlite")],
-                     f"{i} shards {target}")
+                     f"{i} shards {target}", named=[target, shards])
         else:
             r = random.random()
             data = (os.urandom(random.randint(0, 20000)) if r < 0.4 else b"" if r < 0.5 else
@@ -362,7 +366,8 @@ class Fuzz:
             tokenizer = random.choice(["char", "byte", "word"])
             self.run(["train"] + BASE_RUN + ["--steps", "2", "--set", "data.source=file", "--set", f"data.path={path}",
                                              "--set", f"data.tokenizer={tokenizer}", "--db",
-                                             os.path.join(d, "s.sqlite")], f"{i} corpus {tokenizer} {path}")
+                                             os.path.join(d, "s.sqlite")], f"{i} corpus {tokenizer} {path}",
+                     named=[path] if tokenizer != "word" else [])  # word: refused by data.tokenizer, not the text
 
 
 def mutated(doc, top_level=False):
@@ -441,6 +446,10 @@ def main():
           f"succeeded, {fuzz.outcomes['clear error']} stopped with an error, {len(fuzz.findings)} findings")
     for label, what, _ in fuzz.findings:
         print(f"  {label}: {what}")
+    if fuzz.unnamed:
+        print(f"{len(fuzz.unnamed)} errors named none of the damaged files (listed for review, not findings):")
+        for label, last in fuzz.unnamed:
+            print(f"  {label}: {last}")
     if fuzz.slow:
         print(f"{len(fuzz.slow)} command lines ran past the limit (listed, not findings):")
         for label, what, _ in fuzz.slow:
