@@ -78,9 +78,9 @@ std::string run_text(const StoredRun& stored, std::int64_t run_id) {
   return stored.db_path + ": run " + std::to_string(run_id) + " (" + stored.arch + ")";
 }
 
-/// The stored checkpoint's weights into `model`: its CRC-32 and identity checked first. Returns its step.
-/// The stored checkpoint's weights into `model`, built with the overrides `sets`: one that does not fit the weights
-/// (say model.n_layer changed) is named with the refusal.
+/// The stored checkpoint's weights into `model`, built with the overrides `sets`: its CRC-32 and identity checked
+/// first; an override that does not fit the weights (say model.n_layer changed) is named with the refusal. Returns
+/// the checkpoint's step.
 std::int64_t load_stored_checkpoint(const StoredRun& stored, torch::nn::Module& model, torch::Device device,
                                     const std::vector<std::string>& sets) {
   if (stored.crc32) verify_checkpoint_file(stored.checkpoint, *stored.crc32);
