@@ -2,7 +2,6 @@
 // trainer's last evaluation, eval-only overrides, the residual profile's accounting, and clear errors.
 #include <QTemporaryDir>
 #include <QtTest>
-
 #include <cmath>
 
 #include "core/analysis/residual_profile.h"
@@ -11,6 +10,7 @@
 #include "core/models/blocks/residual_probe.h"
 #include "core/models/dense_transformer.h"
 #include "core/models/mod.h"
+#include "core/models/registry.h"
 #include "core/store/run_store.h"
 #include "core/train/trainer.h"
 #include "core/util/errors.h"
@@ -198,6 +198,17 @@ class TestAnalysis : public QObject {
     for (const auto& b : mid.blocks) expected += 1.0 - b.below_tau;
     QVERIFY(std::abs(mid.mean_oracle_depth - expected) < 1e-9);
     QVERIFY(mid.to_table().find("oracle dynamic depth") != std::string::npos);
+  }
+
+  void trainingOnlyOverridesAreNamed() {
+    // The overrides an evaluation warns about: options read in training only whose value changed, no other.
+    const auto stored = schema_defaults(architecture("mod").options);
+    auto model = stored;
+    model["capacity"] = 0.5;
+    model["router_weight"] = "logit";
+    model["dropout"] = 0.3;
+    QCOMPARE(training_only_changes("mod", stored, model), (std::vector<std::string>{"dropout", "capacity"}));
+    QVERIFY(training_only_changes("mod", stored, stored).empty());
   }
 
   void errorsNameTheRunAndKey() {

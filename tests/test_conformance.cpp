@@ -395,6 +395,50 @@ class TestConformance : public QObject {
     }
   }
 
+  void trainingOnlyOptionsLeaveInference_data() { add_language_model_rows(); }
+  void trainingOnlyOptionsLeaveInference() {
+    // An option the schema marks as read in training only (an eval override of it warns that it changes nothing)
+    // changes neither the parameters nor the eval-mode forward of the same weights, at every other value it takes.
+    QFETCH(QString, arch);
+    const auto& entry = architecture(arch.toStdString());
+    torch::manual_seed(11);
+    const auto base = small_model(entry);
+    auto reference = create_model(base, {kVocab, 32});
+    reference->eval();
+    const auto tokens = torch::randint(0, kVocab, {2, 24}, torch::kLong);
+    if (entry.force_routed_share) entry.force_routed_share(*reference, tokens, 0.5);
+    torch::NoGradGuard no_grad;
+    const auto expected = reference->forward(tokens).logits;
+    const auto weights = reference->named_parameters(), buffers = reference->named_buffers();
+    for (const auto& spec : entry.options) {
+      if (!spec.training_only) continue;
+      for (const auto& value : other_values(spec)) {
+        const auto what = spec.key + " = " + value.dump();
+        auto section = base;
+        section[spec.key] = value;
+        try {  // a value the architecture's cross-field check refuses (MoD's capacity 0) cannot be set at all
+          if (entry.check) entry.check(section, "model");
+        } catch (const ConfigError&) {
+          continue;
+        }
+        auto other = create_model(section, {kVocab, 32});
+        other->eval();
+        for (auto [mine, theirs] :
+             {std::pair{other->named_parameters(), weights}, std::pair{other->named_buffers(), buffers}}) {
+          QVERIFY2(mine.size() == theirs.size(), qPrintable(QString::fromStdString(what + ": other tensors")));
+          for (auto& item : mine) {
+            const auto* same = theirs.find(item.key());
+            QVERIFY2(same && same->sizes() == item.value().sizes(),
+                     qPrintable(QString::fromStdString(what + ": " + item.key() + " differs")));
+            item.value().copy_(*same);
+          }
+        }
+        QVERIFY2(torch::allclose(other->forward(tokens).logits, expected, 1e-6, 1e-6),
+                 qPrintable(QString::fromStdString(what + ": the eval-mode forward changed")));
+      }
+    }
+  }
+
   void decodeEqualsForward_data() { add_language_model_rows(); }
   void decodeEqualsForward() {
     QFETCH(QString, arch);

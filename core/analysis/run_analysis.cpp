@@ -67,7 +67,22 @@ StoredRun read_stored_run(const std::string& db_path, std::int64_t run_id, const
   if (trained.contains("n_head") && now.contains("n_head") && trained.at("n_head") != now.at("n_head"))
     throw ConfigError(where + ": model.n_head: the run was trained with " + trained.at("n_head").dump() +
                       " heads, and its weights are read per head: an evaluation cannot change them");
+  for (const auto& key : training_only_changes(run.arch, trained, now))
+    logger("core")->warn(
+        "{}: model.{} is read in training only: {}'s eval-mode forward does not depend on it, so "
+        "this evaluation is the one without the override",
+        where, key, run.arch);
   return run;
+}
+
+std::vector<std::string> training_only_changes(const std::string& arch, const nlohmann::json& stored,
+                                               const nlohmann::json& model) {
+  std::vector<std::string> out;
+  for (const auto& spec : architecture(arch).options)
+    if (spec.training_only && stored.contains(spec.key) && model.contains(spec.key) &&
+        stored.at(spec.key) != model.at(spec.key))
+      out.push_back(spec.key);
+  return out;
 }
 
 namespace {

@@ -81,6 +81,12 @@ class OptionTable {
     return *this;
   }
 
+  /// Marks the option added last as read in training (or at initialisation) only (OptionSpec::training_only).
+  OptionTable& training_only() {
+    rows_.back().spec.training_only = true;
+    return *this;
+  }
+
   /// The schema: one spec per option in table order, its default written from the defaults struct (a resolved
   /// option's: its sentinel).
   OptionSchema schema() const {

@@ -134,6 +134,7 @@ nlohmann::json schema_to_json(const OptionSchema& schema) {
     if (spec.min) o["min"] = *spec.min;
     if (spec.max) o["max"] = *spec.max;
     if (!spec.choices.empty()) o["choices"] = spec.choices;
+    if (spec.training_only) o["training_only"] = true;
     out.push_back(o);
   }
   return out;

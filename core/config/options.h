@@ -21,6 +21,9 @@ struct OptionSpec {
   std::optional<double> min;          ///< inclusive; for IntList, bounds each element
   std::optional<double> max;          ///< inclusive
   std::vector<std::string> choices;   ///< for Choice
+  /// Read in training (or at initialisation) only: the eval-mode forward of the same weights does not depend on it
+  /// (the conformance suite checks it for every language model), so an evaluation that overrides it says so.
+  bool training_only = false;
 };
 
 using OptionSchema = std::vector<OptionSpec>;

@@ -46,9 +46,11 @@ const OptionTable<TransformerOptions>& transformer_options_table() {
         .value(ROUTELAB_OPTION(norm_eps), T::Float, "normalisation epsilon", 1e-12, 1)
         .value(ROUTELAB_OPTION(dropout), T::Float,
                "dropout on attention probabilities and residual updates in training", 0, 0.9)
+        .training_only()
         .choice(ROUTELAB_OPTION(init), {"gpt3", "normal"},
                 "gpt3: N(0,0.02) with residual projections N(0,0.02/sqrt(2L)) (TSA App. A); normal: N(0,0.02) "
-                "everywhere");
+                "everywhere")
+        .training_only();
     return t;
   }();
   return table;

@@ -326,16 +326,21 @@ const OptionTable<DLLMOptions>& dllm_options_table() {
                "target executed fraction over all layers, the acceleration rate Omega (official 0.5; DTRNet's "
                "matched-FLOPs setting 0.85)",
                0, 1)
+        .training_only()
         .value(ROUTELAB_OPTION(rate_coeff), T::Float,
                "maximum weight lambda of the rate loss (official lambda_active 5.0)", 0, 1e4)
+        .training_only()
         .choice(ROUTELAB_OPTION(rate_schedule), {"sine", "constant"},
                 "sine: lambda ramps as lambda_max sin(pi/2 progress) (official); constant: lambda_max throughout")
+        .training_only()
         .value(ROUTELAB_OPTION(gumbel_tau), T::Float, "Gumbel-softmax temperature in training", 1e-3, 100)
+        .training_only()
         .value(ROUTELAB_OPTION(threshold), T::Float,
                "at inference a token executes iff its execute probability reaches this", 0, 1)
         .choice(ROUTELAB_OPTION(eviction), {"multiplicative", "additive"},
                 "how skipped tokens are hidden as keys in training; multiplicative: probabilities times the execute "
-                "flag, renormalised (official, router gets a gradient); additive: -inf mask (DTRNet port)");
+                "flag, renormalised (official, router gets a gradient); additive: -inf mask (DTRNet port)")
+        .training_only();
     return t;
   }();
   return table;

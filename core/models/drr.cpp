@@ -55,9 +55,11 @@ const OptionTable<TransformerOptions>& drr_transformer_options_table() {
                "dropout of the paper: attention and memory-attention probabilities, after the MLP's GELU and after its "
                "output, in training",
                0, 0.9)
+        .training_only()
         .choice(ROUTELAB_OPTION(init), {"gpt3", "normal"},
                 "gpt3: N(0,0.02) with the block's output projections N(0,0.02/sqrt(2L)); normal: N(0,0.02) everywhere; "
-                "the router's last layer always starts at weight 0, bias [2, 0, -0.5]");
+                "the router's last layer always starts at weight 0, bias [2, 0, -0.5]")
+        .training_only();
     return t;
   }();
   return table;

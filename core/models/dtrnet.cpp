@@ -592,14 +592,17 @@ const OptionTable<DTRNetOptions>& dtrnet_options_table() {
         .choice(ROUTELAB_OPTION(bypass), {"vo", "none"},
                 "vo: bypass tokens get W_O W_V x_norm (paper); none: no update (w/o-VO ablation, App. A5)")
         .value(ROUTELAB_OPTION(aux_coeff), T::Float, "lambda of the routing loss (Eq. 7)", 0.0, 10.0)
+        .training_only()
         .value(ROUTELAB_OPTION(fallback_fraction), T::Float,
                "share of tokens routed at random in training when a batch routes none (reference code; 0 disables)",
                0.0, 1.0)
+        .training_only()
         .choice(ROUTELAB_OPTION(attention), {"compact", "masked"},
                 "compact: gather the routed tokens, attend, scatter (O(k^2)); masked: dense T x T mask (the "
                 "reference oracle)")
         .value(ROUTELAB_OPTION(predictor_coeff), T::Float, "expert routing: weight of the causal predictor's BCE", 0.0,
-               100.0);
+               100.0)
+        .training_only();
     return t;
   }();
   return table;

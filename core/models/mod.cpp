@@ -26,6 +26,7 @@ const OptionTable<MoDOptions>& mod_options_table() {
                "fraction of each sequence a routed layer processes, k = floor(capacity T) in training (paper 0.125; "
                "DTRNet's matched-FLOPs baseline 0.7); must be above 0",
                0.0, 1.0)
+        .training_only()
         .choice(ROUTELAB_OPTION(router_weight), {"sigmoid", "logit"},
                 "what scales a selected token's update: sigmoid of the router logit (DTRNet repo) or the raw logit "
                 "(Raposo et al.)")
@@ -34,7 +35,8 @@ const OptionTable<MoDOptions>& mod_options_table() {
         .value(ROUTELAB_OPTION(predictor_coeff), T::Float,
                "weight of the causal predictor's BCE (mean over routed layers) in the loss; it trains only the "
                "predictor",
-               0.0, 100.0);
+               0.0, 100.0)
+        .training_only();
     return t;
   }();
   return table;

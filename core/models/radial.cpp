@@ -485,18 +485,23 @@ const OptionTable<RadialOptions>& radial_options_table() {
                "Gumbel-softmax temperature of the straight-through gradient in training (the forward takes the hard "
                "argmax)",
                1e-3, 100.0)
+        .training_only()
         .value(ROUTELAB_OPTION(gumbel_noise), T::Bool,
                "sample the route with Gumbel noise in training (false: the noise-free argmax, as at inference)")
+        .training_only()
         .value(ROUTELAB_OPTION(depth_coeff), T::Float,
                "weight of the mean expected depth (layers per token, from the router's exit probabilities along the "
                "path taken) in the loss",
                0.0, 100.0)
+        .training_only()
         .value(ROUTELAB_OPTION(depth_warmup), T::Float,
                "fraction of training over which depth_coeff ramps linearly from 0 (0: the full coefficient from the "
                "first step)",
                0.0, 1.0)
+        .training_only()
         .value(ROUTELAB_OPTION(exit_bias), T::Float,
                "initial bias of the router's exit logit (layer logits start at 0)", -100.0, 100.0)
+        .training_only()
         .value(ROUTELAB_OPTION(sequential_prior), T::Float,
                "> 0: a learned bias per routing step and choice on the router's logits, starting with layer s "
                "preferred at step s (the exit after the last layer) by this many logits, so a distilled network "

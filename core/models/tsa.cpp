@@ -351,6 +351,7 @@ const OptionTable<TsaOptions>& tsa_options_table() {
             "lambda of the depth regulariser lambda (1/(L-1)) sum_l mean(1 - p_l) (eq. 5; paper 0.001, swept 0 ... "
             "0.5 in §3.4)",
             0.0, 100.0)
+        .training_only()
         .choice(ROUTELAB_OPTION(inference), {"soft", "sparse"},
                 "eval-mode execution (no parameters; training is always soft): soft gates updates by (1 - p) as in "
                 "training; sparse (§3.6) skips the FFN of tokens with p > 0.5 and gates the dense attention update "
