@@ -3,7 +3,6 @@
 #include "core/report/builders/papers/paper_detail.h"
 
 #include <algorithm>
-#include <string_view>
 
 #include "core/data/dataset.h"
 #include "core/data/tokenizer.h"
@@ -36,11 +35,10 @@ DataShape data_shape_of(const RunStore& store, const RunRecord& run, const json&
   const bool corpus = source == "kjv" || source == "file" || source == "shards";  // windows of data.context tokens
   if (const auto stored = store.run_tokenizer(run.id); corpus && !stored.empty()) {
     const auto where = store.path() + ": run " + std::to_string(run.id);
+    const auto document = parse_stored_tokenizer(stored, where);  // its own errors name the store and run
     try {
-      const auto tokenizer = Tokenizer::from_json(parse_stored_tokenizer(stored, where));
-      return {tokenizer->vocab_size(), data.at("context").get<std::int64_t>()};
+      return {Tokenizer::from_json(document)->vocab_size(), data.at("context").get<std::int64_t>()};
     } catch (const DataError& e) {
-      if (std::string_view(e.what()).starts_with(where)) throw;
       throw DataError(where + ": " + e.what());
     }
   }
