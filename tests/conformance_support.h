@@ -21,6 +21,11 @@ void add_rows(Keep keep) {
     if (keep(entry)) QTest::newRow(entry.id.c_str()) << QString::fromStdString(entry.id);
 }
 
+/// One data row per registered architecture.
+inline void add_all_rows() {
+  add_rows([](const ArchitectureEntry&) { return true; });
+}
+
 /// One data row per registered language model.
 inline void add_language_model_rows() {
   add_rows([](const ArchitectureEntry& e) { return e.task == Task::LanguageModel; });

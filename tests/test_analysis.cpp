@@ -200,15 +200,22 @@ class TestAnalysis : public QObject {
     QVERIFY(mid.to_table().find("oracle dynamic depth") != std::string::npos);
   }
 
-  void trainingOnlyOverridesAreNamed() {
-    // The overrides an evaluation warns about: options read in training only whose value changed, no other.
+  void overridesAreNamedByKind() {
+    // The overrides an evaluation warns about, by kind: options read in training only whose value changed, and other
+    // changed options but those meant for inference.
     const auto stored = schema_defaults(architecture("mod").options);
     auto model = stored;
     model["capacity"] = 0.5;
     model["router_weight"] = "logit";
     model["dropout"] = 0.3;
-    QCOMPARE(training_only_changes("mod", stored, model), (std::vector<std::string>{"dropout", "capacity"}));
-    QVERIFY(training_only_changes("mod", stored, stored).empty());
+    model["rope_scaling"] = "yarn";
+    model["rope_factor"] = 4.0;
+    model["norm_eps"] = 1e-3;
+    const auto overrides = model_overrides("mod", stored, model);
+    QCOMPARE(overrides.training_only, (std::vector<std::string>{"dropout", "capacity"}));
+    QCOMPARE(overrides.untrained, (std::vector<std::string>{"norm_eps", "router_weight"}));
+    const auto none = model_overrides("mod", stored, stored);
+    QVERIFY(none.training_only.empty() && none.untrained.empty());
   }
 
   void errorsNameTheRunAndKey() {

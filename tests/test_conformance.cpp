@@ -1,20 +1,21 @@
-// The conformance suite (issue 20): checks that hold for every registered architecture, written once and run for
-// each registry entry, one added later included. The configuration contract: an architecture's defaults resolve,
-// every option of its schema reaches its options structs (which state the defaults) and reads back as set, and
-// every option given a value outside its schema (below its minimum, above its maximum, an unknown choice, the
-// wrong type) or an unknown key is a ConfigError naming model.<key>. Checkpoints: every language model trained a
-// step, saved and loaded into a model of another seed gives the same logits and the same next step, and a run
-// stopped and resumed logs the same losses bit for bit as one trained through. The entry is
-// complete: a colour of its own, and for a language model a FLOPs model covering every layer whose priced share
-// stat the forward reports; an architecture with a benchmark hook reaches the share it is forced to. Every language
-// model is causal at inference; decoding token by token (batch 2, routing differently) equals the full forward and
-// leaves the cache the trace's KV count states, a prompt pass the cache its registered KV rule prices; the matrix
-// products ATen runs equal the priced FLOPs in inference and in training mode (the trace, exactly; in inference
-// also estimate_flops at the measured shares, within 1%), work computed and then masked included; a forward sized by
-// the previous one (the GPU's sized compactions, forced) repeats it; an evaluation run in shards and merged equals the
-// whole one. Steps declared capturable as CUDA graphs: test_graph_conformance. tests/example_architecture.h is registered
-// here for the whole suite: an architecture defined in one file of its own passes the same checks. Variants of
-// each architecture (options, styles) are covered by test_generation, test_flops and the architecture's suite.
+// The conformance suite (issue 20): checks that hold for every registered architecture, written once and run for each
+// registry entry, one added later included. The configuration contract: an architecture's defaults resolve, every
+// option of its schema reaches its options structs (which state the defaults) and reads back as set, and every option
+// given a value outside its schema (below its minimum, above its maximum, an unknown choice, the wrong type) or an
+// unknown key is a ConfigError naming model.<key>. Checkpoints: every language model trained a step, saved and loaded
+// into a model of another seed gives the same logits and the same next step, and a run stopped and resumed logs the
+// same losses bit for bit as one trained through. The entry is complete: a colour of its own, and for a language model
+// a FLOPs model covering every layer whose priced share stat the forward reports; an architecture with a benchmark hook
+// reaches the share it is forced to. Options marked as read in training only leave the eval-mode forward as it is,
+// options marked for inference the parameters. Every language model is causal at inference; decoding token by token
+// (batch 2, routing differently) equals the full forward and leaves the cache the trace's KV count states, a prompt
+// pass the cache its registered KV rule prices; the matrix products ATen runs equal the priced FLOPs in inference and
+// in training mode (the trace, exactly; in inference also estimate_flops at the measured shares, within 1%), work
+// computed and then masked included; a forward sized by the previous one (the GPU's sized compactions, forced) repeats
+// it; an evaluation run in shards and merged equals the whole one. Steps declared capturable as CUDA graphs:
+// test_graph_conformance. tests/example_architecture.h is registered here for the whole suite: an architecture defined
+// in one file of its own passes the same checks. Variants of each architecture (options, styles) are covered by
+// test_generation, test_flops and the architecture's suite.
 #include <QTemporaryDir>
 
 #include <atomic>
@@ -22,6 +23,7 @@
 #include <set>
 
 #include <cmath>
+#include <functional>
 #include <optional>
 #include <tuple>
 
@@ -34,6 +36,7 @@
 #include "core/inference/kv_cache.h"
 #include "core/models/blocks/attention.h"
 #include "core/models/blocks/routing.h"
+#include "core/models/classifier.h"
 #include "core/models/language_model.h"
 #include "core/models/registry.h"
 #include "core/report/builders/catalog.h"
@@ -122,6 +125,63 @@ std::vector<double> priced_shares(const ArchitectureEntry& entry, const ModelOut
   return shares;
 }
 
+/// A small eval-mode model of either task built from `section`, with its eval forward's logits on fixed inputs
+/// (a language model's routed share forced to one half where its entry can and `force_share` asks).
+struct EvalModel {
+  std::shared_ptr<torch::nn::Module> module;
+  std::function<torch::Tensor()> logits;
+};
+
+EvalModel eval_model(const ArchitectureEntry& entry, const nlohmann::json& section, bool force_share) {
+  torch::manual_seed(11);
+  const auto tokens = torch::randint(0, kVocab, {2, 24}, torch::kLong);
+  if (entry.task == Task::Classification) {
+    auto classifier = create_classifier(section, {kVocab, 32, 3});
+    classifier->eval();
+    const auto mask = torch::ones_like(tokens, torch::kBool);
+    return {classifier, [=] { return classifier->forward(tokens, mask, torch::Tensor()).logits; }};
+  }
+  auto lm = create_model(section, {kVocab, 32});
+  lm->eval();
+  if (force_share && entry.force_routed_share) entry.force_routed_share(*lm, tokens, 0.5);
+  return {lm, [=] { return lm->forward(tokens).logits; }};
+}
+
+/// The model of `base` with `key` set to `value`; none where the architecture's cross-field check refuses the value
+/// (MoD's capacity 0 cannot be set at all).
+std::optional<EvalModel> eval_model_with(const ArchitectureEntry& entry, nlohmann::json base, const std::string& key,
+                                         const nlohmann::json& value) {
+  base[key] = value;
+  try {
+    if (entry.check) entry.check(base, "model");
+  } catch (const ConfigError&) {
+    return std::nullopt;
+  }
+  return eval_model(entry, base, /*force_share=*/false);
+}
+
+/// Copies every parameter and buffer of `from` into `to` where both hold the same names with the same shapes (the
+/// same checkpoint loads into either); false, with a warning naming the tensor, where they differ.
+bool copy_same_tensors(torch::nn::Module& from, torch::nn::Module& to, const std::string& what) {
+  torch::NoGradGuard no_grad;
+  for (auto [mine, theirs] : {std::pair{to.named_parameters(), from.named_parameters()},
+                              std::pair{to.named_buffers(), from.named_buffers()}}) {
+    if (mine.size() != theirs.size()) {
+      qWarning("%s: other tensors", what.c_str());
+      return false;
+    }
+    for (auto& item : mine) {
+      const auto* same = theirs.find(item.key());
+      if (!same || same->sizes() != item.value().sizes()) {
+        qWarning("%s: %s differs", what.c_str(), item.key().c_str());
+        return false;
+      }
+      item.value().copy_(*same);
+    }
+  }
+  return true;
+}
+
 /// Valid values of an option other than its default: every other choice, the other truth value, the bounds of a
 /// number (or its default moved by one), a longer string, a short list.
 std::vector<nlohmann::json> other_values(const OptionSpec& spec) {
@@ -191,9 +251,7 @@ class TestConformance : public QObject {
     }
   }
 
-  void optionsReachTheModel_data() {
-    add_rows([](const ArchitectureEntry&) { return true; });
-  }
+  void optionsReachTheModel_data() { add_all_rows(); }
   void optionsReachTheModel() {
     // The schema is read into the architecture's options structs (whose defaults it states): the defaults read back
     // unchanged, and every option set to each other valid value reads back as that value with the rest unchanged,
@@ -214,9 +272,7 @@ class TestConformance : public QObject {
     }
   }
 
-  void entryIsComplete_data() {
-    add_rows([](const ArchitectureEntry&) { return true; });
-  }
+  void entryIsComplete_data() { add_all_rows(); }
   void entryIsComplete() {
     QFETCH(QString, arch);
     const auto& entry = architecture(arch.toStdString());
@@ -395,46 +451,50 @@ class TestConformance : public QObject {
     }
   }
 
-  void trainingOnlyOptionsLeaveInference_data() { add_language_model_rows(); }
+  void trainingOnlyOptionsLeaveInference_data() { add_all_rows(); }
   void trainingOnlyOptionsLeaveInference() {
     // An option the schema marks as read in training only (an eval override of it warns that it changes nothing)
     // changes neither the parameters nor the eval-mode forward of the same weights, at every other value it takes.
     QFETCH(QString, arch);
     const auto& entry = architecture(arch.toStdString());
-    torch::manual_seed(11);
     const auto base = small_model(entry);
-    auto reference = create_model(base, {kVocab, 32});
-    reference->eval();
-    const auto tokens = torch::randint(0, kVocab, {2, 24}, torch::kLong);
-    if (entry.force_routed_share) entry.force_routed_share(*reference, tokens, 0.5);
+    const auto reference = eval_model(entry, base, /*force_share=*/true);
     torch::NoGradGuard no_grad;
-    const auto expected = reference->forward(tokens).logits;
-    const auto weights = reference->named_parameters(), buffers = reference->named_buffers();
+    const auto expected = reference.logits();
     for (const auto& spec : entry.options) {
+      QVERIFY2(!(spec.training_only && spec.inference), spec.key.c_str());
       if (!spec.training_only) continue;
       for (const auto& value : other_values(spec)) {
         const auto what = spec.key + " = " + value.dump();
-        auto section = base;
-        section[spec.key] = value;
-        try {  // a value the architecture's cross-field check refuses (MoD's capacity 0) cannot be set at all
-          if (entry.check) entry.check(section, "model");
-        } catch (const ConfigError&) {
-          continue;
-        }
-        auto other = create_model(section, {kVocab, 32});
-        other->eval();
-        for (auto [mine, theirs] :
-             {std::pair{other->named_parameters(), weights}, std::pair{other->named_buffers(), buffers}}) {
-          QVERIFY2(mine.size() == theirs.size(), qPrintable(QString::fromStdString(what + ": other tensors")));
-          for (auto& item : mine) {
-            const auto* same = theirs.find(item.key());
-            QVERIFY2(same && same->sizes() == item.value().sizes(),
-                     qPrintable(QString::fromStdString(what + ": " + item.key() + " differs")));
-            item.value().copy_(*same);
-          }
-        }
-        QVERIFY2(torch::allclose(other->forward(tokens).logits, expected, 1e-6, 1e-6),
+        const auto other = eval_model_with(entry, base, spec.key, value);
+        if (!other) continue;
+        QVERIFY2(copy_same_tensors(*reference.module, *other->module, what), qPrintable(QString::fromStdString(what)));
+        QVERIFY2(torch::allclose(other->logits(), expected, 1e-6, 1e-6),
                  qPrintable(QString::fromStdString(what + ": the eval-mode forward changed")));
+      }
+    }
+  }
+
+  void inferenceOptionsKeepTheWeights_data() { add_all_rows(); }
+  void inferenceOptionsKeepTheWeights() {
+    // An option the schema marks as one an evaluation may set runs the trained weights at every other value it takes:
+    // the same parameters and buffers, of the same shapes, and a forward of finite logits.
+    QFETCH(QString, arch);
+    const auto& entry = architecture(arch.toStdString());
+    const auto base = small_model(entry);
+    const auto reference = eval_model(entry, base, /*force_share=*/true);
+    torch::NoGradGuard no_grad;
+    const auto expected = reference.logits();
+    for (const auto& spec : entry.options) {
+      if (!spec.inference) continue;
+      for (const auto& value : other_values(spec)) {
+        const auto what = spec.key + " = " + value.dump();
+        const auto other = eval_model_with(entry, base, spec.key, value);
+        if (!other) continue;
+        QVERIFY2(copy_same_tensors(*reference.module, *other->module, what), qPrintable(QString::fromStdString(what)));
+        const auto logits = other->logits();
+        QVERIFY2(logits.sizes() == expected.sizes() && torch::isfinite(logits).all().item<bool>(),
+                 qPrintable(QString::fromStdString(what + ": no forward of the trained weights")));
       }
     }
   }
@@ -598,9 +658,7 @@ class TestConformance : public QObject {
     }
   }
 
-  void namedFiguresAndTablesRender_data() {
-    add_rows([](const ArchitectureEntry&) { return true; });
-  }
+  void namedFiguresAndTablesRender_data() { add_all_rows(); }
   void namedFiguresAndTablesRender() {
     // Every named figure and table, asked for two short runs of the architecture, either builds with data (a figure
     // also its CSV and pgfplots exports) or refuses with a ConfigError or DataError naming itself; nothing else is

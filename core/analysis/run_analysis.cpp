@@ -67,21 +67,24 @@ StoredRun read_stored_run(const std::string& db_path, std::int64_t run_id, const
   if (trained.contains("n_head") && now.contains("n_head") && trained.at("n_head") != now.at("n_head"))
     throw ConfigError(where + ": model.n_head: the run was trained with " + trained.at("n_head").dump() +
                       " heads, and its weights are read per head: an evaluation cannot change them");
-  for (const auto& key : training_only_changes(run.arch, trained, now))
+  const auto overrides = model_overrides(run.arch, trained, now);
+  for (const auto& key : overrides.training_only)
     logger("core")->warn(
         "{}: model.{} is read in training only: {}'s eval-mode forward does not depend on it, so "
         "this evaluation is the one without the override",
         where, key, run.arch);
+  for (const auto& key : overrides.untrained)
+    logger("core")->warn("{}: model.{}: the run was trained with {}; this evaluation runs its weights with {}", where,
+                         key, trained.at(key).dump(), now.at(key).dump());
   return run;
 }
 
-std::vector<std::string> training_only_changes(const std::string& arch, const nlohmann::json& stored,
-                                               const nlohmann::json& model) {
-  std::vector<std::string> out;
+ModelOverrides model_overrides(const std::string& arch, const nlohmann::json& stored, const nlohmann::json& model) {
+  ModelOverrides out;
   for (const auto& spec : architecture(arch).options)
-    if (spec.training_only && stored.contains(spec.key) && model.contains(spec.key) &&
+    if (!spec.inference && stored.contains(spec.key) && model.contains(spec.key) &&
         stored.at(spec.key) != model.at(spec.key))
-      out.push_back(spec.key);
+      (spec.training_only ? out.training_only : out.untrained).push_back(spec.key);
   return out;
 }
 

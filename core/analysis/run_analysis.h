@@ -66,11 +66,16 @@ struct StoredRun {
 StoredRun read_stored_run(const std::string& db_path, std::int64_t run_id, const std::vector<std::string>& sets = {},
                           std::int64_t step = 0);
 
-/// The model options of architecture `arch` read in training only (OptionSpec::training_only) whose value in `model`
-/// differs from `stored`'s (the run's resolved model section): an evaluation with them is the evaluation without
-/// them, which read_stored_run says in a warning.
-std::vector<std::string> training_only_changes(const std::string& arch, const nlohmann::json& stored,
-                                               const nlohmann::json& model);
+/// The model options of architecture `arch` whose value in `model` differs from `stored`'s (the run's resolved model
+/// section), in schema order, by what an evaluation with them is (read_stored_run warns of both kinds).
+struct ModelOverrides {
+  /// Read in training only (OptionSpec::training_only): the evaluation is the one without them.
+  std::vector<std::string> training_only;
+  /// Neither that nor meant for inference (OptionSpec::inference): the weights run with a value other than the one
+  /// they were trained with (say model.norm_eps or rope_theta).
+  std::vector<std::string> untrained;
+};
+ModelOverrides model_overrides(const std::string& arch, const nlohmann::json& stored, const nlohmann::json& model);
 
 /// Opens run `run_id` of the store `db_path` ("" = the default store) with the weights of its checkpoint at
 /// `step` (0 = the latest). `sets` ("model.exit_threshold=0.9") are applied to the stored config; an option that

@@ -87,6 +87,12 @@ class OptionTable {
     return *this;
   }
 
+  /// Marks the option added last as one an evaluation may set (OptionSpec::inference).
+  OptionTable& inference() {
+    rows_.back().spec.inference = true;
+    return *this;
+  }
+
   /// The schema: one spec per option in table order, its default written from the defaults struct (a resolved
   /// option's: its sentinel).
   OptionSchema schema() const {

@@ -135,6 +135,7 @@ nlohmann::json schema_to_json(const OptionSchema& schema) {
     if (spec.max) o["max"] = *spec.max;
     if (!spec.choices.empty()) o["choices"] = spec.choices;
     if (spec.training_only) o["training_only"] = true;
+    if (spec.inference) o["inference"] = true;
     out.push_back(o);
   }
   return out;

@@ -24,6 +24,11 @@ struct OptionSpec {
   /// Read in training (or at initialisation) only: the eval-mode forward of the same weights does not depend on it
   /// (the conformance suite checks it for every language model), so an evaluation that overrides it says so.
   bool training_only = false;
+  /// Meant to be set for an evaluation: it chooses how the trained weights are run (an inference knob such as TSA's
+  /// inference mode or RoPE scaling, or a computation with the same result) and leaves the parameters as they are
+  /// (the conformance suite checks that). An evaluation that overrides any other option that was neither this nor
+  /// training_only says that the weights were trained with another value.
+  bool inference = false;
 };
 
 using OptionSchema = std::vector<OptionSpec>;

@@ -40,9 +40,12 @@ const OptionTable<TransformerOptions>& transformer_options_table() {
         .choice(ROUTELAB_OPTION(rope_scaling), {"none", "linear", "yarn"},
                 "RoPE context extension for evaluation beyond the training length: linear position interpolation "
                 "or YaRN (llama style)")
+        .inference()
         .value(ROUTELAB_OPTION(rope_factor), T::Float, "context-extension factor s of rope_scaling", 1, 1024)
+        .inference()
         .value(ROUTELAB_OPTION(rope_original_context), T::Int,
                "training context YaRN's ramp refers to (0: max_seq_len)", 0, 1 << 22)
+        .inference()
         .value(ROUTELAB_OPTION(norm_eps), T::Float, "normalisation epsilon", 1e-12, 1)
         .value(ROUTELAB_OPTION(dropout), T::Float,
                "dropout on attention probabilities and residual updates in training", 0, 0.9)

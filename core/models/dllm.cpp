@@ -337,6 +337,7 @@ const OptionTable<DLLMOptions>& dllm_options_table() {
         .training_only()
         .value(ROUTELAB_OPTION(threshold), T::Float,
                "at inference a token executes iff its execute probability reaches this", 0, 1)
+        .inference()
         .choice(ROUTELAB_OPTION(eviction), {"multiplicative", "additive"},
                 "how skipped tokens are hidden as keys in training; multiplicative: probabilities times the execute "
                 "flag, renormalised (official, router gets a gradient); additive: -inf mask (DTRNet port)")

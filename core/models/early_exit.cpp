@@ -236,6 +236,7 @@ const OptionTable<EarlyExitOptions>& early_exit_options_table() {
             "eval-only confidence threshold tau (no parameters): a token exits after the first block whose head's "
             "max softmax probability is >= tau; 1 disables exiting (the full model)",
             0.0, 1.0)
+        .inference()
         .value(ROUTELAB_OPTION(shared_exit_norm), T::Bool,
                "every exit head reuses the final norm (default: each earlier exit has its own norm; the projection "
                "is always the tied embedding)");

@@ -23,20 +23,25 @@ const OptionTable<TagatOptions>& tagat_options_table() {
         .value(ROUTELAB_OPTION(top_k), T::Int, "experts per token k (softmax over the k selected gate logits)", 1, 64)
         .value(ROUTELAB_OPTION(dropout), T::Float,
                "dropout inside the experts' FFN and on the [CLS] state before the head", 0, 0.9)
+        .training_only()
         .choice(ROUTELAB_OPTION(film), {"one_plus_gamma", "raw"},
                 "one_plus_gamma: (1 + gamma) * expert + beta, experts pass through at init; raw: the paper's gamma * "
                 "expert + beta (gamma ~ 0 at init suppresses the experts)")
         .value(ROUTELAB_OPTION(lambda_ent), T::Float,
                "weight of the mean routing entropy (minimised: confident routing); paper: 2 balanced, 1 specialised", 0,
                1e4)
+        .training_only()
         .value(ROUTELAB_OPTION(lambda_bal), T::Float,
                "weight of the L2 load balance sum_i (u_i - 1/N)^2; paper: 3 balanced, 1 specialised", 0, 1e4)
+        .training_only()
         .choice(ROUTELAB_OPTION(balance), {"mean_load", "per_layer"},
                 "mean_load: sum_i (u_i - 1/N)^2 of the loads averaged over the layers (the paper's Listing 9; a layer "
                 "may keep dead experts if the mean is even); per_layer: the mean over layers of each layer's sum")
+        .training_only()
         .choice(ROUTELAB_OPTION(dispatch), {"sparse", "dense"},
                 "sparse: an expert's queries and FFN run only on its routed tokens (keys/values cover the sequence); "
                 "dense: every expert on every token (the test oracle, same result)")
+        .inference()
         .choice(ROUTELAB_OPTION(positional), {"sinusoidal", "learned"},
                 "sinusoidal (the paper's code) or learned positions")
         .value(ROUTELAB_OPTION(segments), T::Bool,

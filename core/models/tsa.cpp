@@ -355,7 +355,8 @@ const OptionTable<TsaOptions>& tsa_options_table() {
         .choice(ROUTELAB_OPTION(inference), {"soft", "sparse"},
                 "eval-mode execution (no parameters; training is always soft): soft gates updates by (1 - p) as in "
                 "training; sparse (§3.6) skips the FFN of tokens with p > 0.5 and gates the dense attention update "
-                "by 1[p <= 0.5] (1 - p)");
+                "by 1[p <= 0.5] (1 - p)")
+        .inference();
     return t;
   }();
   return table;

@@ -18,8 +18,10 @@ const OptionTable<VanillaClassifierOptions>& vanilla_classifier_options_table() 
         .value(ROUTELAB_OPTION(n_head), T::Int, "attention heads (must divide n_embd)", 1, 256)
         .value(ROUTELAB_OPTION(d_ff), T::Int, "feed-forward width (notebook: 512)", 1, 1 << 20)
         .value(ROUTELAB_OPTION(dropout), T::Float, "dropout inside the encoder layers (torch default)", 0, 0.9)
+        .training_only()
         .value(ROUTELAB_OPTION(pool_dropout), T::Float, "dropout on the mean-pooled representation (notebook: 0.4)", 0,
-               0.9);
+               0.9)
+        .training_only();
     return t;
   }();
   return table;
