@@ -19,7 +19,6 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
-#include <functional>
 #include <iterator>
 #include <limits>
 #include <stdexcept>
@@ -171,15 +170,5 @@ class ReadOnlyView {
   std::string file_;
   bool mounted_ = false, moved_ = false;
 };
-
-/// The message of what `fn` throws ("" when it throws nothing).
-inline std::string what(const std::function<void()>& fn) {
-  try {
-    fn();
-  } catch (const std::exception& e) {
-    return e.what();
-  }
-  return "";
-}
 
 }  // namespace routelab::test

@@ -29,7 +29,10 @@ struct SuiteEntry {
 extern const SuiteEntry suites[];
 extern const int suite_count;
 
-/// The message of the exception `f` throws as E, or "<no exception>" (which no expected message contains).
+/// What error_of returns when nothing was thrown (no expected message contains it).
+inline const std::string kNoException = "<no exception>";
+
+/// The message of the exception `f` throws as E, or kNoException.
 template <typename E, typename F>
 std::string error_of(F&& f) {
   try {
@@ -37,7 +40,7 @@ std::string error_of(F&& f) {
   } catch (const E& e) {
     return e.what();
   }
-  return "<no exception>";
+  return kNoException;
 }
 
 inline bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }

@@ -100,7 +100,7 @@ class TestRunLease : public QObject {
     QCOMPARE(lease->holder.host, this_process().host);
     QCOMPARE(liveness(lease->holder), Liveness::Alive);
     // The holder (this very process) is alive: a second writer is refused, and the message names the holder.
-    const auto refused = what([&] { store.acquire_lease(id); });
+    const auto refused = error_of<std::exception>([&] { store.acquire_lease(id); });
     QVERIFY2(refused.find("is being written by process " + std::to_string(::getpid())) != std::string::npos,
              refused.c_str());
     QCOMPARE(store.lease(id)->token, token);
@@ -181,7 +181,7 @@ class TestRunLease : public QObject {
     RawDb(db_path()).exec("UPDATE runs SET lease_host = 'another-host', heartbeat_at = heartbeat_at - 100 "
                           "WHERE id = " + std::to_string(id));
     QCOMPARE(store.mark_stale_runs_crashed(0.0), 0);  // nothing here proves it gone
-    const auto refused = what([&] { store.acquire_lease(id); });
+    const auto refused = error_of<std::exception>([&] { store.acquire_lease(id); });
     QVERIFY2(refused.find("--takeover-after") != std::string::npos, refused.c_str());
     QVERIFY_THROWS_EXCEPTION(StoreError, store.acquire_lease(id, /*takeover_after_s=*/1000.0));
     const auto token = store.acquire_lease(id, /*takeover_after_s=*/60.0);
@@ -250,13 +250,13 @@ class TestRunLease : public QObject {
     RunStore store(db_path());
     NewRun row = sample_run();
     row.name = name.toStdString();
-    const auto create = what([&] { store.create_run(row); });
-    QCOMPARE(create.empty(), accepted);
+    const auto create = error_of<std::exception>([&] { store.create_run(row); });
+    QCOMPARE(create == kNoException, accepted);
     const auto id = store.create_run(sample_run());
     RunPatch patch;
     patch.name = name.toStdString();
-    const auto rename = what([&] { store.patch_run(id, patch); });
-    QCOMPARE(rename.empty(), accepted);
+    const auto rename = error_of<std::exception>([&] { store.patch_run(id, patch); });
+    QCOMPARE(rename == kNoException, accepted);
     if (!accepted) QVERIFY2(rename.find(db_path()) != std::string::npos, rename.c_str());
     QCOMPARE(store.run(id)->name, accepted ? name.toStdString() : sample_run().name);
   }
@@ -283,7 +283,7 @@ class TestRunLease : public QObject {
       QCOMPARE(store.run(id)->status, RunStatus::Running);
       QCOMPARE(store.metric(id, "train/loss").size(), std::size_t{1});
       QCOMPARE(store.mark_stale_runs_crashed(), 0);
-      const auto refused = what([&] { store.create_run(sample_run()); });
+      const auto refused = error_of<std::exception>([&] { store.create_run(sample_run()); });
       QVERIFY2(refused.find(db) != std::string::npos, refused.c_str());
     }
   }

@@ -188,8 +188,8 @@ class TestStoreMigrations : public QObject {
       QCOMPARE(store.checkpoints(id).size(), std::size_t{1});
       QVERIFY(!store.checkpoints(id).front().crc32.has_value());
       QCOMPARE(store.run_tokenizer(id), std::string());  // a table of version 4, read from the copy
-      const auto create = what([&] { store.create_run(sample_run()); });
-      const auto insert = what([&] { store.insert_metrics(id, {{"train/loss", 3, 12.0, 2.0}}); });
+      const auto create = error_of<std::exception>([&] { store.create_run(sample_run()); });
+      const auto insert = error_of<std::exception>([&] { store.insert_metrics(id, {{"train/loss", 3, 12.0, 2.0}}); });
       for (const auto& refused : {create, insert})
         QVERIFY2(refused.find(db) != std::string::npos && refused.find("readonly") != std::string::npos,
                  refused.c_str());
