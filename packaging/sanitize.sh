@@ -20,9 +20,9 @@ if [ "$routelab_torch" = pip ]; then suffix=-pip; fi
 build="${ROUTELAB_BUILD_DIR:-$root/build-sanitize$suffix}"
 ROUTELAB_BUILD_DIR="$build" bash "$root/packaging/build.sh" --torch "$routelab_torch" -DCMAKE_CXX_FLAGS=-g1 \
   -DROUTELAB_BUILD_GUI=$gui -DROUTELAB_SANITIZE=address,undefined
-# LibTorch and its libraries keep allocations until exit that LeakSanitizer would report in every suite: leaks are
-# not checked. Every other report stops the process with a non-zero status and its stack.
-export ASAN_OPTIONS="detect_leaks=0:halt_on_error=1:exitcode=86${ASAN_OPTIONS:+:$ASAN_OPTIONS}"
+# Every report, a leak at exit included (LeakSanitizer), stops the process with a non-zero status and its stack;
+# ASAN_OPTIONS=detect_leaks=0 in the environment leaves leaks unchecked.
+export ASAN_OPTIONS="detect_leaks=1:halt_on_error=1:exitcode=86${ASAN_OPTIONS:+:$ASAN_OPTIONS}"
 ubsan="halt_on_error=1:print_stacktrace=1:suppressions=$root/packaging/ubsan.supp"
 export UBSAN_OPTIONS="$ubsan${UBSAN_OPTIONS:+:$UBSAN_OPTIONS}"
 export QT_QPA_PLATFORM=offscreen
