@@ -7,14 +7,14 @@ manifest of `prepare`'s byte-level output), corpora of random bytes, nothing, a 
 SentencePiece tokenizers (a damaged model file for `tokenizer show`, `train` and `prepare`, a run store's stored
 tokenizer damaged, `tokenizer train` on such corpora at sizes in and out of range), and command lines (`args`: a
 subcommand with options and positionals drawn from its own --help, given values in and out of their type and range,
-the benchmarks' numbers small; `bench`: the benchmarks alone). Each case runs a command on it (train, eval, generate,
-resume, profile, kv, runs, show, export, compare, sweep (--dry-run, or a sweep shrunk to 2-step runs), and for `args`
-every subcommand but `tokenizer train`, `bench shards`, `bench contention` and `bench dist`). A finding is a process
-killed by a signal, a sanitizer report, an uncaught exception, an exception from outside RouteLab's errors (the CLI's
-"unexpected error", which names no file or key) or a case past the time limit (for `args` listed apart: a command
-line may ask for long work); a clear error or success is not (a clear error that names none of the damaged files is
-listed apart for review). Run it against the sanitized CLI (packaging/sanitize.sh builds it); outside CI. Exit status
-1 when anything was found.
+the benchmarks' numbers small; `bench`: the benchmarks alone). Each case runs a command on it (train, eval,
+generate, resume, profile, kv, runs, show, export, compare, sweep (--dry-run, or a sweep shrunk to 2-step runs), and
+for `args` every subcommand but `tokenizer train`, `bench shards`, `bench contention` and `bench dist`). A finding
+is a process killed by a signal, a sanitizer report (a leak at exit included), an uncaught exception, an exception
+from outside RouteLab's errors (the CLI's "unexpected error", which names no file or key) or a case past the time
+limit (for `args` listed apart: a command line may ask for long work); a clear error or success is not (a clear
+error that names none of the damaged files is listed apart for review). Run it against the sanitized CLI
+(packaging/sanitize.sh builds it); outside CI. Exit status 1 when anything was found.
 
   python3 packaging/fuzz-cli.py [--cli build-sanitize/app/routelab-cli] [--cases 100] [--seed 1]
                                 [--kinds config,checkpoint,store,shards,corpus,sweep,tokenizer,args,bench]
@@ -66,7 +66,7 @@ class Fuzz:
         self.cli, self.work, self.timeout = os.path.abspath(args.cli), args.work, args.timeout
         self.findings, self.slow, self.unnamed, self.outcomes = [], [], [], {"ok": 0, "clear error": 0}
         self.env = dict(os.environ, ROUTELAB_HOME=os.path.join(self.work, "home"),
-                        ASAN_OPTIONS="detect_leaks=0:halt_on_error=1:exitcode=86",
+                        ASAN_OPTIONS="detect_leaks=1:halt_on_error=1:exitcode=86",
                         UBSAN_OPTIONS="halt_on_error=1:print_stacktrace=1:suppressions=" +
                         os.path.join(ROOT, "packaging", "ubsan.supp"))
         self.verbose = args.verbose
