@@ -10,8 +10,10 @@
 #include <QHeaderView>
 #include <QKeySequence>
 #include <QLabel>
+#include <QLineEdit>
 #include <QPlainTextEdit>
 #include <QPushButton>
+#include <QRegularExpression>
 #include <QScrollArea>
 #include <QSpinBox>
 #include <QSplitter>
@@ -23,9 +25,11 @@
 #include <cmath>
 #include <functional>
 #include <list>
+#include <tuple>
 #include <utility>
 
 #include "core/analysis/token_trace.h"
+#include "core/models/registry.h"
 #include "core/store/run_store.h"
 #include "core/util/errors.h"
 #include "core/util/logging.h"
@@ -42,6 +46,61 @@ constexpr const char* kDefaultText = "In the beginning God created the heaven an
 
 QString runLabel(const RunSummary& r) {
   return QStringLiteral("%1 · %2 · %3 · %4").arg(r.id).arg(r.name, r.arch, r.status);
+}
+
+/// A run combo item's role holding the options field's tooltip for that run.
+constexpr int kOptionsHelpRole = Qt::UserRole + 1;
+
+/// The options field's tooltip for run `r`: its architecture's options marked for inference, each with its values and
+/// the value the run was trained with.
+QString optionsHelp(const RunSummary& r) {
+  QStringList lines{QObject::tr("Model options to trace run %1 with, as key=value separated by spaces (any model "
+                                "option; the log names one the weights were not trained with).")
+                        .arg(r.id)};
+  try {
+    for (const OptionSpec& spec : architecture(r.arch.toStdString()).options) {
+      if (!spec.inference) continue;
+      QString values;
+      if (!spec.choices.empty()) {
+        QStringList choices;
+        for (const auto& c : spec.choices) choices << QString::fromStdString(c);
+        values = choices.join(QStringLiteral(" | "));
+      } else if (spec.min && spec.max) {
+        values = QStringLiteral("%1 – %2").arg(*spec.min).arg(*spec.max);
+      }
+      const QVariant trained = r.config.value(QStringLiteral("model.") + QString::fromStdString(spec.key));
+      lines << QStringLiteral("%1: %2%3 — %4")
+                   .arg(QString::fromStdString(spec.key), values,
+                        trained.isValid() ? QObject::tr(" (trained: %1)").arg(trained.toString()) : QString(),
+                        QString::fromStdString(spec.help));
+    }
+  } catch (const std::exception&) {  // an architecture this build does not know: its runs cannot be traced either
+  }
+  if (lines.size() == 1) lines << QObject::tr("%1 has no options marked for inference.").arg(r.arch);
+  return lines.join(QLatin1Char('\n'));
+}
+
+/// The overrides typed in an options field ("inference=sparse threshold=0.3", spaces or commas between) as
+/// "model.key=value"; an item without a key and '=' goes to `bad` and stops the reading.
+QStringList modelSets(const QString& typed, QString* bad) {
+  QStringList sets;
+  static const QRegularExpression separators(QStringLiteral("[\\s,]+"));
+  for (QString item : typed.split(separators, Qt::SkipEmptyParts)) {
+    if (item.startsWith(QStringLiteral("model."))) item = item.mid(6);
+    if (item.indexOf(QLatin1Char('=')) <= 0) {
+      *bad = item;
+      return {};
+    }
+    sets << QStringLiteral("model.") + item;
+  }
+  return sets;
+}
+
+/// The overrides as the header shows them: "inference=sparse threshold=0.3".
+QString setsText(const QStringList& sets) {
+  QStringList shown;
+  for (const QString& set : sets) shown << set.mid(6);
+  return shown.join(QLatin1Char(' '));
 }
 
 /// Line breaks, tabs and spaces made visible, as in the token view.
@@ -75,7 +134,8 @@ QTableWidgetItem* number(double value, int decimals = 4) {
 struct InspectorWorker::Cache {
   std::unique_ptr<RunStore> store;
   /// Most recently used first.
-  std::list<std::pair<std::pair<qint64, qint64>, std::unique_ptr<TraceableRun>>> models;
+  using Key = std::tuple<qint64, qint64, QString>;  ///< run, step, overrides
+  std::list<std::pair<Key, std::unique_ptr<TraceableRun>>> models;
 };
 
 InspectorWorker::InspectorWorker(QString dbPath) : dbPath_(std::move(dbPath)), cache_(std::make_unique<Cache>()) {}
@@ -99,15 +159,18 @@ void InspectorWorker::listCheckpoints(int side, qint64 runId) {
 
 void InspectorWorker::trace(const InspectorRequest& request) {
   QVector<InspectorResult> results;
-  for (const auto& [runId, step] : request.runs) {
+  for (const auto& [runId, step, sets] : request.runs) {
     InspectorResult result;
     result.runId = runId;
+    result.sets = sets;
     try {
       auto& models = cache_->models;
-      const std::pair<qint64, qint64> key{runId, step};
+      const Cache::Key key{runId, step, sets.join(QLatin1Char(' '))};
       auto it = std::find_if(models.begin(), models.end(), [&](const auto& entry) { return entry.first == key; });
       if (it == models.end()) {
-        auto run = std::make_unique<TraceableRun>(open_traceable(dbPath_.toStdString(), runId, step));
+        std::vector<std::string> overrides;
+        for (const QString& set : sets) overrides.push_back(set.toStdString());
+        auto run = std::make_unique<TraceableRun>(open_traceable(dbPath_.toStdString(), runId, step, overrides));
         models.emplace_front(key, std::move(run));
         while (static_cast<int>(models.size()) > kCachedModels) models.pop_back();
       } else {
@@ -154,8 +217,16 @@ TokenInspector::TokenInspector(StoreService* store, QWidget* parent) : QWidget(p
     steps_[side] = new QComboBox(this);
     steps_[side]->setObjectName(QStringLiteral("inspectorStep%1").arg(side));
     steps_[side]->setToolTip(tr("Checkpoint (step) whose weights are used"));
-    connect(runs_[side], qOverload<int>(&QComboBox::currentIndexChanged), this,
-            [this, side](int) { requestCheckpoints(side); });
+    options_[side] = new QLineEdit(this);
+    options_[side]->setObjectName(QStringLiteral("inspectorOptions%1").arg(side));
+    options_[side]->setPlaceholderText(tr("options: key=value …"));
+    options_[side]->setClearButtonEnabled(true);
+    options_[side]->setMinimumWidth(fontMetrics().horizontalAdvance(QStringLiteral("rope_scaling=yarn rope_factor=4")));
+    connect(options_[side], &QLineEdit::returnPressed, this, &TokenInspector::runTrace);
+    connect(runs_[side], qOverload<int>(&QComboBox::currentIndexChanged), this, [this, side](int) {
+      options_[side]->setToolTip(runs_[side]->currentData(kOptionsHelpRole).toString());
+      requestCheckpoints(side);
+    });
   }
   compare_ = new QCheckBox(tr("compare with"), this);
   compare_->setObjectName(QStringLiteral("inspectorCompare"));
@@ -185,9 +256,11 @@ TokenInspector::TokenInspector(StoreService* store, QWidget* parent) : QWidget(p
   auto* rowA = new QHBoxLayout;
   rowA->addWidget(runs_[0], 1);
   rowA->addWidget(steps_[0]);
+  rowA->addWidget(options_[0]);
   auto* rowB = new QHBoxLayout;
   rowB->addWidget(runs_[1], 1);
   rowB->addWidget(steps_[1]);
+  rowB->addWidget(options_[1]);
   choose->addRow(tr("run"), rowA);
   choose->addRow(compare_, rowB);
   auto* options = new QHBoxLayout;
@@ -281,7 +354,10 @@ void TokenInspector::onRunsLoaded(const QList<RunSummary>& runs) {
     }
     const QSignalBlocker blocker(combo);
     combo->clear();
-    for (const RunSummary& r : runs) combo->addItem(runLabel(r), r.id);
+    for (const RunSummary& r : runs) {
+      combo->addItem(runLabel(r), r.id);
+      combo->setItemData(combo->count() - 1, optionsHelp(r), kOptionsHelpRole);
+    }
     const int index = combo->findData(current);
     combo->setCurrentIndex(index >= 0 ? index : (combo->count() > 0 ? 0 : -1));
     if (combo->currentData().toLongLong() != current) requestCheckpoints(combo == runs_[0] ? 0 : 1);
@@ -330,6 +406,7 @@ void TokenInspector::updateControls() {
   const bool compare = compare_->isChecked();
   runs_[1]->setEnabled(compare);
   steps_[1]->setEnabled(compare);
+  options_[1]->setEnabled(compare);
   const bool haveA = steps_[0]->count() > 0, haveB = steps_[1]->count() > 0;
   runButton_->setEnabled(!busy_ && haveA && (!compare || haveB));
   const bool sameLayers = results_.size() == 2 && results_[0].ok && results_[1].ok &&
@@ -349,7 +426,13 @@ void TokenInspector::runTrace() {
       status_->setText(tr("Choose a run with a checkpoint first."));
       return;
     }
-    request.runs.push_back({runId, steps_[side]->currentData().toLongLong()});
+    QString bad;
+    const QStringList sets = modelSets(options_[side]->text(), &bad);
+    if (!bad.isEmpty()) {
+      status_->setText(tr("Run %1's options: '%2' is not key=value").arg(runId).arg(bad));
+      return;
+    }
+    request.runs.push_back({runId, steps_[side]->currentData().toLongLong(), sets});
   }
   busy_ = true;
   updateControls();
@@ -399,6 +482,7 @@ void TokenInspector::render() {
                        .arg(r.step)
                        .arg(r.layerCount)
                        .arg(r.trace.tokens.size());
+    if (!r.sets.isEmpty()) what += QStringLiteral(" · ") + setsText(r.sets);
     if (r.trace.task == QLatin1String("classification") && r.trace.predicted >= 0)
       what += tr(" · predicted %1 (p %2)")
                   .arg(r.trace.labels.value(r.trace.predicted))

@@ -1,13 +1,14 @@
-// TokenInspector (issue 7): type or paste any text, choose a stored run and checkpoint (and optionally a second
-// run to compare), and see each run's token x layer routing map and the model's next-token predictions per
-// position (classifiers: the experts per token and the class probabilities), with a difference map when the
-// two runs have the same layers. Runs come from StoreService; checkpoints and traces are read on a worker thread
-// (InspectorWorker), which keeps the loaded models cached per (run, step).
+// TokenInspector (issue 7): type or paste any text, choose a stored run and checkpoint (and optionally a second run to
+// compare, or the same run with other inference options), and see each run's token x layer routing map and the model's
+// next-token predictions per position (classifiers: the experts per token and the class probabilities), with a
+// difference map when the two runs have the same layers. Runs come from StoreService; checkpoints and traces are read
+// on a worker thread (InspectorWorker), which keeps the loaded models cached per (run, step, options).
 #pragma once
 #include <QList>
 #include <QMetaType>
 #include <QObject>
 #include <QString>
+#include <QStringList>
 #include <QVector>
 #include <QWidget>
 
@@ -20,6 +21,7 @@
 class QCheckBox;
 class QComboBox;
 class QLabel;
+class QLineEdit;
 class QPlainTextEdit;
 class QPushButton;
 class QSpinBox;
@@ -36,18 +38,24 @@ struct InspectorResult {
   qint64 runId = 0;
   qint64 step = 0;       ///< the checkpoint's step
   QString name, arch;
+  QStringList sets;      ///< the model overrides it ran with ("model.inference=sparse")
   bool ok = false;
   QString error;         ///< when !ok
   int layerCount = 0;    ///< the model's layers
   ProbeSnapshot trace;   ///< tokens, per-layer routing, token data, predictions
 };
 
-/// What a Run asks for: the text through one or two (run, step) pairs (step 0 = the latest checkpoint).
+/// What a Run asks for: the text through one or two runs, each at a checkpoint with model overrides.
 struct InspectorRequest {
+  struct Run {
+    qint64 id = 0;
+    qint64 step = 0;   ///< 0 = the latest checkpoint
+    QStringList sets;  ///< "model.key=value", as `eval --set` takes them
+  };
   qint64 id = 0;
   QString text;
   int topK = 5;
-  QVector<std::pair<qint64, qint64>> runs;
+  QVector<Run> runs;
 };
 
 /// Lives on the inspector's thread: its own store connection for the checkpoint lists, and the loaded models.
@@ -86,6 +94,9 @@ class TokenInspector : public QWidget {
   /// side 0: the run; side 1: the run to compare with.
   QComboBox* runCombo(int side) const { return runs_[side]; }
   QComboBox* stepCombo(int side) const { return steps_[side]; }
+  /// The model options a side's run is traced with, typed as key=value (its tooltip lists the architecture's
+  /// inference options: TSA's mode, thresholds, RoPE scaling).
+  QLineEdit* optionsEdit(int side) const { return options_[side]; }
   QCheckBox* compareCheck() const { return compare_; }
   QCheckBox* differenceCheck() const { return difference_; }
   QComboBox* colourBy() const { return colourBy_; }
@@ -130,6 +141,7 @@ class TokenInspector : public QWidget {
   QPlainTextEdit* text_ = nullptr;
   QComboBox* runs_[2] = {nullptr, nullptr};
   QComboBox* steps_[2] = {nullptr, nullptr};
+  QLineEdit* options_[2] = {nullptr, nullptr};
   QCheckBox* compare_ = nullptr;
   QCheckBox* difference_ = nullptr;
   QComboBox* colourBy_ = nullptr;

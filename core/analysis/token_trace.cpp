@@ -73,13 +73,14 @@ TokenTrace trace_text(LoadedRun& run, const std::string& text, const TraceTextOp
   return trace;
 }
 
-TraceableRun open_traceable(const std::string& db_path, std::int64_t run_id, std::int64_t step) {
+TraceableRun open_traceable(const std::string& db_path, std::int64_t run_id, std::int64_t step,
+                            const std::vector<std::string>& sets) {
   TraceableRun run;
   run.run_id = run_id;
   StoredRun stored = read_stored_run(db_path, run_id, {}, step);
   if (architecture(stored.arch).task != Task::Classification) {
     // Language models: the analysis loader (config, dataset, weights) as every other analysis.
-    run.lm = std::make_unique<LoadedRun>(load_run(stored.db_path, run_id, {}, step));
+    run.lm = std::make_unique<LoadedRun>(load_run(stored.db_path, run_id, sets, step));
     run.task = Task::LanguageModel;
     run.name = run.lm->name;
     run.arch = run.lm->config.arch();
@@ -88,7 +89,7 @@ TraceableRun open_traceable(const std::string& db_path, std::int64_t run_id, std
     run.num_layers = run.lm->config.model().value("n_layer", std::int64_t{0});
     return run;
   }
-  auto loaded = load_classifier_run(stored.db_path, run_id, {}, step);
+  auto loaded = load_classifier_run(stored.db_path, run_id, sets, step);
   run.task = Task::Classification;
   run.name = loaded.name;
   run.arch = stored.arch;

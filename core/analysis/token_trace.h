@@ -52,8 +52,10 @@ struct TraceableRun {
   torch::Device device = torch::kCPU;
 };
 
-/// Opens run `run_id` of `db_path` at the checkpoint of `step` (0 = latest). Errors as load_run.
-TraceableRun open_traceable(const std::string& db_path, std::int64_t run_id, std::int64_t step = 0);
+/// Opens run `run_id` of `db_path` at the checkpoint of `step` (0 = latest), with the overrides `sets`
+/// ("model.inference=sparse") applied as load_run applies them. Errors as load_run.
+TraceableRun open_traceable(const std::string& db_path, std::int64_t run_id, std::int64_t step = 0,
+                            const std::vector<std::string>& sets = {});
 
 /// Traces `text` through either kind of run. A classifier reads a sentence pair: the premise and the hypothesis
 /// separated by the first line break, tab or " ||| " (a single sentence is read as the premise with an empty
