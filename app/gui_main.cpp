@@ -7,6 +7,7 @@
 #include <QDir>
 #include <QDockWidget>
 #include <QFileInfo>
+#include <QLineEdit>
 #include <QPlainTextEdit>
 #include <QTabWidget>
 #include <QThread>
@@ -92,10 +93,19 @@ void queueSweep(routelab::MainWindow& window, const QString& path) {
 
 /// --inspect: shows the token inspector with `runId` (and `withId` to compare) once the runs list arrived, then
 /// traces `text` (the inspector's default text when empty) when their checkpoints are listed.
-void openInspector(routelab::MainWindow& window, qint64 runId, qint64 withId, const QString& text) {
+void openInspector(routelab::MainWindow& window, qint64 runId, qint64 withId, const QString& text,
+                   const QString (&options)[2], const QString& colour) {
   routelab::TokenInspector* inspector = window.inspector();
   window.workspace()->showPage(inspector);
+  if (!colour.isEmpty()) {
+    const int index = inspector->colourBy()->findData(colour);
+    if (index < 0)
+      routelab::logger("ui")->warn("--inspect-colour: '{}' is not gate, decision or expert", colour.toStdString());
+    else
+      inspector->colourBy()->setCurrentIndex(index);
+  }
   if (!text.isEmpty()) inspector->textEdit()->setPlainText(text);
+  for (int side = 0; side < 2; ++side) inspector->optionsEdit(side)->setText(options[side]);
   // Trace once both chosen runs have their checkpoints listed (earlier lists may belong to a default choice).
   auto traced = std::make_shared<bool>(false);
   QObject::connect(inspector, &routelab::TokenInspector::checkpointsLoaded, inspector,
@@ -161,6 +171,17 @@ int main(int argc, char** argv) {
   const QCommandLineOption inspectTextOption(QStringLiteral("inspect-text"),
                                              QStringLiteral("The text the inspector traces at start-up."),
                                              QStringLiteral("TEXT"));
+  const QCommandLineOption inspectOptionsOption(
+      QStringLiteral("inspect-options"),
+      QStringLiteral("Model options the inspector traces --inspect's run with (\"inference=sparse threshold=0.3\")."),
+      QStringLiteral("KEY=VALUE ..."));
+  const QCommandLineOption inspectWithOptionsOption(QStringLiteral("inspect-with-options"),
+                                                    QStringLiteral("Model options for --inspect-with's run."),
+                                                    QStringLiteral("KEY=VALUE ..."));
+  const QCommandLineOption inspectColourOption(QStringLiteral("inspect-colour"),
+                                               QStringLiteral("What the inspector's maps colour: gate (the default), "
+                                                              "decision or expert."),
+                                               QStringLiteral("WHAT"));
   const QCommandLineOption selectOption(QStringLiteral("select"),
                                         QStringLiteral("Select stored runs IDS in the runs browser (comma-separated; the "
                                                        "overview draws the first with the others over it)."),
@@ -169,7 +190,8 @@ int main(int argc, char** argv) {
                                        QStringLiteral("Queue every point of sweep FILE (experiments/sweeps/)."),
                                        QStringLiteral("FILE"));
   parser.addOptions({dbOption, presetOption, autostartOption, dashboardOption, compareOption, figureOption,
-                     inspectOption, inspectWithOption, inspectTextOption, selectOption, sweepOption});
+                     inspectOption, inspectWithOption, inspectTextOption, inspectOptionsOption,
+                     inspectWithOptionsOption, inspectColourOption, selectOption, sweepOption});
   parser.process(app);
 
   routelab::init_logging();
@@ -214,9 +236,11 @@ int main(int argc, char** argv) {
     poll->start(200);
   }
   if (parser.isSet(sweepOption)) queueSweep(window, QFileInfo(parser.value(sweepOption)).absoluteFilePath());
-  if (parser.isSet(inspectOption)) openInspector(window, parser.value(inspectOption).toLongLong(),
-                                                 parser.value(inspectWithOption).toLongLong(),
-                                                 parser.value(inspectTextOption));
+  if (parser.isSet(inspectOption)) {
+    const QString inspectOptions[2] = {parser.value(inspectOptionsOption), parser.value(inspectWithOptionsOption)};
+    openInspector(window, parser.value(inspectOption).toLongLong(), parser.value(inspectWithOption).toLongLong(),
+                  parser.value(inspectTextOption), inspectOptions, parser.value(inspectColourOption));
+  }
   // ROUTELAB_WINDOW_SIZE=WxH (scripted screenshots at a chosen size).
   if (const QStringList size = qEnvironmentVariable("ROUTELAB_WINDOW_SIZE").split(QLatin1Char('x')); size.size() == 2)
     window.resize(size[0].toInt(), size[1].toInt());

@@ -122,6 +122,8 @@ shot dashboard-tagat-metrics 1920x1080 dashboard 15 ROUTELAB_SCREENSHOT_TAB=Metr
 shot compare-view 1920x1080 compare 25 COMPARE_X=flops COMPARE_TABLE=dtrnet-table1 COMPARE_METRIC=train/loss -- \
   --db "$panels" --compare 1,2,3,4,5
 shot token-inspector 1920x1080 inspector 25 -- --db "$panels" --inspect 3 --inspect-with 4 --inspect-text "$verse"
+shot inspector-dllm-threshold 1920x1080 inspector 25 -- --db "$panels" --inspect 5 --inspect-with 5 \
+  --inspect-with-options "threshold=0.2" --inspect-colour decision --inspect-text "$verse"
 if wanted figure-dtrnet-fig5; then
   echo "screenshots.sh: figure-dtrnet-fig5 (routelab-cli figure, 8.5 x 6 cm at 200 dpi)"
   "$cli" --log-level warn figure dtrnet-fig5 --db "$panels" --runs 3 4 5 --dpi 200 --out "$work/figure-dtrnet-fig5.png"
