@@ -222,6 +222,31 @@ class TestConformance : public QObject {
   std::unique_ptr<ScopedArchitecture> example_;
   QTemporaryDir home_;
 
+  /// For every other value of each option of the row's architecture that `marked` selects (no option is both
+  /// training-only and for inference): the model built with it, holding a reference model's weights (the same
+  /// tensors, or the check fails), and `check(label, the reference's eval logits, its eval logits)`.
+  template <class Marked, class Check>
+  void for_each_marked_value(Marked marked, Check check) {
+    QFETCH(QString, arch);
+    const auto& entry = architecture(arch.toStdString());
+    const auto base = small_model(entry);
+    const auto reference = eval_model(entry, base, /*force_share=*/true);
+    torch::NoGradGuard no_grad;
+    const auto expected = reference.logits();
+    for (const auto& spec : entry.options) {
+      QVERIFY2(!(spec.training_only && spec.inference), spec.key.c_str());
+      if (!marked(spec)) continue;
+      for (const auto& value : other_values(spec)) {
+        const auto what = spec.key + " = " + value.dump();
+        const auto other = eval_model_with(entry, base, spec.key, value);
+        if (!other) continue;
+        QVERIFY2(copy_same_tensors(*reference.module, *other->module, what), qPrintable(QString::fromStdString(what)));
+        check(what, expected, other->logits());
+        if (QTest::currentTestFailed()) return;
+      }
+    }
+  }
+
  private Q_SLOTS:
   void initTestCase() {
     qputenv("ROUTELAB_HOME", home_.path().toUtf8());
@@ -455,48 +480,22 @@ class TestConformance : public QObject {
   void trainingOnlyOptionsLeaveInference() {
     // An option the schema marks as read in training only (an eval override of it warns that it changes nothing)
     // changes neither the parameters nor the eval-mode forward of the same weights, at every other value it takes.
-    QFETCH(QString, arch);
-    const auto& entry = architecture(arch.toStdString());
-    const auto base = small_model(entry);
-    const auto reference = eval_model(entry, base, /*force_share=*/true);
-    torch::NoGradGuard no_grad;
-    const auto expected = reference.logits();
-    for (const auto& spec : entry.options) {
-      QVERIFY2(!(spec.training_only && spec.inference), spec.key.c_str());
-      if (!spec.training_only) continue;
-      for (const auto& value : other_values(spec)) {
-        const auto what = spec.key + " = " + value.dump();
-        const auto other = eval_model_with(entry, base, spec.key, value);
-        if (!other) continue;
-        QVERIFY2(copy_same_tensors(*reference.module, *other->module, what), qPrintable(QString::fromStdString(what)));
-        QVERIFY2(torch::allclose(other->logits(), expected, 1e-6, 1e-6),
-                 qPrintable(QString::fromStdString(what + ": the eval-mode forward changed")));
-      }
-    }
+    for_each_marked_value([](const OptionSpec& spec) { return spec.training_only; },
+                          [](const std::string& what, const torch::Tensor& expected, const torch::Tensor& logits) {
+                            QVERIFY2(torch::allclose(logits, expected, 1e-6, 1e-6),
+                                     qPrintable(QString::fromStdString(what + ": the eval-mode forward changed")));
+                          });
   }
 
   void inferenceOptionsKeepTheWeights_data() { add_all_rows(); }
   void inferenceOptionsKeepTheWeights() {
     // An option the schema marks as one an evaluation may set runs the trained weights at every other value it takes:
     // the same parameters and buffers, of the same shapes, and a forward of finite logits.
-    QFETCH(QString, arch);
-    const auto& entry = architecture(arch.toStdString());
-    const auto base = small_model(entry);
-    const auto reference = eval_model(entry, base, /*force_share=*/true);
-    torch::NoGradGuard no_grad;
-    const auto expected = reference.logits();
-    for (const auto& spec : entry.options) {
-      if (!spec.inference) continue;
-      for (const auto& value : other_values(spec)) {
-        const auto what = spec.key + " = " + value.dump();
-        const auto other = eval_model_with(entry, base, spec.key, value);
-        if (!other) continue;
-        QVERIFY2(copy_same_tensors(*reference.module, *other->module, what), qPrintable(QString::fromStdString(what)));
-        const auto logits = other->logits();
-        QVERIFY2(logits.sizes() == expected.sizes() && torch::isfinite(logits).all().item<bool>(),
-                 qPrintable(QString::fromStdString(what + ": no forward of the trained weights")));
-      }
-    }
+    for_each_marked_value([](const OptionSpec& spec) { return spec.inference; },
+                          [](const std::string& what, const torch::Tensor& expected, const torch::Tensor& logits) {
+                            QVERIFY2(logits.sizes() == expected.sizes() && torch::isfinite(logits).all().item<bool>(),
+                                     qPrintable(QString::fromStdString(what + ": no forward of the trained weights")));
+                          });
   }
 
   void decodeEqualsForward_data() { add_language_model_rows(); }
