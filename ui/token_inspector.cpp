@@ -223,10 +223,8 @@ TokenInspector::TokenInspector(StoreService* store, QWidget* parent) : QWidget(p
     options_[side]->setClearButtonEnabled(true);
     options_[side]->setMinimumWidth(fontMetrics().horizontalAdvance(QStringLiteral("rope_scaling=yarn rope_factor=4")));
     connect(options_[side], &QLineEdit::returnPressed, this, &TokenInspector::runTrace);
-    connect(runs_[side], qOverload<int>(&QComboBox::currentIndexChanged), this, [this, side](int) {
-      options_[side]->setToolTip(runs_[side]->currentData(kOptionsHelpRole).toString());
-      requestCheckpoints(side);
-    });
+    connect(runs_[side], qOverload<int>(&QComboBox::currentIndexChanged), this,
+            [this, side](int) { requestCheckpoints(side); });
   }
   compare_ = new QCheckBox(tr("compare with"), this);
   compare_->setObjectName(QStringLiteral("inspectorCompare"));
@@ -375,6 +373,7 @@ bool TokenInspector::selectRun(int side, qint64 runId) {
 
 void TokenInspector::requestCheckpoints(int side) {
   steps_[side]->clear();
+  options_[side]->setToolTip(runs_[side]->currentData(kOptionsHelpRole).toString());
   const qint64 runId = runs_[side]->currentData().toLongLong();
   if (runId <= 0) return;
   QMetaObject::invokeMethod(worker_, [worker = worker_, side, runId] { worker->listCheckpoints(side, runId); },

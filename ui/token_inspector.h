@@ -124,6 +124,7 @@ class TokenInspector : public QWidget {
   void onRunsLoaded(const QList<RunSummary>& runs);
   void onCheckpoints(int side, qint64 runId, const QVector<qint64>& steps, const QString& error);
   void onTraced(qint64 requestId, const QVector<InspectorResult>& results);
+  /// Lists the checkpoints of the run chosen on `side` (and its options field's tooltip follows the run).
   void requestCheckpoints(int side);
   /// The newest checkpoint step listed on `side`, -1 when none.
   qint64 newestListedStep(int side) const;
