@@ -91,8 +91,9 @@ void queueSweep(routelab::MainWindow& window, const QString& path) {
   }
 }
 
-/// --inspect: shows the token inspector with `runId` (and `withId` to compare) once the runs list arrived, then
-/// traces `text` (the inspector's default text when empty) when their checkpoints are listed.
+/// --inspect: shows the token inspector with `runId` (and `withId` to compare) once the runs list arrived, each side's
+/// model `options` typed in and its maps coloured by `colour` (gate when empty), then traces `text` (the inspector's
+/// default text when empty) when their checkpoints are listed.
 void openInspector(routelab::MainWindow& window, qint64 runId, qint64 withId, const QString& text,
                    const QString (&options)[2], const QString& colour) {
   routelab::TokenInspector* inspector = window.inspector();
