@@ -348,45 +348,6 @@ int cmd_sweep(const SweepArgs& a) {
   return 0;
 }
 
-int cmd_presets(bool json) {
-  const auto presets = list_presets();
-  if (json) {
-    nlohmann::json out = nlohmann::json::array();
-    for (const auto& p : presets)
-      out.push_back({{"name", p.name}, {"arch", p.arch}, {"description", p.description}, {"path", p.path}});
-    std::cout << out.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
-    return 0;
-  }
-  // Columns as wide as their longest entry plus two spaces, so no name runs into the next column.
-  std::size_t name_width = std::string("PRESET").size(), arch_width = std::string("ARCH").size();
-  for (const auto& p : presets) {
-    name_width = std::max(name_width, p.name.size());
-    arch_width = std::max(arch_width, p.arch.size());
-  }
-  const auto row = [&](const std::string& name, const std::string& arch, const std::string& description) {
-    std::cout << std::left << std::setw(static_cast<int>(name_width + 2)) << name
-              << std::setw(static_cast<int>(arch_width + 2)) << arch << description << "\n";
-  };
-  row("PRESET", "ARCH", "DESCRIPTION");
-  for (const auto& p : presets) row(p.name, p.arch, p.description);
-  return 0;
-}
-
-int cmd_architectures(bool json) {
-  if (json) {
-    nlohmann::json out = nlohmann::json::array();
-    for (const auto& e : architectures())
-      out.push_back({{"id", e.id}, {"name", e.display_name}, {"task", to_string(e.task)}, {"source", e.source}, {"description", e.description},
-                     {"options", schema_to_json(e.options)}});
-    std::cout << out.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
-    return 0;
-  }
-  for (const auto& e : architectures())
-    std::cout << std::left << std::setw(20) << e.id << std::setw(16) << to_string(e.task) << e.display_name << " — " << e.source
-              << "\n";
-  return 0;
-}
-
 int cmd_runs(const std::string& db, bool json, bool all) {
   RunStore store(resolve_db(db));
   const auto runs = store.list_runs(all);

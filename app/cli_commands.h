@@ -88,7 +88,8 @@ int run_nproc(int nproc);
 /// --nproc inside a launched rank.
 std::optional<DistEnv> launched_rank(int nproc);
 int cmd_presets(bool json);
-int cmd_architectures(bool json);
+/// The registered architectures, or with `id` that one's options: what each is read for and its help.
+int cmd_architectures(bool json, const std::string& id = "");
 int cmd_runs(const std::string& db, bool json, bool all);
 int cmd_show(const std::string& db, std::int64_t run_id, bool json);
 /// The last evaluation of each run side by side (markdown table, or JSON): val loss, FLOPs ratio and the

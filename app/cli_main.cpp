@@ -28,6 +28,7 @@ struct StoreArgs {
   bool json = false, all = false, quiet = false;
   double takeover_after = routelab::RunStore::kNeverTakeOver;
   std::string format = "csv", out;
+  std::string arch;  ///< `architectures ID`
   int nproc = 0;
 };
 
@@ -95,8 +96,9 @@ void add_inspection_commands(CLI::App& app, CommandAction& action) {
   presets_cmd->add_flag("--json", a->json, "machine-readable output");
   presets_cmd->callback([a, &action] { action = [a] { return cmd_presets(a->json); }; });
   auto* arch_cmd = app.add_subcommand("architectures", "list the registered architectures and their options");
+  arch_cmd->add_option("ID", a->arch, "one architecture: its options, what each is read for, and their help");
   arch_cmd->add_flag("--json", a->json, "machine-readable output with option schemas");
-  arch_cmd->callback([a, &action] { action = [a] { return cmd_architectures(a->json); }; });
+  arch_cmd->callback([a, &action] { action = [a] { return cmd_architectures(a->json, a->arch); }; });
 
   auto* runs_cmd = app.add_subcommand("runs", "list stored runs");
   runs_cmd->add_option("--db", a->db, "run store");

@@ -123,6 +123,30 @@ class TestCli : public QObject {
     QVERIFY(output.contains(QRegularExpression(QStringLiteral("\\nvanilla-classifier +vanilla-classifier  +TAGAT"))));
   }
 
+  void architectureOptionsSayWhatTheyAreReadFor() {
+    // One architecture's options, a row each with what it is read for, its help below; --json the same entry.
+    const auto [code, output] = run({"architectures", "dtrnet"});
+    QCOMPARE(code, 0);
+    for (const auto& [key, use] : {std::pair{"attention", "compact \\| masked +for inference"},
+                                   std::pair{"aux_coeff", "in training only"}, std::pair{"routing", "skip"}})
+      QVERIFY2(output.contains(QRegularExpression(QStringLiteral("\n%1 +[a-z]+ +.*%2\n    \\S").arg(key, use))),
+               qPrintable(output));
+    QVERIFY2(!output.contains(QRegularExpression(QStringLiteral("\nrouting .*(for inference|in training only)"))),
+             qPrintable(output));
+    const auto [json_code, json_output] = run({"architectures", "dllm", "--json"});
+    QCOMPARE(json_code, 0);
+    const auto entry = json_in(json_output).object();
+    QCOMPARE(entry["id"].toString(), QStringLiteral("dllm"));
+    QStringList inference;
+    for (const auto& option : entry["options"].toArray())
+      if (option.toObject()["inference"].toBool()) inference << option.toObject()["key"].toString();
+    QCOMPARE(inference, (QStringList{"rope_scaling", "rope_factor", "rope_original_context", "threshold"}));
+    const auto [bad_code, bad_output] = run({"architectures", "no-such"});
+    QCOMPARE(bad_code, 2);
+    QVERIFY2(bad_output.contains(QStringLiteral("'no-such' is not a registered architecture (dense, ")),
+             qPrintable(bad_output));
+  }
+
   void benchForwardInBothPrecisions_data() {
     QTest::addColumn<QString>("precision");
     QTest::addColumn<bool>("train");
