@@ -11,7 +11,6 @@
 #include "app/cli_commands.h"
 #include "core/config/experiment_config.h"
 #include "core/models/registry.h"
-#include "core/util/errors.h"
 
 namespace routelab::cli {
 namespace {
@@ -98,16 +97,10 @@ int cmd_architectures(bool json, const std::string& id) {
     std::cout << doc.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
     return 0;
   };
-  if (!id.empty()) {
-    const auto known = std::any_of(architectures().begin(), architectures().end(),
-                                   [&](const ArchitectureEntry& e) { return e.id == id; });
-    if (!known) {
-      std::string ids;
-      for (const auto& e : architectures()) ids += (ids.empty() ? "" : ", ") + e.id;
-      throw ConfigError("architectures: '" + id + "' is not a registered architecture (" + ids + ")");
-    }
-    if (json) return print_json(entry_json(architecture(id)));
-    print_options(architecture(id));
+  if (!id.empty()) {  // an unknown id: the registry's error lists the registered ones
+    const auto& entry = architecture(id);
+    if (json) return print_json(entry_json(entry));
+    print_options(entry);
     return 0;
   }
   if (json) {

@@ -122,7 +122,8 @@ std::string architectures_with(const std::function<bool(const ArchitectureEntry&
 const ArchitectureEntry& architecture(const std::string& id) {
   for (const auto& e : architectures())
     if (e.id == id) return e;
-  throw ConfigError("unsupported architecture: '" + id + "'");
+  throw ConfigError("unsupported architecture: '" + id + "' is not a registered architecture (" +
+                    architectures_with([](const ArchitectureEntry&) { return true; }) + ")");
 }
 
 std::shared_ptr<LanguageModel> create_model(const nlohmann::json& model, const ModelContext& ctx) {

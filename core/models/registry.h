@@ -163,7 +163,8 @@ class ScopedArchitecture {
 std::vector<std::string> architecture_ids(Task task);
 /// The ids of the registered architectures that `can`, comma-separated (for errors that list the alternatives).
 std::string architectures_with(const std::function<bool(const ArchitectureEntry&)>& can);
-/// Throws ConfigError("unsupported architecture: 'x'") for an unknown id.
+/// Throws ConfigError("unsupported architecture: 'x' is not a registered architecture (dense, ...)") for an unknown
+/// id.
 const ArchitectureEntry& architecture(const std::string& id);
 /// KV entries per sequence of one stored evaluation layer record ({kind, routed, routed_fraction, stats}) after a
 /// prompt pass of `seq` tokens: every token for an unrouted layer or a kind without a registered rule, else the
