@@ -1,5 +1,6 @@
-// routelab-cli eval, profile and context: re-evaluate a stored run (optionally with eval-only overrides, or
-// sweeping one), profile its residual ratios, and evaluate it beyond its training context.
+// routelab-cli eval, profile, context and routing-breakdown: re-evaluate a stored run (optionally with eval-only
+// overrides, or sweeping one), profile its residual ratios, evaluate it beyond its training context, and break its
+// routing down by kind of token.
 #include <fstream>
 #include <iomanip>
 #include <iostream>
@@ -13,6 +14,7 @@
 #include "app/cli_registration.h"
 #include "core/analysis/context_length.h"
 #include "core/analysis/residual_profile.h"
+#include "core/analysis/routing_breakdown.h"
 #include "core/analysis/run_analysis.h"
 #include "core/util/errors.h"
 
@@ -131,7 +133,8 @@ int cmd_profile(const ProfileArgs& args) {
 
 }  // namespace routelab::cli
 
-// `routelab-cli context`: perplexity versus evaluation length (DTRNet Figure 3).
+// `routelab-cli context`: perplexity versus evaluation length (DTRNet Figure 3); `routelab-cli routing-breakdown`: the
+// routed share per layer by kind of token.
 namespace routelab::cli {
 
 void add_context_commands(CLI::App& app, CLI::App& /*bench*/, CommandAction& action) {
@@ -165,6 +168,48 @@ void add_context_commands(CLI::App& app, CLI::App& /*bench*/, CommandAction& act
         store_context_curve(args->db, curve);
         std::cerr << "stored as evaluation '" << curve.split_name() << "' of run " << curve.run_id << "\n";
       }
+      return 0;
+    };
+  });
+
+  struct BreakdownArgs {
+    std::string db, split = "val";
+    std::int64_t run_id = 0, step = 0;
+    std::vector<std::string> by, sets;
+    bool json = false;
+    RoutingBreakdownOptions options;
+  };
+  auto breakdown = std::make_shared<BreakdownArgs>();
+  auto* rb = app.add_subcommand("routing-breakdown",
+                                "what a run's routers route: the share of tokens each routed layer computes, by "
+                                "character class, position, training frequency, predictability and next-token loss");
+  rb->add_option("RUN", breakdown->run_id, "run id (a language model)")->required();
+  rb->add_option("--db", breakdown->db, "run store");
+  rb->add_option("--by", breakdown->by,
+                 "groupings (default all): class, position, frequency, predictability, difficulty")
+      ->delimiter(',');
+  rb->add_option("--tokens", breakdown->options.tokens, "tokens analysed, in whole windows spread over the split")
+      ->check(CLI::Range(std::int64_t{1}, std::int64_t{1} << 30));
+  rb->add_option("--frequency-tokens", breakdown->options.frequency_tokens,
+                 "training tokens counted for the frequency groups")
+      ->check(CLI::Range(std::int64_t{1}, std::int64_t{1} << 34));
+  rb->add_option("--batch-size", breakdown->options.batch_size, "windows per forward (0: the run's train.batch_size)")
+      ->check(CLI::Range(std::int64_t{0}, std::int64_t{1} << 20));
+  rb->add_option("--split", breakdown->split, "val, test or train");
+  rb->add_option("--step", breakdown->step, "checkpoint step (0: latest)");
+  rb->add_option("--set", breakdown->sets, "eval-only override, e.g. model.inference=sparse (repeatable)");
+  rb->add_flag("--json", breakdown->json, "machine-readable output");
+  rb->callback([breakdown, &action] {
+    action = [breakdown] {
+      auto options = breakdown->options;
+      options.split = parse_split(breakdown->split, "--split");
+      if (!breakdown->by.empty()) {
+        options.groupings.clear();
+        for (const auto& name : breakdown->by) options.groupings.push_back(parse_token_grouping(name, "--by"));
+      }
+      auto run = load_run(breakdown->db, breakdown->run_id, breakdown->sets, breakdown->step);
+      const auto result = routing_breakdown(run, options);
+      std::cout << (breakdown->json ? result.to_json().dump(2) + "\n" : result.to_table());
       return 0;
     };
   });

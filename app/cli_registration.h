@@ -18,7 +18,7 @@ void add_generate_commands(CLI::App& app, CLI::App& bench, CommandAction& action
 /// `table` (paper tables from stored runs) and `tables` (the named layouts).
 void add_report_commands(CLI::App& app, CLI::App& bench, CommandAction& action);
 
-/// `context` (perplexity versus evaluation length, RoPE scaling).
+/// `context` (perplexity versus evaluation length, RoPE scaling) and `routing-breakdown` (routed shares by kind of token).
 void add_context_commands(CLI::App& app, CLI::App& bench, CommandAction& action);
 
 /// `figure` (a named figure from stored runs: PDF/SVG/PNG through routelab-render, plus CSV, pgfplots and the

@@ -1,0 +1,97 @@
+// What a router routes: the share of tokens each routed layer sends down its routed (computed) path, broken down by
+// the kind of token (character class, position in the window, training frequency, how predictable the token was and
+// how hard the next one is), over a sample of a split run through the model in inference mode. The seeds make such
+// claims from a probe sentence (TSA: later routers attenuate spaces, punctuation and predictable characters and keep
+// content-bearing characters in mid-word positions); this measures them over thousands of tokens, for any language
+// model of the registry.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+#include <torch/torch.h>
+
+#include "core/analysis/run_analysis.h"
+
+namespace routelab {
+
+class LanguageModel;
+class LmDataset;
+class Tokenizer;
+
+/// How the sample's tokens are grouped.
+enum class TokenGrouping {
+  Class,           ///< the token's characters: space, newline, punctuation, digit, word start, mid-word, other
+  Position,        ///< its position in the window, in buckets of powers of four (0, 1-3, 4-15, ...)
+  Frequency,       ///< how common it is in the training split (the most frequent tokens making 50% of it, ...)
+  Predictability,  ///< the model's p(token | the tokens before it), in quartiles over the sample
+  Difficulty,      ///< the loss of the model's prediction of the next token at this position, in quartiles
+};
+std::string to_string(TokenGrouping grouping);
+/// "class", "position", "frequency", "predictability" or "difficulty"; anything else is a ConfigError naming `key`.
+TokenGrouping parse_token_grouping(const std::string& name, const std::string& key);
+const std::vector<TokenGrouping>& all_token_groupings();
+
+/// A token's character class from its displayed text (Tokenizer::token_text) and whether the token before it ends in
+/// a letter or digit: "space", "newline", "punctuation", "digit", "word start", "mid-word" or "other" (byte and
+/// control pieces, ids without text). Letters after a leading space, or after a token that does not end in a letter
+/// or digit, start a word.
+std::string token_class(const std::string& text, bool previous_ends_in_alnum);
+/// Whether the displayed text ends in a letter or digit (what token_class asks of the token before).
+bool ends_in_alnum(const std::string& text);
+
+/// One group of tokens: how many of the sample fell in it and the share of them each routed layer sent down its
+/// routed path (NaN for an empty group); gate: the mean gate where the layer has one (NaN otherwise).
+struct BreakdownGroup {
+  std::string label;
+  std::int64_t tokens = 0;
+  std::vector<double> routed;  ///< per routed layer
+  std::vector<double> gate;    ///< per routed layer
+  /// The mean of `routed` over the routed layers (the share of the group's token-layer decisions taken).
+  double mean_routed() const;
+};
+
+struct BreakdownTable {
+  TokenGrouping by = TokenGrouping::Class;
+  std::vector<BreakdownGroup> groups;  ///< in a fixed order (classes as listed above, positions and quartiles rising)
+};
+
+struct RoutedLayerInfo {
+  int layer = 0;
+  std::string kind;  ///< the trace's kind ("dtrnet", "mod", ...)
+};
+
+struct RoutingBreakdownOptions {
+  Split split = Split::Val;
+  std::int64_t tokens = 16384;              ///< tokens analysed, in whole windows spread evenly over the split
+  std::int64_t frequency_tokens = 1 << 20;  ///< training tokens counted for the frequency groups (evenly spread)
+  std::int64_t batch_size = 0;              ///< windows per forward; 0 = the run's train.batch_size
+  std::vector<TokenGrouping> groupings = all_token_groupings();
+};
+
+struct RoutingBreakdown {
+  std::int64_t run_id = 0, step = 0;
+  std::string name, arch, split;
+  std::int64_t tokens = 0, windows = 0, frequency_tokens = 0;
+  std::vector<RoutedLayerInfo> layers;  ///< the routed layers, in the order of the trace
+  BreakdownGroup all;                   ///< every token of the sample
+  std::vector<BreakdownTable> tables;   ///< one per grouping asked for
+
+  nlohmann::json to_json() const;
+  /// Plain-text tables: per grouping a row per group (tokens, share of the sample, mean over routed layers, each
+  /// routed layer), percentages.
+  std::string to_table() const;
+};
+
+/// The breakdown of `model` (put in eval mode) over `data`'s split: windows spread evenly over the split (a synthetic
+/// task's evaluation examples instead), every token of each window counted. A model that routes no token (dense) is a
+/// ConfigError naming its architecture.
+RoutingBreakdown routing_breakdown(LanguageModel& model, const LmDataset& data, const RoutingBreakdownOptions& options,
+                                   const torch::Device& device = torch::kCPU, bool bf16 = false,
+                                   std::uint64_t seed = 0);
+
+/// The same for a stored run (its device, precision and seed), named after it.
+RoutingBreakdown routing_breakdown(LoadedRun& run, const RoutingBreakdownOptions& options = {});
+
+}  // namespace routelab

@@ -1,0 +1,282 @@
+// What a router routes (core/analysis/routing_breakdown.h): token classes read from the characters, routing rules
+// planted in a stand-in model found in the right groups (by class, position and predictability), every registered
+// language model's groups adding up to its overall share, and clear errors.
+#include <QTemporaryDir>
+#include <QtTest>
+
+#include <cmath>
+#include <fstream>
+#include <functional>
+
+#include "core/analysis/routing_breakdown.h"
+#include "core/config/experiment_config.h"
+#include "core/data/dataset.h"
+#include "core/data/tokenizer.h"
+#include "core/models/language_model.h"
+#include "core/models/registry.h"
+#include "core/util/errors.h"
+#include "tests/conformance_support.h"
+#include "tests/data_test_support.h"
+#include "tests/suite.h"
+
+namespace test_routing_breakdown {
+
+using namespace routelab;
+using routelab::test::contains;
+using routelab::test::error_of;
+
+namespace {
+
+/// A stand-in language model: layer 0 dense, layer 1 routing the tokens `rule` picks ((B, T) ids -> (B, T) bool),
+/// with gate 0.75 on them and 0 elsewhere. Its logits favour repeating the current token (by `repeat_logit`), so
+/// a token equal to the one before it is predictable and every other token is not.
+class RuleRouted : public LanguageModel {
+ public:
+  RuleRouted(std::int64_t vocab, std::function<torch::Tensor(const torch::Tensor&)> rule, double repeat_logit = 0)
+      : vocab_(vocab), rule_(std::move(rule)), repeat_logit_(repeat_logit) {}
+
+  ModelOutput forward(const torch::Tensor& tokens, bool trace) override {
+    ModelOutput out;
+    out.logits = torch::one_hot(tokens, vocab_).to(torch::kFloat) * repeat_logit_;
+    if (!trace) return out;
+    LayerTrace dense;
+    dense.layer = 0;
+    out.trace.push_back(dense);
+    LayerTrace routed;
+    routed.layer = 1;
+    routed.kind = "rule";
+    routed.routed = true;
+    routed.decision = rule_(tokens);
+    routed.gate = routed.decision.to(torch::kFloat) * 0.75;
+    out.trace.push_back(routed);
+    return out;
+  }
+  std::string arch_id() const override { return "rule-routed"; }
+  std::int64_t num_layers() const override { return 2; }
+  std::int64_t vocab_size() const override { return vocab_; }
+
+ private:
+  std::int64_t vocab_;
+  std::function<torch::Tensor(const torch::Tensor&)> rule_;
+  double repeat_logit_;
+};
+
+const BreakdownTable& table(const RoutingBreakdown& b, TokenGrouping by) {
+  for (const auto& t : b.tables)
+    if (t.by == by) return t;
+  throw Error("no table by " + to_string(by));
+}
+
+const BreakdownGroup& group(const RoutingBreakdown& b, TokenGrouping by, const std::string& label) {
+  for (const auto& g : table(b, by).groups)
+    if (g.label == label) return g;
+  throw Error("no group " + label);
+}
+
+}  // namespace
+
+class TestRoutingBreakdown : public QObject {
+  Q_OBJECT
+  QTemporaryDir dir_;
+  std::unique_ptr<LmDataset> data_;
+
+  RoutingBreakdown planted(std::function<torch::Tensor(const torch::Tensor&)> rule, double repeat_logit = 0) {
+    RuleRouted model(data_->tokenizer().vocab_size(), std::move(rule), repeat_logit);
+    RoutingBreakdownOptions options;
+    options.tokens = 4096;
+    options.batch_size = 16;
+    options.frequency_tokens = 20000;
+    return routing_breakdown(model, *data_, options);
+  }
+
+  /// The ids of the vocabulary whose text token_class puts in `label` (after a letter, or not).
+  torch::Tensor ids_of_class(const std::string& label, bool after_alnum) {
+    const auto& tok = data_->tokenizer();
+    std::vector<std::int64_t> ids;
+    for (std::int64_t id = 0; id < tok.vocab_size(); ++id)
+      if (token_class(tok.token_text(id), after_alnum) == label) ids.push_back(id);
+    return torch::tensor(ids, torch::kLong);
+  }
+
+ private Q_SLOTS:
+  void initTestCase() {
+    qputenv("ROUTELAB_HOME", dir_.path().toUtf8());
+    const auto path = dir_.filePath("corpus.txt").toStdString();
+    std::ofstream(path) << routelab::test::corpus_head(60000);
+    data_ =
+        make_dataset(resolve_config(nlohmann::json::object(), {"data.path=" + path, "data.context=32"}, "test").data());
+  }
+
+  void tokenClassesFollowTheCharacters_data() {
+    QTest::addColumn<QString>("text");
+    QTest::addColumn<bool>("afterAlnum");
+    QTest::addColumn<QString>("expected");
+    QTest::newRow("space") << " " << true << "space";
+    QTest::newRow("tab as shown") << "\u21E5" << false << "space";
+    QTest::newRow("newline as shown") << "\u23CE" << true << "newline";
+    QTest::newRow("spaces and a newline") << " \u23CE " << false << "newline";
+    QTest::newRow("comma") << "," << true << "punctuation";
+    QTest::newRow("comma after a space marker") << " ," << true << "punctuation";
+    QTest::newRow("em dash") << "\u2014" << true << "punctuation";
+    QTest::newRow("single angle bracket") << "<" << false << "punctuation";
+    QTest::newRow("digit") << "7" << true << "digit";
+    QTest::newRow("subword number") << " 12" << true << "digit";
+    QTest::newRow("letter after a space") << "a" << false << "word start";
+    QTest::newRow("letter inside a word") << "a" << true << "mid-word";
+    QTest::newRow("subword with its space") << " the" << true << "word start";
+    QTest::newRow("suffix piece") << "ing" << true << "mid-word";
+    QTest::newRow("apostrophe piece") << "'s" << true << "mid-word";
+    QTest::newRow("letter after a digit") << "x" << true << "mid-word";
+    QTest::newRow("accented letter") << "\u00E9" << true << "mid-word";
+    QTest::newRow("byte piece") << "<0xE2>" << true << "other";
+    QTest::newRow("code point marker") << "<U+0001>" << false << "other";
+    QTest::newRow("unknown") << "<unk>" << false << "other";
+    QTest::newRow("id without text") << "\u27E817\u27E9" << false << "other";
+  }
+  void tokenClassesFollowTheCharacters() {
+    QFETCH(QString, text);
+    QFETCH(bool, afterAlnum);
+    QFETCH(QString, expected);
+    QCOMPARE(QString::fromStdString(token_class(text.toStdString(), afterAlnum)), expected);
+  }
+
+  void endsInAlnumReadsTheLastCharacter() {
+    QVERIFY(ends_in_alnum("the"));
+    QVERIFY(ends_in_alnum(" 42"));
+    QVERIFY(!ends_in_alnum("the,"));
+    QVERIFY(!ends_in_alnum(" "));
+    QVERIFY(!ends_in_alnum("<0x41>"));
+    QVERIFY(!ends_in_alnum(""));
+  }
+
+  void plantedClassRoutingIsFound() {
+    // Route the spaces and the punctuation: those groups at 100% (gate 0.75), letters and digits at 0%.
+    const auto picked = torch::cat({ids_of_class("space", false), ids_of_class("punctuation", false)});
+    const auto b = planted([&](const torch::Tensor& t) { return torch::isin(t, picked); });
+    QCOMPARE(b.layers.size(), std::size_t(1));
+    QCOMPARE(b.layers[0].layer, 1);
+    for (const std::string label : {"space", "punctuation"}) {
+      const auto& g = group(b, TokenGrouping::Class, label);
+      QVERIFY2(g.tokens > 20, label.c_str());
+      QCOMPARE(g.routed[0], 1.0);
+      QCOMPARE(g.gate[0], 0.75);
+    }
+    for (const std::string label : {"word start", "mid-word", "newline"}) {
+      const auto& g = group(b, TokenGrouping::Class, label);
+      QVERIFY2(g.tokens > 20, label.c_str());
+      QCOMPARE(g.routed[0], 0.0);
+      QCOMPARE(g.gate[0], 0.0);
+    }
+    QVERIFY(group(b, TokenGrouping::Class, "mid-word").tokens > group(b, TokenGrouping::Class, "word start").tokens);
+  }
+
+  void plantedPositionRoutingIsFound() {
+    // Route the first four positions of every window: buckets 0 and 1-3 at 100%, the rest at 0%.
+    const auto b = planted(
+        [](const torch::Tensor& t) { return torch::arange(t.size(1)).lt(4).unsqueeze(0).expand_as(t).clone(); });
+    const auto& positions = table(b, TokenGrouping::Position).groups;
+    QCOMPARE(positions.size(), std::size_t(4));  // 0 | 1-3 | 4-15 | 16-31 for a context of 32
+    QCOMPARE(positions[3].label, std::string("16-31"));
+    QCOMPARE(positions[0].tokens, b.windows);
+    QCOMPARE(positions[1].tokens, 3 * b.windows);
+    QCOMPARE(positions[0].routed[0], 1.0);
+    QCOMPARE(positions[1].routed[0], 1.0);
+    QCOMPARE(positions[2].routed[0], 0.0);
+    QCOMPARE(positions[3].routed[0], 0.0);
+    QCOMPARE(b.all.routed[0], 4.0 / 32.0);
+    QCOMPARE(b.tokens, 32 * b.windows);
+    QCOMPARE(b.windows, std::int64_t{4096 / 32});
+  }
+
+  void plantedPredictabilityRoutingIsFound() {
+    // The model predicts a repeat: a token equal to the one before it is the predictable one, and the rule routes
+    // exactly those tokens. The most predictable quarter is then the repeats (all routed), the least none of them.
+    const auto repeats = [](const torch::Tensor& t) {
+      auto out = torch::zeros_like(t, torch::kBool);
+      out.narrow(1, 1, t.size(1) - 1).copy_(t.narrow(1, 1, t.size(1) - 1).eq(t.narrow(1, 0, t.size(1) - 1)));
+      return out;
+    };
+    const auto b = planted(repeats, /*repeat_logit=*/8.0);
+    const auto& groups = table(b, TokenGrouping::Predictability).groups;
+    QCOMPARE(groups.size(), std::size_t(5));
+    QVERIFY2(groups[0].tokens > 0 && groups[0].tokens < b.tokens / 4, qPrintable(QString::number(groups[0].tokens)));
+    QCOMPARE(groups[0].routed[0], 1.0);
+    QCOMPARE(groups[3].routed[0], 0.0);
+    QCOMPARE(groups[4].tokens, b.windows);  // each window's first token has no context
+    QVERIFY2(contains(groups[0].label, "Q1 most predictable (p 0.9"), groups[0].label.c_str());
+    // The difficulty groups read the loss of the next-token prediction: the groups cover the sample.
+    std::int64_t covered = 0;
+    for (const auto& g : table(b, TokenGrouping::Difficulty).groups) covered += g.tokens;
+    QCOMPARE(covered, b.tokens);
+  }
+
+  void everyLanguageModelsGroupsAddUpToItsShare_data() { routelab::test::conformance::add_language_model_rows(); }
+  void everyLanguageModelsGroupsAddUpToItsShare() {
+    // For every registered language model at a small shape: each grouping's groups cover the sample and their
+    // token-weighted shares are the overall share of every routed layer; a model whose trace has no routed layer
+    // with decisions is refused by name.
+    QFETCH(QString, arch);
+    const auto& entry = architecture(arch.toStdString());
+    torch::manual_seed(5);
+    auto lm = create_model(routelab::test::conformance::small_model(entry),
+                           {data_->tokenizer().vocab_size(), data_->context()});
+    lm->eval();
+    bool routes = false;
+    {
+      torch::NoGradGuard no_grad;
+      for (const auto& t : lm->forward(data_->sample(Split::Val, 2, 1).input, true).trace)
+        routes |= t.routed && t.decision.defined();
+    }
+    RoutingBreakdownOptions options;
+    options.tokens = 1024;
+    options.batch_size = 8;
+    options.frequency_tokens = 10000;
+    if (!routes) {
+      const auto message = error_of<ConfigError>([&] { routing_breakdown(*lm, *data_, options); });
+      QVERIFY2(contains(message, "'" + entry.id + "' routes no token"), message.c_str());
+      return;
+    }
+    const auto b = routing_breakdown(*lm, *data_, options);
+    QVERIFY(!b.layers.empty());
+    QCOMPARE(b.tokens, std::int64_t{1024});
+    QCOMPARE(b.tables.size(), all_token_groupings().size());
+    for (const auto& t : b.tables) {
+      std::int64_t tokens = 0;
+      std::vector<double> routed(b.layers.size(), 0.0);
+      for (const auto& g : t.groups) {
+        tokens += g.tokens;
+        for (std::size_t l = 0; l < routed.size(); ++l) {
+          if (g.tokens == 0) {
+            QVERIFY(std::isnan(g.routed[l]));
+            continue;
+          }
+          QVERIFY(g.routed[l] >= 0 && g.routed[l] <= 1);
+          routed[l] += g.routed[l] * static_cast<double>(g.tokens);
+        }
+      }
+      QCOMPARE(tokens, b.tokens);
+      for (std::size_t l = 0; l < routed.size(); ++l)
+        QVERIFY2(std::abs(routed[l] / static_cast<double>(b.tokens) - b.all.routed[l]) < 1e-12,
+                 qPrintable(QString::fromStdString(to_string(t.by) + " layer " + std::to_string(b.layers[l].layer))));
+    }
+    // The JSON carries the same numbers.
+    const auto doc = b.to_json();
+    QCOMPARE(doc["by"].size(), all_token_groupings().size());
+    QCOMPARE(doc["all"]["tokens"].get<std::int64_t>(), b.tokens);
+  }
+
+  void badRequestsAreNamed() {
+    QVERIFY(
+        contains(error_of<ConfigError>([] { parse_token_grouping("colour", "--by"); }),
+                 "--by: unknown grouping 'colour' (known: class, position, frequency, predictability, difficulty)"));
+    RuleRouted model(data_->tokenizer().vocab_size(), [](const torch::Tensor& t) { return t.gt(0); });
+    RoutingBreakdownOptions options;
+    options.tokens = 0;
+    QVERIFY(contains(error_of<ConfigError>([&] { routing_breakdown(model, *data_, options); }), "--tokens"));
+  }
+};
+
+}  // namespace test_routing_breakdown
+
+ROUTELAB_TEST_SUITE(test_routing_breakdown, TestRoutingBreakdown)
+#include "test_routing_breakdown.moc"
