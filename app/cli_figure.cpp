@@ -170,7 +170,8 @@ void add_figure_commands(CLI::App& app, CLI::App& /*bench*/, CommandAction& acti
   fig->add_option("--db", a->db, "run store");
   fig->add_option("--metric", a->metric,
                   "metric key (curves, matched, pareto); 'training'/'both' for routed-layers; "
-                  "'gate'/'decision'/'expert' for token-map(s)")
+                  "'gate'/'decision'/'expert' for token-map(s); class, position, frequency, predictability or "
+                  "difficulty for routing-by-token")
       ->default_val("val/loss");
   fig->add_option("--x", a->x_axis, "x axis: step, tokens, flops or wall (default: step; matched: flops)")
       ->check(CLI::IsMember({"step", "tokens", "flops", "wall"}));

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <fstream>
 #include <functional>
+#include <map>
 
 #include "core/analysis/routing_breakdown.h"
 #include "core/config/experiment_config.h"
@@ -14,6 +15,9 @@
 #include "core/data/tokenizer.h"
 #include "core/models/language_model.h"
 #include "core/models/registry.h"
+#include "core/report/builders/catalog.h"
+#include "core/store/run_store.h"
+#include "core/train/trainer.h"
 #include "core/util/errors.h"
 #include "tests/conformance_support.h"
 #include "tests/data_test_support.h"
@@ -78,6 +82,7 @@ const BreakdownGroup& group(const RoutingBreakdown& b, TokenGrouping by, const s
 class TestRoutingBreakdown : public QObject {
   Q_OBJECT
   QTemporaryDir dir_;
+  std::string corpus_;
   std::unique_ptr<LmDataset> data_;
 
   RoutingBreakdown planted(std::function<torch::Tensor(const torch::Tensor&)> rule, double repeat_logit = 0) {
@@ -263,6 +268,49 @@ class TestRoutingBreakdown : public QObject {
     const auto doc = b.to_json();
     QCOMPARE(doc["by"].size(), all_token_groupings().size());
     QCOMPARE(doc["all"]["tokens"].get<std::int64_t>(), b.tokens);
+  }
+
+  void figureShowsTheStoredRunsBreakdown() {
+    // routing-by-token draws, per run, the breakdown of its checkpoint: a cell per group and routed layer, the
+    // percentage routing_breakdown finds, each row labelled with its token count; a dense run is refused by name.
+    const auto db = dir_.filePath("runs.sqlite").toStdString();
+    std::map<std::string, std::int64_t> runs;
+    for (const std::string arch : {"dtrnet", "dense"}) {
+      const auto config = resolve_config(
+          nlohmann::json::object(),
+          {"model.arch=" + arch, "model.n_layer=3", "model.n_embd=32", "model.n_head=4", "data.path=" + corpus_,
+           "data.context=32", "train.batch_size=8", "train.steps=6", "train.eval_every=6", "train.checkpoint_every=6",
+           "train.eval_batches=1", "train.log_every=3", "train.warmup_steps=2", "run.threads=1"},
+          "test");
+      const auto outcome = train({config, db, arch, ""});
+      QVERIFY2(outcome.status == RunStatus::Finished, outcome.message.c_str());
+      runs[arch] = outcome.run_id;
+    }
+    FigureRequest request;
+    request.name = "routing-by-token";
+    request.run_ids = {runs["dtrnet"]};
+    request.metric = "position";
+    const auto figure = build_figure(RunStore(db), request);
+    auto run = load_run(db, runs["dtrnet"]);
+    RoutingBreakdownOptions options;
+    options.groupings = {TokenGrouping::Position};
+    const auto b = routing_breakdown(run, options);
+    QCOMPARE(figure.panels.size(), std::size_t(1));
+    const auto& h = figure.panels[0].heatmap;
+    const auto& groups = b.tables.front().groups;
+    QCOMPARE(h.rows, groups.size());
+    QCOMPARE(h.cols, b.layers.size());
+    for (std::size_t r = 0; r < h.rows; ++r) {
+      QCOMPARE(h.row_labels[r], groups[r].label + ", " + std::to_string(groups[r].tokens));
+      for (std::size_t c = 0; c < h.cols; ++c) QCOMPARE(h.values[r * h.cols + c], 100.0 * groups[r].routed[c]);
+    }
+    QCOMPARE(figure.meta["grouping"], nlohmann::json("position"));
+    request.run_ids = {runs["dense"]};
+    const auto refused = error_of<ConfigError>([&] { build_figure(RunStore(db), request); });
+    QVERIFY2(contains(refused, "routing-by-token") && contains(refused, "'dense' routes no token"), refused.c_str());
+    request.metric = "colour";
+    const auto unknown = error_of<ConfigError>([&] { build_figure(RunStore(db), request); });
+    QVERIFY2(contains(unknown, "routing-by-token metric: unknown grouping 'colour'"), unknown.c_str());
   }
 
   void badRequestsAreNamed() {

@@ -111,6 +111,14 @@ const std::vector<FigureInfo>& figure_catalog() {
          "(0: the last), grouped bars per layer against the uniform share 1/N (TAGAT Figure 3, left; the "
          "dashboard's Metrics tab).",
          1, build_expert_loads},
+        {"routing-by-token", "What the routers route",
+         "Per run a heat map of token groups x routed layers: the percentage of each group's tokens the layer sends "
+         "down its routed path, in inference mode, over 16,384 validation tokens in windows spread over the split, "
+         "from the checkpoint of `step` (0: the latest). `metric` chooses the groups: class (default: space, newline, "
+         "punctuation, digit, word start, mid-word, other), position (in the window), frequency (in the training "
+         "split), predictability (quartiles of the model's p(token | past)) or difficulty (quartiles of the "
+         "next-token loss); each row's label ends with its token count (`routelab-cli routing-breakdown`).",
+         1, build_routing_by_token},
     };
     for (auto& f : paper_figures()) c.push_back(std::move(f));
     return c;
@@ -164,6 +172,8 @@ Figure build_figure(const RunStore& store, const FigureRequest& request) {
     throw ConfigError(named(e));
   } catch (const DataError& e) {
     throw DataError(named(e));
+  } catch (const CheckpointError& e) {  // a figure computed from the weights (routing-by-token, dtrnet-fig1, ...)
+    throw CheckpointError(named(e));
   }
   if (figure.empty()) throw DataError(info.name + ": the runs hold nothing this figure draws");
   figure.name = info.name;

@@ -1,9 +1,11 @@
 // The routing figures: "routed-layers" (routed tokens per layer at an evaluation, DTRNet Figure 5),
 // "routing-history" (training-mode routing per layer and logged step), "token-map" (one run's probe, every row the
-// dashboard shows) and "token-maps" (per-token gates or decisions of two runs' probes, and their difference).
+// dashboard shows), "token-maps" (per-token gates or decisions of two runs' probes, and their difference) and
+// "routing-by-token" (the routed share per layer by kind of token, from the checkpoint: core/analysis).
 #include <algorithm>
 #include <cmath>
 
+#include "core/analysis/routing_breakdown.h"
 #include "core/report/builders/builder_detail.h"
 #include "core/report/figure/run_panels.h"
 #include "core/report/tables/table.h"
@@ -197,6 +199,56 @@ Figure build_token_maps(const RunStore& store, const FigureRequest& request) {
   d.heatmap = std::move(diff);
   f.panels.push_back(std::move(d));
   f.meta["map"] = decisions ? "decision" : "gate";
+  return f;
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// routing-by-token
+
+namespace {
+
+/// "L3" (appended rather than "L" + to_string, which GCC 12's -Warray-bounds misreads when inlined).
+std::string routed_layer_label(int layer) {
+  std::string label = "L";
+  label += std::to_string(layer);
+  return label;
+}
+
+}  // namespace
+
+Figure build_routing_by_token(const RunStore& store, const FigureRequest& request) {
+  // The request's default metric (val/loss) means the first grouping.
+  const auto by =
+      parse_token_grouping(request.metric == "val/loss" ? "class" : request.metric, "routing-by-token metric");
+  RoutingBreakdownOptions options;
+  options.groupings = {by};
+  Figure f;
+  f.columns = std::min<std::size_t>(2, request.run_ids.size());
+  for (const auto id : request.run_ids) {
+    auto run = load_run(store.path(), id, {}, request.step);
+    const auto b = routing_breakdown(run, options);
+    FigurePanel p;
+    p.title = run_label(run_record(store, id)) + " (step " + std::to_string(b.step) + ")";
+    p.x_label = "routed layer";
+    p.y_label = to_string(by);
+    p.legend = false;
+    auto& h = p.heatmap;
+    const auto& groups = b.tables.front().groups;
+    h.rows = groups.size();
+    h.cols = b.layers.size();
+    for (const auto& g : groups) {
+      h.row_labels.push_back(g.label + ", " + std::to_string(g.tokens));
+      for (const auto v : g.routed) h.values.push_back(100.0 * v);  // NaN (an empty group) stays an empty cell
+    }
+    for (const auto& l : b.layers) h.col_labels.push_back(routed_layer_label(l.layer));
+    h.lo = 0.0;
+    h.hi = 100.0;
+    h.colour_label = "% on the routed path";
+    f.meta["tokens"][std::to_string(id)] = b.tokens;
+    f.meta["checkpoint_step"][std::to_string(id)] = b.step;
+    f.panels.push_back(std::move(p));
+  }
+  f.meta["grouping"] = to_string(by);
   return f;
 }
 
