@@ -18,7 +18,9 @@
 #include <cmath>
 #include <memory>
 
+#include "core/config/experiment_config.h"
 #include "core/store/run_store.h"
+#include "core/train/trainer.h"
 #include "ui/compare_view.h"
 #include "ui/figure_render.h"
 #include "ui/main_window.h"
@@ -69,6 +71,7 @@ class TestGuiCompare : public QObject {
   void otherFiguresAndErrorsInTheStatusLine();
   void latestRequestWins();
   void mainWindowHasTheDockShortcutAndCompareRequest();
+  void figureWithMetricChoicesOffersThem();
 
  private:
   /// A view on the test store, shown, once its runs are listed (callers check the count).
@@ -408,6 +411,51 @@ void TestGuiCompare::mainWindowHasTheDockShortcutAndCompareRequest() {
   Q_EMIT window.runsPanel()->compareRequested({dtr_, mod_});
   QCOMPARE(view->checkedRuns(), (QList<qint64>{dtr_, mod_}));
   QTRY_COMPARE_WITH_TIMEOUT(view->diffView()->model()->columnCount(), 3, kBuildTimeoutMs);
+}
+
+void TestGuiCompare::figureWithMetricChoicesOffersThem() {
+  // routing-by-token's `metric` is a token grouping (FigureInfo::metric_choices): chosen, the metric box lists the
+  // groupings and the figure is built with the one picked (from a trained run's checkpoint); another figure gets the
+  // runs' metric keys back.
+  const QString db = home_.filePath(QStringLiteral("trained.sqlite"));
+  routelab::TrainRequest request;
+  request.config = routelab::resolve_config(
+      nlohmann::json::object(),
+      {"model.arch=dtrnet", "model.n_layer=3", "model.n_embd=32", "model.n_head=4", "data.source=copy",
+       "train.batch_size=4", "train.steps=4", "train.warmup_steps=1", "train.eval_every=4", "train.checkpoint_every=4",
+       "train.eval_batches=1", "run.threads=1"},
+      "test");
+  request.db_path = db.toStdString();
+  const auto outcome = routelab::train(request);
+  QVERIFY2(outcome.status == routelab::RunStatus::Finished, outcome.message.c_str());
+  routelab::StoreService service(db);
+  CompareView view(&service);
+  view.resize(1200, 800);
+  view.show();
+  service.requestRuns();
+  QTRY_COMPARE_WITH_TIMEOUT(view.runList()->count(), 1, kBuildTimeoutMs);
+  view.setRunChecked(outcome.run_id, true);
+  auto* metric = view.findChild<QComboBox*>(QStringLiteral("compareMetric"));
+  QVERIFY(metric);
+  QVERIFY(view.setFigureName(QStringLiteral("routing-by-token")));
+  QStringList items;
+  for (int i = 0; i < metric->count(); ++i) items << metric->itemText(i);
+  QCOMPARE(items, (QStringList{"class", "position", "frequency", "predictability", "difficulty"}));
+  QCOMPARE(metric->currentText(), QStringLiteral("class"));
+  const auto grouping = [&] {
+    const auto& f = view.figureView()->figure();
+    return f.name == "routing-by-token" && f.meta.contains("grouping") ? f.meta["grouping"].get<std::string>()
+                                                                        : std::string();
+  };
+  QTRY_COMPARE_WITH_TIMEOUT(grouping(), std::string("class"), kBuildTimeoutMs);
+  view.setMetric(QStringLiteral("position"));
+  QTRY_COMPARE_WITH_TIMEOUT(grouping(), std::string("position"), kBuildTimeoutMs);
+  const auto& rows = view.figureView()->figure().panels.at(0).heatmap.row_labels;
+  QVERIFY2(!rows.empty() && rows.front().rfind("0, ", 0) == 0, rows.empty() ? "" : rows.front().c_str());
+  QVERIFY(view.setFigureName(QStringLiteral("curves")));
+  QTRY_VERIFY_WITH_TIMEOUT(metric->findText(QStringLiteral("val/loss")) >= 0, kBuildTimeoutMs);
+  QCOMPARE(metric->findText(QStringLiteral("class")), -1);
+  QCOMPARE(metric->currentText(), QStringLiteral("val/loss"));
 }
 
 }  // namespace test_gui_compare

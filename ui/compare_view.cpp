@@ -55,6 +55,15 @@ const QString kTokenMap = QStringLiteral("token-map");
 /// The figures a "Decisions" box colours: the token maps.
 bool colouredByDecisions(const QString& figure) { return figure == kTokenMaps || figure == kTokenMap; }
 
+/// The values the figure's `metric` takes where it names no metric key (empty: it takes a key).
+QStringList metricChoices(const QString& figure) {
+  QStringList choices;
+  for (const FigureInfo& info : figure_catalog())
+    if (QString::fromStdString(info.name) == figure)
+      for (const auto& choice : info.metric_choices) choices << QString::fromStdString(choice);
+  return choices;
+}
+
 QString runText(const RunSummary& run) {
   return QStringLiteral("#%1  %2 · %3 · %4").arg(run.id).arg(run.name, run.arch, run.status);
 }
@@ -280,6 +289,7 @@ void CompareView::connectControls(QPushButton* copyDiff) {
   connect(figure_, &QComboBox::currentIndexChanged, this, [this](int index) {
     figure_->setToolTip(figure_->itemData(index, Qt::ToolTipRole).toString());
     decisions_->setEnabled(colouredByDecisions(figure_->itemData(index).toString()));
+    fillMetric();
     scheduleUpdate();
   });
   connect(metric_, &QComboBox::currentIndexChanged, this, &CompareView::scheduleUpdate);
@@ -484,15 +494,26 @@ void CompareView::requestMetricKeys() {
 
 void CompareView::onMetricKeys(quint64 serial, const QStringList& keys) {
   if (serial != keysSerial_) return;  // the selection changed since
+  metricKeys_ = keys;
+  fillMetric();
+}
+
+void CompareView::fillMetric() {
   const QString current = metric_->currentText();
+  const QStringList choices = metricChoices(figureName());
+  const QStringList items = !choices.isEmpty()       ? choices
+                            : metricKeys_.isEmpty() ? QStringList{kDefaultMetric}
+                                                    : metricKeys_;
   QString chosen = current;
-  if (!keys.contains(chosen)) chosen = keys.contains(kDefaultMetric) || keys.isEmpty() ? kDefaultMetric : keys.first();
+  if (!items.contains(chosen)) chosen = choices.isEmpty() && items.contains(kDefaultMetric) ? kDefaultMetric : items.first();
   {
     const QSignalBlocker blocker(metric_);
     metric_->clear();
-    metric_->addItems(keys.isEmpty() ? QStringList{kDefaultMetric} : keys);
+    metric_->addItems(items);
     metric_->setCurrentIndex(std::max(0, metric_->findText(chosen)));
   }
+  metric_->setToolTip(choices.isEmpty() ? tr("The metric curves, matched budgets and Pareto fronts read")
+                                        : tr("What this figure shows: %1").arg(choices.join(QStringLiteral(", "))));
   if (metric_->currentText() != current) scheduleUpdate();
 }
 

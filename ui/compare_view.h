@@ -150,6 +150,9 @@ class CompareView : public QWidget {
   void requestMetricKeys();
   void onResult(const CompareResult& result);
   void onMetricKeys(quint64 serial, const QStringList& keys);
+  /// The metric box's items: the current figure's metric choices (FigureInfo::metric_choices), else the metric keys
+  /// of the checked runs; the current item kept where it is one of them.
+  void fillMetric();
   void showTable();
   void showDiff();
   void setStatus(const QString& text, bool error);
@@ -195,6 +198,7 @@ class CompareView : public QWidget {
   bool inFlight_ = false;
   std::optional<CompareRequest> pending_;
   quint64 keysSerial_ = 0;
+  QStringList metricKeys_;          ///< the checked runs' metric keys, last read
   std::optional<ReportTable> table_;
   ConfigDiff diff_;
 };

@@ -386,6 +386,12 @@ const std::vector<TokenGrouping>& all_token_groupings() {
   return all;
 }
 
+std::vector<std::string> token_grouping_names() {
+  std::vector<std::string> names;
+  for (const auto g : all_token_groupings()) names.push_back(to_string(g));
+  return names;
+}
+
 TokenGrouping parse_token_grouping(const std::string& name, const std::string& key) {
   std::string known;
   for (const auto g : all_token_groupings()) {

@@ -32,6 +32,8 @@ std::string to_string(TokenGrouping grouping);
 /// "class", "position", "frequency", "predictability" or "difficulty"; anything else is a ConfigError naming `key`.
 TokenGrouping parse_token_grouping(const std::string& name, const std::string& key);
 const std::vector<TokenGrouping>& all_token_groupings();
+/// to_string of each of all_token_groupings(), in that order.
+std::vector<std::string> token_grouping_names();
 
 /// A token's character class from its displayed text (Tokenizer::token_text) and whether the token before it ends in
 /// a letter or digit: "space", "newline", "punctuation", "digit", "word start", "mid-word" or "other" (byte and

@@ -4,6 +4,7 @@
 
 #include <cmath>
 
+#include "core/analysis/routing_breakdown.h"
 #include "core/cost/flops_model.h"
 #include "core/report/builders/builder_detail.h"
 #include "core/report/builders/papers/paper_figures.h"
@@ -118,7 +119,7 @@ const std::vector<FigureInfo>& figure_catalog() {
          "punctuation, digit, word start, mid-word, other), position (in the window), frequency (in the training "
          "split), predictability (quartiles of the model's p(token | past)) or difficulty (quartiles of the "
          "next-token loss); each row's label ends with its token count (`routelab-cli routing-breakdown`).",
-         1, build_routing_by_token},
+         1, build_routing_by_token, 0, token_grouping_names()},
     };
     for (auto& f : paper_figures()) c.push_back(std::move(f));
     return c;

@@ -43,6 +43,9 @@ struct FigureInfo {
   std::size_t min_runs = 1;  ///< fewer runs is a ConfigError naming the figure
   FigureBuilder build;
   std::size_t max_runs = 0;  ///< more runs is a ConfigError naming the figure; 0 = any number
+  /// The values `metric` takes for this figure where it names no metric key (routing-by-token's groupings), the
+  /// first its default; empty: `metric` is a metric key (or the figure reads none).
+  std::vector<std::string> metric_choices = {};
 };
 
 /// Every named figure (generic ones first, then the seeds' figures of core/report/builders/papers/paper_figures.h), by name.

@@ -218,8 +218,8 @@ std::string routed_layer_label(int layer) {
 
 Figure build_routing_by_token(const RunStore& store, const FigureRequest& request) {
   // The request's default metric (val/loss) means the first grouping.
-  const auto by =
-      parse_token_grouping(request.metric == "val/loss" ? "class" : request.metric, "routing-by-token metric");
+  const auto by = parse_token_grouping(request.metric == "val/loss" ? token_grouping_names().front() : request.metric,
+                                       "routing-by-token metric");
   RoutingBreakdownOptions options;
   options.groupings = {by};
   Figure f;
