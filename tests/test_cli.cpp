@@ -95,6 +95,10 @@ class TestCli : public QObject {
                                          << "--progress";
     QTest::newRow("bench step against") << QStringList{"bench", "step", "--preset", "tiny", "--against", "nope"}
                                         << "unknown preset 'nope'";
+    QTest::newRow("routing breakdown grouping") << QStringList{"routing-breakdown", "1", "--db", db, "--by", "colour"}
+                                                << "--by: unknown grouping 'colour'";
+    QTest::newRow("routing breakdown tokens") << QStringList{"routing-breakdown", "1", "--db", db, "--tokens", "0"}
+                                              << "--tokens";
     QTest::newRow("bench step against-set alone")
         << QStringList{"bench", "step", "--preset", "tiny", "--against-set", "model.n_layer=3"} << "--against P";
   }
@@ -483,6 +487,34 @@ class TestCli : public QObject {
     QVERIFY2(output.contains("error    train loss is NaN at step 3"), qPrintable(output));
     std::tie(code, output) = run({"runs", "--db", db});
     QVERIFY2(code == 0 && output.contains("NON_FINITE,router_collapse"), qPrintable(output));
+  }
+
+  void routingBreakdownOfStoredRuns() {
+    // `routing-breakdown` of a stored routed run: every grouping's groups cover the tokens asked for, in JSON and as
+    // tables; a dense run is refused by name.
+    const auto db = home_.filePath("breakdown.sqlite");
+    auto [code, output] = run({"train", "--preset", "quickstart-dtrnet", "--steps", "2", "--db", db, "--quiet"});
+    QVERIFY2(code == 0, qPrintable(output));
+    std::tie(code, output) = run({"routing-breakdown", "1", "--db", db, "--tokens", "512", "--json"});
+    QVERIFY2(code == 0, qPrintable(output));
+    const auto doc = QJsonDocument::fromJson(output.toUtf8()).object();
+    QCOMPARE(doc.value("tokens").toInt(), 512);
+    const auto by = doc.value("by").toObject();
+    QCOMPARE(by.keys(), (QStringList{"class", "difficulty", "frequency", "position", "predictability"}));
+    for (const auto& grouping : by.keys()) {
+      int tokens = 0;
+      for (const auto& group : by.value(grouping).toArray()) tokens += group.toObject().value("tokens").toInt();
+      QVERIFY2(tokens == 512, qPrintable(grouping));
+    }
+    std::tie(code, output) = run({"routing-breakdown", "1", "--db", db, "--tokens", "512", "--by", "class,position"});
+    QVERIFY2(code == 0 && output.contains("by class:") && output.contains("| mid-word | ") &&
+                 output.contains("by position:") && !output.contains("by frequency"),
+             qPrintable(output));
+    std::tie(code, output) = run({"train", "--preset", "tiny", "--steps", "2", "--db", db, "--quiet"});
+    QVERIFY2(code == 0, qPrintable(output));
+    std::tie(code, output) = run({"routing-breakdown", "2", "--db", db});
+    QVERIFY2(code == 2 && output.contains("run 2: routing breakdown: architecture 'dense' routes no token"),
+             qPrintable(output));
   }
 
   void corpusToSubwordRunThroughTheCommands() {
