@@ -105,6 +105,11 @@ struct Fixture {
                           {{"layer", 1}, {"kind", "mod"}, {"routed", true}, {"gate", {g, 0.5, 0.0}},
                            {"decision", {1, 0, 0}}}}}};
     store->insert_probe(id, {20, probe.dump()});
+    if (routed) {  // an earlier probe: layer 1 routed tokens 0 and 1 then (Jaccard with step 20's token 0: 1/2)
+      auto earlier = probe;
+      earlier["layers"][1]["decision"] = {1, 1, 0};
+      store->insert_probe(id, {10, earlier.dump()});
+    }
     // Training-mode routing logged at steps 10 and 20: MoD's layer 1 routes 30 %, then 35 %.
     std::vector<RoutingRow> routing;
     for (const std::int64_t step : {10, 20})
@@ -554,7 +559,7 @@ class TestFigures : public QObject {
       build_figure(*fx.store, r);
       QFAIL("a step without a probe must be refused");
     } catch (const ConfigError& e) {
-      QVERIFY2(std::string(e.what()).find("no probe at step 7 (probed at: 20)") != std::string::npos, e.what());
+      QVERIFY2(std::string(e.what()).find("no probe at step 7 (probed at: 10, 20)") != std::string::npos, e.what());
     }
   }
 
@@ -574,6 +579,20 @@ class TestFigures : public QObject {
       QVERIFY2(found, (before + " -> " + now).c_str());
     }
     QCOMPARE(current_id("curves"), std::string("curves"));  // a current id is itself
+  }
+
+  void routingStabilityIsTheOverlapWithThePreviousProbe() {
+    Fixture fx;
+    const auto f = build_figure(*fx.store, fx.request("routing-stability", {fx.mod, fx.dense1}));
+    QCOMPARE(f.panels.size(), std::size_t{1});  // the dense run routes nothing: no panel
+    const auto& series = f.panels[0].series;
+    QCOMPARE(series.size(), std::size_t{1});
+    QCOMPARE(series[0].label, std::string("L1"));
+    QCOMPARE(series[0].x, std::vector<double>{20.0});
+    QCOMPARE(series[0].y, std::vector<double>{0.5});
+    const auto refused =
+        error_of<DataError>([&] { build_figure(*fx.store, fx.request("routing-stability", {fx.dense1})); });
+    QVERIFY2(contains(refused, "routing-stability: the runs hold nothing this figure draws"), refused.c_str());
   }
 
   void tokenMapsShowBothRunsAndTheirDifference() {

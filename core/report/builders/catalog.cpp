@@ -120,6 +120,12 @@ const std::vector<FigureInfo>& figure_catalog() {
          "split), predictability (quartiles of the model's p(token | past)) or difficulty (quartiles of the "
          "next-token loss); each row's label ends with its token count (`routelab-cli routing-breakdown`).",
          1, build_routing_by_token, 0, token_grouping_names()},
+        {"routing-stability", "Routing stability over training",
+         "Per run, one line per routed layer: the Jaccard overlap of the probe tokens the layer routes at each "
+         "evaluation with those it routed at the evaluation before (1: the same tokens; 0: none in common; 1 where "
+         "neither routes any), from the stored probes (the run's fixed probe text, in inference mode). Runs without "
+         "two probes of a routed layer draw nothing.",
+         1, build_routing_stability},
     };
     for (auto& f : paper_figures()) c.push_back(std::move(f));
     return c;

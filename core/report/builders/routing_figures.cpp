@@ -1,9 +1,11 @@
 // The routing figures: "routed-layers" (routed tokens per layer at an evaluation, DTRNet Figure 5),
 // "routing-history" (training-mode routing per layer and logged step), "token-map" (one run's probe, every row the
 // dashboard shows), "token-maps" (per-token gates or decisions of two runs' probes, and their difference) and
-// "routing-by-token" (the routed share per layer by kind of token, from the checkpoint: core/analysis).
+// "routing-by-token" (the routed share per layer by kind of token, from the checkpoint: core/analysis) and
+// "routing-stability" (how much of the probe's routing each evaluation keeps from the one before).
 #include <algorithm>
 #include <cmath>
+#include <map>
 
 #include "core/analysis/routing_breakdown.h"
 #include "core/report/builders/builder_detail.h"
@@ -249,6 +251,63 @@ Figure build_routing_by_token(const RunStore& store, const FigureRequest& reques
     f.panels.push_back(std::move(p));
   }
   f.meta["grouping"] = to_string(by);
+  return f;
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// routing-stability
+
+namespace {
+
+/// |A and B| / |A or B| of the token positions two decision vectors route; 1 where neither routes any.
+double jaccard(const std::vector<double>& a, const std::vector<double>& b) {
+  std::size_t both = 0, either = 0;
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    const bool x = a[i] > 0.5, y = b[i] > 0.5;
+    both += x && y ? 1 : 0;
+    either += x || y ? 1 : 0;
+  }
+  return either == 0 ? 1.0 : static_cast<double>(both) / static_cast<double>(either);
+}
+
+const ProbeLayer* decided_layer(const ProbeRecord& probe, int layer) {
+  for (const auto& l : probe.layers)
+    if (l.layer == layer && l.routed && !l.decision.empty()) return &l;
+  return nullptr;
+}
+
+}  // namespace
+
+Figure build_routing_stability(const RunStore& store, const FigureRequest& request) {
+  Figure f;
+  for (const auto id : request.run_ids) {
+    const auto probes = read_probes(store, id);
+    std::map<int, FigureSeries> layers;  // by layer: the overlap with the previous probe at each probe's step
+    for (std::size_t k = 1; k < probes.size(); ++k) {
+      const auto &before = probes[k - 1], &now = probes[k];
+      if (before.tokens != now.tokens) continue;  // another text (a resumed run with another probe): no overlap
+      for (const auto& l : now.layers) {
+        const auto* earlier = l.routed && !l.decision.empty() ? decided_layer(before, l.layer) : nullptr;
+        if (!earlier || earlier->decision.size() != l.decision.size()) continue;
+        auto& s = layers[l.layer];
+        s.x.push_back(static_cast<double>(now.step));
+        s.y.push_back(jaccard(earlier->decision, l.decision));
+      }
+    }
+    if (layers.empty()) continue;  // a dense run, or fewer than two probes
+    FigurePanel p;
+    p.title = run_label(run_record(store, id));
+    p.x_label = "Step";
+    p.y_label = "Jaccard with the previous probe";
+    int colour = 0;
+    for (auto& [layer, s] : layers) {
+      s.label = routed_layer_label(layer);
+      s.color = colour++;
+      p.series.push_back(std::move(s));
+    }
+    f.panels.push_back(std::move(p));
+  }
+  f.columns = std::min<std::size_t>(2, std::max<std::size_t>(1, f.panels.size()));
   return f;
 }
 
