@@ -209,6 +209,8 @@ class TestRoutingBreakdown : public QObject {
     QCOMPARE(groups[3].routed[0], 0.0);
     QCOMPARE(groups[4].tokens, b.windows);  // each window's first token has no context
     QVERIFY2(contains(groups[0].label, "Q1 most predictable (p 0.9"), groups[0].label.c_str());
+    QCOMPARE(groups[0].short_label, std::string("Q1 most"));
+    QCOMPARE(groups[4].short_label, std::string("first"));
     // The difficulty groups read the loss of the next-token prediction: the groups cover the sample.
     std::int64_t covered = 0;
     for (const auto& g : table(b, TokenGrouping::Difficulty).groups) covered += g.tokens;
@@ -301,7 +303,8 @@ class TestRoutingBreakdown : public QObject {
     QCOMPARE(h.rows, groups.size());
     QCOMPARE(h.cols, b.layers.size());
     for (std::size_t r = 0; r < h.rows; ++r) {
-      QCOMPARE(h.row_labels[r], groups[r].label + ", " + std::to_string(groups[r].tokens));
+      QCOMPARE(h.row_labels[r], groups[r].short_label);
+      QCOMPARE(figure.meta["groups"][std::to_string(runs["dtrnet"])][r]["tokens"].get<std::int64_t>(), groups[r].tokens);
       for (std::size_t c = 0; c < h.cols; ++c) QCOMPARE(h.values[r * h.cols + c], 100.0 * groups[r].routed[c]);
     }
     QCOMPARE(figure.meta["grouping"], nlohmann::json("position"));

@@ -203,7 +203,8 @@ std::pair<std::vector<std::int64_t>, std::int64_t> training_counts(const LmDatas
 
 struct Grouped {
   std::vector<std::string> labels;
-  Assignment group;  ///< per token
+  std::vector<std::string> short_labels;  ///< empty: the labels are short already
+  Assignment group;                       ///< per token
 };
 
 Grouped by_class(const Sample& s, const Tokenizer& tokenizer) {
@@ -245,6 +246,7 @@ Grouped by_frequency(const Sample& s, const std::vector<std::int64_t>& counts, s
   Grouped g;
   g.labels = {"most frequent (first 50% of training tokens)", "common (next 30%)", "uncommon (next 15%)",
               "rare (last 5%)", "unseen in the counted training tokens"};
+  g.short_labels = {"top 50%", "next 30%", "next 15%", "last 5%", "unseen"};
   std::vector<std::size_t> order(counts.size());
   std::iota(order.begin(), order.end(), 0);
   std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) { return counts[a] > counts[b]; });
@@ -275,10 +277,11 @@ std::size_t quartile(double v, const std::vector<double>& cuts) {
 }
 
 /// Quartile groups of `values` (lowest first; NaN: an extra last group `none`, where there is one), each labelled with
-/// the range of `shown(value)` its tokens span (`name` of it; `names` from the lowest values up). Ties at a cut may
+/// the range of `shown(value)` its tokens span (`name` of it; `names` from the lowest values up, `short_names` for figures). Ties at a cut may
 /// leave a group smaller or empty: the labels say the ranges, the token counts the sizes.
 Grouped quartile_groups(const std::vector<double>& values, const std::vector<std::string>& names,
-                        const std::string& name, const std::function<double(double)>& shown, const std::string& none) {
+                        const std::vector<std::string>& short_names, const std::string& name,
+                        const std::function<double(double)>& shown, const std::string& none) {
   const auto cuts = quartile_cuts(values);
   Grouped g;
   g.group.reserve(values.size());
@@ -293,8 +296,11 @@ Grouped quartile_groups(const std::vector<double>& values, const std::vector<std
     g.labels.push_back(names[q] + (lo[q] > hi[q] ? " (empty: ties at the cut)"
                                                  : " (" + name + " " + number(a, 3) + " to " + number(b, 3) + ")"));
   }
-  if (std::find(g.group.begin(), g.group.end(), std::size_t{4}) != g.group.end())
+  g.short_labels = short_names;
+  if (std::find(g.group.begin(), g.group.end(), std::size_t{4}) != g.group.end()) {
     g.labels.push_back(none.empty() ? "no finite value" : none);
+    g.short_labels.push_back(none.empty() ? "none" : "first");
+  }
   return g;
 }
 
@@ -303,14 +309,14 @@ Grouped by_predictability(const Sample& s) {
   std::vector<double> loss(s.ids.size(), kNaN);
   for (std::size_t i = 0; i < s.ids.size(); ++i)
     if (static_cast<std::int64_t>(i) % s.context != 0) loss[i] = s.nll[i - 1];
-  return quartile_groups(
-      loss, {"Q1 most predictable", "Q2", "Q3", "Q4 least predictable"}, "p", [](double v) { return std::exp(-v); },
-      "first of its window (no context)");
+  return quartile_groups(loss, {"Q1 most predictable", "Q2", "Q3", "Q4 least predictable"},
+                         {"Q1 most", "Q2", "Q3", "Q4 least"}, "p", [](double v) { return std::exp(-v); },
+                         "first of its window (no context)");
 }
 
 Grouped by_difficulty(const Sample& s) {
-  return quartile_groups(
-      s.nll, {"Q1 easiest next token", "Q2", "Q3", "Q4 hardest next token"}, "loss", [](double v) { return v; }, "");
+  return quartile_groups(s.nll, {"Q1 easiest next token", "Q2", "Q3", "Q4 hardest next token"},
+                         {"Q1 easiest", "Q2", "Q3", "Q4 hardest"}, "loss", [](double v) { return v; }, "");
 }
 
 BreakdownGroup finish(const std::string& label, std::int64_t tokens, const std::vector<double>& routed,
@@ -341,8 +347,10 @@ std::vector<BreakdownGroup> tally(const Sample& s, const Grouped& grouped) {
     }
   }
   std::vector<BreakdownGroup> out;
-  for (std::size_t g = 0; g < groups; ++g)
+  for (std::size_t g = 0; g < groups; ++g) {
     out.push_back(finish(grouped.labels[g], tokens[g], routed[g], gate[g], gated[g]));
+    out.back().short_label = grouped.short_labels.empty() ? grouped.labels[g] : grouped.short_labels[g];
+  }
   return out;
 }
 
@@ -355,6 +363,7 @@ nlohmann::json shares(const std::vector<double>& values) {
 nlohmann::json group_json(const BreakdownGroup& g) {
   const auto mean = g.mean_routed();
   return {{"label", g.label},
+          {"short_label", g.short_label},
           {"tokens", g.tokens},
           {"mean_routed", std::isnan(mean) ? nlohmann::json(nullptr) : nlohmann::json(mean)},
           {"routed", shares(g.routed)},

@@ -47,6 +47,7 @@ bool ends_in_alnum(const std::string& text);
 /// routed path (NaN for an empty group); gate: the mean gate where the layer has one (NaN otherwise).
 struct BreakdownGroup {
   std::string label;
+  std::string short_label;  ///< what a figure's row shows ("top 50%", "Q4 least"); the label where that is short
   std::int64_t tokens = 0;
   std::vector<double> routed;  ///< per routed layer
   std::vector<double> gate;    ///< per routed layer

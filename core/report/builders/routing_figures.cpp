@@ -238,9 +238,11 @@ Figure build_routing_by_token(const RunStore& store, const FigureRequest& reques
     const auto& groups = b.tables.front().groups;
     h.rows = groups.size();
     h.cols = b.layers.size();
+    auto& described = f.meta["groups"][std::to_string(id)];
     for (const auto& g : groups) {
-      h.row_labels.push_back(g.label + ", " + std::to_string(g.tokens));
+      h.row_labels.push_back(g.short_label);
       for (const auto v : g.routed) h.values.push_back(100.0 * v);  // NaN (an empty group) stays an empty cell
+      described.push_back({{"label", g.label}, {"tokens", g.tokens}});
     }
     for (const auto& l : b.layers) h.col_labels.push_back(routed_layer_label(l.layer));
     h.lo = 0.0;
