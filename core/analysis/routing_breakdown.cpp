@@ -277,8 +277,8 @@ std::size_t quartile(double v, const std::vector<double>& cuts) {
 }
 
 /// Quartile groups of `values` (lowest first; NaN: an extra last group `none`, where there is one), each labelled with
-/// the range of `shown(value)` its tokens span (`name` of it; `names` from the lowest values up, `short_names` for figures). Ties at a cut may
-/// leave a group smaller or empty: the labels say the ranges, the token counts the sizes.
+/// the range of `shown(value)` its tokens span (`name` of it; `names` from the lowest values up, `short_names` for
+/// figures). Ties at a cut may leave a group smaller or empty: the labels say the ranges, the token counts the sizes.
 Grouped quartile_groups(const std::vector<double>& values, const std::vector<std::string>& names,
                         const std::vector<std::string>& short_names, const std::string& name,
                         const std::function<double(double)>& shown, const std::string& none) {
