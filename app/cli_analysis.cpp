@@ -176,7 +176,7 @@ void add_context_commands(CLI::App& app, CLI::App& /*bench*/, CommandAction& act
     std::string db, split = "val";
     std::int64_t run_id = 0, step = 0;
     std::vector<std::string> by, sets;
-    bool json = false;
+    bool json = false, gates = false;
     RoutingBreakdownOptions options;
   };
   auto breakdown = std::make_shared<BreakdownArgs>();
@@ -198,7 +198,10 @@ void add_context_commands(CLI::App& app, CLI::App& /*bench*/, CommandAction& act
   rb->add_option("--split", breakdown->split, "val, test or train");
   rb->add_option("--step", breakdown->step, "checkpoint step (0: latest)");
   rb->add_option("--set", breakdown->sets, "eval-only override, e.g. model.inference=sparse (repeatable)");
-  rb->add_flag("--json", breakdown->json, "machine-readable output");
+  rb->add_flag("--gates", breakdown->gates,
+               "the groups' mean gates instead of their routed shares (soft gating: TSA's soft inference runs every "
+               "token)");
+  rb->add_flag("--json", breakdown->json, "machine-readable output (both)");
   rb->callback([breakdown, &action] {
     action = [breakdown] {
       auto options = breakdown->options;
@@ -209,7 +212,7 @@ void add_context_commands(CLI::App& app, CLI::App& /*bench*/, CommandAction& act
       }
       auto run = load_run(breakdown->db, breakdown->run_id, breakdown->sets, breakdown->step);
       const auto result = routing_breakdown(run, options);
-      std::cout << (breakdown->json ? result.to_json().dump(2) + "\n" : result.to_table());
+      std::cout << (breakdown->json ? result.to_json().dump(2) + "\n" : result.to_table(breakdown->gates));
       return 0;
     };
   });

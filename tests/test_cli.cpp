@@ -510,6 +510,9 @@ class TestCli : public QObject {
     QVERIFY2(code == 0 && output.contains("by class:") && output.contains("| mid-word | ") &&
                  output.contains("by position:") && !output.contains("by frequency"),
              qPrintable(output));
+    std::tie(code, output) = run({"routing-breakdown", "1", "--db", db, "--tokens", "512", "--by", "class", "--gates"});
+    QVERIFY2(code == 0 && output.contains("the mean gate of each group's tokens") && output.contains("| space | "),
+             qPrintable(output));
     std::tie(code, output) = run({"train", "--preset", "tiny", "--steps", "2", "--db", db, "--quiet"});
     QVERIFY2(code == 0, qPrintable(output));
     std::tie(code, output) = run({"routing-breakdown", "2", "--db", db});

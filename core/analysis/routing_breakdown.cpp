@@ -524,10 +524,13 @@ nlohmann::json RoutingBreakdown::to_json() const {
   return doc;
 }
 
-std::string RoutingBreakdown::to_table() const {
+std::string RoutingBreakdown::to_table(bool gates) const {
   std::ostringstream s;
   s << "run " << run_id << " " << name << " (" << arch << "), checkpoint step " << step << ", " << split << " split, "
-    << tokens << " tokens in " << windows << " windows, inference mode: % of each group's tokens on the routed path\n";
+    << tokens << " tokens in " << windows << " windows, inference mode: "
+    << (gates ? "the mean gate of each group's tokens (-: the layer has no gate)"
+              : "% of each group's tokens on the routed path")
+    << "\n";
   const auto header = [&](const std::string& first) {
     s << "| " << first << " | tokens | % of sample | mean |";
     for (const auto& l : layers) s << " L" << l.layer << " |";
@@ -537,9 +540,18 @@ std::string RoutingBreakdown::to_table() const {
   };
   const auto row = [&](const BreakdownGroup& g) {
     s << "| " << g.label << " | " << g.tokens << " | "
-      << percent(tokens > 0 ? static_cast<double>(g.tokens) / static_cast<double>(tokens) : kNaN) << " | "
-      << percent(g.mean_routed()) << " |";
-    for (const auto v : g.routed) s << " " << percent(v) << " |";
+      << percent(tokens > 0 ? static_cast<double>(g.tokens) / static_cast<double>(tokens) : kNaN) << " | ";
+    if (gates) {
+      double sum = 0;
+      std::size_t n = 0;
+      for (const auto v : g.gate)
+        if (!std::isnan(v)) sum += v, ++n;
+      s << (n > 0 ? number(sum / static_cast<double>(n), 3) : "-") << " |";
+      for (const auto v : g.gate) s << " " << (std::isnan(v) ? "-" : number(v, 3)) << " |";
+    } else {
+      s << percent(g.mean_routed()) << " |";
+      for (const auto v : g.routed) s << " " << percent(v) << " |";
+    }
     s << "\n";
   };
   header("");

@@ -83,8 +83,9 @@ struct RoutingBreakdown {
 
   nlohmann::json to_json() const;
   /// Plain-text tables: per grouping a row per group (tokens, share of the sample, mean over routed layers, each
-  /// routed layer), percentages.
-  std::string to_table() const;
+  /// routed layer), percentages on the routed path, or with `gates` the mean gates (a soft-gated model such as TSA
+  /// in its soft inference computes every token: its gates are what differ).
+  std::string to_table(bool gates = false) const;
 };
 
 /// The breakdown of `model` (put in eval mode) over `data`'s split: windows spread evenly over the split (a synthetic
