@@ -247,7 +247,7 @@ Figure build_routing_by_token(const RunStore& store, const FigureRequest& reques
     for (const auto& l : b.layers) h.col_labels.push_back(routed_layer_label(l.layer));
     h.lo = 0.0;
     h.hi = 100.0;
-    h.colour_label = "% on the routed path";
+    h.colour_label = "% routed";
     f.meta["tokens"][std::to_string(id)] = b.tokens;
     f.meta["checkpoint_step"][std::to_string(id)] = b.step;
     f.panels.push_back(std::move(p));
