@@ -125,17 +125,30 @@ void add_trace(Sample& sample, std::vector<RoutedLayerInfo>& layers, const std::
     throw ConfigError("routing breakdown: the model's routed layers differ from one forward to the next");
 }
 
-/// Reads the sample: `wanted` windows spread evenly over the split (or the evaluation examples of a synthetic task).
+/// How `tokens` tokens of `split` are read: `count` whole windows, window w of them the split's window
+/// w x available / count (spread evenly over its `available` windows); a dataset without windows (a synthetic task)
+/// draws `count` examples instead (`windowed` false).
+struct WindowSpread {
+  bool windowed = false;
+  std::int64_t available = 0, count = 0;
+};
+
+WindowSpread spread_windows(const LmDataset& data, Split split, std::int64_t tokens) {
+  const auto T = data.context();
+  const auto wanted = std::max<std::int64_t>(1, (tokens + T - 1) / T);
+  const auto available = std::max<std::int64_t>(0, (data.split_tokens(split) - 1) / T);
+  const bool windowed = available > 0 && data.windows(split, 0, 1).has_value();
+  return {windowed, available, windowed ? std::min(wanted, available) : wanted};
+}
+
+/// Reads the sample: windows spread evenly over the split (or the evaluation examples of a synthetic task).
 Sample read_sample(LanguageModel& model, const LmDataset& data, const RoutingBreakdownOptions& options,
                    const torch::Device& device, bool bf16, std::uint64_t seed, std::vector<RoutedLayerInfo>& layers) {
   Sample sample;
   const auto T = data.context();
   sample.context = T;
-  const auto wanted = std::max<std::int64_t>(1, (options.tokens + T - 1) / T);
   const auto batch_size = std::max<std::int64_t>(1, options.batch_size);
-  const auto available = std::max<std::int64_t>(0, (data.split_tokens(options.split) - 1) / T);
-  const bool windowed = available > 0 && data.windows(options.split, 0, 1).has_value();
-  const auto count = windowed ? std::min(wanted, available) : wanted;
+  const auto [windowed, available, count] = spread_windows(data, options.split, options.tokens);
   for (std::int64_t first = 0; first < count; first += batch_size) {
     const auto rows = std::min(batch_size, count - first);
     Batch batch;
@@ -180,11 +193,7 @@ std::pair<std::vector<std::int64_t>, std::int64_t> training_counts(const LmDatas
                                                                    std::uint64_t seed) {
   const auto V = data.tokenizer().vocab_size();
   std::vector<std::int64_t> counts(static_cast<std::size_t>(V), 0);
-  const auto T = data.context();
-  const auto available = std::max<std::int64_t>(0, (data.split_tokens(Split::Train) - 1) / T);
-  const auto wanted = std::max<std::int64_t>(1, (frequency_tokens + T - 1) / T);
-  const bool windowed = available > 0 && data.windows(Split::Train, 0, 1).has_value();
-  const auto count = windowed ? std::min(wanted, available) : wanted;
+  const auto [windowed, available, count] = spread_windows(data, Split::Train, frequency_tokens);
   std::int64_t counted = 0;
   for (std::int64_t w = 0; w < count; ++w) {
     const auto batch = windowed ? data.windows(Split::Train, w * available / count, 1)
