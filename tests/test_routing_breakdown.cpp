@@ -274,7 +274,7 @@ class TestRoutingBreakdown : public QObject {
 
   void figureShowsTheStoredRunsBreakdown() {
     // routing-by-token draws, per run, the breakdown of its checkpoint: a cell per group and routed layer, the
-    // percentage routing_breakdown finds, each row labelled with its token count; a dense run is refused by name.
+    // percentage routing_breakdown finds, each row labelled with its short label; a dense run draws no panel.
     const auto db = dir_.filePath("runs.sqlite").toStdString();
     std::map<std::string, std::int64_t> runs;
     for (const std::string arch : {"dtrnet", "dense"}) {
@@ -304,13 +304,16 @@ class TestRoutingBreakdown : public QObject {
     QCOMPARE(h.cols, b.layers.size());
     for (std::size_t r = 0; r < h.rows; ++r) {
       QCOMPARE(h.row_labels[r], groups[r].short_label);
-      QCOMPARE(figure.meta["groups"][std::to_string(runs["dtrnet"])][r]["tokens"].get<std::int64_t>(), groups[r].tokens);
+      const auto& described = figure.meta["groups"][std::to_string(runs["dtrnet"])][r];
+      QCOMPARE(described["tokens"].get<std::int64_t>(), groups[r].tokens);
       for (std::size_t c = 0; c < h.cols; ++c) QCOMPARE(h.values[r * h.cols + c], 100.0 * groups[r].routed[c]);
     }
     QCOMPARE(figure.meta["grouping"], nlohmann::json("position"));
+    request.run_ids = {runs["dense"], runs["dtrnet"]};  // a dense baseline beside it draws no panel
+    QCOMPARE(build_figure(RunStore(db), request).panels.size(), std::size_t(1));
     request.run_ids = {runs["dense"]};
-    const auto refused = error_of<ConfigError>([&] { build_figure(RunStore(db), request); });
-    QVERIFY2(contains(refused, "routing-by-token") && contains(refused, "'dense' routes no token"), refused.c_str());
+    const auto refused = error_of<DataError>([&] { build_figure(RunStore(db), request); });
+    QVERIFY2(contains(refused, "routing-by-token: the runs hold nothing this figure draws"), refused.c_str());
     request.metric = "colour";
     const auto unknown = error_of<ConfigError>([&] { build_figure(RunStore(db), request); });
     QVERIFY2(contains(unknown, "routing-by-token metric: unknown grouping 'colour'"), unknown.c_str());

@@ -505,7 +505,8 @@ void CompareView::fillMetric() {
                             : metricKeys_.isEmpty() ? QStringList{kDefaultMetric}
                                                     : metricKeys_;
   QString chosen = current;
-  if (!items.contains(chosen)) chosen = choices.isEmpty() && items.contains(kDefaultMetric) ? kDefaultMetric : items.first();
+  if (!items.contains(chosen))
+    chosen = choices.isEmpty() && items.contains(kDefaultMetric) ? kDefaultMetric : items.first();
   {
     const QSignalBlocker blocker(metric_);
     metric_->clear();

@@ -465,9 +465,11 @@ RoutingBreakdown routing_breakdown(LanguageModel& model, const LmDataset& data, 
   out.split = to_string(options.split);
   const auto sample = read_sample(model, data, options, device, bf16, seed, out.layers);
   if (was_training) model.train();
-  if (out.layers.empty())
+  if (out.layers.empty()) {
+    if (options.unrouted_is_empty) return out;
     throw ConfigError("routing breakdown: architecture '" + out.arch +
                       "' routes no token (no layer makes routing decisions)");
+  }
   out.tokens = static_cast<std::int64_t>(sample.ids.size());
   out.windows = sample.windows;
   Grouped everything;

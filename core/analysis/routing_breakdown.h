@@ -71,6 +71,9 @@ struct RoutingBreakdownOptions {
   std::int64_t frequency_tokens = 1 << 20;  ///< training tokens counted for the frequency groups (evenly spread)
   std::int64_t batch_size = 0;              ///< windows per forward; 0 = the run's train.batch_size
   std::vector<TokenGrouping> groupings = all_token_groupings();
+  /// A model that routes no token gives a breakdown without layers or tables instead of a ConfigError (a figure of
+  /// several runs draws the others).
+  bool unrouted_is_empty = false;
 };
 
 struct RoutingBreakdown {
@@ -90,7 +93,7 @@ struct RoutingBreakdown {
 
 /// The breakdown of `model` (put in eval mode) over `data`'s split: windows spread evenly over the split (a synthetic
 /// task's evaluation examples instead), every token of each window counted. A model that routes no token (dense) is a
-/// ConfigError naming its architecture.
+/// ConfigError naming its architecture (unless options.unrouted_is_empty).
 RoutingBreakdown routing_breakdown(LanguageModel& model, const LmDataset& data, const RoutingBreakdownOptions& options,
                                    const torch::Device& device = torch::kCPU, bool bf16 = false,
                                    std::uint64_t seed = 0);

@@ -119,7 +119,7 @@ const std::vector<FigureInfo>& figure_catalog() {
          "punctuation, digit, word start, mid-word, other), position (in the window), frequency (in the training "
          "split), predictability (quartiles of the model's p(token | past)) or difficulty (quartiles of the "
          "next-token loss); the sidecar holds each group's full label and token count (`routelab-cli "
-         "routing-breakdown` prints them).",
+         "routing-breakdown` prints them). A run that routes no token (a dense baseline) draws no panel.",
          1, build_routing_by_token, 0, token_grouping_names()},
         {"routing-stability", "Routing stability over training",
          "Per run, one line per routed layer: the Jaccard overlap of the probe tokens the layer routes at each "

@@ -1,6 +1,6 @@
 // The routing figures: "routed-layers" (routed tokens per layer at an evaluation, DTRNet Figure 5),
 // "routing-history" (training-mode routing per layer and logged step), "token-map" (one run's probe, every row the
-// dashboard shows), "token-maps" (per-token gates or decisions of two runs' probes, and their difference) and
+// dashboard shows), "token-maps" (per-token gates or decisions of two runs' probes, and their difference),
 // "routing-by-token" (the routed share per layer by kind of token, from the checkpoint: core/analysis) and
 // "routing-stability" (how much of the probe's routing each evaluation keeps from the one before).
 #include <algorithm>
@@ -224,11 +224,12 @@ Figure build_routing_by_token(const RunStore& store, const FigureRequest& reques
                                        "routing-by-token metric");
   RoutingBreakdownOptions options;
   options.groupings = {by};
+  options.unrouted_is_empty = true;  // a dense baseline among the runs draws no panel
   Figure f;
-  f.columns = std::min<std::size_t>(2, request.run_ids.size());
   for (const auto id : request.run_ids) {
     auto run = load_run(store.path(), id, {}, request.step);
     const auto b = routing_breakdown(run, options);
+    if (b.layers.empty()) continue;
     FigurePanel p;
     p.title = run_label(run_record(store, id)) + " (step " + std::to_string(b.step) + ")";
     p.x_label = "routed layer";
@@ -253,6 +254,7 @@ Figure build_routing_by_token(const RunStore& store, const FigureRequest& reques
     f.panels.push_back(std::move(p));
   }
   f.meta["grouping"] = to_string(by);
+  f.columns = std::min<std::size_t>(2, std::max<std::size_t>(1, f.panels.size()));
   return f;
 }
 
