@@ -292,7 +292,11 @@ void CompareView::connectControls(QPushButton* copyDiff) {
     fillMetric();
     scheduleUpdate();
   });
-  connect(metric_, &QComboBox::currentIndexChanged, this, &CompareView::scheduleUpdate);
+  connect(metric_, &QComboBox::currentIndexChanged, this, [this] {
+    if (metricChoices(figureName()).isEmpty() && !metric_->currentText().isEmpty())
+      metricKey_ = metric_->currentText();
+    scheduleUpdate();
+  });
   connect(xAxis_, &QComboBox::currentIndexChanged, this, &CompareView::scheduleUpdate);
   connect(smoothing_, &QDoubleSpinBox::valueChanged, this, &CompareView::scheduleUpdate);
   connect(budgets_, &QLineEdit::editingFinished, this, &CompareView::scheduleUpdate);
@@ -504,7 +508,7 @@ void CompareView::fillMetric() {
   const QStringList items = !choices.isEmpty()       ? choices
                             : metricKeys_.isEmpty() ? QStringList{kDefaultMetric}
                                                     : metricKeys_;
-  QString chosen = current;
+  QString chosen = choices.isEmpty() ? metricKey_ : current;
   if (!items.contains(chosen))
     chosen = choices.isEmpty() && items.contains(kDefaultMetric) ? kDefaultMetric : items.first();
   {
@@ -553,7 +557,9 @@ void CompareView::sendRequest() {
   FigureRequest& figure = request.figure;
   figure.name = figureName().toStdString();
   for (const qint64 id : ids) figure.run_ids.push_back(id);
-  figure.metric = metric_->currentText().isEmpty() ? kDefaultMetric.toStdString() : metric_->currentText().toStdString();
+  // A figure with metric choices reads the box's choice; the matched table keeps reading the metric key.
+  figure.metric = metricKey_.toStdString();
+  if (!metricChoices(figureName()).isEmpty()) request.figureMetric = metric_->currentText().toStdString();
   if (colouredByDecisions(figureName())) request.figureMetric = decisions_->isChecked() ? "decision" : "gate";
   request.tableName = tableLayout_->currentData().toString().toStdString();
   figure.x_axis = xAxis_->currentData().toString().toStdString();

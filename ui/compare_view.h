@@ -47,7 +47,9 @@ class StoreService;
 struct CompareRequest {
   quint64 serial = 0;
   FigureRequest figure;      ///< figure.name empty = no figure (too few runs for it); the table reads it too
-  std::string figureMetric;  ///< "" = figure.metric; token maps: "gate" or "decision" for the figure alone
+  /// "" = figure.metric; token maps: "gate" or "decision", a figure with metric choices the one chosen (the figure
+  /// alone: the matched table reads figure.metric)
+  std::string figureMetric;
   std::string tableName;     ///< a layout of core/report/tables/run_tables.h; "" = the matched-budget table
 };
 
@@ -199,6 +201,8 @@ class CompareView : public QWidget {
   std::optional<CompareRequest> pending_;
   quint64 keysSerial_ = 0;
   QStringList metricKeys_;          ///< the checked runs' metric keys, last read
+  /// The metric key chosen last: what the matched table reads, kept while a figure's choices fill the metric box.
+  QString metricKey_ = QStringLiteral("val/loss");
   std::optional<ReportTable> table_;
   ConfigDiff diff_;
 };
