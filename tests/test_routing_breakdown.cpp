@@ -106,10 +106,11 @@ class TestRoutingBreakdown : public QObject {
  private Q_SLOTS:
   void initTestCase() {
     qputenv("ROUTELAB_HOME", dir_.path().toUtf8());
-    const auto path = dir_.filePath("corpus.txt").toStdString();
-    std::ofstream(path) << routelab::test::corpus_head(60000);
-    data_ =
-        make_dataset(resolve_config(nlohmann::json::object(), {"data.path=" + path, "data.context=32"}, "test").data());
+    corpus_ = dir_.filePath("corpus.txt").toStdString();
+    std::ofstream(corpus_) << routelab::test::corpus_head(60000);
+    data_ = make_dataset(resolve_config(nlohmann::json::object(),
+                                        {"data.source=file", "data.path=" + corpus_, "data.context=32"}, "test")
+                             .data());
   }
 
   void tokenClassesFollowTheCharacters_data() {
@@ -278,12 +279,13 @@ class TestRoutingBreakdown : public QObject {
     const auto db = dir_.filePath("runs.sqlite").toStdString();
     std::map<std::string, std::int64_t> runs;
     for (const std::string arch : {"dtrnet", "dense"}) {
-      const auto config = resolve_config(
-          nlohmann::json::object(),
-          {"model.arch=" + arch, "model.n_layer=3", "model.n_embd=32", "model.n_head=4", "data.path=" + corpus_,
-           "data.context=32", "train.batch_size=8", "train.steps=6", "train.eval_every=6", "train.checkpoint_every=6",
-           "train.eval_batches=1", "train.log_every=3", "train.warmup_steps=2", "run.threads=1"},
-          "test");
+      const auto config =
+          resolve_config(nlohmann::json::object(),
+                         {"model.arch=" + arch, "model.n_layer=3", "model.n_embd=32", "model.n_head=4",
+                          "data.source=file", "data.path=" + corpus_, "data.context=32", "train.batch_size=8",
+                          "train.steps=6", "train.eval_every=6", "train.checkpoint_every=6", "train.eval_batches=1",
+                          "train.log_every=3", "train.warmup_steps=2", "run.threads=1"},
+                         "test");
       const auto outcome = train({config, db, arch, ""});
       QVERIFY2(outcome.status == RunStatus::Finished, outcome.message.c_str());
       runs[arch] = outcome.run_id;
