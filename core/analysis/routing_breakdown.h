@@ -62,7 +62,7 @@ struct BreakdownTable {
 
 struct RoutedLayerInfo {
   int layer = 0;
-  std::string kind;  ///< the trace's kind ("dtrnet", "mod", ...)
+  std::string kind;  ///< the layer kind its trace names (LayerTrace::kind)
 };
 
 struct RoutingBreakdownOptions {
