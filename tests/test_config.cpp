@@ -312,6 +312,49 @@ class TestConfig : public QObject {
     QCOMPARE(check({}), std::string("ok"));  // the embedded corpus names no file
   }
 
+  void unreadDataKeysAreNamed_data() {
+    QTest::addColumn<QStringList>("sets");
+    QTest::addColumn<QString>("expected");  // the messages, one a line
+    QTest::newRow("defaults") << QStringList{} << "";
+    QTest::newRow("file reads its path") << QStringList{"data.source=file", "data.path=a.txt"} << "";
+    QTest::newRow("shards read path and vocab")
+        << QStringList{"data.source=shards", "data.path=d", "data.shard_vocab=50257"} << "";
+    QTest::newRow("kjv with a shard folder")  // the 360M presets under --set data.source=kjv
+        << QStringList{"data.path=fineweb-edu-shards"}
+        << "data.path: fineweb-edu-shards is not read: data.source is 'kjv' (it is read with data.source file or "
+           "shards)";
+    QTest::newRow("synthetic task with vocab and model")
+        << QStringList{"data.source=copy", "data.shard_vocab=256", "data.tokenizer_model=t.model"}
+        << "data.shard_vocab: 256 is not read: data.source is 'copy' (it is read with data.source shards)\n"
+           "data.tokenizer_model: t.model is not read: data.tokenizer is 'char' (it is read with data.tokenizer "
+           "sentencepiece)";
+    QTest::newRow("sentencepiece reads its model")
+        << QStringList{"data.tokenizer=sentencepiece", "data.tokenizer_model=t.model"} << "";
+    QTest::newRow("pair files outside pairs")
+        << QStringList{"data.train_path=a.tsv", "data.test_path=c.tsv", "data.vocab_path=v.txt"}
+        << "data.vocab_path: v.txt is not read: data.tokenizer is 'char' (it is read with data.tokenizer wordpiece)\n"
+           "data.train_path: a.tsv is not read: data.source is 'kjv' (it is read with data.source pairs)\n"
+           "data.test_path: c.tsv is not read: data.source is 'kjv' (it is read with data.source pairs)";
+  }
+
+  void unreadDataKeysAreNamed() {
+    QFETCH(QStringList, sets);
+    QFETCH(QString, expected);
+    std::vector<std::string> s;
+    for (const auto& item : sets) s.push_back(item.toStdString());
+    QStringList messages;
+    for (const auto& m : unread_data_keys(resolve_config(nlohmann::json::object(), s)))
+      messages << QString::fromStdString(m);
+    QCOMPARE(messages.join('\n'), expected);
+  }
+
+  void everyPresetReadsItsDataKeys() {
+    for (const auto& p : list_presets()) {
+      const auto unread = unread_data_keys(preset_config(p.name));
+      QVERIFY2(unread.empty(), (p.name + ": " + (unread.empty() ? "" : unread.front())).c_str());
+    }
+  }
+
   void everyPresetResolves() {
     const auto presets = list_presets();
     QVERIFY(presets.size() >= 3);

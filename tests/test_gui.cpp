@@ -514,8 +514,15 @@ void TestGui::designerValidatesAsTheUserTypes() {
   designer.setFieldText(QStringLiteral("data.path"), QDir::tempPath());
   QVERIFY(designer.isValid());  // a folder exists; its shards are read at launch
   designer.setFieldText(QStringLiteral("data.source"), QStringLiteral("kjv"));
+  // The folder stays valid but unread: a note (not an error) under data.path says so.
+  QVERIFY(designer.isValid());
+  QVERIFY(designer.fieldError(QStringLiteral("data.path")).isEmpty());
+  QVERIFY2(
+      designer.fieldNote(QStringLiteral("data.path")).contains(QStringLiteral("is not read: data.source is 'kjv'")),
+      qPrintable(designer.fieldNote(QStringLiteral("data.path"))));
   designer.setFieldText(QStringLiteral("data.path"), QString());
   QVERIFY(designer.isValid());
+  QVERIFY(designer.fieldNote(QStringLiteral("data.path")).isEmpty());
 
   designer.setFieldText(QStringLiteral("train.steps"), QStringLiteral("7"));
   designer.setFieldText(QStringLiteral("train.warmup_steps"), QStringLiteral("2"));

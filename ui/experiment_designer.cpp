@@ -64,6 +64,7 @@ struct ExperimentDesigner::Impl {
     QLabel* error = nullptr;
     json value;
     QString fieldError;  ///< from parse/validate of this field alone
+    QString note;        ///< a valid value the config will not read (unread_data_keys), shown under it in amber
   };
   QComboBox* arch = nullptr;
   QComboBox* preset = nullptr;
@@ -332,7 +333,15 @@ bool ExperimentDesigner::setFieldText(const QString& keyPath, const QString& tex
 QString ExperimentDesigner::fieldError(const QString& keyPath) const {
   const auto it = d_->fields.find(keyPath);
   // isHidden(): only an explicit hide counts (a field on another tab is not shown, yet has its error).
-  return it == d_->fields.end() || it->second.error->isHidden() ? QString() : it->second.error->text();
+  // A note shares the label and is no error.
+  return it == d_->fields.end() || it->second.error->isHidden() || !it->second.note.isEmpty()
+             ? QString()
+             : it->second.error->text();
+}
+
+QString ExperimentDesigner::fieldNote(const QString& keyPath) const {
+  const auto it = d_->fields.find(keyPath);
+  return it == d_->fields.end() ? QString() : it->second.note;
 }
 
 QWidget* ExperimentDesigner::fieldEditor(const QString& keyPath) const {
@@ -445,6 +454,8 @@ void ExperimentDesigner::validate() {
   d_->resolved.clear();
   bool fieldsOk = true;
   for (auto& [path, field] : d_->fields) {
+    field.note.clear();
+    field.error->setStyleSheet(QStringLiteral("color:#c0392b;"));
     field.error->setText(field.fieldError);
     field.error->setVisible(!field.fieldError.isEmpty());
     fieldsOk = fieldsOk && field.fieldError.isEmpty();
@@ -455,6 +466,15 @@ void ExperimentDesigner::validate() {
           resolve_config(json::parse(overridesJson().toStdString()), {}, "designer");
       check_data_files(config);  // a missing corpus, shard folder or tokenizer is flagged at its field, not at launch
       d_->resolved = QString::fromStdString(config.doc.dump());
+      for (const auto& unread : unread_data_keys(config)) {  // valid, yet not what its author may mean
+        const QString message = QString::fromStdString(unread);
+        const auto it = d_->fields.find(message.section(QLatin1Char(':'), 0, 0));
+        if (it == d_->fields.end()) continue;
+        it->second.note = message;
+        it->second.error->setStyleSheet(QStringLiteral("color:#b9770e;"));
+        it->second.error->setText(message);
+        it->second.error->setVisible(true);
+      }
       d_->status->setText(tr("Valid: %1 layers of %2 · config hash %3")
                               .arg(QString::number(config.model().value("n_layer", 0)), architecture(),
                                    QString::fromStdString(config.hash())));

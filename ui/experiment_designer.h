@@ -34,6 +34,9 @@ class ExperimentDesigner : public QWidget {
   bool setFieldText(const QString& keyPath, const QString& text);
   /// The error shown under the field (empty when it is valid).
   QString fieldError(const QString& keyPath) const;
+  /// The note shown under a valid field whose value the config does not read (data.path with data.source kjv);
+  /// empty when there is none.
+  QString fieldNote(const QString& keyPath) const;
   QWidget* fieldEditor(const QString& keyPath) const;
   /// The error that belongs to no single field (empty when none).
   QString formError() const;

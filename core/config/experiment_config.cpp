@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <fstream>
 #include <sstream>
+#include <string_view>
 
 #include "core/models/registry.h"
 #include "core/report/report_ids.h"
@@ -264,6 +265,38 @@ void check_data_files(const ExperimentConfig& config) {
     for (const char* key : {"train_path", "val_path", "test_path"}) require(key, false);
   if (tokenizer == "sentencepiece") require("tokenizer_model", false);
   if (tokenizer == "wordpiece") require("vocab_path", false);
+}
+
+std::vector<std::string> unread_data_keys(const ExperimentConfig& config) {
+  const auto& d = config.data();
+  const auto source = d.at("source").get<std::string>();
+  const auto tokenizer = d.at("tokenizer").get<std::string>();
+  struct Reader {
+    const char* key;
+    bool read;
+    const char* by;  ///< what reads the key
+  };
+  const Reader readers[] = {
+      {"path", source == "file" || source == "shards", "data.source file or shards"},
+      {"shard_vocab", source == "shards", "data.source shards"},
+      {"tokenizer_model", tokenizer == "sentencepiece", "data.tokenizer sentencepiece"},
+      {"vocab_path", tokenizer == "wordpiece", "data.tokenizer wordpiece"},
+      {"train_path", source == "pairs", "data.source pairs"},
+      {"val_path", source == "pairs", "data.source pairs"},
+      {"test_path", source == "pairs", "data.source pairs"},
+  };
+  const auto defaults = schema_defaults(data_schema());
+  std::vector<std::string> messages;
+  for (const auto& r : readers) {
+    const auto& value = d.at(r.key);
+    if (r.read || value == defaults.at(r.key)) continue;
+    const bool by_source = std::string_view(r.by).starts_with("data.source");
+    messages.push_back(std::string("data.") + r.key + ": " +
+                       (value.is_string() ? value.get<std::string>() : value.dump()) + " is not read: data." +
+                       (by_source ? "source is '" + source : "tokenizer is '" + tokenizer) + "' (it is read with " +
+                       r.by + ")");
+  }
+  return messages;
 }
 
 std::string ExperimentConfig::hash() const {
