@@ -129,8 +129,7 @@ ProbeMap probe_map(const RunStore& store, std::int64_t run_id, std::int64_t step
   m.map.colour_label = decisions ? "decision" : "gate";
   for (std::size_t r = 0; r < probe->layers.size(); ++r) {
     const auto& l = probe->layers[r];
-    std::string label = "L";  // appended: "L" + to_string() here draws GCC 12's false -Warray-bounds from insert()
-    m.map.row_labels.push_back(label.append(std::to_string(l.layer)));
+    m.map.row_labels.push_back(layer_label(l.layer));
     // A layer with hard decisions only shows them on the gate map too.
     const auto& values = decisions || l.gate.empty() ? l.decision : l.gate;
     for (std::size_t c = 0; c < m.map.cols && c < values.size(); ++c) m.map.values[r * m.map.cols + c] = values[c];
@@ -207,17 +206,6 @@ Figure build_token_maps(const RunStore& store, const FigureRequest& request) {
 // ---------------------------------------------------------------------------------------------------------------
 // routing-by-token
 
-namespace {
-
-/// "L3" (appended rather than "L" + to_string, which GCC 12's -Warray-bounds misreads when inlined).
-std::string routed_layer_label(int layer) {
-  std::string label = "L";
-  label += std::to_string(layer);
-  return label;
-}
-
-}  // namespace
-
 Figure build_routing_by_token(const RunStore& store, const FigureRequest& request) {
   // The request's default metric (val/loss) means the first grouping.
   const auto by = parse_token_grouping(request.metric == "val/loss" ? token_grouping_names().front() : request.metric,
@@ -245,7 +233,7 @@ Figure build_routing_by_token(const RunStore& store, const FigureRequest& reques
       for (const auto v : g.routed) h.values.push_back(100.0 * v);  // NaN (an empty group) stays an empty cell
       described.push_back({{"label", g.label}, {"tokens", g.tokens}});
     }
-    for (const auto& l : b.layers) h.col_labels.push_back(routed_layer_label(l.layer));
+    for (const auto& l : b.layers) h.col_labels.push_back(layer_label(l.layer));
     h.lo = 0.0;
     h.hi = 100.0;
     h.colour_label = "% routed";
@@ -305,7 +293,7 @@ Figure build_routing_stability(const RunStore& store, const FigureRequest& reque
     p.y_label = "Jaccard with the previous probe";
     int colour = 0;
     for (auto& [layer, s] : layers) {
-      s.label = routed_layer_label(layer);
+      s.label = layer_label(layer);
       s.color = colour++;
       p.series.push_back(std::move(s));
     }

@@ -234,6 +234,11 @@ bool Figure::empty() const {
   return true;
 }
 
+std::string layer_label(std::int64_t layer) {
+  std::string label = "L";  // appended: "L" + to_string() draws GCC 12's false -Warray-bounds where it is inlined
+  return label.append(std::to_string(layer));
+}
+
 std::string to_string(SeriesKind kind) {
   switch (kind) {
     case SeriesKind::Line: return "line";

@@ -4,10 +4,10 @@
 // bundle so it can be re-rendered or restyled later. No Torch, no Qt.
 #pragma once
 #include <cstddef>
+#include <cstdint>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 namespace routelab {
 
@@ -84,6 +84,9 @@ struct Figure {
 
   bool empty() const;                       ///< no panel has any data
 };
+
+/// "L3": layer 3 as every figure labels it (an axis category, a heat map row, a series).
+std::string layer_label(std::int64_t layer);
 
 std::string to_string(SeriesKind kind);
 /// "line", "points" or "step"; anything else is a ConfigError naming `key`.

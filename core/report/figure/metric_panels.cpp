@@ -131,7 +131,7 @@ FigurePanel expert_load_panel(const ExpertLoads& loads, const std::string& title
   panel.x_label = "Layer";
   panel.y_label = "Average expert load";
   const int experts = loads.experts();
-  for (const auto& [l, per] : loads.share) panel.bars.categories.push_back("L" + std::to_string(l));
+  for (const auto& [l, per] : loads.share) panel.bars.categories.push_back(layer_label(l));
   for (int e = 0; e < experts; ++e) {
     FigureBars::Member m;
     m.label = "E";  // appended, not "E" + to_string: GCC 12 warns falsely on that (-Wstringop-overflow)

@@ -12,8 +12,6 @@ namespace {
 
 constexpr double kNoValue = std::numeric_limits<double>::quiet_NaN();
 
-std::string layer_label(std::size_t layer) { return "L" + std::to_string(layer); }
-
 /// Adds one heat map row: its label, its values over the map's columns, its colour range.
 void add_row(FigureHeatmap& map, std::string label, const std::vector<double>& values, double lo, double hi) {
   map.row_labels.push_back(std::move(label));
@@ -37,7 +35,7 @@ FigurePanel routed_layers_panel(const std::vector<RoutedLayersGroup>& groups) {
     n_layers = std::max({n_layers, g.routed.size(), g.training.size()});
     for (const auto& run : g.inference) n_layers = std::max(n_layers, run.size());
   }
-  for (std::size_t l = 0; l < n_layers; ++l) panel.bars.categories.push_back(layer_label(l));
+  for (std::size_t l = 0; l < n_layers; ++l) panel.bars.categories.push_back(layer_label(static_cast<std::int64_t>(l)));
   for (const auto& g : groups) {
     FigureBars::Member inference, training, dense;
     inference.label = g.label;
@@ -90,7 +88,7 @@ FigurePanel routing_history_panel(const std::string& title, const RoutingHistory
   map.lo = 0;
   map.hi = 100;
   map.colour_label = "routed tokens (%)";
-  for (std::size_t l = 0; l < map.rows; ++l) map.row_labels.push_back(layer_label(l));
+  for (std::size_t l = 0; l < map.rows; ++l) map.row_labels.push_back(layer_label(static_cast<std::int64_t>(l)));
   std::vector<double> sum(map.rows);
   std::vector<std::size_t> count(map.rows);
   for (std::size_t c = 0; c < map.cols; ++c) {
@@ -161,7 +159,7 @@ FigurePanel token_map_panel(const std::string& title, const ProbeRecord& probe, 
     const bool have_gate = !layer.gate.empty(), have_decision = !layer.decision.empty();
     if (!have_gate && !have_decision) continue;  // a dense layer: nothing to colour
     const bool gate = (colour != TokenMapColour::Decision && have_gate) || !have_decision;
-    add_row(map, "L" + std::to_string(layer.layer) + " " + layer.kind + (gate ? " gate" : " decision"),
+    add_row(map, layer_label(layer.layer) + " " + layer.kind + (gate ? " gate" : " decision"),
             gate ? layer.gate : layer.decision, 0, 1);
   }
 
@@ -182,8 +180,9 @@ FigurePanel token_map_panel(const std::string& title, const ProbeRecord& probe, 
       if (per_layer) {
         const auto width = static_cast<std::size_t>(series.shape[1]);
         label = &series == experts
-                    ? "L" + std::to_string(c / width) + " expert #" + std::to_string(c % width + 1)
-                    : "L" + std::to_string(c / width) + " E" + std::to_string(c % width) + " " + series.name;
+                    ? layer_label(static_cast<std::int64_t>(c / width)) + " expert #" + std::to_string(c % width + 1)
+                    : layer_label(static_cast<std::int64_t>(c / width)) + " E" + std::to_string(c % width) + " " +
+                          series.name;
       } else {
         label = components == 1 ? series.name : series.name + "[" + std::to_string(c) + "]";
       }

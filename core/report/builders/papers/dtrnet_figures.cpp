@@ -16,7 +16,7 @@ namespace {
 
 std::vector<std::string> layer_labels(std::size_t n) {
   std::vector<std::string> out;
-  for (std::size_t i = 0; i < n; ++i) out.push_back(prefixed("L", static_cast<std::int64_t>(i)));
+  for (std::size_t i = 0; i < n; ++i) out.push_back(layer_label(static_cast<std::int64_t>(i)));
   return out;
 }
 

@@ -25,7 +25,7 @@ ResidualProfile profile_of(const RunStore& store, std::int64_t id, std::int64_t 
 }
 
 std::string block_label(int layer, const std::string& block) {
-  return "L" + std::to_string(layer) + (block == "attn" ? " ATT" : " FFN");
+  return layer_label(layer) + (block == "attn" ? " ATT" : " FFN");
 }
 
 /// The centre of histogram bin `i` of `bins` over log10 r in [-3, 1] (residual_profile.h).
