@@ -419,7 +419,7 @@ class TestRunStore : public QObject {
                                       << "not a RouteLab run store (it is an SQLite database of another application)";
     QTest::newRow("other application id") << "app_id" << "not a RouteLab run store";
     QTest::newRow("newer schema") << "newer"
-                                  << "schema version 99 is newer than this RouteLab supports (5); upgrade RouteLab";
+                                  << "schema version 99 is newer than this RouteLab supports (6); upgrade RouteLab";
   }
   void refusesForeignFile() {
     QFETCH(QString, kind);

@@ -20,14 +20,18 @@ using namespace routelab;
 using namespace routelab::test;
 namespace fs = std::filesystem;
 
+/// Takes a current store back to schema v5's tables.
+constexpr const char* kDropV6 = "DROP TABLE analyses; ";
 /// Takes a current store back to schema v4's tables (SQLite >= 3.35 drops columns).
-constexpr const char* kDropV5 = "ALTER TABLE runs DROP COLUMN backend; ";
+constexpr const char* kDropV5 = "DROP TABLE analyses; ALTER TABLE runs DROP COLUMN backend; ";
 /// Takes a current store back to schema v3's tables.
 constexpr const char* kDropV4 =
-    "ALTER TABLE runs DROP COLUMN backend; DROP TABLE tokenizers; ALTER TABLE runs DROP COLUMN tokenizer_hash; ";
+    "DROP TABLE analyses; ALTER TABLE runs DROP COLUMN backend; DROP TABLE tokenizers; "
+    "ALTER TABLE runs DROP COLUMN tokenizer_hash; ";
 /// Takes a current store back to schema v2's tables.
 constexpr const char* kDropV3 =
-    "ALTER TABLE runs DROP COLUMN backend; DROP TABLE tokenizers; ALTER TABLE runs DROP COLUMN tokenizer_hash; "
+    "DROP TABLE analyses; ALTER TABLE runs DROP COLUMN backend; DROP TABLE tokenizers; "
+    "ALTER TABLE runs DROP COLUMN tokenizer_hash; "
     "ALTER TABLE runs DROP COLUMN lease_token; ALTER TABLE runs DROP COLUMN lease_pid; "
     "ALTER TABLE runs DROP COLUMN lease_host; ALTER TABLE runs DROP COLUMN lease_boot; "
     "ALTER TABLE runs DROP COLUMN lease_start; ALTER TABLE runs DROP COLUMN lease_at; "
@@ -159,6 +163,34 @@ class TestStoreMigrations : public QObject {
     QCOMPARE(RawDb(path).text("PRAGMA user_version"), std::to_string(RunStore::kSchemaVersion));
   }
 
+  /// v6: analyses computed from a checkpoint, kept by kind and key; a v5 store gains the table with its runs intact.
+  /// Replacing keeps one document a key; a resume drops the analyses of the steps it trains again; deleting the run
+  /// drops the rest.
+  void migratesV5StoreToStoredAnalyses() {
+    const std::string path = db_path();
+    std::int64_t id = 0;
+    {
+      RunStore store(path);
+      id = store.create_run(sample_run("v5"));
+    }
+    RawDb(path).exec(std::string(kDropV6) + "PRAGMA user_version = 5");
+    RunStore store(path, /*mark_crashed=*/false);
+    QCOMPARE(store.run(id)->name, std::string("v5"));
+    QVERIFY(!store.analysis(id, "routing-breakdown", "k1").has_value());
+    QVERIFY(store.put_analysis(id, "routing-breakdown", "k1", 100, R"({"a":1})"));
+    QVERIFY(store.put_analysis(id, "routing-breakdown", "k2", 200, R"({"a":2})"));
+    QVERIFY(store.put_analysis(id, "routing-breakdown", "k1", 100, R"({"a":3})"));  // replaced
+    QCOMPARE(store.analysis(id, "routing-breakdown", "k1").value_or(""), std::string(R"({"a":3})"));
+    QVERIFY(!store.analysis(id, "other-kind", "k1").has_value());
+    QCOMPARE(RawDb(path).text("SELECT COUNT(*) FROM analyses"), std::string("2"));
+    store.truncate_after(id, 150);  // a resume from step 150 trains step 200 again
+    QVERIFY(store.analysis(id, "routing-breakdown", "k1").has_value());
+    QVERIFY(!store.analysis(id, "routing-breakdown", "k2").has_value());
+    store.delete_run(id);
+    QCOMPARE(RawDb(path).text("SELECT COUNT(*) FROM analyses"), std::string("0"));
+    QCOMPARE(RawDb(path).text("PRAGMA user_version"), std::to_string(RunStore::kSchemaVersion));
+  }
+
   /// A store of an older schema where it cannot be written (an archive, a colleague's folder on a read-only mount):
   /// read through a copy in memory upgraded there, writes refused naming the file, the file left byte for byte.
   void readOnlyStoreOfAnOlderSchemaIsUpgradedInMemory() {
@@ -188,6 +220,8 @@ class TestStoreMigrations : public QObject {
       QCOMPARE(store.checkpoints(id).size(), std::size_t{1});
       QVERIFY(!store.checkpoints(id).front().crc32.has_value());
       QCOMPARE(store.run_tokenizer(id), std::string());  // a table of version 4, read from the copy
+      QVERIFY(!store.analysis(id, "routing-breakdown", "k").has_value());   // and one of version 6
+      QVERIFY(!store.put_analysis(id, "routing-breakdown", "k", 2, "{}"));  // kept nowhere, refused quietly
       const auto create = error_of<std::exception>([&] { store.create_run(sample_run()); });
       const auto insert = error_of<std::exception>([&] { store.insert_metrics(id, {{"train/loss", 3, 12.0, 2.0}}); });
       for (const auto& refused : {create, insert})

@@ -5,7 +5,6 @@
 #include "core/store/run_store.h"
 
 #include <sqlite3.h>
-
 #include <unistd.h>
 
 #include <algorithm>
@@ -15,12 +14,12 @@
 #include <ctime>
 #include <filesystem>
 #include <limits>
+#include <nlohmann/json.hpp>
 #include <system_error>
 #include <utility>
 
-#include <nlohmann/json.hpp>
-
 #include "core/store/sqlite_detail.h"
+#include "core/store/store_schema.h"
 #include "core/util/content_hash.h"
 #include "core/util/errors.h"
 #include "core/util/logging.h"
@@ -33,147 +32,6 @@ using namespace store_detail;
 namespace {
 
 constexpr std::int32_t kApplicationId = 0x524C4142;  // "RLAB"
-
-/// One schema step: the SQL that takes a v(to_version - 1) store to v(to_version). Append a step for v2; never
-/// edit a released one.
-struct Migration {
-  int to_version;
-  const char* sql;
-};
-
-constexpr const char* kSchemaV1 = R"sql(
-CREATE TABLE runs (
-  id                INTEGER PRIMARY KEY AUTOINCREMENT,  -- ids are never reused: checkpoint dirs are named after them
-  name              TEXT    NOT NULL,
-  arch              TEXT    NOT NULL,
-  preset            TEXT    NOT NULL DEFAULT '',
-  config_json       TEXT    NOT NULL DEFAULT '{}',
-  config_hash       TEXT    NOT NULL DEFAULT '',
-  seed              INTEGER NOT NULL DEFAULT 0,
-  device            TEXT    NOT NULL DEFAULT 'cpu',
-  routelab_version  TEXT    NOT NULL DEFAULT '',
-  torch_version     TEXT    NOT NULL DEFAULT '',
-  qt_version        TEXT    NOT NULL DEFAULT '',
-  status            TEXT    NOT NULL DEFAULT 'running'
-                    CHECK (status IN ('running', 'finished', 'failed', 'stopped', 'crashed')),
-  message           TEXT    NOT NULL DEFAULT '',
-  created_at        REAL    NOT NULL,                   -- unix seconds
-  ended_at          REAL,
-  heartbeat_at      REAL,
-  parent_run_id     INTEGER REFERENCES runs(id) ON DELETE SET NULL,
-  resumed_from_step INTEGER,
-  total_steps       INTEGER NOT NULL DEFAULT 0,
-  rank              INTEGER NOT NULL DEFAULT 0,
-  world_size        INTEGER NOT NULL DEFAULT 1,
-  tags              TEXT    NOT NULL DEFAULT '',
-  notes             TEXT    NOT NULL DEFAULT '',
-  archived          INTEGER NOT NULL DEFAULT 0
-);
-CREATE INDEX runs_status ON runs(status);
-
--- REAL value columns hold the text 'nan' for NaN.
-CREATE TABLE metrics (
-  run_id    INTEGER NOT NULL REFERENCES runs(id) ON DELETE CASCADE,
-  key       TEXT    NOT NULL,
-  step      INTEGER NOT NULL,
-  wall_time REAL    NOT NULL,
-  value     REAL    NOT NULL
-);
-CREATE INDEX metrics_run_key_step ON metrics(run_id, key, step);
-
-CREATE TABLE routing (
-  run_id          INTEGER NOT NULL REFERENCES runs(id) ON DELETE CASCADE,
-  step            INTEGER NOT NULL,
-  layer           INTEGER NOT NULL,
-  routed_fraction REAL    NOT NULL,
-  gate_mean       REAL    NOT NULL,
-  aux_loss        REAL    NOT NULL,
-  tokens_attn     INTEGER NOT NULL,
-  tokens_mlp      INTEGER NOT NULL
-);
-CREATE INDEX routing_run_step ON routing(run_id, step, layer);
-
-CREATE TABLE evals (
-  run_id     INTEGER NOT NULL REFERENCES runs(id) ON DELETE CASCADE,
-  step       INTEGER NOT NULL,
-  split      TEXT    NOT NULL,
-  loss       REAL    NOT NULL,
-  ppl        REAL    NOT NULL,
-  bpc        REAL    NOT NULL,
-  extra_json TEXT    NOT NULL DEFAULT '{}'
-);
-CREATE INDEX evals_run_step ON evals(run_id, step);
-
-CREATE TABLE checkpoints (
-  run_id     INTEGER NOT NULL REFERENCES runs(id) ON DELETE CASCADE,
-  step       INTEGER NOT NULL,
-  path       TEXT    NOT NULL,
-  bytes      INTEGER NOT NULL,
-  created_at REAL    NOT NULL
-);
-CREATE INDEX checkpoints_run_step ON checkpoints(run_id, step);
-
-CREATE TABLE probes (
-  run_id INTEGER NOT NULL REFERENCES runs(id) ON DELETE CASCADE,
-  step   INTEGER NOT NULL,
-  json   TEXT    NOT NULL
-);
-CREATE INDEX probes_run_step ON probes(run_id, step);
-)sql";
-
-// v2: the persisted run queue of the GUI. Runs are untouched; a v1 store keeps every row.
-constexpr const char* kSchemaV2 = R"sql(
-CREATE TABLE queue (
-  id           INTEGER PRIMARY KEY AUTOINCREMENT,
-  position     INTEGER NOT NULL,
-  request_json TEXT    NOT NULL DEFAULT '{}',
-  state        TEXT    NOT NULL DEFAULT 'pending'
-               CHECK (state IN ('pending', 'running', 'done', 'failed', 'cancelled')),
-  run_id       INTEGER REFERENCES runs(id) ON DELETE SET NULL,
-  created_at   REAL    NOT NULL,
-  message      TEXT    NOT NULL DEFAULT ''
-);
-CREATE INDEX queue_position ON queue(position, id);
-)sql";
-
-// v3: one writer per run (the lease: who writes it, taken atomically, given back with the terminal status) and a
-// content hash per checkpoint. Rows of v2 stay; their runs have no lease and their checkpoints no hash.
-constexpr const char* kSchemaV3 = R"sql(
-ALTER TABLE runs ADD COLUMN lease_token TEXT;                      -- NULL: no process writes the run
-ALTER TABLE runs ADD COLUMN lease_pid   INTEGER;
-ALTER TABLE runs ADD COLUMN lease_host  TEXT NOT NULL DEFAULT '';
-ALTER TABLE runs ADD COLUMN lease_boot  TEXT NOT NULL DEFAULT '';  -- the holder's boot id
-ALTER TABLE runs ADD COLUMN lease_start TEXT NOT NULL DEFAULT '';  -- the holder's start time (ticks after boot)
-ALTER TABLE runs ADD COLUMN lease_at    REAL;
-ALTER TABLE checkpoints ADD COLUMN crc32 INTEGER;                  -- of the file's bytes as written
-)sql";
-
-// v4: the tokenizer each run trained with, stored once per content (a SentencePiece model is hundreds of KB) and
-// named by its hash from the run, so a run decodes as it trained wherever its tokenizer file went. Runs of v3 name
-// none and rebuild theirs from the config.
-constexpr const char* kSchemaV4 = R"sql(
-CREATE TABLE tokenizers (
-  hash        TEXT PRIMARY KEY,  -- content_hash of the document
-  kind        TEXT NOT NULL,
-  document    TEXT NOT NULL,     -- Tokenizer::to_json
-  created_at  REAL NOT NULL
-);
-ALTER TABLE runs ADD COLUMN tokenizer_hash TEXT NOT NULL DEFAULT '';  -- '' for none
-)sql";
-
-// v5: the c10d backend a data-parallel run's ranks talked over ('' for a run of one process).
-constexpr const char* kSchemaV5 = R"sql(
-ALTER TABLE runs ADD COLUMN backend TEXT NOT NULL DEFAULT '';
-)sql";
-
-constexpr Migration kMigrations[] = {
-    {1, kSchemaV1},
-    {2, kSchemaV2},
-    {3, kSchemaV3},
-    {4, kSchemaV4},
-    {5, kSchemaV5},
-};
-static_assert(std::size(kMigrations) == RunStore::kSchemaVersion, "one migration step per schema version");
 
 constexpr const char* kRunColumns =
     "r.id, r.name, r.arch, r.preset, r.config_json, r.config_hash, r.seed, r.device, r.routelab_version, "
@@ -672,11 +530,11 @@ void RunStore::insert_probe(std::int64_t run_id, const ProbeRow& row) {
 
 void RunStore::truncate_after(std::int64_t run_id, std::int64_t step) {
   transaction([&] {
-    for (const char* sql : {"DELETE FROM metrics WHERE run_id = ?1 AND step > ?2",
-                            "DELETE FROM routing WHERE run_id = ?1 AND step > ?2",
-                            "DELETE FROM evals WHERE run_id = ?1 AND step > ?2",
-                            "DELETE FROM probes WHERE run_id = ?1 AND step > ?2",
-                            "DELETE FROM checkpoints WHERE run_id = ?1 AND step > ?2"}) {
+    for (const char* sql :
+         {"DELETE FROM metrics WHERE run_id = ?1 AND step > ?2", "DELETE FROM routing WHERE run_id = ?1 AND step > ?2",
+          "DELETE FROM evals WHERE run_id = ?1 AND step > ?2", "DELETE FROM probes WHERE run_id = ?1 AND step > ?2",
+          "DELETE FROM analyses WHERE run_id = ?1 AND step > ?2",
+          "DELETE FROM checkpoints WHERE run_id = ?1 AND step > ?2"}) {
       Statement s(db_, path_, sql);
       s.bind(1, run_id).bind(2, step).run();
     }

@@ -153,7 +153,7 @@ struct RunPatch {
 
 class RunStore {
  public:
-  static constexpr int kSchemaVersion = 5;
+  static constexpr int kSchemaVersion = 6;
   /// Only for runs without a lease (written before schema v3): a heartbeat older than this means the writer died.
   static constexpr double kStaleHeartbeatSeconds = 30.0;
   /// acquire_lease: never take a lease from a holder on another host, however long it has been silent.
@@ -231,6 +231,16 @@ class RunStore {
   /// classifier).
   std::string run_tokenizer(std::int64_t run_id) const;
   std::vector<ProbeRow> probes(std::int64_t run_id) const;
+
+  // Analyses computed from a run's checkpoint (schema v6), kept so that asking again reads them: `kind` names the
+  // analysis ("routing-breakdown"), `key` hashes everything its result depends on. Resuming drops those of later
+  // steps (truncate_after); deleting the run drops them all.
+  /// The stored document, if this analysis was kept.
+  std::optional<std::string> analysis(std::int64_t run_id, const std::string& kind, const std::string& key) const;
+  /// Keeps (or replaces) the document of an analysis of the checkpoint of `step`. False, with nothing written, on a
+  /// read-only store.
+  bool put_analysis(std::int64_t run_id, const std::string& kind, const std::string& key, std::int64_t step,
+                    const std::string& document);
 
   // The run queue (schema v2).
   /// Appends an item after the last one; returns its id.
