@@ -176,7 +176,7 @@ void add_context_commands(CLI::App& app, CLI::App& /*bench*/, CommandAction& act
     std::string db, split = "val";
     std::int64_t run_id = 0, step = 0;
     std::vector<std::string> by, sets;
-    bool json = false, gates = false;
+    bool json = false, gates = false, recompute = false;
     RoutingBreakdownOptions options;
   };
   auto breakdown = std::make_shared<BreakdownArgs>();
@@ -201,6 +201,10 @@ void add_context_commands(CLI::App& app, CLI::App& /*bench*/, CommandAction& act
   rb->add_flag("--gates", breakdown->gates,
                "the groups' mean gates instead of their routed shares (soft gating: TSA's soft inference runs every "
                "token)");
+  rb->add_flag("--recompute", breakdown->recompute,
+               "compute it from the checkpoint, neither reading nor replacing the breakdown the store keeps (each "
+               "breakdown is kept in the run store, and asking again with the same checkpoint, overrides, split and "
+               "sample reads it)");
   rb->add_flag("--json", breakdown->json, "machine-readable output (both)");
   rb->callback([breakdown, &action] {
     action = [breakdown] {
@@ -210,8 +214,13 @@ void add_context_commands(CLI::App& app, CLI::App& /*bench*/, CommandAction& act
         options.groupings.clear();
         for (const auto& name : breakdown->by) options.groupings.push_back(parse_token_grouping(name, "--by"));
       }
-      auto run = load_run(breakdown->db, breakdown->run_id, breakdown->sets, breakdown->step);
-      const auto result = routing_breakdown(run, options);
+      RoutingBreakdown result;
+      if (breakdown->recompute) {
+        auto run = load_run(breakdown->db, breakdown->run_id, breakdown->sets, breakdown->step);
+        result = routing_breakdown(run, options);
+      } else {
+        result = stored_routing_breakdown(breakdown->db, breakdown->run_id, options, breakdown->sets, breakdown->step);
+      }
       std::cout << (breakdown->json ? result.to_json().dump(2) + "\n" : result.to_table(breakdown->gates));
       return 0;
     };

@@ -513,6 +513,12 @@ class TestCli : public QObject {
     std::tie(code, output) = run({"routing-breakdown", "1", "--db", db, "--tokens", "512", "--by", "class", "--gates"});
     QVERIFY2(code == 0 && output.contains("the mean gate of each group's tokens") && output.contains("| space | "),
              qPrintable(output));
+    // The tables above read the breakdown the first command kept; computed again from the checkpoint, it is the same.
+    const auto kept = run({"routing-breakdown", "1", "--db", db, "--tokens", "512", "--by", "class,position"});
+    const auto recomputed =
+        run({"routing-breakdown", "1", "--db", db, "--tokens", "512", "--by", "class,position", "--recompute"});
+    QVERIFY2(kept.first == 0 && recomputed.first == 0 && kept.second == recomputed.second,
+             qPrintable(kept.second + "\n----\n" + recomputed.second));
     std::tie(code, output) = run({"train", "--preset", "tiny", "--steps", "2", "--db", db, "--quiet"});
     QVERIFY2(code == 0, qPrintable(output));
     std::tie(code, output) = run({"routing-breakdown", "2", "--db", db});

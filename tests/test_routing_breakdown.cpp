@@ -3,7 +3,6 @@
 // language model's groups adding up to its overall share, and clear errors.
 #include <QTemporaryDir>
 #include <QtTest>
-
 #include <cmath>
 #include <fstream>
 #include <functional>
@@ -21,6 +20,7 @@
 #include "core/util/errors.h"
 #include "tests/conformance_support.h"
 #include "tests/data_test_support.h"
+#include "tests/store_test_support.h"
 #include "tests/suite.h"
 
 namespace test_routing_breakdown {
@@ -28,6 +28,7 @@ namespace test_routing_breakdown {
 using namespace routelab;
 using routelab::test::contains;
 using routelab::test::error_of;
+using routelab::test::RawDb;
 
 namespace {
 
@@ -92,6 +93,29 @@ class TestRoutingBreakdown : public QObject {
     options.batch_size = 16;
     options.frequency_tokens = 20000;
     return routing_breakdown(model, *data_, options);
+  }
+
+  std::string db_;
+  std::map<std::string, std::int64_t> runs_;
+
+  /// A DTRNet and a dense run of six steps on the corpus (checkpoints at steps 3 and 6), trained by the first test
+  /// that asks.
+  const std::map<std::string, std::int64_t>& trained() {
+    if (!runs_.empty()) return runs_;
+    db_ = dir_.filePath("runs.sqlite").toStdString();
+    for (const std::string arch : {"dtrnet", "dense"}) {
+      const auto config =
+          resolve_config(nlohmann::json::object(),
+                         {"model.arch=" + arch, "model.n_layer=3", "model.n_embd=32", "model.n_head=4",
+                          "data.source=file", "data.path=" + corpus_, "data.context=32", "train.batch_size=8",
+                          "train.steps=6", "train.eval_every=6", "train.checkpoint_every=3", "train.eval_batches=1",
+                          "train.log_every=3", "train.warmup_steps=2", "run.threads=1"},
+                         "test");
+      const auto outcome = train({config, db_, arch, ""});
+      if (outcome.status != RunStatus::Finished) throw Error(arch + ": " + outcome.message);
+      runs_[arch] = outcome.run_id;
+    }
+    return runs_;
   }
 
   /// The ids of the vocabulary whose text token_class puts in `label` (after a letter, or not).
@@ -276,26 +300,14 @@ class TestRoutingBreakdown : public QObject {
   void figureShowsTheStoredRunsBreakdown() {
     // routing-by-token draws, per run, the breakdown of its checkpoint: a cell per group and routed layer, the
     // percentage routing_breakdown finds, each row labelled with its short label; a dense run draws no panel.
-    const auto db = dir_.filePath("runs.sqlite").toStdString();
-    std::map<std::string, std::int64_t> runs;
-    for (const std::string arch : {"dtrnet", "dense"}) {
-      const auto config =
-          resolve_config(nlohmann::json::object(),
-                         {"model.arch=" + arch, "model.n_layer=3", "model.n_embd=32", "model.n_head=4",
-                          "data.source=file", "data.path=" + corpus_, "data.context=32", "train.batch_size=8",
-                          "train.steps=6", "train.eval_every=6", "train.checkpoint_every=6", "train.eval_batches=1",
-                          "train.log_every=3", "train.warmup_steps=2", "run.threads=1"},
-                         "test");
-      const auto outcome = train({config, db, arch, ""});
-      QVERIFY2(outcome.status == RunStatus::Finished, outcome.message.c_str());
-      runs[arch] = outcome.run_id;
-    }
+    const auto& runs = trained();
+    const auto& db = db_;
     FigureRequest request;
     request.name = "routing-by-token";
-    request.run_ids = {runs["dtrnet"]};
+    request.run_ids = {runs.at("dtrnet")};
     request.metric = "position";
     const auto figure = build_figure(RunStore(db), request);
-    auto run = load_run(db, runs["dtrnet"]);
+    auto run = load_run(db, runs.at("dtrnet"));
     RoutingBreakdownOptions options;
     options.groupings = {TokenGrouping::Position};
     const auto b = routing_breakdown(run, options);
@@ -306,19 +318,70 @@ class TestRoutingBreakdown : public QObject {
     QCOMPARE(h.cols, b.layers.size());
     for (std::size_t r = 0; r < h.rows; ++r) {
       QCOMPARE(h.row_labels[r], groups[r].short_label);
-      const auto& described = figure.meta["groups"][std::to_string(runs["dtrnet"])][r];
+      const auto& described = figure.meta["groups"][std::to_string(runs.at("dtrnet"))][r];
       QCOMPARE(described["tokens"].get<std::int64_t>(), groups[r].tokens);
       for (std::size_t c = 0; c < h.cols; ++c) QCOMPARE(h.values[r * h.cols + c], 100.0 * groups[r].routed[c]);
     }
     QCOMPARE(figure.meta["grouping"], nlohmann::json("position"));
-    request.run_ids = {runs["dense"], runs["dtrnet"]};  // a dense baseline beside it draws no panel
+    request.run_ids = {runs.at("dense"), runs.at("dtrnet")};  // a dense baseline beside it draws no panel
     QCOMPARE(build_figure(RunStore(db), request).panels.size(), std::size_t(1));
-    request.run_ids = {runs["dense"]};
+    request.run_ids = {runs.at("dense")};
     const auto refused = error_of<DataError>([&] { build_figure(RunStore(db), request); });
     QVERIFY2(contains(refused, "routing-by-token: the runs hold nothing this figure draws"), refused.c_str());
     request.metric = "colour";
     const auto unknown = error_of<ConfigError>([&] { build_figure(RunStore(db), request); });
     QVERIFY2(contains(unknown, "routing-by-token metric: unknown grouping 'colour'"), unknown.c_str());
+  }
+
+  void keptBreakdownIsReadBackForItsCheckpoint() {
+    // The first breakdown of a checkpoint is computed and kept with every grouping; asking again, for any grouping,
+    // reads it back number for number; another checkpoint, sample or override is computed apart; a damaged kept
+    // document is computed again; a dense run is refused from the store as from the checkpoint.
+    const auto& runs = trained();
+    const auto id = runs.at("dtrnet");
+    RoutingBreakdownOptions by_position, by_class;
+    by_position.groupings = {TokenGrouping::Position};
+    by_class.groupings = {TokenGrouping::Class, TokenGrouping::Frequency};
+    RawDb(db_).exec("DELETE FROM analyses");  // what a figure test kept before
+    bool kept = true;
+    const auto first = stored_routing_breakdown(db_, id, by_position, {}, 0, &kept);
+    QVERIFY(!kept);
+    QCOMPARE(first.step, std::int64_t(6));
+    QCOMPARE(first.tables.size(), std::size_t(1));
+    QCOMPARE(first.frequency_tokens, std::int64_t(0));  // as routing_breakdown gives it without that grouping
+    const auto again = stored_routing_breakdown(db_, id, by_class, {}, 0, &kept);
+    QVERIFY(kept);
+    auto run = load_run(db_, id);
+    QCOMPARE(again.to_json().dump(), routing_breakdown(run, by_class).to_json().dump());
+    QCOMPARE(stored_routing_breakdown(db_, id, by_position, {}, 0, &kept).to_json().dump(), first.to_json().dump());
+    QVERIFY(kept);
+    QCOMPARE(routing_breakdown_from_json(again.to_json(), "test").to_json(), again.to_json());
+
+    const auto earlier = stored_routing_breakdown(db_, id, by_position, {}, 3, &kept);  // the checkpoint of step 3
+    QVERIFY(!kept);
+    QCOMPARE(earlier.step, std::int64_t(3));
+    auto smaller = by_position;
+    smaller.tokens = 256;
+    QCOMPARE(stored_routing_breakdown(db_, id, smaller, {}, 0, &kept).tokens, std::int64_t(256));
+    QVERIFY(!kept);
+    stored_routing_breakdown(db_, id, by_position, {"model.attention=masked"}, 0, &kept);
+    QVERIFY(!kept);
+    QCOMPARE(RawDb(db_).text("SELECT COUNT(*) FROM analyses WHERE run_id = " + std::to_string(id)), std::string("4"));
+
+    RawDb(db_).exec("UPDATE analyses SET document = '{\"run_id\": 1}' WHERE step = 6");
+    QCOMPARE(stored_routing_breakdown(db_, id, by_position, {}, 0, &kept).to_json().dump(), first.to_json().dump());
+    QVERIFY(!kept);
+    stored_routing_breakdown(db_, id, by_position, {}, 0, &kept);
+    QVERIFY(kept);  // replaced by the one computed again
+
+    for (int i = 0; i < 2; ++i) {
+      const auto refused =
+          error_of<ConfigError>([&] { stored_routing_breakdown(db_, runs.at("dense"), by_class, {}, 0, &kept); });
+      QVERIFY2(contains(refused, "run " + std::to_string(runs.at("dense")) +
+                                     ": routing breakdown: architecture 'dense' routes no token"),
+               refused.c_str());
+      QCOMPARE(kept, i == 1);
+    }
   }
 
   void badRequestsAreNamed() {

@@ -4,18 +4,25 @@
 
 #include <algorithm>
 #include <cmath>
+#include <filesystem>
 #include <functional>
 #include <iomanip>
 #include <limits>
 #include <numeric>
+#include <optional>
 #include <sstream>
 
+#include "core/config/experiment_config.h"
 #include "core/data/dataset.h"
 #include "core/data/tokenizer.h"
 #include "core/models/language_model.h"
+#include "core/store/run_store.h"
 #include "core/train/evaluation.h"
 #include "core/train/step.h"
+#include "core/util/content_hash.h"
+#include "core/util/device.h"
 #include "core/util/errors.h"
+#include "core/util/logging.h"
 
 namespace routelab {
 namespace {
@@ -363,9 +370,19 @@ std::vector<BreakdownGroup> tally(const Sample& s, const Grouped& grouped) {
   return out;
 }
 
+std::string unrouted_message(const std::string& arch) {
+  return "routing breakdown: architecture '" + arch + "' routes no token (no layer makes routing decisions)";
+}
+
 nlohmann::json shares(const std::vector<double>& values) {
   auto out = nlohmann::json::array();
   for (const auto v : values) out.push_back(std::isnan(v) ? nlohmann::json(nullptr) : nlohmann::json(v));
+  return out;
+}
+
+std::vector<double> shares_from(const nlohmann::json& values) {
+  std::vector<double> out;
+  for (const auto& v : values) out.push_back(v.is_null() ? kNaN : v.get<double>());
   return out;
 }
 
@@ -467,8 +484,7 @@ RoutingBreakdown routing_breakdown(LanguageModel& model, const LmDataset& data, 
   if (was_training) model.train();
   if (out.layers.empty()) {
     if (options.unrouted_is_empty) return out;
-    throw ConfigError("routing breakdown: architecture '" + out.arch +
-                      "' routes no token (no layer makes routing decisions)");
+    throw ConfigError(unrouted_message(out.arch));
   }
   out.tokens = static_cast<std::int64_t>(sample.ids.size());
   out.windows = sample.windows;
@@ -517,6 +533,117 @@ RoutingBreakdown routing_breakdown(LoadedRun& run, const RoutingBreakdownOptions
   out.step = run.step;
   out.name = run.name;
   return out;
+}
+
+namespace {
+
+/// The store's name for a kept breakdown, and the version of its definition (its groups and sample): a change to
+/// either bumps it, and what was kept under an older one is computed again.
+constexpr const char* kBreakdownKind = "routing-breakdown";
+constexpr int kBreakdownFormat = 1;
+
+BreakdownGroup group_from_json(const nlohmann::json& g) {
+  BreakdownGroup out;
+  out.label = g.at("label").get<std::string>();
+  out.short_label = g.at("short_label").get<std::string>();
+  out.tokens = g.at("tokens").get<std::int64_t>();
+  out.routed = shares_from(g.at("routed"));
+  out.gate = shares_from(g.at("gate"));
+  return out;
+}
+
+/// The groupings `options` asks for, in its order, out of a breakdown with every grouping; a model that routes
+/// nothing is refused as routing_breakdown refuses it, unless the options take it as empty.
+RoutingBreakdown chosen(RoutingBreakdown all, const RoutingBreakdownOptions& options, const std::string& where) {
+  if (all.layers.empty() && !options.unrouted_is_empty) throw ConfigError(where + unrouted_message(all.arch));
+  RoutingBreakdown out = std::move(all);
+  std::vector<BreakdownTable> tables;
+  bool frequency = false;
+  for (const auto by : options.groupings)
+    for (const auto& t : out.tables)
+      if (t.by == by) {
+        tables.push_back(t);
+        frequency = frequency || by == TokenGrouping::Frequency;
+      }
+  out.tables = std::move(tables);
+  if (!frequency) out.frequency_tokens = 0;
+  return out;
+}
+
+}  // namespace
+
+RoutingBreakdown routing_breakdown_from_json(const nlohmann::json& doc, const std::string& origin) {
+  try {
+    RoutingBreakdown out;
+    out.run_id = doc.at("run_id").get<std::int64_t>();
+    out.name = doc.at("name").get<std::string>();
+    out.arch = doc.at("arch").get<std::string>();
+    out.step = doc.at("step").get<std::int64_t>();
+    out.split = doc.at("split").get<std::string>();
+    out.tokens = doc.at("tokens").get<std::int64_t>();
+    out.windows = doc.at("windows").get<std::int64_t>();
+    out.frequency_tokens = doc.at("frequency_tokens").get<std::int64_t>();
+    for (const auto& l : doc.at("layers"))
+      out.layers.push_back({l.at("layer").get<int>(), l.at("kind").get<std::string>()});
+    out.all = group_from_json(doc.at("all"));
+    const auto& by = doc.at("by");
+    for (const auto grouping : all_token_groupings()) {  // the object's keys are sorted: the order is the enum's
+      const auto it = by.find(to_string(grouping));
+      if (it == by.end()) continue;
+      BreakdownTable table{grouping, {}};
+      for (const auto& g : *it) table.groups.push_back(group_from_json(g));
+      out.tables.push_back(std::move(table));
+    }
+    return out;
+  } catch (const nlohmann::json::exception& e) {
+    throw StoreError(origin + ": not a routing breakdown: " + e.what());
+  }
+}
+
+RoutingBreakdown stored_routing_breakdown(const std::string& db_path, std::int64_t run_id,
+                                          const RoutingBreakdownOptions& options, const std::vector<std::string>& sets,
+                                          std::int64_t step, bool* from_store) {
+  const auto stored = read_stored_run(db_path, run_id, sets, step);
+  const auto where = stored.db_path + ": run " + std::to_string(run_id) + ": ";
+  auto sample = options;
+  if (sample.batch_size <= 0) sample.batch_size = stored.config.train().at("batch_size").get<std::int64_t>();
+  const nlohmann::json depends_on = {
+      {"format", kBreakdownFormat},
+      {"config", stored.config.hash()},  // the run's config with the overrides
+      {"device", resolve_stored_device(stored.config.run().at("device").get<std::string>()).str()},
+      {"checkpoint", std::filesystem::path(stored.checkpoint).filename().string()},  // wherever the store moved
+      {"step", stored.expect.step},
+      {"crc32", stored.crc32 ? nlohmann::json(*stored.crc32) : nlohmann::json(nullptr)},
+      {"split", to_string(sample.split)},
+      {"tokens", sample.tokens},
+      {"frequency_tokens", sample.frequency_tokens},
+      {"batch_size", sample.batch_size}};
+  const auto key = content_hash(depends_on.dump());
+  RunStore store(stored.db_path, /*mark_crashed=*/false);
+  if (const auto kept = store.analysis(run_id, kBreakdownKind, key)) {
+    std::optional<RoutingBreakdown> read;
+    try {
+      read = routing_breakdown_from_json(nlohmann::json::parse(*kept), where + "kept breakdown " + key);
+    } catch (const std::exception& e) {  // a damaged document: computed again, and replaced
+      logger("core")->warn("{}: computing it again", e.what());
+    }
+    if (read) {
+      read->name = stored.name;  // the run's name now (it may have been renamed since)
+      if (from_store) *from_store = true;
+      return chosen(std::move(*read), options, where);
+    }
+  }
+  sample.groupings = all_token_groupings();
+  sample.unrouted_is_empty = true;
+  auto run = load_run(db_path, run_id, sets, step);
+  auto all = routing_breakdown(run, sample);
+  try {
+    store.put_analysis(run_id, kBreakdownKind, key, all.step, all.to_json().dump());
+  } catch (const StoreError& e) {  // a full disk, a locked store: the result is still the caller's
+    logger("core")->warn("{}the routing breakdown was not kept: {}", where, e.what());
+  }
+  if (from_store) *from_store = false;
+  return chosen(std::move(all), options, where);
 }
 
 nlohmann::json RoutingBreakdown::to_json() const {

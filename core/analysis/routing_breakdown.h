@@ -101,4 +101,17 @@ RoutingBreakdown routing_breakdown(LanguageModel& model, const LmDataset& data, 
 /// The same for a stored run (its device, precision and seed), named after it.
 RoutingBreakdown routing_breakdown(LoadedRun& run, const RoutingBreakdownOptions& options = {});
 
+/// Reads RoutingBreakdown::to_json back; a missing or mistyped field is a StoreError naming `origin`.
+RoutingBreakdown routing_breakdown_from_json(const nlohmann::json& doc, const std::string& origin);
+
+/// The breakdown of run `run_id` of the store at `db_path` ("" = the default store) at its checkpoint of `step` (0 =
+/// the latest) with the eval-only overrides `sets`, read from the store when that checkpoint was broken down before
+/// with the same overrides, device, split and sample (every grouping is computed and kept, so another grouping reads
+/// it too), else computed from the checkpoint and kept in the store (a read-only store keeps nothing). A kept
+/// document that cannot be read is computed again. `from_store` (optional) says which it was.
+RoutingBreakdown stored_routing_breakdown(const std::string& db_path, std::int64_t run_id,
+                                          const RoutingBreakdownOptions& options,
+                                          const std::vector<std::string>& sets = {}, std::int64_t step = 0,
+                                          bool* from_store = nullptr);
+
 }  // namespace routelab

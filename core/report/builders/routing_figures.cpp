@@ -215,8 +215,7 @@ Figure build_routing_by_token(const RunStore& store, const FigureRequest& reques
   options.unrouted_is_empty = true;  // a dense baseline among the runs draws no panel
   Figure f;
   for (const auto id : request.run_ids) {
-    auto run = load_run(store.path(), id, {}, request.step);
-    const auto b = routing_breakdown(run, options);
+    const auto b = stored_routing_breakdown(store.path(), id, options, {}, request.step);
     if (b.layers.empty()) continue;
     FigurePanel p;
     p.title = run_label(run_record(store, id)) + " (step " + std::to_string(b.step) + ")";
