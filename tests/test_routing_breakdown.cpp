@@ -333,6 +333,48 @@ class TestRoutingBreakdown : public QObject {
     QVERIFY2(contains(unknown, "routing-by-token metric: unknown grouping 'colour'"), unknown.c_str());
   }
 
+  void historyFigureFollowsTheCheckpoints() {
+    // routing-by-token-history: per run a line per group through each checkpoint's breakdown (the mean over the
+    // routed layers); a dense run draws no panel.
+    const auto& runs = trained();
+    FigureRequest request;
+    request.name = "routing-by-token-history";
+    request.run_ids = {runs.at("dense"), runs.at("dtrnet")};
+    request.metric = "position";
+    const auto figure = build_figure(RunStore(db_), request);
+    QCOMPARE(figure.panels.size(), std::size_t(1));
+    QCOMPARE(figure.meta["checkpoint_steps"][std::to_string(runs.at("dtrnet"))], nlohmann::json({3, 6}));
+    RoutingBreakdownOptions options;
+    options.groupings = {TokenGrouping::Position};
+    std::map<std::int64_t, RoutingBreakdown> at;
+    for (const std::int64_t step : {3, 6}) {
+      auto run = load_run(db_, runs.at("dtrnet"), {}, step);
+      at[step] = routing_breakdown(run, options);
+    }
+    const auto& series = figure.panels[0].series;
+    const auto& groups = at[6].tables.front().groups;
+    QCOMPARE(series.size(), groups.size());
+    for (std::size_t g = 0; g < series.size(); ++g) {
+      QCOMPARE(series[g].label, groups[g].short_label);
+      QCOMPARE(series[g].x, (std::vector<double>{3, 6}));
+      QCOMPARE(series[g].y[0], 100.0 * at[3].tables.front().groups[g].mean_routed());
+      QCOMPARE(series[g].y[1], 100.0 * groups[g].mean_routed());
+    }
+
+    // A run of 14 checkpoints is drawn at 12 of them, spread from the first to the last.
+    const auto config = resolve_config(
+        nlohmann::json::object(),
+        {"model.arch=mod", "model.n_layer=2", "model.n_embd=32", "model.n_head=4", "data.source=file",
+         "data.path=" + corpus_, "data.context=32", "train.batch_size=4", "train.steps=14", "train.eval_every=14",
+         "train.checkpoint_every=1", "train.eval_batches=1", "train.warmup_steps=2", "run.threads=1"},
+        "test");
+    const auto outcome = train({config, db_, "mod", ""});
+    QVERIFY2(outcome.status == RunStatus::Finished, outcome.message.c_str());
+    request.run_ids = {outcome.run_id};
+    QCOMPARE(build_figure(RunStore(db_), request).meta["checkpoint_steps"][std::to_string(outcome.run_id)],
+             nlohmann::json({1, 2, 3, 5, 6, 7, 8, 9, 10, 12, 13, 14}));
+  }
+
   void keptBreakdownIsReadBackForItsCheckpoint() {
     // The first breakdown of a checkpoint is computed and kept with every grouping; asking again, for any grouping,
     // reads it back number for number; another checkpoint, sample or override is computed apart; a damaged kept

@@ -121,6 +121,14 @@ const std::vector<FigureInfo>& figure_catalog() {
          "next-token loss); the sidecar holds each group's full label and token count (`routelab-cli "
          "routing-breakdown` prints them). A run that routes no token (a dense baseline) draws no panel.",
          1, build_routing_by_token, 0, token_grouping_names()},
+        {"routing-by-token-history", "What the routers route, over training",
+         "Per run, one line per token group: the percentage of the group's token-layer decisions on the routed path "
+         "(the mean over the routed layers of routing-by-token's cells) at each checkpoint, up to 12 spread from the "
+         "first to the last. `metric` chooses the groups as for routing-by-token (predictability and difficulty "
+         "quartiles are the model's own at each checkpoint). Each checkpoint's breakdown is kept in the run store, so "
+         "the first drawing computes the ones not asked for before (about a second each on 2 cores for the "
+         "presets) and later ones read them. A run that routes no token draws no panel.",
+         1, build_routing_by_token_history, 0, token_grouping_names()},
         {"routing-stability", "Routing stability over training",
          "Per run, one line per routed layer: the Jaccard overlap of the probe tokens the layer routes at each "
          "evaluation with those it routed at the evaluation before (1: the same tokens; 0: none in common; 1 where "

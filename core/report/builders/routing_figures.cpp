@@ -1,8 +1,8 @@
 // The routing figures: "routed-layers" (routed tokens per layer at an evaluation, DTRNet Figure 5),
 // "routing-history" (training-mode routing per layer and logged step), "token-map" (one run's probe, every row the
 // dashboard shows), "token-maps" (per-token gates or decisions of two runs' probes, and their difference),
-// "routing-by-token" (the routed share per layer by kind of token, from the checkpoint: core/analysis) and
-// "routing-stability" (how much of the probe's routing each evaluation keeps from the one before).
+// "routing-by-token" (the routed share per layer by kind of token, from the checkpoint: core/analysis),
+// "routing-by-token-history" (the same, mean over the routed layers, at each checkpoint) and "routing-stability" (how much of the probe's routing each evaluation keeps from the one before).
 #include <algorithm>
 #include <cmath>
 #include <map>
@@ -238,6 +238,73 @@ Figure build_routing_by_token(const RunStore& store, const FigureRequest& reques
     h.colour_label = "% routed";
     f.meta["tokens"][std::to_string(id)] = b.tokens;
     f.meta["checkpoint_step"][std::to_string(id)] = b.step;
+    f.panels.push_back(std::move(p));
+  }
+  f.meta["grouping"] = to_string(by);
+  f.columns = std::min<std::size_t>(2, std::max<std::size_t>(1, f.panels.size()));
+  return f;
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// routing-by-token-history
+
+namespace {
+
+/// The checkpoints a run's history breaks down at most (each is a forward over the sample the first time).
+constexpr std::size_t kHistoryCheckpoints = 12;
+
+/// The steps of at most `most` of the run's checkpoints, spread evenly from the first to the last (both kept); {0}
+/// (the latest, which names the missing checkpoint) for a run without any.
+std::vector<std::int64_t> spread_checkpoints(const RunStore& store, std::int64_t run, std::size_t most) {
+  std::vector<std::int64_t> steps;
+  for (const auto& c : store.checkpoints(run))
+    if (steps.empty() || steps.back() != c.step) steps.push_back(c.step);
+  if (steps.empty()) return {0};
+  if (steps.size() <= most) return steps;
+  std::vector<std::int64_t> out;
+  for (std::size_t i = 0; i < most; ++i) {
+    const auto at = (i * (steps.size() - 1) + (most - 1) / 2) / (most - 1);  // rounded
+    if (out.empty() || out.back() != steps[at]) out.push_back(steps[at]);
+  }
+  return out;
+}
+
+}  // namespace
+
+Figure build_routing_by_token_history(const RunStore& store, const FigureRequest& request) {
+  const auto by = parse_token_grouping(request.metric == "val/loss" ? token_grouping_names().front() : request.metric,
+                                       "routing-by-token-history metric");
+  RoutingBreakdownOptions options;
+  options.groupings = {by};
+  options.unrouted_is_empty = true;
+  Figure f;
+  for (const auto id : request.run_ids) {
+    std::vector<FigureSeries> series;  // one a group, in the grouping's order
+    auto& steps = f.meta["checkpoint_steps"][std::to_string(id)];
+    for (const auto step : spread_checkpoints(store, id, kHistoryCheckpoints)) {
+      const auto b = stored_routing_breakdown(store.path(), id, options, {}, step);
+      if (b.layers.empty()) break;  // a dense run: no panel
+      steps.push_back(b.step);
+      const auto& groups = b.tables.front().groups;
+      if (series.empty()) series.resize(groups.size());
+      for (std::size_t g = 0; g < groups.size() && g < series.size(); ++g) {
+        const auto share = groups[g].mean_routed();
+        series[g].label = groups[g].short_label;
+        if (std::isnan(share)) continue;  // no token of the group in the sample
+        series[g].x.push_back(static_cast<double>(b.step));
+        series[g].y.push_back(100.0 * share);
+      }
+    }
+    if (series.empty()) continue;
+    FigurePanel p;
+    p.title = run_label(run_record(store, id));
+    p.x_label = "Step (checkpoint)";
+    p.y_label = "% on the routed path";
+    int colour = 0;
+    for (auto& s : series) {
+      s.color = colour++;
+      p.series.push_back(std::move(s));
+    }
     f.panels.push_back(std::move(p));
   }
   f.meta["grouping"] = to_string(by);
