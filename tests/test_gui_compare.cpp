@@ -411,6 +411,19 @@ void TestGuiCompare::mainWindowHasTheDockShortcutAndCompareRequest() {
   Q_EMIT window.runsPanel()->compareRequested({dtr_, mod_});
   QCOMPARE(view->checkedRuns(), (QList<qint64>{dtr_, mod_}));
   QTRY_COMPARE_WITH_TIMEOUT(view->diffView()->model()->columnCount(), 3, kBuildTimeoutMs);
+
+  // The runs browser's "What the routers route" opens the same view on routing-by-token for the selected runs.
+  QVERIFY(view->setFigureName(QStringLiteral("curves")));
+  Q_EMIT tabs->tabCloseRequested(tabs->tabOf(view));
+  auto* routes = window.runsPanel()->findChild<QAction*>(QStringLiteral("routesAction"));
+  QVERIFY(routes);
+  window.runsPanel()->selectRun(mod_);
+  QTRY_COMPARE(window.runsPanel()->selectedRunIds(), (QList<qint64>{mod_}));
+  QTRY_VERIFY(routes->isEnabled());
+  routes->trigger();
+  QVERIFY(tabs->isPageOpen(view));
+  QCOMPARE(view->figureName(), QStringLiteral("routing-by-token"));
+  QCOMPARE(view->checkedRuns(), (QList<qint64>{mod_}));
 }
 
 void TestGuiCompare::figureWithMetricChoicesOffersThem() {

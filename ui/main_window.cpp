@@ -299,7 +299,8 @@ void MainWindow::connectParts() {
       designerDock_->raise();
     }
   });
-  connect(runs_, &RunsPanel::compareRequested, this, [this](const QList<qint64>& runIds) {
+  connect(runs_, &RunsPanel::compareRequested, this, [this](const QList<qint64>& runIds, const QString& figure) {
+    if (!figure.isEmpty()) compare_->setFigureName(figure);
     compare_->showRuns(runIds);
     workspace_->showPage(compare_);
   });

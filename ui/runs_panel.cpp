@@ -207,6 +207,14 @@ void RunsPanel::buildActions() {
     const QList<qint64> ids = selectedRunIds();
     if (!ids.isEmpty()) Q_EMIT compareRequested(ids);
   });
+  routes_ = make(tr("What the routers ro&ute"), QKeySequence(), [this] {
+    const QList<qint64> ids = selectedRunIds();
+    if (!ids.isEmpty()) Q_EMIT compareRequested(ids, QStringLiteral("routing-by-token"));
+  });
+  routes_->setObjectName(QStringLiteral("routesAction"));
+  routes_->setToolTip(
+      tr("Compare the selected runs' routing by kind of token, from their latest checkpoints (the "
+         "first time a checkpoint is broken down it is computed and kept in the store)"));
   dashboard_ = make(tr("Open &dashboard"), QKeySequence(Qt::Key_Return), [this] {
     for (qint64 id : selectedRunIds()) Q_EMIT dashboardRequested(id);
   });
@@ -234,6 +242,7 @@ void RunsPanel::updateActions() {
                                             [this](const RunSummary& r) { return canResume(r); }));
   clone_->setEnabled(editable);
   compare_->setEnabled(any);
+  routes_->setEnabled(any);
   dashboard_->setEnabled(any);
 }
 
@@ -242,6 +251,7 @@ void RunsPanel::showMenu(const QPoint& pos) {
   QMenu menu(this);
   menu.addAction(dashboard_);
   menu.addAction(compare_);
+  menu.addAction(routes_);
   menu.addSeparator();
   menu.addAction(resume_);
   menu.addAction(clone_);

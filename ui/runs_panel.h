@@ -68,7 +68,8 @@ class RunsPanel : public QWidget {
   void runSelected(qint64 runId);
   /// The selection changed: every selected run, in table order (the main view overlays them).
   void runsSelected(const QList<qint64>& runIds);
-  void compareRequested(const QList<qint64>& runIds);
+  /// Compare the runs, with `figure` (a catalogue name) chosen where one is given.
+  void compareRequested(const QList<qint64>& runIds, const QString& figure = QString());
   void dashboardRequested(qint64 runId);
   void cloneRequested(const QString& configJson, const QString& origin);
   /// A store edit ended; `error` is empty on success.
@@ -99,7 +100,7 @@ class RunsPanel : public QWidget {
   StoreService* store_ = nullptr;
   RunQueue* queue_ = nullptr;
   QAction *rename_ = nullptr, *tags_ = nullptr, *note_ = nullptr, *archive_ = nullptr, *delete_ = nullptr,
-          *resume_ = nullptr, *clone_ = nullptr, *compare_ = nullptr, *dashboard_ = nullptr;
+          *resume_ = nullptr, *clone_ = nullptr, *compare_ = nullptr, *dashboard_ = nullptr, *routes_ = nullptr;
   qint64 wanted_ = 0;     ///< the run that should be selected
   qint64 cloning_ = 0;    ///< the run whose config is being read for Clone
   bool restoring_ = false;
