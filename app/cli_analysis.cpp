@@ -5,10 +5,9 @@
 #include <iomanip>
 #include <iostream>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <set>
 #include <sstream>
-
-#include <nlohmann/json.hpp>
 
 #include "app/cli_commands.h"
 #include "app/cli_registration.h"
@@ -17,6 +16,7 @@
 #include "core/analysis/routing_breakdown.h"
 #include "core/analysis/run_analysis.h"
 #include "core/util/errors.h"
+#include "core/util/paths.h"
 
 namespace routelab::cli {
 namespace {
@@ -173,17 +173,18 @@ void add_context_commands(CLI::App& app, CLI::App& /*bench*/, CommandAction& act
   });
 
   struct BreakdownArgs {
-    std::string db, split = "val";
-    std::int64_t run_id = 0, step = 0;
+    std::string db, split = "val", format;
+    std::vector<std::int64_t> runs;
+    std::int64_t step = 0;
     std::vector<std::string> by, sets;
-    bool json = false, gates = false, recompute = false;
+    bool json = false, gates = false, recompute = false, per_layer = false, no_group = false;
     RoutingBreakdownOptions options;
   };
   auto breakdown = std::make_shared<BreakdownArgs>();
   auto* rb = app.add_subcommand("routing-breakdown",
                                 "what a run's routers route: the share of tokens each routed layer computes, by "
                                 "character class, position, training frequency, predictability and next-token loss");
-  rb->add_option("RUN", breakdown->run_id, "run id (a language model)")->required();
+  rb->add_option("RUNS", breakdown->runs, "run ids (language models), comma-separated")->required()->delimiter(',');
   rb->add_option("--db", breakdown->db, "run store");
   rb->add_option("--by", breakdown->by,
                  "groupings (default all): class, position, frequency, predictability, difficulty")
@@ -206,6 +207,12 @@ void add_context_commands(CLI::App& app, CLI::App& /*bench*/, CommandAction& act
                "breakdown is kept in the run store, and asking again with the same checkpoint, overrides, split and "
                "sample reads it)");
   rb->add_flag("--json", breakdown->json, "machine-readable output (both)");
+  rb->add_option("--format", breakdown->format,
+                 "a paper table of the runs instead: groups x runs, the % of each group on the routed path (the mean "
+                 "over the routed layers), seeds of one config as mean ± std: latex, md or csv (one --by grouping)")
+      ->check(CLI::IsMember({"latex", "md", "csv"}));
+  rb->add_flag("--per-layer", breakdown->per_layer, "with --format: a column per run and routed layer");
+  rb->add_flag("--no-group", breakdown->no_group, "with --format: a column per run (no grouping over seeds)");
   rb->callback([breakdown, &action] {
     action = [breakdown] {
       auto options = breakdown->options;
@@ -214,14 +221,43 @@ void add_context_commands(CLI::App& app, CLI::App& /*bench*/, CommandAction& act
         options.groupings.clear();
         for (const auto& name : breakdown->by) options.groupings.push_back(parse_token_grouping(name, "--by"));
       }
-      RoutingBreakdown result;
-      if (breakdown->recompute) {
-        auto run = load_run(breakdown->db, breakdown->run_id, breakdown->sets, breakdown->step);
-        result = routing_breakdown(run, options);
-      } else {
-        result = stored_routing_breakdown(breakdown->db, breakdown->run_id, options, breakdown->sets, breakdown->step);
+      if (!breakdown->format.empty()) {
+        if (options.groupings.size() != 1)
+          throw ConfigError("--format: choose one grouping with --by (e.g. --by class)");
+        for (const auto& [flag, set] : {std::pair{"--recompute", breakdown->recompute},
+                                        {"--json", breakdown->json},
+                                        {"--gates", breakdown->gates},
+                                        {"--step", breakdown->step != 0},
+                                        {"--set", !breakdown->sets.empty()}})
+          if (set)
+            throw ConfigError(std::string("--format: a table reads each run's latest checkpoint as it ran; ") + flag +
+                              " is for the per-run tables");
+        const auto table =
+            routing_breakdown_table(breakdown->db.empty() ? default_db_path() : breakdown->db, breakdown->runs,
+                                    options.groupings.front(), options, breakdown->per_layer, !breakdown->no_group);
+        const auto& f = breakdown->format;
+        std::cout << (f == "latex" ? to_latex(table) : f == "md" ? to_markdown(table) : to_csv(table));
+        return 0;
       }
-      std::cout << (breakdown->json ? result.to_json().dump(2) + "\n" : result.to_table(breakdown->gates));
+      if (breakdown->per_layer || breakdown->no_group) throw ConfigError("--per-layer and --no-group need --format");
+      auto documents = nlohmann::json::array();
+      bool first = true;
+      for (const auto id : breakdown->runs) {
+        RoutingBreakdown result;
+        if (breakdown->recompute) {
+          auto run = load_run(breakdown->db, id, breakdown->sets, breakdown->step);
+          result = routing_breakdown(run, options);
+        } else {
+          result = stored_routing_breakdown(breakdown->db, id, options, breakdown->sets, breakdown->step);
+        }
+        if (breakdown->json)
+          documents.push_back(result.to_json());
+        else
+          std::cout << (first ? "" : "\n") << result.to_table(breakdown->gates);
+        first = false;
+      }
+      // One run: its document; several: an array of them.
+      if (breakdown->json) std::cout << (documents.size() == 1 ? documents.front() : documents).dump(2) << "\n";
       return 0;
     };
   });

@@ -15,6 +15,8 @@
 #include "core/models/language_model.h"
 #include "core/models/registry.h"
 #include "core/report/builders/catalog.h"
+#include "core/report/figure/figure.h"
+#include "core/report/tables/table.h"
 #include "core/store/run_store.h"
 #include "core/train/trainer.h"
 #include "core/util/errors.h"
@@ -373,6 +375,53 @@ class TestRoutingBreakdown : public QObject {
     request.run_ids = {outcome.run_id};
     QCOMPARE(build_figure(RunStore(db_), request).meta["checkpoint_steps"][std::to_string(outcome.run_id)],
              nlohmann::json({1, 2, 3, 5, 6, 7, 8, 9, 10, 12, 13, 14}));
+  }
+
+  void tableHasAGroupRowAndARunColumn() {
+    // routing_breakdown_table: a row per group, a column per run (or per run and routed layer), each cell the
+    // breakdown's share; a dense run's column is dashes; two seeds of one config share a column, mean +- std.
+    const auto& runs = trained();
+    const auto dtrnet = runs.at("dtrnet"), dense = runs.at("dense");
+    RoutingBreakdownOptions options;
+    options.groupings = {TokenGrouping::Class};
+    const auto b = stored_routing_breakdown(db_, dtrnet, options);
+    const auto table = routing_breakdown_table(db_, {dtrnet, dense}, TokenGrouping::Class);
+    QCOMPARE(table.row_header, std::string("class"));
+    QCOMPARE(table.columns.size(), std::size_t(2));
+    const auto& groups = b.tables.front().groups;
+    QCOMPARE(table.rows.size(), groups.size());
+    for (std::size_t r = 0; r < groups.size(); ++r) {
+      QCOMPARE(table.rows[r].label, groups[r].short_label);
+      QCOMPARE(table.rows[r].cells[0].has_value(), !std::isnan(groups[r].mean_routed()));
+      if (table.rows[r].cells[0]) QCOMPARE(table.rows[r].cells[0]->mean, groups[r].mean_routed());
+      QVERIFY(!table.rows[r].cells[1].has_value());  // dense
+    }
+    const auto per_layer = routing_breakdown_table(db_, {dtrnet}, TokenGrouping::Class, {}, /*per_layer=*/true);
+    QCOMPARE(per_layer.columns.size(), b.layers.size());
+    for (std::size_t l = 0; l < b.layers.size(); ++l) {
+      QVERIFY2(contains(per_layer.columns[l].header, " " + layer_label(b.layers[l].layer)),
+               per_layer.columns[l].header.c_str());
+      for (std::size_t r = 0; r < groups.size(); ++r)
+        if (per_layer.rows[r].cells[l]) QCOMPARE(per_layer.rows[r].cells[l]->mean, groups[r].routed[l]);
+    }
+    QVERIFY(contains(to_markdown(table), "| space |"));
+
+    auto config = resolve_config(nlohmann::json::parse(RunStore(db_).run(dtrnet)->config_json), {"run.seed=2"}, "test");
+    const auto outcome = train({config, db_, "dtrnet seed 2", ""});
+    QVERIFY2(outcome.status == RunStatus::Finished, outcome.message.c_str());
+    const auto other = stored_routing_breakdown(db_, outcome.run_id, options);
+    const auto seeds = routing_breakdown_table(db_, {dtrnet, outcome.run_id}, TokenGrouping::Class);
+    QCOMPARE(seeds.columns.size(), std::size_t(1));
+    QVERIFY2(contains(seeds.columns[0].header, "(2 seeds)"), seeds.columns[0].header.c_str());
+    for (std::size_t r = 0; r < groups.size(); ++r) {
+      const auto a = groups[r].mean_routed(), c = other.tables.front().groups[r].mean_routed();
+      if (std::isnan(a) || std::isnan(c)) continue;
+      QCOMPARE(seeds.rows[r].cells[0]->n, std::int64_t(2));
+      QCOMPARE(seeds.rows[r].cells[0]->mean, (a + c) / 2);
+    }
+    QCOMPARE(routing_breakdown_table(db_, {dtrnet, outcome.run_id}, TokenGrouping::Class, {}, false, false)
+                 .columns.size(),
+             std::size_t(2));
   }
 
   void keptBreakdownIsReadBackForItsCheckpoint() {

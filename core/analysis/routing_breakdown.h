@@ -5,14 +5,15 @@
 // content-bearing characters in mid-word positions); this measures them over thousands of tokens, for any language
 // model of the registry.
 #pragma once
+#include <torch/torch.h>
+
 #include <cstdint>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
-#include <nlohmann/json.hpp>
-#include <torch/torch.h>
-
 #include "core/analysis/run_analysis.h"
+#include "core/report/tables/table.h"
 
 namespace routelab {
 
@@ -100,6 +101,15 @@ RoutingBreakdown routing_breakdown(LanguageModel& model, const LmDataset& data, 
 
 /// The same for a stored run (its device, precision and seed), named after it.
 RoutingBreakdown routing_breakdown(LoadedRun& run, const RoutingBreakdownOptions& options = {});
+
+/// A paper table of several runs' breakdowns (kept ones read, others computed and kept): a row per group of `by`
+/// (the short labels, in the order first seen), a column per run, or per run and routed layer with `per_layer`,
+/// each cell the percentage of the group's decisions on the routed path (the mean over the routed layers unless per
+/// layer); with `by_seed` runs of one config but their seeds share a column, mean +- std. A run that routes no token
+/// keeps a column of dashes. Written by to_latex / to_markdown / to_csv (core/report/tables/table.h).
+ReportTable routing_breakdown_table(const std::string& db_path, const std::vector<std::int64_t>& run_ids,
+                                    TokenGrouping by, const RoutingBreakdownOptions& sample = {},
+                                    bool per_layer = false, bool by_seed = true);
 
 /// Reads RoutingBreakdown::to_json back; a missing or mistyped field is a StoreError naming `origin`.
 RoutingBreakdown routing_breakdown_from_json(const nlohmann::json& doc, const std::string& origin);

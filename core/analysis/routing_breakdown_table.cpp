@@ -1,0 +1,88 @@
+// The routing breakdown as a paper table (routing_breakdown.h): token groups x runs, each cell the share of the
+// group's token-layer decisions on the routed path, over seeds as mean +- std.
+#include <algorithm>
+#include <cmath>
+#include <map>
+
+#include "core/analysis/routing_breakdown.h"
+#include "core/report/figure/figure.h"
+#include "core/report/tables/run_tables.h"
+#include "core/store/run_store.h"
+
+namespace routelab {
+namespace {
+
+/// One column of the table: a group of runs (seeds of one config), and a routed layer of theirs or all of them.
+struct Column {
+  std::size_t group = 0;
+  std::optional<int> layer;  ///< nullopt: the mean over the routed layers
+};
+
+}  // namespace
+
+ReportTable routing_breakdown_table(const std::string& db_path, const std::vector<std::int64_t>& run_ids,
+                                    TokenGrouping by, const RoutingBreakdownOptions& sample, bool per_layer,
+                                    bool by_seed) {
+  const RunStore store(db_path, /*mark_crashed=*/false);
+  const auto groups = group_runs(store, run_ids, by_seed);
+  auto options = sample;
+  options.groupings = {by};
+  options.unrouted_is_empty = true;  // a dense baseline's column is all dashes
+  // Per run: group label -> (layer -> share); the row labels in the order first seen.
+  std::vector<std::string> rows;
+  std::map<std::int64_t, std::map<std::string, std::map<int, double>>> shares;
+  std::map<std::int64_t, std::map<std::string, double>> means;
+  std::vector<std::vector<int>> layers_of(groups.size());  // the routed layers of each group's first run
+  for (std::size_t g = 0; g < groups.size(); ++g)
+    for (const auto id : groups[g].run_ids) {
+      const auto b = stored_routing_breakdown(store.path(), id, options);
+      if (layers_of[g].empty())
+        for (const auto& l : b.layers) layers_of[g].push_back(l.layer);
+      if (b.tables.empty()) continue;
+      for (const auto& group : b.tables.front().groups) {
+        if (std::find(rows.begin(), rows.end(), group.short_label) == rows.end()) rows.push_back(group.short_label);
+        means[id][group.short_label] = group.mean_routed();
+        for (std::size_t l = 0; l < b.layers.size() && l < group.routed.size(); ++l)
+          shares[id][group.short_label][b.layers[l].layer] = group.routed[l];
+      }
+    }
+  std::vector<Column> columns;
+  ReportTable table;
+  for (std::size_t g = 0; g < groups.size(); ++g) {
+    if (!per_layer || layers_of[g].empty()) {
+      columns.push_back({g, std::nullopt});
+      table.columns.push_back({groups[g].label, "%", Better::None, 1, 100.0});
+      continue;
+    }
+    for (const auto layer : layers_of[g]) {
+      columns.push_back({g, layer});
+      table.columns.push_back({groups[g].label + " " + layer_label(layer), "%", Better::None, 1, 100.0});
+    }
+  }
+  for (const auto& label : rows) {
+    TableRow row{label, {}};
+    for (const auto& c : columns) {
+      std::vector<double> values;
+      for (const auto id : groups[c.group].run_ids) {
+        double v = std::nan("");
+        if (!c.layer) {
+          if (const auto it = means[id].find(label); it != means[id].end()) v = it->second;
+        } else if (const auto it = shares[id].find(label); it != shares[id].end()) {
+          if (const auto at = it->second.find(*c.layer); at != it->second.end()) v = at->second;
+        }
+        values.push_back(v);  // NaN (an empty group, a dense run) is left out of the cell
+      }
+      row.cells.push_back(summarize(values));
+    }
+    table.rows.push_back(std::move(row));
+  }
+  table.row_header = to_string(by);
+  table.caption = "Share of each token group's " + std::string(per_layer ? "decisions" : "token-layer decisions") +
+                  " on the routed path" + (per_layer ? ", per routed layer" : " (mean over the routed layers)") +
+                  ", in inference mode over " + std::to_string(sample.tokens) + " " + to_string(sample.split) +
+                  " tokens, by " + to_string(by) + (by_seed ? "; mean and standard deviation over seeds" : "") + ".";
+  table.label = "tab:routing-by-" + to_string(by);
+  return table;
+}
+
+}  // namespace routelab
