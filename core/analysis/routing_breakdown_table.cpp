@@ -24,7 +24,14 @@ ReportTable routing_breakdown_table(const std::string& db_path, const std::vecto
                                     TokenGrouping by, const RoutingBreakdownOptions& sample, bool per_layer,
                                     bool by_seed) {
   const RunStore store(db_path, /*mark_crashed=*/false);
-  const auto groups = group_runs(store, run_ids, by_seed);
+  auto groups = group_runs(store, run_ids, by_seed);
+  std::map<std::string, int> named;  // two columns of one name (a preset run twice) say their first run
+  for (const auto& g : groups) ++named[g.label];
+  bool seeds = false;
+  for (auto& g : groups) {
+    seeds = seeds || g.run_ids.size() > 1;
+    if (named[g.label] > 1) g.label += " (run " + std::to_string(g.run_ids.front()) + ")";
+  }
   auto options = sample;
   options.groupings = {by};
   options.unrouted_is_empty = true;  // a dense baseline's column is all dashes
@@ -74,13 +81,15 @@ ReportTable routing_breakdown_table(const std::string& db_path, const std::vecto
       }
       row.cells.push_back(summarize(values));
     }
-    table.rows.push_back(std::move(row));
+    // A group no run's sample holds (char-level text has no "other" token) is left out.
+    if (std::any_of(row.cells.begin(), row.cells.end(), [](const auto& cell) { return cell.has_value(); }))
+      table.rows.push_back(std::move(row));
   }
   table.row_header = to_string(by);
   table.caption = "Share of each token group's " + std::string(per_layer ? "decisions" : "token-layer decisions") +
                   " on the routed path" + (per_layer ? ", per routed layer" : " (mean over the routed layers)") +
                   ", in inference mode over " + std::to_string(sample.tokens) + " " + to_string(sample.split) +
-                  " tokens, by " + to_string(by) + (by_seed ? "; mean and standard deviation over seeds" : "") + ".";
+                  " tokens, by " + to_string(by) + (seeds ? "; mean and standard deviation over seeds" : "") + ".";
   table.label = "tab:routing-by-" + to_string(by);
   return table;
 }
