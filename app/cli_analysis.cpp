@@ -5,9 +5,10 @@
 #include <iomanip>
 #include <iostream>
 #include <memory>
-#include <nlohmann/json.hpp>
 #include <set>
 #include <sstream>
+
+#include <nlohmann/json.hpp>
 
 #include "app/cli_commands.h"
 #include "app/cli_registration.h"

@@ -5,12 +5,12 @@
 // content-bearing characters in mid-word positions); this measures them over thousands of tokens, for any language
 // model of the registry.
 #pragma once
-#include <torch/torch.h>
-
 #include <cstdint>
-#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
+
+#include <nlohmann/json.hpp>
+#include <torch/torch.h>
 
 #include "core/analysis/run_analysis.h"
 #include "core/report/tables/table.h"

@@ -5,6 +5,7 @@
 #include "core/store/run_store.h"
 
 #include <sqlite3.h>
+
 #include <unistd.h>
 
 #include <algorithm>
@@ -14,9 +15,10 @@
 #include <ctime>
 #include <filesystem>
 #include <limits>
-#include <nlohmann/json.hpp>
 #include <system_error>
 #include <utility>
+
+#include <nlohmann/json.hpp>
 
 #include "core/store/sqlite_detail.h"
 #include "core/store/store_schema.h"
