@@ -372,9 +372,15 @@ class TestRoutingBreakdown : public QObject {
         "test");
     const auto outcome = train({config, db_, "mod", ""});
     QVERIFY2(outcome.status == RunStatus::Finished, outcome.message.c_str());
-    request.run_ids = {outcome.run_id};
-    QCOMPARE(build_figure(RunStore(db_), request).meta["checkpoint_steps"][std::to_string(outcome.run_id)],
+    request.run_ids = {runs.at("dtrnet"), outcome.run_id};
+    const auto both = build_figure(RunStore(db_), request);
+    QCOMPARE(both.meta["checkpoint_steps"][std::to_string(outcome.run_id)],
              nlohmann::json({1, 2, 3, 5, 6, 7, 8, 9, 10, 12, 13, 14}));
+    // The groups are coloured alike in both panels: the first one's legend says them; every checkpoint is marked.
+    QCOMPARE(both.panels.size(), std::size_t(2));
+    QVERIFY(both.panels[0].legend && !both.panels[1].legend);
+    for (const auto& panel : both.panels)
+      for (const auto& s : panel.series) QVERIFY(s.marked);
   }
 
   void tableHasAGroupRowAndARunColumn() {

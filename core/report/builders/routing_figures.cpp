@@ -299,11 +299,20 @@ Figure build_routing_by_token_history(const RunStore& store, const FigureRequest
     FigurePanel p;
     p.title = run_label(run_record(store, id));
     p.x_label = "Step (checkpoint)";
-    p.y_label = "% on the routed path";
+    p.y_label = "% routed";
     int colour = 0;
     for (auto& s : series) {
       s.color = colour++;
+      s.marked = true;  // a few checkpoints: each one a marker (a run of one checkpoint is its markers alone)
       p.series.push_back(std::move(s));
+    }
+    // The groups are coloured alike in every panel: one legend says them, unless a panel's differ (another
+    // context's position buckets).
+    if (!f.panels.empty()) {
+      const auto& first = f.panels.front().series;
+      p.legend = first.size() != p.series.size() ||
+                 !std::equal(first.begin(), first.end(), p.series.begin(),
+                             [](const FigureSeries& a, const FigureSeries& b) { return a.label == b.label; });
     }
     f.panels.push_back(std::move(p));
   }
