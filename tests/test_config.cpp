@@ -328,6 +328,20 @@ class TestConfig : public QObject {
         << "data.shard_vocab: 256 is not read: data.source is 'copy' (it is read with data.source shards)\n"
            "data.tokenizer_model: t.model is not read: data.tokenizer is 'char' (it is read with data.tokenizer "
            "sentencepiece)";
+    QTest::newRow("shards keep their split")
+        << QStringList{"data.source=shards", "data.path=d", "data.val_fraction=0.05"}
+        << "data.val_fraction: 0.05 is not read: data.source is 'shards' (it is read with data.source kjv or file "
+           "(shards keep the split they were prepared with))";
+    QTest::newRow("a task's keys under the corpus")
+        << QStringList{"data.task_length=20", "data.task_seed=7"}
+        << "data.task_length: 20 is not read: data.source is 'kjv' (it is read with data.source copy or sort)\n"
+           "data.task_seed: 7 is not read: data.source is 'kjv' (it is read with data.source copy, sort or "
+           "entailment)";
+    QTest::newRow("entailment with a word-tokenizer key under wordpiece")
+        << QStringList{"model.arch=tagat", "data.source=entailment", "data.tokenizer=wordpiece", "data.vocab_path=v.txt",
+                       "data.min_count=3", "data.task_length=20", "data.entailment_facts=3"}
+        << "data.task_length: 20 is not read: data.source is 'entailment' (it is read with data.source copy or sort)\n"
+           "data.min_count: 3 is not read: data.tokenizer is 'wordpiece' (it is read with data.tokenizer word)";
     QTest::newRow("sentencepiece reads its model")
         << QStringList{"data.tokenizer=sentencepiece", "data.tokenizer_model=t.model"} << "";
     QTest::newRow("pair files outside pairs")

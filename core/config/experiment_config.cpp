@@ -276,8 +276,24 @@ std::vector<std::string> unread_data_keys(const ExperimentConfig& config) {
     bool read;
     const char* by;  ///< what reads the key
   };
+  const bool corpus = source == "kjv" || source == "file", task = source == "copy" || source == "sort";
+  const bool word = tokenizer == "word" || tokenizer == "wordpiece";
   const Reader readers[] = {
       {"path", source == "file" || source == "shards", "data.source file or shards"},
+      {"train_fraction", corpus, "data.source kjv or file (shards keep the split they were prepared with)"},
+      {"val_fraction", corpus, "data.source kjv or file (shards keep the split they were prepared with)"},
+      {"task_length", task, "data.source copy or sort"},
+      {"task_vocab", task, "data.source copy or sort"},
+      {"task_train_examples", task || source == "entailment", "data.source copy, sort or entailment"},
+      {"task_eval_examples", task || source == "entailment", "data.source copy, sort or entailment"},
+      {"task_seed", task || source == "entailment", "data.source copy, sort or entailment"},
+      {"entailment_facts", source == "entailment", "data.source entailment"},
+      {"entailment_converse", source == "entailment", "data.source entailment"},
+      {"pair_format", source == "pairs", "data.source pairs"},
+      {"labels", source == "pairs", "data.source pairs"},
+      {"lowercase", word, "data.tokenizer word or wordpiece"},
+      {"min_count", tokenizer == "word", "data.tokenizer word"},
+      {"max_vocab", tokenizer == "word", "data.tokenizer word"},
       {"shard_vocab", source == "shards", "data.source shards"},
       {"tokenizer_model", tokenizer == "sentencepiece", "data.tokenizer sentencepiece"},
       {"vocab_path", tokenizer == "wordpiece", "data.tokenizer wordpiece"},
