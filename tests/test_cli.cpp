@@ -520,7 +520,8 @@ class TestCli : public QObject {
     QVERIFY2(kept.first == 0 && recomputed.first == 0 && kept.second == recomputed.second,
              qPrintable(kept.second + "\n----\n" + recomputed.second));
     // A paper table of the runs: groups x runs.
-    std::tie(code, output) = run({"routing-breakdown", "1", "--db", db, "--tokens", "512", "--by", "class", "--format", "md"});
+    std::tie(code, output) =
+        run({"routing-breakdown", "1", "--db", db, "--tokens", "512", "--by", "class", "--format", "md"});
     QVERIFY2(code == 0 && output.contains("| class |") && output.contains("| space |"), qPrintable(output));
     std::tie(code, output) = run({"routing-breakdown", "1", "--db", db, "--format", "md"});
     QVERIFY2(code == 2 && output.contains("--format: choose one grouping with --by"), qPrintable(output));

@@ -338,8 +338,9 @@ class TestConfig : public QObject {
            "data.task_seed: 7 is not read: data.source is 'kjv' (it is read with data.source copy, sort or "
            "entailment)";
     QTest::newRow("entailment with a word-tokenizer key under wordpiece")
-        << QStringList{"model.arch=tagat", "data.source=entailment", "data.tokenizer=wordpiece", "data.vocab_path=v.txt",
-                       "data.min_count=3", "data.task_length=20", "data.entailment_facts=3"}
+        << QStringList{"model.arch=tagat",       "data.source=entailment", "data.tokenizer=wordpiece",
+                       "data.vocab_path=v.txt",  "data.min_count=3",       "data.task_length=20",
+                       "data.entailment_facts=3"}
         << "data.task_length: 20 is not read: data.source is 'entailment' (it is read with data.source copy or sort)\n"
            "data.min_count: 3 is not read: data.tokenizer is 'wordpiece' (it is read with data.tokenizer word)";
     QTest::newRow("sentencepiece reads its model")

@@ -2,7 +2,8 @@
 // "routing-history" (training-mode routing per layer and logged step), "token-map" (one run's probe, every row the
 // dashboard shows), "token-maps" (per-token gates or decisions of two runs' probes, and their difference),
 // "routing-by-token" (the routed share per layer by kind of token, from the checkpoint: core/analysis),
-// "routing-by-token-history" (the same, mean over the routed layers, at each checkpoint) and "routing-stability" (how much of the probe's routing each evaluation keeps from the one before).
+// "routing-by-token-history" (the same, mean over the routed layers, at each checkpoint) and "routing-stability"
+// (how much of the probe's routing each evaluation keeps from the one before).
 #include <algorithm>
 #include <cmath>
 #include <map>
