@@ -405,7 +405,7 @@ class TestRoutingBreakdown : public QObject {
       QVERIFY(!table.rows[r].cells[1].has_value());  // dense
     }
     QVERIFY(!contains(table.caption, "over seeds"));
-    const auto per_layer = routing_breakdown_table(db_, {dtrnet}, TokenGrouping::Class, {}, /*per_layer=*/true);
+    const auto per_layer = routing_breakdown_table(db_, {dtrnet}, TokenGrouping::Class, {}, {.per_layer = true});
     QCOMPARE(per_layer.columns.size(), b.layers.size());
     for (std::size_t l = 0; l < b.layers.size(); ++l) {
       QVERIFY2(contains(per_layer.columns[l].header, " " + layer_label(b.layers[l].layer)),
@@ -413,6 +413,24 @@ class TestRoutingBreakdown : public QObject {
       for (std::size_t r = 0; r < held.size(); ++r) QCOMPARE(per_layer.rows[r].cells[l]->mean, held[r].routed[l]);
     }
     QVERIFY(contains(to_markdown(table), "| space |"));
+    // --gates: the groups' mean gates over the layers that have one; overrides are named in the caption.
+    const auto gated = routing_breakdown_table(db_, {dtrnet}, TokenGrouping::Class, {},
+                                               {.gates = true, .sets = {"model.attention=masked"}});
+    QVERIFY2(contains(gated.caption, "Mean gate") && contains(gated.caption, "evaluated with model.attention=masked"),
+             gated.caption.c_str());
+    std::size_t gated_rows = 0;
+    for (const auto& g : held) {
+      double sum = 0;
+      int n = 0;
+      for (const auto v : g.gate)
+        if (std::isfinite(v)) sum += v, ++n;
+      if (n == 0) continue;
+      QCOMPARE(gated.rows.at(gated_rows).label, g.short_label);
+      QCOMPARE(gated.rows.at(gated_rows).cells[0]->mean, sum / n);
+      ++gated_rows;
+    }
+    QVERIFY(gated_rows > 0);  // DTRNet's router gates every token
+    QCOMPARE(gated.rows.size(), gated_rows);
     // A group no run's sample holds is left out (one window of 32 characters lacks some classes).
     RoutingBreakdownOptions window;
     window.groupings = {TokenGrouping::Class};
@@ -442,7 +460,8 @@ class TestRoutingBreakdown : public QObject {
           QCOMPARE(seeds.rows[r].cells[0]->n, std::int64_t(2));
           QCOMPARE(seeds.rows[r].cells[0]->mean, (held[r].mean_routed() + g.mean_routed()) / 2);
         }
-    const auto apart = routing_breakdown_table(db_, {dtrnet, outcome.run_id}, TokenGrouping::Class, {}, false, false);
+    const auto apart =
+        routing_breakdown_table(db_, {dtrnet, outcome.run_id}, TokenGrouping::Class, {}, {.by_seed = false});
     QCOMPARE(apart.columns.size(), std::size_t(2));
     QCOMPARE(apart.columns[0].header, "dtrnet (run " + std::to_string(dtrnet) + ")");
     QCOMPARE(apart.columns[1].header, "dtrnet (run " + std::to_string(outcome.run_id) + ")");

@@ -102,14 +102,21 @@ RoutingBreakdown routing_breakdown(LanguageModel& model, const LmDataset& data, 
 /// The same for a stored run (its device, precision and seed), named after it.
 RoutingBreakdown routing_breakdown(LoadedRun& run, const RoutingBreakdownOptions& options = {});
 
-/// A paper table of several runs' breakdowns (kept ones read, others computed and kept): a row per group of `by`
-/// (the short labels, in the order first seen), a column per run, or per run and routed layer with `per_layer`,
-/// each cell the percentage of the group's decisions on the routed path (the mean over the routed layers unless per
-/// layer); with `by_seed` runs of one config but their seeds share a column, mean +- std. A run that routes no token
-/// keeps a column of dashes. Written by to_latex / to_markdown / to_csv (core/report/tables/table.h).
+struct BreakdownTableOptions {
+  bool per_layer = false;              ///< a column per run and routed layer (else the mean over the routed layers)
+  bool by_seed = true;                 ///< runs of one config but their seeds share a column, mean +- std
+  bool gates = false;                  ///< the groups' mean gates instead of their routed shares (TSA's soft gating)
+  std::vector<std::string> sets = {};  ///< eval-only overrides of every run ("model.inference=sparse")
+};
+
+/// A paper table of several runs' breakdowns (kept ones read, others computed and kept), each at its latest
+/// checkpoint: a row per group of `by` any run's sample holds (the short labels, in the order first seen), a column
+/// per run (or per run and routed layer), each cell the percentage of the group's decisions on the routed path (or
+/// its mean gate). A run that routes no token keeps a column of dashes. Written by to_latex / to_markdown / to_csv
+/// (core/report/tables/table.h).
 ReportTable routing_breakdown_table(const std::string& db_path, const std::vector<std::int64_t>& run_ids,
                                     TokenGrouping by, const RoutingBreakdownOptions& sample = {},
-                                    bool per_layer = false, bool by_seed = true);
+                                    const BreakdownTableOptions& table = {});
 
 /// Reads RoutingBreakdown::to_json back; a missing or mistyped field is a StoreError naming `origin`.
 RoutingBreakdown routing_breakdown_from_json(const nlohmann::json& doc, const std::string& origin);

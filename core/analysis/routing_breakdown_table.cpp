@@ -21,10 +21,11 @@ struct Column {
 }  // namespace
 
 ReportTable routing_breakdown_table(const std::string& db_path, const std::vector<std::int64_t>& run_ids,
-                                    TokenGrouping by, const RoutingBreakdownOptions& sample, bool per_layer,
-                                    bool by_seed) {
+                                    TokenGrouping by, const RoutingBreakdownOptions& sample,
+                                    const BreakdownTableOptions& how) {
+  const bool per_layer = how.per_layer;
   const RunStore store(db_path, /*mark_crashed=*/false);
-  auto groups = group_runs(store, run_ids, by_seed);
+  auto groups = group_runs(store, run_ids, how.by_seed);
   std::map<std::string, int> named;  // two columns of one name (a preset run twice) say their first run
   for (const auto& g : groups) ++named[g.label];
   bool seeds = false;
@@ -42,28 +43,38 @@ ReportTable routing_breakdown_table(const std::string& db_path, const std::vecto
   std::vector<std::vector<int>> layers_of(groups.size());  // the routed layers of each group's first run
   for (std::size_t g = 0; g < groups.size(); ++g)
     for (const auto id : groups[g].run_ids) {
-      const auto b = stored_routing_breakdown(store.path(), id, options);
+      const auto b = stored_routing_breakdown(store.path(), id, options, how.sets);
       if (layers_of[g].empty())
         for (const auto& l : b.layers) layers_of[g].push_back(l.layer);
       if (b.tables.empty()) continue;
       for (const auto& group : b.tables.front().groups) {
         if (std::find(rows.begin(), rows.end(), group.short_label) == rows.end()) rows.push_back(group.short_label);
-        means[id][group.short_label] = group.mean_routed();
-        for (std::size_t l = 0; l < b.layers.size() && l < group.routed.size(); ++l)
-          shares[id][group.short_label][b.layers[l].layer] = group.routed[l];
+        const auto& per = how.gates ? group.gate : group.routed;
+        double sum = 0;
+        int counted = 0;
+        for (std::size_t l = 0; l < b.layers.size() && l < per.size(); ++l) {
+          shares[id][group.short_label][b.layers[l].layer] = per[l];
+          if (std::isfinite(per[l])) sum += per[l], ++counted;
+        }
+        // The mean over the routed layers (mean_routed for shares; over the layers with a gate for gates).
+        means[id][group.short_label] = counted ? sum / counted : std::nan("");
       }
     }
   std::vector<Column> columns;
   ReportTable table;
+  const auto column = [&](std::string header) {
+    return how.gates ? TableColumn{std::move(header), "", Better::None, 3, 1.0}
+                     : TableColumn{std::move(header), "%", Better::None, 1, 100.0};
+  };
   for (std::size_t g = 0; g < groups.size(); ++g) {
     if (!per_layer || layers_of[g].empty()) {
       columns.push_back({g, std::nullopt});
-      table.columns.push_back({groups[g].label, "%", Better::None, 1, 100.0});
+      table.columns.push_back(column(groups[g].label));
       continue;
     }
     for (const auto layer : layers_of[g]) {
       columns.push_back({g, layer});
-      table.columns.push_back({groups[g].label + " " + layer_label(layer), "%", Better::None, 1, 100.0});
+      table.columns.push_back(column(groups[g].label + " " + layer_label(layer)));
     }
   }
   for (const auto& label : rows) {
@@ -86,11 +97,19 @@ ReportTable routing_breakdown_table(const std::string& db_path, const std::vecto
       table.rows.push_back(std::move(row));
   }
   table.row_header = to_string(by);
-  table.caption = "Share of each token group's " + std::string(per_layer ? "decisions" : "token-layer decisions") +
-                  " on the routed path" + (per_layer ? ", per routed layer" : " (mean over the routed layers)") +
+  const std::string what = how.gates ? "Mean gate of each token group's tokens"
+                                     : "Share of each token group's " +
+                                           std::string(per_layer ? "decisions" : "token-layer decisions") +
+                                           " on the routed path";
+  table.caption = what + (per_layer ? ", per routed layer" : " (mean over the routed layers)") +
                   ", in inference mode over " + std::to_string(sample.tokens) + " " + to_string(sample.split) +
                   " tokens, by " + to_string(by) + (seeds ? "; mean and standard deviation over seeds" : "") + ".";
-  table.label = "tab:routing-by-" + to_string(by);
+  if (!how.sets.empty()) {
+    std::string sets;
+    for (const auto& s : how.sets) sets += (sets.empty() ? "" : ", ") + s;
+    table.caption.insert(table.caption.size() - 1, "; evaluated with " + sets);
+  }
+  table.label = std::string(how.gates ? "tab:gates-by-" : "tab:routing-by-") + to_string(by);
   return table;
 }
 
