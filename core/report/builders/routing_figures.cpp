@@ -207,10 +207,19 @@ Figure build_token_maps(const RunStore& store, const FigureRequest& request) {
 // ---------------------------------------------------------------------------------------------------------------
 // routing-by-token
 
+namespace {
+
+/// The token grouping a routing-by-token figure's `metric` names; the request's default metric (val/loss) means the
+/// first grouping.
+TokenGrouping requested_grouping(const FigureRequest& request) {
+  return parse_token_grouping(request.metric == "val/loss" ? token_grouping_names().front() : request.metric,
+                              request.name + " metric");
+}
+
+}  // namespace
+
 Figure build_routing_by_token(const RunStore& store, const FigureRequest& request) {
-  // The request's default metric (val/loss) means the first grouping.
-  const auto by = parse_token_grouping(request.metric == "val/loss" ? token_grouping_names().front() : request.metric,
-                                       "routing-by-token metric");
+  const auto by = requested_grouping(request);
   RoutingBreakdownOptions options;
   options.groupings = {by};
   options.unrouted_is_empty = true;  // a dense baseline among the runs draws no panel
@@ -273,8 +282,7 @@ std::vector<std::int64_t> spread_checkpoints(const RunStore& store, std::int64_t
 }  // namespace
 
 Figure build_routing_by_token_history(const RunStore& store, const FigureRequest& request) {
-  const auto by = parse_token_grouping(request.metric == "val/loss" ? token_grouping_names().front() : request.metric,
-                                       "routing-by-token-history metric");
+  const auto by = requested_grouping(request);
   RoutingBreakdownOptions options;
   options.groupings = {by};
   options.unrouted_is_empty = true;
