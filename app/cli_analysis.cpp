@@ -211,7 +211,7 @@ void add_context_commands(CLI::App& app, CLI::App& /*bench*/, CommandAction& act
   rb->add_option("--format", breakdown->format,
                  "a paper table of the runs instead: groups x runs, the % of each group on the routed path (the mean "
                  "over the routed layers; --gates: the mean gates), seeds of one config as mean ± std, each run's "
-                 "latest checkpoint with the --set overrides: latex, md or csv (one --by grouping)")
+                 "latest checkpoint (or its of --step) with the --set overrides: latex, md or csv (one --by grouping)")
       ->check(CLI::IsMember({"latex", "md", "csv"}));
   rb->add_flag("--per-layer", breakdown->per_layer, "with --format: a column per run and routed layer");
   rb->add_flag("--no-group", breakdown->no_group, "with --format: a column per run (no grouping over seeds)");
@@ -226,17 +226,16 @@ void add_context_commands(CLI::App& app, CLI::App& /*bench*/, CommandAction& act
       if (!breakdown->format.empty()) {
         if (options.groupings.size() != 1)
           throw ConfigError("--format: choose one grouping with --by (e.g. --by class)");
-        for (const auto& [flag, set] : {std::pair{"--recompute", breakdown->recompute},
-                                        {"--json", breakdown->json},
-                                        {"--step", breakdown->step != 0}})
+        for (const auto& [flag, set] : {std::pair{"--recompute", breakdown->recompute}, {"--json", breakdown->json}})
           if (set)
-            throw ConfigError(std::string("--format: a table reads each run's latest kept breakdown; ") + flag +
+            throw ConfigError(std::string("--format: a table reads the kept breakdowns; ") + flag +
                               " is for the per-run tables");
         BreakdownTableOptions how;
         how.per_layer = breakdown->per_layer;
         how.by_seed = !breakdown->no_group;
         how.gates = breakdown->gates;
         how.sets = breakdown->sets;
+        how.step = breakdown->step;
         const auto table = routing_breakdown_table(breakdown->db.empty() ? default_db_path() : breakdown->db,
                                                    breakdown->runs, options.groupings.front(), options, how);
         const auto& f = breakdown->format;

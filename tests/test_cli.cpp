@@ -523,6 +523,10 @@ class TestCli : public QObject {
     std::tie(code, output) =
         run({"routing-breakdown", "1", "--db", db, "--tokens", "512", "--by", "class", "--format", "md"});
     QVERIFY2(code == 0 && output.contains("| class |") && output.contains("| space |"), qPrintable(output));
+    std::tie(code, output) =
+        run({"routing-breakdown", "1", "--db", db, "--by", "class", "--format", "md", "--step", "1"});
+    QVERIFY2(code != 0 && output.contains("run 1 has no checkpoint at step 1 (its one checkpoint is at step 2)"),
+             qPrintable(output));
     std::tie(code, output) = run({"routing-breakdown", "1", "--db", db, "--format", "md"});
     QVERIFY2(code == 2 && output.contains("--format: choose one grouping with --by"), qPrintable(output));
     std::tie(code, output) = run({"routing-breakdown", "1", "--db", db, "--per-layer"});

@@ -413,6 +413,26 @@ class TestRoutingBreakdown : public QObject {
       for (std::size_t r = 0; r < held.size(); ++r) QCOMPARE(per_layer.rows[r].cells[l]->mean, held[r].routed[l]);
     }
     QVERIFY(contains(to_markdown(table), "| space |"));
+    // Every run at one step: the cells are that checkpoint's; a run without it is named with the steps it has.
+    const auto at3 = stored_routing_breakdown(db_, dtrnet, options, {}, 3);
+    const auto step3 = routing_breakdown_table(db_, {dtrnet}, TokenGrouping::Class, {}, {.step = 3});
+    QVERIFY2(contains(step3.caption, " at step 3"), step3.caption.c_str());
+    for (const auto& row : step3.rows)
+      for (const auto& g : at3.tables.front().groups)
+        if (g.short_label == row.label) QCOMPARE(row.cells[0]->mean, g.mean_routed());
+    QCOMPARE(at3.step, std::int64_t(3));
+    // The routed shares of 6 steps of training may stay where they were at 3; the gates move.
+    const auto gates3 = routing_breakdown_table(db_, {dtrnet}, TokenGrouping::Class, {}, {.gates = true, .step = 3});
+    const auto gates6 = routing_breakdown_table(db_, {dtrnet}, TokenGrouping::Class, {}, {.gates = true});
+    QCOMPARE(gates3.rows.size(), gates6.rows.size());
+    for (std::size_t r = 0; r < gates3.rows.size(); ++r)
+      QVERIFY(gates3.rows[r].cells[0]->mean != gates6.rows[r].cells[0]->mean);
+    const auto missing = error_of<CheckpointError>([&] {
+      routing_breakdown_table(db_, {dtrnet, dense}, TokenGrouping::Class, {}, {.step = 4});
+    });
+    QVERIFY2(contains(missing, "run " + std::to_string(dtrnet) +
+                                   " has no checkpoint at step 4 (its checkpoints are at steps 3, 6)"),
+             missing.c_str());
     // --gates: the groups' mean gates over the layers that have one; overrides are named in the caption.
     const auto gated = routing_breakdown_table(db_, {dtrnet}, TokenGrouping::Class, {},
                                                {.gates = true, .sets = {"model.attention=masked"}});

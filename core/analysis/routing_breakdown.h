@@ -107,10 +107,12 @@ struct BreakdownTableOptions {
   bool by_seed = true;                 ///< runs of one config but their seeds share a column, mean +- std
   bool gates = false;                  ///< the groups' mean gates instead of their routed shares (TSA's soft gating)
   std::vector<std::string> sets = {};  ///< eval-only overrides of every run ("model.inference=sparse")
+  std::int64_t step = 0;               ///< every run's checkpoint of this step (0: each run's latest)
 };
 
 /// A paper table of several runs' breakdowns (kept ones read, others computed and kept), each at its latest
-/// checkpoint: a row per group of `by` any run's sample holds (the short labels, in the order first seen), a column
+/// checkpoint or all at the checkpoint of one step (a run without it is a ConfigError naming the run and the steps it
+/// has): a row per group of `by` any run's sample holds (the short labels, in the order first seen), a column
 /// per run (or per run and routed layer), each cell the percentage of the group's decisions on the routed path (or
 /// its mean gate). A run that routes no token keeps a column of dashes. Written by to_latex / to_markdown / to_csv
 /// (core/report/tables/table.h).

@@ -43,7 +43,7 @@ ReportTable routing_breakdown_table(const std::string& db_path, const std::vecto
   std::vector<std::vector<int>> layers_of(groups.size());  // the routed layers of each group's first run
   for (std::size_t g = 0; g < groups.size(); ++g)
     for (const auto id : groups[g].run_ids) {
-      const auto b = stored_routing_breakdown(store.path(), id, options, how.sets);
+      const auto b = stored_routing_breakdown(store.path(), id, options, how.sets, how.step);
       if (layers_of[g].empty())
         for (const auto& l : b.layers) layers_of[g].push_back(l.layer);
       if (b.tables.empty()) continue;
@@ -103,7 +103,8 @@ ReportTable routing_breakdown_table(const std::string& db_path, const std::vecto
                                            " on the routed path";
   table.caption = what + (per_layer ? ", per routed layer" : " (mean over the routed layers)") +
                   ", in inference mode over " + std::to_string(sample.tokens) + " " + to_string(sample.split) +
-                  " tokens, by " + to_string(by) + (seeds ? "; mean and standard deviation over seeds" : "") + ".";
+                  " tokens, by " + to_string(by) + (how.step ? " at step " + std::to_string(how.step) : "") +
+                  (seeds ? "; mean and standard deviation over seeds" : "") + ".";
   if (!how.sets.empty()) {
     std::string sets;
     for (const auto& s : how.sets) sets += (sets.empty() ? "" : ", ") + s;

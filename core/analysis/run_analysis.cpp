@@ -45,12 +45,25 @@ StoredRun read_stored_run(const std::string& db_path, std::int64_t run_id, const
     if (step <= 0) {
       checkpoint = store.latest_checkpoint(run_id);
     } else {
-      for (const auto& c : store.checkpoints(run_id))
+      const auto kept = store.checkpoints(run_id);
+      for (const auto& c : kept)
         if (c.step == step) checkpoint = c;
+      if (!checkpoint) {  // name the steps it has: all of up to 8, else the first and the last
+        std::string has = " (it has none)";
+        if (kept.size() == 1) has = " (its one checkpoint is at step " + std::to_string(kept[0].step) + ")";
+        if (kept.size() > 8)
+          has = " (its " + std::to_string(kept.size()) + " checkpoints are at steps " +
+                std::to_string(kept.front().step) + " to " + std::to_string(kept.back().step) + ")";
+        if (kept.size() > 1 && kept.size() <= 8) {
+          has = " (its checkpoints are at steps ";
+          for (std::size_t i = 0; i < kept.size(); ++i) has += (i ? ", " : "") + std::to_string(kept[i].step);
+          has += ")";
+        }
+        throw CheckpointError(where + " has no checkpoint at step " + std::to_string(step) + has);
+      }
     }
   }
-  if (!checkpoint)
-    throw CheckpointError(where + (step > 0 ? " has no checkpoint at step " + std::to_string(step) : " has no checkpoint"));
+  if (!checkpoint) throw CheckpointError(where + " has no checkpoint");
   run.checkpoint = checkpoint->path;
   run.crc32 = checkpoint->crc32;
   run.expect.step = checkpoint->step;
