@@ -4,18 +4,21 @@
 // the run dashboard on a tiny real DTRNet run (routing bars, heat map, token view, cost curves), run-health
 // alerts, the cost adapter, and the schema-generated experiment designer.
 #include <QAction>
-#include <QMessageBox>
+#include <QComboBox>
 #include <QDir>
-#include <QPushButton>
-#include <QFont>
 #include <QElapsedTimer>
+#include <QFont>
+#include <QLabel>
+#include <QMessageBox>
+#include <QPushButton>
 #include <QSignalSpy>
-#include <QTimer>
 #include <QSpinBox>
+#include <QStandardPaths>
+#include <QTabWidget>
 #include <QTableView>
 #include <QTableWidget>
-#include <QStandardPaths>
 #include <QTemporaryDir>
+#include <QTimer>
 #include <QtTest>
 
 #include <cmath>
@@ -31,27 +34,28 @@
 #include "core/store/run_store.h"
 #include "core/train/trainer.h"
 #include "core/util/paths.h"
-#include "ui/run_queue.h"
-#include "ui/workspace_tabs.h"
-#include "ui/dashboard_loader.h"
-#include "ui/figure_render.h"
 #include "tests/figure_view_support.h"
-#include "ui/experiment_designer.h"
-#include "ui/run_dashboard.h"
-#include "ui/store_service.h"
-#include "widgets/alert_bar_widget.h"
-#include "widgets/token_routing_widget.h"
+#include "tests/suite.h"
 #include "ui/app_resources.h"
+#include "ui/dashboard_loader.h"
+#include "ui/experiment_designer.h"
+#include "ui/figure_render.h"
 #include "ui/main_window.h"
 #include "ui/presets_panel.h"
 #include "ui/run_controller.h"
+#include "ui/run_dashboard.h"
+#include "ui/run_queue.h"
+#include "ui/run_token_routing.h"
 #include "ui/runs_panel.h"
 #include "ui/runs_table_model.h"
 #include "ui/shortcuts_dialog.h"
+#include "ui/store_service.h"
+#include "ui/workspace_tabs.h"
+#include "widgets/alert_bar_widget.h"
 #include "widgets/loss_plot_widget.h"
-#include "widgets/qcustomplot_include.h"
 #include "widgets/progress_status_widget.h"
-#include "tests/suite.h"
+#include "widgets/qcustomplot_include.h"
+#include "widgets/token_routing_widget.h"
 
 namespace test_gui {
 
@@ -318,6 +322,7 @@ void TestGui::dashboardShowsRoutingOfATinyDtrnetRun() {
   overrides["data"]["context"] = 32;
   overrides["train"]["batch_size"] = 8;
   overrides["train"]["steps"] = 10;
+  overrides["train"]["checkpoint_every"] = 5;  // checkpoints at steps 5 and 10 (the By-token tab's)
   overrides["train"]["warmup_steps"] = 2;
   overrides["train"]["eval_every"] = 5;
   overrides["train"]["log_every"] = 2;
@@ -416,6 +421,60 @@ void TestGui::dashboardShowsRoutingOfATinyDtrnetRun() {
   const double lastFlops = dashboard.lossPlot()->lastStep(Series::TrainRaw);
   QVERIFY2(qFuzzyCompare(lastFlops, flops.at(10)), qPrintable(QString::number(lastFlops)));
   QVERIFY(lastFlops > 0 && lastFlops < 10 * flops.dense_step_flops() * 1.1);  // DTRNet: at most ~dense
+
+  // The By-token tab, built off the GUI thread when shown: the routing-by-token figure of the run's latest
+  // checkpoint, then of another grouping, a chosen checkpoint and the history over them, each what `routelab-cli
+  // figure` draws for the tab's request; the checkpoint box lists the latest, the history and each checkpoint.
+  routelab::RunTokenRouting* byToken = dashboard.tokenRouting();
+  QCOMPARE(byToken->figure().panels.size(), std::size_t{0});  // not built before it is shown
+  QCOMPARE(byToken->checkpointBox()->count(), 4);             // latest, over training, step 10, step 5
+  QCOMPARE(byToken->checkpointBox()->itemData(3).toLongLong(), 5);
+  QSignalSpy built(byToken, &routelab::RunTokenRouting::figureShown);
+  const auto showsItsRequest = [&](const char* grouping, qint64 step, const char* figure) {
+    QTRY_VERIFY_WITH_TIMEOUT(built.count() > 0 && !byToken->isBuilding(), 60000);
+    built.clear();
+    const routelab::FigureRequest request = byToken->request();
+    QCOMPARE(request.name, std::string(figure));
+    QCOMPARE(request.metric, std::string(grouping));
+    QCOMPARE(request.step, step);
+    QVERIFY2(byToken->figure().panels.size() == 1, qPrintable(byToken->statusLabel()->text()));
+    QCOMPARE(routelab::figure_to_csv(byToken->figure()),
+             routelab::figure_to_csv(routelab::build_figure(store, request)));
+    QVERIFY(test::screenShowsFigure(byToken->figureView()->plot(), byToken->figure()));
+  };
+  dashboard.tabs()->setCurrentWidget(byToken);
+  showsItsRequest("class", 0, "routing-by-token");
+  QCOMPARE(byToken->figure().meta["checkpoint_step"][std::to_string(outcome.run_id)].get<qint64>(), 10);
+  QVERIFY2(byToken->statusLabel()->text().startsWith(QStringLiteral("step 10, 16384 tokens")),
+           qPrintable(byToken->statusLabel()->text()));
+  byToken->groupingBox()->setCurrentText(QStringLiteral("position"));
+  showsItsRequest("position", 0, "routing-by-token");
+  byToken->checkpointBox()->setCurrentIndex(3);
+  showsItsRequest("position", 5, "routing-by-token");
+  QCOMPARE(byToken->figure().meta["checkpoint_step"][std::to_string(outcome.run_id)].get<qint64>(), 5);
+  byToken->checkpointBox()->setCurrentIndex(byToken->checkpointBox()->findData(routelab::RunTokenRouting::kHistory));
+  showsItsRequest("position", 0, "routing-by-token-history");
+  QCOMPARE(byToken->figure().meta["checkpoint_steps"][std::to_string(outcome.run_id)], nlohmann::json({5, 10}));
+  // A live run's new checkpoint: the history and the latest are built again, a chosen step's figure stays; a hidden
+  // tab builds when next shown.
+  byToken->setCheckpoints({5, 10, 15});
+  QVERIFY(byToken->isBuilding());
+  QCOMPARE(byToken->checkpointBox()->count(), 5);
+  showsItsRequest("position", 0, "routing-by-token-history");
+  byToken->checkpointBox()->setCurrentIndex(byToken->checkpointBox()->findData(qint64{5}));
+  showsItsRequest("position", 5, "routing-by-token");
+  byToken->setCheckpoints({5, 10, 15, 20});
+  QVERIFY(!byToken->isBuilding());
+  QCOMPARE(byToken->request().step, 5);
+  byToken->checkpointBox()->setCurrentIndex(0);
+  showsItsRequest("position", 0, "routing-by-token");
+  dashboard.tabs()->setCurrentIndex(0);
+  byToken->setCheckpoints({5, 10, 15, 20, 25});
+  QVERIFY(!byToken->isBuilding());
+  dashboard.tabs()->setCurrentWidget(byToken);
+  QVERIFY(byToken->isBuilding());
+  showsItsRequest("position", 0, "routing-by-token");
+  dashboard.tabs()->setCurrentIndex(0);
 
   const QString shots = qEnvironmentVariable("ROUTELAB_SCREENSHOT_DIR");
   if (!shots.isEmpty()) {

@@ -13,6 +13,7 @@
 #include <QRegularExpression>
 #include <QSignalSpy>
 #include <QStandardPaths>
+#include <QTabWidget>
 #include <QTableWidget>
 #include <QTemporaryDir>
 #include <QtTest>
@@ -26,14 +27,14 @@
 #include "core/report/export/figure_files.h"
 #include "core/store/run_store.h"
 #include "core/train/trainer.h"
+#include "tests/figure_view_support.h"
+#include "tests/suite.h"
+#include "ui/figure_render.h"
 #include "ui/run_dashboard.h"
 #include "ui/run_metrics_view.h"
 #include "ui/store_service.h"
 #include "ui/token_inspector.h"
-#include "ui/figure_render.h"
 #include "widgets/token_routing_widget.h"
-#include "tests/figure_view_support.h"
-#include "tests/suite.h"
 
 namespace test_gui_inspector {
 
@@ -392,6 +393,8 @@ class TestGuiInspector : public QObject {
     QVERIFY(panels.contains(QStringLiteral("entropy")) && panels.contains(QStringLiteral("load_imbalance")));
     QVERIFY(panels.contains(QStringLiteral("routing_change")) && panels.contains(QStringLiteral("routing_change_set")));
     QVERIFY(!panels.contains(QStringLiteral("routing_change/L0")));  // per-layer series stay out of the panels
+    // Token groups are a language model's: a classifier's dashboard has no By-token tab.
+    QVERIFY(!dashboard.tabs()->isTabVisible(dashboard.tabs()->indexOf(dashboard.tokenRouting())));
     // Cost: the measured FLOPs ratio of each evaluation (top-2 of 4 experts: below 1); no KV cache panel.
     // The catalogue's "curves" figure of val/flops_ratio, as `routelab-cli figure` builds it.
     const routelab::Figure& cost = dashboard.panelFigure(routelab::RunDashboard::Panel::Cost);

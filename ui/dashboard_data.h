@@ -83,6 +83,7 @@ struct RunDashboardData {
   Figure cost;
   QString costError;
   QString task = QStringLiteral("lm");  ///< "classification" when the run reports accuracy
+  QVector<qint64> checkpointSteps;      ///< the steps of the run's stored checkpoints, increasing
   RunMetricsData metrics;
 };
 

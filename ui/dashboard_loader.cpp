@@ -169,6 +169,7 @@ RunDashboardData loadDashboardData(const RunStore& store, qint64 runId) {
   }
 
   data.routing = read_routing_history(store, runId);
+  for (const CheckpointRow& c : store.checkpoints(runId)) data.checkpointSteps.push_back(c.step);
 
   std::vector<std::string> unreadable;
   for (const EvaluationRecord& e : read_evaluations(store, runId, &unreadable)) data.evals.push_back(evalSnapshot(e));

@@ -20,10 +20,11 @@
 #include "core/report/figure/run_panels.h"
 #include "core/util/logging.h"
 #include "ui/dashboard_loader.h"
-#include "ui/loss_smoothing.h"
 #include "ui/figure_render.h"
+#include "ui/loss_smoothing.h"
 #include "ui/run_controller.h"
 #include "ui/run_metrics_view.h"
+#include "ui/run_token_routing.h"
 #include "ui/store_service.h"
 #include "widgets/alert_bar_widget.h"
 #include "widgets/loss_plot_widget.h"
@@ -142,6 +143,11 @@ RunDashboard::RunDashboard(qint64 runId, StoreService* store, QWidget* parent)
   tabs_->setDocumentMode(true);
   tabs_->addTab(rows, tr("Routing"));
   tabs_->addTab(metrics_, tr("Metrics"));
+  tokenRouting_ = new RunTokenRouting(runId_, store_->dbPath(), this);
+  tabs_->addTab(tokenRouting_, tr("By token"));
+  tabs_->setTabToolTip(tabs_->indexOf(tokenRouting_),
+                       tr("What the routers route: each token group's share on the routed path, per routed layer, "
+                          "from the run's checkpoints"));
 
   auto* layout = new QVBoxLayout(this);
   layout->setContentsMargins(4, 4, 4, 4);
@@ -169,7 +175,8 @@ RunDashboard::RunDashboard(qint64 runId, StoreService* store, QWidget* parent)
   metricsTimer_ = new QTimer(this);
   metricsTimer_->setInterval(kLiveMetricsReloadMs);
   connect(metricsTimer_, &QTimer::timeout, this, [this] {
-    if (live_ && tabs_->currentWidget() == metrics_) reload();
+    // The metrics tab follows the run's curves; the By-token tab its checkpoints.
+    if (live_ && (tabs_->currentWidget() == metrics_ || tabs_->currentWidget() == tokenRouting_)) reload();
   });
 
   connect(xAxisCombo_, qOverload<int>(&QComboBox::currentIndexChanged), this,
@@ -292,6 +299,9 @@ void RunDashboard::onLoaded(const RunDashboardData& data) {
   renderProbe();
   renderCost();
   metrics_->setData(data_.runId, data_.metrics);
+  // A classifier's routing is its experts' (the Metrics tab's expert loads); token groups are a language model's.
+  tabs_->setTabVisible(tabs_->indexOf(tokenRouting_), data.task != QStringLiteral("classification"));
+  tokenRouting_->setCheckpoints(data.checkpointSteps);
   rebuildHealth();
   updateAlerts();
   if (readClock_.isValid()) {  // the read's time, request to applied, sets how often live reads come

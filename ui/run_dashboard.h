@@ -1,10 +1,10 @@
-// RunDashboard: everything about one run in one panel: loss curves (EMA or moving average over the faint raw
-// series; x = step, tokens, wall time or training FLOPs), routed-token % per layer (bars and a layer x step heat
-// map), the probe text's per-token routing with a slider over the stored evaluations, the FLOPs ratio and KV
-// memory against sequence length for the run's current routing, and alerts; a second tab plots the run's other
-// metrics (RunMetricsView). Every panel but the streaming loss plot is a catalogue figure (core/report/builders/catalog.h,
-// core/report/figure/run_panels.h) drawn by the figure renderer, so it exports as the paper figure. Fills from the store;
-// follows the live run when it is the one running.
+// RunDashboard: everything about one run in one panel: loss curves (EMA or moving average over the faint raw series; x
+// = step, tokens, wall time or training FLOPs), routed-token % per layer (bars and a layer x step heat map), the probe
+// text's per-token routing with a slider over the stored evaluations, the FLOPs ratio and KV memory against sequence
+// length for the run's current routing, and alerts; a second tab plots the run's other metrics (RunMetricsView), a
+// third what the routers route by kind of token (RunTokenRouting). Every panel but the streaming loss plot is a
+// catalogue figure (core/report/builders/catalog.h, core/report/figure/run_panels.h) drawn by the figure renderer, so
+// it exports as the paper figure. Fills from the store; follows the live run when it is the one running.
 #pragma once
 #include <QElapsedTimer>
 #include <QPointer>
@@ -33,6 +33,7 @@ class FigureView;
 class LossPlotWidget;
 class RunController;
 class RunMetricsView;
+class RunTokenRouting;
 class StoreService;
 
 /// The token view's rows: a token map's heat map (core/report/figure/run_panels.h) row by row, each on its range (a
@@ -92,8 +93,10 @@ class RunDashboard : public QWidget {
   QComboBox* colourBy() const { return colourBy_; }
   QTabWidget* tabs() const { return tabs_; }
   RunMetricsView* metricsView() const { return metrics_; }
-  /// While live, the store is read this often with the metrics tab shown (its curves follow the run), or less often
-  /// where a read takes longer (liveMetricsReloadMs).
+  /// The "By token" tab (language models): what the routers route, from the run's checkpoints.
+  RunTokenRouting* tokenRouting() const { return tokenRouting_; }
+  /// While live, the store is read this often with the metrics or By-token tab shown (they follow the run), or less
+  /// often where a read takes longer (liveMetricsReloadMs).
   static constexpr int kLiveMetricsReloadMs = 3000;
   /// The inverse of the most of the time between two live reads that one read may take: a read, which grows with
   /// the run's stored rows (routelab-bench-dashboard: 2.5 s for the first of a routed run of 200,000 logged steps,
@@ -182,6 +185,7 @@ class RunDashboard : public QWidget {
   FigureView* cost_ = nullptr;
   QTabWidget* tabs_ = nullptr;
   RunMetricsView* metrics_ = nullptr;
+  RunTokenRouting* tokenRouting_ = nullptr;
   QSplitter* rows_ = nullptr;   ///< the Routing tab: upper panels over lower_
   QWidget* lower_ = nullptr;
   bool compact_ = false;

@@ -1,0 +1,70 @@
+// FigureWorker: a thread, a store connection opened on it, and builds queued to its event loop.
+#include "ui/figure_worker.h"
+
+#include <QElapsedTimer>
+#include <QThread>
+
+#include "core/store/run_store.h"
+#include "core/util/errors.h"
+
+namespace routelab {
+
+/// The worker's store connection, opened on its thread when first used and again after a store error.
+struct FigureWorker::Connection {
+  std::string path;
+  std::unique_ptr<RunStore> store;
+
+  RunStore& open() {
+    if (!store) store = std::make_unique<RunStore>(path, /*mark_crashed=*/false);  // the StoreService's job
+    return *store;
+  }
+};
+
+FigureWorker::FigureWorker(const QString& dbPath, QObject* parent)
+    : QObject(parent),
+      connection_(std::make_shared<Connection>(Connection{dbPath.toStdString(), nullptr})),
+      latest_(std::make_shared<std::atomic<quint64>>(0)) {
+  qRegisterMetaType<BuiltFigure>();
+  thread_ = new QThread(this);
+  thread_->setObjectName(QStringLiteral("routelab-figures"));
+  context_ = new QObject;
+  context_->moveToThread(thread_);
+  connect(thread_, &QThread::finished, context_, &QObject::deleteLater);
+  thread_->start();
+}
+
+FigureWorker::~FigureWorker() {
+  latest_->store(0);  // builds still queued see a later request and return at once
+  thread_->quit();
+  thread_->wait();
+}
+
+quint64 FigureWorker::request(const FigureRequest& request) {
+  const quint64 serial = ++serial_;
+  latest_->store(serial);
+  QMetaObject::invokeMethod(
+      context_,
+      [this, serial, request, connection = connection_, latest = latest_] {
+        if (latest->load() != serial) return;  // a later request replaced it before it started
+        BuiltFigure out;
+        out.serial = serial;
+        QElapsedTimer timer;
+        timer.start();
+        try {
+          out.figure = build_figure(connection->open(), request);
+        } catch (const StoreError& e) {
+          connection->store.reset();  // reopened next time: the file may be replaced or unlocked by then
+          out.error = QString::fromUtf8(e.what());
+        } catch (const std::exception& e) {
+          out.error = QString::fromStdString(foreign_error_text(e));
+        }
+        out.seconds = static_cast<double>(timer.nsecsElapsed()) * 1e-9;
+        if (latest->load() != serial) return;  // replaced while it was built: the newer one follows
+        QMetaObject::invokeMethod(
+            this, [this, out] { Q_EMIT built(out); }, Qt::QueuedConnection);
+      },
+      Qt::QueuedConnection);
+  return serial;
+}
+
+}  // namespace routelab
