@@ -423,12 +423,12 @@ void TestGui::dashboardShowsRoutingOfATinyDtrnetRun() {
   QVERIFY(lastFlops > 0 && lastFlops < 10 * flops.dense_step_flops() * 1.1);  // DTRNet: at most ~dense
 
   // The By-token tab, built off the GUI thread when shown: the routing-by-token figure of the run's latest
-  // checkpoint, then of another grouping, a chosen checkpoint and the history over them, each what `routelab-cli
-  // figure` draws for the tab's request; the checkpoint box lists the latest, the history and each checkpoint.
+  // checkpoint, then of another grouping, a chosen checkpoint and the history over them (mean and per layer), each
+  // what `routelab-cli figure` draws for the tab's request; the checkpoint box lists them and each checkpoint.
   routelab::RunTokenRouting* byToken = dashboard.tokenRouting();
   QCOMPARE(byToken->figure().panels.size(), std::size_t{0});  // not built before it is shown
-  QCOMPARE(byToken->checkpointBox()->count(), 4);             // latest, over training, step 10, step 5
-  QCOMPARE(byToken->checkpointBox()->itemData(3).toLongLong(), 5);
+  QCOMPARE(byToken->checkpointBox()->count(), 5);  // latest, over training (mean, per layer), step 10, step 5
+  QCOMPARE(byToken->checkpointBox()->itemData(4).toLongLong(), 5);
   QSignalSpy built(byToken, &routelab::RunTokenRouting::figureShown);
   const auto showsItsRequest = [&](const char* grouping, qint64 step, const char* figure) {
     QTRY_VERIFY_WITH_TIMEOUT(built.count() > 0 && !byToken->isBuilding(), 60000);
@@ -449,17 +449,22 @@ void TestGui::dashboardShowsRoutingOfATinyDtrnetRun() {
            qPrintable(byToken->statusLabel()->text()));
   byToken->groupingBox()->setCurrentText(QStringLiteral("position"));
   showsItsRequest("position", 0, "routing-by-token");
-  byToken->checkpointBox()->setCurrentIndex(3);
+  byToken->checkpointBox()->setCurrentIndex(4);
   showsItsRequest("position", 5, "routing-by-token");
   QCOMPARE(byToken->figure().meta["checkpoint_step"][std::to_string(outcome.run_id)].get<qint64>(), 5);
   byToken->checkpointBox()->setCurrentIndex(byToken->checkpointBox()->findData(routelab::RunTokenRouting::kHistory));
   showsItsRequest("position", 0, "routing-by-token-history");
   QCOMPARE(byToken->figure().meta["checkpoint_steps"][std::to_string(outcome.run_id)], nlohmann::json({5, 10}));
+  byToken->checkpointBox()->setCurrentIndex(
+      byToken->checkpointBox()->findData(routelab::RunTokenRouting::kHistoryPerLayer));
+  showsItsRequest("position", 0, "routing-by-token-history-layers");
+  byToken->checkpointBox()->setCurrentIndex(byToken->checkpointBox()->findData(routelab::RunTokenRouting::kHistory));
+  showsItsRequest("position", 0, "routing-by-token-history");
   // A live run's new checkpoint: the history and the latest are built again, a chosen step's figure stays; a hidden
   // tab builds when next shown.
   byToken->setCheckpoints({5, 10, 15});
   QVERIFY(byToken->isBuilding());
-  QCOMPARE(byToken->checkpointBox()->count(), 5);
+  QCOMPARE(byToken->checkpointBox()->count(), 6);
   showsItsRequest("position", 0, "routing-by-token-history");
   byToken->checkpointBox()->setCurrentIndex(byToken->checkpointBox()->findData(qint64{5}));
   showsItsRequest("position", 5, "routing-by-token");

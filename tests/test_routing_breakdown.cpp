@@ -3,6 +3,7 @@
 // language model's groups adding up to its overall share, and clear errors.
 #include <QTemporaryDir>
 #include <QtTest>
+#include <algorithm>
 #include <cmath>
 #include <fstream>
 #include <functional>
@@ -362,11 +363,10 @@ class TestRoutingBreakdown : public QObject {
       QCOMPARE(series[g].y[0], 100.0 * at[3].tables.front().groups[g].mean_routed());
       QCOMPARE(series[g].y[1], 100.0 * groups[g].mean_routed());
     }
-
     // A run of 14 checkpoints is drawn at 12 of them, spread from the first to the last.
     const auto config = resolve_config(
         nlohmann::json::object(),
-        {"model.arch=mod", "model.n_layer=2", "model.n_embd=32", "model.n_head=4", "data.source=file",
+        {"model.arch=mod", "model.n_layer=4", "model.n_embd=32", "model.n_head=4", "data.source=file",
          "data.path=" + corpus_, "data.context=32", "train.batch_size=4", "train.steps=14", "train.eval_every=14",
          "train.checkpoint_every=1", "train.eval_batches=1", "train.warmup_steps=2", "run.threads=1"},
         "test");
@@ -381,6 +381,37 @@ class TestRoutingBreakdown : public QObject {
     QVERIFY(both.panels[0].legend && !both.panels[1].legend);
     for (const auto& panel : both.panels)
       for (const auto& s : panel.series) QVERIFY(s.marked);
+
+    // routing-by-token-history-layers: the same checkpoints, a panel per routed layer (MoD's L1 and L3), each line
+    // the layer's own share of the group, as kept for each checkpoint.
+    request.name = "routing-by-token-history-layers";
+    request.run_ids = {outcome.run_id};
+    const auto per_layer = build_figure(RunStore(db_), request);
+    const auto steps = per_layer.meta["checkpoint_steps"][std::to_string(outcome.run_id)].get<std::vector<double>>();
+    QCOMPARE(steps.size(), std::size_t(12));
+    QCOMPARE(per_layer.panels.size(), std::size_t(2));
+    bool layers_differ = false;
+    for (std::size_t i = 0; i < steps.size(); ++i) {
+      const auto b = stored_routing_breakdown(db_, outcome.run_id, options, {}, static_cast<std::int64_t>(steps[i]));
+      const auto& kept = b.tables.front().groups;
+      for (std::size_t l = 0; l < per_layer.panels.size(); ++l) {
+        const auto& panel = per_layer.panels[l];
+        QVERIFY2(contains(panel.title, " " + layer_label(b.layers[l].layer)), panel.title.c_str());
+        QCOMPARE(panel.legend, l == 0);  // the groups alike in every panel: one legend
+        for (std::size_t g = 0; g < kept.size(); ++g) {
+          const auto& line = panel.series.at(g);
+          const auto at = std::find(line.x.begin(), line.x.end(), steps[i]);
+          if (std::isnan(kept[g].routed[l])) {
+            QVERIFY(at == line.x.end());  // no token of the group in the sample: no point
+            continue;
+          }
+          QVERIFY(at != line.x.end());
+          QCOMPARE(line.y[static_cast<std::size_t>(at - line.x.begin())], 100.0 * kept[g].routed[l]);
+          layers_differ = layers_differ || kept[g].routed[0] != kept[g].routed[1];
+        }
+      }
+    }
+    QVERIFY(layers_differ);  // else the panels could be the mean
   }
 
   void tableHasAGroupRowAndARunColumn() {

@@ -297,6 +297,13 @@ class PanelRenderer {
         const QCPRange xr = ex.range(markers ? 0.02 : 0.0);
         x_->setRange(xr);
         if (ex.log) setLog(x_, xr);
+        // QCustomPlot's 5 ticks overlap their labels in a narrow panel (a grid of a layer each): as many as fit.
+        if (!ex.log) {
+          const auto chars =
+              std::max(QString::number(xr.lower, 'g', 4).size(), QString::number(xr.upper, 'g', 4).size());
+          const double labelPt = static_cast<double>(chars + 2) * 0.6 * fontPt_;
+          x_->ticker()->setTickCount(std::clamp(static_cast<int>(geometry_.widthPt / labelPt), 2, 5));
+        }
       }
       QCPRange yr = ey.range(0.05);
       // Bars reach the top of the data: a legend row above them, in headroom, rather than over the bars.

@@ -16,6 +16,7 @@ namespace {
 
 constexpr const char* kByToken = "routing-by-token";
 constexpr const char* kHistoryFigure = "routing-by-token-history";
+constexpr const char* kHistoryLayersFigure = "routing-by-token-history-layers";
 
 }  // namespace
 
@@ -75,6 +76,7 @@ void RunTokenRouting::setCheckpoints(const QVector<qint64>& steps) {
     checkpoint_->clear();
     checkpoint_->addItem(tr("latest"), qint64{0});
     checkpoint_->addItem(tr("over training"), kHistory);
+    checkpoint_->addItem(tr("over training, per layer"), kHistoryPerLayer);
     for (auto it = steps_.crbegin(); it != steps_.crend(); ++it) checkpoint_->addItem(tr("step %1").arg(*it), *it);
     const int at = checkpoint_->findData(chosen);
     checkpoint_->setCurrentIndex(std::max(at, 0));  // a step no longer kept (keep_checkpoints): the latest
@@ -90,7 +92,9 @@ void RunTokenRouting::setCheckpoints(const QVector<qint64>& steps) {
 FigureRequest RunTokenRouting::request() const {
   FigureRequest request;
   const qint64 checkpoint = checkpoint_->currentData().toLongLong();
-  request.name = checkpoint == kHistory ? kHistoryFigure : kByToken;
+  request.name = checkpoint == kHistory           ? kHistoryFigure
+                 : checkpoint == kHistoryPerLayer ? kHistoryLayersFigure
+                                                  : kByToken;
   request.run_ids = {runId_};
   request.metric = grouping_->currentText().toStdString();
   request.step = std::max<qint64>(checkpoint, 0);
@@ -122,7 +126,7 @@ void RunTokenRouting::refresh() {
     connect(worker_, &FigureWorker::built, this, &RunTokenRouting::onBuilt);
   }
   awaited_ = worker_->request(wanted);
-  const bool history = wanted.name == kHistoryFigure;
+  const bool history = wanted.name != kByToken;
   status_->setText(history ? tr("Breaking down the checkpoints (a forward over the sample for each not kept yet)…")
                            : tr("Breaking down %1 (a forward over the sample unless kept)…")
                                  .arg(wanted.step ? tr("step %1").arg(wanted.step) : tr("the latest checkpoint")));

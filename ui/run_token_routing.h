@@ -1,7 +1,7 @@
-// RunTokenRouting: the run dashboard's "By token" tab, what the run's routers route: the catalogue's
-// "routing-by-token" figure (token groups x routed layers) at one of the run's checkpoints, or
-// "routing-by-token-history" over them, by the grouping chosen above it. Built off the GUI thread by a FigureWorker:
-// a checkpoint's breakdown is a forward over the sample the first time and is kept in the run store, so asking again
+// RunTokenRouting: the run dashboard's "By token" tab, what the run's routers route: the catalogue's "routing-by-token"
+// figure (token groups x routed layers) at one of the run's checkpoints, or "routing-by-token-history" over them (or
+// "-layers", a panel a routed layer), by the grouping chosen above it. Built off the GUI thread by a FigureWorker: a
+// checkpoint's breakdown is a forward over the sample the first time and is kept in the run store, so asking again
 // reads it. Built when the tab is shown; while it is shown, again when the run stores a checkpoint the figure follows.
 #pragma once
 #include <QVector>
@@ -23,8 +23,10 @@ class RunTokenRouting : public QWidget {
   Q_OBJECT
 
  public:
-  /// The checkpoint box's item that draws the history (the other items: 0 = the latest checkpoint, else its step).
+  /// The checkpoint box's items that draw the history, the mean over the routed layers or a panel a layer (the other
+  /// items: 0 = the latest checkpoint, else its step).
   static constexpr qint64 kHistory = -1;
+  static constexpr qint64 kHistoryPerLayer = -2;
 
   RunTokenRouting(qint64 runId, const QString& dbPath, QWidget* parent = nullptr);
   ~RunTokenRouting() override;

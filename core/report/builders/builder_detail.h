@@ -102,6 +102,7 @@ Figure build_metrics(const RunStore& store, const FigureRequest& request);
 Figure build_expert_loads(const RunStore& store, const FigureRequest& request);
 Figure build_routing_by_token(const RunStore& store, const FigureRequest& request);
 Figure build_routing_by_token_history(const RunStore& store, const FigureRequest& request);
+Figure build_routing_by_token_history_layers(const RunStore& store, const FigureRequest& request);
 Figure build_routing_stability(const RunStore& store, const FigureRequest& request);
 
 }  // namespace routelab::figure_detail

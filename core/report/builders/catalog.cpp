@@ -54,7 +54,8 @@ const std::vector<FigureInfo>& figure_catalog() {
   static const std::vector<FigureInfo> catalog = [] {
     std::vector<FigureInfo> c = {
         {"curves", "Metric versus training progress",
-         "`metric` (default val/loss) against `x_axis`: step, tokens (step x train.batch_size x train.grad_accum x data.context), flops "
+         "`metric` (default val/loss) against `x_axis`: step, tokens (step x train.batch_size x train.grad_accum x "
+         "data.context), flops "
          "(cumulative training FLOPs of the layers: 3 x the FLOPs model's dense forward per step x the measured "
          "train/flops_ratio) or wall (seconds since the run started). With `by_seed`, runs differing only in their "
          "seed become one mean +- std line over the x range all of them cover. `smoothing` in (0, 1) on a train/* "
@@ -129,6 +130,11 @@ const std::vector<FigureInfo>& figure_catalog() {
          "the first drawing computes the ones not asked for before (about a second each on 2 cores for the "
          "presets) and later ones read them. A run that routes no token draws no panel.",
          1, build_routing_by_token_history, 0, token_grouping_names()},
+        {"routing-by-token-history-layers", "What each routed layer routes, over training",
+         "routing-by-token-history with a panel per run and routed layer: the percentage of the group's tokens the "
+         "layer sends down its routed path at each checkpoint (the layers that divide the groups between them, "
+         "which the mean hides: MoD's, D-LLM's). The same kept breakdowns; `metric` as for routing-by-token.",
+         1, build_routing_by_token_history_layers, 0, token_grouping_names()},
         {"routing-stability", "Routing stability over training",
          "Per run, one line per routed layer: the Jaccard overlap of the probe tokens the layer routes at each "
          "evaluation with those it routed at the evaluation before (1: the same tokens; 0: none in common; 1 where "

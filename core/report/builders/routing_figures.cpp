@@ -2,8 +2,8 @@
 // "routing-history" (training-mode routing per layer and logged step), "token-map" (one run's probe, every row the
 // dashboard shows), "token-maps" (per-token gates or decisions of two runs' probes, and their difference),
 // "routing-by-token" (the routed share per layer by kind of token, from the checkpoint: core/analysis),
-// "routing-by-token-history" (the same, mean over the routed layers, at each checkpoint) and "routing-stability"
-// (how much of the probe's routing each evaluation keeps from the one before).
+// "routing-by-token-history" (the same, mean over the routed layers, at each checkpoint; "-layers": a panel a layer)
+// and "routing-stability" (how much of the probe's routing each evaluation keeps from the one before).
 #include <algorithm>
 #include <cmath>
 #include <map>
@@ -279,55 +279,72 @@ std::vector<std::int64_t> spread_checkpoints(const RunStore& store, std::int64_t
   return out;
 }
 
-}  // namespace
-
-Figure build_routing_by_token_history(const RunStore& store, const FigureRequest& request) {
+/// The history's panels: per run one, the mean over the routed layers, or (per_layer) one a routed layer; in each a
+/// line a group, the group's share on the routed path at each checkpoint.
+Figure token_history(const RunStore& store, const FigureRequest& request, bool per_layer) {
   const auto by = requested_grouping(request);
   RoutingBreakdownOptions options;
   options.groupings = {by};
   options.unrouted_is_empty = true;
   Figure f;
   for (const auto id : request.run_ids) {
-    std::vector<FigureSeries> series;  // one a group, in the grouping's order
+    std::vector<std::vector<FigureSeries>> panels;  // [panel][group], the groups in the grouping's order
+    std::vector<int> layers;                        // the routed layers (per_layer: each panel's)
     auto& steps = f.meta["checkpoint_steps"][std::to_string(id)];
     for (const auto step : spread_checkpoints(store, id, kHistoryCheckpoints)) {
       const auto b = stored_routing_breakdown(store.path(), id, options, {}, step);
       if (b.layers.empty()) break;  // a dense run: no panel
       steps.push_back(b.step);
       const auto& groups = b.tables.front().groups;
-      if (series.empty()) series.resize(groups.size());
-      for (std::size_t g = 0; g < groups.size() && g < series.size(); ++g) {
-        const auto share = groups[g].mean_routed();
-        series[g].label = groups[g].short_label;
-        if (std::isnan(share)) continue;  // no token of the group in the sample
-        series[g].x.push_back(static_cast<double>(b.step));
-        series[g].y.push_back(100.0 * share);
+      if (panels.empty()) {
+        for (const auto& l : b.layers) layers.push_back(l.layer);
+        panels.assign(per_layer ? layers.size() : 1, std::vector<FigureSeries>(groups.size()));
       }
+      for (std::size_t p = 0; p < panels.size(); ++p)
+        for (std::size_t g = 0; g < groups.size() && g < panels[p].size(); ++g) {
+          const auto& routed = groups[g].routed;
+          const auto share = !per_layer ? groups[g].mean_routed() : p < routed.size() ? routed[p] : std::nan("");
+          panels[p][g].label = groups[g].short_label;
+          if (std::isnan(share)) continue;  // no token of the group in the sample
+          panels[p][g].x.push_back(static_cast<double>(b.step));
+          panels[p][g].y.push_back(100.0 * share);
+        }
     }
-    if (series.empty()) continue;
-    FigurePanel p;
-    p.title = run_label(run_record(store, id));
-    p.x_label = "Step (checkpoint)";
-    p.y_label = "% routed";
-    int colour = 0;
-    for (auto& s : series) {
-      s.color = colour++;
-      s.marked = true;  // a few checkpoints: each one a marker (a run of one checkpoint is its markers alone)
-      p.series.push_back(std::move(s));
+    for (std::size_t i = 0; i < panels.size(); ++i) {
+      FigurePanel p;
+      p.title = run_label(run_record(store, id)) + (per_layer ? " " + layer_label(layers[i]) : "");
+      p.x_label = "Step (checkpoint)";
+      p.y_label = "% routed";
+      int colour = 0;
+      for (auto& s : panels[i]) {
+        s.color = colour++;
+        s.marked = true;  // a few checkpoints: each one a marker (a run of one checkpoint is its markers alone)
+        p.series.push_back(std::move(s));
+      }
+      // The groups are coloured alike in every panel: one legend says them, unless a panel's differ (another
+      // context's position buckets).
+      if (!f.panels.empty()) {
+        const auto& first = f.panels.front().series;
+        p.legend = first.size() != p.series.size() ||
+                   !std::equal(first.begin(), first.end(), p.series.begin(),
+                               [](const FigureSeries& a, const FigureSeries& b) { return a.label == b.label; });
+      }
+      f.panels.push_back(std::move(p));
     }
-    // The groups are coloured alike in every panel: one legend says them, unless a panel's differ (another
-    // context's position buckets).
-    if (!f.panels.empty()) {
-      const auto& first = f.panels.front().series;
-      p.legend = first.size() != p.series.size() ||
-                 !std::equal(first.begin(), first.end(), p.series.begin(),
-                             [](const FigureSeries& a, const FigureSeries& b) { return a.label == b.label; });
-    }
-    f.panels.push_back(std::move(p));
   }
   f.meta["grouping"] = to_string(by);
-  f.columns = std::min<std::size_t>(2, std::max<std::size_t>(1, f.panels.size()));
+  f.columns = std::min<std::size_t>(per_layer ? 4 : 2, std::max<std::size_t>(1, f.panels.size()));
   return f;
+}
+
+}  // namespace
+
+Figure build_routing_by_token_history(const RunStore& store, const FigureRequest& request) {
+  return token_history(store, request, /*per_layer=*/false);
+}
+
+Figure build_routing_by_token_history_layers(const RunStore& store, const FigureRequest& request) {
+  return token_history(store, request, /*per_layer=*/true);
 }
 
 // ---------------------------------------------------------------------------------------------------------------
