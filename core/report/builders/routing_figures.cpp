@@ -312,7 +312,8 @@ Figure token_history(const RunStore& store, const FigureRequest& request, bool p
     }
     for (std::size_t i = 0; i < panels.size(); ++i) {
       FigurePanel p;
-      p.title = run_label(run_record(store, id)) + (per_layer ? " " + layer_label(layers[i]) : "");
+      p.title = run_label(run_record(store, id));
+      if (per_layer) (p.title += ' ') += layer_label(layers[i]);  // appended: GCC 12 warns on " " + a temporary
       p.x_label = "Step (checkpoint)";
       p.y_label = "% routed";
       int colour = 0;
