@@ -312,7 +312,7 @@ class TestConfig : public QObject {
     QCOMPARE(check({}), std::string("ok"));  // the embedded corpus names no file
   }
 
-  void unreadDataKeysAreNamed_data() {
+  void unreadConfigKeysAreNamed_data() {
     QTest::addColumn<QStringList>("sets");
     QTest::addColumn<QString>("expected");  // the messages, one a line
     QTest::newRow("defaults") << QStringList{} << "";
@@ -350,22 +350,48 @@ class TestConfig : public QObject {
         << "data.vocab_path: v.txt is not read: data.tokenizer is 'char' (it is read with data.tokenizer wordpiece)\n"
            "data.train_path: a.tsv is not read: data.source is 'kjv' (it is read with data.source pairs)\n"
            "data.test_path: c.tsv is not read: data.source is 'kjv' (it is read with data.source pairs)";
+    // The model's options whose schema says when they are read; the train section's.
+    QTest::newRow("DTRNet's capacity with token routing")
+        << QStringList{"model.arch=dtrnet", "model.capacity=0.3", "model.predictor_coeff=0.5"}
+        << "model.capacity: 0.3 is not read: model.routing is 'token' (it is read with model.routing expert)\n"
+           "model.predictor_coeff: 0.5 is not read: model.routing is 'token' (it is read with model.routing expert)";
+    QTest::newRow("DTRNet's capacity with expert routing")
+        << QStringList{"model.arch=dtrnet", "model.routing=expert", "model.capacity=0.3"} << "";
+    QTest::newRow("RoPE factor without scaling")
+        << QStringList{"model.rope_factor=4", "model.rope_original_context=64"}
+        << "model.rope_factor: 4 is not read: model.rope_scaling is 'none' (it is read with model.rope_scaling linear "
+           "or yarn)\n"
+           "model.rope_original_context: 64 is not read: model.rope_scaling is 'none' (it is read with "
+           "model.rope_scaling yarn)";
+    QTest::newRow("RoPE in the gpt2 style")
+        << QStringList{"model.style=gpt2", "model.rope_theta=500000", "model.rope_scaling=linear"}
+        << "model.rope_theta: 500000 is not read: model.style is 'gpt2' (it is read with model.style llama)\n"
+           "model.rope_scaling: linear is not read: model.style is 'gpt2' (it is read with model.style llama)";
+    QTest::newRow("steps under epochs, distillation without a teacher")
+        << QStringList{"model.arch=tagat", "data.source=entailment", "data.tokenizer=word", "train.epochs=2",
+                       "train.steps=50", "train.distill_weight=2", "train.distill_layers=true"}
+        << "train.steps: 50 is not read: train.epochs is 2 (the epochs set the steps; train.epochs=0 trains "
+           "train.steps)\n"
+           "train.distill_weight: 2 is not read: train.distill_from is 0 (it is read when distilling, from the run "
+           "train.distill_from names)\n"
+           "train.distill_layers: true is not read: train.distill_from is 0 (it is read when distilling, from the run "
+           "train.distill_from names)";
   }
 
-  void unreadDataKeysAreNamed() {
+  void unreadConfigKeysAreNamed() {
     QFETCH(QStringList, sets);
     QFETCH(QString, expected);
     std::vector<std::string> s;
     for (const auto& item : sets) s.push_back(item.toStdString());
     QStringList messages;
-    for (const auto& m : unread_data_keys(resolve_config(nlohmann::json::object(), s)))
+    for (const auto& m : unread_config_keys(resolve_config(nlohmann::json::object(), s)))
       messages << QString::fromStdString(m);
     QCOMPARE(messages.join('\n'), expected);
   }
 
-  void everyPresetReadsItsDataKeys() {
+  void everyPresetReadsItsKeys() {
     for (const auto& p : list_presets()) {
-      const auto unread = unread_data_keys(preset_config(p.name));
+      const auto unread = unread_config_keys(preset_config(p.name));
       QVERIFY2(unread.empty(), (p.name + ": " + (unread.empty() ? "" : unread.front())).c_str());
     }
   }

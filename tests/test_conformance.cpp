@@ -17,22 +17,20 @@
 // in one file of its own passes the same checks. Variants of each architecture (options, styles) are covered by
 // test_generation, test_flops and the architecture's suite.
 #include <QTemporaryDir>
+#include <QtTest>
 
 #include <atomic>
-#include <QtTest>
-#include <set>
-
 #include <cmath>
 #include <functional>
 #include <optional>
+#include <set>
 #include <tuple>
-
 
 #include "core/config/experiment_config.h"
 #include "core/config/options.h"
-#include "core/data/dataset.h"
 #include "core/cost/flop_counter.h"
 #include "core/cost/flops_model.h"
+#include "core/data/dataset.h"
 #include "core/inference/kv_cache.h"
 #include "core/models/blocks/attention.h"
 #include "core/models/blocks/routing.h"
@@ -50,9 +48,10 @@
 #include "core/train/step.h"
 #include "core/train/trainer.h"
 #include "core/util/errors.h"
+#include "tests/conformance_models.h"
+#include "tests/conformance_support.h"
 #include "tests/example_architecture.h"
 #include "tests/suite.h"
-#include "tests/conformance_support.h"
 #include "tests/train_test_support.h"
 
 namespace test_conformance {
@@ -123,95 +122,6 @@ std::vector<double> priced_shares(const ArchitectureEntry& entry, const ModelOut
     shares.push_back(it != t.stats.end() ? it->second : t.routed_fraction);
   }
   return shares;
-}
-
-/// A small eval-mode model of either task built from `section`, with its eval forward's logits on fixed inputs
-/// (a language model's routed share forced to one half where its entry can and `force_share` asks).
-struct EvalModel {
-  std::shared_ptr<torch::nn::Module> module;
-  std::function<torch::Tensor()> logits;
-};
-
-EvalModel eval_model(const ArchitectureEntry& entry, const nlohmann::json& section, bool force_share) {
-  torch::manual_seed(11);
-  const auto tokens = torch::randint(0, kVocab, {2, 24}, torch::kLong);
-  if (entry.task == Task::Classification) {
-    auto classifier = create_classifier(section, {kVocab, 32, 3});
-    classifier->eval();
-    const auto mask = torch::ones_like(tokens, torch::kBool);
-    return {classifier, [=] { return classifier->forward(tokens, mask, torch::Tensor()).logits; }};
-  }
-  auto lm = create_model(section, {kVocab, 32});
-  lm->eval();
-  if (force_share && entry.force_routed_share) entry.force_routed_share(*lm, tokens, 0.5);
-  return {lm, [=] { return lm->forward(tokens).logits; }};
-}
-
-/// The model of `base` with `key` set to `value`; none where the architecture's cross-field check refuses the value
-/// (MoD's capacity 0 cannot be set at all).
-std::optional<EvalModel> eval_model_with(const ArchitectureEntry& entry, nlohmann::json base, const std::string& key,
-                                         const nlohmann::json& value) {
-  base[key] = value;
-  try {
-    if (entry.check) entry.check(base, "model");
-  } catch (const ConfigError&) {
-    return std::nullopt;
-  }
-  return eval_model(entry, base, /*force_share=*/false);
-}
-
-/// Copies every parameter and buffer of `from` into `to` where both hold the same names with the same shapes (the
-/// same checkpoint loads into either); false, with a warning naming the tensor, where they differ.
-bool copy_same_tensors(torch::nn::Module& from, torch::nn::Module& to, const std::string& what) {
-  torch::NoGradGuard no_grad;
-  for (auto [mine, theirs] : {std::pair{to.named_parameters(), from.named_parameters()},
-                              std::pair{to.named_buffers(), from.named_buffers()}}) {
-    if (mine.size() != theirs.size()) {
-      qWarning("%s: other tensors", what.c_str());
-      return false;
-    }
-    for (auto& item : mine) {
-      const auto* same = theirs.find(item.key());
-      if (!same || same->sizes() != item.value().sizes()) {
-        qWarning("%s: %s differs", what.c_str(), item.key().c_str());
-        return false;
-      }
-      item.value().copy_(*same);
-    }
-  }
-  return true;
-}
-
-/// Valid values of an option other than its default: every other choice, the other truth value, the bounds of a
-/// number (or its default moved by one), a longer string, a short list.
-std::vector<nlohmann::json> other_values(const OptionSpec& spec) {
-  std::vector<nlohmann::json> out;
-  const auto& d = spec.default_value;
-  const auto number = [&](double v) {
-    return spec.type == OptionType::Int ? nlohmann::json(static_cast<std::int64_t>(v)) : nlohmann::json(v);
-  };
-  switch (spec.type) {
-    case OptionType::Choice:
-      for (const auto& c : spec.choices)
-        if (c != d.get<std::string>()) out.emplace_back(c);
-      break;
-    case OptionType::Bool:
-      out.emplace_back(!d.get<bool>());
-      break;
-    case OptionType::Int:
-    case OptionType::Float:
-      for (const auto& bound : {spec.min, spec.max})
-        if (bound && number(*bound) != d) out.push_back(number(*bound));
-      if (out.empty()) out.push_back(number(d.get<double>() + 1));
-      break;
-    case OptionType::String:
-      out.emplace_back(d.get<std::string>() + "-other");
-      break;
-    case OptionType::IntList:
-      out.push_back(nlohmann::json::array({1, 2}));
-      break;
-  }
-  return out;
 }
 
 }  // namespace
@@ -485,6 +395,76 @@ class TestConformance : public QObject {
                             QVERIFY2(torch::allclose(logits, expected, 1e-6, 1e-6),
                                      qPrintable(QString::fromStdString(what + ": the eval-mode forward changed")));
                           });
+  }
+
+  void optionsAreUnreadWhereTheirSchemaSays_data() { add_all_rows(); }
+  void optionsAreUnreadWhereTheirSchemaSays() {
+    // An option the schema marks as read only where other options take some values (read_when; elsewhere a value set
+    // away from its default is named as unread): each condition names a choice of the schema by its choices, and
+    // where one fails, every other value of the option leaves the parameters, the eval-mode forward and a training
+    // forward (logits and auxiliary loss, from the same seed) of the same weights as they were.
+    QFETCH(QString, arch);
+    const auto& entry = architecture(arch.toStdString());
+    const auto tokens = torch::randint(0, kVocab, {2, 24}, torch::kLong);
+    // The eval logits, the training logits and auxiliary loss of `section` holding the weights of `from` (if given;
+    // `same` false where the tensors differ).
+    struct Forwards {
+      std::shared_ptr<LanguageModel> lm;
+      torch::Tensor eval, train, aux;
+      bool same = true;
+    };
+    const auto forwards = [&](const nlohmann::json& section, torch::nn::Module* from, const std::string& what) {
+      Forwards f;
+      torch::manual_seed(11);
+      f.lm = create_model(section, {kVocab, 32});
+      if (from) f.same = copy_same_tensors(*from, *f.lm, what);
+      torch::NoGradGuard no_grad;
+      f.lm->eval();
+      f.eval = f.lm->forward(tokens).logits;
+      f.lm->train();
+      torch::manual_seed(3);
+      const auto out = f.lm->forward(tokens);
+      f.train = out.logits;
+      f.aux = out.aux_loss.defined() ? out.aux_loss : torch::zeros({});
+      return f;
+    };
+    for (const auto& spec : entry.options)
+      for (const auto& condition : spec.read_when) {
+        const auto* on = find_option(entry.options, condition.key);
+        QVERIFY2(on && on->type == OptionType::Choice,
+                 qPrintable(QString::fromStdString(spec.key + ": " + condition.key)));
+        for (const auto& v : condition.values)
+          QVERIFY2(std::find(on->choices.begin(), on->choices.end(), v) != on->choices.end(), v.c_str());
+        QVERIFY2(entry.task == Task::LanguageModel, "read_when is checked on language models");
+        // A base where this condition fails: its option at the first choice outside the values the check accepts.
+        std::optional<nlohmann::json> base;
+        for (const auto& choice : on->choices) {
+          if (base || std::find(condition.values.begin(), condition.values.end(), choice) != condition.values.end())
+            continue;
+          auto candidate = small_model(entry);
+          candidate[condition.key] = choice;
+          try {
+            if (entry.check) entry.check(candidate, "model");
+            base = candidate;
+          } catch (const ConfigError&) {
+          }
+        }
+        QVERIFY2(base, qPrintable(QString::fromStdString(spec.key + ": no base outside " + condition.key)));
+        const auto reference = forwards(*base, nullptr, "reference");
+        for (const auto& value : other_values(spec)) {
+          auto section = *base;
+          section[spec.key] = value;
+          const auto what = spec.key + " = " + value.dump() + " with " + condition.key + " = " +
+                            base->at(condition.key).get<std::string>();
+          const auto other = forwards(section, reference.lm.get(), what);
+          QVERIFY2(other.same, qPrintable(QString::fromStdString(what + ": other tensors")));
+          QVERIFY2(torch::allclose(other.eval, reference.eval, 1e-6, 1e-6),
+                   qPrintable(QString::fromStdString(what + ": eval forward")));
+          QVERIFY2(torch::allclose(other.train, reference.train, 1e-6, 1e-6) &&
+                       torch::allclose(other.aux, reference.aux, 1e-6, 1e-6),
+                   qPrintable(QString::fromStdString(what + ": training forward")));
+        }
+      }
   }
 
   void inferenceOptionsKeepTheWeights_data() { add_all_rows(); }

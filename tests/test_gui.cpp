@@ -587,6 +587,17 @@ void TestGui::designerValidatesAsTheUserTypes() {
   designer.setFieldText(QStringLiteral("data.path"), QString());
   QVERIFY(designer.isValid());
   QVERIFY(designer.fieldNote(QStringLiteral("data.path")).isEmpty());
+  // A model option its schema reads under other values only (OptionSpec::read_when): a note under it too.
+  designer.setFieldText(QStringLiteral("model.rope_factor"), QStringLiteral("4"));
+  QVERIFY(designer.isValid());
+  QVERIFY2(designer.fieldNote(QStringLiteral("model.rope_factor"))
+               .contains(QStringLiteral("is not read: model.rope_scaling is 'none'")),
+           qPrintable(designer.fieldNote(QStringLiteral("model.rope_factor"))));
+  designer.setFieldText(QStringLiteral("model.rope_scaling"), QStringLiteral("linear"));
+  QVERIFY(designer.fieldNote(QStringLiteral("model.rope_factor")).isEmpty());
+  designer.setFieldText(QStringLiteral("model.rope_scaling"), QStringLiteral("none"));
+  designer.setFieldText(QStringLiteral("model.rope_factor"), QStringLiteral("1"));
+  QVERIFY(designer.fieldNote(QStringLiteral("model.rope_factor")).isEmpty());
 
   designer.setFieldText(QStringLiteral("train.steps"), QStringLiteral("7"));
   designer.setFieldText(QStringLiteral("train.warmup_steps"), QStringLiteral("2"));

@@ -64,7 +64,7 @@ struct ExperimentDesigner::Impl {
     QLabel* error = nullptr;
     json value;
     QString fieldError;  ///< from parse/validate of this field alone
-    QString note;        ///< a valid value the config will not read (unread_data_keys), shown under it in amber
+    QString note;        ///< a valid value the config will not read (unread_config_keys), shown under it in amber
   };
   QComboBox* arch = nullptr;
   QComboBox* preset = nullptr;
@@ -466,7 +466,7 @@ void ExperimentDesigner::validate() {
           resolve_config(json::parse(overridesJson().toStdString()), {}, "designer");
       check_data_files(config);  // a missing corpus, shard folder or tokenizer is flagged at its field, not at launch
       d_->resolved = QString::fromStdString(config.doc.dump());
-      for (const auto& unread : unread_data_keys(config)) {  // valid, yet not what its author may mean
+      for (const auto& unread : unread_config_keys(config)) {  // valid, yet not what its author may mean
         const QString message = QString::fromStdString(unread);
         const auto it = d_->fields.find(message.section(QLatin1Char(':'), 0, 0));
         if (it == d_->fields.end()) continue;

@@ -267,7 +267,46 @@ void check_data_files(const ExperimentConfig& config) {
   if (tokenizer == "wordpiece") require("vocab_path", false);
 }
 
-std::vector<std::string> unread_data_keys(const ExperimentConfig& config) {
+namespace {
+
+std::string unread_value_text(const nlohmann::json& value) {
+  return value.is_string() ? value.get<std::string>() : value.dump();
+}
+
+/// unread_config_keys of the model section: the options whose schema says when they are read.
+void unread_model_keys(const ExperimentConfig& config, std::vector<std::string>& messages) {
+  const auto& m = config.model();
+  for (const auto& spec : architecture(config.arch()).options) {
+    const auto* failed = failed_condition(spec, m);
+    if (!failed || m.at(spec.key) == spec.default_value) continue;
+    std::string values;
+    for (std::size_t i = 0; i < failed->values.size(); ++i)
+      values += (i == 0 ? "" : i + 1 == failed->values.size() ? " or " : ", ") + failed->values[i];
+    messages.push_back("model." + spec.key + ": " + unread_value_text(m.at(spec.key)) + " is not read: model." +
+                       failed->key + " is '" + unread_value_text(m.at(failed->key)) + "' (it is read with model." +
+                       failed->key + " " + values + ")");
+  }
+}
+
+/// unread_config_keys of the train section.
+void unread_train_keys(const ExperimentConfig& config, std::vector<std::string>& messages) {
+  const auto& t = config.train();
+  const auto defaults = schema_defaults(train_schema());
+  const auto set = [&](const char* key) { return t.at(key) != defaults.at(key); };
+  if (set("steps") && t.at("epochs").get<std::int64_t>() > 0)
+    messages.push_back("train.steps: " + unread_value_text(t.at("steps")) + " is not read: train.epochs is " +
+                       unread_value_text(t.at("epochs")) +
+                       " (the epochs set the steps; train.epochs=0 trains train.steps)");
+  if (t.at("distill_from").get<std::int64_t>() == 0)
+    for (const char* key : {"distill_weight", "distill_hidden", "distill_layers"})
+      if (set(key))
+        messages.push_back(std::string("train.") + key + ": " + unread_value_text(t.at(key)) +
+                           " is not read: train.distill_from is 0 (it is read when distilling, from the run "
+                           "train.distill_from names)");
+}
+
+/// unread_config_keys of the data section.
+void unread_data_keys(const ExperimentConfig& config, std::vector<std::string>& messages) {
   const auto& d = config.data();
   const auto source = d.at("source").get<std::string>();
   const auto tokenizer = d.at("tokenizer").get<std::string>();
@@ -302,16 +341,23 @@ std::vector<std::string> unread_data_keys(const ExperimentConfig& config) {
       {"test_path", source == "pairs", "data.source pairs"},
   };
   const auto defaults = schema_defaults(data_schema());
-  std::vector<std::string> messages;
   for (const auto& r : readers) {
     const auto& value = d.at(r.key);
     if (r.read || value == defaults.at(r.key)) continue;
     const bool by_source = std::string_view(r.by).starts_with("data.source");
-    messages.push_back(std::string("data.") + r.key + ": " +
-                       (value.is_string() ? value.get<std::string>() : value.dump()) + " is not read: data." +
+    messages.push_back(std::string("data.") + r.key + ": " + unread_value_text(value) + " is not read: data." +
                        (by_source ? "source is '" + source : "tokenizer is '" + tokenizer) + "' (it is read with " +
                        r.by + ")");
   }
+}
+
+}  // namespace
+
+std::vector<std::string> unread_config_keys(const ExperimentConfig& config) {
+  std::vector<std::string> messages;
+  unread_model_keys(config, messages);
+  unread_data_keys(config, messages);
+  unread_train_keys(config, messages);
   return messages;
 }
 

@@ -45,13 +45,15 @@ ExperimentConfig resolve_config(const nlohmann::json& overrides, const std::vect
 /// otherwise, so a form can flag the field before anything is launched. Their contents are read when the data is.
 void check_data_files(const ExperimentConfig& config);
 
-/// The keys of the `data` section set away from their defaults that this source and tokenizer never read, one message
-/// each naming the key, its value and what reads it: data.path outside sources file and shards (the 360M presets keep
-/// their shard folder when `--set data.source=kjv` runs them on the embedded corpus), the split fractions outside kjv
-/// and file, the synthetic tasks' keys outside their sources, data.shard_vocab outside shards, data.tokenizer_model
-/// outside sentencepiece, the word tokenizers' keys outside theirs, the sentence-pair keys outside source 'pairs'.
-/// Warnings, not errors: such a config runs, on data its author may not have meant.
-std::vector<std::string> unread_data_keys(const ExperimentConfig& config);
+/// The keys set away from their defaults that this config never reads, one message each naming the key, its value and
+/// what reads it. Model options whose schema marks when they are read (OptionSpec::read_when: DTRNet's capacity with
+/// expert routing, the RoPE options in the llama style); train.steps where train.epochs sets the steps; the
+/// distillation options without train.distill_from; and the data section's: data.path outside sources file and
+/// shards (the 360M presets keep their shard folder when `--set data.source=kjv` runs them on the embedded corpus), the
+/// split fractions outside kjv and file, the synthetic tasks' keys outside their sources, data.shard_vocab outside
+/// shards, data.tokenizer_model outside sentencepiece, the word tokenizers' keys outside theirs, the sentence-pair keys
+/// outside source 'pairs'. Warnings, not errors: such a config runs, not as its author may have meant.
+std::vector<std::string> unread_config_keys(const ExperimentConfig& config);
 
 /// Re-validates a stored resolved config (e.g. from a checkpoint or the run store).
 ExperimentConfig config_from_resolved(const nlohmann::json& doc, const std::string& origin);

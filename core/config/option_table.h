@@ -87,6 +87,13 @@ class OptionTable {
     return *this;
   }
 
+  /// Marks the option added last as read only where option `key` of the section takes one of `values`
+  /// (OptionSpec::read_when; a second call adds a second condition).
+  OptionTable& read_when(std::string key, std::vector<std::string> values) {
+    rows_.back().spec.read_when.push_back({std::move(key), std::move(values)});
+    return *this;
+  }
+
   /// Marks the option added last as one an evaluation may set (OptionSpec::inference).
   OptionTable& inference() {
     rows_.back().spec.inference = true;

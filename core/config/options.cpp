@@ -1,6 +1,7 @@
 // Validation and parsing of option values against their specs.
 #include "core/config/options.h"
 
+#include <algorithm>
 #include <cmath>
 #include <sstream>
 
@@ -136,9 +137,19 @@ nlohmann::json schema_to_json(const OptionSchema& schema) {
     if (!spec.choices.empty()) o["choices"] = spec.choices;
     if (spec.training_only) o["training_only"] = true;
     if (spec.inference) o["inference"] = true;
+    for (const auto& c : spec.read_when) o["read_when"].push_back({{"key", c.key}, {"values", c.values}});
     out.push_back(o);
   }
   return out;
+}
+
+const OptionCondition* failed_condition(const OptionSpec& spec, const nlohmann::json& section) {
+  for (const auto& c : spec.read_when) {
+    const auto it = section.find(c.key);
+    const auto value = it != section.end() && it->is_string() ? it->get<std::string>() : std::string();
+    if (std::find(c.values.begin(), c.values.end(), value) == c.values.end()) return &c;
+  }
+  return nullptr;
 }
 
 }  // namespace routelab

@@ -13,6 +13,12 @@ enum class OptionType { Int, Float, Bool, String, Choice, IntList };
 
 std::string to_string(OptionType type);
 
+/// A condition on another option of the same section: its value is one of `values`.
+struct OptionCondition {
+  std::string key;
+  std::vector<std::string> values;
+};
+
 struct OptionSpec {
   std::string key;
   OptionType type = OptionType::Float;
@@ -29,6 +35,10 @@ struct OptionSpec {
   /// (the conformance suite checks that). An evaluation that overrides any other option that was neither this nor
   /// training_only says that the weights were trained with another value.
   bool inference = false;
+  /// Read only where each of these holds (DTRNet's capacity: model.routing expert). Elsewhere a value set away from
+  /// the default is named as unread (unread_config_keys), and the conformance suite checks that the model's forward
+  /// and training loss do not depend on it there.
+  std::vector<OptionCondition> read_when = {};
 };
 
 using OptionSchema = std::vector<OptionSpec>;
@@ -50,5 +60,9 @@ nlohmann::json parse_value(const std::string& text, const OptionSpec& spec, cons
 nlohmann::json schema_to_json(const OptionSchema& schema);
 
 const OptionSpec* find_option(const OptionSchema& schema, const std::string& key);
+
+/// The first of `spec`'s read_when conditions that `section` (a resolved section) fails; nullptr where the option is
+/// read.
+const OptionCondition* failed_condition(const OptionSpec& spec, const nlohmann::json& section);
 
 }  // namespace routelab

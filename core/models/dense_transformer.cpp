@@ -37,14 +37,20 @@ const OptionTable<TransformerOptions>& transformer_options_table() {
                   1 << 22)
         .value(ROUTELAB_OPTION(tie_weights), T::Bool, "share the token embedding with the output head")
         .value(ROUTELAB_OPTION(rope_theta), T::Float, "RoPE base (llama style)", 1, 1e9)
+        .read_when("style", {"llama"})
         .choice(ROUTELAB_OPTION(rope_scaling), {"none", "linear", "yarn"},
                 "RoPE context extension for evaluation beyond the training length: linear position interpolation "
                 "or YaRN (llama style)")
+        .read_when("style", {"llama"})
         .inference()
         .value(ROUTELAB_OPTION(rope_factor), T::Float, "context-extension factor s of rope_scaling", 1, 1024)
+        .read_when("style", {"llama"})
+        .read_when("rope_scaling", {"linear", "yarn"})
         .inference()
         .value(ROUTELAB_OPTION(rope_original_context), T::Int,
                "training context YaRN's ramp refers to (0: max_seq_len)", 0, 1 << 22)
+        .read_when("style", {"llama"})
+        .read_when("rope_scaling", {"yarn"})
         .inference()
         .value(ROUTELAB_OPTION(norm_eps), T::Float, "normalisation epsilon", 1e-12, 1)
         .value(ROUTELAB_OPTION(dropout), T::Float,

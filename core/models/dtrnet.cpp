@@ -589,6 +589,7 @@ const OptionTable<DTRNetOptions>& dtrnet_options_table() {
                 "skip: every token bypasses attention (App. A3)")
         .value(ROUTELAB_OPTION(capacity), T::Float, "expert routing: share of each sequence sent to attention", 0.0,
                1.0)
+        .read_when("routing", {"expert"})
         .choice(ROUTELAB_OPTION(bypass), {"vo", "none"},
                 "vo: bypass tokens get W_O W_V x_norm (paper); none: no update (w/o-VO ablation, App. A5)")
         .value(ROUTELAB_OPTION(aux_coeff), T::Float, "lambda of the routing loss (Eq. 7)", 0.0, 10.0)
@@ -603,6 +604,7 @@ const OptionTable<DTRNetOptions>& dtrnet_options_table() {
         .inference()
         .value(ROUTELAB_OPTION(predictor_coeff), T::Float, "expert routing: weight of the causal predictor's BCE", 0.0,
                100.0)
+        .read_when("routing", {"expert"})
         .training_only();
     return t;
   }();

@@ -1,0 +1,112 @@
+// The conformance suite's models built from one option's values: an eval-mode model of either task with its logits on
+// fixed inputs, the same with one option changed, the weights copied from one to the other, and an option's other
+// valid values (tests/test_conformance.cpp).
+#pragma once
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+#include <torch/torch.h>
+
+#include "core/config/options.h"
+#include "core/models/classifier.h"
+#include "core/models/language_model.h"
+#include "core/models/registry.h"
+#include "core/util/errors.h"
+#include "tests/conformance_support.h"
+
+namespace routelab::test::conformance {
+
+/// A small eval-mode model of either task built from `section`, with its eval forward's logits on fixed inputs
+/// (a language model's routed share forced to one half where its entry can and `force_share` asks).
+struct EvalModel {
+  std::shared_ptr<torch::nn::Module> module;
+  std::function<torch::Tensor()> logits;
+};
+
+inline EvalModel eval_model(const ArchitectureEntry& entry, const nlohmann::json& section, bool force_share) {
+  torch::manual_seed(11);
+  const auto tokens = torch::randint(0, kVocab, {2, 24}, torch::kLong);
+  if (entry.task == Task::Classification) {
+    auto classifier = create_classifier(section, {kVocab, 32, 3});
+    classifier->eval();
+    const auto mask = torch::ones_like(tokens, torch::kBool);
+    return {classifier, [=] { return classifier->forward(tokens, mask, torch::Tensor()).logits; }};
+  }
+  auto lm = create_model(section, {kVocab, 32});
+  lm->eval();
+  if (force_share && entry.force_routed_share) entry.force_routed_share(*lm, tokens, 0.5);
+  return {lm, [=] { return lm->forward(tokens).logits; }};
+}
+
+/// The model of `base` with `key` set to `value`; none where the architecture's cross-field check refuses the value
+/// (MoD's capacity 0 cannot be set at all).
+inline std::optional<EvalModel> eval_model_with(const ArchitectureEntry& entry, nlohmann::json base, const std::string& key,
+                                         const nlohmann::json& value) {
+  base[key] = value;
+  try {
+    if (entry.check) entry.check(base, "model");
+  } catch (const ConfigError&) {
+    return std::nullopt;
+  }
+  return eval_model(entry, base, /*force_share=*/false);
+}
+
+/// Copies every parameter and buffer of `from` into `to` where both hold the same names with the same shapes (the
+/// same checkpoint loads into either); false, with a warning naming the tensor, where they differ.
+inline bool copy_same_tensors(torch::nn::Module& from, torch::nn::Module& to, const std::string& what) {
+  torch::NoGradGuard no_grad;
+  for (auto [mine, theirs] : {std::pair{to.named_parameters(), from.named_parameters()},
+                              std::pair{to.named_buffers(), from.named_buffers()}}) {
+    if (mine.size() != theirs.size()) {
+      qWarning("%s: other tensors", what.c_str());
+      return false;
+    }
+    for (auto& item : mine) {
+      const auto* same = theirs.find(item.key());
+      if (!same || same->sizes() != item.value().sizes()) {
+        qWarning("%s: %s differs", what.c_str(), item.key().c_str());
+        return false;
+      }
+      item.value().copy_(*same);
+    }
+  }
+  return true;
+}
+
+/// Valid values of an option other than its default: every other choice, the other truth value, the bounds of a
+/// number (or its default moved by one), a longer string, a short list.
+inline std::vector<nlohmann::json> other_values(const OptionSpec& spec) {
+  std::vector<nlohmann::json> out;
+  const auto& d = spec.default_value;
+  const auto number = [&](double v) {
+    return spec.type == OptionType::Int ? nlohmann::json(static_cast<std::int64_t>(v)) : nlohmann::json(v);
+  };
+  switch (spec.type) {
+    case OptionType::Choice:
+      for (const auto& c : spec.choices)
+        if (c != d.get<std::string>()) out.emplace_back(c);
+      break;
+    case OptionType::Bool:
+      out.emplace_back(!d.get<bool>());
+      break;
+    case OptionType::Int:
+    case OptionType::Float:
+      for (const auto& bound : {spec.min, spec.max})
+        if (bound && number(*bound) != d) out.push_back(number(*bound));
+      if (out.empty()) out.push_back(number(d.get<double>() + 1));
+      break;
+    case OptionType::String:
+      out.emplace_back(d.get<std::string>() + "-other");
+      break;
+    case OptionType::IntList:
+      out.push_back(nlohmann::json::array({1, 2}));
+      break;
+  }
+  return out;
+}
+
+}  // namespace routelab::test::conformance
