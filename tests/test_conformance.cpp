@@ -467,6 +467,34 @@ class TestConformance : public QObject {
       }
   }
 
+  void weightLayoutOptionsReadTheSameTensorsOtherwise_data() { add_all_rows(); }
+  void weightLayoutOptionsReadTheSameTensorsOtherwise() {
+    // An option the schema marks as one the weights are read by (refused by name at evaluation) needs the mark: at
+    // some other value the architecture's check accepts, the model holds the same tensors, so the checkpoint would
+    // load, and its eval forward computes something else.
+    QFETCH(QString, arch);
+    const auto& entry = architecture(arch.toStdString());
+    auto base = small_model(entry);
+    if (base.contains("n_kv_head")) base["n_kv_head"] = 0;  // grouped key/value heads: the heads change the shapes
+    const auto reference = eval_model(entry, base, /*force_share=*/false);
+    torch::NoGradGuard no_grad;
+    const auto expected = reference.logits();
+    for (const auto& spec : entry.options) {
+      if (!spec.weight_layout) continue;
+      QVERIFY2(!spec.inference && !spec.training_only, spec.key.c_str());
+      bool loads = false;
+      for (const auto& value : other_values(spec)) {
+        const auto what = spec.key + " = " + value.dump();
+        const auto other = eval_model_with(entry, base, spec.key, value);
+        if (!other || !copy_same_tensors(*reference.module, *other->module, what)) continue;
+        loads = true;
+        QVERIFY2(!torch::allclose(other->logits(), expected, 1e-4, 1e-4),
+                 qPrintable(QString::fromStdString(what + ": the same forward (the mark is not needed)")));
+      }
+      QVERIFY2(loads, qPrintable(QString::fromStdString(spec.key + ": no other value holds the same tensors")));
+    }
+  }
+
   void inferenceOptionsKeepTheWeights_data() { add_all_rows(); }
   void inferenceOptionsKeepTheWeights() {
     // An option the schema marks as one an evaluation may set runs the trained weights at every other value it takes:

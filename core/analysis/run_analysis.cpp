@@ -74,12 +74,15 @@ StoredRun read_stored_run(const std::string& db_path, std::int64_t run_id, const
   } catch (const ConfigError& e) {
     throw ConfigError(where + ": " + e.what());
   }
-  // The heads split the same projection weights another way: no shape check of the checkpoint would see it.
+  // An option the weights are read by (the heads split the same projections another way): no shape check of the
+  // checkpoint would see it.
   const auto& trained = doc.at("model");
   const auto& now = run.config.model();
-  if (trained.contains("n_head") && now.contains("n_head") && trained.at("n_head") != now.at("n_head"))
-    throw ConfigError(where + ": model.n_head: the run was trained with " + trained.at("n_head").dump() +
-                      " heads, and its weights are read per head: an evaluation cannot change them");
+  for (const auto& spec : architecture(run.arch).options)
+    if (spec.weight_layout && trained.contains(spec.key) && now.contains(spec.key) &&
+        trained.at(spec.key) != now.at(spec.key))
+      throw ConfigError(where + ": model." + spec.key + ": the run was trained with " + trained.at(spec.key).dump() +
+                        ", and its weights are read by it: an evaluation cannot change it");
   const auto overrides = model_overrides(run.arch, trained, now);
   for (const auto& key : overrides.training_only)
     logger("core")->warn(

@@ -94,6 +94,12 @@ class OptionTable {
     return *this;
   }
 
+  /// Marks the option added last as one the trained weights are read by (OptionSpec::weight_layout).
+  OptionTable& weight_layout() {
+    rows_.back().spec.weight_layout = true;
+    return *this;
+  }
+
   /// Marks the option added last as one an evaluation may set (OptionSpec::inference).
   OptionTable& inference() {
     rows_.back().spec.inference = true;

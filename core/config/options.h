@@ -39,6 +39,10 @@ struct OptionSpec {
   /// the default is named as unread (unread_config_keys), and the conformance suite checks that the model's forward
   /// and training loss do not depend on it there.
   std::vector<OptionCondition> read_when = {};
+  /// How the trained weights are read, though their shapes do not show it (n_head splits the projections into
+  /// heads): an evaluation that overrides it is refused by name (no shape check of the checkpoint would see it), and
+  /// the conformance suite checks that another value loads the same tensors and computes something else.
+  bool weight_layout = false;
 };
 
 using OptionSchema = std::vector<OptionSpec>;

@@ -29,6 +29,7 @@ const OptionTable<TransformerOptions>& transformer_options_table() {
         .value(ROUTELAB_OPTION(n_layer), T::Int, "number of Transformer blocks", 1, 256)
         .value(ROUTELAB_OPTION(n_embd), T::Int, "model width d", 8, 16384)
         .value(ROUTELAB_OPTION(n_head), T::Int, "query heads (must divide n_embd)", 1, 256)
+        .weight_layout()
         .value(ROUTELAB_OPTION(n_kv_head), T::Int,
                "key/value heads for grouped-query attention (0: n_head; must divide n_head)", 0, 256)
         .value(ROUTELAB_OPTION(d_ff), T::Int, "MLP inner width (0: llama 8/3 d rounded up to 64, gpt2 4 d)", 0, 1 << 20)

@@ -45,6 +45,7 @@ const OptionTable<TransformerOptions>& drr_transformer_options_table() {
         .value(ROUTELAB_OPTION(n_embd), T::Int, "model width d", 8, 16384)
         .value(ROUTELAB_OPTION(n_head), T::Int,
                "heads of the block's attention and of both memory attentions (must divide n_embd)", 1, 256)
+        .weight_layout()
         .resolved(
             ROUTELAB_OPTION(max_seq_len), T::Int, 0,
             "longest sequence the model accepts (0: data.context); the causal form cuts the summary chunks over it", 0,

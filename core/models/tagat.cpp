@@ -19,6 +19,7 @@ const OptionTable<TagatOptions>& tagat_options_table() {
     t.value(ROUTELAB_OPTION(n_layer), T::Int, "gated modular layers (the paper's Config: 1)", 1, 64)
         .value(ROUTELAB_OPTION(n_embd), T::Int, "model width d", 8, 8192)
         .value(ROUTELAB_OPTION(n_head), T::Int, "attention heads per expert (must divide n_embd)", 1, 256)
+        .weight_layout()
         .value(ROUTELAB_OPTION(n_experts), T::Int, "attention experts N per layer", 1, 64)
         .value(ROUTELAB_OPTION(top_k), T::Int, "experts per token k (softmax over the k selected gate logits)", 1, 64)
         .value(ROUTELAB_OPTION(dropout), T::Float,
