@@ -214,8 +214,20 @@ class TestAnalysis : public QObject {
     const auto overrides = model_overrides("mod", stored, model);
     QCOMPARE(overrides.training_only, (std::vector<std::string>{"dropout", "capacity"}));
     QCOMPARE(overrides.untrained, (std::vector<std::string>{"norm_eps", "router_weight"}));
+    QVERIFY(overrides.unread.empty());
     const auto none = model_overrides("mod", stored, stored);
-    QVERIFY(none.training_only.empty() && none.untrained.empty());
+    QVERIFY(none.training_only.empty() && none.untrained.empty() && none.unread.empty());
+    // An override the evaluated model does not read (OptionSpec::read_when), of any kind: named as unread alone.
+    auto unread = stored;
+    unread["rope_factor"] = 4.0;  // without rope_scaling
+    unread["rope_theta"] = 500.0;
+    const auto named = model_overrides("mod", stored, unread);
+    QCOMPARE(named.unread, (std::vector<std::string>{"rope_factor"}));
+    QCOMPARE(named.untrained, (std::vector<std::string>{"rope_theta"}));
+    auto dtrnet = schema_defaults(architecture("dtrnet").options);
+    auto capacity = dtrnet;
+    capacity["capacity"] = 0.3;  // token routing
+    QCOMPARE(model_overrides("dtrnet", dtrnet, capacity).unread, (std::vector<std::string>{"capacity"}));
   }
 
   void errorsNameTheRunAndKey() {

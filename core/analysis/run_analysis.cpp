@@ -92,15 +92,24 @@ StoredRun read_stored_run(const std::string& db_path, std::int64_t run_id, const
   for (const auto& key : overrides.untrained)
     logger("core")->warn("{}: model.{}: the run was trained with {}; this evaluation runs its weights with {}", where,
                          key, trained.at(key).dump(), now.at(key).dump());
+  for (const auto& key : overrides.unread)
+    if (const auto* failed = failed_condition(*find_option(architecture(run.arch).options, key), now))
+      logger("core")->warn(
+          "{}: model.{} is not read where model.{} is {}: this evaluation is the one without the "
+          "override",
+          where, key, failed->key, now.at(failed->key).dump());
   return run;
 }
 
 ModelOverrides model_overrides(const std::string& arch, const nlohmann::json& stored, const nlohmann::json& model) {
   ModelOverrides out;
-  for (const auto& spec : architecture(arch).options)
-    if (!spec.inference && stored.contains(spec.key) && model.contains(spec.key) &&
-        stored.at(spec.key) != model.at(spec.key))
+  for (const auto& spec : architecture(arch).options) {
+    if (!stored.contains(spec.key) || !model.contains(spec.key) || stored.at(spec.key) == model.at(spec.key)) continue;
+    if (failed_condition(spec, model))
+      out.unread.push_back(spec.key);
+    else if (!spec.inference)
       (spec.training_only ? out.training_only : out.untrained).push_back(spec.key);
+  }
   return out;
 }
 

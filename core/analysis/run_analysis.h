@@ -74,6 +74,9 @@ struct ModelOverrides {
   /// Neither that nor meant for inference (OptionSpec::inference): the weights run with a value other than the one
   /// they were trained with (say model.norm_eps or rope_theta).
   std::vector<std::string> untrained;
+  /// Not read by the evaluated model (OptionSpec::read_when fails: rope_factor without rope_scaling), of any kind:
+  /// the evaluation is the one without them.
+  std::vector<std::string> unread;
 };
 ModelOverrides model_overrides(const std::string& arch, const nlohmann::json& stored, const nlohmann::json& model);
 
