@@ -95,9 +95,9 @@ StoredRun read_stored_run(const std::string& db_path, std::int64_t run_id, const
   for (const auto& key : overrides.unread)
     if (const auto* failed = failed_condition(*find_option(architecture(run.arch).options, key), now))
       logger("core")->warn(
-          "{}: model.{} is not read where model.{} is {}: this evaluation is the one without the "
+          "{}: model.{} is not read where model.{} is '{}': this evaluation is the one without the "
           "override",
-          where, key, failed->key, now.at(failed->key).dump());
+          where, key, failed->key, now.at(failed->key).get<std::string>());  // a choice
   return run;
 }
 
