@@ -100,6 +100,13 @@ class OptionTable {
     return *this;
   }
 
+  /// Marks the option added last as one an evaluation may set whose values compute the same result
+  /// (OptionSpec::inference and ::same_result).
+  OptionTable& same_result() {
+    rows_.back().spec.inference = rows_.back().spec.same_result = true;
+    return *this;
+  }
+
   /// Marks the option added last as one an evaluation may set (OptionSpec::inference).
   OptionTable& inference() {
     rows_.back().spec.inference = true;

@@ -138,6 +138,7 @@ nlohmann::json schema_to_json(const OptionSchema& schema) {
     if (spec.training_only) o["training_only"] = true;
     if (spec.inference) o["inference"] = true;
     if (spec.weight_layout) o["weight_layout"] = true;
+    if (spec.same_result) o["same_result"] = true;
     for (const auto& c : spec.read_when) o["read_when"].push_back({{"key", c.key}, {"values", c.values}});
     out.push_back(o);
   }

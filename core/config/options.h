@@ -43,6 +43,9 @@ struct OptionSpec {
   /// heads): an evaluation that overrides it is refused by name (no shape check of the checkpoint would see it), and
   /// the conformance suite checks that another value loads the same tensors and computes something else.
   bool weight_layout = false;
+  /// An inference option whose values compute the same result other ways (a reference oracle, a sparse dispatch):
+  /// the conformance suite checks that every value's eval forward equals the default's.
+  bool same_result = false;
 };
 
 using OptionSchema = std::vector<OptionSpec>;

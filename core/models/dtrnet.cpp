@@ -601,7 +601,7 @@ const OptionTable<DTRNetOptions>& dtrnet_options_table() {
         .choice(ROUTELAB_OPTION(attention), {"compact", "masked"},
                 "compact: gather the routed tokens, attend, scatter (O(k^2)); masked: dense T x T mask (the "
                 "reference oracle)")
-        .inference()
+        .same_result()
         .value(ROUTELAB_OPTION(predictor_coeff), T::Float, "expert routing: weight of the causal predictor's BCE", 0.0,
                100.0)
         .read_when("routing", {"expert"})

@@ -42,7 +42,7 @@ const OptionTable<TagatOptions>& tagat_options_table() {
         .choice(ROUTELAB_OPTION(dispatch), {"sparse", "dense"},
                 "sparse: an expert's queries and FFN run only on its routed tokens (keys/values cover the sequence); "
                 "dense: every expert on every token (the test oracle, same result)")
-        .inference()
+        .same_result()
         .choice(ROUTELAB_OPTION(positional), {"sinusoidal", "learned"},
                 "sinusoidal (the paper's code) or learned positions")
         .value(ROUTELAB_OPTION(segments), T::Bool,
