@@ -463,13 +463,22 @@ std::string token_class(const std::string& text, bool previous_ends_in_alnum) {
   return punct ? "punctuation" : "other";
 }
 
-double BreakdownGroup::mean_routed() const {
+namespace {
+
+/// The mean of the values that are not NaN; NaN where none is.
+double mean_of_known(const std::vector<double>& values) {
   double sum = 0;
   std::size_t n = 0;
-  for (const auto v : routed)
+  for (const auto v : values)
     if (!std::isnan(v)) sum += v, ++n;
   return n > 0 ? sum / static_cast<double>(n) : kNaN;
 }
+
+}  // namespace
+
+double BreakdownGroup::mean_routed() const { return mean_of_known(routed); }
+
+double BreakdownGroup::mean_gate() const { return mean_of_known(gate); }
 
 RoutingBreakdown routing_breakdown(LanguageModel& model, const LmDataset& data, const RoutingBreakdownOptions& options,
                                    const torch::Device& device, bool bf16, std::uint64_t seed) {
@@ -680,11 +689,8 @@ std::string RoutingBreakdown::to_table(bool gates) const {
     s << "| " << g.label << " | " << g.tokens << " | "
       << percent(tokens > 0 ? static_cast<double>(g.tokens) / static_cast<double>(tokens) : kNaN) << " | ";
     if (gates) {
-      double sum = 0;
-      std::size_t n = 0;
-      for (const auto v : g.gate)
-        if (!std::isnan(v)) sum += v, ++n;
-      s << (n > 0 ? number(sum / static_cast<double>(n), 3) : "-") << " |";
+      const double mean = g.mean_gate();
+      s << (std::isnan(mean) ? "-" : number(mean, 3)) << " |";
       for (const auto v : g.gate) s << " " << (std::isnan(v) ? "-" : number(v, 3)) << " |";
     } else {
       s << percent(g.mean_routed()) << " |";

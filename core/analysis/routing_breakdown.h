@@ -54,6 +54,8 @@ struct BreakdownGroup {
   std::vector<double> gate;    ///< per routed layer
   /// The mean of `routed` over the routed layers (the share of the group's token-layer decisions taken).
   double mean_routed() const;
+  /// The mean of `gate` over the routed layers that have one.
+  double mean_gate() const;
 };
 
 struct BreakdownTable {

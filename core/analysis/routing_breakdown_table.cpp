@@ -50,14 +50,9 @@ ReportTable routing_breakdown_table(const std::string& db_path, const std::vecto
       for (const auto& group : b.tables.front().groups) {
         if (std::find(rows.begin(), rows.end(), group.short_label) == rows.end()) rows.push_back(group.short_label);
         const auto& per = how.gates ? group.gate : group.routed;
-        double sum = 0;
-        int counted = 0;
-        for (std::size_t l = 0; l < b.layers.size() && l < per.size(); ++l) {
+        for (std::size_t l = 0; l < b.layers.size() && l < per.size(); ++l)
           shares[id][group.short_label][b.layers[l].layer] = per[l];
-          if (std::isfinite(per[l])) sum += per[l], ++counted;
-        }
-        // The mean over the routed layers (mean_routed for shares; over the layers with a gate for gates).
-        means[id][group.short_label] = counted ? sum / counted : std::nan("");
+        means[id][group.short_label] = how.gates ? group.mean_gate() : group.mean_routed();
       }
     }
   std::vector<Column> columns;

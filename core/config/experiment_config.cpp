@@ -108,52 +108,79 @@ bool is_device_name(const std::string& name) {
 }
 
 const OptionSchema& data_schema() {
-  static const OptionSchema schema = {
-      choice_opt("source", "kjv", {"kjv", "file", "shards", "copy", "sort", "entailment", "pairs"},
-                 "kjv: the embedded King James Bible corpus; file: any UTF-8 text file (data.path); shards: a "
-                 "folder of token shards (data.path; `routelab-cli prepare` makes one; llm.c's and nanoGPT's load "
-                 "too), memory-mapped; "
-                 "copy/sort: the synthetic tasks of TSA §3.1; entailment: the embedded synthetic entailment "
-                 "task of issue 5 (sentence-pair classification); pairs: sentence-pair files (data.train_path, "
-                 "data.val_path; MultiNLI TSV or JSON lines)"),
-      string_opt("path", "", "UTF-8 text file (data.source 'file') or folder of token shards ('shards')"),
-      int_opt("shard_vocab", 0, 0, 1 << 24,
-              "shards made elsewhere without a tokenizer (llm.c, nanoGPT): their vocabulary size (50257 for "
-              "GPT-2's); 0: from RouteLab's manifest or data.tokenizer_model"),
-      choice_opt("tokenizer", "char", {"char", "byte", "sentencepiece", "word", "wordpiece"},
-                 "char: Unicode code points seen in the training split (+ unknown id); byte: 256 byte values; "
-                 "sentencepiece: subwords of the SentencePiece model data.tokenizer_model (all three for language "
-                 "modelling); word: words of the training pairs; wordpiece: BERT WordPiece over data.vocab_path "
-                 "(both for sentence pairs)"),
-      string_opt("tokenizer_model", "",
-                 "SentencePiece .model file used when data.tokenizer is 'sentencepiece' (`routelab-cli tokenizer "
-                 "train` makes one; the Llama-2 tokenizer.model works too); the run stores a copy"),
-      float_opt("train_fraction", 0.8, 0.01, 0.98, "leading fraction of the text used for training"),
-      float_opt("val_fraction", 0.1, 0.01, 0.98, "fraction after the training part used for validation"),
-      int_opt("context", 128, 2, 1 << 20, "tokens per training window (sequence length T)"),
-      int_opt("task_length", 10, 1, 512, "synthetic tasks: source sequence length"),
-      int_opt("task_vocab", 32, 2, 4096, "synthetic tasks: number of symbols"),
-      int_opt("task_train_examples", 10000, 1, 10000000, "synthetic tasks: training examples"),
-      int_opt("task_eval_examples", 1000, 1, 10000000, "synthetic tasks: validation and test examples each"),
-      int_opt("task_seed", 1234, 0, 2147483647, "synthetic tasks: generator seed"),
-      int_opt("entailment_facts", 4, 2, 12,
-              "synthetic entailment: most facts per premise (2 to this many; fewer is easier)"),
-      float_opt("entailment_converse", 0.5, 0, 1,
-                "synthetic entailment: share of hypotheses phrased through the antonym (0: none, easier)"),
-      int_opt("probe_chars", 96, 8, 4096, "characters of the fixed validation probe text used for routing views"),
-      string_opt("train_path", "", "sentence pairs: training file (MultiNLI/GLUE TSV or JSON lines)"),
-      string_opt("val_path", "", "sentence pairs: validation file"),
-      string_opt("test_path", "", "sentence pairs: optional test file"),
-      string_opt("vocab_path", "", "wordpiece tokenizer: BERT vocab.txt (one token per line)"),
-      choice_opt("pair_format", "auto", {"auto", "tsv", "jsonl"},
-                 "sentence-pair file format; auto: by extension (.jsonl/.json vs .tsv/.txt), else by content"),
-      string_opt("labels", "entailment,neutral,contradiction",
-                 "sentence pairs: class names in id order, matched case-insensitively against gold_label"),
-      {"lowercase", OptionType::Bool, true, "word/wordpiece tokenizers: lower-case and strip accents",
-       std::nullopt, std::nullopt, {}},
-      int_opt("min_count", 1, 1, 1e9, "word tokenizer: words seen fewer times in the training pairs map to [UNK]"),
-      int_opt("max_vocab", 0, 0, 1e9, "word tokenizer: largest vocabulary including 5 specials (0: no limit)"),
-  };
+  static const OptionSchema schema = [] {
+    OptionSchema s = {
+        choice_opt("source", "kjv", {"kjv", "file", "shards", "copy", "sort", "entailment", "pairs"},
+                   "kjv: the embedded King James Bible corpus; file: any UTF-8 text file (data.path); shards: a "
+                   "folder of token shards (data.path; `routelab-cli prepare` makes one; llm.c's and nanoGPT's load "
+                   "too), memory-mapped; "
+                   "copy/sort: the synthetic tasks of TSA §3.1; entailment: the embedded synthetic entailment "
+                   "task of issue 5 (sentence-pair classification); pairs: sentence-pair files (data.train_path, "
+                   "data.val_path; MultiNLI TSV or JSON lines)"),
+        string_opt("path", "", "UTF-8 text file (data.source 'file') or folder of token shards ('shards')"),
+        int_opt("shard_vocab", 0, 0, 1 << 24,
+                "shards made elsewhere without a tokenizer (llm.c, nanoGPT): their vocabulary size (50257 for "
+                "GPT-2's); 0: from RouteLab's manifest or data.tokenizer_model"),
+        choice_opt("tokenizer", "char", {"char", "byte", "sentencepiece", "word", "wordpiece"},
+                   "char: Unicode code points seen in the training split (+ unknown id); byte: 256 byte values; "
+                   "sentencepiece: subwords of the SentencePiece model data.tokenizer_model (all three for language "
+                   "modelling); word: words of the training pairs; wordpiece: BERT WordPiece over data.vocab_path "
+                   "(both for sentence pairs)"),
+        string_opt("tokenizer_model", "",
+                   "SentencePiece .model file used when data.tokenizer is 'sentencepiece' (`routelab-cli tokenizer "
+                   "train` makes one; the Llama-2 tokenizer.model works too); the run stores a copy"),
+        float_opt("train_fraction", 0.8, 0.01, 0.98, "leading fraction of the text used for training"),
+        float_opt("val_fraction", 0.1, 0.01, 0.98, "fraction after the training part used for validation"),
+        int_opt("context", 128, 2, 1 << 20, "tokens per training window (sequence length T)"),
+        int_opt("task_length", 10, 1, 512, "synthetic tasks: source sequence length"),
+        int_opt("task_vocab", 32, 2, 4096, "synthetic tasks: number of symbols"),
+        int_opt("task_train_examples", 10000, 1, 10000000, "synthetic tasks: training examples"),
+        int_opt("task_eval_examples", 1000, 1, 10000000, "synthetic tasks: validation and test examples each"),
+        int_opt("task_seed", 1234, 0, 2147483647, "synthetic tasks: generator seed"),
+        int_opt("entailment_facts", 4, 2, 12,
+                "synthetic entailment: most facts per premise (2 to this many; fewer is easier)"),
+        float_opt("entailment_converse", 0.5, 0, 1,
+                  "synthetic entailment: share of hypotheses phrased through the antonym (0: none, easier)"),
+        int_opt("probe_chars", 96, 8, 4096, "characters of the fixed validation probe text used for routing views"),
+        string_opt("train_path", "", "sentence pairs: training file (MultiNLI/GLUE TSV or JSON lines)"),
+        string_opt("val_path", "", "sentence pairs: validation file"),
+        string_opt("test_path", "", "sentence pairs: optional test file"),
+        string_opt("vocab_path", "", "wordpiece tokenizer: BERT vocab.txt (one token per line)"),
+        choice_opt("pair_format", "auto", {"auto", "tsv", "jsonl"},
+                   "sentence-pair file format; auto: by extension (.jsonl/.json vs .tsv/.txt), else by content"),
+        string_opt("labels", "entailment,neutral,contradiction",
+                   "sentence pairs: class names in id order, matched case-insensitively against gold_label"),
+        {"lowercase",
+         OptionType::Bool,
+         true,
+         "word/wordpiece tokenizers: lower-case and strip accents",
+         std::nullopt,
+         std::nullopt,
+         {}},
+        int_opt("min_count", 1, 1, 1e9, "word tokenizer: words seen fewer times in the training pairs map to [UNK]"),
+        int_opt("max_vocab", 0, 0, 1e9, "word tokenizer: largest vocabulary including 5 specials (0: no limit)"),
+    };
+    // What reads each key (unread_config_keys names one set elsewhere): the source's reader or the tokenizer.
+    const auto read_when = [&s](const char* key, const char* on, std::vector<std::string> values) {
+      for (auto& spec : s)
+        if (spec.key == key) spec.read_when.push_back({on, std::move(values)});
+    };
+    read_when("path", "source", {"file", "shards"});
+    for (const char* key : {"train_fraction", "val_fraction"})  // shards keep the split they were prepared with
+      read_when(key, "source", {"kjv", "file"});
+    for (const char* key : {"task_length", "task_vocab"}) read_when(key, "source", {"copy", "sort"});
+    for (const char* key : {"task_train_examples", "task_eval_examples", "task_seed"})
+      read_when(key, "source", {"copy", "sort", "entailment"});
+    for (const char* key : {"entailment_facts", "entailment_converse"}) read_when(key, "source", {"entailment"});
+    for (const char* key : {"pair_format", "labels", "train_path", "val_path", "test_path"})
+      read_when(key, "source", {"pairs"});
+    read_when("shard_vocab", "source", {"shards"});
+    read_when("lowercase", "tokenizer", {"word", "wordpiece"});
+    for (const char* key : {"min_count", "max_vocab"}) read_when(key, "tokenizer", {"word"});
+    read_when("tokenizer_model", "tokenizer", {"sentencepiece"});
+    read_when("vocab_path", "tokenizer", {"wordpiece"});
+    return s;
+  }();
   return schema;
 }
 
@@ -273,18 +300,19 @@ std::string unread_value_text(const nlohmann::json& value) {
   return value.is_string() ? value.get<std::string>() : value.dump();
 }
 
-/// unread_config_keys of the model section: the options whose schema says when they are read.
-void unread_model_keys(const ExperimentConfig& config, std::vector<std::string>& messages) {
-  const auto& m = config.model();
-  for (const auto& spec : architecture(config.arch()).options) {
-    const auto* failed = failed_condition(spec, m);
-    if (!failed || m.at(spec.key) == spec.default_value) continue;
+/// unread_config_keys of a section: the options whose schema says when they are read, set away from their default
+/// where a condition fails.
+void unread_marked_keys(const std::string& name, const OptionSchema& schema, const nlohmann::json& section,
+                        std::vector<std::string>& messages) {
+  for (const auto& spec : schema) {
+    const auto* failed = failed_condition(spec, section);
+    if (!failed || section.at(spec.key) == spec.default_value) continue;
     std::string values;
     for (std::size_t i = 0; i < failed->values.size(); ++i)
       values += (i == 0 ? "" : i + 1 == failed->values.size() ? " or " : ", ") + failed->values[i];
-    messages.push_back("model." + spec.key + ": " + unread_value_text(m.at(spec.key)) + " is not read: model." +
-                       failed->key + " is '" + unread_value_text(m.at(failed->key)) + "' (it is read with model." +
-                       failed->key + " " + values + ")");
+    messages.push_back(name + "." + spec.key + ": " + unread_value_text(section.at(spec.key)) + " is not read: " +
+                       name + "." + failed->key + " is '" + unread_value_text(section.at(failed->key)) +
+                       "' (it is read with " + name + "." + failed->key + " " + values + ")");
   }
 }
 
@@ -305,58 +333,12 @@ void unread_train_keys(const ExperimentConfig& config, std::vector<std::string>&
                            "train.distill_from names)");
 }
 
-/// unread_config_keys of the data section.
-void unread_data_keys(const ExperimentConfig& config, std::vector<std::string>& messages) {
-  const auto& d = config.data();
-  const auto source = d.at("source").get<std::string>();
-  const auto tokenizer = d.at("tokenizer").get<std::string>();
-  struct Reader {
-    const char* key;
-    bool read;
-    const char* by;  ///< what reads the key
-  };
-  const bool corpus = source == "kjv" || source == "file", task = source == "copy" || source == "sort";
-  const bool word = tokenizer == "word" || tokenizer == "wordpiece";
-  const Reader readers[] = {
-      {"path", source == "file" || source == "shards", "data.source file or shards"},
-      {"train_fraction", corpus, "data.source kjv or file (shards keep the split they were prepared with)"},
-      {"val_fraction", corpus, "data.source kjv or file (shards keep the split they were prepared with)"},
-      {"task_length", task, "data.source copy or sort"},
-      {"task_vocab", task, "data.source copy or sort"},
-      {"task_train_examples", task || source == "entailment", "data.source copy, sort or entailment"},
-      {"task_eval_examples", task || source == "entailment", "data.source copy, sort or entailment"},
-      {"task_seed", task || source == "entailment", "data.source copy, sort or entailment"},
-      {"entailment_facts", source == "entailment", "data.source entailment"},
-      {"entailment_converse", source == "entailment", "data.source entailment"},
-      {"pair_format", source == "pairs", "data.source pairs"},
-      {"labels", source == "pairs", "data.source pairs"},
-      {"lowercase", word, "data.tokenizer word or wordpiece"},
-      {"min_count", tokenizer == "word", "data.tokenizer word"},
-      {"max_vocab", tokenizer == "word", "data.tokenizer word"},
-      {"shard_vocab", source == "shards", "data.source shards"},
-      {"tokenizer_model", tokenizer == "sentencepiece", "data.tokenizer sentencepiece"},
-      {"vocab_path", tokenizer == "wordpiece", "data.tokenizer wordpiece"},
-      {"train_path", source == "pairs", "data.source pairs"},
-      {"val_path", source == "pairs", "data.source pairs"},
-      {"test_path", source == "pairs", "data.source pairs"},
-  };
-  const auto defaults = schema_defaults(data_schema());
-  for (const auto& r : readers) {
-    const auto& value = d.at(r.key);
-    if (r.read || value == defaults.at(r.key)) continue;
-    const bool by_source = std::string_view(r.by).starts_with("data.source");
-    messages.push_back(std::string("data.") + r.key + ": " + unread_value_text(value) + " is not read: data." +
-                       (by_source ? "source is '" + source : "tokenizer is '" + tokenizer) + "' (it is read with " +
-                       r.by + ")");
-  }
-}
-
 }  // namespace
 
 std::vector<std::string> unread_config_keys(const ExperimentConfig& config) {
   std::vector<std::string> messages;
-  unread_model_keys(config, messages);
-  unread_data_keys(config, messages);
+  unread_marked_keys("model", architecture(config.arch()).options, config.model(), messages);
+  unread_marked_keys("data", data_schema(), config.data(), messages);
   unread_train_keys(config, messages);
   return messages;
 }

@@ -35,9 +35,9 @@ struct OptionSpec {
   /// (the conformance suite checks that). An evaluation that overrides any other option that was neither this nor
   /// training_only says that the weights were trained with another value.
   bool inference = false;
-  /// Read only where each of these holds (DTRNet's capacity: model.routing expert). Elsewhere a value set away from
-  /// the default is named as unread (unread_config_keys), and the conformance suite checks that the model's forward
-  /// and training loss do not depend on it there.
+  /// Read only where each of these holds (DTRNet's capacity: model.routing expert; data.path: data.source file or
+  /// shards). Elsewhere a value set away from the default is named as unread (unread_config_keys); for a model option
+  /// the conformance suite checks that the model's forward and training loss do not depend on it there.
   std::vector<OptionCondition> read_when = {};
   /// How the trained weights are read, though their shapes do not show it (n_head splits the projections into
   /// heads): an evaluation that overrides it is refused by name (no shape check of the checkpoint would see it), and
