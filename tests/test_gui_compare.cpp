@@ -1,8 +1,8 @@
 // Qt Test suite for the compare view (offscreen): synthetic runs of three architectures (two dense seeds) in a
 // temporary store; the run list and its filter, figures built off the GUI thread (curves with a seed band,
 // matched budgets, Pareto, routed layers), the matched-budget table's rows, columns and values and its exports,
-// the config diff listing exactly the differing keys, errors in the status line, the latest request winning,
-// and the main window's dock, shortcut and the runs panel's compare request.
+// the config diff listing exactly the differing keys, errors in the status line, the latest request winning (and
+// builds no longer wanted stopping early), and the main window's dock, shortcut and the runs panel's compare request.
 #include <QAction>
 #include <QApplication>
 #include <QClipboard>
@@ -13,8 +13,10 @@
 #include <QStandardPaths>
 #include <QTableView>
 #include <QTemporaryDir>
+#include <QThread>
 #include <QtTest>
 
+#include <chrono>
 #include <cmath>
 #include <memory>
 
@@ -23,11 +25,13 @@
 #include "core/train/trainer.h"
 #include "ui/compare_view.h"
 #include "ui/figure_render.h"
+#include "ui/figure_worker.h"
 #include "ui/main_window.h"
 #include "ui/runs_panel.h"
 #include "ui/store_service.h"
 #include "ui/workspace_tabs.h"
 #include "widgets/qcustomplot_include.h"
+#include "tests/store_test_support.h"
 #include "tests/suite.h"
 #include "tests/synthetic_runs.h"
 
@@ -72,6 +76,7 @@ class TestGuiCompare : public QObject {
   void latestRequestWins();
   void mainWindowHasTheDockShortcutAndCompareRequest();
   void figureWithMetricChoicesOffersThem();
+  void unwantedBuildsStopEarly();
 
  private:
   /// A view on the test store, shown, once its runs are listed (callers check the count).
@@ -471,6 +476,58 @@ void TestGuiCompare::figureWithMetricChoicesOffersThem() {
   QTRY_VERIFY_WITH_TIMEOUT(metric->findText(QStringLiteral("val/loss")) >= 0, kBuildTimeoutMs);
   QCOMPARE(metric->findText(QStringLiteral("class")), -1);
   QCOMPARE(metric->currentText(), QStringLiteral("val/loss"));
+}
+
+void TestGuiCompare::unwantedBuildsStopEarly() {
+  // A figure computed from checkpoints (a routing breakdown of each) that nobody wants any more stops at its next
+  // interruption point instead of running to its end: the Compare view's worker answers a request the view has
+  // replaced with no figure and nothing computed, and a closed panel's FigureWorker leaves a history of six
+  // checkpoints part broken down (the breakdowns it finished kept, for the next build to read back).
+  const QString db = home_.filePath(QStringLiteral("unwanted.sqlite"));
+  routelab::TrainRequest train;
+  train.config = routelab::resolve_config(
+      nlohmann::json::object(),
+      {"model.arch=dtrnet", "model.n_layer=3", "model.n_embd=32", "model.n_head=4", "data.source=copy",
+       "train.batch_size=4", "train.steps=12", "train.warmup_steps=1", "train.eval_every=12",
+       "train.checkpoint_every=2", "train.eval_batches=1", "run.threads=1"},
+      "test");
+  train.db_path = db.toStdString();
+  const auto outcome = routelab::train(train);
+  QVERIFY2(outcome.status == routelab::RunStatus::Finished, outcome.message.c_str());
+  const auto kept = [&] {
+    return std::stoi(routelab::test::RawDb(db.toStdString()).text("SELECT COUNT(*) FROM analyses"));
+  };
+
+  routelab::CompareWorker worker(db);
+  QSignalSpy built(&worker, &routelab::CompareWorker::built);
+  routelab::CompareRequest request;
+  request.serial = 1;
+  request.figure.name = "routing-by-token";
+  request.figure.run_ids = {outcome.run_id};
+  worker.want(2);         // the view has sent a later request since
+  worker.build(request);  // on this thread: answered at once
+  QCOMPARE(built.count(), 1);
+  auto answer = built.at(0).at(0).value<routelab::CompareResult>();
+  QCOMPARE(answer.serial, quint64(1));
+  QVERIFY(!answer.figure);
+  QCOMPARE(kept(), 0);
+  worker.want(1);
+  worker.build(request);
+  QCOMPARE(built.count(), 2);
+  answer = built.at(1).at(0).value<routelab::CompareResult>();
+  QVERIFY2(answer.figure && answer.figure->name == "routing-by-token", qPrintable(answer.figureError));
+  QCOMPARE(kept(), 1);  // the latest checkpoint's breakdown
+
+  routelab::FigureRequest history;
+  history.name = "routing-by-token-history";
+  history.run_ids = {outcome.run_id};
+  auto figures = std::make_unique<routelab::FigureWorker>(db);
+  figures->request(history);
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(kBuildTimeoutMs);
+  while (kept() < 2 && std::chrono::steady_clock::now() < deadline) QThread::msleep(2);
+  QCOMPARE(kept(), 2);  // the history's first checkpoint broken down (step 2), four to go (step 12's is kept)
+  figures.reset();      // as a dashboard closing: stops at the next checkpoint or batch, and waits for that
+  QVERIFY2(kept() < 6, std::to_string(kept()).c_str());
 }
 
 }  // namespace test_gui_compare

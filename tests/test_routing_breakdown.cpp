@@ -21,6 +21,7 @@
 #include "core/store/run_store.h"
 #include "core/train/trainer.h"
 #include "core/util/errors.h"
+#include "core/util/interrupt.h"
 #include "tests/conformance_support.h"
 #include "tests/data_test_support.h"
 #include "tests/store_test_support.h"
@@ -567,6 +568,43 @@ class TestRoutingBreakdown : public QObject {
                refused.c_str());
       QCOMPARE(kept, i == 1);
     }
+  }
+
+  void interruptedBreakdownKeepsNothing() {
+    // Under an InterruptScope whose work stops being wanted after three interruption points (before the checkpoint
+    // is read, then one a batch), the breakdown stops there with Interrupted and keeps nothing; without a scope, or
+    // under one that never says stop, it is computed whole, number for number the same.
+    const auto id = trained().at("dtrnet");
+    RoutingBreakdownOptions options;
+    options.groupings = {TokenGrouping::Position};
+    options.tokens = 256;
+    options.batch_size = 1;  // an interruption point a window
+    RawDb(db_).exec("DELETE FROM analyses");
+    const auto kept = [&] {
+      return RawDb(db_).text("SELECT COUNT(*) FROM analyses WHERE run_id = " + std::to_string(id));
+    };
+    int asked = 0;
+    bool interrupted = false;
+    try {
+      const InterruptScope scope([&] { return ++asked > 3; });
+      stored_routing_breakdown(db_, id, options);
+    } catch (const Interrupted&) {
+      interrupted = true;
+    }
+    QVERIFY(interrupted);
+    QCOMPARE(asked, 4);
+    QCOMPARE(kept(), std::string("0"));
+    interruption_point();  // no scope alive: nothing
+    asked = 0;
+    std::string whole;
+    {
+      const InterruptScope never([&] { return ++asked < 0; });
+      whole = stored_routing_breakdown(db_, id, options).to_json().dump();
+    }
+    QVERIFY2(asked > 8, std::to_string(asked).c_str());  // the load and every window
+    QCOMPARE(kept(), std::string("1"));
+    RawDb(db_).exec("DELETE FROM analyses");
+    QCOMPARE(stored_routing_breakdown(db_, id, options).to_json().dump(), whole);
   }
 
   void badRequestsAreNamed() {

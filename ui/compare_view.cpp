@@ -101,8 +101,9 @@ CompareView::CompareView(StoreService* store, QWidget* parent) : QWidget(parent)
 }
 
 CompareView::~CompareView() {
+  worker_->want(0);  // a build in progress stops at its next interruption point
   thread_->quit();
-  thread_->wait();  // a build in progress finishes first (tiny stores: well under a second)
+  thread_->wait();
 }
 
 void CompareView::buildUi() {
@@ -543,7 +544,7 @@ std::vector<double> CompareView::parseBudgets(QString* error) const {
 void CompareView::sendRequest() {
   const QList<qint64> ids = checkedRuns();
   if (ids.isEmpty()) {
-    ++serial_;  // whatever is in flight is stale now
+    worker_->want(++serial_);  // whatever is in flight is stale now
     pending_.reset();
     figureView_->setFigure(Figure{});
     table_.reset();
@@ -578,6 +579,7 @@ void CompareView::sendRequest() {
     }
   }
   request.serial = ++serial_;
+  worker_->want(serial_);  // a build in progress for an older request stops
   if (rememberChoices_) {
     QSettings settings;
     settings.setValue(QStringLiteral("compare/figure"), figureName());

@@ -4,7 +4,8 @@
 // a table (the "loss at matched budgets" table or a named layout such as the seeds' tables; copy as LaTeX, save as
 // LaTeX/Markdown/CSV) and the config diff of the
 // checked runs (only the keys that differ). Figures and tables are built off the GUI thread by CompareWorker on
-// its own store connection; the latest request wins and stale answers are dropped.
+// its own store connection; the latest request wins: a build in progress stops at its next interruption point
+// (core/util/interrupt.h) and stale answers are dropped.
 #pragma once
 #include <QList>
 #include <QMetaType>
@@ -14,6 +15,7 @@
 #include <QVector>
 #include <QWidget>
 
+#include <atomic>
 #include <optional>
 
 #include "core/report/builders/catalog.h"
@@ -219,6 +221,11 @@ class CompareWorker : public QObject {
   void build(const routelab::CompareRequest& request);
   void readMetricKeys(quint64 serial, const QList<qint64>& runIds);
 
+ public:
+  /// The serial of the request the view wants (called from any thread; 0 when it closes): a build of another one
+  /// stops at its next interruption point and answers with no figure.
+  void want(quint64 serial) { wanted_.store(serial); }
+
  Q_SIGNALS:
   void built(const routelab::CompareResult& result);
   void metricKeysRead(quint64 serial, const QStringList& keys);
@@ -226,6 +233,7 @@ class CompareWorker : public QObject {
  private:
   struct Impl;
   Impl* impl_;
+  std::atomic<quint64> wanted_{0};
 };
 
 }  // namespace routelab

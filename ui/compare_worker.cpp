@@ -11,6 +11,7 @@
 #include "core/report/tables/run_tables.h"
 #include "core/store/run_store.h"
 #include "core/util/errors.h"
+#include "core/util/interrupt.h"
 #include "core/util/logging.h"
 #include "ui/compare_view.h"
 
@@ -36,11 +37,15 @@ void CompareWorker::build(const CompareRequest& request) {
   result.serial = request.serial;
   QElapsedTimer timer;
   timer.start();
-  bool storeFailed = false;
+  bool storeFailed = false, interrupted = false;
+  const InterruptScope unwanted([this, serial = request.serial] { return wanted_.load() != serial; });
   // Each part fails on its own: a figure that needs data these runs lack still leaves the diff and the table.
   auto attempt = [&](QString& error, auto&& fn) {
+    if (interrupted) return;  // the view wants a later request: answer at once (it drops this one)
     try {
       fn();
+    } catch (const Interrupted&) {
+      interrupted = true;
     } catch (const StoreError& e) {
       storeFailed = true;
       error = QString::fromUtf8(e.what());

@@ -6,6 +6,7 @@
 
 #include "core/store/run_store.h"
 #include "core/util/errors.h"
+#include "core/util/interrupt.h"
 
 namespace routelab {
 
@@ -34,7 +35,7 @@ FigureWorker::FigureWorker(const QString& dbPath, QObject* parent)
 }
 
 FigureWorker::~FigureWorker() {
-  latest_->store(0);  // builds still queued see a later request and return at once
+  latest_->store(0);  // a build in progress stops at its next interruption point; those queued return at once
   thread_->quit();
   thread_->wait();
 }
@@ -51,7 +52,11 @@ quint64 FigureWorker::request(const FigureRequest& request) {
         QElapsedTimer timer;
         timer.start();
         try {
+          // A later request (or the worker's end) stops this build at its next interruption point.
+          const InterruptScope unwanted([&latest, serial] { return latest->load() != serial; });
           out.figure = build_figure(connection->open(), request);
+        } catch (const Interrupted&) {
+          return;  // replaced: the newer one follows
         } catch (const StoreError& e) {
           connection->store.reset();  // reopened next time: the file may be replaced or unlocked by then
           out.error = QString::fromUtf8(e.what());

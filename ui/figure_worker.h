@@ -1,6 +1,7 @@
 // FigureWorker: builds catalogue figures (core/report/builders/catalog.h) on a thread of its own with its own store
 // connection, for panels whose figures take seconds (a routing breakdown runs a checkpoint's forward): the latest
-// request wins, and one still waiting when a later one arrives is dropped unbuilt.
+// request wins: one still waiting when a later one arrives is dropped unbuilt, and one in progress stops at its next
+// interruption point (core/util/interrupt.h: between a breakdown's batches, before each checkpoint of a history).
 #pragma once
 #include <QMetaType>
 #include <QObject>
@@ -28,7 +29,7 @@ class FigureWorker : public QObject {
 
  public:
   explicit FigureWorker(const QString& dbPath, QObject* parent = nullptr);
-  /// Waits for a build in progress to finish (requests still waiting are dropped).
+  /// Stops a build in progress at its next interruption point and waits for it (requests still waiting are dropped).
   ~FigureWorker() override;
 
   /// Queues a build of `request`; returns its serial, which `built` carries.

@@ -5,6 +5,7 @@
 #include "core/models/language_model.h"
 #include "core/train/evaluation.h"
 #include "core/util/errors.h"
+#include "core/util/interrupt.h"
 
 namespace routelab {
 
@@ -49,6 +50,7 @@ LayerSimilarity layer_similarity(LoadedRun& run, const LayerSimilarityOptions& o
   const auto seed = static_cast<std::uint64_t>(run.config.run().at("seed").get<std::int64_t>());
   torch::Tensor sum;  // (L, L) sum over tokens of the cosines
   for (std::int64_t b = 0; b < std::max<std::int64_t>(1, options.batches); ++b) {
+    interruption_point();
     const auto batch = to_device(
         run.dataset->sample(options.split, batch_size, mix_seed(seed, kEvalStream, static_cast<std::uint64_t>(b))),
         run.device);

@@ -9,6 +9,7 @@
 
 #include "core/models/blocks/residual_probe.h"
 #include "core/train/evaluation.h"
+#include "core/util/interrupt.h"
 
 namespace routelab {
 namespace {
@@ -49,6 +50,7 @@ ResidualProfile profile_residuals(LoadedRun& run, const ResidualProfileOptions& 
   std::vector<std::int64_t> depth_hist;
   double executed_sum = 0, oracle_sum = 0, tokens = 0;
   for (std::int64_t b = 0; b < options.batches; ++b) {
+    interruption_point();
     const auto batch =
         to_device(run.dataset->sample(options.split, batch_size, mix_seed(seed, kEvalStream, static_cast<std::uint64_t>(b))),
                   run.device);

@@ -22,6 +22,7 @@
 #include "core/util/content_hash.h"
 #include "core/util/device.h"
 #include "core/util/errors.h"
+#include "core/util/interrupt.h"
 #include "core/util/logging.h"
 
 namespace routelab {
@@ -157,6 +158,7 @@ Sample read_sample(LanguageModel& model, const LmDataset& data, const RoutingBre
   const auto batch_size = std::max<std::int64_t>(1, options.batch_size);
   const auto [windowed, available, count] = spread_windows(data, options.split, options.tokens);
   for (std::int64_t first = 0; first < count; first += batch_size) {
+    interruption_point();
     const auto rows = std::min(batch_size, count - first);
     Batch batch;
     if (windowed) {
@@ -203,6 +205,7 @@ std::pair<std::vector<std::int64_t>, std::int64_t> training_counts(const LmDatas
   const auto [windowed, available, count] = spread_windows(data, Split::Train, frequency_tokens);
   std::int64_t counted = 0;
   for (std::int64_t w = 0; w < count; ++w) {
+    interruption_point();
     const auto batch = windowed ? data.windows(Split::Train, w * available / count, 1)
                                 : std::optional<Batch>(data.sample(
                                       Split::Train, 1, mix_seed(seed, kTrainStream, static_cast<std::uint64_t>(w))));
@@ -644,6 +647,7 @@ RoutingBreakdown stored_routing_breakdown(const std::string& db_path, std::int64
   }
   sample.groupings = all_token_groupings();
   sample.unrouted_is_empty = true;
+  interruption_point();  // before a checkpoint is read (a history breaks down one after another)
   auto run = load_run(db_path, run_id, sets, step);
   auto all = routing_breakdown(run, sample);
   try {

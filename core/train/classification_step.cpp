@@ -11,6 +11,7 @@
 #include "core/train/token_probe.h"
 #include "core/util/device.h"
 #include "core/util/errors.h"
+#include "core/util/interrupt.h"
 
 namespace routelab {
 
@@ -188,6 +189,7 @@ ClassEvalSums evaluate_classifier_sums(SequenceClassifier& model, const Classifi
   ClassEvalSums sums;
   const auto n = sums.examples = data.size(split);
   for (std::int64_t begin = shard * batch_size; begin < n; begin += shards * batch_size) {
+    interruption_point();
     std::vector<std::int64_t> indices(static_cast<std::size_t>(std::min(batch_size, n - begin)));
     for (std::size_t i = 0; i < indices.size(); ++i) indices[i] = begin + static_cast<std::int64_t>(i);
     const auto batch = to_device(trim_padding(data.batch(split, indices)), device);

@@ -5,6 +5,7 @@
 
 #include "core/train/step.h"
 #include "core/util/device.h"
+#include "core/util/interrupt.h"
 
 namespace routelab {
 
@@ -156,6 +157,7 @@ EvalPass evaluate_split(LanguageModel& model, const LmDataset& data, Split split
   EvalPass pass;
   double total = 0;
   for (std::int64_t i = shard; i < batches; i += std::max<std::int64_t>(1, shards)) {
+    interruption_point();
     const auto batch = to_device(data.sample(split, batch_size, mix_seed(seed, kEvalStream, static_cast<std::uint64_t>(i))), device);
     AutocastGuard autocast(bf16, device);
     const auto out = model.forward(batch.input, /*trace=*/true);
@@ -181,6 +183,7 @@ std::optional<EvalPass> evaluate_strided(LanguageModel& model, const LmDataset& 
   double total = 0;
   std::int64_t used = 0;
   while (used < max_windows) {
+    interruption_point();
     const auto batch = data.windows(split, used, std::min(batch_size, max_windows - used));
     if (!batch) break;
     const auto rows = batch->input.size(0);
