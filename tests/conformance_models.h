@@ -1,7 +1,8 @@
 // The conformance suite's models built from one option's values: an eval-mode model of either task with its logits on
-// fixed inputs, the same with one option changed, the weights copied from one to the other, and an option's other
-// valid values (tests/test_conformance.cpp).
+// fixed inputs, the same with one option changed, the weights copied from one to the other, a section where an
+// option's read condition fails, and an option's other valid values (tests/test_conformance.cpp).
 #pragma once
+#include <algorithm>
 #include <functional>
 #include <memory>
 #include <optional>
@@ -75,6 +76,27 @@ inline bool copy_same_tensors(torch::nn::Module& from, torch::nn::Module& to, co
     }
   }
   return true;
+}
+
+/// `section` with `condition`'s option (`on`) where the condition fails and the architecture accepts it: at 0, or at
+/// the first choice outside the values it holds for; none where no such value is accepted.
+inline std::optional<nlohmann::json> section_failing(const ArchitectureEntry& entry, nlohmann::json section,
+                                                     const OptionCondition& condition, const OptionSpec& on) {
+  std::vector<nlohmann::json> failing;
+  if (condition.nonzero) failing.push_back(on.type == OptionType::Int ? nlohmann::json(0) : nlohmann::json(0.0));
+  for (const auto& choice : on.choices)
+    if (!condition.nonzero &&
+        std::find(condition.values.begin(), condition.values.end(), choice) == condition.values.end())
+      failing.emplace_back(choice);
+  for (const auto& value : failing) {
+    section[condition.key] = value;
+    try {
+      if (entry.check) entry.check(section, "model");
+      return section;
+    } catch (const ConfigError&) {
+    }
+  }
+  return std::nullopt;
 }
 
 /// Valid values of an option other than its default: every other choice, the other truth value, the bounds of a

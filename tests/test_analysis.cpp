@@ -228,6 +228,15 @@ class TestAnalysis : public QObject {
     auto capacity = dtrnet;
     capacity["capacity"] = 0.3;  // token routing
     QCOMPARE(model_overrides("dtrnet", dtrnet, capacity).unread, (std::vector<std::string>{"capacity"}));
+    auto radial = schema_defaults(architecture("radial").options);
+    radial["depth_coeff"] = 0.0;
+    auto warmup = radial;
+    warmup["depth_warmup"] = 0.5;  // a number's condition (OptionCondition::nonzero): no depth loss to ramp
+    QCOMPARE(model_overrides("radial", radial, warmup).unread, (std::vector<std::string>{"depth_warmup"}));
+    QCOMPARE(
+        condition_value_text(*failed_condition(*find_option(architecture("radial").options, "depth_warmup"), warmup),
+                             "model", warmup),
+        std::string("model.depth_coeff is 0.0"));
   }
 
   void errorsNameTheRunAndKey() {

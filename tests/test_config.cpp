@@ -367,14 +367,26 @@ class TestConfig : public QObject {
         << "model.rope_theta: 500000 is not read: model.style is 'gpt2' (it is read with model.style llama)\n"
            "model.rope_scaling: linear is not read: model.style is 'gpt2' (it is read with model.style llama)";
     QTest::newRow("steps under epochs, distillation without a teacher")
-        << QStringList{"model.arch=tagat", "data.source=entailment", "data.tokenizer=word", "train.epochs=2",
-                       "train.steps=50", "train.distill_weight=2", "train.distill_layers=true"}
-        << "train.steps: 50 is not read: train.epochs is 2 (the epochs set the steps; train.epochs=0 trains "
-           "train.steps)\n"
-           "train.distill_weight: 2 is not read: train.distill_from is 0 (it is read when distilling, from the run "
-           "train.distill_from names)\n"
-           "train.distill_layers: true is not read: train.distill_from is 0 (it is read when distilling, from the run "
-           "train.distill_from names)";
+        << QStringList{"model.arch=tagat", "data.source=entailment", "data.tokenizer=word",      "train.epochs=2",
+                       "train.steps=50",   "train.distill_weight=2", "train.distill_layers=true"}
+        << "train.steps: 50 is not read: train.epochs is 2 (it is read with train.epochs 0)\n"
+           "train.distill_weight: 2 is not read: train.distill_from is 0 (it is read with train.distill_from other "
+           "than 0)\n"
+           "train.distill_layers: true is not read: train.distill_from is 0 (it is read with train.distill_from other "
+           "than 0)";
+    QTest::newRow("steps without epochs, distillation from a teacher")
+        << QStringList{"train.steps=500", "train.distill_from=3", "train.distill_weight=2"} << "";
+    // Numbers that switch a loss term off at 0 (OptionCondition::nonzero).
+    QTest::newRow("D-LLM's rate schedule without a rate loss")
+        << QStringList{"model.arch=dllm", "model.rate_coeff=0", "model.rate_schedule=constant"}
+        << "model.rate_schedule: constant is not read: model.rate_coeff is 0 (it is read with model.rate_coeff "
+           "other than 0)";
+    QTest::newRow("Radial's depth warm-up without a depth loss")
+        << QStringList{"model.arch=radial", "model.depth_coeff=0", "model.depth_warmup=0.5"}
+        << "model.depth_warmup: 0.5 is not read: model.depth_coeff is 0 (it is read with model.depth_coeff other "
+           "than 0)";
+    QTest::newRow("Radial's depth warm-up with a depth loss")
+        << QStringList{"model.arch=radial", "model.depth_coeff=0.01", "model.depth_warmup=0.5"} << "";
   }
 
   void unreadConfigKeysAreNamed() {

@@ -401,9 +401,10 @@ class TestConformance : public QObject {
   void optionsAreUnreadWhereTheirSchemaSays_data() { add_all_rows(); }
   void optionsAreUnreadWhereTheirSchemaSays() {
     // An option the schema marks as read only where other options take some values (read_when; elsewhere a value set
-    // away from its default is named as unread): each condition names a choice of the schema by its choices, and
-    // where one fails, every other value of the option leaves the parameters, the eval-mode forward and a training
-    // forward (logits and auxiliary loss, from the same seed) of the same weights as they were.
+    // away from its default is named as unread): each condition names a choice of the schema by its choices (or a
+    // number, read where it is not 0), and where one fails, every other value of the option leaves the parameters,
+    // the eval-mode forward and a training forward (logits and auxiliary loss, from the same seed) of the same
+    // weights as they were.
     QFETCH(QString, arch);
     const auto& entry = architecture(arch.toStdString());
     const auto tokens = torch::randint(0, kVocab, {2, 24}, torch::kLong);
@@ -432,31 +433,20 @@ class TestConformance : public QObject {
     for (const auto& spec : entry.options)
       for (const auto& condition : spec.read_when) {
         const auto* on = find_option(entry.options, condition.key);
-        QVERIFY2(on && on->type == OptionType::Choice,
+        const bool number = on && (on->type == OptionType::Float || on->type == OptionType::Int);
+        QVERIFY2(on && (condition.nonzero ? number && condition.values.empty() : on->type == OptionType::Choice),
                  qPrintable(QString::fromStdString(spec.key + ": " + condition.key)));
         for (const auto& v : condition.values)
           QVERIFY2(std::find(on->choices.begin(), on->choices.end(), v) != on->choices.end(), v.c_str());
         QVERIFY2(entry.task == Task::LanguageModel, "read_when is checked on language models");
-        // A base where this condition fails: its option at the first choice outside the values the check accepts.
-        std::optional<nlohmann::json> base;
-        for (const auto& choice : on->choices) {
-          if (base || std::find(condition.values.begin(), condition.values.end(), choice) != condition.values.end())
-            continue;
-          auto candidate = small_model(entry);
-          candidate[condition.key] = choice;
-          try {
-            if (entry.check) entry.check(candidate, "model");
-            base = candidate;
-          } catch (const ConfigError&) {
-          }
-        }
+        const auto base = section_failing(entry, small_model(entry), condition, *on);
         QVERIFY2(base, qPrintable(QString::fromStdString(spec.key + ": no base outside " + condition.key)));
         const auto reference = forwards(*base, nullptr, "reference");
         for (const auto& value : other_values(spec)) {
           auto section = *base;
           section[spec.key] = value;
-          const auto what = spec.key + " = " + value.dump() + " with " + condition.key + " = " +
-                            base->at(condition.key).get<std::string>();
+          const auto what =
+              spec.key + " = " + value.dump() + " with " + condition.key + " = " + base->at(condition.key).dump();
           const auto other = forwards(section, reference.lm.get(), what);
           QVERIFY2(other.same, qPrintable(QString::fromStdString(what + ": other tensors")));
           QVERIFY2(torch::allclose(other.eval, reference.eval, 1e-6, 1e-6),

@@ -94,10 +94,8 @@ StoredRun read_stored_run(const std::string& db_path, std::int64_t run_id, const
                          key, trained.at(key).dump(), now.at(key).dump());
   for (const auto& key : overrides.unread)
     if (const auto* failed = failed_condition(*find_option(architecture(run.arch).options, key), now))
-      logger("core")->warn(
-          "{}: model.{} is not read where model.{} is '{}': this evaluation is the one without the "
-          "override",
-          where, key, failed->key, now.at(failed->key).get<std::string>());  // a choice
+      logger("core")->warn("{}: model.{} is not read where {}: this evaluation is the one without the override", where,
+                           key, condition_value_text(*failed, "model", now));
   return run;
 }
 

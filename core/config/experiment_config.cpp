@@ -36,6 +36,11 @@ OptionSpec string_opt(std::string key, std::string def, std::string help) {
 OptionSpec bool_opt(std::string key, bool def, std::string help) {
   return {std::move(key), OptionType::Bool, def, std::move(help), std::nullopt, std::nullopt, {}};
 }
+/// Marks option `key` of `schema` as read only where `condition` holds (OptionSpec::read_when).
+void add_read_condition(OptionSchema& schema, const std::string& key, OptionCondition condition) {
+  for (auto& spec : schema)
+    if (spec.key == key) spec.read_when.push_back(std::move(condition));
+}
 
 std::string with_origin(const std::string& origin, const std::string& message) {
   return origin.empty() ? message : origin + ": " + message;
@@ -162,8 +167,7 @@ const OptionSchema& data_schema() {
     };
     // What reads each key (unread_config_keys names one set elsewhere): the source's reader or the tokenizer.
     const auto read_when = [&s](const char* key, const char* on, std::vector<std::string> values) {
-      for (auto& spec : s)
-        if (spec.key == key) spec.read_when.push_back({on, std::move(values)});
+      add_read_condition(s, key, {on, std::move(values)});
     };
     read_when("path", "source", {"file", "shards"});
     for (const char* key : {"train_fraction", "val_fraction"})  // shards keep the split they were prepared with
@@ -184,19 +188,22 @@ const OptionSchema& data_schema() {
   return schema;
 }
 
-const OptionSchema& train_schema() {
-  static const OptionSchema schema = {
+namespace {
+
+OptionSchema train_options() {
+  return {
       int_opt("steps", 1000, 1, 1e9, "optimizer steps"),
       int_opt("epochs", 0, 0, 1e6,
               "passes over the training split (0: train.steps). Classification: steps = epochs x "
               "ceil(train examples / (batch_size x grad_accum)), with a validation pass after each epoch; language "
               "modelling (random windows): steps = epochs x ceil(train tokens / (batch_size x grad_accum x context))"),
       int_opt("batch_size", 32, 1, 1 << 20, "sequences per forward pass (a micro-batch when train.grad_accum > 1)"),
-      int_opt("grad_accum", 1, 1, 1 << 16,
-              "gradient accumulation: micro-batches of train.batch_size sequences per optimizer step, so a step "
-              "trains on grad_accum x batch_size sequences (the same update as one batch of that size, in fp32 "
-              "within rounding; routing auxiliary losses are taken per micro-batch). Classifiers: batch_size examples a "
-              "micro-batch"),
+      int_opt(
+          "grad_accum", 1, 1, 1 << 16,
+          "gradient accumulation: micro-batches of train.batch_size sequences per optimizer step, so a step "
+          "trains on grad_accum x batch_size sequences (the same update as one batch of that size, in fp32 "
+          "within rounding; routing auxiliary losses are taken per micro-batch). Classifiers: batch_size examples a "
+          "micro-batch"),
       float_opt("lr", 1e-3, 0, 1e6, "peak learning rate"),
       float_opt("min_lr", 1e-4, 0, 1e6, "learning rate at the end of the cosine decay"),
       int_opt("warmup_steps", 100, 0, 1e9, "linear warm-up steps from 0 to train.lr"),
@@ -209,9 +216,10 @@ const OptionSchema& train_schema() {
       int_opt("eval_batches", 8, 1, 100000, "validation batches per evaluation"),
       int_opt("log_every", 10, 1, 1e9, "steps between stored training metrics"),
       int_opt("checkpoint_every", 500, 1, 1e9, "steps between checkpoints (a final one is always written)"),
-      int_opt("keep_checkpoints", 0, 0, 1e6,
-              "checkpoints kept on the disk: once a newer one is stored, the oldest beyond this many are deleted (their "
-              "files and rows; a resume falls back to the newest intact one of those kept). 0: every one"),
+      int_opt(
+          "keep_checkpoints", 0, 0, 1e6,
+          "checkpoints kept on the disk: once a newer one is stored, the oldest beyond this many are deleted (their "
+          "files and rows; a resume falls back to the newest intact one of those kept). 0: every one"),
       bool_opt("checkpoint_async", true,
                "write each checkpoint on a thread of its own while training goes on: the step's weights, optimizer "
                "state and generators are copied to host memory first (one more copy of them held while it is "
@@ -225,10 +233,11 @@ const OptionSchema& train_schema() {
       bool_opt("tf32", true,
                "CUDA: fp32 matmuls and convolutions on TF32 tensor cores (10-bit mantissa inputs, fp32 accumulation); "
                "no effect on the CPU"),
-      bool_opt("deterministic", false,
-               "CUDA: deterministic kernels (cuBLAS fixed workspace, deterministic cuDNN, scatter and index ops), so a "
-               "rerun or a resume repeats the losses bit for bit, at some speed; ops without a deterministic kernel warn "
-               "once. The CPU is deterministic already"),
+      bool_opt(
+          "deterministic", false,
+          "CUDA: deterministic kernels (cuBLAS fixed workspace, deterministic cuDNN, scatter and index ops), so a "
+          "rerun or a resume repeats the losses bit for bit, at some speed; ops without a deterministic kernel warn "
+          "once. The CPU is deterministic already"),
       bool_opt("cuda_graph", false,
                "CUDA: capture the training step once as a CUDA graph and replay it every step, so the host launches "
                "one graph instead of every kernel; architectures whose step has fixed shapes only (a run of another "
@@ -247,6 +256,18 @@ const OptionSchema& train_schema() {
                "when distilling: train the copied layers, embedding and head too (false: only what the teacher does "
                "not have, the router, trains)"),
   };
+}
+
+}  // namespace
+
+const OptionSchema& train_schema() {
+  static const OptionSchema schema = [] {
+    OptionSchema s = train_options();
+    add_read_condition(s, "steps", {"epochs", {"0"}});  // the epochs set the steps
+    for (const char* key : {"distill_weight", "distill_hidden", "distill_layers"})
+      add_read_condition(s, key, {.key = "distill_from", .nonzero = true});
+    return s;
+  }();
   return schema;
 }
 
@@ -296,10 +317,6 @@ void check_data_files(const ExperimentConfig& config) {
 
 namespace {
 
-std::string unread_value_text(const nlohmann::json& value) {
-  return value.is_string() ? value.get<std::string>() : value.dump();
-}
-
 /// unread_config_keys of a section: the options whose schema says when they are read, set away from their default
 /// where a condition fails.
 void unread_marked_keys(const std::string& name, const OptionSchema& schema, const nlohmann::json& section,
@@ -307,30 +324,11 @@ void unread_marked_keys(const std::string& name, const OptionSchema& schema, con
   for (const auto& spec : schema) {
     const auto* failed = failed_condition(spec, section);
     if (!failed || section.at(spec.key) == spec.default_value) continue;
-    std::string values;
-    for (std::size_t i = 0; i < failed->values.size(); ++i)
-      values += (i == 0 ? "" : i + 1 == failed->values.size() ? " or " : ", ") + failed->values[i];
-    messages.push_back(name + "." + spec.key + ": " + unread_value_text(section.at(spec.key)) + " is not read: " +
-                       name + "." + failed->key + " is '" + unread_value_text(section.at(failed->key)) +
-                       "' (it is read with " + name + "." + failed->key + " " + values + ")");
+    const auto& value = section.at(spec.key);
+    messages.push_back(name + "." + spec.key + ": " + (value.is_string() ? value.get<std::string>() : value.dump()) +
+                       " is not read: " + condition_value_text(*failed, name, section) + " (it is read with " +
+                       condition_text(*failed, name) + ")");
   }
-}
-
-/// unread_config_keys of the train section.
-void unread_train_keys(const ExperimentConfig& config, std::vector<std::string>& messages) {
-  const auto& t = config.train();
-  const auto defaults = schema_defaults(train_schema());
-  const auto set = [&](const char* key) { return t.at(key) != defaults.at(key); };
-  if (set("steps") && t.at("epochs").get<std::int64_t>() > 0)
-    messages.push_back("train.steps: " + unread_value_text(t.at("steps")) + " is not read: train.epochs is " +
-                       unread_value_text(t.at("epochs")) +
-                       " (the epochs set the steps; train.epochs=0 trains train.steps)");
-  if (t.at("distill_from").get<std::int64_t>() == 0)
-    for (const char* key : {"distill_weight", "distill_hidden", "distill_layers"})
-      if (set(key))
-        messages.push_back(std::string("train.") + key + ": " + unread_value_text(t.at(key)) +
-                           " is not read: train.distill_from is 0 (it is read when distilling, from the run "
-                           "train.distill_from names)");
 }
 
 }  // namespace
@@ -339,7 +337,7 @@ std::vector<std::string> unread_config_keys(const ExperimentConfig& config) {
   std::vector<std::string> messages;
   unread_marked_keys("model", architecture(config.arch()).options, config.model(), messages);
   unread_marked_keys("data", data_schema(), config.data(), messages);
-  unread_train_keys(config, messages);
+  unread_marked_keys("train", train_schema(), config.train(), messages);
   return messages;
 }
 

@@ -93,6 +93,12 @@ class OptionTable {
     rows_.back().spec.read_when.push_back({std::move(key), std::move(values)});
     return *this;
   }
+  /// Marks the option added last as read only where the number `key` of the section is not 0 (a coefficient that
+  /// switches a term off at 0).
+  OptionTable& read_when_nonzero(std::string key) {
+    rows_.back().spec.read_when.push_back({.key = std::move(key), .nonzero = true});
+    return *this;
+  }
 
   /// Marks the option added last as one the trained weights are read by (OptionSpec::weight_layout).
   OptionTable& weight_layout() {

@@ -139,19 +139,52 @@ nlohmann::json schema_to_json(const OptionSchema& schema) {
     if (spec.inference) o["inference"] = true;
     if (spec.weight_layout) o["weight_layout"] = true;
     if (spec.same_result) o["same_result"] = true;
-    for (const auto& c : spec.read_when) o["read_when"].push_back({{"key", c.key}, {"values", c.values}});
+    for (const auto& c : spec.read_when)
+      o["read_when"].push_back(c.nonzero ? nlohmann::json{{"key", c.key}, {"nonzero", true}}
+                                         : nlohmann::json{{"key", c.key}, {"values", c.values}});
     out.push_back(o);
   }
   return out;
 }
 
+namespace {
+
+/// A value as a condition and its messages read it: a string as it is, anything else as JSON ("0", "0.5").
+std::string condition_operand(const nlohmann::json& value) {
+  return value.is_string() ? value.get<std::string>() : value.dump();
+}
+
+bool condition_holds(const OptionCondition& c, const nlohmann::json& section) {
+  const auto it = section.find(c.key);
+  if (it == section.end()) return false;
+  if (c.nonzero) return it->is_number() && it->get<double>() != 0;
+  return std::find(c.values.begin(), c.values.end(), condition_operand(*it)) != c.values.end();
+}
+
+}  // namespace
+
 const OptionCondition* failed_condition(const OptionSpec& spec, const nlohmann::json& section) {
-  for (const auto& c : spec.read_when) {
-    const auto it = section.find(c.key);
-    const auto value = it != section.end() && it->is_string() ? it->get<std::string>() : std::string();
-    if (std::find(c.values.begin(), c.values.end(), value) == c.values.end()) return &c;
-  }
+  for (const auto& c : spec.read_when)
+    if (!condition_holds(c, section)) return &c;
   return nullptr;
+}
+
+std::string condition_value_text(const OptionCondition& condition, const std::string& name,
+                                 const nlohmann::json& section) {
+  const auto it = section.find(condition.key);
+  const auto value = it == section.end() ? std::string("unset")
+                     : it->is_string()   ? "'" + it->get<std::string>() + "'"
+                                         : it->dump();
+  return name + "." + condition.key + " is " + value;
+}
+
+std::string condition_text(const OptionCondition& condition, const std::string& name) {
+  std::string text = name + "." + condition.key + " ";
+  if (condition.nonzero) return text + "other than 0";
+  const auto& values = condition.values;
+  for (std::size_t i = 0; i < values.size(); ++i)
+    text += (i == 0 ? "" : i + 1 == values.size() ? " or " : ", ") + values[i];
+  return text;
 }
 
 }  // namespace routelab

@@ -13,10 +13,13 @@ enum class OptionType { Int, Float, Bool, String, Choice, IntList };
 
 std::string to_string(OptionType type);
 
-/// A condition on another option of the same section: its value is one of `values`.
+/// A condition on another option of the same section: its value is one of `values` (a choice's values, or an
+/// integer's written out: "0"), or, with `nonzero`, it is a number other than 0 (Radial's depth_warmup is read where
+/// depth_coeff is not 0).
 struct OptionCondition {
   std::string key;
-  std::vector<std::string> values;
+  std::vector<std::string> values = {};
+  bool nonzero = false;
 };
 
 struct OptionSpec {
@@ -71,5 +74,11 @@ const OptionSpec* find_option(const OptionSchema& schema, const std::string& key
 /// The first of `spec`'s read_when conditions that `section` (a resolved section) fails; nullptr where the option is
 /// read.
 const OptionCondition* failed_condition(const OptionSpec& spec, const nlohmann::json& section);
+
+/// What `section` (named `name`) holds at a condition's key: "model.rope_scaling is 'none'", "model.depth_coeff is 0".
+std::string condition_value_text(const OptionCondition& condition, const std::string& name,
+                                 const nlohmann::json& section);
+/// Where a condition holds: "model.rope_scaling linear or yarn", "model.depth_coeff other than 0".
+std::string condition_text(const OptionCondition& condition, const std::string& name);
 
 }  // namespace routelab

@@ -333,6 +333,7 @@ const OptionTable<DLLMOptions>& dllm_options_table() {
         .choice(ROUTELAB_OPTION(rate_schedule), {"sine", "constant"},
                 "sine: lambda ramps as lambda_max sin(pi/2 progress) (official); constant: lambda_max throughout")
         .training_only()
+        .read_when_nonzero("rate_coeff")
         .value(ROUTELAB_OPTION(gumbel_tau), T::Float, "Gumbel-softmax temperature in training", 1e-3, 100)
         .training_only()
         .value(ROUTELAB_OPTION(threshold), T::Float,

@@ -499,6 +499,7 @@ const OptionTable<RadialOptions>& radial_options_table() {
                "first step)",
                0.0, 1.0)
         .training_only()
+        .read_when_nonzero("depth_coeff")
         .value(ROUTELAB_OPTION(exit_bias), T::Float,
                "initial bias of the router's exit logit (layer logits start at 0)", -100.0, 100.0)
         .training_only()
