@@ -16,6 +16,7 @@
 #include <QWidget>
 
 #include <atomic>
+#include <memory>
 #include <optional>
 
 #include "core/report/builders/catalog.h"
@@ -44,6 +45,7 @@ namespace routelab {
 class CompareWorker;
 class FigureView;
 class StoreService;
+class WorkerStore;
 
 /// One build of the view's outputs: the figure, the matched-budget table and the config diff.
 struct CompareRequest {
@@ -231,8 +233,7 @@ class CompareWorker : public QObject {
   void metricKeysRead(quint64 serial, const QStringList& keys);
 
  private:
-  struct Impl;
-  Impl* impl_;
+  std::unique_ptr<WorkerStore> store_;  ///< opened on the worker's thread
   std::atomic<quint64> wanted_{0};
 };
 

@@ -9,28 +9,17 @@
 #include "core/report/builders/catalog.h"
 #include "core/report/tables/config_diff.h"
 #include "core/report/tables/run_tables.h"
-#include "core/store/run_store.h"
 #include "core/util/errors.h"
 #include "core/util/interrupt.h"
 #include "core/util/logging.h"
 #include "ui/compare_view.h"
+#include "ui/worker_store.h"
 
 namespace routelab {
 
-struct CompareWorker::Impl {
-  std::string path;
-  std::unique_ptr<RunStore> store;
+CompareWorker::CompareWorker(const QString& dbPath) : store_(std::make_unique<WorkerStore>(dbPath.toStdString())) {}
 
-  RunStore& open() {
-    // Read-only use: crashed-run marking is the StoreService's job.
-    if (!store) store = std::make_unique<RunStore>(path, /*mark_crashed=*/false);
-    return *store;
-  }
-};
-
-CompareWorker::CompareWorker(const QString& dbPath) : impl_(new Impl{dbPath.toStdString(), nullptr}) {}
-
-CompareWorker::~CompareWorker() { delete impl_; }
+CompareWorker::~CompareWorker() = default;
 
 void CompareWorker::build(const CompareRequest& request) {
   CompareResult result;
@@ -54,19 +43,19 @@ void CompareWorker::build(const CompareRequest& request) {
     }
   };
   const std::vector<std::int64_t>& ids = request.figure.run_ids;
-  attempt(result.diffError, [&] { result.diff = config_diff(impl_->open(), ids); });
+  attempt(result.diffError, [&] { result.diff = config_diff(store_->open(), ids); });
   if (!request.figure.name.empty())
     attempt(result.figureError, [&] {
       FigureRequest figure = request.figure;
       if (!request.figureMetric.empty()) figure.metric = request.figureMetric;
-      result.figure = build_figure(impl_->open(), figure);
+      result.figure = build_figure(store_->open(), figure);
     });
   attempt(result.tableError, [&] {
     result.table = request.tableName.empty()
-                       ? matched_budget_table(impl_->open(), request.figure)
-                       : build_run_table(impl_->open(), table_spec(request.tableName), ids, request.figure.by_seed);
+                       ? matched_budget_table(store_->open(), request.figure)
+                       : build_run_table(store_->open(), table_spec(request.tableName), ids, request.figure.by_seed);
   });
-  if (storeFailed) impl_->store.reset();  // reopen next time: the file may be replaced or unlocked by then
+  if (storeFailed) store_->reset();  // reopen next time: the file may be replaced or unlocked by then
   result.seconds = static_cast<double>(timer.nsecsElapsed()) * 1e-9;
   Q_EMIT built(result);
 }
@@ -74,11 +63,11 @@ void CompareWorker::build(const CompareRequest& request) {
 void CompareWorker::readMetricKeys(quint64 serial, const QList<qint64>& runIds) {
   std::set<std::string> keys;
   try {
-    RunStore& store = impl_->open();
+    RunStore& store = store_->open();
     for (const qint64 id : runIds)
       for (auto& key : store.metric_keys(id)) keys.insert(std::move(key));
   } catch (const std::exception& e) {
-    impl_->store.reset();
+    store_->reset();
     logger("ui")->warn("compare view: metric keys: {}", e.what());
   }
   QStringList out;

@@ -4,26 +4,15 @@
 #include <QElapsedTimer>
 #include <QThread>
 
-#include "core/store/run_store.h"
 #include "core/util/errors.h"
 #include "core/util/interrupt.h"
+#include "ui/worker_store.h"
 
 namespace routelab {
 
-/// The worker's store connection, opened on its thread when first used and again after a store error.
-struct FigureWorker::Connection {
-  std::string path;
-  std::unique_ptr<RunStore> store;
-
-  RunStore& open() {
-    if (!store) store = std::make_unique<RunStore>(path, /*mark_crashed=*/false);  // the StoreService's job
-    return *store;
-  }
-};
-
 FigureWorker::FigureWorker(const QString& dbPath, QObject* parent)
     : QObject(parent),
-      connection_(std::make_shared<Connection>(Connection{dbPath.toStdString(), nullptr})),
+      connection_(std::make_shared<WorkerStore>(dbPath.toStdString())),
       latest_(std::make_shared<std::atomic<quint64>>(0)) {
   qRegisterMetaType<BuiltFigure>();
   thread_ = new QThread(this);
@@ -58,7 +47,7 @@ quint64 FigureWorker::request(const FigureRequest& request) {
         } catch (const Interrupted&) {
           return;  // replaced: the newer one follows
         } catch (const StoreError& e) {
-          connection->store.reset();  // reopened next time: the file may be replaced or unlocked by then
+          connection->reset();
           out.error = QString::fromUtf8(e.what());
         } catch (const std::exception& e) {
           out.error = QString::fromStdString(foreign_error_text(e));

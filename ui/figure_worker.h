@@ -17,6 +17,8 @@ class QThread;
 
 namespace routelab {
 
+class WorkerStore;
+
 struct BuiltFigure {
   quint64 serial = 0;  ///< FigureWorker::request's return value
   Figure figure;
@@ -42,10 +44,9 @@ class FigureWorker : public QObject {
   void built(const routelab::BuiltFigure& result);
 
  private:
-  struct Connection;
   QThread* thread_ = nullptr;
   QObject* context_ = nullptr;  ///< lives on thread_: the builds run in its event loop
-  std::shared_ptr<Connection> connection_;
+  std::shared_ptr<WorkerStore> connection_;  ///< used on thread_ only
   std::shared_ptr<std::atomic<quint64>> latest_;
   quint64 serial_ = 0;
 };
