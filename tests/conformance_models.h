@@ -7,6 +7,8 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <tuple>
+#include <utility>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -76,6 +78,48 @@ inline bool copy_same_tensors(torch::nn::Module& from, torch::nn::Module& to, co
     }
   }
   return true;
+}
+
+/// A model of either task built from `section` (holding the tensors of `from` where given): its eval logits, and the
+/// logits and auxiliary loss of a training forward from a fixed seed, on fixed inputs. `same` is false where the
+/// tensors differ from `from`'s.
+struct SeededForwards {
+  std::shared_ptr<torch::nn::Module> module;
+  torch::Tensor eval, train, aux;
+  bool same = true;
+};
+
+inline SeededForwards seeded_forwards(const ArchitectureEntry& entry, const nlohmann::json& section,
+                                      torch::nn::Module* from, const std::string& what) {
+  SeededForwards f;
+  torch::manual_seed(11);
+  const auto tokens = torch::randint(0, kVocab, {2, 24}, torch::kLong);
+  std::function<std::pair<torch::Tensor, torch::Tensor>()> forward;  // -> logits, aux loss
+  if (entry.task == Task::Classification) {
+    auto classifier = create_classifier(section, {kVocab, 32, 3});
+    const auto mask = torch::ones_like(tokens, torch::kBool);
+    forward = [=] {
+      auto out = classifier->forward(tokens, mask, torch::Tensor());
+      return std::pair{out.logits, out.aux_loss};
+    };
+    f.module = classifier;
+  } else {
+    auto lm = create_model(section, {kVocab, 32});
+    forward = [=] {
+      auto out = lm->forward(tokens);
+      return std::pair{out.logits, out.aux_loss};
+    };
+    f.module = lm;
+  }
+  if (from) f.same = copy_same_tensors(*from, *f.module, what);
+  torch::NoGradGuard no_grad;
+  f.module->eval();
+  f.eval = forward().first;
+  f.module->train();
+  torch::manual_seed(3);
+  std::tie(f.train, f.aux) = forward();
+  if (!f.aux.defined()) f.aux = torch::zeros({});
+  return f;
 }
 
 /// `section` with `condition`'s option (`on`) where the condition fails and the architecture accepts it: at 0, or at

@@ -385,6 +385,11 @@ class TestConfig : public QObject {
         << QStringList{"model.arch=radial", "model.depth_coeff=0", "model.depth_warmup=0.5"}
         << "model.depth_warmup: 0.5 is not read: model.depth_coeff is 0 (it is read with model.depth_coeff other "
            "than 0)";
+    QTest::newRow("TAGAT's balance form without a balance loss")
+        << QStringList{"model.arch=tagat", "data.source=entailment", "data.tokenizer=word", "model.lambda_bal=0",
+                       "model.balance=per_layer"}
+        << "model.balance: per_layer is not read: model.lambda_bal is 0 (it is read with model.lambda_bal other than "
+           "0)";
     QTest::newRow("Radial's depth warm-up with a depth loss")
         << QStringList{"model.arch=radial", "model.depth_coeff=0.01", "model.depth_warmup=0.5"} << "";
   }

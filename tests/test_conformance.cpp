@@ -407,29 +407,6 @@ class TestConformance : public QObject {
     // weights as they were.
     QFETCH(QString, arch);
     const auto& entry = architecture(arch.toStdString());
-    const auto tokens = torch::randint(0, kVocab, {2, 24}, torch::kLong);
-    // The eval logits, the training logits and auxiliary loss of `section` holding the weights of `from` (if given;
-    // `same` false where the tensors differ).
-    struct Forwards {
-      std::shared_ptr<LanguageModel> lm;
-      torch::Tensor eval, train, aux;
-      bool same = true;
-    };
-    const auto forwards = [&](const nlohmann::json& section, torch::nn::Module* from, const std::string& what) {
-      Forwards f;
-      torch::manual_seed(11);
-      f.lm = create_model(section, {kVocab, 32});
-      if (from) f.same = copy_same_tensors(*from, *f.lm, what);
-      torch::NoGradGuard no_grad;
-      f.lm->eval();
-      f.eval = f.lm->forward(tokens).logits;
-      f.lm->train();
-      torch::manual_seed(3);
-      const auto out = f.lm->forward(tokens);
-      f.train = out.logits;
-      f.aux = out.aux_loss.defined() ? out.aux_loss : torch::zeros({});
-      return f;
-    };
     for (const auto& spec : entry.options)
       for (const auto& condition : spec.read_when) {
         const auto* on = find_option(entry.options, condition.key);
@@ -438,16 +415,15 @@ class TestConformance : public QObject {
                  qPrintable(QString::fromStdString(spec.key + ": " + condition.key)));
         for (const auto& v : condition.values)
           QVERIFY2(std::find(on->choices.begin(), on->choices.end(), v) != on->choices.end(), v.c_str());
-        QVERIFY2(entry.task == Task::LanguageModel, "read_when is checked on language models");
         const auto base = section_failing(entry, small_model(entry), condition, *on);
         QVERIFY2(base, qPrintable(QString::fromStdString(spec.key + ": no base outside " + condition.key)));
-        const auto reference = forwards(*base, nullptr, "reference");
+        const auto reference = seeded_forwards(entry, *base, nullptr, "reference");
         for (const auto& value : other_values(spec)) {
           auto section = *base;
           section[spec.key] = value;
           const auto what =
               spec.key + " = " + value.dump() + " with " + condition.key + " = " + base->at(condition.key).dump();
-          const auto other = forwards(section, reference.lm.get(), what);
+          const auto other = seeded_forwards(entry, section, reference.module.get(), what);
           QVERIFY2(other.same, qPrintable(QString::fromStdString(what + ": other tensors")));
           QVERIFY2(torch::allclose(other.eval, reference.eval, 1e-6, 1e-6),
                    qPrintable(QString::fromStdString(what + ": eval forward")));

@@ -39,6 +39,7 @@ const OptionTable<TagatOptions>& tagat_options_table() {
                 "mean_load: sum_i (u_i - 1/N)^2 of the loads averaged over the layers (the paper's Listing 9; a layer "
                 "may keep dead experts if the mean is even); per_layer: the mean over layers of each layer's sum")
         .training_only()
+        .read_when_nonzero("lambda_bal")
         .choice(ROUTELAB_OPTION(dispatch), {"sparse", "dense"},
                 "sparse: an expert's queries and FFN run only on its routed tokens (keys/values cover the sequence); "
                 "dense: every expert on every token (the test oracle, same result)")
