@@ -169,7 +169,7 @@ void add_figure_commands(CLI::App& app, CLI::App& /*bench*/, CommandAction& acti
       ->required();
   fig->add_option("--db", a->db, "run store");
   fig->add_option("--metric", a->metric,
-                  "metric key (curves, matched, pareto); 'training'/'both' for routed-layers; "
+                  "metric key (curves, matched, pareto, sweep); 'training'/'both' for routed-layers; "
                   "'gate'/'decision'/'expert' for token-map(s); class, position, frequency, predictability or "
                   "difficulty for routing-by-token")
       ->default_val("val/loss");
@@ -178,7 +178,8 @@ void add_figure_commands(CLI::App& app, CLI::App& /*bench*/, CommandAction& acti
   fig->add_option("--smoothing", a->smoothing, "debiased EMA weight in [0, 0.999] for train/* metrics");
   fig->add_flag("--no-group", a->no_group, "one line per run (no mean ± std over seeds)");
   fig->add_option("--budgets", a->budgets, "matched: budgets on the x axis")->delimiter(',');
-  fig->add_option("--step", a->step, "evaluation / probe step of routing figures (default: the last)");
+  fig->add_option("--step", a->step,
+                  "evaluation / probe step of routing figures, the step of the sweep's values (default: the last)");
   fig->add_option("--lengths", a->lengths, "cost-length: sequence lengths")->delimiter(',');
   auto* width_cm = fig->add_option("--width-cm", a->width_cm, "figure width in cm")->default_val(8.5);
   auto* height_cm = fig->add_option("--height-cm", a->height_cm, "figure height in cm")->default_val(6.0);

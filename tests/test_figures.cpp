@@ -146,9 +146,9 @@ class TestFigures : public QObject {
   void catalogueListsGenericFiguresFirst() {
     const auto& catalog = figure_catalog();
     QVERIFY(catalog.size() >= 6);
-    const std::vector<std::string> generic = {"curves",       "matched",     "pareto",    "routed-layers",
-                                               "routing-history", "cost-length", "token-maps", "token-map",
-                                               "metrics",   "expert-loads"};
+    const std::vector<std::string> generic = {"curves",        "matched",         "pareto",      "sweep",
+                                              "routed-layers", "routing-history", "cost-length", "token-maps",
+                                              "token-map",     "metrics",         "expert-loads"};
     for (std::size_t i = 0; i < generic.size(); ++i) {
       QCOMPARE(catalog[i].name, generic[i]);
       QVERIFY(!catalog[i].description.empty() && !catalog[i].title.empty() && catalog[i].build);
@@ -305,6 +305,69 @@ class TestFigures : public QObject {
     QVERIFY(s[2].marked && s[2].label == "Pareto front");
     QCOMPARE(s[2].x, (std::vector<double>{0.8, 1.0}));  // neither dominates the other
     QCOMPARE(f.meta.at("higher_is_better").get<bool>(), false);
+  }
+
+  void sweepPlotsTheMetricAgainstEachSweptOption() {
+    // A grid of MoD runs (capacity x lr, two seeds at one point, one in bf16) and dense at two learning rates: a
+    // panel per option set to more than one value (not the seed, the name or the architecture), in key order; a
+    // number as each architecture's mean per value (std band where it has repeats) over every run's point, on a log
+    // axis over a decade; a choice as bars of the mean per value and architecture; `step` reads earlier values.
+    Fixture fx;
+    const auto add = [&](const std::string& arch, double lr, double capacity, const std::string& precision, int seed,
+                         double loss) {
+      json model = {{"arch", arch}, {"n_layer", 2}};
+      if (capacity > 0) model["capacity"] = capacity;
+      const json config = {{"model", model},
+                           {"train", {{"lr", lr}, {"precision", precision}}},
+                           {"run", {{"seed", seed}, {"name", arch + std::to_string(seed)}}}};
+      auto r = test::sample_run(arch + std::to_string(seed));
+      r.arch = arch;
+      r.seed = seed;
+      r.config_json = config.dump();
+      const auto id = fx.store->create_run(r);
+      fx.store->insert_metrics(id, {{"val/loss", 100, 0.0, loss + 1}, {"val/loss", 200, 1.0, loss}});
+      return id;
+    };
+    const std::vector<std::int64_t> runs = {
+        add("mod", 1e-3, 0.25, "fp32", 1, 3.0), add("mod", 1e-3, 0.25, "fp32", 2, 3.2),
+        add("mod", 1e-2, 0.5, "bf16", 1, 2.6), add("dense", 1e-3, 0, "fp32", 1, 2.8),
+        add("dense", 1e-2, 0, "fp32", 1, 2.4)};
+    auto request = fx.request("sweep", runs);
+    const auto f = build_figure(*fx.store, request);
+    QCOMPARE(f.meta.at("options"), json({"model.capacity", "train.lr", "train.precision"}));
+    QCOMPARE(f.panels.size(), std::size_t{3});
+    const double sd = std::sqrt(0.02);  // the two seeds' 3.0 and 3.2
+    const auto& capacity = f.panels[0];
+    QCOMPARE(capacity.x_label, std::string("model.capacity"));
+    QVERIFY(!capacity.log_x);
+    QCOMPARE(capacity.series.size(), std::size_t{2});  // MoD alone sets it: its means, its points
+    QCOMPARE(capacity.series[0].x, (std::vector<double>{0.25, 0.5}));
+    QVERIFY(near(capacity.series[0].y[0], 3.1) && near(capacity.series[0].y[1], 2.6));
+    QCOMPARE(capacity.series[0].y_lo.size(), std::size_t{2});
+    QVERIFY(near(capacity.series[0].y_lo[0], 3.1 - sd) && near(capacity.series[0].y_hi[1], 2.6));
+    QCOMPARE(capacity.series[1].kind, SeriesKind::Points);
+    QCOMPARE(capacity.series[1].y, (std::vector<double>{3.0, 3.2, 2.6}));
+    const auto& lr = f.panels[1];
+    QVERIFY(lr.log_x);
+    QCOMPARE(lr.series.size(), std::size_t{4});
+    QCOMPARE(lr.series[2].label, architecture("dense").display_name);
+    QCOMPARE(lr.series[2].y, (std::vector<double>{2.8, 2.4}));
+    QVERIFY(lr.series[2].y_lo.empty());  // one run at each value: no band
+    QVERIFY(lr.series[0].color != lr.series[2].color);
+    const auto& precision = f.panels[2].bars;
+    QCOMPARE(precision.categories, (std::vector<std::string>{"bf16", "fp32"}));
+    QCOMPARE(precision.members.size(), std::size_t{2});
+    QVERIFY(near(precision.members[0].values[0], 2.6) && near(precision.members[0].values[1], 3.1));
+    QVERIFY(near(precision.members[0].errors[1], sd));
+    QVERIFY(std::isnan(precision.members[1].values[0]) && near(precision.members[1].values[1], 2.6));
+    QVERIFY(to_json(figure_from_json(to_json(f), "sidecar")) == to_json(f));
+    request.step = 100;
+    QVERIFY(near(build_figure(*fx.store, request).panels[0].series[0].y[1], 3.6));
+    // Runs differing in their seeds alone: nothing to plot against.
+    const auto refused = error_of<ConfigError>([&] {
+      build_figure(*fx.store, fx.request("sweep", {fx.dense1, fx.dense2}));
+    });
+    QVERIFY2(contains(refused, "differ in no option"), refused.c_str());
   }
 
   void routedLayersHatchDenseLayers() {
@@ -658,6 +721,7 @@ class TestFigures : public QObject {
     Fixture fx;
     for (const auto& info : figure_catalog()) {
       if (is_paper_figure(info.name)) continue;  // the papers' figures have their own suite
+      if (info.name == "sweep") continue;        // the fixture's runs differ in seeds alone (its own test)
       std::vector<std::int64_t> runs{fx.mod, fx.dense1, fx.dense2};
       if (info.max_runs) runs.resize(std::min(runs.size(), info.max_runs));
       // A figure computed from the weights needs checkpoints, which the fixture's runs (store rows) do not have.

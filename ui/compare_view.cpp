@@ -202,7 +202,7 @@ QVBoxLayout* CompareView::buildControls() {
   step_ = new QSpinBox(this);
   step_->setRange(0, 1'000'000'000);
   step_->setSpecialValueText(tr("last"));
-  step_->setToolTip(tr("Evaluation step of routing figures (last = the latest one)"));
+  step_->setToolTip(tr("Evaluation step of routing figures, the step of the sweep's values (last = the latest one)"));
   decisions_ = new QCheckBox(tr("Decisions"), this);
   decisions_->setToolTip(tr("Token maps: colour by the hard routing decision instead of the gate value"));
   decisions_->setEnabled(false);

@@ -89,10 +89,12 @@ std::optional<EvaluationRecord> val_eval(const RunStore& store, std::int64_t id,
 /// The run's evaluations, read once (core/run/evaluation_record.h); an unreadable one is a DataError naming `figure`.
 std::vector<EvaluationRecord> evaluations(const RunStore& store, std::int64_t run_id, const std::string& figure);
 
-// The builders, by family: curve_figures.cpp, cost_figures.cpp, routing_figures.cpp, metric_figures.cpp.
+// The builders, by family: curve_figures.cpp, cost_figures.cpp, sweep_figure.cpp, routing_figures.cpp,
+// metric_figures.cpp.
 Figure build_curves(const RunStore& store, const FigureRequest& request);
 Figure build_matched(const RunStore& store, const FigureRequest& request);
 Figure build_pareto(const RunStore& store, const FigureRequest& request);
+Figure build_sweep(const RunStore& store, const FigureRequest& request);
 Figure build_cost_length(const RunStore& store, const FigureRequest& request);
 Figure build_routed_layers(const RunStore& store, const FigureRequest& request);
 Figure build_token_maps(const RunStore& store, const FigureRequest& request);

@@ -72,6 +72,14 @@ const std::vector<FigureInfo>& figure_catalog() {
          "evaluation's flops_ratio), one point per group (mean over seeds, std as error), and the Pareto front "
          "(higher is better for accuracy, F1, throughput and 'saved' metrics, else lower).",
          1, build_pareto},
+        {"sweep", "Quality versus each swept option",
+         "`metric`'s value at `step` (0: the last one) against every option the runs' configs set to more than one "
+         "value (the run section, seeds and names, and the architecture left out), a panel each: a number on the x "
+         "axis (logarithmic where its values are positive and span 10x or more), each run a point and each "
+         "architecture's mean over its runs at a value a line, std over them a band; any other value (a choice, a "
+         "truth value) as grouped bars, one bar per architecture (mean, std as error). A panel pools the runs over "
+         "the other options' values (a marginal view). One colour per architecture.",
+         2, build_sweep},
         {"routed-layers", "Routed tokens per layer",
          "Per layer, the percentage of tokens on the routed path in the inference-mode evaluation at `step` (0: the "
          "last one), grouped bars with std over seeds as error bars; layers that do not route are hatched full bars "
