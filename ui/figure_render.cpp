@@ -195,10 +195,13 @@ class PowerTicker : public QCPAxisTickerLog {
   bool plain_;
 };
 
+/// The span (upper / lower) from which a log axis is ticked at powers of ten.
+constexpr double kPowerTicksFrom = 20;
+
 void setLog(QCPAxis* axis, const QCPRange& range) {
   axis->setScaleType(QCPAxis::stLogarithmic);
   // Within a decade or so there are too few powers of ten to label: keep linear tick positions there.
-  if (range.upper / range.lower >= 20) {
+  if (range.upper / range.lower >= kPowerTicksFrom) {
     QSharedPointer<QCPAxisTickerLog> ticker(new PowerTicker(range.lower >= 1e-2 && range.upper <= 1e4));
     ticker->setSubTickCount(8);
     axis->setTicker(ticker);
@@ -297,8 +300,9 @@ class PanelRenderer {
         const QCPRange xr = ex.range(markers ? 0.02 : 0.0);
         x_->setRange(xr);
         if (ex.log) setLog(x_, xr);
-        // QCustomPlot's 5 ticks overlap their labels in a narrow panel (a grid of a layer each): as many as fit.
-        if (!ex.log) {
+        // QCustomPlot's 5 ticks overlap their labels in a narrow panel (a grid of a layer each): as many as fit
+        // (a log axis within a decade or so keeps linear tick positions: the same there).
+        if (!ex.log || xr.upper / xr.lower < kPowerTicksFrom) {
           const auto chars =
               std::max(QString::number(xr.lower, 'g', 4).size(), QString::number(xr.upper, 'g', 4).size());
           const double labelPt = static_cast<double>(chars + 2) * 0.6 * fontPt_;
@@ -309,7 +313,7 @@ class PanelRenderer {
       // Bars reach the top of the data: a legend row above them, in headroom, rather than over the bars.
       if (barLegend() && !ey.log) yr.upper += (yr.upper - yr.lower) * 0.2 * legendRows();
       // A curve under the top-right legend: headroom so that the legend sits above every curve.
-      if (panel_.bars.members.empty() && !ex.log && !ey.log) yr.upper += lineLegendHeadroom(ex.range(0.0), yr);
+      if (panel_.bars.members.empty() && !ey.log) yr.upper += lineLegendHeadroom(ex.range(0.0), ex.log, yr);
       y_->setRange(yr);
       if (ey.log) setLog(y_, yr);
     }
@@ -536,16 +540,20 @@ class PanelRenderer {
   /// The y headroom that keeps the top-right legend clear of the curves: 0 when no curve passes under its
   /// estimated box (entries x 1.25 em high, icon + padding + longest label wide), else enough to lift the data
   /// below it.
-  double lineLegendHeadroom(const QCPRange& xr, const QCPRange& yr) const {
+  double lineLegendHeadroom(const QCPRange& xr, bool logX, const QCPRange& yr) const {
     if (!panel_.legend || labelled_.empty() || xr.size() <= 0 || yr.size() <= 0) return 0;
+    if (logX && !(xr.lower > 0)) return 0;
     std::vector<std::string> labels;
     for (const auto& series : panel_.series)
       if (!series.label.empty()) labels.push_back(series.label);
     const double hf = std::min(0.6, (static_cast<double>(labelled_.size()) * 1.25 * fontPt_ + 4) / geometry_.heightPt);
     const double wf = std::min(1.0, legendEntryPt(labels) / geometry_.widthPt);
+    // Where x lies across the axis: linearly, or on a log axis by its logarithm.
+    const auto across = [&](double x) {
+      return logX ? std::log(x / xr.lower) / std::log(xr.upper / xr.lower) : (x - xr.lower) / xr.size();
+    };
     const auto under = [&](double x, double y) {
-      return std::isfinite(x) && std::isfinite(y) && (x - xr.lower) / xr.size() >= 1 - wf &&
-             (y - yr.lower) / yr.size() >= 1 - hf;
+      return std::isfinite(x) && std::isfinite(y) && across(x) >= 1 - wf && (y - yr.lower) / yr.size() >= 1 - hf;
     };
     for (const auto& series : panel_.series) {
       const std::size_t n = std::min(series.x.size(), series.y.size());
@@ -554,7 +562,9 @@ class PanelRenderer {
         for (int k = 0; k < (i + 1 < n ? 8 : 1); ++k) {
           const double t = k / 8.0;
           const std::size_t j = std::min(i + 1, n - 1);
-          if (under(series.x[i] + t * (series.x[j] - series.x[i]), series.y[i] + t * (series.y[j] - series.y[i])))
+          const double x = logX ? series.x[i] * std::pow(series.x[j] / series.x[i], t)  // straight on the log axis
+                                : series.x[i] + t * (series.x[j] - series.x[i]);
+          if (under(x, series.y[i] + t * (series.y[j] - series.y[i])))
             return yr.size() * hf / (1 - hf);
         }
     }
