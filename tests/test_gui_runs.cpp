@@ -30,6 +30,7 @@
 #include "ui/run_controller.h"
 #include "ui/run_queue.h"
 #include "ui/runs_panel.h"
+#include "ui/runs_query.h"
 #include "ui/runs_table_model.h"
 #include "ui/store_service.h"
 #include "tests/suite.h"
@@ -69,6 +70,7 @@ class TestGuiRuns : public QObject {
 
   void filterBoxNarrowsRows();
   void configColumnsGroupRunsByAnyKey();
+  void searchComparesRunValues();
   void tabLeavesTheRunsTable();
   void editsRoundTripThroughTheStore();
   void deleteRemovesRowsAndCheckpoints();
@@ -213,6 +215,22 @@ void TestGuiRuns::configColumnsGroupRunsByAnyKey() {
     panel->searchBox()->setText(QStringLiteral("lr=0.002 capacity=0.7"));
     QCOMPARE(panel->proxy()->rowCount(), 1);
     QCOMPARE(panel->proxy()->index(0, RunsTableModel::NameColumn).data().toString(), QStringLiteral("run-2"));
+    // Comparisons of any config key (by its last part or its path) and of the run's fields, numbers by value.
+    const auto rows = [&](const char* text) {
+      panel->searchBox()->setText(QString::fromUtf8(text));
+      QStringList names;
+      for (int r = 0; r < panel->proxy()->rowCount(); ++r)
+        names << panel->proxy()->index(r, RunsTableModel::NameColumn).data().toString();
+      names.sort();
+      return names.join(QLatin1Char(','));
+    };
+    QCOMPARE(rows("lr<0.0025"), QStringLiteral("run-0,run-2"));
+    QCOMPARE(rows("capacity>=0.6 train.lr>0.0025"), QStringLiteral("run-1"));
+    QCOMPARE(rows("capacity=0.70"), QStringLiteral("run-1,run-2"));  // by value, not as text
+    QCOMPARE(rows("model.capacity!=0.7"), QStringLiteral("run-0"));
+    QCOMPARE(rows("arch=MOD steps>=0"), QStringLiteral("run-0,run-1,run-2"));
+    QCOMPARE(rows("best<10"), QString());  // no validation loss yet: meets nothing
+    QCOMPARE(rows("nokey=1"), QString());  // names nothing: a plain word, found nowhere
     panel->searchBox()->clear();
   }
   // The columns come back at the next start.
@@ -220,6 +238,33 @@ void TestGuiRuns::configColumnsGroupRunsByAnyKey() {
   QCOMPARE(window->runsPanel()->configColumnsBox()->text(), QStringLiteral("train.lr, model.capacity model.missing"));
   QTRY_COMPARE_WITH_TIMEOUT(window->runsPanel()->proxy()->columnCount(), RunsTableModel::ColumnCount + 3, 10000);
   window->runsPanel()->configColumnsBox()->clear();
+}
+
+void TestGuiRuns::searchComparesRunValues() {
+  // RunQuery alone: a dense run has no capacity (a comparison of it fails), losses compare by value, a missing
+  // loss meets nothing, text compares without case and without order, and a key naming nothing is a plain word.
+  routelab::RunSummary dense, mod;
+  dense.arch = QStringLiteral("dense");
+  dense.bestValLoss = 2.3;
+  dense.config = {{QStringLiteral("train.lr"), 0.003}, {QStringLiteral("train.min_lr"), 0.0003}};
+  mod.arch = QStringLiteral("mod");
+  mod.config = {{QStringLiteral("train.lr"), 0.003},
+                {QStringLiteral("model.capacity"), 0.5},
+                {QStringLiteral("train.tf32"), true}};
+  const auto match = [](const char* text, const routelab::RunSummary& run, const QString& search = {}) {
+    return routelab::RunQuery(QString::fromUtf8(text)).matches(run, search);
+  };
+  QVERIFY(match("lr=0.003", dense) && match("lr=0.003", mod));  // train.lr, not train.min_lr
+  QVERIFY(!match("lr<0.001", dense));
+  QVERIFY(match("min_lr<0.001", dense));
+  QVERIFY(match("capacity>=0.5", mod) && !match("capacity>=0.5", dense));
+  QVERIFY(match("best<2.4", dense) && !match("best<2.2", dense) && !match("best<2.4", mod));
+  QVERIFY(match("arch=Dense", dense) && match("arch!=dense", mod) && !match("arch<e", dense));
+  QVERIFY(match("tf32=true", mod));
+  QVERIFY(match("x=y", dense, QStringLiteral("notes: x=y")) && !match("x=y", dense, QStringLiteral("notes")));
+  QVERIFY(match("dense lr>0.001", dense, QStringLiteral("dense")) &&
+          !match("mod lr>0.001", dense, QStringLiteral("dense")));
+  QCOMPARE(routelab::RunQuery(QStringLiteral("  a   lr<1 ")).text(), QStringLiteral("a lr<1"));
 }
 
 void TestGuiRuns::tabLeavesTheRunsTable() {

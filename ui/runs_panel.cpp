@@ -72,7 +72,13 @@ RunsPanel::RunsPanel(QWidget* parent) : QWidget(parent) {
 
   search_ = new QLineEdit(this);
   search_->setObjectName(QStringLiteral("runsSearch"));
-  search_->setPlaceholderText(tr("Search name, architecture, seed, tags, notes, status, id…"));
+  search_->setPlaceholderText(tr("Search name, architecture, tags, notes… or lr<0.01 best<2.4"));
+  search_->setToolTip(
+      tr("Every word must occur in the run's id, name, architecture, seed, status, tags, notes or config columns.\n"
+         "A comparison key<value, <=, >, >=, = or != must hold for the run: key is a field (id, seed, steps, val, "
+         "best, train, name, arch, preset, status, device, tags) or a config key, in full (train.lr) or by its last "
+         "part (lr, capacity). Numbers compare by value, other values as text (= and != only).\n"
+         "Example: mod capacity>=0.5 lr<0.01 best<2.4"));
   search_->setClearButtonEnabled(true);
   showArchived_ = new QCheckBox(tr("Show archived"), this);
   showArchived_->setObjectName(QStringLiteral("showArchived"));
@@ -80,7 +86,7 @@ RunsPanel::RunsPanel(QWidget* parent) : QWidget(parent) {
   configColumns_->setObjectName(QStringLiteral("runsConfigColumns"));
   configColumns_->setPlaceholderText(tr("Config columns, e.g. train.lr model.capacity"));
   configColumns_->setToolTip(tr("Any config keys (section.key) as columns of the table: sort by one to group the runs "
-                                "by it; the search box then matches \"lr=0.003\" too"));
+                                "by it (the search box compares any config key: lr<0.01)"));
   configColumns_->setClearButtonEnabled(true);
   configColumns_->setText(QSettings().value(kSettingsConfigColumns).toString());
   model_->setConfigColumns(configKeys(configColumns_->text()));

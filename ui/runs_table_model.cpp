@@ -238,9 +238,9 @@ RunsFilterProxy::RunsFilterProxy(QObject* parent) : QSortFilterProxyModel(parent
 }
 
 void RunsFilterProxy::setSearchText(const QString& text) {
-  const QStringList words = text.simplified().split(QLatin1Char(' '), Qt::SkipEmptyParts);
-  if (words == words_) return;
-  words_ = words;
+  RunQuery query(text);
+  if (query.text() == query_.text()) return;
+  query_ = std::move(query);
   invalidateFilter();
 }
 
@@ -253,11 +253,10 @@ void RunsFilterProxy::setShowArchived(bool show) {
 bool RunsFilterProxy::filterAcceptsRow(int sourceRow, const QModelIndex& sourceParent) const {
   const QModelIndex index = sourceModel()->index(sourceRow, 0, sourceParent);
   if (!showArchived_ && index.data(RunsTableModel::ArchivedRole).toBool()) return false;
-  if (words_.isEmpty()) return true;
-  const QString text = index.data(RunsTableModel::SearchRole).toString();
-  for (const QString& word : words_)
-    if (!text.contains(word, Qt::CaseInsensitive)) return false;
-  return true;
+  if (query_.empty()) return true;
+  const auto* model = qobject_cast<const RunsTableModel*>(sourceModel());
+  if (!model || sourceRow >= model->runs().size()) return false;
+  return query_.matches(model->runs().at(sourceRow), index.data(RunsTableModel::SearchRole).toString());
 }
 
 bool RunsFilterProxy::lessThan(const QModelIndex& left, const QModelIndex& right) const {

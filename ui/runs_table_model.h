@@ -8,6 +8,7 @@
 #include <QSortFilterProxyModel>
 
 #include "ui/run_progress.h"
+#include "ui/runs_query.h"
 
 namespace routelab {
 
@@ -60,9 +61,10 @@ class RunsFilterProxy : public QSortFilterProxyModel {
  public:
   explicit RunsFilterProxy(QObject* parent = nullptr);
 
-  /// Every whitespace-separated word must occur (case-insensitive) in the run's SearchRole text.
+  /// Every whitespace-separated word must occur (case-insensitive) in the run's SearchRole text, every comparison
+  /// ("lr<0.01", "capacity>=0.5", "best<2.4") hold for the run (RunQuery).
   void setSearchText(const QString& text);
-  QString searchText() const { return words_.join(QLatin1Char(' ')); }
+  QString searchText() const { return query_.text(); }
   void setShowArchived(bool show);
   bool showArchived() const { return showArchived_; }
 
@@ -71,7 +73,7 @@ class RunsFilterProxy : public QSortFilterProxyModel {
   bool lessThan(const QModelIndex& left, const QModelIndex& right) const override;
 
  private:
-  QStringList words_;
+  RunQuery query_;
   bool showArchived_ = false;
 };
 
