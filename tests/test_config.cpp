@@ -390,6 +390,17 @@ class TestConfig : public QObject {
                        "model.balance=per_layer"}
         << "model.balance: per_layer is not read: model.lambda_bal is 0 (it is read with model.lambda_bal other than "
            "0)";
+    // Read on a CUDA device only, or by a data-parallel run only (one process here).
+    QTest::newRow("CUDA math options on the CPU, data-parallel options in one process")
+        << QStringList{"train.tf32=false", "train.deterministic=true", "run.backend=gloo", "run.dist_timeout_s=60"}
+        << "train.tf32: false is not read: run.device is 'cpu' (it is read on a CUDA device)\n"
+           "train.deterministic: true is not read: run.device is 'cpu' (it is read on a CUDA device)\n"
+           "run.backend: gloo is not read: the run is one process (it is read by a data-parallel run: torchrun, srun "
+           "or --nproc)\n"
+           "run.dist_timeout_s: 60 is not read: the run is one process (it is read by a data-parallel run: "
+           "torchrun, srun or --nproc)";
+    QTest::newRow("CUDA math options on a GPU")
+        << QStringList{"run.device=cuda:1", "train.tf32=false", "train.deterministic=true"} << "";
     QTest::newRow("Radial's depth warm-up with a depth loss")
         << QStringList{"model.arch=radial", "model.depth_coeff=0.01", "model.depth_warmup=0.5"} << "";
   }
@@ -403,6 +414,9 @@ class TestConfig : public QObject {
     for (const auto& m : unread_config_keys(resolve_config(nlohmann::json::object(), s)))
       messages << QString::fromStdString(m);
     QCOMPARE(messages.join('\n'), expected);
+    if (expected.contains(QStringLiteral("run.backend")))  // a data-parallel run reads them
+      for (const auto& m : unread_config_keys(resolve_config(nlohmann::json::object(), s), /*data_parallel=*/true))
+        QVERIFY2(m.rfind("run.", 0) != 0, m.c_str());
   }
 
   void everyPresetReadsItsKeys() {

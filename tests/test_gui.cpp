@@ -598,6 +598,16 @@ void TestGui::designerValidatesAsTheUserTypes() {
   designer.setFieldText(QStringLiteral("model.rope_scaling"), QStringLiteral("none"));
   designer.setFieldText(QStringLiteral("model.rope_factor"), QStringLiteral("1"));
   QVERIFY(designer.fieldNote(QStringLiteral("model.rope_factor")).isEmpty());
+  // A data-parallel option is read when the launch runs more than one process (the Processes box).
+  designer.setFieldText(QStringLiteral("run.dist_bucket_mb"), QStringLiteral("8"));
+  QVERIFY2(designer.fieldNote(QStringLiteral("run.dist_bucket_mb")).contains(QStringLiteral("the run is one process")),
+           qPrintable(designer.fieldNote(QStringLiteral("run.dist_bucket_mb"))));
+  auto* processes = designer.findChild<QSpinBox*>(QStringLiteral("designerProcesses"));
+  QVERIFY(processes);
+  processes->setValue(2);
+  QVERIFY(designer.fieldNote(QStringLiteral("run.dist_bucket_mb")).isEmpty());
+  processes->setValue(1);
+  designer.setFieldText(QStringLiteral("run.dist_bucket_mb"), QStringLiteral("25"));
 
   designer.setFieldText(QStringLiteral("train.steps"), QStringLiteral("7"));
   designer.setFieldText(QStringLiteral("train.warmup_steps"), QStringLiteral("2"));

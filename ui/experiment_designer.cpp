@@ -187,6 +187,7 @@ ExperimentDesigner::ExperimentDesigner(QWidget* parent) : QWidget(parent), d_(st
   });
   connect(d_->seeds, &QLineEdit::textChanged, this, [this] { validate(); });
   connect(d_->also, &QListWidget::itemChanged, this, [this] { validate(); });
+  connect(d_->processes, &QSpinBox::valueChanged, this, [this] { validate(); });  // the dist_* options' notes
 
   for (const QString& section : kSections) rebuildSection(section);
   validate();
@@ -466,7 +467,8 @@ void ExperimentDesigner::validate() {
           resolve_config(json::parse(overridesJson().toStdString()), {}, "designer");
       check_data_files(config);  // a missing corpus, shard folder or tokenizer is flagged at its field, not at launch
       d_->resolved = QString::fromStdString(config.doc.dump());
-      for (const auto& unread : unread_config_keys(config)) {  // valid, yet not what its author may mean
+      // Valid, yet not what its author may mean (the dist_* options are read when more than one process runs).
+      for (const auto& unread : unread_config_keys(config, d_->processes->value() > 1)) {
         const QString message = QString::fromStdString(unread);
         const auto it = d_->fields.find(message.section(QLatin1Char(':'), 0, 0));
         if (it == d_->fields.end()) continue;

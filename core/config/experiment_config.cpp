@@ -264,6 +264,7 @@ const OptionSchema& train_schema() {
   static const OptionSchema schema = [] {
     OptionSchema s = train_options();
     add_read_condition(s, "steps", {"epochs", {"0"}});  // the epochs set the steps
+    for (auto& spec : s) spec.cuda_only = spec.key == "tf32" || spec.key == "deterministic";
     for (const char* key : {"distill_weight", "distill_hidden", "distill_layers"})
       add_read_condition(s, key, {.key = "distill_from", .nonzero = true});
     return s;
@@ -271,8 +272,10 @@ const OptionSchema& train_schema() {
   return schema;
 }
 
-const OptionSchema& run_schema() {
-  static const OptionSchema schema = {
+namespace {
+
+OptionSchema run_options() {
+  return {
       string_opt("name", "", "run name (default: <arch>-<preset>)"),
       int_opt("seed", 1337, 0, 2147483647, "seed of initialisation, batches and dropout"),
       string_opt("device", "cpu", "compute device: cpu, cuda or cuda:N"),
@@ -289,6 +292,16 @@ const OptionSchema& run_schema() {
       bool_opt("dist_overlap", true,
                "data parallel: send each gradient bucket while the backward pass runs (false: after it)"),
   };
+}
+
+}  // namespace
+
+const OptionSchema& run_schema() {
+  static const OptionSchema schema = [] {
+    OptionSchema s = run_options();
+    for (auto& spec : s) spec.data_parallel_only = spec.key == "backend" || spec.key.rfind("dist_", 0) == 0;
+    return s;
+  }();
   return schema;
 }
 
@@ -318,26 +331,34 @@ void check_data_files(const ExperimentConfig& config) {
 namespace {
 
 /// unread_config_keys of a section: the options whose schema says when they are read, set away from their default
-/// where a condition fails.
+/// where a condition fails, or on the CPU or in one process where they are read on CUDA or by data parallel only.
 void unread_marked_keys(const std::string& name, const OptionSchema& schema, const nlohmann::json& section,
-                        std::vector<std::string>& messages) {
+                        const std::string& device, bool data_parallel, std::vector<std::string>& messages) {
   for (const auto& spec : schema) {
-    const auto* failed = failed_condition(spec, section);
-    if (!failed || section.at(spec.key) == spec.default_value) continue;
     const auto& value = section.at(spec.key);
-    messages.push_back(name + "." + spec.key + ": " + (value.is_string() ? value.get<std::string>() : value.dump()) +
-                       " is not read: " + condition_value_text(*failed, name, section) + " (it is read with " +
-                       condition_text(*failed, name) + ")");
+    if (value == spec.default_value) continue;
+    const auto head = name + "." + spec.key + ": " + (value.is_string() ? value.get<std::string>() : value.dump()) +
+                      " is not read: ";
+    if (const auto* failed = failed_condition(spec, section))
+      messages.push_back(head + condition_value_text(*failed, name, section) + " (it is read with " +
+                         condition_text(*failed, name) + ")");
+    else if (spec.cuda_only && device.rfind("cuda", 0) != 0)
+      messages.push_back(head + "run.device is '" + device + "' (it is read on a CUDA device)");
+    else if (spec.data_parallel_only && !data_parallel)
+      messages.push_back(head + "the run is one process (it is read by a data-parallel run: torchrun, srun or "
+                                "--nproc)");
   }
 }
 
 }  // namespace
 
-std::vector<std::string> unread_config_keys(const ExperimentConfig& config) {
+std::vector<std::string> unread_config_keys(const ExperimentConfig& config, bool data_parallel) {
   std::vector<std::string> messages;
-  unread_marked_keys("model", architecture(config.arch()).options, config.model(), messages);
-  unread_marked_keys("data", data_schema(), config.data(), messages);
-  unread_marked_keys("train", train_schema(), config.train(), messages);
+  const auto device = config.run().at("device").get<std::string>();
+  unread_marked_keys("model", architecture(config.arch()).options, config.model(), device, data_parallel, messages);
+  unread_marked_keys("data", data_schema(), config.data(), device, data_parallel, messages);
+  unread_marked_keys("train", train_schema(), config.train(), device, data_parallel, messages);
+  unread_marked_keys("run", run_schema(), config.run(), device, data_parallel, messages);
   return messages;
 }
 

@@ -52,8 +52,10 @@ void check_data_files(const ExperimentConfig& config);
 /// shards (the 360M presets keep their shard folder when `--set data.source=kjv` runs them on the embedded corpus), the
 /// split fractions outside kjv and file, the synthetic tasks' keys outside their sources, data.shard_vocab outside
 /// shards, data.tokenizer_model outside sentencepiece, the word tokenizers' keys outside theirs, the sentence-pair keys
-/// outside source 'pairs'. Warnings, not errors: such a config runs, not as its author may have meant.
-std::vector<std::string> unread_config_keys(const ExperimentConfig& config);
+/// outside source 'pairs'; train.tf32 and train.deterministic under run.device cpu (OptionSpec::cuda_only); run.backend
+/// and the dist_* options in a run of one process, unless `data_parallel` (OptionSpec::data_parallel_only). Warnings,
+/// not errors: such a config runs, not as its author may have meant.
+std::vector<std::string> unread_config_keys(const ExperimentConfig& config, bool data_parallel = false);
 
 /// Re-validates a stored resolved config (e.g. from a checkpoint or the run store).
 ExperimentConfig config_from_resolved(const nlohmann::json& doc, const std::string& origin);

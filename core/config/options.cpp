@@ -139,6 +139,8 @@ nlohmann::json schema_to_json(const OptionSchema& schema) {
     if (spec.inference) o["inference"] = true;
     if (spec.weight_layout) o["weight_layout"] = true;
     if (spec.same_result) o["same_result"] = true;
+    if (spec.cuda_only) o["cuda_only"] = true;
+    if (spec.data_parallel_only) o["data_parallel_only"] = true;
     for (const auto& c : spec.read_when)
       o["read_when"].push_back(c.nonzero ? nlohmann::json{{"key", c.key}, {"nonzero", true}}
                                          : nlohmann::json{{"key", c.key}, {"values", c.values}});

@@ -49,6 +49,12 @@ struct OptionSpec {
   /// An inference option whose values compute the same result other ways (a reference oracle, a sparse dispatch):
   /// the conformance suite checks that every value's eval forward equals the default's.
   bool same_result = false;
+  /// Read on a CUDA device only (train.tf32, train.deterministic): under run.device cpu a value set away from the
+  /// default is named as unread.
+  bool cuda_only = false;
+  /// Read by a data-parallel run only (run.backend, the dist_* options): in a run of one process a value set away
+  /// from the default is named as unread.
+  bool data_parallel_only = false;
 };
 
 using OptionSchema = std::vector<OptionSpec>;

@@ -276,7 +276,7 @@ class Session {
     if (observer_) observer_->on_started(run_id_, desc, total_steps_);
     log_->info("run {}: {}", run_id_, desc);
     if (writes())  // rank 0 of a data-parallel run: every rank has the same config
-      for (const auto& unread : unread_config_keys(config_)) log_->warn("run {}: {}", run_id_, unread);
+      for (const auto& unread : unread_config_keys(config_, dp_.has_value())) log_->warn("run {}: {}", run_id_, unread);
     try {
       if (dp_) join_ranks(outcome);
       loop(outcome);
