@@ -9,6 +9,7 @@
 #include <QComboBox>
 #include <QFile>
 #include <QListWidget>
+#include <QPushButton>
 #include <QSignalSpy>
 #include <QStandardPaths>
 #include <QTableView>
@@ -150,6 +151,21 @@ void TestGuiCompare::runsAppearAndFilter() {
   QCOMPARE(visibleItems(view->runList()), 2);
   view->filterEdit()->clear();
   QCOMPARE(visibleItems(view->runList()), 5);
+  // Comparisons as in the runs browser (RunQuery): a config key by value, the run's seed; "Check shown" checks the
+  // runs shown, "Uncheck all" every run.
+  view->filterEdit()->setText(QStringLiteral("lr>0.0015"));
+  QCOMPARE(visibleItems(view->runList()), 1);  // MoD's 0.002
+  view->filterEdit()->setText(QStringLiteral("arch=dense seed=2"));
+  QCOMPARE(visibleItems(view->runList()), 1);
+  view->filterEdit()->setText(QStringLiteral("arch=dense"));
+  auto* checkShown = view->findChild<QPushButton*>(QStringLiteral("compareCheckShown"));
+  auto* uncheckAll = view->findChild<QPushButton*>(QStringLiteral("compareUncheckAll"));
+  QVERIFY(checkShown && uncheckAll);
+  checkShown->click();
+  QCOMPARE(view->checkedRuns(), (QList<qint64>{denseA_, denseB_}));
+  view->filterEdit()->clear();
+  uncheckAll->click();
+  QVERIFY(view->checkedRuns().isEmpty());
 
   // A check survives a refresh of the list (the main window refreshes every 1.5 s).
   view->setRunChecked(dtr_, true);

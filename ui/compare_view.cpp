@@ -41,6 +41,7 @@
 #include "core/util/errors.h"
 #include "core/util/logging.h"
 #include "ui/figure_render.h"
+#include "ui/runs_query.h"
 #include "ui/store_service.h"
 
 namespace routelab {
@@ -148,8 +149,21 @@ void CompareView::buildUi() {
 QWidget* CompareView::buildRunList() {
   filter_ = new QLineEdit(this);
   filter_->setObjectName(QStringLiteral("compareFilter"));
-  filter_->setPlaceholderText(tr("Filter runs (name, architecture, id)"));
+  filter_->setPlaceholderText(tr("Filter runs: name, architecture… or lr<0.01"));
+  filter_->setToolTip(tr("As the runs browser's search: words in a run's id, name, architecture or status, and "
+                         "comparisons of config keys and run fields (mod capacity>=0.5 lr<0.01 best<2.4)"));
   filter_->setClearButtonEnabled(true);
+  auto* checkShown = new QPushButton(tr("Check shown"), this);
+  checkShown->setObjectName(QStringLiteral("compareCheckShown"));
+  checkShown->setToolTip(tr("Check every run the filter shows"));
+  auto* uncheckAll = new QPushButton(tr("Uncheck all"), this);
+  uncheckAll->setObjectName(QStringLiteral("compareUncheckAll"));
+  connect(checkShown, &QPushButton::clicked, this, [this] { checkShownRuns(true); });
+  connect(uncheckAll, &QPushButton::clicked, this, [this] { checkShownRuns(false); });
+  auto* checkRow = new QHBoxLayout;
+  checkRow->setContentsMargins(0, 0, 0, 0);
+  checkRow->addWidget(checkShown);
+  checkRow->addWidget(uncheckAll);
   runList_ = new QListWidget(this);
   runList_->setObjectName(QStringLiteral("compareRunList"));
   runList_->setToolTip(tr("Check the runs to compare"));
@@ -161,6 +175,7 @@ QWidget* CompareView::buildRunList() {
   auto* leftLayout = new QVBoxLayout(left);
   leftLayout->setContentsMargins(0, 0, 0, 0);
   leftLayout->addWidget(filter_);
+  leftLayout->addLayout(checkRow);
   leftLayout->addWidget(runList_, 1);
   leftLayout->addWidget(groupSeeds_);
   // Wide enough for "#id  name · arch" of a typical run (each item's tooltip has the rest).
@@ -459,11 +474,21 @@ void CompareView::setRuns(const QList<RunSummary>& runs) {
 }
 
 void CompareView::applyFilter() {
-  const QString needle = filter_->text().trimmed();
+  const RunQuery query(filter_->text());  // item i shows runs_[i]
   for (int i = 0; i < runList_->count(); ++i) {
     QListWidgetItem* item = runList_->item(i);
-    item->setHidden(!needle.isEmpty() && !item->text().contains(needle, Qt::CaseInsensitive));
+    item->setHidden(!query.empty() && (i >= runs_.size() || !query.matches(runs_[i], item->text())));
   }
+}
+
+void CompareView::checkShownRuns(bool check) {
+  fillingList_ = true;  // one change for the lot, not a request per item
+  for (int i = 0; i < runList_->count(); ++i) {
+    QListWidgetItem* item = runList_->item(i);
+    if (!check || !item->isHidden()) item->setCheckState(check ? Qt::Checked : Qt::Unchecked);
+  }
+  fillingList_ = false;
+  onItemChanged();
 }
 
 void CompareView::onItemChanged() {

@@ -86,6 +86,8 @@ class CompareView : public QWidget {
   QList<qint64> checkedRuns() const;
   /// Checks or unchecks one run (no-op when it is not listed).
   void setRunChecked(qint64 runId, bool checked);
+  /// Checks every run the filter shows ("Check shown"), or unchecks every run ("Uncheck all"): one request.
+  void checkShownRuns(bool check);
   /// Selects a figure by catalogue name; false when unknown.
   bool setFigureName(const QString& name);
   QString figureName() const;
