@@ -60,24 +60,39 @@ std::vector<std::string> swept_options(const std::vector<SweepRun>& runs) {
   return keys;
 }
 
-/// The panel of a numeric option: every run a point, each architecture's mean per value a line with a std band.
-FigurePanel number_panel(const std::string& key, const std::vector<SweepRun>& runs, Styler& styler,
-                         const std::string& metric) {
+/// The runs that set `key` (and have a value of the metric): by architecture, in the order the architectures first
+/// appear, then by the option's value as `read` gives it (a number, a text).
+template <typename Value, typename Read>
+std::pair<std::vector<std::string>, std::map<std::string, std::map<Value, std::vector<double>>>> by_architecture(
+    const std::string& key, const std::vector<SweepRun>& runs, Read read) {
+  std::pair<std::vector<std::string>, std::map<std::string, std::map<Value, std::vector<double>>>> out;
+  auto& [order, groups] = out;
+  for (const auto& run : runs) {
+    const auto it = run.options.find(key);
+    if (it == run.options.end() || !std::isfinite(run.value)) continue;
+    if (!groups.count(run.arch)) order.push_back(run.arch);
+    groups[run.arch][read(it->second)].push_back(run.value);
+  }
+  return out;
+}
+
+/// An option's panel, titled by its key, the metric up.
+FigurePanel option_panel(const std::string& key, const std::string& metric) {
   FigurePanel panel;
   panel.title = key;
   panel.x_label = key;
   panel.y_label = metric;
-  std::map<std::string, std::map<double, std::vector<double>>> by_arch;  // arch -> x -> values
-  std::vector<std::string> order;                                        // architectures as they first appear
+  return panel;
+}
+
+/// The panel of a numeric option: every run a point, each architecture's mean per value a line with a std band.
+FigurePanel number_panel(const std::string& key, const std::vector<SweepRun>& runs, Styler& styler,
+                         const std::string& metric) {
+  auto panel = option_panel(key, metric);
+  const auto [order, by_arch] = by_architecture<double>(key, runs, [](const json& v) { return v.get<double>(); });
   double lo = INFINITY, hi = -INFINITY;
-  for (const auto& run : runs) {
-    const auto it = run.options.find(key);
-    if (it == run.options.end() || !std::isfinite(run.value)) continue;
-    const double x = it->second.get<double>();
-    if (!by_arch.count(run.arch)) order.push_back(run.arch);
-    by_arch[run.arch][x].push_back(run.value);
-    lo = std::min(lo, x), hi = std::max(hi, x);
-  }
+  for (const auto& [arch, values] : by_arch)
+    lo = std::min(lo, values.begin()->first), hi = std::max(hi, values.rbegin()->first);
   panel.log_x = lo > 0 && hi / lo >= 10;  // a decade or more: a learning-rate grid
   for (const auto& arch : order) {
     FigureSeries points, means;
@@ -104,21 +119,11 @@ FigurePanel number_panel(const std::string& key, const std::vector<SweepRun>& ru
 /// The panel of any other option: a group of bars per value, a bar per architecture (its mean, std as error).
 FigurePanel choice_panel(const std::string& key, const std::vector<SweepRun>& runs, Styler& styler,
                          const std::string& metric) {
-  FigurePanel panel;
-  panel.title = key;
-  panel.x_label = key;
-  panel.y_label = metric;
+  auto panel = option_panel(key, metric);
+  const auto [order, by_arch] = by_architecture<std::string>(key, runs, config_value_text);
   std::set<std::string> categories;
-  std::map<std::string, std::map<std::string, std::vector<double>>> by_arch;  // arch -> value -> values
-  std::vector<std::string> order;
-  for (const auto& run : runs) {
-    const auto it = run.options.find(key);
-    if (it == run.options.end() || !std::isfinite(run.value)) continue;
-    const auto text = config_value_text(it->second);
-    if (!by_arch.count(run.arch)) order.push_back(run.arch);
-    by_arch[run.arch][text].push_back(run.value);
-    categories.insert(text);
-  }
+  for (const auto& [arch, values] : by_arch)
+    for (const auto& [category, unused] : values) categories.insert(category);
   panel.bars.categories.assign(categories.begin(), categories.end());
   for (const auto& arch : order) {
     FigureBars::Member member;
