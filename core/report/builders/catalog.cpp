@@ -78,7 +78,9 @@ const std::vector<FigureInfo>& figure_catalog() {
          "axis (logarithmic where its values are positive and span 10x or more), each run a point and each "
          "architecture's mean over its runs at a value a line, std over them a band; any other value (a choice, a "
          "truth value) as grouped bars, one bar per architecture (mean, std as error). A panel pools the runs over "
-         "the other options' values (a marginal view). One colour per architecture.",
+         "the other options' values (a marginal view); its title gives the share of the variance within "
+         "architectures the option's values explain (partial eta squared, over the architectures it varies in; "
+         "meta eta_squared). One colour per architecture.",
          2, build_sweep},
         {"routed-layers", "Routed tokens per layer",
          "Per layer, the percentage of tokens on the routed path in the inference-mode evaluation at `step` (0: the "

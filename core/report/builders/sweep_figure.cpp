@@ -2,7 +2,8 @@
 // learning-rate grid, MoD's capacities, DTRNet's routing), one panel per option: numbers on an x axis with each run a
 // point and each architecture's mean per value a line (std over its runs there a band), other values as grouped bars
 // of the mean per value and architecture. Each panel pools the runs over the other options' values (a marginal
-// view, as a parameter scatter): the points show the spread that pooling leaves. The run section (seed, name, device,
+// view, as a parameter scatter): the points show the spread that pooling leaves, and the title the share of the
+// variance within architectures the option's values explain (partial eta squared). The run section (seed, name, device,
 // threads) and the architecture are not options of the sweep: seeds are the repeats each mean is taken over, the
 // architecture the colour.
 #include <algorithm>
@@ -140,6 +141,29 @@ FigurePanel choice_panel(const std::string& key, const std::vector<SweepRun>& ru
   return panel;
 }
 
+/// The share of the metric's variance within architectures that the option's values explain (partial eta squared,
+/// the architecture held out): over the runs of the architectures that set it to more than one value, the squares of
+/// each (architecture, value) group's mean from its architecture's mean, weighted by the group's runs, over the
+/// squares of each run from its architecture's mean. NaN where those runs do not vary.
+double explained_share(const std::string& key, const std::vector<SweepRun>& runs) {
+  const auto [order, by_arch] = by_architecture<std::string>(key, runs, [](const json& v) { return v.dump(); });
+  double between = 0, total = 0;
+  for (const auto& [arch, groups] : by_arch) {
+    if (groups.size() < 2) continue;  // the option does not vary here: nothing of this variance is its
+    double sum = 0, n = 0;
+    for (const auto& [value, ys] : groups)
+      for (const double y : ys) sum += y, n += 1;
+    const double mean = sum / n;
+    for (const auto& [value, ys] : groups) {
+      double group = 0;
+      for (const double y : ys) group += y, total += (y - mean) * (y - mean);
+      group /= static_cast<double>(ys.size());
+      between += static_cast<double>(ys.size()) * (group - mean) * (group - mean);
+    }
+  }
+  return total > 0 ? between / total : kNaN;
+}
+
 }  // namespace
 
 Figure build_sweep(const RunStore& store, const FigureRequest& request) {
@@ -161,6 +185,7 @@ Figure build_sweep(const RunStore& store, const FigureRequest& request) {
   Figure f;
   f.columns = static_cast<int>(std::min<std::size_t>(3, keys.size()));
   Styler styler;  // one colour per architecture over every panel
+  json shares = json::object();
   for (const auto& key : keys) {
     bool numbers = true;
     for (const auto& run : runs) {
@@ -169,8 +194,12 @@ Figure build_sweep(const RunStore& store, const FigureRequest& request) {
     }
     f.panels.push_back(numbers ? number_panel(key, runs, styler, request.metric)
                                : choice_panel(key, runs, styler, request.metric));
+    const double share = explained_share(key, runs);
+    if (std::isfinite(share)) f.panels.back().title += " \u00b7 \u03b7\u00b2 " + number_text(share, 2);
+    shares[key] = std::isfinite(share) ? json(share) : json(nullptr);
   }
   f.meta["options"] = keys;
+  f.meta["eta_squared"] = shares;  // per option: the share of the within-architecture variance it explains
   f.meta["higher_is_better"] = higher_is_better(request.metric);
   json values = json::array();
   for (const auto& run : runs)
