@@ -337,8 +337,7 @@ void unread_marked_keys(const std::string& name, const OptionSchema& schema, con
   for (const auto& spec : schema) {
     const auto& value = section.at(spec.key);
     if (value == spec.default_value) continue;
-    const auto head = name + "." + spec.key + ": " + (value.is_string() ? value.get<std::string>() : value.dump()) +
-                      " is not read: ";
+    const auto head = name + "." + spec.key + ": " + option_value_text(value) + " is not read: ";
     if (const auto* failed = failed_condition(spec, section))
       messages.push_back(head + condition_value_text(*failed, name, section) + " (it is read with " +
                          condition_text(*failed, name) + ")");

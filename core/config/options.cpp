@@ -151,19 +151,19 @@ nlohmann::json schema_to_json(const OptionSchema& schema) {
 
 namespace {
 
-/// A value as a condition and its messages read it: a string as it is, anything else as JSON ("0", "0.5").
-std::string condition_operand(const nlohmann::json& value) {
-  return value.is_string() ? value.get<std::string>() : value.dump();
-}
-
 bool condition_holds(const OptionCondition& c, const nlohmann::json& section) {
   const auto it = section.find(c.key);
   if (it == section.end()) return false;
   if (c.nonzero) return it->is_number() && it->get<double>() != 0;
-  return std::find(c.values.begin(), c.values.end(), condition_operand(*it)) != c.values.end();
+  return std::find(c.values.begin(), c.values.end(), option_value_text(*it)) != c.values.end();
 }
 
 }  // namespace
+
+std::string option_value_text(const nlohmann::json& value) {
+  if (value.is_string()) return value.get<std::string>();
+  return value.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+}
 
 const OptionCondition* failed_condition(const OptionSpec& spec, const nlohmann::json& section) {
   for (const auto& c : spec.read_when)
@@ -176,7 +176,7 @@ std::string condition_value_text(const OptionCondition& condition, const std::st
   const auto it = section.find(condition.key);
   const auto value = it == section.end() ? std::string("unset")
                      : it->is_string()   ? "'" + it->get<std::string>() + "'"
-                                         : it->dump();
+                                         : option_value_text(*it);
   return name + "." + condition.key + " is " + value;
 }
 

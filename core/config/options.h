@@ -77,6 +77,10 @@ nlohmann::json schema_to_json(const OptionSchema& schema);
 
 const OptionSpec* find_option(const OptionSchema& schema, const std::string& key);
 
+/// The text a config value reads as in messages and conditions: a string as it is, anything else as compact JSON
+/// ("0", "0.5", "[1,2]").
+std::string option_value_text(const nlohmann::json& value);
+
 /// The first of `spec`'s read_when conditions that `section` (a resolved section) fails; nullptr where the option is
 /// read.
 const OptionCondition* failed_condition(const OptionSpec& spec, const nlohmann::json& section);

@@ -7,10 +7,6 @@
 namespace routelab {
 namespace {
 
-std::string value_text(const nlohmann::json& value) {
-  return value.is_string() ? value.get<std::string>() : value.dump();
-}
-
 /// Sets "section.key" in an overrides document.
 void assign(nlohmann::json& overrides, const std::string& path, const nlohmann::json& value) {
   const auto dot = path.find('.');
@@ -93,7 +89,7 @@ SweepPlan expand_sweep(const nlohmann::json& doc, const std::string& origin) {
     if (!suffix.empty()) suffix += ',';
     suffix += path.substr(path.find('.') + 1);
     suffix += '=';
-    suffix += value_text(value);
+    suffix += option_value_text(value);
   };
 
   auto resolve_point = [&](const nlohmann::json& overrides, const std::string& name, const std::string& from) {

@@ -2,6 +2,7 @@
 // evaluation rows, and the styled run groups.
 #include "core/report/builders/builder_detail.h"
 
+#include <cmath>
 #include <cstdio>
 #include <optional>
 
@@ -27,6 +28,13 @@ std::string number_text(double v, int precision) {
 bool higher_is_better(const std::string& metric) {
   return metric.find("accuracy") != std::string::npos || metric.find("f1") != std::string::npos ||
          metric.find("per_s") != std::string::npos || metric.find("saved") != std::string::npos;
+}
+
+double last_finite(const RunStore& store, std::int64_t run_id, const std::string& metric, std::int64_t step) {
+  const auto points = read_metric(store, run_id, metric);
+  for (auto it = points.rbegin(); it != points.rend(); ++it)
+    if ((step == 0 || it->step <= step) && std::isfinite(it->value)) return it->value;
+  return kNaN;
 }
 
 RunRecord run_record(const RunStore& store, std::int64_t id) {

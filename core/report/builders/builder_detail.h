@@ -48,6 +48,9 @@ json full_model(const RunStore& store, const RunRecord& run, const json& config)
 /// figure; `unknown` for an id the registry does not know (a run stored by another build).
 int arch_color(const std::string& arch, int unknown = 0);
 
+/// The last finite value of the run's `metric` at or before `step` (0: the last one); NaN where there is none.
+double last_finite(const RunStore& store, std::int64_t run_id, const std::string& metric, std::int64_t step = 0);
+
 /// One colour per architecture (its registry colour; unknown ids take the palette in order of appearance), one
 /// dash per variant within an architecture.
 struct Styler {

@@ -31,13 +31,6 @@ double run_cost(const RunStore& store, std::int64_t run_id) {
   return kNaN;
 }
 
-double last_finite(const RunStore& store, std::int64_t run_id, const std::string& metric) {
-  const auto points = read_metric(store, run_id, metric);
-  for (auto it = points.rbegin(); it != points.rend(); ++it)
-    if (std::isfinite(it->value)) return it->value;
-  return kNaN;
-}
-
 }  // namespace
 
 Figure build_pareto(const RunStore& store, const FigureRequest& request) {

@@ -29,14 +29,6 @@ struct SweepRun {
   std::map<std::string, json> options;  ///< dotted key -> leaf value
 };
 
-/// The last finite value of `metric` at or before `step` (0: the last one); NaN where there is none.
-double value_at(const RunStore& store, std::int64_t id, const std::string& metric, std::int64_t step) {
-  const auto points = read_metric(store, id, metric);
-  for (auto it = points.rbegin(); it != points.rend(); ++it)
-    if ((step == 0 || it->step <= step) && std::isfinite(it->value)) return it->value;
-  return kNaN;
-}
-
 /// Whether a dotted key is an option of the sweep: not the run section (seeds are repeats, not settings) and not the
 /// architecture (the colour).
 bool swept_key(const std::string& key) { return key.rfind("run.", 0) != 0 && key != "model.arch"; }
@@ -171,7 +163,7 @@ Figure build_sweep(const RunStore& store, const FigureRequest& request) {
   std::vector<SweepRun> runs;
   for (const auto id : request.run_ids) {
     const auto record = run_record(store, id);
-    SweepRun run{id, record.arch, value_at(store, id, request.metric, request.step), {}};
+    SweepRun run{id, record.arch, last_finite(store, id, request.metric, request.step), {}};
     for (auto& [key, value] : flatten_config(run_config(store, record), "run " + std::to_string(id) + "'s config"))
       run.options.emplace(key, std::move(value));
     runs.push_back(std::move(run));

@@ -5,6 +5,7 @@
 #include <map>
 #include <stdexcept>
 
+#include "core/config/options.h"
 #include "core/run/run_config.h"
 #include "core/store/run_store.h"
 #include "core/util/errors.h"
@@ -50,10 +51,7 @@ std::vector<std::pair<std::string, nlohmann::json>> flatten_config(const nlohman
   return out;
 }
 
-std::string config_value_text(const nlohmann::json& value) {
-  if (value.is_string()) return value.get<std::string>();
-  return value.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
-}
+std::string config_value_text(const nlohmann::json& value) { return option_value_text(value); }
 
 ConfigDiff config_diff(const std::vector<nlohmann::json>& configs, const std::vector<std::string>& labels) {
   if (configs.size() != labels.size())
