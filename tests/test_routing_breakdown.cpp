@@ -19,6 +19,7 @@
 #include "core/report/figure/figure.h"
 #include "core/report/tables/table.h"
 #include "core/store/run_store.h"
+#include "core/train/evaluation.h"
 #include "core/train/trainer.h"
 #include "core/util/errors.h"
 #include "core/util/interrupt.h"
@@ -605,6 +606,33 @@ class TestRoutingBreakdown : public QObject {
     QCOMPARE(kept(), std::string("1"));
     RawDb(db_).exec("DELETE FROM analyses");
     QCOMPARE(stored_routing_breakdown(db_, id, options).to_json().dump(), whole);
+  }
+
+  void interruptedEvaluationsRestoreTrainingMode() {
+    // A model a stopped breakdown or evaluation used goes back to the mode it had (a training loop's model, or a
+    // cached one, stays in training mode), and eval mode stays eval.
+    RuleRouted model(data_->tokenizer().vocab_size(), [](const torch::Tensor& t) { return t.gt(0); });
+    RoutingBreakdownOptions options;
+    options.groupings = {TokenGrouping::Position};
+    options.tokens = 256;
+    options.batch_size = 1;
+    const auto stopped = [&](const std::function<void()>& work) {
+      int asked = 0;
+      const InterruptScope scope([&] { return ++asked > 1; });
+      try {
+        work();
+      } catch (const Interrupted&) {
+        return true;
+      }
+      return false;
+    };
+    for (const bool training : {true, false}) {
+      model.train(training);
+      QVERIFY(stopped([&] { routing_breakdown(model, *data_, options); }));
+      QCOMPARE(model.is_training(), training);
+      QVERIFY(stopped([&] { evaluate_split(model, *data_, Split::Val, 4, 1, 0, torch::kCPU, false); }));
+      QCOMPARE(model.is_training(), training);
+    }
   }
 
   void badRequestsAreNamed() {

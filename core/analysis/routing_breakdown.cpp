@@ -487,13 +487,13 @@ RoutingBreakdown routing_breakdown(LanguageModel& model, const LmDataset& data, 
                                    const torch::Device& device, bool bf16, std::uint64_t seed) {
   if (options.tokens < 1) throw ConfigError("--tokens: analyse at least one token");
   torch::NoGradGuard no_grad;
-  const bool was_training = model.is_training();
-  model.eval();
   RoutingBreakdown out;
   out.arch = model.arch_id();
   out.split = to_string(options.split);
-  const auto sample = read_sample(model, data, options, device, bf16, seed, out.layers);
-  if (was_training) model.train();
+  const auto sample = [&] {
+    const EvalMode eval_mode(model);
+    return read_sample(model, data, options, device, bf16, seed, out.layers);
+  }();
   if (out.layers.empty()) {
     if (options.unrouted_is_empty) return out;
     throw ConfigError(unrouted_message(out.arch));

@@ -184,8 +184,7 @@ ClassEvalSums evaluate_classifier_sums(SequenceClassifier& model, const Classifi
                                        std::int64_t batch_size, const torch::Device& device, bool bf16,
                                        std::int64_t shard, std::int64_t shards) {
   torch::NoGradGuard no_grad;
-  const bool was_training = model.is_training();
-  model.eval();
+  const EvalMode eval_mode(model);
   ClassEvalSums sums;
   const auto n = sums.examples = data.size(split);
   for (std::int64_t begin = shard * batch_size; begin < n; begin += shards * batch_size) {
@@ -217,7 +216,6 @@ ClassEvalSums evaluate_classifier_sums(SequenceClassifier& model, const Classifi
     for (const auto& [key, value] : out.stats) sums.stats[key] += value * tokens;
     sums.tokens += tokens;
   }
-  if (was_training) model.train();
   return sums;
 }
 

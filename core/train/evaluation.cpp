@@ -152,8 +152,7 @@ EvalPass evaluate_split(LanguageModel& model, const LmDataset& data, Split split
                         std::int64_t batch_size, std::uint64_t seed, const torch::Device& device, bool bf16,
                         std::int64_t shard, std::int64_t shards) {
   torch::NoGradGuard no_grad;
-  const bool was_training = model.is_training();
-  model.eval();
+  const EvalMode eval_mode(model);
   EvalPass pass;
   double total = 0;
   for (std::int64_t i = shard; i < batches; i += std::max<std::int64_t>(1, shards)) {
@@ -169,7 +168,6 @@ EvalPass evaluate_split(LanguageModel& model, const LmDataset& data, Split split
   const double n = static_cast<double>(std::max<std::int64_t>(1, pass.batches));
   pass.loss = total / n;
   for (auto& [key, value] : pass.stats) value /= n;
-  if (was_training) model.train();
   return pass;
 }
 
@@ -177,8 +175,7 @@ std::optional<EvalPass> evaluate_strided(LanguageModel& model, const LmDataset& 
                                          std::int64_t max_windows, std::int64_t batch_size, const torch::Device& device,
                                          bool bf16, std::int64_t* windows_used) {
   torch::NoGradGuard no_grad;
-  const bool was_training = model.is_training();
-  model.eval();
+  const EvalMode eval_mode(model);
   EvalPass pass;
   double total = 0;
   std::int64_t used = 0;
@@ -194,7 +191,6 @@ std::optional<EvalPass> evaluate_strided(LanguageModel& model, const LmDataset& 
     for (const auto& [key, value] : out.stats) pass.stats[key] += value * static_cast<double>(rows);
     used += rows;
   }
-  if (was_training) model.train();
   if (windows_used) *windows_used = used;
   if (used == 0) return std::nullopt;
   pass.loss = total / static_cast<double>(used);

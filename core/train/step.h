@@ -44,6 +44,22 @@ class AutocastGuard {
   at::ScalarType previous_dtype_;
 };
 
+/// Puts a module in eval mode while alive and restores the mode it had, also when an evaluation stops early (an
+/// interruption or an error): a training loop or a cached model a stopped build used keeps training mode.
+class EvalMode {
+ public:
+  explicit EvalMode(torch::nn::Module& module) : module_(module), was_training_(module.is_training()) {
+    module_.eval();
+  }
+  ~EvalMode() { module_.train(was_training_); }
+  EvalMode(const EvalMode&) = delete;
+  EvalMode& operator=(const EvalMode&) = delete;
+
+ private:
+  torch::nn::Module& module_;
+  bool was_training_;
+};
+
 /// Disables autocast for the current thread (CPU or CUDA) while alive, restoring it after: a training step called
 /// where autocast is on (a benchmark's region) then runs its backward outside autocast, as training does (train_step
 /// turns it on for its forward only; a backward under autocast re-casts the inputs of fp32 ops such as the routers'

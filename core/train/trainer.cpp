@@ -604,9 +604,8 @@ class Session {
                                         setup_.class_data->label_names());
     {
       torch::NoGradGuard no_grad;
-      setup_.classifier->eval();  // the probe shows inference-mode routing, as the evaluation
+      const EvalMode eval_mode(*setup_.classifier);  // the probe shows inference-mode routing, as the evaluation
       writer_->add_probe({step, classification_probe_json(*setup_.classifier, *setup_.class_data, device())});
-      setup_.classifier->train();
     }
     log_->info("run {}: step {} (epoch {:.2f}) val loss {:.4f} accuracy {:.4f} macro-F1 {:.4f}", run_id_, step,
                static_cast<double>(step) / setup_.schedule->steps_per_epoch(), e.val_loss, *e.val_accuracy,
@@ -632,9 +631,8 @@ class Session {
     const auto e = record_lm_eval(writer_, step, pass, setup_.dataset->chars_per_token(Split::Val));
     {
       torch::NoGradGuard no_grad;
-      setup_.model->eval();  // the probe shows inference-mode routing, as the evaluation
+      const EvalMode eval_mode(*setup_.model);  // the probe shows inference-mode routing, as the evaluation
       writer_->add_probe({step, probe_json()});
-      setup_.model->train();
     }
     log_->info("run {}: step {} val loss {:.4f} ppl {:.2f} bpc {:.3f}", run_id_, step, e.val_loss, e.val_ppl, e.val_bpc);
     return e;
