@@ -265,6 +265,16 @@ void TestGuiRuns::searchComparesRunValues() {
   QVERIFY(match("dense lr>0.001", dense, QStringLiteral("dense")) &&
           !match("mod lr>0.001", dense, QStringLiteral("dense")));
   QCOMPARE(routelab::RunQuery(QStringLiteral("  a   lr<1 ")).text(), QStringLiteral("a lr<1"));
+  // or (looser than side by side), negation, parentheses; an operator with no operand, a missing or a stray ")".
+  QVERIFY(match("arch=mod or arch=dense", dense) && match("arch=mod OR arch=dense", mod));
+  QVERIFY(!match("arch=mod | capacity>=0.5", dense));
+  QVERIFY(match("arch=mod lr=0.1 or best<2.4", dense) && !match("arch=mod (lr=0.1 or best<2.4)", mod));
+  QVERIFY(match("arch=dense (lr<0.001 or best<2.4)", dense) && !match("arch=dense (lr<0.001 or best<2.2)", dense));
+  QVERIFY(match("-tf32=true", dense) && !match("-tf32=true", mod) && match("not arch=mod", dense));
+  QVERIFY(!match("not (arch=mod or arch=dense)", mod) && match("-x", dense, QStringLiteral("y")));
+  QVERIFY(match("(arch=dense", dense) && match("arch=dense)", dense) && !match("arch=dense) arch=mod", dense));
+  QVERIFY(match("or", mod) && match("arch=mod or", mod) && !match("arch=mod or", dense) &&
+          match("not", dense, QStringLiteral("not")));
 }
 
 void TestGuiRuns::tabLeavesTheRunsTable() {

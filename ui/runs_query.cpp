@@ -9,24 +9,96 @@
 
 namespace routelab {
 
-RunQuery::RunQuery(const QString& text) {
-  static const QRegularExpression comparison(QStringLiteral("^([A-Za-z_][A-Za-z0-9_.]*)(<=|>=|!=|<|>|=)(.+)$"));
-  for (const QString& word : text.simplified().split(QLatin1Char(' '), Qt::SkipEmptyParts)) {
-    Term term{word, {}, {}, {}};
-    if (const auto m = comparison.match(word); m.hasMatch()) {
-      term.key = m.captured(1);
-      term.op = m.captured(2);
-      term.value = m.captured(3);
+/// A recursive-descent parser of the search words into RunQuery's nodes: or-terms of and-terms of unary terms.
+class RunQuery::Parser {
+ public:
+  Parser(const QString& text, QVector<Node>& nodes) : nodes_(nodes) {
+    for (QString word : text.split(QLatin1Char(' '), Qt::SkipEmptyParts)) {
+      int closing = 0;
+      while (word.startsWith(QLatin1Char('('))) tokens_ << QStringLiteral("("), word.remove(0, 1);
+      while (word.endsWith(QLatin1Char(')'))) ++closing, word.chop(1);
+      if (!word.isEmpty()) tokens_ << word;
+      for (int i = 0; i < closing; ++i) tokens_ << QStringLiteral(")");
     }
-    terms_.push_back(term);
   }
-}
 
-QString RunQuery::text() const {
-  QStringList words;
-  for (const Term& t : terms_) words << t.word;
-  return words.join(QLatin1Char(' '));
-}
+  /// The whole query; a stray ")" ends an or-term and the rest joins it as another side-by-side term.
+  int parse() {
+    int root = either();
+    while (pos_ < tokens_.size()) {
+      ++pos_;  // the stray ")"
+      root = join(Node::All, root, either());
+    }
+    return root;
+  }
+
+ private:
+  static bool isOr(const QString& t) {
+    return t == QLatin1String("or") || t == QLatin1String("OR") || t == QLatin1String("|");
+  }
+  bool atEnd() const { return pos_ >= tokens_.size(); }
+  const QString& peek() const { return tokens_[pos_]; }
+
+  int add(Node node) {
+    nodes_.push_back(std::move(node));
+    return static_cast<int>(nodes_.size()) - 1;
+  }
+  /// `a` and `b` under one All or Any node; either alone where the other is absent (-1).
+  int join(Node::Kind kind, int a, int b) {
+    if (a < 0 || b < 0) return a < 0 ? b : a;
+    return add({kind, {}, {a, b}});
+  }
+
+  int either() {
+    int left = all();
+    while (!atEnd() && isOr(peek())) {
+      ++pos_;
+      left = join(Node::Any, left, all());
+    }
+    return left;
+  }
+
+  int all() {
+    int out = -1;
+    while (!atEnd() && peek() != QLatin1String(")") && !isOr(peek())) out = join(Node::All, out, unary());
+    return out;
+  }
+
+  int unary() {
+    const QString token = tokens_[pos_++];
+    if (token == QLatin1String("(")) {
+      const int inner = either();
+      if (!atEnd()) ++pos_;  // its ")"; a missing one is taken at the end
+      return inner;
+    }
+    const bool operand = !atEnd() && peek() != QLatin1String(")") && !isOr(peek());
+    if ((token == QLatin1String("not") || token == QLatin1String("NOT")) && operand) return negate(unary());
+    if (token.size() > 1 && token.startsWith(QLatin1Char('-'))) return negate(word(token.mid(1)));
+    return word(token);
+  }
+
+  int negate(int node) { return node < 0 ? node : add({Node::Not, {}, {node}}); }
+
+  int word(const QString& text) {
+    static const QRegularExpression comparison(QStringLiteral("^([A-Za-z_][A-Za-z0-9_.]*)(<=|>=|!=|<|>|=)(.+)$"));
+    Node node;
+    node.term.word = text;
+    if (const auto m = comparison.match(text); m.hasMatch()) {
+      node.term.key = m.captured(1);
+      node.term.op = m.captured(2);
+      node.term.value = m.captured(3);
+    }
+    return add(std::move(node));
+  }
+
+  QVector<Node>& nodes_;
+  QStringList tokens_;
+  qsizetype pos_ = 0;
+};
+
+RunQuery::RunQuery(const QString& text) : text_(text.simplified()) { root_ = Parser(text_, nodes_).parse(); }
+
+QString RunQuery::text() const { return text_; }
 
 namespace {
 
@@ -84,16 +156,30 @@ bool RunQuery::meets(const QVariant& have, const Term& term) {
   return false;  // an order of text: nothing
 }
 
-bool RunQuery::matches(const RunSummary& run, const QString& searchText) const {
-  for (const Term& term : terms_) {
-    const auto have = term.key.isEmpty() ? QVector<QVariant>{} : values(run, term.key);
-    if (have.isEmpty()) {  // a plain word, or a key naming nothing of this run's
-      if (!searchText.contains(term.word, Qt::CaseInsensitive)) return false;
-      continue;
-    }
-    if (std::none_of(have.cbegin(), have.cend(), [&](const QVariant& v) { return meets(v, term); })) return false;
+bool RunQuery::termHolds(const Term& term, const RunSummary& run, const QString& searchText) {
+  const auto have = term.key.isEmpty() ? QVector<QVariant>{} : values(run, term.key);
+  if (have.isEmpty()) return searchText.contains(term.word, Qt::CaseInsensitive);  // a word, or a key naming nothing
+  return std::any_of(have.cbegin(), have.cend(), [&](const QVariant& v) { return meets(v, term); });
+}
+
+bool RunQuery::holds(int node, const RunSummary& run, const QString& searchText) const {
+  const Node& n = nodes_[node];
+  const auto child = [&](int c) { return holds(c, run, searchText); };
+  switch (n.kind) {
+    case Node::Word:
+      return termHolds(n.term, run, searchText);
+    case Node::All:
+      return std::all_of(n.children.cbegin(), n.children.cend(), child);
+    case Node::Any:
+      return std::any_of(n.children.cbegin(), n.children.cend(), child);
+    case Node::Not:
+      return !child(n.children.front());
   }
-  return true;
+  return false;
+}
+
+bool RunQuery::matches(const RunSummary& run, const QString& searchText) const {
+  return root_ < 0 || holds(root_, run, searchText);
 }
 
 }  // namespace routelab
