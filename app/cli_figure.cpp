@@ -34,6 +34,7 @@ struct FigureArgs {
   std::vector<double> budgets;
   std::int64_t step = 0;
   std::vector<std::int64_t> lengths;
+  std::vector<std::string> options;
   double width_cm = 8.5, height_cm = 6.0, font_pt = 8.0, dpi = 0;
   double width_in = 0, height_in = 0;  ///< when given, replace the sizes in cm
 };
@@ -101,6 +102,7 @@ int run_figure(const FigureArgs& a) {
   request.budgets = a.budgets;
   request.step = a.step;
   request.lengths = a.lengths;
+  request.options = a.options;
   request.width_cm = a.width_cm;
   request.height_cm = a.height_cm;
   request.font_pt = a.font_pt;
@@ -181,6 +183,9 @@ void add_figure_commands(CLI::App& app, CLI::App& /*bench*/, CommandAction& acti
   fig->add_option("--step", a->step,
                   "evaluation / probe step of routing figures, the step of the sweep's values (default: the last)");
   fig->add_option("--lengths", a->lengths, "cost-length: sequence lengths")->delimiter(',');
+  fig->add_option("--options", a->options,
+                  "sweep-grid: its two options, rows then columns (e.g. train.lr,model.capacity)")
+      ->delimiter(',');
   auto* width_cm = fig->add_option("--width-cm", a->width_cm, "figure width in cm")->default_val(8.5);
   auto* height_cm = fig->add_option("--height-cm", a->height_cm, "figure height in cm")->default_val(6.0);
   fig->add_option("--width-in", a->width_in, "figure width in inches (instead of --width-cm)")

@@ -417,6 +417,22 @@ class TestFigureExport : public QObject {
     const QString lines = dir_.filePath(QStringLiteral("lines_only.pdf"));
     QVERIFY(routelab::exportFigure(figureOf({linesPanel(false)}, 0, 8.5, 6.0), lines).isEmpty());
     QCOMPARE(pdfImages(lines).size(), 0);
+    // Cell texts (a sweep grid's means) are text inside their cells where each fits, and none where one does not.
+    FigurePanel grid;
+    auto& cells = grid.heatmap;
+    cells.rows = 2, cells.cols = 3, cells.lo = 2.4, cells.hi = 3.1;
+    cells.values = {2.9, 2.5, 3.1, 2.4, kNaN, 2.7};
+    cells.row_labels = {"0.25", "0.5"}, cells.col_labels = {"1e-3", "3e-3", "1e-2"};
+    cells.cell_text = {"2.9", "2.5", "3.1", "[2.4]", "", "2.7"};
+    const auto words = [&](const FigurePanel& panel, double width_cm) {
+      const QString path = dir_.filePath(QStringLiteral("grid.pdf"));
+      QStringList out;
+      if (routelab::exportFigure(figureOf({panel}, 0, width_cm, 4.0), path).isEmpty())
+        for (const auto& w : pdfWords(path)) out << w.first;
+      return out;
+    };
+    for (const char* text : {"2.9", "[2.4]", "3.1", "2.7"}) QVERIFY2(words(grid, 8.5).contains(text), text);
+    QVERIFY(!words(grid, 2.0).contains(QStringLiteral("[2.4]")));  // cells narrower than the text
   }
 
   void svgHasPhysicalSize() {

@@ -1,11 +1,18 @@
 // Sweep files: the grid's Cartesian product, baselines sharing the budget and seeds, names and tags, and clear
-// errors naming the file, the point and the key.
+// errors naming the file, the point and the key; the sweep-grid figure reading two swept options together.
 #include <QDir>
+#include <QTemporaryDir>
 #include <QTest>
+#include <cmath>
 
 #include "core/config/sweep.h"
+#include "core/models/registry.h"
+#include "core/report/builders/catalog.h"
+#include "core/report/figure/figure.h"
 #include "core/report/tables/run_tables.h"
+#include "core/store/run_store.h"
 #include "core/util/errors.h"
+#include "tests/store_test_support.h"
 #include "tests/suite.h"
 
 namespace test_sweep {
@@ -116,6 +123,80 @@ class TestSweep : public QObject {
       QVERIFY(plan.points.size() >= 3);
       QVERIFY(!sweep_table(plan).columns.empty());  // the table each names exists
     }
+  }
+
+  void sweepGridShowsEachCellsMeanAndTheInteraction() {
+    // MoD over capacity x lr, two seeds a cell, whose best lr moves with the capacity (an interaction), and dense
+    // at both lrs (no capacity: no panel). Cell means 3.1 (seeds 3.0 and 3.2), 2.5, 2.9, 2.9; grand mean 2.85; the
+    // squares: total 0.4, cells 0.38, lr 0.18, capacity 0.02, so the interaction explains (0.38 - 0.2) / 0.4.
+    QTemporaryDir dir;
+    RunStore store(dir.filePath("runs.sqlite").toStdString());
+    const auto add = [&](const std::string& arch, double lr, double capacity, int seed, double loss) {
+      json model = {{"arch", arch}, {"n_layer", 2}};
+      if (capacity > 0) model["capacity"] = capacity;
+      auto r = test::sample_run(arch + std::to_string(seed));
+      r.arch = arch;
+      r.config_json = json{{"model", model}, {"train", {{"lr", lr}}}, {"run", {{"seed", seed}}}}.dump();
+      const auto id = store.create_run(r);
+      store.insert_metrics(id, {{"val/loss", 200, 1.0, loss}});
+      return id;
+    };
+    std::vector<std::int64_t> runs;
+    for (const int seed : {1, 2}) {
+      runs.push_back(add("mod", 1e-3, 0.25, seed, seed == 1 ? 3.0 : 3.2));
+      runs.push_back(add("mod", 1e-2, 0.25, seed, 2.5));
+      runs.push_back(add("mod", 1e-3, 0.5, seed, 2.9));
+      runs.push_back(add("mod", 1e-2, 0.5, seed, 2.9));
+    }
+    const std::vector<std::int64_t> dense = {add("dense", 1e-3, 0, 1, 2.8), add("dense", 1e-2, 0, 1, 2.4)};
+    FigureRequest request;
+    request.name = "sweep-grid";
+    request.run_ids = runs;
+    request.run_ids.insert(request.run_ids.end(), dense.begin(), dense.end());
+    auto f = build_figure(store, request);
+    QCOMPARE(f.meta.at("options"), json({"model.capacity", "train.lr"}));  // the two that explain most, key order
+    QCOMPARE(f.panels.size(), std::size_t{1});
+    const auto near = [](double a, double b) { return std::abs(a - b) < 1e-9; };
+    QVERIFY(near(f.meta.at("interaction_eta_squared").at("mod").get<double>(), 0.45));
+    QCOMPARE(f.panels[0].title, architecture("mod").display_name + " \u00b7 interaction \u03b7\u00b2 0.45");
+    auto h = f.panels[0].heatmap;
+    QCOMPARE(h.row_labels, (std::vector<std::string>{"0.25", "0.5"}));
+    QCOMPARE(h.col_labels, (std::vector<std::string>{"0.001", "0.01"}));
+    QCOMPARE(f.panels[0].y_label, std::string("model.capacity"));
+    QVERIFY(near(h.values[0], 3.1) && near(h.values[1], 2.5) && near(h.values[2], 2.9) && near(h.values[3], 2.9));
+    QCOMPARE(h.cell_text, (std::vector<std::string>{"3.1", "[2.5]", "2.9", "2.9"}));  // the best in brackets
+    QVERIFY(near(h.lo, 2.5) && near(h.hi, 3.1));
+    QCOMPARE(f.meta.at("cells").size(), std::size_t{4});
+    QVERIFY(to_json(figure_from_json(to_json(f), "sidecar")) == to_json(f));
+    // Options as asked: lr the rows. Without a seed in one cell the grid is unbalanced: no interaction share.
+    request.options = {"train.lr", "model.capacity"};
+    request.run_ids.erase(request.run_ids.begin());
+    f = build_figure(store, request);
+    h = f.panels[0].heatmap;
+    QCOMPARE(h.row_labels, (std::vector<std::string>{"0.001", "0.01"}));
+    QVERIFY(near(h.values[0], 3.2) && near(h.values[1], 2.9) && near(h.values[2], 2.5));
+    QVERIFY(f.meta.at("interaction_eta_squared").at("mod").is_null());
+    QCOMPARE(f.panels[0].title, architecture("mod").display_name);
+    const auto refusal = [&](std::vector<std::string> options, std::vector<std::int64_t> ids) {
+      request.options = std::move(options);
+      request.run_ids = std::move(ids);
+      try {
+        build_figure(store, request);
+      } catch (const ConfigError& e) {
+        return std::string(e.what());
+      }
+      return std::string("no error");
+    };
+    auto m = refusal({"train.lr"}, runs);
+    QVERIFY2(m.find("give two options") != std::string::npos, m.c_str());
+    m = refusal({"train.lr", "model.n_layer"}, runs);
+    QVERIFY2(
+        m.find("'model.n_layer' is not an option the runs set to more than one value (model.capacity, train.lr)") !=
+            std::string::npos,
+        m.c_str());
+    m = refusal({}, dense);
+    QVERIFY2(m.find("sweep-grid: the runs sweep one option (train.lr): a grid needs two") != std::string::npos,
+             m.c_str());
   }
 };
 

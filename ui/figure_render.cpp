@@ -509,7 +509,34 @@ class PanelRenderer {
     } else {
       y_->setTicker(integerTicker());
     }
+    cellTexts(gradient, range);
     return scale;
+  }
+
+  /// Writes each cell's text inside it, dark on light cells and white on dark ones, where every text fits its cell
+  /// (else none: a grid of some numbers reads as a pattern that is not there).
+  void cellTexts(QCPColorGradient gradient, const QCPRange& range) {
+    const FigureHeatmap& h = panel_.heatmap;
+    if (h.cell_text.size() != h.rows * h.cols) return;
+    const double cellW = geometry_.widthPt / static_cast<double>(h.cols);
+    const double cellH = geometry_.heightPt / static_cast<double>(h.rows);
+    if (labelWidthPt(h.cell_text, fontPt_, /*whole=*/true) > cellW || 1.3 * fontPt_ > cellH) return;
+    for (std::size_t r = 0; r < h.rows; ++r)
+      for (std::size_t c = 0; c < h.cols; ++c) {
+        const auto& text = h.cell_text[r * h.cols + c];
+        if (text.empty()) continue;
+        const double v = h.colour_value(r, c);
+        const QColor fill = std::isfinite(v) ? QColor(gradient.color(v, range)) : QColor(Qt::white);
+        const double luminance = 0.299 * fill.red() + 0.587 * fill.green() + 0.114 * fill.blue();
+        auto* item = new QCPItemText(plot_);
+        item->setClipAxisRect(rect_);
+        item->position->setAxes(x_, y_);
+        item->position->setCoords(static_cast<double>(c), static_cast<double>(r));
+        item->setPositionAlignment(Qt::AlignCenter);
+        item->setFont(font_);
+        item->setColor(luminance < 140 ? Qt::white : Qt::black);
+        item->setText(qs(text));
+      }
   }
 
   static QSharedPointer<QCPAxisTicker> integerTicker() {

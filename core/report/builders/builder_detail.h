@@ -98,6 +98,7 @@ Figure build_curves(const RunStore& store, const FigureRequest& request);
 Figure build_matched(const RunStore& store, const FigureRequest& request);
 Figure build_pareto(const RunStore& store, const FigureRequest& request);
 Figure build_sweep(const RunStore& store, const FigureRequest& request);
+Figure build_sweep_grid(const RunStore& store, const FigureRequest& request);
 Figure build_cost_length(const RunStore& store, const FigureRequest& request);
 Figure build_routed_layers(const RunStore& store, const FigureRequest& request);
 Figure build_token_maps(const RunStore& store, const FigureRequest& request);

@@ -82,6 +82,15 @@ const std::vector<FigureInfo>& figure_catalog() {
          "architectures the option's values explain (partial eta squared, over the architectures it varies in; "
          "meta eta_squared). One colour per architecture.",
          2, build_sweep},
+        {"sweep-grid", "Quality over two swept options",
+         "`metric`'s value at `step` (0: the last one) over the grid of two swept options, `options` (rows, then "
+         "columns; default: the two whose values explain the most variance within architectures), a heat map per "
+         "architecture that sets both, each cell the mean over its runs written inside (the architecture's best "
+         "cell in brackets) on one colour scale for every panel. Other swept options are pooled (meta pooled_over). "
+         "A panel's title gives the share of the architecture's variance the two options' interaction explains "
+         "(what the sweep figure's marginal panels cannot show; a complete grid with as many runs in each cell, "
+         "meta interaction_eta_squared); meta cells lists each cell's mean, std and runs.",
+         2, build_sweep_grid},
         {"routed-layers", "Routed tokens per layer",
          "Per layer, the percentage of tokens on the routed path in the inference-mode evaluation at `step` (0: the "
          "last one), grouped bars with std over seeds as error bars; layers that do not route are hatched full bars "
@@ -215,12 +224,12 @@ Figure build_figure(const RunStore& store, const FigureRequest& request) {
   figure.font_pt = request.font_pt;
   if (!figure.meta.is_object()) figure.meta = json::object();
   figure.meta["run_ids"] = request.run_ids;
-  figure.meta["request"] = {{"name", request.name},         {"run_ids", request.run_ids},
-                            {"metric", request.metric},     {"x_axis", request.x_axis},
-                            {"smoothing", request.smoothing}, {"by_seed", request.by_seed},
-                            {"budgets", request.budgets},   {"step", request.step},
-                            {"lengths", request.lengths},   {"width_cm", request.width_cm},
-                            {"height_cm", request.height_cm}, {"font_pt", request.font_pt}};
+  figure.meta["request"] = {
+      {"name", request.name},       {"run_ids", request.run_ids},     {"metric", request.metric},
+      {"x_axis", request.x_axis},   {"smoothing", request.smoothing}, {"by_seed", request.by_seed},
+      {"budgets", request.budgets}, {"step", request.step},           {"lengths", request.lengths},
+      {"options", request.options}, {"width_cm", request.width_cm},   {"height_cm", request.height_cm},
+      {"font_pt", request.font_pt}};
   figure.meta["routelab_version"] = ROUTELAB_VERSION;
   figure.meta["store"] = store.path();
   return figure;

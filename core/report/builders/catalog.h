@@ -31,6 +31,7 @@ struct FigureRequest {
   std::vector<double> budgets;             ///< x values of "loss at matched budgets" (same unit as x_axis)
   std::int64_t step = 0;                   ///< evaluation / probe step for routing figures; 0 = the last one
   std::vector<std::int64_t> lengths;       ///< sequence lengths of cost-versus-length figures; empty = default set
+  std::vector<std::string> options;  ///< sweep-grid: its two options (rows, columns); empty = the two that explain most
   double width_cm = 8.5, height_cm = 6.0, font_pt = 8.0;  ///< physical size written into the figure
 };
 

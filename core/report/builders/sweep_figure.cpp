@@ -5,7 +5,9 @@
 // view, as a parameter scatter): the points show the spread that pooling leaves, and the title the share of the
 // variance within architectures the option's values explain (partial eta squared). The run section (seed, name, device,
 // threads) and the architecture are not options of the sweep: seeds are the repeats each mean is taken over, the
-// architecture the colour.
+// architecture the colour. The "sweep-grid" figure reads two options together: per architecture a heat map of their
+// values' grid, each cell the mean over its runs written inside, and the share of the variance their interaction
+// explains (what the marginal panels cannot show: a best learning rate that moves with the capacity).
 #include <algorithm>
 #include <cmath>
 #include <map>
@@ -156,10 +158,9 @@ double explained_share(const std::string& key, const std::vector<SweepRun>& runs
   return total > 0 ? between / total : kNaN;
 }
 
-}  // namespace
-
-Figure build_sweep(const RunStore& store, const FigureRequest& request) {
-  require_metric_somewhere(store, request, "sweep");
+/// The request's runs: each one's metric at the request's step and its flattened config.
+std::vector<SweepRun> read_sweep_runs(const RunStore& store, const FigureRequest& request, const std::string& figure) {
+  require_metric_somewhere(store, request, figure);
   std::vector<SweepRun> runs;
   for (const auto id : request.run_ids) {
     const auto record = run_record(store, id);
@@ -168,12 +169,183 @@ Figure build_sweep(const RunStore& store, const FigureRequest& request) {
       run.options.emplace(key, std::move(value));
     runs.push_back(std::move(run));
   }
-  const auto keys = swept_options(runs);
+  return runs;
+}
+
+/// swept_options(runs), at least `least` of them, else a ConfigError naming the figure.
+std::vector<std::string> require_swept(const std::vector<SweepRun>& runs, std::size_t least, const std::string& figure,
+                                       const std::string& metric) {
+  auto keys = swept_options(runs);
   if (keys.empty())
-    throw ConfigError(
-        "sweep: the runs' configs differ in no option but the run section (seed, name) and the "
-        "architecture: nothing to plot '" +
-        request.metric + "' against");
+    throw ConfigError(figure +
+                      ": the runs' configs differ in no option but the run section (seed, name) and the "
+                      "architecture: nothing to plot '" +
+                      metric + "' against");
+  if (keys.size() < least)
+    throw ConfigError(figure + ": the runs sweep one option (" + keys.front() +
+                      "): a grid needs two (the sweep figure draws one)");
+  return keys;
+}
+
+/// A swept option's values over the runs, in order: numbers by value, any other value by its text.
+std::vector<json> option_values(const std::string& key, const std::vector<SweepRun>& runs) {
+  std::vector<json> values;
+  for (const auto& run : runs)
+    if (const auto it = run.options.find(key); it != run.options.end()) values.push_back(it->second);
+  std::sort(values.begin(), values.end(), [](const json& a, const json& b) {
+    if (a.is_number() && b.is_number()) return a.get<double>() < b.get<double>();
+    if (a.is_number() != b.is_number()) return a.is_number();
+    return option_value_text(a) < option_value_text(b);
+  });
+  values.erase(std::unique(values.begin(), values.end()), values.end());
+  return values;
+}
+
+/// The two options of a grid: the request's (rows, then columns), else the two whose values explain the most
+/// variance within architectures (ties and unknown shares in key order), in key order.
+std::pair<std::string, std::string> grid_options(const std::vector<std::string>& keys,
+                                                 const std::vector<SweepRun>& runs, const FigureRequest& request) {
+  if (!request.options.empty()) {
+    if (request.options.size() != 2 || request.options[0] == request.options[1])
+      throw ConfigError("sweep-grid: options: give two options (rows, columns), not " +
+                        std::to_string(request.options.size()));
+    for (const auto& key : request.options)
+      if (std::find(keys.begin(), keys.end(), key) == keys.end()) {
+        std::string swept;
+        for (const auto& k : keys) swept += (swept.empty() ? "" : ", ") + k;
+        throw ConfigError("sweep-grid: options: '" + key + "' is not an option the runs set to more than one value (" +
+                          swept + ")");
+      }
+    return {request.options[0], request.options[1]};
+  }
+  std::vector<std::pair<double, std::string>> ranked;
+  for (const auto& key : keys) {
+    const double share = explained_share(key, runs);
+    ranked.emplace_back(std::isfinite(share) ? -share : INFINITY, key);
+  }
+  std::stable_sort(ranked.begin(), ranked.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+  auto pair = std::minmax(ranked[0].second, ranked[1].second);
+  return {pair.first, pair.second};
+}
+
+/// One architecture's cells of a grid: the metric of each run setting both options, by (row, column) value index.
+using GridCells = std::map<std::pair<std::size_t, std::size_t>, std::vector<double>>;
+
+/// The share of an architecture's variance its grid's interaction explains: the squares of the cell means from the
+/// grand mean less the rows' and columns' (main effects), over the squares of each run from the grand mean. Exact
+/// for a complete grid with as many runs in every cell; NaN for any other grid (the decomposition does not hold).
+double interaction_share(const GridCells& cells, std::size_t rows, std::size_t cols) {
+  if (cells.size() != rows * cols || rows < 2 || cols < 2) return kNaN;
+  const auto n = cells.begin()->second.size();
+  double sum = 0, count = 0;
+  for (const auto& [at, ys] : cells) {
+    if (ys.size() != n) return kNaN;
+    for (const double y : ys) sum += y, count += 1;
+  }
+  const double mean = sum / count;
+  std::vector<double> row_sum(rows), col_sum(cols);
+  double cells_ss = 0, total_ss = 0;
+  for (const auto& [at, ys] : cells) {
+    double s = 0;
+    for (const double y : ys) s += y, total_ss += (y - mean) * (y - mean);
+    row_sum[at.first] += s, col_sum[at.second] += s;
+    cells_ss += static_cast<double>(n) * (s / static_cast<double>(n) - mean) * (s / static_cast<double>(n) - mean);
+  }
+  double main_ss = 0;
+  for (const double s : row_sum) {
+    const double m = s / static_cast<double>(n * cols);
+    main_ss += static_cast<double>(n * cols) * (m - mean) * (m - mean);
+  }
+  for (const double s : col_sum) {
+    const double m = s / static_cast<double>(n * rows);
+    main_ss += static_cast<double>(n * rows) * (m - mean) * (m - mean);
+  }
+  return total_ss > 0 ? std::max(0.0, cells_ss - main_ss) / total_ss : kNaN;
+}
+
+}  // namespace
+
+Figure build_sweep_grid(const RunStore& store, const FigureRequest& request) {
+  const auto runs = read_sweep_runs(store, request, "sweep-grid");
+  const auto keys = require_swept(runs, 2, "sweep-grid", request.metric);
+  const auto [row_key, col_key] = grid_options(keys, runs, request);
+  const auto row_values = option_values(row_key, runs), col_values = option_values(col_key, runs);
+  const auto index = [](const std::vector<json>& values, const json& v) {
+    return static_cast<std::size_t>(std::find(values.begin(), values.end(), v) - values.begin());
+  };
+  std::vector<std::string> order;
+  std::map<std::string, GridCells> grids;
+  for (const auto& run : runs) {
+    const auto r = run.options.find(row_key), c = run.options.find(col_key);
+    if (r == run.options.end() || c == run.options.end() || !std::isfinite(run.value)) continue;
+    if (!grids.count(run.arch)) order.push_back(run.arch);
+    grids[run.arch][{index(row_values, r->second), index(col_values, c->second)}].push_back(run.value);
+  }
+  if (order.empty())
+    throw DataError("sweep-grid: no run sets both " + row_key + " and " + col_key + " and has a value of '" +
+                    request.metric + "'");
+  double lo = INFINITY, hi = -INFINITY;
+  for (const auto& [arch, cells] : grids)
+    for (const auto& [at, ys] : cells) {
+      const double m = summarize(ys)->mean;
+      lo = std::min(lo, m), hi = std::max(hi, m);
+    }
+  const auto labels = [](const std::vector<json>& values) {
+    std::vector<std::string> out;
+    for (const auto& v : values) out.push_back(option_value_text(v));
+    return out;
+  };
+  Figure f;
+  f.columns = static_cast<int>(std::min<std::size_t>(3, order.size()));
+  json interactions = json::object(), cells_meta = json::array();
+  const bool higher = higher_is_better(request.metric);
+  for (const auto& arch : order) {
+    const auto& cells = grids.at(arch);
+    FigurePanel panel;
+    panel.title = arch_label(arch);
+    panel.x_label = col_key;
+    panel.y_label = row_key;
+    auto& h = panel.heatmap;
+    h.rows = row_values.size(), h.cols = col_values.size();
+    h.values.assign(h.rows * h.cols, kNaN);
+    h.cell_text.assign(h.rows * h.cols, "");
+    h.row_labels = labels(row_values), h.col_labels = labels(col_values);
+    h.lo = lo, h.hi = hi;
+    h.colour_label = request.metric;
+    std::optional<std::pair<double, std::size_t>> best;
+    for (const auto& [at, ys] : cells) {
+      const auto s = *summarize(ys);
+      const auto i = at.first * h.cols + at.second;
+      h.values[i] = s.mean;
+      h.cell_text[i] = number_text(s.mean, 4);
+      if (!best || (higher ? s.mean > best->first : s.mean < best->first)) best = {s.mean, i};
+      cells_meta.push_back({{"arch", arch},
+                            {row_key, row_values[at.first]},
+                            {col_key, col_values[at.second]},
+                            {"mean", s.mean},
+                            {"std", s.std},
+                            {"runs", s.n}});
+    }
+    h.cell_text[best->second] = "[" + h.cell_text[best->second] + "]";  // the architecture's best cell
+    const double share = interaction_share(cells, h.rows, h.cols);
+    if (std::isfinite(share)) panel.title += " \u00b7 interaction \u03b7\u00b2 " + number_text(share, 2);
+    interactions[arch] = std::isfinite(share) ? json(share) : json(nullptr);
+    f.panels.push_back(std::move(panel));
+  }
+  std::vector<std::string> pooled;
+  for (const auto& key : keys)
+    if (key != row_key && key != col_key) pooled.push_back(key);
+  f.meta["options"] = {row_key, col_key};
+  f.meta["pooled_over"] = pooled;  // swept options the cells' means pool over
+  f.meta["interaction_eta_squared"] = interactions;
+  f.meta["cells"] = cells_meta;
+  f.meta["higher_is_better"] = higher;
+  return f;
+}
+
+Figure build_sweep(const RunStore& store, const FigureRequest& request) {
+  const auto runs = read_sweep_runs(store, request, "sweep");
+  const auto keys = require_swept(runs, 1, "sweep", request.metric);
   Figure f;
   f.columns = static_cast<int>(std::min<std::size_t>(3, keys.size()));
   Styler styler;  // one colour per architecture over every panel

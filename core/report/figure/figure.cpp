@@ -178,7 +178,8 @@ json heatmap_to_json(const FigureHeatmap& h) {
           {"colour_label", h.colour_label},
           {"diverging", h.diverging},
           {"row_lo", numbers_to_json(h.row_lo)},
-          {"row_hi", numbers_to_json(h.row_hi)}};
+          {"row_hi", numbers_to_json(h.row_hi)},
+          {"cell_text", h.cell_text}};
 }
 
 FigureHeatmap heatmap_from_json(const Reader& r, const json& doc, const std::string& path) {
@@ -203,6 +204,9 @@ FigureHeatmap heatmap_from_json(const Reader& r, const json& doc, const std::str
   h.row_hi = r.numbers(doc, "row_hi", path);
   if (!(h.row_lo.empty() && h.row_hi.empty()) && (h.row_lo.size() != h.rows || h.row_hi.size() != h.rows))
     r.fail(path + ".row_lo", "expected none, or one lo and one hi per row");
+  h.cell_text = r.texts(doc, "cell_text", path);
+  if (!h.cell_text.empty() && h.cell_text.size() != h.rows * h.cols)
+    r.fail(path + ".cell_text", "expected none, or one text per cell");
   return h;
 }
 

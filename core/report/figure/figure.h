@@ -57,6 +57,9 @@ struct FigureHeatmap {
   /// Per-row colour ranges (a token map mixes gates in [0, 1] with layer numbers and expert ids): empty, or one
   /// lo and hi per row, each row coloured over its own range; [lo, hi] is then the scale those map onto.
   std::vector<double> row_lo, row_hi;
+  /// Empty, or one text per cell (row-major; "" = none) written inside it where the cells are wide enough: a
+  /// grid of results read as numbers (a sweep's means).
+  std::vector<std::string> cell_text;
 
   /// The number a renderer colours cell (r, c) by on the [lo, hi] scale: the value itself, or with row ranges the
   /// value placed on the scale by its row's range (below the row's lo: NaN, "none", e.g. no exit).
