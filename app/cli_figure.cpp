@@ -108,8 +108,7 @@ int run_figure(const FigureArgs& a) {
   request.font_pt = a.font_pt;
 
   if (!a.format_table.empty()) {
-    if (a.name != "matched") throw ConfigError("figure --format-table: only the 'matched' figure has a table");
-    const auto table = matched_budget_table(store, request);
+    const auto table = figure_table(a.name).build(store, request);
     const std::string text = a.format_table == "latex" ? to_latex(table)
                              : a.format_table == "csv" ? to_csv(table)
                                                        : to_markdown(table);
@@ -117,8 +116,7 @@ int run_figure(const FigureArgs& a) {
       std::cout << text;
     } else {
       write_file(a.out, text);
-      std::cout << "wrote " << a.out << " (" << table.rows.size() << " rows, " << table.columns.size()
-                << " budgets)\n";
+      std::cout << "wrote " << a.out << " (" << table.rows.size() << " rows, " << table.columns.size() << " columns)\n";
     }
     return 0;
   }
@@ -199,7 +197,8 @@ void add_figure_commands(CLI::App& app, CLI::App& /*bench*/, CommandAction& acti
   fig->add_option("--out", a->out,
                   "FILE.pdf|.svg|.png|.csv|.tex|.json (the CSV, .tex and .json are always written); a stem with --bundle");
   fig->add_flag("--bundle", a->bundle, "write stem.{pdf,svg,png,csv,tex,json}");
-  fig->add_option("--format-table", a->format_table, "matched: the budget table as latex, csv or md (to --out or stdout)")
+  fig->add_option("--format-table", a->format_table,
+                  "matched, sweep-grid: the figure's numbers as a table, latex, csv or md (to --out or stdout)")
       ->check(CLI::IsMember({"latex", "csv", "md"}));
   fig->callback([a, &action] {
     if (a->width_in > 0) a->width_cm = a->width_in * 2.54;

@@ -286,6 +286,23 @@ void TestGuiCompare::matchedTableHasRowsPerGroupAndColumnsPerBudget() {
                             QStringLiteral("Val. loss"), kBuildTimeoutMs);
   QCOMPARE(view->matchedView()->model()->rowCount(), 3);
   QCOMPARE(view->matchedTable()->label, std::string("tab:summary"));
+
+  // A figure's table: the grid of two swept options, which these runs (one swept, train.lr) do not make.
+  shown = view->shownSerial();
+  QVERIFY(!view->gridOptionsEdit()->isVisibleTo(view.get()));  // the Grid field shows with a sweep grid only
+  view->tableCombo()->setCurrentIndex(view->tableCombo()->findData(QStringLiteral("figure:sweep-grid")));
+  QVERIFY(view->gridOptionsEdit()->isVisibleTo(view.get()));
+  QVERIFY(waitForResult(*view, shown));
+  QVERIFY2(view->statusText().contains(QStringLiteral("Table: sweep-grid: the runs sweep one option (train.lr)")),
+           qPrintable(view->statusText()));
+  QVERIFY(!view->matchedTable().has_value());
+  shown = view->shownSerial();
+  view->gridOptionsEdit()->setText(QStringLiteral("train.lr, model.n_layer"));  // the Grid field reaches the table
+  view->refresh();
+  QVERIFY(waitForResult(*view, shown));
+  QVERIFY2(view->statusText().contains(
+               QStringLiteral("'model.n_layer' is not an option the runs set to more than one value (train.lr)")),
+           qPrintable(view->statusText()));
 }
 
 void TestGuiCompare::configDiffListsExactlyTheDifferingKeys() {

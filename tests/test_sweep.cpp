@@ -168,6 +168,18 @@ class TestSweep : public QObject {
     QVERIFY(near(h.lo, 2.5) && near(h.hi, 3.1));
     QCOMPARE(f.meta.at("cells").size(), std::size_t{4});
     QVERIFY(to_json(figure_from_json(to_json(f), "sidecar")) == to_json(f));
+    // The same cells as a table (figure sweep-grid --format-table): a row per capacity, a column per lr.
+    const auto table = figure_table("sweep-grid").build(store, request);
+    QCOMPARE(table.row_header, std::string("model.capacity \\ train.lr"));
+    QCOMPARE(table.rows.size(), std::size_t{2});
+    QCOMPARE(table.rows[1].label, std::string("0.5"));
+    QCOMPARE(table.columns[1].header, std::string("0.01"));
+    QVERIFY(table.columns[1].better == Better::Lower && best_row(table, 1) == 0);
+    QVERIFY(near(table.rows[0].cells[0]->mean, 3.1) && near(table.rows[0].cells[0]->std, std::sqrt(0.02)));
+    QCOMPARE(table.rows[0].cells[0]->n, std::int64_t{2});
+    QVERIFY(test::contains(table.caption, "val/loss over model.capacity (rows) and train.lr (columns)"));
+    QVERIFY(test::contains(test::error_of<ConfigError>([&] { figure_table("curves"); }),
+                           "figure 'curves' has no table (the figures with one: 'matched', 'sweep-grid')"));
     // Options as asked: lr the rows. Without a seed in one cell the grid is unbalanced: no interaction share.
     request.options = {"train.lr", "model.capacity"};
     request.run_ids.erase(request.run_ids.begin());

@@ -52,6 +52,16 @@ const QString kDefaultMetric = QStringLiteral("val/loss");
 /// The one figure whose `metric` picks gate or decision maps instead of a metric key.
 const QString kTokenMaps = QStringLiteral("token-maps");
 const QString kTokenMap = QStringLiteral("token-map");
+/// The table layout box's data for a figure's table ("figure:matched"); a paper layout's is its name.
+const QString kFigureTable = QStringLiteral("figure:");
+/// The figure (and table) whose two options the Grid field names.
+const QString kSweepGrid = QStringLiteral("sweep-grid");
+
+/// The items of a list typed into a field: separated by commas, semicolons or spaces.
+QStringList listItems(const QString& text) {
+  static const QRegularExpression separators(QStringLiteral("[,;\\s]+"));
+  return text.split(separators, Qt::SkipEmptyParts);
+}
 
 /// The figures a "Decisions" box colours: the token maps.
 bool colouredByDecisions(const QString& figure) { return figure == kTokenMaps || figure == kTokenMap; }
@@ -144,6 +154,7 @@ void CompareView::buildUi() {
   layout->setContentsMargins(4, 4, 4, 4);
   layout->addWidget(split);
   connectControls(copyDiff);
+  showGridField();
 }
 
 QWidget* CompareView::buildRunList() {
@@ -214,6 +225,19 @@ QVBoxLayout* CompareView::buildControls() {
   budgets_->setPlaceholderText(tr("auto (e.g. 1e12, 2e12)"));
   budgets_->setToolTip(tr("x values (in the x axis' unit) at which the matched figure and table read the metric; "
                           "empty: five budgets up to the largest x every run reaches"));
+  gridOptions_ = new QLineEdit(this);
+  gridOptions_->setObjectName(QStringLiteral("compareGridOptions"));
+  gridOptions_->setPlaceholderText(tr("auto: e.g. train.lr, model.capacity"));
+  gridOptions_->setToolTip(
+      tr("The two swept options the sweep grid's figure and table read, rows then columns; "
+         "empty: the two whose values explain the most variance"));
+  gridOptions_->setMinimumWidth(fontMetrics().horizontalAdvance(gridOptions_->placeholderText()) + 12);
+  // Shown where a sweep grid is the figure or the table (showGridField), beside the figure box.
+  gridBox_ = new QWidget(this);
+  auto* gridLayout = new QHBoxLayout(gridBox_);
+  gridLayout->setContentsMargins(0, 0, 0, 0);
+  gridLayout->addWidget(new QLabel(tr("Grid"), gridBox_));
+  gridLayout->addWidget(gridOptions_);
   step_ = new QSpinBox(this);
   step_->setRange(0, 1'000'000'000);
   step_->setSpecialValueText(tr("last"));
@@ -235,7 +259,7 @@ QVBoxLayout* CompareView::buildControls() {
     return line;
   };
   auto* controls = new QVBoxLayout;
-  controls->addLayout(row({{tr("Figure"), figure_}}, figure_));
+  controls->addLayout(row({{tr("Figure"), figure_}, {QString(), gridBox_}}, figure_));
   controls->addLayout(row({{tr("Metric"), metric_}, {tr("x"), xAxis_}, {tr("Smoothing"), smoothing_}}, nullptr));
   controls->addLayout(row({{tr("Budgets"), budgets_}, {tr("Step"), step_}, {QString(), decisions_}, {QString(), refresh_}},
                           budgets_));
@@ -252,14 +276,17 @@ QWidget* CompareView::buildTablePage() {
   matchedView_->verticalHeader()->hide();
   tableLayout_ = new QComboBox(this);
   tableLayout_->setObjectName(QStringLiteral("compareTableLayout"));
-  tableLayout_->addItem(tr("Metric at matched budgets"), QString());
-  tableLayout_->setItemData(0, tr("The figure's metric read at the budgets on its x axis (mean ± std over seeds)"),
-                            Qt::ToolTipRole);
+  for (const FigureTableInfo& info : figure_tables()) {  // the figures' tables, then the papers' layouts
+    tableLayout_->addItem(QString::fromStdString(info.title), kFigureTable + QString::fromStdString(info.figure));
+    tableLayout_->setItemData(tableLayout_->count() - 1, QString::fromStdString(info.description), Qt::ToolTipRole);
+  }
   for (const TableSpec& spec : table_specs()) {
     tableLayout_->addItem(QString::fromStdString(spec.name), QString::fromStdString(spec.name));
     tableLayout_->setItemData(tableLayout_->count() - 1, QString::fromStdString(spec.description), Qt::ToolTipRole);
   }
-  tableLayout_->setToolTip(tr("The table under the figure: matched budgets, or a paper layout (the papers' tables)"));
+  tableLayout_->setToolTip(
+      tr("The table under the figure: a figure's numbers (matched budgets, a grid of two swept options), or a paper "
+         "layout (the papers' tables)"));
   copyLatex_ = new QPushButton(tr("Copy as LaTeX"), this);
   saveTable_ = new QPushButton(tr("Save table…"), this);
   auto* matchedPage = new QWidget(this);
@@ -301,10 +328,14 @@ void CompareView::connectControls(QPushButton* copyDiff) {
   connect(filter_, &QLineEdit::textChanged, this, &CompareView::applyFilter);
   connect(runList_, &QListWidget::itemChanged, this, &CompareView::onItemChanged);
   connect(groupSeeds_, &QCheckBox::toggled, this, &CompareView::scheduleUpdate);
-  connect(tableLayout_, &QComboBox::currentIndexChanged, this, &CompareView::scheduleUpdate);
+  connect(tableLayout_, &QComboBox::currentIndexChanged, this, [this] {
+    showGridField();
+    scheduleUpdate();
+  });
   connect(figure_, &QComboBox::currentIndexChanged, this, [this](int index) {
     figure_->setToolTip(figure_->itemData(index, Qt::ToolTipRole).toString());
     decisions_->setEnabled(colouredByDecisions(figure_->itemData(index).toString()));
+    showGridField();
     fillMetric();
     scheduleUpdate();
   });
@@ -316,6 +347,7 @@ void CompareView::connectControls(QPushButton* copyDiff) {
   connect(xAxis_, &QComboBox::currentIndexChanged, this, &CompareView::scheduleUpdate);
   connect(smoothing_, &QDoubleSpinBox::valueChanged, this, &CompareView::scheduleUpdate);
   connect(budgets_, &QLineEdit::editingFinished, this, &CompareView::scheduleUpdate);
+  connect(gridOptions_, &QLineEdit::editingFinished, this, &CompareView::scheduleUpdate);
   connect(step_, &QSpinBox::valueChanged, this, &CompareView::scheduleUpdate);
   connect(decisions_, &QCheckBox::toggled, this, &CompareView::scheduleUpdate);
   connect(refresh_, &QPushButton::clicked, this, &CompareView::refresh);
@@ -548,11 +580,14 @@ void CompareView::fillMetric() {
   if (metric_->currentText() != current) scheduleUpdate();
 }
 
+void CompareView::showGridField() {
+  gridBox_->setVisible(figureName() == kSweepGrid ||
+                       tableLayout_->currentData().toString() == kFigureTable + kSweepGrid);
+}
+
 std::vector<double> CompareView::parseBudgets(QString* error) const {
   std::vector<double> budgets;
-  const QStringList parts =
-      budgets_->text().split(QRegularExpression(QStringLiteral("[,;\\s]+")), Qt::SkipEmptyParts);
-  for (const QString& part : parts) {
+  for (const QString& part : listItems(budgets_->text())) {
     bool ok = false;
     const double value = part.toDouble(&ok);  // C locale: "1e12", "2.5e9"
     if (!ok || !std::isfinite(value)) {
@@ -587,13 +622,16 @@ void CompareView::sendRequest() {
   figure.metric = metricKey_.toStdString();
   if (!metricChoices(figureName()).isEmpty()) request.figureMetric = metric_->currentText().toStdString();
   if (colouredByDecisions(figureName())) request.figureMetric = decisions_->isChecked() ? "decision" : "gate";
-  request.tableName = tableLayout_->currentData().toString().toStdString();
+  const QString layout = tableLayout_->currentData().toString();
+  request.figureTable = layout.startsWith(kFigureTable) ? layout.mid(kFigureTable.size()).toStdString() : "";
+  request.tableName = layout.startsWith(kFigureTable) ? "" : layout.toStdString();
   figure.x_axis = xAxis_->currentData().toString().toStdString();
   figure.smoothing = smoothing_->value();
   figure.by_seed = groupSeeds_->isChecked();
   figure.step = step_->value();
   QString budgetError;
   figure.budgets = parseBudgets(&budgetError);
+  for (const QString& key : listItems(gridOptions_->text())) figure.options.push_back(key.toStdString());
   budgets_->setStyleSheet(budgetError.isEmpty() ? QString() : QStringLiteral("QLineEdit { color: #b00020; }"));
   latestNotes_.clear();
   if (!budgetError.isEmpty()) latestNotes_ << budgetError;
@@ -695,7 +733,7 @@ void CompareView::showTable() {
         }
       } else {
         item->setText(QStringLiteral("–"));
-        item->setToolTip(tr("no value at this budget"));
+        item->setToolTip(tr("no value here"));
       }
       item->setTextAlignment(Qt::AlignRight | Qt::AlignVCenter);
       items << item;

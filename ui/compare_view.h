@@ -47,14 +47,15 @@ class FigureView;
 class StoreService;
 class WorkerStore;
 
-/// One build of the view's outputs: the figure, the matched-budget table and the config diff.
+/// One build of the view's outputs: the figure, the table and the config diff.
 struct CompareRequest {
   quint64 serial = 0;
   FigureRequest figure;      ///< figure.name empty = no figure (too few runs for it); the table reads it too
   /// "" = figure.metric; token maps: "gate" or "decision", a figure with metric choices the one chosen (the figure
   /// alone: the matched table reads figure.metric)
   std::string figureMetric;
-  std::string tableName;     ///< a layout of core/report/tables/run_tables.h; "" = the matched-budget table
+  std::string figureTable = "matched";  ///< the table of a figure (figure_tables()), read from `figure`; "" = ...
+  std::string tableName;                ///< ... a layout of core/report/tables/run_tables.h
 };
 
 struct CompareResult {
@@ -117,8 +118,11 @@ class CompareView : public QWidget {
   QComboBox* figureCombo() const { return figure_; }
   QComboBox* metricCombo() const { return metric_; }
   QComboBox* xAxisCombo() const { return xAxis_; }
-  /// The table's layout: "" (matched budgets) or a named layout (`routelab-cli tables`).
+  /// The table's layout: a figure's table ("figure:matched", "figure:sweep-grid") or a named layout
+  /// (`routelab-cli tables`).
   QComboBox* tableCombo() const { return tableLayout_; }
+  /// The sweep grid's two options (rows, columns), comma- or space-separated; empty: the two that explain most.
+  QLineEdit* gridOptionsEdit() const { return gridOptions_; }
   QTableView* matchedView() const { return matchedView_; }
   QTableView* diffView() const { return diffView_; }
   QLineEdit* filterEdit() const { return filter_; }
@@ -165,6 +169,8 @@ class CompareView : public QWidget {
   void showDiff();
   void setStatus(const QString& text, bool error);
   std::vector<double> parseBudgets(QString* error) const;
+  /// Shows the Grid field where the figure or the table is a sweep grid.
+  void showGridField();
 
   StoreService* store_ = nullptr;
   QThread* thread_ = nullptr;
@@ -178,6 +184,8 @@ class CompareView : public QWidget {
   QComboBox* xAxis_ = nullptr;
   QDoubleSpinBox* smoothing_ = nullptr;
   QLineEdit* budgets_ = nullptr;
+  QLineEdit* gridOptions_ = nullptr;
+  QWidget* gridBox_ = nullptr;  ///< the Grid label and field
   QSpinBox* step_ = nullptr;
   QCheckBox* decisions_ = nullptr;  ///< token maps: hard decisions instead of gates
   QPushButton* refresh_ = nullptr;

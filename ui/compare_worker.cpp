@@ -51,8 +51,8 @@ void CompareWorker::build(const CompareRequest& request) {
       result.figure = build_figure(store_->open(), figure);
     });
   attempt(result.tableError, [&] {
-    result.table = request.tableName.empty()
-                       ? matched_budget_table(store_->open(), request.figure)
+    result.table = !request.figureTable.empty()
+                       ? figure_table(request.figureTable).build(store_->open(), request.figure)
                        : build_run_table(store_->open(), table_spec(request.tableName), ids, request.figure.by_seed);
   });
   if (storeFailed) store_->reset();  // reopen next time: the file may be replaced or unlocked by then

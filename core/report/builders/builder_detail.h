@@ -99,6 +99,8 @@ Figure build_matched(const RunStore& store, const FigureRequest& request);
 Figure build_pareto(const RunStore& store, const FigureRequest& request);
 Figure build_sweep(const RunStore& store, const FigureRequest& request);
 Figure build_sweep_grid(const RunStore& store, const FigureRequest& request);
+/// The sweep-grid figure's cells as a table: a row per architecture and row value, a column per column value.
+ReportTable sweep_grid_table(const RunStore& store, const FigureRequest& request);
 Figure build_cost_length(const RunStore& store, const FigureRequest& request);
 Figure build_routed_layers(const RunStore& store, const FigureRequest& request);
 Figure build_token_maps(const RunStore& store, const FigureRequest& request);

@@ -177,6 +177,29 @@ const FigureInfo& figure_info(const std::string& name) {
   throw ConfigError("unknown figure '" + name + "' (known: " + known + ")");
 }
 
+const std::vector<FigureTableInfo>& figure_tables() {
+  static const std::vector<FigureTableInfo> kTables = {
+      {"matched", "Metric at matched budgets",
+       "The figure's metric read at the budgets on its x axis: a row per group of seeds, a column per budget "
+       "(mean \u00b1 std over seeds)",
+       matched_budget_table},
+      {"sweep-grid", "Grid of two swept options",
+       "The metric over two swept options (those of the sweep-grid figure): a row per architecture and value of the "
+       "first, a column per value of the second (mean \u00b1 std over each cell's runs)",
+       sweep_grid_table},
+  };
+  return kTables;
+}
+
+const FigureTableInfo& figure_table(const std::string& figure) {
+  std::string known;
+  for (const auto& info : figure_tables()) {
+    if (info.figure == current_id(figure)) return info;
+    known += (known.empty() ? "'" : ", '") + info.figure + "'";
+  }
+  throw ConfigError("figure '" + figure + "' has no table (the figures with one: " + known + ")");
+}
+
 RunStyle run_style(const RunStore& store, std::int64_t run_id) {
   FigureRequest request;
   request.run_ids = {run_id};

@@ -90,4 +90,17 @@ std::pair<std::vector<std::int64_t>, std::vector<double>> training_flops_ratios(
 /// that does not reach a budget leaves it out; a dash when none does).
 ReportTable matched_budget_table(const RunStore& store, const FigureRequest& request);
 
+/// A table of a figure's numbers, built from the same request (the CLI's `figure NAME --format-table`, the Compare
+/// view's table layouts).
+struct FigureTableInfo {
+  std::string figure;       ///< the figure it tabulates, e.g. "matched"
+  std::string title;        ///< e.g. "Metric at matched budgets"
+  std::string description;  ///< its rows, columns and cells
+  std::function<ReportTable(const RunStore& store, const FigureRequest& request)> build;
+};
+/// The figures that have a table, in catalogue order.
+const std::vector<FigureTableInfo>& figure_tables();
+/// The table of `figure`; ConfigError naming the figures that have one when it has none.
+const FigureTableInfo& figure_table(const std::string& figure);
+
 }  // namespace routelab

@@ -263,38 +263,61 @@ double interaction_share(const GridCells& cells, std::size_t rows, std::size_t c
   return total_ss > 0 ? std::max(0.0, cells_ss - main_ss) / total_ss : kNaN;
 }
 
-}  // namespace
+/// The grid of two swept options the request reads: the options, their values in order, and each architecture's
+/// cells (in the order the architectures first appear).
+struct SweepGrid {
+  std::vector<std::string> swept;  ///< every swept option
+  std::string row_key, col_key;
+  std::vector<json> row_values, col_values;
+  std::vector<std::string> order;
+  std::map<std::string, GridCells> cells;
+  std::vector<std::string> pooled() const {  ///< the swept options the cells' means pool over
+    std::vector<std::string> out;
+    for (const auto& key : swept)
+      if (key != row_key && key != col_key) out.push_back(key);
+    return out;
+  }
+};
 
-Figure build_sweep_grid(const RunStore& store, const FigureRequest& request) {
+SweepGrid read_sweep_grid(const RunStore& store, const FigureRequest& request) {
   const auto runs = read_sweep_runs(store, request, "sweep-grid");
-  const auto keys = require_swept(runs, 2, "sweep-grid", request.metric);
-  const auto [row_key, col_key] = grid_options(keys, runs, request);
-  const auto row_values = option_values(row_key, runs), col_values = option_values(col_key, runs);
+  SweepGrid g;
+  // Options asked for by name are checked by name (grid_options), before the count of swept options.
+  g.swept = require_swept(runs, request.options.empty() ? 2 : 1, "sweep-grid", request.metric);
+  std::tie(g.row_key, g.col_key) = grid_options(g.swept, runs, request);
+  g.row_values = option_values(g.row_key, runs), g.col_values = option_values(g.col_key, runs);
   const auto index = [](const std::vector<json>& values, const json& v) {
     return static_cast<std::size_t>(std::find(values.begin(), values.end(), v) - values.begin());
   };
-  std::vector<std::string> order;
-  std::map<std::string, GridCells> grids;
   for (const auto& run : runs) {
-    const auto r = run.options.find(row_key), c = run.options.find(col_key);
+    const auto r = run.options.find(g.row_key), c = run.options.find(g.col_key);
     if (r == run.options.end() || c == run.options.end() || !std::isfinite(run.value)) continue;
-    if (!grids.count(run.arch)) order.push_back(run.arch);
-    grids[run.arch][{index(row_values, r->second), index(col_values, c->second)}].push_back(run.value);
+    if (!g.cells.count(run.arch)) g.order.push_back(run.arch);
+    g.cells[run.arch][{index(g.row_values, r->second), index(g.col_values, c->second)}].push_back(run.value);
   }
-  if (order.empty())
-    throw DataError("sweep-grid: no run sets both " + row_key + " and " + col_key + " and has a value of '" +
+  if (g.order.empty())
+    throw DataError("sweep-grid: no run sets both " + g.row_key + " and " + g.col_key + " and has a value of '" +
                     request.metric + "'");
+  return g;
+}
+
+std::vector<std::string> value_labels(const std::vector<json>& values) {
+  std::vector<std::string> out;
+  for (const auto& v : values) out.push_back(option_value_text(v));
+  return out;
+}
+
+}  // namespace
+
+Figure build_sweep_grid(const RunStore& store, const FigureRequest& request) {
+  const auto g = read_sweep_grid(store, request);
+  const auto& [swept, row_key, col_key, row_values, col_values, order, grids] = g;
   double lo = INFINITY, hi = -INFINITY;
   for (const auto& [arch, cells] : grids)
     for (const auto& [at, ys] : cells) {
       const double m = summarize(ys)->mean;
       lo = std::min(lo, m), hi = std::max(hi, m);
     }
-  const auto labels = [](const std::vector<json>& values) {
-    std::vector<std::string> out;
-    for (const auto& v : values) out.push_back(option_value_text(v));
-    return out;
-  };
   Figure f;
   f.columns = static_cast<int>(std::min<std::size_t>(3, order.size()));
   json interactions = json::object(), cells_meta = json::array();
@@ -309,7 +332,7 @@ Figure build_sweep_grid(const RunStore& store, const FigureRequest& request) {
     h.rows = row_values.size(), h.cols = col_values.size();
     h.values.assign(h.rows * h.cols, kNaN);
     h.cell_text.assign(h.rows * h.cols, "");
-    h.row_labels = labels(row_values), h.col_labels = labels(col_values);
+    h.row_labels = value_labels(row_values), h.col_labels = value_labels(col_values);
     h.lo = lo, h.hi = hi;
     h.colour_label = request.metric;
     std::optional<std::pair<double, std::size_t>> best;
@@ -332,15 +355,44 @@ Figure build_sweep_grid(const RunStore& store, const FigureRequest& request) {
     interactions[arch] = std::isfinite(share) ? json(share) : json(nullptr);
     f.panels.push_back(std::move(panel));
   }
-  std::vector<std::string> pooled;
-  for (const auto& key : keys)
-    if (key != row_key && key != col_key) pooled.push_back(key);
   f.meta["options"] = {row_key, col_key};
-  f.meta["pooled_over"] = pooled;  // swept options the cells' means pool over
+  f.meta["pooled_over"] = g.pooled();
   f.meta["interaction_eta_squared"] = interactions;
   f.meta["cells"] = cells_meta;
   f.meta["higher_is_better"] = higher;
   return f;
+}
+
+ReportTable sweep_grid_table(const RunStore& store, const FigureRequest& request) {
+  const auto g = read_sweep_grid(store, request);
+  ReportTable table;
+  const auto pooled = g.pooled();
+  std::string pooled_text;
+  for (const auto& key : pooled) pooled_text += (pooled_text.empty() ? "" : ", ") + key;
+  table.caption = request.metric + " over " + g.row_key + " (rows) and " + g.col_key +
+                  " (columns): mean +- std over each cell's runs" +
+                  (pooled.empty() ? std::string() : "; pooled over " + pooled_text) + ".";
+  table.label = "tab:sweep-grid";
+  // The corner names both options: rows \ columns.
+  table.row_header = (g.order.size() > 1 ? "Architecture, " : "") + g.row_key + " \\ " + g.col_key;
+  const Better better = higher_is_better(request.metric) ? Better::Higher : Better::Lower;
+  for (const auto& label : value_labels(g.col_values)) table.columns.push_back({label, "", better, 3, 1.0});
+  const auto labels = value_labels(g.row_values);
+  for (const auto& arch : g.order) {
+    const auto& cells = g.cells.at(arch);
+    for (std::size_t r = 0; r < g.row_values.size(); ++r) {
+      TableRow row;
+      row.label = (g.order.size() > 1 ? arch_label(arch) + ", " : std::string()) + labels[r];
+      bool any = false;
+      for (std::size_t c = 0; c < g.col_values.size(); ++c) {
+        const auto it = cells.find({r, c});
+        row.cells.push_back(it == cells.end() ? std::nullopt : summarize(it->second));
+        any = any || it != cells.end();
+      }
+      if (any) table.rows.push_back(std::move(row));
+    }
+  }
+  return table;
 }
 
 Figure build_sweep(const RunStore& store, const FigureRequest& request) {
