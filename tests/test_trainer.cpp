@@ -15,6 +15,7 @@
 #include "core/store/run_store.h"
 #include "core/train/trainer.h"
 #include "core/util/errors.h"
+#include "tests/conformance_models.h"
 #include "tests/suite.h"
 #include "tests/train_test_support.h"
 
@@ -204,6 +205,35 @@ class TestTrainer : public QObject {
     const auto resumed = resume(db, part.run_id, nullptr, nullptr, /*threads=*/1);
     QCOMPARE(resumed.status, RunStatus::Finished);
     QCOMPARE(resumed.last_step, std::int64_t(2 * 63));
+  }
+
+  void cudaAndDataParallelOnlyOptionsChangeNothingHere() {
+    // What the schemas mark cuda_only (train.tf32, train.deterministic) or data_parallel_only (run.backend, the
+    // run.dist_* options) is not read by a run on the CPU in one process: each other value of each trains the same
+    // losses, bit for bit, as the defaults do (what unread_config_keys tells the user).
+    const auto db = home_.filePath("unread.sqlite").toStdString();
+    const auto losses = [&](const std::string& set) {
+      std::vector<std::string> sets = {"train.steps=4", "train.eval_every=4", "train.warmup_steps=2"};
+      if (!set.empty()) sets.push_back(set);
+      const auto outcome = train({copy_config(sets), db, "unread", ""});
+      std::vector<double> out;
+      for (const auto* key : {"train/loss", "val/loss"})
+        for (const auto& row : RunStore(db).metric(outcome.run_id, key)) out.push_back(row.value);
+      return outcome.status == RunStatus::Finished ? out : std::vector<double>{};
+    };
+    const auto base = losses("");
+    QCOMPARE(base.size(), std::size_t{6});  // four training losses, evaluations at steps 0 and 4
+    int flipped = 0;
+    for (const auto& [section, schema] : {std::pair{"train.", &train_schema()}, std::pair{"run.", &run_schema()}})
+      for (const auto& spec : *schema) {
+        if (!spec.cuda_only && !spec.data_parallel_only) continue;
+        for (const auto& value : routelab::test::conformance::other_values(spec)) {
+          const auto set = section + spec.key + "=" + option_value_text(value);
+          QVERIFY2(losses(set) == base, set.c_str());
+          ++flipped;
+        }
+      }
+    QVERIFY2(flipped >= 6, std::to_string(flipped).c_str());
   }
 
   void resumeRefusesFinishedRun() {
