@@ -7,11 +7,11 @@
 #include <algorithm>
 #include <cctype>
 #include <chrono>
-#include <csignal>
-#include <filesystem>
 #include <cmath>
+#include <csignal>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <iomanip>
 #include <iostream>
@@ -20,7 +20,6 @@
 #include <nlohmann/json.hpp>
 
 #include "core/bench/train_step_bench.h"
-#include "core/train/cuda_graph_step.h"
 #include "core/config/experiment_config.h"
 #include "core/config/sweep.h"
 #include "core/data/tokenizer.h"
@@ -29,6 +28,8 @@
 #include "core/run/evaluation_record.h"
 #include "core/run/run_config.h"
 #include "core/run/run_health.h"
+#include "core/store/run_query.h"
+#include "core/train/cuda_graph_step.h"
 #include "core/train/data_parallel.h"
 #include "core/train/resumable_run.h"
 #include "core/train/trainer.h"
@@ -348,9 +349,21 @@ int cmd_sweep(const SweepArgs& a) {
   return 0;
 }
 
-int cmd_runs(const std::string& db, bool json, bool all) {
+int cmd_runs(const std::string& db, bool json, bool all, const std::string& where, bool ids) {
   RunStore store(resolve_db(db));
-  const auto runs = store.list_runs(all);
+  const RunQuery query(where);
+  std::vector<RunRecord> runs;
+  for (auto& r : store.list_runs(all))
+    if (run_matches(query, r)) runs.push_back(std::move(r));
+  if (ids) {  // in id order, the order the runs were made (a sweep's points)
+    std::vector<std::int64_t> sorted;
+    for (const auto& r : runs) sorted.push_back(r.id);
+    std::sort(sorted.begin(), sorted.end());
+    std::string out;
+    for (const auto id : sorted) out += (out.empty() ? "" : ",") + std::to_string(id);
+    std::cout << out << "\n";
+    return 0;
+  }
   if (json) {
     nlohmann::json out = nlohmann::json::array();
     for (const auto& r : runs) {

@@ -90,7 +90,9 @@ std::optional<DistEnv> launched_rank(int nproc);
 int cmd_presets(bool json);
 /// The registered architectures, or with `id` that one's options: what each is read for and its help.
 int cmd_architectures(bool json, const std::string& id = "");
-int cmd_runs(const std::string& db, bool json, bool all);
+/// The stored runs (archived ones with `all`) that meet `where` (RunQuery, core/store/run_query.h): a table, JSON,
+/// or with `ids` their ids in id order, comma-separated.
+int cmd_runs(const std::string& db, bool json, bool all, const std::string& where = "", bool ids = false);
 int cmd_show(const std::string& db, std::int64_t run_id, bool json);
 /// The last evaluation of each run side by side (markdown table, or JSON): val loss, FLOPs ratio and the
 /// inference-mode routed share of every layer.

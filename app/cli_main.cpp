@@ -30,6 +30,8 @@ struct StoreArgs {
   std::string format = "csv", out;
   std::string arch;  ///< `architectures ID`
   int nproc = 0;
+  std::string where;  ///< `runs --where QUERY`
+  bool ids = false;   ///< `runs --ids`
 };
 
 /// `train`, `resume` and `sweep`: the commands that train.
@@ -104,7 +106,12 @@ void add_inspection_commands(CLI::App& app, CommandAction& action) {
   runs_cmd->add_option("--db", a->db, "run store");
   runs_cmd->add_flag("--json", a->json, "machine-readable output");
   runs_cmd->add_flag("--all", a->all, "include archived runs");
-  runs_cmd->callback([a, &action] { action = [a] { return cmd_runs(a->db, a->json, a->all); }; });
+  runs_cmd->add_option("--where", a->where,
+                       "the runs that meet a query, as the GUI's search: words, `key OP value` of config keys "
+                       "(train.lr, capacity) and fields (id, seed, steps, val, best, train, name, arch, preset, "
+                       "status, device, tags), `or`, `-term`, parentheses; e.g. \"arch=mod (lr<0.003 or best<2.4)\"");
+  runs_cmd->add_flag("--ids", a->ids, "print only the ids, comma-separated (for --runs of figure, table, compare)");
+  runs_cmd->callback([a, &action] { action = [a] { return cmd_runs(a->db, a->json, a->all, a->where, a->ids); }; });
 
   auto* show_cmd = app.add_subcommand("show", "show one run: config, status, metrics summary, checkpoints");
   show_cmd->add_option("RUN", a->run_id, "run id")->required();

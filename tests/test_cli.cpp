@@ -489,6 +489,41 @@ class TestCli : public QObject {
     QVERIFY2(code == 0 && output.contains("NON_FINITE,router_collapse"), qPrintable(output));
   }
 
+  void runsWhereSelectsByQuery() {
+    // `runs --where` reads the GUI search's language (core/store/run_query.h) over stored runs: config keys by last
+    // part, fields, or, negation, parentheses, plain words; `--ids` prints what --runs takes.
+    const auto db = home_.filePath("where.sqlite");
+    {
+      routelab::RunStore store(db.toStdString());
+      const auto add = [&](const std::string& arch, double lr, double capacity, int seed, double val) {
+        routelab::NewRun r;
+        r.name = arch + "-s" + std::to_string(seed);
+        r.arch = arch;
+        r.seed = seed;
+        nlohmann::json model = {{"arch", arch}};
+        if (capacity > 0) model["capacity"] = capacity;
+        r.config_json = nlohmann::json{{"model", model}, {"train", {{"lr", lr}, {"tf32", true}}}}.dump();
+        const auto id = store.create_run(r);
+        store.insert_metrics(id, {{"val/loss", 10, 1.0, val}});
+      };
+      add("dense", 1e-3, 0, 1, 2.6);    // 1
+      add("mod", 1e-3, 0.25, 1, 2.9);   // 2
+      add("mod", 3e-3, 0.5, 2, 2.4);    // 3
+      add("dtrnet", 3e-3, 0, 2, 2.45);  // 4
+    }
+    const auto ids = [&](const QString& where) {
+      const auto [code, output] = run({"runs", "--db", db, "--where", where, "--ids"});
+      return code == 0 ? output.trimmed() : QStringLiteral("exit %1: %2").arg(code).arg(output);
+    };
+    QCOMPARE(ids(""), QString("1,2,3,4"));
+    QCOMPARE(ids("arch=mod capacity>=0.5"), QString("3"));
+    QCOMPARE(ids("(arch=dense or capacity=0.25) -seed=2"), QString("1,2"));
+    QCOMPARE(ids("best<2.5 or lr<0.002 arch=dense"), QString("1,3,4"));
+    QCOMPARE(ids("not mod tf32=true"), QString("1,4"));  // a word in the name; a flag as text
+    QCOMPARE(ids("train.lr=0.003 -dtrnet"), QString("3"));
+    QCOMPARE(ids("nosuchkey=1"), QString(""));  // a key naming nothing is a word no run holds
+  }
+
   void routingBreakdownOfStoredRuns() {
     // `routing-breakdown` of a stored routed run: every grouping's groups cover the tokens asked for, in JSON and as
     // tables; a dense run is refused by name.

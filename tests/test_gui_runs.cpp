@@ -252,7 +252,7 @@ void TestGuiRuns::searchComparesRunValues() {
                 {QStringLiteral("model.capacity"), 0.5},
                 {QStringLiteral("train.tf32"), true}};
   const auto match = [](const char* text, const routelab::RunSummary& run, const QString& search = {}) {
-    return routelab::RunQuery(QString::fromUtf8(text)).matches(run, search);
+    return routelab::RunSearch(QString::fromUtf8(text)).matches(run, search);
   };
   QVERIFY(match("lr=0.003", dense) && match("lr=0.003", mod));  // train.lr, not train.min_lr
   QVERIFY(!match("lr<0.001", dense));
@@ -264,7 +264,7 @@ void TestGuiRuns::searchComparesRunValues() {
   QVERIFY(match("x=y", dense, QStringLiteral("notes: x=y")) && !match("x=y", dense, QStringLiteral("notes")));
   QVERIFY(match("dense lr>0.001", dense, QStringLiteral("dense")) &&
           !match("mod lr>0.001", dense, QStringLiteral("dense")));
-  QCOMPARE(routelab::RunQuery(QStringLiteral("  a   lr<1 ")).text(), QStringLiteral("a lr<1"));
+  QCOMPARE(routelab::RunSearch(QStringLiteral("  a   lr<1 ")).text(), QStringLiteral("a lr<1"));
   // or (looser than side by side), negation, parentheses; an operator with no operand, a missing or a stray ")".
   QVERIFY(match("arch=mod or arch=dense", dense) && match("arch=mod OR arch=dense", mod));
   QVERIFY(!match("arch=mod | capacity>=0.5", dense));

@@ -162,7 +162,8 @@ QWidget* CompareView::buildRunList() {
   filter_->setObjectName(QStringLiteral("compareFilter"));
   filter_->setPlaceholderText(tr("Filter runs: name, architecture… or lr<0.01"));
   filter_->setToolTip(tr("As the runs browser's search: words in a run's id, name, architecture or status, and "
-                         "comparisons of config keys and run fields (mod capacity>=0.5 lr<0.01 best<2.4)"));
+                         "comparisons of config keys and run fields, or, -term, parentheses (mod capacity>=0.5 "
+                         "lr<0.01 best<2.4, arch=mod (lr<0.003 or capacity=0.5) -failed)"));
   filter_->setClearButtonEnabled(true);
   auto* checkShown = new QPushButton(tr("Check shown"), this);
   checkShown->setObjectName(QStringLiteral("compareCheckShown"));
@@ -506,7 +507,7 @@ void CompareView::setRuns(const QList<RunSummary>& runs) {
 }
 
 void CompareView::applyFilter() {
-  const RunQuery query(filter_->text());  // item i shows runs_[i]
+  const RunSearch query(filter_->text());  // item i shows runs_[i]
   for (int i = 0; i < runList_->count(); ++i) {
     QListWidgetItem* item = runList_->item(i);
     item->setHidden(!query.empty() && (i >= runs_.size() || !query.matches(runs_[i], item->text())));

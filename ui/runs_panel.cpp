@@ -78,7 +78,9 @@ RunsPanel::RunsPanel(QWidget* parent) : QWidget(parent) {
          "A comparison key<value, <=, >, >=, = or != must hold for the run: key is a field (id, seed, steps, val, "
          "best, train, name, arch, preset, status, device, tags) or a config key, in full (train.lr) or by its last "
          "part (lr, capacity). Numbers compare by value, other values as text (= and != only).\n"
-         "Example: mod capacity>=0.5 lr<0.01 best<2.4"));
+         "Terms side by side must all hold; or between them makes either do; -term or not term negates one; "
+         "parentheses group.\n"
+         "Example: mod capacity>=0.5 lr<0.01 best<2.4, or arch=mod (lr<0.003 or capacity=0.5) -failed"));
   search_->setClearButtonEnabled(true);
   showArchived_ = new QCheckBox(tr("Show archived"), this);
   showArchived_->setObjectName(QStringLiteral("showArchived"));

@@ -238,7 +238,7 @@ RunsFilterProxy::RunsFilterProxy(QObject* parent) : QSortFilterProxyModel(parent
 }
 
 void RunsFilterProxy::setSearchText(const QString& text) {
-  RunQuery query(text);
+  RunSearch query(text);
   if (query.text() == query_.text()) return;
   query_ = std::move(query);
   invalidateFilter();

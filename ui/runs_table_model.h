@@ -73,7 +73,7 @@ class RunsFilterProxy : public QSortFilterProxyModel {
   bool lessThan(const QModelIndex& left, const QModelIndex& right) const override;
 
  private:
-  RunQuery query_;
+  RunSearch query_;
   bool showArchived_ = false;
 };
 
