@@ -524,6 +524,24 @@ class TestCli : public QObject {
     QCOMPARE(ids("nosuchkey=1"), QString(""));  // a key naming nothing is a word no run holds
   }
 
+  void sweepRunsItsPointsThenSaysHowToReadThemBack() {
+    // A sweep of two two-step points: each trains and is tagged, the table follows, then the commands that read the
+    // runs back by option, which find them by the sweep's tag.
+    const auto db = home_.filePath("sweep.sqlite"), file = home_.filePath("two.json");
+    QFile sweep(file);
+    QVERIFY(sweep.open(QIODevice::WriteOnly));
+    sweep.write(R"({"name": "two", "base": "tiny", "train": {"steps": 2, "warmup_steps": 1, "eval_every": 2},
+                    "grid": {"train.lr": [0.001, 0.003]}})");
+    sweep.close();
+    auto [code, output] = run({"sweep", file, "--db", db, "--quiet"});
+    QVERIFY2(code == 0, qPrintable(output));
+    QVERIFY2(output.contains("| two/lr=0.001 |") && output.contains("| two/lr=0.003 |"), qPrintable(output));
+    QVERIFY2(output.contains("figure sweep --db " + db + " --runs 1,2 --out two-sweep.pdf"), qPrintable(output));
+    QVERIFY2(output.contains("--where sweep:two --ids"), qPrintable(output));
+    std::tie(code, output) = run({"runs", "--db", db, "--where", "sweep:two", "--ids"});
+    QCOMPARE(output.trimmed(), QString("1,2"));
+  }
+
   void routingBreakdownOfStoredRuns() {
     // `routing-breakdown` of a stored routed run: every grouping's groups cover the tokens asked for, in JSON and as
     // tables; a dense run is refused by name.
