@@ -292,6 +292,9 @@ void TestGuiCompare::matchedTableHasRowsPerGroupAndColumnsPerBudget() {
   QVERIFY(!view->gridOptionsEdit()->isVisibleTo(view.get()));  // the Grid field shows with a sweep grid only
   view->tableCombo()->setCurrentIndex(view->tableCombo()->findData(QStringLiteral("figure:sweep-grid")));
   QVERIFY(view->gridOptionsEdit()->isVisibleTo(view.get()));
+  const QString gridTip = view->gridOptionsEdit()->toolTip();  // what it can name: the keys the runs differ in
+  QVERIFY2(gridTip.contains("differ in:") && gridTip.contains("train.lr") && !gridTip.contains("run.seed"),
+           qPrintable(gridTip));
   QVERIFY(waitForResult(*view, shown));
   QVERIFY2(view->statusText().contains(QStringLiteral("Table: sweep-grid: the runs sweep one option (train.lr)")),
            qPrintable(view->statusText()));

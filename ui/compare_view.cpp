@@ -54,6 +54,10 @@ const QString kTokenMaps = QStringLiteral("token-maps");
 const QString kTokenMap = QStringLiteral("token-map");
 /// The table layout box's data for a figure's table ("figure:matched"); a paper layout's is its name.
 const QString kFigureTable = QStringLiteral("figure:");
+const char* const kGridTip = QT_TRANSLATE_NOOP(
+    "CompareView",
+    "The two swept options the sweep grid's figure and table read, rows then columns; empty: the two whose values "
+    "explain the most variance");
 /// The figure (and table) whose two options the Grid field names.
 const QString kSweepGrid = QStringLiteral("sweep-grid");
 
@@ -229,9 +233,7 @@ QVBoxLayout* CompareView::buildControls() {
   gridOptions_ = new QLineEdit(this);
   gridOptions_->setObjectName(QStringLiteral("compareGridOptions"));
   gridOptions_->setPlaceholderText(tr("auto: e.g. train.lr, model.capacity"));
-  gridOptions_->setToolTip(
-      tr("The two swept options the sweep grid's figure and table read, rows then columns; "
-         "empty: the two whose values explain the most variance"));
+  gridOptions_->setToolTip(kGridTip);
   gridOptions_->setMinimumWidth(fontMetrics().horizontalAdvance(gridOptions_->placeholderText()) + 12);
   // Shown where a sweep grid is the figure or the table (showGridField), beside the figure box.
   gridBox_ = new QWidget(this);
@@ -755,6 +757,11 @@ void CompareView::showDiff() {
     diffModel_->appendRow(items);
   }
   diffView_->resizeColumnsToContents();
+  QStringList options;  // what the Grid field can name: the differing keys but the run section and the architecture
+  for (const ConfigDiffRow& row : diff_.rows)
+    if (row.key.rfind("run.", 0) != 0 && row.key != "model.arch") options << QString::fromStdString(row.key);
+  gridOptions_->setToolTip(
+      tr(kGridTip) + (options.isEmpty() ? QString() : tr("\nThe checked runs differ in: %1").arg(options.join(", "))));
   if (diff_.columns.size() < 2)
     diffSummary_->setText(tr("Check two or more runs to see how their configs differ."));
   else if (diff_.rows.empty())
