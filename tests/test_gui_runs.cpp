@@ -311,6 +311,9 @@ void TestGuiRuns::editsRoundTripThroughTheStore() {
   routelab::RunsPanel* panel = window->runsPanel();
   QTRY_COMPARE_WITH_TIMEOUT(panel->proxy()->rowCount(), 2, 10000);
   RunStore store(dbPath_.toStdString(), false);
+  panel->view()->selectAll();  // "Copy ids": the selected runs' ids for --runs, in id order
+  panel->findChild<QAction*>(QStringLiteral("copyIdsAction"))->trigger();
+  QCOMPARE(QGuiApplication::clipboard()->text(), QStringLiteral("%1,%2").arg(a).arg(b));
 
   panel->renameRun(a, QStringLiteral("renamed"));
   QTRY_COMPARE_WITH_TIMEOUT(QString::fromStdString(store.run(a)->name), QStringLiteral("renamed"), 10000);

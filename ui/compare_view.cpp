@@ -233,7 +233,7 @@ QVBoxLayout* CompareView::buildControls() {
   gridOptions_ = new QLineEdit(this);
   gridOptions_->setObjectName(QStringLiteral("compareGridOptions"));
   gridOptions_->setPlaceholderText(tr("auto: e.g. train.lr, model.capacity"));
-  gridOptions_->setToolTip(kGridTip);
+  gridOptions_->setToolTip(tr(kGridTip));
   gridOptions_->setMinimumWidth(fontMetrics().horizontalAdvance(gridOptions_->placeholderText()) + 12);
   // Shown where a sweep grid is the figure or the table (showGridField), beside the figure box.
   gridBox_ = new QWidget(this);

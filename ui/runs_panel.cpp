@@ -3,7 +3,9 @@
 
 #include <QAction>
 #include <QCheckBox>
+#include <QClipboard>
 #include <QEvent>
+#include <QGuiApplication>
 #include <QHBoxLayout>
 #include <QHeaderView>
 #include <QItemSelectionModel>
@@ -16,7 +18,6 @@
 #include <QTableView>
 #include <QTimer>
 #include <QVBoxLayout>
-
 #include <algorithm>
 
 #include "ui/run_editor.h"
@@ -223,6 +224,16 @@ void RunsPanel::buildActions() {
   routes_->setToolTip(
       tr("Compare the selected runs' routing by kind of token, from their latest checkpoints (the "
          "first time a checkpoint is broken down it is computed and kept in the store)"));
+  copyIds_ = make(tr("Copy &ids"), QKeySequence(Qt::CTRL | Qt::SHIFT | Qt::Key_C), [this] {
+    QList<qint64> ids = selectedRunIds();
+    std::sort(ids.begin(), ids.end());
+    QStringList text;
+    for (const qint64 id : ids) text << QString::number(id);
+    QGuiApplication::clipboard()->setText(text.join(QLatin1Char(',')));
+  });
+  copyIds_->setObjectName(QStringLiteral("copyIdsAction"));
+  copyIds_->setToolTip(
+      tr("Copy the selected runs' ids, comma-separated, for the command line's --runs (Ctrl+Shift+C)"));
   dashboard_ = make(tr("Open &dashboard"), QKeySequence(Qt::Key_Return), [this] {
     for (qint64 id : selectedRunIds()) Q_EMIT dashboardRequested(id);
   });
@@ -251,6 +262,7 @@ void RunsPanel::updateActions() {
   clone_->setEnabled(editable);
   compare_->setEnabled(any);
   routes_->setEnabled(any);
+  copyIds_->setEnabled(any);
   dashboard_->setEnabled(any);
 }
 
@@ -260,6 +272,7 @@ void RunsPanel::showMenu(const QPoint& pos) {
   menu.addAction(dashboard_);
   menu.addAction(compare_);
   menu.addAction(routes_);
+  menu.addAction(copyIds_);
   menu.addSeparator();
   menu.addAction(resume_);
   menu.addAction(clone_);

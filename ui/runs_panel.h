@@ -100,7 +100,8 @@ class RunsPanel : public QWidget {
   StoreService* store_ = nullptr;
   RunQueue* queue_ = nullptr;
   QAction *rename_ = nullptr, *tags_ = nullptr, *note_ = nullptr, *archive_ = nullptr, *delete_ = nullptr,
-          *resume_ = nullptr, *clone_ = nullptr, *compare_ = nullptr, *dashboard_ = nullptr, *routes_ = nullptr;
+          *resume_ = nullptr, *clone_ = nullptr, *compare_ = nullptr, *dashboard_ = nullptr, *routes_ = nullptr,
+          *copyIds_ = nullptr;
   qint64 wanted_ = 0;     ///< the run that should be selected
   qint64 cloning_ = 0;    ///< the run whose config is being read for Clone
   bool restoring_ = false;
