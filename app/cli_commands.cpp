@@ -346,11 +346,10 @@ int cmd_sweep(const SweepArgs& a) {
   }
   RunStore store(db, /*mark_crashed=*/false);
   std::cout << "\n" << to_markdown(build_run_table(store, table, ids, /*by_seed=*/true));
-  std::string runs;
-  for (const auto id : ids) runs += (runs.empty() ? "" : ",") + std::to_string(id);
-  std::cout << "\nread back by option: routelab-cli figure sweep --db " << db << " --runs " << runs << " --out "
-            << plan.name << "-sweep.pdf\n(two options together: figure sweep-grid; these runs again: routelab-cli runs "
-            << "--db " << db << " --where " << plan.tag() << " --ids)\n";
+  const std::string where = "tags=" + plan.tag();
+  std::cout << "\nread back by option: routelab-cli figure sweep --db " << db << " --where " << where << " --out "
+            << plan.name << "-sweep.pdf\n(two options together: figure sweep-grid; the run ids: routelab-cli runs --db "
+            << db << " --where " << where << " --ids)\n";
   return 0;
 }
 

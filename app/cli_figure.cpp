@@ -16,6 +16,7 @@
 #include "core/report/builders/catalog.h"
 #include "core/report/export/figure_files.h"
 #include "core/report/tables/table.h"
+#include "core/store/run_query.h"
 #include "core/store/run_store.h"
 #include "core/util/errors.h"
 #include "core/util/paths.h"
@@ -35,6 +36,7 @@ struct FigureArgs {
   std::int64_t step = 0;
   std::vector<std::int64_t> lengths;
   std::vector<std::string> options;
+  std::string where;  ///< instead of runs: the runs that meet this query
   double width_cm = 8.5, height_cm = 6.0, font_pt = 8.0, dpi = 0;
   double width_in = 0, height_in = 0;  ///< when given, replace the sizes in cm
 };
@@ -93,7 +95,8 @@ int run_figure(const FigureArgs& a) {
   RunStore store(a.db.empty() ? default_db_path() : a.db, /*mark_crashed=*/false);
   FigureRequest request;
   request.name = a.name;
-  request.run_ids = a.runs;
+  if (a.runs.empty() && a.where.empty()) throw ConfigError("figure " + a.name + ": give --runs or --where");
+  request.run_ids = a.where.empty() ? a.runs : run_ids_where(store, a.where, /*include_archived=*/false);
   request.metric = a.metric;
   // The matched figure compares at equal compute unless told otherwise.
   request.x_axis = !a.x_axis.empty() ? a.x_axis : a.name == "matched" ? "flops" : "step";
@@ -151,7 +154,7 @@ int run_figure(const FigureArgs& a) {
     for (const auto& image : images) render(renderer, written[2], image, a);
   }
   std::cout << "figure '" << figure.name << "' (" << figure.panels.size() << " panel"
-            << (figure.panels.size() == 1 ? "" : "s") << ", " << a.runs.size() << " runs): " << data_files;
+            << (figure.panels.size() == 1 ? "" : "s") << ", " << request.run_ids.size() << " runs): " << data_files;
   for (const auto& image : images) std::cout << ", " << image;
   std::cout << "\n";
   return 0;
@@ -164,9 +167,10 @@ void add_figure_commands(CLI::App& app, CLI::App& /*bench*/, CommandAction& acti
   auto* fig = app.add_subcommand(
       "figure", "a named figure from stored runs: PDF/SVG/PNG (through routelab-render), tidy CSV, pgfplots, JSON");
   fig->add_option("NAME", a->name, "figure (see `figures`)")->required();
-  fig->add_option("--runs", a->runs, "run ids (runs differing only in seed become one mean ± std group)")
-      ->delimiter(',')
-      ->required();
+  auto* runs = fig->add_option("--runs", a->runs, "run ids (runs differing only in seed become one mean ± std group)")
+                   ->delimiter(',');
+  fig->add_option("--where", a->where, "instead of --runs: the runs that meet a query, as `runs --where`")
+      ->excludes(runs);
   fig->add_option("--db", a->db, "run store");
   fig->add_option("--metric", a->metric,
                   "metric key (curves, matched, pareto, sweep); 'training'/'both' for routed-layers; "

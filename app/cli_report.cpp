@@ -7,6 +7,7 @@
 #include "app/cli_commands.h"
 #include "app/cli_registration.h"
 #include "core/report/tables/run_tables.h"
+#include "core/store/run_query.h"
 #include "core/store/run_store.h"
 #include "core/util/errors.h"
 #include "core/util/paths.h"
@@ -19,13 +20,16 @@ struct TableArgs {
   std::vector<std::int64_t> runs;
   std::vector<std::string> metrics;
   bool no_group = false;
+  std::string where;  ///< instead of runs: the runs that meet this query
 };
 
 int run_table(const TableArgs& args) {
   const auto db = args.db.empty() ? default_db_path() : args.db;
   RunStore store(db, /*mark_crashed=*/false);
   const auto spec = args.metrics.empty() ? table_spec(args.name) : custom_table_spec(args.metrics);
-  const auto table = build_run_table(store, spec, args.runs, !args.no_group);
+  if (args.runs.empty() && args.where.empty()) throw ConfigError("table: give --runs or --where");
+  const auto ids = args.where.empty() ? args.runs : run_ids_where(store, args.where, /*include_archived=*/false);
+  const auto table = build_run_table(store, spec, ids, !args.no_group);
   const std::string text = args.format == "latex" ? to_latex(table) : args.format == "csv" ? to_csv(table)
                                                                                          : to_markdown(table);
   if (args.out.empty()) {
@@ -47,9 +51,11 @@ void add_report_commands(CLI::App& app, CLI::App& /*bench*/, CommandAction& acti
   auto args = std::make_shared<TableArgs>();
   auto* table = app.add_subcommand("table", "a paper table from stored runs: LaTeX (booktabs), Markdown or tidy CSV");
   table->add_option("NAME", args->name, "layout (see `tables`); ignored with --metrics")->default_val("summary");
-  table->add_option("--runs", args->runs, "run ids (runs differing only in seed become one row, mean ± std)")
-      ->delimiter(',')
-      ->required();
+  auto* runs =
+      table->add_option("--runs", args->runs, "run ids (runs differing only in seed become one row, mean ± std)")
+          ->delimiter(',');
+  table->add_option("--where", args->where, "instead of --runs: the runs that meet a query, as `runs --where`")
+      ->excludes(runs);
   table->add_option("--db", args->db, "run store");
   table->add_option("--format", args->format, "latex, md or csv")->check(CLI::IsMember({"latex", "md", "csv"}));
   table->add_option("--out", args->out, "output file (default: stdout)");

@@ -510,6 +510,11 @@ class TestCli : public QObject {
       add("mod", 1e-3, 0.25, 1, 2.9);   // 2
       add("mod", 3e-3, 0.5, 2, 2.4);    // 3
       add("dtrnet", 3e-3, 0, 2, 2.45);  // 4
+      routelab::RunPatch tags;
+      tags.tags = "sweep:a,best";
+      store.patch_run(2, tags);
+      tags.tags = "sweep:a-b";
+      store.patch_run(3, tags);
     }
     const auto ids = [&](const QString& where) {
       const auto [code, output] = run({"runs", "--db", db, "--where", where, "--ids"});
@@ -522,6 +527,22 @@ class TestCli : public QObject {
     QCOMPARE(ids("not mod tf32=true"), QString("1,4"));  // a word in the name; a flag as text
     QCOMPARE(ids("train.lr=0.003 -dtrnet"), QString("3"));
     QCOMPARE(ids("nosuchkey=1"), QString(""));  // a key naming nothing is a word no run holds
+    QCOMPARE(ids("tags=sweep:a"), QString("2"));    // each tag a value: not run 3's sweep:a-b
+    QCOMPARE(ids("sweep:a"), QString("2,3"));       // a word: in the text
+    QCOMPARE(ids("tags!=best"), QString("1,3,4"));  // none of its tags is best (runs without tags too)
+    // `table` and `figure` take --where instead of --runs.
+    auto [code, output] =
+        run({"table", "--db", db, "--where", "arch=mod", "--metrics", "val/loss", "--format", "csv", "--no-group"});
+    QVERIFY2(code == 0 && output.count("val/loss") == 2 && output.contains("mod-s2"), qPrintable(output));
+    const auto json = home_.filePath("where.json");
+    std::tie(code, output) = run({"figure", "curves", "--db", db, "--where", "lr=0.003", "--out", json});
+    QVERIFY2(code == 0 && output.contains("(1 panel, 2 runs)"), qPrintable(output));
+    std::tie(code, output) = run({"figure", "curves", "--db", db, "--where", "nosuchkey=1", "--out", json});
+    QVERIFY2(code != 0 && output.contains("--where 'nosuchkey=1': no run of"), qPrintable(output));
+    std::tie(code, output) = run({"table", "--db", db, "--runs", "1", "--where", "arch=mod"});
+    QVERIFY2(code != 0 && output.contains("excludes"), qPrintable(output));
+    std::tie(code, output) = run({"table", "--db", db});
+    QVERIFY2(code != 0 && output.contains("table: give --runs or --where"), qPrintable(output));
   }
 
   void sweepRunsItsPointsThenSaysHowToReadThemBack() {
@@ -536,9 +557,10 @@ class TestCli : public QObject {
     auto [code, output] = run({"sweep", file, "--db", db, "--quiet"});
     QVERIFY2(code == 0, qPrintable(output));
     QVERIFY2(output.contains("| two/lr=0.001 |") && output.contains("| two/lr=0.003 |"), qPrintable(output));
-    QVERIFY2(output.contains("figure sweep --db " + db + " --runs 1,2 --out two-sweep.pdf"), qPrintable(output));
-    QVERIFY2(output.contains("--where sweep:two --ids"), qPrintable(output));
-    std::tie(code, output) = run({"runs", "--db", db, "--where", "sweep:two", "--ids"});
+    QVERIFY2(output.contains("figure sweep --db " + db + " --where tags=sweep:two --out two-sweep.pdf"),
+             qPrintable(output));
+    QVERIFY2(output.contains("--where tags=sweep:two --ids"), qPrintable(output));
+    std::tie(code, output) = run({"runs", "--db", db, "--where", "tags=sweep:two", "--ids"});
     QCOMPARE(output.trimmed(), QString("1,2"));
   }
 

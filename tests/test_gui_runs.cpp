@@ -275,6 +275,9 @@ void TestGuiRuns::searchComparesRunValues() {
   QVERIFY(match("(arch=dense", dense) && match("arch=dense)", dense) && !match("arch=dense) arch=mod", dense));
   QVERIFY(match("or", mod) && match("arch=mod or", mod) && !match("arch=mod or", dense) &&
           match("not", dense, QStringLiteral("not")));
+  mod.tags = QStringLiteral("sweep:a,best");  // each tag a value of tags; != where none is it
+  QVERIFY(match("tags=best", mod) && !match("tags=sweep", mod) && !match("tags!=best", mod) &&
+          match("tags!=best", dense));
 }
 
 void TestGuiRuns::tabLeavesTheRunsTable() {

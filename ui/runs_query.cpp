@@ -26,7 +26,6 @@ const QHash<QString, Field>& run_fields() {
       {QStringLiteral("preset"), [](const RunSummary& r) { return QVariant(r.preset); }},
       {QStringLiteral("status"), [](const RunSummary& r) { return QVariant(r.status); }},
       {QStringLiteral("device"), [](const RunSummary& r) { return QVariant(r.device); }},
-      {QStringLiteral("tags"), [](const RunSummary& r) { return QVariant(r.tags); }},
   };
   return fields;
 }
@@ -39,6 +38,12 @@ RunQuery::Value queryValue(const QVariant& v) {
 }  // namespace
 
 QVector<QVariant> RunSearch::values(const RunSummary& run, const QString& key) {
+  if (key.compare(QLatin1String("tags"), Qt::CaseInsensitive) == 0) {  // each tag a value; "" for none
+    QVector<QVariant> tags;
+    for (const QString& tag : run.tags.split(QLatin1Char(','), Qt::SkipEmptyParts)) tags.push_back(tag);
+    if (tags.isEmpty()) tags.push_back(QString());
+    return tags;
+  }
   // A field without a value (no validation yet) is there, and meets nothing.
   if (const auto field = run_fields().find(key.toLower()); field != run_fields().end()) return {(*field)(run)};
   QVector<QVariant> out;
@@ -53,8 +58,9 @@ bool RunSearch::matches(const RunSummary& run, const QString& searchText) const 
     const auto have = term.key.empty() ? QVector<QVariant>{} : values(run, QString::fromStdString(term.key));
     if (have.isEmpty())  // a plain word, or a key naming nothing of this run's
       return searchText.contains(QString::fromStdString(term.word), Qt::CaseInsensitive);
-    return std::any_of(have.cbegin(), have.cend(),
-                       [&](const QVariant& v) { return RunQuery::meets(queryValue(v), term); });
+    std::vector<RunQuery::Value> values;
+    for (const QVariant& v : have) values.push_back(queryValue(v));
+    return RunQuery::meets_any(values, term);
   });
 }
 

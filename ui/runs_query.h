@@ -21,8 +21,8 @@ class RunSearch {
   /// The words as typed, spaces collapsed.
   QString text() const { return QString::fromStdString(query_.text()); }
 
-  /// The run's value of `key` (a field of RunQuery::fields(), or every config value whose path is or ends in it;
-  /// empty: none).
+  /// The run's value of `key` (a field of RunQuery::fields(), each of its tags, or every config value whose path is or
+  /// ends in it; empty: none).
   static QVector<QVariant> values(const RunSummary& run, const QString& key);
 
  private:

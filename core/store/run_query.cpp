@@ -7,7 +7,10 @@
 #include <regex>
 #include <sstream>
 
+#include <nlohmann/json.hpp>
+
 #include "core/store/run_store.h"
+#include "core/util/errors.h"
 
 namespace routelab {
 namespace {
@@ -150,6 +153,11 @@ bool RunQuery::meets(const Value& have, const Term& term) {
   return false;  // an order of text: nothing
 }
 
+bool RunQuery::meets_any(const std::vector<Value>& have, const Term& term) {
+  const auto one = [&](const Value& v) { return meets(v, term); };
+  return term.op == "!=" ? std::all_of(have.begin(), have.end(), one) : std::any_of(have.begin(), have.end(), one);
+}
+
 const std::vector<std::string>& RunQuery::fields() {
   static const std::vector<std::string> names = {"id",   "seed", "steps",  "val",    "best",   "train",
                                                  "name", "arch", "preset", "status", "device", "tags"};
@@ -168,6 +176,11 @@ bool run_matches(const RunQuery& query, const RunRecord& run) {
                                                    : value.is_string() ? RunQuery::Value(value.get<std::string>())
                                                                        : RunQuery::Value(value.dump()));
   const auto number = [](const std::optional<double>& v) { return RunQuery::Value(v.value_or(NAN)); };
+  std::vector<RunQuery::Value> tags;  // each tag a value ("" for none: tags!=x holds, tags=x does not)
+  std::istringstream list(run.tags);
+  for (std::string tag; std::getline(list, tag, ',');)
+    if (!tag.empty()) tags.emplace_back(tag);
+  if (tags.empty()) tags.emplace_back(std::string());
   const auto field = [&](const std::string& name) -> std::optional<RunQuery::Value> {
     if (name == "id") return static_cast<double>(run.id);
     if (name == "seed") return static_cast<double>(run.seed);
@@ -180,7 +193,6 @@ bool run_matches(const RunQuery& query, const RunRecord& run) {
     if (name == "preset") return run.preset;
     if (name == "status") return to_string(run.status);
     if (name == "device") return run.device;
-    if (name == "tags") return run.tags;
     return std::nullopt;
   };
   const std::string search = lower(std::to_string(run.id) + " " + run.name + " " + run.arch + " seed " +
@@ -188,7 +200,9 @@ bool run_matches(const RunQuery& query, const RunRecord& run) {
                                    run.notes);
   return query.holds([&](const RunQuery::Term& term) {
     std::vector<RunQuery::Value> have;
-    if (!term.key.empty()) {
+    if (lower(term.key) == "tags") {
+      have = tags;
+    } else if (!term.key.empty()) {
       if (auto f = field(lower(term.key))) {
         have.push_back(std::move(*f));
       } else {
@@ -198,8 +212,18 @@ bool run_matches(const RunQuery& query, const RunRecord& run) {
       }
     }
     if (have.empty()) return search.find(lower(term.word)) != std::string::npos;  // a word, or a key naming nothing
-    return std::any_of(have.begin(), have.end(), [&](const RunQuery::Value& v) { return RunQuery::meets(v, term); });
+    return RunQuery::meets_any(have, term);
   });
+}
+
+std::vector<std::int64_t> run_ids_where(const RunStore& store, const std::string& where, bool include_archived) {
+  const RunQuery query(where);
+  std::vector<std::int64_t> ids;
+  for (const auto& run : store.list_runs(include_archived))
+    if (run_matches(query, run)) ids.push_back(run.id);
+  if (ids.empty()) throw ConfigError("--where '" + where + "': no run of " + store.path() + " meets it");
+  std::sort(ids.begin(), ids.end());
+  return ids;
 }
 
 }  // namespace routelab
