@@ -275,6 +275,8 @@ void TestGuiRuns::searchComparesRunValues() {
   QVERIFY(match("(arch=dense", dense) && match("arch=dense)", dense) && !match("arch=dense) arch=mod", dense));
   QVERIFY(match("or", mod) && match("arch=mod or", mod) && !match("arch=mod or", dense) &&
           match("not", dense, QStringLiteral("not")));
+  for (const auto& field : routelab::RunQuery::fields())  // every field of the language is one the GUI reads
+    QVERIFY2(!routelab::RunSearch::values(dense, QString::fromStdString(field)).isEmpty(), field.c_str());
   mod.tags = QStringLiteral("sweep:a,best");  // each tag a value of tags; != where none is it
   QVERIFY(match("tags=best", mod) && !match("tags=sweep", mod) && !match("tags!=best", mod) &&
           match("tags!=best", dense));
