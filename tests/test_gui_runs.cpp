@@ -241,8 +241,9 @@ void TestGuiRuns::configColumnsGroupRunsByAnyKey() {
 }
 
 void TestGuiRuns::searchComparesRunValues() {
-  // RunQuery alone: a dense run has no capacity (a comparison of it fails), losses compare by value, a missing
-  // loss meets nothing, text compares without case and without order, and a key naming nothing is a plain word.
+  // RunSearch alone (RunQuery over a RunSummary): a dense run has no capacity (a comparison of it fails), losses
+  // compare by value, a missing loss meets nothing, text compares without case and without order, and a key naming
+  // nothing is a plain word.
   routelab::RunSummary dense, mod;
   dense.arch = QStringLiteral("dense");
   dense.bestValLoss = 2.3;
