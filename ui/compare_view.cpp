@@ -3,16 +3,10 @@
 #include "ui/compare_view.h"
 
 #include <QCheckBox>
-#include <QClipboard>
 #include <QComboBox>
 #include <QDoubleSpinBox>
-#include <QFile>
-#include <QFileDialog>
-#include <QFileInfo>
-#include <QFont>
-#include <QHash>
-#include <QGuiApplication>
 #include <QHBoxLayout>
+#include <QHash>
 #include <QHeaderView>
 #include <QLabel>
 #include <QLineEdit>
@@ -30,10 +24,10 @@
 #include <QThread>
 #include <QTimer>
 #include <QVBoxLayout>
-
 #include <algorithm>
 #include <cmath>
 #include <memory>
+#include <tuple>
 
 #include "core/report/builders/catalog.h"
 #include "core/report/tables/run_tables.h"
@@ -81,12 +75,6 @@ QStringList metricChoices(const QString& figure) {
 
 QString runText(const RunSummary& run) {
   return QStringLiteral("#%1  %2 · %3 · %4").arg(run.id).arg(run.name, run.arch, run.status);
-}
-
-QString cellText(const CellSummary& cell, const TableColumn& column) {
-  QString text = QString::number(cell.mean * column.scale, 'f', column.precision);
-  if (cell.n > 1) text += QStringLiteral(" ± ") + QString::number(cell.std * column.scale, 'f', column.precision);
-  return text;
 }
 
 }  // namespace
@@ -304,27 +292,6 @@ QWidget* CompareView::buildTablePage() {
   matchedButtons->addWidget(saveTable_);
   matchedLayout->addLayout(matchedButtons);
   return matchedPage;
-}
-
-QWidget* CompareView::buildDiffPage(QPushButton** copyDiff) {
-  diffModel_ = new QStandardItemModel(this);
-  diffView_ = new QTableView(this);
-  diffView_->setObjectName(QStringLiteral("compareDiffTable"));
-  diffView_->setModel(diffModel_);
-  diffView_->setEditTriggers(QAbstractItemView::NoEditTriggers);
-  diffView_->setTabKeyNavigation(false);
-  diffView_->verticalHeader()->hide();
-  diffSummary_ = new QLabel(this);
-  *copyDiff = new QPushButton(tr("Copy diff"), this);
-  auto* diffPage = new QWidget(this);
-  auto* diffLayout = new QVBoxLayout(diffPage);
-  diffLayout->setContentsMargins(2, 2, 2, 2);
-  diffLayout->addWidget(diffView_, 1);
-  auto* diffButtons = new QHBoxLayout;
-  diffButtons->addWidget(diffSummary_, 1);
-  diffButtons->addWidget(*copyDiff);
-  diffLayout->addLayout(diffButtons);
-  return diffPage;
 }
 
 void CompareView::connectControls(QPushButton* copyDiff) {
@@ -584,8 +551,18 @@ void CompareView::fillMetric() {
 }
 
 void CompareView::showGridField() {
-  gridBox_->setVisible(figureName() == kSweepGrid ||
-                       tableLayout_->currentData().toString() == kFigureTable + kSweepGrid);
+  gridBox_->setVisible(figureName() == kSweepGrid || tableChoice().first == kSweepGrid.toStdString());
+  QStringList options;  // what the field can name: the keys the runs differ in but the run section and the architecture
+  for (const ConfigDiffRow& row : diff_.rows)
+    if (row.key.rfind("run.", 0) != 0 && row.key != "model.arch") options << QString::fromStdString(row.key);
+  gridOptions_->setToolTip(
+      tr(kGridTip) + (options.isEmpty() ? QString() : tr("\nThe checked runs differ in: %1").arg(options.join(", "))));
+}
+
+std::pair<std::string, std::string> CompareView::tableChoice() const {
+  const QString layout = tableLayout_->currentData().toString();
+  if (layout.startsWith(kFigureTable)) return {layout.mid(kFigureTable.size()).toStdString(), ""};
+  return {"", layout.toStdString()};
 }
 
 std::vector<double> CompareView::parseBudgets(QString* error) const {
@@ -625,9 +602,7 @@ void CompareView::sendRequest() {
   figure.metric = metricKey_.toStdString();
   if (!metricChoices(figureName()).isEmpty()) request.figureMetric = metric_->currentText().toStdString();
   if (colouredByDecisions(figureName())) request.figureMetric = decisions_->isChecked() ? "decision" : "gate";
-  const QString layout = tableLayout_->currentData().toString();
-  request.figureTable = layout.startsWith(kFigureTable) ? layout.mid(kFigureTable.size()).toStdString() : "";
-  request.tableName = layout.startsWith(kFigureTable) ? "" : layout.toStdString();
+  std::tie(request.figureTable, request.tableName) = tableChoice();
   figure.x_axis = xAxis_->currentData().toString().toStdString();
   figure.smoothing = smoothing_->value();
   figure.by_seed = groupSeeds_->isChecked();
@@ -687,6 +662,7 @@ void CompareView::onResult(const CompareResult& result) {
   if (!result.diffError.isEmpty()) errors << tr("Config diff: %1").arg(result.diffError);
   showTable();
   showDiff();
+  showGridField();  // its tooltip names the keys the runs differ in
 
   if (!errors.isEmpty())
     setStatus(errors.join(QStringLiteral(" · ")), true);
@@ -701,139 +677,9 @@ void CompareView::onResult(const CompareResult& result) {
   Q_EMIT resultShown(result.serial);
 }
 
-void CompareView::showTable() {
-  matchedModel_->clear();
-  copyLatex_->setEnabled(table_.has_value());
-  saveTable_->setEnabled(table_.has_value());
-  if (!table_) {
-    matchedModel_->setHorizontalHeaderLabels({tr("No table: see the status line")});
-    return;
-  }
-  const ReportTable& table = *table_;
-  QStringList headers{QString::fromStdString(table.row_header)};
-  for (const TableColumn& column : table.columns) {
-    QString header = QString::fromStdString(column.header);
-    if (!column.unit.empty()) header += QStringLiteral(" (%1)").arg(QString::fromStdString(column.unit));
-    headers << header;
-  }
-  matchedModel_->setHorizontalHeaderLabels(headers);
-  std::vector<int> best;
-  for (std::size_t c = 0; c < table.columns.size(); ++c) best.push_back(best_row(table, c));
-  for (std::size_t r = 0; r < table.rows.size(); ++r) {
-    const TableRow& row = table.rows[r];
-    QList<QStandardItem*> items{new QStandardItem(QString::fromStdString(row.label))};
-    for (std::size_t c = 0; c < table.columns.size(); ++c) {
-      auto* item = new QStandardItem;
-      const auto& cell = c < row.cells.size() ? row.cells[c] : std::nullopt;
-      if (cell) {
-        item->setText(cellText(*cell, table.columns[c]));
-        item->setData(cell->mean, kValueRole);
-        item->setToolTip(tr("mean %1, std %2, n = %3").arg(cell->mean).arg(cell->std).arg(cell->n));
-        if (best[c] == static_cast<int>(r)) {
-          QFont font = item->font();
-          font.setBold(true);
-          item->setFont(font);
-        }
-      } else {
-        item->setText(QStringLiteral("–"));
-        item->setToolTip(tr("no value here"));
-      }
-      item->setTextAlignment(Qt::AlignRight | Qt::AlignVCenter);
-      items << item;
-    }
-    matchedModel_->appendRow(items);
-  }
-  matchedView_->resizeColumnsToContents();
-}
-
-void CompareView::showDiff() {
-  diffModel_->clear();
-  QStringList headers{tr("Key")};
-  for (const auto& column : diff_.columns) headers << QString::fromStdString(column);
-  diffModel_->setHorizontalHeaderLabels(headers);
-  for (const ConfigDiffRow& row : diff_.rows) {
-    QList<QStandardItem*> items{new QStandardItem(QString::fromStdString(row.key))};
-    for (const auto& value : row.values) items << new QStandardItem(QString::fromStdString(value));
-    diffModel_->appendRow(items);
-  }
-  diffView_->resizeColumnsToContents();
-  QStringList options;  // what the Grid field can name: the differing keys but the run section and the architecture
-  for (const ConfigDiffRow& row : diff_.rows)
-    if (row.key.rfind("run.", 0) != 0 && row.key != "model.arch") options << QString::fromStdString(row.key);
-  gridOptions_->setToolTip(
-      tr(kGridTip) + (options.isEmpty() ? QString() : tr("\nThe checked runs differ in: %1").arg(options.join(", "))));
-  if (diff_.columns.size() < 2)
-    diffSummary_->setText(tr("Check two or more runs to see how their configs differ."));
-  else if (diff_.rows.empty())
-    diffSummary_->setText(tr("The %1 configs are identical (%2 keys).").arg(diff_.columns.size()).arg(diff_.keys_compared));
-  else
-    diffSummary_->setText(tr("%1 of %2 keys differ.").arg(diff_.rows.size()).arg(diff_.keys_compared));
-}
-
 void CompareView::setStatus(const QString& text, bool error) {
   status_->setText(text);
   status_->setStyleSheet(error ? QStringLiteral("QLabel { color: #b00020; }") : QString());
-}
-
-void CompareView::copyTableAsLatex() {
-  if (!table_) return;
-  QGuiApplication::clipboard()->setText(QString::fromStdString(to_latex(*table_)));
-  setStatus(tr("Copied the table as LaTeX."), false);
-}
-
-void CompareView::copyDiff() {
-  QStringList lines;
-  QStringList header{tr("key")};
-  for (const auto& column : diff_.columns) header << QString::fromStdString(column);
-  lines << header.join(QLatin1Char('\t'));
-  for (const ConfigDiffRow& row : diff_.rows) {
-    QStringList fields{QString::fromStdString(row.key)};
-    for (const auto& value : row.values) fields << QString::fromStdString(value);
-    lines << fields.join(QLatin1Char('\t'));
-  }
-  QGuiApplication::clipboard()->setText(lines.join(QLatin1Char('\n')) + QLatin1Char('\n'));
-  setStatus(tr("Copied the config diff (%1 keys).").arg(diff_.rows.size()), false);
-}
-
-QString CompareView::saveTable(const QString& path) const {
-  if (!table_) return tr("No table to save.");
-  const QString suffix = QFileInfo(path).suffix().toLower();
-  std::string text;
-  if (suffix == QLatin1String("tex"))
-    text = to_latex(*table_);
-  else if (suffix == QLatin1String("md"))
-    text = to_markdown(*table_);
-  else if (suffix == QLatin1String("csv"))
-    text = to_csv(*table_);
-  else
-    return tr("%1: unknown table format '%2' (use .tex, .md or .csv)").arg(path, suffix);
-  QFile file(path);
-  if (!file.open(QIODevice::WriteOnly | QIODevice::Truncate))
-    return tr("%1: cannot write: %2").arg(path, file.errorString());
-  const QByteArray bytes = QByteArray::fromStdString(text);
-  if (file.write(bytes) != bytes.size()) return tr("%1: write failed: %2").arg(path, file.errorString());
-  return {};
-}
-
-void CompareView::saveTableWithDialog() {
-  if (!table_) return;
-  QString filter;
-  const QString layout = tableLayout_->currentData().toString();
-  const QString path = QFileDialog::getSaveFileName(this, tr("Save table"),
-                                                    (layout.isEmpty() ? QStringLiteral("matched") : layout) +
-                                                        QStringLiteral(".tex"),
-                                                    tr("LaTeX (*.tex);;Markdown (*.md);;CSV (*.csv)"), &filter);
-  if (path.isEmpty()) return;
-  QString target = path;
-  if (QFileInfo(target).suffix().isEmpty()) {
-    const QRegularExpressionMatch m = QRegularExpression(QStringLiteral("\\*(\\.\\w+)")).match(filter);
-    target += m.hasMatch() ? m.captured(1) : QStringLiteral(".tex");
-  }
-  const QString error = saveTable(target);
-  if (error.isEmpty())
-    setStatus(tr("Saved %1").arg(target), false);
-  else
-    setStatus(error, true);
 }
 
 }  // namespace routelab

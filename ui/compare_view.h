@@ -169,8 +169,10 @@ class CompareView : public QWidget {
   void showDiff();
   void setStatus(const QString& text, bool error);
   std::vector<double> parseBudgets(QString* error) const;
-  /// Shows the Grid field where the figure or the table is a sweep grid.
+  /// Shows the Grid field where the figure or the table is a sweep grid; its tooltip names the keys the runs differ in.
   void showGridField();
+  /// The table layout box's choice: {a figure's table (figure_tables()), ""} or {"", a paper layout}.
+  std::pair<std::string, std::string> tableChoice() const;
 
   StoreService* store_ = nullptr;
   QThread* thread_ = nullptr;
