@@ -355,10 +355,7 @@ int cmd_sweep(const SweepArgs& a) {
 
 int cmd_runs(const std::string& db, bool json, bool all, const std::string& where, bool ids) {
   RunStore store(resolve_db(db));
-  const RunQuery query(where);
-  std::vector<RunRecord> runs;
-  for (auto& r : store.list_runs(all))
-    if (run_matches(query, r)) runs.push_back(std::move(r));
+  const auto runs = runs_where(store, where, all);
   if (ids) {  // in id order, the order the runs were made (a sweep's points)
     std::vector<std::int64_t> sorted;
     for (const auto& r : runs) sorted.push_back(r.id);

@@ -4,11 +4,11 @@
 #include <algorithm>
 #include <cctype>
 #include <cmath>
+#include <nlohmann/json.hpp>
 #include <regex>
 #include <sstream>
 
-#include <nlohmann/json.hpp>
-
+#include "core/config/options.h"
 #include "core/store/run_store.h"
 #include "core/util/errors.h"
 
@@ -172,9 +172,8 @@ bool run_matches(const RunQuery& query, const RunRecord& run) {
     for (const auto& [section, values] : doc.items())
       if (values.is_object())
         for (const auto& [key, value] : values.items())
-          config.emplace_back(section + "." + key, value.is_number()    ? RunQuery::Value(value.get<double>())
-                                                   : value.is_string() ? RunQuery::Value(value.get<std::string>())
-                                                                       : RunQuery::Value(value.dump()));
+          config.emplace_back(section + "." + key, value.is_number() ? RunQuery::Value(value.get<double>())
+                                                                     : RunQuery::Value(option_value_text(value)));
   const auto number = [](const std::optional<double>& v) { return RunQuery::Value(v.value_or(NAN)); };
   std::vector<RunQuery::Value> tags;  // each tag a value ("" for none: tags!=x holds, tags=x does not)
   std::istringstream list(run.tags);
@@ -216,11 +215,17 @@ bool run_matches(const RunQuery& query, const RunRecord& run) {
   });
 }
 
-std::vector<std::int64_t> run_ids_where(const RunStore& store, const std::string& where, bool include_archived) {
+std::vector<RunRecord> runs_where(const RunStore& store, const std::string& where, bool include_archived) {
   const RunQuery query(where);
+  std::vector<RunRecord> runs;
+  for (auto& run : store.list_runs(include_archived))
+    if (run_matches(query, run)) runs.push_back(std::move(run));
+  return runs;
+}
+
+std::vector<std::int64_t> run_ids_where(const RunStore& store, const std::string& where, bool include_archived) {
   std::vector<std::int64_t> ids;
-  for (const auto& run : store.list_runs(include_archived))
-    if (run_matches(query, run)) ids.push_back(run.id);
+  for (const auto& run : runs_where(store, where, include_archived)) ids.push_back(run.id);
   if (ids.empty()) throw ConfigError("--where '" + where + "': no run of " + store.path() + " meets it");
   std::sort(ids.begin(), ids.end());
   return ids;

@@ -68,6 +68,8 @@ class RunQuery {
 /// status, tags, notes).
 bool run_matches(const RunQuery& query, const RunRecord& run);
 
+/// The runs of `store` (archived ones too with `include_archived`) that meet `where`, in the store's listing order.
+std::vector<RunRecord> runs_where(const RunStore& store, const std::string& where, bool include_archived);
 /// The ids of the runs of `store` that meet `where` (archived ones too with `include_archived`), in id order (the
 /// order they were made: a sweep's points), for the commands' `--where`. A ConfigError naming the query and the
 /// store where no run meets it.
