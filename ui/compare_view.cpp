@@ -259,12 +259,7 @@ QVBoxLayout* CompareView::buildControls() {
 
 QWidget* CompareView::buildTablePage() {
   matchedModel_ = new QStandardItemModel(this);
-  matchedView_ = new QTableView(this);
-  matchedView_->setObjectName(QStringLiteral("compareMatchedTable"));
-  matchedView_->setModel(matchedModel_);
-  matchedView_->setEditTriggers(QAbstractItemView::NoEditTriggers);
-  matchedView_->setTabKeyNavigation(false);
-  matchedView_->verticalHeader()->hide();
+  matchedView_ = readOnlyTable(matchedModel_, QStringLiteral("compareMatchedTable"));
   tableLayout_ = new QComboBox(this);
   tableLayout_->setObjectName(QStringLiteral("compareTableLayout"));
   for (const FigureTableInfo& info : figure_tables()) {  // the figures' tables, then the papers' layouts

@@ -153,6 +153,8 @@ class CompareView : public QWidget {
   QVBoxLayout* buildControls();
   QWidget* buildTablePage();
   QWidget* buildDiffPage(QPushButton** copyDiff);
+  /// A table view of `model` named `name`: read-only, no row numbers, Tab moving on to the next widget.
+  QTableView* readOnlyTable(QStandardItemModel* model, const QString& name);
   void connectControls(QPushButton* copyDiff);
   void setRuns(const QList<RunSummary>& runs);
   void applyFilter();

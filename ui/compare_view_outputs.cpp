@@ -29,14 +29,19 @@ QString cellText(const CellSummary& cell, const TableColumn& column) {
 
 }  // namespace
 
+QTableView* CompareView::readOnlyTable(QStandardItemModel* model, const QString& name) {
+  auto* view = new QTableView(this);
+  view->setObjectName(name);
+  view->setModel(model);
+  view->setEditTriggers(QAbstractItemView::NoEditTriggers);
+  view->setTabKeyNavigation(false);  // Tab leaves the table
+  view->verticalHeader()->hide();
+  return view;
+}
+
 QWidget* CompareView::buildDiffPage(QPushButton** copyDiff) {
   diffModel_ = new QStandardItemModel(this);
-  diffView_ = new QTableView(this);
-  diffView_->setObjectName(QStringLiteral("compareDiffTable"));
-  diffView_->setModel(diffModel_);
-  diffView_->setEditTriggers(QAbstractItemView::NoEditTriggers);
-  diffView_->setTabKeyNavigation(false);
-  diffView_->verticalHeader()->hide();
+  diffView_ = readOnlyTable(diffModel_, QStringLiteral("compareDiffTable"));
   diffSummary_ = new QLabel(this);
   *copyDiff = new QPushButton(tr("Copy diff"), this);
   auto* diffPage = new QWidget(this);
