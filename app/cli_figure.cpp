@@ -37,6 +37,7 @@ struct FigureArgs {
   std::vector<std::int64_t> lengths;
   std::vector<std::string> options;
   std::string where;  ///< instead of runs: the runs that meet this query
+  bool all = false;   ///< with where: archived runs too
   double width_cm = 8.5, height_cm = 6.0, font_pt = 8.0, dpi = 0;
   double width_in = 0, height_in = 0;  ///< when given, replace the sizes in cm
 };
@@ -96,7 +97,7 @@ int run_figure(const FigureArgs& a) {
   FigureRequest request;
   request.name = a.name;
   if (a.runs.empty() && a.where.empty()) throw ConfigError("figure " + a.name + ": give --runs or --where");
-  request.run_ids = a.where.empty() ? a.runs : run_ids_where(store, a.where, /*include_archived=*/false);
+  request.run_ids = a.where.empty() ? a.runs : run_ids_where(store, a.where, a.all);
   request.metric = a.metric;
   // The matched figure compares at equal compute unless told otherwise.
   request.x_axis = !a.x_axis.empty() ? a.x_axis : a.name == "matched" ? "flops" : "step";
@@ -154,7 +155,8 @@ int run_figure(const FigureArgs& a) {
     for (const auto& image : images) render(renderer, written[2], image, a);
   }
   std::cout << "figure '" << figure.name << "' (" << figure.panels.size() << " panel"
-            << (figure.panels.size() == 1 ? "" : "s") << ", " << request.run_ids.size() << " runs): " << data_files;
+            << (figure.panels.size() == 1 ? "" : "s") << ", " << request.run_ids.size() << " run"
+            << (request.run_ids.size() == 1 ? "" : "s") << "): " << data_files;
   for (const auto& image : images) std::cout << ", " << image;
   std::cout << "\n";
   return 0;
@@ -169,8 +171,9 @@ void add_figure_commands(CLI::App& app, CLI::App& /*bench*/, CommandAction& acti
   fig->add_option("NAME", a->name, "figure (see `figures`)")->required();
   auto* runs = fig->add_option("--runs", a->runs, "run ids (runs differing only in seed become one mean ± std group)")
                    ->delimiter(',');
-  fig->add_option("--where", a->where, "instead of --runs: the runs that meet a query, as `runs --where`")
-      ->excludes(runs);
+  auto* where = fig->add_option("--where", a->where, "instead of --runs: the runs that meet a query, as `runs --where`")
+                    ->excludes(runs);
+  fig->add_flag("--all", a->all, "with --where: archived runs too")->needs(where);
   fig->add_option("--db", a->db, "run store");
   fig->add_option("--metric", a->metric,
                   "metric key (curves, matched, pareto, sweep); 'training'/'both' for routed-layers; "

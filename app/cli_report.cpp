@@ -21,6 +21,7 @@ struct TableArgs {
   std::vector<std::string> metrics;
   bool no_group = false;
   std::string where;  ///< instead of runs: the runs that meet this query
+  bool all = false;   ///< with where: archived runs too
 };
 
 int run_table(const TableArgs& args) {
@@ -28,7 +29,7 @@ int run_table(const TableArgs& args) {
   RunStore store(db, /*mark_crashed=*/false);
   const auto spec = args.metrics.empty() ? table_spec(args.name) : custom_table_spec(args.metrics);
   if (args.runs.empty() && args.where.empty()) throw ConfigError("table: give --runs or --where");
-  const auto ids = args.where.empty() ? args.runs : run_ids_where(store, args.where, /*include_archived=*/false);
+  const auto ids = args.where.empty() ? args.runs : run_ids_where(store, args.where, args.all);
   const auto table = build_run_table(store, spec, ids, !args.no_group);
   const std::string text = args.format == "latex" ? to_latex(table) : args.format == "csv" ? to_csv(table)
                                                                                          : to_markdown(table);
@@ -54,8 +55,10 @@ void add_report_commands(CLI::App& app, CLI::App& /*bench*/, CommandAction& acti
   auto* runs =
       table->add_option("--runs", args->runs, "run ids (runs differing only in seed become one row, mean ± std)")
           ->delimiter(',');
-  table->add_option("--where", args->where, "instead of --runs: the runs that meet a query, as `runs --where`")
-      ->excludes(runs);
+  auto* where =
+      table->add_option("--where", args->where, "instead of --runs: the runs that meet a query, as `runs --where`")
+          ->excludes(runs);
+  table->add_flag("--all", args->all, "with --where: archived runs too")->needs(where);
   table->add_option("--db", args->db, "run store");
   table->add_option("--format", args->format, "latex, md or csv")->check(CLI::IsMember({"latex", "md", "csv"}));
   table->add_option("--out", args->out, "output file (default: stdout)");

@@ -539,6 +539,25 @@ class TestCli : public QObject {
     QVERIFY2(code == 0 && output.contains("(1 panel, 2 runs)"), qPrintable(output));
     std::tie(code, output) = run({"figure", "curves", "--db", db, "--where", "nosuchkey=1", "--out", json});
     QVERIFY2(code != 0 && output.contains("--where 'nosuchkey=1': no run of"), qPrintable(output));
+    // Archived runs are left out unless --all is given, and a query only archived runs meet says so.
+    {
+      routelab::RunStore store(db.toStdString());
+      routelab::RunPatch archive;
+      archive.archived = true;
+      store.patch_run(1, archive);
+    }
+    std::tie(code, output) = run({"table", "--db", db, "--where", "arch=dense", "--format", "csv"});
+    QVERIFY2(code != 0 && output.contains("no run of") && output.contains("(1 archived: add --all)"),
+             qPrintable(output));
+    std::tie(code, output) = run({"table", "--db", db, "--where", "lr=0.001", "--all", "--metrics", "val/loss",
+                                  "--format", "csv", "--no-group"});
+    QVERIFY2(code == 0 && output.contains("dense-s1") && output.contains("mod-s1"), qPrintable(output));
+    std::tie(code, output) = run({"figure", "curves", "--db", db, "--where", "lr=0.001", "--all", "--out", json});
+    QVERIFY2(code == 0 && output.contains("(1 panel, 2 runs)"), qPrintable(output));
+    std::tie(code, output) = run({"figure", "curves", "--db", db, "--where", "lr=0.001", "--out", json});
+    QVERIFY2(code == 0 && output.contains("(1 panel, 1 run"), qPrintable(output));
+    std::tie(code, output) = run({"figure", "curves", "--db", db, "--runs", "2", "--all", "--out", json});
+    QVERIFY2(code != 0 && output.contains("--all requires --where"), qPrintable(output));
     std::tie(code, output) = run({"table", "--db", db, "--runs", "1", "--where", "arch=mod"});
     QVERIFY2(code != 0 && output.contains("excludes"), qPrintable(output));
     std::tie(code, output) = run({"table", "--db", db});

@@ -226,7 +226,11 @@ std::vector<RunRecord> runs_where(const RunStore& store, const std::string& wher
 std::vector<std::int64_t> run_ids_where(const RunStore& store, const std::string& where, bool include_archived) {
   std::vector<std::int64_t> ids;
   for (const auto& run : runs_where(store, where, include_archived)) ids.push_back(run.id);
-  if (ids.empty()) throw ConfigError("--where '" + where + "': no run of " + store.path() + " meets it");
+  if (ids.empty()) {
+    const auto archived = include_archived ? 0 : runs_where(store, where, true).size();
+    throw ConfigError("--where '" + where + "': no run of " + store.path() + " meets it" +
+                      (archived > 0 ? " (" + std::to_string(archived) + " archived: add --all)" : ""));
+  }
   std::sort(ids.begin(), ids.end());
   return ids;
 }
