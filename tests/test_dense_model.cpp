@@ -14,6 +14,7 @@
 #include <torch/torch.h>
 
 #include "core/models/blocks/cpu_attention_kernel.h"
+#include "core/models/blocks/cpu_softmax.h"
 #include "core/models/blocks/residual_probe.h"
 #include "core/models/dense_transformer.h"
 #include "core/train/checkpoint.h"
@@ -143,6 +144,100 @@ class TestDenseModel : public QObject {
     // Key gradients summed block by block over hundreds of keys: fp32 rounding of a few 1e-6 on gradients up to ~7.
     const double atol = T > 256 ? 1e-5 : 1e-6;
     for (int i = 0; i < 3; ++i) QVERIFY(torch::allclose(grads_fast[i], grads_ref[i], 1e-5, atol));
+  }
+
+  void fusedSoftmaxEqualsAtens_data() {
+    QTest::addColumn<int>("T");
+    QTest::addColumn<bool>("recompute");
+    for (const bool recompute : {false, true})
+      for (const int T : {1, 9, 128, 300, 600})
+        QTest::newRow((std::to_string(T) + (recompute ? ", recomputed" : "")).c_str()) << T << recompute;
+  }
+  void fusedSoftmaxEqualsAtens() {
+    // The kernels' AVX-512 row softmax (cpu_softmax.h) against ATen's over masked rows, in the same kernel: the
+    // output and every gradient, kept probabilities and recomputed ones, whole squares and causal blocks, each as
+    // near the fp64 reference as ATen's is (recomputing from log-sum-exps of scores of tens costs either a few 1e-6).
+    if (!cpu_attention::fused_softmax_active()) QSKIP("no AVX-512 here, or ROUTELAB_CPU_FUSED_SOFTMAX=0: ATen's only");
+    QFETCH(int, T);
+    QFETCH(bool, recompute);
+    std::optional<RecomputeCpuAttention> from_lse;
+    if (recompute) from_lse.emplace();
+    const auto q = (3 * torch::randn({2, 4, T, 16})).requires_grad_();  // scores of a few tens: exp's range used
+    const auto k = (3 * torch::randn({2, 2, T, 16})).requires_grad_();
+    const auto v = torch::randn({2, 2, T, 16}, torch::requires_grad());
+    const auto g = torch::randn({2, 4, T, 16});
+    const auto run = [&](bool reference) {
+      const auto cast = [&](const torch::Tensor& t) { return reference ? t.to(torch::kDouble) : t; };
+      const auto out = reference ? naive_attention(cast(q), cast(k), cast(v)) : causal_attention(q, k, v);
+      auto results = torch::autograd::grad({out}, {q, k, v}, {cast(g)});
+      results.insert(results.begin(), out);
+      return results;
+    };
+    const auto fused = run(false), exact = run(true);
+    std::vector<torch::Tensor> aten;
+    {
+      const cpu_attention::AtenCpuSoftmax reference;
+      QVERIFY(!cpu_attention::fused_softmax_active());
+      aten = run(false);
+    }
+    QVERIFY(cpu_attention::fused_softmax_active());
+    for (std::size_t i = 0; i < fused.size(); ++i) {
+      const auto error = [&](const torch::Tensor& t) {
+        return (t.to(torch::kDouble) - exact[i]).abs().max().item<double>();
+      };
+      const auto scale = exact[i].abs().max().item<double>();
+      QVERIFY2(error(fused[i]) <= 2 * error(aten[i]) + 1e-6 * scale,
+               qPrintable(QString("output/gradient %1: %2 against ATen's %3 (largest %4)")
+                              .arg(i)
+                              .arg(error(fused[i]))
+                              .arg(error(aten[i]))
+                              .arg(scale)));
+    }
+  }
+
+  void rowSoftmaxZerosTheFutureAndKeepsNaN() {
+    // The row loops read a row's visible keys only: whatever lies past them (here NaN) gives zero probabilities and
+    // zero gradients; a NaN among the visible keys makes its row NaN, as ATen's softmax does; -inf gives 0; scores
+    // of any size; the log-sum-exps and the probabilities from them are ATen's.
+    if (!cpu_attention::fused_softmax_active()) QSKIP("no AVX-512 here, or ROUTELAB_CPU_FUSED_SOFTMAX=0: ATen's only");
+    const std::int64_t rows = 5, cols = 37, start = 30;  // rows see 31 .. 35 keys of 37
+    auto scores = 20 * torch::randn({rows, cols});
+    scores[0][3] = -std::numeric_limits<float>::infinity();
+    scores[1][0] = 80.0f;  // exp would overflow without the maximum
+    scores[4][2] = std::numeric_limits<float>::quiet_NaN();
+    for (std::int64_t a = 0; a < rows; ++a)
+      scores[a].narrow(0, start + a + 1, cols - start - a - 1).fill_(std::numeric_limits<float>::quiet_NaN());
+    auto probs = torch::empty({rows, cols}), lse = torch::empty({rows});
+    cpu_attention::causal_softmax(scores.data_ptr<float>(), probs.data_ptr<float>(), rows, cols, start,
+                                  lse.data_ptr<float>());
+    for (std::int64_t a = 0; a < rows; ++a) {
+      const auto n = start + a + 1;
+      const auto visible = scores[a].narrow(0, 0, n);
+      QCOMPARE(probs[a].narrow(0, n, cols - n).abs().sum().item<double>(), 0.0);
+      if (a == 4) {
+        QVERIFY(probs[a].narrow(0, 0, n).isnan().all().item<bool>());
+        continue;
+      }
+      QVERIFY(torch::allclose(probs[a].narrow(0, 0, n), torch::softmax(visible, 0), 1e-5, 1e-7));
+      QVERIFY(std::abs(lse[a].item<double>() - torch::logsumexp(visible, 0).item<double>()) < 1e-5);
+    }
+    QCOMPARE(probs[0][3].item<double>(), 0.0);
+    auto again = torch::full({rows - 1, cols}, 7.0f);
+    cpu_attention::causal_exp(scores.data_ptr<float>(), again.data_ptr<float>(), rows - 1, cols, start,
+                              lse.data_ptr<float>(), 1);
+    QVERIFY(torch::allclose(again, probs.narrow(0, 0, rows - 1), 1e-5, 1e-7));
+    auto d_probs = torch::randn({rows - 1, cols});
+    d_probs.narrow(1, cols - 1, 1).fill_(std::numeric_limits<float>::quiet_NaN());  // past every row's keys
+    auto d_scores = torch::full({rows - 1, cols}, 7.0f);
+    const auto p = probs.narrow(0, 0, rows - 1).contiguous();
+    cpu_attention::causal_softmax_backward(d_probs.data_ptr<float>(), p.data_ptr<float>(), d_scores.data_ptr<float>(),
+                                           rows - 1, cols, start);
+    for (std::int64_t a = 0; a < rows - 1; ++a) {
+      const auto n = start + a + 1;
+      const auto pa = p[a].narrow(0, 0, n), da = d_probs[a].narrow(0, 0, n);
+      QVERIFY(torch::allclose(d_scores[a].narrow(0, 0, n), pa * (da - (da * pa).sum()), 1e-5, 1e-6));
+      QCOMPARE(d_scores[a].narrow(0, n, cols - n).abs().sum().item<double>(), 0.0);
+    }
   }
 
   void recomputedProbabilitiesGiveTheKeptGradients() {

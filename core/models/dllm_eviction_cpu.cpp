@@ -7,6 +7,7 @@
 
 #include "core/models/blocks/attention.h"
 #include "core/models/blocks/cpu_attention_kernel.h"
+#include "core/models/blocks/cpu_softmax.h"
 #include "core/models/dllm_eviction.h"
 #include "core/util/process.h"
 
@@ -76,6 +77,7 @@ class CpuEvictingAttention : public torch::autograd::Function<CpuEvictingAttenti
                             : torch::empty({B * H * P}, q.options());
     auto out = torch::empty({B, T, H, hd}, q.options()).transpose(1, 2);  // (B, H, T, hd) over (B, T, H, hd)
     const auto G = softmax_group(H, T);
+    const bool fused = fused_softmax_active();
     parallel_for_as_caller(0, B * (H / G), 1, [&](std::int64_t begin, std::int64_t end) {
       const auto room = G * shape.block * T;
       auto scores = torch::empty({room}, q.options());  // one block's scores, then its P
@@ -90,12 +92,12 @@ class CpuEvictingAttention : public torch::autograd::Function<CpuEvictingAttenti
           if (!recompute) {
             auto rb = keep ? held.narrow(0, group + G * shape.offset(x), G * r * e).view({G, r, e})
                            : block_r.narrow(0, 0, G * r * e).view({G, r, e});
-            block_softmax(q, k, b, h0, G, s, e, scale, scores, rb);
+            block_softmax(q, k, b, h0, G, s, e, scale, scores, rb, fused);
             weigh_rows(rb.data_ptr<float>(), scores.data_ptr<float>(), G * r, e, wb, eps);
           } else {
             const auto lse = held[b].narrow(0, h0, G).narrow(1, s, r);  // (G, r): the softmax's, then R's
             probabilities_from_lse(q, k, b, h0, G, s, e, scale, scores, lse, /*fill=*/true,
-                                   block_r.narrow(0, 0, G * r * e).view({G, r, e}));
+                                   block_r.narrow(0, 0, G * r * e).view({G, r, e}), fused);
             weigh_rows(block_r.data_ptr<float>(), scores.data_ptr<float>(), G * r, e, wb, eps,
                        log_norm.data_ptr<float>());
             lse.add_(log_norm.narrow(0, 0, G * r).view({G, r}));
@@ -130,6 +132,7 @@ class CpuEvictingAttention : public torch::autograd::Function<CpuEvictingAttenti
     const CausalBlocks shape(T, T);
     const auto P = shape.packed();
     const auto G = softmax_group(H, T);
+    const bool fused = fused_softmax_active();
     // The flags' gradient per work item (sequence, head group), summed over the groups after the loop.
     auto dw_items = multiplicative ? torch::zeros({B * (H / G), T}, q.options()) : torch::Tensor();
     parallel_for_as_caller(0, B * (H / G), 1, [&](std::int64_t begin, std::int64_t end) {
@@ -150,7 +153,7 @@ class CpuEvictingAttention : public torch::autograd::Function<CpuEvictingAttenti
           const float* rb = nullptr;
           if (recompute) {  // R = exp(scores - log-normaliser); d is free until dP below
             probabilities_from_lse(q, k, b, h0, G, s, e, scale, d, held[b].narrow(0, h0, G).narrow(1, s, r),
-                                   /*fill=*/false, block_r.narrow(0, 0, G * r * e).view({G, r, e}));
+                                   /*fill=*/false, block_r.narrow(0, 0, G * r * e).view({G, r, e}), fused);
             rb = block_r.data_ptr<float>();
           } else {
             rb = held.data_ptr<float>() + group + G * shape.offset(x);

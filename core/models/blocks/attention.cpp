@@ -1,7 +1,8 @@
 // Causal attention. On CPU a fused autograd function parallelises over (batch, head) itself and calls one
 // single-threaded BLAS GEMM per head product on strided rows (no permute copies, no BLAS fork/join per tiny GEMM,
-// no ATen dispatch per head), with one softmax call per sequence for all its heads; in fp32, which bf16 and fp16
-// inputs reach up-cast. Elsewhere (and with attention dropout) LibTorch 2.x's
+// no ATen dispatch per head), and the causal softmax in its own AVX-512 row loops over each row's visible keys
+// (cpu_softmax.h; elsewhere one ATen softmax call per block for all its heads); in fp32, which bf16 and fp16 inputs
+// reach up-cast. Elsewhere (and with attention dropout) LibTorch 2.x's
 // scaled_dot_product_attention, or baddbmm into a cached additive mask on 1.13.
 #include "core/models/blocks/attention.h"
 
@@ -24,6 +25,7 @@
 
 #include "core/inference/kv_cache.h"
 #include "core/models/blocks/cpu_attention_kernel.h"
+#include "core/models/blocks/cpu_softmax.h"
 #include "core/models/blocks/part_scope.h"
 #include "core/models/blocks/varlen_packing.h"
 #include "core/util/device.h"
@@ -105,20 +107,26 @@ std::int64_t softmax_group(std::int64_t H, std::int64_t T) {
 }
 
 void block_scores(const torch::Tensor& q, const torch::Tensor& k, std::int64_t b, std::int64_t h0, std::int64_t G,
-                  std::int64_t s, std::int64_t e, float scale, const torch::Tensor& scores) {
+                  std::int64_t s, std::int64_t e, float scale, const torch::Tensor& scores, bool mask) {
   const auto r = e - s;
   for (std::int64_t g = 0; g < G; ++g) {
     const Mat sc{scores.data_ptr<float>() + g * r * e, r, e, e};
     gemm(false, true, rows(q, b, h0 + g, s, r), head(k, b, h0 + g, e), sc, scale);  // S = scale Q K^T
-    mask_causal(sc, s);
+    if (mask) mask_causal(sc, s);
   }
 }
 
 void block_softmax(const torch::Tensor& q, const torch::Tensor& k, std::int64_t b, std::int64_t h0, std::int64_t G,
-                   std::int64_t s, std::int64_t e, float scale, const torch::Tensor& scores, torch::Tensor probs) {
+                   std::int64_t s, std::int64_t e, float scale, const torch::Tensor& scores, torch::Tensor probs,
+                   bool fused) {
   const auto r = e - s;
-  block_scores(q, k, b, h0, G, s, e, scale, scores);
-  at::_softmax_out(probs, scores.narrow(0, 0, G * r * e).view({G, r, e}), -1, false);
+  block_scores(q, k, b, h0, G, s, e, scale, scores, /*mask=*/!fused);
+  if (!fused) {
+    at::_softmax_out(probs, scores.narrow(0, 0, G * r * e).view({G, r, e}), -1, false);
+    return;
+  }
+  for (std::int64_t g = 0; g < G; ++g)
+    causal_softmax(scores.data_ptr<float>() + g * r * e, probs.data_ptr<float>() + g * r * e, r, e, s);
 }
 
 std::int64_t kept_probabilities_limit() {
@@ -144,13 +152,37 @@ bool recompute_probabilities(double kept_bytes) {
 
 void probabilities_from_lse(const torch::Tensor& q, const torch::Tensor& k, std::int64_t b, std::int64_t h0,
                             std::int64_t G, std::int64_t s, std::int64_t e, float scale, const torch::Tensor& scores,
-                            const torch::Tensor& lse, bool fill, torch::Tensor probs) {
+                            const torch::Tensor& lse, bool fill, torch::Tensor probs, bool fused) {
   const auto r = e - s;
-  block_scores(q, k, b, h0, G, s, e, scale, scores);
-  const auto sc = scores.narrow(0, 0, G * r * e).view({G, r, e});
-  if (fill) lse.copy_(at::logsumexp(sc, {-1}));
-  at::sub_out(probs, sc, lse.unsqueeze(-1));
-  probs.exp_();  // exp(-inf) = 0 on the future keys
+  block_scores(q, k, b, h0, G, s, e, scale, scores, /*mask=*/!fused);
+  if (!fused) {
+    const auto sc = scores.narrow(0, 0, G * r * e).view({G, r, e});
+    if (fill) lse.copy_(at::logsumexp(sc, {-1}));
+    at::sub_out(probs, sc, lse.unsqueeze(-1));
+    probs.exp_();  // exp(-inf) = 0 on the future keys
+    return;
+  }
+  for (std::int64_t g = 0; g < G; ++g) {
+    const auto* sc = scores.data_ptr<float>() + g * r * e;
+    auto* p = probs.data_ptr<float>() + g * r * e;
+    auto* l = lse.data_ptr<float>() + g * lse.stride(0);
+    if (fill)
+      causal_softmax(sc, p, r, e, s, l, lse.stride(1));
+    else
+      causal_exp(sc, p, r, e, s, l, lse.stride(1));
+  }
+}
+
+void block_softmax_backward(const torch::Tensor& d_probs, const torch::Tensor& probs, torch::Tensor d_scores,
+                            std::int64_t s, bool fused) {
+  if (!fused) {
+    at::_softmax_backward_data_out(d_scores, d_probs, probs, -1, probs.scalar_type());  // dS = P (dP - rowsum(dP P))
+    return;
+  }
+  const auto G = probs.size(0), r = probs.size(1), e = probs.size(2);
+  for (std::int64_t g = 0; g < G; ++g)
+    causal_softmax_backward(d_probs.data_ptr<float>() + g * r * e, probs.data_ptr<float>() + g * r * e,
+                            d_scores.data_ptr<float>() + g * r * e, r, e, s);
 }
 
 }  // namespace cpu_attention
@@ -200,6 +232,7 @@ CpuAttentionForward cpu_attention_forward(const torch::Tensor& q, const torch::T
   f.out = (varlen ? torch::zeros({B, T, H, hd}, q.options()) : torch::empty({B, T, H, hd}, q.options()))
               .transpose(1, 2);  // (B, H, T, hd) over a (B, T, H, hd) buffer
   const auto G = softmax_group(H, T);
+  const bool fused = fused_softmax_active();
   parallel_for_as_caller(0, B * (H / G), 1, [&](std::int64_t begin, std::int64_t end) {
     const auto room = G * CausalBlocks(T, T).block * T;  // one block's, all G heads
     auto scores = torch::empty({room}, q.options());
@@ -215,9 +248,9 @@ CpuAttentionForward cpu_attention_forward(const torch::Tensor& q, const torch::T
         p = p.view({G, r, e});
         if (held == Held::log_sum_exp)
           probabilities_from_lse(q, k, b, h0, G, s, e, scale, scores, f.held[b].narrow(0, h0, G).narrow(1, s, r),
-                                 /*fill=*/true, p);
+                                 /*fill=*/true, p, fused);
         else
-          block_softmax(q, k, b, h0, G, s, e, scale, scores, p);
+          block_softmax(q, k, b, h0, G, s, e, scale, scores, p, fused);
         for (std::int64_t g = 0; g < G; ++g)  // O = P V, written into the (B, T, H, hd) buffer
           gemm(false, false, {p.data_ptr<float>() + g * r * e, r, e, e}, head(v, b, h0 + g, e),
                rows(f.out, b, h0 + g, s, r), 1.0f);
@@ -265,6 +298,7 @@ class CpuCausalAttention : public torch::autograd::Function<CpuCausalAttention> 
     auto dq = make(), dk = make(), dv = make();
     const auto P = CausalBlocks(T, T).packed();
     const auto G = softmax_group(H, T);
+    const bool fused = fused_softmax_active();
     parallel_for_as_caller(0, B * (H / G), 1, [&](std::int64_t begin, std::int64_t end) {
       const auto scratch = G * CausalBlocks(T, T).block * T;
       auto d_probs = torch::empty({scratch}, q.options());
@@ -283,7 +317,7 @@ class CpuCausalAttention : public torch::autograd::Function<CpuCausalAttention> 
                              : held.narrow(0, group + G * blocks.offset(x), G * r * e).view({G, r, e});
           if (recompute)  // the forward's probabilities again; d_scores is free until dS below
             probabilities_from_lse(q, k, b, h0, G, s, e, scale, d_scores, held[b].narrow(0, h0, G).narrow(1, s, r),
-                                   /*fill=*/false, p);
+                                   /*fill=*/false, p, fused);
           for (std::int64_t g = 0; g < G; ++g) {
             const Mat pg{p.data_ptr<float>() + g * r * e, r, e, e};
             const auto gi = rows(d_out, b, h0 + g, s, r);
@@ -291,8 +325,7 @@ class CpuCausalAttention : public torch::autograd::Function<CpuCausalAttention> 
             gemm(false, true, gi, head(v, b, h0 + g, e), {d_probs.data_ptr<float>() + g * r * e, r, e, e}, 1.0f);  // dP = dO V^T
           }
           auto ds = d_scores.narrow(0, 0, G * r * e).view({G, r, e});
-          at::_softmax_backward_data_out(ds, d_probs.narrow(0, 0, G * r * e).view({G, r, e}), p, -1,
-                                         p.scalar_type());  // dS = P (dP - rowsum(dP P))
+          block_softmax_backward(d_probs.narrow(0, 0, G * r * e).view({G, r, e}), p, ds, s, fused);
           for (std::int64_t g = 0; g < G; ++g) {
             const Mat dsg{ds.data_ptr<float>() + g * r * e, r, e, e};
             gemm(false, false, dsg, head(k, b, h0 + g, e), rows(dq, b, h0 + g, s, r), scale);       // dQ = scale dS K

@@ -63,23 +63,30 @@ struct CausalBlocks {
 void mask_causal(const Mat& m, std::int64_t start);
 
 /// The causal scores of rows [s, e) of heads h0 .. h0 + G - 1 of sequence b against keys [0, e): scale Q K^T of
-/// each head into `scores` as (G, e - s, e) fp32 (room for G (e - s) e floats), future keys at -inf.
+/// each head into `scores` as (G, e - s, e) fp32 (room for G (e - s) e floats), future keys at -inf where `mask`.
 void block_scores(const torch::Tensor& q, const torch::Tensor& k, std::int64_t b, std::int64_t h0, std::int64_t G,
-                  std::int64_t s, std::int64_t e, float scale, const torch::Tensor& scores);
+                  std::int64_t s, std::int64_t e, float scale, const torch::Tensor& scores, bool mask = true);
 
 /// The causal softmax of rows [s, e) of heads h0 .. h0 + G - 1 of sequence b against keys [0, e), written to `probs`
-/// (G, e - s, e) fp32: scale Q K^T of each head into `scores` (room for G (e - s) e floats), future keys at -inf, one
-/// softmax call for the G heads.
+/// (G, e - s, e) fp32, zero on future keys: scale Q K^T of each head into `scores` (room for G (e - s) e floats),
+/// then the row loops of cpu_softmax.h where `fused` (fused_softmax_active(), read before the parallel loop), else
+/// future keys at -inf and one ATen softmax call for the G heads.
 void block_softmax(const torch::Tensor& q, const torch::Tensor& k, std::int64_t b, std::int64_t h0, std::int64_t G,
-                   std::int64_t s, std::int64_t e, float scale, const torch::Tensor& scores, torch::Tensor probs);
+                   std::int64_t s, std::int64_t e, float scale, const torch::Tensor& scores, torch::Tensor probs,
+                   bool fused);
 
 /// Row block [s, e) of head group (b, h0)'s probabilities written to `probs` (G, e - s, e) as exp(scores - lse),
 /// with `lse` the rows' log-sum-exps, (G, e - s) (a strided view of (B, H, T) rows): read from it (`fill` false:
 /// a backward recomputing what its forward computed) or written to it first (`fill` true: the softmax, its rows'
-/// log-sum-exps kept). `scores` is the thread's scratch, as in block_scores.
+/// log-sum-exps kept). `scores` is the thread's scratch, as in block_scores; `fused` as in block_softmax.
 void probabilities_from_lse(const torch::Tensor& q, const torch::Tensor& k, std::int64_t b, std::int64_t h0,
                             std::int64_t G, std::int64_t s, std::int64_t e, float scale, const torch::Tensor& scores,
-                            const torch::Tensor& lse, bool fill, torch::Tensor probs);
+                            const torch::Tensor& lse, bool fill, torch::Tensor probs, bool fused);
+
+/// dS = P (dP - rowsum(dP P)) of a block of query rows from `s`, each (G, rows, e): zero on future keys; `fused` as
+/// in block_softmax (else ATen's softmax backward, which gives the same zeros: P is zero there).
+void block_softmax_backward(const torch::Tensor& d_probs, const torch::Tensor& probs, torch::Tensor d_scores,
+                            std::int64_t s, bool fused);
 
 /// The bytes of one call's probabilities over every causal block, (B H) CausalBlocks(T, T).packed() floats: what a
 /// kernel keeps for its backward where it keeps them (the dense kernel's softmax, D-LLM's R).
