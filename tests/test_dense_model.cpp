@@ -238,6 +238,20 @@ class TestDenseModel : public QObject {
       QVERIFY(torch::allclose(d_scores[a].narrow(0, 0, n), pa * (da - (da * pa).sum()), 1e-5, 1e-6));
       QCOMPARE(d_scores[a].narrow(0, n, cols - n).abs().sum().item<double>(), 0.0);
     }
+    // The staircase kernel's rows: any count of entries each, clamped to the row, a row that sees none all zeros.
+    const std::vector<std::int64_t> visible{0, 3, cols + 5, -2};
+    auto stair = torch::full({4, cols}, 7.0f);
+    cpu_attention::softmax_visible(scores.data_ptr<float>(), stair.data_ptr<float>(), 4, cols, visible.data());
+    QCOMPARE(stair[0].abs().sum().item<double>(), 0.0);
+    QCOMPARE(stair[3].abs().sum().item<double>(), 0.0);
+    QVERIFY(torch::allclose(stair[1].narrow(0, 0, 3), torch::softmax(scores[1].narrow(0, 0, 3), 0), 1e-5, 1e-7));
+    QCOMPARE(stair[1].narrow(0, 3, cols - 3).abs().sum().item<double>(), 0.0);
+    QVERIFY(stair[2].isnan().all().item<bool>());  // every entry seen: the NaN past row 2's causal keys too
+    auto d_stair = torch::full({4, cols}, 7.0f);
+    cpu_attention::softmax_backward_visible(d_probs.data_ptr<float>(), stair.data_ptr<float>(),
+                                            d_stair.data_ptr<float>(), 4, cols, visible.data());
+    QCOMPARE(d_stair[0].abs().sum().item<double>(), 0.0);
+    QCOMPARE(d_stair[1].narrow(0, 3, cols - 3).abs().sum().item<double>(), 0.0);
   }
 
   void recomputedProbabilitiesGiveTheKeptGradients() {

@@ -80,6 +80,11 @@ ROUTELAB_AVX512 void zero_tail(float* p, std::int64_t n, std::int64_t cols) {
 }
 
 ROUTELAB_AVX512 void softmax_row(const float* x, float* p, std::int64_t n, std::int64_t cols, float* lse) {
+  if (n == 0) {  // a row that sees nothing
+    zero_tail(p, 0, cols);
+    if (lse) *lse = -std::numeric_limits<float>::infinity();
+    return;
+  }
   const __m512 neg_inf = _mm512_set1_ps(-std::numeric_limits<float>::infinity());
   __m512 m = neg_inf;
   __mmask16 nan = 0;
@@ -186,6 +191,25 @@ void causal_softmax_backward(const float* d_probs, const float* probs, float* d_
 #if defined(ROUTELAB_AVX512_SOFTMAX)
   for (std::int64_t a = 0; a < rows; ++a)
     backward_row(d_probs + a * cols, probs + a * cols, d_scores + a * cols, visible_keys(start, a, cols), cols);
+#endif
+}
+
+void softmax_visible(const float* scores, float* probs, std::int64_t rows, std::int64_t cols,
+                     const std::int64_t* visible) {
+  require_avx512f();
+#if defined(ROUTELAB_AVX512_SOFTMAX)
+  for (std::int64_t a = 0; a < rows; ++a)
+    softmax_row(scores + a * cols, probs + a * cols, std::clamp<std::int64_t>(visible[a], 0, cols), cols, nullptr);
+#endif
+}
+
+void softmax_backward_visible(const float* d_probs, const float* probs, float* d_scores, std::int64_t rows,
+                              std::int64_t cols, const std::int64_t* visible) {
+  require_avx512f();
+#if defined(ROUTELAB_AVX512_SOFTMAX)
+  for (std::int64_t a = 0; a < rows; ++a)
+    backward_row(d_probs + a * cols, probs + a * cols, d_scores + a * cols,
+                 std::clamp<std::int64_t>(visible[a], 0, cols), cols);
 #endif
 }
 

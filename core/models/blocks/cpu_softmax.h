@@ -43,4 +43,13 @@ void causal_exp(const float* scores, float* probs, std::int64_t rows, std::int64
 void causal_softmax_backward(const float* d_probs, const float* probs, float* d_scores, std::int64_t rows,
                              std::int64_t cols, std::int64_t start);
 
+/// causal_softmax with row a seeing keys [0, visible[a]) (clamped to [0, cols]; a row that sees none is zeros): the
+/// staircase kernel's rows (staircase_attention.h).
+void softmax_visible(const float* scores, float* probs, std::int64_t rows, std::int64_t cols,
+                     const std::int64_t* visible);
+
+/// causal_softmax_backward with row a seeing keys [0, visible[a]), as softmax_visible.
+void softmax_backward_visible(const float* d_probs, const float* probs, float* d_scores, std::int64_t rows,
+                              std::int64_t cols, const std::int64_t* visible);
+
 }  // namespace routelab::cpu_attention

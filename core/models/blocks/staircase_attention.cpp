@@ -1,6 +1,6 @@
 // The staircase kernel: a torch::autograd::Function whose forward and backward run blocks of kStaircaseRows query
-// rows as direct BLAS products (cpu_attention::gemm) in a parallel loop over (batch, head); compiled with OpenMP
-// (core/CMakeLists.txt).
+// rows as direct BLAS products (cpu_attention::gemm) and the dense kernel's row softmax over each row's entries
+// (cpu_softmax.h) in a parallel loop over (batch, head); compiled with OpenMP (core/CMakeLists.txt).
 #include "core/models/blocks/staircase_attention.h"
 
 #include <ATen/Parallel.h>
@@ -12,6 +12,7 @@
 
 #include "core/models/blocks/attention.h"
 #include "core/models/blocks/cpu_attention_kernel.h"
+#include "core/models/blocks/cpu_softmax.h"
 
 namespace routelab {
 namespace {
@@ -52,6 +53,7 @@ class CpuStaircaseAttention : public torch::autograd::Function<CpuStaircaseAtten
     auto probs = torch::empty({B, H, Tq * N}, q.options());
     auto out = torch::zeros({B, Tq, H, hd}, q.options()).transpose(1, 2);  // (B, H, Tq, hd) over (B, Tq, H, hd)
     const auto* len = lens.data_ptr<std::int64_t>();
+    const bool fused = fused_softmax_active();
     parallel_for_as_caller(0, B * H, 1, [&](std::int64_t begin, std::int64_t end) {
       auto scores_buf = torch::empty({R * N}, q.options());
       for (std::int64_t i = begin; i < end; ++i) {
@@ -63,15 +65,19 @@ class CpuStaircaseAttention : public torch::autograd::Function<CpuStaircaseAtten
           auto scores = scores_buf.narrow(0, 0, r * e).view({r, e});
           const Mat sc{scores.data_ptr<float>(), r, e, e};
           gemm(false, true, cpu_attention::rows(q, b, h, r0, r), head(k, b, h / n_rep, e), sc, scale);  // scale Q K^T
-          for (std::int64_t j = 0; j < r; ++j) {
-            const auto seen = std::max<std::int64_t>(row_len[r0 + j], 0);
-            std::fill(sc.data + j * e + seen, sc.data + (j + 1) * e, seen > 0 ? hidden : 0.0f);  // zeroed below
-          }
           float* p_data = probs.data_ptr<float>() + i * Tq * N + r0 * N;
-          auto p = torch::from_blob(p_data, {r, e}, q.options());
-          at::_softmax_out(p, scores, -1, false);
-          for (std::int64_t j = 0; j < r; ++j)
-            if (row_len[r0 + j] <= 0) std::fill(p_data + j * e, p_data + (j + 1) * e, 0.0f);
+          if (fused) {  // each row's entries only (cpu_softmax.h)
+            softmax_visible(sc.data, p_data, r, e, row_len + r0);
+          } else {
+            for (std::int64_t j = 0; j < r; ++j) {
+              const auto seen = std::max<std::int64_t>(row_len[r0 + j], 0);
+              std::fill(sc.data + j * e + seen, sc.data + (j + 1) * e, seen > 0 ? hidden : 0.0f);  // zeroed below
+            }
+            auto p = torch::from_blob(p_data, {r, e}, q.options());
+            at::_softmax_out(p, scores, -1, false);
+            for (std::int64_t j = 0; j < r; ++j)
+              if (row_len[r0 + j] <= 0) std::fill(p_data + j * e, p_data + (j + 1) * e, 0.0f);
+          }
           gemm(false, false, Mat{p_data, r, e, e}, head(v, b, h / n_rep, e), cpu_attention::rows(out, b, h, r0, r),
                1.0f);  // O = P V
         }
@@ -97,6 +103,7 @@ class CpuStaircaseAttention : public torch::autograd::Function<CpuStaircaseAtten
     // Per query head; the heads sharing a key/value head are summed afterwards (no two threads write one buffer).
     auto dk = torch::zeros({B, H, N, hd}, q.options()), dv = torch::zeros({B, H, N, hd}, q.options());
     const auto* len = lens.data_ptr<std::int64_t>();
+    const bool fused = fused_softmax_active();
     parallel_for_as_caller(0, B * H, 1, [&](std::int64_t begin, std::int64_t end) {
       auto d_probs_buf = torch::empty({R * N}, q.options()), d_scores_buf = torch::empty({R * N}, q.options());
       for (std::int64_t i = begin; i < end; ++i) {
@@ -113,8 +120,11 @@ class CpuStaircaseAttention : public torch::autograd::Function<CpuStaircaseAtten
           const Mat ds{d_scores.data_ptr<float>(), r, e, e};
           gemm(true, false, pi, gi, head(dv, b, h, e), 1.0f, 1.0f);  // dV += P^T dO
           gemm(false, true, gi, vi, dp, 1.0f);                       // dP = dO V^T
-          at::_softmax_backward_data_out(d_scores, d_probs, torch::from_blob(p_data, {r, e}, q.options()), -1,
-                                         torch::kFloat);
+          if (fused)
+            softmax_backward_visible(dp.data, p_data, ds.data, r, e, len + b * Tq + r0);
+          else
+            at::_softmax_backward_data_out(d_scores, d_probs, torch::from_blob(p_data, {r, e}, q.options()), -1,
+                                           torch::kFloat);
           gemm(false, false, ds, ki, cpu_attention::rows(dq, b, h, r0, r), scale);  // dQ = scale dS K
           gemm(true, false, ds, qi, head(dk, b, h, e), scale, 1.0f);              // dK += scale dS^T Q
         }
