@@ -32,6 +32,7 @@
 #include "ui/store_service.h"
 #include "ui/workspace_tabs.h"
 #include "widgets/qcustomplot_include.h"
+#include "widgets/word_completer.h"
 #include "tests/store_test_support.h"
 #include "tests/suite.h"
 #include "tests/synthetic_runs.h"
@@ -295,6 +296,9 @@ void TestGuiCompare::matchedTableHasRowsPerGroupAndColumnsPerBudget() {
   const QString gridTip = view->gridOptionsEdit()->toolTip();  // what it can name: the keys the runs differ in
   QVERIFY2(gridTip.contains("differ in:") && gridTip.contains("train.lr") && !gridTip.contains("run.seed"),
            qPrintable(gridTip));
+  const QStringList gridWords = view->gridOptionsCompleter()->words();  // and what it completes
+  QVERIFY2(gridWords.contains("train.lr") && !gridWords.contains("run.seed") && !gridWords.contains("model.arch"),
+           qPrintable(gridWords.join(' ')));
   QVERIFY(waitForResult(*view, shown));
   QVERIFY2(view->statusText().contains(QStringLiteral("Table: sweep-grid: the runs sweep one option (train.lr)")),
            qPrintable(view->statusText()));

@@ -3,8 +3,10 @@
 // inspector shows the text's tokens, the routed layers' rows and a filled predictions table; comparing two runs
 // shows two maps and a difference map; the metrics tab has lr and gradient-norm plots for a language model and
 // expert-load bars (and accuracy first) for TAGAT, whose token view colours by expert id.
+#include <QAbstractItemView>
 #include <QCheckBox>
 #include <QComboBox>
+#include <QCompleter>
 #include <QLabel>
 #include <QLineEdit>
 #include <QPlainTextEdit>
@@ -35,6 +37,7 @@
 #include "ui/store_service.h"
 #include "ui/token_inspector.h"
 #include "widgets/token_routing_widget.h"
+#include "widgets/word_completer.h"
 
 namespace test_gui_inspector {
 
@@ -225,6 +228,19 @@ class TestGuiInspector : public QObject {
     QVERIFY(prepare(inspector, dtrnet_));
     const QString help = inspector.optionsEdit(0)->toolTip();
     QVERIFY2(help.contains(QStringLiteral("rope_scaling: none | linear | yarn (trained: none)")), qPrintable(help));
+    // The field completes the run's inference options: each choice as key=value, a number's key as key=.
+    const QStringList words = inspector.optionsCompleter(0)->words();
+    QVERIFY2(words.contains(QStringLiteral("rope_scaling=yarn")) && words.contains(QStringLiteral("rope_factor=")) &&
+                 !words.contains(QStringLiteral("n_layer=")),
+             qPrintable(words.join(' ')));
+    inspector.optionsEdit(0)->setFocus();
+    QTest::keyClicks(inspector.optionsEdit(0), QStringLiteral("rope_sc"));
+    auto* popup = inspector.optionsCompleter(0)->completer()->popup();
+    QTRY_VERIFY(popup->isVisible());
+    QTest::keyClick(popup, Qt::Key_Down);
+    QTest::keyClick(popup, Qt::Key_Return);  // none, linear, yarn: the second
+    QCOMPARE(inspector.optionsEdit(0)->text(), QStringLiteral("rope_scaling=linear"));
+    inspector.optionsEdit(0)->clear();
     inspector.compareCheck()->setChecked(true);
     QVERIFY(inspector.selectRun(1, dtrnet_));
     QVERIFY(QTest::qWaitFor([&] { return inspector.stepCombo(1)->count() > 0; }, kTimeoutMs));

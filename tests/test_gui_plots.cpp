@@ -1,6 +1,9 @@
 // Qt Test suite for the plot widgets alone (offscreen): the loss plot's debiased EMA and moving average, its
-// step-ordered appends and follow/zoom behaviour, the hover readout every plot shows, and long figure lines thinned
-// on screen only.
+// step-ordered appends and follow/zoom behaviour, the hover readout every plot shows, long figure lines thinned
+// on screen only, and the word completion of the option fields.
+#include <QAbstractItemView>
+#include <QCompleter>
+#include <QLineEdit>
 #include <QtTest>
 
 #include <cmath>
@@ -13,6 +16,7 @@
 #include "widgets/moving_average.h"
 #include "widgets/plot_hover.h"
 #include "widgets/qcustomplot_include.h"
+#include "widgets/word_completer.h"
 
 namespace test_gui_plots {
 
@@ -167,6 +171,50 @@ class TestGuiPlots : public QObject {
     QCOMPARE(plot.movingAverageWindow(), 2);
     plot.appendTrain({1, 2, 3}, {4.0, 2.0, 6.0});
     QCOMPARE(plot.plot()->graph(1)->data()->at(2)->value, 4.0);
+  }
+
+  void wordCompletionReplacesTheWordAtTheCursor() {
+    // The word at the cursor (spaces and commas separate words) is completed from the list, any case; the entry
+    // chosen replaces that word alone; a word the list does not start, or one already whole, offers nothing.
+    QCOMPARE(routelab::WordCompleter::wordAt(QStringLiteral("a=1, tr"), 7), QStringLiteral("tr"));
+    int start = -1;
+    QCOMPARE(routelab::WordCompleter::wordAt(QStringLiteral("a=1 bc d"), 6, &start), QStringLiteral("bc"));
+    QCOMPARE(start, 4);
+    QCOMPARE(routelab::WordCompleter::wordAt(QStringLiteral("a=1 "), 4), QString());
+    QLineEdit edit;
+    edit.resize(300, 30);
+    edit.show();
+    QVERIFY(QTest::qWaitForWindowExposed(&edit));
+    auto* words = new routelab::WordCompleter(&edit);
+    words->setWords({QStringLiteral("train.lr"), QStringLiteral("model.capacity"), QStringLiteral("model.n_layer")});
+    auto* popup = words->completer()->popup();
+    const auto offered = [&] {
+      QStringList out;
+      auto* model = words->completer()->completionModel();
+      for (int i = 0; i < model->rowCount(); ++i) out << model->index(i, 0).data().toString();
+      return out;
+    };
+    edit.setFocus();
+    QTest::keyClicks(&edit, QStringLiteral("train.lr, MODEL."));
+    QTRY_VERIFY(popup->isVisible());
+    QCOMPARE(offered(), (QStringList{QStringLiteral("model.capacity"), QStringLiteral("model.n_layer")}));
+    QTest::keyClick(popup, Qt::Key_Down);  // the second entry
+    QTest::keyClick(popup, Qt::Key_Return);
+    QCOMPARE(edit.text(), QStringLiteral("train.lr, model.n_layer"));
+    QTRY_VERIFY(!popup->isVisible());
+    edit.setCursorPosition(2);  // inside the first word: only the part before the cursor is completed and replaced
+    QTest::keyClick(&edit, Qt::Key_Backspace);
+    QTest::keyClicks(&edit, QStringLiteral("r"));
+    QTRY_VERIFY(popup->isVisible());
+    QCOMPARE(offered(), QStringList{QStringLiteral("train.lr")});
+    QTest::keyClick(popup, Qt::Key_Return);
+    QCOMPARE(edit.text(), QStringLiteral("train.lrain.lr, model.n_layer"));  // the rest of the word stays
+    edit.clear();
+    QTest::keyClicks(&edit, QStringLiteral("seed"));  // nothing starts with it
+    QVERIFY(!popup->isVisible());
+    edit.clear();
+    QTest::keyClicks(&edit, QStringLiteral("train.lr"));  // already whole
+    QVERIFY(!popup->isVisible());
   }
 };
 

@@ -37,6 +37,7 @@
 #include "ui/figure_render.h"
 #include "ui/runs_query.h"
 #include "ui/store_service.h"
+#include "widgets/word_completer.h"
 
 namespace routelab {
 namespace {
@@ -223,6 +224,7 @@ QVBoxLayout* CompareView::buildControls() {
   gridOptions_->setPlaceholderText(tr("auto: e.g. train.lr, model.capacity"));
   gridOptions_->setToolTip(tr(kGridTip));
   gridOptions_->setMinimumWidth(fontMetrics().horizontalAdvance(gridOptions_->placeholderText()) + 12);
+  gridWords_ = new WordCompleter(gridOptions_);  // the keys the checked runs differ in (showGridField)
   // Shown where a sweep grid is the figure or the table (showGridField), beside the figure box.
   gridBox_ = new QWidget(this);
   auto* gridLayout = new QHBoxLayout(gridBox_);
@@ -552,6 +554,7 @@ void CompareView::showGridField() {
     if (row.key.rfind("run.", 0) != 0 && row.key != "model.arch") options << QString::fromStdString(row.key);
   gridOptions_->setToolTip(
       tr(kGridTip) + (options.isEmpty() ? QString() : tr("\nThe checked runs differ in: %1").arg(options.join(", "))));
+  gridWords_->setWords(options);
 }
 
 std::pair<std::string, std::string> CompareView::tableChoice() const {

@@ -46,6 +46,7 @@ class CompareWorker;
 class FigureView;
 class StoreService;
 class WorkerStore;
+class WordCompleter;
 
 /// One build of the view's outputs: the figure, the table and the config diff.
 struct CompareRequest {
@@ -123,6 +124,8 @@ class CompareView : public QWidget {
   QComboBox* tableCombo() const { return tableLayout_; }
   /// The sweep grid's two options (rows, columns), comma- or space-separated; empty: the two that explain most.
   QLineEdit* gridOptionsEdit() const { return gridOptions_; }
+  /// Its completion: the keys the checked runs differ in.
+  WordCompleter* gridOptionsCompleter() const { return gridWords_; }
   QTableView* matchedView() const { return matchedView_; }
   QTableView* diffView() const { return diffView_; }
   QLineEdit* filterEdit() const { return filter_; }
@@ -189,6 +192,7 @@ class CompareView : public QWidget {
   QDoubleSpinBox* smoothing_ = nullptr;
   QLineEdit* budgets_ = nullptr;
   QLineEdit* gridOptions_ = nullptr;
+  WordCompleter* gridWords_ = nullptr;
   QWidget* gridBox_ = nullptr;  ///< the Grid label and field
   QSpinBox* step_ = nullptr;
   QCheckBox* decisions_ = nullptr;  ///< token maps: hard decisions instead of gates

@@ -38,6 +38,7 @@
 #include "ui/run_dashboard.h"
 #include "ui/store_service.h"
 #include "widgets/token_routing_widget.h"
+#include "widgets/word_completer.h"
 
 namespace routelab {
 namespace {
@@ -50,6 +51,7 @@ QString runLabel(const RunSummary& r) {
 
 /// A run combo item's role holding the options field's tooltip for that run.
 constexpr int kOptionsHelpRole = Qt::UserRole + 1;
+constexpr int kOptionsWordsRole = Qt::UserRole + 2;
 
 /// The options field's tooltip for run `r`: its architecture's options marked for inference, each with its values and
 /// the value the run was trained with.
@@ -78,6 +80,22 @@ QString optionsHelp(const RunSummary& r) {
   }
   if (lines.size() == 1) lines << QObject::tr("%1 has no options marked for inference.").arg(r.arch);
   return lines.join(QLatin1Char('\n'));
+}
+
+/// What the options field completes for a run: each inference option as "key=value" for each of its choices, else
+/// "key=" (the value typed after it).
+QStringList optionsWords(const RunSummary& r) {
+  QStringList words;
+  try {
+    for (const OptionSpec& spec : architecture(r.arch.toStdString()).options) {
+      if (!spec.inference) continue;
+      const auto key = QString::fromStdString(spec.key) + QLatin1Char('=');
+      if (spec.choices.empty()) words << key;
+      for (const auto& c : spec.choices) words << key + QString::fromStdString(c);
+    }
+  } catch (const std::exception&) {  // an unknown architecture: nothing to offer (optionsHelp says why)
+  }
+  return words;
 }
 
 /// The overrides typed in an options field ("inference=sparse threshold=0.3", spaces or commas between) as
@@ -221,6 +239,7 @@ TokenInspector::TokenInspector(StoreService* store, QWidget* parent) : QWidget(p
     options_[side]->setObjectName(QStringLiteral("inspectorOptions%1").arg(side));
     options_[side]->setPlaceholderText(tr("options: key=value …"));
     options_[side]->setClearButtonEnabled(true);
+    optionWords_[side] = new WordCompleter(options_[side]);  // the run's inference options (requestCheckpoints)
     options_[side]->setMinimumWidth(fontMetrics().horizontalAdvance(QStringLiteral("rope_scaling=yarn rope_factor=4")));
     connect(options_[side], &QLineEdit::returnPressed, this, &TokenInspector::runTrace);
     connect(runs_[side], qOverload<int>(&QComboBox::currentIndexChanged), this,
@@ -355,6 +374,7 @@ void TokenInspector::onRunsLoaded(const QList<RunSummary>& runs) {
     for (const RunSummary& r : runs) {
       combo->addItem(runLabel(r), r.id);
       combo->setItemData(combo->count() - 1, optionsHelp(r), kOptionsHelpRole);
+      combo->setItemData(combo->count() - 1, optionsWords(r), kOptionsWordsRole);
     }
     const int index = combo->findData(current);
     combo->setCurrentIndex(index >= 0 ? index : (combo->count() > 0 ? 0 : -1));
@@ -374,6 +394,7 @@ bool TokenInspector::selectRun(int side, qint64 runId) {
 void TokenInspector::requestCheckpoints(int side) {
   steps_[side]->clear();
   options_[side]->setToolTip(runs_[side]->currentData(kOptionsHelpRole).toString());
+  optionWords_[side]->setWords(runs_[side]->currentData(kOptionsWordsRole).toStringList());
   const qint64 runId = runs_[side]->currentData().toLongLong();
   if (runId <= 0) return;
   QMetaObject::invokeMethod(worker_, [worker = worker_, side, runId] { worker->listCheckpoints(side, runId); },

@@ -32,6 +32,7 @@ namespace routelab {
 
 class StoreService;
 class TokenRoutingWidget;
+class WordCompleter;
 
 /// One traced text through one run, as the GUI shows it.
 struct InspectorResult {
@@ -97,6 +98,8 @@ class TokenInspector : public QWidget {
   /// The model options a side's run is traced with, typed as key=value (its tooltip lists the architecture's
   /// inference options: TSA's mode, thresholds, RoPE scaling).
   QLineEdit* optionsEdit(int side) const { return options_[side]; }
+  /// Its completion: the run's inference options as "key=" or "key=value".
+  WordCompleter* optionsCompleter(int side) const { return optionWords_[side]; }
   QCheckBox* compareCheck() const { return compare_; }
   QCheckBox* differenceCheck() const { return difference_; }
   QComboBox* colourBy() const { return colourBy_; }
@@ -143,6 +146,7 @@ class TokenInspector : public QWidget {
   QComboBox* runs_[2] = {nullptr, nullptr};
   QComboBox* steps_[2] = {nullptr, nullptr};
   QLineEdit* options_[2] = {nullptr, nullptr};
+  WordCompleter* optionWords_[2] = {nullptr, nullptr};
   QCheckBox* compare_ = nullptr;
   QCheckBox* difference_ = nullptr;
   QComboBox* colourBy_ = nullptr;
