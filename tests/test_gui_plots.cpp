@@ -174,8 +174,9 @@ class TestGuiPlots : public QObject {
   }
 
   void wordCompletionReplacesTheWordAtTheCursor() {
-    // The word at the cursor (spaces and commas separate words) is completed from the list, any case; the entry
-    // chosen replaces that word alone; a word the list does not start, or one already whole, offers nothing.
+    // The word at the cursor (spaces and commas separate words) is completed from the list, any case, by the part
+    // before the cursor; the entry chosen replaces that whole word alone; a word the list does not start, or one
+    // already whole, offers nothing.
     QCOMPARE(routelab::WordCompleter::wordAt(QStringLiteral("a=1, tr"), 7), QStringLiteral("tr"));
     int start = -1;
     QCOMPARE(routelab::WordCompleter::wordAt(QStringLiteral("a=1 bc d"), 6, &start), QStringLiteral("bc"));
@@ -202,13 +203,22 @@ class TestGuiPlots : public QObject {
     QTest::keyClick(popup, Qt::Key_Return);
     QCOMPARE(edit.text(), QStringLiteral("train.lr, model.n_layer"));
     QTRY_VERIFY(!popup->isVisible());
-    edit.setCursorPosition(2);  // inside the first word: only the part before the cursor is completed and replaced
+    edit.setCursorPosition(2);  // inside the first word: the part before the cursor is completed, the word replaced
     QTest::keyClick(&edit, Qt::Key_Backspace);
     QTest::keyClicks(&edit, QStringLiteral("r"));
     QTRY_VERIFY(popup->isVisible());
     QCOMPARE(offered(), QStringList{QStringLiteral("train.lr")});
     QTest::keyClick(popup, Qt::Key_Return);
-    QCOMPARE(edit.text(), QStringLiteral("train.lrain.lr, model.n_layer"));  // the rest of the word stays
+    QCOMPARE(edit.text(), QStringLiteral("train.lr, model.n_layer"));  // no rest of the word left behind
+    QCOMPARE(edit.cursorPosition(), 8);
+    edit.setText(QStringLiteral("a=1 model.n_lay,b"));  // a word ended by a comma: what follows it stays
+    edit.setCursorPosition(9);
+    QTest::keyClick(&edit, Qt::Key_Backspace);
+    QTest::keyClicks(&edit, QStringLiteral("l.c"));
+    QTRY_VERIFY(popup->isVisible());
+    QCOMPARE(offered(), QStringList{QStringLiteral("model.capacity")});
+    QTest::keyClick(popup, Qt::Key_Return);
+    QCOMPARE(edit.text(), QStringLiteral("a=1 model.capacity,b"));
     edit.clear();
     QTest::keyClicks(&edit, QStringLiteral("seed"));  // nothing starts with it
     QVERIFY(!popup->isVisible());

@@ -59,7 +59,9 @@ void WordCompleter::insert(const QString& chosen) {
   int start = 0;
   const int cursor = edit_->cursorPosition();
   wordAt(text, cursor, &start);
-  edit_->setText(text.left(start) + chosen + text.mid(cursor));
+  int end = cursor;  // the whole word goes, the part after the cursor too
+  while (end < text.size() && !separator(text.at(end))) ++end;
+  edit_->setText(text.left(start) + chosen + text.mid(end));
   edit_->setCursorPosition(start + static_cast<int>(chosen.size()));
 }
 

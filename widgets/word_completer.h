@@ -1,6 +1,7 @@
 // WordCompleter: completion for a line edit that holds several words ("inference=sparse threshold=0.3",
-// "train.lr, model.capacity"): typing shows the entries that start with the word at the cursor (any case), and the
-// one chosen (Return, Tab or a click) replaces that word, the rest of the text left as it was. Plain strings in.
+// "train.lr, model.capacity"): typing shows the entries that start with the part of the word before the cursor (any
+// case), and the one chosen (Return, Tab or a click) replaces the whole word, the rest of the text left as it was.
+// Plain strings in.
 #pragma once
 #include <QObject>
 #include <QStringList>
@@ -26,7 +27,7 @@ class WordCompleter : public QObject {
 
  private:
   void offer();                        // after an edit: the entries for the word at the cursor, or none
-  void insert(const QString& chosen);  // an entry chosen: it replaces that word
+  void insert(const QString& chosen);  // an entry chosen: it replaces that word, up to its end
 
   QLineEdit* edit_;
   QStringListModel* model_;
