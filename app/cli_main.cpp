@@ -319,6 +319,7 @@ int main(int argc, char** argv) {
   routelab::cli::add_generate_commands(app, *bench_cmd, action);
   routelab::cli::add_report_commands(app, *bench_cmd, action);
   routelab::cli::add_context_commands(app, *bench_cmd, action);
+  routelab::cli::add_task_commands(app, *bench_cmd, action);
   routelab::cli::add_figure_commands(app, *bench_cmd, action);
   routelab::cli::add_data_commands(app, *bench_cmd, action);
   routelab::cli::add_dist_commands(*bench_cmd, action);

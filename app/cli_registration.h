@@ -21,6 +21,9 @@ void add_report_commands(CLI::App& app, CLI::App& bench, CommandAction& action);
 /// `context` (perplexity versus evaluation length, RoPE scaling) and `routing-breakdown` (routed shares by kind of token).
 void add_context_commands(CLI::App& app, CLI::App& bench, CommandAction& action);
 
+/// `tasks` (zero-shot accuracy and perplexity on task files: ARC, BoolQ, HellaSwag, PIQA, MMLU, Winogrande, ...).
+void add_task_commands(CLI::App& app, CLI::App& bench, CommandAction& action);
+
 /// `figure` (a named figure from stored runs: PDF/SVG/PNG through routelab-render, plus CSV, pgfplots and the
 /// JSON sidecar) and `figures` (the catalogue).
 void add_figure_commands(CLI::App& app, CLI::App& bench, CommandAction& action);

@@ -101,6 +101,11 @@ class TestCli : public QObject {
                                               << "--tokens";
     QTest::newRow("bench step against-set alone")
         << QStringList{"bench", "step", "--preset", "tiny", "--against-set", "model.n_layer=3"} << "--against P";
+    QTest::newRow("tasks without a task") << QStringList{"tasks", "1", "--db", db} << "--task";
+    QTest::newRow("tasks file missing") << QStringList{"tasks", "1", "--db", db, "--task", "piqa=none.jsonl"}
+                                        << "none.jsonl: cannot read the task file";
+    QTest::newRow("tasks format unknown") << QStringList{"tasks", "1", "--db", db, "--task", "x.jsonl:squad"}
+                                          << "x.jsonl:squad: cannot read";  // no format of that name: all a path
   }
   void badArgumentsNameTheOption() {
     QFETCH(QStringList, args);
@@ -630,6 +635,17 @@ class TestCli : public QObject {
     std::tie(code, output) = run({"routing-breakdown", "2", "--db", db});
     QVERIFY2(code == 2 && output.contains("run 2: routing breakdown: architecture 'dense' routes no token"),
              qPrintable(output));
+    // Zero-shot tasks of the routed run, kept with it and read back by the paper's downstream layout.
+    const auto piqa = home_.filePath("piqa.jsonl");
+    QFile file(piqa);
+    QVERIFY(file.open(QIODevice::WriteOnly));
+    file.write("{\"goal\": \"And God said\", \"sol1\": \"let there be light\", \"sol2\": \"qqq\", \"label\": 0}\n");
+    file.close();
+    std::tie(code, output) = run({"tasks", "1", "--db", db, "--task", piqa, "--store"});
+    QVERIFY2(code == 0 && output.contains("| piqa | piqa | 1 | ") && output.contains("stored as metrics"),
+             qPrintable(output));
+    std::tie(code, output) = run({"table", "dtrnet-table1-tasks", "--db", db, "--runs", "1", "--format", "csv"});
+    QVERIFY2(code == 0 && output.contains("quickstart-dtrnet,PIQA,%,"), qPrintable(output));
   }
 
   void corpusToSubwordRunThroughTheCommands() {

@@ -456,6 +456,15 @@ void RunStore::insert_metrics(std::int64_t run_id, const std::vector<MetricRow>&
     write();
 }
 
+void RunStore::replace_metrics(std::int64_t run_id, const std::vector<MetricRow>& rows) {
+  transaction([&] {
+    Statement s(db_, path_, "DELETE FROM metrics WHERE run_id = ?1 AND key = ?2 AND step = ?3");
+    s.bind(1, run_id);
+    for (const MetricRow& r : rows) s.bind(2, r.key).bind(3, r.step).run();
+    insert_metrics(run_id, rows);
+  });
+}
+
 void RunStore::insert_routing(std::int64_t run_id, const std::vector<RoutingRow>& rows) {
   if (rows.empty()) return;
   auto write = [&] {

@@ -206,6 +206,9 @@ class RunStore {
   std::optional<RunLease> lease(std::int64_t run_id) const;
 
   void insert_metrics(std::int64_t run_id, const std::vector<MetricRow>& rows);
+  /// insert_metrics after deleting the run's rows of the same keys and steps (a measure taken again), in one
+  /// transaction.
+  void replace_metrics(std::int64_t run_id, const std::vector<MetricRow>& rows);
   void insert_routing(std::int64_t run_id, const std::vector<RoutingRow>& rows);
   void insert_eval(std::int64_t run_id, const EvalRow& row);
   void insert_checkpoint(std::int64_t run_id, const CheckpointRow& row);

@@ -38,6 +38,25 @@ TableSpec dtrnet_ablation(int number, std::string what, std::string caption) {
           {kValLoss, kValPpl, kFlopsRatio, kRouted}};
 }
 
+/// DTRNet Table 1's downstream columns (Tables 2 and 3 have the same): zero-shot measures `routelab-cli tasks RUN
+/// --store` keeps as task/<name>/<measure>, for tasks named as the harness names them.
+TableSpec dtrnet_downstream() {
+  const auto accuracy = [](const std::string& task, const std::string& header) {
+    return col("task/" + task + "/acc", header, "%", Better::Higher, 2, 100.0);
+  };
+  return {"dtrnet-table1-tasks",
+          "DTRNet Table 1 downstream layout: zero-shot WikiText and LAMBADA perplexity, accuracy on ARC-C, ARC-E, "
+          "BoolQ, HellaSwag, LAMBADA, PIQA, MMLU, Winogrande (from `tasks RUN --store`)",
+          "Zero-shot perplexity and accuracy (lm-evaluation-harness scoring) on the tasks the DTRNet paper reports.",
+          "Model",
+          {col("val/flops_ratio", "FLOPs", "", Better::Lower, 2),
+           col("task/wikitext/word_perplexity", "WIKI", "ppl", Better::Lower, 2),
+           col("task/lambada/ppl", "LMBD", "ppl", Better::Lower, 2), accuracy("arc_challenge", "ARC-C"),
+           accuracy("arc_easy", "ARC-E"), accuracy("boolq", "BQ"), accuracy("hellaswag", "HLSWG"),
+           accuracy("lambada", "LMBD"), accuracy("piqa", "PIQA"), accuracy("mmlu", "T-MMLU"),
+           accuracy("winogrande", "WG")}};
+}
+
 /// TAGAT's per-epoch tables (Tables 1-3): training loss and accuracy of the epoch, validation accuracy, macro-F1,
 /// routing entropy, the routing change since the previous epoch and each expert's load.
 TableSpec tagat_epochs(std::string name, std::string what, std::string caption, bool experts) {
@@ -149,6 +168,7 @@ const std::vector<TableSpec>& table_specs() {
          "TSA and the early-exit baseline at matched active fraction alpha (early exit: the threshold chosen at "
          "inference, e.g. routelab-cli eval RUN --set model.exit_threshold=T --store).",
          "Model", {kValLoss, kAlpha, kTlopsSaved, kFlopsRatio}},
+        dtrnet_downstream(),
         dtrnet_ablation(2, "token choice vs expert choice",
                          "DTRNet with token-choice and expert-choice routing."),
         dtrnet_ablation(3, "DTRNet layer patterns (Trilayer, LaterHalf, 6-Transformer, Bilayer)",
@@ -203,8 +223,11 @@ const TableSpec& sweep_table(const SweepPlan& plan) {
 TableSpec custom_table_spec(const std::vector<std::string>& keys) {
   TableSpec spec{"custom", "the given metric keys", "Runs side by side.", "Run", {}};
   for (const auto& key : keys) {
+    const auto ends_with = [&](const std::string& end) {
+      return key.size() >= end.size() && key.compare(key.size() - end.size(), end.size(), end) == 0;
+    };
     const bool higher = key.find("accuracy") != std::string::npos || key.find("f1") != std::string::npos ||
-                        key.find("per_s") != std::string::npos;
+                        key.find("per_s") != std::string::npos || ends_with("/acc") || ends_with("/acc_norm");
     spec.columns.push_back(col(key, key, "", higher ? Better::Higher : Better::Lower, 4));
   }
   return spec;

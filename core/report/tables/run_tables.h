@@ -42,7 +42,7 @@ const TableSpec& table_spec(const std::string& name);
 /// "table" key, so that a typo fails before the first run.
 const TableSpec& sweep_table(const SweepPlan& plan);
 /// A layout of the given metric keys ("val/loss,val/flops_ratio"), lower-is-better unless the key names an
-/// accuracy, F1 or throughput.
+/// accuracy, F1 or throughput, or ends in /acc or /acc_norm (the zero-shot tasks' accuracies).
 TableSpec custom_table_spec(const std::vector<std::string>& keys);
 
 /// Runs grouped for mean +- std: same resolved config apart from the `run` section.

@@ -1,0 +1,62 @@
+// routelab-cli tasks: zero-shot accuracy and perplexity of a stored language model on task files (the DTRNet paper's
+// downstream columns), optionally kept with the run.
+#include <CLI/CLI.hpp>
+#include <iostream>
+#include <memory>
+
+#include "app/cli_registration.h"
+#include "core/analysis/zero_shot_run.h"
+
+namespace routelab::cli {
+
+void add_task_commands(CLI::App& app, CLI::App& /*bench*/, CommandAction& action) {
+  struct Args {
+    std::string db;
+    std::int64_t run_id = 0;
+    std::vector<std::string> tasks;
+    bool store = false, json = false;
+    ZeroShotOptions options;
+  };
+  auto args = std::make_shared<Args>();
+  std::string formats;
+  for (const auto& f : task_formats()) formats += (formats.empty() ? "" : ", ") + f;
+  auto* cmd = app.add_subcommand(
+      "tasks",
+      "zero-shot accuracy (acc, acc_norm) and perplexity of a stored language model on task files, scored as "
+      "lm-evaluation-harness scores them (ARC, BoolQ, HellaSwag, PIQA, MMLU, Winogrande, LAMBADA, WikiText)");
+  cmd->add_option("RUN", args->run_id, "run id")->required();
+  cmd->add_option("--task", args->tasks,
+                  "NAME=FILE:FORMAT (repeatable; NAME defaults to the file's stem, FORMAT to the one its first line's "
+                  "keys match: " +
+                      formats + "; a file not ending in .jsonl is text)")
+      ->required();
+  cmd->add_option("--db", args->db, "run store");
+  cmd->add_option("--limit", args->options.limit, "examples per task (0: all)")->check(CLI::NonNegativeNumber);
+  cmd->add_option("--batch-size", args->options.batch_size, "requests per forward (0: the run's train.batch_size)")
+      ->check(CLI::Range(0, 1 << 20));
+  cmd->add_option("--max-length", args->options.max_length,
+                  "tokens the model reads at most, longer contexts cut from the left (0: the run's data.context)")
+      ->check(CLI::Range(std::int64_t{0}, std::int64_t{1} << 24));
+  cmd->add_option("--step", args->options.step, "checkpoint step (0: latest)");
+  cmd->add_option("--set", args->options.sets, "eval-only override, e.g. model.inference=sparse (repeatable)");
+  cmd->add_flag(
+      "--store", args->store,
+      "keep the results with the run: metrics task/<name>/<measure> at the checkpoint's step (for `table` and "
+      "the Compare view) and each task's result document");
+  cmd->add_flag("--json", args->json, "machine-readable output");
+  cmd->callback([args, &action] {
+    action = [args] {
+      for (const auto& t : args->tasks) args->options.tasks.push_back(parse_task_spec(t));
+      const auto report = evaluate_zero_shot(args->db, args->run_id, args->options);
+      std::cout << (args->json ? report.to_json().dump(2) + "\n" : report.to_table());
+      if (args->store) {
+        store_zero_shot(report.db_path, report);
+        std::cerr << "stored as metrics task/<name>/<measure> of run " << report.run_id << " at step " << report.step
+                  << "\n";
+      }
+      return 0;
+    };
+  });
+}
+
+}  // namespace routelab::cli

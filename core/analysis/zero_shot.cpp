@@ -1,0 +1,267 @@
+// Zero-shot scoring: requests tokenized as the lm-evaluation-harness splits them, batched by length, scored in eval
+// mode; an example's choices compared (acc, acc_norm), a cloze answer checked token by token, documents scored in
+// rolling windows.
+#include "core/analysis/zero_shot.h"
+
+#include <algorithm>
+#include <cctype>
+#include <chrono>
+#include <cmath>
+#include <numeric>
+
+#include "core/data/tokenizer.h"
+#include "core/models/language_model.h"
+#include "core/train/evaluation.h"
+#include "core/train/step.h"
+#include "core/util/errors.h"
+#include "core/util/interrupt.h"
+
+namespace routelab {
+namespace {
+
+/// Token ids whose last `scored` are scored, each predicted from the ids before it.
+struct TokenRequest {
+  std::vector<std::int64_t> ids;
+  std::int64_t scored = 0;
+};
+
+/// The harness's split of context and continuation into tokens.
+TokenRequest tokenize(const Tokenizer& tokenizer, TaskRequest request) {
+  const auto kept = request.context.find_last_not_of(" \t\n\r\f\v");
+  const auto cut = kept == std::string::npos ? 0 : kept + 1;  // trailing whitespace joins the continuation
+  request.continuation = request.context.substr(cut) + request.continuation;
+  request.context.resize(cut);
+  const auto context = tokenizer.encode(request.context);
+  auto whole = tokenizer.encode(request.context + request.continuation);
+  if (whole.size() <= context.size()) {  // the continuation merged away: score its own tokens after the context's
+    whole = context;
+    const auto own = tokenizer.encode(request.continuation);
+    whole.insert(whole.end(), own.begin(), own.end());
+  }
+  return {whole, static_cast<std::int64_t>(whole.size() - context.size())};
+}
+
+/// Scores token requests in batches of similar lengths (longest first), each fed its last max_length + 1 ids at most.
+std::vector<RequestScore> score_tokens(LanguageModel& model, const std::vector<TokenRequest>& requests,
+                                       const ScoringOptions& options, InferenceRouting* routing) {
+  std::vector<RequestScore> scores(requests.size());
+  std::vector<std::size_t> order(requests.size());
+  std::iota(order.begin(), order.end(), 0);
+  std::stable_sort(order.begin(), order.end(),
+                   [&](std::size_t a, std::size_t b) { return requests[a].ids.size() > requests[b].ids.size(); });
+  torch::NoGradGuard no_grad;
+  const EvalMode eval_mode(model);
+  const auto batch = std::max<std::int64_t>(1, options.batch_size);
+  for (std::size_t first = 0; first < order.size(); first += static_cast<std::size_t>(batch)) {
+    interruption_point();
+    const auto last = std::min(order.size(), first + static_cast<std::size_t>(batch));
+    // Inputs: every id but the last; the targets are the ids after them. A request past max_length + 1 ids keeps
+    // its last ones (the scored tokens are never cut unless they alone are longer).
+    std::vector<std::int64_t> lengths;
+    for (auto i = first; i < last; ++i)
+      lengths.push_back(
+          std::min<std::int64_t>(static_cast<std::int64_t>(requests[order[i]].ids.size()) - 1, options.max_length));
+    const auto width = *std::max_element(lengths.begin(), lengths.end());
+    const auto rows = static_cast<std::int64_t>(last - first);
+    auto input = torch::zeros({rows, width}, torch::kLong), target = torch::zeros({rows, width}, torch::kLong);
+    auto* in = input.data_ptr<std::int64_t>();
+    auto* tg = target.data_ptr<std::int64_t>();
+    for (std::int64_t r = 0; r < rows; ++r) {
+      const auto& ids = requests[order[first + static_cast<std::size_t>(r)]].ids;
+      const auto n = lengths[static_cast<std::size_t>(r)];
+      const auto start = static_cast<std::int64_t>(ids.size()) - 1 - n;
+      std::copy(ids.begin() + start, ids.begin() + start + n, in + r * width);
+      std::copy(ids.begin() + start + 1, ids.begin() + start + 1 + n, tg + r * width);
+    }
+    AutocastGuard autocast(options.bf16, options.device);
+    const auto out = model.forward(input.to(options.device), /*trace=*/routing != nullptr);
+    if (routing) routing->add(out.trace);
+    // The scored positions only, a few thousand at a time: (rows, width, V) log-probabilities of a large vocabulary
+    // would take gigabytes.
+    std::vector<std::int64_t> flat;  // r * width + t of each scored position, request by request
+    for (std::int64_t r = 0; r < rows; ++r) {
+      const auto& request = requests[order[first + static_cast<std::size_t>(r)]];
+      auto& score = scores[order[first + static_cast<std::size_t>(r)]];
+      const auto n = lengths[static_cast<std::size_t>(r)];
+      score.tokens = std::min(request.scored, n);
+      score.truncated = n < static_cast<std::int64_t>(request.ids.size()) - 1;
+      for (auto t = n - score.tokens; t < n; ++t) flat.push_back(r * width + t);
+    }
+    const auto logits = out.logits.reshape({rows * width, -1});
+    const auto targets = target.reshape({rows * width});
+    std::vector<float> picked(flat.size());
+    std::vector<char> greedy(flat.size());
+    constexpr std::size_t kChunk = 4096;
+    for (std::size_t from = 0; from < flat.size(); from += kChunk) {
+      const auto count = std::min(kChunk, flat.size() - from);
+      const auto where = torch::from_blob(flat.data() + from, {static_cast<std::int64_t>(count)}, torch::kLong).clone();
+      const auto logp = torch::log_softmax(logits.index_select(0, where.to(options.device)).to(torch::kFloat), -1);
+      const auto wanted = targets.index_select(0, where).to(options.device);
+      const auto lp = logp.gather(-1, wanted.unsqueeze(-1)).squeeze(-1).to(torch::kCPU).contiguous();
+      const auto top = logp.argmax(-1).eq(wanted).to(torch::kCPU).contiguous();
+      std::copy_n(lp.data_ptr<float>(), count, picked.begin() + static_cast<std::ptrdiff_t>(from));
+      std::copy_n(top.data_ptr<bool>(), count, greedy.begin() + static_cast<std::ptrdiff_t>(from));
+    }
+    std::size_t at = 0;
+    for (std::int64_t r = 0; r < rows; ++r) {
+      auto& score = scores[order[first + static_cast<std::size_t>(r)]];
+      for (std::int64_t t = 0; t < score.tokens; ++t, ++at) {
+        score.loglikelihood += picked[at];
+        score.greedy = score.greedy && greedy[at];
+      }
+    }
+  }
+  return scores;
+}
+
+double stderr_of_mean(double p, std::int64_t n) {
+  return n > 1 ? std::sqrt(p * (1 - p) / static_cast<double>(n - 1)) : NAN;
+}
+
+/// Words as the harness counts them (re.split(r"\s+", doc)) and UTF-8 bytes.
+std::pair<double, double> words_and_bytes(const std::string& doc) {
+  double words = 1;
+  bool in_space = false;
+  for (const unsigned char c : doc) {
+    const bool space = std::isspace(c) != 0;
+    if (space && !in_space) words += 1;
+    in_space = space;
+  }
+  return {words, static_cast<double>(doc.size())};
+}
+
+}  // namespace
+
+std::vector<RequestScore> score_requests(LanguageModel& model, const Tokenizer& tokenizer,
+                                         const std::vector<TaskRequest>& requests, const ScoringOptions& options) {
+  std::vector<TokenRequest> tokens;
+  for (const auto& r : requests) {
+    if (r.context.find_first_not_of(" \t\n\r\f\v") == std::string::npos)
+      throw DataError(
+          "a zero-shot request has an empty context: its first token would have nothing to be "
+          "predicted from");
+    tokens.push_back(tokenize(tokenizer, r));
+  }
+  return score_tokens(model, tokens, options, nullptr);
+}
+
+TaskResult evaluate_task(LanguageModel& model, const Tokenizer& tokenizer, const ZeroShotTask& task,
+                         const ScoringOptions& options) {
+  const auto began = std::chrono::steady_clock::now();
+  TaskResult result;
+  result.name = task.name;
+  result.format = task.format;
+  result.path = task.path;
+  result.kind = task.kind;
+  result.examples = static_cast<std::int64_t>(task.examples.size());
+  std::vector<TokenRequest> requests;
+  std::vector<std::size_t> first_request;        // of each example
+  std::vector<std::pair<double, double>> sizes;  // perplexity: each document's words and bytes
+  for (const auto& example : task.examples) {
+    first_request.push_back(requests.size());
+    if (task.kind == TaskKind::Perplexity) {
+      // Rolling windows: max_length predicted tokens each, fed from the token before the window's first.
+      const auto& doc = example.requests.front().continuation;
+      sizes.push_back(words_and_bytes(doc));
+      const auto ids = tokenizer.encode(doc);
+      for (std::size_t start = 1; start < ids.size(); start += static_cast<std::size_t>(options.max_length)) {
+        const auto end = std::min(ids.size(), start + static_cast<std::size_t>(options.max_length));
+        requests.push_back(
+            {{ids.begin() + static_cast<std::ptrdiff_t>(start - 1), ids.begin() + static_cast<std::ptrdiff_t>(end)},
+             static_cast<std::int64_t>(end - start)});
+      }
+      continue;
+    }
+    for (const auto& r : example.requests) {
+      if (r.context.find_first_not_of(" \t\n\r\f\v") == std::string::npos)
+        throw DataError(task.path + ": example " + std::to_string(first_request.size()) +
+                        " has an empty context: its first token would have nothing to be predicted from");
+      requests.push_back(tokenize(tokenizer, r));
+    }
+  }
+  InferenceRouting routing;
+  const auto scores = score_tokens(model, requests, options, &routing);
+  result.requests = static_cast<std::int64_t>(requests.size());
+  for (const auto& s : scores) {
+    result.truncated += s.truncated;
+    result.tokens += s.tokens;
+  }
+  result.flops_ratio = routing.flops_ratio();
+  result.routed_fraction = routing.any_routed() ? routing.mean_routed_fraction() : 1.0;
+  const auto n = result.examples;
+  if (task.kind == TaskKind::Perplexity) {
+    double ll = 0, words = 0, bytes = 0;
+    for (const auto& s : scores) ll += s.loglikelihood;
+    for (const auto& [w, b] : sizes) words += w, bytes += b;
+    result.word_perplexity = std::exp(-ll / words);
+    result.byte_perplexity = std::exp(-ll / bytes);
+    result.bits_per_byte = -ll / bytes / std::log(2.0);
+  } else if (task.kind == TaskKind::Cloze) {
+    double right = 0, ll = 0;
+    for (const auto& s : scores) right += s.greedy, ll += s.loglikelihood;
+    result.acc = right / static_cast<double>(n);
+    result.acc_stderr = stderr_of_mean(result.acc, n);
+    result.perplexity = std::exp(-ll / static_cast<double>(n));
+  } else {
+    double right = 0, right_norm = 0;
+    bool shared_continuation = task.format == "winogrande";  // the same text after every choice: no acc_norm
+    for (std::size_t e = 0; e < task.examples.size(); ++e) {
+      const auto& example = task.examples[e];
+      std::size_t best = 0, best_norm = 0;
+      for (std::size_t c = 1; c < example.requests.size(); ++c) {
+        const auto& s = scores[first_request[e] + c];
+        if (s.loglikelihood > scores[first_request[e] + best].loglikelihood) best = c;
+        if (s.loglikelihood / example.lengths[c] >
+            scores[first_request[e] + best_norm].loglikelihood / example.lengths[best_norm])
+          best_norm = c;
+      }
+      right += static_cast<std::int64_t>(best) == example.label;
+      right_norm += static_cast<std::int64_t>(best_norm) == example.label;
+    }
+    result.acc = right / static_cast<double>(n);
+    result.acc_stderr = stderr_of_mean(result.acc, n);
+    if (!shared_continuation) {
+      result.acc_norm = right_norm / static_cast<double>(n);
+      result.acc_norm_stderr = stderr_of_mean(result.acc_norm, n);
+    }
+  }
+  result.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - began).count();
+  return result;
+}
+
+std::vector<std::pair<std::string, double>> task_metrics(const TaskResult& r) {
+  std::vector<std::pair<std::string, double>> out;
+  for (const auto& [key, value] : std::vector<std::pair<std::string, double>>{{"acc", r.acc},
+                                                                              {"acc_norm", r.acc_norm},
+                                                                              {"ppl", r.perplexity},
+                                                                              {"word_perplexity", r.word_perplexity},
+                                                                              {"byte_perplexity", r.byte_perplexity},
+                                                                              {"bits_per_byte", r.bits_per_byte}})
+    if (std::isfinite(value)) out.emplace_back(key, value);
+  return out;
+}
+
+nlohmann::json TaskResult::to_json() const {
+  const auto number = [](double v) { return std::isfinite(v) ? nlohmann::json(v) : nlohmann::json(nullptr); };
+  return {{"name", name},
+          {"format", format},
+          {"path", path},
+          {"kind", to_string(kind)},
+          {"examples", examples},
+          {"requests", requests},
+          {"tokens", tokens},
+          {"truncated", truncated},
+          {"acc", number(acc)},
+          {"acc_stderr", number(acc_stderr)},
+          {"acc_norm", number(acc_norm)},
+          {"acc_norm_stderr", number(acc_norm_stderr)},
+          {"ppl", number(perplexity)},
+          {"word_perplexity", number(word_perplexity)},
+          {"byte_perplexity", number(byte_perplexity)},
+          {"bits_per_byte", number(bits_per_byte)},
+          {"flops_ratio", flops_ratio},
+          {"routed_fraction", routed_fraction},
+          {"seconds", seconds}};
+}
+
+}  // namespace routelab

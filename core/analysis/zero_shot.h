@@ -1,0 +1,108 @@
+// Zero-shot evaluation of a stored language model on multiple-choice, cloze and perplexity tasks: the downstream
+// columns of the DTRNet paper's Tables 1 and 3 (ARC-Easy and -Challenge, BoolQ, HellaSwag, PIQA, MMLU, Winogrande,
+// LAMBADA, WikiText), scored as EleutherAI's lm-evaluation-harness (v0.4) scores them. Each task is a file the user
+// has (JSON Lines as the datasets are published, or text): an example becomes the harness's prompt and choices, each
+// choice is scored by the summed log-probability of its tokens after the prompt's, and the example is right when the
+// right choice scores highest (acc) or highest per character of the choice (acc_norm). Cloze tasks (LAMBADA) are right
+// when every token of the answer is the model's greedy choice; perplexity tasks (WikiText) score whole documents in
+// windows. The results can be stored with the run (core/analysis/zero_shot_store.h).
+#pragma once
+#include <torch/torch.h>
+
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+namespace routelab {
+
+class LanguageModel;
+class Tokenizer;
+
+/// One log-likelihood asked of the model: log p(continuation | context), summed over the continuation's tokens.
+struct TaskRequest {
+  std::string context, continuation;
+};
+
+/// One example: a request per choice and the right one's index (multiple choice; Winogrande's choices are contexts
+/// sharing one continuation), one request (cloze: the answer after the context), or one document as the
+/// continuation of an empty context (perplexity). `lengths`: each choice's characters, for acc_norm.
+struct TaskExample {
+  std::vector<TaskRequest> requests;
+  std::int64_t label = 0;
+  std::vector<double> lengths;
+};
+
+enum class TaskKind { MultipleChoice, Cloze, Perplexity };
+
+struct ZeroShotTask {
+  std::string name;    ///< the file's stem unless named ("piqa" for piqa_validation.jsonl's "NAME=" form)
+  std::string format;  ///< one of task_formats()
+  std::string path;
+  TaskKind kind = TaskKind::MultipleChoice;
+  std::vector<TaskExample> examples;
+};
+
+/// The formats a task file may have: generic ({"context", "choices", "label"}, the choices appended as written),
+/// piqa, arc, hellaswag, winogrande, boolq, mmlu, lambada (JSON Lines in the fields of the published datasets), and
+/// text (perplexity: a JSON Lines file of {"page"} or {"text"} documents, or a plain text file as one document).
+const std::vector<std::string>& task_formats();
+
+/// "NAME=FILE:FORMAT", each of NAME= and :FORMAT optional; the name defaults to the file's stem. A ConfigError names
+/// the spec when the file is empty or the format unknown.
+struct TaskSpec {
+  std::string name, path, format;
+};
+TaskSpec parse_task_spec(const std::string& spec);
+
+/// Reads a task file in `format` ("" = from the first line's keys; a file not ending in .jsonl or .json is text).
+/// `limit` > 0 keeps the first examples. A missing or unreadable file, a line that is not JSON or lacks a field, a
+/// label out of range or a file without examples is a DataError naming the file, the line and the key.
+ZeroShotTask read_task(const TaskSpec& spec, std::int64_t limit = 0);
+
+struct ScoringOptions {
+  std::int64_t max_length = 256;  ///< tokens the model reads at most (a longer context is cut from the left)
+  std::int64_t batch_size = 16;   ///< requests per forward
+  torch::Device device = torch::kCPU;
+  bool bf16 = false;
+};
+
+struct RequestScore {
+  double loglikelihood = 0;  ///< summed over the scored tokens
+  bool greedy = true;        ///< every scored token was the model's most likely one
+  std::int64_t tokens = 0;   ///< tokens scored
+  bool truncated = false;    ///< the context was cut to fit max_length
+};
+
+/// Scores each request as the harness does: the continuation's tokens are those of context + continuation after the
+/// context's own (whitespace ending the context moves to the continuation first), fed left-truncated to max_length,
+/// in batches of similar lengths (right-padded: a causal model's real positions do not see the padding). An empty
+/// context is a DataError: its first token would have nothing to be predicted from.
+std::vector<RequestScore> score_requests(LanguageModel& model, const Tokenizer& tokenizer,
+                                         const std::vector<TaskRequest>& requests, const ScoringOptions& options);
+
+struct TaskResult {
+  std::string name, format, path;
+  TaskKind kind = TaskKind::MultipleChoice;
+  std::int64_t examples = 0, requests = 0, truncated = 0, tokens = 0;
+  double acc = NAN, acc_stderr = NAN;            ///< multiple choice and cloze (stderr: sqrt(p (1 - p) / (n - 1)))
+  double acc_norm = NAN, acc_norm_stderr = NAN;  ///< multiple choice with choices of their own text
+  double perplexity = NAN;                       ///< cloze: exp(-mean log-likelihood of the answer)
+  double word_perplexity = NAN, byte_perplexity = NAN, bits_per_byte = NAN;  ///< perplexity tasks
+  double flops_ratio = 1, routed_fraction = 1;  ///< at inference over every position fed (padding included)
+  double seconds = 0;
+  nlohmann::json to_json() const;
+};
+
+/// Evaluates one task in eval mode without gradients. Perplexity tasks score each document in consecutive windows of
+/// max_length predicted tokens, each fed its previous token (the harness's rolling windows without an end-of-text
+/// token: a document's first token is not scored).
+TaskResult evaluate_task(LanguageModel& model, const Tokenizer& tokenizer, const ZeroShotTask& task,
+                         const ScoringOptions& options);
+
+/// The metric keys a result stores ("acc", "acc_norm", ...) with their values, finite ones only, in a fixed order.
+std::vector<std::pair<std::string, double>> task_metrics(const TaskResult& result);
+
+std::string to_string(TaskKind kind);
+
+}  // namespace routelab

@@ -1,0 +1,112 @@
+#include "core/analysis/zero_shot_run.h"
+
+#include <spdlog/fmt/fmt.h>
+
+#include <cmath>
+#include <ctime>
+#include <sstream>
+
+#include "core/analysis/run_analysis.h"
+#include "core/store/run_store.h"
+#include "core/util/errors.h"
+#include "core/util/paths.h"
+
+namespace routelab {
+namespace {
+
+std::string with_stderr(double value, double err) {
+  if (!std::isfinite(value)) return "-";
+  return std::isfinite(err) ? fmt::format("{:.4f} ± {:.4f}", value, err) : fmt::format("{:.4f}", value);
+}
+
+std::string number(double value, const char* format = "{:.3f}") {
+  return std::isfinite(value) ? fmt::format(fmt::runtime(format), value) : "-";
+}
+
+}  // namespace
+
+ZeroShotReport evaluate_zero_shot(const std::string& db_path, std::int64_t run_id, const ZeroShotOptions& options) {
+  if (options.tasks.empty()) throw ConfigError("--task: give at least one task file");
+  std::vector<ZeroShotTask> tasks;
+  for (const auto& spec : options.tasks) {
+    for (const auto& t : tasks)
+      if (t.name == spec.name) throw ConfigError("--task: two tasks named '" + spec.name + "' (name one NAME=FILE)");
+    tasks.push_back(read_task(spec, options.limit));
+  }
+  auto run = load_run(db_path, run_id, options.sets, options.step);
+  ZeroShotReport report;
+  report.run_id = run.run_id;
+  report.db_path = run.db_path;
+  report.name = run.name;
+  report.arch = run.config.arch();
+  report.step = run.step;
+  report.sets = options.sets;
+  report.max_length = options.max_length > 0 ? options.max_length : run.config.data().at("context").get<std::int64_t>();
+  const auto& model = run.config.model();
+  const auto positions = model.contains("max_seq_len") ? model.at("max_seq_len").get<std::int64_t>() : 0;
+  const bool learned = model.contains("style") && model.at("style") == "gpt2";
+  if (learned && positions > 0 && report.max_length > positions)
+    throw ConfigError(fmt::format("--max-length: {} exceeds run {}'s {} learned positions (model.max_seq_len)",
+                                  report.max_length, run_id, positions));
+  report.batch_size =
+      options.batch_size > 0 ? options.batch_size : run.config.train().at("batch_size").get<std::int64_t>();
+  ScoringOptions scoring;
+  scoring.max_length = report.max_length;
+  scoring.batch_size = report.batch_size;
+  scoring.device = run.device;
+  scoring.bf16 = run.bf16;
+  for (const auto& task : tasks)
+    report.tasks.push_back(evaluate_task(*run.model, run.dataset->tokenizer(), task, scoring));
+  return report;
+}
+
+void store_zero_shot(const std::string& db_path, const ZeroShotReport& report) {
+  RunStore store(db_path.empty() ? default_db_path() : db_path, /*mark_crashed=*/false);
+  const double now = static_cast<double>(std::time(nullptr));
+  std::vector<MetricRow> rows;
+  for (const auto& task : report.tasks)
+    for (const auto& [measure, value] : task_metrics(task))
+      rows.push_back({"task/" + task.name + "/" + measure, report.step, now, value});
+  store.replace_metrics(report.run_id, rows);
+  for (const auto& task : report.tasks) {
+    auto doc = task.to_json();
+    doc["step"] = report.step;
+    doc["max_length"] = report.max_length;
+    doc["sets"] = report.sets;
+    store.put_analysis(report.run_id, "zero-shot", task.name, report.step, doc.dump());
+  }
+}
+
+nlohmann::json ZeroShotReport::to_json() const {
+  nlohmann::json out = {{"run", run_id},
+                        {"name", name},
+                        {"arch", arch},
+                        {"step", step},
+                        {"max_length", max_length},
+                        {"batch_size", batch_size},
+                        {"sets", sets},
+                        {"tasks", nlohmann::json::array()}};
+  for (const auto& t : tasks) out["tasks"].push_back(t.to_json());
+  return out;
+}
+
+std::string ZeroShotReport::to_table() const {
+  std::ostringstream out;
+  out << "run " << run_id << " " << name << " (" << arch << "), checkpoint step " << step << ", zero-shot, "
+      << max_length << " tokens at most, inference mode\n";
+  out << "| task | format | examples | acc | acc_norm | ppl | word ppl | bits/byte | FLOPs ratio | routed | s |\n"
+      << "|---|---|---|---|---|---|---|---|---|---|---|\n";
+  for (const auto& t : tasks)
+    out << "| " << t.name << " | " << t.format << " | " << t.examples << " | " << with_stderr(t.acc, t.acc_stderr)
+        << " | " << with_stderr(t.acc_norm, t.acc_norm_stderr) << " | " << number(t.perplexity, "{:.2f}") << " | "
+        << number(t.word_perplexity, "{:.2f}") << " | " << number(t.bits_per_byte, "{:.4f}") << " | "
+        << number(t.flops_ratio, "{:.4f}") << " | " << number(100.0 * t.routed_fraction, "{:.1f}") << "% | "
+        << number(t.seconds, "{:.1f}") << " |\n";
+  for (const auto& t : tasks)
+    if (t.truncated > 0)
+      out << t.name << ": " << t.truncated << " of " << t.requests << " requests cut from the left to " << max_length
+          << " tokens\n";
+  return out.str();
+}
+
+}  // namespace routelab

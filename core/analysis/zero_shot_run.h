@@ -1,0 +1,42 @@
+// Zero-shot tasks (core/analysis/zero_shot.h) on a stored run's checkpoint, and their results kept with the run: a
+// metric row per task and measure ("task/piqa/acc" at the checkpoint's step, which `table` and the Compare view read
+// as any metric) and the whole result as the run's "zero-shot" analysis of that task.
+#pragma once
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "core/analysis/zero_shot.h"
+
+namespace routelab {
+
+struct ZeroShotOptions {
+  std::vector<TaskSpec> tasks;
+  std::int64_t limit = 0;         ///< examples per task (0 = all)
+  std::int64_t batch_size = 0;    ///< requests per forward (0 = the run's train.batch_size)
+  std::int64_t max_length = 0;    ///< tokens read at most (0 = the run's data.context)
+  std::int64_t step = 0;          ///< checkpoint step (0 = the latest)
+  std::vector<std::string> sets;  ///< eval-only overrides
+};
+
+struct ZeroShotReport {
+  std::int64_t run_id = 0;
+  std::string db_path, name, arch;
+  std::int64_t step = 0, max_length = 0, batch_size = 0;
+  std::vector<std::string> sets;
+  std::vector<TaskResult> tasks;
+  nlohmann::json to_json() const;
+  /// A Markdown table: task, format, examples, acc, acc_norm (with their standard errors), perplexities, FLOPs ratio.
+  std::string to_table() const;
+};
+
+/// Reads every task file first (so a bad one fails before any scoring), then opens the run (load_run's errors; a
+/// classification run is a ConfigError naming it) and scores each task on its checkpoint.
+ZeroShotReport evaluate_zero_shot(const std::string& db_path, std::int64_t run_id, const ZeroShotOptions& options);
+
+/// Keeps the results with the run: each task's measures as metrics "task/<name>/<measure>" at the checkpoint's step
+/// (replacing those of an earlier call at that step) and its result document as analysis ("zero-shot", name).
+void store_zero_shot(const std::string& db_path, const ZeroShotReport& report);
+
+}  // namespace routelab

@@ -1,0 +1,374 @@
+// Zero-shot tasks: each published format made into the lm-evaluation-harness's prompts and choices, bad files named
+// with their line and key, scores equal to the model's own log-probabilities (cut from the left, in batches or alone,
+// for every language model), the measures taken from them, and the results kept with a stored run.
+#include <QTemporaryDir>
+#include <QtTest>
+#include <cmath>
+#include <fstream>
+
+#include "core/analysis/zero_shot.h"
+#include "core/analysis/zero_shot_run.h"
+#include "core/config/experiment_config.h"
+#include "core/data/tokenizer.h"
+#include "core/models/registry.h"
+#include "core/report/tables/run_tables.h"
+#include "core/store/run_store.h"
+#include "core/train/trainer.h"
+#include "core/util/errors.h"
+#include "tests/conformance_support.h"
+#include "tests/suite.h"
+
+namespace test_zero_shot {
+
+using namespace routelab;
+using routelab::test::conformance::add_language_model_rows;
+using routelab::test::conformance::small_model;
+
+namespace {
+
+std::string write(const QTemporaryDir& dir, const std::string& name, const std::string& text) {
+  const auto path = dir.filePath(QString::fromStdString(name)).toStdString();
+  std::ofstream(path, std::ios::binary) << text;
+  return path;
+}
+
+/// The error's message, or "" when `fn` throws nothing.
+template <typename Fn>
+std::string error_of(Fn&& fn) {
+  try {
+    fn();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+const std::string kAlphabet = "abcdefghijklmnopqrst .";  // 22 characters: vocabulary 23 with the unknown id
+
+/// The log-likelihood of `continuation` after `context` read straight off one forward of the whole text.
+std::pair<double, bool> direct_score(LanguageModel& model, const Tokenizer& tokenizer, const std::string& context,
+                                     const std::string& continuation, std::int64_t max_length) {
+  const auto ids = tokenizer.encode(context + continuation);
+  const auto scored = static_cast<std::int64_t>(ids.size() - tokenizer.encode(context).size());
+  const auto n = std::min<std::int64_t>(static_cast<std::int64_t>(ids.size()) - 1, max_length);
+  const auto all = torch::tensor(ids, torch::kLong);
+  const auto input = all.narrow(0, all.size(0) - 1 - n, n).unsqueeze(0);
+  const auto target = all.narrow(0, all.size(0) - n, n);
+  torch::NoGradGuard no_grad;
+  model.eval();
+  const auto logp = torch::log_softmax(model.forward(input).logits[0].to(torch::kDouble), -1);  // (n, V)
+  double ll = 0;
+  bool greedy = true;
+  for (auto t = n - std::min(scored, n); t < n; ++t) {
+    ll += logp[t][target[t].item<std::int64_t>()].item<double>();
+    greedy = greedy && logp[t].argmax().item<std::int64_t>() == target[t].item<std::int64_t>();
+  }
+  return {ll, greedy};
+}
+
+std::shared_ptr<LanguageModel> small_dense(std::int64_t vocab) {
+  torch::manual_seed(3);
+  auto section = small_model(architecture("dense"));
+  section["max_seq_len"] = 64;
+  return create_model(section, {vocab, 64});
+}
+
+}  // namespace
+
+class TestZeroShot : public QObject {
+  Q_OBJECT
+  QTemporaryDir home_;
+
+ private Q_SLOTS:
+  void initTestCase() { qputenv("ROUTELAB_HOME", home_.path().toUtf8()); }
+
+  void formatsBecomeTheHarnessPrompts() {
+    QTemporaryDir dir;
+    const auto read = [&](const std::string& name, const std::string& text, const std::string& format = "") {
+      return read_task(TaskSpec{"t", write(dir, name, text), format});
+    };
+    const auto piqa = read("piqa.jsonl", R"({"goal": "Open a jar", "sol1": "twist it", "sol2": "eat it", "label": 0})"
+                                         "\n\n"
+                                         R"({"goal": "G", "sol1": "a", "sol2": "bb", "label": 1})"
+                                         "\n");
+    QCOMPARE(piqa.format, std::string("piqa"));
+    QCOMPARE(piqa.examples.size(), std::size_t{2});  // the blank line is skipped
+    QCOMPARE(piqa.examples[0].requests[0].context, std::string("Question: Open a jar\nAnswer:"));
+    QCOMPARE(piqa.examples[0].requests[1].continuation, std::string(" eat it"));
+    QCOMPARE(piqa.examples[1].label, std::int64_t{1});
+    QCOMPARE(piqa.examples[1].lengths, (std::vector<double>{1, 2}));  // characters of the choice alone
+    const auto arc =
+        read("arc.jsonl",
+             R"({"question": "Q?", "choices": {"text": ["x", "y", "z"], "label": ["1", "2", "3"]}, "answerKey": "3"})");
+    QCOMPARE(arc.format, std::string("arc"));
+    QCOMPARE(arc.examples[0].label, std::int64_t{2});
+    QCOMPARE(arc.examples[0].requests[2].continuation, std::string(" z"));
+    const auto hella = read(
+        "h.jsonl",
+        R"({"activity_label": "Cooking", "ctx_a": "She cuts  onions.", "ctx_b": "tHE pan [header] is", "endings": ["hot [title] Yes", "cold"], "label": "1"})");
+    QCOMPARE(hella.examples[0].requests[0].context, std::string("Cooking: She cuts onions. The pan is"));
+    QCOMPARE(hella.examples[0].requests[0].continuation, std::string(" hot. Yes"));
+    QCOMPARE(hella.examples[0].label, std::int64_t{1});
+    const auto wino = read(
+        "w.jsonl",
+        R"({"sentence": "Ann gave Bo a gift because _ was kind.", "option1": "Ann", "option2": "Bo", "answer": "2"})");
+    QCOMPARE(wino.examples[0].requests[1].context, std::string("Ann gave Bo a gift because Bo"));
+    QCOMPARE(wino.examples[0].requests[0].continuation, std::string(" was kind."));
+    QCOMPARE(wino.examples[0].requests[1].continuation, std::string(" was kind."));
+    QCOMPARE(wino.examples[0].label, std::int64_t{1});
+    const auto boolq = read("b.jsonl", R"({"question": "is it", "passage": "P.", "answer": true})"
+                                       "\n"
+                                       R"({"question": "is it", "passage": "P.", "label": 0, "idx": 4})");
+    QCOMPARE(boolq.examples[0].requests[1].context, std::string("P.\nQuestion: is it?\nAnswer:"));
+    QCOMPARE(boolq.examples[0].requests[1].continuation, std::string(" yes"));
+    QCOMPARE(boolq.examples[0].label, std::int64_t{1});
+    QCOMPARE(boolq.examples[1].label, std::int64_t{0});
+    const auto mmlu = read(
+        "m.jsonl",
+        R"({"question": " What? ", "subject": "high_school_physics", "choices": ["1", "2", "3", "4"], "answer": "C"})");
+    QCOMPARE(mmlu.format, std::string("mmlu"));
+    QCOMPARE(mmlu.examples[0].requests[0].context,
+             std::string("The following are multiple choice questions (with answers) about high school physics.\n\n"
+                         "What?\nA. 1\nB. 2\nC. 3\nD. 4\nAnswer:"));
+    QCOMPARE(mmlu.examples[0].requests[3].continuation, std::string(" D"));
+    QCOMPARE(mmlu.examples[0].label, std::int64_t{2});
+    const auto lambada = read("l.jsonl", R"({"text": "the cat sat on the mat"})");
+    QCOMPARE(lambada.kind, TaskKind::Cloze);
+    QCOMPARE(lambada.examples[0].requests[0].context, std::string("the cat sat on the"));
+    QCOMPARE(lambada.examples[0].requests[0].continuation, std::string(" mat"));
+    const auto pages = read("wiki.jsonl", R"({"page": "A page."})"
+                                          "\n"
+                                          R"({"page": "Another."})");
+    QCOMPARE(pages.kind, TaskKind::Perplexity);
+    QCOMPARE(pages.examples.size(), std::size_t{2});
+    QCOMPARE(read("doc.txt", "one document\nof two lines").examples[0].requests[0].continuation,
+             std::string("one document\nof two lines"));
+    QCOMPARE(read("l2.jsonl", R"({"text": "a whole document"})", "text").kind, TaskKind::Perplexity);  // named
+    const auto generic = read("g.jsonl", R"({"query": "2+2=", "choices": ["4", "5"], "gold": 0})");
+    QCOMPARE(generic.format, std::string("generic"));
+    QCOMPARE(generic.examples[0].requests[0].continuation, std::string("4"));  // the choices as written
+    QCOMPARE(
+        read_task(
+            TaskSpec{"t", write(dir, "lim.jsonl", std::string(R"({"text": "a b"})") + "\n" + R"({"text": "c d"})"), ""},
+            1)
+            .examples.size(),
+        std::size_t{1});
+    const auto spec = parse_task_spec("arc_easy=data/ARC-Easy-Test.jsonl:arc");
+    QCOMPARE(spec.name, std::string("arc_easy"));
+    QCOMPARE(spec.path, std::string("data/ARC-Easy-Test.jsonl"));
+    QCOMPARE(spec.format, std::string("arc"));
+    QCOMPARE(parse_task_spec("C:/x/piqa.jsonl").name, std::string("piqa"));  // a colon that names no format stays
+    QCOMPARE(parse_task_spec("C:/x/piqa.jsonl").path, std::string("C:/x/piqa.jsonl"));
+  }
+
+  void badTaskFilesNameTheFileLineAndKey() {
+    QTemporaryDir dir;
+    const auto fails = [&](const std::string& text, const std::string& expected, const std::string& format = "") {
+      const auto path = write(dir, "bad.jsonl", text);
+      const auto message = error_of([&] { read_task(TaskSpec{"bad", path, format}); });
+      QVERIFY2(message.find(expected) != std::string::npos, message.c_str());
+      QVERIFY2(message.find("bad.jsonl") != std::string::npos, message.c_str());
+    };
+    fails(R"({"goal": "g", "sol1": "a", "sol2": "b", "label": 2})", "bad.jsonl:1: key 'label': 2 is not the index");
+    fails(std::string(R"({"goal": "g", "sol1": "a", "sol2": "b", "label": 0})") + "\n{oops", "bad.jsonl:2: not JSON");
+    fails(R"({"goal": "g", "sol1": "a", "sol2": "b", "label": 0})"
+          "\n"
+          R"({"goal": "g", "sol1": "a", "label": 0})",
+          "bad.jsonl:2: key 'sol2' is missing");
+    fails(R"({"goal": 3, "sol1": "a", "sol2": "b", "label": 0})", "key 'goal' is not a string");
+    fails(R"({"sentence": "no blank", "option1": "a", "option2": "b", "answer": "1"})", "has no blank");
+    fails(R"({"question": "q", "choices": {"text": ["a"], "label": ["A"]}, "answerKey": "B"})", "'B' is not among");
+    fails(R"({"x": 1})", "match no task format");
+    fails("", "no examples");
+    fails("[1, 2]", "not a JSON object");
+    fails(R"({"text": "oneword"})", "no last word");
+    const auto unknown = error_of([&] { read_task(TaskSpec{"t", write(dir, "u.jsonl", "{}"), "squad"}); });
+    QVERIFY2(unknown.find("unknown task format 'squad'") != std::string::npos, unknown.c_str());
+    const auto missing = error_of([&] { read_task(TaskSpec{"t", dir.filePath("none.jsonl").toStdString(), ""}); });
+    QVERIFY2(missing.find("none.jsonl: cannot read") != std::string::npos, missing.c_str());
+    QVERIFY_THROWS_EXCEPTION(ConfigError, parse_task_spec("=x.jsonl"));
+    QVERIFY_THROWS_EXCEPTION(ConfigError, parse_task_spec("name="));
+  }
+
+  void scoresAreTheModelsOwnLogProbabilities() {
+    // A choice's score is the summed log-probability of its tokens after the context's, read off the same forward
+    // a direct computation makes; a context longer than max_length is cut from the left; greedy says whether every
+    // token was the most likely one; an empty context is refused.
+    const auto tokenizer = CharTokenizer::build(kAlphabet);
+    auto model = small_dense(tokenizer.vocab_size());
+    const std::vector<TaskRequest> requests = {{"the cat sat on the", " mat"},
+                                               {"a ", "b"},  // the context's space moves to the continuation
+                                               {"abcdefghij klmnopqrst abcdefghij klmnopqrst", " abc."},
+                                               {"q", "rst"}};
+    ScoringOptions options;
+    options.max_length = 24;
+    options.batch_size = 3;
+    auto expected = requests;
+    expected[1] = {"a", " b"};
+    const auto scores = score_requests(*model, tokenizer, requests, options);
+    for (std::size_t i = 0; i < requests.size(); ++i) {
+      const auto [ll, greedy] = direct_score(*model, tokenizer, expected[i].context, expected[i].continuation, 24);
+      QVERIFY2(std::abs(scores[i].loglikelihood - ll) < 1e-4,
+               qPrintable(QString("%1: %2 vs %3").arg(i).arg(scores[i].loglikelihood).arg(ll)));
+      QCOMPARE(scores[i].greedy, greedy);
+      QCOMPARE(scores[i].tokens, static_cast<std::int64_t>(expected[i].continuation.size()));  // a token a character
+      QCOMPARE(scores[i].truncated, i == 2);
+    }
+    QVERIFY_THROWS_EXCEPTION(DataError, score_requests(*model, tokenizer, {{" ", "abc"}}, options));
+  }
+
+  void batchedScoresEqualScoresAlone_data() { add_language_model_rows(); }
+  void batchedScoresEqualScoresAlone() {
+    // Requests of different lengths padded into one batch score as they do alone: a causal model's real positions
+    // read nothing of the padding after them or of the other rows (routing included, half the tokens routed where
+    // the architecture can be made to).
+    QFETCH(QString, arch);
+    const auto& entry = architecture(arch.toStdString());
+    const auto tokenizer = CharTokenizer::build(kAlphabet);
+    torch::manual_seed(9);
+    auto lm = create_model(small_model(entry), {tokenizer.vocab_size(), 32});
+    lm->eval();
+    if (entry.force_routed_share)
+      entry.force_routed_share(*lm, torch::randint(0, tokenizer.vocab_size(), {2, 24}, torch::kLong), 0.5);
+    const std::vector<TaskRequest> requests = {{"the cat sat on the", " mat."},
+                                               {"a b", " c"},
+                                               {"pqrst lmno abcdefghij", " klm"},
+                                               {"the dog", " sat on the mat"},
+                                               {"rst", " abc defg"}};
+    ScoringOptions options;
+    options.max_length = 24;
+    options.batch_size = 8;
+    const auto batched = score_requests(*lm, tokenizer, requests, options);
+    options.batch_size = 1;
+    const auto alone = score_requests(*lm, tokenizer, requests, options);
+    for (std::size_t i = 0; i < requests.size(); ++i) {
+      QVERIFY2(std::abs(batched[i].loglikelihood - alone[i].loglikelihood) < 1e-3,
+               qPrintable(QString("request %1: %2 batched, %3 alone")
+                              .arg(i)
+                              .arg(batched[i].loglikelihood)
+                              .arg(alone[i].loglikelihood)));
+      QVERIFY(std::isfinite(alone[i].loglikelihood) && alone[i].loglikelihood < 0);
+    }
+  }
+
+  void measuresFollowFromTheScores() {
+    // acc: the right choice scores highest; acc_norm: highest per character of the choice; stderr sqrt(p(1-p)/(n-1));
+    // cloze: greedy answers and exp(-mean log-likelihood); perplexity: rolling windows of max_length predicted
+    // tokens whose sum is the direct log-likelihood of the document after its first token.
+    QTemporaryDir dir;
+    const auto tokenizer = CharTokenizer::build(kAlphabet);
+    auto model = small_dense(tokenizer.vocab_size());
+    std::string lines;
+    // One short and one long choice each: the long one's summed log-likelihood is far lower, its mean per
+    // character often higher, so acc and acc_norm pick differently.
+    const std::vector<std::vector<std::string>> rows = {
+        {"the cat", "s", "sat on the mat."}, {"the dog", "ran after the cat.", "r"}, {"a b c", "d", "e f g h i j k l"},
+        {"pq", "rst abc def ghi", "r"},      {"lmno", "p", "pqrst lmno pqrst"},      {"the", "end of the dog.", "c"}};
+    for (std::size_t i = 0; i < rows.size(); ++i)
+      lines +=
+          nlohmann::json{{"goal", rows[i][0]}, {"sol1", rows[i][1]}, {"sol2", rows[i][2]}, {"label", i % 2}}.dump() +
+          "\n";
+    const auto task = read_task(TaskSpec{"p", write(dir, "p.jsonl", lines), ""});
+    ScoringOptions options;
+    options.max_length = 32;
+    const auto result = evaluate_task(*model, tokenizer, task, options);
+    double right = 0, right_norm = 0;
+    for (const auto& example : task.examples) {
+      const auto s = score_requests(*model, tokenizer, example.requests, options);
+      right += (s[1].loglikelihood > s[0].loglikelihood ? 1 : 0) == example.label;
+      right_norm +=
+          (s[1].loglikelihood / example.lengths[1] > s[0].loglikelihood / example.lengths[0] ? 1 : 0) == example.label;
+    }
+    QCOMPARE(result.examples, std::int64_t{6});
+    QCOMPARE(result.requests, std::int64_t{12});
+    QVERIFY(std::abs(result.acc - right / 6) < 1e-12);
+    QVERIFY(std::abs(result.acc_norm - right_norm / 6) < 1e-12);
+    QVERIFY(result.acc != result.acc_norm);  // the data tells the two apart
+    QVERIFY(std::abs(result.acc_stderr - std::sqrt(result.acc * (1 - result.acc) / 5)) < 1e-12);
+    QCOMPARE(result.flops_ratio, 1.0);
+
+    const auto cloze =
+        read_task(TaskSpec{"l", write(dir, "l.jsonl", "{\"text\": \"the cat sat\"}\n{\"text\": \"a b cd\"}"), ""});
+    const auto cloze_result = evaluate_task(*model, tokenizer, cloze, options);
+    const auto c0 = direct_score(*model, tokenizer, "the cat", " sat", 32),
+               c1 = direct_score(*model, tokenizer, "a b", " cd", 32);
+    QVERIFY(std::abs(cloze_result.perplexity - std::exp(-(c0.first + c1.first) / 2)) < 1e-3 * cloze_result.perplexity);
+    QCOMPARE(cloze_result.acc, (c0.second + c1.second) / 2.0);
+    QVERIFY(std::isnan(cloze_result.acc_norm));
+
+    const std::string doc = "the cat sat on the mat. the dog sat on the cat.  abc";  // 13 words, 52 bytes
+    const auto text = read_task(TaskSpec{"w", write(dir, "w.txt", doc), ""});
+    options.max_length = 8;  // windows predicting characters [1, 9), [9, 17), ... each fed the one before
+    const auto rolled = evaluate_task(*model, tokenizer, text, options);
+    double windows = 0;
+    for (std::size_t start = 1; start < doc.size(); start += 8)
+      windows += direct_score(*model, tokenizer, doc.substr(start - 1, 1), doc.substr(start, 8), 8).first;
+    const double ll = -rolled.bits_per_byte * std::log(2.0) * static_cast<double>(doc.size());
+    QCOMPARE(rolled.requests, std::int64_t{(static_cast<std::int64_t>(doc.size()) - 1 + 7) / 8});
+    QCOMPARE(rolled.tokens, static_cast<std::int64_t>(doc.size()) - 1);
+    QVERIFY2(std::abs(ll - windows) < 1e-3, qPrintable(QString("%1 vs %2").arg(ll).arg(windows)));
+    QVERIFY(std::abs(rolled.word_perplexity - std::exp(-ll / 13)) < 1e-6 * rolled.word_perplexity);
+    QVERIFY(std::abs(rolled.byte_perplexity - std::exp(-ll / 52)) < 1e-6 * rolled.byte_perplexity);
+    const auto whole = direct_score(*model, tokenizer, doc.substr(0, 1), doc.substr(1), 64);
+    options.max_length = 64;  // one window: the direct log-likelihood after the first token
+    const auto one = evaluate_task(*model, tokenizer, text, options);
+    QVERIFY(std::abs(-one.bits_per_byte * std::log(2.0) * 52 - whole.first) < 1e-3);
+  }
+
+  void resultsAreKeptWithTheRun() {
+    // Stored: a metric per task and measure at the checkpoint's step (a second call at that step replaces them), the
+    // result document as the run's analysis, and the paper layout and a table of the keys read them.
+    QTemporaryDir dir;
+    const auto db = dir.filePath("runs.sqlite").toStdString();
+    const auto config =
+        resolve_config(nlohmann::json::object(),
+                       {"model.n_layer=2", "model.n_embd=32", "model.n_head=4", "data.context=32", "train.batch_size=8",
+                        "train.steps=20", "train.eval_every=20", "train.checkpoint_every=20", "train.eval_batches=1",
+                        "train.log_every=10", "train.warmup_steps=5", "run.threads=1"},
+                       "test");
+    const auto outcome = train(TrainRequest{config, db, "tiny", ""});
+    QCOMPARE(outcome.status, RunStatus::Finished);
+    const auto piqa = write(dir, "piqa.jsonl",
+                            "{\"goal\": \"And God said\", \"sol1\": \"let there be light\", \"sol2\": \"zzzz qqq\", "
+                            "\"label\": 0}\n{\"goal\": \"In the\", \"sol1\": \"xq\", \"sol2\": \"beginning\", "
+                            "\"label\": 1}\n");
+    ZeroShotOptions options;
+    options.tasks = {parse_task_spec(piqa),
+                     parse_task_spec("lambada=" + write(dir, "l.jsonl", "{\"text\": \"And God said\"}"))};
+    const auto report = evaluate_zero_shot(db, outcome.run_id, options);
+    QCOMPARE(report.step, std::int64_t{20});
+    QCOMPARE(report.max_length, std::int64_t{32});
+    QCOMPARE(report.batch_size, std::int64_t{8});
+    QCOMPARE(report.tasks.size(), std::size_t{2});
+    store_zero_shot(db, report);
+    store_zero_shot(db, report);
+    RunStore store(db);
+    const auto acc = store.metric(outcome.run_id, "task/piqa/acc");
+    QCOMPARE(acc.size(), std::size_t{1});
+    QCOMPARE(acc[0].step, std::int64_t{20});
+    QCOMPARE(acc[0].value, report.tasks[0].acc);
+    QCOMPARE(store.metric(outcome.run_id, "task/lambada/ppl").size(), std::size_t{1});
+    QVERIFY(store.metric(outcome.run_id, "task/lambada/acc_norm").empty());  // no measure without a value
+    const auto doc = nlohmann::json::parse(*store.analysis(outcome.run_id, "zero-shot", "piqa"));
+    QCOMPARE(doc.at("examples").get<std::int64_t>(), std::int64_t{2});
+    QCOMPARE(doc.at("step").get<std::int64_t>(), std::int64_t{20});
+    const auto table = build_run_table(store, table_spec("dtrnet-table1-tasks"), {outcome.run_id}, false);
+    const auto& columns = table_spec("dtrnet-table1-tasks").columns;
+    const auto at =
+        std::find_if(columns.begin(), columns.end(), [](const auto& c) { return c.key == "task/piqa/acc"; });
+    QVERIFY(at != columns.end());
+    QCOMPARE(table.rows.at(0).cells.at(static_cast<std::size_t>(at - columns.begin()))->mean, report.tasks[0].acc);
+    QVERIFY(custom_table_spec({"task/piqa/acc"}).columns[0].column.better == Better::Higher);
+    QVERIFY(custom_table_spec({"task/lambada/ppl"}).columns[0].column.better == Better::Lower);
+    // Two tasks of one name, or none, are refused before the run opens.
+    options.tasks = {parse_task_spec(piqa), parse_task_spec(piqa)};
+    QVERIFY_THROWS_EXCEPTION(ConfigError, evaluate_zero_shot(db, outcome.run_id, options));
+    options.tasks.clear();
+    QVERIFY_THROWS_EXCEPTION(ConfigError, evaluate_zero_shot(db, outcome.run_id, options));
+  }
+};
+
+}  // namespace test_zero_shot
+
+ROUTELAB_TEST_SUITE(test_zero_shot, TestZeroShot)
+#include "test_zero_shot.moc"
