@@ -161,6 +161,64 @@ class TestZeroShot : public QObject {
     QCOMPARE(parse_task_spec("C:/x/piqa.jsonl").path, std::string("C:/x/piqa.jsonl"));
   }
 
+  void wikiTextIsDetokenizedAsTheHarnessDoes() {
+    // A WikiText page (wikitext_document_level's "page") is scored detokenized, and its perplexities divide by the
+    // words and bytes of the page as published: the expected text is what the harness's own wikitext_detokenizer
+    // (lm_eval 0.4.13) returned for this page.
+    QTemporaryDir dir;
+    const std::string page =
+        " = Valkyria Chronicles III = \n Senj\xc5"
+        "\x8d"
+        " no Valkyria 3 : Unrecorded Chronicles ( Japanese : \xe6"
+        "\x88"
+        "\xa6"
+        "\xe5"
+        "\xa0"
+        "\xb4"
+        "\xe3"
+        "\x81"
+        "\xae"
+        " ) , is a 2011 game . It sold 1 @,@ 000 @.@ 5 units ; the 7 @-@ 8 \" best \" of N players ' s ' thing [ 1 ] "
+        "at 40 \xc2"
+        "\xb0"
+        " C ! Why ? = = Plot = = \n";
+    const std::string detokenized =
+        " = Valkyria Chronicles III =\nSenj\xc5"
+        "\x8d"
+        " no Valkyria 3: Unrecorded Chronicles (Japanese: \xe6"
+        "\x88"
+        "\xa6"
+        "\xe5"
+        "\xa0"
+        "\xb4"
+        "\xe3"
+        "\x81"
+        "\xae"
+        "), is a 2011 game. It sold 1,000.5 units; the 7-8 \"best\" of 1 players's' thing [1] at 40\xc2"
+        "\xb0"
+        "C! Why? == Plot ==\n";
+    const auto task =
+        read_task(TaskSpec{"wikitext", write(dir, "wiki.jsonl", nlohmann::json{{"page", page}}.dump()), ""});
+    QCOMPARE(task.format, std::string("text"));
+    QCOMPARE(task.examples[0].requests[0].continuation, detokenized);
+    QCOMPARE(task.examples[0].words, 63.0);  // len(re.split(r"\s+", page))
+    QCOMPARE(task.examples[0].bytes, 237.0);
+    // tinyMMLU's rows carry their prompt formatted.
+    const auto tiny =
+        read_task(TaskSpec{"t",
+                           write(dir, "tiny.jsonl",
+                                 nlohmann::json{{"question", "q"},
+                                                {"choices", {"1", "2", "3", "4"}},
+                                                {"answer", 3},
+                                                {"input_formatted", "Intro.\n\nq\nA. 1\nB. 2\nC. 3\nD. 4\nAnswer:"}}
+                                     .dump()),
+                           ""});
+    QCOMPARE(tiny.format, std::string("mmlu"));
+    QCOMPARE(tiny.examples[0].requests[0].context, std::string("Intro.\n\nq\nA. 1\nB. 2\nC. 3\nD. 4\nAnswer:"));
+    QCOMPARE(tiny.examples[0].requests[3].continuation, std::string(" D"));
+    QCOMPARE(tiny.examples[0].label, std::int64_t{3});
+  }
+
   void badTaskFilesNameTheFileLineAndKey() {
     QTemporaryDir dir;
     const auto fails = [&](const std::string& text, const std::string& expected, const std::string& format = "") {

@@ -118,18 +118,6 @@ double stderr_of_mean(double p, std::int64_t n) {
   return n > 1 ? std::sqrt(p * (1 - p) / static_cast<double>(n - 1)) : NAN;
 }
 
-/// Words as the harness counts them (re.split(r"\s+", doc)) and UTF-8 bytes.
-std::pair<double, double> words_and_bytes(const std::string& doc) {
-  double words = 1;
-  bool in_space = false;
-  for (const unsigned char c : doc) {
-    const bool space = std::isspace(c) != 0;
-    if (space && !in_space) words += 1;
-    in_space = space;
-  }
-  return {words, static_cast<double>(doc.size())};
-}
-
 }  // namespace
 
 std::vector<RequestScore> score_requests(LanguageModel& model, const Tokenizer& tokenizer,
@@ -156,13 +144,11 @@ TaskResult evaluate_task(LanguageModel& model, const Tokenizer& tokenizer, const
   result.examples = static_cast<std::int64_t>(task.examples.size());
   std::vector<TokenRequest> requests;
   std::vector<std::size_t> first_request;        // of each example
-  std::vector<std::pair<double, double>> sizes;  // perplexity: each document's words and bytes
   for (const auto& example : task.examples) {
     first_request.push_back(requests.size());
     if (task.kind == TaskKind::Perplexity) {
       // Rolling windows: max_length predicted tokens each, fed from the token before the window's first.
       const auto& doc = example.requests.front().continuation;
-      sizes.push_back(words_and_bytes(doc));
       const auto ids = tokenizer.encode(doc);
       for (std::size_t start = 1; start < ids.size(); start += static_cast<std::size_t>(options.max_length)) {
         const auto end = std::min(ids.size(), start + static_cast<std::size_t>(options.max_length));
@@ -192,7 +178,7 @@ TaskResult evaluate_task(LanguageModel& model, const Tokenizer& tokenizer, const
   if (task.kind == TaskKind::Perplexity) {
     double ll = 0, words = 0, bytes = 0;
     for (const auto& s : scores) ll += s.loglikelihood;
-    for (const auto& [w, b] : sizes) words += w, bytes += b;
+    for (const auto& example : task.examples) words += example.words, bytes += example.bytes;
     result.word_perplexity = std::exp(-ll / words);
     result.byte_perplexity = std::exp(-ll / bytes);
     result.bits_per_byte = -ll / bytes / std::log(2.0);

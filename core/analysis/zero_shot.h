@@ -26,11 +26,13 @@ struct TaskRequest {
 
 /// One example: a request per choice and the right one's index (multiple choice; Winogrande's choices are contexts
 /// sharing one continuation), one request (cloze: the answer after the context), or one document as the
-/// continuation of an empty context (perplexity). `lengths`: each choice's characters, for acc_norm.
+/// continuation of an empty context (perplexity). `lengths`: each choice's characters, for acc_norm; `words`,
+/// `bytes`: what a document's perplexities divide by (WikiText's page counted before it is detokenized).
 struct TaskExample {
   std::vector<TaskRequest> requests;
   std::int64_t label = 0;
   std::vector<double> lengths;
+  double words = 0, bytes = 0;
 };
 
 enum class TaskKind { MultipleChoice, Cloze, Perplexity };
@@ -44,8 +46,9 @@ struct ZeroShotTask {
 };
 
 /// The formats a task file may have: generic ({"context", "choices", "label"}, the choices appended as written),
-/// piqa, arc, hellaswag, winogrande, boolq, mmlu, lambada (JSON Lines in the fields of the published datasets), and
-/// text (perplexity: a JSON Lines file of {"page"} or {"text"} documents, or a plain text file as one document).
+/// piqa, arc, hellaswag, winogrande, boolq, mmlu (tinyMMLU's input_formatted prompts too), lambada (JSON Lines in the
+/// fields of the published datasets), and text (perplexity: a JSON Lines file of {"page"} documents, detokenized as the
+/// harness detokenizes WikiText, or of {"text"} documents, or a plain text file as one document).
 const std::vector<std::string>& task_formats();
 
 /// "NAME=FILE:FORMAT", each of NAME= and :FORMAT optional; the name defaults to the file's stem. A ConfigError names

@@ -172,6 +172,12 @@ TaskExample read_boolq(const nlohmann::json& doc, const Line& line) {
 TaskExample read_mmlu(const nlohmann::json& doc, const Line& line) {
   const auto choices = texts(field(doc, "choices", line), "choices", line);
   if (choices.size() > 26) throw DataError(line.where("choices") + " holds more than 26 choices");
+  if (doc.contains("input_formatted")) {  // tinyMMLU: the prompt as the dataset formats it
+    std::int64_t label = index_value(doc, "answer", line);
+    std::vector<std::string> letters;
+    for (std::size_t i = 0; i < choices.size(); ++i) letters.push_back(std::string(1, static_cast<char>('A' + i)));
+    return choices_after(text(doc, "input_formatted", line), letters, label, " ", line, "answer");
+  }
   std::string prompt;
   if (doc.contains("subject") && doc.at("subject").is_string() && !doc.at("subject").get<std::string>().empty())
     prompt = "The following are multiple choice questions (with answers) about " +
@@ -201,9 +207,54 @@ TaskExample read_lambada(const nlohmann::json& doc, const Line& line) {
   return example;
 }
 
+/// Words as the harness counts them (len(re.split(r"\s+", doc))) and UTF-8 bytes.
+void count_words_and_bytes(TaskExample& example, const std::string& doc) {
+  double words = 1;
+  bool in_space = false;
+  for (const unsigned char c : doc) {
+    const bool space = std::isspace(c) != 0;
+    if (space && !in_space) words += 1;
+    in_space = space;
+  }
+  example.words = words;
+  example.bytes = static_cast<double>(doc.size());
+}
+
+/// The harness's WikiText detokenizer (wikitext_detokenizer): the corpus's spaced punctuation and @-@ separators
+/// joined again.
+std::string wikitext_detokenize(std::string s) {
+  static const std::vector<std::pair<std::regex, std::string>> brackets = {
+      {std::regex(R"(/' [0-9]/)"), "/'[0-9]/"},
+      {std::regex(R"(\(\s*([^\)]*?)\s*\))"), "($1)"},
+      {std::regex(R"(\[\s*([^\]]*?)\s*\])"), "[$1]"},
+      {std::regex(R"(\{\s*([^}]*?)\s*\})"), "{$1}"},
+      {std::regex(R"("\s*([^"]*?)\s*")"), "\"$1\""},
+      {std::regex(R"('\s*([^']*?)\s*')"), "'$1'"}};
+  s = replace_all(s, "s '", "s'");
+  s = std::regex_replace(s, brackets[0].first, brackets[0].second);
+  for (const auto& [from, to] : std::vector<std::pair<std::string, std::string>>{
+           {" @-@ ", "-"}, {" @,@ ", ","}, {" @.@ ", "."}, {" : ", ": "}, {" ; ", "; "},
+           {" . ", ". "}, {" ! ", "! "}, {" ? ", "? "}, {" , ", ", "}})
+    s = replace_all(s, from, to);
+  for (std::size_t i = 1; i < brackets.size(); ++i) s = std::regex_replace(s, brackets[i].first, brackets[i].second);
+  for (const auto& [from, to] : std::vector<std::pair<std::string, std::string>>{
+           {"= = = =", "===="}, {"= = =", "==="}, {"= =", "=="}, {" \xc2\xb0 ", "\xc2\xb0"}, {" \n", "\n"},
+           {"\n ", "\n"}, {" N ", " 1 "}, {" 's", "'s"}})
+    s = replace_all(s, from, to);
+  return s;
+}
+
 TaskExample read_document(const nlohmann::json& doc, const Line& line) {
   TaskExample example;
-  example.requests.push_back({"", doc.contains("page") ? text(doc, "page", line) : text(doc, "text", line)});
+  if (doc.contains("page")) {  // WikiText (wikitext_document_level): words and bytes of the page as published
+    const auto page = text(doc, "page", line);
+    count_words_and_bytes(example, page);
+    example.requests.push_back({"", wikitext_detokenize(page)});
+  } else {
+    const auto body = text(doc, "text", line);
+    count_words_and_bytes(example, body);
+    example.requests.push_back({"", body});
+  }
   return example;
 }
 
@@ -318,7 +369,10 @@ ZeroShotTask read_task(const TaskSpec& spec, std::int64_t limit) {
     task.format = f.name;
     task.kind = f.kind;
     if (trim(all.str()).empty()) throw DataError(spec.path + ": the document is empty");
-    task.examples.push_back(TaskExample{{{"", all.str()}}, 0, {}});
+    TaskExample example;
+    count_words_and_bytes(example, all.str());
+    example.requests.push_back({"", all.str()});
+    task.examples.push_back(std::move(example));
     return task;
   }
   const Format* format = spec.format.empty() ? nullptr : &format_named(spec.format, spec.path);
