@@ -1,0 +1,65 @@
+#!/usr/bin/env python3
+"""Toy zero-shot task files cut from the validation end of the King James Bible corpus (the default corpus of the
+presets), in the published formats `routelab-cli tasks` reads: a smoke test of the command and an example of each
+format, not a benchmark (the paper's tasks are the datasets' own files).
+
+  python3 experiments/tasks/kjv-toy-tasks.py CORPUS OUT_DIR [N]
+
+CORPUS: the corpus file (e.g. ~/.local/share/routelab/corpora/kjv.txt, written by the first run); OUT_DIR gets
+piqa.jsonl (a half line and its true second half against another line's), hellaswag.jsonl (the same, four endings),
+lambada.jsonl (the last word of a line), sanity.jsonl (the true second half against itself reversed: any trained
+model gets it right) and wiki.txt (200 lines as one document). N: examples per file (default 1000)."""
+import json
+import os
+import random
+import re
+import sys
+
+
+def main():
+    if len(sys.argv) < 3:
+        sys.exit(__doc__)
+    corpus, out = sys.argv[1], sys.argv[2]
+    n = int(sys.argv[3]) if len(sys.argv) > 3 else 1000
+    text = open(corpus, encoding="utf-8").read()
+    tail = text[int(len(text) * 0.9):]  # the validation and test splits are the corpus's last tenth
+    lines = [re.sub(r"^\s*\d+\s+", "", line.strip()) for line in tail.split("\n")]
+    lines = [line for line in lines if len(line.split()) > 8]
+    if len(lines) < 3 * n:
+        sys.exit(f"{corpus}: {len(lines)} usable lines, fewer than 3 x {n}")
+    rng = random.Random(5)
+    os.makedirs(out, exist_ok=True)
+
+    def halves(line):
+        words = line.split()
+        return " ".join(words[: len(words) // 2]), " ".join(words[len(words) // 2:])
+
+    def write(name, docs):
+        with open(os.path.join(out, name), "w", encoding="utf-8") as f:
+            for doc in docs:
+                f.write(json.dumps(doc) + "\n")
+
+    hellaswag, piqa, sanity = [], [], []
+    for i in range(n):
+        first, true = halves(lines[i])
+        endings = [halves(rng.choice(lines))[1] for _ in range(3)]
+        label = rng.randint(0, 3)
+        endings.insert(label, true)
+        hellaswag.append({"activity_label": "Verse", "ctx_a": first, "ctx_b": "", "endings": endings, "label": label})
+        first, true = halves(lines[n + i])
+        other = halves(rng.choice(lines))[1]
+        label = rng.randint(0, 1)
+        sols = [true, other] if label == 0 else [other, true]
+        piqa.append({"goal": first, "sol1": sols[0], "sol2": sols[1], "label": label})
+        sols = [true, true[::-1]] if label == 0 else [true[::-1], true]
+        sanity.append({"goal": first, "sol1": sols[0], "sol2": sols[1], "label": label})
+    write("hellaswag.jsonl", hellaswag)
+    write("piqa.jsonl", piqa)
+    write("sanity.jsonl", sanity)
+    write("lambada.jsonl", [{"text": lines[2 * n + i]} for i in range(n)])
+    with open(os.path.join(out, "wiki.txt"), "w", encoding="utf-8") as f:
+        f.write("\n".join(lines[:200]))
+
+
+if __name__ == "__main__":
+    main()
