@@ -416,6 +416,18 @@ class TestZeroShot : public QObject {
         std::find_if(columns.begin(), columns.end(), [](const auto& c) { return c.key == "task/piqa/acc"; });
     QVERIFY(at != columns.end());
     QCOMPARE(table.rows.at(0).cells.at(static_cast<std::size_t>(at - columns.begin()))->mean, report.tasks[0].acc);
+    QVERIFY(!table.rows.at(0).cells.back());  // AVG: six of its eight tasks are missing
+    std::vector<MetricRow> rows;
+    double sum = 0;
+    for (const auto* task :
+         {"arc_challenge", "arc_easy", "boolq", "hellaswag", "lambada", "piqa", "mmlu", "winogrande"}) {
+      rows.push_back({std::string("task/") + task + "/acc", 20, 0.0, 0.25 + 0.01 * static_cast<double>(rows.size())});
+      sum += rows.back().value;
+    }
+    store.replace_metrics(outcome.run_id, rows);
+    const auto full = build_run_table(store, table_spec("dtrnet-table1-tasks"), {outcome.run_id}, false);
+    QCOMPARE(columns.back().column.header, std::string("AVG"));
+    QVERIFY(std::abs(full.rows.at(0).cells.back()->mean - sum / 8) < 1e-12);
     QVERIFY(custom_table_spec({"task/piqa/acc"}).columns[0].column.better == Better::Higher);
     QVERIFY(custom_table_spec({"task/lambada/ppl"}).columns[0].column.better == Better::Lower);
     // Two tasks of one name, or none, are refused before the run opens.

@@ -44,6 +44,9 @@ TableSpec dtrnet_downstream() {
   const auto accuracy = [](const std::string& task, const std::string& header) {
     return col("task/" + task + "/acc", header, "%", Better::Higher, 2, 100.0);
   };
+  auto average = col("task/average/acc", "AVG", "%", Better::Higher, 2, 100.0);
+  for (const auto* task : {"arc_challenge", "arc_easy", "boolq", "hellaswag", "lambada", "piqa", "mmlu", "winogrande"})
+    average.mean_of.push_back(std::string("task/") + task + "/acc");
   return {"dtrnet-table1-tasks",
           "DTRNet Table 1 downstream layout: zero-shot WikiText and LAMBADA perplexity, accuracy on ARC-C, ARC-E, "
           "BoolQ, HellaSwag, LAMBADA, PIQA, MMLU, Winogrande (from `tasks RUN --store`)",
@@ -54,7 +57,7 @@ TableSpec dtrnet_downstream() {
            col("task/lambada/ppl", "LMBD", "ppl", Better::Lower, 2), accuracy("arc_challenge", "ARC-C"),
            accuracy("arc_easy", "ARC-E"), accuracy("boolq", "BQ"), accuracy("hellaswag", "HLSWG"),
            accuracy("lambada", "LMBD"), accuracy("piqa", "PIQA"), accuracy("mmlu", "T-MMLU"),
-           accuracy("winogrande", "WG")}};
+           accuracy("winogrande", "WG"), average}};
 }
 
 /// TAGAT's per-epoch tables (Tables 1-3): training loss and accuracy of the epoch, validation accuracy, macro-F1,
@@ -270,6 +273,13 @@ double reduce_metric(const RunStore& store, std::int64_t run_id, const std::stri
   return std::isfinite(best) ? best : std::numeric_limits<double>::quiet_NaN();
 }
 
+double column_value(const RunStore& store, std::int64_t run_id, const ColumnSpec& column) {
+  if (column.mean_of.empty()) return reduce_metric(store, run_id, column.key, column.reduce);
+  double sum = 0;
+  for (const auto& key : column.mean_of) sum += reduce_metric(store, run_id, key, column.reduce);  // NaN stays NaN
+  return sum / static_cast<double>(column.mean_of.size());
+}
+
 ReportTable build_run_table(const RunStore& store, const TableSpec& spec, const std::vector<std::int64_t>& run_ids,
                             bool by_seed) {
   if (spec.per_epoch) return build_epoch_table(store, spec, run_ids, by_seed);
@@ -282,7 +292,7 @@ ReportTable build_run_table(const RunStore& store, const TableSpec& spec, const 
     TableRow row{group.label, {}};
     for (const auto& c : spec.columns) {
       std::vector<double> values;
-      for (auto id : group.run_ids) values.push_back(reduce_metric(store, id, c.key, c.reduce));
+      for (auto id : group.run_ids) values.push_back(column_value(store, id, c));
       row.cells.push_back(summarize(values));
     }
     table.rows.push_back(std::move(row));

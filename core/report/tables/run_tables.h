@@ -19,6 +19,9 @@ struct ColumnSpec {
   std::string key;        ///< metric key, e.g. "val/loss"
   TableColumn column;
   Reduce reduce = Reduce::Last;
+  /// Where not empty, a run's value is the mean of these metrics (each reduced as above; none where one is missing)
+  /// and `key` only names the column: a paper's average over its task columns.
+  std::vector<std::string> mean_of{};
 };
 
 struct TableSpec {
@@ -56,6 +59,8 @@ std::vector<RunGroup> group_runs(const RunStore& store, const std::vector<std::i
 
 /// One value of a run's metric: the last (or min / max) value of the series; NaN when the run has none.
 double reduce_metric(const RunStore& store, std::int64_t run_id, const std::string& key, Reduce reduce);
+/// A column's value for a run: its metric reduced, or the mean of its `mean_of` metrics (NaN where one is missing).
+double column_value(const RunStore& store, std::int64_t run_id, const ColumnSpec& column);
 
 /// Builds the table: one row per group (per group and epoch for a per-epoch layout), each cell summarising the
 /// group's runs.
