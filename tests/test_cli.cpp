@@ -105,7 +105,7 @@ class TestCli : public QObject {
     QTest::newRow("tasks file missing") << QStringList{"tasks", "1", "--db", db, "--task", "piqa=none.jsonl"}
                                         << "none.jsonl: cannot read the task file";
     QTest::newRow("tasks format unknown") << QStringList{"tasks", "1", "--db", db, "--task", "x.jsonl:squad"}
-                                          << "x.jsonl:squad: cannot read";  // no format of that name: all a path
+                                          << "unknown task format 'squad'";
   }
   void badArgumentsNameTheOption() {
     QFETCH(QStringList, args);

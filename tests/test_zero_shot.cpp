@@ -143,7 +143,9 @@ class TestZeroShot : public QObject {
     QCOMPARE(pages.examples.size(), std::size_t{2});
     QCOMPARE(read("doc.txt", "one document\nof two lines").examples[0].requests[0].continuation,
              std::string("one document\nof two lines"));
-    QCOMPARE(read("l2.jsonl", R"({"text": "a whole document"})", "text").kind, TaskKind::Perplexity);  // named
+    const auto named = read("l2.jsonl", R"({"text": "a whole document"})", "text");  // JSON Lines of documents
+    QCOMPARE(named.kind, TaskKind::Perplexity);
+    QCOMPARE(named.examples[0].requests[0].continuation, std::string("a whole document"));
     const auto generic = read("g.jsonl", R"({"query": "2+2=", "choices": ["4", "5"], "gold": 0})");
     QCOMPARE(generic.format, std::string("generic"));
     QCOMPARE(generic.examples[0].requests[0].continuation, std::string("4"));  // the choices as written
@@ -167,36 +169,12 @@ class TestZeroShot : public QObject {
     // (lm_eval 0.4.13) returned for this page.
     QTemporaryDir dir;
     const std::string page =
-        " = Valkyria Chronicles III = \n Senj\xc5"
-        "\x8d"
-        " no Valkyria 3 : Unrecorded Chronicles ( Japanese : \xe6"
-        "\x88"
-        "\xa6"
-        "\xe5"
-        "\xa0"
-        "\xb4"
-        "\xe3"
-        "\x81"
-        "\xae"
-        " ) , is a 2011 game . It sold 1 @,@ 000 @.@ 5 units ; the 7 @-@ 8 \" best \" of N players ' s ' thing [ 1 ] "
-        "at 40 \xc2"
-        "\xb0"
-        " C ! Why ? = = Plot = = \n";
+        " = Valkyria Chronicles III = \n Senjō no Valkyria 3 : Unrecorded Chronicles ( Japanese : 戦場の ) , is a 2011 "
+        "game . It sold 1 @,@ 000 @.@ 5 units ; the 7 @-@ 8 \" best \" of N players ' s ' thing [ 1 ] at 40 ° C ! "
+        "Why ? = = Plot = = \n";
     const std::string detokenized =
-        " = Valkyria Chronicles III =\nSenj\xc5"
-        "\x8d"
-        " no Valkyria 3: Unrecorded Chronicles (Japanese: \xe6"
-        "\x88"
-        "\xa6"
-        "\xe5"
-        "\xa0"
-        "\xb4"
-        "\xe3"
-        "\x81"
-        "\xae"
-        "), is a 2011 game. It sold 1,000.5 units; the 7-8 \"best\" of 1 players's' thing [1] at 40\xc2"
-        "\xb0"
-        "C! Why? == Plot ==\n";
+        " = Valkyria Chronicles III =\nSenjō no Valkyria 3: Unrecorded Chronicles (Japanese: 戦場の), is a 2011 game. "
+        "It sold 1,000.5 units; the 7-8 \"best\" of 1 players's' thing [1] at 40°C! Why? == Plot ==\n";
     const auto task =
         read_task(TaskSpec{"wikitext", write(dir, "wiki.jsonl", nlohmann::json{{"page", page}}.dump()), ""});
     QCOMPARE(task.format, std::string("text"));
@@ -245,6 +223,8 @@ class TestZeroShot : public QObject {
     const auto missing = error_of([&] { read_task(TaskSpec{"t", dir.filePath("none.jsonl").toStdString(), ""}); });
     QVERIFY2(missing.find("none.jsonl: cannot read") != std::string::npos, missing.c_str());
     QVERIFY_THROWS_EXCEPTION(ConfigError, parse_task_spec("=x.jsonl"));
+    const auto typo = error_of([] { parse_task_spec("piqa.jsonl:piqq"); });
+    QVERIFY2(typo.find("--task piqa.jsonl:piqq: unknown task format 'piqq'") != std::string::npos, typo.c_str());
     QVERIFY_THROWS_EXCEPTION(ConfigError, parse_task_spec("name="));
   }
 
@@ -273,6 +253,8 @@ class TestZeroShot : public QObject {
       QCOMPARE(scores[i].truncated, i == 2);
     }
     QVERIFY_THROWS_EXCEPTION(DataError, score_requests(*model, tokenizer, {{" ", "abc"}}, options));
+    options.max_length = 0;
+    QVERIFY_THROWS_EXCEPTION(ConfigError, score_requests(*model, tokenizer, requests, options));
   }
 
   void batchedScoresEqualScoresAlone_data() { add_language_model_rows(); }
@@ -344,6 +326,14 @@ class TestZeroShot : public QObject {
     QVERIFY(result.acc != result.acc_norm);  // the data tells the two apart
     QVERIFY(std::abs(result.acc_stderr - std::sqrt(result.acc * (1 - result.acc) / 5)) < 1e-12);
     QCOMPARE(result.flops_ratio, 1.0);
+
+    // A choice of no tokens would score a certainty: refused, naming the file and the example.
+    const auto empty = read_task(TaskSpec{
+        "g", write(dir, "g.jsonl", nlohmann::json{{"context", "abc"}, {"choices", {"d", ""}}, {"label", 0}}.dump()),
+        ""});
+    const auto message = error_of([&] { evaluate_task(*model, tokenizer, empty, options); });
+    QVERIFY2(message.find("g.jsonl: example 1 has a choice or answer of no tokens") != std::string::npos,
+             message.c_str());
 
     const auto cloze =
         read_task(TaskSpec{"l", write(dir, "l.jsonl", "{\"text\": \"the cat sat\"}\n{\"text\": \"a b cd\"}"), ""});

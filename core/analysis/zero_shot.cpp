@@ -118,10 +118,15 @@ double stderr_of_mean(double p, std::int64_t n) {
   return n > 1 ? std::sqrt(p * (1 - p) / static_cast<double>(n - 1)) : NAN;
 }
 
+void check_length(const ScoringOptions& options) {
+  if (options.max_length < 1) throw ConfigError("max length: " + std::to_string(options.max_length) + " is below 1");
+}
+
 }  // namespace
 
 std::vector<RequestScore> score_requests(LanguageModel& model, const Tokenizer& tokenizer,
                                          const std::vector<TaskRequest>& requests, const ScoringOptions& options) {
+  check_length(options);
   std::vector<TokenRequest> tokens;
   for (const auto& r : requests) {
     if (r.context.find_first_not_of(" \t\n\r\f\v") == std::string::npos)
@@ -135,6 +140,7 @@ std::vector<RequestScore> score_requests(LanguageModel& model, const Tokenizer& 
 
 TaskResult evaluate_task(LanguageModel& model, const Tokenizer& tokenizer, const ZeroShotTask& task,
                          const ScoringOptions& options) {
+  check_length(options);
   const auto began = std::chrono::steady_clock::now();
   TaskResult result;
   result.name = task.name;
@@ -143,7 +149,7 @@ TaskResult evaluate_task(LanguageModel& model, const Tokenizer& tokenizer, const
   result.kind = task.kind;
   result.examples = static_cast<std::int64_t>(task.examples.size());
   std::vector<TokenRequest> requests;
-  std::vector<std::size_t> first_request;        // of each example
+  std::vector<std::size_t> first_request;  // of each example
   for (const auto& example : task.examples) {
     first_request.push_back(requests.size());
     if (task.kind == TaskKind::Perplexity) {
@@ -163,8 +169,12 @@ TaskResult evaluate_task(LanguageModel& model, const Tokenizer& tokenizer, const
         throw DataError(task.path + ": example " + std::to_string(first_request.size()) +
                         " has an empty context: its first token would have nothing to be predicted from");
       requests.push_back(tokenize(tokenizer, r));
+      if (requests.back().scored == 0)  // it would score 0, a certainty, and win every comparison
+        throw DataError(task.path + ": example " + std::to_string(first_request.size()) +
+                        " has a choice or answer of no tokens");
     }
   }
+  if (requests.empty()) throw DataError(task.path + ": no token to score (documents of one token at most)");
   InferenceRouting routing;
   const auto scores = score_tokens(model, requests, options, &routing);
   result.requests = static_cast<std::int64_t>(requests.size());

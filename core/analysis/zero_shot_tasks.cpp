@@ -1,6 +1,7 @@
 // Task files for zero-shot evaluation: each published format's fields made into the lm-evaluation-harness's prompts
 // and choices (its v0.4 task definitions: piqa, arc_easy/arc_challenge, hellaswag, winogrande, boolq, mmlu,
 // lambada_openai, wikitext).
+#include <algorithm>
 #include <cctype>
 #include <filesystem>
 #include <fstream>
@@ -190,7 +191,8 @@ TaskExample read_mmlu(const nlohmann::json& doc, const Line& line) {
   }
   std::int64_t label = 0;
   const auto& answer = field(doc, "answer", line);
-  if (answer.is_string() && answer.get<std::string>().size() == 1 && std::isupper(answer.get<std::string>()[0]))
+  if (answer.is_string() && answer.get<std::string>().size() == 1 &&
+      std::isupper(static_cast<unsigned char>(answer.get<std::string>()[0])))
     label = answer.get<std::string>()[0] - 'A';
   else
     label = index_value(doc, "answer", line);
@@ -345,6 +347,10 @@ TaskSpec parse_task_spec(const std::string& spec) {
     if (std::find(task_formats().begin(), task_formats().end(), format) != task_formats().end()) {
       out.format = format;
       rest = rest.substr(0, colon);
+    } else if (!format.empty() && std::all_of(format.begin(), format.end(), [](unsigned char c) {
+                 return std::islower(c) || c == '_';
+               }) && !std::filesystem::exists(rest)) {  // a word after the colon, not part of a path that exists
+      format_named(format, "--task " + spec);        // names the format and the known ones
     }
   }
   out.path = rest;
@@ -360,7 +366,8 @@ ZeroShotTask read_task(const TaskSpec& spec, std::int64_t limit) {
   ZeroShotTask task;
   task.name = spec.name;
   task.path = spec.path;
-  const bool lines = spec.format.empty() ? json_lines(spec.path) : spec.format != "text";
+  // JSON Lines by the file's name, or by a format named other than text (a text file is text whatever it holds).
+  const bool lines = json_lines(spec.path) || (!spec.format.empty() && spec.format != "text");
   if (!lines) {  // a plain text file: one document
     std::ostringstream all;
     all << file.rdbuf();
