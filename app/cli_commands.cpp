@@ -423,6 +423,15 @@ int cmd_show(const std::string& db, std::int64_t run_id, bool json) {
     }
     doc["evals"].push_back(std::move(row));
   }
+  doc["tasks"] = nlohmann::json::object();  // zero-shot measures kept by `tasks --store`: the latest of each
+  for (const auto& key : doc["metric_keys"]) {
+    const auto k = key.get<std::string>();
+    const auto slash = k.rfind('/');
+    if (k.rfind("task/", 0) != 0 || slash <= 5) continue;
+    const auto points = store.metric(run_id, k);
+    doc["tasks"][k.substr(5, slash - 5)][k.substr(slash + 1)] = {{"step", points.back().step},
+                                                                 {"value", number_json(points.back().value)}};
+  }
   const auto alerts = assess_run(store, r, unix_now());
   doc["alerts"] = alerts_json(alerts);
   if (json) {
@@ -456,6 +465,15 @@ int cmd_show(const std::string& db, std::int64_t run_id, bool json) {
   for (const auto& e : doc["evals"]) {
     std::cout << "eval     step " << e["step"] << " val loss " << e["loss"];
     if (cls) std::cout << " accuracy " << e["accuracy"] << " macro-F1 " << e["macro_f1"];
+    std::cout << "\n";
+  }
+  for (const auto& [name, measures] : doc["tasks"].items()) {
+    std::cout << "task     " << name;
+    const char* separator = ":";
+    for (const auto& [measure, m] : measures.items()) {
+      std::cout << separator << " " << measure << " " << m["value"] << " (step " << m["step"] << ")";
+      separator = ",";
+    }
     std::cout << "\n";
   }
   for (const auto& c : doc["checkpoints"]) std::cout << "ckpt     step " << c["step"] << " " << c["path"].get<std::string>() << "\n";

@@ -644,6 +644,10 @@ class TestCli : public QObject {
     std::tie(code, output) = run({"tasks", "1", "--db", db, "--task", piqa, "--store"});
     QVERIFY2(code == 0 && output.contains("| piqa | piqa | 1 | ") && output.contains("stored as metrics"),
              qPrintable(output));
+    std::tie(code, output) = run({"show", "1", "--db", db});
+    QVERIFY2(code == 0 && output.contains("task     piqa: acc ") && output.contains("acc_norm") &&
+                 output.contains("(step 2)"),
+             qPrintable(output));
     std::tie(code, output) = run({"table", "dtrnet-table1-tasks", "--db", db, "--runs", "1", "--format", "csv"});
     QVERIFY2(code == 0 && output.contains("quickstart-dtrnet,PIQA,%,"), qPrintable(output));
   }
