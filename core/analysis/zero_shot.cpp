@@ -25,8 +25,11 @@ struct TokenRequest {
   std::int64_t scored = 0;
 };
 
-/// The harness's split of context and continuation into tokens.
-TokenRequest tokenize(const Tokenizer& tokenizer, TaskRequest request) {
+/// The harness's split of context and continuation into tokens. An empty context is a DataError naming `where`: its
+/// first token would have nothing to be predicted from.
+TokenRequest tokenize(const Tokenizer& tokenizer, TaskRequest request, const std::string& where) {
+  if (request.context.find_first_not_of(" \t\n\r\f\v") == std::string::npos)
+    throw DataError(where + " has an empty context: its first token would have nothing to be predicted from");
   const auto kept = request.context.find_last_not_of(" \t\n\r\f\v");
   const auto cut = kept == std::string::npos ? 0 : kept + 1;  // trailing whitespace joins the continuation
   request.continuation = request.context.substr(cut) + request.continuation;
@@ -128,13 +131,7 @@ std::vector<RequestScore> score_requests(LanguageModel& model, const Tokenizer& 
                                          const std::vector<TaskRequest>& requests, const ScoringOptions& options) {
   check_length(options);
   std::vector<TokenRequest> tokens;
-  for (const auto& r : requests) {
-    if (r.context.find_first_not_of(" \t\n\r\f\v") == std::string::npos)
-      throw DataError(
-          "a zero-shot request has an empty context: its first token would have nothing to be "
-          "predicted from");
-    tokens.push_back(tokenize(tokenizer, r));
-  }
+  for (const auto& r : requests) tokens.push_back(tokenize(tokenizer, r, "a zero-shot request"));
   return score_tokens(model, tokens, options, nullptr);
 }
 
@@ -164,14 +161,11 @@ TaskResult evaluate_task(LanguageModel& model, const Tokenizer& tokenizer, const
       }
       continue;
     }
+    const auto where = task.path + ": example " + std::to_string(first_request.size());
     for (const auto& r : example.requests) {
-      if (r.context.find_first_not_of(" \t\n\r\f\v") == std::string::npos)
-        throw DataError(task.path + ": example " + std::to_string(first_request.size()) +
-                        " has an empty context: its first token would have nothing to be predicted from");
-      requests.push_back(tokenize(tokenizer, r));
+      requests.push_back(tokenize(tokenizer, r, where));
       if (requests.back().scored == 0)  // it would score 0, a certainty, and win every comparison
-        throw DataError(task.path + ": example " + std::to_string(first_request.size()) +
-                        " has a choice or answer of no tokens");
+        throw DataError(where + " has a choice or answer of no tokens");
     }
   }
   if (requests.empty()) throw DataError(task.path + ": no token to score (documents of one token at most)");

@@ -10,6 +10,7 @@
 
 #include "core/analysis/zero_shot.h"
 #include "core/util/errors.h"
+#include "core/util/utf8.h"
 
 namespace routelab {
 namespace {
@@ -69,13 +70,6 @@ std::string replace_all(std::string s, const std::string& from, const std::strin
   return s;
 }
 
-/// Unicode code points of UTF-8 text (Python's len(), which the harness's acc_norm divides by).
-double characters(const std::string& s) {
-  double n = 0;
-  for (const unsigned char c : s) n += (c & 0xC0) != 0x80;
-  return n;
-}
-
 /// The harness's HellaSwag cleaning: WikiHow's " [title]" ends a sentence, other bracketed tags go, double spaces
 /// become one.
 std::string hellaswag_clean(const std::string& s) {
@@ -104,7 +98,7 @@ TaskExample choices_after(const std::string& prompt, const std::vector<std::stri
   example.label = label;
   for (const auto& c : choices) {
     example.requests.push_back({prompt, delimiter + c});
-    example.lengths.push_back(characters(c));
+    example.lengths.push_back(static_cast<double>(utf8_code_points(c)));  // len() in Python
   }
   return example;
 }
@@ -155,7 +149,7 @@ TaskExample read_winogrande(const nlohmann::json& doc, const Line& line) {
   example.label = label;
   for (const auto* key : {"option1", "option2"}) {
     example.requests.push_back({sentence.substr(0, blank) + text(doc, key, line), rest});
-    example.lengths.push_back(characters(rest));
+    example.lengths.push_back(static_cast<double>(utf8_code_points(rest)));
   }
   return example;
 }

@@ -18,6 +18,7 @@
 #include "core/data/sentencepiece_tokenizer.h"
 #include "core/data/token_shards.h"
 #include "core/util/errors.h"
+#include "core/util/utf8.h"
 
 namespace fs = std::filesystem;
 
@@ -102,12 +103,6 @@ Counters counters_from(const nlohmann::json& j) {
   return {j.at("chars_train").get<std::int64_t>(),  j.at("chars_val").get<std::int64_t>(),
           j.at("val_bytes_assigned").get<std::int64_t>(), j.at("train_tokens").get<std::int64_t>(),
           j.at("val_tokens").get<std::int64_t>(), j.at("document_open").get<bool>()};
-}
-
-std::int64_t code_points_of(const std::string& text) {
-  std::int64_t n = 0;
-  for (char c : text) n += (static_cast<unsigned char>(c) & 0xC0) != 0x80;
-  return n;
 }
 
 }  // namespace
@@ -217,7 +212,7 @@ PrepareResult prepare_shards(const PrepareOptions& options,
       if (e) std::rethrow_exception(e);
     for (std::size_t i = 0; i < batch.size(); ++i) {
       const bool val = batch[i].val;
-      (val ? done.chars_val : done.chars_train) += code_points_of(batch[i].text);
+      (val ? done.chars_val : done.chars_train) += utf8_code_points(batch[i].text);
       (val ? done.val_tokens : done.train_tokens) += static_cast<std::int64_t>(encoded[i].size());
       writer->append(val ? "val" : "train", encoded[i]);
     }

@@ -12,16 +12,9 @@
 #include "core/util/errors.h"
 #include "core/util/json_fields.h"
 #include "core/util/logging.h"
+#include "core/util/utf8.h"
 
 namespace routelab {
-namespace {
-
-/// Code points of UTF-8 text (bytes that do not continue a sequence).
-std::int64_t code_points(const std::string& text) {
-  return std::count_if(text.begin(), text.end(), [](char c) { return (static_cast<unsigned char>(c) & 0xC0) != 0x80; });
-}
-
-}  // namespace
 
 ShardDataset::ShardDataset(const ShardDatasetOptions& options) : options_(options) {
   std::error_code ec;
@@ -84,7 +77,7 @@ ShardDataset::ShardDataset(const ShardDatasetOptions& options) : options_(option
     std::vector<std::int64_t> head(static_cast<std::size_t>(std::min<std::int64_t>(val_.tokens(), 200'000)));
     val_.copy(0, static_cast<std::int64_t>(head.size()), head.data());
     chars_per_token_train_ = chars_per_token_val_ =
-        static_cast<double>(code_points(tokenizer_->decode(head))) / static_cast<double>(head.size());
+        static_cast<double>(utf8_code_points(tokenizer_->decode(head))) / static_cast<double>(head.size());
   }
   if (!(chars_per_token_train_ > 0)) chars_per_token_train_ = 1;
   if (!(chars_per_token_val_ > 0)) chars_per_token_val_ = 1;
