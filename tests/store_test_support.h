@@ -61,11 +61,14 @@ inline std::string read_bytes(const std::string& path) {
   return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
 }
 
-/// A connection of the test's own, beside the store's: to build foreign files and to look under the API.
+/// A connection of the test's own, beside the store's: to build foreign files and to look under the API. It waits
+/// for a lock as the store does (a worker thread may be writing, or the store's last connection checkpointing on
+/// close), rather than failing at once with "database is locked".
 class RawDb {
  public:
   explicit RawDb(const std::string& path) {
     if (sqlite3_open(path.c_str(), &db_) != SQLITE_OK) throw std::runtime_error(sqlite3_errmsg(db_));
+    sqlite3_busy_timeout(db_, 10000);
   }
   ~RawDb() { sqlite3_close(db_); }
   RawDb(const RawDb&) = delete;
@@ -85,9 +88,11 @@ class RawDb {
     if (sqlite3_prepare_v2(db_, sql.c_str(), -1, &stmt, nullptr) != SQLITE_OK)
       throw std::runtime_error(sql + ": " + sqlite3_errmsg(db_));
     std::string out;
-    if (sqlite3_step(stmt) == SQLITE_ROW && sqlite3_column_text(stmt, 0))
+    const int rc = sqlite3_step(stmt);
+    if (rc == SQLITE_ROW && sqlite3_column_text(stmt, 0))
       out = reinterpret_cast<const char*>(sqlite3_column_text(stmt, 0));
     sqlite3_finalize(stmt);
+    if (rc != SQLITE_ROW && rc != SQLITE_DONE) throw std::runtime_error(sql + ": " + sqlite3_errstr(rc));
     return out;
   }
   long long integer(const std::string& sql) {
