@@ -52,10 +52,10 @@ struct DecodeBenchArgs {
 };
 
 int run_generate(const GenerateArgs& args) {
-  auto run = load_run(args.db, args.run_id, args.sets, args.step);
+  auto run = load_run(args.db, args.run_id, args.sets, args.step, RunData::Tokenizer);
   auto options = args.options;
   options.stop_strings = args.stops;
-  const auto result = generate_text(*run.model, run.dataset->tokenizer(), args.prompt, options);
+  const auto result = generate_text(*run.model, run.tokenizer(), args.prompt, options);
   if (args.json) {
     auto doc = result.to_json();
     doc["run"] = run.run_id;
@@ -74,8 +74,8 @@ int run_generate(const GenerateArgs& args) {
 }
 
 int run_score(const ScoreArgs& args) {
-  auto run = load_run(args.db, args.run_id, args.sets, args.step);
-  const auto& tokenizer = run.dataset->tokenizer();
+  auto run = load_run(args.db, args.run_id, args.sets, args.step, RunData::Tokenizer);
+  const auto& tokenizer = run.tokenizer();
   const auto result = score(*run.model, tokenizer.encode(args.text), args.top, &tokenizer);
   if (args.json) {
     auto doc = result.to_json(&tokenizer);

@@ -14,6 +14,8 @@
 #include <string>
 #include <vector>
 
+#include "core/analysis/run_analysis.h"
+#include "core/analysis/zero_shot_run.h"
 #include "core/bench/shard_bench.h"
 #include "core/data/corpus_prepare.h"
 #include "core/data/dataset.h"
@@ -453,6 +455,48 @@ class TestShards : public QObject {
       QCOMPARE(b[i].step, a[i].step);
       QVERIFY2(a[i].value == b[i].value, (std::to_string(a[i].value) + " vs " + std::to_string(b[i].value)).c_str());
     }
+  }
+
+  void runOnShardsOpensForTextWithoutThem() {
+    // Analyses of text given to them (generate, score, tasks, the token inspector, a teacher) open a run with its
+    // stored tokenizer alone: a run trained on shards that are gone (moved, deleted, on another machine) still
+    // scores text, with the same weights and logits, while an evaluation on its data names the missing folder.
+    ROUTELAB_REQUIRE_SENTENCEPIECE();
+    const auto shards = path("shards-to-move");
+    std::filesystem::copy(path("prepared-1"), shards, std::filesystem::copy_options::recursive);
+    const auto db = path("moved.sqlite");
+    const auto config = resolve_config(
+        nlohmann::json::object(),
+        {"data.source=shards", "data.path=" + shards, "data.context=32", "model.n_layer=2", "model.n_embd=32",
+         "model.n_head=2", "train.steps=4", "train.batch_size=4", "train.eval_every=4", "train.eval_batches=1",
+         "train.checkpoint_every=4", "train.warmup_steps=1", "run.threads=2"},
+        "test");
+    const auto outcome = train({config, db, "on-shards", ""});
+    QCOMPARE(outcome.status, RunStatus::Finished);
+    const std::string text = "And God said, Let there be light: and there was light.";
+    const auto full = load_run(db, outcome.run_id);
+    const auto ids = full.tokenizer().encode(text);
+    const auto input = torch::tensor(ids, torch::kLong).unsqueeze(0);
+    torch::NoGradGuard no_grad;
+    const auto expected = full.model->forward(input).logits;
+
+    std::filesystem::rename(shards, path("shards-moved"));
+    const auto opened = load_run(db, outcome.run_id, {}, 0, RunData::Tokenizer);
+    QVERIFY(!opened.dataset);
+    QCOMPARE(QString::fromStdString(opened.tokenizer().kind()), QStringLiteral("sentencepiece"));
+    QCOMPARE(opened.tokenizer().vocab_size(), full.tokenizer().vocab_size());
+    QCOMPARE(opened.context_length, std::int64_t{32});
+    QVERIFY(opened.tokenizer().encode(text) == ids);
+    QVERIFY(torch::equal(opened.model->forward(input).logits, expected));
+    const auto lambada = path("lambada.jsonl");
+    std::ofstream(lambada) << "{\"text\": \"" << text << "\"}\n";
+    ZeroShotOptions options;
+    options.tasks = {parse_task_spec(lambada)};
+    QCOMPARE(evaluate_zero_shot(db, outcome.run_id, options).tasks.at(0).examples, std::int64_t{1});
+
+    const auto error = error_of<DataError>([&] { load_run(db, outcome.run_id); });
+    QVERIFY2(contains(error, "run " + std::to_string(outcome.run_id)) && contains(error, shards + ": no such folder"),
+             error.c_str());
   }
 };
 

@@ -164,7 +164,7 @@ bool is_classification_run(const std::string& db_path, std::int64_t run_id) {
 }
 
 LoadedRun load_run(const std::string& db_path, std::int64_t run_id, const std::vector<std::string>& sets,
-                   std::int64_t step) {
+                   std::int64_t step, RunData data) {
   StoredRun stored = read_stored_run(db_path, run_id, sets, step);
   if (is_classification(stored.arch))
     throw ConfigError(run_text(stored, run_id) +
@@ -173,11 +173,17 @@ LoadedRun load_run(const std::string& db_path, std::int64_t run_id, const std::v
   LoadedRun run;
   open_common(run, stored, run_id, sets);
   try {
-    run.dataset = make_dataset(run.config.data(), stored.tokenizer);
+    if (data == RunData::Tokenizer && !stored.tokenizer.is_null()) {
+      run.stored_tokenizer = Tokenizer::from_json(stored.tokenizer);
+      run.context_length = dataset_context(run.config.data());
+    } else {
+      run.dataset = make_dataset(run.config.data(), stored.tokenizer);
+      run.context_length = run.dataset->context();
+    }
   } catch (const DataError& e) {  // its corpus, shards or stored tokenizer: name the run they belong to
     throw DataError(run_text(stored, run_id) + ": " + e.what());
   }
-  run.model = create_model(run.config.model(), {run.dataset->tokenizer().vocab_size(), run.dataset->context()});
+  run.model = create_model(run.config.model(), {run.tokenizer().vocab_size(), run.context_length});
   run.model->to(run.device);
   run.step = load_stored_checkpoint(stored, *run.model, run.device, sets);
   run.model->eval();

@@ -35,9 +35,20 @@ struct OpenedRun {
   bool bf16 = false;
 };
 
+/// What of a language-model run's data load_run opens.
+enum class RunData {
+  Full,       ///< its dataset, rebuilt from the config (the corpus read and tokenized, the shards mapped)
+  Tokenizer,  ///< its stored tokenizer and context alone, for analyses of text given to them (generate, score,
+              ///< tasks, the token inspector, a teacher): a run trained on shards opens without them. A run stored
+              ///< before its tokenizer was (schema v4) opens its dataset.
+};
+
 struct LoadedRun : OpenedRun {
-  std::unique_ptr<LmDataset> dataset;
-  std::shared_ptr<LanguageModel> model; ///< in eval mode
+  std::unique_ptr<LmDataset> dataset;    ///< null when opened with RunData::Tokenizer from the stored tokenizer
+  std::shared_ptr<LanguageModel> model;  ///< in eval mode
+  std::shared_ptr<const Tokenizer> stored_tokenizer;  ///< set where `dataset` is null
+  std::int64_t context_length = 0;                    ///< T of the dataset's batches (data.context for corpora)
+  const Tokenizer& tokenizer() const { return dataset ? dataset->tokenizer() : *stored_tokenizer; }
 };
 
 /// A stored sentence-pair classification run (task "classification", e.g. tagat), opened as LoadedRun is.
@@ -86,7 +97,7 @@ ModelOverrides model_overrides(const std::string& arch, const nlohmann::json& st
 /// checkpoint, an unknown run or a config that no longer resolves are errors naming the store and the run. A
 /// classification run is a ConfigError naming the run and its architecture (open it with load_classifier_run).
 LoadedRun load_run(const std::string& db_path, std::int64_t run_id, const std::vector<std::string>& sets = {},
-                   std::int64_t step = 0);
+                   std::int64_t step = 0, RunData data = RunData::Full);
 
 /// load_run for classification runs; a language-model run is a ConfigError naming the run.
 LoadedClassifierRun load_classifier_run(const std::string& db_path, std::int64_t run_id,

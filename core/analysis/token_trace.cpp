@@ -45,7 +45,7 @@ std::pair<std::string, std::string> split_pair(const std::string& text) {
 TokenTrace trace_text(LoadedRun& run, const std::string& text, const TraceTextOptions& options) {
   const auto where = run_label(run.run_id, run.db_path);
   if (text.empty()) throw DataError(where + ": the text to trace is empty");
-  const auto& tokenizer = run.dataset->tokenizer();
+  const auto& tokenizer = run.tokenizer();
   std::vector<std::int64_t> ids;
   try {
     ids = tokenizer.encode(text);
@@ -56,7 +56,7 @@ TokenTrace trace_text(LoadedRun& run, const std::string& text, const TraceTextOp
   if (ids.size() < needed)
     throw DataError(where + ": the text encodes to " + std::to_string(ids.size()) + " token(s); " +
                     std::to_string(needed) + " needed");
-  const auto context = run.dataset->context();
+  const auto context = run.context_length;
   std::optional<std::int64_t> target;
   if (options.last_token_is_target) {
     target = ids.back();
@@ -79,8 +79,8 @@ TraceableRun open_traceable(const std::string& db_path, std::int64_t run_id, std
   run.run_id = run_id;
   StoredRun stored = read_stored_run(db_path, run_id, {}, step);
   if (architecture(stored.arch).task != Task::Classification) {
-    // Language models: the analysis loader (config, dataset, weights) as every other analysis.
-    run.lm = std::make_unique<LoadedRun>(load_run(stored.db_path, run_id, sets, step));
+    // Language models: the analysis loader (config, stored tokenizer, weights): text given to it needs no dataset.
+    run.lm = std::make_unique<LoadedRun>(load_run(stored.db_path, run_id, sets, step, RunData::Tokenizer));
     run.task = Task::LanguageModel;
     run.name = run.lm->name;
     run.arch = run.lm->config.arch();

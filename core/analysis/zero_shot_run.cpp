@@ -33,7 +33,7 @@ ZeroShotReport evaluate_zero_shot(const std::string& db_path, std::int64_t run_i
       if (t.name == spec.name) throw ConfigError("--task: two tasks named '" + spec.name + "' (name one NAME=FILE)");
     tasks.push_back(read_task(spec, options.limit));
   }
-  auto run = load_run(db_path, run_id, options.sets, options.step);
+  auto run = load_run(db_path, run_id, options.sets, options.step, RunData::Tokenizer);
   ZeroShotReport report;
   report.run_id = run.run_id;
   report.db_path = run.db_path;
@@ -56,7 +56,7 @@ ZeroShotReport evaluate_zero_shot(const std::string& db_path, std::int64_t run_i
   scoring.device = run.device;
   scoring.bf16 = run.bf16;
   for (const auto& task : tasks)
-    report.tasks.push_back(evaluate_task(*run.model, run.dataset->tokenizer(), task, scoring));
+    report.tasks.push_back(evaluate_task(*run.model, run.tokenizer(), task, scoring));
   return report;
 }
 

@@ -55,6 +55,10 @@ class LmDataset {
 std::unique_ptr<LmDataset> make_dataset(const nlohmann::json& data,
                                         const nlohmann::json& stored_tokenizer = nlohmann::json());
 
+/// The context of the batches make_dataset(data) would give, read from the config alone: data.context for corpora
+/// and shards, 2 x task_length + 2 for the synthetic tasks. ConfigError for an unknown source or a missing key.
+std::int64_t dataset_context(const nlohmann::json& data);
+
 /// The embedded default corpus: the King James Bible from Debian's bible-kjv, generated once with
 /// `bible "Genesis 1:1-Revelation 22:21"` and cached in data_dir()/corpora/kjv.txt. Returns the file path.
 std::string default_corpus_path();

@@ -51,7 +51,8 @@ class SyntheticTaskDataset final : public LmDataset {
   std::string describe() const override;
   const Tokenizer& tokenizer() const override { return tokenizer_; }
   /// 2L + 2: the example [BOS] src [SEP] tgt [EOS] without its last token (input) or first (target).
-  std::int64_t context() const override { return 2 * options_.length + 2; }
+  static std::int64_t context_of(std::int64_t length) { return 2 * length + 2; }
+  std::int64_t context() const override { return context_of(options_.length); }
   /// B examples drawn uniformly with replacement; loss_mask is 1 where the target is a tgt token or EOS.
   Batch sample(Split split, std::int64_t batch_size, std::uint64_t seed) const override;
   std::int64_t split_tokens(Split split) const override;

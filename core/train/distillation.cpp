@@ -40,11 +40,11 @@ Teacher open_teacher(const std::string& db_path, std::int64_t run_id, std::int64
   const auto where = "train.distill_from: run " + std::to_string(run_id);
   LoadedRun run;
   try {
-    run = load_run(db_path, run_id);
+    run = load_run(db_path, run_id, {}, 0, RunData::Tokenizer);
   } catch (const Error& e) {
     throw ConfigError(where + " cannot be opened as a teacher: " + e.what());
   }
-  const auto teacher_vocab = run.dataset->tokenizer().vocab_size();
+  const auto teacher_vocab = run.tokenizer().vocab_size();
   if (teacher_vocab != vocab)
     throw ConfigError(where + " (" + run.name + ") has a vocabulary of " + std::to_string(teacher_vocab) +
                       " tokens, this run " + std::to_string(vocab) + ": give it the teacher's data and tokenizer");
