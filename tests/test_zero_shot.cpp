@@ -3,6 +3,7 @@
 // for every language model), the measures taken from them, and the results kept with a stored run.
 #include <QTemporaryDir>
 #include <QtTest>
+#include <array>
 #include <cmath>
 #include <fstream>
 
@@ -15,6 +16,7 @@
 #include "core/store/run_store.h"
 #include "core/train/trainer.h"
 #include "core/util/errors.h"
+#include "core/util/interrupt.h"
 #include "tests/conformance_support.h"
 #include "tests/suite.h"
 
@@ -383,10 +385,27 @@ class TestZeroShot : public QObject {
     ZeroShotOptions options;
     options.tasks = {parse_task_spec(piqa),
                      parse_task_spec("lambada=" + write(dir, "l.jsonl", "{\"text\": \"And God said\"}"))};
+    std::vector<std::array<std::int64_t, 3>> progress;  // task, scored, total after each batch
+    options.progress = [&](std::size_t task, std::int64_t scored, std::int64_t total) {
+      progress.push_back({static_cast<std::int64_t>(task), scored, total});
+    };
+    options.batch_size = 3;
     const auto report = evaluate_zero_shot(db, outcome.run_id, options);
+    // piqa's 4 requests in batches of 3, then lambada's one.
+    QVERIFY(progress == (std::vector<std::array<std::int64_t, 3>>{{0, 3, 4}, {0, 4, 4}, {1, 1, 1}}));
+    {  // a panel's stop: at the next batch, nothing returned
+      bool stop = false;
+      options.progress = [&](std::size_t, std::int64_t, std::int64_t) { stop = true; };
+      const InterruptScope unwanted([&] { return stop; });
+      QVERIFY_THROWS_EXCEPTION(Interrupted, evaluate_zero_shot(db, outcome.run_id, options));
+    }
+    options.progress = nullptr;
+    options.batch_size = 0;
+    const auto again = evaluate_zero_shot(db, outcome.run_id, options);
+    QCOMPARE(again.tasks.at(0).acc, report.tasks.at(0).acc);
     QCOMPARE(report.step, std::int64_t{20});
     QCOMPARE(report.max_length, std::int64_t{32});
-    QCOMPARE(report.batch_size, std::int64_t{8});
+    QCOMPARE(again.batch_size, std::int64_t{8});
     QCOMPARE(report.tasks.size(), std::size_t{2});
     store_zero_shot(db, report);
     store_zero_shot(db, report);

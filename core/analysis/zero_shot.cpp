@@ -113,6 +113,7 @@ std::vector<RequestScore> score_tokens(LanguageModel& model, const std::vector<T
         score.greedy = score.greedy && greedy[at];
       }
     }
+    if (options.progress) options.progress(static_cast<std::int64_t>(last), static_cast<std::int64_t>(order.size()));
   }
   return scores;
 }

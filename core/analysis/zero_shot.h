@@ -10,6 +10,7 @@
 #include <torch/torch.h>
 
 #include <cstdint>
+#include <functional>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
@@ -68,6 +69,8 @@ struct ScoringOptions {
   std::int64_t batch_size = 16;   ///< requests per forward
   torch::Device device = torch::kCPU;
   bool bf16 = false;
+  /// Called after each batch with the requests scored so far and their total (a panel's progress); may be empty.
+  std::function<void(std::int64_t scored, std::int64_t total)> progress;
 };
 
 struct RequestScore {

@@ -55,8 +55,11 @@ ZeroShotReport evaluate_zero_shot(const std::string& db_path, std::int64_t run_i
   scoring.batch_size = report.batch_size;
   scoring.device = run.device;
   scoring.bf16 = run.bf16;
-  for (const auto& task : tasks)
-    report.tasks.push_back(evaluate_task(*run.model, run.tokenizer(), task, scoring));
+  for (std::size_t i = 0; i < tasks.size(); ++i) {
+    if (options.progress)
+      scoring.progress = [&options, i](std::int64_t scored, std::int64_t total) { options.progress(i, scored, total); };
+    report.tasks.push_back(evaluate_task(*run.model, run.tokenizer(), tasks[i], scoring));
+  }
   return report;
 }
 

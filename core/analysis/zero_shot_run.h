@@ -3,6 +3,7 @@
 // as any metric) and the whole result as the run's "zero-shot" analysis of that task.
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
@@ -18,6 +19,8 @@ struct ZeroShotOptions {
   std::int64_t max_length = 0;    ///< tokens read at most (0 = the run's data.context)
   std::int64_t step = 0;          ///< checkpoint step (0 = the latest)
   std::vector<std::string> sets;  ///< eval-only overrides
+  /// Called after each batch of requests: the task's index in `tasks`, its requests scored and their total.
+  std::function<void(std::size_t task, std::int64_t scored, std::int64_t total)> progress;
 };
 
 struct ZeroShotReport {
@@ -32,7 +35,8 @@ struct ZeroShotReport {
 };
 
 /// Reads every task file first (so a bad one fails before any scoring), then opens the run (load_run's errors; a
-/// classification run is a ConfigError naming it) and scores each task on its checkpoint.
+/// classification run is a ConfigError naming it) and scores each task on its checkpoint. An InterruptScope alive on
+/// the calling thread stops it between two batches (Interrupted).
 ZeroShotReport evaluate_zero_shot(const std::string& db_path, std::int64_t run_id, const ZeroShotOptions& options);
 
 /// Keeps the results with the run: each task's measures as metrics "task/<name>/<measure>" at the checkpoint's step
