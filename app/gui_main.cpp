@@ -36,6 +36,7 @@
 #include "ui/runs_panel.h"
 #include "ui/token_inspector.h"
 #include "ui/workspace_tabs.h"
+#include "ui/zero_shot_view.h"
 
 namespace {
 
@@ -187,12 +188,16 @@ int main(int argc, char** argv) {
                                         QStringLiteral("Select stored runs IDS in the runs browser (comma-separated; the "
                                                        "overview draws the first with the others over it)."),
                                         QStringLiteral("IDS"));
+  const QCommandLineOption tasksOption(QStringLiteral("tasks"),
+                                       QStringLiteral("Open the Zero-shot tasks page with stored runs IDS checked "
+                                                      "(comma-separated)."),
+                                       QStringLiteral("IDS"));
   const QCommandLineOption sweepOption(QStringLiteral("sweep"),
                                        QStringLiteral("Queue every point of sweep FILE (experiments/sweeps/)."),
                                        QStringLiteral("FILE"));
   parser.addOptions({dbOption, presetOption, autostartOption, dashboardOption, compareOption, figureOption,
                      inspectOption, inspectWithOption, inspectTextOption, inspectOptionsOption,
-                     inspectWithOptionsOption, inspectColourOption, selectOption, sweepOption});
+                     inspectWithOptionsOption, inspectColourOption, selectOption, tasksOption, sweepOption});
   parser.process(app);
 
   routelab::init_logging();
@@ -224,6 +229,13 @@ int main(int argc, char** argv) {
       routelab::logger("ui")->warn("--figure: unknown figure '{}'", parser.value(figureOption).toStdString());
     window.compareView()->showRuns(ids);
     window.workspace()->showPage(window.compareView());
+  }
+  if (parser.isSet(tasksOption)) {
+    QList<qint64> ids;
+    for (const QString& id : parser.value(tasksOption).split(QLatin1Char(','), Qt::SkipEmptyParts))
+      ids << id.trimmed().toLongLong();
+    window.zeroShotView()->checkRuns(ids);
+    window.workspace()->showPage(window.zeroShotView());
   }
   if (parser.isSet(selectOption)) {
     QList<qint64> ids;

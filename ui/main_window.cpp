@@ -38,6 +38,7 @@
 #include "ui/shortcuts_dialog.h"
 #include "ui/store_service.h"
 #include "ui/token_inspector.h"
+#include "ui/zero_shot_view.h"
 #include "ui/workspace_tabs.h"
 #include "widgets/log_view_widget.h"
 #include "widgets/loss_plot_widget.h"
@@ -226,6 +227,8 @@ void MainWindow::buildDocks() {
   compare_ = new CompareView(store_, this);
   compare_->restoreChoices();
   compareAction_ = workspace_->addPage(compare_, tr("Compare"));
+  tasks_ = new ZeroShotView(store_, this);
+  tasksAction_ = workspace_->addPage(tasks_, tr("Zero-shot tasks"));
   defaultLayout_ = saveState();  // View > Reset layout returns to it
 }
 
@@ -253,6 +256,11 @@ void MainWindow::buildMenus() {
   compareAction_->setShortcut(QKeySequence(Qt::CTRL | Qt::SHIFT | Qt::Key_C));
   compareAction_->setToolTip(tr("Seed bands, matched-budget tables and the config diff (Ctrl+Shift+C)"));
   view->addAction(compareAction_);
+  tasksAction_->setObjectName(QStringLiteral("tasksAction"));
+  tasksAction_->setText(tr("&Zero-shot tasks"));
+  tasksAction_->setShortcut(QKeySequence(Qt::CTRL | Qt::SHIFT | Qt::Key_T));
+  tasksAction_->setToolTip(tr("Score stored runs on PIQA, ARC, HellaSwag, LAMBADA, WikiText… files (Ctrl+Shift+T)"));
+  view->addAction(tasksAction_);
   QAction* closeTab = view->addAction(tr("Close &tab"), workspace_, &WorkspaceTabs::closeCurrentTab);
   closeTab->setObjectName(QStringLiteral("closeTabAction"));
   closeTab->setShortcut(QKeySequence::Close);
@@ -303,6 +311,10 @@ void MainWindow::connectParts() {
     if (!figure.isEmpty()) compare_->setFigureName(figure);
     compare_->showRuns(runIds);
     workspace_->showPage(compare_);
+  });
+  connect(runs_, &RunsPanel::tasksRequested, this, [this](const QList<qint64>& runIds) {
+    tasks_->checkRuns(runIds);
+    workspace_->showPage(tasks_);
   });
   connect(runs_, &RunsPanel::runSelected, overview_, &RunsOverview::showRun);
   connect(runs_, &RunsPanel::runsSelected, overview_, &RunsOverview::setSelection);

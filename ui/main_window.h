@@ -33,6 +33,7 @@ class RunQueuePanel;
 class RunsPanel;
 class StoreService;
 class TokenInspector;
+class ZeroShotView;
 
 struct MainWindowOptions {
   QString dbPath;             ///< "" = routelab::default_db_path()
@@ -80,6 +81,9 @@ class MainWindow : public QMainWindow {
   CompareView* compareView() const { return compare_; }
   /// View > Compare runs: checked while its tab is open.
   QAction* compareAction() const { return compareAction_; }
+  ZeroShotView* zeroShotView() const { return tasks_; }
+  /// View > Zero-shot tasks: checked while its tab is open.
+  QAction* tasksAction() const { return tasksAction_; }
   QSpinBox* stepsSpinBox() const { return steps_; }
   /// The run whose curves the plot shows (0 = none).
   qint64 displayedRunId() const;
@@ -140,6 +144,8 @@ class MainWindow : public QMainWindow {
   QAction* inspectorAction_ = nullptr;
   CompareView* compare_ = nullptr;
   QAction* compareAction_ = nullptr;
+  ZeroShotView* tasks_ = nullptr;
+  QAction* tasksAction_ = nullptr;
   QByteArray defaultLayout_;  ///< the docks as built, for View > Reset layout
 
   LossPlotWidget* plot_ = nullptr;

@@ -221,6 +221,12 @@ void RunsPanel::buildActions() {
     if (!ids.isEmpty()) Q_EMIT compareRequested(ids, QStringLiteral("routing-by-token"));
   });
   routes_->setObjectName(QStringLiteral("routesAction"));
+  tasks_ = make(tr("Score on zero-shot &tasks…"), QKeySequence(), [this] {
+    const QList<qint64> ids = selectedRunIds();
+    if (!ids.isEmpty()) Q_EMIT tasksRequested(ids);
+  });
+  tasks_->setObjectName(QStringLiteral("scoreTasksAction"));
+  tasks_->setToolTip(tr("Open the Zero-shot tasks page with the selected runs checked"));
   routes_->setToolTip(
       tr("Compare the selected runs' routing by kind of token, from their latest checkpoints (the "
          "first time a checkpoint is broken down it is computed and kept in the store)"));
@@ -262,6 +268,7 @@ void RunsPanel::updateActions() {
   clone_->setEnabled(editable);
   compare_->setEnabled(any);
   routes_->setEnabled(any);
+  tasks_->setEnabled(any);
   copyIds_->setEnabled(any);
   dashboard_->setEnabled(any);
 }
@@ -272,6 +279,7 @@ void RunsPanel::showMenu(const QPoint& pos) {
   menu.addAction(dashboard_);
   menu.addAction(compare_);
   menu.addAction(routes_);
+  menu.addAction(tasks_);
   menu.addAction(copyIds_);
   menu.addSeparator();
   menu.addAction(resume_);

@@ -71,6 +71,8 @@ class RunsPanel : public QWidget {
   /// Compare the runs, with `figure` (a catalogue name) chosen where one is given.
   void compareRequested(const QList<qint64>& runIds, const QString& figure = QString());
   void dashboardRequested(qint64 runId);
+  /// Score the runs on zero-shot tasks (the workspace's Zero-shot tasks page, these runs checked).
+  void tasksRequested(const QList<qint64>& runIds);
   void cloneRequested(const QString& configJson, const QString& origin);
   /// A store edit ended; `error` is empty on success.
   void editFinished(const QString& error);
@@ -101,7 +103,7 @@ class RunsPanel : public QWidget {
   RunQueue* queue_ = nullptr;
   QAction *rename_ = nullptr, *tags_ = nullptr, *note_ = nullptr, *archive_ = nullptr, *delete_ = nullptr,
           *resume_ = nullptr, *clone_ = nullptr, *compare_ = nullptr, *dashboard_ = nullptr, *routes_ = nullptr,
-          *copyIds_ = nullptr;
+          *tasks_ = nullptr, *copyIds_ = nullptr;
   qint64 wanted_ = 0;     ///< the run that should be selected
   qint64 cloning_ = 0;    ///< the run whose config is being read for Clone
   bool restoring_ = false;

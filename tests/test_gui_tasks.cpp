@@ -1,0 +1,253 @@
+// Qt Test suite (offscreen) for the Zero-shot tasks page on a tiny character model trained here (and a TAGAT
+// classifier, which the page does not list): task files listed, checked runs scored on the worker thread with the
+// numbers `tasks` gives and kept with the run, a bad file's error in the table with nothing kept, a stop that keeps
+// nothing of the run it interrupts, the task list remembered, and the main window's page and the runs browser's
+// action.
+#include <QAction>
+#include <QCheckBox>
+#include <QComboBox>
+#include <QLabel>
+#include <QListWidget>
+#include <QPushButton>
+#include <QSettings>
+#include <QSignalSpy>
+#include <QSpinBox>
+#include <QStandardPaths>
+#include <QTableWidget>
+#include <QTemporaryDir>
+#include <QtTest>
+
+#include <fstream>
+
+#include <nlohmann/json.hpp>
+
+#include "core/analysis/zero_shot_run.h"
+#include "core/config/experiment_config.h"
+#include "core/store/run_store.h"
+#include "core/train/trainer.h"
+#include "tests/suite.h"
+#include "ui/main_window.h"
+#include "ui/runs_panel.h"
+#include "ui/store_service.h"
+#include "ui/workspace_tabs.h"
+#include "ui/zero_shot_view.h"
+
+namespace test_gui_tasks {
+
+using routelab::ZeroShotView;
+
+namespace {
+
+constexpr int kTimeoutMs = 60000;
+
+qint64 trainRun(const std::string& db, const std::vector<std::string>& sets) {
+  routelab::TrainRequest request;
+  request.config = routelab::resolve_config(nlohmann::json::object(), sets, "test");
+  request.db_path = db;
+  const auto outcome = routelab::train(request);
+  return outcome.status == routelab::RunStatus::Finished ? outcome.run_id : 0;
+}
+
+QString writeFile(const QTemporaryDir& dir, const QString& name, const std::string& text) {
+  const QString path = dir.filePath(name);
+  std::ofstream(path.toStdString(), std::ios::binary) << text;
+  return path;
+}
+
+std::string piqaLine(const std::string& goal, const std::string& a, const std::string& b, int label) {
+  return nlohmann::json{{"goal", goal}, {"sol1", a}, {"sol2", b}, {"label", label}}.dump() + "\n";
+}
+
+}  // namespace
+
+class TestGuiTasks : public QObject {
+  Q_OBJECT
+
+  QTemporaryDir home_;
+  QString db_, piqa_, lambada_, bad_, big_;
+  qint64 lm_ = 0, tagat_ = 0;
+
+  /// A view on the test store, shown, once its runs are listed.
+  bool prepare(ZeroShotView& view, routelab::StoreService& service) {
+    view.resize(1100, 700);
+    view.show();
+    service.requestRuns();
+    return QTest::qWaitFor([&] { return view.runList()->count() == 1; }, kTimeoutMs);
+  }
+
+  bool scoreAndWait(ZeroShotView& view) {
+    QSignalSpy finished(&view, &ZeroShotView::finished);
+    if (!view.runButton()->isEnabled()) return false;
+    view.runButton()->click();
+    return finished.wait(kTimeoutMs) || finished.count() > 0;
+  }
+
+  std::vector<routelab::MetricPoint> stored(const std::string& key) {
+    routelab::RunStore store(db_.toStdString(), /*mark_crashed=*/false);
+    return store.metric(lm_, key);
+  }
+
+ private Q_SLOTS:
+  void initTestCase() {
+    QVERIFY(home_.isValid());
+    QStandardPaths::setTestModeEnabled(true);
+    QCoreApplication::setOrganizationName(QStringLiteral("RouteLabTest"));
+    QCoreApplication::setApplicationName(QStringLiteral("test_gui_tasks"));
+    qputenv("ROUTELAB_HOME", home_.path().toUtf8());
+    qputenv("XDG_CONFIG_HOME", home_.filePath(QStringLiteral("config")).toUtf8());
+    QSettings().remove(QStringLiteral("zeroShot"));  // test mode keeps settings in ~/.qttest between runs
+    db_ = home_.filePath(QStringLiteral("tasks.sqlite"));
+    lm_ = trainRun(db_.toStdString(),
+                   {"model.n_layer=2", "model.n_embd=32", "model.n_head=4", "data.context=32", "train.batch_size=8",
+                    "train.steps=6", "train.eval_every=6", "train.checkpoint_every=6", "train.eval_batches=1",
+                    "train.warmup_steps=2", "run.threads=1"});
+    tagat_ = trainRun(db_.toStdString(),
+                      {"model.arch=tagat", "model.n_layer=1", "model.n_embd=32", "model.n_head=4",
+                       "data.source=entailment", "data.tokenizer=word", "data.context=48",
+                       "data.task_train_examples=64", "data.task_eval_examples=16", "train.batch_size=32",
+                       "train.epochs=1", "train.warmup_steps=1", "run.threads=1"});
+    QVERIFY(lm_ > 0 && tagat_ > 0);
+    piqa_ = writeFile(home_, QStringLiteral("piqa.jsonl"),
+                      piqaLine("And God said", "let there be light", "qqq zzz", 0) +
+                          piqaLine("In the", "xq", "beginning", 1) + piqaLine("And the earth", "was", "qz", 0));
+    lambada_ = writeFile(home_, QStringLiteral("last-words.jsonl"),
+                         "{\"text\": \"And God said, Let there be light\"}\n{\"text\": \"In the beginning God\"}\n");
+    bad_ = writeFile(home_, QStringLiteral("bad.jsonl"),
+                     piqaLine("And God", "said", "zz", 0) + "{\"goal\": \"x\", \"sol1\": \"a\", \"sol2\": \"b\"}\n");
+    std::string many;
+    for (int i = 0; i < 3000; ++i) many += piqaLine("And God said " + std::to_string(i), "unto", "qqq", i % 2);
+    big_ = writeFile(home_, QStringLiteral("big.jsonl"), many);
+  }
+
+  void scoresTheCheckedRunsAsTheCliDoes() {
+    routelab::StoreService service(db_);
+    ZeroShotView view(&service);
+    QVERIFY(prepare(view, service));  // the classifier is not listed
+    QVERIFY(view.runList()->item(0)->text().startsWith(QString::number(lm_) + QStringLiteral(" · ")));
+    QVERIFY(!view.runButton()->isEnabled());
+    QVERIFY(view.addTask(piqa_));
+    QVERIFY(view.addTask(lambada_, QStringLiteral("lambada")));
+    QVERIFY(!view.addTask(piqa_));  // listed once
+    auto* format = qobject_cast<QComboBox*>(view.taskTable()->cellWidget(1, 1));
+    QVERIFY(format);
+    format->setCurrentIndex(format->findData(QStringLiteral("lambada")));
+    QCOMPARE(view.taskSpecs(), (QStringList{QStringLiteral("piqa=") + piqa_,
+                                            QStringLiteral("lambada=") + lambada_ + QStringLiteral(":lambada")}));
+    QVERIFY(!view.runButton()->isEnabled());  // no run checked yet
+    view.checkRuns({lm_, tagat_});
+    QCOMPARE(view.checkedRuns(), (QList<qint64>{lm_}));
+    QVERIFY(scoreAndWait(view));
+    QCOMPARE(view.outcomes().size(), 1);
+    QVERIFY2(view.outcomes()[0].error.isEmpty(), qPrintable(view.outcomes()[0].error));
+
+    // The same numbers as `tasks` (evaluate_zero_shot) on the same files, shown and kept.
+    routelab::ZeroShotOptions options;
+    for (const QString& spec : view.taskSpecs()) options.tasks.push_back(routelab::parse_task_spec(spec.toStdString()));
+    const auto direct = routelab::evaluate_zero_shot(db_.toStdString(), lm_, options);
+    QTableWidget* results = view.resultTable();
+    QCOMPARE(results->rowCount(), 2);
+    QCOMPARE(results->item(0, 1)->text(), QStringLiteral("piqa"));
+    QCOMPARE(results->item(0, 2)->text(), QStringLiteral("3"));
+    const auto& piqa = direct.tasks.at(0);
+    QCOMPARE(results->item(0, 3)->text(),
+             QStringLiteral("%1 ± %2").arg(piqa.acc, 0, 'f', 4).arg(piqa.acc_stderr, 0, 'f', 4));
+    QCOMPARE(results->item(1, 1)->text(), QStringLiteral("lambada"));
+    QCOMPARE(results->item(1, 5)->text(), QString::number(direct.tasks.at(1).perplexity, 'f', 3));
+    QCOMPARE(results->item(1, 4)->text(), QStringLiteral("–"));  // cloze: no acc_norm
+    const auto acc = stored("task/piqa/acc");
+    QCOMPARE(acc.size(), std::size_t{1});
+    QCOMPARE(acc[0].value, piqa.acc);
+    QCOMPARE(acc[0].step, direct.step);
+    QCOMPARE(stored("task/lambada/ppl").size(), std::size_t{1});
+    QVERIFY(view.statusLabel()->text().contains(QStringLiteral("kept")));
+
+    const QStringList markdown = view.markdown().split(QLatin1Char('\n'), Qt::SkipEmptyParts);
+    QCOMPARE(markdown.size(), 4);  // header, rule, two rows
+    QVERIFY(markdown[0].startsWith(QStringLiteral("| Run | Task | Examples | acc |")));
+    QVERIFY(markdown[2].contains(QStringLiteral(" | piqa | 3 | ")));
+  }
+
+  void badFilesAndStopsKeepNothing() {
+    routelab::StoreService service(db_);
+    ZeroShotView view(&service);
+    QVERIFY(prepare(view, service));
+    view.checkRuns({lm_});
+    while (view.taskTable()->rowCount() > 0) view.taskTable()->removeRow(0);
+    QVERIFY(view.addTask(bad_));
+    QVERIFY(scoreAndWait(view));
+    QCOMPARE(view.outcomes().size(), 1);
+    const QString error = view.outcomes()[0].error;
+    QVERIFY2(error.contains(bad_ + QStringLiteral(":2")) && error.contains(QStringLiteral("label")), qPrintable(error));
+    QCOMPARE(view.resultTable()->rowCount(), 1);
+    QCOMPARE(view.resultTable()->item(0, 1)->text(), QStringLiteral("error"));
+    QVERIFY(view.statusLabel()->text().contains(QStringLiteral("1 failed")));
+    QVERIFY(stored("task/bad/acc").empty());
+
+    // A stop at the next batch: the run it interrupts keeps nothing.
+    view.taskTable()->removeRow(0);
+    QVERIFY(view.addTask(big_));
+    view.batchSpin()->setValue(1);
+    QSignalSpy finished(&view, &ZeroShotView::finished);
+    view.runButton()->click();
+    QVERIFY(view.stopButton()->isEnabled() && !view.runButton()->isEnabled() && !view.taskTable()->isEnabled());
+    QVERIFY(QTest::qWaitFor([&] { return view.statusLabel()->text().contains(QStringLiteral("requests scored")); },
+                            kTimeoutMs));
+    view.stopButton()->click();
+    QVERIFY(finished.wait(kTimeoutMs) || finished.count() > 0);
+    QVERIFY2(view.statusLabel()->text().startsWith(QStringLiteral("Stopped")), qPrintable(view.statusLabel()->text()));
+    QVERIFY(view.outcomes().isEmpty());
+    QCOMPARE(view.resultTable()->rowCount(), 0);
+    QVERIFY(stored("task/big/acc").empty());
+    QVERIFY(view.runButton()->isEnabled() && !view.stopButton()->isEnabled());
+  }
+
+  void choicesAreRemembered() {
+    routelab::StoreService service(db_);
+    QStringList specs;
+    {
+      ZeroShotView view(&service);
+      while (view.taskTable()->rowCount() > 0) view.taskTable()->removeRow(0);
+      QVERIFY(view.addTask(piqa_, QStringLiteral("my-piqa"), QStringLiteral("piqa")));
+      QVERIFY(view.addTask(lambada_));
+      view.limitSpin()->setValue(50);
+      view.storeCheck()->setChecked(false);
+      specs = view.taskSpecs();
+    }
+    ZeroShotView again(&service);
+    QCOMPARE(again.taskSpecs(), specs);
+    QCOMPARE(specs.front(), QStringLiteral("my-piqa=") + piqa_ + QStringLiteral(":piqa"));
+    QCOMPARE(again.limitSpin()->value(), 50);
+    QVERIFY(!again.storeCheck()->isChecked());
+  }
+
+  void mainWindowOpensThePageWithTheSelectedRuns() {
+    routelab::MainWindowOptions options;
+    options.dbPath = db_;
+    options.confirmClose = false;
+    routelab::MainWindow window(options);
+    window.show();
+    QVERIFY(QTest::qWaitForWindowExposed(&window));
+    routelab::WorkspaceTabs* tabs = window.workspace();
+    ZeroShotView* view = window.zeroShotView();
+    QVERIFY(!tabs->isPageOpen(view));
+    QCOMPARE(window.tasksAction()->shortcut(), QKeySequence(Qt::CTRL | Qt::SHIFT | Qt::Key_T));
+    window.tasksAction()->trigger();
+    QVERIFY(tabs->isPageOpen(view));
+    QTRY_COMPARE_WITH_TIMEOUT(view->runList()->count(), 1, kTimeoutMs);
+    Q_EMIT tabs->tabCloseRequested(tabs->tabOf(view));
+    auto* score = window.runsPanel()->findChild<QAction*>(QStringLiteral("scoreTasksAction"));
+    QVERIFY(score);
+    window.runsPanel()->selectRun(lm_);
+    QTRY_COMPARE(window.runsPanel()->selectedRunIds(), (QList<qint64>{lm_}));
+    QTRY_VERIFY(score->isEnabled());
+    score->trigger();
+    QVERIFY(tabs->isPageOpen(view));
+    QCOMPARE(tabs->currentIndex(), tabs->tabOf(view));
+    QCOMPARE(view->checkedRuns(), (QList<qint64>{lm_}));
+  }
+};
+
+}  // namespace test_gui_tasks
+
+ROUTELAB_TEST_SUITE(test_gui_tasks, TestGuiTasks)
+#include "test_gui_tasks.moc"

@@ -1,0 +1,463 @@
+#include "ui/zero_shot_view.h"
+
+#include <QApplication>
+#include <QCheckBox>
+#include <QClipboard>
+#include <QComboBox>
+#include <QFileDialog>
+#include <QFileInfo>
+#include <QHBoxLayout>
+#include <QHeaderView>
+#include <QLabel>
+#include <QListWidget>
+#include <QProgressBar>
+#include <QPushButton>
+#include <QSettings>
+#include <QSpinBox>
+#include <QSplitter>
+#include <QTableWidget>
+#include <QThread>
+#include <QVBoxLayout>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <functional>
+#include <utility>
+
+#include "core/models/registry.h"
+#include "core/util/errors.h"
+#include "core/util/interrupt.h"
+#include "ui/store_service.h"
+
+namespace routelab {
+namespace {
+
+enum TaskColumn { kTaskName, kTaskFormat, kTaskFile };
+const QStringList kResultHeaders = {QStringLiteral("Run"),        QStringLiteral("Task"),
+                                    QStringLiteral("Examples"),   QStringLiteral("acc"),
+                                    QStringLiteral("acc_norm"),   QStringLiteral("Perplexity"),
+                                    QStringLiteral("FLOPs ratio"), QStringLiteral("Routed"),
+                                    QStringLiteral("Time")};
+
+QString valueWithError(double value, double err) {
+  if (!std::isfinite(value)) return QStringLiteral("–");
+  return std::isfinite(err) ? QStringLiteral("%1 ± %2").arg(value, 0, 'f', 4).arg(err, 0, 'f', 4)
+                            : QString::number(value, 'f', 4);
+}
+
+QString fixedOrDash(double value, int decimals) {
+  return std::isfinite(value) ? QString::number(value, 'f', decimals) : QStringLiteral("–");
+}
+
+QSpinBox* makeSpin(QWidget* parent, const QString& name, int max, const QString& special, const QString& tip) {
+  auto* spin = new QSpinBox(parent);
+  spin->setObjectName(name);
+  spin->setRange(0, max);
+  spin->setSpecialValueText(special);
+  spin->setToolTip(tip);
+  return spin;
+}
+
+}  // namespace
+
+// ---- worker ----------------------------------------------------------------------------------------------------
+
+void ZeroShotWorker::run(const ZeroShotJob& job) {
+  const InterruptScope stopped([this] { return stop_.load(); });
+  const int runs = static_cast<int>(job.runIds.size());
+  for (int i = 0; i < runs && !stop_.load(); ++i) {
+    ZeroShotOutcome outcome;
+    outcome.runId = job.runIds[i];
+    try {
+      ZeroShotOptions options;
+      for (const QString& spec : job.tasks) options.tasks.push_back(parse_task_spec(spec.toStdString()));
+      options.limit = job.limit;
+      options.batch_size = job.batchSize;
+      options.max_length = job.maxLength;
+      auto shown = std::chrono::steady_clock::time_point();
+      options.progress = [&](std::size_t task, std::int64_t scored, std::int64_t total) {
+        const auto now = std::chrono::steady_clock::now();
+        if (scored < total && now - shown < std::chrono::milliseconds(100)) return;
+        shown = now;
+        Q_EMIT progressed(i, runs, QString::fromStdString(options.tasks[task].name), scored, total);
+      };
+      outcome.report = evaluate_zero_shot(dbPath_.toStdString(), outcome.runId, options);
+      if (job.store) store_zero_shot(dbPath_.toStdString(), outcome.report);
+    } catch (const Interrupted&) {
+      break;  // stopped: this run's results are neither shown nor kept
+    } catch (const Error& e) {
+      outcome.error = QString::fromStdString(e.what());
+    } catch (const std::exception& e) {
+      outcome.error = QString::fromStdString(foreign_error_text(e));
+    }
+    Q_EMIT runDone(outcome);
+  }
+  Q_EMIT finished(stop_.load());
+}
+
+// ---- view ------------------------------------------------------------------------------------------------------
+
+ZeroShotView::ZeroShotView(StoreService* store, QWidget* parent) : QWidget(parent), store_(store) {
+  setObjectName(QStringLiteral("zeroShotView"));
+  qRegisterMetaType<ZeroShotJob>();
+  qRegisterMetaType<ZeroShotOutcome>();
+
+  runs_ = new QListWidget(this);
+  runs_->setObjectName(QStringLiteral("zeroShotRuns"));
+  runs_->setToolTip(tr("Language-model runs with a checkpoint: each checked run's latest checkpoint is scored"));
+  connect(runs_, &QListWidget::itemChanged, this, &ZeroShotView::updateControls);
+
+  tasks_ = new QTableWidget(0, 3, this);
+  tasks_->setObjectName(QStringLiteral("zeroShotTasks"));
+  tasks_->setHorizontalHeaderLabels({tr("Name"), tr("Format"), tr("File")});
+  tasks_->horizontalHeader()->setStretchLastSection(true);
+  tasks_->verticalHeader()->setVisible(false);
+  tasks_->setSelectionBehavior(QAbstractItemView::SelectRows);
+  tasks_->setToolTip(tr("Task files: JSON Lines in the published datasets' fields (PIQA, ARC, HellaSwag, Winogrande, "
+                        "BoolQ, MMLU, LAMBADA), {\"context\", \"choices\", \"label\"}, or text for perplexity "
+                        "(WikiText pages). The name is what results are stored under: task/NAME/acc"));
+  connect(tasks_, &QTableWidget::itemChanged, this, [this] { saveChoices(); });
+  addButton_ = new QPushButton(tr("Add files…"), this);
+  addButton_->setObjectName(QStringLiteral("zeroShotAdd"));
+  connect(addButton_, &QPushButton::clicked, this, &ZeroShotView::addFiles);
+  removeButton_ = new QPushButton(tr("Remove"), this);
+  removeButton_->setObjectName(QStringLiteral("zeroShotRemove"));
+  connect(removeButton_, &QPushButton::clicked, this, &ZeroShotView::removeSelectedTasks);
+
+  limit_ = makeSpin(this, QStringLiteral("zeroShotLimit"), 10'000'000, tr("all"),
+                    tr("Examples read from each task file, the first ones (all: the whole file)"));
+  batch_ = makeSpin(this, QStringLiteral("zeroShotBatch"), 4096, tr("the run's"),
+                    tr("Requests per forward (the run's: its train.batch_size)"));
+  length_ = makeSpin(this, QStringLiteral("zeroShotLength"), 1'000'000, tr("the run's context"),
+                     tr("Tokens the model reads at most; a longer context is cut from the left"));
+  storeCheck_ = new QCheckBox(tr("keep the results with each run"), this);
+  storeCheck_->setObjectName(QStringLiteral("zeroShotStore"));
+  storeCheck_->setChecked(true);
+  storeCheck_->setToolTip(tr("As metrics task/NAME/acc, … at the checkpoint's step (replacing an earlier score at "
+                             "that step): the tables and the Compare view read them"));
+  runButton_ = new QPushButton(tr("Score"), this);
+  runButton_->setObjectName(QStringLiteral("zeroShotRun"));
+  runButton_->setShortcut(QKeySequence(Qt::CTRL | Qt::Key_Return));
+  runButton_->setToolTip(tr("Score the checked runs on the listed tasks (Ctrl+Return)"));
+  connect(runButton_, &QPushButton::clicked, this, &ZeroShotView::start);
+  stopButton_ = new QPushButton(tr("Stop"), this);
+  stopButton_->setObjectName(QStringLiteral("zeroShotStop"));
+  stopButton_->setToolTip(tr("Stop at the next batch: the run in progress keeps nothing, those done keep theirs"));
+  connect(stopButton_, &QPushButton::clicked, this, &ZeroShotView::stop);
+  progress_ = new QProgressBar(this);
+  progress_->setObjectName(QStringLiteral("zeroShotProgress"));
+  progress_->setRange(0, 1);
+  progress_->setValue(0);
+  status_ = new QLabel(tr("Check runs, add task files, Score."), this);
+  status_->setObjectName(QStringLiteral("zeroShotStatus"));
+  status_->setWordWrap(true);
+  status_->setTextInteractionFlags(Qt::TextSelectableByMouse);
+
+  results_ = new QTableWidget(0, static_cast<int>(kResultHeaders.size()), this);
+  results_->setObjectName(QStringLiteral("zeroShotResults"));
+  results_->setHorizontalHeaderLabels(kResultHeaders);
+  results_->setEditTriggers(QAbstractItemView::NoEditTriggers);
+  results_->verticalHeader()->setVisible(false);
+  results_->horizontalHeader()->setStretchLastSection(false);
+  copyButton_ = new QPushButton(tr("Copy as Markdown"), this);
+  copyButton_->setObjectName(QStringLiteral("zeroShotCopy"));
+  connect(copyButton_, &QPushButton::clicked, this, [this] { QApplication::clipboard()->setText(markdown()); });
+
+  auto* taskButtons = new QHBoxLayout;
+  taskButtons->addWidget(addButton_);
+  taskButtons->addWidget(removeButton_);
+  taskButtons->addStretch(1);
+  auto* taskPane = new QWidget(this);
+  auto* taskLayout = new QVBoxLayout(taskPane);
+  taskLayout->setContentsMargins(0, 0, 0, 0);
+  taskLayout->addWidget(tasks_, 1);
+  taskLayout->addLayout(taskButtons);
+  auto* top = new QSplitter(Qt::Horizontal, this);
+  top->addWidget(runs_);
+  top->addWidget(taskPane);
+  top->setStretchFactor(1, 2);
+
+  auto* options = new QHBoxLayout;
+  const std::pair<QString, QSpinBox*> fields[] = {{tr("examples"), limit_}, {tr("batch"), batch_},
+                                                   {tr("max length"), length_}};
+  for (const auto& [label, spin] : fields) {
+    options->addWidget(new QLabel(label, this));
+    options->addWidget(spin);
+  }
+  options->addWidget(storeCheck_);
+  options->addStretch(1);
+  options->addWidget(runButton_);
+  options->addWidget(stopButton_);
+  auto* resultButtons = new QHBoxLayout;
+  resultButtons->addStretch(1);
+  resultButtons->addWidget(copyButton_);
+
+  auto* split = new QSplitter(Qt::Vertical, this);
+  split->addWidget(top);
+  auto* lower = new QWidget(this);
+  auto* lowerLayout = new QVBoxLayout(lower);
+  lowerLayout->setContentsMargins(0, 0, 0, 0);
+  lowerLayout->addLayout(options);
+  lowerLayout->addWidget(progress_);
+  lowerLayout->addWidget(status_);
+  lowerLayout->addWidget(results_, 1);
+  lowerLayout->addLayout(resultButtons);
+  split->addWidget(lower);
+  split->setStretchFactor(1, 2);
+  auto* layout = new QVBoxLayout(this);
+  layout->setContentsMargins(4, 4, 4, 4);
+  layout->addWidget(split);
+
+  thread_ = new QThread(this);
+  thread_->setObjectName(QStringLiteral("routelab-tasks"));
+  worker_ = new ZeroShotWorker(store_->dbPath());
+  worker_->moveToThread(thread_);
+  connect(thread_, &QThread::finished, worker_, &QObject::deleteLater);
+  connect(worker_, &ZeroShotWorker::progressed, this, &ZeroShotView::onProgress, Qt::QueuedConnection);
+  connect(worker_, &ZeroShotWorker::runDone, this, &ZeroShotView::onRunDone, Qt::QueuedConnection);
+  connect(worker_, &ZeroShotWorker::finished, this, &ZeroShotView::onFinished, Qt::QueuedConnection);
+  thread_->start();
+  connect(store_, &StoreService::runsLoaded, this, &ZeroShotView::onRunsLoaded);
+  restoreChoices();
+  for (QSpinBox* spin : {limit_, batch_, length_}) connect(spin, &QSpinBox::valueChanged, this, [this] { saveChoices(); });
+  connect(storeCheck_, &QCheckBox::toggled, this, [this] { saveChoices(); });
+  updateControls();
+}
+
+ZeroShotView::~ZeroShotView() {
+  worker_->stopFlag() = true;  // a job in progress stops at its next batch
+  thread_->quit();
+  thread_->wait();
+}
+
+void ZeroShotView::onRunsLoaded(const QList<RunSummary>& runs) {
+  static const auto languageModels = [] {
+    QSet<QString> ids;
+    for (const auto& id : architecture_ids(Task::LanguageModel)) ids.insert(QString::fromStdString(id));
+    return ids;
+  }();
+  QSet<qint64> checked(wanted_);
+  for (const qint64 id : checkedRuns()) checked.insert(id);
+  const QSignalBlocker blocker(runs_);
+  runs_->clear();
+  for (const RunSummary& r : runs) {
+    if (!languageModels.contains(r.arch) || r.checkpointStep < 0) continue;
+    auto* item = new QListWidgetItem(
+        QStringLiteral("%1 · %2 · %3 · step %4").arg(r.id).arg(r.name, r.arch).arg(r.checkpointStep), runs_);
+    item->setData(Qt::UserRole, r.id);
+    item->setFlags(item->flags() | Qt::ItemIsUserCheckable);
+    item->setCheckState(checked.contains(r.id) ? Qt::Checked : Qt::Unchecked);
+    wanted_.remove(r.id);
+  }
+  updateControls();
+}
+
+void ZeroShotView::checkRuns(const QList<qint64>& ids) {
+  wanted_ = QSet<qint64>(ids.begin(), ids.end());
+  const QSignalBlocker blocker(runs_);
+  for (int i = 0; i < runs_->count(); ++i) {
+    const qint64 id = runs_->item(i)->data(Qt::UserRole).toLongLong();
+    runs_->item(i)->setCheckState(wanted_.contains(id) ? Qt::Checked : Qt::Unchecked);
+    wanted_.remove(id);
+  }
+  updateControls();
+}
+
+QList<qint64> ZeroShotView::checkedRuns() const {
+  QList<qint64> ids;
+  for (int i = 0; i < runs_->count(); ++i)
+    if (runs_->item(i)->checkState() == Qt::Checked) ids << runs_->item(i)->data(Qt::UserRole).toLongLong();
+  return ids;
+}
+
+bool ZeroShotView::addTask(const QString& path, const QString& name, const QString& format) {
+  const QString file = QFileInfo(path).absoluteFilePath();
+  for (int row = 0; row < tasks_->rowCount(); ++row)
+    if (tasks_->item(row, kTaskFile)->text() == file) return false;
+  const QSignalBlocker blocker(tasks_);
+  const int row = tasks_->rowCount();
+  tasks_->insertRow(row);
+  tasks_->setItem(row, kTaskName, new QTableWidgetItem(name.isEmpty() ? QFileInfo(path).completeBaseName() : name));
+  auto* formats = new QComboBox(tasks_);
+  formats->addItem(tr("auto"), QString());
+  for (const auto& f : task_formats()) formats->addItem(QString::fromStdString(f), QString::fromStdString(f));
+  formats->setCurrentIndex(std::max(0, formats->findData(format)));
+  formats->setToolTip(tr("auto: read from the first line's keys (a file not ending in .jsonl or .json is text)"));
+  connect(formats, &QComboBox::currentIndexChanged, this, [this] { saveChoices(); });
+  tasks_->setCellWidget(row, kTaskFormat, formats);
+  auto* fileItem = new QTableWidgetItem(file);
+  fileItem->setFlags(fileItem->flags() & ~Qt::ItemIsEditable);
+  fileItem->setToolTip(file);
+  tasks_->setItem(row, kTaskFile, fileItem);
+  saveChoices();
+  updateControls();
+  return true;
+}
+
+QStringList ZeroShotView::taskSpecs() const {
+  QStringList specs;
+  for (int row = 0; row < tasks_->rowCount(); ++row) {
+    const QString name = tasks_->item(row, kTaskName)->text().trimmed();
+    const auto* formats = qobject_cast<QComboBox*>(tasks_->cellWidget(row, kTaskFormat));
+    const QString format = formats ? formats->currentData().toString() : QString();
+    QString spec = tasks_->item(row, kTaskFile)->text();
+    if (!name.isEmpty()) spec = name + QLatin1Char('=') + spec;
+    if (!format.isEmpty()) spec += QLatin1Char(':') + format;
+    specs << spec;
+  }
+  return specs;
+}
+
+void ZeroShotView::addFiles() {
+  const QStringList files = QFileDialog::getOpenFileNames(
+      this, tr("Task files"), QString(), tr("Task files (*.jsonl *.json *.txt);;All files (*)"));
+  for (const QString& file : files) addTask(file);
+}
+
+void ZeroShotView::removeSelectedTasks() {
+  QList<int> rows;
+  for (const QModelIndex& index : tasks_->selectionModel()->selectedRows()) rows << index.row();
+  std::sort(rows.begin(), rows.end(), std::greater<>());
+  for (const int row : rows) tasks_->removeRow(row);
+  saveChoices();
+  updateControls();
+}
+
+void ZeroShotView::start() {
+  if (running_) return;
+  ZeroShotJob job;
+  job.runIds = checkedRuns();
+  job.tasks = taskSpecs();
+  if (job.runIds.isEmpty() || job.tasks.isEmpty()) {
+    status_->setText(job.runIds.isEmpty() ? tr("Check at least one run.") : tr("Add at least one task file."));
+    return;
+  }
+  job.limit = limit_->value();
+  job.batchSize = batch_->value();
+  job.maxLength = length_->value();
+  job.store = storeCheck_->isChecked();
+  running_ = true;
+  failed_ = 0;
+  outcomes_.clear();
+  results_->setRowCount(0);
+  progress_->setRange(0, 0);  // busy until the first batch is scored
+  status_->setText(tr("Opening run %1…").arg(job.runIds.front()));
+  worker_->stopFlag() = false;
+  QMetaObject::invokeMethod(worker_, [worker = worker_, job] { worker->run(job); }, Qt::QueuedConnection);
+  updateControls();
+}
+
+void ZeroShotView::stop() {
+  if (!running_) return;
+  worker_->stopFlag() = true;
+  status_->setText(tr("Stopping at the next batch…"));
+}
+
+void ZeroShotView::onProgress(int run, int runs, const QString& task, qint64 scored, qint64 total) {
+  progress_->setRange(0, static_cast<int>(std::min<qint64>(total, 1'000'000'000)));
+  progress_->setValue(static_cast<int>(std::min<qint64>(scored, 1'000'000'000)));
+  if (!worker_->stopFlag().load())
+    status_->setText(tr("Run %1 of %2, task %3: %4 of %5 requests scored")
+                         .arg(run + 1).arg(runs).arg(task).arg(scored).arg(total));
+}
+
+void ZeroShotView::onRunDone(const ZeroShotOutcome& outcome) {
+  outcomes_ << outcome;
+  if (!outcome.error.isEmpty()) ++failed_;
+  appendResultRows(outcome);
+}
+
+void ZeroShotView::appendResultRows(const ZeroShotOutcome& outcome) {
+  const auto add = [this](const QStringList& cells, const QString& tip) {
+    const int row = results_->rowCount();
+    results_->insertRow(row);
+    for (int c = 0; c < cells.size(); ++c) {
+      auto* item = new QTableWidgetItem(cells[c]);
+      item->setToolTip(tip);
+      if (c >= 2) item->setTextAlignment(Qt::AlignRight | Qt::AlignVCenter);
+      results_->setItem(row, c, item);
+    }
+  };
+  if (!outcome.error.isEmpty()) {
+    add({QString::number(outcome.runId), tr("error"), outcome.error}, outcome.error);
+    results_->setSpan(results_->rowCount() - 1, 2, 1, results_->columnCount() - 2);
+    return;
+  }
+  const ZeroShotReport& r = outcome.report;
+  const QString run = QStringLiteral("%1 · %2").arg(r.run_id).arg(QString::fromStdString(r.name));
+  for (const TaskResult& t : r.tasks) {
+    const double ppl = t.kind == TaskKind::Perplexity ? t.word_perplexity : t.perplexity;
+    add({run, QString::fromStdString(t.name), QString::number(t.examples), valueWithError(t.acc, t.acc_stderr),
+         valueWithError(t.acc_norm, t.acc_norm_stderr), fixedOrDash(ppl, 3), fixedOrDash(t.flops_ratio, 3),
+         fixedOrDash(100.0 * t.routed_fraction, 1) + QLatin1Char('%'), QStringLiteral("%1 s").arg(t.seconds, 0, 'f', 1)},
+        tr("%1 (%2, step %3): %4, %5 requests, %6 cut to %7 tokens; perplexity is per word for text tasks")
+            .arg(QString::fromStdString(r.name), QString::fromStdString(r.arch)).arg(r.step)
+            .arg(QString::fromStdString(t.path)).arg(t.requests).arg(t.truncated).arg(r.max_length));
+  }
+  results_->resizeColumnsToContents();
+}
+
+void ZeroShotView::onFinished(bool stopped) {
+  running_ = false;
+  progress_->setRange(0, 1);
+  progress_->setValue(stopped ? 0 : 1);
+  const int done = static_cast<int>(outcomes_.size()) - failed_;
+  QString text = stopped ? tr("Stopped: %1 run(s) scored before it.").arg(done) : tr("%1 run(s) scored.").arg(done);
+  if (failed_ > 0) text += tr(" %1 failed (see the table).").arg(failed_);
+  if (storeCheck_->isChecked() && done > 0) text += tr(" Results kept with the runs.");
+  status_->setText(text);
+  updateControls();
+  Q_EMIT finished();
+}
+
+QString ZeroShotView::markdown() const {
+  QStringList lines;
+  lines << QLatin1String("| ") + kResultHeaders.join(QLatin1String(" | ")) + QLatin1String(" |");
+  QStringList rule;
+  for (int c = 0; c < kResultHeaders.size(); ++c) rule << (c >= 2 ? QStringLiteral("---:") : QStringLiteral("---"));
+  lines << QLatin1String("| ") + rule.join(QLatin1String(" | ")) + QLatin1String(" |");
+  for (int row = 0; row < results_->rowCount(); ++row) {
+    QStringList cells;
+    for (int c = 0; c < results_->columnCount(); ++c) {
+      const auto* item = results_->item(row, c);
+      cells << (item ? item->text().replace(QLatin1Char('|'), QLatin1String("\\|")) : QString());
+    }
+    lines << QLatin1String("| ") + cells.join(QLatin1String(" | ")) + QLatin1String(" |");
+  }
+  return lines.join(QLatin1Char('\n')) + QLatin1Char('\n');
+}
+
+void ZeroShotView::saveChoices() const {
+  QSettings settings;
+  settings.setValue(QStringLiteral("zeroShot/tasks"), taskSpecs());
+  settings.setValue(QStringLiteral("zeroShot/limit"), limit_->value());
+  settings.setValue(QStringLiteral("zeroShot/batch"), batch_->value());
+  settings.setValue(QStringLiteral("zeroShot/length"), length_->value());
+  settings.setValue(QStringLiteral("zeroShot/store"), storeCheck_->isChecked());
+}
+
+void ZeroShotView::restoreChoices() {
+  const QSettings settings;
+  limit_->setValue(settings.value(QStringLiteral("zeroShot/limit"), 0).toInt());
+  batch_->setValue(settings.value(QStringLiteral("zeroShot/batch"), 0).toInt());
+  length_->setValue(settings.value(QStringLiteral("zeroShot/length"), 0).toInt());
+  storeCheck_->setChecked(settings.value(QStringLiteral("zeroShot/store"), true).toBool());
+  for (const QString& text : settings.value(QStringLiteral("zeroShot/tasks")).toStringList()) {
+    try {
+      const auto spec = parse_task_spec(text.toStdString());
+      addTask(QString::fromStdString(spec.path), QString::fromStdString(spec.name), QString::fromStdString(spec.format));
+    } catch (const Error&) {  // a spec saved by another version: left out
+    }
+  }
+}
+
+void ZeroShotView::updateControls() {
+  runButton_->setEnabled(!running_ && !checkedRuns().isEmpty() && tasks_->rowCount() > 0);
+  stopButton_->setEnabled(running_);
+  for (QWidget* w : std::initializer_list<QWidget*>{runs_, tasks_, addButton_, removeButton_, limit_, batch_, length_,
+                                                   storeCheck_})
+    w->setEnabled(!running_);
+}
+
+}  // namespace routelab

@@ -1,0 +1,154 @@
+// ZeroShotView: `routelab-cli tasks` in the workspace. Check stored language-model runs, list task files (JSON Lines in
+// the published datasets' fields, or text: the format read from the first line or chosen), and score each checked
+// run's latest checkpoint on every task on a worker thread (ZeroShotWorker), with progress and a stop between two
+// batches. The results fill a table (run x task: acc and acc_norm with their standard errors, perplexity, FLOPs ratio
+// and routed share as executed) that copies as Markdown, and are kept with each run unless unchecked (metrics
+// task/<name>/<measure>, which tables, `dtrnet-table1-tasks` and the Compare view read). The task list and the options
+// are remembered between sessions.
+#pragma once
+#include <QList>
+#include <QMetaType>
+#include <QObject>
+#include <QSet>
+#include <QString>
+#include <QStringList>
+#include <QWidget>
+
+#include <atomic>
+#include <memory>
+
+#include "core/analysis/zero_shot_run.h"
+#include "ui/run_progress.h"
+
+class QCheckBox;
+class QLabel;
+class QListWidget;
+class QProgressBar;
+class QPushButton;
+class QSpinBox;
+class QTableWidget;
+class QThread;
+
+namespace routelab {
+
+class StoreService;
+
+/// What a Run asks for: every task on every run, in order.
+struct ZeroShotJob {
+  QList<qint64> runIds;
+  QStringList tasks;  ///< "NAME=FILE:FORMAT", as `tasks --task` takes them
+  qint64 limit = 0, batchSize = 0, maxLength = 0;  ///< 0: every example, the run's batch size, the run's context
+  bool store = true;
+};
+
+/// One run's outcome: its report, or the error that stopped it (a bad task file, a run that does not open).
+struct ZeroShotOutcome {
+  qint64 runId = 0;
+  QString error;
+  ZeroShotReport report;  ///< when error is empty
+};
+
+/// Lives on the view's thread of work: opens each run (its stored tokenizer and weights) and scores it.
+class ZeroShotWorker : public QObject {
+  Q_OBJECT
+
+ public:
+  explicit ZeroShotWorker(QString dbPath) : dbPath_(std::move(dbPath)) {}
+  /// Set from any thread: the job in progress stops at its next batch, the runs after it are not started.
+  std::atomic<bool>& stopFlag() { return stop_; }
+
+ public Q_SLOTS:
+  void run(const routelab::ZeroShotJob& job);
+
+ Q_SIGNALS:
+  /// Run `run` of `runs` (from 0), task `task`: `scored` of `total` requests (at most ten times a second).
+  void progressed(int run, int runs, const QString& task, qint64 scored, qint64 total);
+  void runDone(const routelab::ZeroShotOutcome& outcome);
+  void finished(bool stopped);
+
+ private:
+  QString dbPath_;
+  std::atomic<bool> stop_{false};
+};
+
+class ZeroShotView : public QWidget {
+  Q_OBJECT
+
+ public:
+  explicit ZeroShotView(StoreService* store, QWidget* parent = nullptr);
+  ~ZeroShotView() override;
+
+  /// The store's language-model runs with a checkpoint, checkable.
+  QListWidget* runList() const { return runs_; }
+  /// One row a task: its name (editable), its format (a combo: "auto" or one of task_formats()) and its file.
+  QTableWidget* taskTable() const { return tasks_; }
+  QSpinBox* limitSpin() const { return limit_; }
+  QSpinBox* batchSpin() const { return batch_; }
+  QSpinBox* lengthSpin() const { return length_; }
+  QCheckBox* storeCheck() const { return storeCheck_; }
+  QPushButton* runButton() const { return runButton_; }
+  QPushButton* stopButton() const { return stopButton_; }
+  QProgressBar* progressBar() const { return progress_; }
+  QTableWidget* resultTable() const { return results_; }
+  QLabel* statusLabel() const { return status_; }
+  const QList<ZeroShotOutcome>& outcomes() const { return outcomes_; }
+
+  /// Lists a task file (its name the file's stem unless given; format "" = auto); false when the file is listed.
+  bool addTask(const QString& path, const QString& name = QString(), const QString& format = QString());
+  /// The listed tasks as `--task` specs.
+  QStringList taskSpecs() const;
+  /// Checks exactly these runs, where listed.
+  void checkRuns(const QList<qint64>& ids);
+  QList<qint64> checkedRuns() const;
+  /// The results table as Markdown (what Copy puts on the clipboard).
+  QString markdown() const;
+  bool isRunning() const { return running_; }
+
+ public Q_SLOTS:
+  /// Scores the checked runs on the listed tasks (refused, with a status, without either).
+  void start();
+  void stop();
+
+ Q_SIGNALS:
+  /// A job ended (finished, stopped or failed): tests wait on it.
+  void finished();
+
+ private:
+  void onRunsLoaded(const QList<RunSummary>& runs);
+  void onProgress(int run, int runs, const QString& task, qint64 scored, qint64 total);
+  void onRunDone(const ZeroShotOutcome& outcome);
+  void onFinished(bool stopped);
+  void addFiles();
+  void removeSelectedTasks();
+  void appendResultRows(const ZeroShotOutcome& outcome);
+  void saveChoices() const;
+  void restoreChoices();
+  void updateControls();
+
+  StoreService* store_ = nullptr;
+  QThread* thread_ = nullptr;
+  ZeroShotWorker* worker_ = nullptr;
+  QListWidget* runs_ = nullptr;
+  QTableWidget* tasks_ = nullptr;
+  QPushButton* addButton_ = nullptr;
+  QPushButton* removeButton_ = nullptr;
+  QSpinBox* limit_ = nullptr;
+  QSpinBox* batch_ = nullptr;
+  QSpinBox* length_ = nullptr;
+  QCheckBox* storeCheck_ = nullptr;
+  QPushButton* runButton_ = nullptr;
+  QPushButton* stopButton_ = nullptr;
+  QPushButton* copyButton_ = nullptr;
+  QProgressBar* progress_ = nullptr;
+  QTableWidget* results_ = nullptr;
+  QLabel* status_ = nullptr;
+  QList<ZeroShotOutcome> outcomes_;
+  QSet<qint64> wanted_;  ///< runs to check once listed (checkRuns before the store answered)
+  bool running_ = false;
+  int failed_ = 0;
+};
+
+}  // namespace routelab
+
+Q_DECLARE_METATYPE(routelab::ZeroShotJob)
+Q_DECLARE_METATYPE(routelab::ZeroShotOutcome)
