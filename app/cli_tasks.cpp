@@ -1,11 +1,13 @@
 // routelab-cli tasks: zero-shot accuracy and perplexity of a stored language model on task files (the DTRNet paper's
 // downstream columns), optionally kept with the run.
 #include <CLI/CLI.hpp>
+#include <fstream>
 #include <iostream>
 #include <memory>
 
 #include "app/cli_registration.h"
 #include "core/analysis/zero_shot_run.h"
+#include "core/util/errors.h"
 
 namespace routelab::cli {
 
@@ -15,6 +17,7 @@ void add_task_commands(CLI::App& app, CLI::App& /*bench*/, CommandAction& action
     std::int64_t run_id = 0;
     std::vector<std::string> tasks;
     bool store = false, json = false;
+    std::string samples;
     ZeroShotOptions options;
   };
   auto args = std::make_shared<Args>();
@@ -44,10 +47,23 @@ void add_task_commands(CLI::App& app, CLI::App& /*bench*/, CommandAction& action
       "keep the results with the run: metrics task/<name>/<measure> at the checkpoint's step (for `table` and "
       "the Compare view) and each task's result document");
   cmd->add_flag("--json", args->json, "machine-readable output");
+  cmd->add_option("--samples", args->samples,
+                  "write every example as scored to this JSON Lines file: its task, label, prediction and each "
+                  "request's log-likelihood, token count and greedy flag");
   cmd->callback([args, &action] {
     action = [args] {
       for (const auto& t : args->tasks) args->options.tasks.push_back(parse_task_spec(t));
+      std::ofstream samples;
+      if (!args->samples.empty()) {  // opened first: a path that cannot be written fails before any scoring
+        samples.open(args->samples, std::ios::binary | std::ios::trunc);
+        if (!samples) throw ConfigError("--samples: cannot write " + args->samples);
+      }
       const auto report = evaluate_zero_shot(args->db, args->run_id, args->options);
+      if (samples.is_open()) {
+        for (const auto& task : report.tasks)
+          for (std::size_t i = 0; i < task.samples.size(); ++i) samples << task.sample_json(i).dump() << "\n";
+        if (!samples.flush()) throw ConfigError("--samples: writing " + args->samples + " failed (disk full?)");
+      }
       std::cout << (args->json ? report.to_json().dump(2) + "\n" : report.to_table());
       if (args->store) {
         store_zero_shot(report.db_path, report);

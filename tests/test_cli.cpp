@@ -641,9 +641,18 @@ class TestCli : public QObject {
     QVERIFY(file.open(QIODevice::WriteOnly));
     file.write("{\"goal\": \"And God said\", \"sol1\": \"let there be light\", \"sol2\": \"qqq\", \"label\": 0}\n");
     file.close();
-    std::tie(code, output) = run({"tasks", "1", "--db", db, "--task", piqa, "--store"});
+    const auto samples = home_.filePath("samples.jsonl");
+    std::tie(code, output) = run({"tasks", "1", "--db", db, "--task", piqa, "--store", "--samples", samples});
     QVERIFY2(code == 0 && output.contains("| piqa | piqa | 1 | ") && output.contains("stored as metrics"),
              qPrintable(output));
+    QFile written(samples);  // one line an example: its prediction and both choices' scores
+    QVERIFY(written.open(QIODevice::ReadOnly));
+    const auto sample = nlohmann::json::parse(written.readAll().toStdString());
+    QVERIFY2(sample.at("task") == "piqa" && sample.at("label") == 0 && sample.at("requests").size() == 2 &&
+                 sample.at("acc") == (sample.at("pred") == 0 ? 1 : 0),
+             sample.dump().c_str());
+    std::tie(code, output) = run({"tasks", "1", "--db", db, "--task", piqa, "--samples", home_.filePath("no/such/x")});
+    QVERIFY2(code == 2 && output.contains("--samples: cannot write"), qPrintable(output));
     std::tie(code, output) = run({"show", "1", "--db", db});
     QVERIFY2(code == 0 && output.contains("task     piqa: acc ") && output.contains("acc_norm") &&
                  output.contains("(step 2)"),

@@ -315,11 +315,23 @@ class TestZeroShot : public QObject {
     options.max_length = 32;
     const auto result = evaluate_task(*model, tokenizer, task, options);
     double right = 0, right_norm = 0;
-    for (const auto& example : task.examples) {
+    QCOMPARE(result.samples.size(), task.examples.size());
+    for (std::size_t e = 0; e < task.examples.size(); ++e) {
+      const auto& example = task.examples[e];
       const auto s = score_requests(*model, tokenizer, example.requests, options);
-      right += (s[1].loglikelihood > s[0].loglikelihood ? 1 : 0) == example.label;
-      right_norm +=
-          (s[1].loglikelihood / example.lengths[1] > s[0].loglikelihood / example.lengths[0] ? 1 : 0) == example.label;
+      const int pred = s[1].loglikelihood > s[0].loglikelihood ? 1 : 0;
+      const int pred_norm = s[1].loglikelihood / example.lengths[1] > s[0].loglikelihood / example.lengths[0] ? 1 : 0;
+      right += pred == example.label;
+      right_norm += pred_norm == example.label;
+      // Each example as scored (tasks --samples): its choices' scores, prediction and label.
+      const auto sample = result.sample_json(e);
+      QCOMPARE(sample.at("pred").get<int>(), pred);
+      QCOMPARE(sample.at("pred_norm").get<int>(), pred_norm);
+      QCOMPARE(sample.at("label").get<std::int64_t>(), example.label);
+      QCOMPARE(sample.at("acc").get<int>(), pred == example.label ? 1 : 0);
+      QCOMPARE(sample.at("requests").size(), std::size_t{2});
+      for (std::size_t c = 0; c < 2; ++c)
+        QVERIFY(std::abs(sample.at("requests")[c].at("loglikelihood").get<double>() - s[c].loglikelihood) < 1e-4);
     }
     QCOMPARE(result.examples, std::int64_t{6});
     QCOMPARE(result.requests, std::int64_t{12});
@@ -344,6 +356,8 @@ class TestZeroShot : public QObject {
                c1 = direct_score(*model, tokenizer, "a b", " cd", 32);
     QVERIFY(std::abs(cloze_result.perplexity - std::exp(-(c0.first + c1.first) / 2)) < 1e-3 * cloze_result.perplexity);
     QCOMPARE(cloze_result.acc, (c0.second + c1.second) / 2.0);
+    QCOMPARE(cloze_result.sample_json(1).at("acc").get<int>(), c1.second ? 1 : 0);
+    QVERIFY(std::abs(cloze_result.sample_json(1).at("loglikelihood").get<double>() - c1.first) < 1e-3);
     QVERIFY(std::isnan(cloze_result.acc_norm));
 
     const std::string doc = "the cat sat on the mat. the dog sat on the cat.  abc";  // 13 words, 52 bytes
@@ -356,6 +370,7 @@ class TestZeroShot : public QObject {
     const double ll = -rolled.bits_per_byte * std::log(2.0) * static_cast<double>(doc.size());
     QCOMPARE(rolled.requests, std::int64_t{(static_cast<std::int64_t>(doc.size()) - 1 + 7) / 8});
     QCOMPARE(rolled.tokens, static_cast<std::int64_t>(doc.size()) - 1);
+    QCOMPARE(rolled.sample_json(0).at("requests").size(), static_cast<std::size_t>(rolled.requests));  // its windows
     QVERIFY2(std::abs(ll - windows) < 1e-3, qPrintable(QString("%1 vs %2").arg(ll).arg(windows)));
     QVERIFY(std::abs(rolled.word_perplexity - std::exp(-ll / 13)) < 1e-6 * rolled.word_perplexity);
     QVERIFY(std::abs(rolled.byte_perplexity - std::exp(-ll / 52)) < 1e-6 * rolled.byte_perplexity);

@@ -220,7 +220,8 @@ ZeroShotView::ZeroShotView(StoreService* store, QWidget* parent) : QWidget(paren
   thread_->start();
   connect(store_, &StoreService::runsLoaded, this, &ZeroShotView::onRunsLoaded);
   restoreChoices();
-  for (QSpinBox* spin : {limit_, batch_, length_}) connect(spin, &QSpinBox::valueChanged, this, [this] { saveChoices(); });
+  for (QSpinBox* spin : {limit_, batch_, length_})
+    connect(spin, &QSpinBox::valueChanged, this, [this] { saveChoices(); });
   connect(storeCheck_, &QCheckBox::toggled, this, [this] { saveChoices(); });
   updateControls();
 }
@@ -390,7 +391,8 @@ void ZeroShotView::appendResultRows(const ZeroShotOutcome& outcome) {
     const double ppl = t.kind == TaskKind::Perplexity ? t.word_perplexity : t.perplexity;
     add({run, QString::fromStdString(t.name), QString::number(t.examples), valueWithError(t.acc, t.acc_stderr),
          valueWithError(t.acc_norm, t.acc_norm_stderr), fixedOrDash(ppl, 3), fixedOrDash(t.flops_ratio, 3),
-         fixedOrDash(100.0 * t.routed_fraction, 1) + QLatin1Char('%'), QStringLiteral("%1 s").arg(t.seconds, 0, 'f', 1)},
+         fixedOrDash(100.0 * t.routed_fraction, 1) + QLatin1Char('%'),
+         QStringLiteral("%1 s").arg(t.seconds, 0, 'f', 1)},
         tr("%1 (%2, step %3): %4, %5 requests, %6 cut to %7 tokens; perplexity is per word for text tasks")
             .arg(QString::fromStdString(r.name), QString::fromStdString(r.arch)).arg(r.step)
             .arg(QString::fromStdString(t.path)).arg(t.requests).arg(t.truncated).arg(r.max_length));
@@ -446,7 +448,8 @@ void ZeroShotView::restoreChoices() {
   for (const QString& text : settings.value(QStringLiteral("zeroShot/tasks")).toStringList()) {
     try {
       const auto spec = parse_task_spec(text.toStdString());
-      addTask(QString::fromStdString(spec.path), QString::fromStdString(spec.name), QString::fromStdString(spec.format));
+      addTask(QString::fromStdString(spec.path), QString::fromStdString(spec.name),
+              QString::fromStdString(spec.format));
     } catch (const Error&) {  // a spec saved by another version: left out
     }
   }

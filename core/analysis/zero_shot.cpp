@@ -179,6 +179,14 @@ TaskResult evaluate_task(LanguageModel& model, const Tokenizer& tokenizer, const
   }
   result.flops_ratio = routing.flops_ratio();
   result.routed_fraction = routing.any_routed() ? routing.mean_routed_fraction() : 1.0;
+  for (std::size_t e = 0; e < task.examples.size(); ++e) {
+    const auto end = e + 1 < first_request.size() ? first_request[e + 1] : scores.size();
+    ExampleScore sample;
+    sample.label = task.examples[e].label;
+    sample.requests.assign(scores.begin() + static_cast<std::ptrdiff_t>(first_request[e]),
+                           scores.begin() + static_cast<std::ptrdiff_t>(end));
+    result.samples.push_back(std::move(sample));
+  }
   const auto n = result.examples;
   if (task.kind == TaskKind::Perplexity) {
     double ll = 0, words = 0, bytes = 0;
@@ -208,6 +216,8 @@ TaskResult evaluate_task(LanguageModel& model, const Tokenizer& tokenizer, const
       }
       right += static_cast<std::int64_t>(best) == example.label;
       right_norm += static_cast<std::int64_t>(best_norm) == example.label;
+      result.samples[e].pred = static_cast<std::int64_t>(best);
+      if (!shared_continuation) result.samples[e].pred_norm = static_cast<std::int64_t>(best_norm);
     }
     result.acc = right / static_cast<double>(n);
     result.acc_stderr = stderr_of_mean(result.acc, n);
@@ -230,6 +240,36 @@ std::vector<std::pair<std::string, double>> task_metrics(const TaskResult& r) {
                                                                               {"bits_per_byte", r.bits_per_byte}})
     if (std::isfinite(value)) out.emplace_back(key, value);
   return out;
+}
+
+nlohmann::json TaskResult::sample_json(std::size_t i) const {
+  const auto& s = samples.at(i);
+  nlohmann::json j = {{"task", name}, {"example", i}};
+  nlohmann::json requests = nlohmann::json::array();
+  double ll = 0;
+  bool greedy = true;
+  for (const auto& r : s.requests) {
+    requests.push_back(
+        {{"loglikelihood", r.loglikelihood}, {"tokens", r.tokens}, {"greedy", r.greedy}, {"truncated", r.truncated}});
+    ll += r.loglikelihood;
+    greedy = greedy && r.greedy;
+  }
+  if (kind == TaskKind::MultipleChoice) {
+    j["label"] = s.label;
+    j["pred"] = s.pred;
+    j["acc"] = s.pred == s.label ? 1 : 0;
+    if (s.pred_norm >= 0) {
+      j["pred_norm"] = s.pred_norm;
+      j["acc_norm"] = s.pred_norm == s.label ? 1 : 0;
+    }
+  } else if (kind == TaskKind::Cloze) {
+    j["acc"] = greedy ? 1 : 0;
+    j["loglikelihood"] = ll;
+  } else {
+    j["loglikelihood"] = ll;  // the document's, over its windows
+  }
+  j["requests"] = std::move(requests);
+  return j;
 }
 
 nlohmann::json TaskResult::to_json() const {

@@ -87,6 +87,14 @@ struct RequestScore {
 std::vector<RequestScore> score_requests(LanguageModel& model, const Tokenizer& tokenizer,
                                          const std::vector<TaskRequest>& requests, const ScoringOptions& options);
 
+/// One example as scored, for a look at single predictions and paired comparisons of runs: its requests' scores in
+/// order (a choice each, the answer, or a document's windows) and, for multiple choice, the choice that scored highest
+/// (pred) and highest per character (pred_norm; -1 where the task has no acc_norm).
+struct ExampleScore {
+  std::vector<RequestScore> requests;
+  std::int64_t label = 0, pred = -1, pred_norm = -1;
+};
+
 struct TaskResult {
   std::string name, format, path;
   TaskKind kind = TaskKind::MultipleChoice;
@@ -97,7 +105,11 @@ struct TaskResult {
   double word_perplexity = NAN, byte_perplexity = NAN, bits_per_byte = NAN;  ///< perplexity tasks
   double flops_ratio = 1, routed_fraction = 1;  ///< at inference over every position fed (padding included)
   double seconds = 0;
+  std::vector<ExampleScore> samples;  ///< one per example, in the file's order (not in to_json)
   nlohmann::json to_json() const;
+  /// Example `i` as a JSON object: task, example, label, pred, pred_norm, acc, acc_norm (as the task has them) and
+  /// each request's loglikelihood, tokens, greedy and truncated (the harness's --log_samples, in RouteLab's terms).
+  nlohmann::json sample_json(std::size_t i) const;
 };
 
 /// Evaluates one task in eval mode without gradients. Perplexity tasks score each document in consecutive windows of

@@ -192,7 +192,8 @@ std::unique_ptr<LmDataset> make_dataset(const nlohmann::json& data, const nlohma
 std::int64_t dataset_context(const nlohmann::json& data) {
   if (!data.is_object()) throw ConfigError("data: expected an object");
   const auto source = get<std::string>(data, "source");
-  if (source == "copy" || source == "sort") return SyntheticTaskDataset::context_of(get<std::int64_t>(data, "task_length"));
+  if (source == "copy" || source == "sort")
+    return SyntheticTaskDataset::context_of(get<std::int64_t>(data, "task_length"));
   if (source == "kjv" || source == "file" || source == "shards") return get<std::int64_t>(data, "context");
   throw ConfigError("data.source: '" + source + "' is not a language-modelling source (kjv, file, shards, copy, sort)");
 }

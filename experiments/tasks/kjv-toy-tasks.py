@@ -8,7 +8,10 @@ format, not a benchmark (the paper's tasks are the datasets' own files).
 CORPUS: the corpus file (e.g. ~/.local/share/routelab/corpora/kjv.txt, written by the first run); OUT_DIR gets
 piqa.jsonl (a half line and its true second half against another line's), hellaswag.jsonl (the same, four endings),
 lambada.jsonl (the last word of a line), sanity.jsonl (the true second half against itself reversed: any trained
-model gets it right) and wiki.txt (200 lines as one document). N: examples per file (default 1000)."""
+model gets it right), wiki.txt (200 lines as one document), and arc.jsonl, mmlu.jsonl (subject astronomy) with four
+endings, winogrande.jsonl (a word of a line blanked, against another line's) and boolq.jsonl (a line and another's
+first half as the question, answers at random): every format of `tasks` (experiments/tasks/harness-check.py sets them
+beside lm-evaluation-harness). N: examples per file (default 1000)."""
 import json
 import os
 import random
@@ -57,6 +60,30 @@ def main():
     write("piqa.jsonl", piqa)
     write("sanity.jsonl", sanity)
     write("lambada.jsonl", [{"text": lines[2 * n + i]} for i in range(n)])
+    # The other formats, from a generator of their own (the files above stay as they were).
+    rng = random.Random(6)
+    arc, mmlu, winogrande, boolq = [], [], [], []
+    for i in range(n):
+        first, true = halves(lines[i])
+        endings = [halves(rng.choice(lines))[1] for _ in range(3)]
+        label = rng.randint(0, 3)
+        endings.insert(label, true)
+        arc.append({"id": f"kjv-{i}", "question": first, "answerKey": "ABCD"[label],
+                    "choices": {"text": endings, "label": list("ABCD")}})
+        mmlu.append({"question": first, "subject": "astronomy", "choices": endings, "answer": label})
+        words = lines[n + i].split()
+        at = rng.randrange(1, len(words) - 1)  # a blank with words on both sides
+        other = rng.choice(rng.choice(lines).split())
+        label = rng.randint(0, 1)
+        options = [words[at], other] if label == 0 else [other, words[at]]
+        winogrande.append({"sentence": " ".join(words[:at] + ["_"] + words[at + 1:]), "option1": options[0],
+                           "option2": options[1], "answer": str(label + 1)})
+        boolq.append({"passage": lines[2 * n + i], "question": halves(rng.choice(lines))[0].lower(),
+                      "label": rng.randint(0, 1), "idx": i})
+    write("arc.jsonl", arc)
+    write("mmlu.jsonl", mmlu)
+    write("winogrande.jsonl", winogrande)
+    write("boolq.jsonl", boolq)
     with open(os.path.join(out, "wiki.txt"), "w", encoding="utf-8") as f:
         f.write("\n".join(lines[:200]))
 

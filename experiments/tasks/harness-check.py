@@ -1,0 +1,138 @@
+#!/usr/bin/env python3
+"""Scores a stored RouteLab run through lm-evaluation-harness's own pipeline and sets its figures beside
+`routelab-cli tasks` on the same files.
+
+The harness reads each task file with its own task definition (prompts, choices, targets, delimiters, metrics,
+aggregation); the only thing it asks of the model is the log-likelihood of each (context, continuation) pair and
+whether the continuation is the model's greedy choice. Those pairs are answered by RouteLab: written as a `generic`
+task file, one pair an example, scored by `routelab-cli tasks --samples` (the same scoring code, given the harness's
+text). What this checks is everything around the scores: each format's prompts and choices, the whitespace moved
+from a context to its continuation, acc, acc_norm, LAMBADA's greedy accuracy and perplexity, and the means.
+
+  python3 experiments/tasks/harness-check.py --cli build/app/routelab-cli --db runs.sqlite --run 1 \
+      --task piqa=toy/piqa.jsonl --task hellaswag=toy/hellaswag.jsonl --task lambada_openai=toy/lambada.jsonl \
+      --task arc_easy=toy/arc.jsonl --task winogrande=toy/winogrande.jsonl --task boolq=toy/boolq.jsonl \
+      --task mmlu_astronomy=toy/mmlu.jsonl
+
+NAME is a harness task (piqa, hellaswag, arc_easy, arc_challenge, winogrande, boolq, lambada_openai, mmlu_SUBJECT);
+the file is given to the harness as its evaluation split (JSON Lines in the published dataset's fields) and to
+`tasks` under the same name, its format read from its keys (`--task-name H=NAME:FORMAT` where that would differ).
+Exits 1 when a figure differs by more than 1e-6 (relative above 1). Needs lm_eval 0.4 importable (not a RouteLab
+dependency: `pip install lm_eval==0.4.13` in a venv of its own); nothing is downloaded.
+"""
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+from lm_eval import evaluator  # noqa: E402
+from lm_eval.api.model import LM  # noqa: E402
+from lm_eval.tasks import TaskManager  # noqa: E402
+from lm_eval.tasks._yaml_loader import load_yaml  # noqa: E402
+
+
+class RouteLabLM(LM):
+    """The harness's model: each batch of log-likelihood requests scored by one `routelab-cli tasks` call."""
+
+    def __init__(self, cli, db, run, max_length):
+        super().__init__()
+        self.cli, self.db, self.run, self.max_length = cli, db, run, max_length
+        self.requests = 0
+
+    def loglikelihood(self, requests, disable_tqdm=False):
+        pairs = [r.args for r in requests]
+        self.requests += len(pairs)
+        with tempfile.TemporaryDirectory() as tmp:
+            path = os.path.join(tmp, "requests.jsonl")
+            with open(path, "w", encoding="utf-8") as out:
+                for context, continuation in pairs:
+                    out.write(json.dumps({"context": context, "choices": [continuation], "label": 0}) + "\n")
+            samples = os.path.join(tmp, "samples.jsonl")
+            command = [self.cli, "tasks", str(self.run), "--db", self.db, "--task", f"requests={path}:generic",
+                       "--samples", samples, "--json"]
+            if self.max_length:
+                command += ["--max-length", str(self.max_length)]
+            subprocess.run(command, check=True, stdout=subprocess.DEVNULL)
+            with open(samples, encoding="utf-8") as f:
+                rows = [json.loads(line) for line in f]
+        assert len(rows) == len(pairs), (len(rows), len(pairs))
+        return [(r["requests"][0]["loglikelihood"], bool(r["requests"][0]["greedy"])) for r in rows]
+
+    def loglikelihood_rolling(self, requests, disable_tqdm=False):
+        raise NotImplementedError("perplexity tasks: RouteLab scores a document's first token, the harness does not")
+
+    def generate_until(self, requests, disable_tqdm=False):
+        raise NotImplementedError("generation tasks are not scored")
+
+
+def harness_config(manager, name, path):
+    """The harness's own definition of task `name`, reading `path` as its evaluation split."""
+    entry = manager.task_index[name]
+    config = load_yaml(entry.yaml_path, resolve_func=True)
+    split = "validation" if config.get("validation_split") else "test"
+    config.update({"dataset_path": "json", "dataset_name": None,
+                   "dataset_kwargs": {"data_files": {split: os.path.abspath(path)}},
+                   "training_split": None, "fewshot_split": None,
+                   "validation_split": split if split == "validation" else None,
+                   "test_split": split if split == "test" else None})
+    return config
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--cli", default="build/app/routelab-cli")
+    parser.add_argument("--db", required=True)
+    parser.add_argument("--run", type=int, required=True)
+    parser.add_argument("--task", action="append", required=True, help="HARNESS_TASK=FILE (repeatable)")
+    parser.add_argument("--task-name", action="append", default=[],
+                        help="HARNESS_TASK=ROUTELAB_NAME[:FORMAT] where RouteLab's name or format differs")
+    parser.add_argument("--limit", type=int, default=0, help="examples per task (0: all)")
+    parser.add_argument("--max-length", type=int, default=0)
+    args = parser.parse_args()
+
+    renames = dict(item.split("=", 1) for item in args.task_name)
+    tasks = [item.split("=", 1) for item in args.task]
+    manager = TaskManager()
+    lm = RouteLabLM(args.cli, args.db, args.run, args.max_length)
+    configs = [harness_config(manager, name, path) for name, path in tasks]
+    results = evaluator.simple_evaluate(model=lm, tasks=configs, task_manager=manager, limit=args.limit or None,
+                                        log_samples=False, bootstrap_iters=0)["results"]
+
+    command = [args.cli, "tasks", str(args.run), "--db", args.db, "--json"]
+    for name, path in tasks:
+        spec = renames.get(name, name)
+        routelab_name, _, routelab_format = spec.partition(":")
+        command += ["--task", f"{routelab_name}={path}" + (f":{routelab_format}" if routelab_format else "")]
+    if args.limit:
+        command += ["--limit", str(args.limit)]
+    if args.max_length:
+        command += ["--max-length", str(args.max_length)]
+    own = {t["name"]: t for t in json.loads(subprocess.run(command, check=True, capture_output=True,
+                                                           text=True).stdout)["tasks"]}
+
+    print(f"run {args.run}: {lm.requests} requests scored for the harness (lm_eval, its task definitions) "
+          f"beside `routelab-cli tasks` on the same files")
+    print("| task | measure | harness | RouteLab | difference |")
+    print("|---|---|---:|---:|---:|")
+    worst = 0.0
+    for name, _ in tasks:
+        mine = own[renames.get(name, name).partition(":")[0]]
+        theirs = results[name]
+        for measure, key in (("acc", "acc"), ("acc_norm", "acc_norm"), ("perplexity", "ppl")):
+            value = theirs.get(f"{measure},none")
+            if value is None or mine.get(key) is None:
+                continue
+            difference = abs(value - mine[key])
+            worst = max(worst, difference / max(1.0, abs(value)))
+            print(f"| {name} | {measure} | {value:.6f} | {mine[key]:.6f} | {difference:.2e} |")
+    print(f"largest difference (relative where above 1): {worst:.2e}")
+    return 0 if worst < 1e-6 else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
