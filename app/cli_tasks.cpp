@@ -6,6 +6,7 @@
 #include <memory>
 
 #include "app/cli_registration.h"
+#include "core/analysis/zero_shot_compare.h"
 #include "core/analysis/zero_shot_run.h"
 #include "core/util/errors.h"
 
@@ -14,7 +15,7 @@ namespace routelab::cli {
 void add_task_commands(CLI::App& app, CLI::App& /*bench*/, CommandAction& action) {
   struct Args {
     std::string db;
-    std::int64_t run_id = 0;
+    std::vector<std::int64_t> run_ids;
     std::vector<std::string> tasks;
     bool store = false, json = false;
     std::string samples;
@@ -27,7 +28,10 @@ void add_task_commands(CLI::App& app, CLI::App& /*bench*/, CommandAction& action
       "tasks",
       "zero-shot accuracy (acc, acc_norm) and perplexity of a stored language model on task files, scored as "
       "lm-evaluation-harness scores them (ARC, BoolQ, HellaSwag, PIQA, MMLU, Winogrande, LAMBADA, WikiText)");
-  cmd->add_option("RUN", args->run_id, "run id")->required();
+  cmd->add_option("RUN", args->run_ids,
+                  "run ids: each is scored on every task; the later ones are compared with the first example by "
+                  "example (the difference's 95% interval and McNemar's exact test)")
+      ->required();
   cmd->add_option("--task", args->tasks,
                   "NAME=FILE:FORMAT (repeatable; NAME defaults to the file's stem, FORMAT to the one its first line's "
                   "keys match: " +
@@ -58,17 +62,41 @@ void add_task_commands(CLI::App& app, CLI::App& /*bench*/, CommandAction& action
         samples.open(args->samples, std::ios::binary | std::ios::trunc);
         if (!samples) throw ConfigError("--samples: cannot write " + args->samples);
       }
-      const auto report = evaluate_zero_shot(args->db, args->run_id, args->options);
-      if (samples.is_open()) {
+      std::vector<ZeroShotReport> reports;
+      for (const auto run_id : args->run_ids) {
+        reports.push_back(evaluate_zero_shot(args->db, run_id, args->options));
+        const auto& report = reports.back();
         for (const auto& task : report.tasks)
-          for (std::size_t i = 0; i < task.samples.size(); ++i) samples << task.sample_json(i).dump() << "\n";
-        if (!samples.flush()) throw ConfigError("--samples: writing " + args->samples + " failed (disk full?)");
+          for (std::size_t i = 0; samples.is_open() && i < task.samples.size(); ++i) {
+            auto line = task.sample_json(i);
+            line["run"] = report.run_id;
+            samples << line.dump() << "\n";
+          }
+        if (!args->json) std::cout << report.to_table();
+        if (args->store) {
+          store_zero_shot(report.db_path, report);
+          std::cerr << "stored as metrics task/<name>/<measure> of run " << report.run_id << " at step "
+                    << report.step << "\n";
+        }
       }
-      std::cout << (args->json ? report.to_json().dump(2) + "\n" : report.to_table());
-      if (args->store) {
-        store_zero_shot(report.db_path, report);
-        std::cerr << "stored as metrics task/<name>/<measure> of run " << report.run_id << " at step " << report.step
-                  << "\n";
+      if (samples.is_open() && !samples.flush())
+        throw ConfigError("--samples: writing " + args->samples + " failed (disk full?)");
+      std::vector<PairedComparison> comparisons;
+      for (std::size_t r = 1; r < reports.size(); ++r)
+        for (auto& c : compare_reports(reports.front(), reports[r])) comparisons.push_back(std::move(c));
+      if (args->json) {
+        nlohmann::json doc = reports.front().to_json();  // one run: its report, as before
+        if (reports.size() > 1) {
+          doc = {{"runs", nlohmann::json::array()}, {"comparisons", nlohmann::json::array()}};
+          for (const auto& report : reports) doc["runs"].push_back(report.to_json());
+          for (const auto& c : comparisons) doc["comparisons"].push_back(c.to_json());
+        }
+        std::cout << doc.dump(2) << "\n";
+      } else if (!comparisons.empty()) {
+        std::cout << "\npaired against run " << reports.front().run_id
+                  << " (the same examples: the difference's interval from the per-example differences, p from the "
+                     "examples only one run gets right)\n"
+                  << comparisons_table(comparisons);
       }
       return 0;
     };

@@ -651,6 +651,9 @@ class TestCli : public QObject {
     QVERIFY2(sample.at("task") == "piqa" && sample.at("label") == 0 && sample.at("requests").size() == 2 &&
                  sample.at("acc") == (sample.at("pred") == 0 ? 1 : 0),
              sample.dump().c_str());
+    std::tie(code, output) = run({"tasks", "1", "2", "--db", db, "--task", piqa});  // the routed run and dense
+    QVERIFY2(code == 0 && output.contains("paired against run 1") && output.contains("| piqa | acc | 1 "),
+             qPrintable(output));
     std::tie(code, output) = run({"tasks", "1", "--db", db, "--task", piqa, "--samples", home_.filePath("no/such/x")});
     QVERIFY2(code == 2 && output.contains("--samples: cannot write"), qPrintable(output));
     std::tie(code, output) = run({"show", "1", "--db", db});

@@ -1,8 +1,8 @@
-// Qt Test suite (offscreen) for the Zero-shot tasks page on a tiny character model trained here (and a TAGAT
+// Qt Test suite (offscreen) for the Zero-shot tasks page on two tiny character models trained here (and a TAGAT
 // classifier, which the page does not list): task files listed, checked runs scored on the worker thread with the
-// numbers `tasks` gives and kept with the run, a bad file's error in the table with nothing kept, a stop that keeps
-// nothing of the run it interrupts, the task list remembered, and the main window's page and the runs browser's
-// action.
+// numbers `tasks` gives and kept with the run, the second run paired against the first, a bad file's error in the
+// table with nothing kept, a stop that keeps nothing of the run it interrupts, the task list remembered, and the main
+// window's page and the runs browser's action.
 #include <QAction>
 #include <QCheckBox>
 #include <QComboBox>
@@ -21,6 +21,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/analysis/zero_shot_compare.h"
 #include "core/analysis/zero_shot_run.h"
 #include "core/config/experiment_config.h"
 #include "core/store/run_store.h"
@@ -65,14 +66,14 @@ class TestGuiTasks : public QObject {
 
   QTemporaryDir home_;
   QString db_, piqa_, lambada_, bad_, big_;
-  qint64 lm_ = 0, tagat_ = 0;
+  qint64 lm_ = 0, lm2_ = 0, tagat_ = 0;
 
   /// A view on the test store, shown, once its runs are listed.
   bool prepare(ZeroShotView& view, routelab::StoreService& service) {
     view.resize(1100, 700);
     view.show();
     service.requestRuns();
-    return QTest::qWaitFor([&] { return view.runList()->count() == 1; }, kTimeoutMs);
+    return QTest::qWaitFor([&] { return view.runList()->count() == 2; }, kTimeoutMs);
   }
 
   bool scoreAndWait(ZeroShotView& view) {
@@ -97,16 +98,20 @@ class TestGuiTasks : public QObject {
     qputenv("XDG_CONFIG_HOME", home_.filePath(QStringLiteral("config")).toUtf8());
     QSettings().remove(QStringLiteral("zeroShot"));  // test mode keeps settings in ~/.qttest between runs
     db_ = home_.filePath(QStringLiteral("tasks.sqlite"));
-    lm_ = trainRun(db_.toStdString(),
-                   {"model.n_layer=2", "model.n_embd=32", "model.n_head=4", "data.context=32", "train.batch_size=8",
-                    "train.steps=6", "train.eval_every=6", "train.checkpoint_every=6", "train.eval_batches=1",
-                    "train.warmup_steps=2", "run.threads=1"});
+    const std::vector<std::string> lm = {"model.n_layer=2", "model.n_embd=32", "model.n_head=4", "data.context=32",
+                                         "train.batch_size=8", "train.steps=6", "train.eval_every=6",
+                                         "train.checkpoint_every=6", "train.eval_batches=1", "train.warmup_steps=2",
+                                         "run.threads=1"};
+    lm_ = trainRun(db_.toStdString(), lm);
+    auto seeded = lm;
+    seeded.push_back("run.seed=2");
+    lm2_ = trainRun(db_.toStdString(), seeded);
     tagat_ = trainRun(db_.toStdString(),
                       {"model.arch=tagat", "model.n_layer=1", "model.n_embd=32", "model.n_head=4",
                        "data.source=entailment", "data.tokenizer=word", "data.context=48",
                        "data.task_train_examples=64", "data.task_eval_examples=16", "train.batch_size=32",
                        "train.epochs=1", "train.warmup_steps=1", "run.threads=1"});
-    QVERIFY(lm_ > 0 && tagat_ > 0);
+    QVERIFY(lm_ > 0 && lm2_ > 0 && tagat_ > 0);
     piqa_ = writeFile(home_, QStringLiteral("piqa.jsonl"),
                       piqaLine("And God said", "let there be light", "qqq zzz", 0) +
                           piqaLine("In the", "xq", "beginning", 1) + piqaLine("And the earth", "was", "qz", 0));
@@ -123,7 +128,9 @@ class TestGuiTasks : public QObject {
     routelab::StoreService service(db_);
     ZeroShotView view(&service);
     QVERIFY(prepare(view, service));  // the classifier is not listed
-    QVERIFY(view.runList()->item(0)->text().startsWith(QString::number(lm_) + QStringLiteral(" · ")));
+    QSet<QString> listed;
+    for (int i = 0; i < 2; ++i) listed << view.runList()->item(i)->text().section(QStringLiteral(" · "), 0, 0);
+    QCOMPARE(listed, (QSet<QString>{QString::number(lm_), QString::number(lm2_)}));
     QVERIFY(!view.runButton()->isEnabled());
     QVERIFY(view.addTask(piqa_));
     QVERIFY(view.addTask(lambada_, QStringLiteral("lambada")));
@@ -134,10 +141,10 @@ class TestGuiTasks : public QObject {
     QCOMPARE(view.taskSpecs(), (QStringList{QStringLiteral("piqa=") + piqa_,
                                             QStringLiteral("lambada=") + lambada_ + QStringLiteral(":lambada")}));
     QVERIFY(!view.runButton()->isEnabled());  // no run checked yet
-    view.checkRuns({lm_, tagat_});
-    QCOMPARE(view.checkedRuns(), (QList<qint64>{lm_}));
+    view.checkRuns({lm_, lm2_, tagat_});
+    QCOMPARE(view.checkedRuns(), (QList<qint64>{lm_, lm2_}));
     QVERIFY(scoreAndWait(view));
-    QCOMPARE(view.outcomes().size(), 1);
+    QCOMPARE(view.outcomes().size(), 2);
     QVERIFY2(view.outcomes()[0].error.isEmpty(), qPrintable(view.outcomes()[0].error));
 
     // The same numbers as `tasks` (evaluate_zero_shot) on the same files, shown and kept.
@@ -145,7 +152,7 @@ class TestGuiTasks : public QObject {
     for (const QString& spec : view.taskSpecs()) options.tasks.push_back(routelab::parse_task_spec(spec.toStdString()));
     const auto direct = routelab::evaluate_zero_shot(db_.toStdString(), lm_, options);
     QTableWidget* results = view.resultTable();
-    QCOMPARE(results->rowCount(), 2);
+    QCOMPARE(results->rowCount(), 4);  // two tasks of each run
     QCOMPARE(results->item(0, 1)->text(), QStringLiteral("piqa"));
     QCOMPARE(results->item(0, 2)->text(), QStringLiteral("3"));
     const auto& piqa = direct.tasks.at(0);
@@ -161,10 +168,24 @@ class TestGuiTasks : public QObject {
     QCOMPARE(stored("task/lambada/ppl").size(), std::size_t{1});
     QVERIFY(view.statusLabel()->text().contains(QStringLiteral("kept")));
 
+    // The second run against the first, example by example: piqa's acc and acc_norm, lambada's acc.
+    QTableWidget* pairs = view.pairTable();
+    QVERIFY(pairs->isVisible());
+    QCOMPARE(pairs->rowCount(), 3);
+    QCOMPARE(pairs->item(0, 0)->text(), QStringLiteral("piqa"));
+    QCOMPARE(pairs->item(1, 1)->text(), QStringLiteral("acc_norm"));
+    QCOMPARE(pairs->item(2, 0)->text(), QStringLiteral("lambada"));
+    QVERIFY(pairs->item(0, 2)->text().startsWith(QString::number(lm_) + QStringLiteral(": ")));
+    QVERIFY(pairs->item(0, 3)->text().startsWith(QString::number(lm2_) + QStringLiteral(": ")));
+    const auto expected = routelab::compare_reports(view.outcomes()[0].report, view.outcomes()[1].report);
+    QCOMPARE(pairs->item(0, 5)->text(), QString::number(expected.at(0).only_a));
+    QCOMPARE(pairs->item(0, 7)->text(), QString::number(expected.at(0).p_value, 'g', 3));
+
     const QStringList markdown = view.markdown().split(QLatin1Char('\n'), Qt::SkipEmptyParts);
-    QCOMPARE(markdown.size(), 4);  // header, rule, two rows
+    QCOMPARE(markdown.size(), 11);  // header, rule and four rows; header, rule and three pairs
     QVERIFY(markdown[0].startsWith(QStringLiteral("| Run | Task | Examples | acc |")));
     QVERIFY(markdown[2].contains(QStringLiteral(" | piqa | 3 | ")));
+    QVERIFY(markdown[6].startsWith(QStringLiteral("| Task | Measure | Run a | Run b |")));
   }
 
   void badFilesAndStopsKeepNothing() {
@@ -176,6 +197,7 @@ class TestGuiTasks : public QObject {
     QVERIFY(view.addTask(bad_));
     QVERIFY(scoreAndWait(view));
     QCOMPARE(view.outcomes().size(), 1);
+    QVERIFY(!view.pairTable()->isVisible());
     const QString error = view.outcomes()[0].error;
     QVERIFY2(error.contains(bad_ + QStringLiteral(":2")) && error.contains(QStringLiteral("label")), qPrintable(error));
     QCOMPARE(view.resultTable()->rowCount(), 1);
@@ -233,7 +255,7 @@ class TestGuiTasks : public QObject {
     QCOMPARE(window.tasksAction()->shortcut(), QKeySequence(Qt::CTRL | Qt::SHIFT | Qt::Key_T));
     window.tasksAction()->trigger();
     QVERIFY(tabs->isPageOpen(view));
-    QTRY_COMPARE_WITH_TIMEOUT(view->runList()->count(), 1, kTimeoutMs);
+    QTRY_COMPARE_WITH_TIMEOUT(view->runList()->count(), 2, kTimeoutMs);
     Q_EMIT tabs->tabCloseRequested(tabs->tabOf(view));
     auto* score = window.runsPanel()->findChild<QAction*>(QStringLiteral("scoreTasksAction"));
     QVERIFY(score);

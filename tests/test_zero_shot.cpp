@@ -8,6 +8,7 @@
 #include <fstream>
 
 #include "core/analysis/zero_shot.h"
+#include "core/analysis/zero_shot_compare.h"
 #include "core/analysis/zero_shot_run.h"
 #include "core/config/experiment_config.h"
 #include "core/data/tokenizer.h"
@@ -378,6 +379,73 @@ class TestZeroShot : public QObject {
     options.max_length = 64;  // one window: the direct log-likelihood after the first token
     const auto one = evaluate_task(*model, tokenizer, text, options);
     QVERIFY(std::abs(-one.bits_per_byte * std::log(2.0) * 52 - whole.first) < 1e-3);
+  }
+
+  void pairedComparisonReadsTheDisagreements() {
+    // 17 examples: 10 alike, 6 right for b only, 1 for a only. McNemar: 2 P(X <= 1), X ~ binomial(7, 1/2) = 16/128;
+    // the interval: mean 5/17 of the differences, sd from their squares (7).
+    std::vector<int> a(17, 0), b(17, 0);
+    for (int i = 0; i < 5; ++i) a[i] = b[i] = 1;  // 0..4 right for both, 12..16 wrong for both
+    for (int i = 5; i < 11; ++i) b[i] = 1;
+    a[11] = 1;
+    auto c = compare_paired(a, b);
+    QCOMPARE(c.examples, std::int64_t{17});
+    QCOMPARE(c.only_a, std::int64_t{1});
+    QCOMPARE(c.only_b, std::int64_t{6});
+    QVERIFY(std::abs(c.a - 6.0 / 17) < 1e-12 && std::abs(c.b - 11.0 / 17) < 1e-12);
+    QVERIFY(std::abs(c.difference - 5.0 / 17) < 1e-12);
+    QVERIFY(std::abs(c.p_value - 16.0 / 128) < 1e-12);
+    const double half = 1.96 * std::sqrt((7 - 17 * (25.0 / 289)) / 16 / 17);
+    QVERIFY(std::abs(c.ci_low - (5.0 / 17 - half)) < 1e-12 && std::abs(c.ci_high - (5.0 / 17 + half)) < 1e-12);
+    QCOMPARE(compare_paired(a, a).p_value, 1.0);  // no disagreement
+    QCOMPARE(compare_paired(a, a).ci_high, 0.0);
+    // Large counts in logarithms: 30 against none is 2^-29; an even split is 1.
+    std::vector<int> none(40, 0), thirty(40, 0), split(20000, 0), other(20000, 0);
+    for (int i = 0; i < 30; ++i) thirty[i] = 1;
+    QVERIFY(std::abs(compare_paired(none, thirty).p_value / std::ldexp(1.0, -29) - 1) < 1e-9);
+    for (int i = 0; i < 10000; ++i) split[i] = 1, other[10000 + i] = 1;
+    QVERIFY(std::abs(compare_paired(split, other).p_value - 1) < 1e-9);
+    QVERIFY_THROWS_EXCEPTION(ConfigError, compare_paired(a, none));
+
+    // Two reports: acc and acc_norm of the multiple-choice task, acc of the cloze one, by task name.
+    const auto report = [](std::int64_t run, std::vector<std::array<std::int64_t, 3>> mc, std::vector<bool> greedy) {
+      ZeroShotReport r;
+      r.run_id = run;
+      TaskResult choice;
+      choice.name = "piqa";
+      for (const auto& [label, pred, pred_norm] : mc) {
+        ExampleScore s;
+        s.label = label;
+        s.pred = pred;
+        s.pred_norm = pred_norm;
+        choice.samples.push_back(s);
+      }
+      TaskResult cloze;
+      cloze.name = "lambada";
+      cloze.kind = TaskKind::Cloze;
+      for (const bool g : greedy) {
+        ExampleScore s;
+        s.requests.push_back(RequestScore{-1.0, g, 2, false});
+        cloze.samples.push_back(s);
+      }
+      r.tasks = {choice, cloze};
+      return r;
+    };
+    const auto first = report(1, {{0, 0, 1}, {1, 0, 1}, {1, 1, 1}}, {true, false});
+    const auto second = report(2, {{0, 0, 0}, {1, 1, 0}, {1, 1, 1}}, {true, true});
+    const auto rows = compare_reports(first, second);
+    QCOMPARE(rows.size(), std::size_t{3});
+    QCOMPARE(rows[0].measure, std::string("acc"));
+    QCOMPARE(rows[0].only_b, std::int64_t{1});  // example 1
+    QCOMPARE(rows[1].measure, std::string("acc_norm"));
+    QCOMPARE(rows[1].only_a, std::int64_t{1});  // example 1 again, the other way
+    QCOMPARE(rows[1].only_b, std::int64_t{1});  // example 0
+    QCOMPARE(rows[2].task, std::string("lambada"));
+    QCOMPARE(rows[2].only_b, std::int64_t{1});
+    QCOMPARE(rows[2].run_b, std::int64_t{2});
+    QVERIFY(comparisons_table(rows).find("| piqa | acc | 1 0.6667 | 2 1.0000 | +0.3333") != std::string::npos);
+    const auto shorter = report(3, {{0, 0, 0}}, {});
+    QVERIFY_THROWS_EXCEPTION(ConfigError, compare_reports(first, shorter));
   }
 
   void resultsAreKeptWithTheRun() {

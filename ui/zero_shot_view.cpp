@@ -25,6 +25,7 @@
 #include <functional>
 #include <utility>
 
+#include "core/analysis/zero_shot_compare.h"
 #include "core/models/registry.h"
 #include "core/util/errors.h"
 #include "core/util/interrupt.h"
@@ -48,6 +49,26 @@ QString valueWithError(double value, double err) {
 
 QString fixedOrDash(double value, int decimals) {
   return std::isfinite(value) ? QString::number(value, 'f', decimals) : QStringLiteral("–");
+}
+
+/// A table's header and rows as Markdown, numbers (from column `numeric` on) right-aligned.
+QString tableMarkdown(const QTableWidget* table, int numeric) {
+  QStringList header, rule;
+  for (int c = 0; c < table->columnCount(); ++c) {
+    header << table->horizontalHeaderItem(c)->text();
+    rule << (c >= numeric ? QStringLiteral("---:") : QStringLiteral("---"));
+  }
+  QStringList lines = {QLatin1String("| ") + header.join(QLatin1String(" | ")) + QLatin1String(" |"),
+                       QLatin1String("| ") + rule.join(QLatin1String(" | ")) + QLatin1String(" |")};
+  for (int row = 0; row < table->rowCount(); ++row) {
+    QStringList cells;
+    for (int c = 0; c < table->columnCount(); ++c) {
+      const auto* item = table->item(row, c);
+      cells << (item ? item->text().replace(QLatin1Char('|'), QLatin1String("\\|")) : QString());
+    }
+    lines << QLatin1String("| ") + cells.join(QLatin1String(" | ")) + QLatin1String(" |");
+  }
+  return lines.join(QLatin1Char('\n')) + QLatin1Char('\n');
 }
 
 QSpinBox* makeSpin(QWidget* parent, const QString& name, int max, const QString& special, const QString& tip) {
@@ -160,6 +181,16 @@ ZeroShotView::ZeroShotView(StoreService* store, QWidget* parent) : QWidget(paren
   results_->setEditTriggers(QAbstractItemView::NoEditTriggers);
   results_->verticalHeader()->setVisible(false);
   results_->horizontalHeader()->setStretchLastSection(false);
+  pairs_ = new QTableWidget(0, 8, this);
+  pairs_->setObjectName(QStringLiteral("zeroShotPairs"));
+  pairs_->setHorizontalHeaderLabels({tr("Task"), tr("Measure"), tr("Run a"), tr("Run b"), tr("b − a (95% interval)"),
+                                     tr("Right for a only"), tr("For b only"), tr("p (McNemar)")});
+  pairs_->setEditTriggers(QAbstractItemView::NoEditTriggers);
+  pairs_->verticalHeader()->setVisible(false);
+  pairs_->setToolTip(tr("Each later run against the first, example by example: the interval of the difference from "
+                        "the per-example differences, p from the examples only one run gets right (McNemar's exact "
+                        "test)"));
+  pairs_->hide();  // until two runs are scored
   copyButton_ = new QPushButton(tr("Copy as Markdown"), this);
   copyButton_->setObjectName(QStringLiteral("zeroShotCopy"));
   connect(copyButton_, &QPushButton::clicked, this, [this] { QApplication::clipboard()->setText(markdown()); });
@@ -201,7 +232,8 @@ ZeroShotView::ZeroShotView(StoreService* store, QWidget* parent) : QWidget(paren
   lowerLayout->addLayout(options);
   lowerLayout->addWidget(progress_);
   lowerLayout->addWidget(status_);
-  lowerLayout->addWidget(results_, 1);
+  lowerLayout->addWidget(results_, 2);
+  lowerLayout->addWidget(pairs_, 1);
   lowerLayout->addLayout(resultButtons);
   split->addWidget(lower);
   split->setStretchFactor(1, 2);
@@ -269,6 +301,7 @@ QList<qint64> ZeroShotView::checkedRuns() const {
   QList<qint64> ids;
   for (int i = 0; i < runs_->count(); ++i)
     if (runs_->item(i)->checkState() == Qt::Checked) ids << runs_->item(i)->data(Qt::UserRole).toLongLong();
+  std::sort(ids.begin(), ids.end());  // scored, and paired against the first, in the order they were made
   return ids;
 }
 
@@ -342,6 +375,8 @@ void ZeroShotView::start() {
   failed_ = 0;
   outcomes_.clear();
   results_->setRowCount(0);
+  pairs_->setRowCount(0);
+  pairs_->hide();
   progress_->setRange(0, 0);  // busy until the first batch is scored
   status_->setText(tr("Opening run %1…").arg(job.runIds.front()));
   worker_->stopFlag() = false;
@@ -408,26 +443,49 @@ void ZeroShotView::onFinished(bool stopped) {
   QString text = stopped ? tr("Stopped: %1 run(s) scored before it.").arg(done) : tr("%1 run(s) scored.").arg(done);
   if (failed_ > 0) text += tr(" %1 failed (see the table).").arg(failed_);
   if (storeCheck_->isChecked() && done > 0) text += tr(" Results kept with the runs.");
+  try {
+    showPairs();
+  } catch (const Error& e) {
+    text += QLatin1Char(' ') + QString::fromStdString(e.what());
+  }
   status_->setText(text);
   updateControls();
   Q_EMIT finished();
 }
 
-QString ZeroShotView::markdown() const {
-  QStringList lines;
-  lines << QLatin1String("| ") + kResultHeaders.join(QLatin1String(" | ")) + QLatin1String(" |");
-  QStringList rule;
-  for (int c = 0; c < kResultHeaders.size(); ++c) rule << (c >= 2 ? QStringLiteral("---:") : QStringLiteral("---"));
-  lines << QLatin1String("| ") + rule.join(QLatin1String(" | ")) + QLatin1String(" |");
-  for (int row = 0; row < results_->rowCount(); ++row) {
-    QStringList cells;
-    for (int c = 0; c < results_->columnCount(); ++c) {
-      const auto* item = results_->item(row, c);
-      cells << (item ? item->text().replace(QLatin1Char('|'), QLatin1String("\\|")) : QString());
+void ZeroShotView::showPairs() {
+  QList<const ZeroShotReport*> scored;
+  for (const ZeroShotOutcome& o : outcomes_)
+    if (o.error.isEmpty()) scored << &o.report;
+  for (int r = 1; r < scored.size(); ++r)
+    for (const PairedComparison& c : compare_reports(*scored.front(), *scored[r])) {
+      const int row = pairs_->rowCount();
+      pairs_->insertRow(row);
+      const QStringList cells = {
+          QString::fromStdString(c.task),
+          QString::fromStdString(c.measure),
+          QStringLiteral("%1: %2").arg(c.run_a).arg(c.a, 0, 'f', 4),
+          QStringLiteral("%1: %2").arg(c.run_b).arg(c.b, 0, 'f', 4),
+          QStringLiteral("%1 (%2, %3)")
+              .arg(c.difference, 0, 'f', 4)
+              .arg(fixedOrDash(c.ci_low, 4), fixedOrDash(c.ci_high, 4)),
+          QString::number(c.only_a),
+          QString::number(c.only_b),
+          QString::number(c.p_value, 'g', 3)};
+      for (int col = 0; col < cells.size(); ++col) {
+        auto* item = new QTableWidgetItem(cells[col]);
+        if (col >= 4) item->setTextAlignment(Qt::AlignRight | Qt::AlignVCenter);
+        pairs_->setItem(row, col, item);
+      }
     }
-    lines << QLatin1String("| ") + cells.join(QLatin1String(" | ")) + QLatin1String(" |");
-  }
-  return lines.join(QLatin1Char('\n')) + QLatin1Char('\n');
+  pairs_->setVisible(pairs_->rowCount() > 0);
+  pairs_->resizeColumnsToContents();
+}
+
+QString ZeroShotView::markdown() const {
+  QString text = tableMarkdown(results_, 2);
+  if (pairs_->rowCount() > 0) text += QLatin1Char('\n') + tableMarkdown(pairs_, 4);
+  return text;
 }
 
 void ZeroShotView::saveChoices() const {

@@ -90,6 +90,8 @@ class ZeroShotView : public QWidget {
   QPushButton* stopButton() const { return stopButton_; }
   QProgressBar* progressBar() const { return progress_; }
   QTableWidget* resultTable() const { return results_; }
+  /// Each later run against the first (the lowest id), task by task (shown when two or more runs were scored).
+  QTableWidget* pairTable() const { return pairs_; }
   QLabel* statusLabel() const { return status_; }
   const QList<ZeroShotOutcome>& outcomes() const { return outcomes_; }
 
@@ -99,6 +101,7 @@ class ZeroShotView : public QWidget {
   QStringList taskSpecs() const;
   /// Checks exactly these runs, where listed.
   void checkRuns(const QList<qint64>& ids);
+  /// The checked runs by id, lowest first.
   QList<qint64> checkedRuns() const;
   /// The results table as Markdown (what Copy puts on the clipboard).
   QString markdown() const;
@@ -121,6 +124,8 @@ class ZeroShotView : public QWidget {
   void addFiles();
   void removeSelectedTasks();
   void appendResultRows(const ZeroShotOutcome& outcome);
+  /// Fills the pairs table from the scored outcomes (ConfigError where two runs scored different examples).
+  void showPairs();
   void saveChoices() const;
   void restoreChoices();
   void updateControls();
@@ -141,6 +146,7 @@ class ZeroShotView : public QWidget {
   QPushButton* copyButton_ = nullptr;
   QProgressBar* progress_ = nullptr;
   QTableWidget* results_ = nullptr;
+  QTableWidget* pairs_ = nullptr;
   QLabel* status_ = nullptr;
   QList<ZeroShotOutcome> outcomes_;
   QSet<qint64> wanted_;  ///< runs to check once listed (checkRuns before the store answered)

@@ -1,0 +1,117 @@
+#include "core/analysis/zero_shot_compare.h"
+
+#include <spdlog/fmt/fmt.h>
+
+#include <algorithm>
+#include <sstream>
+
+#include "core/util/errors.h"
+
+namespace routelab {
+namespace {
+
+/// P(X <= k) + P(X >= n - k) for X ~ binomial(n, 1/2), k <= n / 2: the exact two-sided test of McNemar, summed in
+/// logarithms (n reaches the tens of thousands).
+double two_sided_binomial(std::int64_t k, std::int64_t n) {
+  if (n == 0) return 1.0;
+  const double log_half_n = static_cast<double>(n) * std::log(0.5);
+  const double log_n_fact = std::lgamma(static_cast<double>(n) + 1);
+  double tail = 0;
+  for (std::int64_t i = 0; i <= k; ++i)
+    tail += std::exp(log_n_fact - std::lgamma(static_cast<double>(i) + 1) -
+                     std::lgamma(static_cast<double>(n - i) + 1) + log_half_n);
+  return std::min(1.0, 2 * tail);
+}
+
+/// 1 where example i of `result` is right for `measure` ("acc" or "acc_norm"), from its scored samples; empty where
+/// the result has no such measure.
+std::vector<int> right_answers(const TaskResult& result, const std::string& measure) {
+  std::vector<int> out;
+  for (const auto& s : result.samples) {
+    if (result.kind == TaskKind::MultipleChoice) {
+      const auto pred = measure == "acc" ? s.pred : s.pred_norm;
+      if (pred < 0) return {};
+      out.push_back(pred == s.label ? 1 : 0);
+    } else if (result.kind == TaskKind::Cloze && measure == "acc") {
+      out.push_back(std::all_of(s.requests.begin(), s.requests.end(), [](const auto& r) { return r.greedy; }) ? 1
+                                                                                                              : 0);
+    } else {
+      return {};
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+PairedComparison compare_paired(const std::vector<int>& a, const std::vector<int>& b) {
+  if (a.size() != b.size())
+    throw ConfigError(fmt::format("a paired comparison needs the same examples: {} against {}", a.size(), b.size()));
+  PairedComparison c;
+  c.examples = static_cast<std::int64_t>(a.size());
+  if (a.empty()) return c;
+  double right_a = 0, right_b = 0, squares = 0;
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    right_a += a[i];
+    right_b += b[i];
+    const int d = b[i] - a[i];
+    squares += d * d;
+    c.only_a += a[i] && !b[i];
+    c.only_b += b[i] && !a[i];
+  }
+  const auto n = static_cast<double>(a.size());
+  c.a = right_a / n;
+  c.b = right_b / n;
+  c.difference = c.b - c.a;
+  if (a.size() > 1) {
+    const double variance = std::max(0.0, (squares - n * c.difference * c.difference) / (n - 1));
+    const double half = 1.96 * std::sqrt(variance / n);
+    c.ci_low = c.difference - half;
+    c.ci_high = c.difference + half;
+  }
+  c.p_value = two_sided_binomial(std::min(c.only_a, c.only_b), c.only_a + c.only_b);
+  return c;
+}
+
+std::vector<PairedComparison> compare_reports(const ZeroShotReport& a, const ZeroShotReport& b) {
+  std::vector<PairedComparison> out;
+  for (const auto& ta : a.tasks) {
+    const auto tb = std::find_if(b.tasks.begin(), b.tasks.end(), [&](const auto& t) { return t.name == ta.name; });
+    if (tb == b.tasks.end()) continue;
+    if (tb->samples.size() != ta.samples.size())
+      throw ConfigError(fmt::format("task {}: run {} scored {} examples, run {} {}: not the same examples", ta.name,
+                                    a.run_id, ta.samples.size(), b.run_id, tb->samples.size()));
+    for (const std::string measure : {"acc", "acc_norm"}) {
+      const auto right_a = right_answers(ta, measure), right_b = right_answers(*tb, measure);
+      if (right_a.empty() || right_b.empty()) continue;
+      auto c = compare_paired(right_a, right_b);
+      c.task = ta.name;
+      c.measure = measure;
+      c.run_a = a.run_id;
+      c.run_b = b.run_id;
+      out.push_back(std::move(c));
+    }
+  }
+  return out;
+}
+
+nlohmann::json PairedComparison::to_json() const {
+  const auto number = [](double v) { return std::isfinite(v) ? nlohmann::json(v) : nlohmann::json(nullptr); };
+  return {{"task", task},         {"measure", measure},   {"run_a", run_a},           {"run_b", run_b},
+          {"examples", examples}, {"a", number(a)},       {"b", number(b)},           {"difference", number(difference)},
+          {"ci_low", number(ci_low)}, {"ci_high", number(ci_high)}, {"only_a", only_a}, {"only_b", only_b},
+          {"p_value", number(p_value)}};
+}
+
+std::string comparisons_table(const std::vector<PairedComparison>& comparisons) {
+  std::ostringstream out;
+  out << "| task | measure | run a | run b | b - a (95% interval) | right for a only | for b only | p (McNemar) |\n"
+      << "|---|---|---|---|---|---|---|---|\n";
+  for (const auto& c : comparisons)
+    out << fmt::format("| {} | {} | {} {:.4f} | {} {:.4f} | {:+.4f} ({:+.4f}, {:+.4f}) | {} | {} | {:.3g} |\n", c.task,
+                       c.measure, c.run_a, c.a, c.run_b, c.b, c.difference, c.ci_low, c.ci_high, c.only_a, c.only_b,
+                       c.p_value);
+  return out.str();
+}
+
+}  // namespace routelab
