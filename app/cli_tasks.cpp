@@ -17,7 +17,7 @@ void add_task_commands(CLI::App& app, CLI::App& /*bench*/, CommandAction& action
     std::string db;
     std::vector<std::int64_t> run_ids;
     std::vector<std::string> tasks;
-    bool store = false, json = false;
+    bool store = false, json = false, every_checkpoint = false;
     std::string samples;
     ZeroShotOptions options;
   };
@@ -44,7 +44,11 @@ void add_task_commands(CLI::App& app, CLI::App& /*bench*/, CommandAction& action
   cmd->add_option("--max-length", args->options.max_length,
                   "tokens the model reads at most, longer contexts cut from the left (0: the run's data.context)")
       ->check(CLI::Range(std::int64_t{0}, std::int64_t{1} << 24));
-  cmd->add_option("--step", args->options.step, "checkpoint step (0: latest)");
+  auto* step = cmd->add_option("--step", args->options.step, "checkpoint step (0: latest)");
+  cmd->add_flag("--every-checkpoint", args->every_checkpoint,
+                "score every kept checkpoint of each run, oldest first (with --store: each task's measures over "
+                "training); runs are paired at their latest")
+      ->excludes(step);
   cmd->add_option("--set", args->options.sets, "eval-only override, e.g. model.inference=sparse (repeatable)");
   cmd->add_flag(
       "--store", args->store,
@@ -62,30 +66,39 @@ void add_task_commands(CLI::App& app, CLI::App& /*bench*/, CommandAction& action
         samples.open(args->samples, std::ios::binary | std::ios::trunc);
         if (!samples) throw ConfigError("--samples: cannot write " + args->samples);
       }
-      std::vector<ZeroShotReport> reports;
+      std::vector<ZeroShotReport> reports, latest;  // every report; each run's latest, for the pairs
       for (const auto run_id : args->run_ids) {
-        reports.push_back(evaluate_zero_shot(args->db, run_id, args->options));
-        const auto& report = reports.back();
-        for (const auto& task : report.tasks)
-          for (std::size_t i = 0; samples.is_open() && i < task.samples.size(); ++i) {
-            auto line = task.sample_json(i);
-            line["run"] = report.run_id;
-            samples << line.dump() << "\n";
+        std::vector<std::int64_t> steps = {args->options.step};
+        if (args->every_checkpoint) steps = checkpoint_steps(args->db, run_id);
+        if (steps.empty()) steps = {0};  // no checkpoint: evaluate_zero_shot names the run
+        for (const auto at : steps) {
+          auto options = args->options;
+          options.step = at;
+          reports.push_back(evaluate_zero_shot(args->db, run_id, options));
+          const auto& report = reports.back();
+          for (const auto& task : report.tasks)
+            for (std::size_t i = 0; samples.is_open() && i < task.samples.size(); ++i) {
+              auto line = task.sample_json(i);
+              line["run"] = report.run_id;
+              line["step"] = report.step;
+              samples << line.dump() << "\n";
+            }
+          if (!args->json) std::cout << report.to_table();
+          if (args->store) {
+            store_zero_shot(report.db_path, report);
+            std::cerr << "stored as metrics task/<name>/<measure> of run " << report.run_id << " at step "
+                      << report.step << "\n";
           }
-        if (!args->json) std::cout << report.to_table();
-        if (args->store) {
-          store_zero_shot(report.db_path, report);
-          std::cerr << "stored as metrics task/<name>/<measure> of run " << report.run_id << " at step "
-                    << report.step << "\n";
         }
+        latest.push_back(reports.back());
       }
       if (samples.is_open() && !samples.flush())
         throw ConfigError("--samples: writing " + args->samples + " failed (disk full?)");
       std::vector<PairedComparison> comparisons;
-      for (std::size_t r = 1; r < reports.size(); ++r)
-        for (auto& c : compare_reports(reports.front(), reports[r])) comparisons.push_back(std::move(c));
+      for (std::size_t r = 1; r < latest.size(); ++r)
+        for (auto& c : compare_reports(latest.front(), latest[r])) comparisons.push_back(std::move(c));
       if (args->json) {
-        nlohmann::json doc = reports.front().to_json();  // one run: its report, as before
+        nlohmann::json doc = reports.front().to_json();  // one run at one step: its report, as before
         if (reports.size() > 1) {
           doc = {{"runs", nlohmann::json::array()}, {"comparisons", nlohmann::json::array()}};
           for (const auto& report : reports) doc["runs"].push_back(report.to_json());
@@ -93,7 +106,7 @@ void add_task_commands(CLI::App& app, CLI::App& /*bench*/, CommandAction& action
         }
         std::cout << doc.dump(2) << "\n";
       } else if (!comparisons.empty()) {
-        std::cout << "\npaired against run " << reports.front().run_id
+        std::cout << "\npaired against run " << latest.front().run_id
                   << " (the same examples: the difference's interval from the per-example differences, p from the "
                      "examples only one run gets right)\n"
                   << comparisons_table(comparisons);

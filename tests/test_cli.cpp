@@ -654,6 +654,18 @@ class TestCli : public QObject {
     std::tie(code, output) = run({"tasks", "1", "2", "--db", db, "--task", piqa});  // the routed run and dense
     QVERIFY2(code == 0 && output.contains("paired against run 1") && output.contains("| piqa | acc | 1 "),
              qPrintable(output));
+    // Every kept checkpoint: a report each, oldest first, stored at its step (the task over training).
+    std::tie(code, output) = run({"train", "--preset", "tiny", "--steps", "2", "--set", "train.checkpoint_every=1",
+                                  "--db", db, "--quiet"});
+    QVERIFY2(code == 0, qPrintable(output));
+    std::tie(code, output) = run({"tasks", "3", "--db", db, "--task", piqa, "--every-checkpoint", "--store", "--json"});
+    QVERIFY2(code == 0, qPrintable(output));
+    const auto every = json_in(output).object().value("runs").toArray();
+    QVERIFY2(every.size() == 2 && every[0].toObject().value("step").toInt() == 1 &&
+                 every[1].toObject().value("step").toInt() == 2,
+             qPrintable(output));
+    std::tie(code, output) = run({"tasks", "3", "--db", db, "--task", piqa, "--every-checkpoint", "--step", "1"});
+    QVERIFY2(code != 0 && output.contains("excludes"), qPrintable(output));
     std::tie(code, output) = run({"tasks", "1", "--db", db, "--task", piqa, "--samples", home_.filePath("no/such/x")});
     QVERIFY2(code == 2 && output.contains("--samples: cannot write"), qPrintable(output));
     std::tie(code, output) = run({"show", "1", "--db", db});

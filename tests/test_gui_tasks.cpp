@@ -105,6 +105,7 @@ class TestGuiTasks : public QObject {
     lm_ = trainRun(db_.toStdString(), lm);
     auto seeded = lm;
     seeded.push_back("run.seed=2");
+    seeded.push_back("train.checkpoint_every=3");  // checkpoints at steps 3 and 6
     lm2_ = trainRun(db_.toStdString(), seeded);
     tagat_ = trainRun(db_.toStdString(),
                       {"model.arch=tagat", "model.n_layer=1", "model.n_embd=32", "model.n_head=4",
@@ -221,6 +222,30 @@ class TestGuiTasks : public QObject {
     QCOMPARE(view.resultTable()->rowCount(), 0);
     QVERIFY(stored("task/big/acc").empty());
     QVERIFY(view.runButton()->isEnabled() && !view.stopButton()->isEnabled());
+  }
+
+  void everyCheckpointDrawsTheTaskOverTraining() {
+    routelab::StoreService service(db_);
+    ZeroShotView view(&service);
+    QVERIFY(prepare(view, service));
+    view.checkRuns({lm2_});
+    while (view.taskTable()->rowCount() > 0) view.taskTable()->removeRow(0);
+    QVERIFY(view.addTask(piqa_));
+    view.batchSpin()->setValue(0);
+    view.everyCheckpointCheck()->setChecked(true);
+    QVERIFY(scoreAndWait(view));
+    QCOMPARE(view.outcomes().size(), 2);  // steps 3 and 6, oldest first
+    QCOMPARE(view.outcomes()[0].report.step, 3);
+    QCOMPARE(view.outcomes()[1].report.step, 6);
+    QVERIFY(view.resultTable()->item(0, 0)->text().endsWith(QStringLiteral("step 3")));
+    routelab::RunStore store(db_.toStdString(), /*mark_crashed=*/false);
+    const auto curve = store.metric(lm2_, "task/piqa/acc");
+    QCOMPARE(curve.size(), std::size_t{2});
+    QCOMPARE(curve[0].step, 3);
+    QCOMPARE(curve[1].step, 6);
+    QCOMPARE(curve[1].value, view.outcomes()[1].report.tasks.at(0).acc);
+    QVERIFY(!view.pairTable()->isVisible());  // one run
+    view.everyCheckpointCheck()->setChecked(false);
   }
 
   void choicesAreRemembered() {

@@ -88,31 +88,44 @@ void ZeroShotWorker::run(const ZeroShotJob& job) {
   const InterruptScope stopped([this] { return stop_.load(); });
   const int runs = static_cast<int>(job.runIds.size());
   for (int i = 0; i < runs && !stop_.load(); ++i) {
-    ZeroShotOutcome outcome;
-    outcome.runId = job.runIds[i];
-    try {
-      ZeroShotOptions options;
-      for (const QString& spec : job.tasks) options.tasks.push_back(parse_task_spec(spec.toStdString()));
-      options.limit = job.limit;
-      options.batch_size = job.batchSize;
-      options.max_length = job.maxLength;
-      auto shown = std::chrono::steady_clock::time_point();
-      options.progress = [&](std::size_t task, std::int64_t scored, std::int64_t total) {
-        const auto now = std::chrono::steady_clock::now();
-        if (scored < total && now - shown < std::chrono::milliseconds(100)) return;
-        shown = now;
-        Q_EMIT progressed(i, runs, QString::fromStdString(options.tasks[task].name), scored, total);
-      };
-      outcome.report = evaluate_zero_shot(dbPath_.toStdString(), outcome.runId, options);
-      if (job.store) store_zero_shot(dbPath_.toStdString(), outcome.report);
-    } catch (const Interrupted&) {
-      break;  // stopped: this run's results are neither shown nor kept
-    } catch (const Error& e) {
-      outcome.error = QString::fromStdString(e.what());
-    } catch (const std::exception& e) {
-      outcome.error = QString::fromStdString(foreign_error_text(e));
+    std::vector<std::int64_t> steps = {0};  // the latest
+    if (job.everyCheckpoint) {
+      try {
+        if (auto kept = checkpoint_steps(dbPath_.toStdString(), job.runIds[i]); !kept.empty()) steps = kept;
+      } catch (const Error&) {  // an unreadable store: the evaluation below names it
+      }
     }
-    Q_EMIT runDone(outcome);
+    for (std::size_t k = 0; k < steps.size() && !stop_.load(); ++k) {
+      ZeroShotOutcome outcome;
+      outcome.runId = job.runIds[i];
+      try {
+        ZeroShotOptions options;
+        for (const QString& spec : job.tasks) options.tasks.push_back(parse_task_spec(spec.toStdString()));
+        options.limit = job.limit;
+        options.batch_size = job.batchSize;
+        options.max_length = job.maxLength;
+        options.step = steps[k];
+        auto shown = std::chrono::steady_clock::time_point();
+        options.progress = [&](std::size_t task, std::int64_t scored, std::int64_t total) {
+          const auto now = std::chrono::steady_clock::now();
+          if (scored < total && now - shown < std::chrono::milliseconds(100)) return;
+          shown = now;
+          QString name = QString::fromStdString(options.tasks[task].name);
+          if (job.everyCheckpoint) name += tr(" at step %1").arg(steps[k]);
+          Q_EMIT progressed(i, runs, name, scored, total);
+        };
+        outcome.report = evaluate_zero_shot(dbPath_.toStdString(), outcome.runId, options);
+        if (job.store) store_zero_shot(dbPath_.toStdString(), outcome.report);
+      } catch (const Interrupted&) {
+        break;  // stopped: this checkpoint's results are neither shown nor kept
+      } catch (const Error& e) {
+        outcome.error = QString::fromStdString(e.what());
+      } catch (const std::exception& e) {
+        outcome.error = QString::fromStdString(foreign_error_text(e));
+      }
+      Q_EMIT runDone(outcome);
+      if (!outcome.error.isEmpty()) break;  // the run's other checkpoints would fail alike
+    }
   }
   Q_EMIT finished(stop_.load());
 }
@@ -157,6 +170,11 @@ ZeroShotView::ZeroShotView(StoreService* store, QWidget* parent) : QWidget(paren
   storeCheck_->setChecked(true);
   storeCheck_->setToolTip(tr("As metrics task/NAME/acc, … at the checkpoint's step (replacing an earlier score at "
                              "that step): the tables and the Compare view read them"));
+  everyCheckpoint_ = new QCheckBox(tr("every kept checkpoint"), this);
+  everyCheckpoint_->setObjectName(QStringLiteral("zeroShotEveryCheckpoint"));
+  everyCheckpoint_->setToolTip(tr("Score each run's every kept checkpoint, oldest first, not only its latest: kept "
+                                  "with the runs, each task's measures draw a curve over training (pairs use each "
+                                  "run's latest)"));
   runButton_ = new QPushButton(tr("Score"), this);
   runButton_->setObjectName(QStringLiteral("zeroShotRun"));
   runButton_->setShortcut(QKeySequence(Qt::CTRL | Qt::Key_Return));
@@ -217,6 +235,7 @@ ZeroShotView::ZeroShotView(StoreService* store, QWidget* parent) : QWidget(paren
     options->addWidget(spin);
   }
   options->addWidget(storeCheck_);
+  options->addWidget(everyCheckpoint_);
   options->addStretch(1);
   options->addWidget(runButton_);
   options->addWidget(stopButton_);
@@ -254,7 +273,8 @@ ZeroShotView::ZeroShotView(StoreService* store, QWidget* parent) : QWidget(paren
   restoreChoices();
   for (QSpinBox* spin : {limit_, batch_, length_})
     connect(spin, &QSpinBox::valueChanged, this, [this] { saveChoices(); });
-  connect(storeCheck_, &QCheckBox::toggled, this, [this] { saveChoices(); });
+  for (QCheckBox* check : {storeCheck_, everyCheckpoint_})
+    connect(check, &QCheckBox::toggled, this, [this] { saveChoices(); });
   updateControls();
 }
 
@@ -371,6 +391,7 @@ void ZeroShotView::start() {
   job.batchSize = batch_->value();
   job.maxLength = length_->value();
   job.store = storeCheck_->isChecked();
+  job.everyCheckpoint = everyCheckpoint_->isChecked();
   running_ = true;
   failed_ = 0;
   outcomes_.clear();
@@ -421,7 +442,8 @@ void ZeroShotView::appendResultRows(const ZeroShotOutcome& outcome) {
     return;
   }
   const ZeroShotReport& r = outcome.report;
-  const QString run = QStringLiteral("%1 · %2").arg(r.run_id).arg(QString::fromStdString(r.name));
+  const QString run =
+      QStringLiteral("%1 · %2 · step %3").arg(r.run_id).arg(QString::fromStdString(r.name)).arg(r.step);
   for (const TaskResult& t : r.tasks) {
     const double ppl = t.kind == TaskKind::Perplexity ? t.word_perplexity : t.perplexity;
     add({run, QString::fromStdString(t.name), QString::number(t.examples), valueWithError(t.acc, t.acc_stderr),
@@ -440,7 +462,8 @@ void ZeroShotView::onFinished(bool stopped) {
   progress_->setRange(0, 1);
   progress_->setValue(stopped ? 0 : 1);
   const int done = static_cast<int>(outcomes_.size()) - failed_;
-  QString text = stopped ? tr("Stopped: %1 run(s) scored before it.").arg(done) : tr("%1 run(s) scored.").arg(done);
+  QString text = stopped ? tr("Stopped: %1 run checkpoint(s) scored before it.").arg(done)
+                         : tr("%1 run checkpoint(s) scored.").arg(done);
   if (failed_ > 0) text += tr(" %1 failed (see the table).").arg(failed_);
   if (storeCheck_->isChecked() && done > 0) text += tr(" Results kept with the runs.");
   try {
@@ -454,9 +477,14 @@ void ZeroShotView::onFinished(bool stopped) {
 }
 
 void ZeroShotView::showPairs() {
-  QList<const ZeroShotReport*> scored;
-  for (const ZeroShotOutcome& o : outcomes_)
-    if (o.error.isEmpty()) scored << &o.report;
+  QList<const ZeroShotReport*> scored;  // each run's latest checkpoint, in the order the runs were scored
+  for (const ZeroShotOutcome& o : outcomes_) {
+    if (!o.error.isEmpty()) continue;
+    if (!scored.isEmpty() && scored.back()->run_id == o.report.run_id)
+      scored.back() = &o.report;  // checkpoints come oldest first
+    else
+      scored << &o.report;
+  }
   for (int r = 1; r < scored.size(); ++r)
     for (const PairedComparison& c : compare_reports(*scored.front(), *scored[r])) {
       const int row = pairs_->rowCount();
@@ -495,6 +523,7 @@ void ZeroShotView::saveChoices() const {
   settings.setValue(QStringLiteral("zeroShot/batch"), batch_->value());
   settings.setValue(QStringLiteral("zeroShot/length"), length_->value());
   settings.setValue(QStringLiteral("zeroShot/store"), storeCheck_->isChecked());
+  settings.setValue(QStringLiteral("zeroShot/everyCheckpoint"), everyCheckpoint_->isChecked());
 }
 
 void ZeroShotView::restoreChoices() {
@@ -503,6 +532,7 @@ void ZeroShotView::restoreChoices() {
   batch_->setValue(settings.value(QStringLiteral("zeroShot/batch"), 0).toInt());
   length_->setValue(settings.value(QStringLiteral("zeroShot/length"), 0).toInt());
   storeCheck_->setChecked(settings.value(QStringLiteral("zeroShot/store"), true).toBool());
+  everyCheckpoint_->setChecked(settings.value(QStringLiteral("zeroShot/everyCheckpoint"), false).toBool());
   for (const QString& text : settings.value(QStringLiteral("zeroShot/tasks")).toStringList()) {
     try {
       const auto spec = parse_task_spec(text.toStdString());
@@ -517,7 +547,7 @@ void ZeroShotView::updateControls() {
   runButton_->setEnabled(!running_ && !checkedRuns().isEmpty() && tasks_->rowCount() > 0);
   stopButton_->setEnabled(running_);
   for (QWidget* w : std::initializer_list<QWidget*>{runs_, tasks_, addButton_, removeButton_, limit_, batch_, length_,
-                                                   storeCheck_})
+                                                   storeCheck_, everyCheckpoint_})
     w->setEnabled(!running_);
 }
 

@@ -39,6 +39,7 @@ struct ZeroShotJob {
   QStringList tasks;  ///< "NAME=FILE:FORMAT", as `tasks --task` takes them
   qint64 limit = 0, batchSize = 0, maxLength = 0;  ///< 0: every example, the run's batch size, the run's context
   bool store = true;
+  bool everyCheckpoint = false;  ///< each run's every kept checkpoint, oldest first (else its latest)
 };
 
 /// One run's outcome: its report, or the error that stopped it (a bad task file, a run that does not open).
@@ -61,7 +62,8 @@ class ZeroShotWorker : public QObject {
   void run(const routelab::ZeroShotJob& job);
 
  Q_SIGNALS:
-  /// Run `run` of `runs` (from 0), task `task`: `scored` of `total` requests (at most ten times a second).
+  /// Run `run` of `runs` (from 0), task `task` (with its checkpoint's step when every one is scored): `scored` of
+  /// `total` requests (at most ten times a second).
   void progressed(int run, int runs, const QString& task, qint64 scored, qint64 total);
   void runDone(const routelab::ZeroShotOutcome& outcome);
   void finished(bool stopped);
@@ -86,6 +88,8 @@ class ZeroShotView : public QWidget {
   QSpinBox* batchSpin() const { return batch_; }
   QSpinBox* lengthSpin() const { return length_; }
   QCheckBox* storeCheck() const { return storeCheck_; }
+  /// Score every kept checkpoint of each run (the stored measures then draw each task over training).
+  QCheckBox* everyCheckpointCheck() const { return everyCheckpoint_; }
   QPushButton* runButton() const { return runButton_; }
   QPushButton* stopButton() const { return stopButton_; }
   QProgressBar* progressBar() const { return progress_; }
@@ -141,6 +145,7 @@ class ZeroShotView : public QWidget {
   QSpinBox* batch_ = nullptr;
   QSpinBox* length_ = nullptr;
   QCheckBox* storeCheck_ = nullptr;
+  QCheckBox* everyCheckpoint_ = nullptr;
   QPushButton* runButton_ = nullptr;
   QPushButton* stopButton_ = nullptr;
   QPushButton* copyButton_ = nullptr;

@@ -2,6 +2,7 @@
 
 #include <spdlog/fmt/fmt.h>
 
+#include <algorithm>
 #include <cmath>
 #include <ctime>
 #include <sstream>
@@ -61,6 +62,14 @@ ZeroShotReport evaluate_zero_shot(const std::string& db_path, std::int64_t run_i
     report.tasks.push_back(evaluate_task(*run.model, run.tokenizer(), tasks[i], scoring));
   }
   return report;
+}
+
+std::vector<std::int64_t> checkpoint_steps(const std::string& db_path, std::int64_t run_id) {
+  const RunStore store(db_path.empty() ? default_db_path() : db_path, /*mark_crashed=*/false);
+  std::vector<std::int64_t> steps;
+  for (const auto& c : store.checkpoints(run_id)) steps.push_back(c.step);
+  std::sort(steps.begin(), steps.end());
+  return steps;
 }
 
 void store_zero_shot(const std::string& db_path, const ZeroShotReport& report) {

@@ -39,6 +39,10 @@ struct ZeroShotReport {
 /// the calling thread stops it between two batches (Interrupted).
 ZeroShotReport evaluate_zero_shot(const std::string& db_path, std::int64_t run_id, const ZeroShotOptions& options);
 
+/// The steps of run `run_id`'s kept checkpoints, oldest first (empty for a run without any, or unknown), for scoring
+/// every one of them: the stored measures then draw each task over training.
+std::vector<std::int64_t> checkpoint_steps(const std::string& db_path, std::int64_t run_id);
+
 /// Keeps the results with the run: each task's measures as metrics "task/<name>/<measure>" at the checkpoint's step
 /// (replacing those of an earlier call at that step) and its result document as analysis ("zero-shot", name).
 void store_zero_shot(const std::string& db_path, const ZeroShotReport& report);
