@@ -66,15 +66,13 @@ void add_task_commands(CLI::App& app, CLI::App& /*bench*/, CommandAction& action
         samples.open(args->samples, std::ios::binary | std::ios::trunc);
         if (!samples) throw ConfigError("--samples: cannot write " + args->samples);
       }
-      std::vector<ZeroShotReport> reports, latest;  // every report; each run's latest, for the pairs
+      const auto tasks = read_tasks(args->options);  // once, for every run and checkpoint
+      std::vector<ZeroShotReport> reports, latest;   // every report; each run's latest, for the pairs
       for (const auto run_id : args->run_ids) {
-        std::vector<std::int64_t> steps = {args->options.step};
-        if (args->every_checkpoint) steps = checkpoint_steps(args->db, run_id);
-        if (steps.empty()) steps = {0};  // no checkpoint: evaluate_zero_shot names the run
-        for (const auto at : steps) {
+        for (const auto at : steps_to_score(args->db, run_id, args->every_checkpoint, args->options.step)) {
           auto options = args->options;
           options.step = at;
-          reports.push_back(evaluate_zero_shot(args->db, run_id, options));
+          reports.push_back(evaluate_zero_shot(args->db, run_id, tasks, options));
           const auto& report = reports.back();
           for (const auto& task : report.tasks)
             for (std::size_t i = 0; samples.is_open() && i < task.samples.size(); ++i) {

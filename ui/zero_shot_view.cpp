@@ -84,47 +84,60 @@ QSpinBox* makeSpin(QWidget* parent, const QString& name, int max, const QString&
 
 // ---- worker ----------------------------------------------------------------------------------------------------
 
+namespace {
+
+QString errorText(const std::exception& e) {
+  return QString::fromStdString(dynamic_cast<const Error*>(&e) ? e.what() : foreign_error_text(e));
+}
+
+}  // namespace
+
 void ZeroShotWorker::run(const ZeroShotJob& job) {
   const InterruptScope stopped([this] { return stop_.load(); });
   const int runs = static_cast<int>(job.runIds.size());
+  ZeroShotOptions options;
+  options.limit = job.limit;
+  options.batch_size = job.batchSize;
+  options.max_length = job.maxLength;
+  std::vector<ZeroShotTask> tasks;  // read once for every run and checkpoint
+  QString unreadable;               // a bad task file: every run's row says so
+  try {
+    for (const QString& spec : job.tasks) options.tasks.push_back(parse_task_spec(spec.toStdString()));
+    tasks = read_tasks(options);
+  } catch (const std::exception& e) {
+    unreadable = errorText(e);
+  }
   for (int i = 0; i < runs && !stop_.load(); ++i) {
-    std::vector<std::int64_t> steps = {0};  // the latest
-    if (job.everyCheckpoint) {
-      try {
-        if (auto kept = checkpoint_steps(dbPath_.toStdString(), job.runIds[i]); !kept.empty()) steps = kept;
-      } catch (const Error&) {  // an unreadable store: the evaluation below names it
-      }
+    ZeroShotOutcome outcome;
+    outcome.runId = job.runIds[i];
+    outcome.error = unreadable;
+    std::vector<std::int64_t> steps;
+    try {
+      if (unreadable.isEmpty()) steps = steps_to_score(dbPath_.toStdString(), outcome.runId, job.everyCheckpoint, 0);
+    } catch (const std::exception& e) {
+      outcome.error = errorText(e);
     }
-    for (std::size_t k = 0; k < steps.size() && !stop_.load(); ++k) {
-      ZeroShotOutcome outcome;
-      outcome.runId = job.runIds[i];
+    if (!outcome.error.isEmpty()) Q_EMIT runDone(outcome);
+    for (std::size_t k = 0; k < steps.size() && outcome.error.isEmpty() && !stop_.load(); ++k) {
+      options.step = steps[k];
+      auto shown = std::chrono::steady_clock::time_point();
+      options.progress = [&](std::size_t task, std::int64_t scored, std::int64_t total) {
+        const auto now = std::chrono::steady_clock::now();
+        if (scored < total && now - shown < std::chrono::milliseconds(100)) return;
+        shown = now;
+        QString name = QString::fromStdString(tasks[task].name);
+        if (job.everyCheckpoint) name += tr(" at step %1").arg(steps[k]);
+        Q_EMIT progressed(i, runs, name, scored, total);
+      };
       try {
-        ZeroShotOptions options;
-        for (const QString& spec : job.tasks) options.tasks.push_back(parse_task_spec(spec.toStdString()));
-        options.limit = job.limit;
-        options.batch_size = job.batchSize;
-        options.max_length = job.maxLength;
-        options.step = steps[k];
-        auto shown = std::chrono::steady_clock::time_point();
-        options.progress = [&](std::size_t task, std::int64_t scored, std::int64_t total) {
-          const auto now = std::chrono::steady_clock::now();
-          if (scored < total && now - shown < std::chrono::milliseconds(100)) return;
-          shown = now;
-          QString name = QString::fromStdString(options.tasks[task].name);
-          if (job.everyCheckpoint) name += tr(" at step %1").arg(steps[k]);
-          Q_EMIT progressed(i, runs, name, scored, total);
-        };
-        outcome.report = evaluate_zero_shot(dbPath_.toStdString(), outcome.runId, options);
+        outcome.report = evaluate_zero_shot(dbPath_.toStdString(), outcome.runId, tasks, options);
         if (job.store) store_zero_shot(dbPath_.toStdString(), outcome.report);
       } catch (const Interrupted&) {
         break;  // stopped: this checkpoint's results are neither shown nor kept
-      } catch (const Error& e) {
-        outcome.error = QString::fromStdString(e.what());
       } catch (const std::exception& e) {
-        outcome.error = QString::fromStdString(foreign_error_text(e));
+        outcome.error = errorText(e);  // the run's other checkpoints would fail alike: the loop ends
       }
       Q_EMIT runDone(outcome);
-      if (!outcome.error.isEmpty()) break;  // the run's other checkpoints would fail alike
     }
   }
   Q_EMIT finished(stop_.load());

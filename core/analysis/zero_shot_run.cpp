@@ -26,7 +26,7 @@ std::string number(double value, const char* format = "{:.3f}") {
 
 }  // namespace
 
-ZeroShotReport evaluate_zero_shot(const std::string& db_path, std::int64_t run_id, const ZeroShotOptions& options) {
+std::vector<ZeroShotTask> read_tasks(const ZeroShotOptions& options) {
   if (options.tasks.empty()) throw ConfigError("--task: give at least one task file");
   std::vector<ZeroShotTask> tasks;
   for (const auto& spec : options.tasks) {
@@ -34,6 +34,15 @@ ZeroShotReport evaluate_zero_shot(const std::string& db_path, std::int64_t run_i
       if (t.name == spec.name) throw ConfigError("--task: two tasks named '" + spec.name + "' (name one NAME=FILE)");
     tasks.push_back(read_task(spec, options.limit));
   }
+  return tasks;
+}
+
+ZeroShotReport evaluate_zero_shot(const std::string& db_path, std::int64_t run_id, const ZeroShotOptions& options) {
+  return evaluate_zero_shot(db_path, run_id, read_tasks(options), options);
+}
+
+ZeroShotReport evaluate_zero_shot(const std::string& db_path, std::int64_t run_id,
+                                  const std::vector<ZeroShotTask>& tasks, const ZeroShotOptions& options) {
   auto run = load_run(db_path, run_id, options.sets, options.step, RunData::Tokenizer);
   ZeroShotReport report;
   report.run_id = run.run_id;
@@ -64,11 +73,14 @@ ZeroShotReport evaluate_zero_shot(const std::string& db_path, std::int64_t run_i
   return report;
 }
 
-std::vector<std::int64_t> checkpoint_steps(const std::string& db_path, std::int64_t run_id) {
+std::vector<std::int64_t> steps_to_score(const std::string& db_path, std::int64_t run_id, bool every_checkpoint,
+                                         std::int64_t step) {
+  if (!every_checkpoint) return {step};
   const RunStore store(db_path.empty() ? default_db_path() : db_path, /*mark_crashed=*/false);
   std::vector<std::int64_t> steps;
   for (const auto& c : store.checkpoints(run_id)) steps.push_back(c.step);
   std::sort(steps.begin(), steps.end());
+  if (steps.empty()) steps = {0};  // none kept: scoring the latest names the run
   return steps;
 }
 

@@ -39,9 +39,18 @@ struct ZeroShotReport {
 /// the calling thread stops it between two batches (Interrupted).
 ZeroShotReport evaluate_zero_shot(const std::string& db_path, std::int64_t run_id, const ZeroShotOptions& options);
 
-/// The steps of run `run_id`'s kept checkpoints, oldest first (empty for a run without any, or unknown), for scoring
-/// every one of them: the stored measures then draw each task over training.
-std::vector<std::int64_t> checkpoint_steps(const std::string& db_path, std::int64_t run_id);
+/// The task files of `options` read once (DataError naming the file, line and key; ConfigError for none or two of one
+/// name), for scoring several runs or checkpoints on them with the overload below.
+std::vector<ZeroShotTask> read_tasks(const ZeroShotOptions& options);
+/// evaluate_zero_shot on tasks already read (options.tasks and options.limit are not read again).
+ZeroShotReport evaluate_zero_shot(const std::string& db_path, std::int64_t run_id,
+                                  const std::vector<ZeroShotTask>& tasks, const ZeroShotOptions& options);
+
+/// The checkpoint steps to score of run `run_id`: `step` alone (0 = the latest), or with `every_checkpoint` the steps
+/// of its kept checkpoints, oldest first (the stored measures then draw each task over training; {0} for a run
+/// without any, whose scoring names it). StoreError for an unreadable store.
+std::vector<std::int64_t> steps_to_score(const std::string& db_path, std::int64_t run_id, bool every_checkpoint,
+                                         std::int64_t step);
 
 /// Keeps the results with the run: each task's measures as metrics "task/<name>/<measure>" at the checkpoint's step
 /// (replacing those of an earlier call at that step) and its result document as analysis ("zero-shot", name).
