@@ -230,7 +230,7 @@ void RunsPanel::buildActions() {
   routes_->setToolTip(
       tr("Compare the selected runs' routing by kind of token, from their latest checkpoints (the "
          "first time a checkpoint is broken down it is computed and kept in the store)"));
-  copyIds_ = make(tr("Copy &ids"), QKeySequence(Qt::CTRL | Qt::SHIFT | Qt::Key_C), [this] {
+  copyIds_ = make(tr("Copy &ids"), QKeySequence::Copy, [this] {
     QList<qint64> ids = selectedRunIds();
     std::sort(ids.begin(), ids.end());
     QStringList text;
@@ -239,7 +239,7 @@ void RunsPanel::buildActions() {
   });
   copyIds_->setObjectName(QStringLiteral("copyIdsAction"));
   copyIds_->setToolTip(
-      tr("Copy the selected runs' ids, comma-separated, for the command line's --runs (Ctrl+Shift+C)"));
+      tr("Copy the selected runs' ids, comma-separated, for the command line's --runs (Ctrl+C)"));
   dashboard_ = make(tr("Open &dashboard"), QKeySequence(Qt::Key_Return), [this] {
     for (qint64 id : selectedRunIds()) Q_EMIT dashboardRequested(id);
   });
