@@ -57,7 +57,7 @@ void add_task_commands(CLI::App& app, CLI::App& /*bench*/, CommandAction& action
   cmd->add_flag("--json", args->json, "machine-readable output");
   cmd->add_option("--samples", args->samples,
                   "write every example as scored to this JSON Lines file: its task, label, prediction and each "
-                  "request's log-likelihood, token count and greedy flag");
+                  "request's context, continuation, log-likelihood, token count and greedy flag");
   cmd->callback([args, &action] {
     action = [args] {
       for (const auto& t : args->tasks) args->options.tasks.push_back(parse_task_spec(t));
@@ -74,9 +74,9 @@ void add_task_commands(CLI::App& app, CLI::App& /*bench*/, CommandAction& action
           options.step = at;
           reports.push_back(evaluate_zero_shot(args->db, run_id, tasks, options));
           const auto& report = reports.back();
-          for (const auto& task : report.tasks)
-            for (std::size_t i = 0; samples.is_open() && i < task.samples.size(); ++i) {
-              auto line = task.sample_json(i);
+          for (std::size_t t = 0; t < report.tasks.size(); ++t)  // the report's tasks in the order read
+            for (std::size_t i = 0; samples.is_open() && i < report.tasks[t].samples.size(); ++i) {
+              auto line = report.tasks[t].sample_json(i, &tasks.at(t));
               line["run"] = report.run_id;
               line["step"] = report.step;
               samples << line.dump() << "\n";

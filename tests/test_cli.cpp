@@ -649,7 +649,9 @@ class TestCli : public QObject {
     QVERIFY(written.open(QIODevice::ReadOnly));
     const auto sample = nlohmann::json::parse(written.readAll().toStdString());
     QVERIFY2(sample.at("task") == "piqa" && sample.at("label") == 0 && sample.at("requests").size() == 2 &&
-                 sample.at("acc") == (sample.at("pred") == 0 ? 1 : 0),
+                 sample.at("acc") == (sample.at("pred") == 0 ? 1 : 0) &&
+                 sample.at("requests")[0].at("context") == "Question: And God said\nAnswer:" &&
+                 sample.at("requests")[1].at("continuation") == " qqq",
              sample.dump().c_str());
     std::tie(code, output) = run({"tasks", "1", "2", "--db", db, "--task", piqa});  // the routed run and dense
     QVERIFY2(code == 0 && output.contains("paired against run 1") && output.contains("| piqa | acc | 1 "),

@@ -65,7 +65,7 @@ class TestGuiTasks : public QObject {
   Q_OBJECT
 
   QTemporaryDir home_;
-  QString db_, piqa_, lambada_, bad_, big_;
+  QString db_, piqa_, lambada_, bad_, big_, forty_;
   qint64 lm_ = 0, lm2_ = 0, tagat_ = 0;
 
   /// A view on the test store, shown, once its runs are listed.
@@ -123,6 +123,13 @@ class TestGuiTasks : public QObject {
     std::string many;
     for (int i = 0; i < 3000; ++i) many += piqaLine("And God said " + std::to_string(i), "unto", "qqq", i % 2);
     big_ = writeFile(home_, QStringLiteral("big.jsonl"), many);
+    // Forty two-way examples the two small runs answer differently here and there.
+    const std::vector<std::string> words = {"light", "earth", "waters", "beginning", "darkness", "heaven", "God", "day"};
+    std::string forty;
+    for (std::size_t i = 0; i < 40; ++i)
+      forty += piqaLine("And the " + words[i % 8] + " was", words[(i * 3 + 1) % 8] + " upon the",
+                        words[(i * 5 + 2) % 8] + " of", static_cast<int>(i % 2));
+    forty_ = writeFile(home_, QStringLiteral("forty.jsonl"), forty);
   }
 
   void scoresTheCheckedRunsAsTheCliDoes() {
@@ -187,6 +194,50 @@ class TestGuiTasks : public QObject {
     QVERIFY(markdown[0].startsWith(QStringLiteral("| Run | Task | Examples | acc |")));
     QVERIFY(markdown[2].contains(QStringLiteral(" | piqa | 3 | ")));
     QVERIFY(markdown[6].startsWith(QStringLiteral("| Task | Measure | Run a | Run b |")));
+  }
+
+  void disagreementsListTheDiscordantExamples() {
+    // Selecting a pair lists the examples behind its discordant counts, each with its text and both runs' choices.
+    QSettings().remove(QStringLiteral("zeroShot"));  // this page's own list and options, forgotten at the end
+    const auto forget = qScopeGuard([] { QSettings().remove(QStringLiteral("zeroShot")); });
+    routelab::StoreService service(db_);
+    ZeroShotView view(&service);
+    QVERIFY(prepare(view, service));
+    QVERIFY(view.addTask(forty_));
+    view.storeCheck()->setChecked(false);
+    view.checkRuns({lm_, lm2_});
+    QVERIFY(scoreAndWait(view));
+    QTableWidget* pairs = view.pairTable();
+    QTableWidget* examples = view.disagreementTable();
+    QCOMPARE(pairs->rowCount(), 2);  // acc and acc_norm
+    QVERIFY(!examples->isVisible());
+    const auto task = routelab::read_task(routelab::parse_task_spec(forty_.toStdString()));
+    int listed = 0;
+    for (int row = 0; row < 2; ++row) {
+      pairs->selectRow(row);
+      QVERIFY(examples->isVisible());
+      const int discordant = pairs->item(row, 5)->text().toInt() + pairs->item(row, 6)->text().toInt();
+      QCOMPARE(examples->rowCount(), discordant);
+      const auto expected = routelab::disagreements(view.outcomes()[0].report, view.outcomes()[1].report, "forty",
+                                                    pairs->item(row, 1)->text().toStdString());
+      QCOMPARE(static_cast<int>(expected.size()), discordant);
+      for (int r = 0; r < discordant; ++r) {
+        const auto& d = expected[static_cast<std::size_t>(r)];
+        const auto& example = task.examples.at(static_cast<std::size_t>(d.example));
+        QCOMPARE(examples->item(r, 0)->text(), QString::number(d.example));
+        QCOMPARE(examples->item(r, 1)->text(), QString::number(d.right_a ? lm_ : lm2_));
+        QCOMPARE(examples->item(r, 2)->toolTip(), QString::fromStdString(example.requests[0].context));
+        QCOMPARE(examples->item(r, 3)->text(),
+                 QString::fromStdString(example.requests.at(static_cast<std::size_t>(d.label)).continuation).trimmed());
+        // The run it is right for chose the answer; the other run chose the other choice.
+        QCOMPARE(examples->item(r, d.right_a ? 4 : 5)->text(), examples->item(r, 3)->text());
+        QVERIFY(examples->item(r, d.right_a ? 5 : 4)->text() != examples->item(r, 3)->text());
+      }
+      listed += discordant;
+    }
+    QVERIFY2(listed > 0, "the two runs agreed on every example: the check read nothing");
+    pairs->clearSelection();
+    QVERIFY(!examples->isVisible());
   }
 
   void badFilesAndStopsKeepNothing() {

@@ -325,8 +325,13 @@ class TestZeroShot : public QObject {
       right += pred == example.label;
       right_norm += pred_norm == example.label;
       // Each example as scored (tasks --samples): its choices' scores, prediction and label.
-      const auto sample = result.sample_json(e);
+      const auto sample = result.sample_json(e, &task);
       QCOMPARE(sample.at("pred").get<int>(), pred);
+      for (std::size_t c = 0; c < 2; ++c) {  // the harness's arguments: each request's text
+        QCOMPARE(sample.at("requests")[c].at("context").get<std::string>(), example.requests[c].context);
+        QCOMPARE(sample.at("requests")[c].at("continuation").get<std::string>(), example.requests[c].continuation);
+      }
+      QVERIFY(!result.sample_json(e).at("requests")[0].contains("context"));
       QCOMPARE(sample.at("pred_norm").get<int>(), pred_norm);
       QCOMPARE(sample.at("label").get<std::int64_t>(), example.label);
       QCOMPARE(sample.at("acc").get<int>(), pred == example.label ? 1 : 0);
@@ -372,6 +377,7 @@ class TestZeroShot : public QObject {
     QCOMPARE(rolled.requests, std::int64_t{(static_cast<std::int64_t>(doc.size()) - 1 + 7) / 8});
     QCOMPARE(rolled.tokens, static_cast<std::int64_t>(doc.size()) - 1);
     QCOMPARE(rolled.sample_json(0).at("requests").size(), static_cast<std::size_t>(rolled.requests));  // its windows
+    QVERIFY(!rolled.sample_json(0, &text).at("requests")[0].contains("context"));  // windows, not the file's requests
     QVERIFY2(std::abs(ll - windows) < 1e-3, qPrintable(QString("%1 vs %2").arg(ll).arg(windows)));
     QVERIFY(std::abs(rolled.word_perplexity - std::exp(-ll / 13)) < 1e-6 * rolled.word_perplexity);
     QVERIFY(std::abs(rolled.byte_perplexity - std::exp(-ll / 52)) < 1e-6 * rolled.byte_perplexity);
@@ -446,6 +452,42 @@ class TestZeroShot : public QObject {
     QVERIFY(comparisons_table(rows).find("| piqa | acc | 1 0.6667 | 2 1.0000 | +0.3333") != std::string::npos);
     const auto shorter = report(3, {{0, 0, 0}}, {});
     QVERIFY_THROWS_EXCEPTION(ConfigError, compare_reports(first, shorter));
+
+    // The examples behind the discordant counts: each right for one run only, with both runs' choices.
+    const auto norm = disagreements(first, second, "piqa", "acc_norm");
+    QCOMPARE(norm.size(), static_cast<std::size_t>(rows[1].only_a + rows[1].only_b));
+    QCOMPARE(norm[0].example, std::int64_t{0});  // label 0: a chose 1, b chose 0
+    QVERIFY(!norm[0].right_a);
+    QCOMPARE(norm[0].pred_a, std::int64_t{1});
+    QCOMPARE(norm[0].pred_b, std::int64_t{0});
+    QCOMPARE(norm[1].example, std::int64_t{1});  // label 1: a chose 1, b chose 0
+    QVERIFY(norm[1].right_a);
+    QCOMPARE(norm[1].label, std::int64_t{1});
+    const auto acc = disagreements(first, second, "piqa", "acc");
+    QCOMPARE(acc.size(), std::size_t{1});
+    QCOMPARE(acc[0].example, std::int64_t{1});
+    const auto last_word = disagreements(first, second, "lambada", "acc");
+    QCOMPARE(last_word.size(), std::size_t{1});
+    QCOMPARE(last_word[0].example, std::int64_t{1});
+    QCOMPARE(last_word[0].pred_a, std::int64_t{-1});  // cloze: right or wrong, no choice
+    QVERIFY(!last_word[0].right_a);
+    QVERIFY(disagreements(first, second, "lambada", "acc_norm").empty());
+    QVERIFY(disagreements(first, second, "hellaswag", "acc").empty());
+    QVERIFY(disagreements(first, first, "piqa", "acc").empty());
+    QVERIFY_THROWS_EXCEPTION(ConfigError, disagreements(first, shorter, "piqa", "acc"));
+
+    // An example's text: a shared prompt and its choices, or (Winogrande) whole sentences.
+    TaskExample mc;
+    mc.requests = {{"Q: which?", " one"}, {"Q: which?", " two"}};
+    const auto shown = example_text(mc);
+    QCOMPARE(shown.prompt, std::string("Q: which?"));
+    QCOMPARE(shown.choices, (std::vector<std::string>{" one", " two"}));
+    TaskExample wino;
+    wino.requests = {{"The cup fell because the cup", " was slippery."},
+                     {"The cup fell because the hand", " was slippery."}};
+    const auto sentences = example_text(wino);
+    QVERIFY(sentences.prompt.empty());
+    QCOMPARE(sentences.choices[1], std::string("The cup fell because the hand was slippery."));
   }
 
   void resultsAreKeptWithTheRun() {

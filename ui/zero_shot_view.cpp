@@ -99,18 +99,21 @@ void ZeroShotWorker::run(const ZeroShotJob& job) {
   options.limit = job.limit;
   options.batch_size = job.batchSize;
   options.max_length = job.maxLength;
-  std::vector<ZeroShotTask> tasks;  // read once for every run and checkpoint
-  QString unreadable;               // a bad task file: every run's row says so
+  std::shared_ptr<const std::vector<ZeroShotTask>> read;  // once for every run and checkpoint
+  QString unreadable;                                      // a bad task file: every run's row says so
   try {
     for (const QString& spec : job.tasks) options.tasks.push_back(parse_task_spec(spec.toStdString()));
-    tasks = read_tasks(options);
+    read = std::make_shared<const std::vector<ZeroShotTask>>(read_tasks(options));
   } catch (const std::exception& e) {
     unreadable = errorText(e);
   }
+  static const std::vector<ZeroShotTask> none;
+  const std::vector<ZeroShotTask>& tasks = read ? *read : none;
   for (int i = 0; i < runs && !stop_.load(); ++i) {
     ZeroShotOutcome outcome;
     outcome.runId = job.runIds[i];
     outcome.error = unreadable;
+    outcome.tasks = read;
     std::vector<std::int64_t> steps;
     try {
       if (unreadable.isEmpty()) steps = steps_to_score(dbPath_.toStdString(), outcome.runId, job.everyCheckpoint, 0);
@@ -222,6 +225,24 @@ ZeroShotView::ZeroShotView(StoreService* store, QWidget* parent) : QWidget(paren
                         "the per-example differences, p from the examples only one run gets right (McNemar's exact "
                         "test)"));
   pairs_->hide();  // until two runs are scored
+  pairs_->setSelectionBehavior(QAbstractItemView::SelectRows);
+  pairs_->setSelectionMode(QAbstractItemView::SingleSelection);
+  connect(pairs_, &QTableWidget::itemSelectionChanged, this, &ZeroShotView::showDisagreements);
+  examplesLabel_ = new QLabel(this);
+  examplesLabel_->setObjectName(QStringLiteral("zeroShotDisagreementsLabel"));
+  examplesLabel_->setWordWrap(true);
+  examplesLabel_->hide();
+  examples_ = new QTableWidget(0, 6, this);
+  examples_->setObjectName(QStringLiteral("zeroShotDisagreements"));
+  examples_->setHorizontalHeaderLabels(
+      {tr("Example"), tr("Right for"), tr("Prompt"), tr("Answer"), tr("Run a chose"), tr("Run b chose")});
+  examples_->setEditTriggers(QAbstractItemView::NoEditTriggers);
+  examples_->setSelectionBehavior(QAbstractItemView::SelectRows);
+  examples_->verticalHeader()->setVisible(false);
+  examples_->setWordWrap(false);
+  examples_->setToolTip(tr("The examples the selected pair disagrees on, in the file's order (hover a prompt for its "
+                           "whole text)"));
+  examples_->hide();  // until a pair is selected
   copyButton_ = new QPushButton(tr("Copy as Markdown"), this);
   copyButton_->setObjectName(QStringLiteral("zeroShotCopy"));
   connect(copyButton_, &QPushButton::clicked, this, [this] { QApplication::clipboard()->setText(markdown()); });
@@ -266,6 +287,8 @@ ZeroShotView::ZeroShotView(StoreService* store, QWidget* parent) : QWidget(paren
   lowerLayout->addWidget(status_);
   lowerLayout->addWidget(results_, 2);
   lowerLayout->addWidget(pairs_, 1);
+  lowerLayout->addWidget(examplesLabel_);
+  lowerLayout->addWidget(examples_, 2);
   lowerLayout->addLayout(resultButtons);
   split->addWidget(lower);
   split->setStretchFactor(1, 2);
@@ -411,6 +434,7 @@ void ZeroShotView::start() {
   results_->setRowCount(0);
   pairs_->setRowCount(0);
   pairs_->hide();
+  showDisagreements();
   progress_->setRange(0, 0);  // busy until the first batch is scored
   status_->setText(tr("Opening run %1…").arg(job.runIds.front()));
   worker_->stopFlag() = false;
@@ -490,16 +514,17 @@ void ZeroShotView::onFinished(bool stopped) {
 }
 
 void ZeroShotView::showPairs() {
-  QList<const ZeroShotReport*> scored;  // each run's latest checkpoint, in the order the runs were scored
-  for (const ZeroShotOutcome& o : outcomes_) {
+  QList<int> scored;  // outcomes_'s index of each run's latest checkpoint, in the order the runs were scored
+  for (int i = 0; i < outcomes_.size(); ++i) {
+    const ZeroShotOutcome& o = outcomes_[i];
     if (!o.error.isEmpty()) continue;
-    if (!scored.isEmpty() && scored.back()->run_id == o.report.run_id)
-      scored.back() = &o.report;  // checkpoints come oldest first
+    if (!scored.isEmpty() && outcomes_[scored.back()].report.run_id == o.report.run_id)
+      scored.back() = i;  // checkpoints come oldest first
     else
-      scored << &o.report;
+      scored << i;
   }
   for (int r = 1; r < scored.size(); ++r)
-    for (const PairedComparison& c : compare_reports(*scored.front(), *scored[r])) {
+    for (const PairedComparison& c : compare_reports(outcomes_[scored.front()].report, outcomes_[scored[r]].report)) {
       const int row = pairs_->rowCount();
       pairs_->insertRow(row);
       const QStringList cells = {
@@ -518,9 +543,62 @@ void ZeroShotView::showPairs() {
         if (col >= 4) item->setTextAlignment(Qt::AlignRight | Qt::AlignVCenter);
         pairs_->setItem(row, col, item);
       }
+      pairs_->item(row, 0)->setData(Qt::UserRole, QList<QVariant>{scored.front(), scored[r]});
     }
   pairs_->setVisible(pairs_->rowCount() > 0);
   pairs_->resizeColumnsToContents();
+}
+
+void ZeroShotView::showDisagreements() {
+  examples_->setRowCount(0);
+  const QList<QTableWidgetItem*> selected = pairs_->selectedItems();
+  const QTableWidgetItem* first = selected.isEmpty() ? nullptr : pairs_->item(selected.first()->row(), 0);
+  const QList<QVariant> pair = first ? first->data(Qt::UserRole).toList() : QList<QVariant>();
+  examplesLabel_->setVisible(pair.size() == 2);
+  examples_->setVisible(pair.size() == 2);
+  if (pair.size() != 2) return;
+  const ZeroShotOutcome& a = outcomes_.at(pair[0].toInt());
+  const ZeroShotOutcome& b = outcomes_.at(pair[1].toInt());
+  const std::string task = first->text().toStdString();
+  const std::string measure = pairs_->item(first->row(), 1)->text().toStdString();
+  const auto found = std::find_if(a.tasks->begin(), a.tasks->end(), [&](const auto& t) { return t.name == task; });
+  if (found == a.tasks->end()) return;
+  const std::vector<Disagreement> rows = disagreements(a.report, b.report, task, measure);
+  examplesLabel_->setText(tr("%1 examples of %2 where runs %3 and %4 disagree on %5 (right for one of them only):")
+                              .arg(rows.size())
+                              .arg(QString::fromStdString(task))
+                              .arg(a.report.run_id)
+                              .arg(b.report.run_id)
+                              .arg(QString::fromStdString(measure)));
+  constexpr int kPromptChars = 160;
+  const auto choice = [&](const ExampleText& text, std::int64_t pred) {
+    return pred >= 0 && pred < static_cast<std::int64_t>(text.choices.size())
+               ? QString::fromStdString(text.choices[static_cast<std::size_t>(pred)]).trimmed()
+               : QString();
+  };
+  examples_->setRowCount(static_cast<int>(rows.size()));
+  for (int row = 0; row < examples_->rowCount(); ++row) {
+    const Disagreement& d = rows[static_cast<std::size_t>(row)];
+    const ExampleText text = example_text(found->examples.at(static_cast<std::size_t>(d.example)));
+    const QString prompt = QString::fromStdString(text.prompt).simplified();
+    const bool cloze = d.pred_a < 0;
+    const QString right = tr("right"), wrong = tr("wrong");
+    const QStringList cells = {
+        QString::number(d.example),
+        QString::number(d.right_a ? a.report.run_id : b.report.run_id),
+        prompt.size() > kPromptChars ? QStringLiteral("…") + prompt.right(kPromptChars - 1) : prompt,
+        choice(text, d.label),
+        cloze ? (d.right_a ? right : wrong) : choice(text, d.pred_a),
+        cloze ? (d.right_a ? wrong : right) : choice(text, d.pred_b)};
+    for (int col = 0; col < cells.size(); ++col) {
+      auto* item = new QTableWidgetItem(cells[col]);
+      if (col == 2) item->setToolTip(QString::fromStdString(text.prompt));
+      if (col < 2) item->setTextAlignment(Qt::AlignRight | Qt::AlignVCenter);
+      examples_->setItem(row, col, item);
+    }
+  }
+  examples_->resizeColumnsToContents();
+  examples_->setColumnWidth(2, std::min(examples_->columnWidth(2), 480));
 }
 
 QString ZeroShotView::markdown() const {

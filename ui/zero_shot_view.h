@@ -47,6 +47,8 @@ struct ZeroShotOutcome {
   qint64 runId = 0;
   QString error;
   ZeroShotReport report;  ///< when error is empty
+  /// The tasks as read (their examples' text), shared by every outcome of a job: what the disagreements show.
+  std::shared_ptr<const std::vector<ZeroShotTask>> tasks;
 };
 
 /// Lives on the view's thread of work: opens each run (its stored tokenizer and weights) and scores it.
@@ -96,6 +98,9 @@ class ZeroShotView : public QWidget {
   QTableWidget* resultTable() const { return results_; }
   /// Each later run against the first (the lowest id), task by task (shown when two or more runs were scored).
   QTableWidget* pairTable() const { return pairs_; }
+  /// The examples the selected pair disagrees on: index, the run it is right for, prompt, answer, each run's choice
+  /// (shown while a pair is selected).
+  QTableWidget* disagreementTable() const { return examples_; }
   QLabel* statusLabel() const { return status_; }
   const QList<ZeroShotOutcome>& outcomes() const { return outcomes_; }
 
@@ -130,6 +135,8 @@ class ZeroShotView : public QWidget {
   void appendResultRows(const ZeroShotOutcome& outcome);
   /// Fills the pairs table from the scored outcomes (ConfigError where two runs scored different examples).
   void showPairs();
+  /// Fills the disagreements table from the selected pair (hidden without one).
+  void showDisagreements();
   void saveChoices() const;
   void restoreChoices();
   void updateControls();
@@ -152,6 +159,8 @@ class ZeroShotView : public QWidget {
   QProgressBar* progress_ = nullptr;
   QTableWidget* results_ = nullptr;
   QTableWidget* pairs_ = nullptr;
+  QLabel* examplesLabel_ = nullptr;
+  QTableWidget* examples_ = nullptr;
   QLabel* status_ = nullptr;
   QList<ZeroShotOutcome> outcomes_;
   QSet<qint64> wanted_;  ///< runs to check once listed (checkRuns before the store answered)

@@ -242,15 +242,21 @@ std::vector<std::pair<std::string, double>> task_metrics(const TaskResult& r) {
   return out;
 }
 
-nlohmann::json TaskResult::sample_json(std::size_t i) const {
+nlohmann::json TaskResult::sample_json(std::size_t i, const ZeroShotTask* task) const {
   const auto& s = samples.at(i);
   nlohmann::json j = {{"task", name}, {"example", i}};
   nlohmann::json requests = nlohmann::json::array();
+  const TaskExample* example = task && kind != TaskKind::Perplexity ? &task->examples.at(i) : nullptr;
   double ll = 0;
   bool greedy = true;
-  for (const auto& r : s.requests) {
+  for (std::size_t k = 0; k < s.requests.size(); ++k) {
+    const auto& r = s.requests[k];
     requests.push_back(
         {{"loglikelihood", r.loglikelihood}, {"tokens", r.tokens}, {"greedy", r.greedy}, {"truncated", r.truncated}});
+    if (example) {
+      requests.back()["context"] = example->requests.at(k).context;
+      requests.back()["continuation"] = example->requests.at(k).continuation;
+    }
     ll += r.loglikelihood;
     greedy = greedy && r.greedy;
   }

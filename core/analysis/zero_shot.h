@@ -109,7 +109,9 @@ struct TaskResult {
   nlohmann::json to_json() const;
   /// Example `i` as a JSON object: task, example, label, pred, pred_norm, acc, acc_norm (as the task has them) and
   /// each request's loglikelihood, tokens, greedy and truncated (the harness's --log_samples, in RouteLab's terms).
-  nlohmann::json sample_json(std::size_t i) const;
+  /// Given the task it was scored on, each request also has its context and continuation (the harness's arguments;
+  /// not for perplexity tasks, whose requests are a document's windows).
+  nlohmann::json sample_json(std::size_t i, const ZeroShotTask* task = nullptr) const;
 };
 
 /// Evaluates one task in eval mode without gradients. Perplexity tasks score each document in consecutive windows of

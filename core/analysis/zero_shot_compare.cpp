@@ -3,6 +3,8 @@
 #include <spdlog/fmt/fmt.h>
 
 #include <algorithm>
+#include <optional>
+#include <utility>
 #include <sstream>
 
 #include "core/util/errors.h"
@@ -23,23 +25,38 @@ double two_sided_binomial(std::int64_t k, std::int64_t n) {
   return std::min(1.0, 2 * tail);
 }
 
-/// 1 where example i of `result` is right for `measure` ("acc" or "acc_norm"), from its scored samples; empty where
-/// the result has no such measure.
+/// Whether `sample` of `result` is right for `measure` ("acc" or "acc_norm") and the choice behind it (-1 for cloze);
+/// nullopt where the result has no such measure.
+std::optional<std::pair<bool, std::int64_t>> answer(const TaskResult& result, const ExampleScore& sample,
+                                                   const std::string& measure) {
+  if (result.kind == TaskKind::MultipleChoice) {
+    const auto pred = measure == "acc" ? sample.pred : sample.pred_norm;
+    if (pred < 0) return std::nullopt;
+    return std::pair{pred == sample.label, pred};
+  }
+  if (result.kind == TaskKind::Cloze && measure == "acc") {
+    const bool greedy =
+        std::all_of(sample.requests.begin(), sample.requests.end(), [](const auto& r) { return r.greedy; });
+    return std::pair{greedy, std::int64_t{-1}};
+  }
+  return std::nullopt;
+}
+
+/// 1 where example i of `result` is right for `measure`; empty where the result has no such measure.
 std::vector<int> right_answers(const TaskResult& result, const std::string& measure) {
   std::vector<int> out;
   for (const auto& s : result.samples) {
-    if (result.kind == TaskKind::MultipleChoice) {
-      const auto pred = measure == "acc" ? s.pred : s.pred_norm;
-      if (pred < 0) return {};
-      out.push_back(pred == s.label ? 1 : 0);
-    } else if (result.kind == TaskKind::Cloze && measure == "acc") {
-      out.push_back(std::all_of(s.requests.begin(), s.requests.end(), [](const auto& r) { return r.greedy; }) ? 1
-                                                                                                              : 0);
-    } else {
-      return {};
-    }
+    const auto a = answer(result, s, measure);
+    if (!a) return {};
+    out.push_back(a->first ? 1 : 0);
   }
   return out;
+}
+
+void require_same_examples(const TaskResult& a, std::int64_t run_a, const TaskResult& b, std::int64_t run_b) {
+  if (a.samples.size() != b.samples.size())
+    throw ConfigError(fmt::format("task {}: run {} scored {} examples, run {} {}: not the same examples", a.name, run_a,
+                                  a.samples.size(), run_b, b.samples.size()));
 }
 
 }  // namespace
@@ -78,9 +95,7 @@ std::vector<PairedComparison> compare_reports(const ZeroShotReport& a, const Zer
   for (const auto& ta : a.tasks) {
     const auto tb = std::find_if(b.tasks.begin(), b.tasks.end(), [&](const auto& t) { return t.name == ta.name; });
     if (tb == b.tasks.end()) continue;
-    if (tb->samples.size() != ta.samples.size())
-      throw ConfigError(fmt::format("task {}: run {} scored {} examples, run {} {}: not the same examples", ta.name,
-                                    a.run_id, ta.samples.size(), b.run_id, tb->samples.size()));
+    require_same_examples(ta, a.run_id, *tb, b.run_id);
     for (const std::string measure : {"acc", "acc_norm"}) {
       const auto right_a = right_answers(ta, measure), right_b = right_answers(*tb, measure);
       if (right_a.empty() || right_b.empty()) continue;
@@ -93,6 +108,43 @@ std::vector<PairedComparison> compare_reports(const ZeroShotReport& a, const Zer
     }
   }
   return out;
+}
+
+std::vector<Disagreement> disagreements(const ZeroShotReport& report_a, const ZeroShotReport& report_b,
+                                        const std::string& task, const std::string& measure) {
+  const auto named = [&](const ZeroShotReport& r) -> const TaskResult* {
+    const auto t = std::find_if(r.tasks.begin(), r.tasks.end(), [&](const TaskResult& x) { return x.name == task; });
+    return t == r.tasks.end() ? nullptr : &*t;
+  };
+  const TaskResult* pa = named(report_a);
+  const TaskResult* pb = named(report_b);
+  if (!pa || !pb) return {};
+  const TaskResult& a = *pa;
+  const TaskResult& b = *pb;
+  require_same_examples(a, report_a.run_id, b, report_b.run_id);
+  std::vector<Disagreement> out;
+  for (std::size_t i = 0; i < a.samples.size(); ++i) {
+    const auto x = answer(a, a.samples[i], measure), y = answer(b, b.samples[i], measure);
+    if (!x || !y) return {};
+    if (x->first == y->first) continue;
+    out.push_back({static_cast<std::int64_t>(i), a.samples[i].label, x->second, y->second, x->first});
+  }
+  return out;
+}
+
+ExampleText example_text(const TaskExample& example) {
+  ExampleText text;
+  const auto& r = example.requests;
+  if (r.empty()) return text;
+  const bool shared_context =
+      std::all_of(r.begin(), r.end(), [&](const TaskRequest& q) { return q.context == r.front().context; });
+  if (shared_context || r.size() == 1) {
+    text.prompt = r.front().context;
+    for (const auto& q : r) text.choices.push_back(q.continuation);
+  } else {  // Winogrande: the choices are contexts ending where the shared continuation begins
+    for (const auto& q : r) text.choices.push_back(q.context + q.continuation);
+  }
+  return text;
 }
 
 nlohmann::json PairedComparison::to_json() const {

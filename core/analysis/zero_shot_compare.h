@@ -35,6 +35,30 @@ PairedComparison compare_paired(const std::vector<int>& a, const std::vector<int
 /// A task of the same name with another number of examples is a ConfigError naming it (not the same examples).
 std::vector<PairedComparison> compare_reports(const ZeroShotReport& a, const ZeroShotReport& b);
 
+/// An example the two runs of a comparison answer differently for a measure: right for one, wrong for the other (the
+/// discordant examples McNemar's test counts). `pred_a`, `pred_b`: each run's choice (multiple choice: the choice
+/// scored highest, per character for acc_norm; -1 for cloze, where right means every answer token was the greedy one).
+struct Disagreement {
+  std::int64_t example = 0;  ///< its index in the task file's examples
+  std::int64_t label = 0, pred_a = -1, pred_b = -1;
+  bool right_a = false;      ///< right for run a (and wrong for run b), else the reverse
+};
+
+/// The examples of task `task` where runs a and b disagree on `measure`, in the file's order: as many as the
+/// comparison's only_a + only_b. Empty where either run lacks the task or the measure; ConfigError (as
+/// compare_reports) where they scored different numbers of examples.
+std::vector<Disagreement> disagreements(const ZeroShotReport& a, const ZeroShotReport& b, const std::string& task,
+                                        const std::string& measure);
+
+/// An example's text, for reading a disagreement: the prompt its choices follow and each choice. Winogrande's choices
+/// are contexts sharing one continuation: each is then the whole sentence and the prompt empty. A cloze example is
+/// its context and its one answer.
+struct ExampleText {
+  std::string prompt;
+  std::vector<std::string> choices;
+};
+ExampleText example_text(const TaskExample& example);
+
 /// A Markdown table of comparisons: task, measure, the two accuracies, the difference with its interval, the
 /// discordant examples and the p-value.
 std::string comparisons_table(const std::vector<PairedComparison>& comparisons);
