@@ -231,7 +231,6 @@ ZeroShotView::ZeroShotView(StoreService* store, QWidget* parent) : QWidget(paren
   examplesLabel_ = new QLabel(this);
   examplesLabel_->setObjectName(QStringLiteral("zeroShotDisagreementsLabel"));
   examplesLabel_->setWordWrap(true);
-  examplesLabel_->hide();
   examples_ = new QTableWidget(0, 6, this);
   examples_->setObjectName(QStringLiteral("zeroShotDisagreements"));
   examples_->setHorizontalHeaderLabels(
@@ -242,7 +241,6 @@ ZeroShotView::ZeroShotView(StoreService* store, QWidget* parent) : QWidget(paren
   examples_->setWordWrap(false);
   examples_->setToolTip(tr("The examples the selected pair disagrees on, in the file's order (hover a prompt for its "
                            "whole text)"));
-  examples_->hide();  // until a pair is selected
   copyButton_ = new QPushButton(tr("Copy as Markdown"), this);
   copyButton_->setObjectName(QStringLiteral("zeroShotCopy"));
   connect(copyButton_, &QPushButton::clicked, this, [this] { QApplication::clipboard()->setText(markdown()); });
@@ -285,10 +283,21 @@ ZeroShotView::ZeroShotView(StoreService* store, QWidget* parent) : QWidget(paren
   lowerLayout->addLayout(options);
   lowerLayout->addWidget(progress_);
   lowerLayout->addWidget(status_);
-  lowerLayout->addWidget(results_, 2);
-  lowerLayout->addWidget(pairs_, 1);
-  lowerLayout->addWidget(examplesLabel_);
-  lowerLayout->addWidget(examples_, 2);
+  auto* examplesPane = new QWidget(this);  // the label and its table shown and hidden together
+  auto* examplesLayout = new QVBoxLayout(examplesPane);
+  examplesLayout->setContentsMargins(0, 0, 0, 0);
+  examplesLayout->addWidget(examplesLabel_);
+  examplesLayout->addWidget(examples_, 1);
+  examplesPane->hide();  // until a pair is selected
+  auto* tables = new QSplitter(Qt::Vertical, this);  // results, pairs and disagreements, each resizable
+  tables->setChildrenCollapsible(false);
+  tables->addWidget(results_);
+  tables->addWidget(pairs_);
+  tables->addWidget(examplesPane);
+  tables->setStretchFactor(0, 2);
+  tables->setStretchFactor(1, 1);
+  tables->setStretchFactor(2, 2);
+  lowerLayout->addWidget(tables, 1);
   lowerLayout->addLayout(resultButtons);
   split->addWidget(lower);
   split->setStretchFactor(1, 2);
@@ -554,8 +563,7 @@ void ZeroShotView::showDisagreements() {
   const QList<QTableWidgetItem*> selected = pairs_->selectedItems();
   const QTableWidgetItem* first = selected.isEmpty() ? nullptr : pairs_->item(selected.first()->row(), 0);
   const QList<QVariant> pair = first ? first->data(Qt::UserRole).toList() : QList<QVariant>();
-  examplesLabel_->setVisible(pair.size() == 2);
-  examples_->setVisible(pair.size() == 2);
+  examples_->parentWidget()->setVisible(pair.size() == 2);
   if (pair.size() != 2) return;
   const ZeroShotOutcome& a = outcomes_.at(pair[0].toInt());
   const ZeroShotOutcome& b = outcomes_.at(pair[1].toInt());
