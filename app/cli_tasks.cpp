@@ -16,7 +16,7 @@ void add_task_commands(CLI::App& app, CLI::App& /*bench*/, CommandAction& action
   struct Args {
     std::string db;
     std::vector<std::int64_t> run_ids;
-    std::vector<std::string> tasks;
+    std::vector<std::string> tasks, fewshot_from;
     bool store = false, json = false, every_checkpoint = false;
     std::string samples;
     ZeroShotOptions options;
@@ -44,6 +44,16 @@ void add_task_commands(CLI::App& app, CLI::App& /*bench*/, CommandAction& action
   cmd->add_option("--max-length", args->options.max_length,
                   "tokens the model reads at most, longer contexts cut from the left (0: the run's data.context)")
       ->check(CLI::Range(std::int64_t{0}, std::int64_t{1} << 24));
+  auto* shots = cmd->add_option("--fewshot", args->options.fewshot,
+                                 "solved examples before each prompt, drawn as lm-evaluation-harness draws them "
+                                 "(--num_fewshot; results named NAME_Kshot; 0: zero-shot)")
+                    ->check(CLI::Range(0, 1000));
+  cmd->add_option("--fewshot-from", args->fewshot_from,
+                  "NAME=FILE:FORMAT: task NAME's few-shot examples from FILE, its training or dev split (repeatable; "
+                  "a task not named draws from its own file, never its own answer)")
+      ->needs(shots);
+  cmd->add_option("--fewshot-seed", args->options.fewshot_seed, "the draw's seed (the harness's fewshot_random_seed)")
+      ->needs(shots);
   auto* step = cmd->add_option("--step", args->options.step, "checkpoint step (0: latest)");
   cmd->add_flag("--every-checkpoint", args->every_checkpoint,
                 "score every kept checkpoint of each run, oldest first (with --store: each task's measures over "
@@ -61,6 +71,7 @@ void add_task_commands(CLI::App& app, CLI::App& /*bench*/, CommandAction& action
   cmd->callback([args, &action] {
     action = [args] {
       for (const auto& t : args->tasks) args->options.tasks.push_back(parse_task_spec(t));
+      for (const auto& t : args->fewshot_from) args->options.fewshot_from.push_back(parse_task_spec(t));
       std::ofstream samples;
       if (!args->samples.empty()) {  // opened first: a path that cannot be written fails before any scoring
         samples.open(args->samples, std::ios::binary | std::ios::trunc);

@@ -653,6 +653,17 @@ class TestCli : public QObject {
                  sample.at("requests")[0].at("context") == "Question: And God said\nAnswer:" &&
                  sample.at("requests")[1].at("continuation") == " qqq",
              sample.dump().c_str());
+    std::tie(code, output) = run({"tasks", "1", "--db", db, "--task", piqa, "--fewshot-from", "piqa=" + piqa});
+    QVERIFY2(code != 0 && output.contains("--fewshot-from requires --fewshot"), qPrintable(output));
+    std::tie(code, output) = run({"tasks", "1", "--db", db, "--task", piqa, "--fewshot", "1"});  // one example only
+    QVERIFY2(code == 2 && output.contains("piqa.jsonl: 1 few-shot examples asked for task piqa, the file holds 0 "
+                                          "other than the example"),
+             qPrintable(output));
+    std::tie(code, output) = run({"tasks", "1", "--db", db, "--task", piqa, "--fewshot", "1", "--fewshot-from",
+                                  "piqa=" + piqa, "--json"});
+    const auto one_shot = json_in(output).object().value("tasks").toArray().at(0).toObject();
+    QVERIFY2(code == 0 && one_shot.value("name").toString() == "piqa_1shot" && one_shot.value("shots").toInt() == 1,
+             qPrintable(output));
     std::tie(code, output) = run({"tasks", "1", "2", "--db", db, "--task", piqa});  // the routed run and dense
     QVERIFY2(code == 0 && output.contains("paired against run 1") && output.contains("| piqa | acc | 1 "),
              qPrintable(output));

@@ -18,6 +18,7 @@
 #include "core/train/trainer.h"
 #include "core/util/errors.h"
 #include "core/util/interrupt.h"
+#include "core/util/python_random.h"
 #include "tests/conformance_support.h"
 #include "tests/suite.h"
 
@@ -488,6 +489,96 @@ class TestZeroShot : public QObject {
     const auto sentences = example_text(wino);
     QVERIFY(sentences.prompt.empty());
     QCOMPARE(sentences.choices[1], std::string("The cup fell because the hand was slippery."));
+  }
+
+  void fewShotPromptsAreTheHarnesss() {
+    // Python's random.Random(seed): the values CPython 3.11 gives (getrandbits, and sample's pool and set ways).
+    PythonRandom bits(1234);
+    QCOMPARE(bits.getrandbits(32), 4150886329u);
+    QCOMPARE(bits.getrandbits(32), 3342196574u);
+    QCOMPARE(bits.getrandbits(32), 1892932127u);
+    QCOMPARE(PythonRandom(1234).sample(100, 5), (std::vector<std::uint64_t>{99, 56, 14, 0, 11}));  // a set
+    QCOMPARE(PythonRandom(1234).sample(10, 6), (std::vector<std::uint64_t>{7, 1, 0, 9, 4, 6}));    // a pool
+    QCOMPARE(PythonRandom(1234).sample(10000, 25),
+             (std::vector<std::uint64_t>{7220, 1914, 122,  1485, 9539, 572,  1375, 1612, 5810,
+                                         3879, 285,  504,  259,  5670, 7933, 7594, 2433, 1495,
+                                         2999, 1874, 239,  8242, 7974, 4093, 1057}));
+    PythonRandom again(1234);  // consecutive draws share the generator
+    QCOMPARE(again.sample(7, 3), (std::vector<std::uint64_t>{6, 3, 0}));
+    QCOMPARE(again.sample(7, 3), (std::vector<std::uint64_t>{0, 6, 4}));
+    QCOMPARE(PythonRandom((std::uint64_t{1} << 40) + 5).sample(1000, 3), (std::vector<std::uint64_t>{516, 529, 275}));
+
+    QTemporaryDir dir;
+    const auto read = [&](const std::string& name, const std::string& text) {
+      return read_task(TaskSpec{name, write(dir, name + ".jsonl", text), ""});
+    };
+    std::string lines;
+    for (int i = 0; i < 4; ++i)
+      lines += nlohmann::json{{"goal", "P" + std::to_string(i)}, {"sol1", "a" + std::to_string(i)},
+                              {"sol2", "b" + std::to_string(i)}, {"label", i % 2}}
+                   .dump() +
+               "\n";
+    const auto pool = read("pool", lines);
+    const auto piqa_line = [](const std::string& goal, int label) {
+      return nlohmann::json{{"goal", goal}, {"sol1", "x"}, {"sol2", "y"}, {"label", label}}.dump() + "\n";
+    };
+    const auto task = read("piqa", piqa_line("G", 0) + piqa_line("H", 1));
+    // Random(1234) draws [3, 0] for the first example and [0, 3] for the second: prompt, answer, a blank line.
+    const auto two = with_few_shot(task, pool, /*same_file=*/false, 2);
+    QCOMPARE(two.name, std::string("piqa_2shot"));
+    QCOMPARE(two.shots, std::int64_t{2});
+    const std::string shot3 = "Question: P3\nAnswer: b3\n\n", shot0 = "Question: P0\nAnswer: a0\n\n";
+    QCOMPARE(two.examples[0].requests[1].context, shot3 + shot0 + "Question: G\nAnswer:");
+    QCOMPARE(two.examples[0].requests[1].continuation, std::string(" y"));
+    QCOMPARE(two.examples[1].requests[0].context, shot0 + shot3 + "Question: H\nAnswer:");
+    // From its own file an example never sees its own answer: 2 drawn, itself dropped, the first other kept.
+    const auto own = with_few_shot(pool, pool, /*same_file=*/true, 1);
+    const std::vector<int> expected = {3, 0, 0, 0};
+    for (int e = 0; e < 4; ++e) {
+      const int k = expected[static_cast<std::size_t>(e)];
+      QCOMPARE(own.examples[static_cast<std::size_t>(e)].requests[0].context,
+               "Question: P" + std::to_string(k) + "\nAnswer: " + (k % 2 ? "b" : "a") + std::to_string(k) +
+                   "\n\nQuestion: P" + std::to_string(e) + "\nAnswer:");
+    }
+    QCOMPARE(with_few_shot(task, pool, false, 0).examples[0].requests[0].context, std::string("Question: G\nAnswer:"));
+
+    // LAMBADA's answer is its target alone: the target delimiter doubles its space, as in the harness's prompts.
+    const auto words = read("lambada", "{\"text\": \"a b c\"}\n{\"text\": \"d e f\"}\n");
+    const auto cloze = with_few_shot(words, words, true, 1);
+    QCOMPARE(cloze.examples[0].requests[0].context, std::string("d e  f\n\na b"));
+    QCOMPARE(cloze.examples[0].requests[0].continuation, std::string(" c"));
+    // MMLU: the subject line once, then the dev split's first examples in order (the harness's first_n sampler).
+    const auto question = [](const std::string& q, int answer) {
+      return nlohmann::json{{"question", q}, {"subject", "astronomy"}, {"choices", {"p", "q"}}, {"answer", answer}}
+                 .dump() +
+             "\n";
+    };
+    const auto dev = read("dev", question("D1", 1) + question("D2", 0) + question("D3", 1));
+    const auto mmlu = with_few_shot(read("mmlu", question("T", 0)), dev, false, 2);
+    QCOMPARE(mmlu.examples[0].requests[0].context,
+             std::string("The following are multiple choice questions (with answers) about astronomy.\n\n"
+                         "D1\nA. p\nB. q\nAnswer: B\n\nD2\nA. p\nB. q\nAnswer: A\n\nT\nA. p\nB. q\nAnswer:"));
+
+    // What cannot be drawn or prompted is named.
+    const auto message = error_of([&] { with_few_shot(task, pool, false, 5); });
+    QVERIFY2(message.find("pool.jsonl: 5 few-shot examples asked for task piqa, the file holds 4") != std::string::npos,
+             message.c_str());
+    QVERIFY(error_of([&] { with_few_shot(pool, pool, true, 4); }).find("holds 3 other than the example") !=
+            std::string::npos);
+    QVERIFY(error_of([&] { with_few_shot(task, words, false, 1); }).find("format lambada") != std::string::npos);
+    const auto text = read_task(TaskSpec{"w", write(dir, "w.txt", "some words"), ""});
+    QVERIFY(error_of([&] { with_few_shot(text, text, true, 1); }).find("for multiple-choice and cloze") !=
+            std::string::npos);
+    ZeroShotOptions options;
+    options.tasks = {TaskSpec{"piqa", dir.filePath("piqa.jsonl").toStdString(), ""}};
+    options.fewshot = 1;
+    options.fewshot_from = {TaskSpec{"arc", dir.filePath("pool.jsonl").toStdString(), ""}};
+    QVERIFY(error_of([&] { read_tasks(options); }).find("--fewshot-from: no task named 'arc'") != std::string::npos);
+    options.fewshot_from[0].name = "piqa";  // read from the named file, --limit not applied to it
+    options.limit = 1;
+    const auto read_back = read_tasks(options);
+    QCOMPARE(read_back.at(0).examples.size(), std::size_t{1});
+    QCOMPARE(read_back.at(0).examples[0].requests[0].context, shot3 + "Question: G\nAnswer:");
   }
 
   void resultsAreKeptWithTheRun() {

@@ -143,6 +143,7 @@ TaskResult evaluate_task(LanguageModel& model, const Tokenizer& tokenizer, const
   TaskResult result;
   result.name = task.name;
   result.format = task.format;
+  result.shots = task.shots;
   result.path = task.path;
   result.kind = task.kind;
   result.examples = static_cast<std::int64_t>(task.examples.size());
@@ -282,6 +283,7 @@ nlohmann::json TaskResult::to_json() const {
   const auto number = [](double v) { return std::isfinite(v) ? nlohmann::json(v) : nlohmann::json(nullptr); };
   return {{"name", name},
           {"format", format},
+          {"shots", shots},
           {"path", path},
           {"kind", to_string(kind)},
           {"examples", examples},

@@ -23,6 +23,7 @@ class Tokenizer;
 /// One log-likelihood asked of the model: log p(continuation | context), summed over the continuation's tokens.
 struct TaskRequest {
   std::string context, continuation;
+  bool operator==(const TaskRequest&) const = default;
 };
 
 /// One example: a request per choice and the right one's index (multiple choice; Winogrande's choices are contexts
@@ -34,6 +35,8 @@ struct TaskExample {
   std::int64_t label = 0;
   std::vector<double> lengths;
   double words = 0, bytes = 0;
+  /// Said once before any few-shot examples (MMLU's subject line); every request's context begins with it.
+  std::string description;
 };
 
 enum class TaskKind { MultipleChoice, Cloze, Perplexity };
@@ -44,6 +47,7 @@ struct ZeroShotTask {
   std::string path;
   TaskKind kind = TaskKind::MultipleChoice;
   std::vector<TaskExample> examples;
+  std::int64_t shots = 0;  ///< solved examples before each prompt (with_few_shot)
 };
 
 /// The formats a task file may have: generic ({"context", "choices", "label"}, the choices appended as written),
@@ -63,6 +67,17 @@ TaskSpec parse_task_spec(const std::string& spec);
 /// `limit` > 0 keeps the first examples. A missing or unreadable file, a line that is not JSON or lacks a field, a
 /// label out of range or a file without examples is a DataError naming the file, the line and the key.
 ZeroShotTask read_task(const TaskSpec& spec, std::int64_t limit = 0);
+
+/// The task with `shots` solved examples before each prompt, as lm-evaluation-harness 0.4 builds a few-shot prompt
+/// (num_fewshot, fewshot_random_seed): the example's description (MMLU's subject line), then each drawn example's
+/// prompt, its right answer after the target delimiter and a blank line, then the example's own prompt. The examples
+/// are drawn from `pool` by Python's random.Random(seed).sample, one draw an example in the file's order (the
+/// harness's sampler); MMLU takes the pool's first ones (its first_n sampler). `same_file`: the pool is the task's own
+/// file (read whole), and an example is not shown its own answer (shots + 1 drawn, copies of it dropped, as the
+/// harness does when the few-shot split is the evaluated one). Named NAME_Kshot. ConfigError for a perplexity task,
+/// a pool of another format or one too small.
+ZeroShotTask with_few_shot(const ZeroShotTask& task, const ZeroShotTask& pool, bool same_file, std::int64_t shots,
+                           std::uint64_t seed = 1234);
 
 struct ScoringOptions {
   std::int64_t max_length = 256;  ///< tokens the model reads at most (a longer context is cut from the left)
@@ -97,6 +112,7 @@ struct ExampleScore {
 
 struct TaskResult {
   std::string name, format, path;
+  std::int64_t shots = 0;
   TaskKind kind = TaskKind::MultipleChoice;
   std::int64_t examples = 0, requests = 0, truncated = 0, tokens = 0;
   double acc = NAN, acc_stderr = NAN;            ///< multiple choice and cloze (stderr: sqrt(p (1 - p) / (n - 1)))

@@ -28,11 +28,23 @@ std::string number(double value, const char* format = "{:.3f}") {
 
 std::vector<ZeroShotTask> read_tasks(const ZeroShotOptions& options) {
   if (options.tasks.empty()) throw ConfigError("--task: give at least one task file");
+  const auto named = [&](const std::string& name) {
+    return std::count_if(options.tasks.begin(), options.tasks.end(), [&](const TaskSpec& t) { return t.name == name; });
+  };
+  for (const auto& spec : options.tasks)
+    if (named(spec.name) > 1) throw ConfigError("--task: two tasks named '" + spec.name + "' (name one NAME=FILE)");
+  for (const auto& f : options.fewshot_from)
+    if (named(f.name) == 0) throw ConfigError("--fewshot-from: no task named '" + f.name + "' (" + f.path + ")");
   std::vector<ZeroShotTask> tasks;
   for (const auto& spec : options.tasks) {
-    for (const auto& t : tasks)
-      if (t.name == spec.name) throw ConfigError("--task: two tasks named '" + spec.name + "' (name one NAME=FILE)");
     tasks.push_back(read_task(spec, options.limit));
+    if (options.fewshot <= 0) continue;
+    const auto from = std::find_if(options.fewshot_from.begin(), options.fewshot_from.end(),
+                                   [&](const TaskSpec& f) { return f.name == spec.name; });
+    const bool same_file = from == options.fewshot_from.end();
+    TaskSpec pool = same_file ? spec : *from;  // the task's own file read whole, or its few-shot file
+    if (pool.format.empty()) pool.format = tasks.back().format;
+    tasks.back() = with_few_shot(tasks.back(), read_task(pool), same_file, options.fewshot, options.fewshot_seed);
   }
   return tasks;
 }

@@ -19,6 +19,11 @@ struct ZeroShotOptions {
   std::int64_t max_length = 0;    ///< tokens read at most (0 = the run's data.context)
   std::int64_t step = 0;          ///< checkpoint step (0 = the latest)
   std::vector<std::string> sets;  ///< eval-only overrides
+  std::int64_t fewshot = 0;       ///< solved examples before each prompt (with_few_shot; 0: zero-shot)
+  /// Where each task's few-shot examples come from, by task name (its training or dev split); a task not named draws
+  /// them from its own file, never its own answer.
+  std::vector<TaskSpec> fewshot_from;
+  std::uint64_t fewshot_seed = 1234;  ///< the harness's fewshot_random_seed
   /// Called after each batch of requests: the task's index in `tasks`, its requests scored and their total.
   std::function<void(std::size_t task, std::int64_t scored, std::int64_t total)> progress;
 };
@@ -40,7 +45,8 @@ struct ZeroShotReport {
 ZeroShotReport evaluate_zero_shot(const std::string& db_path, std::int64_t run_id, const ZeroShotOptions& options);
 
 /// The task files of `options` read once (DataError naming the file, line and key; ConfigError for none or two of one
-/// name), for scoring several runs or checkpoints on them with the overload below.
+/// name, or a few-shot file naming no task), with their few-shot prompts where options.fewshot > 0, for scoring
+/// several runs or checkpoints on them with the overload below.
 std::vector<ZeroShotTask> read_tasks(const ZeroShotOptions& options);
 /// evaluate_zero_shot on tasks already read (options.tasks and options.limit are not read again).
 ZeroShotReport evaluate_zero_shot(const std::string& db_path, std::int64_t run_id,

@@ -173,11 +173,11 @@ TaskExample read_mmlu(const nlohmann::json& doc, const Line& line) {
     for (std::size_t i = 0; i < choices.size(); ++i) letters.push_back(std::string(1, static_cast<char>('A' + i)));
     return choices_after(text(doc, "input_formatted", line), letters, label, " ", line, "answer");
   }
-  std::string prompt;
+  std::string description;  // once before any few-shot examples
   if (doc.contains("subject") && doc.at("subject").is_string() && !doc.at("subject").get<std::string>().empty())
-    prompt = "The following are multiple choice questions (with answers) about " +
-             replace_all(doc.at("subject").get<std::string>(), "_", " ") + ".\n\n";
-  prompt += trim(text(doc, "question", line));
+    description = "The following are multiple choice questions (with answers) about " +
+                  replace_all(doc.at("subject").get<std::string>(), "_", " ") + ".\n\n";
+  std::string prompt = description + trim(text(doc, "question", line));
   std::vector<std::string> letters;
   for (std::size_t i = 0; i < choices.size(); ++i) {
     letters.push_back(std::string(1, static_cast<char>('A' + i)));
@@ -190,7 +190,9 @@ TaskExample read_mmlu(const nlohmann::json& doc, const Line& line) {
     label = answer.get<std::string>()[0] - 'A';
   else
     label = index_value(doc, "answer", line);
-  return choices_after(prompt + "\nAnswer:", letters, label, " ", line, "answer");
+  auto example = choices_after(prompt + "\nAnswer:", letters, label, " ", line, "answer");
+  example.description = description;
+  return example;
 }
 
 TaskExample read_lambada(const nlohmann::json& doc, const Line& line) {

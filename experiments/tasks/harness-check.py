@@ -17,7 +17,10 @@ from a context to its continuation, acc, acc_norm, LAMBADA's greedy accuracy and
 NAME is a harness task (piqa, hellaswag, arc_easy, arc_challenge, winogrande, boolq, lambada_openai, mmlu_SUBJECT);
 the file is given to the harness as its evaluation split (JSON Lines in the published dataset's fields) and to
 `tasks` under the same name, its format read from its keys (`--task-name H=NAME:FORMAT` where that would differ).
-Exits 1 when a figure differs by more than 1e-6 (relative above 1). Needs lm_eval 0.4 importable (not a RouteLab
+`--fewshot K` builds K-shot prompts on both sides (the harness's own sampler and seed 1234; `--fewshot-from
+HARNESS_TASK=FILE` for a task's few-shot split, else its file itself). Every request's text as the harness built it is
+compared with the one `tasks` scored (its `--samples`). Exits 1 when a figure differs by more than 1e-6 (relative above
+1) or a request's text differs. Needs lm_eval 0.4 importable (not a RouteLab
 dependency: `pip install lm_eval==0.4.13` in a venv of its own); nothing is downloaded.
 """
 import argparse
@@ -43,10 +46,13 @@ class RouteLabLM(LM):
         super().__init__()
         self.cli, self.db, self.run, self.max_length = cli, db, run, max_length
         self.requests = 0
+        self.texts = {}  # (task, example, request) -> (context, continuation) as the harness built them
 
     def loglikelihood(self, requests, disable_tqdm=False):
         pairs = [r.args for r in requests]
         self.requests += len(pairs)
+        for r in requests:
+            self.texts[(r.task_name, r.doc_id, r.idx)] = tuple(r.args)
         with tempfile.TemporaryDirectory() as tmp:
             path = os.path.join(tmp, "requests.jsonl")
             with open(path, "w", encoding="utf-8") as out:
@@ -70,14 +76,20 @@ class RouteLabLM(LM):
         raise NotImplementedError("generation tasks are not scored")
 
 
-def harness_config(manager, name, path):
-    """The harness's own definition of task `name`, reading `path` as its evaluation split."""
+def harness_config(manager, name, path, fewshot=0, fewshot_path=None):
+    """The harness's own definition of task `name`, reading `path` as its evaluation split. With few-shot examples,
+    `fewshot_path` is its few-shot split; without one the examples come from `path` itself, read as the test split,
+    where the harness leaves an example's own answer out of its prompt (as `tasks --fewshot` does)."""
     entry = manager.task_index[name]
     config = load_yaml(entry.yaml_path, resolve_func=True)
-    split = "validation" if config.get("validation_split") else "test"
+    split = "validation" if config.get("validation_split") and not (fewshot and not fewshot_path) else "test"
+    files = {split: os.path.abspath(path)}
+    if fewshot_path:
+        files["fewshot"] = os.path.abspath(fewshot_path)
     config.update({"dataset_path": "json", "dataset_name": None,
-                   "dataset_kwargs": {"data_files": {split: os.path.abspath(path)}},
-                   "training_split": None, "fewshot_split": None,
+                   "dataset_kwargs": {"data_files": files},
+                   "training_split": None,
+                   "fewshot_split": ("fewshot" if fewshot_path else split) if fewshot else None,
                    "validation_split": split if split == "validation" else None,
                    "test_split": split if split == "test" else None})
     return config
@@ -93,14 +105,19 @@ def main():
                         help="HARNESS_TASK=ROUTELAB_NAME[:FORMAT] where RouteLab's name or format differs")
     parser.add_argument("--limit", type=int, default=0, help="examples per task (0: all)")
     parser.add_argument("--max-length", type=int, default=0)
+    parser.add_argument("--fewshot", type=int, default=0, help="solved examples before each prompt (--num_fewshot)")
+    parser.add_argument("--fewshot-from", action="append", default=[],
+                        help="HARNESS_TASK=FILE: that task's few-shot split (else its own file)")
     args = parser.parse_args()
 
     renames = dict(item.split("=", 1) for item in args.task_name)
     tasks = [item.split("=", 1) for item in args.task]
+    fewshot_files = dict(item.split("=", 1) for item in args.fewshot_from)
     manager = TaskManager()
     lm = RouteLabLM(args.cli, args.db, args.run, args.max_length)
-    configs = [harness_config(manager, name, path) for name, path in tasks]
+    configs = [harness_config(manager, name, path, args.fewshot, fewshot_files.get(name)) for name, path in tasks]
     results = evaluator.simple_evaluate(model=lm, tasks=configs, task_manager=manager, limit=args.limit or None,
+                                        num_fewshot=args.fewshot or None, fewshot_random_seed=1234,
                                         log_samples=False, bootstrap_iters=0)["results"]
 
     command = [args.cli, "tasks", str(args.run), "--db", args.db, "--json"]
@@ -112,10 +129,33 @@ def main():
         command += ["--limit", str(args.limit)]
     if args.max_length:
         command += ["--max-length", str(args.max_length)]
-    own = {t["name"]: t for t in json.loads(subprocess.run(command, check=True, capture_output=True,
-                                                           text=True).stdout)["tasks"]}
+    if args.fewshot:
+        command += ["--fewshot", str(args.fewshot)]
+        for name, path in fewshot_files.items():
+            command += ["--fewshot-from", f"{renames.get(name, name).partition(':')[0]}={path}"]
+    suffix = f"_{args.fewshot}shot" if args.fewshot else ""
+    with tempfile.TemporaryDirectory() as tmp:
+        samples = os.path.join(tmp, "samples.jsonl")
+        report = subprocess.run(command + ["--samples", samples], check=True, capture_output=True, text=True).stdout
+        with open(samples, encoding="utf-8") as f:
+            rows = [json.loads(line) for line in f]
+    own = {t["name"].removesuffix(suffix): t for t in json.loads(report)["tasks"]}
+    # Every prompt and continuation as RouteLab built it against the harness's own (few-shot examples included).
+    harness_task = {renames.get(name, name).partition(":")[0]: name for name, _ in tasks}
+    texts_differ = 0
+    for row in rows:
+        name = harness_task[row["task"].removesuffix(suffix)]
+        for k, request in enumerate(row["requests"]):
+            theirs = lm.texts.get((name, row["example"], k))
+            if theirs != (request["context"], request["continuation"]):
+                texts_differ += 1
+                if texts_differ <= 3:
+                    print(f"{name} example {row['example']} request {k}: the harness built {theirs!r}, "
+                          f"RouteLab {(request['context'], request['continuation'])!r}")
+    compared = sum(len(row["requests"]) for row in rows)
 
-    print(f"run {args.run}: {lm.requests} requests scored for the harness (lm_eval, its task definitions) "
+    shots = f", {args.fewshot}-shot" if args.fewshot else ""
+    print(f"run {args.run}: {lm.requests} requests scored for the harness (lm_eval, its task definitions{shots}) "
           f"beside `routelab-cli tasks` on the same files")
     print("| task | measure | harness | RouteLab | difference |")
     print("|---|---|---:|---:|---:|")
@@ -130,8 +170,9 @@ def main():
             difference = abs(value - mine[key])
             worst = max(worst, difference / max(1.0, abs(value)))
             print(f"| {name} | {measure} | {value:.6f} | {mine[key]:.6f} | {difference:.2e} |")
-    print(f"largest difference (relative where above 1): {worst:.2e}")
-    return 0 if worst < 1e-6 else 1
+    print(f"largest difference (relative where above 1): {worst:.2e}; requests whose text differs: {texts_differ} of "
+          f"{compared}")
+    return 0 if worst < 1e-6 and texts_differ == 0 else 1
 
 
 if __name__ == "__main__":
