@@ -240,6 +240,45 @@ class TestGuiTasks : public QObject {
     QVERIFY(!examples->isVisible());
   }
 
+  void fewShotPromptsScoreAsTheCliDoes() {
+    // Shots and a task's few-shot file: the figures `tasks --fewshot 2 --fewshot-from forty=piqa.jsonl` gives.
+    QSettings().remove(QStringLiteral("zeroShot"));
+    const auto forget = qScopeGuard([] { QSettings().remove(QStringLiteral("zeroShot")); });
+    {
+      routelab::StoreService service(db_);
+      ZeroShotView view(&service);
+      QVERIFY(prepare(view, service));
+      QVERIFY(view.addTask(forty_));
+      view.taskTable()->selectRow(0);
+      view.taskTable()->item(0, 3)->setText(piqa_);  // what "Few-shot file…" sets
+      view.shotsSpin()->setValue(2);
+      view.storeCheck()->setChecked(false);
+      QCOMPARE(view.fewshotSpecs(), QStringList{QStringLiteral("forty=") + piqa_});
+      view.checkRuns({lm_});
+      QVERIFY(scoreAndWait(view));
+      QVERIFY2(view.outcomes().at(0).error.isEmpty(), qPrintable(view.outcomes().at(0).error));
+      routelab::ZeroShotOptions options;
+      options.tasks = {routelab::parse_task_spec(forty_.toStdString())};
+      options.fewshot = 2;
+      options.fewshot_from = {routelab::parse_task_spec("forty=" + piqa_.toStdString())};
+      const auto direct = routelab::evaluate_zero_shot(db_.toStdString(), lm_, options);
+      QCOMPARE(view.resultTable()->item(0, 1)->text(), QStringLiteral("forty_2shot"));
+      const auto& task = view.outcomes().at(0).report.tasks.at(0);
+      QCOMPARE(task.shots, std::int64_t{2});
+      QCOMPARE(task.acc, direct.tasks.at(0).acc);
+      QCOMPARE(task.acc_norm, direct.tasks.at(0).acc_norm);
+      const auto prompts = routelab::read_tasks(options).at(0);  // the solved examples of piqa.jsonl, as drawn
+      QVERIFY(prompts.examples.at(0).requests.at(0).context.find("Question: In the\nAnswer:") != std::string::npos ||
+              prompts.examples.at(0).requests.at(0).context.find("Question: And") != std::string::npos);
+      for (std::size_t e = 0; e < prompts.examples.size(); ++e)
+        QCOMPARE(view.outcomes().at(0).tasks->at(0).examples.at(e).requests, prompts.examples.at(e).requests);
+    }
+    routelab::StoreService service(db_);
+    ZeroShotView again(&service);  // remembered
+    QCOMPARE(again.shotsSpin()->value(), 2);
+    QCOMPARE(again.fewshotSpecs(), QStringList{QStringLiteral("forty=") + piqa_});
+  }
+
   void badFilesAndStopsKeepNothing() {
     routelab::StoreService service(db_);
     ZeroShotView view(&service);

@@ -34,7 +34,7 @@
 namespace routelab {
 namespace {
 
-enum TaskColumn { kTaskName, kTaskFormat, kTaskFile };
+enum TaskColumn { kTaskName, kTaskFormat, kTaskFile, kTaskFewshot };
 const QStringList kResultHeaders = {QStringLiteral("Run"),        QStringLiteral("Task"),
                                     QStringLiteral("Examples"),   QStringLiteral("acc"),
                                     QStringLiteral("acc_norm"),   QStringLiteral("Perplexity"),
@@ -103,6 +103,8 @@ void ZeroShotWorker::run(const ZeroShotJob& job) {
   QString unreadable;                                      // a bad task file: every run's row says so
   try {
     for (const QString& spec : job.tasks) options.tasks.push_back(parse_task_spec(spec.toStdString()));
+    options.fewshot = job.fewshot;
+    for (const QString& spec : job.fewshotFrom) options.fewshot_from.push_back(parse_task_spec(spec.toStdString()));
     read = std::make_shared<const std::vector<ZeroShotTask>>(read_tasks(options));
   } catch (const std::exception& e) {
     unreadable = errorText(e);
@@ -158,10 +160,11 @@ ZeroShotView::ZeroShotView(StoreService* store, QWidget* parent) : QWidget(paren
   runs_->setToolTip(tr("Language-model runs with a checkpoint: each checked run's latest checkpoint is scored"));
   connect(runs_, &QListWidget::itemChanged, this, &ZeroShotView::updateControls);
 
-  tasks_ = new QTableWidget(0, 3, this);
+  tasks_ = new QTableWidget(0, 4, this);
   tasks_->setObjectName(QStringLiteral("zeroShotTasks"));
-  tasks_->setHorizontalHeaderLabels({tr("Name"), tr("Format"), tr("File")});
-  tasks_->horizontalHeader()->setStretchLastSection(true);
+  tasks_->setHorizontalHeaderLabels({tr("Name"), tr("Format"), tr("File"), tr("Few-shot file")});
+  tasks_->horizontalHeader()->setSectionResizeMode(kTaskFile, QHeaderView::Stretch);
+  tasks_->horizontalHeader()->setSectionResizeMode(kTaskFewshot, QHeaderView::Stretch);
   tasks_->verticalHeader()->setVisible(false);
   tasks_->setSelectionBehavior(QAbstractItemView::SelectRows);
   tasks_->setToolTip(tr("Task files: JSON Lines in the published datasets' fields (PIQA, ARC, HellaSwag, Winogrande, "
@@ -174,6 +177,12 @@ ZeroShotView::ZeroShotView(StoreService* store, QWidget* parent) : QWidget(paren
   removeButton_ = new QPushButton(tr("Remove"), this);
   removeButton_->setObjectName(QStringLiteral("zeroShotRemove"));
   connect(removeButton_, &QPushButton::clicked, this, &ZeroShotView::removeSelectedTasks);
+  fewshotButton_ = new QPushButton(tr("Few-shot file…"), this);
+  fewshotButton_->setObjectName(QStringLiteral("zeroShotFewshotFile"));
+  fewshotButton_->setToolTip(tr("The file the selected tasks' few-shot examples come from: the dataset's training or "
+                                "dev split (without one a task draws from its own file, never an example's own "
+                                "answer)"));
+  connect(fewshotButton_, &QPushButton::clicked, this, &ZeroShotView::chooseFewshotFile);
 
   limit_ = makeSpin(this, QStringLiteral("zeroShotLimit"), 10'000'000, tr("all"),
                     tr("Examples read from each task file, the first ones (all: the whole file)"));
@@ -181,6 +190,9 @@ ZeroShotView::ZeroShotView(StoreService* store, QWidget* parent) : QWidget(paren
                     tr("Requests per forward (the run's: its train.batch_size)"));
   length_ = makeSpin(this, QStringLiteral("zeroShotLength"), 1'000'000, tr("the run's context"),
                      tr("Tokens the model reads at most; a longer context is cut from the left"));
+  shots_ = makeSpin(this, QStringLiteral("zeroShotShots"), 1000, tr("zero-shot"),
+                    tr("Solved examples before each prompt, drawn as lm-evaluation-harness draws them (its "
+                       "--num_fewshot, seed 1234); results named NAME_Kshot"));
   storeCheck_ = new QCheckBox(tr("keep the results with each run"), this);
   storeCheck_->setObjectName(QStringLiteral("zeroShotStore"));
   storeCheck_->setChecked(true);
@@ -248,6 +260,7 @@ ZeroShotView::ZeroShotView(StoreService* store, QWidget* parent) : QWidget(paren
   auto* taskButtons = new QHBoxLayout;
   taskButtons->addWidget(addButton_);
   taskButtons->addWidget(removeButton_);
+  taskButtons->addWidget(fewshotButton_);
   taskButtons->addStretch(1);
   auto* taskPane = new QWidget(this);
   auto* taskLayout = new QVBoxLayout(taskPane);
@@ -260,8 +273,8 @@ ZeroShotView::ZeroShotView(StoreService* store, QWidget* parent) : QWidget(paren
   top->setStretchFactor(1, 2);
 
   auto* options = new QHBoxLayout;
-  const std::pair<QString, QSpinBox*> fields[] = {{tr("examples"), limit_}, {tr("batch"), batch_},
-                                                   {tr("max length"), length_}};
+  const std::pair<QString, QSpinBox*> fields[] = {
+      {tr("examples"), limit_}, {tr("shots"), shots_}, {tr("batch"), batch_}, {tr("max length"), length_}};
   for (const auto& [label, spin] : fields) {
     options->addWidget(new QLabel(label, this));
     options->addWidget(spin);
@@ -316,7 +329,7 @@ ZeroShotView::ZeroShotView(StoreService* store, QWidget* parent) : QWidget(paren
   thread_->start();
   connect(store_, &StoreService::runsLoaded, this, &ZeroShotView::onRunsLoaded);
   restoreChoices();
-  for (QSpinBox* spin : {limit_, batch_, length_})
+  for (QSpinBox* spin : {limit_, shots_, batch_, length_})
     connect(spin, &QSpinBox::valueChanged, this, [this] { saveChoices(); });
   for (QCheckBox* check : {storeCheck_, everyCheckpoint_})
     connect(check, &QCheckBox::toggled, this, [this] { saveChoices(); });
@@ -370,7 +383,8 @@ QList<qint64> ZeroShotView::checkedRuns() const {
   return ids;
 }
 
-bool ZeroShotView::addTask(const QString& path, const QString& name, const QString& format) {
+bool ZeroShotView::addTask(const QString& path, const QString& name, const QString& format,
+                           const QString& fewshotPath) {
   const QString file = QFileInfo(path).absoluteFilePath();
   for (int row = 0; row < tasks_->rowCount(); ++row)
     if (tasks_->item(row, kTaskFile)->text() == file) return false;
@@ -389,6 +403,9 @@ bool ZeroShotView::addTask(const QString& path, const QString& name, const QStri
   fileItem->setFlags(fileItem->flags() & ~Qt::ItemIsEditable);
   fileItem->setToolTip(file);
   tasks_->setItem(row, kTaskFile, fileItem);
+  auto* fewshotItem = new QTableWidgetItem(fewshotPath);
+  fewshotItem->setToolTip(tr("Few-shot examples from this file (empty: the task's own file); used when shots > 0"));
+  tasks_->setItem(row, kTaskFewshot, fewshotItem);
   saveChoices();
   updateControls();
   return true;
@@ -406,6 +423,30 @@ QStringList ZeroShotView::taskSpecs() const {
     specs << spec;
   }
   return specs;
+}
+
+QStringList ZeroShotView::fewshotSpecs() const {
+  QStringList specs;
+  for (int row = 0; row < tasks_->rowCount(); ++row) {
+    const QString file = tasks_->item(row, kTaskFewshot)->text().trimmed();
+    if (file.isEmpty()) continue;
+    QString name = tasks_->item(row, kTaskName)->text().trimmed();  // the name taskSpecs() gives the task
+    if (name.isEmpty()) name = QFileInfo(tasks_->item(row, kTaskFile)->text()).completeBaseName();
+    specs << name + QLatin1Char('=') + file;
+  }
+  return specs;
+}
+
+void ZeroShotView::chooseFewshotFile() {
+  const QModelIndexList rows = tasks_->selectionModel()->selectedRows();
+  if (rows.isEmpty()) {
+    status_->setText(tr("Select the tasks whose few-shot file to choose."));
+    return;
+  }
+  const QString file = QFileDialog::getOpenFileName(this, tr("Few-shot examples"), QString(),
+                                                    tr("Task files (*.jsonl *.json);;All files (*)"));
+  if (file.isEmpty()) return;
+  for (const QModelIndex& index : rows) tasks_->item(index.row(), kTaskFewshot)->setText(file);
 }
 
 void ZeroShotView::addFiles() {
@@ -437,6 +478,8 @@ void ZeroShotView::start() {
   job.maxLength = length_->value();
   job.store = storeCheck_->isChecked();
   job.everyCheckpoint = everyCheckpoint_->isChecked();
+  job.fewshot = shots_->value();
+  if (job.fewshot > 0) job.fewshotFrom = fewshotSpecs();
   running_ = true;
   failed_ = 0;
   outcomes_.clear();
@@ -618,6 +661,10 @@ QString ZeroShotView::markdown() const {
 void ZeroShotView::saveChoices() const {
   QSettings settings;
   settings.setValue(QStringLiteral("zeroShot/tasks"), taskSpecs());
+  QStringList fewshot;  // a row each, in the tasks' order
+  for (int row = 0; row < tasks_->rowCount(); ++row) fewshot << tasks_->item(row, kTaskFewshot)->text();
+  settings.setValue(QStringLiteral("zeroShot/fewshotFiles"), fewshot);
+  settings.setValue(QStringLiteral("zeroShot/shots"), shots_->value());
   settings.setValue(QStringLiteral("zeroShot/limit"), limit_->value());
   settings.setValue(QStringLiteral("zeroShot/batch"), batch_->value());
   settings.setValue(QStringLiteral("zeroShot/length"), length_->value());
@@ -632,11 +679,14 @@ void ZeroShotView::restoreChoices() {
   length_->setValue(settings.value(QStringLiteral("zeroShot/length"), 0).toInt());
   storeCheck_->setChecked(settings.value(QStringLiteral("zeroShot/store"), true).toBool());
   everyCheckpoint_->setChecked(settings.value(QStringLiteral("zeroShot/everyCheckpoint"), false).toBool());
-  for (const QString& text : settings.value(QStringLiteral("zeroShot/tasks")).toStringList()) {
+  shots_->setValue(settings.value(QStringLiteral("zeroShot/shots"), 0).toInt());
+  const QStringList tasks = settings.value(QStringLiteral("zeroShot/tasks")).toStringList();
+  const QStringList fewshot = settings.value(QStringLiteral("zeroShot/fewshotFiles")).toStringList();
+  for (int i = 0; i < tasks.size(); ++i) {
     try {
-      const auto spec = parse_task_spec(text.toStdString());
+      const auto spec = parse_task_spec(tasks[i].toStdString());
       addTask(QString::fromStdString(spec.path), QString::fromStdString(spec.name),
-              QString::fromStdString(spec.format));
+              QString::fromStdString(spec.format), fewshot.value(i));
     } catch (const Error&) {  // a spec saved by another version: left out
     }
   }
@@ -645,8 +695,8 @@ void ZeroShotView::restoreChoices() {
 void ZeroShotView::updateControls() {
   runButton_->setEnabled(!running_ && !checkedRuns().isEmpty() && tasks_->rowCount() > 0);
   stopButton_->setEnabled(running_);
-  for (QWidget* w : std::initializer_list<QWidget*>{runs_, tasks_, addButton_, removeButton_, limit_, batch_, length_,
-                                                   storeCheck_, everyCheckpoint_})
+  for (QWidget* w : std::initializer_list<QWidget*>{runs_, tasks_, addButton_, removeButton_, fewshotButton_, limit_,
+                                                   shots_, batch_, length_, storeCheck_, everyCheckpoint_})
     w->setEnabled(!running_);
 }
 

@@ -40,6 +40,8 @@ struct ZeroShotJob {
   qint64 limit = 0, batchSize = 0, maxLength = 0;  ///< 0: every example, the run's batch size, the run's context
   bool store = true;
   bool everyCheckpoint = false;  ///< each run's every kept checkpoint, oldest first (else its latest)
+  qint64 fewshot = 0;            ///< solved examples before each prompt (0: zero-shot)
+  QStringList fewshotFrom;       ///< "NAME=FILE": a task's few-shot file, as `tasks --fewshot-from` takes them
 };
 
 /// One run's outcome: its report, or the error that stopped it (a bad task file, a run that does not open).
@@ -84,8 +86,11 @@ class ZeroShotView : public QWidget {
 
   /// The store's language-model runs with a checkpoint, checkable.
   QListWidget* runList() const { return runs_; }
-  /// One row a task: its name (editable), its format (a combo: "auto" or one of task_formats()) and its file.
+  /// One row a task: its name (editable), its format (a combo: "auto" or one of task_formats()), its file and the
+  /// file its few-shot examples come from (editable; empty: the task's own file).
   QTableWidget* taskTable() const { return tasks_; }
+  /// Solved examples before each prompt (0: zero-shot), drawn as lm-evaluation-harness draws them.
+  QSpinBox* shotsSpin() const { return shots_; }
   QSpinBox* limitSpin() const { return limit_; }
   QSpinBox* batchSpin() const { return batch_; }
   QSpinBox* lengthSpin() const { return length_; }
@@ -105,9 +110,12 @@ class ZeroShotView : public QWidget {
   const QList<ZeroShotOutcome>& outcomes() const { return outcomes_; }
 
   /// Lists a task file (its name the file's stem unless given; format "" = auto); false when the file is listed.
-  bool addTask(const QString& path, const QString& name = QString(), const QString& format = QString());
+  bool addTask(const QString& path, const QString& name = QString(), const QString& format = QString(),
+               const QString& fewshotPath = QString());
   /// The listed tasks as `--task` specs.
   QStringList taskSpecs() const;
+  /// The tasks' few-shot files as `--fewshot-from` specs (NAME=FILE; rows without one left out).
+  QStringList fewshotSpecs() const;
   /// Checks exactly these runs, where listed.
   void checkRuns(const QList<qint64>& ids);
   /// The checked runs by id, lowest first.
@@ -132,6 +140,8 @@ class ZeroShotView : public QWidget {
   void onFinished(bool stopped);
   void addFiles();
   void removeSelectedTasks();
+  /// Asks for the selected tasks' few-shot file.
+  void chooseFewshotFile();
   void appendResultRows(const ZeroShotOutcome& outcome);
   /// Fills the pairs table from the scored outcomes (ConfigError where two runs scored different examples).
   void showPairs();
@@ -148,6 +158,8 @@ class ZeroShotView : public QWidget {
   QTableWidget* tasks_ = nullptr;
   QPushButton* addButton_ = nullptr;
   QPushButton* removeButton_ = nullptr;
+  QPushButton* fewshotButton_ = nullptr;
+  QSpinBox* shots_ = nullptr;
   QSpinBox* limit_ = nullptr;
   QSpinBox* batch_ = nullptr;
   QSpinBox* length_ = nullptr;
