@@ -17,7 +17,7 @@ void add_task_commands(CLI::App& app, CLI::App& /*bench*/, CommandAction& action
     std::string db;
     std::vector<std::int64_t> run_ids;
     std::vector<std::string> tasks, fewshot_from;
-    bool store = false, json = false, every_checkpoint = false;
+    bool store = false, json = false, every_checkpoint = false, stored = false;
     std::string samples;
     ZeroShotOptions options;
   };
@@ -35,8 +35,8 @@ void add_task_commands(CLI::App& app, CLI::App& /*bench*/, CommandAction& action
   cmd->add_option("--task", args->tasks,
                   "NAME=FILE:FORMAT (repeatable; NAME defaults to the file's stem, FORMAT to the one its first line's "
                   "keys match: " +
-                      formats + "; a file not ending in .jsonl is text)")
-      ->required();
+                      formats + "; a file not ending in .jsonl is text); with --stored, the names to read (all: none "
+                      "given)");
   cmd->add_option("--db", args->db, "run store");
   cmd->add_option("--limit", args->options.limit, "examples per task (0: all)")->check(CLI::NonNegativeNumber);
   cmd->add_option("--batch-size", args->options.batch_size, "requests per forward (0: the run's train.batch_size)")
@@ -65,21 +65,39 @@ void add_task_commands(CLI::App& app, CLI::App& /*bench*/, CommandAction& action
       "keep the results with the run: metrics task/<name>/<measure> at the checkpoint's step (for `table` and "
       "the Compare view) and each task's result document");
   cmd->add_flag("--json", args->json, "machine-readable output");
-  cmd->add_option("--samples", args->samples,
-                  "write every example as scored to this JSON Lines file: its task, label, prediction and each "
-                  "request's context, continuation, log-likelihood, token count and greedy flag");
+  auto* samples_option =
+      cmd->add_option("--samples", args->samples,
+                      "write every example as scored to this JSON Lines file: its task, label, prediction and each "
+                      "request's context, continuation, log-likelihood, token count and greedy flag");
+  cmd->add_flag("--stored", args->stored,
+                "score nothing: read each run's results kept by --store (each task's latest) and pair them as "
+                "scored ones")
+      ->excludes("--store")
+      ->excludes(samples_option)
+      ->excludes(step)
+      ->excludes(shots)
+      ->excludes("--every-checkpoint");
   cmd->callback([args, &action] {
     action = [args] {
       for (const auto& t : args->tasks) args->options.tasks.push_back(parse_task_spec(t));
       for (const auto& t : args->fewshot_from) args->options.fewshot_from.push_back(parse_task_spec(t));
+      std::vector<ZeroShotReport> reports, latest;  // every report; each run's latest, for the pairs
+      if (args->stored) {
+        std::vector<std::string> names;
+        for (const auto& t : args->options.tasks) names.push_back(t.name);
+        for (const auto run_id : args->run_ids) {
+          reports.push_back(stored_zero_shot(args->db, run_id, names));
+          if (!args->json) std::cout << reports.back().to_table();
+        }
+        latest = reports;
+      }
       std::ofstream samples;
       if (!args->samples.empty()) {  // opened first: a path that cannot be written fails before any scoring
         samples.open(args->samples, std::ios::binary | std::ios::trunc);
         if (!samples) throw ConfigError("--samples: cannot write " + args->samples);
       }
-      const auto tasks = read_tasks(args->options);  // once, for every run and checkpoint
-      std::vector<ZeroShotReport> reports, latest;   // every report; each run's latest, for the pairs
-      for (const auto run_id : args->run_ids) {
+      const auto tasks = args->stored ? std::vector<ZeroShotTask>{} : read_tasks(args->options);  // once for all
+      for (const auto run_id : args->stored ? std::vector<std::int64_t>{} : args->run_ids) {
         for (const auto at : steps_to_score(args->db, run_id, args->every_checkpoint, args->options.step)) {
           auto options = args->options;
           options.step = at;

@@ -664,9 +664,17 @@ class TestCli : public QObject {
     const auto one_shot = json_in(output).object().value("tasks").toArray().at(0).toObject();
     QVERIFY2(code == 0 && one_shot.value("name").toString() == "piqa_1shot" && one_shot.value("shots").toInt() == 1,
              qPrintable(output));
-    std::tie(code, output) = run({"tasks", "1", "2", "--db", db, "--task", piqa});  // the routed run and dense
+    std::tie(code, output) = run({"tasks", "1", "2", "--db", db, "--task", piqa, "--store"});  // routed and dense
     QVERIFY2(code == 0 && output.contains("paired against run 1") && output.contains("| piqa | acc | 1 "),
              qPrintable(output));
+    const auto pairs = output.mid(output.indexOf("paired against run 1"));
+    std::tie(code, output) = run({"tasks", "1", "2", "--db", db, "--stored"});  // the same pairs, nothing scored
+    QVERIFY2(code == 0 && output.contains("stored results, the latest at step") && output.endsWith(pairs),
+             qPrintable(output + "\n---\n" + pairs));
+    std::tie(code, output) = run({"tasks", "1", "--db", db, "--stored", "--store"});
+    QVERIFY2(code != 0 && output.contains("excludes"), qPrintable(output));
+    std::tie(code, output) = run({"tasks", "1", "--db", db});
+    QVERIFY2(code == 2 && output.contains("--task: give at least one task file"), qPrintable(output));
     // Every kept checkpoint: a report each, oldest first, stored at its step (the task over training).
     std::tie(code, output) = run({"train", "--preset", "tiny", "--steps", "2", "--set", "train.checkpoint_every=1",
                                   "--db", db, "--quiet"});

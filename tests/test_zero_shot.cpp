@@ -635,6 +635,40 @@ class TestZeroShot : public QObject {
     const auto doc = nlohmann::json::parse(*store.analysis(outcome.run_id, "zero-shot", "piqa"));
     QCOMPARE(doc.at("examples").get<std::int64_t>(), std::int64_t{2});
     QCOMPARE(doc.at("step").get<std::int64_t>(), std::int64_t{20});
+    // Read back without scoring: the same measures and each example's answers, so the same pairs.
+    const auto kept = stored_zero_shot(db, outcome.run_id);
+    QCOMPARE(kept.tasks.size(), std::size_t{2});  // by name: lambada, piqa
+    QCOMPARE(kept.tasks[1].name, std::string("piqa"));
+    QCOMPARE(kept.tasks[1].acc, report.tasks[0].acc);
+    QCOMPARE(kept.tasks[1].acc_norm, report.tasks[0].acc_norm);
+    QCOMPARE(kept.tasks[0].perplexity, report.tasks[1].perplexity);
+    QCOMPARE(kept.task_steps, (std::vector<std::int64_t>{20, 20}));
+    QCOMPARE(kept.step, std::int64_t{20});
+    for (std::size_t e = 0; e < 2; ++e) {
+      QCOMPARE(kept.tasks[1].samples.at(e).pred, report.tasks[0].samples.at(e).pred);
+      QCOMPARE(kept.tasks[1].samples.at(e).pred_norm, report.tasks[0].samples.at(e).pred_norm);
+      QCOMPARE(kept.tasks[1].samples.at(e).label, report.tasks[0].samples.at(e).label);
+    }
+    QCOMPARE(kept.tasks[0].samples.at(0).requests.at(0).greedy, report.tasks[1].samples.at(0).requests.at(0).greedy);
+    const auto pairs_scored = compare_reports(report, again), pairs_kept = compare_reports(kept, kept);
+    QCOMPARE(pairs_kept.size(), pairs_scored.size());  // piqa's acc and acc_norm, lambada's acc
+    QCOMPARE(stored_zero_shot(db, outcome.run_id, {"piqa"}).tasks.size(), std::size_t{1});
+    QVERIFY(error_of([&] { stored_zero_shot(db, outcome.run_id, {"boolq"}); }).find("no stored task results") !=
+            std::string::npos);
+    auto old_doc = doc;  // stored before the answers were kept: its measures read, nothing paired
+    old_doc.erase("answers");
+    store.put_analysis(outcome.run_id, "zero-shot", "piqa", 20, old_doc.dump());
+    const auto older = stored_zero_shot(db, outcome.run_id, {"piqa"});
+    QCOMPARE(older.tasks.at(0).acc, report.tasks[0].acc);
+    QVERIFY(older.tasks.at(0).samples.empty());
+    QVERIFY(compare_reports(older, kept).empty() && compare_reports(kept, older).empty());
+    auto bad = doc;
+    bad["answers"]["pred"] = {0};
+    store.put_analysis(outcome.run_id, "zero-shot", "piqa", 20, bad.dump());
+    const auto damaged = error_of([&] { stored_zero_shot(db, outcome.run_id); });
+    QVERIFY2(damaged.find("stored task piqa: answers.pred holds 1 examples, not 2") != std::string::npos,
+             damaged.c_str());
+    store.put_analysis(outcome.run_id, "zero-shot", "piqa", 20, doc.dump());
     const auto table = build_run_table(store, table_spec("dtrnet-table1-tasks"), {outcome.run_id}, false);
     const auto& columns = table_spec("dtrnet-table1-tasks").columns;
     const auto at =

@@ -303,4 +303,77 @@ nlohmann::json TaskResult::to_json() const {
           {"seconds", seconds}};
 }
 
+nlohmann::json TaskResult::answers_json() const {
+  nlohmann::json out = nlohmann::json::object();
+  if (kind == TaskKind::Perplexity) return out;
+  for (const auto& s : samples) {
+    if (kind == TaskKind::MultipleChoice) {
+      out["label"].push_back(s.label);
+      out["pred"].push_back(s.pred);
+      out["pred_norm"].push_back(s.pred_norm);
+    } else {
+      const bool greedy = std::all_of(s.requests.begin(), s.requests.end(), [](const auto& r) { return r.greedy; });
+      out["greedy"].push_back(greedy ? 1 : 0);
+    }
+  }
+  return out;
+}
+
+TaskResult TaskResult::from_json(const nlohmann::json& doc, const std::string& where) {
+  const auto fail = [&](const std::string& key, const std::string& why) {
+    return DataError(where + ": " + key + " " + why);
+  };
+  try {
+    TaskResult r;
+    r.name = doc.at("name").get<std::string>();
+    r.format = doc.at("format").get<std::string>();
+    r.path = doc.value("path", "");
+    r.shots = doc.value("shots", std::int64_t{0});
+    const auto kind = doc.at("kind").get<std::string>();
+    bool known = false;
+    for (const auto k : {TaskKind::MultipleChoice, TaskKind::Cloze, TaskKind::Perplexity})
+      if (to_string(k) == kind) r.kind = k, known = true;
+    if (!known) throw fail("kind", "'" + kind + "' is not a task kind");
+    const auto number = [&](const char* key) {
+      return doc.contains(key) && doc.at(key).is_number() ? doc.at(key).get<double>() : NAN;
+    };
+    r.examples = doc.at("examples").get<std::int64_t>();
+    r.requests = doc.value("requests", std::int64_t{0});
+    r.tokens = doc.value("tokens", std::int64_t{0});
+    r.truncated = doc.value("truncated", std::int64_t{0});
+    r.acc = number("acc");
+    r.acc_stderr = number("acc_stderr");
+    r.acc_norm = number("acc_norm");
+    r.acc_norm_stderr = number("acc_norm_stderr");
+    r.perplexity = number("ppl");
+    r.word_perplexity = number("word_perplexity");
+    r.byte_perplexity = number("byte_perplexity");
+    r.bits_per_byte = number("bits_per_byte");
+    r.flops_ratio = doc.value("flops_ratio", 1.0);
+    r.routed_fraction = doc.value("routed_fraction", 1.0);
+    r.seconds = doc.value("seconds", 0.0);
+    const auto answers = doc.value("answers", nlohmann::json::object());
+    const auto column = [&](const char* key) {
+      const auto values = answers.at(key).get<std::vector<std::int64_t>>();
+      if (static_cast<std::int64_t>(values.size()) != r.examples)
+        throw fail(std::string("answers.") + key, "holds " + std::to_string(values.size()) + " examples, not " +
+                                                      std::to_string(r.examples));
+      return values;
+    };
+    if (r.kind == TaskKind::MultipleChoice && answers.contains("pred")) {
+      const auto label = column("label"), pred = column("pred"), pred_norm = column("pred_norm");
+      for (std::size_t i = 0; i < label.size(); ++i) r.samples.push_back({{}, label[i], pred[i], pred_norm[i]});
+    } else if (r.kind == TaskKind::Cloze && answers.contains("greedy")) {
+      for (const auto g : column("greedy")) {
+        ExampleScore s;
+        s.requests.push_back(RequestScore{NAN, g != 0, 0, false});
+        r.samples.push_back(std::move(s));
+      }
+    }
+    return r;
+  } catch (const nlohmann::json::exception& e) {
+    throw DataError(where + ": not a stored task result (" + e.what() + ")");
+  }
+}
+
 }  // namespace routelab

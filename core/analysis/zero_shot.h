@@ -123,6 +123,13 @@ struct TaskResult {
   double seconds = 0;
   std::vector<ExampleScore> samples;  ///< one per example, in the file's order (not in to_json)
   nlohmann::json to_json() const;
+  /// Each example's answers, enough to pair this result with another's without scoring again (kept with the stored
+  /// result): label, pred and pred_norm arrays (multiple choice) or greedy (cloze: 1 where every answer token was the
+  /// greedy one); {} for perplexity tasks.
+  nlohmann::json answers_json() const;
+  /// A result as to_json wrote it, with its "answers" where kept (samples then hold them, without log-likelihoods).
+  /// DataError naming `where` and the key for a document that is not one.
+  static TaskResult from_json(const nlohmann::json& doc, const std::string& where);
   /// Example `i` as a JSON object: task, example, label, pred, pred_norm, acc, acc_norm (as the task has them) and
   /// each request's loglikelihood, tokens, greedy and truncated (the harness's --log_samples, in RouteLab's terms).
   /// Given the task it was scored on, each request also has its context and continuation (the harness's arguments;

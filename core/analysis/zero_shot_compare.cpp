@@ -94,7 +94,7 @@ std::vector<PairedComparison> compare_reports(const ZeroShotReport& a, const Zer
   std::vector<PairedComparison> out;
   for (const auto& ta : a.tasks) {
     const auto tb = std::find_if(b.tasks.begin(), b.tasks.end(), [&](const auto& t) { return t.name == ta.name; });
-    if (tb == b.tasks.end()) continue;
+    if (tb == b.tasks.end() || ta.samples.empty() || tb->samples.empty()) continue;  // none: stored without answers
     require_same_examples(ta, a.run_id, *tb, b.run_id);
     for (const std::string measure : {"acc", "acc_norm"}) {
       const auto right_a = right_answers(ta, measure), right_b = right_answers(*tb, measure);
@@ -118,7 +118,7 @@ std::vector<Disagreement> disagreements(const ZeroShotReport& report_a, const Ze
   };
   const TaskResult* pa = named(report_a);
   const TaskResult* pb = named(report_b);
-  if (!pa || !pb) return {};
+  if (!pa || !pb || pa->samples.empty() || pb->samples.empty()) return {};
   const TaskResult& a = *pa;
   const TaskResult& b = *pb;
   require_same_examples(a, report_a.run_id, b, report_b.run_id);

@@ -106,11 +106,43 @@ void store_zero_shot(const std::string& db_path, const ZeroShotReport& report) {
   store.replace_metrics(report.run_id, rows);
   for (const auto& task : report.tasks) {
     auto doc = task.to_json();
+    doc["answers"] = task.answers_json();  // each example's, for pairs read back without scoring (stored_zero_shot)
     doc["step"] = report.step;
     doc["max_length"] = report.max_length;
     doc["sets"] = report.sets;
     store.put_analysis(report.run_id, "zero-shot", task.name, report.step, doc.dump());
   }
+}
+
+ZeroShotReport stored_zero_shot(const std::string& db_path, std::int64_t run_id,
+                                const std::vector<std::string>& names) {
+  const std::string path = db_path.empty() ? default_db_path() : db_path;
+  RunStore store(path, /*mark_crashed=*/false);
+  const auto run = store.run(run_id);
+  if (!run) throw ConfigError("run " + std::to_string(run_id) + " is not in " + path);
+  ZeroShotReport report;
+  report.run_id = run_id;
+  report.db_path = path;
+  report.name = run->name;
+  report.arch = run->arch;
+  for (const auto& row : store.analyses(run_id, "zero-shot")) {
+    if (!names.empty() && std::find(names.begin(), names.end(), row.key) == names.end()) continue;
+    const std::string where = "run " + std::to_string(run_id) + ", stored task " + row.key;
+    nlohmann::json doc;
+    try {
+      doc = nlohmann::json::parse(row.document);
+    } catch (const nlohmann::json::exception& e) {
+      throw DataError(where + ": not JSON (" + e.what() + ")");
+    }
+    report.tasks.push_back(TaskResult::from_json(doc, where));
+    report.task_steps.push_back(row.step);
+    report.step = std::max(report.step, row.step);
+    report.max_length = doc.value("max_length", report.max_length);
+  }
+  if (report.tasks.empty())
+    throw ConfigError("run " + std::to_string(run_id) + " has no stored task results" +
+                      (names.empty() ? "" : " of those names") + " (score it with `tasks --store` first)");
+  return report;
 }
 
 nlohmann::json ZeroShotReport::to_json() const {
@@ -122,14 +154,20 @@ nlohmann::json ZeroShotReport::to_json() const {
                         {"batch_size", batch_size},
                         {"sets", sets},
                         {"tasks", nlohmann::json::array()}};
-  for (const auto& t : tasks) out["tasks"].push_back(t.to_json());
+  for (std::size_t i = 0; i < tasks.size(); ++i) {
+    out["tasks"].push_back(tasks[i].to_json());
+    if (i < task_steps.size()) out["tasks"].back()["step"] = task_steps[i];
+  }
   return out;
 }
 
 std::string ZeroShotReport::to_table() const {
   std::ostringstream out;
-  out << "run " << run_id << " " << name << " (" << arch << "), checkpoint step " << step << ", zero-shot, "
-      << max_length << " tokens at most, inference mode\n";
+  const auto shots = tasks.empty() ? std::int64_t{0} : tasks.front().shots;
+  out << "run " << run_id << " " << name << " (" << arch << "), "
+      << (task_steps.empty() ? "checkpoint step " : "stored results, the latest at step ") << step << ", "
+      << (shots > 0 ? std::to_string(shots) + "-shot" : std::string("zero-shot")) << ", " << max_length
+      << " tokens at most, inference mode\n";
   out << "| task | format | examples | acc | acc_norm | ppl | word ppl | bits/byte | FLOPs ratio | routed | s |\n"
       << "|---|---|---|---|---|---|---|---|---|---|---|\n";
   for (const auto& t : tasks)

@@ -34,6 +34,7 @@ struct ZeroShotReport {
   std::int64_t step = 0, max_length = 0, batch_size = 0;
   std::vector<std::string> sets;
   std::vector<TaskResult> tasks;
+  std::vector<std::int64_t> task_steps;  ///< each task's checkpoint step where they differ (stored_zero_shot)
   nlohmann::json to_json() const;
   /// A Markdown table: task, format, examples, acc, acc_norm (with their standard errors), perplexities, FLOPs ratio.
   std::string to_table() const;
@@ -57,6 +58,13 @@ ZeroShotReport evaluate_zero_shot(const std::string& db_path, std::int64_t run_i
 /// without any, whose scoring names it). StoreError for an unreadable store.
 std::vector<std::int64_t> steps_to_score(const std::string& db_path, std::int64_t run_id, bool every_checkpoint,
                                          std::int64_t step);
+
+/// The run's stored results (the latest store_zero_shot of each task; those of `names` only where given), for
+/// tables and pairs without scoring again: the report's step is the latest of the tasks' (each task's own is in
+/// `task_steps`). A result stored before each example's answers were kept pairs nothing. ConfigError for a run with
+/// none (or none of those names); DataError naming the run and task for a stored document that is not a result.
+ZeroShotReport stored_zero_shot(const std::string& db_path, std::int64_t run_id,
+                                const std::vector<std::string>& names = {});
 
 /// Keeps the results with the run: each task's measures as metrics "task/<name>/<measure>" at the checkpoint's step
 /// (replacing those of an earlier call at that step) and its result document as analysis ("zero-shot", name).

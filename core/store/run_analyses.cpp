@@ -23,4 +23,12 @@ bool RunStore::put_analysis(std::int64_t run_id, const std::string& kind, const 
   return true;
 }
 
+std::vector<AnalysisRow> RunStore::analyses(std::int64_t run_id, const std::string& kind) const {
+  Statement s(db_, path_, "SELECT key, step, document FROM analyses WHERE run_id = ?1 AND kind = ?2 ORDER BY key");
+  s.bind(1, run_id).bind(2, kind);
+  std::vector<AnalysisRow> rows;
+  while (s.step()) rows.push_back({s.text(0), s.int64(1), s.text(2)});
+  return rows;
+}
+
 }  // namespace routelab

@@ -125,6 +125,13 @@ struct ProbeRow {
   std::string json;
 };
 
+/// One stored analysis of a run (RunStore::analyses).
+struct AnalysisRow {
+  std::string key;
+  std::int64_t step = 0;
+  std::string document;
+};
+
 /// States of a queue item. `running` items left by a process that ended are made `failed` at the next start
 /// (see RunStore::fail_interrupted_queue_items).
 enum class QueueState { Pending, Running, Done, Failed, Cancelled };
@@ -244,6 +251,8 @@ class RunStore {
   /// read-only store.
   bool put_analysis(std::int64_t run_id, const std::string& kind, const std::string& key, std::int64_t step,
                     const std::string& document);
+  /// Every stored analysis of `kind` of the run, by key.
+  std::vector<AnalysisRow> analyses(std::int64_t run_id, const std::string& kind) const;
 
   // The run queue (schema v2).
   /// Appends an item after the last one; returns its id.
