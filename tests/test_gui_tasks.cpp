@@ -5,6 +5,7 @@
 // window's page and the runs browser's action.
 #include <QAction>
 #include <QCheckBox>
+#include <QFile>
 #include <QComboBox>
 #include <QLabel>
 #include <QListWidget>
@@ -238,6 +239,60 @@ class TestGuiTasks : public QObject {
     QVERIFY2(listed > 0, "the two runs agreed on every example: the check read nothing");
     pairs->clearSelection();
     QVERIFY(!examples->isVisible());
+  }
+
+  void keptResultsShowWithoutScoring() {
+    // "Show kept": each checked run's stored results, paired, nothing scored: the figures and pairs of the scoring
+    // that kept them, and the disagreements' text read again from the task file (or said to be gone).
+    QSettings().remove(QStringLiteral("zeroShot"));
+    const auto forget = qScopeGuard([] { QSettings().remove(QStringLiteral("zeroShot")); });
+    routelab::StoreService service(db_);
+    ZeroShotView view(&service);
+    QVERIFY(prepare(view, service));
+    const QString copy = home_.filePath(QStringLiteral("kept.jsonl"));
+    QFile::remove(copy);
+    QVERIFY(QFile::copy(forty_, copy));
+    QVERIFY(view.addTask(copy));
+    view.checkRuns({lm_, lm2_});
+    QVERIFY(scoreAndWait(view));  // kept with the runs (the default)
+    const auto scored = view.outcomes();
+    QCOMPARE(scored.size(), 2);
+    QSignalSpy finished(&view, &ZeroShotView::finished);
+    view.storedButton()->click();
+    QVERIFY(finished.wait(kTimeoutMs) || finished.count() > 0);
+    QCOMPARE(view.outcomes().size(), 2);
+    QVERIFY2(view.outcomes()[0].error.isEmpty(), qPrintable(view.outcomes()[0].error));
+    QVERIFY(view.statusLabel()->text().contains(QStringLiteral("kept results")));
+    const auto& kept = view.outcomes()[1].report;
+    const auto at = std::find_if(kept.tasks.begin(), kept.tasks.end(), [](const auto& t) { return t.name == "kept"; });
+    QVERIFY(at != kept.tasks.end());
+    QCOMPARE(at->acc, scored[1].report.tasks.at(0).acc);
+    QCOMPARE(at->acc_norm, scored[1].report.tasks.at(0).acc_norm);
+    QTableWidget* pairs = view.pairTable();
+    const auto keptRow = [pairs] {  // the kept task's acc_norm pair among every stored task's
+      for (int r = 0; r < pairs->rowCount(); ++r)
+        if (pairs->item(r, 0)->text() == QStringLiteral("kept") && pairs->item(r, 1)->text() == "acc_norm") return r;
+      return -1;
+    };
+    const int row = keptRow();
+    QVERIFY(row >= 0);
+    const auto expected = routelab::compare_reports(scored[0].report, scored[1].report);
+    QCOMPARE(pairs->item(row, 5)->text(), QString::number(expected.at(1).only_a));
+    QCOMPARE(pairs->item(row, 6)->text(), QString::number(expected.at(1).only_b));
+    const int discordant = static_cast<int>(expected.at(1).only_a + expected.at(1).only_b);
+    QVERIFY(discordant > 0);
+    pairs->selectRow(row);
+    QCOMPARE(view.disagreementTable()->rowCount(), discordant);
+    QVERIFY(view.disagreementTable()->item(0, 2)->text().startsWith(QStringLiteral("Question: ")));
+    // The task file gone: the same rows, by index and choice number.
+    QVERIFY(QFile::remove(copy));
+    view.storedButton()->click();
+    QVERIFY(finished.wait(kTimeoutMs) || finished.count() > 1);
+    QVERIFY(keptRow() >= 0);
+    pairs->selectRow(keptRow());
+    QCOMPARE(view.disagreementTable()->rowCount(), discordant);
+    QVERIFY(view.disagreementTable()->item(0, 2)->text().contains(QStringLiteral("no longer at hand")));
+    QVERIFY(view.disagreementTable()->item(0, 3)->text().startsWith(QStringLiteral("choice ")));
   }
 
   void fewShotPromptsScoreAsTheCliDoes() {

@@ -90,11 +90,44 @@ QString errorText(const std::exception& e) {
   return QString::fromStdString(dynamic_cast<const Error*>(&e) ? e.what() : foreign_error_text(e));
 }
 
+/// The examples of each stored task read again from the file it was scored on, for the disagreements' text: a file
+/// no longer there, or no longer holding those examples, leaves its task without text.
+std::vector<ZeroShotTask> storedTaskText(const ZeroShotReport& report) {
+  std::vector<ZeroShotTask> tasks;
+  for (const TaskResult& t : report.tasks) {
+    ZeroShotTask text;
+    try {
+      text = read_task(TaskSpec{t.name, t.path, t.format}, t.examples);
+    } catch (const Error&) {
+    }
+    if (static_cast<std::int64_t>(text.examples.size()) != t.examples) text.examples.clear();
+    text.name = t.name;
+    tasks.push_back(std::move(text));
+  }
+  return tasks;
+}
+
 }  // namespace
 
 void ZeroShotWorker::run(const ZeroShotJob& job) {
   const InterruptScope stopped([this] { return stop_.load(); });
   const int runs = static_cast<int>(job.runIds.size());
+  if (job.stored) {  // nothing scored: each run's kept results, with its task files' text where still at hand
+    for (int i = 0; i < runs && !stop_.load(); ++i) {
+      ZeroShotOutcome outcome;
+      outcome.runId = job.runIds[i];
+      try {
+        outcome.report = stored_zero_shot(dbPath_.toStdString(), outcome.runId);
+        outcome.tasks = std::make_shared<const std::vector<ZeroShotTask>>(storedTaskText(outcome.report));
+      } catch (const std::exception& e) {
+        outcome.error = errorText(e);
+      }
+      Q_EMIT progressed(i, runs, tr("kept results"), i + 1, runs);
+      Q_EMIT runDone(outcome);
+    }
+    Q_EMIT finished(stop_.load());
+    return;
+  }
   ZeroShotOptions options;
   options.limit = job.limit;
   options.batch_size = job.batchSize;
@@ -208,6 +241,11 @@ ZeroShotView::ZeroShotView(StoreService* store, QWidget* parent) : QWidget(paren
   runButton_->setShortcut(QKeySequence(Qt::CTRL | Qt::Key_Return));
   runButton_->setToolTip(tr("Score the checked runs on the listed tasks (Ctrl+Return)"));
   connect(runButton_, &QPushButton::clicked, this, &ZeroShotView::start);
+  storedButton_ = new QPushButton(tr("Show kept"), this);
+  storedButton_->setObjectName(QStringLiteral("zeroShotShowStored"));
+  storedButton_->setToolTip(tr("Show the checked runs' kept results (each task's latest scoring), paired, without "
+                               "scoring again"));
+  connect(storedButton_, &QPushButton::clicked, this, &ZeroShotView::showStored);
   stopButton_ = new QPushButton(tr("Stop"), this);
   stopButton_->setObjectName(QStringLiteral("zeroShotStop"));
   stopButton_->setToolTip(tr("Stop at the next batch: the run in progress keeps nothing, those done keep theirs"));
@@ -282,6 +320,7 @@ ZeroShotView::ZeroShotView(StoreService* store, QWidget* parent) : QWidget(paren
   options->addWidget(storeCheck_);
   options->addWidget(everyCheckpoint_);
   options->addStretch(1);
+  options->addWidget(storedButton_);
   options->addWidget(runButton_);
   options->addWidget(stopButton_);
   auto* resultButtons = new QHBoxLayout;
@@ -480,7 +519,24 @@ void ZeroShotView::start() {
   job.everyCheckpoint = everyCheckpoint_->isChecked();
   job.fewshot = shots_->value();
   if (job.fewshot > 0) job.fewshotFrom = fewshotSpecs();
+  launch(job, tr("Opening run %1…").arg(job.runIds.front()));
+}
+
+void ZeroShotView::showStored() {
+  if (running_) return;
+  ZeroShotJob job;
+  job.runIds = checkedRuns();
+  if (job.runIds.isEmpty()) {
+    status_->setText(tr("Check at least one run."));
+    return;
+  }
+  job.stored = true;
+  launch(job, tr("Reading the kept results…"));
+}
+
+void ZeroShotView::launch(const ZeroShotJob& job, const QString& status) {
   running_ = true;
+  readingStored_ = job.stored;
   failed_ = 0;
   outcomes_.clear();
   results_->setRowCount(0);
@@ -488,7 +544,7 @@ void ZeroShotView::start() {
   pairs_->hide();
   showDisagreements();
   progress_->setRange(0, 0);  // busy until the first batch is scored
-  status_->setText(tr("Opening run %1…").arg(job.runIds.front()));
+  status_->setText(status);
   worker_->stopFlag() = false;
   QMetaObject::invokeMethod(worker_, [worker = worker_, job] { worker->run(job); }, Qt::QueuedConnection);
   updateControls();
@@ -551,10 +607,11 @@ void ZeroShotView::onFinished(bool stopped) {
   progress_->setRange(0, 1);
   progress_->setValue(stopped ? 0 : 1);
   const int done = static_cast<int>(outcomes_.size()) - failed_;
-  QString text = stopped ? tr("Stopped: %1 run checkpoint(s) scored before it.").arg(done)
-                         : tr("%1 run checkpoint(s) scored.").arg(done);
+  QString text = readingStored_ ? tr("The kept results of %1 run(s), each task's latest scoring.").arg(done)
+                 : stopped      ? tr("Stopped: %1 run checkpoint(s) scored before it.").arg(done)
+                                : tr("%1 run checkpoint(s) scored.").arg(done);
   if (failed_ > 0) text += tr(" %1 failed (see the table).").arg(failed_);
-  if (storeCheck_->isChecked() && done > 0) text += tr(" Results kept with the runs.");
+  if (!readingStored_ && storeCheck_->isChecked() && done > 0) text += tr(" Results kept with the runs.");
   try {
     showPairs();
   } catch (const Error& e) {
@@ -613,7 +670,7 @@ void ZeroShotView::showDisagreements() {
   const std::string task = first->text().toStdString();
   const std::string measure = pairs_->item(first->row(), 1)->text().toStdString();
   const auto found = std::find_if(a.tasks->begin(), a.tasks->end(), [&](const auto& t) { return t.name == task; });
-  if (found == a.tasks->end()) return;
+  const bool text_at_hand = found != a.tasks->end() && !found->examples.empty();
   const std::vector<Disagreement> rows = disagreements(a.report, b.report, task, measure);
   examplesLabel_->setText(tr("%1 examples of %2 where runs %3 and %4 disagree on %5 (right for one of them only):")
                               .arg(rows.size())
@@ -623,15 +680,17 @@ void ZeroShotView::showDisagreements() {
                               .arg(QString::fromStdString(measure)));
   constexpr int kPromptChars = 160;
   const auto choice = [&](const ExampleText& text, std::int64_t pred) {
-    return pred >= 0 && pred < static_cast<std::int64_t>(text.choices.size())
-               ? QString::fromStdString(text.choices[static_cast<std::size_t>(pred)]).trimmed()
-               : QString();
+    if (pred >= 0 && pred < static_cast<std::int64_t>(text.choices.size()))
+      return QString::fromStdString(text.choices[static_cast<std::size_t>(pred)]).trimmed();
+    return pred >= 0 ? tr("choice %1").arg(pred) : QString();  // the task file is not at hand
   };
   examples_->setRowCount(static_cast<int>(rows.size()));
   for (int row = 0; row < examples_->rowCount(); ++row) {
     const Disagreement& d = rows[static_cast<std::size_t>(row)];
-    const ExampleText text = example_text(found->examples.at(static_cast<std::size_t>(d.example)));
-    const QString prompt = QString::fromStdString(text.prompt).simplified();
+    const ExampleText text = text_at_hand ? example_text(found->examples.at(static_cast<std::size_t>(d.example)))
+                                          : ExampleText{};
+    const QString prompt = text_at_hand ? QString::fromStdString(text.prompt).simplified()
+                                        : tr("(the task file is no longer at hand)");
     const bool cloze = d.pred_a < 0;
     const QString right = tr("right"), wrong = tr("wrong");
     const QStringList cells = {
@@ -694,6 +753,7 @@ void ZeroShotView::restoreChoices() {
 
 void ZeroShotView::updateControls() {
   runButton_->setEnabled(!running_ && !checkedRuns().isEmpty() && tasks_->rowCount() > 0);
+  storedButton_->setEnabled(!running_ && !checkedRuns().isEmpty());
   stopButton_->setEnabled(running_);
   for (QWidget* w : std::initializer_list<QWidget*>{runs_, tasks_, addButton_, removeButton_, fewshotButton_, limit_,
                                                    shots_, batch_, length_, storeCheck_, everyCheckpoint_})

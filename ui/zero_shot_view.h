@@ -42,6 +42,7 @@ struct ZeroShotJob {
   bool everyCheckpoint = false;  ///< each run's every kept checkpoint, oldest first (else its latest)
   qint64 fewshot = 0;            ///< solved examples before each prompt (0: zero-shot)
   QStringList fewshotFrom;       ///< "NAME=FILE": a task's few-shot file, as `tasks --fewshot-from` takes them
+  bool stored = false;           ///< nothing scored: each run's kept results read back (`tasks --stored`)
 };
 
 /// One run's outcome: its report, or the error that stopped it (a bad task file, a run that does not open).
@@ -98,6 +99,8 @@ class ZeroShotView : public QWidget {
   /// Score every kept checkpoint of each run (the stored measures then draw each task over training).
   QCheckBox* everyCheckpointCheck() const { return everyCheckpoint_; }
   QPushButton* runButton() const { return runButton_; }
+  /// Shows the checked runs' kept results (each task's latest), paired, without scoring.
+  QPushButton* storedButton() const { return storedButton_; }
   QPushButton* stopButton() const { return stopButton_; }
   QProgressBar* progressBar() const { return progress_; }
   QTableWidget* resultTable() const { return results_; }
@@ -127,6 +130,8 @@ class ZeroShotView : public QWidget {
  public Q_SLOTS:
   /// Scores the checked runs on the listed tasks (refused, with a status, without either).
   void start();
+  /// Reads the checked runs' kept results instead (the task list is not needed).
+  void showStored();
   void stop();
 
  Q_SIGNALS:
@@ -135,6 +140,8 @@ class ZeroShotView : public QWidget {
 
  private:
   void onRunsLoaded(const QList<RunSummary>& runs);
+  /// Clears the tables and hands `job` to the worker.
+  void launch(const ZeroShotJob& job, const QString& status);
   void onProgress(int run, int runs, const QString& task, qint64 scored, qint64 total);
   void onRunDone(const ZeroShotOutcome& outcome);
   void onFinished(bool stopped);
@@ -166,6 +173,7 @@ class ZeroShotView : public QWidget {
   QCheckBox* storeCheck_ = nullptr;
   QCheckBox* everyCheckpoint_ = nullptr;
   QPushButton* runButton_ = nullptr;
+  QPushButton* storedButton_ = nullptr;
   QPushButton* stopButton_ = nullptr;
   QPushButton* copyButton_ = nullptr;
   QProgressBar* progress_ = nullptr;
@@ -177,6 +185,7 @@ class ZeroShotView : public QWidget {
   QList<ZeroShotOutcome> outcomes_;
   QSet<qint64> wanted_;  ///< runs to check once listed (checkRuns before the store answered)
   bool running_ = false;
+  bool readingStored_ = false;  ///< the job in progress reads kept results
   int failed_ = 0;
 };
 
