@@ -11,17 +11,55 @@
 #include "core/util/errors.h"
 
 namespace routelab::cli {
+namespace {
+
+struct TaskArgs {
+  std::string db;
+  std::vector<std::int64_t> run_ids;
+  std::vector<std::string> tasks, fewshot_from;
+  bool store = false, json = false, every_checkpoint = false, stored = false;
+  std::string samples;
+  ZeroShotOptions options;
+};
+
+/// Scores each run (each asked checkpoint) on the task files: `reports` gets every report, `latest` each run's last.
+void score_runs(const TaskArgs& args, std::vector<ZeroShotReport>& reports, std::vector<ZeroShotReport>& latest) {
+  std::ofstream samples;
+  if (!args.samples.empty()) {  // opened first: a path that cannot be written fails before any scoring
+    samples.open(args.samples, std::ios::binary | std::ios::trunc);
+    if (!samples) throw ConfigError("--samples: cannot write " + args.samples);
+  }
+  const auto tasks = read_tasks(args.options);  // once, for every run and checkpoint
+  for (const auto run_id : args.run_ids) {
+    for (const auto at : steps_to_score(args.db, run_id, args.every_checkpoint, args.options.step)) {
+      auto options = args.options;
+      options.step = at;
+      reports.push_back(evaluate_zero_shot(args.db, run_id, tasks, options));
+      const auto& report = reports.back();
+      for (std::size_t t = 0; t < report.tasks.size(); ++t)  // the report's tasks in the order read
+        for (std::size_t i = 0; samples.is_open() && i < report.tasks[t].samples.size(); ++i) {
+          auto line = report.tasks[t].sample_json(i, &tasks.at(t));
+          line["run"] = report.run_id;
+          line["step"] = report.step;
+          samples << line.dump() << "\n";
+        }
+      if (!args.json) std::cout << report.to_table();
+      if (args.store) {
+        store_zero_shot(report.db_path, report);
+        std::cerr << "stored as metrics task/<name>/<measure> of run " << report.run_id << " at step " << report.step
+                  << "\n";
+      }
+    }
+    latest.push_back(reports.back());
+  }
+  if (samples.is_open() && !samples.flush())
+    throw ConfigError("--samples: writing " + args.samples + " failed (disk full?)");
+}
+
+}  // namespace
 
 void add_task_commands(CLI::App& app, CLI::App& /*bench*/, CommandAction& action) {
-  struct Args {
-    std::string db;
-    std::vector<std::int64_t> run_ids;
-    std::vector<std::string> tasks, fewshot_from;
-    bool store = false, json = false, every_checkpoint = false, stored = false;
-    std::string samples;
-    ZeroShotOptions options;
-  };
-  auto args = std::make_shared<Args>();
+  auto args = std::make_shared<TaskArgs>();
   std::string formats;
   for (const auto& f : task_formats()) formats += (formats.empty() ? "" : ", ") + f;
   auto* cmd = app.add_subcommand(
@@ -90,37 +128,9 @@ void add_task_commands(CLI::App& app, CLI::App& /*bench*/, CommandAction& action
           if (!args->json) std::cout << reports.back().to_table();
         }
         latest = reports;
+      } else {
+        score_runs(*args, reports, latest);
       }
-      std::ofstream samples;
-      if (!args->samples.empty()) {  // opened first: a path that cannot be written fails before any scoring
-        samples.open(args->samples, std::ios::binary | std::ios::trunc);
-        if (!samples) throw ConfigError("--samples: cannot write " + args->samples);
-      }
-      const auto tasks = args->stored ? std::vector<ZeroShotTask>{} : read_tasks(args->options);  // once for all
-      for (const auto run_id : args->stored ? std::vector<std::int64_t>{} : args->run_ids) {
-        for (const auto at : steps_to_score(args->db, run_id, args->every_checkpoint, args->options.step)) {
-          auto options = args->options;
-          options.step = at;
-          reports.push_back(evaluate_zero_shot(args->db, run_id, tasks, options));
-          const auto& report = reports.back();
-          for (std::size_t t = 0; t < report.tasks.size(); ++t)  // the report's tasks in the order read
-            for (std::size_t i = 0; samples.is_open() && i < report.tasks[t].samples.size(); ++i) {
-              auto line = report.tasks[t].sample_json(i, &tasks.at(t));
-              line["run"] = report.run_id;
-              line["step"] = report.step;
-              samples << line.dump() << "\n";
-            }
-          if (!args->json) std::cout << report.to_table();
-          if (args->store) {
-            store_zero_shot(report.db_path, report);
-            std::cerr << "stored as metrics task/<name>/<measure> of run " << report.run_id << " at step "
-                      << report.step << "\n";
-          }
-        }
-        latest.push_back(reports.back());
-      }
-      if (samples.is_open() && !samples.flush())
-        throw ConfigError("--samples: writing " + args->samples + " failed (disk full?)");
       std::vector<PairedComparison> comparisons;
       for (std::size_t r = 1; r < latest.size(); ++r)
         for (auto& c : compare_reports(latest.front(), latest[r])) comparisons.push_back(std::move(c));

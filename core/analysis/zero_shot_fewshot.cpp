@@ -31,26 +31,32 @@ std::vector<std::size_t> draw(const ZeroShotTask& task, const ZeroShotTask& pool
     return ConfigError(pool.path + ": " + std::to_string(shots) + " few-shot examples asked for task " + task.name +
                        ", the file holds " + std::to_string(have) + (same_file ? " other than the example" : ""));
   };
-  std::vector<std::size_t> others;  // the pool less copies of the example itself (same file only)
-  for (std::size_t i = 0; i < pool.examples.size(); ++i)
-    if (!same_file || !same_example(pool.examples[i], example)) others.push_back(i);
+  const auto others = [&] {  // the pool less copies of the example itself (same file only)
+    std::vector<std::size_t> out;
+    for (std::size_t i = 0; i < pool.examples.size(); ++i)
+      if (!same_file || !same_example(pool.examples[i], example)) out.push_back(i);
+    return out;
+  };
   std::vector<std::size_t> drawn;
   if (task.format == "mmlu") {  // first_n: the pool's first examples, in order
-    if (others.size() < shots) throw too_few(others.size());
-    return {others.begin(), others.begin() + static_cast<std::ptrdiff_t>(shots)};
+    for (std::size_t i = 0; i < pool.examples.size() && drawn.size() < shots; ++i)
+      if (!same_file || !same_example(pool.examples[i], example)) drawn.push_back(i);
+    if (drawn.size() < shots) throw too_few(drawn.size());
+    return drawn;
   }
   if (!same_file) {
     if (pool.examples.size() < shots) throw too_few(pool.examples.size());
     for (const auto i : rnd.sample(pool.examples.size(), shots)) drawn.push_back(i);
     return drawn;
   }
-  if (pool.examples.size() < shots + 1) throw too_few(others.size());
+  if (pool.examples.size() < shots + 1) throw too_few(others().size());
   for (const auto i : rnd.sample(pool.examples.size(), shots + 1))
     if (!same_example(pool.examples[i], example) && drawn.size() < shots) drawn.push_back(i);
   if (drawn.size() < shots) {  // copies of the example drawn more than once: drawn again from the others
-    if (others.size() < shots) throw too_few(others.size());
+    const auto rest = others();
+    if (rest.size() < shots) throw too_few(rest.size());
     drawn.clear();
-    for (const auto i : rnd.sample(others.size(), shots)) drawn.push_back(others[i]);
+    for (const auto i : rnd.sample(rest.size(), shots)) drawn.push_back(rest[i]);
   }
   return drawn;
 }
