@@ -133,6 +133,10 @@ class TestGuiTasks : public QObject {
     forty_ = writeFile(home_, QStringLiteral("forty.jsonl"), forty);
   }
 
+  /// Each function starts from the page's defaults (test mode keeps settings in ~/.qttest between runs).
+  void init() { QSettings().remove(QStringLiteral("zeroShot")); }
+  void cleanupTestCase() { QSettings().remove(QStringLiteral("zeroShot")); }
+
   void scoresTheCheckedRunsAsTheCliDoes() {
     routelab::StoreService service(db_);
     ZeroShotView view(&service);
@@ -199,8 +203,6 @@ class TestGuiTasks : public QObject {
 
   void disagreementsListTheDiscordantExamples() {
     // Selecting a pair lists the examples behind its discordant counts, each with its text and both runs' choices.
-    QSettings().remove(QStringLiteral("zeroShot"));  // this page's own list and options, forgotten at the end
-    const auto forget = qScopeGuard([] { QSettings().remove(QStringLiteral("zeroShot")); });
     routelab::StoreService service(db_);
     ZeroShotView view(&service);
     QVERIFY(prepare(view, service));
@@ -244,8 +246,6 @@ class TestGuiTasks : public QObject {
   void keptResultsShowWithoutScoring() {
     // "Show kept": each checked run's stored results, paired, nothing scored: the figures and pairs of the scoring
     // that kept them, and the disagreements' text read again from the task file (or said to be gone).
-    QSettings().remove(QStringLiteral("zeroShot"));
-    const auto forget = qScopeGuard([] { QSettings().remove(QStringLiteral("zeroShot")); });
     routelab::StoreService service(db_);
     ZeroShotView view(&service);
     QVERIFY(prepare(view, service));
@@ -297,8 +297,6 @@ class TestGuiTasks : public QObject {
 
   void fewShotPromptsScoreAsTheCliDoes() {
     // Shots and a task's few-shot file: the figures `tasks --fewshot 2 --fewshot-from forty=piqa.jsonl` gives.
-    QSettings().remove(QStringLiteral("zeroShot"));
-    const auto forget = qScopeGuard([] { QSettings().remove(QStringLiteral("zeroShot")); });
     {
       routelab::StoreService service(db_);
       ZeroShotView view(&service);
