@@ -669,8 +669,10 @@ void ZeroShotView::showDisagreements() {
   const ZeroShotOutcome& b = outcomes_.at(pair[1].toInt());
   const std::string task = first->text().toStdString();
   const std::string measure = pairs_->item(first->row(), 1)->text().toStdString();
-  const auto found = std::find_if(a.tasks->begin(), a.tasks->end(), [&](const auto& t) { return t.name == task; });
-  const bool text_at_hand = found != a.tasks->end() && !found->examples.empty();
+  static const std::vector<ZeroShotTask> none;
+  const std::vector<ZeroShotTask>& texts = a.tasks ? *a.tasks : none;
+  const auto found = std::find_if(texts.begin(), texts.end(), [&](const auto& t) { return t.name == task; });
+  const bool text_at_hand = found != texts.end() && !found->examples.empty();
   const std::vector<Disagreement> rows = disagreements(a.report, b.report, task, measure);
   examplesLabel_->setText(tr("%1 examples of %2 where runs %3 and %4 disagree on %5 (right for one of them only):")
                               .arg(rows.size())
@@ -697,7 +699,7 @@ void ZeroShotView::showDisagreements() {
         QString::number(d.example),
         QString::number(d.right_a ? a.report.run_id : b.report.run_id),
         prompt.size() > kPromptChars ? QStringLiteral("…") + prompt.right(kPromptChars - 1) : prompt,
-        choice(text, d.label),
+        cloze && !text_at_hand ? QString() : choice(text, d.label),
         cloze ? (d.right_a ? right : wrong) : choice(text, d.pred_a),
         cloze ? (d.right_a ? wrong : right) : choice(text, d.pred_b)};
     for (int col = 0; col < cells.size(); ++col) {
