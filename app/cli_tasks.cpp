@@ -17,7 +17,7 @@ struct TaskArgs {
   std::string db;
   std::vector<std::int64_t> run_ids;
   std::vector<std::string> tasks, fewshot_from;
-  bool store = false, json = false, every_checkpoint = false, stored = false;
+  bool store = false, json = false, every_checkpoint = false, stored = false, every_pair = false;
   std::string samples;
   ZeroShotOptions options;
 };
@@ -115,6 +115,8 @@ void add_task_commands(CLI::App& app, CLI::App& /*bench*/, CommandAction& action
       ->excludes(step)
       ->excludes(shots)
       ->excludes("--every-checkpoint");
+  cmd->add_flag("--every-pair", args->every_pair,
+                "pair each run with every later one (in the order given), not only the later ones with the first");
   cmd->callback([args, &action] {
     action = [args] {
       for (const auto& t : args->tasks) args->options.tasks.push_back(parse_task_spec(t));
@@ -131,9 +133,7 @@ void add_task_commands(CLI::App& app, CLI::App& /*bench*/, CommandAction& action
       } else {
         score_runs(*args, reports, latest);
       }
-      std::vector<PairedComparison> comparisons;
-      for (std::size_t r = 1; r < latest.size(); ++r)
-        for (auto& c : compare_reports(latest.front(), latest[r])) comparisons.push_back(std::move(c));
+      const auto comparisons = compare_runs(latest, args->every_pair);
       if (args->json) {
         nlohmann::json doc = reports.front().to_json();  // one run at one step: its report, as before
         if (reports.size() > 1) {
@@ -143,7 +143,9 @@ void add_task_commands(CLI::App& app, CLI::App& /*bench*/, CommandAction& action
         }
         std::cout << doc.dump(2) << "\n";
       } else if (!comparisons.empty()) {
-        std::cout << "\npaired against run " << latest.front().run_id
+        std::cout << "\n"
+                  << (args->every_pair ? std::string("every pair of runs")
+                                       : "paired against run " + std::to_string(latest.front().run_id))
                   << " (the same examples: the difference's interval from the per-example differences, p from the "
                      "examples only one run gets right)\n"
                   << comparisons_table(comparisons);

@@ -671,6 +671,9 @@ class TestCli : public QObject {
     std::tie(code, output) = run({"tasks", "1", "2", "--db", db, "--stored"});  // the same pairs, nothing scored
     QVERIFY2(code == 0 && output.contains("stored results, the latest at step") && output.endsWith(pairs),
              qPrintable(output + "\n---\n" + pairs));
+    std::tie(code, output) = run({"tasks", "2", "1", "--db", db, "--stored", "--every-pair"});
+    QVERIFY2(code == 0 && output.contains("every pair of runs") && output.contains("| piqa | acc | 2 "),
+             qPrintable(output));
     std::tie(code, output) = run({"tasks", "1", "--db", db, "--stored", "--store"});
     QVERIFY2(code != 0 && output.contains("excludes"), qPrintable(output));
     std::tie(code, output) = run({"tasks", "1", "--db", db});

@@ -241,6 +241,9 @@ class TestGuiTasks : public QObject {
     QVERIFY2(listed > 0, "the two runs agreed on every example: the check read nothing");
     pairs->clearSelection();
     QVERIFY(!examples->isVisible());
+    view.everyPairCheck()->setChecked(true);  // two runs have one pair either way: redrawn, the same
+    QCOMPARE(pairs->rowCount(), 2);
+    QCOMPARE(pairs->item(1, 2)->text().section(QLatin1Char(':'), 0, 0), QString::number(lm_));
   }
 
   void keptResultsShowWithoutScoring() {

@@ -454,6 +454,20 @@ class TestZeroShot : public QObject {
     const auto shorter = report(3, {{0, 0, 0}}, {});
     QVERIFY_THROWS_EXCEPTION(ConfigError, compare_reports(first, shorter));
 
+    // Three runs: the later ones against the first, or every pair in the order given.
+    const auto third = report(4, {{0, 1, 1}, {1, 1, 1}, {1, 0, 0}}, {false, false});
+    const auto firsts = compare_runs({first, second, third});
+    QCOMPARE(firsts.size(), std::size_t{6});
+    QCOMPARE(firsts[3].run_b, std::int64_t{4});
+    QCOMPARE(firsts[3].run_a, std::int64_t{1});
+    const auto every = compare_runs({first, second, third}, /*every_pair=*/true);
+    QCOMPARE(every.size(), std::size_t{9});
+    QCOMPARE(every[6].run_a, std::int64_t{2});
+    QCOMPARE(every[6].run_b, std::int64_t{4});
+    QCOMPARE(every[6].only_a, std::int64_t{2});  // examples 0 and 2 right for run 2 only
+    QCOMPARE(every[6].only_b, std::int64_t{0});
+    QVERIFY(compare_runs({first}, true).empty());
+
     // The examples behind the discordant counts: each right for one run only, with both runs' choices.
     const auto norm = disagreements(first, second, "piqa", "acc_norm");
     QCOMPARE(norm.size(), static_cast<std::size_t>(rows[1].only_a + rows[1].only_b));

@@ -291,6 +291,18 @@ ZeroShotView::ZeroShotView(StoreService* store, QWidget* parent) : QWidget(paren
   examples_->setWordWrap(false);
   examples_->setToolTip(tr("The examples the selected pair disagrees on, in the file's order (hover a prompt for its "
                            "whole text)"));
+  everyPair_ = new QCheckBox(tr("every pair"), this);
+  everyPair_->setObjectName(QStringLiteral("zeroShotEveryPair"));
+  everyPair_->setToolTip(tr("Pair each run with every later one, not only the later ones with the first (p-values "
+                            "per pair, not corrected for their number)"));
+  connect(everyPair_, &QCheckBox::toggled, this, [this] {
+    if (running_) return;
+    try {
+      showPairs();
+    } catch (const Error& e) {
+      status_->setText(QString::fromStdString(e.what()));
+    }
+  });
   copyButton_ = new QPushButton(tr("Copy as Markdown"), this);
   copyButton_->setObjectName(QStringLiteral("zeroShotCopy"));
   connect(copyButton_, &QPushButton::clicked, this, [this] { QApplication::clipboard()->setText(markdown()); });
@@ -324,6 +336,7 @@ ZeroShotView::ZeroShotView(StoreService* store, QWidget* parent) : QWidget(paren
   options->addWidget(runButton_);
   options->addWidget(stopButton_);
   auto* resultButtons = new QHBoxLayout;
+  resultButtons->addWidget(everyPair_);
   resultButtons->addStretch(1);
   resultButtons->addWidget(copyButton_);
 
@@ -370,7 +383,7 @@ ZeroShotView::ZeroShotView(StoreService* store, QWidget* parent) : QWidget(paren
   restoreChoices();
   for (QSpinBox* spin : {limit_, shots_, batch_, length_})
     connect(spin, &QSpinBox::valueChanged, this, [this] { saveChoices(); });
-  for (QCheckBox* check : {storeCheck_, everyCheckpoint_})
+  for (QCheckBox* check : {storeCheck_, everyCheckpoint_, everyPair_})
     connect(check, &QCheckBox::toggled, this, [this] { saveChoices(); });
   updateControls();
 }
@@ -623,7 +636,9 @@ void ZeroShotView::onFinished(bool stopped) {
 }
 
 void ZeroShotView::showPairs() {
+  pairs_->setRowCount(0);
   QList<int> scored;  // outcomes_'s index of each run's latest checkpoint, in the order the runs were scored
+  std::vector<ZeroShotReport> reports;
   for (int i = 0; i < outcomes_.size(); ++i) {
     const ZeroShotOutcome& o = outcomes_[i];
     if (!o.error.isEmpty()) continue;
@@ -632,28 +647,33 @@ void ZeroShotView::showPairs() {
     else
       scored << i;
   }
-  for (int r = 1; r < scored.size(); ++r)
-    for (const PairedComparison& c : compare_reports(outcomes_[scored.front()].report, outcomes_[scored[r]].report)) {
-      const int row = pairs_->rowCount();
-      pairs_->insertRow(row);
-      const QStringList cells = {
-          QString::fromStdString(c.task),
-          QString::fromStdString(c.measure),
-          QStringLiteral("%1: %2").arg(c.run_a).arg(c.a, 0, 'f', 4),
-          QStringLiteral("%1: %2").arg(c.run_b).arg(c.b, 0, 'f', 4),
-          QStringLiteral("%1 (%2, %3)")
-              .arg(c.difference, 0, 'f', 4)
-              .arg(fixedOrDash(c.ci_low, 4), fixedOrDash(c.ci_high, 4)),
-          QString::number(c.only_a),
-          QString::number(c.only_b),
-          QString::number(c.p_value, 'g', 3)};
-      for (int col = 0; col < cells.size(); ++col) {
-        auto* item = new QTableWidgetItem(cells[col]);
-        if (col >= 4) item->setTextAlignment(Qt::AlignRight | Qt::AlignVCenter);
-        pairs_->setItem(row, col, item);
-      }
-      pairs_->item(row, 0)->setData(Qt::UserRole, QList<QVariant>{scored.front(), scored[r]});
+  for (const int i : scored) reports.push_back(outcomes_[i].report);
+  const auto outcomeOf = [&](std::int64_t runId) {
+    for (const int i : scored)
+      if (outcomes_[i].report.run_id == runId) return i;
+    return -1;
+  };
+  for (const PairedComparison& c : compare_runs(reports, everyPair_->isChecked())) {
+    const int row = pairs_->rowCount();
+    pairs_->insertRow(row);
+    const QStringList cells = {
+        QString::fromStdString(c.task),
+        QString::fromStdString(c.measure),
+        QStringLiteral("%1: %2").arg(c.run_a).arg(c.a, 0, 'f', 4),
+        QStringLiteral("%1: %2").arg(c.run_b).arg(c.b, 0, 'f', 4),
+        QStringLiteral("%1 (%2, %3)")
+            .arg(c.difference, 0, 'f', 4)
+            .arg(fixedOrDash(c.ci_low, 4), fixedOrDash(c.ci_high, 4)),
+        QString::number(c.only_a),
+        QString::number(c.only_b),
+        QString::number(c.p_value, 'g', 3)};
+    for (int col = 0; col < cells.size(); ++col) {
+      auto* item = new QTableWidgetItem(cells[col]);
+      if (col >= 4) item->setTextAlignment(Qt::AlignRight | Qt::AlignVCenter);
+      pairs_->setItem(row, col, item);
     }
+    pairs_->item(row, 0)->setData(Qt::UserRole, QList<QVariant>{outcomeOf(c.run_a), outcomeOf(c.run_b)});
+  }
   pairs_->setVisible(pairs_->rowCount() > 0);
   pairs_->resizeColumnsToContents();
 }
@@ -731,6 +751,7 @@ void ZeroShotView::saveChoices() const {
   settings.setValue(QStringLiteral("zeroShot/length"), length_->value());
   settings.setValue(QStringLiteral("zeroShot/store"), storeCheck_->isChecked());
   settings.setValue(QStringLiteral("zeroShot/everyCheckpoint"), everyCheckpoint_->isChecked());
+  settings.setValue(QStringLiteral("zeroShot/everyPair"), everyPair_->isChecked());
 }
 
 void ZeroShotView::restoreChoices() {
@@ -740,6 +761,7 @@ void ZeroShotView::restoreChoices() {
   length_->setValue(settings.value(QStringLiteral("zeroShot/length"), 0).toInt());
   storeCheck_->setChecked(settings.value(QStringLiteral("zeroShot/store"), true).toBool());
   everyCheckpoint_->setChecked(settings.value(QStringLiteral("zeroShot/everyCheckpoint"), false).toBool());
+  everyPair_->setChecked(settings.value(QStringLiteral("zeroShot/everyPair"), false).toBool());
   shots_->setValue(settings.value(QStringLiteral("zeroShot/shots"), 0).toInt());
   const QStringList tasks = settings.value(QStringLiteral("zeroShot/tasks")).toStringList();
   const QStringList fewshot = settings.value(QStringLiteral("zeroShot/fewshotFiles")).toStringList();

@@ -104,8 +104,11 @@ class ZeroShotView : public QWidget {
   QPushButton* stopButton() const { return stopButton_; }
   QProgressBar* progressBar() const { return progress_; }
   QTableWidget* resultTable() const { return results_; }
-  /// Each later run against the first (the lowest id), task by task (shown when two or more runs were scored).
+  /// Each later run against the first (the lowest id), or every pair, task by task (shown when two or more runs were
+  /// scored).
   QTableWidget* pairTable() const { return pairs_; }
+  /// Pairs each run with every later one (else the later ones with the first); toggling redraws the pairs.
+  QCheckBox* everyPairCheck() const { return everyPair_; }
   /// The examples the selected pair disagrees on: index, the run it is right for, prompt, answer, each run's choice
   /// (shown while a pair is selected).
   QTableWidget* disagreementTable() const { return examples_; }
@@ -176,6 +179,7 @@ class ZeroShotView : public QWidget {
   QPushButton* storedButton_ = nullptr;
   QPushButton* stopButton_ = nullptr;
   QPushButton* copyButton_ = nullptr;
+  QCheckBox* everyPair_ = nullptr;
   QProgressBar* progress_ = nullptr;
   QTableWidget* results_ = nullptr;
   QTableWidget* pairs_ = nullptr;

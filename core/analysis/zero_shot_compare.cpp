@@ -110,6 +110,16 @@ std::vector<PairedComparison> compare_reports(const ZeroShotReport& a, const Zer
   return out;
 }
 
+std::vector<PairedComparison> compare_runs(const std::vector<ZeroShotReport>& reports, bool every_pair) {
+  std::vector<PairedComparison> out;
+  for (std::size_t a = 0; a < reports.size(); ++a) {
+    if (a > 0 && !every_pair) break;
+    for (std::size_t b = a + 1; b < reports.size(); ++b)
+      for (auto& c : compare_reports(reports[a], reports[b])) out.push_back(std::move(c));
+  }
+  return out;
+}
+
 std::vector<Disagreement> disagreements(const ZeroShotReport& report_a, const ZeroShotReport& report_b,
                                         const std::string& task, const std::string& measure) {
   const auto named = [&](const ZeroShotReport& r) -> const TaskResult* {

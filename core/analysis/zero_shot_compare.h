@@ -35,6 +35,10 @@ PairedComparison compare_paired(const std::vector<int>& a, const std::vector<int
 /// A task of the same name with another number of examples is a ConfigError naming it (not the same examples).
 std::vector<PairedComparison> compare_reports(const ZeroShotReport& a, const ZeroShotReport& b);
 
+/// Each later report against the first, or with `every_pair` each report against every later one (in the order
+/// given): compare_reports of each pair, in that order. p-values are per comparison (no correction for their number).
+std::vector<PairedComparison> compare_runs(const std::vector<ZeroShotReport>& reports, bool every_pair = false);
+
 /// An example the two runs of a comparison answer differently for a measure: right for one, wrong for the other (the
 /// discordant examples McNemar's test counts). `pred_a`, `pred_b`: each run's choice (multiple choice: the choice
 /// scored highest, per character for acc_norm; -1 for cloze, where right means every answer token was the greedy one).
