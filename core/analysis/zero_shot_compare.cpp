@@ -4,8 +4,8 @@
 
 #include <algorithm>
 #include <optional>
-#include <utility>
 #include <sstream>
+#include <utility>
 
 #include "core/util/errors.h"
 

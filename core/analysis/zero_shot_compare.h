@@ -32,7 +32,8 @@ struct PairedComparison {
 PairedComparison compare_paired(const std::vector<int>& a, const std::vector<int>& b);
 
 /// Run b against run a on every task of a that b also scored (by name), for acc and, where both have it, acc_norm.
-/// A task of the same name with another number of examples is a ConfigError naming it (not the same examples).
+/// A task of the same name with another number of examples is a ConfigError naming it (not the same examples); a
+/// result read back without its examples' answers (stored before they were kept) is left out.
 std::vector<PairedComparison> compare_reports(const ZeroShotReport& a, const ZeroShotReport& b);
 
 /// Each later report against the first, or with `every_pair` each report against every later one (in the order

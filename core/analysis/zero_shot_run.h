@@ -34,7 +34,7 @@ struct ZeroShotReport {
   std::int64_t step = 0, max_length = 0, batch_size = 0;
   std::vector<std::string> sets;
   std::vector<TaskResult> tasks;
-  std::vector<std::int64_t> task_steps;  ///< each task's checkpoint step where they differ (stored_zero_shot)
+  std::vector<std::int64_t> task_steps;  ///< each task's checkpoint step (stored_zero_shot; scored ones share `step`)
   nlohmann::json to_json() const;
   /// A Markdown table: task, format, examples, acc, acc_norm (with their standard errors), perplexities, FLOPs ratio.
   std::string to_table() const;
