@@ -80,6 +80,13 @@ QSpinBox* makeSpin(QWidget* parent, const QString& name, int max, const QString&
   return spin;
 }
 
+QCheckBox* makeCheck(QWidget* parent, const QString& text, const QString& name, const QString& tip) {
+  auto* check = new QCheckBox(text, parent);
+  check->setObjectName(name);
+  check->setToolTip(tip);
+  return check;
+}
+
 }  // namespace
 
 // ---- worker ----------------------------------------------------------------------------------------------------
@@ -226,16 +233,14 @@ ZeroShotView::ZeroShotView(StoreService* store, QWidget* parent) : QWidget(paren
   shots_ = makeSpin(this, QStringLiteral("zeroShotShots"), 1000, tr("zero-shot"),
                     tr("Solved examples before each prompt, drawn as lm-evaluation-harness draws them (its "
                        "--num_fewshot, seed 1234); results named NAME_Kshot"));
-  storeCheck_ = new QCheckBox(tr("keep the results with each run"), this);
-  storeCheck_->setObjectName(QStringLiteral("zeroShotStore"));
-  storeCheck_->setChecked(true);
-  storeCheck_->setToolTip(tr("As metrics task/NAME/acc, … at the checkpoint's step (replacing an earlier score at "
+  storeCheck_ = makeCheck(this, tr("keep the results with each run"), QStringLiteral("zeroShotStore"),
+                          tr("As metrics task/NAME/acc, … at the checkpoint's step (replacing an earlier score at "
                              "that step): the tables and the Compare view read them"));
-  everyCheckpoint_ = new QCheckBox(tr("every kept checkpoint"), this);
-  everyCheckpoint_->setObjectName(QStringLiteral("zeroShotEveryCheckpoint"));
-  everyCheckpoint_->setToolTip(tr("Score each run's every kept checkpoint, oldest first, not only its latest: kept "
-                                  "with the runs, each task's measures draw a curve over training (pairs use each "
-                                  "run's latest)"));
+  storeCheck_->setChecked(true);
+  everyCheckpoint_ =
+      makeCheck(this, tr("every kept checkpoint"), QStringLiteral("zeroShotEveryCheckpoint"),
+                tr("Score each run's every kept checkpoint, oldest first, not only its latest: kept with the runs, "
+                   "each task's measures draw a curve over training (pairs use each run's latest)"));
   runButton_ = new QPushButton(tr("Score"), this);
   runButton_->setObjectName(QStringLiteral("zeroShotRun"));
   runButton_->setShortcut(QKeySequence(Qt::CTRL | Qt::Key_Return));
@@ -291,9 +296,8 @@ ZeroShotView::ZeroShotView(StoreService* store, QWidget* parent) : QWidget(paren
   examples_->setWordWrap(false);
   examples_->setToolTip(tr("The examples the selected pair disagrees on, in the file's order (hover a prompt for its "
                            "whole text)"));
-  everyPair_ = new QCheckBox(tr("every pair"), this);
-  everyPair_->setObjectName(QStringLiteral("zeroShotEveryPair"));
-  everyPair_->setToolTip(tr("Pair each run with every later one, not only the later ones with the first (p-values "
+  everyPair_ = makeCheck(this, tr("every pair"), QStringLiteral("zeroShotEveryPair"),
+                         tr("Pair each run with every later one, not only the later ones with the first (p-values "
                             "per pair, not corrected for their number)"));
   connect(everyPair_, &QCheckBox::toggled, this, [this] {
     if (running_) return;
