@@ -21,20 +21,16 @@
 #include "core/util/python_random.h"
 #include "tests/conformance_support.h"
 #include "tests/suite.h"
+#include "tests/zero_shot_test_support.h"
 
 namespace test_zero_shot {
 
 using namespace routelab;
 using routelab::test::conformance::add_language_model_rows;
 using routelab::test::conformance::small_model;
+using namespace routelab::test::zero_shot;
 
 namespace {
-
-std::string write(const QTemporaryDir& dir, const std::string& name, const std::string& text) {
-  const auto path = dir.filePath(QString::fromStdString(name)).toStdString();
-  std::ofstream(path, std::ios::binary) << text;
-  return path;
-}
 
 /// The error's message, or "" when `fn` throws nothing.
 template <typename Fn>
@@ -45,36 +41,6 @@ std::string error_of(Fn&& fn) {
     return e.what();
   }
   return "";
-}
-
-const std::string kAlphabet = "abcdefghijklmnopqrst .";  // 22 characters: vocabulary 23 with the unknown id
-
-/// The log-likelihood of `continuation` after `context` read straight off one forward of the whole text.
-std::pair<double, bool> direct_score(LanguageModel& model, const Tokenizer& tokenizer, const std::string& context,
-                                     const std::string& continuation, std::int64_t max_length) {
-  const auto ids = tokenizer.encode(context + continuation);
-  const auto scored = static_cast<std::int64_t>(ids.size() - tokenizer.encode(context).size());
-  const auto n = std::min<std::int64_t>(static_cast<std::int64_t>(ids.size()) - 1, max_length);
-  const auto all = torch::tensor(ids, torch::kLong);
-  const auto input = all.narrow(0, all.size(0) - 1 - n, n).unsqueeze(0);
-  const auto target = all.narrow(0, all.size(0) - n, n);
-  torch::NoGradGuard no_grad;
-  model.eval();
-  const auto logp = torch::log_softmax(model.forward(input).logits[0].to(torch::kDouble), -1);  // (n, V)
-  double ll = 0;
-  bool greedy = true;
-  for (auto t = n - std::min(scored, n); t < n; ++t) {
-    ll += logp[t][target[t].item<std::int64_t>()].item<double>();
-    greedy = greedy && logp[t].argmax().item<std::int64_t>() == target[t].item<std::int64_t>();
-  }
-  return {ll, greedy};
-}
-
-std::shared_ptr<LanguageModel> small_dense(std::int64_t vocab) {
-  torch::manual_seed(3);
-  auto section = small_model(architecture("dense"));
-  section["max_seq_len"] = 64;
-  return create_model(section, {vocab, 64});
 }
 
 }  // namespace
@@ -167,24 +133,8 @@ class TestZeroShot : public QObject {
     QCOMPARE(parse_task_spec("C:/x/piqa.jsonl").path, std::string("C:/x/piqa.jsonl"));
   }
 
-  void wikiTextIsDetokenizedAsTheHarnessDoes() {
-    // A WikiText page (wikitext_document_level's "page") is scored detokenized, and its perplexities divide by the
-    // words and bytes of the page as published: the expected text is what the harness's own wikitext_detokenizer
-    // (lm_eval 0.4.13) returned for this page.
+  void tinyMmluRowsCarryTheirPrompt() {
     QTemporaryDir dir;
-    const std::string page =
-        " = Valkyria Chronicles III = \n Senjō no Valkyria 3 : Unrecorded Chronicles ( Japanese : 戦場の ) , is a 2011 "
-        "game . It sold 1 @,@ 000 @.@ 5 units ; the 7 @-@ 8 \" best \" of N players ' s ' thing [ 1 ] at 40 ° C ! "
-        "Why ? = = Plot = = \n";
-    const std::string detokenized =
-        " = Valkyria Chronicles III =\nSenjō no Valkyria 3: Unrecorded Chronicles (Japanese: 戦場の), is a 2011 game. "
-        "It sold 1,000.5 units; the 7-8 \"best\" of 1 players's' thing [1] at 40°C! Why? == Plot ==\n";
-    const auto task =
-        read_task(TaskSpec{"wikitext", write(dir, "wiki.jsonl", nlohmann::json{{"page", page}}.dump()), ""});
-    QCOMPARE(task.format, std::string("text"));
-    QCOMPARE(task.examples[0].requests[0].continuation, detokenized);
-    QCOMPARE(task.examples[0].words, 63.0);  // len(re.split(r"\s+", page))
-    QCOMPARE(task.examples[0].bytes, 237.0);
     // tinyMMLU's rows carry their prompt formatted.
     const auto tiny =
         read_task(TaskSpec{"t",
@@ -297,8 +247,7 @@ class TestZeroShot : public QObject {
 
   void measuresFollowFromTheScores() {
     // acc: the right choice scores highest; acc_norm: highest per character of the choice; stderr sqrt(p(1-p)/(n-1));
-    // cloze: greedy answers and exp(-mean log-likelihood); perplexity: rolling windows of max_length predicted
-    // tokens whose sum is the direct log-likelihood of the document after its first token.
+    // cloze: greedy answers and exp(-mean log-likelihood). (Perplexity: test_zero_shot_text.)
     QTemporaryDir dir;
     const auto tokenizer = CharTokenizer::build(kAlphabet);
     auto model = small_dense(tokenizer.vocab_size());
@@ -366,26 +315,6 @@ class TestZeroShot : public QObject {
     QCOMPARE(cloze_result.sample_json(1).at("acc").get<int>(), c1.second ? 1 : 0);
     QVERIFY(std::abs(cloze_result.sample_json(1).at("loglikelihood").get<double>() - c1.first) < 1e-3);
     QVERIFY(std::isnan(cloze_result.acc_norm));
-
-    const std::string doc = "the cat sat on the mat. the dog sat on the cat.  abc";  // 13 words, 52 bytes
-    const auto text = read_task(TaskSpec{"w", write(dir, "w.txt", doc), ""});
-    options.max_length = 8;  // windows predicting characters [1, 9), [9, 17), ... each fed the one before
-    const auto rolled = evaluate_task(*model, tokenizer, text, options);
-    double windows = 0;
-    for (std::size_t start = 1; start < doc.size(); start += 8)
-      windows += direct_score(*model, tokenizer, doc.substr(start - 1, 1), doc.substr(start, 8), 8).first;
-    const double ll = -rolled.bits_per_byte * std::log(2.0) * static_cast<double>(doc.size());
-    QCOMPARE(rolled.requests, std::int64_t{(static_cast<std::int64_t>(doc.size()) - 1 + 7) / 8});
-    QCOMPARE(rolled.tokens, static_cast<std::int64_t>(doc.size()) - 1);
-    QCOMPARE(rolled.sample_json(0).at("requests").size(), static_cast<std::size_t>(rolled.requests));  // its windows
-    QVERIFY(!rolled.sample_json(0, &text).at("requests")[0].contains("context"));  // windows, not the file's requests
-    QVERIFY2(std::abs(ll - windows) < 1e-3, qPrintable(QString("%1 vs %2").arg(ll).arg(windows)));
-    QVERIFY(std::abs(rolled.word_perplexity - std::exp(-ll / 13)) < 1e-6 * rolled.word_perplexity);
-    QVERIFY(std::abs(rolled.byte_perplexity - std::exp(-ll / 52)) < 1e-6 * rolled.byte_perplexity);
-    const auto whole = direct_score(*model, tokenizer, doc.substr(0, 1), doc.substr(1), 64);
-    options.max_length = 64;  // one window: the direct log-likelihood after the first token
-    const auto one = evaluate_task(*model, tokenizer, text, options);
-    QVERIFY(std::abs(-one.bits_per_byte * std::log(2.0) * 52 - whole.first) < 1e-3);
   }
 
   void pairedComparisonReadsTheDisagreements() {

@@ -4,7 +4,6 @@
 #include "core/analysis/zero_shot.h"
 
 #include <algorithm>
-#include <cctype>
 #include <chrono>
 #include <cmath>
 #include <numeric>
@@ -15,6 +14,7 @@
 #include "core/train/step.h"
 #include "core/util/errors.h"
 #include "core/util/interrupt.h"
+#include "core/util/utf8.h"
 
 namespace routelab {
 namespace {
@@ -25,13 +25,23 @@ struct TokenRequest {
   std::int64_t scored = 0;
 };
 
-/// The harness's split of context and continuation into tokens. An empty context is a DataError naming `where`: its
-/// first token would have nothing to be predicted from.
+/// The harness's split of context and continuation into tokens. An empty context feeds the tokenizer's prefix token
+/// before the continuation's tokens (a DataError naming `where` without one); a context of whitespace alone is one.
 TokenRequest tokenize(const Tokenizer& tokenizer, TaskRequest request, const std::string& where) {
-  if (request.context.find_first_not_of(" \t\n\r\f\v") == std::string::npos)
-    throw DataError(where + " has an empty context: its first token would have nothing to be predicted from");
-  const auto kept = request.context.find_last_not_of(" \t\n\r\f\v");
-  const auto cut = kept == std::string::npos ? 0 : kept + 1;  // trailing whitespace joins the continuation
+  if (request.context.empty()) {
+    const auto prefix = tokenizer.prefix_id();
+    if (prefix < 0)
+      throw DataError(where + " has an empty context, and the " + tokenizer.kind() +
+                      " tokenizer has no beginning- or end-of-sequence token to predict its first token from");
+    auto ids = tokenizer.encode(request.continuation);
+    const auto scored = static_cast<std::int64_t>(ids.size());
+    ids.insert(ids.begin(), prefix);
+    return {ids, scored};
+  }
+  const auto cut = python_strip(request.context, false, true).size();  // trailing whitespace joins the continuation
+  if (cut == 0)
+    throw DataError(where + " has a context of whitespace alone: its first token would have nothing to be predicted "
+                            "from");
   request.continuation = request.context.substr(cut) + request.continuation;
   request.context.resize(cut);
   const auto context = tokenizer.encode(request.context);
@@ -87,6 +97,7 @@ std::vector<RequestScore> score_tokens(LanguageModel& model, const std::vector<T
       auto& score = scores[order[first + static_cast<std::size_t>(r)]];
       const auto n = lengths[static_cast<std::size_t>(r)];
       score.tokens = std::min(request.scored, n);
+      score.fed = n;
       score.truncated = n < static_cast<std::int64_t>(request.ids.size()) - 1;
       for (auto t = n - score.tokens; t < n; ++t) flat.push_back(r * width + t);
     }
@@ -136,6 +147,17 @@ std::vector<RequestScore> score_requests(LanguageModel& model, const Tokenizer& 
   return score_tokens(model, tokens, options, nullptr);
 }
 
+std::vector<RollingWindow> rolling_windows(std::int64_t ids, std::int64_t max_length) {
+  if (max_length < 1) throw ConfigError("max length: " + std::to_string(max_length) + " is below 1");
+  std::vector<RollingWindow> windows;
+  for (std::int64_t scored_to = 1; scored_to < ids;) {  // ids [1, scored_to) are scored
+    const auto end = std::min(ids, scored_to + max_length);
+    windows.push_back({std::max<std::int64_t>(0, end - 1 - max_length), end, end - scored_to});
+    scored_to = end;
+  }
+  return windows;
+}
+
 TaskResult evaluate_task(LanguageModel& model, const Tokenizer& tokenizer, const ZeroShotTask& task,
                          const ScoringOptions& options) {
   check_length(options);
@@ -147,20 +169,16 @@ TaskResult evaluate_task(LanguageModel& model, const Tokenizer& tokenizer, const
   result.path = task.path;
   result.kind = task.kind;
   result.examples = static_cast<std::int64_t>(task.examples.size());
+  if (task.kind == TaskKind::Perplexity) result.prefix_token = tokenizer.prefix_id();
   std::vector<TokenRequest> requests;
   std::vector<std::size_t> first_request;  // of each example
   for (const auto& example : task.examples) {
     first_request.push_back(requests.size());
     if (task.kind == TaskKind::Perplexity) {
-      // Rolling windows: max_length predicted tokens each, fed from the token before the window's first.
-      const auto& doc = example.requests.front().continuation;
-      const auto ids = tokenizer.encode(doc);
-      for (std::size_t start = 1; start < ids.size(); start += static_cast<std::size_t>(options.max_length)) {
-        const auto end = std::min(ids.size(), start + static_cast<std::size_t>(options.max_length));
-        requests.push_back(
-            {{ids.begin() + static_cast<std::ptrdiff_t>(start - 1), ids.begin() + static_cast<std::ptrdiff_t>(end)},
-             static_cast<std::int64_t>(end - start)});
-      }
+      auto ids = tokenizer.encode(example.requests.front().continuation);
+      if (result.prefix_token >= 0) ids.insert(ids.begin(), result.prefix_token);
+      for (const auto& w : rolling_windows(static_cast<std::int64_t>(ids.size()), options.max_length))
+        requests.push_back({{ids.begin() + w.first, ids.begin() + w.end}, w.scored});
       continue;
     }
     const auto where = task.path + ": example " + std::to_string(first_request.size());
@@ -252,8 +270,11 @@ nlohmann::json TaskResult::sample_json(std::size_t i, const ZeroShotTask* task) 
   bool greedy = true;
   for (std::size_t k = 0; k < s.requests.size(); ++k) {
     const auto& r = s.requests[k];
-    requests.push_back(
-        {{"loglikelihood", r.loglikelihood}, {"tokens", r.tokens}, {"greedy", r.greedy}, {"truncated", r.truncated}});
+    requests.push_back({{"loglikelihood", r.loglikelihood},
+                        {"tokens", r.tokens},
+                        {"fed", r.fed},
+                        {"greedy", r.greedy},
+                        {"truncated", r.truncated}});
     if (example) {
       requests.back()["context"] = example->requests.at(k).context;
       requests.back()["continuation"] = example->requests.at(k).continuation;
@@ -274,6 +295,8 @@ nlohmann::json TaskResult::sample_json(std::size_t i, const ZeroShotTask* task) 
     j["loglikelihood"] = ll;
   } else {
     j["loglikelihood"] = ll;  // the document's, over its windows
+    j["prefix_token"] = prefix_token;
+    if (task) j["text"] = task->examples.at(i).requests.front().continuation;  // as scored: WikiText's detokenized
   }
   j["requests"] = std::move(requests);
   return j;
@@ -298,6 +321,7 @@ nlohmann::json TaskResult::to_json() const {
           {"word_perplexity", number(word_perplexity)},
           {"byte_perplexity", number(byte_perplexity)},
           {"bits_per_byte", number(bits_per_byte)},
+          {"prefix_token", prefix_token},
           {"flops_ratio", flops_ratio},
           {"routed_fraction", routed_fraction},
           {"seconds", seconds}};
@@ -349,6 +373,7 @@ TaskResult TaskResult::from_json(const nlohmann::json& doc, const std::string& w
     r.word_perplexity = number("word_perplexity");
     r.byte_perplexity = number("byte_perplexity");
     r.bits_per_byte = number("bits_per_byte");
+    r.prefix_token = doc.value("prefix_token", std::int64_t{-1});
     r.flops_ratio = doc.value("flops_ratio", 1.0);
     r.routed_fraction = doc.value("routed_fraction", 1.0);
     r.seconds = doc.value("seconds", 0.0);

@@ -93,12 +93,14 @@ struct RequestScore {
   bool greedy = true;        ///< every scored token was the model's most likely one
   std::int64_t tokens = 0;   ///< tokens scored
   bool truncated = false;    ///< the context was cut to fit max_length
+  std::int64_t fed = 0;      ///< tokens fed to the model: the scored ones' predecessors and the context before them
 };
 
 /// Scores each request as the harness does: the continuation's tokens are those of context + continuation after the
 /// context's own (whitespace ending the context moves to the continuation first), fed left-truncated to max_length,
 /// in batches of similar lengths (right-padded: a causal model's real positions do not see the padding). An empty
-/// context is a DataError: its first token would have nothing to be predicted from.
+/// context feeds the tokenizer's prefix token (Tokenizer::prefix_id) before the continuation's own tokens, as the
+/// harness does; without one it is a DataError, as is a context of whitespace alone.
 std::vector<RequestScore> score_requests(LanguageModel& model, const Tokenizer& tokenizer,
                                          const std::vector<TaskRequest>& requests, const ScoringOptions& options);
 
@@ -119,6 +121,9 @@ struct TaskResult {
   double acc_norm = NAN, acc_norm_stderr = NAN;  ///< multiple choice with choices of their own text
   double perplexity = NAN;                       ///< cloze: exp(-mean log-likelihood of the answer)
   double word_perplexity = NAN, byte_perplexity = NAN, bits_per_byte = NAN;  ///< perplexity tasks
+  /// Perplexity tasks: the token fed before each document (Tokenizer::prefix_id); -1: none, the documents' first
+  /// tokens were fed and not scored.
+  std::int64_t prefix_token = -1;
   double flops_ratio = 1, routed_fraction = 1;  ///< at inference over every position fed (padding included)
   double seconds = 0;
   std::vector<ExampleScore> samples;  ///< one per example, in the file's order (not in to_json)
@@ -132,14 +137,28 @@ struct TaskResult {
   static TaskResult from_json(const nlohmann::json& doc, const std::string& where);
   /// Example `i` as a JSON object: task, example, label, pred, pred_norm, acc, acc_norm (as the task has them) and
   /// each request's loglikelihood, tokens, greedy and truncated (the harness's --log_samples, in RouteLab's terms).
-  /// Given the task it was scored on, each request also has its context and continuation (the harness's arguments;
-  /// not for perplexity tasks, whose requests are a document's windows).
+  /// Given the task it was scored on, each request also has its context and continuation (the harness's arguments);
+  /// a perplexity task's requests are the document's windows, and its row has the document's text as scored ("text":
+  /// the harness's loglikelihood_rolling argument) and the prefix_token.
   nlohmann::json sample_json(std::size_t i, const ZeroShotTask* task = nullptr) const;
 };
 
-/// Evaluates one task in eval mode without gradients. Perplexity tasks score each document in consecutive windows of
-/// max_length predicted tokens, each fed its previous token (the harness's rolling windows without an end-of-text
-/// token: a document's first token is not scored).
+/// One window of a document scored in rolling windows: ids [first, end) of the document, of which the model is fed
+/// [first, end - 1) and scores the last `scored` (the ids that follow what it was fed).
+struct RollingWindow {
+  std::int64_t first = 0, end = 0, scored = 0;
+  bool operator==(const RollingWindow&) const = default;
+};
+
+/// The harness's rolling windows of a document of `ids` ids (get_rolling_token_windows with context_len 1, then
+/// make_disjoint_window), its first id the one fed first and never scored (the prefix token, else the document's
+/// first token): windows of max_length scored ids each, the first fed from id 0, every later one fed the max_length
+/// ids before its last, so that the last, shorter window sees a whole max_length of context. None for ids < 2.
+std::vector<RollingWindow> rolling_windows(std::int64_t ids, std::int64_t max_length);
+
+/// Evaluates one task in eval mode without gradients. Perplexity tasks score each document in the harness's rolling
+/// windows (rolling_windows), after the tokenizer's prefix token where it has one (the harness's prefix_token_id),
+/// else after the document's first token, which is then not scored.
 TaskResult evaluate_task(LanguageModel& model, const Tokenizer& tokenizer, const ZeroShotTask& task,
                          const ScoringOptions& options);
 

@@ -5,7 +5,6 @@
 #include <cctype>
 #include <filesystem>
 #include <fstream>
-#include <regex>
 #include <sstream>
 
 #include "core/analysis/zero_shot.h"
@@ -58,11 +57,8 @@ std::int64_t index_value(const nlohmann::json& doc, const std::string& key, cons
   throw DataError(line.where(key) + " is not an integer");
 }
 
-std::string trim(const std::string& s) {
-  const auto first = s.find_first_not_of(" \t\n\r\f\v");
-  if (first == std::string::npos) return "";
-  return s.substr(first, s.find_last_not_of(" \t\n\r\f\v") - first + 1);
-}
+/// Python's str.strip() (its whitespace: Unicode's, not ASCII's alone).
+std::string trim(const std::string& s) { return std::string(python_strip(s)); }
 
 std::string replace_all(std::string s, const std::string& from, const std::string& to) {
   for (std::size_t at = s.find(from); at != std::string::npos; at = s.find(from, at + to.size()))
@@ -73,9 +69,18 @@ std::string replace_all(std::string s, const std::string& from, const std::strin
 /// The harness's HellaSwag cleaning: WikiHow's " [title]" ends a sentence, other bracketed tags go, double spaces
 /// become one.
 std::string hellaswag_clean(const std::string& s) {
-  static const std::regex tag("\\[.*?\\]");
-  auto out = replace_all(trim(s), " [title]", ". ");
-  out = std::regex_replace(out, tag, "");
+  const auto text = replace_all(trim(s), " [title]", ". ");
+  std::string out;  // re.sub(r"\[.*?\]", "", text): from a '[' to the first ']' after it with no newline between
+  std::size_t at = 0;
+  for (auto from = text.find('['); from != std::string::npos; from = text.find('[', from + 1)) {
+    const auto to = text.find_first_of("]\n", from + 1);
+    if (to == std::string::npos) break;
+    if (text[to] == '\n') continue;  // no tag from here; the next '[' may open one
+    out.append(text, at, from - at);
+    at = to + 1;
+    from = to;
+  }
+  out.append(text, at);
   return replace_all(out, "  ", " ");
 }
 
@@ -205,36 +210,58 @@ TaskExample read_lambada(const nlohmann::json& doc, const Line& line) {
   return example;
 }
 
-/// Words as the harness counts them (len(re.split(r"\s+", doc))) and UTF-8 bytes.
+/// Words as the harness counts them, len(re.split(r"\s+", doc)): one more than the runs of Python's whitespace. And
+/// UTF-8 bytes.
 void count_words_and_bytes(TaskExample& example, const std::string& doc) {
   double words = 1;
-  bool in_space = false;
-  for (const unsigned char c : doc) {
-    const bool space = std::isspace(c) != 0;
-    if (space && !in_space) words += 1;
-    in_space = space;
+  for (std::size_t at = 0; at < doc.size();) {
+    if (python_space_at(doc, at) == 0) {  // a byte of a character that is not whitespace (never a space's first)
+      ++at;
+      continue;
+    }
+    words += 1;
+    while (const auto n = python_space_at(doc, at)) at += n;
   }
   example.words = words;
   example.bytes = static_cast<double>(doc.size());
 }
 
+/// Python's re.sub(OPEN \s*([^CLOSE]*?)\s* CLOSE, OPEN \1 CLOSE, s): from each OPEN to the first CLOSE after it, the
+/// text between stripped of whitespace, the scan going on after that CLOSE. Written out: std::regex's recursive
+/// matcher overflows the stack on a span of some 100,000 characters, which a long page can hold between two quotes.
+std::string strip_between(const std::string& s, char open, char close) {
+  std::string out;
+  out.reserve(s.size());
+  std::size_t at = 0;
+  for (auto from = s.find(open); from != std::string::npos; from = s.find(open, at)) {
+    const auto to = s.find(close, from + 1);
+    if (to == std::string::npos) break;  // nor after any later OPEN
+    out.append(s, at, from - at);
+    out += open;
+    out += python_strip(std::string_view(s).substr(from + 1, to - from - 1));
+    out += close;
+    at = to + 1;
+  }
+  out.append(s, at);
+  return out;
+}
+
 /// The harness's WikiText detokenizer (wikitext_detokenizer): the corpus's spaced punctuation and @-@ separators
-/// joined again.
+/// joined again, step by step as its str.replace and re.sub calls take them.
 std::string wikitext_detokenize(std::string s) {
-  static const std::vector<std::pair<std::regex, std::string>> brackets = {
-      {std::regex(R"(/' [0-9]/)"), "/'[0-9]/"},
-      {std::regex(R"(\(\s*([^\)]*?)\s*\))"), "($1)"},
-      {std::regex(R"(\[\s*([^\]]*?)\s*\])"), "[$1]"},
-      {std::regex(R"(\{\s*([^}]*?)\s*\})"), "{$1}"},
-      {std::regex(R"("\s*([^"]*?)\s*")"), "\"$1\""},
-      {std::regex(R"('\s*([^']*?)\s*')"), "'$1'"}};
   s = replace_all(s, "s '", "s'");
-  s = std::regex_replace(s, brackets[0].first, brackets[0].second);
+  // re.sub(r"/' [0-9]/", r"/'[0-9]/", s): the replacement is that literal text.
+  for (auto at = s.find("/' "); at != std::string::npos; at = s.find("/' ", at + 1))
+    if (at + 4 < s.size() && s[at + 3] >= '0' && s[at + 3] <= '9' && s[at + 4] == '/') {
+      s.replace(at, 5, "/'[0-9]/");
+      at += 7;
+    }
   for (const auto& [from, to] : std::vector<std::pair<std::string, std::string>>{
            {" @-@ ", "-"}, {" @,@ ", ","}, {" @.@ ", "."}, {" : ", ": "}, {" ; ", "; "},
            {" . ", ". "}, {" ! ", "! "}, {" ? ", "? "}, {" , ", ", "}})
     s = replace_all(s, from, to);
-  for (std::size_t i = 1; i < brackets.size(); ++i) s = std::regex_replace(s, brackets[i].first, brackets[i].second);
+  for (const auto& [open, close] : {std::pair{'(', ')'}, {'[', ']'}, {'{', '}'}, {'"', '"'}, {'\'', '\''}})
+    s = strip_between(s, open, close);
   for (const auto& [from, to] : std::vector<std::pair<std::string, std::string>>{
            {"= = = =", "===="}, {"= = =", "==="}, {"= =", "=="}, {" \xc2\xb0 ", "\xc2\xb0"}, {" \n", "\n"},
            {"\n ", "\n"}, {" N ", " 1 "}, {" 's", "'s"}})

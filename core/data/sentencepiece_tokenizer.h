@@ -40,6 +40,7 @@ class SentencePieceTokenizer final : public Tokenizer {
   const std::string& hash() const { return hash_; }
   const std::string& source() const { return source_; }
   const std::string& model_bytes() const { return bytes_; }
+  std::int64_t prefix_id() const override { return bos_id() >= 0 ? bos_id() : eos_id(); }
   std::int64_t bos_id() const;                          ///< -1 when the model has none
   std::int64_t eos_id() const;                          ///< -1 when the model has none
 

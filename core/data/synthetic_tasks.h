@@ -22,6 +22,7 @@ class TaskTokenizer final : public Tokenizer {
   std::int64_t bos_id() const { return symbols_; }
   std::int64_t sep_id() const { return symbols_ + 1; }
   std::int64_t eos_id() const { return symbols_ + 2; }
+  std::int64_t prefix_id() const override { return bos_id(); }
   /// Whitespace-separated tokens "<bos>", "<sep>", "<eos>" or a symbol number; DataError on anything else.
   std::vector<std::int64_t> encode(std::string_view text) const override;
   /// The token texts joined with single spaces.

@@ -26,6 +26,10 @@ class Tokenizer {
                                    const std::vector<std::int64_t>& ids) const {
     return decode(ids);
   }
+  /// The token fed before a document's first token and before the continuation of an empty context, as the
+  /// lm-evaluation-harness feeds its prefix_token_id: the beginning-of-sequence token, else the end-of-sequence one;
+  /// -1 where the tokenizer has neither (byte and character tokenizers).
+  virtual std::int64_t prefix_id() const { return -1; }
   /// Human-readable text of one token for the GUI ("\n" shown as "⏎", unknown as "<unk>").
   virtual std::string token_text(std::int64_t id) const = 0;
   virtual nlohmann::json to_json() const = 0;           ///< persisted in checkpoints and the run store
