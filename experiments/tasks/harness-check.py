@@ -4,23 +4,27 @@
 
 The harness reads each task file with its own task definition (prompts, choices, targets, delimiters, metrics,
 aggregation); the only thing it asks of the model is the log-likelihood of each (context, continuation) pair and
-whether the continuation is the model's greedy choice. Those pairs are answered by RouteLab: written as a `generic`
-task file, one pair an example, scored by `routelab-cli tasks --samples` (the same scoring code, given the harness's
-text). What this checks is everything around the scores: each format's prompts and choices, the whitespace moved
-from a context to its continuation, acc, acc_norm, LAMBADA's greedy accuracy and perplexity, and the means.
+whether the continuation is the model's greedy choice, or a document's log-likelihood (WikiText). Those are answered
+by RouteLab: the pairs written as a `generic` task file, one pair an example, the documents as a `text` one, scored by
+`routelab-cli tasks --samples` (the same scoring code, given the harness's text). What this checks is everything
+around the scores: each format's prompts and choices, the whitespace moved from a context to its continuation, acc,
+acc_norm, LAMBADA's greedy accuracy and perplexity, WikiText's detokenized pages, its words and bytes and the three
+perplexities, the rolling windows' shape (each document's windows against the harness's get_rolling_token_windows:
+how many, and how many tokens each feeds and scores), and the means.
 
   python3 experiments/tasks/harness-check.py --cli build/app/routelab-cli --db runs.sqlite --run 1 \
       --task piqa=toy/piqa.jsonl --task hellaswag=toy/hellaswag.jsonl --task lambada_openai=toy/lambada.jsonl \
       --task arc_easy=toy/arc.jsonl --task winogrande=toy/winogrande.jsonl --task boolq=toy/boolq.jsonl \
-      --task mmlu_astronomy=toy/mmlu.jsonl
+      --task mmlu_astronomy=toy/mmlu.jsonl --task wikitext=toy/wikitext.jsonl
 
-NAME is a harness task (piqa, hellaswag, arc_easy, arc_challenge, winogrande, boolq, lambada_openai, mmlu_SUBJECT);
+NAME is a harness task (piqa, hellaswag, arc_easy, arc_challenge, winogrande, boolq, lambada_openai, mmlu_SUBJECT,
+wikitext);
 the file is given to the harness as its evaluation split (JSON Lines in the published dataset's fields) and to
 `tasks` under the same name, its format read from its keys (`--task-name H=NAME:FORMAT` where that would differ).
 `--fewshot K` builds K-shot prompts on both sides (the harness's own sampler and seed 1234; `--fewshot-from
 HARNESS_TASK=FILE` for a task's few-shot split, else its file itself). Every request's text as the harness built it is
 compared with the one `tasks` scored (its `--samples`). Exits 1 when a figure differs by more than 1e-6 (relative above
-1) or a request's text differs. Needs lm_eval 0.4 importable (not a RouteLab
+1), a request's text differs or a document's windows do. Needs lm_eval 0.4 importable (not a RouteLab
 dependency: `pip install lm_eval==0.4.13` in a venv of its own); nothing is downloaded.
 """
 import argparse
@@ -37,15 +41,18 @@ from lm_eval import evaluator  # noqa: E402
 from lm_eval.api.model import LM  # noqa: E402
 from lm_eval.tasks import TaskManager  # noqa: E402
 from lm_eval.tasks._yaml_loader import load_yaml  # noqa: E402
+from lm_eval.utils import get_rolling_token_windows, make_disjoint_window  # noqa: E402
 
 
 class RouteLabLM(LM):
     """The harness's model: each batch of log-likelihood requests scored by one `routelab-cli tasks` call."""
 
-    def __init__(self, cli, db, run, max_length):
+    def __init__(self, cli, db, run, max_length, batch_size):
         super().__init__()
-        self.cli, self.db, self.run, self.max_length = cli, db, run, max_length
+        self.cli, self.db, self.run = cli, db, run
+        self.options = ["--batch-size", str(batch_size)] + (["--max-length", str(max_length)] if max_length else [])
         self.requests = 0
+        self.windows = self.windows_differ = 0  # documents' windows against the harness's; documents whose differ
         self.texts = {}  # (task, example, request) -> (context, continuation) as the harness built them
 
     def loglikelihood(self, requests, disable_tqdm=False):
@@ -60,9 +67,7 @@ class RouteLabLM(LM):
                     out.write(json.dumps({"context": context, "choices": [continuation], "label": 0}) + "\n")
             samples = os.path.join(tmp, "samples.jsonl")
             command = [self.cli, "tasks", str(self.run), "--db", self.db, "--task", f"requests={path}:generic",
-                       "--samples", samples, "--json"]
-            if self.max_length:
-                command += ["--max-length", str(self.max_length)]
+                       "--samples", samples, "--json"] + self.options
             subprocess.run(command, check=True, stdout=subprocess.DEVNULL)
             with open(samples, encoding="utf-8") as f:
                 rows = [json.loads(line) for line in f]
@@ -70,7 +75,34 @@ class RouteLabLM(LM):
         return [(r["requests"][0]["loglikelihood"], bool(r["requests"][0]["greedy"])) for r in rows]
 
     def loglikelihood_rolling(self, requests, disable_tqdm=False):
-        raise NotImplementedError("perplexity tasks: RouteLab scores a document's first token, the harness does not")
+        """Each document's log-likelihood over RouteLab's rolling windows (one `tasks` call on a text file of the
+        documents), whose shape is checked against the harness's own get_rolling_token_windows: the same number of
+        windows, each feeding and scoring as many tokens as the harness's would."""
+        docs = [r.args[0] for r in requests]
+        self.requests += len(docs)
+        for r in requests:
+            self.texts[(r.task_name, r.doc_id, 0)] = (r.args[0],)
+        with tempfile.TemporaryDirectory() as tmp:
+            path = os.path.join(tmp, "documents.jsonl")
+            with open(path, "w", encoding="utf-8") as out:
+                for doc in docs:
+                    out.write(json.dumps({"text": doc}) + "\n")
+            samples = os.path.join(tmp, "samples.jsonl")
+            command = [self.cli, "tasks", str(self.run), "--db", self.db, "--task", f"documents={path}:text",
+                       "--samples", samples, "--json"] + self.options
+            report = json.loads(subprocess.run(command, check=True, capture_output=True, text=True).stdout)
+            with open(samples, encoding="utf-8") as f:
+                rows = [json.loads(line) for line in f]
+        assert len(rows) == len(docs), (len(rows), len(docs))
+        length = report["max_length"]
+        for row in rows:
+            ids = sum(w["tokens"] for w in row["requests"]) + 1  # the prefix token or the first token, then the rest
+            theirs = [(min(len(a + b), length + 1) - 1, len(b)) for a, b in map(
+                make_disjoint_window, get_rolling_token_windows(list(range(1, ids)), 0, length, 1))]
+            self.windows += len(theirs)
+            if theirs != [(w["fed"], w["tokens"]) for w in row["requests"]]:
+                self.windows_differ += 1
+        return [row["loglikelihood"] for row in rows]
 
     def generate_until(self, requests, disable_tqdm=False):
         raise NotImplementedError("generation tasks are not scored")
@@ -105,6 +137,9 @@ def main():
                         help="HARNESS_TASK=ROUTELAB_NAME[:FORMAT] where RouteLab's name or format differs")
     parser.add_argument("--limit", type=int, default=0, help="examples per task (0: all)")
     parser.add_argument("--max-length", type=int, default=0)
+    parser.add_argument("--batch-size", type=int, default=1,
+                        help="requests per forward on both sides (1: each alone, the same arithmetic for both, so "
+                             "that near-ties fall alike; other sizes batch the two sides' requests differently)")
     parser.add_argument("--fewshot", type=int, default=0, help="solved examples before each prompt (--num_fewshot)")
     parser.add_argument("--fewshot-from", action="append", default=[],
                         help="HARNESS_TASK=FILE: that task's few-shot split (else its own file)")
@@ -114,7 +149,7 @@ def main():
     tasks = [item.split("=", 1) for item in args.task]
     fewshot_files = dict(item.split("=", 1) for item in args.fewshot_from)
     manager = TaskManager()
-    lm = RouteLabLM(args.cli, args.db, args.run, args.max_length)
+    lm = RouteLabLM(args.cli, args.db, args.run, args.max_length, args.batch_size)
     configs = [harness_config(manager, name, path, args.fewshot, fewshot_files.get(name)) for name, path in tasks]
     results = evaluator.simple_evaluate(model=lm, tasks=configs, task_manager=manager, limit=args.limit or None,
                                         num_fewshot=args.fewshot or None, fewshot_random_seed=1234,
@@ -127,8 +162,7 @@ def main():
         command += ["--task", f"{routelab_name}={path}" + (f":{routelab_format}" if routelab_format else "")]
     if args.limit:
         command += ["--limit", str(args.limit)]
-    if args.max_length:
-        command += ["--max-length", str(args.max_length)]
+    command += lm.options
     if args.fewshot:
         command += ["--fewshot", str(args.fewshot)]
         for name, path in fewshot_files.items():
@@ -145,14 +179,15 @@ def main():
     texts_differ = 0
     for row in rows:
         name = harness_task[row["task"].removesuffix(suffix)]
-        for k, request in enumerate(row["requests"]):
+        built = [(row["text"],)] if "text" in row else [(r["context"], r["continuation"]) for r in row["requests"]]
+        for k, mine in enumerate(built):  # a document, or each request of an example
             theirs = lm.texts.get((name, row["example"], k))
-            if theirs != (request["context"], request["continuation"]):
+            if theirs != mine:
                 texts_differ += 1
                 if texts_differ <= 3:
                     print(f"{name} example {row['example']} request {k}: the harness built {theirs!r}, "
-                          f"RouteLab {(request['context'], request['continuation'])!r}")
-    compared = sum(len(row["requests"]) for row in rows)
+                          f"RouteLab {mine!r}")
+    compared = sum(1 if "text" in row else len(row["requests"]) for row in rows)
 
     shots = f", {args.fewshot}-shot" if args.fewshot else ""
     print(f"run {args.run}: {lm.requests} requests scored for the harness (lm_eval, its task definitions{shots}) "
@@ -163,7 +198,9 @@ def main():
     for name, _ in tasks:
         mine = own[renames.get(name, name).partition(":")[0]]
         theirs = results[name]
-        for measure, key in (("acc", "acc"), ("acc_norm", "acc_norm"), ("perplexity", "ppl")):
+        for measure, key in (("acc", "acc"), ("acc_norm", "acc_norm"), ("perplexity", "ppl"),
+                             ("word_perplexity", "word_perplexity"), ("byte_perplexity", "byte_perplexity"),
+                             ("bits_per_byte", "bits_per_byte")):
             value = theirs.get(f"{measure},none")
             if value is None or mine.get(key) is None:
                 continue
@@ -172,7 +209,10 @@ def main():
             print(f"| {name} | {measure} | {value:.6f} | {mine[key]:.6f} | {difference:.2e} |")
     print(f"largest difference (relative where above 1): {worst:.2e}; requests whose text differs: {texts_differ} of "
           f"{compared}")
-    return 0 if worst < 1e-6 and texts_differ == 0 else 1
+    if lm.windows:
+        print(f"documents whose rolling windows differ from the harness's: {lm.windows_differ} "
+              f"({lm.windows} windows)")
+    return 0 if worst < 1e-6 and texts_differ == 0 and lm.windows_differ == 0 else 1
 
 
 if __name__ == "__main__":

@@ -8,7 +8,8 @@ format, not a benchmark (the paper's tasks are the datasets' own files).
 CORPUS: the corpus file (e.g. ~/.local/share/routelab/corpora/kjv.txt, written by the first run); OUT_DIR gets
 piqa.jsonl (a half line and its true second half against another line's), hellaswag.jsonl (the same, four endings),
 lambada.jsonl (the last word of a line), sanity.jsonl (the true second half against itself reversed: any trained
-model gets it right), wiki.txt (200 lines as one document), and arc.jsonl, mmlu.jsonl (subject astronomy) with four
+model gets it right), wiki.txt (200 lines as one document), wikitext.jsonl (pages of 20 lines in WikiText's raw
+tokenization, N / 20 of them), and arc.jsonl, mmlu.jsonl (subject astronomy) with four
 endings, winogrande.jsonl (a word of a line blanked, against another line's) and boolq.jsonl (a line and another's
 first half as the question, answers at random): every format of `tasks` (experiments/tasks/harness-check.py sets them
 beside lm-evaluation-harness). N: examples per file (default 1000)."""
@@ -86,6 +87,43 @@ def main():
     write("boolq.jsonl", boolq)
     with open(os.path.join(out, "wiki.txt"), "w", encoding="utf-8") as f:
         f.write("\n".join(lines[:200]))
+    write("wikitext.jsonl", wikitext_pages(lines, max(1, n // 20), random.Random(7)))
+
+
+def wikitext_pages(lines, pages, rng):
+    """Pages as wikitext_document_level's "page" holds them (WikiText's raw tokenization): headings " = T = ",
+    punctuation, brackets and quotes set apart by spaces, " 's", numbers split by " @,@ ", " @.@ ", " @-@ ", and now
+    and then a no-break space or a degree sign, so that each of the harness's detokenizing steps has work."""
+    def spaced(line):
+        line = re.sub(r"(\w)'s\b", r"\1 's", line)
+        line = re.sub(r"([,.;:!?()\"])", r" \1 ", line)
+        words = line.split()
+        at = rng.randrange(len(words))
+        kind = rng.randrange(6)
+        if kind == 0:
+            words.insert(at, f"{rng.randint(1, 9)} @,@ {rng.randint(100, 999)}")
+        elif kind == 1:
+            words.insert(at, f"{rng.randint(1, 9)} @.@ {rng.randint(1, 9)} \u00b0 C")
+        elif kind == 2:
+            words.insert(at, f"{rng.randint(1, 50)} @-@ {rng.randint(51, 99)}")
+        elif kind == 3 and len(words) > at + 3:
+            words[at:at + 3] = ['"'] + words[at:at + 3] + ['"']
+        elif kind == 4 and len(words) > at + 2:
+            words[at:at + 2] = ["( " + words[at], words[at + 1] + " )"]
+        else:
+            words[at] += "\u00a0"
+        return " ".join(words)
+
+    docs = []
+    for p in range(pages):
+        body = lines[(p * 20) % len(lines):][:20]
+        page = f" = Chapter {p + 1} = \n \n"
+        for k in range(0, len(body), 5):
+            if k:
+                page += f" = = Part {k // 5 + 1} = = \n \n"
+            page += " " + " ".join(spaced(line) for line in body[k:k + 5]) + " \n \n"
+        docs.append({"page": page})
+    return docs
 
 
 if __name__ == "__main__":
