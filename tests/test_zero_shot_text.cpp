@@ -173,6 +173,9 @@ class TestZeroShotText : public QObject {
              std::string(" = Ti\u00a0tle =\nA (x) b\u2009\u2009c \"q\" \x1c"
                          "d [y] e\u2028f {z}\u202f"));
     QCOMPARE(unicode.examples[0].words, 24.0);
+    // re.sub(r"/' [0-9]/", r"/'[0-9]/", s) writes its pattern's text itself.
+    QCOMPARE(read_page("a /' 5/ b /' x/ /' 7//' 8/").examples[0].requests[0].continuation,
+             std::string("a /'[0-9]/ b /' x/ /'[0-9]//'[0-9]/"));
     QCOMPARE(unicode.examples[0].bytes, 69.0);
     // 240,000 characters between two quotes: Python's re strips them; std::regex's recursive matcher overflowed the
     // stack on such a span.
