@@ -133,22 +133,22 @@ double stderr_of_mean(double p, std::int64_t n) {
   return n > 1 ? std::sqrt(p * (1 - p) / static_cast<double>(n - 1)) : NAN;
 }
 
-void check_length(const ScoringOptions& options) {
-  if (options.max_length < 1) throw ConfigError("max length: " + std::to_string(options.max_length) + " is below 1");
+void check_length(std::int64_t max_length) {
+  if (max_length < 1) throw ConfigError("max length: " + std::to_string(max_length) + " is below 1");
 }
 
 }  // namespace
 
 std::vector<RequestScore> score_requests(LanguageModel& model, const Tokenizer& tokenizer,
                                          const std::vector<TaskRequest>& requests, const ScoringOptions& options) {
-  check_length(options);
+  check_length(options.max_length);
   std::vector<TokenRequest> tokens;
   for (const auto& r : requests) tokens.push_back(tokenize(tokenizer, r, "a zero-shot request"));
   return score_tokens(model, tokens, options, nullptr);
 }
 
 std::vector<RollingWindow> rolling_windows(std::int64_t ids, std::int64_t max_length) {
-  if (max_length < 1) throw ConfigError("max length: " + std::to_string(max_length) + " is below 1");
+  check_length(max_length);
   std::vector<RollingWindow> windows;
   for (std::int64_t scored_to = 1; scored_to < ids;) {  // ids [1, scored_to) are scored
     const auto end = std::min(ids, scored_to + max_length);
@@ -160,7 +160,7 @@ std::vector<RollingWindow> rolling_windows(std::int64_t ids, std::int64_t max_le
 
 TaskResult evaluate_task(LanguageModel& model, const Tokenizer& tokenizer, const ZeroShotTask& task,
                          const ScoringOptions& options) {
-  check_length(options);
+  check_length(options.max_length);
   const auto began = std::chrono::steady_clock::now();
   TaskResult result;
   result.name = task.name;
