@@ -294,7 +294,7 @@ void add_layer_benchmarks(CLI::App& bench_cmd, CommandAction& action) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  routelab::relaunch_with_process_settings(argv);
+  routelab::relaunch_with_process_settings(argv);  // returns at once when started by routelab-cli, the launcher
   routelab::cli::remember_arguments(argc, argv);
   CLI::App app{"RouteLab " ROUTELAB_VERSION ": train and inspect token-routing transformers"};
   app.require_subcommand(1);

@@ -136,7 +136,8 @@ void openInspector(routelab::MainWindow& window, qint64 runId, qint64 withId, co
 }  // namespace
 
 int main(int argc, char** argv) {
-  routelab::relaunch_with_process_settings(argv);  // the GUI shares the machine with its runs' threads
+  // The GUI shares the machine with its runs' threads. Started by its launcher (routelab), this returns at once.
+  routelab::relaunch_with_process_settings(argv);
   QApplication app(argc, argv);
   if (QThread::idealThreadCount() >= 4) routelab::reserve_cores(1);  // a core for the window beside every run
   QCoreApplication::setOrganizationName(QStringLiteral("RouteLab"));

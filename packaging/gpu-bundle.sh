@@ -16,7 +16,7 @@ cd "$root"
 [ -x "$build/app/routelab-cli" ] || { echo "gpu-bundle: $build/app/routelab-cli not found (build with --torch pip)" >&2; exit 1; }
 mkdir -p "$bundle/bin" "$bundle/lib" "$bundle/home/corpora" .git/info
 grep -qx "/$bundle/" .git/info/exclude 2>/dev/null || echo "/$bundle/" >> .git/info/exclude
-cp "$build/app/routelab-cli" "$build/core/libroutelab_spm.so" "$bundle/bin/"
+cp "$build/app/routelab-cli" "$build/app/routelab-cli-bin" "$build/core/libroutelab_spm.so" "$bundle/bin/"
 for lib in libspdlog.so.1.10 libfmt.so.9 libsqlite3.so.0 libsentencepiece.so.0 libsentencepiece_train.so.0 libgomp.so.1; do
   cp -L "/lib/x86_64-linux-gnu/$lib" "$bundle/lib/"
 done
@@ -50,7 +50,7 @@ export LD_LIBRARY_PATH=$torch_dir/lib:$torch_dir/../nvidia/cu13/lib:/usr/local/c
 export ROUTELAB_HOME=$here/home ROUTELAB_SPM_MODULE=$here/bin/libroutelab_spm.so PYTHONUNBUFFERED=1
 OUT=${OUT:-/tmp/out}
 mkdir -p "$OUT"
-"$here/bin/routelab-cli" --version || { ldd "$here/bin/routelab-cli"; exit 1; }
+"$here/bin/routelab-cli" --version || { ldd "$here/bin/routelab-cli-bin"; exit 1; }
 if [ -f "$here/tests.tar.xz" ]; then  # the core suites' executable and its Qt libraries (packed by gpu-bundle.sh)
   tests_dir="$(mktemp -d)"
   # Python's tarfile rather than tar -J: the machine has the peer's Python, maybe not xz.

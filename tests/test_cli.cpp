@@ -1,5 +1,6 @@
 // routelab-cli as a user runs it: invalid arguments end with a non-zero exit and a message naming the option,
 // before anything is trained or stored.
+#include <QFileInfo>
 #include <QJsonArray>
 #include <QJsonDocument>
 #include <QJsonObject>
@@ -367,18 +368,50 @@ class TestCli : public QObject {
     QVERIFY2(cpu[7].split('/').last().trimmed().toDouble() < 1e-3, qPrintable(output));
   }
 
+  /// The libraries `binary` names (readelf -d); skips where binutils are missing.
+  static QString dynamic_section(const QString& binary) {
+    QProcess readelf;
+    readelf.start("readelf", {"-d", binary});
+    if (!readelf.waitForFinished(30000) || readelf.exitCode() != 0) return {};
+    return QString::fromUtf8(readelf.readAllStandardOutput());
+  }
+
   void cppRuntimeBindsBeforeLibTorch() {
     // PyPI's libtorch.so exports copies of std::filesystem; the dynamic linker binds to the first library of the
-    // DT_NEEDED list that defines a symbol, and libtorch's remove_all crashed on Ubuntu 24.04. The CLI (like every
-    // RouteLab binary: CMakeLists.txt) names libstdc++ before any LibTorch library.
-    QProcess readelf;
-    readelf.start("readelf", {"-d", qEnvironmentVariable("ROUTELAB_CLI")});
-    if (!readelf.waitForFinished(30000) || readelf.exitCode() != 0) QSKIP("readelf (binutils) is not available");
-    const auto dynamic = QString::fromUtf8(readelf.readAllStandardOutput());
+    // DT_NEEDED list that defines a symbol, and libtorch's remove_all crashed on Ubuntu 24.04. The CLI program (like
+    // every RouteLab binary: CMakeLists.txt) names libstdc++ before any LibTorch library.
+    const auto dynamic = dynamic_section(qEnvironmentVariable("ROUTELAB_CLI_PROGRAM"));
+    if (dynamic.isEmpty()) QSKIP("readelf (binutils) is not available");
     const auto cxx = dynamic.indexOf("[libstdc++.so"), torch = dynamic.indexOf("[libtorch");
-    QVERIFY2(cxx >= 0, qPrintable(dynamic));
-    QVERIFY2(torch < 0 || cxx < torch, qPrintable(dynamic));
-    QVERIFY2(torch < 0 || cxx < dynamic.indexOf("[libc10"), qPrintable(dynamic));
+    QVERIFY2(cxx >= 0 && torch > 0, qPrintable(dynamic));
+    QVERIFY2(cxx < torch, qPrintable(dynamic));
+    QVERIFY2(cxx < dynamic.indexOf("[libc10"), qPrintable(dynamic));
+  }
+
+  void launcherLoadsNoLibTorch() {
+    // routelab-cli sets the variables the libraries read when they load, then starts the program: LibTorch loads
+    // once, in the program (it restarting itself loaded Debian's LibTorch twice, 0.8 s a command).
+    const auto launcher = dynamic_section(qEnvironmentVariable("ROUTELAB_CLI"));
+    if (launcher.isEmpty()) QSKIP("readelf (binutils) is not available");
+    for (const auto* library : {"[libtorch", "[libc10", "[libblas", "[libopenblas", "[libgomp", "[libsqlite3"})
+      QVERIFY2(!launcher.contains(library), qPrintable(launcher));
+    // Started through it, the program runs with the settings (openmpWaitsPassivelyUnlessTold) and its arguments.
+    const auto [code, output] = run({"architectures", "dtrnet", "--json"});
+    QVERIFY2(code == 0, qPrintable(output));
+    QCOMPARE(json_in(output).object().value("id").toString(), QString("dtrnet"));
+    // Copied alone, it says which program it misses.
+    QTemporaryDir alone;
+    const auto copy = alone.filePath("routelab-cli");
+    QVERIFY(QFile::copy(qEnvironmentVariable("ROUTELAB_CLI"), copy));
+    QProcess p;
+    p.setProcessChannelMode(QProcess::MergedChannels);
+    p.start(copy, {"--version"});
+    QVERIFY(p.waitForFinished(30000));
+    const auto said = QString::fromUtf8(p.readAll());
+    QCOMPARE(p.exitCode(), 127);
+    QVERIFY2(said.contains("cannot start " + alone.filePath(QFileInfo(qEnvironmentVariable("ROUTELAB_CLI_PROGRAM"))
+                                                               .fileName())),
+             qPrintable(said));
   }
 
   void openmpWaitsPassivelyUnlessTold_data() {

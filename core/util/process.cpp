@@ -74,23 +74,33 @@ bool cpu_has_avx512_bf16() {
 
 void relaunch(char** argv, bool passive_openmp) {
   if (std::getenv("ROUTELAB_RELAUNCHED") != nullptr) return;
-  std::vector<std::pair<const char*, std::string>> settings;
-  if (passive_openmp && std::getenv("OMP_WAIT_POLICY") == nullptr) settings.emplace_back("OMP_WAIT_POLICY", "PASSIVE");
-  const auto chosen = openblas_corename();
-  if (std::getenv("OPENBLAS_CORETYPE") == nullptr && !chosen.empty()) {
-    if (const auto core = openblas_core_upgrade(chosen, cpu_vector_level(), cpu_has_avx512_bf16()); !core.empty()) {
-      settings.emplace_back("OPENBLAS_CORETYPE", core);
-      settings.emplace_back("ROUTELAB_OPENBLAS_CHOSE", chosen);  // for blas_kernels()
-    }
-  }
-  if (settings.empty()) return;
-  for (const auto& [name, value] : settings) ::setenv(name, value.c_str(), 1);
-  ::setenv("ROUTELAB_RELAUNCHED", "1", 1);  // never twice, whatever happens to the variables
-  ::execv(executable_path().c_str(), argv);
-  for (const auto& setting : settings) ::unsetenv(setting.first);  // exec failed: go on as started
+  const auto settings = startup_settings(passive_openmp, openblas_corename());
+  if (!settings.empty()) exec_with_settings(executable_path(), argv, settings);  // returns where exec failed
 }
 
 }  // namespace
+
+StartupSettings startup_settings(bool passive_openmp, const std::string& openblas_chose) {
+  StartupSettings settings;
+  if (passive_openmp && std::getenv("OMP_WAIT_POLICY") == nullptr) settings.emplace_back("OMP_WAIT_POLICY", "PASSIVE");
+  if (std::getenv("OPENBLAS_CORETYPE") == nullptr && !openblas_chose.empty()) {
+    if (const auto core = openblas_core_upgrade(openblas_chose, cpu_vector_level(), cpu_has_avx512_bf16());
+        !core.empty()) {
+      settings.emplace_back("OPENBLAS_CORETYPE", core);
+      settings.emplace_back("ROUTELAB_OPENBLAS_CHOSE", openblas_chose);  // for blas_kernels()
+    }
+  }
+  return settings;
+}
+
+bool passive_openmp_build() { return kPassiveOpenMP; }
+
+void exec_with_settings(const std::string& program, char** argv, const StartupSettings& settings) {
+  for (const auto& [name, value] : settings) ::setenv(name.c_str(), value.c_str(), 1);
+  ::setenv("ROUTELAB_RELAUNCHED", "1", 1);  // never twice, whatever happens to the variables
+  ::execv(program.c_str(), argv);
+  for (const auto& setting : settings) ::unsetenv(setting.first.c_str());  // exec failed: go on as started
+}
 
 void relaunch_with_process_settings(char** argv) { relaunch(argv, kPassiveOpenMP); }
 void relaunch_with_native_blas(char** argv) { relaunch(argv, false); }

@@ -2,11 +2,15 @@
 // entry point).
 #pragma once
 #include <string>
+#include <utility>
+#include <vector>
 
 namespace routelab {
 
 /// Settings a process takes only when it loads its libraries, so main() starts itself again with them (first thing
 /// in main; returns unless it restarted, and it restarts once at most). Variables the user has set are never changed.
+/// routelab-cli and routelab set them before their programs start (app/launcher_main.cpp), which then return here
+/// at once: a restart loads LibTorch a second time.
 /// - OMP_WAIT_POLICY=PASSIVE (Debian's LibTorch only): GNU OpenMP's threads spin at every barrier by default, and
 ///   with one other busy process on the machine (or the GUI beside a run) training ran ~5x slower; passive threads
 ///   sleep there (no cost measured on an idle AMD EPYC; 1.4x slower on the quick-start's small model on an idle
@@ -19,6 +23,18 @@ namespace routelab {
 void relaunch_with_process_settings(char** argv);
 /// The same restart for the BLAS kernels only (the test suites, whose OpenMP policy ctest sets).
 void relaunch_with_native_blas(char** argv);
+
+/// Variables to set (name, value) before a program loads its libraries.
+using StartupSettings = std::vector<std::pair<std::string, std::string>>;
+/// What the restart above sets where the user has not: OMP_WAIT_POLICY=PASSIVE where `passive_openmp`, and
+/// OPENBLAS_CORETYPE (with ROUTELAB_OPENBLAS_CHOSE, for blas_kernels()) where OpenBLAS chose the kernels named
+/// `openblas_chose` ("" where no OpenBLAS is loaded) below what the CPU runs. Empty: the process runs as it is.
+StartupSettings startup_settings(bool passive_openmp, const std::string& openblas_chose);
+/// Whether this build's programs wait passively (ROUTELAB_PASSIVE_OPENMP: Debian's LibTorch).
+bool passive_openmp_build();
+/// Starts `program` with `argv` in place of this process, `settings` and ROUTELAB_RELAUNCHED=1 set (so that it does
+/// not restart itself again). Returns only where exec failed, with `settings` unset again.
+void exec_with_settings(const std::string& program, char** argv, const StartupSettings& settings);
 
 /// The OpenBLAS kernel family to ask for (OPENBLAS_CORETYPE) on a CPU of `cpu_level` (cpu_vector_level()) when
 /// OpenBLAS chose the kernels named `chosen` (its openblas_get_corename(), any case): "" keeps them (they use the
