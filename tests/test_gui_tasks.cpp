@@ -298,6 +298,26 @@ class TestGuiTasks : public QObject {
     QVERIFY(view.disagreementTable()->item(0, 3)->text().startsWith(QStringLiteral("choice ")));
   }
 
+  void perplexityRowsSayWhatIsNotScored() {
+    // The runs' character tokenizer has no prefix token: a text task's row says each document's first token was fed,
+    // not scored, as `tasks` prints it under its table; a multiple-choice row says nothing of it.
+    routelab::StoreService service(db_);
+    ZeroShotView view(&service);
+    QVERIFY(prepare(view, service));
+    QVERIFY(view.addTask(piqa_));
+    QVERIFY(view.addTask(lambada_, QStringLiteral("pages"), QStringLiteral("text")));
+    QCOMPARE(view.taskSpecs().value(1), QStringLiteral("pages=") + lambada_ + QStringLiteral(":text"));
+    view.checkRuns({lm_});
+    QVERIFY(scoreAndWait(view));
+    QVERIFY2(view.outcomes().value(0).error.isEmpty(), qPrintable(view.outcomes().value(0).error));
+    QTableWidget* results = view.resultTable();
+    QCOMPARE(results->rowCount(), 2);
+    QCOMPARE(results->item(1, 1)->text(), QStringLiteral("pages"));
+    const auto note = QStringLiteral("each document's first token fed, not scored");
+    QVERIFY2(results->item(1, 5)->toolTip().contains(note), qPrintable(results->item(1, 5)->toolTip()));
+    QVERIFY2(!results->item(0, 5)->toolTip().contains(note), qPrintable(results->item(0, 5)->toolTip()));
+  }
+
   void fewShotPromptsScoreAsTheCliDoes() {
     // Shots and a task's few-shot file: the figures `tasks --fewshot 2 --fewshot-from forty=piqa.jsonl` gives.
     {

@@ -613,8 +613,13 @@ void ZeroShotView::appendResultRows(const ZeroShotOutcome& outcome) {
          fixedOrDash(100.0 * t.routed_fraction, 1) + QLatin1Char('%'),
          QStringLiteral("%1 s").arg(t.seconds, 0, 'f', 1)},
         tr("%1 (%2, step %3): %4, %5 requests, %6 cut to %7 tokens; perplexity is per word for text tasks")
-            .arg(QString::fromStdString(r.name), QString::fromStdString(r.arch)).arg(r.step)
-            .arg(QString::fromStdString(t.path)).arg(t.requests).arg(t.truncated).arg(r.max_length));
+                .arg(QString::fromStdString(r.name), QString::fromStdString(r.arch))
+                .arg(r.step)
+                .arg(QString::fromStdString(t.path))
+                .arg(t.requests)
+                .arg(t.truncated)
+                .arg(r.max_length) +
+            (t.scoring_note().empty() ? QString() : QStringLiteral("; ") + QString::fromStdString(t.scoring_note())));
   }
   results_->resizeColumnsToContents();
 }

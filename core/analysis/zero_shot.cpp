@@ -302,6 +302,12 @@ nlohmann::json TaskResult::sample_json(std::size_t i, const ZeroShotTask* task) 
   return j;
 }
 
+std::string TaskResult::scoring_note() const {
+  if (kind != TaskKind::Perplexity || prefix_token >= 0) return "";
+  return "each document's first token fed, not scored (the tokenizer has no beginning- or end-of-sequence token to "
+         "score it after, as the harness does)";
+}
+
 nlohmann::json TaskResult::to_json() const {
   const auto number = [](double v) { return std::isfinite(v) ? nlohmann::json(v) : nlohmann::json(nullptr); };
   return {{"name", name},

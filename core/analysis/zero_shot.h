@@ -124,6 +124,9 @@ struct TaskResult {
   /// Perplexity tasks: the token fed before each document (Tokenizer::prefix_id); -1: none, the documents' first
   /// tokens were fed and not scored.
   std::int64_t prefix_token = -1;
+  /// What the figures leave out, for the reports beside them: for a perplexity task without a prefix token, that each
+  /// document's first token was fed and not scored; "" otherwise.
+  std::string scoring_note() const;
   double flops_ratio = 1, routed_fraction = 1;  ///< at inference over every position fed (padding included)
   double seconds = 0;
   std::vector<ExampleScore> samples;  ///< one per example, in the file's order (not in to_json)

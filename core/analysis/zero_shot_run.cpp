@@ -181,9 +181,7 @@ std::string ZeroShotReport::to_table() const {
       out << t.name << ": " << t.truncated << " of " << t.requests << " requests cut from the left to " << max_length
           << " tokens\n";
   for (const auto& t : tasks)
-    if (t.kind == TaskKind::Perplexity && t.prefix_token < 0)
-      out << t.name << ": each document's first token fed, not scored (the tokenizer has no beginning- or "
-          << "end-of-sequence token to score it after, as the harness does)\n";
+    if (const auto note = t.scoring_note(); !note.empty()) out << t.name << ": " << note << "\n";
   return out.str();
 }
 
