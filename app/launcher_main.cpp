@@ -1,9 +1,9 @@
 // routelab-cli and routelab as a user starts them: a small program without LibTorch that sets the variables the
 // libraries read only when they load (core/util/process.h: OpenMP's wait policy, OpenBLAS's kernels), then starts
 // the program itself (ROUTELAB_LAUNCH_PROGRAM beside it) in its place. The programs restarting themselves loaded
-// Debian's LibTorch twice: 0.8 of the 1.6 s that `routelab-cli architectures` took on an idle AMD EPYC.
+// Debian's LibTorch twice: 0.8 of the 1.6 s that `routelab-cli architectures` took on a 2-core AMD EPYC
+// (packaging/probes/startup.sh).
 #include <dlfcn.h>
-#include <unistd.h>
 
 #include <cerrno>
 #include <cstdlib>
