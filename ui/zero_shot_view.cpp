@@ -608,6 +608,7 @@ void ZeroShotView::appendResultRows(const ZeroShotOutcome& outcome) {
       QStringLiteral("%1 · %2 · step %3").arg(r.run_id).arg(QString::fromStdString(r.name)).arg(r.step);
   for (const TaskResult& t : r.tasks) {
     const double ppl = t.kind == TaskKind::Perplexity ? t.word_perplexity : t.perplexity;
+    const auto note = t.scoring_note();
     add({run, QString::fromStdString(t.name), QString::number(t.examples), valueWithError(t.acc, t.acc_stderr),
          valueWithError(t.acc_norm, t.acc_norm_stderr), fixedOrDash(ppl, 3), fixedOrDash(t.flops_ratio, 3),
          fixedOrDash(100.0 * t.routed_fraction, 1) + QLatin1Char('%'),
@@ -619,7 +620,7 @@ void ZeroShotView::appendResultRows(const ZeroShotOutcome& outcome) {
                 .arg(t.requests)
                 .arg(t.truncated)
                 .arg(r.max_length) +
-            (t.scoring_note().empty() ? QString() : QStringLiteral("; ") + QString::fromStdString(t.scoring_note())));
+            (note.empty() ? QString() : QStringLiteral("; ") + QString::fromStdString(note)));
   }
   results_->resizeColumnsToContents();
 }
